@@ -1,0 +1,3 @@
+"""ckptview: browse PyTorch checkpoints without executing them."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from ckptview.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""Command line: `ckptview [PATH ...]` opens the window; subcommands share the Qt-free core.
+
+Each subcommand lives in `ckptview.commands.<name>` with `add_parser(subparsers)` and `run(args) -> int`.
+Nothing here imports torch or Qt at module level: `info`, `diff` and `export` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ckptview import __version__
+from ckptview.core.errors import CheckpointError
+
+SUBCOMMANDS = ("info", "diff", "export", "run", "devices")
+
+
+def _subcommand_modules() -> dict[str, object]:
+    modules = {}
+    for name in SUBCOMMANDS:
+        try:
+            modules[name] = importlib.import_module(f"ckptview.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"ckptview.commands.{name}":
+                raise
+    return modules
+
+
+def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
+    parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
+    for module in modules.values():
+        module.add_parser(sub)  # type: ignore[attr-defined]
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `ckptview` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    modules = _subcommand_modules()
+    if not argv or argv[0] not in modules and argv[0] not in ("-h", "--help", "--version"):
+        return _launch_gui(argv)
+    args = build_parser(modules).parse_args(argv)
+    try:
+        return int(modules[args.command].run(args))  # type: ignore[attr-defined]
+    except CheckpointError as exc:
+        print(f"ckptview: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_status", 2)
+    except FileNotFoundError as exc:
+        print(f"ckptview: no such file: {exc.filename}", file=sys.stderr)
+        return 2
+    except IsADirectoryError as exc:
+        print(f"ckptview: is a folder, not a checkpoint: {exc.filename}", file=sys.stderr)
+        return 2
+    except PermissionError as exc:
+        print(f"ckptview: permission denied: {exc.filename}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ckptview: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _launch_gui(argv: list[str]) -> int:
+    try:
+        from ckptview.gui.app import main as gui_main
+    except ImportError as exc:  # PySide6 missing: the CLI still works
+        print(f"ckptview: the window needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
+        return 2
+    return int(gui_main(argv))

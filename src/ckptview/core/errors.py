@@ -1,0 +1,30 @@
+"""Errors the core raises, each with a one-line message meant for a person."""
+
+from __future__ import annotations
+
+
+class CheckpointError(Exception):
+    """Base of every error ckptview raises about a file; str(err) is one line for a person."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+class NotACheckpointError(CheckpointError):
+    """The file is not in any format ckptview reads."""
+
+
+class CheckpointFormatError(CheckpointError):
+    """The file claims a known format but is malformed, truncated or inconsistent."""
+
+
+class UnsafePickleError(CheckpointFormatError):
+    """The pickle asks for something the safe reader refuses to emulate."""
+
+
+class TensorDataError(CheckpointError):
+    """A tensor's values cannot be read (broken entry, missing storage, unsupported dtype)."""
+
+
+class Cancelled(Exception):
+    """A long job was cancelled through its CancelToken."""

@@ -1,0 +1,187 @@
+"""The inert description of a checkpoint: a tree of nodes, tensors and the storages behind them.
+
+Nothing here reads tensor bytes; `ckptview.core.values` does that on demand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ckptview.core import dtypes
+
+PathKey = str | int
+NodeKind = Literal["dict", "list", "tuple", "set", "object", "tensor", "value"]
+
+
+class ByteSource(Protocol):
+    """Where a storage's bytes live; `open_buffer` maps or reads them only when called."""
+
+    def describe(self) -> str: ...
+
+    def open_buffer(self) -> memoryview: ...
+
+
+@dataclass(eq=False)
+class Storage:
+    """One storage record: a flat run of `numel` elements of `dtype` saved from `device`."""
+
+    key: str
+    dtype: str
+    numel: int
+    device: str = "cpu"
+    source: ByteSource | None = None
+    byteorder: str = "little"
+    # Set by the reader when the record is absent or cannot hold `nbytes`.
+    broken: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtypes.itemsize(self.dtype)
+
+
+@dataclass(eq=False)
+class TensorInfo:
+    """A tensor as the file describes it: a strided view over a Storage."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int  # storage offset, in elements of `dtype`
+    storage: Storage | None
+    requires_grad: bool = False
+    is_parameter: bool = False
+    layout: str = "strided"
+    # Anything else the reader learned (quantization scale/zero point, shard layout, rebuild function).
+    extra: dict[str, Any] = field(default_factory=dict)
+    broken: str | None = None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the logical tensor (numel x itemsize), whatever the storage holds."""
+        return self.numel * dtypes.itemsize(self.dtype)
+
+    @property
+    def device(self) -> str:
+        return self.storage.device if self.storage is not None else self.extra.get("device", "meta")
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.stride), strict=False):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+
+@dataclass(eq=False)
+class Node:
+    """One item of the checkpoint tree: a container, a tensor or a plain value."""
+
+    key: PathKey
+    kind: NodeKind
+    type_name: str = ""
+    children: list[Node] = field(default_factory=list)
+    tensor: TensorInfo | None = None
+    value: Any = None
+    parent: Node | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> tuple[PathKey, ...]:
+        parts: list[PathKey] = []
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            parts.append(node.key)
+            node = node.parent
+        return tuple(reversed(parts))
+
+    @property
+    def name(self) -> str:
+        return join_path(self.path)
+
+    def add(self, child: Node) -> Node:
+        child.parent = self
+        self.children.append(child)
+        return child
+
+    def walk(self) -> Iterator[Node]:
+        """This node and every descendant, depth first, in file order (iterative: no recursion limit)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+
+def join_path(path: tuple[PathKey, ...] | list[PathKey]) -> str:
+    """The contract's tensor name: path components joined by '.'."""
+    return ".".join(str(p) for p in path)
+
+
+@dataclass(frozen=True, eq=False)
+class TensorEntry:
+    name: str
+    path: tuple[PathKey, ...]
+    info: TensorInfo
+    node: Node
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """What a reader found in a file: the tree plus what the file referenced and what looked wrong."""
+
+    path: str
+    format: str
+    file_size: int
+    root: Node
+    globals: list[str] = field(default_factory=list)
+    unsafe_globals: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    _tensors: list[TensorEntry] | None = field(default=None, repr=False)
+
+    def tensors(self) -> list[TensorEntry]:
+        """Every tensor in file order, with its contract name and path."""
+        if self._tensors is None:
+            self._tensors = [
+                TensorEntry(n.name, n.path, n.tensor, n)
+                for n in self.root.walk()
+                if n.kind == "tensor" and n.tensor is not None
+            ]
+        return self._tensors
+
+    def values(self) -> list[Node]:
+        """Every non-tensor leaf (numbers, strings, None, bools, stubs without state)."""
+        return [n for n in self.root.walk() if n.kind == "value" and n.parent is not None]
+
+    def tensor(self, name: str) -> TensorInfo:
+        """The tensor called `name`; KeyError when absent."""
+        for entry in self.tensors():
+            if entry.name == name:
+                return entry.info
+        raise KeyError(name)
+
+    def sharing(self) -> dict[str, list[str]]:
+        """name -> names of the other tensors over the same storage."""
+        groups: dict[int, list[str]] = {}
+        for entry in self.tensors():
+            if entry.info.storage is not None:
+                groups.setdefault(id(entry.info.storage), []).append(entry.name)
+        out: dict[str, list[str]] = {}
+        for names in groups.values():
+            for name in names:
+                out[name] = [n for n in names if n != name]
+        return out
+
+    def close(self) -> None:
+        """Release mapped files."""
+        from ckptview.core.sources import close_all
+
+        close_all(self)
