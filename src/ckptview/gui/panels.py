@@ -1,0 +1,146 @@
+"""Extension points for panels, menu actions and tabs that other GUI modules add to the main window.
+
+How to add a panel (histogram, statistics, optimizer, export, run, ...):
+
+1. Create ``src/ckptview/gui/<prefix>_something.py`` where the prefix is one of :data:`PLUGIN_PREFIXES`
+   (``stats_``, ``histogram``, ``heatmap``, ``values_``, ``optimizer_``, ``diff_``, ``export_``, ``run_``).
+   The main window imports those modules once at start-up (:func:`load_plugins`); registering happens at
+   import time, at module level::
+
+       from ckptview.gui.panels import CheckpointContext, register_panel, register_action
+
+       class HistogramPanel(QWidget):
+           def __init__(self, context: CheckpointContext) -> None: ...
+           def set_selection(self, entries: list[Node]) -> None: ...   # optional
+
+       register_panel("Histogram", HistogramPanel)
+
+2. ``register_panel(title, factory)``: for every opened checkpoint the window calls
+   ``factory(context)`` and shows the widget as a tab beside "Details" (right side of the tab). When the
+   selection in the tree changes it calls ``widget.set_selection(entries)`` if the widget has that method.
+   ``entries`` are the core :class:`~ckptview.core.model.Node` objects of the selected rows (tensors, values,
+   containers), in selection order; synthetic module-group rows (``encoder > layers``), which have no node
+   of their own, are left out. The widget is destroyed with its tab: stop your workers in ``closeEvent`` or
+   on ``destroyed``.
+3. ``register_action(menu, text, callback, shortcut=None)``: adds ``text`` to the menu called ``menu``
+   ("File", "View", "Tools", ... created when missing). ``callback(window)`` receives the
+   :class:`~ckptview.gui.main_window.MainWindow`; useful members: ``window.current_context()`` (the
+   :class:`CheckpointContext` of the current tab or ``None``), ``window.current_selection()`` (``list[Node]``),
+   ``window.add_tab(widget, title, tooltip)`` (a new closable main tab, e.g. a diff view),
+   ``window.open_paths(paths)``, ``window.statusBar()``.
+4. ``set_diff_handler(callback)``: ``ckptview --diff A B`` calls ``callback(window, a, b)``; without a
+   handler both files open as ordinary tabs.
+
+Panels must never read tensor bytes on the GUI thread: use :mod:`ckptview.gui.workers`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget
+
+    from ckptview.core.model import Checkpoint
+
+log = logging.getLogger(__name__)
+
+PLUGIN_PREFIXES = ("stats_", "histogram", "heatmap", "values_", "optimizer_", "diff_", "export_", "run_")
+
+
+@dataclass
+class CheckpointContext:
+    """What a panel knows about its tab: the opened checkpoint and a few ways to talk to the window."""
+
+    checkpoint: Checkpoint
+    path: str
+    window: Any = None  # the MainWindow (Any: keeps this module free of a Qt import cycle)
+    # Select the tree row of the tensor/value called `name` (contract name, e.g. "model.fc.weight").
+    select_name: Callable[[str], None] = field(default=lambda name: None)
+    # Show a transient message in the status bar.
+    show_status: Callable[[str], None] = field(default=lambda text: None)
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    title: str
+    factory: Callable[[CheckpointContext], QWidget]
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    menu: str
+    text: str
+    callback: Callable[[Any], None]
+    shortcut: str | None = None
+
+
+_panels: list[PanelSpec] = []
+_actions: list[ActionSpec] = []
+_diff_handler: list[Callable[[Any, str, str], None]] = []
+_loaded = False
+
+
+def register_panel(title: str, factory: Callable[[CheckpointContext], QWidget]) -> None:
+    """Show `factory(context)` as a side tab titled `title` in every checkpoint tab opened from now on."""
+    if any(p.title == title for p in _panels):
+        return  # a module imported twice must not add its panel twice
+    _panels.append(PanelSpec(title, factory))
+
+
+def register_action(menu: str, text: str, callback: Callable[[Any], None], shortcut: str | None = None) -> None:
+    """Add a menu item; `callback(window)` runs when it is triggered."""
+    if any(a.menu == menu and a.text == text for a in _actions):
+        return
+    _actions.append(ActionSpec(menu, text, callback, shortcut))
+
+
+def set_diff_handler(callback: Callable[[Any, str, str], None]) -> None:
+    """Handle `ckptview --diff A B`: `callback(window, a, b)`."""
+    _diff_handler[:] = [callback]
+
+
+def panels() -> list[PanelSpec]:
+    """The registered panels, in registration order."""
+    return list(_panels)
+
+
+def actions() -> list[ActionSpec]:
+    """The registered menu actions, in registration order."""
+    return list(_actions)
+
+
+def diff_handler() -> Callable[[Any, str, str], None] | None:
+    """The registered `--diff` handler, if any."""
+    return _diff_handler[0] if _diff_handler else None
+
+
+def unregister(title_or_text: str) -> None:
+    """Remove a panel or action by title/text (tests use it to clean up)."""
+    _panels[:] = [p for p in _panels if p.title != title_or_text]
+    _actions[:] = [a for a in _actions if a.text != title_or_text]
+
+
+def load_plugins() -> list[str]:
+    """Import every gui module named with a plugin prefix once; returns the names of those that failed."""
+    global _loaded
+    if _loaded:
+        return []
+    _loaded = True
+    import ckptview.gui as package
+
+    failed = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith(PLUGIN_PREFIXES):
+            try:
+                importlib.import_module(f"ckptview.gui.{info.name}")
+            except Exception:
+                # One broken panel must not keep the window from opening; say so loudly in the log.
+                log.exception("ckptview: could not load panel module %s", info.name)
+                failed.append(info.name)
+    return failed
