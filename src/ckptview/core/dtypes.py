@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -104,7 +104,7 @@ def is_quantized(name: str) -> bool:
     return canonical(name).startswith(("qint", "quint"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def numpy_dtype(name: str) -> np.dtype | None:
     """NumPy dtype that holds the exact values of torch dtype `name` (ml_dtypes for bf16/fp8), or None."""
     np_name = _DTYPES[canonical(name)][1]

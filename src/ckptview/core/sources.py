@@ -66,6 +66,10 @@ class FileSlice:
     def describe(self) -> str:
         return f"{os.path.basename(self.fmap.path)} @ {self.offset}"
 
+    def file_range(self) -> tuple[str, int, int]:
+        """(path, offset, length) of the bytes in the file, for streamed reads that bypass the map."""
+        return self.fmap.path, self.offset, self.length
+
     def open_buffer(self) -> memoryview:
         if self.offset < 0 or self.offset + self.length > self.fmap.size:
             raise TensorDataError(
@@ -97,6 +101,12 @@ class ZipMember:
             name_len, extra_len = struct.unpack("<HH", head[26:30])
             self._data_offset = self.header_offset + 30 + name_len + extra_len
         return self._data_offset
+
+    def file_range(self) -> tuple[str, int, int] | None:
+        """(path, offset, length) when the member is stored uncompressed, else None."""
+        if self.compress_type != 0:
+            return None
+        return self.fmap.path, self.data_offset(), self.compress_size
 
     def open_buffer(self) -> memoryview:
         start = self.data_offset()

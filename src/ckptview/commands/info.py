@@ -1,0 +1,129 @@
+"""`ckptview info PATH [--json] [--stats]`: list everything inside a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from ckptview.core.model import Checkpoint
+from ckptview.core.open import open_checkpoint
+from ckptview.core.tree import short_repr
+from ckptview.core.units import human_bytes, human_count, shape_str
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="list everything inside a checkpoint")
+    p.add_argument("path", help="checkpoint file or folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
+    p.add_argument("--stats", action="store_true", help="add per-tensor statistics (reads the values)")
+
+
+def info_dict(ckpt: Checkpoint, *, stats: bool = False) -> dict[str, Any]:
+    """The `info --json` object of the command-line contract."""
+    sharing = ckpt.sharing()
+    tensors = []
+    stats_for = None
+    if stats:
+        from ckptview.core.stats import stats_json_for
+
+        stats_for = stats_json_for
+    for entry in ckpt.tensors():
+        info = entry.info
+        item: dict[str, Any] = {
+            "name": entry.name,
+            "path": list(entry.path),
+            "shape": list(info.shape),
+            "dtype": info.dtype,
+            "nbytes": info.nbytes,
+            "device": info.device,
+            "shares_storage_with": sharing.get(entry.name, []),
+        }
+        if info.broken:
+            item["broken"] = info.broken
+        if "shards" in info.extra:
+            item["shards"] = info.extra["shards"]
+        if stats_for is not None:
+            item["stats"] = None if info.broken else stats_for(info)
+        tensors.append(item)
+    values = [
+        {"name": node.name, "path": list(node.path), "type": node.type_name, "repr": short_repr(node.value)}
+        for node in ckpt.values()
+    ]
+    out: dict[str, Any] = {
+        "path": ckpt.path,
+        "format": ckpt.format,
+        "file_size": ckpt.file_size,
+        "tensors": tensors,
+        "values": values,
+        "globals": list(ckpt.globals),
+        "unsafe_globals": list(ckpt.unsafe_globals),
+        "warnings": list(ckpt.warnings),
+    }
+    for extra in ckpt.metadata.get("_info_extras", ()):  # e.g. optimizers, added by their modules
+        out.update(extra(ckpt))
+    return out
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/Inf are not JSON: they become null (the stats contract says figures are numbers or null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    ckpt = open_checkpoint(args.path)
+    try:
+        data = info_dict(ckpt, stats=args.stats)
+    finally:
+        ckpt.close()
+    if args.json:
+        json.dump(_json_safe(data), sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+        return 0
+    print_table(data)
+    return 0
+
+
+def print_table(data: dict[str, Any]) -> None:
+    """The human-readable listing."""
+    out = sys.stdout
+    tensors = data["tensors"]
+    total_bytes = sum(t["nbytes"] for t in tensors)
+    total_params = sum(math.prod(t["shape"]) for t in tensors)
+    out.write(f"{data['path']}\n  format {data['format']}, {human_bytes(data['file_size'])} on disk, "
+              f"{len(tensors)} tensors, {human_count(total_params)} elements, {human_bytes(total_bytes)}\n")
+    if data["unsafe_globals"]:
+        out.write("  UNSAFE GLOBALS (referenced, not run): " + ", ".join(data["unsafe_globals"]) + "\n")
+    if tensors:
+        width = min(max(len(t["name"]) for t in tensors), 70)
+        out.write(f"\n{'name':<{width}}  {'dtype':<14} {'shape':<20} {'size':>10}  device\n")
+        for t in tensors:
+            name = t["name"] if len(t["name"]) <= width else "..." + t["name"][-(width - 3):]
+            shared = "  (shares storage)" if t["shares_storage_with"] else ""
+            broken = f"  BROKEN: {t['broken']}" if t.get("broken") else ""
+            out.write(f"{name:<{width}}  {t['dtype']:<14} {shape_str(t['shape']):<20} "
+                      f"{human_bytes(t['nbytes']):>10}  {t['device']}{shared}{broken}\n")
+            if "stats" in t and t["stats"]:
+                s = t["stats"]
+                out.write(f"{'':<{width}}  mean {_fmt(s.get('mean'))} std {_fmt(s.get('std'))} "
+                          f"min {_fmt(s.get('min'))} max {_fmt(s.get('max'))} nan {s.get('nan')} "
+                          f"inf {(s.get('posinf') or 0) + (s.get('neginf') or 0)}\n")
+    if data["values"]:
+        out.write("\nvalues\n")
+        for v in data["values"]:
+            text = v["repr"] if len(v["repr"]) < 100 else v["repr"][:97] + "..."
+            out.write(f"  {v['name']} = {text}  ({v['type']})\n")
+    for warning in data["warnings"]:
+        out.write(f"warning: {warning}\n")
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)

@@ -1,0 +1,104 @@
+"""torch.save's legacy format (before PyTorch 1.6, or `_use_new_zipfile_serialization=False`).
+
+Layout: pickled magic number, protocol version and sys_info; the main pickle with storages as
+persistent ids; a pickle of the storage keys; then each storage as an int64 element count followed by
+its raw bytes, in key order. We compute each storage's offset from the counts without reading data.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+from ckptview.core import dtypes
+from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.model import Checkpoint, Storage
+from ckptview.core.pickle_reader import unpickle
+from ckptview.core.sources import FileMap, FileSlice
+from ckptview.core.torch_globals import StorageClass
+from ckptview.core.torch_pickle import load_torch_pickle, make_checkpoint
+
+NAME = "torch-legacy"
+PRIORITY = 80
+MAGIC_LONG = bytes.fromhex("8a0a6cfc9c46f9206aa85019")  # LONG1 of 0x1950a86a20f9469cfc6c
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+PROTOCOL_VERSION = 1001
+
+
+def sniff(path: str, head: bytes) -> bool:
+    return MAGIC_LONG in head[:16]
+
+
+def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    fmap = FileMap(path)
+    view = fmap.view()
+    magic, _, pos = unpickle(view, what="legacy header")
+    if magic != MAGIC_NUMBER:
+        raise CheckpointFormatError("legacy torch file with a wrong magic number")
+    version, _, pos = unpickle(view, pos=pos, what="legacy header")
+    if version != PROTOCOL_VERSION:
+        raise CheckpointFormatError(f"legacy torch file with unsupported protocol version {version!r}")
+    sys_info, _, pos = unpickle(view, pos=pos, what="legacy sys_info")
+    little = not (isinstance(sys_info, dict) and sys_info.get("little_endian") is False)
+    byteorder = "little" if little else "big"
+
+    storages: dict[str, Storage] = {}
+
+    def persistent_load(pid: Any) -> Any:
+        if not isinstance(pid, tuple) or not pid:
+            raise CheckpointFormatError("malformed persistent id in legacy file")
+        if pid[0] == "module":  # ('module', class, source file, source): the class is only recorded
+            return pid[1] if len(pid) > 1 else None
+        if pid[0] != "storage" or len(pid) < 5:
+            raise CheckpointFormatError(f"unexpected persistent id {str(pid)[:80]}")
+        storage_class, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+        view_metadata = pid[5] if len(pid) > 5 else None
+        if not isinstance(storage_class, StorageClass) or not isinstance(numel, int) or numel < 0:
+            raise CheckpointFormatError("malformed storage record in legacy file")
+        key = str(key)
+        if key not in storages:
+            storages[key] = Storage(key=key, dtype=storage_class.dtype, numel=numel,
+                                    device=str(location), byteorder=byteorder)
+        if view_metadata is not None:  # very old storage views: (view_key, offset, size)
+            raise CheckpointFormatError("legacy storage views (PyTorch < 0.4) are not supported")
+        return storages[key]
+
+    obj, globals_seen, pos = load_torch_pickle(view, persistent_load, what="legacy pickle", pos=pos)
+    keys, _, pos = unpickle(view, pos=pos, what="legacy storage keys")
+    if not isinstance(keys, list):
+        raise CheckpointFormatError("legacy storage key list is missing")
+    size = fmap.size
+    for key in keys:
+        storage = storages.get(str(key))
+        if pos + 8 > size:
+            if storage is not None:
+                storage.broken = f"storage '{key}' missing (file truncated)"
+            pos = size
+            continue
+        (numel,) = struct.unpack("<q", bytes(view[pos : pos + 8]))
+        pos += 8
+        if storage is None:
+            raise CheckpointFormatError(f"storage '{key}' is listed but never used")
+        nbytes = storage.nbytes
+        if numel != storage.numel:
+            storage.broken = f"storage '{key}' records {numel} elements, the pickle says {storage.numel}"
+        elif pos + nbytes > size:
+            storage.broken = f"storage '{key}' runs past the end of the file (truncated)"
+        storage.source = FileSlice(fmap, pos, nbytes)
+        pos += max(nbytes, 0)
+    for key, storage in storages.items():
+        if storage.source is None and storage.broken is None:
+            storage.broken = f"storage '{key}' missing"
+    ckpt = make_checkpoint(path, NAME, os.path.getsize(path), obj, globals_seen,
+                           byteorder=byteorder, _file_maps=[fmap])
+    del view
+    # Storages were created before their data was located: refresh the tensors they broke.
+    for entry in ckpt.tensors():
+        st = entry.info.storage
+        if st is not None and st.broken and not entry.info.broken:
+            entry.info.broken = st.broken
+            ckpt.warnings.append(f"tensor '{entry.name}' is broken: {st.broken}")
+        if not dtypes.is_known(entry.info.dtype):
+            entry.info.broken = f"unknown dtype {entry.info.dtype}"
+    return ckpt

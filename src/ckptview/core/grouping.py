@@ -1,0 +1,127 @@
+"""Group a checkpoint tree by module path for display (Qt-free).
+
+A state dict stores ``encoder.layers.3.attn.q_proj.weight`` as one flat key; people think of it as the
+``weight`` of ``q_proj`` inside ``encoder > layers > 3 > attn``. :func:`group_tree` turns the core tree into
+rows where dotted keys are nested under synthetic *group* rows, and every row carries the totals (tensors,
+elements, bytes) of its subtree. The GUI's tree model is a thin adapter over these rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ckptview.core.model import Node
+
+
+class Row:
+    """One display row: a core node (container, tensor, value) or a synthetic module group."""
+
+    __slots__ = ("label", "node", "name", "kind", "parent", "children", "tensors", "numel", "nbytes",
+                 "search_name")
+
+    def __init__(self, label: str, node: Node | None, name: str, kind: str, parent: Row | None) -> None:
+        self.label = label
+        self.node = node
+        self.name = name  # the contract name ("a.b.c"); for a group, the dotted prefix it stands for
+        self.kind = kind  # "group" for a synthetic module group, else the node's kind
+        self.parent = parent
+        self.children: list[Row] = []
+        self.tensors = 0
+        self.numel = 0
+        self.nbytes = 0
+        self.search_name = name.lower()
+
+    @property
+    def is_group(self) -> bool:
+        """True for a synthetic module-path group (no node of its own)."""
+        return self.node is None
+
+    def walk(self) -> Iterator[Row]:
+        """This row and every row below it, depth first (iterative)."""
+        stack = [self]
+        while stack:
+            row = stack.pop()
+            yield row
+            stack.extend(reversed(row.children))
+
+    def __repr__(self) -> str:
+        return f"Row({self.name!r}, {self.kind}, {len(self.children)} children)"
+
+
+def group_tree(root: Node) -> Row:
+    """The display rows of `root`, dotted string keys nested by module path, with subtree totals."""
+    top = Row("", root, "", root.kind, None)
+    stack: list[tuple[Node, Row]] = [(root, top)]
+    while stack:
+        node, row = stack.pop()
+        groups: dict[tuple[str, ...], Row] = {}
+        for child in node.children:
+            key = child.key
+            if isinstance(key, str) and "." in key:
+                *prefix, label = key.split(".")
+                parent = _group_for(row, tuple(prefix), groups)
+            else:
+                label, parent = str(key), row
+            name = f"{row.name}.{key}" if row.name else str(key)
+            child_row = Row(label, child, name, child.kind, parent)
+            parent.children.append(child_row)
+            if child.children:
+                stack.append((child, child_row))
+    _add_totals(top)
+    return top
+
+
+def _group_for(row: Row, prefix: tuple[str, ...], groups: dict[tuple[str, ...], Row]) -> Row:
+    """The group row for `prefix` under `row`, creating the missing levels in first-seen order."""
+    found = groups.get(prefix)
+    if found is not None:
+        return found
+    parent = row if len(prefix) == 1 else _group_for(row, prefix[:-1], groups)
+    label = prefix[-1]
+    name = f"{parent.name}.{label}" if parent.name else label
+    group = Row(label, None, name, "group", parent)
+    parent.children.append(group)
+    groups[prefix] = group
+    return group
+
+
+def _add_totals(top: Row) -> None:
+    # Post-order without recursion: a checkpoint may nest deeper than Python's recursion limit.
+    order = list(top.walk())
+    for row in reversed(order):
+        node = row.node
+        if node is not None and node.kind == "tensor" and node.tensor is not None:
+            info = node.tensor
+            row.tensors, row.numel, row.nbytes = 1, info.numel, info.nbytes
+        for child in row.children:
+            row.tensors += child.tensors
+            row.numel += child.numel
+            row.nbytes += child.nbytes
+
+
+def find_row(top: Row, name: str) -> Row | None:
+    """The row whose contract name is `name` (a tensor, value, container or group), or None."""
+    for row in top.walk():
+        if row.name == name:
+            return row
+    return None
+
+
+def chart_rows(top: Row, limit: int = 12) -> list[tuple[str, int]]:
+    """(name, bytes) of the top-level modules, for a size-by-module chart.
+
+    Descends while a single child holds all the bytes (``{"state_dict": {...}}``, a lone ``model`` group),
+    so the chart shows the level where the file's bulk actually splits. Beyond `limit` the rest is summed.
+    """
+    row = top
+    while True:
+        heavy = [c for c in row.children if c.nbytes > 0]
+        if len(heavy) == 1 and heavy[0].children:
+            row = heavy[0]
+            continue
+        break
+    bars = sorted(((c.name, c.nbytes) for c in row.children if c.nbytes > 0), key=lambda b: -b[1])
+    if len(bars) > limit:
+        rest = sum(b for _, b in bars[limit - 1:])
+        bars = bars[: limit - 1] + [(f"{len(bars) - limit + 1} others", rest)]
+    return bars

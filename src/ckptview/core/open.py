@@ -1,0 +1,68 @@
+"""`open_checkpoint`: sniff a path and hand it to the reader of its format."""
+
+from __future__ import annotations
+
+import os
+
+from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.formats import readers
+from ckptview.core.model import Checkpoint
+
+HEAD_BYTES = 4096
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read a checkpoint's metadata (never its tensor bytes, never running its code)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise NotACheckpointError(f"no such file: {path}")
+    head = b""
+    if not os.path.isdir(path):
+        with open(path, "rb") as fh:  # read-only, and only the first bytes
+            head = fh.read(HEAD_BYTES)
+    declined: NotACheckpointError | None = None
+    for reader in readers():
+        if reader.sniff(path, head):
+            try:
+                return reader.open(path)
+            except NotACheckpointError as exc:  # looked like this format, is not: let others try
+                declined = declined or exc
+            except CheckpointError:
+                raise
+            except (MemoryError, RecursionError) as exc:
+                raise CheckpointFormatError(f"{reader.NAME}: file is too large or too deeply nested ({type(exc).__name__})") from None
+            except OSError as exc:
+                raise CheckpointFormatError(f"{reader.NAME}: cannot read file: {exc.strerror or exc}") from None
+            except Exception as exc:  # a reader bug must still reach the user as one line
+                raise CheckpointFormatError(f"{reader.NAME}: malformed file ({type(exc).__name__}: {exc})") from None
+    raise declined or NotACheckpointError(describe_unknown(path, head))
+
+
+def describe_unknown(path: str, head: bytes) -> str:
+    """'not a checkpoint: ...' naming what the bytes look like."""
+    if os.path.isdir(path):
+        return f"not a checkpoint: folder {path} holds no checkpoint this tool reads"
+    size = os.path.getsize(path)
+    if size == 0:
+        return "not a checkpoint: file is empty"
+    if head.startswith(b"version https://git-lfs"):
+        return "not a checkpoint: file is a Git LFS pointer (run `git lfs pull` to fetch the real file)"
+    kinds = [
+        (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+        (b"%PDF", "a PDF document"), (b"\x1f\x8b", "gzip-compressed data"), (b"\x93NUMPY", "a NumPy .npy array"),
+        (b"\x89HDF", "an HDF5 file"), (b"BZh", "bzip2-compressed data"), (b"\xfd7zXZ", "xz-compressed data"),
+        (b"PK\x03\x04", "a zip archive without a PyTorch record"), (b"\x7fELF", "an executable"),
+    ]
+    for magic, what in kinds:
+        if head.startswith(magic):
+            return f"not a checkpoint: file is {what}"
+    stripped = head.lstrip().lower()
+    if stripped.startswith((b"<!doctype html", b"<html")):
+        return f"not a checkpoint: file is {size} bytes of HTML (a download that saved a web page?)"
+    try:
+        head.decode("utf-8")
+        if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head[:512]):
+            return f"not a checkpoint: file is {size} bytes of text"
+    except UnicodeDecodeError:
+        pass
+    return f"not a checkpoint: unrecognised {size}-byte file (starts with {head[:8].hex(' ')})"

@@ -1,0 +1,372 @@
+"""Inert emulations of the globals torch writes into checkpoints, and the set considered safe.
+
+The safe set follows what `torch.load(weights_only=True)` accepts by default: tensor and parameter
+rebuild functions, storages, dtypes, layouts, `torch.Size`, `torch.device`, `collections.OrderedDict`
+and a few builtins. Each emulation builds a plain value; nothing is imported.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any
+
+from ckptview.core import dtypes
+from ckptview.core.model import Storage, TensorInfo
+from ckptview.core.pickle_reader import Emulator, GlobalRef, StubObject
+
+MAX_DIMS = 64
+
+
+class DtypeValue(str):
+    """A torch dtype referenced as a value (`torch.float32`): its canonical name."""
+
+    def __repr__(self) -> str:
+        return f"torch.{str(self)}"
+
+
+class DeviceValue(str):
+    """A `torch.device`: its string form."""
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.split(':')[0]}'" + (f", index={self.split(':')[1]})" if ":" in self else ")")
+
+
+class SizeValue(tuple):
+    """A `torch.Size`."""
+
+    def __repr__(self) -> str:
+        return f"torch.Size([{', '.join(str(i) for i in self)}])"
+
+
+class LayoutValue(str):
+    def __repr__(self) -> str:
+        return f"torch.{str(self)}"
+
+
+class StorageClass:
+    """A storage class referenced in a persistent id (`torch.FloatStorage`, `torch.UntypedStorage`)."""
+
+    def __init__(self, dotted: str, dtype: str) -> None:
+        self.dotted, self.dtype = dotted, dtype
+
+    def __repr__(self) -> str:
+        return self.dotted
+
+
+class BrokenValue:
+    """A value the file describes inconsistently; shown with its reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<broken: {self.reason}>"
+
+
+def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)) or len(value) > MAX_DIMS:
+        raise ValueError(f"{what} must be a tuple of at most {MAX_DIMS} ints")
+    out = tuple(value)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in out):
+        raise ValueError(f"{what} must hold ints")
+    return out
+
+
+def check_view(info: TensorInfo) -> None:
+    """Mark `info` broken when its shape/stride/offset do not fit inside its storage."""
+    if any(s < 0 for s in info.shape):
+        info.broken = f"negative size in shape {list(info.shape)}"
+        return
+    if len(info.stride) != len(info.shape):
+        info.broken = f"shape {list(info.shape)} and stride {list(info.stride)} differ in length"
+        return
+    if info.offset < 0:
+        info.broken = f"negative storage offset {info.offset}"
+        return
+    storage = info.storage
+    if storage is None or info.numel == 0:
+        return
+    if any(st < 0 for st in info.stride):
+        info.broken = f"negative stride {list(info.stride)}"
+        return
+    last = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True))
+    itemsize = dtypes.itemsize(info.dtype)
+    needed = (last + 1) * itemsize
+    if needed > storage.nbytes:
+        info.broken = (
+            f"shape {list(info.shape)} at offset {info.offset} needs {needed} bytes, "
+            f"storage '{storage.key}' holds {storage.nbytes}"
+        )
+
+
+def _make_tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None = None) -> TensorInfo:
+    if not isinstance(storage, Storage):
+        raise ValueError("tensor rebuilt from something that is not a storage")
+    if not isinstance(offset, int):
+        raise ValueError("storage offset must be an int")
+    shape = _int_tuple(size, "size")
+    if stride is None:  # legacy _rebuild_tensor with contiguous strides
+        stride = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    strides = _int_tuple(stride, "stride")
+    dtype = dtype or storage.dtype
+    if dtype != storage.dtype and storage.dtype != "uint8":
+        raise ValueError(f"tensor of {dtype} over a {storage.dtype} storage")
+    if dtype != storage.dtype:  # untyped storage: reinterpret its bytes as `dtype`
+        itemsize = dtypes.itemsize(dtype)
+        storage.dtype, storage.numel = dtype, storage.numel // itemsize if itemsize else 0
+    info = TensorInfo(dtype=dtype, shape=shape, stride=strides, offset=offset, storage=storage)
+    if storage.broken:
+        info.broken = storage.broken
+    else:
+        check_view(info)
+    return info
+
+
+def _dtype_arg(value: Any) -> str:
+    if isinstance(value, DtypeValue):
+        return str(value)
+    raise ValueError("expected a torch dtype")
+
+
+# -- emulations ------------------------------------------------------------------------------------
+
+def _rebuild_tensor(ref: GlobalRef, args: tuple) -> TensorInfo:
+    storage, offset, size, stride = args[:4]
+    return _make_tensor(storage, offset, size, stride)
+
+
+def _rebuild_tensor_v2(ref: GlobalRef, args: tuple) -> TensorInfo:
+    storage, offset, size, stride, requires_grad = args[:5]
+    info = _make_tensor(storage, offset, size, stride)
+    info.requires_grad = bool(requires_grad)
+    if len(args) > 6 and isinstance(args[6], dict) and args[6]:
+        info.extra["metadata"] = args[6]
+    return info
+
+
+def _rebuild_tensor_v3(ref: GlobalRef, args: tuple) -> TensorInfo:
+    storage, offset, size, stride, requires_grad, _hooks, dtype = args[:7]
+    info = _make_tensor(storage, offset, size, stride, _dtype_arg(dtype))
+    info.requires_grad = bool(requires_grad)
+    return info
+
+
+def _rebuild_parameter(ref: GlobalRef, args: tuple) -> Any:
+    data, requires_grad = args[0], args[1]
+    if isinstance(data, TensorInfo):
+        data.is_parameter = True
+        data.requires_grad = bool(requires_grad)
+    return data
+
+
+def _rebuild_qtensor(ref: GlobalRef, args: tuple) -> TensorInfo:
+    storage, offset, size, stride, qparams, requires_grad = args[:6]
+    info = _make_tensor(storage, offset, size, stride)
+    info.requires_grad = bool(requires_grad)
+    if isinstance(qparams, tuple) and qparams:
+        scheme = str(qparams[0]).removeprefix("torch.")
+        info.extra["quantization"] = {"scheme": scheme, "params": qparams[1:]}
+    return info
+
+
+def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple) -> TensorInfo:
+    if ref.name == "_rebuild_meta_tensor_no_storage":
+        dtype, size, stride, requires_grad = args[:4]
+        device = "meta"
+    else:  # _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad)
+        dtype, size, stride, device, requires_grad = args[1], args[2], args[3], args[6], args[7]
+    info = TensorInfo(dtype=_dtype_arg(dtype), shape=_int_tuple(size, "size"),
+                      stride=_int_tuple(stride, "stride"), offset=0, storage=None,
+                      requires_grad=bool(requires_grad))
+    info.extra["device"] = str(device)
+    info.broken = "saved without data (meta or wrapper tensor)"
+    return info
+
+
+def _rebuild_from_type_v2(ref: GlobalRef, args: tuple) -> Any:
+    func, new_type, func_args, state = args[:4]
+    if not isinstance(func, GlobalRef):
+        raise ValueError("rebuild function is not a global")
+    emulate = EMULATORS.get(func.dotted)
+    result = emulate(func, tuple(func_args)) if emulate else StubObject(func.dotted, tuple(func_args))
+    if isinstance(result, TensorInfo) and isinstance(new_type, GlobalRef):
+        if new_type.dotted == "torch.nn.parameter.Parameter":
+            result.is_parameter = True
+        elif new_type.dotted not in ("torch.Tensor", "torch._tensor.Tensor"):
+            result.extra["subclass"] = new_type.dotted
+    return result
+
+
+def _ordered_dict(ref: GlobalRef, args: tuple) -> collections.OrderedDict:
+    out: collections.OrderedDict = collections.OrderedDict()
+    if args and isinstance(args[0], (list, tuple)):
+        for item in args[0]:
+            key, value = item
+            out[key] = value
+    return out
+
+
+def _torch_size(ref: GlobalRef, args: tuple) -> SizeValue:
+    return SizeValue(_int_tuple(args[0] if args else (), "torch.Size"))
+
+
+def _torch_device(ref: GlobalRef, args: tuple) -> DeviceValue:
+    if len(args) == 2 and args[1] is not None:
+        return DeviceValue(f"{args[0]}:{args[1]}")
+    return DeviceValue(str(args[0]))
+
+
+def _codecs_encode(ref: GlobalRef, args: tuple) -> bytes:
+    text, encoding = args[0], args[1] if len(args) > 1 else "utf-8"
+    if encoding not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
+        raise ValueError(f"unexpected encoding {encoding!r}")
+    return str(text).encode(encoding)
+
+
+def _builtin(kind: type) -> Emulator:
+    def make(ref: GlobalRef, args: tuple) -> Any:
+        if kind in (set, frozenset, bytearray, list, tuple, dict) and args and args[0] is not None:
+            if kind is dict and isinstance(args[0], dict):
+                return dict(args[0])
+            if not isinstance(args[0], (list, tuple, set, frozenset, bytes, bytearray, dict)):
+                raise ValueError(f"{kind.__name__} from a {type(args[0]).__name__}")
+            return kind(args[0])
+        if kind is complex:
+            return complex(float(args[0]), float(args[1]) if len(args) > 1 else 0.0)
+        if kind is slice:
+            return slice(*args[:3])
+        return kind()
+
+    return make
+
+
+def _get_layout(ref: GlobalRef, args: tuple) -> LayoutValue:
+    return LayoutValue(str(args[0]).removeprefix("torch."))
+
+
+def _sparse(ref: GlobalRef, args: tuple) -> StubObject:
+    return StubObject(ref.dotted, args, state={"layout": args[0], "components": args[1]}, has_state=True)
+
+
+def _numpy_scalar(ref: GlobalRef, args: tuple) -> Any:
+    """numpy.core.multiarray.scalar(dtype, bytes): decode plain numeric scalars without numpy's pickle."""
+    import numpy as np
+
+    dtype, raw = args[0], args[1] if len(args) > 1 else b""
+    if isinstance(dtype, NumpyDtype) and dtype.numpy is not None and isinstance(raw, (bytes, bytearray)):
+        if len(raw) == dtype.numpy.itemsize:
+            return np.frombuffer(bytes(raw), dtype=dtype.numpy)[0]
+    return StubObject(ref.dotted, args)
+
+
+class NumpyDtype:
+    """numpy.dtype(...) from a pickle: kept only for plain numeric/bool kinds."""
+
+    def __init__(self, spec: str) -> None:
+        import numpy as np
+
+        self.spec = spec
+        self.numpy = None
+        if isinstance(spec, str) and len(spec) <= 4 and spec[:1] in "fiubc?" and spec[1:].isdigit() or spec == "b1":
+            try:
+                self.numpy = np.dtype(spec)
+            except TypeError:
+                self.numpy = None
+
+    def __ckpt_setstate__(self, state: Any) -> None:
+        if self.numpy is not None and isinstance(state, tuple) and len(state) > 1 and state[1] in "<>|=":
+            self.numpy = self.numpy.newbyteorder(state[1]) if state[1] != "|" else self.numpy
+
+    def __repr__(self) -> str:
+        return f"dtype({self.spec!r})"
+
+
+def _numpy_dtype(ref: GlobalRef, args: tuple) -> NumpyDtype:
+    return NumpyDtype(args[0] if args else "")
+
+
+def _reconstructor(ref: GlobalRef, args: tuple) -> Any:
+    """copyreg._reconstructor(cls, base, state): protocol 0/1 object creation; cls is only recorded."""
+    cls = args[0]
+    return StubObject(cls.dotted if isinstance(cls, GlobalRef) else repr(cls), ())
+
+
+EMULATORS: dict[str, Emulator] = {
+    "torch._utils._rebuild_tensor": _rebuild_tensor,
+    "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+    "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
+    "torch._utils._rebuild_parameter": _rebuild_parameter,
+    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+    "torch._utils._rebuild_qtensor": _rebuild_qtensor,
+    "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta_or_wrapper,
+    "torch._utils._rebuild_wrapper_subclass": _rebuild_meta_or_wrapper,
+    "torch._utils._rebuild_sparse_tensor": _sparse,
+    "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+    "torch.Size": _torch_size,
+    "torch.device": _torch_device,
+    "torch.serialization._get_layout": _get_layout,
+    "collections.OrderedDict": _ordered_dict,
+    "_codecs.encode": _codecs_encode,
+    "builtins.set": _builtin(set),
+    "builtins.frozenset": _builtin(frozenset),
+    "builtins.bytearray": _builtin(bytearray),
+    "builtins.list": _builtin(list),
+    "builtins.tuple": _builtin(tuple),
+    "builtins.dict": _builtin(dict),
+    "builtins.complex": _builtin(complex),
+    "builtins.slice": _builtin(slice),
+    "copyreg._reconstructor": _reconstructor,
+    # Emulated for display, but not safe for torch.load(weights_only=True): reported as unsafe.
+    "numpy.core.multiarray.scalar": _numpy_scalar,
+    "numpy._core.multiarray.scalar": _numpy_scalar,
+    "numpy.dtype": _numpy_dtype,
+}
+
+# Globals that are safe to reference: what torch's weights-only unpickler accepts by default.
+SAFE_GLOBALS: set[str] = {
+    name for name in EMULATORS
+    if not name.startswith(("numpy.", "copyreg."))
+} | {
+    "torch.Tensor", "torch._tensor.Tensor", "torch.nn.parameter.Parameter",
+    "torch.nn.parameter.Buffer", "torch.storage.UntypedStorage", "torch.storage.TypedStorage",
+    "torch._utils._rebuild_device_tensor_from_numpy",
+}
+for _name in dtypes.STORAGE_CLASSES:
+    SAFE_GLOBALS.add(f"torch.{_name}")
+for _name in list(dtypes._DTYPES) + list(dtypes.ALIASES):
+    SAFE_GLOBALS.add(f"torch.{_name}")
+
+
+SAFE_GLOBALS.update(f"torch.{name}" for name in (
+    "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged",
+    "per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+    "per_channel_affine_float_qparams", "contiguous_format", "channels_last", "channels_last_3d",
+    "preserve_format",
+))
+
+
+def is_safe_global(dotted: str) -> bool:
+    """True for globals torch's weights-only loader accepts, and TorchScript's own class names."""
+    return dotted in SAFE_GLOBALS or dotted.startswith("__torch__.")
+
+
+_CONSTANT_NAMES = {
+    "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged",
+    "per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+    "per_channel_affine_float_qparams", "contiguous_format", "channels_last", "channels_last_3d",
+    "preserve_format",
+}
+
+
+def resolve_constant(ref: GlobalRef) -> Any:
+    """Turn a referenced global into a value where torch means a constant: dtypes, storages, layouts."""
+    if ref.module in ("torch", "torch.cuda") and ref.name in dtypes.STORAGE_CLASSES:
+        return StorageClass(ref.dotted, dtypes.STORAGE_CLASSES[ref.name])
+    if ref.dotted in ("torch.storage.UntypedStorage", "torch.storage.TypedStorage"):
+        return StorageClass(ref.dotted, "uint8")
+    if ref.module == "torch" and ref.name in _CONSTANT_NAMES:
+        return LayoutValue(ref.name)
+    if ref.module == "torch" and dtypes.is_known(ref.name):
+        return DtypeValue(dtypes.canonical(ref.name))
+    return ref

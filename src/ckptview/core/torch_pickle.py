@@ -1,0 +1,44 @@
+"""Shared by every pickle-based format: run the safe VM with torch's emulations, then build the tree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ckptview.core.model import Checkpoint, Node
+from ckptview.core.pickle_reader import unpickle
+from ckptview.core.torch_globals import EMULATORS, is_safe_global, resolve_constant
+from ckptview.core.tree import build_tree
+
+
+def load_torch_pickle(
+    data: bytes | memoryview,
+    persistent_load: Callable[[Any], Any] | None,
+    *,
+    what: str = "data.pkl",
+    pos: int = 0,
+) -> tuple[Any, list[str], int]:
+    """Unpickle torch-written data safely: (inert object, globals referenced, end position)."""
+    return unpickle(data, emulators=EMULATORS, persistent_load=persistent_load,
+                    resolve_global=resolve_constant, what=what, pos=pos)
+
+
+def unsafe_of(globals_seen: list[str]) -> list[str]:
+    """The referenced globals outside the known-safe set, in order of first reference."""
+    return [g for g in globals_seen if not is_safe_global(g)]
+
+
+def make_checkpoint(path: str, fmt: str, file_size: int, obj: Any, globals_seen: list[str],
+                    **metadata: Any) -> Checkpoint:
+    """A Checkpoint over the tree of `obj`, with safety findings and broken-entry warnings."""
+    root: Node = build_tree(obj)
+    ckpt = Checkpoint(path=path, format=fmt, file_size=file_size, root=root,
+                      globals=list(globals_seen), unsafe_globals=unsafe_of(globals_seen),
+                      metadata=dict(metadata))
+    if ckpt.unsafe_globals:
+        ckpt.warnings.append(
+            "file references globals outside the safe set (nothing was run): " + ", ".join(ckpt.unsafe_globals))
+    for entry in ckpt.tensors():
+        if entry.info.broken:
+            ckpt.warnings.append(f"tensor '{entry.name}' is broken: {entry.info.broken}")
+    return ckpt

@@ -1,0 +1,180 @@
+"""Turn the inert object graph of a pickle into the checkpoint's Node tree.
+
+Iterative (a 100,000-deep nesting cannot exhaust the Python stack), cycle-safe, and bounded: a pickle
+whose shared references would expand into more than `MAX_NODES` nodes is refused.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.model import Node, PathKey, TensorInfo
+from ckptview.core.pickle_reader import GlobalRef, StubObject
+
+MAX_NODES = 5_000_000
+REPR_LIMIT = 100_000
+
+_MODULE_PARTS = ("_parameters", "_buffers", "_modules")
+
+
+def path_key(key: Any) -> PathKey:
+    """The contract's path component: dict keys as str/int, else repr()."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    return short_repr(key, 200)
+
+
+def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
+    """repr() of a plain value, bounded in length and never recursing into deep containers."""
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 0:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    try:
+        text = repr(value)
+    except Exception:  # a stub's repr cannot fail, but a huge int's can (digit limit)
+        text = f"<{type(value).__name__}>"
+    if len(text) > limit:
+        text = text[:limit] + f"... ({len(text) - limit} more characters)"
+    return text
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, StubObject):
+        return value.cls
+    if isinstance(value, GlobalRef):
+        return "global"
+    if isinstance(value, collections.OrderedDict):
+        return "collections.OrderedDict"
+    module = type(value).__module__
+    name = type(value).__qualname__
+    if module == "builtins":
+        return name
+    if module.startswith("ckptview."):
+        return {"DtypeValue": "torch.dtype", "DeviceValue": "torch.device", "SizeValue": "torch.Size",
+                "LayoutValue": "torch.layout"}.get(name, name)
+    return f"{module}.{name}"
+
+
+def _module_state(stub: StubObject) -> list[tuple[Any, Any]] | None:
+    """Children of an nn.Module-like stub in state_dict order: parameters, buffers, submodules, rest."""
+    state = stub.state
+    if not isinstance(state, dict) or not any(k in state for k in _MODULE_PARTS):
+        return None
+    items: list[tuple[Any, Any]] = []
+    for part in _MODULE_PARTS:
+        sub = state.get(part)
+        if isinstance(sub, dict):
+            items.extend((k, v) for k, v in sub.items() if v is not None)
+    items.extend((k, v) for k, v in state.items() if isinstance(k, str) and not k.startswith("_"))
+    return items
+
+
+def object_items(stub: StubObject) -> list[tuple[Any, Any]]:
+    """The browsable content of a stub object: module members, its state, its dict/list items."""
+    items = _module_state(stub)
+    if items is None:
+        items = []
+        state = stub.state
+        if isinstance(state, tuple) and len(state) == 2 and all(isinstance(s, (dict, type(None))) for s in state):
+            for part in state:  # (__dict__, __slots__ state)
+                if part:
+                    items.extend(part.items())
+        elif isinstance(state, dict):
+            items.extend(state.items())
+        elif stub.has_state:
+            items.append(("state", state))
+    items.extend(stub.items.items())
+    items.extend(enumerate(stub.list_items))
+    if not items and stub.args and any(_is_container_like(a) for a in stub.args):
+        items.extend(("args", a) for a in [stub.args])
+    return items
+
+
+def _is_container_like(value: Any) -> bool:
+    return isinstance(value, (dict, list, tuple, StubObject, TensorInfo, set, frozenset))
+
+
+def build_tree(obj: Any, *, max_nodes: int = MAX_NODES) -> Node:
+    """The Node tree of an unpickled object graph."""
+    root = Node(key="", kind="value")
+    count = 0
+    active: set[int] = set()  # ids of the containers on the current path: a repeat is a cycle
+    # Depth-first with an explicit stack; an int on the stack marks leaving that container.
+    work: list[tuple[Node, Any] | int] = [(root, obj)]
+    while work:
+        item = work.pop()
+        if isinstance(item, int):
+            active.discard(item)
+            continue
+        node, value = item
+        count += 1
+        if count > max_nodes:
+            raise CheckpointFormatError(
+                f"the pickle expands to more than {max_nodes} items (shared references repeated); refusing")
+        if isinstance(value, TensorInfo):
+            node.kind, node.tensor = "tensor", value
+            node.type_name = "Parameter" if value.is_parameter else "Tensor"
+            continue
+        node.type_name = type_name(value)
+        children = _children(value)
+        if children is None:
+            node.kind, node.value = "value", value
+            continue
+        if id(value) in active:
+            node.kind, node.value = "value", CycleRef(node.type_name)
+            continue
+        node.kind = _kind(value)
+        active.add(id(value))
+        work.append(id(value))
+        pending = []
+        for key, child in children:
+            child_node = Node(key=path_key(key), kind="value")
+            node.add(child_node)
+            pending.append((child_node, child))
+        work.extend(reversed(pending))
+    return root
+
+
+class CycleRef:
+    """A container that contains itself: shown once, the repeat is this marker."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"<cycle: the enclosing {self.type_name}>"
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "dict"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, tuple):
+        return "tuple"
+    if isinstance(value, (set, frozenset)):
+        return "set"
+    return "object"
+
+
+def _children(value: Any) -> list[tuple[Any, Any]] | None:
+    """(key, child) pairs of a container, or None for a leaf value."""
+    from ckptview.core.torch_globals import SizeValue
+
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, SizeValue):
+        return None
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value))
+    if isinstance(value, (set, frozenset)):
+        return list(enumerate(value))
+    if isinstance(value, StubObject):
+        items = object_items(value)
+        return items if items else None
+    return None
