@@ -7,6 +7,7 @@ Probing CUDA creates a CUDA context; the GUI therefore probes in the worker proc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -106,10 +107,8 @@ def _cpu(torch: Any) -> DeviceInfo:
     threads = torch.get_num_threads()
     cpu_name = platform.processor() or platform.machine() or "CPU"
     total = None
-    try:
+    with contextlib.suppress(ValueError, OSError, AttributeError):
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        pass
     return DeviceInfo("cpu", "cpu", True, description=f"{cpu_name}, {threads} threads", total_memory=total)
 
 
@@ -149,10 +148,8 @@ def _mps(torch: Any) -> list[DeviceInfo]:
     if not mps.is_available():
         return [DeviceInfo("mps", "mps", False, reason="no MPS device (needs macOS 12.3+ on Apple silicon)")]
     total = None
-    try:
+    with contextlib.suppress(Exception):  # older torch: memory unknown
         total = int(torch.mps.recommended_max_memory())
-    except Exception:  # noqa: BLE001 - older torch: memory unknown
-        pass
     return [DeviceInfo("mps", "mps", True, description="Apple Metal (MPS)", total_memory=total)]
 
 

@@ -9,6 +9,7 @@ corrupt the result stream. The worker gets its own process group, and killing th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -301,10 +302,8 @@ class WorkerJob:
                     self.proc.kill()
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         for thread in self._threads:
             thread.join(timeout=2)
 

@@ -1,0 +1,115 @@
+"""`ckptview run PATH --device DEV ...`: load onto a device and run a test forward pass in a worker process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from ckptview.core import runner
+from ckptview.core.devices import parse_device
+from ckptview.core.run_inputs import InputSpecError, parse_input_specs
+from ckptview.core.runner import DEFAULT_TIMEOUT, RunError, RunRequest
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the `run` subcommand."""
+    p = sub.add_parser("run", help="load onto a device and run a test forward pass (in a worker process)")
+    p.add_argument("path", help="checkpoint: TorchScript, .pt2, state dict (with --model) or full pickle")
+    p.add_argument("--device", default="cpu", help="cpu, cuda:N, mps, xla:N or meta (default cpu)")
+    p.add_argument("--input-shape", metavar="S",
+                   help="inputs, ';'-separated: SHAPE[@DTYPE][=FILL], e.g. '2,3,224,224;2@int64=randint:0:10'")
+    p.add_argument("--dtype", help="default input dtype (float32; int64 for randint fills)")
+    p.add_argument("--fill", help="default fill: normal, zeros, ones, full:V, uniform:LO:HI, randint:LO:HI")
+    p.add_argument("--seed", type=int, default=0, help="seed of random fills (default 0)")
+    p.add_argument("--input-file", metavar="NPY", help="input values from a .npy (one) or .npz (one per array)")
+    p.add_argument("--model", metavar="SPEC", help="model code: package.module:factory or path/file.py:Class")
+    p.add_argument("--model-kwargs", metavar="JSON", default="{}", help="keyword arguments for the factory")
+    p.add_argument("--trust", action="store_true",
+                   help="allow unpickling a full-model file (runs the code it names)")
+    p.add_argument("--runs", type=int, default=10, help="timed runs after warm-up (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
+    p.add_argument("--compare", metavar="PATH", help="run the same input through a second checkpoint")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds before the worker is killed")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_request(args: argparse.Namespace) -> RunRequest:
+    """A RunRequest from parsed arguments; RunError (kind 'input') on a bad argument."""
+    try:
+        kwargs = json.loads(args.model_kwargs or "{}")
+    except ValueError as exc:
+        raise RunError(f"--model-kwargs is not JSON: {exc}", kind="input") from None
+    if not isinstance(kwargs, dict):
+        raise RunError("--model-kwargs must be a JSON object, e.g. '{\"hidden\": 256}'", kind="input")
+    try:
+        inputs = parse_input_specs(args.input_shape, args.dtype, args.fill) if args.input_shape else None
+    except InputSpecError as exc:
+        raise RunError(f"--input-shape: {exc}", kind="input") from None
+    if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
+        raise RunError("--runs must be >= 1, --warmup >= 0 and --timeout > 0", kind="input")
+    return RunRequest(path=args.path, device=parse_device(args.device), model=args.model, model_kwargs=kwargs,
+                      trust=args.trust, inputs=inputs, input_file=args.input_file, seed=args.seed,
+                      runs=args.runs, warmup=args.warmup, compare_path=args.compare, timeout=args.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job; print JSON or a summary; errors are one line on stderr and exit status 1."""
+    try:
+        result = runner.run(build_request(args))
+    except RunError as exc:
+        print(f"ckptview: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(_finite(result), indent=2))
+    else:
+        print(format_result(result))
+    return 0
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """A short human summary of a run result."""
+    load = result["load"]
+    lines = [f"device {result['device']} ({result.get('source')}), loaded in {result['load_seconds']:.3f} s, "
+             f"{load.get('tensors', 0)} tensors, {load.get('bytes_moved', 0)} bytes"]
+    for key in ("missing", "unexpected", "mismatched"):
+        if load.get(key):
+            lines.append(f"  {key}: {', '.join(load[key][:10])}" + (" ..." if len(load[key]) > 10 else ""))
+    if load.get("stripped_prefixes"):
+        lines.append(f"  stripped prefixes: {' '.join(load['stripped_prefixes'])}")
+    for item in load.get("unplaced", []):
+        lines.append(f"  not placed: {item['name']} ({item['reason']})")
+    for inp in result.get("inputs", []):
+        lines.append(f"input {inp.get('name') or ''} {inp['shape']} {inp['dtype']} ({inp.get('origin')})")
+    for out in result["outputs"]:
+        s = out["stats"]
+        stats = "no values (meta)" if s is None else (
+            f"mean {_g(s['mean'])} std {_g(s['std'])} min {_g(s['min'])} max {_g(s['max'])}"
+            + (f" nan {s['nan']}" if s["nan"] else "") + (f" inf {s['inf']}" if s["inf"] else ""))
+        lines.append(f"output {out['name']}: {out['shape']} {out['dtype']} on {out['device']}: {stats}")
+    lat = result["latency_ms"]
+    lines.append(f"latency {lat['median']:.3f} ms median (min {lat['min']:.3f}, max {lat['max']:.3f}, "
+                 f"{lat['runs']} runs)")
+    if result.get("peak_memory_bytes") is not None:
+        lines.append(f"peak memory {result['peak_memory_bytes']} bytes ({result.get('peak_memory_kind')})")
+    for d in result.get("compare", {}).get("diff", []):
+        lines.append(f"vs {result['compare']['path']}: {d['name']} max |diff| {_g(d.get('max_abs_diff'))}"
+                     f"{' (identical)' if d.get('equal') else ''}")
+    return "\n".join(lines)
+
+
+def _g(value: Any) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/Inf: such floats become strings."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
