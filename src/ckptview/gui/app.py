@@ -1,0 +1,115 @@
+"""`ckptview [PATH ...]`: the QApplication, single instance, file-open events, and main()."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from PySide6.QtCore import QEvent, QObject, Signal
+from PySide6.QtGui import QFileOpenEvent, QIcon
+from PySide6.QtWidgets import QApplication
+
+from ckptview import __version__
+from ckptview.gui.main_window import MainWindow, resource_path
+from ckptview.gui.settings import Settings
+from ckptview.gui.single_instance import InstanceServer, send_to_running, server_name
+
+
+class FileOpenFilter(QObject):
+    """macOS double-clicks and `open -a` arrive as QFileOpenEvent on the application."""
+
+    paths_received = Signal(list)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.FileOpen and isinstance(event, QFileOpenEvent):
+            path = event.file() or event.url().toLocalFile()
+            if path:
+                self.paths_received.emit([path])
+                return True
+        return super().eventFilter(watched, event)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The window's own options (subcommands are handled by cli.py before we get here)."""
+    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
+    parser.add_argument("paths", nargs="*", help="checkpoint files or folders to open")
+    parser.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two checkpoints")
+    parser.add_argument("--new-instance", action="store_true", help="do not hand the files to a running window")
+    parser.add_argument("--install-desktop", action="store_true",
+                        help="register ckptview with the file manager for this user (Linux)")
+    parser.add_argument("--uninstall-desktop", action="store_true", help="undo --install-desktop")
+    parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
+    return parser.parse_args(argv)
+
+
+def application() -> QApplication:
+    """The QApplication, created once."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication([sys.argv[0] if sys.argv else "ckptview"])
+        app.setApplicationName("ckptview")
+        app.setOrganizationName("ckptview")
+        app.setDesktopFileName("ckptview")  # Wayland matches the window to ckptview.desktop by this
+        app.setWindowIcon(QIcon(resource_path("ckptview.svg")))
+    return app  # type: ignore[return-value]
+
+
+def launch(args: argparse.Namespace, settings: Settings | None = None, name: str | None = None,
+           ) -> MainWindow | None:
+    """Show the window and open the files; None when a running instance took them instead."""
+    app = application()
+    name = name or server_name()
+    paths = [os.path.abspath(p) for p in args.paths]
+    wanted = paths + [os.path.abspath(p) for p in (args.diff or [])]
+    if not args.new_instance and not args.diff and send_to_running(wanted, name):
+        return None
+    window = MainWindow(settings)
+    server = InstanceServer(window)
+    server.listen(name)
+    server.paths_received.connect(lambda received: _hand_over(window, received))
+    window.instance_server = server  # type: ignore[attr-defined]
+    file_open = FileOpenFilter(window)
+    file_open.paths_received.connect(window.open_paths)
+    app.installEventFilter(file_open)
+    window.file_open_filter = file_open  # type: ignore[attr-defined]
+    window.destroyed.connect(lambda *_: server.close())
+    window.show()
+    if args.diff:
+        window.open_diff(*args.diff)
+    elif paths:
+        window.open_paths(paths)
+    else:
+        window.open_example()
+    return window
+
+
+def _hand_over(window: MainWindow, paths: list[str]) -> None:
+    if paths:
+        window.open_paths(paths)
+    window.raise_window()
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of the window (cli.py passes the non-subcommand arguments)."""
+    args = parse_args(list(argv))
+    if args.install_desktop or args.uninstall_desktop:
+        from ckptview import desktop
+
+        try:
+            lines = desktop.install() if args.install_desktop else desktop.uninstall()
+        except OSError as exc:
+            print(f"ckptview: {exc}", file=sys.stderr)
+            return 2
+        for line in lines:
+            print(line)
+        return 0
+    app = application()
+    window = launch(args)
+    if window is None:
+        return 0
+    status = app.exec()
+    from ckptview.gui.workers import wait_for_workers
+
+    wait_for_workers(5000)
+    return int(status)

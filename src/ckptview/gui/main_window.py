@@ -1,0 +1,351 @@
+"""The main window: menus, toolbar, one tab per checkpoint, drag and drop, recent files, status bar."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QStyle,
+    QTabWidget,
+    QToolBar,
+    QWidget,
+)
+
+from ckptview import __version__
+from ckptview.core.model import Node
+from ckptview.gui import panels
+from ckptview.gui.checkpoint_tab import CheckpointTab
+from ckptview.gui.settings import Settings
+
+FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
+               "All files (*)")
+
+
+def resource_path(name: str) -> str:
+    """Absolute path of a bundled resource file."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resources", name)
+
+
+def example_path() -> str:
+    """The bundled example checkpoint, opened when the app starts without a file."""
+    return resource_path("example.pth")
+
+
+class MainWindow(QMainWindow):
+    """Every way of opening a file ends in `open_paths`."""
+
+    tab_opened = Signal(object)  # the new CheckpointTab
+
+    def __init__(self, settings: Settings | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings or Settings()
+        self.plugin_errors = panels.load_plugins()
+        self.setWindowTitle("ckptview")
+        icon_file = resource_path("ckptview.svg")
+        if os.path.exists(icon_file):
+            self.setWindowIcon(QIcon(icon_file))
+        self.setAcceptDrops(True)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("checkpointTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.setTabsClosable(True)
+        self.tabs.setMovable(True)
+        self.tabs.tabCloseRequested.connect(self.close_tab)
+        self.tabs.currentChanged.connect(self._on_current_changed)
+        self.setCentralWidget(self.tabs)
+        self._build_status_bar()
+        self._build_actions()
+        self._build_menus()
+        self._build_toolbar()
+        self.resize(1280, 820)
+        geometry = self.settings.bytes_value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = self.settings.bytes_value("window/state")
+        if state is not None:
+            self.restoreState(state)
+
+    # --- building --------------------------------------------------------------------------------
+    def _icon(self, pixmap: QStyle.StandardPixmap) -> QIcon:
+        return self.style().standardIcon(pixmap)
+
+    def _build_status_bar(self) -> None:
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(160)
+        self.progress.setMaximumHeight(14)
+        self.progress.hide()
+        self.status_label = QLabel()
+        self.statusBar().addPermanentWidget(self.status_label)
+        self.statusBar().addPermanentWidget(self.progress)
+
+    def _action(self, text: str, slot: Any, shortcut: Any = None, icon: QIcon | None = None) -> QAction:
+        action = QAction(text, self)
+        if icon is not None:
+            action.setIcon(icon)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(lambda _checked=False: slot())
+        self.addAction(action)  # shortcuts work even while the menu bar is hidden
+        return action
+
+    def _build_actions(self) -> None:
+        sp = QStyle.StandardPixmap
+        self.open_action = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
+                                        self._icon(sp.SP_DialogOpenButton))
+        self.example_action = self._action("Open &Example", self.open_example)
+        self.close_action = self._action("&Close Tab", self.close_current_tab, "Ctrl+W",
+                                         self._icon(sp.SP_DialogCloseButton))
+        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.find_action = self._action("&Find…", self.focus_filter, "Ctrl+F",
+                                        self._icon(sp.SP_FileDialogContentsView))
+        self.expand_action = self._action("&Expand All", lambda: self._on_tab("expand_all"), "Ctrl+E",
+                                          self._icon(sp.SP_ArrowDown))
+        self.collapse_action = self._action("Co&llapse All", lambda: self._on_tab("collapse_all"),
+                                            "Ctrl+Shift+E", self._icon(sp.SP_ArrowUp))
+        self.next_tab_action = self._action("&Next Tab", lambda: self._cycle_tab(1), "Ctrl+Tab")
+        self.prev_tab_action = self._action("&Previous Tab", lambda: self._cycle_tab(-1), "Ctrl+Shift+Tab")
+        self.about_action = self._action("&About ckptview", self.about)
+
+    def _build_menus(self) -> None:
+        self.menus: dict[str, QMenu] = {}
+        file_menu = self.menu("File")
+        file_menu.addAction(self.open_action)
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self._fill_recent_menu()
+        file_menu.addAction(self.example_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.close_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        self.menu("Edit").addAction(self.find_action)
+        view = self.menu("View")
+        for action in (self.expand_action, self.collapse_action, None, self.next_tab_action,
+                       self.prev_tab_action):
+            view.addSeparator() if action is None else view.addAction(action)
+        for spec in panels.actions():
+            action = self._action(spec.text, lambda spec=spec: spec.callback(self), spec.shortcut)
+            self.menu(spec.menu).addAction(action)
+        self.menu("Help").addAction(self.about_action)
+
+    def menu(self, title: str) -> QMenu:
+        """The menu called `title` ("File", "Tools", ...), created when missing (Help stays last)."""
+        key = title.replace("&", "")
+        if key not in self.menus:
+            menu = QMenu(f"&{key}", self)
+            help_menu = self.menus.get("Help")
+            if help_menu is not None:
+                self.menuBar().insertMenu(help_menu.menuAction(), menu)
+            else:
+                self.menuBar().addMenu(menu)
+            self.menus[key] = menu
+        return self.menus[key]
+
+    def _build_toolbar(self) -> None:
+        bar = QToolBar("Main")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        for action in (self.open_action, None, self.expand_action, self.collapse_action, None, self.find_action):
+            bar.addSeparator() if action is None else bar.addAction(action)
+        self.addToolBar(bar)
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        files = self.settings.recent_files()
+        for i, path in enumerate(files):
+            label = f"&{i + 1} {os.path.basename(path)}" if i < 9 else os.path.basename(path)
+            action = self.recent_menu.addAction(label, lambda p=path: self.open_paths([p]))
+            action.setToolTip(path)
+            action.setStatusTip(path)
+        if files:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear Recent", self.settings.clear_recent)
+        else:
+            self.recent_menu.addAction("No recent files").setEnabled(False)
+
+    # --- opening ---------------------------------------------------------------------------------
+    def open_paths(self, paths: Iterable[str]) -> list[CheckpointTab]:
+        """Open each path in its own tab (or switch to its tab when already open); the one way in."""
+        opened = []
+        for raw in paths:
+            path = os.path.abspath(os.path.expanduser(str(raw)))
+            existing = self.tab_for(path)
+            if existing is not None:
+                self.tabs.setCurrentWidget(existing)
+                opened.append(existing)
+                continue
+            tab = CheckpointTab(path, window=self)
+            tab.status_message.connect(lambda text: self.statusBar().showMessage(text, 8000))
+            tab.loaded.connect(lambda tab=tab: self._on_tab_loaded(tab))
+            tab.failed.connect(lambda _text: self._update_busy())
+            index = self.tabs.addTab(tab, os.path.basename(path.rstrip(os.sep)) or path)
+            self.tabs.setTabToolTip(index, path)
+            self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_FileIcon))
+            self.tabs.setCurrentIndex(index)
+            tab.start()
+            opened.append(tab)
+            self.tab_opened.emit(tab)
+        self._update_busy()
+        return opened
+
+    def _on_tab_loaded(self, tab: CheckpointTab) -> None:
+        if tab.path != os.path.abspath(example_path()):
+            self.settings.add_recent(tab.path)
+        splitter = self.settings.bytes_value("tab/splitter")
+        if splitter is not None:
+            tab.splitter.restoreState(splitter)
+        tab.splitter.splitterMoved.connect(
+            lambda *_: self.settings.set_bytes_value("tab/splitter", tab.splitter.saveState()))
+        self._update_busy()
+
+    def _update_busy(self) -> None:
+        loading = [t for t in self.checkpoint_tabs() if t.state == "loading"]
+        self.progress.setVisible(bool(loading))
+        self.status_label.setText(f"opening {len(loading)} file{'s' if len(loading) > 1 else ''}…"
+                                  if loading else "")
+
+    def open_dialog(self) -> None:
+        """File > Open: pick one or more files."""
+        start = os.path.dirname(self.settings.recent_files()[0]) if self.settings.recent_files() else ""
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open checkpoints", start, FILE_FILTER)
+        if paths:
+            self.open_paths(paths)
+
+    def open_example(self) -> None:
+        """Open the bundled example checkpoint."""
+        self.open_paths([example_path()])
+
+    def open_diff(self, a: str, b: str) -> None:
+        """`--diff A B`: the registered diff view, or both files side by side as tabs."""
+        handler = panels.diff_handler()
+        if handler is None:
+            self.statusBar().showMessage("The comparison view is not available; opened both files.", 8000)
+            self.open_paths([a, b])
+        else:
+            handler(self, a, b)
+
+    def add_tab(self, widget: QWidget, title: str, tooltip: str = "") -> int:
+        """Add a closable main tab that is not a checkpoint (a diff view, a report); returns its index."""
+        index = self.tabs.addTab(widget, title)
+        self.tabs.setTabToolTip(index, tooltip or title)
+        self.tabs.setCurrentIndex(index)
+        return index
+
+    def raise_window(self) -> None:
+        """Bring the window to the front (a second launch handed us files)."""
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
+    # --- tabs ------------------------------------------------------------------------------------
+    def checkpoint_tabs(self) -> list[CheckpointTab]:
+        """Every checkpoint tab, in tab order."""
+        return [w for w in (self.tabs.widget(i) for i in range(self.tabs.count())) if isinstance(w, CheckpointTab)]
+
+    def tab_for(self, path: str) -> CheckpointTab | None:
+        """The tab showing `path`, if any."""
+        path = os.path.abspath(path)
+        return next((t for t in self.checkpoint_tabs() if t.path == path), None)
+
+    def current_tab(self) -> CheckpointTab | None:
+        """The current tab when it shows a checkpoint."""
+        widget = self.tabs.currentWidget()
+        return widget if isinstance(widget, CheckpointTab) else None
+
+    def current_context(self) -> panels.CheckpointContext | None:
+        """The panel context of the current tab (None while loading or on an error)."""
+        tab = self.current_tab()
+        return tab.context if tab is not None else None
+
+    def current_selection(self) -> list[Node]:
+        """The nodes selected in the current tab's tree."""
+        tab = self.current_tab()
+        return tab.selected_nodes() if tab is not None else []
+
+    def close_tab(self, index: int) -> None:
+        """Close the tab at `index` and release its file."""
+        widget = self.tabs.widget(index)
+        if widget is None:
+            return
+        if isinstance(widget, CheckpointTab):
+            widget.close_checkpoint()
+        self.tabs.removeTab(index)
+        widget.deleteLater()
+        self._update_busy()
+
+    def close_current_tab(self) -> None:
+        """Ctrl+W."""
+        if self.tabs.count():
+            self.close_tab(self.tabs.currentIndex())
+
+    def _cycle_tab(self, step: int) -> None:
+        if self.tabs.count() > 1:
+            self.tabs.setCurrentIndex((self.tabs.currentIndex() + step) % self.tabs.count())
+
+    def _on_current_changed(self, index: int) -> None:
+        widget = self.tabs.widget(index)
+        title = self.tabs.tabText(index) if widget is not None else ""
+        self.setWindowTitle(f"{title} — ckptview" if title else "ckptview")
+
+    def _on_tab(self, method: str) -> None:
+        tab = self.current_tab()
+        if tab is not None:
+            getattr(tab, method)()
+
+    def focus_filter(self) -> None:
+        """Ctrl+F: the current tab's filter box."""
+        self._on_tab("focus_filter")
+
+    def about(self) -> None:
+        """Help > About."""
+        QMessageBox.about(self, "About ckptview",
+                          f"<b>ckptview {__version__}</b><p>Browse PyTorch checkpoints without executing them.</p>")
+
+    # --- drag and drop, closing --------------------------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if _local_paths(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: Any) -> None:
+        if _local_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = _local_paths(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.open_paths(paths)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.settings.set_bytes_value("window/geometry", self.saveGeometry())
+        self.settings.set_bytes_value("window/state", self.saveState())
+        tab = self.current_tab()
+        if tab is not None and tab.state == "ready":
+            self.settings.set_bytes_value("tab/splitter", tab.splitter.saveState())
+        self.settings.sync()
+        for tab in self.checkpoint_tabs():
+            tab.close_checkpoint()
+        super().closeEvent(event)
+
+
+def _local_paths(mime: Any) -> list[str]:
+    if mime is None or not mime.hasUrls():
+        return []
+    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]

@@ -1,0 +1,107 @@
+"""The summary header of a checkpoint tab: key facts and a size-by-module bar chart (pyqtgraph)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
+
+from ckptview.core.grouping import Row, chart_rows
+from ckptview.core.model import Checkpoint
+from ckptview.gui.formatting import human_bytes, human_count
+
+
+def parameter_count(checkpoint: Checkpoint) -> int:
+    """Elements of every tensor outside optimizer state (the moments would count the model twice)."""
+    total = 0
+    for entry in checkpoint.tensors():
+        head = str(entry.path[0]).lower() if entry.path else ""
+        if "optim" not in head:
+            total += entry.info.numel
+    return total
+
+
+def bytes_by_dtype(checkpoint: Checkpoint) -> list[tuple[str, int]]:
+    """(dtype, logical bytes) over every tensor, largest first."""
+    sizes: Counter[str] = Counter()
+    for entry in checkpoint.tensors():
+        sizes[entry.info.dtype] += entry.info.nbytes
+    return sizes.most_common()
+
+
+class SummaryHeader(QWidget):
+    """Format, file size, counts, bytes by dtype, and where the bytes are."""
+
+    def __init__(self, checkpoint: Checkpoint, top: Row, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("summaryHeader")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 4, 8, 4)
+        form = QFormLayout()
+        form.setHorizontalSpacing(12)
+        form.setVerticalSpacing(2)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in bytes_by_dtype(checkpoint)) or "—"
+        self.facts = {
+            "File": os.path.basename(checkpoint.path) or checkpoint.path,
+            "Format": checkpoint.format,
+            "File size": f"{human_bytes(checkpoint.file_size)} ({checkpoint.file_size:,} bytes)",
+            "Tensors": f"{top.tensors:,}",
+            "Parameters": f"{parameter_count(checkpoint):,} ({human_count(parameter_count(checkpoint))})"
+            if parameter_count(checkpoint) >= 10_000_000 else f"{parameter_count(checkpoint):,}",
+            "Bytes by dtype": dtypes,
+        }
+        for key, value in self.facts.items():
+            label = QLabel(value)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            label.setObjectName(f"fact_{key.replace(' ', '_').lower()}")
+            if key == "Parameters":
+                label.setToolTip("elements of all tensors outside optimizer state")
+            caption = QLabel(key + ":")
+            caption.setStyleSheet("color: palette(mid);")
+            form.addRow(caption, label)
+        layout.addLayout(form, 0)
+        self.bars = chart_rows(top, limit=8)
+        self.chart = self._make_chart(self.bars)
+        layout.addWidget(self.chart, 1)
+
+    def _make_chart(self, bars: list[tuple[str, int]]) -> QWidget:
+        plot = pg.PlotWidget(background=None)
+        plot.setObjectName("sizeChart")
+        plot.setMinimumHeight(110)
+        plot.setMaximumHeight(150)
+        plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.setMenuEnabled(False)
+        item = plot.getPlotItem()
+        item.setTitle("Size by top-level module", size="9pt")
+        if not bars:
+            return plot
+        # Horizontal bars, largest on top; module names as left-axis ticks so long names stay readable.
+        n = len(bars)
+        ys = [n - 1 - i for i in range(n)]
+        widths = [b for _, b in bars]
+        unit, scale = _unit_for(max(widths))
+        plot.addItem(pg.BarGraphItem(x0=0, y=ys, height=0.7, width=[w / scale for w in widths],
+                                     brush=pg.mkBrush("#3d7ab8"), pen=pg.mkPen(None)))
+        names = [(y, _short(name)) for y, (name, _) in zip(ys, bars, strict=True)]
+        item.getAxis("left").setTicks([names])
+        item.getAxis("bottom").setLabel(unit)
+        item.setYRange(-0.6, n - 0.4, padding=0)
+        item.setXRange(0, max(widths) / scale * 1.05, padding=0)
+        return plot
+
+
+def _unit_for(largest: int) -> tuple[str, float]:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if largest >= scale:
+            return unit, scale
+    return "bytes", 1.0
+
+
+def _short(name: str, limit: int = 28) -> str:
+    return name if len(name) <= limit else "…" + name[-(limit - 1):]

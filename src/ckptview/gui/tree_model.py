@@ -1,0 +1,259 @@
+"""A lazy QAbstractItemModel over the grouped checkpoint rows, with its own filter index and sorting.
+
+Filtering and sorting live in the model rather than in a QSortFilterProxyModel: a proxy calls a Python
+`filterAcceptsRow`/`lessThan` per row (millions of calls on 100,000 tensors), while here one pass over
+the rows computes the visible set and each children list is sorted with a key function, only when the
+view asks for it. Children lists longer than FETCH_CHUNK arrive through canFetchMore/fetchMore.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor, QIcon
+from PySide6.QtWidgets import QApplication, QStyle
+
+from ckptview.core.grouping import Row
+from ckptview.gui.formatting import human_bytes, human_count, natural_key, shape_text, short_repr
+from ckptview.gui.query import Query, visible_rows
+
+COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device")
+NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE = range(6)
+FETCH_CHUNK = 5000
+ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the grouping Row behind an index
+Index = QModelIndex | QPersistentModelIndex
+
+
+def _sort_key(column: int) -> Any:
+    def tensor(row: Row) -> Any:
+        return row.node.tensor if row.node is not None else None
+
+    keys = {
+        NAME: lambda r: natural_key(r.label),
+        SHAPE: lambda r: (len(tensor(r).shape), tensor(r).shape) if tensor(r) else (-1, ()),
+        DTYPE: lambda r: tensor(r).dtype if tensor(r) else "",
+        SIZE: lambda r: r.nbytes,
+        PARAMS: lambda r: r.numel,
+        DEVICE: lambda r: tensor(r).device if tensor(r) else "",
+    }
+    return keys[column]
+
+
+class CheckpointTreeModel(QAbstractItemModel):
+    """Rows of a grouped checkpoint: group rows show subtree totals; filter with `set_query`."""
+
+    def __init__(self, top: Row, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.top = top
+        self._visible: set[int] | None = None  # None: no filter
+        self.match_count = top.tensors
+        self._sort_column, self._sort_order = -1, Qt.SortOrder.AscendingOrder
+        self._kids: dict[int, list[Row]] = {}
+        self._pos: dict[int, int] = {}
+        self._fetched: dict[int, int] = {}
+        style = QApplication.style()
+        self._icons = {
+            "group": style.standardIcon(QStyle.StandardPixmap.SP_DirIcon),
+            "container": style.standardIcon(QStyle.StandardPixmap.SP_DirLinkIcon),
+            "tensor": style.standardIcon(QStyle.StandardPixmap.SP_FileIcon),
+            "value": style.standardIcon(QStyle.StandardPixmap.SP_FileDialogDetailedView),
+            "broken": style.standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning),
+        }
+
+    # --- structure -------------------------------------------------------------------------------
+    def kids(self, row: Row) -> list[Row]:
+        """The visible children of `row` in the current sort order (computed on first use)."""
+        key = id(row)
+        found = self._kids.get(key)
+        if found is None:
+            found = row.children
+            if self._visible is not None:
+                visible = self._visible
+                found = [c for c in found if id(c) in visible]
+            if self._sort_column >= 0:
+                found = sorted(found, key=_sort_key(self._sort_column),
+                               reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
+            self._kids[key] = found
+            for i, child in enumerate(found):
+                self._pos[id(child)] = i
+        return found
+
+    def row_of(self, index: Index) -> Row:
+        """The Row behind `index` (the invisible top for an invalid index)."""
+        return index.internalPointer() if index.isValid() else self.top
+
+    def index_of(self, row: Row) -> QModelIndex:
+        """The index of `row`, fetching its ancestors' children as needed; invalid if filtered out."""
+        if row is self.top or row.parent is None:
+            return QModelIndex()
+        parent_index = self.index_of(row.parent)
+        if row.parent is not self.top and not parent_index.isValid():
+            return QModelIndex()
+        kids = self.kids(row.parent)
+        pos = self._pos.get(id(row))
+        if pos is None or pos >= len(kids) or kids[pos] is not row:
+            return QModelIndex()
+        while pos >= self._fetched_count(row.parent):
+            self.fetchMore(parent_index)
+        return self.createIndex(pos, 0, row)
+
+    def _fetched_count(self, row: Row) -> int:
+        return self._fetched.get(id(row), min(FETCH_CHUNK, len(self.kids(row))))
+
+    def index(self, r: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
+        kids = self.kids(self.row_of(parent))
+        if 0 <= r < len(kids) and 0 <= column < len(COLUMNS):
+            return self.createIndex(r, column, kids[r])
+        return QModelIndex()
+
+    def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
+        if not index.isValid():
+            return QModelIndex()
+        up = index.internalPointer().parent
+        if up is None or up is self.top:
+            return QModelIndex()
+        if id(up) not in self._pos:
+            self.kids(up.parent)
+        return self.createIndex(self._pos[id(up)], 0, up)
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        if parent.isValid() and parent.column() != 0:
+            return 0
+        return self._fetched_count(self.row_of(parent))
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return len(COLUMNS)
+
+    def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
+        if parent.isValid() and parent.column() != 0:
+            return False
+        return bool(self.kids(self.row_of(parent)))
+
+    def canFetchMore(self, parent: Index) -> bool:
+        row = self.row_of(parent)
+        return self._fetched_count(row) < len(self.kids(row))
+
+    def fetchMore(self, parent: Index) -> None:
+        row = self.row_of(parent)
+        have, total = self._fetched_count(row), len(self.kids(row))
+        more = min(FETCH_CHUNK, total - have)
+        if more <= 0:
+            return
+        self.beginInsertRows(parent, have, have + more - 1)
+        self._fetched[id(row)] = have + more
+        self.endInsertRows()
+
+    # --- data ------------------------------------------------------------------------------------
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.TextAlignmentRole:
+            return int(Qt.AlignmentFlag.AlignRight if section in (SIZE, PARAMS) else Qt.AlignmentFlag.AlignLeft)
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        row: Row = index.internalPointer()
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._text(row, column)
+        if role == ROW_ROLE:
+            return row
+        if role == Qt.ItemDataRole.DecorationRole and column == NAME:
+            return self._icon(row)
+        if role == Qt.ItemDataRole.TextAlignmentRole and column in (SIZE, PARAMS):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(row)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            info = row.node.tensor if row.node is not None else None
+            if info is not None and (info.broken or (info.storage is not None and info.storage.broken)):
+                return QColor("#c0392b")
+            if column != NAME and row.node is not None and row.node.kind not in ("tensor",) and column == SHAPE:
+                return QColor("#7f8c8d")
+        return None
+
+    def _text(self, row: Row, column: int) -> str:
+        node = row.node
+        info = node.tensor if node is not None else None
+        if column == NAME:
+            return row.label
+        if info is not None:
+            return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
+                    human_count(row.numel), info.device)[column]
+        if node is not None and node.kind == "value":
+            if column == SHAPE:
+                return short_repr(node.value, 60)
+            if column == DTYPE:
+                return node.type_name or type(node.value).__name__
+            return ""
+        if column == SHAPE and node is not None:
+            n = len(node.children)
+            kind = (node.type_name or node.kind).rsplit(".", 1)[-1]
+            return f"{kind}, {n:,} item{'s' if n != 1 else ''}"
+        if row.tensors and column == SIZE:
+            return human_bytes(row.nbytes)
+        if row.tensors and column == PARAMS:
+            return human_count(row.numel)
+        return ""
+
+    def _icon(self, row: Row) -> QIcon:
+        node = row.node
+        if node is None:
+            return self._icons["group"]
+        if node.kind == "tensor":
+            info = node.tensor
+            if info is not None and (info.broken or (info.storage is not None and info.storage.broken)):
+                return self._icons["broken"]
+            return self._icons["tensor"]
+        return self._icons["value" if node.kind == "value" else "container"]
+
+    def _tooltip(self, row: Row) -> str:
+        info = row.node.tensor if row.node is not None else None
+        reason = info and (info.broken or (info.storage.broken if info.storage else None))
+        if reason:
+            return f"{row.name}\nbroken: {reason}"
+        if row.tensors > 1 or row.is_group:
+            return f"{row.name}\n{row.tensors:,} tensors, {human_count(row.numel)} parameters, {human_bytes(row.nbytes)}"
+        return row.name
+
+    # --- filter and sort -------------------------------------------------------------------------
+    def set_query(self, query: Query) -> None:
+        """Show only rows matching `query` and their ancestors (an empty query shows everything)."""
+        self.beginResetModel()
+        if query.empty:
+            self._visible, self.match_count = None, self.top.tensors
+        else:
+            self._visible, self.match_count = visible_rows(self.top, query)
+        self._clear()
+        self.endResetModel()
+
+    @property
+    def filtered(self) -> bool:
+        """True while a filter hides rows."""
+        return self._visible is not None
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Sort every level by `column` (-1: file order), keeping selection and expansion."""
+        self.layoutAboutToBeChanged.emit()
+        old = self.persistentIndexList()
+        rows = [(i.internalPointer(), i.column()) for i in old]
+        fetched = dict(self._fetched)
+        self._sort_column, self._sort_order = column, order
+        self._clear()
+        self._fetched = fetched  # keep how much the view has already fetched
+        new = []
+        for row, col in rows:
+            self.kids(row.parent)
+            pos = self._pos.get(id(row))
+            ok = pos is not None and pos < self._fetched_count(row.parent)
+            new.append(self.createIndex(pos, col, row) if ok else QModelIndex())
+        self.changePersistentIndexList(old, new)
+        self.layoutChanged.emit()
+
+    def _clear(self) -> None:
+        self._kids.clear()
+        self._pos.clear()
+        self._fetched.clear()

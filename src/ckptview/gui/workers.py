@@ -1,0 +1,108 @@
+"""Run slow work off the GUI thread: a generator (or a plain function) on the global QThreadPool.
+
+    worker = GeneratorWorker(stats_job, info, token=CancelToken())
+    worker.signals.yielded.connect(show_progress)     # each value the generator yields
+    worker.signals.returned.connect(show_result)      # the generator's return value
+    worker.signals.errored.connect(show_error)        # the exception it raised
+    worker.signals.aborted.connect(...)               # it stopped because quit() was called
+    worker.start()
+    ...
+    worker.quit()   # cooperative: checked between yields, and the token is cancelled for the core
+
+`finished` is emitted last in every case. Signals are delivered on the GUI thread (queued connections).
+The function receives ``token=`` when it accepts that keyword, so core generators can ``token.check()``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+from ckptview.core.errors import Cancelled
+from ckptview.core.jobs import CancelToken
+
+
+class WorkerSignals(QObject):
+    """The signals of one worker (a QRunnable cannot carry signals itself)."""
+
+    started = Signal()
+    yielded = Signal(object)
+    returned = Signal(object)
+    errored = Signal(object)
+    aborted = Signal()
+    finished = Signal()
+
+
+class GeneratorWorker(QRunnable):
+    """Run `func(*args, **kwargs)` in the thread pool; if it returns a generator, iterate it there."""
+
+    def __init__(self, func: Callable[..., Any], *args: Any, token: CancelToken | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__()
+        self.setAutoDelete(False)  # the Python object owns itself; Qt must not delete it under us
+        self.func, self.args, self.kwargs = func, args, kwargs
+        self.token = token or CancelToken()
+        self.signals = WorkerSignals()
+        self._done = False
+        try:
+            if "token" in inspect.signature(func).parameters:
+                self.kwargs["token"] = self.token
+        except (TypeError, ValueError):
+            pass
+
+    @property
+    def is_done(self) -> bool:
+        """True once the work has finished, failed or been aborted."""
+        return self._done
+
+    def quit(self) -> None:
+        """Ask the work to stop at its next yield (or next token check in the core)."""
+        self.token.cancel()
+
+    def start(self) -> GeneratorWorker:
+        """Queue the work on the global thread pool."""
+        _running.add(self)  # keep the Python wrapper alive until the work is over
+        QThreadPool.globalInstance().start(self)
+        return self
+
+    def run(self) -> None:  # runs in a pool thread
+        signals = self.signals
+        try:
+            signals.started.emit()
+            result = self.func(*self.args, **self.kwargs)
+            if inspect.isgenerator(result):
+                result = self._drain(result)
+            if self.token.cancelled:
+                signals.aborted.emit()
+            else:
+                signals.returned.emit(result)
+        except Cancelled:
+            signals.aborted.emit()
+        except Exception as exc:  # errors are values at the boundary: the GUI shows them in place
+            signals.errored.emit(exc)
+        finally:
+            self._done = True
+            signals.finished.emit()
+            _running.discard(self)
+
+    def _drain(self, gen: Any) -> Any:
+        while True:
+            if self.token.cancelled:
+                gen.close()
+                raise Cancelled("cancelled")
+            try:
+                value = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            self.signals.yielded.emit(value)
+
+
+_running: set[GeneratorWorker] = set()
+
+
+def wait_for_workers(timeout_ms: int = 10_000) -> bool:
+    """Block until every queued worker has finished (shutdown and tests)."""
+    return QThreadPool.globalInstance().waitForDone(timeout_ms)

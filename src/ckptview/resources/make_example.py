@@ -1,0 +1,44 @@
+"""Regenerate `example.pth`, the checkpoint the window opens when started without a file.
+
+A small training checkpoint from the README's MLP: model and Adam state after a few seeded steps,
+epoch and loss. Run: `python src/ckptview/resources/make_example.py` (needs torch; output is seeded).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    """The README's two-layer MLP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(20, 256)
+        self.output = nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(torch.relu(self.hidden(x)))
+
+
+def make(path: str) -> None:
+    """Train the MLP for a few seeded steps and save a training checkpoint to `path`."""
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    inputs, targets = torch.randn(64, 20), torch.randint(0, 10, (64,))
+    loss = torch.tensor(0.0)
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+    torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict(),
+                "epoch": 5, "loss": loss.item()}, path)
+
+
+if __name__ == "__main__":
+    make(os.path.join(os.path.dirname(os.path.abspath(__file__)), "example.pth"))
