@@ -1,0 +1,146 @@
+"""The "Statistics" side panel: exact figures of the selected tensors or modules, and their histogram."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.model import Node, TensorInfo
+from ckptview.core.stats import JSON_KEYS, TensorStats, merge_stats
+from ckptview.gui.histogram_view import HistogramView, JobSlot, summary_job
+from ckptview.gui.panels import CheckpointContext, register_panel
+
+MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
+LABELS = {
+    "numel": "elements", "mean": "mean", "std": "std (n−1)", "min": "min", "max": "max",
+    "abs_max": "abs max", "l2": "L2 norm", "zeros": "zeros", "nan": "NaN", "posinf": "+Inf",
+    "neginf": "−Inf",
+}
+
+Target = tuple[str, list[TensorInfo]]
+
+
+def targets_of(entries: list[Node]) -> list[Target]:
+    """(label, tensors) per selected node: a tensor alone, or every tensor under a container."""
+    out: list[Target] = []
+    for node in entries:
+        if node.kind == "tensor" and node.tensor is not None:
+            out.append((node.name or "(root)", [node.tensor]))
+        elif node.children:
+            infos = [n.tensor for n in node.walk() if n.kind == "tensor" and n.tensor is not None]
+            if infos:
+                out.append((f"{node.name or '(root)'} ({len(infos)} tensors)", infos))
+    return out[:MAX_COLUMNS]
+
+
+def format_figure(key: str, value: object, numel: int) -> str:
+    """A figure as the panel shows it: thousands separators, 6 significant digits, '—' when absent."""
+    if value is None:
+        return "—"
+    if key in ("zeros", "nan", "posinf", "neginf") and numel:
+        return f"{value:,} ({100 * value / numel:.3g}%)"  # type: ignore[operator]
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.6g}"
+
+
+def _stats_job(targets: list[Target], token: CancelToken) -> Generator[object, None, list[TensorStats | None]]:
+    """Statistics of each target in turn (a group merges its tensors); errors stay per target."""
+    results: list[TensorStats | None] = []
+    for i, (_, infos) in enumerate(targets):
+        try:
+            parts = []
+            for info in infos:
+                summary = yield from summary_job(info, token)
+                parts.append(summary.stats)
+            stats = parts[0] if len(parts) == 1 else merge_stats(parts)
+            yield ("stats", i, stats)
+            results.append(stats)
+        except CheckpointError as exc:
+            yield ("error", i, str(exc))
+            results.append(None)
+    return results
+
+
+class StatsPanel(QWidget):
+    """Figures table (one column per selected row) above the histogram of the selected tensors."""
+
+    statsReady = Signal()  # every figure of the current selection is shown
+
+    def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.context = context
+        self.targets: list[Target] = []
+        self.slot = JobSlot(self)
+        self.slot.yielded.connect(self._on_yielded)
+        self.slot.returned.connect(lambda _: (self.status.setText(""), self.statsReady.emit()))
+        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.table = QTableWidget(len(JSON_KEYS), 0)
+        self.table.setVerticalHeaderLabels([LABELS[k] for k in JSON_KEYS])
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.status = QLabel("Select a tensor or a module to see its statistics.")
+        self.histogram = HistogramView()
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(self.table)
+        top_layout.addWidget(self.status)
+        splitter.addWidget(top)
+        splitter.addWidget(self.histogram)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+        self.destroyed.connect(self.slot.cancel)
+
+    def set_selection(self, entries: list[Node]) -> None:
+        """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
+        self.targets = targets_of(entries)
+        self.table.setColumnCount(len(self.targets))
+        self.table.setHorizontalHeaderLabels([label for label, _ in self.targets])
+        for col in range(len(self.targets)):
+            for row in range(len(JSON_KEYS)):
+                self.table.setItem(row, col, QTableWidgetItem("…"))
+        singles = [(label, infos[0]) for label, infos in self.targets if len(infos) == 1]
+        self.histogram.set_tensors(singles)
+        if self.targets:
+            self.status.setText("computing…")
+            self.slot.start(_stats_job, self.targets)
+        else:
+            self.slot.cancel()
+            self.status.setText("Select a tensor or a module to see its statistics.")
+
+    def figures(self, column: int = 0) -> dict[str, str]:
+        """The texts shown in one column, by JSON key (tests read the panel through this)."""
+        return {key: self.table.item(row, column).text() for row, key in enumerate(JSON_KEYS)}
+
+    def _on_yielded(self, value: object) -> None:
+        if isinstance(value, Progress):
+            self.status.setText(f"computing… {value.fraction:.0%}")
+            return
+        kind, col, payload = value  # type: ignore[misc]
+        if kind == "error":
+            for row in range(len(JSON_KEYS)):
+                self.table.setItem(row, col, QTableWidgetItem("—"))
+            self.table.item(0, col).setToolTip(payload)
+            self.status.setText(payload)
+            return
+        stats: TensorStats = payload
+        for row, key in enumerate(JSON_KEYS):
+            item = QTableWidgetItem(format_figure(key, getattr(stats, key), stats.numel))
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(row, col, item)
+
+
+register_panel("Statistics", StatsPanel)

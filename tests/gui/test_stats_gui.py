@@ -1,0 +1,134 @@
+"""Statistics panel, histogram, heat-map and values table driven with qtbot on a checkpoint saved by torch."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pytestqt")
+
+from ckptview.core import open_checkpoint  # noqa: E402
+from ckptview.gui.stats_panel import StatsPanel, format_figure  # noqa: E402
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    enc_w = torch.randn(30, 20, generator=g)
+    enc_w[0, 0] = math.nan
+    enc_w[1, 1] = math.inf
+    sd = {
+        "enc": {"w": enc_w, "b": torch.zeros(20)},
+        "big": torch.randn(400, 500, generator=g),
+        "conv": torch.randn(8, 3, 5, 5, generator=g).to(torch.bfloat16),
+    }
+    path = tmp_path / "m.pt"
+    torch.save(sd, path)
+    ck = open_checkpoint(str(path))
+    yield ck, torch.load(path, weights_only=True)
+    ck.close()
+
+
+def node(ck, name):
+    for n in ck.root.walk():
+        if n.name == name:
+            return n
+    raise KeyError(name)
+
+
+def finite_hist(t: torch.Tensor, bins: int) -> np.ndarray:
+    x = t.double().reshape(-1).numpy()
+    x = x[np.isfinite(x)]
+    return np.histogram(x, bins, (x.min(), x.max()))[0]
+
+
+def test_select_a_tensor_shows_stats_and_exact_histogram(qtbot, ckpt) -> None:
+    ck, ref = ckpt
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
+        panel.set_selection([node(ck, "enc.w")])
+    t = ref["enc"]["w"]
+    fin = t[torch.isfinite(t)].double()
+    shown = panel.figures()
+    assert shown["numel"] == "600" and shown["nan"].startswith("1 ") and shown["posinf"].startswith("1 ")
+    assert shown["mean"] == format_figure("mean", float(fin.mean()), 600)
+    assert shown["std"] == format_figure("std", float(fin.std()), 600)
+    assert shown["max"] == format_figure("max", float(fin.max()), 600)
+    (counts,) = panel.histogram.plotted_counts()
+    np.testing.assert_array_equal(counts, finite_hist(t, panel.histogram.bins.value()))
+    assert "NaN 1, +Inf 1" in panel.histogram.status.text()
+    assert "count" in panel.histogram.hover_text(float(fin.mean()))
+
+
+def test_module_row_shows_aggregate_figures(qtbot, ckpt) -> None:
+    ck, ref = ckpt
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+        panel.set_selection([node(ck, "enc")])
+    assert panel.figures()["numel"] == "620"
+    assert panel.figures()["zeros"].startswith("20 ")
+
+
+def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, monkeypatch) -> None:
+    ck, ref = ckpt
+    import ckptview.core.values as values
+
+    real = values.iter_chunks
+    big_info = ck.tensor("big")
+
+    def slow_chunks(info, chunk_elems=1 << 22):
+        for chunk in real(info, 10_000):
+            if info is big_info:
+                time.sleep(0.02)  # the big tensor takes ~0.4 s: long enough to switch away
+            yield chunk
+
+    monkeypatch.setattr(values, "iter_chunks", slow_chunks)
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    panel.set_selection([node(ck, "big")])
+    qtbot.wait(50)
+    with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
+        panel.set_selection([node(ck, "enc.b")])
+    qtbot.wait(800)  # the stale job would have finished by now
+    assert panel.figures()["numel"] == "20" and panel.figures()["zeros"].startswith("20 ")
+    (counts,) = panel.histogram.plotted_counts()
+    assert counts.sum() == 20
+
+
+def test_overlay_of_two_tensors_with_a_legend(qtbot, ckpt) -> None:
+    ck, ref = ckpt
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    panel.histogram.bins.setValue(16)
+    with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
+        panel.set_selection([node(ck, "big"), node(ck, "conv")])
+    a, b = panel.histogram.plotted_counts()
+    np.testing.assert_array_equal(a, finite_hist(ref["big"], 16))
+    np.testing.assert_array_equal(b, finite_hist(ref["conv"], 16))
+    assert len(panel.histogram.legend.items) == 2
+    assert panel.table.columnCount() == 2 and panel.figures(1)["numel"] == "600"
+
+
+def test_log_x_and_export_png(qtbot, ckpt, tmp_path) -> None:
+    ck, ref = ckpt
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.histogram.exactReady, timeout=10_000):
+        panel.set_selection([node(ck, "big")])
+    with qtbot.waitSignal(panel.histogram.exactReady, timeout=10_000):
+        panel.histogram.log_x.setChecked(True)
+    (counts,) = panel.histogram.plotted_counts()
+    mags = np.log10(np.abs(ref["big"].double().numpy().reshape(-1)))
+    np.testing.assert_array_equal(counts, np.histogram(mags, 100, (mags.min(), mags.max()))[0])
+    panel.histogram.log_y.setChecked(True)
+    out = tmp_path / "h.png"
+    panel.histogram.export_png(str(out))
+    assert out.read_bytes()[:4] == b"\x89PNG"
