@@ -70,9 +70,12 @@ def read_values(info: TensorInfo) -> np.ndarray:
     last = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True))
     if info.offset < 0 or last >= count:
         raise TensorDataError(f"cannot read values: view needs element {last}, storage holds {count}")
+    # as_strided goes through __array_interface__, which loses ml_dtypes and structured dtypes:
+    # stride over same-width raw integers, then view them back as the real dtype.
+    raw = flat[info.offset :].view(np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else base_dtype)
     arr = np.lib.stride_tricks.as_strided(
-        flat[info.offset :], shape=info.shape, strides=tuple(s * itemsize for s in info.stride), writeable=False)
-    return _finish(arr, info)
+        raw, shape=info.shape, strides=tuple(s * itemsize for s in info.stride), writeable=False)
+    return _finish(arr.view(base_dtype), info)
 
 
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Iterator[np.ndarray]:

@@ -1,0 +1,267 @@
+"""The readers agree with torch.load on names, shapes, dtypes, sharing and every value bit."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from ckptview.core import open_checkpoint
+from ckptview.core.values import iter_chunks, read_values
+from tests.torch_compare import get_path, same_values
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(20, 256)
+        self.output = nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(torch.relu(self.hidden(x)))
+
+
+def every_dtype(legacy: bool) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 5, generator=g)
+    out = {
+        "float32": base,
+        "float64": base.double(),
+        "float16": base.half(),
+        "bfloat16": base.bfloat16(),
+        "complex64": torch.randn(4, dtype=torch.complex64, generator=g),
+        "complex128": torch.randn(4, dtype=torch.complex128, generator=g),
+        "bool": base > 0,
+        "int8": (base * 10).to(torch.int8),
+        "uint8": (base.abs() * 10).to(torch.uint8),
+        "int16": (base * 100).to(torch.int16),
+        "int32": (base * 1000).to(torch.int32),
+        "int64": torch.arange(7) - 3,
+        "scalar": torch.tensor(3.25),
+        "empty": torch.zeros(0, 4),
+        "nan_inf": torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0]),
+        "quantized": torch.quantize_per_tensor(base, 0.1, 3, torch.quint8),
+    }
+    if not legacy:  # untyped storages: the legacy format cannot hold these dtypes
+        out.update({
+            "float8_e4m3fn": base.to(torch.float8_e4m3fn),
+            "float8_e5m2": base.to(torch.float8_e5m2),
+            "float8_e4m3fnuz": base.to(torch.float8_e4m3fnuz),
+            "float8_e5m2fnuz": base.to(torch.float8_e5m2fnuz),
+            "uint16": (base.abs() * 100).to(torch.uint16),
+            "uint32": (base.abs() * 100).to(torch.uint32),
+            "uint64": (base.abs() * 100).to(torch.uint64),
+            "complex32": torch.randn(3, dtype=torch.complex64, generator=g).to(torch.complex32),
+        })
+    return out
+
+
+def training_checkpoint() -> dict:
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.randn(4, 20)).pow(2).mean().backward()
+        opt.step()
+    shared = torch.randn(8, 6)
+    return {
+        "model_state_dict": model.state_dict(),
+        "optimizer_state_dict": opt.state_dict(),
+        "epoch": 7,
+        "loss": 0.125,
+        "name": "mlp",
+        "flag": True,
+        "nothing": None,
+        "nested": {"a": [1, 2.5, (shared, shared.t(), shared[2:5, 1::2])], "b": {"deep": {"deeper": shared[0]}}},
+        "od": collections.OrderedDict(x=torch.ones(2)),
+        "device": torch.device("cpu"),
+        "dtype": torch.float16,
+        "size": torch.Size([2, 3]),
+    }
+
+
+def assert_matches_torch(path: str, expect_format: str) -> None:
+    ckpt = open_checkpoint(path)
+    assert ckpt.format == expect_format
+    ref = torch.load(path, weights_only=True)
+    entries = ckpt.tensors()
+    assert entries, "no tensors found"
+    for entry in entries:
+        theirs = get_path(ref, entry.path)
+        assert isinstance(theirs, torch.Tensor), entry.name
+        assert entry.info.dtype == str(theirs.dtype).removeprefix("torch."), entry.name
+        assert entry.info.shape == tuple(theirs.shape), entry.name
+        assert entry.info.stride == tuple(theirs.stride()), entry.name
+        assert entry.info.offset == theirs.storage_offset(), entry.name
+        ours = read_values(entry.info)
+        assert same_values(ours, theirs), entry.name
+        streamed = list(iter_chunks(entry.info, chunk_elems=7))
+        flat = np.concatenate(streamed) if streamed else np.zeros(0, dtype=ours.dtype)
+        assert all(len(c) <= 7 for c in streamed)
+        assert same_values(flat.reshape(ours.shape), theirs), entry.name
+    # Sharing: same storage in torch <=> same Storage in ckptview.
+    sharing = ckpt.sharing()
+    for a in entries:
+        for b in entries:
+            if a is b:
+                continue
+            ta, tb = get_path(ref, a.path), get_path(ref, b.path)
+            same = ta.untyped_storage().data_ptr() == tb.untyped_storage().data_ptr() and ta.numel() and tb.numel()
+            assert (b.name in sharing.get(a.name, [])) == bool(same), (a.name, b.name)
+    # Tensor names: every tensor torch sees, ckptview sees.
+    seen = {e.path for e in entries}
+    for path, value in _walk(ref):
+        if isinstance(value, torch.Tensor):
+            assert path in seen, path
+
+
+def _walk(obj, path=()):
+    yield path, obj
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _walk(v, (*path, k if isinstance(k, (str, int)) else repr(k)))
+    elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        for i, v in enumerate(obj):
+            yield from _walk(v, (*path, i))
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_every_dtype_matches_torch(tmp_path, legacy):
+    path = tmp_path / "dtypes.pt"
+    torch.save(every_dtype(legacy), path, _use_new_zipfile_serialization=not legacy)
+    assert_matches_torch(str(path), "torch-legacy" if legacy else "torch-zip")
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_training_checkpoint_matches_torch(tmp_path, legacy):
+    path = tmp_path / "train.pth"
+    torch.save(training_checkpoint(), path, _use_new_zipfile_serialization=not legacy)
+    assert_matches_torch(str(path), "torch-legacy" if legacy else "torch-zip")
+    ckpt = open_checkpoint(path)
+    values = {n.name: n.value for n in ckpt.values()}
+    assert values["epoch"] == 7 and values["loss"] == 0.125 and values["name"] == "mlp"
+    assert values["flag"] is True and values["nothing"] is None
+    assert repr(values["device"]) == repr(torch.device("cpu"))
+    assert repr(values["dtype"]) == "torch.float16"
+    assert repr(values["size"]) == repr(torch.Size([2, 3]))
+    assert ckpt.unsafe_globals == []
+    names = [e.name for e in ckpt.tensors()]
+    assert names[:4] == ["model_state_dict.hidden.weight", "model_state_dict.hidden.bias",
+                         "model_state_dict.output.weight", "model_state_dict.output.bias"]
+    assert ckpt.sharing()["nested.a.2.0"] == ["nested.a.2.1", "nested.a.2.2", "nested.b.deep.deeper"]
+
+
+def test_any_archive_root_name_and_extension(tmp_path):
+    # torch names the archive's root folder after the file: any name (and any extension) must work.
+    path = tmp_path / "weird name.with.dots.bin"
+    torch.save({"w": torch.ones(3)}, path)
+    ckpt = open_checkpoint(path)
+    assert ckpt.metadata["archive_root"] == "weird name.with.dots"
+    assert read_values(ckpt.tensor("w")).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_parameters_and_full_model_pickle(tmp_path):
+    model = MLP()
+    path = tmp_path / "full.pt"
+    torch.save(model, path)
+    ckpt = open_checkpoint(path)
+    names = [e.name for e in ckpt.tensors()]
+    assert names == ["hidden.weight", "hidden.bias", "output.weight", "output.bias"]
+    assert all(e.info.is_parameter and e.info.requires_grad for e in ckpt.tensors())
+    assert "tests.test_reader_torch.MLP" in ckpt.unsafe_globals
+    assert "torch.nn.modules.linear.Linear" in ckpt.unsafe_globals
+    state = model.state_dict()
+    for e in ckpt.tensors():
+        assert same_values(read_values(e.info), state[e.name])
+
+
+def test_torchscript_archive(tmp_path):
+    model = torch.jit.trace(MLP(), torch.randn(2, 20))
+    path = tmp_path / "scripted.pt"
+    model.save(str(path))
+    ckpt = open_checkpoint(path)
+    assert ckpt.format == "torchscript"
+    assert ckpt.unsafe_globals == []
+    state = model.state_dict()
+    names = {e.name for e in ckpt.tensors()}
+    assert set(state) <= names
+    for name, tensor in state.items():
+        assert same_values(read_values(ckpt.tensor(name)), tensor)
+
+
+def test_safetensors_header_and_values(tmp_path):
+    from safetensors.torch import save_file
+
+    tensors = {"a.weight": torch.randn(3, 4), "a.bias": torch.randn(4).bfloat16(),
+               "f8": torch.randn(5).to(torch.float8_e4m3fn), "i": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+               "empty": torch.zeros(0), "b": torch.tensor([True, False])}
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, path, metadata={"format": "pt", "note": "hello"})
+    ckpt = open_checkpoint(path)
+    assert ckpt.format == "safetensors"
+    assert {n.name: n.value for n in ckpt.values()} == {"__metadata__.format": "pt", "__metadata__.note": "hello"}
+    for name, tensor in tensors.items():
+        info = ckpt.tensor(name)
+        assert info.shape == tuple(tensor.shape) and info.dtype == str(tensor.dtype).removeprefix("torch.")
+        assert same_values(read_values(info), tensor)
+
+
+def test_saved_on_another_device_opens_on_cpu(tmp_path):
+    # A file saved from cuda:0 differs only in the storage's location string: rewrite it to prove
+    # that the reader reports the saved device and reads values without CUDA.
+    import zipfile
+
+    src = tmp_path / "cpu.pt"
+    torch.save({"w": torch.arange(4.0)}, src)
+    dst = tmp_path / "cuda.pt"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("data.pkl"):
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
+            zout.writestr(info, data)
+    ckpt = open_checkpoint(dst)
+    info = ckpt.tensor("w")
+    assert info.device == "cuda:0"
+    assert read_values(info).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert torch.load(dst, map_location="cpu", weights_only=True)["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_values_are_read_only_views_of_the_file(tmp_path):
+    path = tmp_path / "big.pt"
+    torch.save({"a": torch.randn(1000, 100), "b": torch.randn(10)}, path)
+    ckpt = open_checkpoint(path)
+    arr = read_values(ckpt.tensor("a"))
+    assert not arr.flags.writeable
+    with pytest.raises(ValueError):
+        arr[0, 0] = 1.0
+
+
+def test_shape_larger_than_storage_marks_only_that_tensor_broken(tmp_path):
+    import zipfile
+
+    src = tmp_path / "ok.pt"
+    torch.save({"good": torch.ones(3), "bad": torch.ones(4)}, src)
+    # Enlarge the 'bad' tensor's declared shape in data.pkl: 4 -> 40 elements over a 4-element storage.
+    with zipfile.ZipFile(src) as zin:
+        infos = zin.infolist()
+        records = {i.filename: zin.read(i) for i in infos}
+    pkl_name = next(n for n in records if n.endswith("data.pkl"))
+    pkl = records[pkl_name]
+    idx = pkl.index(b"X\x03\x00\x00\x00bad")
+    head, tail = pkl[:idx], pkl[idx:]
+    tail = tail.replace(b"K\x04\x85", b"K(\x85", 1)  # size (4,) -> (40,)
+    records[pkl_name] = head + tail
+    dst = tmp_path / "broken.pt"
+    with zipfile.ZipFile(dst, "w") as zout:
+        for info in infos:
+            zout.writestr(info, records[info.filename])
+    ckpt = open_checkpoint(dst)
+    assert ckpt.tensor("bad").broken and "needs 160 bytes" in ckpt.tensor("bad").broken
+    assert not ckpt.tensor("good").broken
+    assert read_values(ckpt.tensor("good")).tolist() == [1.0, 1.0, 1.0]
+    assert any("bad" in w for w in ckpt.warnings)
