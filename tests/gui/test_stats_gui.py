@@ -132,3 +132,65 @@ def test_log_x_and_export_png(qtbot, ckpt, tmp_path) -> None:
     out = tmp_path / "h.png"
     panel.histogram.export_png(str(out))
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_heatmap_view_draws_the_matrix_with_a_symmetric_range(qtbot, ckpt) -> None:
+    from ckptview.gui.heatmap_view import HeatmapView
+
+    ck, ref = ckpt
+    view = HeatmapView()
+    qtbot.addWidget(view)
+    with qtbot.waitSignal(view.ready, timeout=10_000):
+        view.set_selection([node(ck, "conv")])
+    conv = ref["conv"].double()
+    np.testing.assert_array_equal(view.heatmap.image, conv.reshape(8, 75).numpy())
+    m = float(conv.abs().max())
+    assert view.bar.levels() == pytest.approx((-m, m))
+    with qtbot.waitSignal(view.ready, timeout=10_000):
+        view.axis.setValue(1)
+    assert view.heatmap.image.shape == (3, 200)
+    with qtbot.waitSignal(view.ready, timeout=10_000):
+        view.set_selection([node(ck, "enc.w")])  # NaN and +Inf: finite colour range, Inf saturated
+    assert view.image.image is not None and np.isfinite(view.image.image).all()
+
+
+def test_values_table_reads_only_the_tiles_it_shows(qtbot, tmp_path) -> None:
+    from ckptview.gui import values_table
+    from ckptview.gui.values_table import ValuesView
+
+    t = torch.randn(20_000, 600)
+    path = tmp_path / "big.pt"
+    torch.save({"m": t, "k": torch.arange(2 * 3 * 4).reshape(2, 3, 4)}, path)
+    ck = open_checkpoint(str(path))
+    try:
+        view = ValuesView()
+        view.resize(600, 400)
+        qtbot.addWidget(view)
+        view.show()
+        with qtbot.waitSignal(view.sliceReady, timeout=10_000):
+            view.set_selection([node(ck, "m")])
+        model = view.model
+        assert (model.rowCount(), model.columnCount()) == (20_000, 600)
+        view.table.scrollTo(model.index(19_990, 590))
+        qtbot.waitUntil(lambda: model.cell_text(19_999, 599) is not None, timeout=10_000)
+        assert model.cell_text(19_999, 599) == f"{float(t[19_999, 599]):.6g}"
+        assert len(model._tiles) <= 8  # a few tiles, not 12 million cells
+        # A slice spec over a 3-D tensor, then a wrong one with its message.
+        with qtbot.waitSignal(view.sliceReady, timeout=10_000):
+            view.set_selection([node(ck, "k")])
+        assert view.spec.text() == "[0, :, :]"
+        view.spec.setText("[1, :, ::2]")
+        with qtbot.waitSignal(view.sliceReady, timeout=10_000):
+            view.spec.returnPressed.emit()
+        qtbot.waitUntil(lambda: model.cell_text(2, 1) is not None, timeout=10_000)
+        assert (model.rowCount(), model.columnCount()) == (3, 2) and model.cell_text(2, 1) == "22"
+        view.table.selectAll()
+        assert view.selection_text() == "12\t14\n16\t18\n20\t22"
+        view.spec.setText("[5]")
+        with qtbot.waitSignal(view.sliceReady, timeout=10_000):
+            view.spec.returnPressed.emit()
+        assert "index 5 out of range for dimension 0 of size 2" in view.status.text()
+        assert model.rowCount() == 0
+        assert values_table.format_cells(np.array([[1.5, np.nan]])).tolist() == [["1.5", "nan"]]
+    finally:
+        ck.close()

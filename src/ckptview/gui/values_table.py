@@ -1,0 +1,214 @@
+"""The "Values" side panel: a virtual table over a 2-D slice, read tile by tile off the GUI thread.
+
+Only the tiles the view asks for are read from the mapped file (in the thread pool); a cell whose
+tile is not there yet shows '…' and is repainted when it arrives, so a 50,000 x 4,096 matrix scrolls
+without ever being loaded whole.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtWidgets import QHeaderView, QLabel, QLineEdit, QTableView, QVBoxLayout, QWidget
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import CancelToken
+from ckptview.core.model import Node, TensorInfo
+from ckptview.core.slicing import SliceError, default_spec, view_2d
+from ckptview.gui.histogram_view import JobSlot
+from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.workers import GeneratorWorker
+
+TILE_ROWS, TILE_COLS = 256, 64
+MAX_TILES = 64  # cached tiles per model (~1M cells)
+MAX_COPY_CELLS = 1_000_000
+
+
+def format_cells(block: np.ndarray) -> np.ndarray:
+    """Cell texts of a block of values (6 significant digits for floats, exact integers)."""
+    block = np.asarray(block)
+    if block.dtype.kind in "iub":
+        return block.astype(str)
+    if block.dtype.kind == "c":
+        return np.vectorize(lambda z: f"{z.real:.6g}{z.imag:+.6g}j", otypes=[object])(block).astype(str)
+    return np.char.mod("%.6g", block.astype(np.float64))
+
+
+def _read_tile(view: np.ndarray, r0: int, c0: int) -> np.ndarray:
+    return format_cells(view[r0 : r0 + TILE_ROWS, c0 : c0 + TILE_COLS])
+
+
+class ValuesModel(QAbstractTableModel):
+    """Rows x columns of a 2-D (mapped) array; tiles are read in workers and cached."""
+
+    tileLoaded = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.view: np.ndarray | None = None
+        self.generation = 0
+        self._tiles: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._pending: set[tuple[int, int]] = set()
+
+    def set_view(self, view: np.ndarray | None) -> None:
+        """Show ``view`` (a 2-D array, usually a view over the mapped file)."""
+        self.beginResetModel()
+        self.generation += 1  # tiles of the previous slice still in flight are dropped
+        self.view = view
+        self._tiles.clear()
+        self._pending.clear()
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if self.view is None or parent.isValid() else self.view.shape[0]
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if self.view is None or parent.isValid() else self.view.shape[1]
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole:
+            return str(section)
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role != Qt.ItemDataRole.DisplayRole or not index.isValid() or self.view is None:
+            return None
+        r, c = index.row(), index.column()
+        key = (r // TILE_ROWS, c // TILE_COLS)
+        tile = self._tiles.get(key)
+        if tile is None:
+            self._request(key)
+            return "…"
+        self._tiles.move_to_end(key)
+        return str(tile[r % TILE_ROWS, c % TILE_COLS])
+
+    def cell_text(self, row: int, col: int) -> str | None:
+        """The text of a loaded cell, or None while its tile is being read (tests use this)."""
+        tile = self._tiles.get((row // TILE_ROWS, col // TILE_COLS))
+        return None if tile is None else str(tile[row % TILE_ROWS, col % TILE_COLS])
+
+    def _request(self, key: tuple[int, int]) -> None:
+        if key in self._pending or self.view is None:
+            return
+        self._pending.add(key)
+        worker = GeneratorWorker(_read_tile, self.view, key[0] * TILE_ROWS, key[1] * TILE_COLS)
+        generation = self.generation
+        worker.signals.returned.connect(lambda tile, k=key, g=generation: self._on_tile(g, k, tile))
+        worker.signals.errored.connect(lambda _exc, k=key: self._pending.discard(k))
+        worker.start()
+
+    def _on_tile(self, generation: int, key: tuple[int, int], tile: np.ndarray) -> None:
+        if generation != self.generation:
+            return
+        self._pending.discard(key)
+        self._tiles[key] = tile
+        while len(self._tiles) > MAX_TILES:
+            self._tiles.popitem(last=False)
+        r0, c0 = key[0] * TILE_ROWS, key[1] * TILE_COLS
+        self.dataChanged.emit(
+            self.index(r0, c0), self.index(r0 + tile.shape[0] - 1, c0 + tile.shape[1] - 1),
+            [Qt.ItemDataRole.DisplayRole],
+        )
+        self.tileLoaded.emit()
+
+
+def _open_slice(info: TensorInfo, spec: str, token: CancelToken) -> np.ndarray:
+    from ckptview.core.values import read_values  # mapping the file happens in the worker
+
+    token.check()
+    return view_2d(read_values(info), spec)
+
+
+class ValuesView(QWidget):
+    """Slice spec line edit above the virtual table; Ctrl+C copies the selection as tab-separated text."""
+
+    sliceReady = Signal()
+
+    def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.info: TensorInfo | None = None
+        self.slot = JobSlot(self)
+        self.slot.returned.connect(self._on_slice)
+        self.slot.errored.connect(self._on_error)
+        self.spec = QLineEdit()
+        self.spec.setPlaceholderText("slice, e.g. [0, :, :]")
+        self.status = QLabel("Select a tensor to see its values.")
+        self.status.setWordWrap(True)
+        self.model = ValuesModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        for header in (self.table.horizontalHeader(), self.table.verticalHeader()):
+            # Fixed sections: Qt must not measure 4,096 columns or 50,000 rows to lay them out.
+            header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.table.horizontalHeader().setDefaultSectionSize(90)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.spec)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.status)
+        self.spec.returnPressed.connect(self._load)
+        QShortcut(QKeySequence.StandardKey.Copy, self.table, activated=self.copy_selection)
+        self.destroyed.connect(self.slot.cancel)
+
+    def set_selection(self, entries: list[Node]) -> None:
+        """Show the first selected tensor, starting with its first 2-D slice."""
+        tensors = [n.tensor for n in entries if n.kind == "tensor" and n.tensor is not None]
+        self.set_tensor(tensors[0] if tensors else None)
+
+    def set_tensor(self, info: TensorInfo | None, spec: str | None = None) -> None:
+        """Show ``info`` sliced by ``spec`` (default: the first 2-D slice)."""
+        self.info = info
+        self.spec.setText(spec if spec is not None else default_spec(info.shape) if info is not None else "")
+        self._load()
+
+    def _load(self) -> None:
+        self.model.set_view(None)
+        if self.info is None:
+            self.slot.cancel()
+            self.status.setText("Select a tensor to see its values.")
+            return
+        self.status.setText("opening…")
+        self.slot.start(_open_slice, self.info, self.spec.text())
+
+    def _on_slice(self, view: object) -> None:
+        assert isinstance(view, np.ndarray)
+        self.model.set_view(view)
+        self.status.setText(f"{view.shape[0]:,} x {view.shape[1]:,} {self.info.dtype if self.info else ''}")
+        self.sliceReady.emit()
+
+    def _on_error(self, exc: object) -> None:
+        if isinstance(exc, SliceError | CheckpointError):
+            self.status.setText(str(exc))
+        else:
+            self.status.setText(f"error: {exc}")
+        self.sliceReady.emit()
+
+    def selection_text(self) -> str:
+        """The selected cells' bounding rectangle as tab-separated lines (bounded in size)."""
+        view = self.model.view
+        indexes = self.table.selectionModel().selectedIndexes() if view is not None else []
+        if not indexes:
+            return ""
+        rows = [i.row() for i in indexes]
+        cols = [i.column() for i in indexes]
+        r0, r1, c0, c1 = min(rows), max(rows) + 1, min(cols), max(cols) + 1
+        if (r1 - r0) * (c1 - c0) > MAX_COPY_CELLS:
+            self.status.setText(f"selection too large to copy (more than {MAX_COPY_CELLS:,} cells)")
+            return ""
+        cells = format_cells(view[r0:r1, c0:c1])
+        return "\n".join("\t".join(row) for row in cells.tolist())
+
+    def copy_selection(self) -> None:
+        """Copy the selection to the clipboard."""
+        text = self.selection_text()
+        if text:
+            QGuiApplication.clipboard().setText(text)
+
+
+register_panel("Values", ValuesView)
