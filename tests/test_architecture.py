@@ -1,0 +1,28 @@
+"""Layering promises: the core never imports Qt; nothing in src loads a pickle that can execute."""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import re
+import tokenize
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "ckptview"
+
+
+def test_core_never_imports_qt():
+    pattern = re.compile(r"^\s*(from|import)\s+(PySide6|PyQt\d|pyqtgraph|shiboken6)", re.M)
+    offenders = [str(p) for p in (SRC / "core").rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []
+
+
+def test_no_executing_loads_outside_the_trusted_worker():
+    pattern = re.compile(r"pickle\.loads?\(|weights_only=False")
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if path.name == "run_worker.py":  # runs only after the user trusts the file, in its own process
+            continue
+        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
+        offenders += [f"{path.name}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
+    assert offenders == []
