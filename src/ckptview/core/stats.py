@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ckptview.core.model import TensorInfo
 
 DEFAULT_CHUNK_ELEMS = 1 << 22
+_BINCOUNT_SLICE = 1 << 19
 JSON_KEYS = ("numel", "mean", "std", "min", "max", "abs_max", "l2", "zeros", "nan", "posinf", "neginf")
 
 Number = int | float
@@ -253,7 +254,9 @@ def iter_summary(
                 moments = _Moments(integer=chunk.dtype.kind in "iub")
         if counts is not None:
             bits = chunk.reshape(-1).view(view)
-            counts += np.bincount(bits, minlength=counts.size)
+            # bincount copies its input as intp (4x a 16-bit chunk): feed it slices to bound that copy.
+            for start in range(0, bits.size, _BINCOUNT_SLICE):
+                counts += np.bincount(bits[start : start + _BINCOUNT_SLICE], minlength=counts.size)
         else:
             assert moments is not None
             moments.add(chunk)
