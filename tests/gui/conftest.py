@@ -1,0 +1,49 @@
+"""GUI fixtures: a window with its own settings file and server name, and small checkpoints made with torch."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from guihelpers import make_state_dict
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+
+@pytest.fixture
+def state_dict_file(tmp_path) -> str:
+    return make_state_dict(str(tmp_path / "model.pth"))
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from ckptview.gui.settings import Settings
+
+    return Settings(str(tmp_path / "settings.ini"))
+
+
+@pytest.fixture
+def server_name() -> str:
+    return f"ckptview-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    from ckptview.gui.main_window import MainWindow
+    from ckptview.gui.workers import wait_for_workers
+
+    win = MainWindow(settings)
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    wait_for_workers(10_000)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_server(monkeypatch, server_name):
+    # Never talk to a ckptview the developer has open.
+    monkeypatch.setenv("CKPTVIEW_SERVER_NAME", server_name)
+    yield
+    os.environ.pop("CKPTVIEW_SERVER_NAME", None)

@@ -1,0 +1,28 @@
+"""Helpers shared by the GUI tests (a module name of its own: `conftest` is taken by tests/)."""
+
+from __future__ import annotations
+
+
+def make_state_dict(path: str) -> str:
+    """A small state dict with nested module names, tied (shared) weights and three dtypes."""
+    import torch
+
+    torch.manual_seed(0)
+    embed = torch.randn(100, 16)
+    state = {
+        "encoder.layers.0.attn.q_proj.weight": torch.randn(8, 16),
+        "encoder.layers.0.attn.q_proj.bias": torch.randn(8),
+        "encoder.layers.1.attn.q_proj.weight": torch.randn(8, 16),
+        "encoder.layers.1.mlp.fc.weight": torch.randn(32, 16).half(),
+        "encoder.layers.10.mlp.fc.weight": torch.randn(768, 16).to(torch.bfloat16),
+        "decoder.embed.weight": embed,
+        "lm_head.weight": embed,  # tied: the same storage
+        "step": torch.tensor(7),
+    }
+    torch.save(state, path)
+    return path
+
+
+def wait_settled(qtbot, tab, timeout: int = 10_000) -> None:
+    """Wait until a tab has finished opening (ready or error)."""
+    qtbot.waitUntil(lambda: tab.state != "loading", timeout=timeout)
