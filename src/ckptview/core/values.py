@@ -55,6 +55,9 @@ def _finish(arr: np.ndarray, info: TensorInfo) -> np.ndarray:
 def read_values(info: TensorInfo) -> np.ndarray:
     """The tensor's exact values as a read-only array (a view over the map where possible)."""
     _readable(info)
+    assembled = getattr(info.storage.source, "logical_values", None)
+    if assembled is not None:  # a tensor assembled from chunks (DCP shards) reads itself
+        return assembled()
     base_dtype = _base_dtype(info)
     try:
         buf = info.storage.source.open_buffer()
@@ -84,6 +87,10 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
     chunk_elems = max(int(chunk_elems), 1)
     numel = info.numel
     if numel == 0:
+        return
+    streamed = getattr(info.storage.source, "iter_logical_chunks", None)
+    if streamed is not None:  # assembled from chunks: streams row-blocks (ckptview.core.assembled)
+        yield from streamed(chunk_elems)
         return
     source_range = getattr(info.storage.source, "file_range", lambda: None)()
     if info.is_contiguous and source_range is not None:
