@@ -1,0 +1,124 @@
+"""`ckptview diff A B [--json]`: compare two checkpoints tensor by tensor (exit 0 same, 1 differ, 2 error)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ckptview.core.align import parse_mapping
+from ckptview.core.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
+from ckptview.core.errors import CheckpointError
+from ckptview.core.open import open_checkpoint
+from ckptview.core.units import shape_str
+
+# Table order: what changed first, the identical rows last (and only with --all).
+_ORDER = {"changed": 0, "dtype_mismatch": 1, "shape_mismatch": 2, "only_a": 3, "only_b": 4, "error": 5,
+          "identical": 6}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diff", help="compare two checkpoints tensor by tensor",
+                       description="Compare two checkpoints. Exit status 0 when every tensor is identical, "
+                                   "1 when something differs, 2 on error.")
+    p.add_argument("a", help="first checkpoint (A)")
+    p.add_argument("b", help="second checkpoint (B)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
+    p.add_argument("--strip-a", metavar="PREFIX", default=None,
+                   help="prefix to remove from A's names instead of the detected one ('' removes nothing)")
+    p.add_argument("--strip-b", metavar="PREFIX", default=None, help="the same for B")
+    p.add_argument("--map", metavar="A_PREFIX=B_PREFIX", action="append", default=[],
+                   help="match A's names starting with A_PREFIX to B's starting with B_PREFIX "
+                        "(after stripping; repeatable, first match wins)")
+    p.add_argument("--all", action="store_true", help="list identical tensors too in the table")
+    p.add_argument("--chunk-elems", type=int, default=DIFF_CHUNK_ELEMS, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        mapping = parse_mapping(args.map)
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
+    a = open_checkpoint(args.a)
+    try:
+        b = open_checkpoint(args.b)
+        try:
+            result = diff_checkpoints(a, b, strip_a=args.strip_a, strip_b=args.strip_b, mapping=mapping,
+                                      chunk_elems=args.chunk_elems)
+        finally:
+            b.close()
+    finally:
+        a.close()
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print_table(result, show_identical=args.all)
+    return exit_status(result)
+
+
+def exit_status(result: DiffResult) -> int:
+    """diff(1)'s convention: 0 identical in tensors, 1 differ, 2 when a tensor could not be read."""
+    if any(t.status == "error" for t in result.tensors):
+        return 2
+    return 0 if result.identical else 1
+
+
+def print_table(result: DiffResult, show_identical: bool = False) -> None:
+    """The human-readable comparison."""
+    out = sys.stdout
+    al = result.alignment
+    out.write(f"A {result.path_a}\nB {result.path_b}\n")
+    if al.strip_a or al.strip_b:
+        out.write(f"stripped: A {al.strip_a or '(nothing)'}, B {al.strip_b or '(nothing)'}\n")
+    for pa, pb in al.mapping:
+        out.write(f"mapped: A {pa}* -> B {pb}*\n")
+    rows = sorted(result.tensors, key=lambda t: (_ORDER.get(t.status, 9), -(t.rel_l2 or 0.0)))
+    listed = [t for t in rows if show_identical or t.status != "identical"]
+    if listed:
+        width = min(max(len(t.name) for t in listed), 60)
+        out.write(f"\n{'name':<{width}}  {'status':<14} {'rel_l2':>10} {'max_abs':>10} {'cosine':>10} "
+                  f"{'changed':>8}  detail\n")
+        for t in listed:
+            name = t.name if len(t.name) <= width else "..." + t.name[-(width - 3):]
+            out.write(f"{name:<{width}}  {t.status:<14} {_fmt(t.rel_l2):>10} {_fmt(t.max_abs_diff):>10} "
+                      f"{_fmt(t.cosine):>10} {_pct(t.frac_changed):>8}  {_detail(t)}\n")
+    summary = result.summary()
+    counts = ", ".join(f"{summary[s]} {s}" for s in sorted(summary, key=lambda s: _ORDER.get(s, 9)))
+    overall = result.overall_rel_l2()
+    out.write(f"\n{len(result.tensors)} tensors: {counts or 'none'}")
+    if overall is not None:
+        out.write(f"; overall relative change {_fmt(overall)}")
+    out.write("\n")
+    hidden = summary.get("identical", 0) if not show_identical else 0
+    if hidden:
+        out.write(f"({hidden} identical tensors not listed; --all lists them)\n")
+    for side, names in (("A", al.not_compared_a), ("B", al.not_compared_b)):
+        if names:
+            out.write(f"{len(names)} tensors outside the model weights of {side} not compared "
+                      f"(the other file has none): {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}\n")
+
+
+def _detail(t: Any) -> str:
+    if t.status in ("shape_mismatch",):
+        return f"{shape_str(t.shape_a)} vs {shape_str(t.shape_b)}"
+    if t.status == "dtype_mismatch":
+        return f"{t.dtype_a} vs {t.dtype_b}"
+    if t.status == "only_a":
+        return f"{t.dtype_a} {shape_str(t.shape_a)}"
+    if t.status == "only_b":
+        return f"{t.dtype_b} {shape_str(t.shape_b)}"
+    if t.status == "error":
+        return t.error or ""
+    if t.nonfinite_changed:
+        return f"{t.nonfinite_changed} NaN/Inf positions differ"
+    return ""
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
