@@ -1,0 +1,65 @@
+"""`ckptview export PATH --out OUT [--key NAME ...] [--format npy|npz|safetensors]`: write tensors out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ckptview.core.export import FORMATS, ExportResult, plan_export, run_export, select_tensors
+from ckptview.core.open import open_checkpoint
+from ckptview.core.units import human_bytes
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the `export` subcommand."""
+    p = sub.add_parser(
+        "export", help="export tensors to .npy files, an .npz or a .safetensors file",
+        description="Format: --format, else from OUT: *.npz, *.safetensors, *.npy (one tensor); "
+                    "anything else (an existing folder, a trailing '/', no suffix) is a folder of .npy files.")
+    p.add_argument("path", help="checkpoint file or folder")
+    p.add_argument("--out", required=True, help="output folder (npy) or file (.npz, .safetensors, .npy)")
+    p.add_argument("--key", action="append", metavar="NAME",
+                   help="tensor name or glob as `ckptview info` lists them (repeatable; default: all)")
+    p.add_argument("--format", choices=FORMATS, help="output format (default: from OUT)")
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.add_argument("--exact-dtypes", action="store_true",
+                   help="keep bfloat16/float8 bits (ml_dtypes types) instead of converting to float32")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export, print name -> file for each tensor and the notes; 0 on success."""
+    ckpt = open_checkpoint(args.path)
+    try:
+        plan = plan_export(select_tensors(ckpt, args.key), args.out, args.format, exact_dtypes=args.exact_dtypes)
+        job = run_export(plan, force=args.force)
+        show = sys.stderr.isatty()
+        try:
+            while True:
+                progress = next(job)
+                if show:
+                    sys.stderr.write(f"\r{progress.fraction:6.1%} {progress.message[:60]:<60}")
+        except StopIteration as stop:
+            result: ExportResult = stop.value
+        finally:
+            job.close()  # on Ctrl-C: removes the temporary files now, not at garbage collection
+            if show:
+                sys.stderr.write("\r" + " " * 68 + "\r")
+    finally:
+        ckpt.close()
+    print_result(result)
+    return 0
+
+
+def print_result(result: ExportResult) -> None:
+    """What was written: a summary line, one `name -> file` line per tensor, then the notes (stderr)."""
+    print(f"wrote {len(result.files)} tensors ({human_bytes(result.bytes_written)}) "
+          f"as {result.format} to {result.out}")
+    base = result.out if os.path.isdir(result.out) else None
+    for name, target in result.files.items():
+        shown = os.path.relpath(target, base) if base else target
+        print(f"  {name} -> {shown}")
+    if result.manifest:
+        print(f"manifest: {result.manifest}")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
