@@ -165,24 +165,26 @@ def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
 
 def strip_prefixes(keys: Iterable[str], model_keys: Iterable[str],
                    prefixes: tuple[str, ...] = WRAPPER_PREFIXES) -> tuple[dict[str, str], list[str]]:
-    """Map checkpoint keys to model keys by dropping wrapper prefixes while that matches more keys.
+    """Map checkpoint keys to model keys by peeling wrapper prefixes, keeping the peel that matches most.
 
-    Returns ({checkpoint key: model key}, prefixes stripped in order).
+    Returns ({checkpoint key: model key}, prefixes stripped in order). `module._orig_mod.x` peels twice;
+    a model whose own keys start with `model.` keeps them (peeling would match fewer keys).
     """
     model_set = set(model_keys)
     mapping = {k: k for k in keys}
-    stripped: list[str] = []
-    changed = True
-    while changed:
-        changed = False
-        for prefix in prefixes:
-            if not any(v.startswith(prefix) for v in mapping.values()):
-                continue
-            candidate = {k: v.removeprefix(prefix) for k, v in mapping.items()}
-            if _overlap(candidate.values(), model_set) > _overlap(mapping.values(), model_set):
-                mapping, changed = candidate, True
-                stripped.append(prefix)
-    return mapping, stripped
+    best, best_seq, best_score = mapping, [], _overlap(mapping.values(), model_set)
+    seq: list[str] = []
+    for _ in range(8):  # wrappers nest a few levels at most
+        counts = {p: sum(1 for v in mapping.values() if v.startswith(p)) for p in prefixes}
+        prefix = max(counts, key=lambda p: counts[p])
+        if counts[prefix] == 0:
+            break
+        mapping = {k: v.removeprefix(prefix) for k, v in mapping.items()}
+        seq = [*seq, prefix]
+        score = _overlap(mapping.values(), model_set)
+        if score > best_score:
+            best, best_seq, best_score = mapping, seq, score
+    return best, best_seq
 
 
 def _overlap(keys: Iterable[str], model_set: set[str]) -> int:
@@ -312,6 +314,16 @@ class WorkerJob:
         return time.monotonic() - self.started
 
 
+_PHASE_WORDS = {"starting": "start-up", "importing torch": "start-up (importing torch)",
+                "model code": "the model code", "inputs": "making the inputs", "forward pass": "the forward pass",
+                "warm-up": "the warm-up runs", "timing": "the timed runs", "compare": "the second checkpoint's run"}
+
+
+def phase_words(phase: str) -> str:
+    """A worker phase as words for a message ('forward pass' -> 'the forward pass')."""
+    return _PHASE_WORDS.get(phase, phase)
+
+
 def _death_message(code: int, phase: str, stderr_tail: Iterable[str]) -> str:
     if code < 0:
         try:
@@ -325,7 +337,7 @@ def _death_message(code: int, phase: str, stderr_tail: Iterable[str]) -> str:
                  if line.strip() and not line.startswith(("Fatal Python error", "  File", "Current thread",
                                                            "Thread 0x", "Extension modules"))), "")
     tail = f" (last output: {last.strip()[:200]})" if last else ""
-    return f"the worker process {how} during {phase}{tail}"
+    return f"the worker process {how} during {phase_words(phase)}{tail}"
 
 
 def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None = None,
@@ -343,11 +355,11 @@ def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None 
                 break
             if token is not None and token.cancelled:
                 job.kill()
-                raise RunError(f"cancelled during {job.phase}; the worker was stopped", kind="cancelled")
+                raise RunError(f"cancelled during {phase_words(job.phase)}; the worker was stopped", kind="cancelled")
             if job.elapsed() > timeout:
                 phase = job.phase
                 job.kill()
-                raise RunError(f"timed out after {timeout:g} s during {phase}; the worker was stopped",
+                raise RunError(f"timed out after {timeout:g} s during {phase_words(phase)}; the worker was stopped",
                                kind="timeout")
             time.sleep(poll_interval)
     finally:

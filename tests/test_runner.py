@@ -1,0 +1,466 @@
+"""The forward-pass runner: every model source, the load report, isolation of crashes, hangs and errors.
+
+Each test that starts a worker costs ~1-2 s (it imports torch), so the spawning tests are few and each one
+checks several things. The decision logic (sources, trust, prefixes, inputs) is tested in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from ckptview import cli
+from ckptview.core import open_checkpoint, run_worker
+from ckptview.core.jobs import CancelToken
+from ckptview.core.run_inputs import (
+    InputSpec,
+    InputSpecError,
+    load_input_file,
+    make_array,
+    parse_input_specs,
+    to_torch,
+)
+from ckptview.core.runner import (
+    EXPORT,
+    PICKLE,
+    STATE_DICT,
+    TORCHSCRIPT,
+    RunError,
+    RunRequest,
+    _death_message,
+    check_trust,
+    classify_source,
+    find_state_dict,
+    run,
+    strip_prefixes,
+    suggest_inputs,
+)
+
+MODULE = "ckv_test_models"
+MODEL_CODE = textwrap.dedent('''
+    import ctypes, os, time
+    import torch
+    from torch import nn
+
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+    class MLP(nn.Module):
+        """The README's MLP."""
+        def __init__(self, width=256):
+            super().__init__()
+            self.hidden = nn.Linear(20, width)
+            self.act = nn.ReLU()
+            self.output = nn.Linear(width, 10)
+
+        def forward(self, x):
+            print("user code prints to stdout")  # must not corrupt the worker's result stream
+            return self.output(self.act(self.hidden(x)))
+
+    class Other(nn.Module):
+        """Differs from MLP: `head` instead of `output`, and a configurable width."""
+        def __init__(self, width=256):
+            super().__init__()
+            self.hidden = nn.Linear(20, width)
+            self.act = nn.ReLU()
+            self.head = nn.Linear(width, 10)
+
+        def forward(self, x):
+            return self.head(self.act(self.hidden(x)))
+
+    class Bad(MLP):
+        def __init__(self, mode="raise"):
+            super().__init__()
+            self.mode = mode
+
+        def forward(self, x):
+            if self.mode == "raise":
+                raise ValueError("boom in user code")
+            with open(os.path.join(HERE, "worker.pid"), "w") as fh:
+                fh.write(str(os.getpid()))
+            if self.mode == "hang":
+                time.sleep(600)
+            if self.mode == "segfault":
+                ctypes.string_at(0)
+            os._exit(3)
+
+    class Marked(MLP):
+        """Unpickling it leaves a marker file: proof that code from the file ran."""
+        def __setstate__(self, state):
+            with open(os.path.join(HERE, "unpickled.marker"), "w") as fh:
+                fh.write("ran")
+            super().__setstate__(state)
+''')
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The MLP as state dict, training checkpoint, TorchScript, .pt2 and full pickle, plus its code."""
+    folder = tmp_path_factory.mktemp("runner")
+    (folder / f"{MODULE}.py").write_text(MODEL_CODE)
+    sys.path.insert(0, str(folder))
+    try:
+        import ckv_test_models as models
+    finally:
+        sys.path.remove(str(folder))
+    torch.manual_seed(0)
+    mlp = models.MLP().eval()
+    other = models.MLP().eval()  # a second set of weights for "run with another checkpoint"
+    paths = {name: str(folder / name) for name in
+             ("sd.pt", "train.pt", "ts.pt", "m.pt2", "full.pt")}
+    torch.save(mlp.state_dict(), paths["sd.pt"])
+    wrapped = {f"module.{k}": v for k, v in other.state_dict().items()}  # as DataParallel saves it
+    torch.save({"epoch": 3, "model_state_dict": wrapped, "optimizer_state_dict": {"state": {}}},
+               paths["train.pt"])
+    example = torch.randn(2, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript; files still exist
+        torch.jit.save(torch.jit.trace(mlp, example), paths["ts.pt"])
+    torch.export.save(torch.export.export(mlp, (example,)), paths["m.pt2"])
+    marked = models.Marked()
+    marked.load_state_dict(mlp.state_dict())
+    torch.save(marked, paths["full.pt"])
+    (folder / "unpickled.marker").unlink(missing_ok=True)  # torch.save does not unpickle; be sure
+    yield {"folder": str(folder), "models": models, "mlp": mlp, "other": other,
+           "code": str(folder / f"{MODULE}.py"), **paths}
+    sys.modules.pop(MODULE, None)
+
+
+def reference(model: torch.nn.Module, specs: list[InputSpec], seed: int = 0) -> torch.Tensor:
+    """What the model gives in this process on the input the worker makes from the same spec."""
+    inputs = [to_torch(make_array(s, seed, i), s.dtype, "cpu") for i, s in enumerate(specs)]
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def assert_stats_match(out: dict, tensor: torch.Tensor) -> None:
+    t = tensor.double()
+    assert out["shape"] == list(tensor.shape)
+    assert out["stats"]["mean"] == pytest.approx(float(t.mean()), rel=1e-6, abs=1e-9)
+    assert out["stats"]["std"] == pytest.approx(float(t.std(correction=0)), rel=1e-6, abs=1e-9)
+    assert out["stats"]["min"] == pytest.approx(float(t.min()))
+    assert out["stats"]["max"] == pytest.approx(float(t.max()))
+    assert out["first"] == pytest.approx(tensor.reshape(-1)[: len(out["first"])].tolist())
+
+
+# ------------------------------------------------------------------------------------------ spawning tests
+
+
+def test_state_dict_with_model_file_via_cli_json(files: dict, capsys: pytest.CaptureFixture) -> None:
+    """State dict + model file through `ckptview run --json`, then the same input on a training checkpoint."""
+    status = cli.main(["run", files["sd.pt"], "--device", "cpu", "--model", f"{files['code']}:MLP",
+                       "--input-shape", "3,20", "--runs", "3", "--compare", files["train.pt"], "--json"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    result = json.loads(captured.out)
+    # the contract's keys
+    assert {"device", "load_seconds", "load", "outputs", "latency_ms", "peak_memory_bytes"} <= set(result)
+    assert {"missing", "unexpected", "mismatched"} <= set(result["load"])
+    assert {"name", "shape", "dtype", "stats"} <= set(result["outputs"][0])
+    assert {"median", "min", "max"} <= set(result["latency_ms"])
+    assert result["device"] == "cpu" and result["source"] == STATE_DICT
+    assert result["load"]["missing"] == result["load"]["unexpected"] == result["load"]["mismatched"] == []
+    assert result["load"]["tensors"] == 4 and result["load"]["bytes_moved"] == 4 * (256 * 20 + 256 + 2560 + 10)
+    assert result["latency_ms"]["runs"] == 3
+    assert result["latency_ms"]["min"] <= result["latency_ms"]["median"] <= result["latency_ms"]["max"]
+    assert result["peak_memory_bytes"] > 0
+    specs = [InputSpec(shape=(3, 20))]
+    expected = reference(files["mlp"], specs)
+    (out,) = result["outputs"]
+    assert out["name"] == "output" and out["dtype"] == "float32" and out["device"] == "cpu"
+    assert_stats_match(out, expected)
+    # the second checkpoint: nested `model_state_dict`, `module.` stripped, same input, output difference
+    compare = result["compare"]
+    assert compare["load"]["state_dict_key"] == "model_state_dict"
+    assert compare["load"]["stripped_prefixes"] == ["module."]
+    assert compare["load"]["missing"] == compare["load"]["unexpected"] == []
+    other = reference(files["other"], specs)
+    assert_stats_match(compare["outputs"][0], other)
+    (diff,) = compare["diff"]
+    assert diff["equal"] is False
+    assert diff["max_abs_diff"] == pytest.approx(float((expected - other).abs().max()), rel=1e-5)
+
+
+def test_torchscript_graph_input_and_compare_with_pt2(files: dict) -> None:
+    """TorchScript runs with the traced input signature; a .pt2 of the same weights gives the same output."""
+    result = run(RunRequest(files["ts.pt"], runs=2, compare_path=files["m.pt2"]))
+    assert result["source"] == TORCHSCRIPT
+    (inp,) = result["inputs"]
+    assert inp["shape"] == [2, 20] and inp["dtype"] == "float32" and inp["origin"] == "graph"
+    expected = reference(files["mlp"], [InputSpec(shape=(2, 20))])
+    assert_stats_match(result["outputs"][0], expected)
+    (diff,) = result["compare"]["diff"]
+    assert diff["max_abs_diff"] < 1e-5  # the .pt2 holds the same weights
+
+
+def test_pt2_on_meta(files: dict) -> None:
+    """`.pt2` on meta: the input shape comes from the exported graph; outputs have shapes, no values."""
+    result = run(RunRequest(files["m.pt2"], device="meta", runs=1))
+    assert result["source"] == EXPORT and result["device"] == "meta"
+    assert result["inputs"][0]["origin"] == "graph" and result["inputs"][0]["shape"] == [2, 20]
+    (out,) = result["outputs"]
+    assert out["shape"] == [2, 10] and out["device"] == "meta" and out["stats"] is None
+    assert result["load"]["bytes_moved"] == 4 * (256 * 20 + 256 + 2560 + 10)
+
+
+def test_missing_unexpected_and_mismatched_keys(files: dict) -> None:
+    result = run(RunRequest(files["sd.pt"], model=f"{MODULE}:Other", model_kwargs={"width": 128},
+                            inputs=parse_input_specs("2,20"), runs=1, cwd=files["folder"]))
+    load = result["load"]
+    assert sorted(load["missing"]) == ["head.bias", "head.weight"]
+    assert sorted(load["unexpected"]) == ["output.bias", "output.weight"]
+    assert sorted(load["mismatched"]) == ["hidden.bias", "hidden.weight"]
+    assert load["mismatched_shapes"]["hidden.weight"] == {"checkpoint": [256, 20], "model": [128, 20]}
+    assert result["outputs"][0]["shape"] == [2, 10]
+
+
+def test_full_pickle_refused_without_trust_and_run_with_trust(files: dict) -> None:
+    marker = os.path.join(files["folder"], "unpickled.marker")
+    request = RunRequest(files["full.pt"], runs=1, cwd=files["folder"])
+    with pytest.raises(RunError, match="refusing to run a full-model pickle without --trust") as err:
+        run(request)
+    assert err.value.kind == "refused" and f"{MODULE}.Marked" in str(err.value)
+    assert not os.path.exists(marker), "something from the file ran without trust"
+    request.trust = True
+    result = run(request)
+    assert os.path.exists(marker)  # the trusted worker really unpickled it
+    assert result["source"] == PICKLE and result["inputs"][0]["origin"] == "guessed from the first layer"
+    assert_stats_match(result["outputs"][0], reference(files["mlp"], [InputSpec(shape=(2, 20))]))
+    os.unlink(marker)
+
+
+def test_exception_in_user_forward_is_one_line(files: dict) -> None:
+    with pytest.raises(RunError) as err:
+        run(RunRequest(files["sd.pt"], model=f"{files['code']}:Bad", inputs=parse_input_specs("2,20")))
+    assert err.value.kind == "exception"
+    assert str(err.value) == "in the forward pass: ValueError: boom in user code"
+    assert "raise ValueError" in err.value.result["traceback"]
+    assert err.value.result["load"]["tensors"] == 4  # the load report survives the failure
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_hang_past_timeout_is_killed(files: dict) -> None:
+    pid_file = os.path.join(files["folder"], "worker.pid")
+    started = time.monotonic()
+    with pytest.raises(RunError, match=r"timed out after 6 s during the forward pass") as err:
+        run(RunRequest(files["sd.pt"], model=f"{MODULE}:Bad", model_kwargs={"mode": "hang"},
+                       inputs=parse_input_specs("2,20"), timeout=6, cwd=files["folder"]))
+    assert err.value.kind == "timeout"
+    assert time.monotonic() - started < 30
+    with open(pid_file) as fh:
+        assert _pid_gone(int(fh.read()))
+    os.unlink(pid_file)
+
+
+def test_cancel_kills_the_worker(files: dict) -> None:
+    pid_file = os.path.join(files["folder"], "worker.pid")
+    token = CancelToken()
+
+    def cancel_when_running() -> None:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(pid_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        token.cancel()
+
+    threading.Thread(target=cancel_when_running, daemon=True).start()
+    with pytest.raises(RunError, match="cancelled during the forward pass") as err:
+        run(RunRequest(files["sd.pt"], model=f"{MODULE}:Bad", model_kwargs={"mode": "hang"},
+                       inputs=parse_input_specs("2,20"), cwd=files["folder"]), token=token)
+    assert err.value.kind == "cancelled"
+    with open(pid_file) as fh:
+        assert _pid_gone(int(fh.read()))
+    os.unlink(pid_file)
+
+
+def test_segfault_in_user_code_is_reported(files: dict) -> None:
+    with pytest.raises(RunError) as err:
+        run(RunRequest(files["sd.pt"], model=f"{MODULE}:Bad", model_kwargs={"mode": "segfault"},
+                       inputs=parse_input_specs("2,20"), cwd=files["folder"]))
+    assert err.value.kind == "crash"
+    assert str(err.value).startswith("the worker process was killed by SIGSEGV (segmentation fault) "
+                                      "during the forward pass")
+    assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ in-process tests
+
+
+def test_classify_sources_and_trust(files: dict) -> None:
+    assert classify_source(files["ts.pt"]).kind == TORCHSCRIPT
+    assert classify_source(files["m.pt2"]).kind == EXPORT
+    assert classify_source(files["sd.pt"]).kind == STATE_DICT
+    pickled = classify_source(files["full.pt"])
+    assert pickled.kind == PICKLE and f"{MODULE}.Marked" in pickled.unsafe_globals
+    # with model code, a full pickle's weights are read safely as a state dict
+    assert classify_source(files["full.pt"], model="x:y").kind == STATE_DICT
+    with pytest.raises(RunError, match="state dict .* --model"):
+        check_trust(classify_source(files["sd.pt"]), trust=False, has_model=False)
+    check_trust(pickled, trust=True, has_model=False)
+
+
+def test_worker_itself_refuses_untrusted_pickle(files: dict) -> None:
+    """Even if the parent's check were bypassed, the worker does not unpickle without trust."""
+    job = run_worker.Job({"source": PICKLE, "trust": False}, emit=lambda event: None)
+    with pytest.raises(run_worker.WorkerError, match="refusing"):
+        run_worker.load_model(job, files["full.pt"], "cpu")
+    assert not os.path.exists(os.path.join(files["folder"], "unpickled.marker"))
+
+
+def test_find_state_dict_nested_and_pickled_module(files: dict) -> None:
+    ckpt = open_checkpoint(files["train.pt"])
+    key, tensors = find_state_dict(ckpt)
+    assert key == "model_state_dict"
+    assert sorted(tensors) == ["module.hidden.bias", "module.hidden.weight", "module.output.bias",
+                               "module.output.weight"]
+    ckpt.close()
+    ckpt = open_checkpoint(files["full.pt"])
+    key, tensors = find_state_dict(ckpt)
+    assert sorted(tensors) == sorted(files["mlp"].state_dict())
+    ckpt.close()
+
+
+def test_strip_prefixes() -> None:
+    model = ["hidden.weight", "output.weight"]
+    mapping, stripped = strip_prefixes(["module._orig_mod.hidden.weight", "module._orig_mod.output.weight"],
+                                       model)
+    assert stripped == ["module.", "_orig_mod."]
+    assert set(mapping.values()) == set(model)
+    # a model whose own keys start with `model.` keeps them
+    mapping, stripped = strip_prefixes(["model.hidden.weight"], ["model.hidden.weight"])
+    assert stripped == [] and mapping == {"model.hidden.weight": "model.hidden.weight"}
+
+
+def test_suggest_inputs_from_first_linear(files: dict) -> None:
+    assert suggest_inputs(files["sd.pt"]) == [InputSpec(shape=(2, 20))]
+    assert suggest_inputs(files["train.pt"]) == [InputSpec(shape=(2, 20))]
+
+
+def test_place_tensor_reports_what_cannot_be_placed(files: dict) -> None:
+    ckpt = open_checkpoint(files["sd.pt"])
+    info = ckpt.tensor("hidden.weight")
+    tensor, reason = run_worker.place_tensor(info, "cpu")
+    assert reason == "" and torch.equal(tensor, files["mlp"].hidden.weight.detach())
+    tensor, reason = run_worker.place_tensor(info, "meta")
+    assert tensor.is_meta and tuple(tensor.shape) == (256, 20)
+    info.broken = "storage 'data/0' missing"
+    tensor, reason = run_worker.place_tensor(info, "cpu")
+    assert tensor is None and reason.startswith("float32 on cpu: cannot read values")
+    ckpt.close()
+
+
+def test_numpy_to_torch_keeps_bfloat16_bits() -> None:
+    values = torch.randn(5).to(torch.bfloat16)
+    import ml_dtypes
+
+    array = values.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    assert torch.equal(run_worker.numpy_to_torch(array, "bfloat16"), values)
+
+
+def test_flatten_and_describe_nested_outputs() -> None:
+    out = {"logits": torch.tensor([[1.0, float("nan")], [float("inf"), 3.0]]), "aux": (torch.arange(3), 7)}
+    tensors, others = run_worker.describe_outputs(out, first_n=3)
+    assert [t["name"] for t in tensors] == ["logits", "aux.0"]
+    stats = tensors[0]["stats"]
+    assert stats["nan"] == 1 and stats["inf"] == 1 and stats["mean"] == pytest.approx(2.0)
+    assert tensors[0]["first"] == [1.0, "nan", "inf"]
+    assert tensors[1]["stats"]["max"] == 2.0 and tensors[1]["dtype"] == "int64"
+    assert others == [{"name": "aux.1", "type": "int", "repr": "7"}]
+
+
+def test_death_message() -> None:
+    msg = _death_message(-9, "loading", ["noise", "Fatal Python error: Aborted", "  File x"])
+    assert msg == "the worker process was killed by SIGKILL during loading (last output: noise)"
+    assert _death_message(3, "forward pass", []) == "the worker process exited with status 3 during the forward pass"
+
+
+def test_input_spec_syntax() -> None:
+    a, b = parse_input_specs("2,3,224,224;2@int64=randint:0:10")
+    assert a == InputSpec(shape=(2, 3, 224, 224))
+    assert b == InputSpec(shape=(2,), dtype="int64", fill="randint", low=0, high=10)
+    assert parse_input_specs("scalar@half=ones")[0] == InputSpec(shape=(), dtype="float16", fill="ones")
+    assert parse_input_specs("4=randint:5:9")[0].dtype == "int64"  # integer fills default to int64
+    assert parse_input_specs("4", dtype="bfloat16", fill="zeros")[0].text() == "4@bfloat16=zeros"
+    for bad, words in [("2,x", "'x' is not a size"), ("2@float99", "unknown dtype"), ("2=randint:3:3", "empty"),
+                       ("2;;3", "input 2 is empty"), ("2=gauss", "unknown fill"), ("", "empty input spec")]:
+        with pytest.raises(InputSpecError, match=words):
+            parse_input_specs(bad)
+
+
+def test_input_values_are_seeded_and_filled() -> None:
+    spec = InputSpec(shape=(1000,), dtype="int64", fill="randint", low=0, high=10)
+    values = make_array(spec, seed=1)
+    assert values.dtype == np.int64 and values.min() == 0 and values.max() == 9
+    assert np.array_equal(values, make_array(spec, seed=1)) and not np.array_equal(values, make_array(spec, 2))
+    normal = make_array(InputSpec(shape=(4000,)), seed=0, index=1)
+    assert abs(normal.mean()) < 0.1 and abs(normal.std() - 1) < 0.1
+    assert not np.array_equal(normal, make_array(InputSpec(shape=(4000,)), seed=0, index=0))
+    bf16 = to_torch(make_array(InputSpec(shape=(3,), dtype="bfloat16", fill="full", low=1.5)), "bfloat16", "cpu")
+    assert bf16.dtype == torch.bfloat16 and bf16.tolist() == [1.5, 1.5, 1.5]
+    assert make_array(InputSpec(shape=(2, 2), fill="uniform", low=5, high=6)).min() >= 5
+    meta = to_torch(make_array(InputSpec(shape=(2, 3))), "float16", "meta")
+    assert meta.is_meta and meta.dtype == torch.float16
+
+
+def test_input_files(tmp_path) -> None:
+    np.save(tmp_path / "x.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.savez(tmp_path / "xs.npz", first=np.ones(2), second=np.zeros((1, 4), dtype=np.int32))
+    assert [(n, a.shape) for n, a in load_input_file(str(tmp_path / "x.npy"))] == [("x", (2, 3))]
+    assert [(n, a.dtype) for n, a in load_input_file(str(tmp_path / "xs.npz"))] == [
+        ("first", np.float64), ("second", np.int32)]
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(InputSpecError, match="cannot read input file"):
+        load_input_file(str(tmp_path / "obj.npy"))
+
+
+def test_cli_errors_are_one_line(files: dict, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["run", files["sd.pt"], "--input-shape", "2,x"]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--input-shape" in err and "'x' is not a size" in err
+    assert cli.main(["run", files["sd.pt"], "--device", "tpu"]) != 0
+    assert "unknown device 'tpu'" in capsys.readouterr().err
+    assert cli.main(["run", files["full.pt"]]) != 0
+    assert "refusing to run a full-model pickle without --trust" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ accelerators
+
+
+def _real_run_on(device: str, files: dict) -> None:
+    result = run(RunRequest(files["sd.pt"], device=device, model=f"{files['code']}:MLP",
+                            inputs=parse_input_specs("8,20"), runs=5))
+    assert result["device"] == device and result["outputs"][0]["device"].startswith(device.split(":")[0])
+    expected = reference(files["mlp"], [InputSpec(shape=(8, 20))])
+    assert result["outputs"][0]["stats"]["mean"] == pytest.approx(float(expected.double().mean()), abs=1e-3)
+    assert result["peak_memory_bytes"] > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA: " + ("this torch build has no CUDA" if not torch.backends.cuda.is_built()
+                                         else "no CUDA device"))
+def test_run_on_cuda(files: dict) -> None:
+    _real_run_on("cuda:0", files)
+
+
+@pytest.mark.skipif(not torch.backends.mps.is_available(), reason="no MPS device (Apple silicon only)")
+def test_run_on_mps(files: dict) -> None:
+    _real_run_on("mps", files)
+
+
+def test_run_on_xla(files: dict) -> None:
+    pytest.importorskip("torch_xla", reason="torch_xla is not installed")
+    _real_run_on("xla:0", files)
