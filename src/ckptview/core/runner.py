@@ -116,22 +116,27 @@ def sniff_archive(path: str) -> str | None:
     return None
 
 
-def classify_source(path: str, model: str | None = None) -> SourceInfo:
-    """Decide how the worker will build the model: graph archive, state dict + code, or a full pickle."""
+def classify_source(path: str, model: str | None = None, checkpoint: Any = None) -> SourceInfo:
+    """Decide how the worker will build the model: graph archive, state dict + code, or a full pickle.
+
+    `checkpoint`, when the caller already opened `path`, saves reading its metadata again.
+    """
     kind = sniff_archive(path) if os.path.isfile(path) else None
     if kind is not None:
         return SourceInfo(kind, format=kind)
-    from ckptview.core import open_checkpoint
+    own = checkpoint is None
+    if own:
+        from ckptview.core import open_checkpoint
 
-    checkpoint = open_checkpoint(path)
+        checkpoint = open_checkpoint(path)
     try:
+        unsafe = list(checkpoint.unsafe_globals)
         if model:
-            return SourceInfo(STATE_DICT, list(checkpoint.unsafe_globals), checkpoint.format)
-        if checkpoint.unsafe_globals:
-            return SourceInfo(PICKLE, list(checkpoint.unsafe_globals), checkpoint.format)
-        return SourceInfo(STATE_DICT, [], checkpoint.format)
+            return SourceInfo(STATE_DICT, unsafe, checkpoint.format)
+        return SourceInfo(PICKLE if unsafe else STATE_DICT, unsafe, checkpoint.format)
     finally:
-        checkpoint.close()
+        if own:
+            checkpoint.close()
 
 
 def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
@@ -191,14 +196,16 @@ def _overlap(keys: Iterable[str], model_set: set[str]) -> int:
     return sum(1 for k in keys if k in model_set)
 
 
-def suggest_inputs(path: str) -> list[InputSpec] | None:
+def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
     """A guess at the input for a state dict: batch 2 of the first 2-D weight's in-features (no torch)."""
-    from ckptview.core import open_checkpoint
+    own = checkpoint is None
+    if own:
+        from ckptview.core import open_checkpoint
 
-    try:
-        checkpoint = open_checkpoint(path)
-    except CheckpointError:
-        return None
+        try:
+            checkpoint = open_checkpoint(path)
+        except CheckpointError:
+            return None
     try:
         _, tensors = find_state_dict(checkpoint)
         for name, info in tensors.items():
@@ -206,7 +213,8 @@ def suggest_inputs(path: str) -> list[InputSpec] | None:
                 return [InputSpec(shape=(2, int(info.shape[1])))]
         return None
     finally:
-        checkpoint.close()
+        if own:
+            checkpoint.close()
 
 
 # ---------------------------------------------------------------------------------------------------

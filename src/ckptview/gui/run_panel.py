@@ -1,0 +1,404 @@
+"""The "Run" side panel: pick a device, load the checkpoint there and run a test forward pass.
+
+The job is the core's `runner.run_iter` generator on a pool thread; that generator drives a separate
+worker process, so a crash, a hang or an OOM in the model never reaches the window. Cancel kills the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent, QStandardItemModel
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core import runner
+from ckptview.core.devices import DeviceInfo, parse_device
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import Progress
+from ckptview.core.run_inputs import InputSpecError, describe_inputs, parse_input_specs
+from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.workers import GeneratorWorker
+
+COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
+           "max |Δ| vs second")
+# Before the worker has listed the machine's devices, these two always exist.
+DEFAULT_DEVICES = [DeviceInfo("cpu", "cpu", True, description="CPU"),
+                   DeviceInfo("meta", "meta", True, description="shape-only dry run: no memory, no values")]
+SOURCE_WORDS = {runner.TORCHSCRIPT: "TorchScript archive: runs its own graph",
+                runner.EXPORT: "torch.export program (.pt2): runs its own graph",
+                runner.STATE_DICT: "state dict: give the model code below",
+                runner.PICKLE: "full-model pickle: running it imports code named in the file"}
+
+
+def ask_trust(parent: QWidget, path: str, unsafe_globals: list[str]) -> bool:
+    """The confirmation dialog for a full-model pickle, naming what loading it will import."""
+    names = "\n".join(f"  • {name}" for name in unsafe_globals[:30])
+    more = f"\n  … and {len(unsafe_globals) - 30} more" if len(unsafe_globals) > 30 else ""
+    answer = QMessageBox.warning(
+        parent, "Run code from this file?",
+        f"{os.path.basename(path)} is a full-model pickle. Loading it imports and runs:\n\n{names}{more}\n\n"
+        "Only continue if you trust where this file came from. It runs in a separate process.",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
+    return answer == QMessageBox.StandardButton.Yes
+
+
+class RunPanel(QWidget):
+    """Device, model source, input, runs and timeout; Run/Cancel; a table of the outputs."""
+
+    runFinished = Signal(object)  # the result dict
+    runFailed = Signal(str)  # the one-line error
+    devicesChanged = Signal()
+
+    def __init__(self, context: CheckpointContext | None = None, path: str | None = None,
+                 devices: list[DeviceInfo] | None = None,
+                 confirm_trust: Callable[[str, list[str]], bool] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.context = context
+        self.path = path or (context.path if context is not None else "")
+        self.confirm_trust = confirm_trust or (lambda p, names: ask_trust(self, p, names))
+        self.trusted_paths: set[str] = set()
+        self.result: dict[str, Any] | None = None
+        self.last_error = ""
+        self._worker: GeneratorWorker | None = None
+        self._probe: GeneratorWorker | None = None
+        self._probe_wanted = devices is None
+        self._prefill_wanted = True
+        self._source: runner.SourceInfo | None = None
+        self._build()
+        self.set_devices(devices or DEFAULT_DEVICES)
+        self._describe_source()
+        self.destroyed.connect(self._stop_workers_on_destroy)
+
+    # ------------------------------------------------------------------------------------ layout
+
+    def _build(self) -> None:
+        self.device_combo = QComboBox()
+        self.source_label = QLabel()
+        self.source_label.setWordWrap(True)
+        self.model_edit = QLineEdit()
+        self.model_edit.setPlaceholderText("package.module:factory  or  path/to/file.py:ClassName")
+        self.kwargs_edit = QLineEdit()
+        self.kwargs_edit.setPlaceholderText('keyword arguments as JSON, e.g. {"width": 256}')
+        self.input_edit = QLineEdit()
+        self.input_edit.setPlaceholderText("2,20   or   2,3,224,224;2@int64=randint:0:10")
+        self.input_edit.setToolTip("inputs separated by ';', each SHAPE[@DTYPE][=FILL]; fills: normal, zeros, "
+                                   "ones, full:V, uniform:LO:HI, randint:LO:HI")
+        self.runs_spin = QSpinBox()
+        self.runs_spin.setRange(1, 10_000)
+        self.runs_spin.setValue(10)
+        self.timeout_spin = QDoubleSpinBox()
+        self.timeout_spin.setRange(1, 24 * 3600)
+        self.timeout_spin.setDecimals(0)
+        self.timeout_spin.setSuffix(" s")
+        self.timeout_spin.setValue(runner.DEFAULT_TIMEOUT)
+        self.compare_edit = QLineEdit()
+        self.compare_edit.setPlaceholderText("optional: a second checkpoint of the same architecture")
+        browse = QPushButton("…")
+        browse.setToolTip("Run with another checkpoint: same input, shows the output difference")
+        browse.clicked.connect(self._browse_compare)
+        compare_row = QHBoxLayout()
+        compare_row.addWidget(self.compare_edit)
+        compare_row.addWidget(browse)
+
+        form = QFormLayout()
+        form.addRow("Device", self.device_combo)
+        form.addRow("Model", self.source_label)
+        form.addRow("Model code", self.model_edit)
+        form.addRow("Arguments", self.kwargs_edit)
+        form.addRow("Input", self.input_edit)
+        form.addRow("Timed runs", self.runs_spin)
+        form.addRow("Timeout", self.timeout_spin)
+        form.addRow("Compare with", compare_row)
+
+        self.run_button = QPushButton("Run")
+        self.run_button.clicked.connect(self.start_run)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel_run)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+
+        self.status_label = QLabel("")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.summary_label = QLabel("")
+        self.summary_label.setWordWrap(True)
+        self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status_label)
+        layout.addWidget(self.summary_label)
+        layout.addWidget(self.table, 1)
+
+    # ------------------------------------------------------------------------------------ devices
+
+    def set_devices(self, devices: list[DeviceInfo]) -> None:
+        """Fill the device combo; unavailable devices are greyed out with the reason as tooltip."""
+        current = self.device_combo.currentData()
+        self.device_combo.clear()
+        model = self.device_combo.model()
+        for dev in devices:
+            label = dev.name if dev.available else f"{dev.name} (unavailable)"
+            self.device_combo.addItem(label, dev.name)
+            row = self.device_combo.count() - 1
+            tip = dev.reason if not dev.available else ", ".join(
+                p for p in (dev.description, f"capability {dev.capability}" if dev.capability else "",
+                            f"{dev.free_memory / 2**30:.1f} GiB free" if dev.free_memory else "") if p)
+            self.device_combo.setItemData(row, tip, Qt.ItemDataRole.ToolTipRole)
+            if not dev.available and isinstance(model, QStandardItemModel):
+                item = model.item(row)
+                item.setEnabled(False)
+        names = [d.name for d in devices if d.available]
+        self.select_device(current if current in names else names[0] if names else "cpu")
+        self.devicesChanged.emit()
+
+    def select_device(self, name: str) -> bool:
+        """Select `name` when it is listed and available."""
+        index = self.device_combo.findData(name)
+        if index < 0 or not self._item_enabled(index):
+            return False
+        self.device_combo.setCurrentIndex(index)
+        return True
+
+    def _item_enabled(self, index: int) -> bool:
+        model = self.device_combo.model()
+        if isinstance(model, QStandardItemModel):
+            return model.item(index).isEnabled()
+        return True
+
+    def device(self) -> str:
+        """The chosen device name."""
+        return str(self.device_combo.currentData() or "cpu")
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        """Probe devices and read the input signature once, when the panel is first shown."""
+        super().showEvent(event)
+        if self._probe_wanted:
+            self._probe_wanted = False
+            self._probe = GeneratorWorker(runner.probe_devices)
+            self._probe.signals.returned.connect(self.set_devices)
+            self._probe.signals.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
+            self._probe.start()
+        if self._prefill_wanted:
+            self._prefill_wanted = False
+            self.prefill_inputs()
+
+    # ------------------------------------------------------------------------------------ source and inputs
+
+    def _describe_source(self) -> None:
+        if not self.path:
+            self.source_label.setText("no checkpoint")
+            return
+        try:
+            self._source = runner.classify_source(self.path, checkpoint=self._checkpoint())
+        except CheckpointError as exc:
+            self._source = None
+            self.source_label.setText(str(exc))
+            return
+        self.source_label.setText(SOURCE_WORDS[self._source.kind])
+        needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE)
+        self.model_edit.setEnabled(needs_code)
+        self.kwargs_edit.setEnabled(needs_code)
+
+    def _checkpoint(self) -> Any:
+        """The tab's already-opened checkpoint (saves re-reading its metadata on the GUI thread)."""
+        return self.context.checkpoint if self.context is not None and self.context.path == self.path else None
+
+    def prefill_inputs(self) -> None:
+        """Fill the input field from the graph (TorchScript/.pt2, read in a worker) or a first-layer guess."""
+        if self.input_edit.text() or not self.path or self._source is None:
+            return
+        if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
+            worker = GeneratorWorker(runner.inspect_inputs, self.path)
+            worker.signals.returned.connect(self._set_prefill)
+            worker.start()
+        else:
+            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+
+    def _set_prefill(self, specs: Any) -> None:
+        if specs and not self.input_edit.text():
+            self.input_edit.setText(describe_inputs(specs))
+
+    def _browse_compare(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Second checkpoint", os.path.dirname(self.path))
+        if path:
+            self.compare_edit.setText(path)
+
+    # ------------------------------------------------------------------------------------ running
+
+    def build_request(self) -> runner.RunRequest:
+        """The request from the fields; RunError (kind 'input') naming the bad field."""
+        try:
+            kwargs = json.loads(self.kwargs_edit.text() or "{}")
+        except ValueError as exc:
+            raise runner.RunError(f"arguments are not JSON: {exc}", kind="input") from None
+        if not isinstance(kwargs, dict):
+            raise runner.RunError("arguments must be a JSON object", kind="input")
+        try:
+            inputs = parse_input_specs(self.input_edit.text()) if self.input_edit.text().strip() else None
+        except InputSpecError as exc:
+            raise runner.RunError(f"input: {exc}", kind="input") from None
+        return runner.RunRequest(
+            path=self.path, device=parse_device(self.device()), model=self.model_edit.text().strip() or None,
+            model_kwargs=kwargs, inputs=inputs, runs=self.runs_spin.value(),
+            timeout=float(self.timeout_spin.value()), compare_path=self.compare_edit.text().strip() or None,
+            trust=self.path in self.trusted_paths)
+
+    def start_run(self) -> bool:
+        """Start the job off the GUI thread; False (with the reason shown) when it cannot start."""
+        if self.is_running():
+            return False
+        try:
+            request = self.build_request()
+            source = runner.classify_source(request.path, request.model, self._checkpoint())
+            if source.kind == runner.PICKLE and not request.trust:
+                if not self.confirm_trust(request.path, source.unsafe_globals):
+                    self._show_error("not run: the file was not trusted")
+                    return False
+                self.trusted_paths.add(request.path)
+                request.trust = True
+            runner.check_trust(source, request.trust, bool(request.model))
+        except CheckpointError as exc:
+            self._show_error(str(exc))
+            return False
+        self.result = None
+        self.table.setRowCount(0)
+        self.summary_label.setText("")
+        self.status_label.setText("starting the worker…")
+        self._set_running(True)
+        worker = GeneratorWorker(runner.run_iter, request)
+        worker.signals.yielded.connect(self._on_progress)
+        worker.signals.returned.connect(self._on_result)
+        worker.signals.errored.connect(lambda exc: self._show_error(str(exc)))
+        worker.signals.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
+        worker.signals.finished.connect(lambda: self._set_running(False))
+        self._worker = worker
+        worker.start()
+        return True
+
+    def cancel_run(self) -> None:
+        """Kill the worker process (the job notices within a poll interval)."""
+        if self._worker is not None:
+            self.status_label.setText("cancelling…")
+            self._worker.quit()
+
+    def is_running(self) -> bool:
+        """True while a job is in flight."""
+        return self._worker is not None and not self._worker.is_done
+
+    def _set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        if not running:
+            self._worker = None
+
+    def _stop_workers_on_destroy(self) -> None:
+        if self._worker is not None:
+            self._worker.quit()
+
+    def _on_progress(self, progress: object) -> None:
+        if isinstance(progress, Progress) and progress.message:
+            self.status_label.setText(f"{runner.phase_words(progress.message)}…")
+
+    def _show_error(self, message: str) -> None:
+        self.last_error = message
+        self.status_label.setText(f"<span style='color:#b00020'>{_escape(message)}</span>")
+        self.status_label.setToolTip(message)
+        self.runFailed.emit(message)
+
+    def _on_result(self, result: dict[str, Any]) -> None:
+        self.result = result
+        self.status_label.setText(f"done on {result['device']}")
+        self.summary_label.setText(summary_text(result))
+        diffs = {d["name"]: d for d in result.get("compare", {}).get("diff", [])}
+        self.table.setRowCount(len(result["outputs"]))
+        for row, out in enumerate(result["outputs"]):
+            stats = out.get("stats") or {}
+            diff = diffs.get(out["name"], {})
+            cells = [out["name"], "×".join(str(s) for s in out["shape"]) or "scalar", out["dtype"], out["device"],
+                     _num(stats.get("mean")), _num(stats.get("std")), _num(stats.get("min")),
+                     _num(stats.get("max")), str(stats.get("nan", "—")), str(stats.get("inf", "—")),
+                     ", ".join(_num(v) for v in (out.get("first") or [])),
+                     _num(diff.get("max_abs_diff")) if diff else ""]
+            for col, text in enumerate(cells):
+                self.table.setItem(row, col, QTableWidgetItem(text))
+        self.table.resizeColumnsToContents()
+        self.runFinished.emit(result)
+
+
+def summary_text(result: dict[str, Any]) -> str:
+    """Load report, latency and memory as a few lines."""
+    load = result["load"]
+    lines = [f"Loaded {load.get('tensors', 0)} tensors ({_bytes(load.get('bytes_moved'))}) onto "
+             f"{result['device']} in {result['load_seconds'] * 1000:.1f} ms"]
+    if load.get("cuda_allocated") is not None:
+        lines[0] += (f"; CUDA allocated {_bytes(load['cuda_allocated'])}, "
+                     f"reserved {_bytes(load.get('cuda_reserved'))}")
+    for key in ("missing", "unexpected", "mismatched"):
+        if load.get(key):
+            lines.append(f"{key.capitalize()} keys ({len(load[key])}): {', '.join(load[key][:8])}"
+                         + (" …" if len(load[key]) > 8 else ""))
+    if load.get("stripped_prefixes"):
+        lines.append(f"Stripped prefixes: {' '.join(load['stripped_prefixes'])}")
+    for item in load.get("unplaced", [])[:8]:
+        lines.append(f"Not placed: {item['name']} ({item['reason']})")
+    lat = result["latency_ms"]
+    lines.append(f"Latency {lat['median']:.3f} ms median (min {lat['min']:.3f}, max {lat['max']:.3f}; "
+                 f"{lat.get('runs')} runs after {lat.get('warmup')} warm-up)")
+    if result.get("peak_memory_bytes") is not None:
+        lines.append(f"Peak memory {_bytes(result['peak_memory_bytes'])} ({result.get('peak_memory_kind')})")
+    if "compare" in result:
+        lines.append(f"Second checkpoint: {os.path.basename(result['compare']['path'])}")
+    return "\n".join(lines)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _bytes(value: Any) -> str:
+    if value is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(value)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+register_panel("Run", RunPanel)

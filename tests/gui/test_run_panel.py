@@ -1,0 +1,143 @@
+"""The Run panel: device choice to result table, with the worker process driven off the GUI thread."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+from PySide6.QtCore import Qt
+
+from ckptview.core.devices import DeviceInfo, list_devices
+from ckptview.core.run_inputs import InputSpec, make_array, to_torch
+
+MODULE = "ckv_panel_models"
+CODE = textwrap.dedent('''
+    import os
+    from torch import nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = nn.Linear(20, 256)
+            self.act = nn.ReLU()
+            self.output = nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.output(self.act(self.hidden(x)))
+
+    class Marked(MLP):
+        def __setstate__(self, state):
+            open(os.path.join(os.path.dirname(__file__), "ran.marker"), "w").close()
+            super().__setstate__(state)
+''')
+
+
+@pytest.fixture
+def mlp_files(tmp_path):
+    (tmp_path / f"{MODULE}.py").write_text(CODE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import ckv_panel_models as models
+
+        torch.manual_seed(1)
+        mlp = models.MLP().eval()
+        torch.save(mlp.state_dict(), tmp_path / "sd.pt")
+        marked = models.Marked()
+        marked.load_state_dict(mlp.state_dict())
+        torch.save(marked, tmp_path / "full.pt")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(MODULE, None)
+    return {"dir": tmp_path, "mlp": mlp, "code": str(tmp_path / f"{MODULE}.py"),
+            "sd": str(tmp_path / "sd.pt"), "full": str(tmp_path / "full.pt")}
+
+
+def devices_with_missing_cuda() -> list[DeviceInfo]:
+    devices = [d for d in list_devices() if d.kind != "cuda"]
+    devices.insert(1, DeviceInfo("cuda", "cuda", False, reason="this torch build has no CUDA"))
+    return devices
+
+
+def test_device_choice_to_result(qtbot, mlp_files) -> None:
+    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.workers import wait_for_workers
+
+    panel = RunPanel(path=mlp_files["sd"], devices=devices_with_missing_cuda())
+    qtbot.addWidget(panel)
+    panel.show()
+    # an unavailable device is listed, greyed out, with the reason as tooltip, and cannot be chosen
+    cuda_row = panel.device_combo.findData("cuda")
+    assert panel.device_combo.itemText(cuda_row) == "cuda (unavailable)"
+    assert panel.device_combo.itemData(cuda_row, Qt.ItemDataRole.ToolTipRole) == "this torch build has no CUDA"
+    assert not panel.select_device("cuda")
+    assert panel.select_device("meta") and panel.device() == "meta"
+    panel.device_combo.setCurrentIndex(panel.device_combo.findData("cpu"))
+    assert panel.device() == "cpu"
+    # the state dict's first layer pre-fills the input
+    assert panel.input_edit.text() == "2,20@float32=normal"
+    assert "state dict" in panel.source_label.text()
+    qtbot.keyClicks(panel.model_edit, f"{mlp_files['code']}:MLP")
+    panel.runs_spin.setValue(3)
+
+    with qtbot.waitSignal(panel.runFinished, timeout=60_000) as blocker:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        assert not panel.run_button.isEnabled() and panel.cancel_button.isEnabled()  # GUI thread is free
+    result = blocker.args[0]
+    assert result["device"] == "cpu" and result["latency_ms"]["runs"] == 3
+
+    with torch.no_grad():
+        expected = mlp_files["mlp"](to_torch(make_array(InputSpec(shape=(2, 20))), "float32", "cpu")).double()
+    assert panel.table.rowCount() == 1
+    cells = [panel.table.item(0, c).text() for c in range(panel.table.columnCount())]
+    assert cells[:4] == ["output", "2×10", "float32", "cpu"]
+    assert cells[4] == f"{float(expected.mean()):.6g}" and cells[7] == f"{float(expected.max()):.6g}"
+    assert cells[8:10] == ["0", "0"]
+    assert "Loaded 4 tensors" in panel.summary_label.text() and "Latency" in panel.summary_label.text()
+    qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=5_000)
+    assert not panel.cancel_button.isEnabled()
+    wait_for_workers(10_000)
+
+
+def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> None:
+    from ckptview.gui.run_panel import RunPanel
+
+    asked: list[list[str]] = []
+
+    def refuse(path: str, names: list[str]) -> bool:
+        asked.append(names)
+        return False
+
+    panel = RunPanel(path=mlp_files["full"], devices=list_devices(), confirm_trust=refuse)
+    qtbot.addWidget(panel)
+    assert "full-model pickle" in panel.source_label.text()
+    panel.input_edit.setText("2,20")
+    with qtbot.waitSignal(panel.runFailed) as blocker:
+        assert panel.start_run() is False
+    assert blocker.args[0] == "not run: the file was not trusted"
+    assert f"{MODULE}.Marked" in asked[0]
+    assert not panel.is_running()
+    assert not os.path.exists(mlp_files["dir"] / "ran.marker")
+
+
+def test_bad_input_is_shown_without_starting_a_worker(qtbot, mlp_files) -> None:
+    from ckptview.gui.run_panel import RunPanel
+
+    panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
+    qtbot.addWidget(panel)
+    panel.input_edit.setText("2,x")
+    panel.model_edit.setText("m:MLP")
+    assert panel.start_run() is False
+    assert "'x' is not a size" in panel.last_error and not panel.is_running()
+    panel.input_edit.setText("2,20")
+    panel.model_edit.setText("")
+    assert panel.start_run() is False and "--model" in panel.last_error
+
+
+def test_registered_as_a_panel() -> None:
+    import ckptview.gui.run_panel  # noqa: F401 - registering happens at import
+    from ckptview.gui.panels import panels
+
+    assert any(p.title == "Run" for p in panels())
