@@ -18,6 +18,7 @@ READER_MODULES = (
     # folder and multi-file formats (sharded, distributed, exported programs)
     "ckptview.core.formats.hf_sharded",
     "ckptview.core.formats.dcp",
+    "ckptview.core.formats.torch_export",
 )
 
 
