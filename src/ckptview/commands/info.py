@@ -10,6 +10,7 @@ from typing import Any
 
 from ckptview.core.model import Checkpoint
 from ckptview.core.open import open_checkpoint
+from ckptview.core.optimizer import optimizers_json
 from ckptview.core.tree import short_repr
 from ckptview.core.units import human_bytes, human_count, shape_str
 
@@ -61,6 +62,7 @@ def info_dict(ckpt: Checkpoint, *, stats: bool = False) -> dict[str, Any]:
         "globals": list(ckpt.globals),
         "unsafe_globals": list(ckpt.unsafe_globals),
         "warnings": list(ckpt.warnings),
+        "optimizers": optimizers_json(ckpt),  # metadata only (reads nothing but 0-d step tensors)
     }
     for extra in ckpt.metadata.get("_info_extras", ()):  # e.g. optimizers, added by their modules
         out.update(extra(ckpt))

@@ -1,0 +1,616 @@
+"""Recognise optimizer state dicts and map their entries to the model's parameter names (Qt-free, no torch).
+
+An optimizer state dict is ``{"state": {id: {...}}, "param_groups": [{..., "params": [id, ...]}]}``.
+The ids are positions (``0..N-1``, torch >= 0.4), raw Python object ids (older torch) or names (FSDP's
+full optimizer state); whatever they are, their order in ``param_groups`` (groups concatenated) follows
+the parameters the optimizer was built with, which usually follow ``model.named_parameters()``.
+
+The mapping aligns that ordered list with the floating-point tensors of the model state dict found next
+to the optimizer (same file), skipping known buffers (``running_mean``, ``running_var``,
+``num_batches_tracked``, ...). Entries the optimizer did not receive (a frozen layer, an unknown buffer)
+may be skipped too; the shapes of the state tensors (``exp_avg`` has the parameter's shape) decide which.
+The result says how sure it is:
+
+- ``exact``: one alignment only, and every parameter with state has that state's shape;
+- ``by-order``: an alignment that fits every known shape, but others would fit too (or nothing to check);
+- ``none``: no model state dict in the file, or no alignment fits the shapes (names are then null).
+
+Metadata only: finding and mapping reads no tensor bytes; :func:`optimizers_json` reads the 0-d ``step``
+tensors (a few bytes each). The heavy figures (norms, effective step sizes) are a generator,
+:func:`iter_figures`, that the GUI runs in a worker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckptview.core import dtypes
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.model import Checkpoint, Node, PathKey, TensorInfo
+from ckptview.core.stats import Summary, iter_tensor_summary
+
+# Buffers modules register under these names; they sit in the state dict but are never parameters.
+KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
+                           "masked_bias"})
+# Where the model's weights sit beside an optimizer, most specific first.
+MODEL_KEYS = ("model_state_dict", "model_state", "state_dict", "model", "module", "net", "network",
+              "model_dict", "weights")
+# Per-parameter state that has the parameter's own shape.
+SHAPED_STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "exp_inf", "momentum_buffer", "square_avg",
+                "grad_avg", "acc_delta", "sum", "prev", "step_size", "ax")
+# The optimizer families told apart by their state keys (first match wins), documented in the README.
+KINDS = ("adam-like", "lion", "sgd-momentum", "sgd", "rmsprop", "adagrad", "adadelta", "adafactor", "asgd",
+         "rprop", "lbfgs", "unknown")
+EXACT_MEDIAN_LIMIT = 1 << 21  # above this many elements the effective-step median is taken from a sample
+_DP_CELL_LIMIT = 4_000_000  # beyond this the alignment is greedy (no uniqueness proof): "by-order" at best
+
+Shape = tuple[int, ...]
+
+
+@dataclass(eq=False)
+class ParamState:
+    """One parameter as the optimizer knows it: its id, group, state entries and (when mapped) its name."""
+
+    id: PathKey
+    group: int | None
+    index: int  # position in the concatenated param_groups lists
+    node: Node | None  # the state[id] container; None when the parameter has no state
+    name: str | None = None  # parameter name relative to the model state dict ("0.weight")
+    param: Node | None = None  # the model's tensor node
+
+    def entries(self) -> list[Node]:
+        """The state entries (``step``, ``exp_avg``, ...) in file order."""
+        return list(self.node.children) if self.node is not None else []
+
+    def entry(self, key: str) -> Node | None:
+        """The state entry called ``key``, if present."""
+        return next((c for c in self.entries() if c.key == key), None)
+
+    def state_tensors(self) -> list[tuple[str, TensorInfo]]:
+        """(key, tensor) of the state tensors other than the step counter."""
+        return [(str(c.key), c.tensor) for c in self.entries()
+                if c.kind == "tensor" and c.tensor is not None and c.key != "step"]
+
+    def shape_hint(self) -> Shape | None:
+        """The parameter's shape as the state tells it, or None when the state cannot tell."""
+        tensors = dict(self.state_tensors())
+        for key in SHAPED_STATE:
+            if key in tensors:
+                return tensors[key].shape
+        shapes = {t.shape for t in tensors.values() if t.shape}
+        return shapes.pop() if len(shapes) == 1 else None
+
+
+@dataclass(eq=False)
+class OptimizerState:
+    """An optimizer state dict found in a checkpoint, with its parameters mapped to names."""
+
+    node: Node
+    kind: str
+    mapping: str  # exact | by-order | none
+    groups: list[dict[str, Any]]  # hyper-parameters of each param group (without "params")
+    params: list[ParamState]
+    model: Node | None = None  # the model state dict the names come from
+    id_kind: str = "index"  # index | object-id | name
+    note: str = ""  # why the mapping is what it is, for a person
+
+    @property
+    def path(self) -> tuple[PathKey, ...]:
+        """Where the optimizer sits in the checkpoint tree."""
+        return self.node.path
+
+    @property
+    def label(self) -> str:
+        """The optimizer's contract name ("optimizer_state_dict", "optimizer_states.0")."""
+        return self.node.name or "(root)"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plain values out of nodes
+
+
+def scalar_value(info: TensorInfo) -> float | int | bool | None:
+    """The value of a one-element tensor (reads its few bytes), or None when unreadable."""
+    from ckptview.core.values import read_values
+
+    if info.numel != 1:
+        return None
+    try:
+        value = np.asarray(read_values(info)).reshape(-1)[0]
+    except (CheckpointError, ValueError, TypeError):
+        return None
+    if dtypes.is_complex(info.dtype):
+        return None
+    if info.dtype == "bool":
+        return bool(value)
+    if dtypes.is_floating(info.dtype):
+        return float(value)
+    return int(value)
+
+
+def plain(node: Node, read_scalars: bool = False, depth: int = 0) -> Any:
+    """A JSON-friendly copy of a small node: values as they are, tensors as shape/dtype (or read if 1 elem)."""
+    from ckptview.core.tree import short_repr
+
+    if node.kind == "tensor" and node.tensor is not None:
+        info = node.tensor
+        if read_scalars and info.numel == 1 and not info.broken:
+            value = scalar_value(info)
+            if value is not None:
+                return value
+        return {"shape": list(info.shape), "dtype": info.dtype}
+    if node.kind == "value":
+        value = node.value
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        return short_repr(value, 200)
+    if depth > 4:
+        return f"<{node.type_name}>"
+    if node.kind in ("list", "tuple", "set"):
+        return [plain(c, read_scalars, depth + 1) for c in node.children]
+    return {str(c.key): plain(c, read_scalars, depth + 1) for c in node.children}
+
+
+def _number(value: Any) -> Any:
+    """Whole floats as ints (a step counter saved as a float tensor is still a count)."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+def param_step(ps: ParamState) -> int | float | None:
+    """The parameter's step counter (reads a 0-d tensor), or None when it has none."""
+    node = ps.entry("step")
+    if node is None:
+        return None
+    if node.kind == "tensor" and node.tensor is not None:
+        return _number(scalar_value(node.tensor))
+    return _number(node.value) if isinstance(node.value, (int, float)) else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Recognition
+
+
+def _child(node: Node, key: PathKey) -> Node | None:
+    return next((c for c in node.children if c.key == key), None)
+
+
+def is_optimizer_node(node: Node) -> bool:
+    """True for ``{"state": dict, "param_groups": [dict, ...]}``."""
+    if node.kind not in ("dict", "object"):
+        return False
+    state, groups = _child(node, "state"), _child(node, "param_groups")
+    return (state is not None and state.kind in ("dict", "object")
+            and groups is not None and groups.kind in ("list", "tuple")
+            and all(g.kind in ("dict", "object") for g in groups.children))
+
+
+def classify(params: list[ParamState], groups: list[dict[str, Any]]) -> str:
+    """The optimizer family from its state keys (group hyper-parameters when nothing was stepped)."""
+    keys: set[str] = set()
+    momentum_tensor = False
+    for ps in params:
+        for entry in ps.entries():
+            keys.add(str(entry.key))
+            if entry.key == "momentum_buffer" and entry.kind == "tensor":
+                momentum_tensor = True
+    if "acc_delta" in keys:
+        return "adadelta"
+    if "square_avg" in keys:
+        return "rmsprop"
+    if "exp_avg_sq" in keys or "exp_inf" in keys:
+        return "adam-like"
+    if {"row_var", "col_var", "variance"} & keys:
+        return "adafactor"
+    if "sum" in keys:
+        return "adagrad"
+    if "momentum_buffer" in keys:
+        return "sgd-momentum" if momentum_tensor else "sgd"
+    if "exp_avg" in keys:
+        return "lion"  # first moment only, no second: Lion (and kin)
+    if {"eta", "mu", "ax"} & keys:
+        return "asgd"
+    if "prev" in keys and "step_size" in keys:
+        return "rprop"
+    if {"old_dirs", "func_evals", "n_iter"} & keys:
+        return "lbfgs"
+    return _classify_by_groups(groups)
+
+
+def _classify_by_groups(groups: list[dict[str, Any]]) -> str:
+    """Fallback for an optimizer that has no state yet: its group hyper-parameters tell the family."""
+    g = groups[0] if groups else {}
+    if "rho" in g:
+        return "adadelta"
+    if "centered" in g and "alpha" in g:
+        return "rmsprop"
+    if "lr_decay" in g:
+        return "adagrad"
+    if "dampening" in g:
+        return "sgd-momentum" if g.get("momentum") else "sgd"
+    if "betas" in g:
+        return "adam-like"
+    return "unknown"
+
+
+def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
+    """Every optimizer state dict in the checkpoint, mapped to parameter names (metadata only)."""
+    root = ckpt.root if isinstance(ckpt, Checkpoint) else ckpt
+    found = [n for n in root.walk() if is_optimizer_node(n)]
+    nodes = [n for n in found if not any(a in found for a in _ancestors(n))]
+    return [_build(n, set(map(id, nodes))) for n in nodes]
+
+
+def _ancestors(node: Node) -> Iterable[Node]:
+    parent = node.parent
+    while parent is not None:
+        yield parent
+        parent = parent.parent
+
+
+def _build(node: Node, optimizer_ids: set[int]) -> OptimizerState:
+    state = _child(node, "state")
+    groups_node = _child(node, "param_groups")
+    assert state is not None and groups_node is not None
+    by_id = {c.key: c for c in state.children}
+    params: list[ParamState] = []
+    groups: list[dict[str, Any]] = []
+    for g, group in enumerate(groups_node.children):
+        ids = _child(group, "params")
+        hyper = {str(c.key): plain(c, read_scalars=True) for c in group.children if c.key != "params"}
+        members = [] if ids is None else [c.value if c.kind == "value" else c.key for c in ids.children]
+        hyper["num_params"] = len(members)
+        groups.append(hyper)
+        for pid in members:
+            key = pid if isinstance(pid, (int, str)) else str(pid)
+            params.append(ParamState(key, g, len(params), by_id.pop(key, None)))
+    # State without a group (a hand-edited file): still listed, never mapped.
+    for key, entry in by_id.items():
+        params.append(ParamState(key, None, len(params), entry))
+    for ps in params:  # {} is "no state" too
+        if ps.node is not None and not ps.node.children:
+            ps.node = None
+    opt = OptimizerState(node, classify(params, groups), "none", groups, params)
+    opt.id_kind = _id_kind([p.id for p in params])
+    opt.model = find_model(node, optimizer_ids)
+    _map(opt)
+    return opt
+
+
+def _id_kind(ids: list[PathKey]) -> str:
+    if any(isinstance(i, str) for i in ids):
+        return "name"
+    ints = [i for i in ids if isinstance(i, int)]
+    return "index" if sorted(ints) == list(range(len(ints))) else "object-id"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The model beside the optimizer
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One tensor of the model state dict: its name relative to the model and its node."""
+
+    name: str
+    node: Node
+
+    @property
+    def shape(self) -> Shape:
+        assert self.node.tensor is not None
+        return self.node.tensor.shape
+
+
+def find_model(opt_node: Node, optimizer_ids: set[int] | None = None) -> Node | None:
+    """The model state dict that sits closest to the optimizer (sibling keys, then up the tree)."""
+    skip = optimizer_ids or {id(opt_node)}
+    child, anc = opt_node, opt_node.parent
+    while anc is not None:
+        if anc.kind in ("dict", "object"):
+            siblings = [c for c in anc.children if c is not child and not _holds_optimizer(c, skip)]
+            by_key = {c.key: c for c in siblings}
+            for key in MODEL_KEYS:
+                if key in by_key and model_entries(by_key[key]):
+                    return by_key[key]
+            named = [c for c in siblings if isinstance(c.key, str) and "model" in c.key.lower()
+                     and c.kind in ("dict", "object") and model_entries(c)]
+            if named:
+                return named[0]
+            if sum(1 for c in anc.children if c.kind == "tensor") >= 2:
+                return anc  # weights flat beside the optimizer: {"fc.weight": ..., "optimizer": {...}}
+        child, anc = anc, anc.parent
+    return None
+
+
+def _holds_optimizer(node: Node, optimizer_ids: set[int]) -> bool:
+    if node.kind not in ("dict", "object", "list", "tuple"):
+        return False
+    return any(id(n) in optimizer_ids for n in node.walk())
+
+
+def model_entries(model: Node) -> list[ModelEntry]:
+    """The model's tensors that may be parameters, in file order (buffers and integer tensors left out)."""
+    out: list[ModelEntry] = []
+    flat_root = any(is_optimizer_node(c) for c in model.children) or model.parent is None
+    stack: list[tuple[Node, str]] = [(c, "") for c in reversed(model.children)]
+    while stack:
+        node, prefix = stack.pop()
+        name = f"{prefix}{node.key}"
+        if node.kind == "tensor" and node.tensor is not None:
+            info = node.tensor
+            last = name.rsplit(".", 1)[-1]
+            if (dtypes.is_floating(info.dtype) or dtypes.is_complex(info.dtype)) and last not in KNOWN_BUFFERS:
+                out.append(ModelEntry(name, node))
+        elif node.kind in ("dict", "object") and not flat_root and not is_optimizer_node(node):
+            stack.extend((c, f"{name}.") for c in reversed(node.children))
+    if any(e.node.tensor is not None and e.node.tensor.is_parameter for e in out):
+        out = [e for e in out if e.node.tensor is not None and e.node.tensor.is_parameter]  # a pickled module
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Alignment
+
+
+def align(hints: list[Shape | None], shapes: list[Shape]) -> tuple[list[int] | None, bool]:
+    """Map params (shape hints, None = unknown) in order onto entries (shapes) in order, skipping entries.
+
+    Returns (entry index per param, or None when no monotone alignment fits; whether it is the only one).
+    Where several fit, each parameter goes to the *latest* entry that fits: the usual reason for skipping
+    a model tensor is a frozen layer left out of the optimizer, and frozen layers are usually the first
+    ones (a pretrained backbone), so skipped entries are put first.
+    """
+    n, m = len(hints), len(shapes)
+    picked, unique = _align_leftmost(hints[::-1], shapes[::-1])
+    if picked is None:
+        return None, False
+    return [m - 1 - j for j in reversed(picked)], unique and n <= m
+
+
+def _align_leftmost(hints: list[Shape | None], shapes: list[Shape]) -> tuple[list[int] | None, bool]:
+    n, m = len(hints), len(shapes)
+    slack = m - n
+    if slack < 0:
+        return None, False
+    if n == 0:
+        return [], True
+
+    def fits(i: int, j: int) -> bool:
+        return hints[i] is None or hints[i] == shapes[j]
+
+    if slack == 0:
+        return (list(range(n)), True) if all(fits(i, i) for i in range(n)) else (None, False)
+    if n * (slack + 1) > _DP_CELL_LIMIT:
+        return _greedy(hints, shapes), False
+    # ways[i][d]: alignments of params i.. when param i lands at entry >= i + d (capped at 2).
+    ways = [[0] * (slack + 2) for _ in range(n + 1)]
+    ways[n] = [1] * (slack + 1) + [0]
+    for i in range(n - 1, -1, -1):
+        row, below = ways[i], ways[i + 1]
+        for d in range(slack, -1, -1):
+            total = row[d + 1] + (below[d] if fits(i, i + d) else 0)
+            row[d] = 2 if total > 2 else total
+    if ways[0][0] == 0:
+        return None, False
+    out, d = [], 0
+    for i in range(n):
+        while not (fits(i, i + d) and ways[i + 1][d] > 0):
+            d += 1
+        out.append(i + d)
+    return out, ways[0][0] == 1
+
+
+def _greedy(hints: list[Shape | None], shapes: list[Shape]) -> list[int] | None:
+    out, j = [], 0
+    for i, hint in enumerate(hints):
+        last = len(shapes) - (len(hints) - i)  # leave room for the params after this one
+        while j <= last and hint is not None and shapes[j] != hint:
+            j += 1
+        if j > last:
+            return None
+        out.append(j)
+        j += 1
+    return out
+
+
+def _map(opt: OptimizerState) -> None:
+    """Fill in names and the mapping confidence."""
+    entries = model_entries(opt.model) if opt.model is not None else []
+    params = [p for p in opt.params if p.group is not None]
+    if not entries:
+        opt.note = "no model state dict found beside the optimizer"
+        return
+    if opt.id_kind == "name":
+        _map_by_name(opt, entries)
+        return
+    hints = [p.shape_hint() for p in params]
+    shapes = [e.shape for e in entries]
+    picked, unique = align(hints, shapes)
+    how = "parameters in model order"
+    if picked is None:  # groups that interleave (e.g. weights then biases): each group in order on its own
+        picked, unique = _align_per_group(params, hints, shapes)
+        how = "each param group in model order"
+    if picked is None:
+        opt.note = (f"{len(params)} parameters do not fit the {len(entries)} candidate tensors of "
+                    f"'{opt.model.name or '(root)'}' by shape")
+        return
+    for p, j in zip(params, picked, strict=True):
+        p.name, p.param = entries[j].name, entries[j].node
+    verified = sum(1 for h in hints if h is not None)
+    opt.mapping = "exact" if unique and verified else "by-order"
+    skipped = len(entries) - len(params)
+    opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
+                + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
+                + ("" if unique else "; other alignments fit too"))
+
+
+def _align_per_group(
+    params: list[ParamState], hints: list[Shape | None], shapes: list[Shape]
+) -> tuple[list[int] | None, bool]:
+    used: set[int] = set()
+    picked: list[int] = [0] * len(params)
+    unique_all = True
+    by_group: dict[int | None, list[int]] = {}
+    for i, p in enumerate(params):
+        by_group.setdefault(p.group, []).append(i)
+    for members in by_group.values():
+        free = [j for j in range(len(shapes)) if j not in used]
+        got, unique = align([hints[i] for i in members], [shapes[j] for j in free])
+        if got is None:
+            return None, False
+        unique_all &= unique
+        for i, k in zip(members, got, strict=True):
+            picked[i] = free[k]
+            used.add(free[k])
+    return picked, unique_all
+
+
+def _map_by_name(opt: OptimizerState, entries: list[ModelEntry]) -> None:
+    by_name = {e.name: e for e in entries}
+    ok = True
+    for p in opt.params:
+        p.name = str(p.id)
+        entry = by_name.get(p.name)
+        hint = p.shape_hint()
+        if entry is None or (hint is not None and hint != entry.shape):
+            ok = False
+        else:
+            p.param = entry.node
+    opt.mapping = "exact" if ok else "none"
+    opt.note = "state keyed by parameter name" + ("" if ok else "; some names or shapes are not in the model")
+
+
+# ---------------------------------------------------------------------------------------------------
+# info --json
+
+
+def optimizers_json(ckpt: Checkpoint) -> list[dict[str, Any]]:
+    """The ``"optimizers"`` list of ``info --json`` (reads only the 0-d step tensors)."""
+    out = []
+    for opt in find_optimizers(ckpt):
+        params = []
+        for p in opt.params:
+            state: dict[str, Any] = {}
+            for entry in p.entries():
+                key = str(entry.key)
+                if key == "step":
+                    state[key] = param_step(p)
+                else:
+                    state[key] = plain(entry)
+            params.append({"id": p.id, "name": p.name, "group": p.group, "state": state})
+        out.append({"path": list(opt.path), "kind": opt.kind, "mapping": opt.mapping,
+                    "param_groups": opt.groups, "params": params})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Figures (read values: run in a worker)
+
+
+@dataclass
+class ParamFigures:
+    """Figures of one parameter's state: step, L2 norm of each state tensor, effective Adam step size."""
+
+    index: int
+    step: int | float | None = None
+    norms: dict[str, float | None] = field(default_factory=dict)
+    eff_median: float | None = None
+    eff_max: float | None = None
+    eff_sampled: bool = False  # the median comes from a systematic sample (tensor above EXACT_MEDIAN_LIMIT)
+    error: str | None = None
+
+
+SummaryJob = Callable[[TensorInfo, CancelToken], Generator[Progress, None, Summary]]
+
+
+def _default_summary(info: TensorInfo, token: CancelToken) -> Generator[Progress, None, Summary]:
+    return iter_tensor_summary(info, token)
+
+
+def iter_figures(
+    opt: OptimizerState, token: CancelToken | None = None, summary: SummaryJob | None = None,
+    indices: Iterable[int] | None = None,
+) -> Generator[Progress | ParamFigures, None, list[ParamFigures]]:
+    """Per-parameter figures, one :class:`ParamFigures` yielded as each is done, Progress in between.
+
+    ``summary`` computes a tensor's statistics (the GUI passes its cached job so histograms reuse them).
+    """
+    token = token or CancelToken()
+    summary = summary or _default_summary
+    chosen = [opt.params[i] for i in indices] if indices is not None else opt.params
+    total = sum(info.numel for p in chosen for _, info in p.state_tensors()) or 1
+    done = 0
+    results = []
+    for p in chosen:
+        token.check()
+        fig = ParamFigures(p.index, step=param_step(p))
+        try:
+            for key, info in p.state_tensors():
+                s = yield from summary(info, token)
+                fig.norms[key] = s.stats.l2 if s.stats.numel else None
+                done += info.numel
+                yield Progress(done, total, "optimizer figures")
+            v = p.entry("max_exp_avg_sq") or p.entry("exp_avg_sq")
+            group = opt.groups[p.group] if p.group is not None else {}
+            if v is not None and v.tensor is not None:
+                res = yield from iter_effective_step(v.tensor, group, fig.step, token)
+                fig.eff_median, fig.eff_max, fig.eff_sampled = res
+        except CheckpointError as exc:
+            fig.error = str(exc)
+        results.append(fig)
+        yield fig
+    return results
+
+
+def iter_effective_step(
+    v: TensorInfo, group: dict[str, Any], step: int | float | None, token: CancelToken | None = None,
+    chunk_elems: int = 1 << 20, exact_limit: int = EXACT_MEDIAN_LIMIT,
+) -> Generator[Progress, None, tuple[float | None, float | None, bool]]:
+    """Median and max of lr / (sqrt(v / (1 - beta2**step)) + eps) over the second moment ``v``, streamed.
+
+    The max is exact (the smallest finite ``v`` gives it). The median is exact up to ``exact_limit``
+    elements; above, it is the median of a systematic sample of about ``exact_limit`` elements (every
+    k-th element in C order). Returns (None, None, False) when lr, betas, eps or step are missing.
+    """
+    from ckptview.core.values import iter_chunks
+
+    lr, eps, betas = group.get("lr"), group.get("eps"), group.get("betas")
+    if not isinstance(lr, (int, float)) or not isinstance(eps, (int, float)) or not step:
+        return None, None, False
+    beta2 = betas[1] if isinstance(betas, list) and len(betas) > 1 and isinstance(betas[1], (int, float)) else None
+    if beta2 is None:
+        return None, None, False
+    correction = 1.0 - float(beta2) ** float(step)
+    if correction <= 0:
+        return None, None, False
+    stride = max(1, math.ceil(v.numel / exact_limit))
+    kept: list[np.ndarray] = []
+    v_min = math.inf
+    pos = 0
+    for chunk in iter_chunks(v, chunk_elems):
+        if token is not None:
+            token.check()
+        x = np.asarray(chunk, dtype=np.float64).reshape(-1)
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            v_min = min(v_min, float(finite.min()))
+        sample = x[(-pos) % stride::stride] if stride > 1 else x
+        kept.append(sample[np.isfinite(sample)])
+        pos += x.size
+        yield Progress(pos, v.numel, "effective step")
+    if not math.isfinite(v_min):
+        return None, None, False
+    values = np.concatenate(kept) if kept else np.empty(0)
+
+    def eff(x: np.ndarray | float) -> Any:
+        return float(lr) / (np.sqrt(np.maximum(x, 0.0) / correction) + float(eps))
+
+    median = float(np.median(eff(values))) if values.size else None
+    return median, float(eff(v_min)), stride > 1
