@@ -8,6 +8,7 @@ import sys
 
 from ckptview.core.export import FORMATS, ExportResult, plan_export, run_export, select_tensors
 from ckptview.core.open import open_checkpoint
+from ckptview.core.safe_names import printable
 from ckptview.core.units import human_bytes
 
 
@@ -54,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
 def print_result(result: ExportResult) -> None:
     """What was written: a summary line, one `name -> file` line per tensor, then the notes (stderr)."""
     print(f"wrote {len(result.files)} tensors ({human_bytes(result.bytes_written)}) "
-          f"as {result.format} to {result.out}")
+          f"as {result.format} to {printable(result.out)}")
     base = result.out if os.path.isdir(result.out) else None
     for name, target in result.files.items():
         shown = os.path.relpath(target, base) if base else target
-        print(f"  {name} -> {shown}")
+        print(f"  {printable(name)} -> {printable(shown)}")
     if result.manifest:
         print(f"manifest: {result.manifest}")
     for note in result.notes:

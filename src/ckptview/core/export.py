@@ -27,7 +27,7 @@ from ckptview.core import export_safetensors as st
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry, TensorInfo
-from ckptview.core.safe_names import Deduplicator, is_safe_member, safe_file_stem
+from ckptview.core.safe_names import Deduplicator, is_safe_member, printable, safe_file_stem
 from ckptview.core.values import DEFAULT_CHUNK_ELEMS, iter_chunks
 
 FORMATS = ("npy", "npz", "safetensors")
@@ -114,7 +114,7 @@ def select_tensors(ckpt: Checkpoint, keys: Sequence[str] | None = None) -> list[
     for key in keys:
         matched = [i for i, e in enumerate(entries) if e.name == key or fnmatch.fnmatchcase(e.name, key)]
         if not matched:
-            raise ExportError(f"no tensor matches --key {key!r} (see `ckptview info` for the names)")
+            raise ExportError(f"no tensor matches --key {printable(key)!r} (see `ckptview info` for the names)")
         chosen.update(matched)
     return [entries[i] for i in sorted(chosen)]
 
@@ -177,7 +177,7 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
     usable = []
     for entry in entries:
         if entry.info.broken or entry.info.storage is None:
-            notes.append(f"skipped {entry.name}: {entry.info.broken or 'saved without data'}")
+            notes.append(f"skipped {printable(entry.name)}: {entry.info.broken or 'saved without data'}")
         else:
             usable.append(entry)
     if not usable:
@@ -188,12 +188,13 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
     targets = _targets([e.name for e in usable], fmt, single, os.path.basename(out))
     for entry, target in zip(usable, targets, strict=True):
         dtype, note = _dtype_choice(entry.info, fmt, exact_dtypes)
+        shown = printable(entry.name)
         items.append(ExportItem(entry.name, entry.info, target, dtype, _np_dtype(dtype),
-                                f"{entry.name}: {note}" if note else None))
+                                f"{shown}: {note}" if note else None))
         if fmt != "npy" and target != entry.name:
-            notes.append(f"{entry.name!r} stored under key {target!r} (unsafe or duplicate name)")
+            notes.append(f"'{shown}' stored under key '{printable(target)}' (unsafe or duplicate name)")
     if fmt == "safetensors" and (refused := [i for i in items if i.dtype not in st.CODES]):
-        shown = ", ".join(i.name for i in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+        shown = ", ".join(printable(i.name) for i in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
         raise ExportError(f"safetensors has no {refused[0].dtype} dtype ({shown}); "
                           "export to npy/npz or leave them out with --key")
     notes.extend(item.note for item in items if item.note)
@@ -203,16 +204,26 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
 
 
 def _targets(names: list[str], fmt: str, single: bool, out_name: str) -> list[str]:
+    """File names (npy) or keys (npz, safetensors) for `names`: safe, unique, deterministic."""
     if single:
         return [out_name]
     if fmt == "npy":
         # File systems may ignore case: 'W.npy' and 'w.npy' must not land on one file.
-        files = Deduplicator(casefold=True, reserved=(MANIFEST,))
-        return [files.take(safe_file_stem(name), ".npy") for name in names]
-    keys = Deduplicator(reserved=("__metadata__",) if fmt == "safetensors" else ())
-    # safetensors keys are JSON strings (any name is safe); npz keys become zip member paths.
-    safe = (lambda n: n) if fmt == "safetensors" else (lambda n: n if is_safe_member(n) else safe_file_stem(n))
-    return [keys.take(safe(name)) for name in names]
+        taken = Deduplicator(casefold=True, reserved=(MANIFEST,))
+        candidates = [safe_file_stem(name) for name in names]
+        suffix = ".npy"
+    else:
+        taken = Deduplicator(reserved=("__metadata__",) if fmt == "safetensors" else ())
+        # safetensors keys are JSON strings (any name is safe); npz keys become zip member paths.
+        candidates = [n if fmt == "safetensors" or is_safe_member(n) else safe_file_stem(n) for n in names]
+        suffix = ""
+    out: list[str | None] = [None] * len(names)
+    # Names usable as they are go first, so a rewritten hostile name never pushes a plain one aside.
+    for keep_first in (True, False):
+        for i, (name, stem) in enumerate(zip(names, candidates, strict=True)):
+            if (stem == name) is keep_first:
+                out[i] = taken.take(stem, suffix)
+    return [t for t in out if t is not None]
 
 
 # -- writing ---------------------------------------------------------------------------------------

@@ -70,3 +70,10 @@ class Deduplicator:
             candidate = f"{stem}~{n}{suffix}"
         self._used.add(self._key(candidate))
         return candidate
+
+
+def printable(name: str) -> str:
+    """`name` with control and other non-printable characters escaped (no terminal escape injection)."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
