@@ -7,6 +7,7 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckptview.core.errors import CheckpointFormatError, TensorDataError
@@ -87,6 +88,9 @@ class ZipMember:
         self.fmap, self.name = fmap, name
         self.header_offset, self.compress_type = header_offset, compress_type
         self.compress_size, self.file_size = compress_size, file_size
+        # Set by the reader to the bytes the storage needs: a member declaring (and inflating to)
+        # gigabytes behind a 16-byte storage is a zip bomb, so never inflate past this.
+        self.max_bytes: int | None = None
         self._data_offset: int | None = None
 
     def describe(self) -> str:
@@ -108,26 +112,62 @@ class ZipMember:
             return None
         return self.fmap.path, self.data_offset(), self.compress_size
 
-    def open_buffer(self) -> memoryview:
+    def _raw(self) -> memoryview:
         start = self.data_offset()
         if start + self.compress_size > self.fmap.size:
             raise TensorDataError(f"truncated zip: record '{self.name}' runs past the end of the file")
         raw = self.fmap.view()[start : start + self.compress_size]
+        if self.compress_type not in (0, 8):
+            raise TensorDataError(f"record '{self.name}' uses unsupported zip compression {self.compress_type}")
+        return raw
+
+    def _wanted(self) -> int:
+        return self.file_size if self.max_bytes is None else min(self.file_size, self.max_bytes)
+
+    def open_buffer(self) -> memoryview:
+        raw = self._raw()
         if self.compress_type == 0:
             return raw
-        if self.compress_type != 8:
-            raise TensorDataError(f"record '{self.name}' uses unsupported zip compression {self.compress_type}")
-        # Inflate no more than the declared size: a zip bomb cannot make us allocate beyond it,
-        # and the declared size was already checked against what the tensor needs.
+        # Inflate no more than the declared size, and no more than the storage needs: a zip bomb
+        # cannot make us allocate beyond what the tensor itself accounts for.
+        want = self._wanted()
         inflater = zlib.decompressobj(-15)
         try:
-            out = inflater.decompress(raw, self.file_size)
+            out = inflater.decompress(raw, want)
         except zlib.error as exc:
             raise TensorDataError(f"corrupt zip: record '{self.name}' does not inflate ({exc})") from None
-        if len(out) != self.file_size:
+        if len(out) != want:
             raise TensorDataError(f"corrupt zip: record '{self.name}' inflates to {len(out)} bytes, "
                                   f"declared {self.file_size}")
         return memoryview(out)
+
+    def iter_inflated(self, start: int, length: int, block: int) -> Iterator[bytes]:
+        """`length` bytes from `start` of a compressed member, inflated `block` bytes at a time."""
+        raw = self._raw()
+        if start < 0 or start + length > self._wanted():
+            raise TensorDataError(f"record '{self.name}' is shorter than the view needs")
+        inflater = zlib.decompressobj(-15)
+        fed, step, skip, buf = 0, 1 << 20, start, bytearray()
+        try:
+            while length > 0:
+                need = min(block, length)
+                while len(buf) < need:  # buf never holds more than two blocks
+                    if inflater.unconsumed_tail:
+                        chunk = inflater.decompress(inflater.unconsumed_tail, block)
+                    elif fed < len(raw) and not inflater.eof:
+                        chunk = inflater.decompress(raw[fed : fed + step], block)
+                        fed += step
+                    else:
+                        raise TensorDataError(f"corrupt zip: record '{self.name}' ends early")
+                    if skip:
+                        drop = min(skip, len(chunk))
+                        chunk, skip = chunk[drop:], skip - drop
+                    buf += chunk
+                yield bytes(buf[:need])
+                del buf[:need]
+                length -= need
+        except zlib.error as exc:
+            raise TensorDataError(f"corrupt zip: record '{self.name}' does not inflate ({exc})") from None
 
     def read_all(self, limit: int) -> bytes:
         """The member's bytes (for pickles and small records), refusing more than `limit`."""

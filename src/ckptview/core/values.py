@@ -96,6 +96,10 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
     if info.is_contiguous and source_range is not None:
         yield from _read_contiguous(info, source_range, chunk_elems)
         return
+    if info.is_contiguous and hasattr(info.storage.source, "iter_inflated"):
+        # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
+        yield from _inflate_contiguous(info, chunk_elems)
+        return
     arr = read_values(info)
     if arr.ndim == 0:
         yield arr.reshape(1).copy()
@@ -132,3 +136,14 @@ def _read_contiguous(info: TensorInfo, source_range: tuple[str, int, int],
                 raise TensorDataError("cannot read values: file ended early (truncated)")
             yield _finish(np.frombuffer(raw, dtype=base_dtype), info)
             remaining -= n
+
+
+def _inflate_contiguous(info: TensorInfo, chunk_elems: int) -> Iterator[np.ndarray]:
+    base_dtype = _base_dtype(info)
+    itemsize = base_dtype.itemsize
+    if info.offset < 0 or (info.offset + info.numel) > info.storage.numel:
+        raise TensorDataError("cannot read values: view runs past its storage")
+    blocks = info.storage.source.iter_inflated(info.offset * itemsize, info.numel * itemsize,
+                                               chunk_elems * itemsize)
+    for raw in blocks:
+        yield _finish(np.frombuffer(raw, dtype=base_dtype), info)

@@ -103,6 +103,7 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
             storage.broken = f"storage '{record}' missing"
         else:
             storage.source = member
+            member.max_bytes = storage.nbytes  # inflate no more than the storage accounts for
             if member.file_size < storage.nbytes:
                 storage.broken = f"storage '{record}' holds {member.file_size} bytes, needs {storage.nbytes}"
         cache[key] = storage
