@@ -1,0 +1,611 @@
+"""The comparison tab: summary, a sortable filterable table, relative change per tensor, overlaid histograms.
+
+Ways in (registered at import, see :mod:`ckptview.gui.panels`): ``ckptview --diff A B``, Tools > Compare
+With… (the current tab against a file) and Tools > Compare Two Open Tabs…. The view opens its own
+copies of both files (metadata only), so closing a checkpoint tab never pulls the bytes from under a
+running comparison. All reading and arithmetic runs in workers (``ckptview.core.diff``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core.diff import DiffProgress, DiffResult, TensorDiff, diff_chunks, iter_compare, plan_diff
+from ckptview.core.histogram import Histogram, iter_exact_histogram, iter_tensor_histogram
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.model import TensorInfo
+from ckptview.core.open import open_checkpoint
+from ckptview.core.stats import iter_tensor_summary
+from ckptview.gui import panels
+from ckptview.gui.workers import GeneratorWorker
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+STATUS_COLORS = {
+    "identical": "#d9f2d9", "changed": "#ffe0b3", "dtype_mismatch": "#fff5b3", "shape_mismatch": "#e6ccff",
+    "only_a": "#ffcccc", "only_b": "#cce0ff", "error": "#ff9999", "pending": "#eeeeee",
+}
+# Column key, header.
+COLUMNS = (
+    ("order", "#"), ("name", "Name"), ("status", "Status"), ("rel_l2", "Rel. change"),
+    ("max_abs_diff", "Max |B−A|"), ("mean_abs_diff", "Mean |B−A|"), ("cosine", "Cosine"),
+    ("frac_changed", "Changed"), ("shape_a", "Shape A"), ("shape_b", "Shape B"), ("dtype_a", "Dtype A"),
+    ("dtype_b", "Dtype B"),
+)
+COLUMN = {key: i for i, (key, _) in enumerate(COLUMNS)}
+HIST_BINS = 100
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:.4g}"
+
+
+def _shape(s: list[int] | None) -> str:
+    return "" if s is None else " × ".join(map(str, s)) or "scalar"
+
+
+class DiffTableModel(QAbstractTableModel):
+    """One row per aligned tensor of a DiffResult; figures fill in as the worker completes rows."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.rows: list[TensorDiff] = []
+
+    def set_result(self, result: DiffResult) -> None:
+        """Show the rows of ``result`` (statuses known from metadata, figures pending)."""
+        self.beginResetModel()
+        self.rows = list(result.tensors)
+        self.endResetModel()
+
+    def row_updated(self, row: int) -> None:
+        """The worker finished row ``row``."""
+        self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section][1]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        key = COLUMNS[index.column()][0]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(row, key, index.row())
+        if role == SORT_ROLE:
+            if key == "order":
+                return index.row()
+            if key in ("name", "status", "dtype_a", "dtype_b"):
+                return str(getattr(row, key) or "")
+            if key in ("shape_a", "shape_b"):
+                shape = getattr(row, key)
+                return float(math.prod(shape)) if shape is not None else -1.0
+            value = getattr(row, key)
+            # Not comparable sorts below every figure, whatever the direction of a descending sort.
+            return float(value) if value is not None and not math.isnan(value) else -math.inf
+        if role == Qt.ItemDataRole.BackgroundRole and key == "status":
+            return QBrush(QColor(STATUS_COLORS.get(row.status, "#ffffff")))
+        if role == Qt.ItemDataRole.ForegroundRole and key == "status":
+            return QBrush(QColor("#000000"))
+        if role == Qt.ItemDataRole.ToolTipRole:
+            parts = [f"A: {row.name_a or '—'}", f"B: {row.name_b or '—'}"]
+            if row.error:
+                parts.append(row.error)
+            if row.nonfinite_changed:
+                parts.append(f"{row.nonfinite_changed} positions differ in NaN/Inf (left out of the figures)")
+            return "\n".join(parts)
+        if role == Qt.ItemDataRole.TextAlignmentRole and key not in ("name", "status", "dtype_a", "dtype_b"):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    @staticmethod
+    def _display(row: TensorDiff, key: str, index: int) -> str:
+        if key == "order":
+            return str(index + 1)
+        if key in ("name", "status", "dtype_a", "dtype_b"):
+            return str(getattr(row, key) or "")
+        if key in ("shape_a", "shape_b"):
+            return _shape(getattr(row, key))
+        if key == "frac_changed":
+            return "" if row.frac_changed is None else f"{100 * row.frac_changed:.2f}%"
+        return _fmt(getattr(row, key))
+
+
+class DiffFilterProxy(QSortFilterProxyModel):
+    """Filters by a substring of the name and by status ("" all, "differences", or one status)."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.text = ""
+        self.status = ""
+        self.setSortRole(SORT_ROLE)
+        self.setDynamicSortFilter(False)  # rows filling in must not reshuffle the table under the user
+
+    def set_filter(self, text: str | None = None, status: str | None = None) -> None:
+        """Change the name filter and/or the status filter."""
+        # beginFilterChange/endFilterChange replace the deprecated invalidateFilter (Qt >= 6.9).
+        begin = getattr(self, "beginFilterChange", None)
+        if begin is not None:
+            begin()
+        if text is not None:
+            self.text = text.strip().lower()
+        if status is not None:
+            self.status = status
+        if begin is not None:
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:
+            self.invalidateRowsFilter()
+
+    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex | QPersistentModelIndex) -> bool:
+        model = self.sourceModel()
+        assert isinstance(model, DiffTableModel)
+        row = model.rows[source_row]
+        if self.status == "differences" and row.status == "identical":
+            return False
+        if self.status not in ("", "differences") and row.status != self.status:
+            return False
+        return not self.text or self.text in row.name.lower()
+
+
+def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
+             mapping: Sequence[tuple[str, str]], token: CancelToken) -> Generator[Any, None, DiffResult]:
+    """Open both files, yield the plan (with the opened checkpoints), then the comparison's progress."""
+    a = open_checkpoint(path_a)
+    handed = False
+    try:
+        b = open_checkpoint(path_b)
+        try:
+            result = plan_diff(a, b, strip_a, strip_b, mapping)
+            handed = True
+            yield ("plan", result, (a, b))
+        finally:
+            if not handed:
+                b.close()
+    finally:
+        if not handed:
+            a.close()
+    return (yield from iter_compare(result, token))
+
+
+def histogram_job(ia: TensorInfo | None, ib: TensorInfo | None,
+                  token: CancelToken) -> Generator[Progress, None, dict[str, Histogram | None]]:
+    """Histograms of A and B over one common range, and of B − A when the shapes agree."""
+    summaries = {}
+    for side, info in (("a", ia), ("b", ib)):
+        if info is not None:
+            summaries[side] = yield from iter_tensor_summary(info, token)
+    lows = [s.stats.min for s in summaries.values() if s.stats.min is not None]
+    highs = [s.stats.max for s in summaries.values() if s.stats.max is not None]
+    value_range = (float(min(lows)), float(max(highs))) if lows else None
+    out: dict[str, Histogram | None] = {"a": None, "b": None, "diff": None}
+    for side, info in (("a", ia), ("b", ib)):
+        if info is not None:
+            out[side] = yield from iter_tensor_histogram(info, HIST_BINS, value_range=value_range,
+                                                         summary=summaries[side], token=token)
+    if ia is not None and ib is not None and tuple(ia.shape) == tuple(ib.shape):
+        out["diff"] = yield from iter_exact_histogram(lambda: diff_chunks(ia, ib), HIST_BINS,
+                                                      total=ia.numel, token=token)
+    return out
+
+
+class _Resources:
+    """What a view must release when Qt deletes it (a plain object: the widget may already be gone)."""
+
+    def __init__(self) -> None:
+        self.workers: list[GeneratorWorker] = []
+        self.checkpoints: tuple[Any, ...] = ()
+
+    def release(self, *_args: Any) -> None:
+        for worker in self.workers:
+            worker.quit()
+        for ckpt in self.checkpoints:
+            ckpt.close()
+        self.checkpoints = ()
+
+
+class DiffView(QWidget):
+    """A comparison of two checkpoint files, computed in a worker with progress and cancel."""
+
+    planned = Signal(object)  # DiffResult with statuses, figures pending
+    finished = Signal(object)  # the completed DiffResult
+    failed = Signal(str)
+    histograms_ready = Signal(object)  # {"a": Histogram|None, "b": ..., "diff": ...}
+
+    def __init__(self, path_a: str, path_b: str, strip_a: str | None = None, strip_b: str | None = None,
+                 mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path_a, self.path_b = os.path.abspath(path_a), os.path.abspath(path_b)
+        self.strip_a, self.strip_b, self.mapping = strip_a, strip_b, list(mapping)
+        self.result: DiffResult | None = None
+        self.histograms: dict[str, Histogram | None] = {}
+        self._res = _Resources()
+        self.destroyed.connect(self._res.release)
+        self._worker: GeneratorWorker | None = None
+        self._hist_worker: GeneratorWorker | None = None
+        self._build()
+        self._plot_timer = QTimer(self, singleShot=True, interval=250)
+        self._plot_timer.timeout.connect(self.update_plot)
+
+    # --- building --------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.header = QLabel(f"<b>A</b> {self.path_a}<br><b>B</b> {self.path_b}")
+        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.summary_label = QLabel("opening…")
+        self.summary_label.setObjectName("diffSummary")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setMaximumWidth(220)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        top = QHBoxLayout()
+        top.addWidget(self.summary_label, 1)
+        top.addWidget(self.progress)
+        top.addWidget(self.cancel_button)
+
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter names…")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.status_combo = QComboBox()
+        self.status_combo.addItem("All tensors", "")
+        self.status_combo.addItem("Differences only", "differences")
+        for status in ("changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "identical"):
+            self.status_combo.addItem(status, status)
+        filters = QHBoxLayout()
+        filters.addWidget(self.filter_edit, 1)
+        filters.addWidget(self.status_combo)
+
+        self.model = DiffTableModel(self)
+        self.proxy = DiffFilterProxy(self)
+        self.proxy.setSourceModel(self.model)
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(COLUMN["order"], Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(COLUMN["name"], QHeaderView.ResizeMode.Stretch)
+        self.table.selectionModel().currentRowChanged.connect(self._on_current)
+        self.filter_edit.textChanged.connect(lambda text: self.proxy.set_filter(text=text))
+        self.status_combo.currentIndexChanged.connect(
+            lambda _i: self.proxy.set_filter(status=self.status_combo.currentData()))
+
+        self.rel_plot = pg.PlotWidget()
+        self.rel_plot.setLabel("left", "relative change ‖B−A‖/‖A‖")
+        self.rel_plot.setLabel("bottom", "tensor (model order)")
+        self.rel_curve = self.rel_plot.plot([], [], pen=pg.mkPen("#888888"), symbol="o", symbolSize=5,
+                                            symbolBrush="#e67300")
+        self.rel_curve.sigPointsClicked.connect(self._on_points_clicked)
+        self.rel_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#3366cc"))
+        self.rel_marker.hide()
+        self.rel_plot.addItem(self.rel_marker)
+        self.log_y = QCheckBox("log scale")
+        self.log_y.toggled.connect(self.update_plot)
+        rel_box = QWidget()
+        rel_layout = QVBoxLayout(rel_box)
+        rel_layout.setContentsMargins(0, 0, 0, 0)
+        rel_layout.addWidget(self.rel_plot, 1)
+        rel_layout.addWidget(self.log_y)
+
+        self.hist_label = QLabel("Select a row to compare the values of A and B.")
+        self.hist_plot = pg.PlotWidget()
+        self.hist_plot.setLabel("left", "count")
+        self.hist_plot.setLabel("bottom", "value")
+        self.hist_plot.addLegend()
+        self.diff_plot = pg.PlotWidget()
+        self.diff_plot.setLabel("left", "count")
+        self.diff_plot.setLabel("bottom", "B − A")
+        hist_box = QWidget()
+        hist_layout = QVBoxLayout(hist_box)
+        hist_layout.setContentsMargins(0, 0, 0, 0)
+        hist_layout.addWidget(self.hist_label)
+        hist_layout.addWidget(self.hist_plot, 1)
+        hist_layout.addWidget(self.diff_plot, 1)
+
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(rel_box)
+        bottom.addWidget(hist_box)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(self.table)
+        self.splitter.addWidget(bottom)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.header)
+        layout.addLayout(top)
+        layout.addLayout(filters)
+        layout.addWidget(self.splitter, 1)
+
+    # --- the comparison job ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Open both files and compare them in a worker."""
+        self.cancel()
+        worker = GeneratorWorker(diff_job, self.path_a, self.path_b, self.strip_a, self.strip_b, self.mapping)
+        worker.signals.yielded.connect(self._on_yielded)
+        worker.signals.returned.connect(self._on_returned)
+        worker.signals.errored.connect(self._on_errored)
+        worker.signals.aborted.connect(self._on_aborted)
+        self._worker = worker
+        self._res.workers.append(worker)
+        self.cancel_button.setEnabled(True)
+        self.progress.show()
+        worker.start()
+
+    def cancel(self) -> None:
+        """Stop the running comparison; rows already compared keep their figures."""
+        if self._worker is not None and not self._worker.is_done:
+            self._worker.quit()
+
+    @property
+    def busy(self) -> bool:
+        """True while the comparison runs."""
+        return self._worker is not None and not self._worker.is_done
+
+    def _mine(self) -> bool:
+        return self._worker is not None and self.sender() is self._worker.signals
+
+    def _on_yielded(self, item: Any) -> None:
+        if not self._mine():
+            return
+        if isinstance(item, tuple) and item and item[0] == "plan":
+            _, result, ckpts = item
+            self._res.checkpoints = ckpts
+            self.result = result
+            self.model.set_result(result)
+            self.update_summary()
+            self.update_plot()
+            self.planned.emit(result)
+            return
+        if isinstance(item, DiffProgress):
+            self.progress.setValue(int(1000 * item.fraction))
+            if item.index >= 0:
+                self.model.row_updated(item.index)
+                self.update_summary()
+                if not self._plot_timer.isActive():
+                    self._plot_timer.start()
+
+    def _on_returned(self, result: DiffResult) -> None:
+        if not self._mine():
+            return
+        self.result = result
+        self._done()
+        self.update_summary()
+        self.update_plot()
+        self.finished.emit(result)
+
+    def _on_errored(self, exc: BaseException) -> None:
+        if not self._mine():
+            return
+        self._done()
+        text = str(exc) or type(exc).__name__
+        self.summary_label.setText(f"<span style='color:#b00000'>cannot compare: {text}</span>")
+        self.failed.emit(text)
+
+    def _on_aborted(self) -> None:
+        if not self._mine():
+            return
+        self._done()
+        self.update_summary(suffix=" — cancelled")
+
+    def _done(self) -> None:
+        self.progress.hide()
+        self.cancel_button.setEnabled(False)
+        self.table.setSortingEnabled(True)
+        self.proxy.invalidate()  # figures arrived: re-sort by the column the user chose
+
+    # --- summary and plot ------------------------------------------------------------------------
+    def update_summary(self, suffix: str = "") -> None:
+        """Counts per status and the overall relative change."""
+        if self.result is None:
+            return
+        al = self.result.alignment
+        counts = self.result.summary()
+        parts = [f"<span style='background:{STATUS_COLORS.get(s, '#fff')};color:#000'>&nbsp;{n} {s}&nbsp;</span>"
+                 for s, n in sorted(counts.items(), key=lambda kv: _status_rank(kv[0]))]
+        overall = self.result.overall_rel_l2()
+        text = f"{len(self.result.tensors)} tensors: " + " ".join(parts)
+        if overall is not None:
+            text += f" &nbsp; overall relative change <b>{_fmt(overall)}</b>"
+        strips = []
+        if al.strip_a or al.strip_b:
+            strips.append(f"stripped A: <code>{al.strip_a or '(nothing)'}</code>, B: <code>{al.strip_b or '(nothing)'}</code>")
+        if al.not_compared_a or al.not_compared_b:
+            strips.append(f"not compared (outside the model weights): A {len(al.not_compared_a)}, "
+                          f"B {len(al.not_compared_b)}")
+        if strips:
+            text += "<br>" + "; ".join(strips)
+        self.summary_label.setText(text + suffix)
+
+    def rel_series(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row index, rel_l2) of every row with a finite relative change, in model order."""
+        rows = self.model.rows
+        xs = [i for i, r in enumerate(rows) if r.rel_l2 is not None and math.isfinite(r.rel_l2)]
+        return np.array(xs, dtype=float), np.array([rows[i].rel_l2 for i in xs], dtype=float)
+
+    def update_plot(self) -> None:
+        """Redraw relative change per tensor."""
+        x, y = self.rel_series()
+        log = self.log_y.isChecked()
+        if log:
+            keep = y > 0
+            x, y = x[keep], y[keep]
+        self.rel_plot.setLogMode(x=False, y=log)
+        self.rel_curve.setData(x, y, data=x.astype(int))
+
+    def _on_points_clicked(self, _curve: Any, points: Any, *_args: Any) -> None:
+        if len(points):
+            self.select_row(int(points[0].data()))
+
+    # --- selection and histograms ----------------------------------------------------------------
+    def select_row(self, source_row: int) -> None:
+        """Select the row of source index ``source_row`` (model order)."""
+        index = self.proxy.mapFromSource(self.model.index(source_row, 0))
+        if index.isValid():
+            self.table.setCurrentIndex(index)
+            self.table.scrollTo(index)
+
+    def current_row(self) -> TensorDiff | None:
+        """The selected row's TensorDiff, if any."""
+        index = self.proxy.mapToSource(self.table.currentIndex())
+        return self.model.rows[index.row()] if index.isValid() else None
+
+    def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        source = self.proxy.mapToSource(current)
+        if not source.isValid():
+            return
+        row = self.model.rows[source.row()]
+        self.rel_marker.setValue(source.row())
+        self.rel_marker.show()
+        if self._hist_worker is not None:
+            self._hist_worker.quit()
+        self.hist_label.setText(f"{row.name}: computing histograms…")
+        self.histograms = {}
+        worker = GeneratorWorker(histogram_job, row.info_a, row.info_b)
+        worker.signals.returned.connect(lambda h, w=worker, r=row: self._on_histograms(w, r, h))
+        worker.signals.errored.connect(lambda e, w=worker, r=row: self._on_hist_error(w, r, e))
+        self._hist_worker = worker
+        self._res.workers.append(worker)
+        self._res.workers = [w for w in self._res.workers if not w.is_done or w is worker]
+        worker.start()
+
+    def _on_histograms(self, worker: GeneratorWorker, row: TensorDiff, hists: dict[str, Histogram | None]) -> None:
+        if worker is not self._hist_worker:
+            return  # a newer selection owns the plots
+        self.histograms = hists
+        self.hist_plot.clear()
+        self.diff_plot.clear()
+        for side, color in (("a", (51, 102, 204)), ("b", (230, 115, 0))):
+            h = hists.get(side)
+            if h is not None:
+                self.hist_plot.plot(h.edges, h.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(color),
+                                    brush=pg.mkBrush(*color, 70), name=side.upper())
+        d = hists.get("diff")
+        if d is not None:
+            self.diff_plot.plot(d.edges, d.counts, stepMode="center", fillLevel=0, pen=pg.mkPen("#444"),
+                                brush=pg.mkBrush(120, 120, 120, 110))
+        note = "" if d is not None else " (no B − A: the shapes differ or one side is missing)"
+        self.hist_label.setText(f"{row.name}: A (blue) and B (orange) over one range; B − A below{note}")
+        self.histograms_ready.emit(hists)
+
+    def _on_hist_error(self, worker: GeneratorWorker, row: TensorDiff, exc: BaseException) -> None:
+        if worker is self._hist_worker:
+            self.hist_label.setText(f"{row.name}: cannot read values: {exc}")
+
+    def overlay_counts(self) -> dict[str, np.ndarray | None]:
+        """The histogram counts on show (tests read the plots through this)."""
+        return {k: (None if h is None else h.counts) for k, h in self.histograms.items()}
+
+
+def _status_rank(status: str) -> int:
+    order = ("changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "pending", "identical")
+    return order.index(status) if status in order else len(order)
+
+
+# --- ways in ---------------------------------------------------------------------------------------
+def open_diff(window: Any, path_a: str, path_b: str) -> DiffView:
+    """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
+    view = DiffView(path_a, path_b)
+    title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
+    window.add_tab(view, title, f"A: {view.path_a}\nB: {view.path_b}")
+    view.start()
+    return view
+
+
+def compare_with(window: Any, other: str | None = None) -> DiffView | None:
+    """Tools > Compare With…: the current checkpoint tab (A) against a file picked by the user (B)."""
+    tab = window.current_tab()
+    if tab is None:
+        window.statusBar().showMessage("Open a checkpoint first: Compare With… compares the current tab.", 8000)
+        return None
+    if other is None:
+        other, _ = QFileDialog.getOpenFileName(window, f"Compare {os.path.basename(tab.path)} with…",
+                                               os.path.dirname(tab.path))
+        if not other:
+            return None
+    return open_diff(window, tab.path, other)
+
+
+def compare_open_tabs(window: Any) -> DiffView | None:
+    """Tools > Compare Two Open Tabs…: the two tabs when there are two, else pick them in a dialog."""
+    tabs = window.checkpoint_tabs()
+    if len(tabs) < 2:
+        window.statusBar().showMessage("Open two checkpoints to compare them.", 8000)
+        return None
+    if len(tabs) == 2:
+        return open_diff(window, tabs[0].path, tabs[1].path)
+    dialog = TabPairDialog([t.path for t in tabs], window)
+    if dialog.exec() != QDialog.DialogCode.Accepted:
+        return None
+    a, b = dialog.paths()
+    return open_diff(window, a, b)
+
+
+class TabPairDialog(QDialog):
+    """Pick A and B among the open checkpoint tabs."""
+
+    def __init__(self, paths: list[str], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Compare two open checkpoints")
+        self.combo_a, self.combo_b = QComboBox(), QComboBox()
+        for combo in (self.combo_a, self.combo_b):
+            for path in paths:
+                combo.addItem(os.path.basename(path), path)
+        self.combo_b.setCurrentIndex(1)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form = QFormLayout(self)
+        form.addRow("A", self.combo_a)
+        form.addRow("B", self.combo_b)
+        form.addRow(buttons)
+
+    def paths(self) -> tuple[str, str]:
+        """The chosen (A, B)."""
+        return self.combo_a.currentData(), self.combo_b.currentData()
+
+
+panels.set_diff_handler(open_diff)
+panels.register_action("Tools", "Compare With…", compare_with)
+panels.register_action("Tools", "Compare Two Open Tabs…", compare_open_tabs)

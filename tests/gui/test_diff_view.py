@@ -1,0 +1,113 @@
+"""The comparison tab driven with qtbot: open a diff, sort, filter, select a row, read the overlay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from guihelpers import wait_settled
+from PySide6.QtCore import Qt
+
+from ckptview.gui import panels
+from ckptview.gui.diff_view import COLUMN, DiffView, compare_open_tabs, compare_with
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("This plugin does not support")]
+
+
+@pytest.fixture
+def pair(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    sd = {"enc.w": torch.randn(40, 30, generator=g), "enc.b": torch.zeros(30),
+          "head.w": torch.randn(10, 40, generator=g), "gone": torch.ones(3)}
+    torch.save(sd, tmp_path / "a.pth")
+    sd_b = {"module." + k: v.clone() for k, v in sd.items() if k != "gone"}
+    sd_b["module.enc.w"] += 0.001 * torch.randn(40, 30, generator=g)
+    sd_b["module.head.w"] += 0.5 * torch.randn(10, 40, generator=g)  # the layer that moved most
+    sd_b["module.new"] = torch.zeros(2)
+    torch.save(sd_b, tmp_path / "b.pth")
+    return str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), sd, sd_b
+
+
+def open_view(qtbot, a: str, b: str) -> DiffView:
+    view = DiffView(a, b)
+    qtbot.addWidget(view)
+    with qtbot.waitSignal(view.finished, timeout=20_000):
+        view.start()
+    return view
+
+
+def test_sort_select_and_overlay(qtbot, pair):
+    a, b, sd, sd_b = pair
+    view = open_view(qtbot, a, b)
+    assert "module." in view.summary_label.text() and "2 changed" in view.summary_label.text()
+    assert view.result.summary() == {"changed": 2, "identical": 1, "only_a": 1, "only_b": 1}
+    # Sort by relative change, largest first: head.w moved most.
+    view.table.sortByColumn(COLUMN["rel_l2"], Qt.SortOrder.DescendingOrder)
+    first = view.proxy.index(0, COLUMN["name"]).data()
+    assert first == "head.w"
+    assert view.proxy.index(1, COLUMN["name"]).data() == "enc.w"
+    # The plot shows relative change in model order.
+    x, y = view.rel_series()
+    assert list(x) == [0, 1, 2] and y[2] == max(y)
+    # Select the top row: the overlay gets A and B on one range, and B - A.
+    with qtbot.waitSignal(view.histograms_ready, timeout=20_000):
+        view.table.selectRow(0)
+    assert view.current_row().name == "head.w"
+    counts = view.overlay_counts()
+    ta, tb = sd["head.w"].double().numpy().ravel(), sd_b["module.head.w"].double().numpy().ravel()
+    lo, hi = min(ta.min(), tb.min()), max(ta.max(), tb.max())
+    assert np.array_equal(counts["a"], np.histogram(ta, 100, (lo, hi))[0])
+    assert np.array_equal(counts["b"], np.histogram(tb, 100, (lo, hi))[0])
+    d = (sd_b["module.head.w"].double() - sd["head.w"].double()).numpy().ravel()
+    assert np.array_equal(counts["diff"], np.histogram(d, 100, (d.min(), d.max()))[0])
+    assert len(view.hist_plot.plotItem.listDataItems()) == 2
+    # Filters: by name and by status.
+    view.filter_edit.setText("enc")
+    assert view.proxy.rowCount() == 2
+    view.filter_edit.clear()
+    view.status_combo.setCurrentIndex(view.status_combo.findData("only_b"))
+    assert view.proxy.rowCount() == 1 and view.proxy.index(0, COLUMN["name"]).data() == "new"
+    view.status_combo.setCurrentIndex(view.status_combo.findData("differences"))
+    assert view.proxy.rowCount() == 4
+
+
+def test_one_sided_row_shows_one_histogram(qtbot, pair):
+    a, b, _, _ = pair
+    view = open_view(qtbot, a, b)
+    row = next(i for i, r in enumerate(view.model.rows) if r.status == "only_a")
+    with qtbot.waitSignal(view.histograms_ready, timeout=20_000):
+        view.select_row(row)
+    counts = view.overlay_counts()
+    assert counts["b"] is None and counts["diff"] is None and counts["a"].sum() == 3
+
+
+def test_error_is_shown_in_place(qtbot, tmp_path, pair):
+    a, _, _, _ = pair
+    (tmp_path / "junk.pth").write_text("not a checkpoint at all")
+    view = DiffView(a, str(tmp_path / "junk.pth"))
+    qtbot.addWidget(view)
+    with qtbot.waitSignal(view.failed, timeout=20_000):
+        view.start()
+    assert "not a checkpoint" in view.summary_label.text()
+
+
+def test_ways_in_from_the_window(qtbot, window, pair):
+    a, b, _, _ = pair
+    assert panels.diff_handler() is not None
+    window.open_diff(a, b)  # what `ckptview --diff A B` calls
+    view = window.tabs.currentWidget()
+    assert isinstance(view, DiffView)
+    qtbot.waitUntil(lambda: not view.busy, timeout=20_000)
+    tabs = window.open_paths([a, b])
+    for tab in tabs:
+        wait_settled(qtbot, tab)
+    view2 = compare_open_tabs(window)
+    assert isinstance(view2, DiffView) and (view2.path_a, view2.path_b) == (tabs[0].path, tabs[1].path)
+    window.tabs.setCurrentWidget(tabs[1])
+    view3 = compare_with(window, a)
+    assert (view3.path_a, view3.path_b) == (tabs[1].path, view.path_a)
+    for v in (view2, view3):
+        qtbot.waitUntil(lambda v=v: not v.busy, timeout=20_000)
+    window.close_tab(window.tabs.indexOf(view3))  # closing releases the view's files
+    assert any(a.text() == "Compare With…" for a in window.menu("Tools").actions())
