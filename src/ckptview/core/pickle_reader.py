@@ -11,6 +11,7 @@ Every failure (truncation, stack underflow, bad memo index, unhashable key, ...)
 
 from __future__ import annotations
 
+import _compat_pickle
 import codecs
 import functools
 import struct
@@ -20,8 +21,10 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
 
-# Python 2 module names that pickle's fix_imports maps to their Python 3 home.
-_RENAMED_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg", "exceptions": "builtins"}
+# Python 2 names that pickle's fix_imports maps to their Python 3 home (protocols 0-2): the same
+# table the real Unpickler uses, so `commands.Popen` is reported as the `subprocess.Popen` it runs.
+_RENAMED_MODULES = {**_compat_pickle.IMPORT_MAPPING, "exceptions": "builtins"}
+_RENAMED_NAMES = _compat_pickle.NAME_MAPPING
 
 MAX_STRING_LINE = 1 << 20  # text opcodes (protocol 0) end with a newline within this many bytes
 
@@ -118,6 +121,7 @@ class SafeUnpickler:
         self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
         self._result: Any = None
+        self.proto = 0  # until a PROTO opcode says otherwise (protocols 0 and 1 have none)
         self._stopped = False
         self._dispatch: dict[int, Callable[[], None]] = {}
         for op, opname in _OPNAMES.items():
@@ -178,7 +182,11 @@ class SafeUnpickler:
 
     # -- globals and calls ------------------------------------------------------------------------
     def _global(self, module: str, name: str) -> Any:
-        module = _RENAMED_MODULES.get(module, module)
+        if self.proto < 3:
+            if (module, name) in _RENAMED_NAMES:
+                module, name = _RENAMED_NAMES[(module, name)]
+            else:
+                module = _RENAMED_MODULES.get(module, module)
         ref = GlobalRef(module, name)
         self.globals_seen.setdefault(ref.dotted, None)
         if self.resolve_global is not None and ref.dotted not in self.emulators:
@@ -242,6 +250,7 @@ class SafeUnpickler:
         proto = self._read(1)[0]
         if proto > 5:
             raise self._fail(f"unsupported pickle protocol {proto}")
+        self.proto = proto
 
     def _op_frame(self) -> None:
         self._read(8)
