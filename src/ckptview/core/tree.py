@@ -14,6 +14,9 @@ from ckptview.core.model import Node, PathKey, TensorInfo
 from ckptview.core.pickle_reader import GlobalRef, StubObject
 
 MAX_NODES = 5_000_000
+# Real checkpoints nest a few dozen levels. Deeper content is cut: every node's path costs its
+# depth, so a 100,000-deep nesting with a leaf per level would make listing its names quadratic.
+MAX_DEPTH = 1_000
 REPR_LIMIT = 100_000
 
 _MODULE_PARTS = ("_parameters", "_buffers", "_modules")
@@ -99,19 +102,19 @@ def _is_container_like(value: Any) -> bool:
     return isinstance(value, (dict, list, tuple, StubObject, TensorInfo, set, frozenset))
 
 
-def build_tree(obj: Any, *, max_nodes: int = MAX_NODES) -> Node:
+def build_tree(obj: Any, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> Node:
     """The Node tree of an unpickled object graph."""
     root = Node(key="", kind="value")
     count = 0
     active: set[int] = set()  # ids of the containers on the current path: a repeat is a cycle
     # Depth-first with an explicit stack; an int on the stack marks leaving that container.
-    work: list[tuple[Node, Any] | int] = [(root, obj)]
+    work: list[tuple[Node, Any, int] | int] = [(root, obj, 0)]
     while work:
         item = work.pop()
         if isinstance(item, int):
             active.discard(item)
             continue
-        node, value = item
+        node, value, depth = item
         count += 1
         if count > max_nodes:
             raise CheckpointFormatError(
@@ -128,6 +131,9 @@ def build_tree(obj: Any, *, max_nodes: int = MAX_NODES) -> Node:
         if id(value) in active:
             node.kind, node.value = "value", CycleRef(node.type_name)
             continue
+        if depth >= max_depth:
+            node.kind, node.value = "value", DepthLimit(node.type_name, max_depth)
+            continue
         node.kind = _kind(value)
         active.add(id(value))
         work.append(id(value))
@@ -135,7 +141,7 @@ def build_tree(obj: Any, *, max_nodes: int = MAX_NODES) -> Node:
         for key, child in children:
             child_node = Node(key=path_key(key), kind="value")
             node.add(child_node)
-            pending.append((child_node, child))
+            pending.append((child_node, child, depth + 1))
         work.extend(reversed(pending))
     return root
 
@@ -148,6 +154,16 @@ class CycleRef:
 
     def __repr__(self) -> str:
         return f"<cycle: the enclosing {self.type_name}>"
+
+
+class DepthLimit:
+    """A container nested deeper than the tree shows: its content is cut, this marker says so."""
+
+    def __init__(self, type_name: str, depth: int) -> None:
+        self.type_name, self.depth = type_name, depth
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name} nested deeper than {self.depth} levels: not shown>"
 
 
 def _kind(value: Any) -> str:
