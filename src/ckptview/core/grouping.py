@@ -52,51 +52,53 @@ def group_tree(root: Node) -> Row:
     """The display rows of `root`, dotted string keys nested by module path, with subtree totals."""
     top = Row("", root, "", root.kind, None)
     stack: list[tuple[Node, Row]] = [(root, top)]
+    tensors: list[Row] = []
     while stack:
         node, row = stack.pop()
-        groups: dict[tuple[str, ...], Row] = {}
+        groups: dict[str, Row] = {}
+        prefix_name = f"{row.name}." if row.name else ""
         for child in node.children:
             key = child.key
             if isinstance(key, str) and "." in key:
-                *prefix, label = key.split(".")
-                parent = _group_for(row, tuple(prefix), groups)
+                prefix, _, label = key.rpartition(".")
+                parent = groups.get(prefix) or _group_for(row, prefix, groups)
             else:
                 label, parent = str(key), row
-            name = f"{row.name}.{key}" if row.name else str(key)
-            child_row = Row(label, child, name, child.kind, parent)
+            child_row = Row(label, child, f"{prefix_name}{key}", child.kind, parent)
             parent.children.append(child_row)
             if child.children:
                 stack.append((child, child_row))
-    _add_totals(top)
+            if child.kind == "tensor" and child.tensor is not None:
+                tensors.append(child_row)
+    _add_totals(top, tensors)
     return top
 
 
-def _group_for(row: Row, prefix: tuple[str, ...], groups: dict[tuple[str, ...], Row]) -> Row:
-    """The group row for `prefix` under `row`, creating the missing levels in first-seen order."""
+def _group_for(row: Row, prefix: str, groups: dict[str, Row]) -> Row:
+    """The group row for the dotted `prefix` under `row`, creating missing levels in first-seen order."""
     found = groups.get(prefix)
     if found is not None:
         return found
-    parent = row if len(prefix) == 1 else _group_for(row, prefix[:-1], groups)
-    label = prefix[-1]
-    name = f"{parent.name}.{label}" if parent.name else label
-    group = Row(label, None, name, "group", parent)
+    head, _, label = prefix.rpartition(".")
+    parent = _group_for(row, head, groups) if head else row
+    group = Row(label, None, f"{parent.name}.{label}" if parent.name else label, "group", parent)
     parent.children.append(group)
     groups[prefix] = group
     return group
 
 
-def _add_totals(top: Row) -> None:
-    # Post-order without recursion: a checkpoint may nest deeper than Python's recursion limit.
-    order = list(top.walk())
-    for row in reversed(order):
-        node = row.node
-        if node is not None and node.kind == "tensor" and node.tensor is not None:
-            info = node.tensor
-            row.tensors, row.numel, row.nbytes = 1, info.numel, info.nbytes
-        for child in row.children:
-            row.tensors += child.tensors
-            row.numel += child.numel
-            row.nbytes += child.nbytes
+def _add_totals(top: Row, tensors: list[Row]) -> None:
+    # Push each tensor's numbers up its ancestor chain: no recursion (checkpoints may nest deeply),
+    # and the work is proportional to tensors x depth rather than to a full post-order pass.
+    for row in tensors:
+        info = row.node.tensor  # type: ignore[union-attr]
+        numel, nbytes = info.numel, info.nbytes
+        up: Row | None = row
+        while up is not None:
+            up.tensors += 1
+            up.numel += numel
+            up.nbytes += nbytes
+            up = up.parent
 
 
 def find_row(top: Row, name: str) -> Row | None:

@@ -6,6 +6,7 @@ import html
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, QModelIndex, QPoint, Qt, QTimer, Signal
@@ -42,16 +43,31 @@ from ckptview.gui.workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
-COLUMN_WIDTHS = (300, 120, 80, 80, 95, 60)
+COLUMN_WIDTHS = (300, 150, 80, 80, 95, 64)
 
 
-def open_and_group(path: str) -> tuple[Checkpoint, Row]:
+@dataclass
+class Opened:
+    """What the worker hands the tab: the checkpoint and everything derived from it that costs time."""
+
+    checkpoint: Checkpoint
+    top: Row
+    sharing: dict[str, list[str]]
+    leaf_count: int
+
+
+def prepare(checkpoint: Checkpoint) -> Opened:
+    """Group rows, sharing and counts for `checkpoint` (O(tensors): kept off the GUI thread)."""
+    top = group_tree(checkpoint.root)
+    leaves = sum(1 for r in top.walk() if not r.children and r is not top)
+    return Opened(checkpoint, top, checkpoint.sharing(), leaves)
+
+
+def open_and_prepare(path: str) -> Opened:
     """Worker side of opening: read the metadata and build the display rows (never on the GUI thread)."""
     from ckptview.core import open_checkpoint
 
-    checkpoint = open_checkpoint(path)
-    checkpoint.tensors()  # warm the cache here rather than on the GUI thread
-    return checkpoint, group_tree(checkpoint.root)
+    return prepare(open_checkpoint(path))
 
 
 class CheckpointTab(QWidget):
@@ -106,7 +122,7 @@ class CheckpointTab(QWidget):
     def start(self) -> None:
         """Open the file in a worker thread."""
         self._started = time.perf_counter()
-        worker = GeneratorWorker(open_and_group, self.path)
+        worker = GeneratorWorker(open_and_prepare, self.path)
         worker.signals.returned.connect(self._on_opened)
         worker.signals.errored.connect(self._on_error)
         self._worker = worker
@@ -125,11 +141,12 @@ class CheckpointTab(QWidget):
             worker.signals.returned.disconnect(self._on_opened)
             worker.signals.errored.disconnect(self._on_error)
             # The reader cannot be interrupted mid-parse; release its file maps when it is done.
-            worker.signals.returned.connect(lambda result: result[0].close())
+            worker.signals.returned.connect(lambda opened: opened.checkpoint.close())
 
-    def _on_opened(self, result: tuple[Checkpoint, Row]) -> None:
+    def _on_opened(self, opened: Opened) -> None:
         self._worker = None
-        self.checkpoint, self.top = result
+        self.checkpoint, self.top, self._leaf_count = opened.checkpoint, opened.top, opened.leaf_count
+        self._sharing = opened.sharing
         try:
             self._build_ready_page()
         except Exception as exc:  # a bug in a view must not take the other tabs down
@@ -232,7 +249,7 @@ class CheckpointTab(QWidget):
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
         self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
 
-        self.detail = DetailPanel(self.checkpoint)
+        self.detail = DetailPanel(self.checkpoint, self._sharing)
         self.detail.tensor_link_activated.connect(self.select_name)
         self.side_tabs = QTabWidget()
         self.side_tabs.setObjectName("sideTabs")
@@ -252,7 +269,6 @@ class CheckpointTab(QWidget):
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setSizes([700, 420])
         box.addWidget(self.splitter, 1)
-        self._leaf_count = sum(1 for r in self.top.walk() if not r.children and r is not self.top)
         self._update_match_label()
         self.stack.addWidget(page)
         self.stack.setCurrentWidget(page)

@@ -37,10 +37,11 @@ class DetailPanel(QTextBrowser):
 
     tensor_link_activated = Signal(str)
 
-    def __init__(self, checkpoint: Checkpoint, parent: QWidget | None = None) -> None:
+    def __init__(self, checkpoint: Checkpoint, sharing: dict[str, list[str]] | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.checkpoint = checkpoint
-        self._sharing: dict[str, list[str]] | None = None
+        self._sharing = sharing
         self.setOpenLinks(False)
         self.anchorClicked.connect(self._on_anchor)
         self.setObjectName("detailPanel")

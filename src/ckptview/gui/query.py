@@ -1,7 +1,7 @@
 """The filter box's little language (Qt-free): words narrow the tree, all must match.
 
 - ``attn``            substring of the full name (case-insensitive)
-- ``*.q_proj.weight`` glob over the full name (``* ? [..]``)
+- ``*.q_proj.weight`` glob over the full name or a dotted tail of it (``* ? [..]``)
 - ``/layers\\.\\d+\\.mlp/`` or ``re:...``  regular expression searched in the full name
 - ``768x3072``, ``*x768``, ``shape:768``, ``shape:()``  shape, ``*`` is any one dimension
 - ``float16``, ``bf16``, ``dtype:int*``  dtype (aliases fp32/fp16/bf16/half/double/long accepted)
@@ -92,7 +92,8 @@ def _term(word: str) -> Predicate:
 def _name_term(text: str) -> Predicate:
     needle = text.lower()
     if any(ch in needle for ch in "*?["):
-        pattern = re.compile(fnmatch.translate(needle))
+        # Anchored at a dot boundary, so `layers.*.bias` also finds `state_dict.model.layers.0.bias`.
+        pattern = re.compile(r"(?:.*\.)?" + fnmatch.translate(needle))
         return lambda row: pattern.match(row.search_name) is not None
     return lambda row: needle in row.search_name
 
@@ -151,19 +152,26 @@ def _device_term(text: str) -> Predicate:
                         and needle in row.node.tensor.device.lower())
 
 
-def visible_rows(top: Row, query: Query) -> tuple[set[int], int]:
-    """ids of the rows to show (matches and their ancestors) and the number of matching leaves."""
-    visible: set[int] = set()
+def visible_rows(top: Row, query: Query, rows: list[Row] | None = None) -> tuple[set[int], int]:
+    """ids of the rows to show (matches and their ancestors) and the number of matching leaves.
+
+    `rows` is `list(top.walk())` when the caller keeps it (the tree model does, for speed).
+    """
+    rows = list(top.walk()) if rows is None else rows
+    predicates = query.predicates
+    if len(predicates) == 1:
+        matched = list(filter(predicates[0], rows))
+    else:
+        matched = [row for row in rows if all(p(row) for p in predicates)]
+    visible: set[int] = {id(top)}
     count = 0
-    matches = query.matches
-    for row in top.walk():
-        if row is top or not matches(row):
+    for row in matched:
+        if row is top:
             continue
         if not row.children:
             count += 1
-        parent: Row | None = row
-        while parent is not None and id(parent) not in visible:
-            visible.add(id(parent))
-            parent = parent.parent
-    visible.add(id(top))
+        up: Row | None = row
+        while up is not None and id(up) not in visible:
+            visible.add(id(up))
+            up = up.parent
     return visible, count

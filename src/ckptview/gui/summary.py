@@ -45,13 +45,13 @@ class SummaryHeader(QWidget):
         form.setVerticalSpacing(2)
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in bytes_by_dtype(checkpoint)) or "—"
+        params = parameter_count(checkpoint)
         self.facts = {
             "File": os.path.basename(checkpoint.path) or checkpoint.path,
             "Format": checkpoint.format,
             "File size": f"{human_bytes(checkpoint.file_size)} ({checkpoint.file_size:,} bytes)",
             "Tensors": f"{top.tensors:,}",
-            "Parameters": f"{parameter_count(checkpoint):,} ({human_count(parameter_count(checkpoint))})"
-            if parameter_count(checkpoint) >= 10_000_000 else f"{parameter_count(checkpoint):,}",
+            "Parameters": f"{params:,} ({human_count(params)})" if params >= 10_000_000 else f"{params:,}",
             "Bytes by dtype": dtypes,
         }
         for key, value in self.facts.items():

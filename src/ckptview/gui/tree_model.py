@@ -47,6 +47,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         super().__init__(parent)
         self.top = top
         self._visible: set[int] | None = None  # None: no filter
+        self._flat: list[Row] | None = None  # every row, kept for filtering
         self.match_count = top.tensors
         self._sort_column, self._sort_order = -1, Qt.SortOrder.AscendingOrder
         self._kids: dict[int, list[Row]] = {}
@@ -226,7 +227,9 @@ class CheckpointTreeModel(QAbstractItemModel):
         if query.empty:
             self._visible, self.match_count = None, self.top.tensors
         else:
-            self._visible, self.match_count = visible_rows(self.top, query)
+            if self._flat is None:
+                self._flat = list(self.top.walk())
+            self._visible, self.match_count = visible_rows(self.top, query, self._flat)
         self._clear()
         self.endResetModel()
 
