@@ -1,0 +1,88 @@
+"""`torch.export.save` archives (.pt2): weights, constants and the signature, compared with
+`torch.export.load(...)`'s own state dict and constants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from ckptview.core.open import open_checkpoint
+from ckptview.core.values import read_values
+from tests.torch_compare import same_values
+
+
+class MLP(nn.Module):
+    """The README's two-layer MLP, plus a buffer and a tensor constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(20, 256)
+        self.output = nn.Linear(256, 10)
+        self.register_buffer("scale", torch.tensor([2.0]))
+        self.register_buffer("shift", torch.zeros(10, dtype=torch.float64), persistent=False)
+        self.offset = torch.tensor([0.5])  # a tensor constant (not a parameter or buffer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.output(torch.relu(self.hidden(x) * self.scale + self.offset))
+        return y + self.shift.float()
+
+
+@pytest.fixture(scope="module")
+def pt2_path(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("pt2") / "mlp.pt2"
+    program = torch.export.export(MLP(), (torch.randn(2, 20),),
+                                  dynamic_shapes={"x": {0: torch.export.Dim("batch", max=64)}})
+    torch.export.save(program, str(path))
+    return path
+
+
+def test_pt2_weights_and_constants_match_torch(pt2_path):
+    loaded = torch.export.load(str(pt2_path))
+    ckpt = open_checkpoint(pt2_path)
+    try:
+        assert ckpt.format == "torch-export"
+        tensors = {e.name: e.info for e in ckpt.tensors()}
+        state = loaded.state_dict
+        assert set(state) <= set(tensors)
+        for name, theirs in state.items():
+            assert same_values(read_values(tensors[name]), theirs), name
+        assert tensors["hidden.weight"].is_parameter and not tensors["scale"].is_parameter
+        for name, theirs in loaded.constants.items():
+            assert same_values(read_values(tensors[f"constants.{name}"]), theirs), name
+        assert ckpt.unsafe_globals == []
+    finally:
+        ckpt.close()
+
+
+def test_pt2_signature(pt2_path):
+    ckpt = open_checkpoint(pt2_path)
+    sig = ckpt.metadata["signature"]
+    user_inputs = [i for i in sig["inputs"] if i["kind"] == "user_input"]
+    assert len(user_inputs) == 1 and user_inputs[0]["dtype"] == "float32"
+    assert isinstance(user_inputs[0]["shape"][0], str) and user_inputs[0]["shape"][1] == 20  # dynamic batch
+    params = [i["parameter_name"] for i in sig["inputs"] if i["kind"] == "parameter"]
+    assert params == ["hidden.weight", "hidden.bias", "output.weight", "output.bias"]
+    buffers = {i["buffer_name"]: i["persistent"] for i in sig["inputs"] if i["kind"] == "buffer"}
+    assert buffers == {"scale": True, "shift": False}
+    outputs = sig["outputs"]
+    assert len(outputs) == 1 and outputs[0]["dtype"] == "float32" and outputs[0]["shape"][1] == 10
+    values = {n.name: n.value for n in ckpt.values()}
+    assert values["signature.inputs.0"].endswith(", 20]") and values["signature.inputs.0"].startswith("x: float32[")
+    ckpt.close()
+
+
+def test_pt2_info_json(pt2_path):
+    proc = subprocess.run([sys.executable, "-m", "ckptview", "info", str(pt2_path), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["format"] == "torch-export"
+    by_name = {t["name"]: t for t in data["tensors"]}
+    assert by_name["hidden.weight"]["shape"] == [256, 20] and by_name["output.bias"]["dtype"] == "float32"
+    assert any(v["name"] == "signature.outputs.0" for v in data["values"])
