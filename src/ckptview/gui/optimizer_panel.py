@@ -1,0 +1,334 @@
+"""The "Optimizer" side panel: param groups, per-parameter state against parameter names, state histograms.
+
+Finding and mapping optimizers is metadata only (done when the panel is built). Step counts, norms and
+effective step sizes read values: they are computed in a worker the first time the panel is shown, and
+the tensor summaries are shared with the Statistics panel's cache.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.model import Checkpoint, Node
+from ckptview.core.optimizer import OptimizerState, ParamFigures, ParamState, find_optimizers, iter_figures
+from ckptview.gui.formatting import shape_text
+from ckptview.gui.histogram_view import HistogramView, JobSlot, summary_job
+from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.training_card import TrainingCard
+
+GROUP_KEYS_FIRST = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha")
+EFF_MEDIAN, EFF_MAX = "eff. step median", "eff. step max"
+
+
+def fmt(value: Any) -> str:
+    """A figure in a table cell: ints with separators, floats to 4 significant digits, '—' when absent."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    if isinstance(value, list):
+        return "(" + ", ".join(fmt(v) for v in value) + ")"
+    if isinstance(value, dict) and set(value) == {"shape", "dtype"}:
+        return f"tensor {value['dtype']} {value['shape']}"
+    return str(value)
+
+
+def _figures_job(opt: OptimizerState, token: CancelToken) -> Generator[Progress | ParamFigures, None, Any]:
+    """The core figures generator with the GUI's cached summaries (histograms reuse them)."""
+    return (yield from iter_figures(opt, token, summary=summary_job))
+
+
+def _item(text: str, right: bool = False, tip: str | None = None) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    if right:
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    if tip:
+        item.setToolTip(tip)
+    return item
+
+
+class OptimizerPanel(QWidget):
+    """Param groups and per-parameter state of the optimizers in a checkpoint."""
+
+    figuresReady = Signal()  # every figure of the shown optimizer is in the table
+
+    def __init__(self, context: CheckpointContext | None = None, checkpoint: Checkpoint | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.context = context
+        ckpt = checkpoint if checkpoint is not None else context.checkpoint if context is not None else None
+        self.optimizers: list[OptimizerState] = find_optimizers(ckpt) if ckpt is not None else []
+        self.current: OptimizerState | None = None
+        self.figures: dict[int, ParamFigures] = {}
+        self.columns: list[str] = []
+        self._figures_for: OptimizerState | None = None
+        self.slot = JobSlot(self)
+        self.slot.yielded.connect(self._on_yielded)
+        self.slot.returned.connect(self._on_done)
+        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+
+        self.chooser = QComboBox()
+        for opt in self.optimizers:
+            self.chooser.addItem(f"{opt.label} ({opt.kind}, {len(opt.params)} params)")
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.groups_table = QTableWidget(0, 0)
+        self.params_table = QTableWidget(0, 0)
+        for table in (self.groups_table, self.params_table):
+            table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+            table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+            table.verticalHeader().setVisible(False)
+        self.params_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.params_table.setSortingEnabled(False)  # rows stay in param_groups order: the order means something
+        self.state_choice = QComboBox()
+        self.state_choice.setToolTip("which state tensor of the selected parameter the histogram shows")
+        self.status = QLabel()
+        self.histogram = HistogramView()
+
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(self.chooser)
+        top_layout.addWidget(self.summary)
+        top_layout.addWidget(QLabel("Param groups"))
+        top_layout.addWidget(self.groups_table, 1)
+        params_box = QWidget()
+        params_layout = QVBoxLayout(params_box)
+        params_layout.setContentsMargins(0, 0, 0, 0)
+        params_layout.addWidget(self.params_table, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.status, 1)
+        row.addWidget(QLabel("histogram of"))
+        row.addWidget(self.state_choice)
+        params_layout.addLayout(row)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(top)
+        splitter.addWidget(params_box)
+        splitter.addWidget(self.histogram)
+        splitter.setStretchFactor(1, 3)
+        splitter.setStretchFactor(2, 2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        if not self.optimizers:
+            note = QLabel("No optimizer state in this checkpoint (no {'state': …, 'param_groups': […]} dict).")
+            note.setWordWrap(True)
+            layout.addWidget(note)
+            layout.addStretch(1)
+            splitter.hide()
+        layout.addWidget(splitter)
+
+        self.chooser.setVisible(len(self.optimizers) > 1)
+        self.chooser.currentIndexChanged.connect(self.show_optimizer)
+        self.params_table.itemSelectionChanged.connect(self._show_histogram)
+        self.params_table.cellDoubleClicked.connect(self._reveal_in_tree)
+        self.state_choice.currentIndexChanged.connect(self._show_histogram)
+        self.destroyed.connect(self.slot.cancel)
+        if self.optimizers:
+            self.show_optimizer(0)
+
+    # -- showing an optimizer ------------------------------------------------------------------------
+    def show_optimizer(self, index: int) -> None:
+        """Fill the tables for optimizer ``index``; its figures start when the panel is visible."""
+        if not 0 <= index < len(self.optimizers):
+            return
+        if self.chooser.currentIndex() != index:
+            self.chooser.setCurrentIndex(index)  # re-enters through the signal
+            return
+        opt = self.optimizers[index]
+        self.current = opt
+        self.figures = {}
+        self.slot.cancel()
+        self._figures_for = None
+        self.summary.setText(
+            f"<b>{opt.kind}</b> at <code>{opt.label}</code> · mapping <b>{opt.mapping}</b>"
+            + (f" to <code>{opt.model.name or '(root)'}</code>" if opt.model is not None else "")
+            + f"<br>{opt.note}")
+        self._fill_groups(opt)
+        self._fill_params(opt)
+        keys = sorted({k for p in opt.params for k, _ in p.state_tensors()}, key=self._state_order)
+        self.state_choice.blockSignals(True)
+        self.state_choice.clear()
+        self.state_choice.addItems(keys)
+        self.state_choice.blockSignals(False)
+        self.histogram.set_tensors([])
+        if self.isVisible():
+            self.start_figures()
+
+    @staticmethod
+    def _state_order(key: str) -> tuple[int, str]:
+        known = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "sum")
+        return (known.index(key) if key in known else len(known), key)
+
+    def _fill_groups(self, opt: OptimizerState) -> None:
+        keys = [k for k in GROUP_KEYS_FIRST if any(k in g for g in opt.groups)]
+        keys += sorted({k for g in opt.groups for k in g} - set(keys) - {"num_params"})
+        keys.append("num_params")
+        table = self.groups_table
+        table.clear()
+        table.setRowCount(len(opt.groups))
+        table.setColumnCount(len(keys) + 1)
+        table.setHorizontalHeaderLabels(["group"] + ["params" if k == "num_params" else k for k in keys])
+        for r, group in enumerate(opt.groups):
+            table.setItem(r, 0, _item(str(r), right=True))
+            for c, key in enumerate(keys, start=1):
+                table.setItem(r, c, _item(fmt(group.get(key)), right=isinstance(group.get(key), (int, float))))
+        table.resizeColumnsToContents()
+
+    def _fill_params(self, opt: OptimizerState) -> None:
+        tensor_keys = sorted({k for p in opt.params for k, _ in p.state_tensors()}, key=self._state_order)
+        adam = any(p.entry("exp_avg_sq") is not None for p in opt.params)
+        self.columns = ["name", "id", "group", "shape", "step"] + [f"‖{k}‖" for k in tensor_keys]
+        if adam:
+            self.columns += [EFF_MEDIAN, EFF_MAX]
+        table = self.params_table
+        table.clear()
+        table.setRowCount(len(opt.params))
+        table.setColumnCount(len(self.columns))
+        table.setHorizontalHeaderLabels(self.columns)
+        for c, title in enumerate(self.columns):
+            if title.startswith("eff."):
+                table.horizontalHeaderItem(c).setToolTip(
+                    "lr / (sqrt(v̂) + eps), v̂ = exp_avg_sq / (1 − beta2^step): median and max over the "
+                    "elements (median from a systematic sample above 2M elements)")
+        for r, p in enumerate(opt.params):
+            table.setItem(r, 0, _item(p.name if p.name is not None else "—",
+                                      tip=p.param.name if p.param is not None else None))
+            table.setItem(r, 1, _item(str(p.id), right=True))
+            table.setItem(r, 2, _item("—" if p.group is None else str(p.group), right=True))
+            table.setItem(r, 3, _item(self._shape(p)))
+            pending = "no state" if p.node is None else "…"
+            for c in range(4, len(self.columns)):
+                table.setItem(r, c, _item(pending if c == 4 else ("" if p.node is None else "…"), right=True))
+        table.resizeColumnsToContents()
+
+    @staticmethod
+    def _shape(p: ParamState) -> str:
+        if p.param is not None and p.param.tensor is not None:
+            return shape_text(p.param.tensor.shape)
+        hint = p.shape_hint()
+        return shape_text(hint) if hint is not None else "—"
+
+    # -- figures (worker) ----------------------------------------------------------------------------
+    def start_figures(self) -> None:
+        """Compute steps, norms and effective steps of the shown optimizer off the GUI thread."""
+        opt = self.current
+        if opt is None or self._figures_for is opt:
+            return
+        self._figures_for = opt
+        self.status.setText("computing figures…")
+        self.slot.start(_figures_job, opt)
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        """Start the figures the first time the panel is actually seen (a 20 GB file pays only then)."""
+        super().showEvent(event)
+        self.start_figures()
+
+    def _on_yielded(self, value: object) -> None:
+        if isinstance(value, Progress):
+            self.status.setText(f"computing figures… {value.fraction:.0%}")
+        elif isinstance(value, ParamFigures):
+            self.figures[value.index] = value
+            self._fill_figures(value)
+
+    def _fill_figures(self, fig: ParamFigures) -> None:
+        table = self.params_table
+        row = fig.index
+        table.setItem(row, 4, _item("no state" if self.current and self.current.params[row].node is None
+                                    else fmt(fig.step), right=True))
+        for c, title in enumerate(self.columns):
+            if title.startswith("‖"):
+                key = title[1:-1]
+                text = fmt(fig.norms.get(key)) if key in fig.norms else ""
+            elif title == EFF_MEDIAN:
+                text = fmt(fig.eff_median) + (" (sampled)" if fig.eff_sampled else "")
+            elif title == EFF_MAX:
+                text = fmt(fig.eff_max)
+            else:
+                continue
+            table.setItem(row, c, _item(text, right=True, tip=fig.error))
+
+    def _on_done(self, _: object) -> None:
+        errors = [f for f in self.figures.values() if f.error]
+        self.status.setText(f"{len(errors)} parameters could not be read: {errors[0].error}" if errors else "")
+        self.params_table.resizeColumnsToContents()
+        self.figuresReady.emit()
+
+    # -- table reading (tests and copy) --------------------------------------------------------------
+    def row_texts(self, row: int) -> dict[str, str]:
+        """The texts shown in one parameter row, by column title."""
+        return {title: self.params_table.item(row, c).text() for c, title in enumerate(self.columns)}
+
+    def group_texts(self, row: int) -> dict[str, str]:
+        """The texts shown in one param group row, by column title."""
+        t = self.groups_table
+        return {t.horizontalHeaderItem(c).text(): t.item(row, c).text() for c in range(t.columnCount())}
+
+    # -- histogram and tree --------------------------------------------------------------------------
+    def selected_param(self) -> ParamState | None:
+        """The parameter of the selected row."""
+        rows = self.params_table.selectionModel().selectedRows()
+        if self.current is None or not rows:
+            return None
+        return self.current.params[rows[0].row()]
+
+    def _show_histogram(self) -> None:
+        p = self.selected_param()
+        key = self.state_choice.currentText()
+        node = p.entry(key) if p is not None and key else None
+        if p is None or node is None or node.tensor is None:
+            self.histogram.set_tensors([])
+            return
+        label = f"{p.name or p.id} {key}"
+        self.histogram.set_tensors([(label, node.tensor)])
+
+    def _reveal_in_tree(self, row: int, _column: int) -> None:
+        """Double-click: select the state entry (or the parameter) in the checkpoint tree."""
+        if self.current is None or self.context is None:
+            return
+        p = self.current.params[row]
+        key = self.state_choice.currentText()
+        target = p.entry(key) if key else None
+        target = target or p.node or p.param
+        if target is not None:
+            self.context.select_name(target.name)
+
+    def set_selection(self, entries: list[Node]) -> None:
+        """A tree selection inside an optimizer's state (or of a mapped parameter) selects its row."""
+        for node in entries[:32]:  # a select-all must not scan every pair
+            chain = set()
+            n: Node | None = node
+            while n is not None:
+                chain.add(id(n))
+                n = n.parent
+            for i, opt in enumerate(self.optimizers):
+                for r, p in enumerate(opt.params):
+                    if (p.node is not None and id(p.node) in chain) or (p.param is not None and node is p.param):
+                        if self.current is not opt:
+                            self.show_optimizer(i)
+                        self.params_table.selectRow(r)
+                        return
+
+
+register_panel("Optimizer", OptimizerPanel)
+register_panel("Training", TrainingCard)
