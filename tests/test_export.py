@@ -344,3 +344,22 @@ def test_deduplicator_and_members():
     assert [files.take(s, ".npy") for s in ["W", "w", "w~2", "w"]] == ["W.npy", "w~2.npy", "w~2~2.npy", "w~3.npy"]
     assert files.take("manifest", ".json") == "manifest~2.json"
     assert is_safe_member("a/b.c") and not any(map(is_safe_member, ["../x", "/x", "a\x00", "a\\b", "C:x", "a//b", ""]))
+
+
+def test_meta_tensors_are_skipped_with_a_note(tmp_path):
+    src = tmp_path / "meta.pt"
+    torch.save({"real": torch.ones(3), "ghost": torch.empty(4, device="meta")}, src)
+    _, result = _run(export_tensors(select_tensors(open_checkpoint(src)), tmp_path / "o.npz"))
+    assert list(result.files) == ["real"] and any(n.startswith("skipped ghost") for n in result.notes)
+    with pytest.raises(ExportError, match="nothing to export"):
+        plan_export(select_tensors(open_checkpoint(src), ["ghost"]), tmp_path / "g.npz")
+
+
+def test_safetensors_input_round_trips(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "in.safetensors"
+    save_file({"a.w": torch.randn(4, 3).to(torch.bfloat16), "a.b": torch.arange(5)}, src)
+    _, result = _run(export_tensors(select_tensors(open_checkpoint(src)), tmp_path / "out.safetensors"))
+    got, want = load_file(result.out), load_file(src)
+    assert got.keys() == want.keys() and all(got[k].equal(want[k]) and got[k].dtype == want[k].dtype for k in want)

@@ -166,6 +166,8 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
                 exact_dtypes: bool = False) -> ExportPlan:
     """Decide targets, dtypes and notes for exporting `entries` to `out` (reads no tensor bytes)."""
     out = os.fspath(out)
+    if not out.strip():
+        raise ExportError("choose where to save the export")
     fmt = fmt or guess_format(out)
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
@@ -176,8 +178,8 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
     notes: list[str] = []
     usable = []
     for entry in entries:
-        if entry.info.broken or entry.info.storage is None:
-            notes.append(f"skipped {printable(entry.name)}: {entry.info.broken or 'saved without data'}")
+        if reason := _unreadable(entry.info):
+            notes.append(f"skipped {printable(entry.name)}: {reason}")
         else:
             usable.append(entry)
     if not usable:
@@ -201,6 +203,17 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
     if exact_dtypes and fmt in ("npy", "npz") and any(i.dtype in npy.ML_DTYPE_NAMES for i in items):
         notes.append("bfloat16/float8 arrays load with np.load after `import ml_dtypes`")
     return ExportPlan(fmt, out, items, notes, single)
+
+
+def _unreadable(info: TensorInfo) -> str | None:
+    """Why the values of `info` cannot be read (the same checks as `values`), or None."""
+    if info.broken:
+        return info.broken
+    if info.storage is None:
+        return "saved without data"
+    if info.storage.broken:
+        return info.storage.broken
+    return f"storage '{info.storage.key}' has no data" if info.storage.source is None else None
 
 
 def _targets(names: list[str], fmt: str, single: bool, out_name: str) -> list[str]:

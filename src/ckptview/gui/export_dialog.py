@@ -153,7 +153,7 @@ class ExportDialog(QDialog):
 
     def plan(self) -> ExportPlan:
         """The export as currently chosen (metadata only); ExportError when it cannot be done."""
-        return plan_export(self.entries(), self.path_edit.text().strip() or ".", self.format(),
+        return plan_export(self.entries(), self.path_edit.text().strip(), self.format(),
                            exact_dtypes=self.exact_box.isChecked() and self.exact_box.isEnabled())
 
     def _update_plan(self) -> None:
