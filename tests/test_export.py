@@ -76,6 +76,7 @@ def every_dtype(tmp_path_factory):
     sd["views.transposed"] = base.t()
     sd["views.sliced"] = base[1:5, ::3]
     sd["views.bf16_t"] = base.to(torch.bfloat16).t()
+    sd["views.e5m2_t"] = base.to(torch.float8_e5m2).t()
     sd["views.scalar"] = torch.tensor(7.5)
     sd["views.empty"] = torch.zeros(0, 3)
     path = tmp_path_factory.mktemp("ckpt") / "every.pt"
@@ -318,7 +319,7 @@ def test_cli_export_prints_mapping_and_errors_in_one_line(every_dtype, tmp_path,
     out = tmp_path / "cli"
     assert main(["export", str(path), "--out", str(out), "--key", "views.*", "--key", "d.bfloat16"]) == 0
     captured = capsys.readouterr()
-    assert "wrote 7 tensors" in captured.out and "views.transposed -> views.transposed.npy" in captured.out
+    assert "wrote 8 tensors" in captured.out and "views.transposed -> views.transposed.npy" in captured.out
     assert "bfloat16 converted to float32" in captured.err
     np.testing.assert_array_equal(np.load(out / "views.transposed.npy"), ref["views.transposed"].numpy())
     assert main(["export", str(path), "--out", str(out), "--key", "views.*"]) == 2
