@@ -112,7 +112,7 @@ class OptimizerPanel(QWidget):
         top_layout.addWidget(self.chooser)
         top_layout.addWidget(self.summary)
         top_layout.addWidget(QLabel("Param groups"))
-        top_layout.addWidget(self.groups_table, 1)
+        top_layout.addWidget(self.groups_table)
         params_box = QWidget()
         params_layout = QVBoxLayout(params_box)
         params_layout.setContentsMargins(0, 0, 0, 0)
@@ -194,6 +194,10 @@ class OptimizerPanel(QWidget):
             for c, key in enumerate(keys, start=1):
                 table.setItem(r, c, _item(fmt(group.get(key)), right=isinstance(group.get(key), (int, float))))
         table.resizeColumnsToContents()
+        # As tall as its rows (a few groups at most): the space goes to the parameter table.
+        rows = sum(table.rowHeight(r) for r in range(min(len(opt.groups), 6)))
+        table.setMaximumHeight(table.horizontalHeader().sizeHint().height() + rows
+                               + table.horizontalScrollBar().sizeHint().height() + 4)
 
     def _fill_params(self, opt: OptimizerState) -> None:
         tensor_keys = sorted({k for p in opt.params for k, _ in p.state_tensors()}, key=self._state_order)
