@@ -177,6 +177,14 @@ def test_sort_by_columns(qtbot, window, state_dict_file):
     tab.tree.sortByColumn(DTYPE, Qt.SortOrder.AscendingOrder)
     assert [model.index(r, 0).data() for r in range(model.rowCount())][:2] == ["encoder", "decoder"]
     assert model.index(model.rowCount() - 1, 0).data() == "step"  # int64 sorts after float32
+    header = tab.tree.header()
+    size_x = header.sectionViewportPosition(SIZE) + header.sectionSize(SIZE) // 2
+    for _ in range(3):  # ascending, descending, then back to file order
+        qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(size_x, 5))
+    assert header.sortIndicatorSection() == -1
+    assert [model.index(r, 0).data() for r in range(model.rowCount())] == ["encoder", "decoder", "lm_head", "step"]
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(size_x, 5))
+    assert [model.index(r, 0).data() for r in range(model.rowCount())][0] == "step"  # ascending size
 
 
 def test_detail_panel_and_sharing_links(qtbot, window, state_dict_file):
@@ -294,8 +302,8 @@ def test_registered_panels_actions_and_tabs(qtbot, settings, state_dict_file):
         qtbot.addWidget(win)
         tab = open_one(qtbot, win, state_dict_file)
         titles = [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())]
-        assert titles[0] == "Details" and titles[-1] == "Recorder"  # other engineers' panels in between
-        panel = tab.side_tabs.widget(len(titles) - 1)
+        assert titles[0] == "Details" and "Recorder" in titles  # beside other engineers' panels
+        panel = tab.side_tabs.widget(titles.index("Recorder"))
         assert panel.context.checkpoint is tab.checkpoint and panel.context.window is win
         panel.context.select_name("encoder.layers.1.mlp.fc.weight")
         assert panel.selections[-1] == ["encoder.layers.1.mlp.fc.weight"]
@@ -309,3 +317,24 @@ def test_registered_panels_actions_and_tabs(qtbot, settings, state_dict_file):
     finally:
         panels.unregister("Recorder")
         panels.unregister("Record window")
+
+
+def test_diff_flag_uses_the_registered_handler(qtbot, settings, server_name, state_dict_file, tmp_path):
+    other = make_state_dict(str(tmp_path / "other.pth"))
+    seen = []
+    previous = panels.diff_handler()
+    panels.set_diff_handler(lambda win, a, b: seen.append((a, b)))
+    try:
+        window = launch(parse_args(["--diff", state_dict_file, other]), settings, server_name)
+        qtbot.addWidget(window)
+        assert seen == [(state_dict_file, other)]
+        window.close()
+    finally:
+        panels._diff_handler[:] = [previous] if previous else []
+    if previous is None:  # without a handler both files open side by side
+        win = MainWindow(settings)
+        qtbot.addWidget(win)
+        win.open_diff(state_dict_file, other)
+        assert [t.path for t in win.checkpoint_tabs()] == [state_dict_file, other]
+        for tab in win.checkpoint_tabs():
+            wait_settled(qtbot, tab)

@@ -239,6 +239,7 @@ class CheckpointTab(QWidget):
         self.tree.customContextMenuRequested.connect(self._context_menu)
         header = self.tree.header()
         header.setSortIndicator(-1, Qt.SortOrder.AscendingOrder)  # file order until a header is clicked
+        header.setSortIndicatorClearable(True)  # a third click returns to file order
         self.tree.setSortingEnabled(True)
         header.setStretchLastSection(False)
         header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)

@@ -136,7 +136,10 @@ class MainWindow(QMainWindow):
             view.addSeparator() if action is None else view.addAction(action)
         for spec in panels.actions():
             action = self._action(spec.text, lambda spec=spec: spec.callback(self), spec.shortcut)
-            self.menu(spec.menu).addAction(action)
+            if spec.menu.replace("&", "") == "File":  # keep Close and Quit at the bottom of File
+                file_menu.insertAction(self.close_action, action)
+            else:
+                self.menu(spec.menu).addAction(action)
         self.menu("Help").addAction(self.about_action)
 
     def menu(self, title: str) -> QMenu:
