@@ -62,8 +62,7 @@ def devices_with_missing_cuda() -> list[DeviceInfo]:
 
 
 def test_device_choice_to_result(qtbot, mlp_files) -> None:
-    from ckptview.gui.run_panel import RunPanel
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
 
     panel = RunPanel(path=mlp_files["sd"], devices=devices_with_missing_cuda())
     qtbot.addWidget(panel)
@@ -98,7 +97,7 @@ def test_device_choice_to_result(qtbot, mlp_files) -> None:
     assert "Loaded 4 tensors" in panel.summary_label.text() and "Latency" in panel.summary_label.text()
     qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=5_000)
     assert not panel.cancel_button.isEnabled()
-    wait_for_workers(10_000)
+    assert wait_for_run_jobs(10_000)
 
 
 def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> None:

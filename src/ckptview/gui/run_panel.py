@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QThreadPool, Signal
 from PySide6.QtGui import QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
@@ -43,6 +43,35 @@ COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "N
 # Before the worker has listed the machine's devices, these two always exist.
 DEFAULT_DEVICES = [DeviceInfo("cpu", "cpu", True, description="CPU"),
                    DeviceInfo("meta", "meta", True, description="shape-only dry run: no memory, no values")]
+# Run jobs mostly wait on their worker process, for as long as a run takes: they get a pool of their own so
+# they never hold the global pool's few threads that statistics and histograms need.
+_pool: QThreadPool | None = None
+_alive: set[GeneratorWorker] = set()  # keeps a job's wrapper alive while it runs, even if its panel is gone
+# Devices probed once per session (a probe starts a worker process); panels share it.
+_probed_devices: list[DeviceInfo] | None = None
+
+
+def _start(worker: GeneratorWorker) -> GeneratorWorker:
+    global _pool
+    if _pool is None:
+        _pool = QThreadPool()
+        _pool.setMaxThreadCount(4)
+    _alive.add(worker)
+    worker.signals.finished.connect(lambda: _alive.discard(worker))
+    _pool.start(worker)
+    return worker
+
+
+def wait_for_run_jobs(timeout_ms: int = 30_000) -> bool:
+    """Block until every Run-panel job has finished (shutdown and tests)."""
+    return _pool is None or _pool.waitForDone(timeout_ms)
+
+
+def _remember_devices(devices: list[DeviceInfo]) -> None:
+    global _probed_devices
+    _probed_devices = devices
+
+
 SOURCE_WORDS = {runner.TORCHSCRIPT: "TorchScript archive: runs its own graph",
                 runner.EXPORT: "torch.export program (.pt2): runs its own graph",
                 runner.STATE_DICT: "state dict: give the model code below",
@@ -81,6 +110,7 @@ class RunPanel(QWidget):
         self.last_error = ""
         self._worker: GeneratorWorker | None = None
         self._probe: GeneratorWorker | None = None
+        self._inspect: GeneratorWorker | None = None
         self._probe_wanted = devices is None
         self._prefill_wanted = True
         self._source: runner.SourceInfo | None = None
@@ -202,10 +232,14 @@ class RunPanel(QWidget):
         super().showEvent(event)
         if self._probe_wanted:
             self._probe_wanted = False
-            self._probe = GeneratorWorker(runner.probe_devices)
-            self._probe.signals.returned.connect(self.set_devices)
-            self._probe.signals.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
-            self._probe.start()
+            if _probed_devices is not None:
+                self.set_devices(_probed_devices)
+            else:
+                self._probe = GeneratorWorker(runner.probe_devices)
+                self._probe.signals.returned.connect(_remember_devices)
+                self._probe.signals.returned.connect(self.set_devices)
+                self._probe.signals.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
+                _start(self._probe)
         if self._prefill_wanted:
             self._prefill_wanted = False
             self.prefill_inputs()
@@ -236,9 +270,9 @@ class RunPanel(QWidget):
         if self.input_edit.text() or not self.path or self._source is None:
             return
         if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
-            worker = GeneratorWorker(runner.inspect_inputs, self.path)
-            worker.signals.returned.connect(self._set_prefill)
-            worker.start()
+            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path)
+            self._inspect.signals.returned.connect(self._set_prefill)
+            _start(self._inspect)
         else:
             self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
 
@@ -300,7 +334,7 @@ class RunPanel(QWidget):
         worker.signals.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
         worker.signals.finished.connect(lambda: self._set_running(False))
         self._worker = worker
-        worker.start()
+        _start(worker)
         return True
 
     def cancel_run(self) -> None:
@@ -320,8 +354,9 @@ class RunPanel(QWidget):
             self._worker = None
 
     def _stop_workers_on_destroy(self) -> None:
-        if self._worker is not None:
-            self._worker.quit()
+        for worker in (self._worker, self._probe, self._inspect):
+            if worker is not None:
+                worker.quit()
 
     def _on_progress(self, progress: object) -> None:
         if isinstance(progress, Progress) and progress.message:
