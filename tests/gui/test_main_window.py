@@ -338,3 +338,19 @@ def test_diff_flag_uses_the_registered_handler(qtbot, settings, server_name, sta
         assert [t.path for t in win.checkpoint_tabs()] == [state_dict_file, other]
         for tab in win.checkpoint_tabs():
             wait_settled(qtbot, tab)
+
+
+def test_cancel_and_close_while_loading(qtbot, window, state_dict_file, tmp_path):
+    (tab,) = window.open_paths([state_dict_file])
+    assert tab.state == "loading" and window.progress.isVisibleTo(window)  # status-bar progress shows
+    tab.cancel()
+    assert tab.state == "error" and "cancelled" in tab.error_text
+    other = make_state_dict(str(tmp_path / "closing.pth"))
+    (closing,) = window.open_paths([other])
+    window.close_current_tab()  # closed before the worker answers: its result is dropped, nothing breaks
+    assert window.tab_for(other) is None
+    from ckptview.gui.workers import wait_for_workers
+
+    assert wait_for_workers(10_000)
+    qtbot.wait(20)
+    assert not window.progress.isVisibleTo(window)
