@@ -382,6 +382,15 @@ def test_flatten_and_describe_nested_outputs() -> None:
     assert others == [{"name": "aux.1", "type": "int", "repr": "7"}]
 
 
+def test_out_of_memory_is_its_own_kind() -> None:
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    assert run_worker._error_kind(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == "oom"
+    assert run_worker._error_kind(RuntimeError("MPS backend out of memory")) == "oom"
+    assert run_worker._error_kind(ValueError("boom")) == "exception"
+
+
 def test_death_message() -> None:
     msg = _death_message(-9, "loading", ["noise", "Fatal Python error: Aborted", "  File x"])
     assert msg == "the worker process was killed by SIGKILL during loading (last output: noise)"

@@ -644,4 +644,8 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stderr.flush()
+    # Skip interpreter teardown: threads left running by model code or a slow device shutdown must not
+    # keep the process alive after the result is written.
+    os._exit(status)

@@ -37,6 +37,7 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
 # Path components of a pickled nn.Module's own state that a state_dict() key leaves out.
 _MODULE_INTERNALS = ("_modules", "_parameters", "_buffers")
 DEFAULT_TIMEOUT = 300.0
+RESULT_GRACE = 5.0  # seconds a worker may take to exit after sending its result
 
 
 class RunError(CheckpointError):
@@ -250,6 +251,7 @@ class WorkerJob:
                                      stderr=subprocess.PIPE, cwd=cwd, env=_worker_env(), **kwargs)
         self.events: deque[dict[str, Any]] = deque()
         self.result: dict[str, Any] | None = None
+        self.result_at = 0.0
         self.phase = "starting"
         self.stderr_tail: deque[str] = deque(maxlen=40)
         self._lock = threading.Lock()
@@ -274,6 +276,7 @@ class WorkerJob:
             with self._lock:
                 if event.get("event") == "result":
                     self.result = event
+                    self.result_at = self.elapsed()
                 else:
                     if event.get("phase"):
                         self.phase = event["phase"]
@@ -360,6 +363,10 @@ def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None 
                 yield Progress(step, 0, event.get("phase", ""))
             code = job.poll()
             if code is not None:
+                break
+            if job.result is not None and job.elapsed() - job.result_at > RESULT_GRACE:
+                job.kill()  # it answered but does not exit: the answer stands
+                code = 0
                 break
             if token is not None and token.cancelled:
                 job.kill()
