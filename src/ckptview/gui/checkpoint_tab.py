@@ -435,6 +435,8 @@ def _safety_banner(checkpoint: Checkpoint) -> QFrame | None:
         more = f" and {len(unsafe) - 12} more" if len(unsafe) > 12 else ""
         parts.append(f"<b>This file references code outside the safe set:</b> {names}{more}. ckptview did not "
                      "import or run any of it; <code>torch.load(weights_only=False)</code> would.")
+    # The reader also reports unsafe globals as a warning; the sentence above already names them.
+    warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
     for warning in warnings[:5]:
         parts.append(html.escape(warning))
     if len(warnings) > 5:

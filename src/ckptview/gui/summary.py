@@ -10,14 +10,27 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 from ckptview.core.grouping import Row, chart_rows
-from ckptview.core.model import Checkpoint
+from ckptview.core.model import Checkpoint, TensorEntry
 from ckptview.gui.formatting import human_bytes, human_count
 
 
-def parameter_count(checkpoint: Checkpoint) -> int:
-    """Elements of every tensor outside optimizer state (the moments would count the model twice)."""
-    total = 0
+def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
+    # Tied weights (`lm_head.weight is embed.weight`) are one tensor saved under two names: count once.
+    seen: set[tuple] = set()
+    out = []
     for entry in checkpoint.tensors():
+        info = entry.info
+        key = (id(info.storage), info.offset, info.shape, info.stride) if info.storage is not None else id(info)
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
+
+
+def parameter_count(checkpoint: Checkpoint) -> int:
+    """Elements of the distinct tensors outside optimizer state (the moments would count the model twice)."""
+    total = 0
+    for entry in _distinct(checkpoint):
         head = str(entry.path[0]).lower() if entry.path else ""
         if "optim" not in head:
             total += entry.info.numel
@@ -25,9 +38,9 @@ def parameter_count(checkpoint: Checkpoint) -> int:
 
 
 def bytes_by_dtype(checkpoint: Checkpoint) -> list[tuple[str, int]]:
-    """(dtype, logical bytes) over every tensor, largest first."""
+    """(dtype, logical bytes) over the distinct tensors, largest first."""
     sizes: Counter[str] = Counter()
-    for entry in checkpoint.tensors():
+    for entry in _distinct(checkpoint):
         sizes[entry.info.dtype] += entry.info.nbytes
     return sizes.most_common()
 
@@ -59,7 +72,7 @@ class SummaryHeader(QWidget):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             label.setObjectName(f"fact_{key.replace(' ', '_').lower()}")
             if key == "Parameters":
-                label.setToolTip("elements of all tensors outside optimizer state")
+                label.setToolTip("elements of the distinct tensors outside optimizer state (tied weights once)")
             caption = QLabel(key + ":")
             caption.setStyleSheet("color: palette(mid);")
             form.addRow(caption, label)
