@@ -192,12 +192,12 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, dict[str, Any]]:
     source = job.request.get("source")
     if source in ("torchscript", "export"):
         model = _load_graph_model(source, path, device)
-        return model, _module_report(model)
+        return model, _module_report(model, device)
     if source == "pickle":
         if not job.request.get("trust"):
             raise WorkerError("refusing to unpickle a full model without trust", kind="refused")
         model = _load_trusted_pickle(path, device)
-        return model, _module_report(model)
+        return model, _module_report(model, device)
     if source == "state_dict":
         job.enter("model code")
         model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {})
@@ -312,7 +312,7 @@ def load_weights(model: Any, path: str, device: str) -> dict[str, Any]:
                 unplaced.append({"name": key, "reason": reason})
                 continue
             to_load[key] = tensor
-            bytes_moved += info.nbytes
+            bytes_moved += info.nbytes if device != "meta" else 0  # meta tensors hold no bytes
         if device != "meta":
             model.load_state_dict(to_load, strict=False)
         return {"missing": missing, "unexpected": unexpected, "mismatched": mismatched,
@@ -361,11 +361,12 @@ def numpy_to_torch(array: Any, dtype_name: str) -> Any:
     return tensor if tensor.dtype == target else tensor.to(target)
 
 
-def _module_report(model: Any) -> dict[str, Any]:
+def _module_report(model: Any, device: str) -> dict[str, Any]:
     tensors = [*model.parameters(), *model.buffers()]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
     return {"missing": [], "unexpected": [], "mismatched": [], "mismatched_shapes": {},
             "stripped_prefixes": [], "state_dict_key": "", "tensors": len(tensors),
-            "bytes_moved": sum(t.numel() * t.element_size() for t in tensors), "unplaced": []}
+            "bytes_moved": 0 if device == "meta" else nbytes, "tensor_bytes": nbytes, "unplaced": []}
 
 
 def _memory_after_load(device: str) -> dict[str, Any]:
@@ -616,10 +617,10 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
         if kind is None:
             raise WorkerError("the second checkpoint is not a TorchScript or .pt2 archive", kind="input")
         second = _load_graph_model(kind, path, device)
-        load = _module_report(second)
+        load = _module_report(second, device)
     else:
         second = _load_trusted_pickle(path, device)
-        load = _module_report(second)
+        load = _module_report(second, device)
     before = {name: t.detach().clone() for name, t in flatten_outputs(output) if isinstance(t, torch.Tensor)}
     other = second(*inputs)
     diffs = []
