@@ -11,6 +11,7 @@ from typing import Any
 from ckptview.core.model import Checkpoint
 from ckptview.core.open import open_checkpoint
 from ckptview.core.optimizer import optimizers_json
+from ckptview.core.perf import paused_gc
 from ckptview.core.tree import short_repr
 from ckptview.core.units import human_bytes, human_count, shape_str
 
@@ -24,6 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def info_dict(ckpt: Checkpoint, *, stats: bool = False) -> dict[str, Any]:
     """The `info --json` object of the command-line contract."""
+    with paused_gc():
+        return _info_dict(ckpt, stats)
+
+
+def _info_dict(ckpt: Checkpoint, stats: bool) -> dict[str, Any]:
     sharing = ckpt.sharing()
     tensors = []
     stats_for = None
@@ -80,6 +86,17 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def write_json(data: Any) -> None:
+    """One JSON document on stdout: indented for a terminal, compact (C encoder, fast) for pipes."""
+    indent = 1 if sys.stdout.isatty() else None
+    try:
+        text = json.dumps(data, indent=indent, default=str, allow_nan=False)
+    except ValueError:  # a NaN/Inf somewhere (statistics): JSON has none, the contract says null
+        text = json.dumps(_json_safe(data), indent=indent, default=str, allow_nan=False)
+    sys.stdout.write(text)
+    sys.stdout.write("\n")
+
+
 def run(args: argparse.Namespace) -> int:
     ckpt = open_checkpoint(args.path)
     try:
@@ -87,8 +104,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         ckpt.close()
     if args.json:
-        json.dump(_json_safe(data), sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
+        write_json(data)
         return 0
     print_table(data)
     return 0

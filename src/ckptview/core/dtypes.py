@@ -70,6 +70,7 @@ SAFETENSORS_DTYPES = {
     "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
     "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool",
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
     "C64": "complex64", "C128": "complex128", "F4": "float4_e2m1fn_x2",
 }
 SAFETENSORS_CODES = {v: k for k, v in SAFETENSORS_DTYPES.items()}
@@ -88,7 +89,8 @@ def is_known(name: str) -> bool:
 
 def itemsize(name: str) -> int:
     """Bytes per element of a torch dtype name."""
-    return _DTYPES[canonical(name)][0]
+    entry = _DTYPES.get(name)  # fast path: names are canonical almost always
+    return entry[0] if entry is not None else _DTYPES[canonical(name)][0]
 
 
 def is_floating(name: str) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.perf import paused_gc
 
 # Python 2 names that pickle's fix_imports maps to their Python 3 home (protocols 0-2): the same
 # table the real Unpickler uses, so `commands.Popen` is reported as the `subprocess.Popen` it runs.
@@ -123,10 +124,10 @@ class SafeUnpickler:
         self._result: Any = None
         self.proto = 0  # until a PROTO opcode says otherwise (protocols 0 and 1 have none)
         self._stopped = False
-        self._dispatch: dict[int, Callable[[], None]] = {}
+        self._dispatch_list: list[Callable[[], None] | None] = [None] * 256
         for op, opname in _OPNAMES.items():
             method = getattr(self, _HANDLERS.get(opname, "_op_" + opname.lower()))
-            self._dispatch[op[0]] = (
+            self._dispatch_list[op[0]] = (
                 functools.partial(method, opname) if method.__code__.co_argcount > 1 else method
             )
 
@@ -217,7 +218,8 @@ class SafeUnpickler:
     def load(self) -> Any:
         """Run until STOP and return the unpickled (inert) object."""
         try:
-            return self._run()
+            with paused_gc():
+                return self._run()
         except CheckpointFormatError:
             raise
         except RecursionError:
@@ -227,20 +229,109 @@ class SafeUnpickler:
         except Exception as exc:  # anything else is a malformed pickle, never a crash
             raise self._fail(f"{type(exc).__name__}: {exc}") from None
 
-    def _run(self) -> Any:
+    def _run(self) -> Any:  # noqa: C901 - the hot opcodes are inlined: this loop is the reader's cost
         data = self.data
-        dispatch = self._dispatch
-        self._stopped = False
-        while not self._stopped:
-            if self.pos >= len(data):
-                raise self._fail("truncated: no STOP opcode")
-            op = data[self.pos]
-            self.pos += 1
-            handler = dispatch.get(op)
-            if handler is None:
-                raise self._fail(f"unknown opcode {bytes([op])!r}")
-            handler()
-        return self._result
+        size = len(data)
+        memo = self.memo
+        dispatch = self._dispatch_list
+        unpack_from = struct.unpack_from
+        mark = _MARK
+        pos = self.pos
+        try:
+            while True:
+                if pos >= size:
+                    self.pos = pos
+                    raise self._fail("truncated: no STOP opcode")
+                op = data[pos]
+                pos += 1
+                if op == 0x71:  # BINPUT
+                    stack = self.stack
+                    if not stack or stack[-1] is mark:
+                        self.pos = pos
+                        raise self._fail("stack underflow")
+                    memo[data[pos]] = stack[-1]
+                    pos += 1
+                elif op == 0x72:  # LONG_BINPUT
+                    stack = self.stack
+                    if not stack or stack[-1] is mark:
+                        self.pos = pos
+                        raise self._fail("stack underflow")
+                    memo[unpack_from("<I", data, pos)[0]] = stack[-1]
+                    pos += 4
+                elif op == 0x6A:  # LONG_BINGET
+                    (idx,) = unpack_from("<I", data, pos)
+                    pos += 4
+                    if idx not in memo:
+                        self.pos = pos
+                        raise self._fail(f"memo key {idx} was never stored")
+                    self.stack.append(memo[idx])
+                elif op == 0x52:  # REDUCE
+                    stack = self.stack
+                    if len(stack) < 2 or stack[-1] is mark or stack[-2] is mark:
+                        self.pos = pos
+                        raise self._fail("stack underflow")
+                    args = stack.pop()
+                    func = stack.pop()
+                    self.pos = pos
+                    stack.append(self._call(func, args))
+                elif op == 0x68:  # BINGET
+                    idx = data[pos]
+                    pos += 1
+                    if idx not in memo:
+                        self.pos = pos
+                        raise self._fail(f"memo key {idx} was never stored")
+                    self.stack.append(memo[idx])
+                elif op == 0x58 or op == 0x8C:  # BINUNICODE, SHORT_BINUNICODE
+                    if op == 0x58:
+                        (length,) = unpack_from("<I", data, pos)
+                        pos += 4
+                    else:
+                        length = data[pos]
+                        pos += 1
+                    if pos + length > size:
+                        self.pos = pos
+                        raise self._fail(f"truncated: needs {length} more bytes, {size - pos} left")
+                    self.stack.append(str(data[pos : pos + length], "utf-8", "surrogatepass"))
+                    pos += length
+                elif op == 0x4B:  # BININT1
+                    self.stack.append(data[pos])
+                    pos += 1
+                elif op == 0x4D:  # BININT2
+                    self.stack.append(unpack_from("<H", data, pos)[0])
+                    pos += 2
+                elif op == 0x4A:  # BININT
+                    self.stack.append(unpack_from("<i", data, pos)[0])
+                    pos += 4
+                elif op == 0x28:  # MARK
+                    self.metastack.append(self.stack)
+                    self.stack = []
+                elif op == 0x74:  # TUPLE
+                    if not self.metastack:
+                        self.pos = pos
+                        raise self._fail("no MARK on the stack")
+                    items = tuple(self.stack)
+                    self.stack = self.metastack.pop()
+                    self.stack.append(items)
+                elif op == 0x89:  # NEWFALSE
+                    self.stack.append(False)
+                elif op == 0x88:  # NEWTRUE
+                    self.stack.append(True)
+                elif op == 0x4E:  # NONE
+                    self.stack.append(None)
+                elif op == 0x29:  # EMPTY_TUPLE
+                    self.stack.append(())
+                else:
+                    handler = dispatch[op]
+                    self.pos = pos
+                    if handler is None:
+                        raise self._fail(f"unknown opcode {bytes([op])!r}")
+                    handler()
+                    pos = self.pos
+                    if self._stopped:
+                        return self._result
+        except (struct.error, IndexError):
+            self.pos = pos
+            raise self._fail("truncated: the pickle ends inside an opcode") from None
 
     def _op_stop(self) -> None:
         self._result = self._pop()

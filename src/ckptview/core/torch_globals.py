@@ -68,29 +68,36 @@ def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, (tuple, list)) or len(value) > MAX_DIMS:
         raise ValueError(f"{what} must be a tuple of at most {MAX_DIMS} ints")
     out = tuple(value)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in out):
-        raise ValueError(f"{what} must hold ints")
+    for v in out:
+        if type(v) is not int:  # bool and int subclasses are not sizes
+            raise ValueError(f"{what} must hold ints")
     return out
 
 
 def check_view(info: TensorInfo) -> None:
     """Mark `info` broken when its shape/stride/offset do not fit inside its storage."""
-    if any(s < 0 for s in info.shape):
-        info.broken = f"negative size in shape {list(info.shape)}"
-        return
-    if len(info.stride) != len(info.shape):
-        info.broken = f"shape {list(info.shape)} and stride {list(info.stride)} differ in length"
+    shape, stride = info.shape, info.stride
+    if len(stride) != len(shape):
+        info.broken = f"shape {list(shape)} and stride {list(stride)} differ in length"
         return
     if info.offset < 0:
         info.broken = f"negative storage offset {info.offset}"
         return
+    last = info.offset
+    empty = False
+    for size, step in zip(shape, stride, strict=True):
+        if size < 0:
+            info.broken = f"negative size in shape {list(shape)}"
+            return
+        if step < 0:
+            info.broken = f"negative stride {list(stride)}"
+            return
+        if size == 0:
+            empty = True
+        last += (size - 1) * step
     storage = info.storage
-    if storage is None or info.numel == 0:
+    if storage is None or empty:
         return
-    if any(st < 0 for st in info.stride):
-        info.broken = f"negative stride {list(info.stride)}"
-        return
-    last = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True))
     itemsize = dtypes.itemsize(info.dtype)
     needed = (last + 1) * itemsize
     if needed > storage.nbytes:
@@ -254,9 +261,9 @@ def _numpy_scalar(ref: GlobalRef, args: tuple) -> Any:
     import numpy as np
 
     dtype, raw = args[0], args[1] if len(args) > 1 else b""
-    if isinstance(dtype, NumpyDtype) and dtype.numpy is not None and isinstance(raw, (bytes, bytearray)):
-        if len(raw) == dtype.numpy.itemsize:
-            return np.frombuffer(bytes(raw), dtype=dtype.numpy)[0]
+    if (isinstance(dtype, NumpyDtype) and dtype.numpy is not None and isinstance(raw, (bytes, bytearray))
+            and len(raw) == dtype.numpy.itemsize):
+        return np.frombuffer(bytes(raw), dtype=dtype.numpy)[0]
     return StubObject(ref.dotted, args)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.model import Node, PathKey, TensorInfo
+from ckptview.core.perf import paused_gc
 from ckptview.core.pickle_reader import GlobalRef, StubObject
 
 MAX_NODES = 5_000_000
@@ -104,6 +105,11 @@ def _is_container_like(value: Any) -> bool:
 
 def build_tree(obj: Any, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> Node:
     """The Node tree of an unpickled object graph."""
+    with paused_gc():
+        return _build_tree(obj, max_nodes, max_depth)
+
+
+def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
     root = Node(key="", kind="value")
     count = 0
     active: set[int] = set()  # ids of the containers on the current path: a repeat is a cycle

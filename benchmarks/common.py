@@ -1,0 +1,43 @@
+"""Shared by the benchmark scripts: time and peak memory of a command in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "_data")
+
+_MEASURE = r"""
+import json, resource, subprocess, sys, time
+t0 = time.perf_counter()
+proc = subprocess.run(json.loads(sys.argv[1]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+elapsed = time.perf_counter() - t0
+peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(json.dumps({"seconds": elapsed, "peak_mb": peak_kb / 1024, "rc": proc.returncode,
+                  "stderr": proc.stderr.decode()[-500:]}))
+"""
+
+
+def measure(cmd: list[str], repeat: int = 3) -> dict:
+    """Best-of-`repeat` wall time and the peak RSS of `cmd`, each run in its own process."""
+    best = None
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(cmd)], capture_output=True,
+                             text=True, check=True)
+        result = json.loads(out.stdout)
+        if result["rc"] != 0:
+            raise RuntimeError(f"{cmd} failed: {result['stderr']}")
+        if best is None or result["seconds"] < best["seconds"]:
+            best = result
+    return best
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def drop_caches_hint() -> str:
+    return "(page cache warm: files were just written; figures are for a warm cache)"
