@@ -1,0 +1,79 @@
+"""The window opens every hostile and malformed file in turn: each shows its error or its content (with
+the unsafe-globals banner), no payload runs, nothing freezes, and the other tabs survive."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from guihelpers import wait_settled
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hostile"))
+import corpus  # noqa: E402
+
+pytestmark = pytest.mark.gui
+
+
+def _check_tab(tab, case: corpus.Case) -> list[str]:
+    from PySide6.QtWidgets import QFrame
+
+    problems = []
+    if tab.state == "error":
+        if case.error is None:
+            problems.append(f"shows an error instead of the content: {tab.error_text}")
+        elif not any(s.lower() in tab.error_text.lower() for s in case.error):
+            problems.append(f"error {tab.error_text!r} does not mention {case.error}")
+        if tab.error_label.text() != tab.error_text or "Traceback" in tab.error_text:
+            problems.append("the error page does not show the one-line message")
+        if tab.error_text.startswith("internal error"):
+            problems.append(f"a reader bug reached the window: {tab.error_text}")
+        return problems
+    if tab.state != "ready":
+        return [f"state {tab.state}"]
+    if case.error is not None and not case.error_or_broken:
+        problems.append("opened, expected an error")
+    banner = tab.findChild(QFrame, "safetyBanner")
+    if case.unsafe:
+        if banner is None or not banner.isVisible():
+            problems.append("no unsafe-globals banner")
+        else:
+            from PySide6.QtWidgets import QLabel
+
+            text = " ".join(label.text() for label in banner.findChildren(QLabel))
+            problems += [f"banner does not name {g}" for g in case.unsafe if g not in text]
+    return problems
+
+
+def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_path_factory):
+    hostile = corpus.shared("hostile", tmp_path_factory)
+    malformed = corpus.shared("malformed", tmp_path_factory)
+    [first] = window.open_paths([state_dict_file])
+    wait_settled(qtbot, first)
+    assert first.state == "ready"
+    kept = None
+    failures = []
+    for case in hostile + malformed:
+        start = time.monotonic()
+        [tab] = window.open_paths([str(case.path)])
+        wait_settled(qtbot, tab, timeout=20_000)
+        failures += [f"{case.name}: {p}" for p in _check_tab(tab, case)]
+        if tab.state == "ready" and case.name.startswith("deep"):
+            tab.expand_all()  # the deepest tree the reader keeps (1000 levels), expanded by Qt
+            qtbot.wait(10)
+        if time.monotonic() - start > 10:
+            failures.append(f"{case.name}: took {time.monotonic() - start:.1f} s")
+        if case.marker is not None and case.marker.exists():
+            failures.append(f"{case.name}: THE PAYLOAD RAN")
+        if kept is None and case.unsafe and tab.state == "ready":
+            kept = tab  # keep one hostile tab open throughout, like a user would
+        else:
+            window.close_tab(window.tabs.indexOf(tab))
+        if first not in window.checkpoint_tabs() or first.state != "ready":
+            failures.append(f"{case.name}: the first tab was lost")
+    assert not failures, "\n".join(failures)
+    assert kept is not None and kept in window.checkpoint_tabs() and kept.state == "ready"
+    # The window still works: the first tab's tree still answers.
+    window.tabs.setCurrentWidget(first)
+    assert first.tree.model().rowCount() > 0
