@@ -12,13 +12,8 @@ from torch import nn
 
 from ckptview.commands.info import info_dict
 from ckptview.core import open_checkpoint
-from ckptview.core.optimizer import (
-    align,
-    find_optimizers,
-    iter_effective_step,
-    iter_figures,
-    optimizers_json,
-)
+from ckptview.core.optimizer import align, find_optimizers, optimizers_json
+from ckptview.core.optimizer_figures import iter_effective_step, iter_figures
 from ckptview.core.stats import run_job
 from ckptview.core.training import training_summary
 

@@ -17,9 +17,10 @@ from ckptview.core.errors import CheckpointError
 SUBCOMMANDS = ("info", "diff", "export", "run", "devices")
 
 
-def _subcommand_modules() -> dict[str, object]:
+def _subcommand_modules(only: str | None = None) -> dict[str, object]:
+    """The subcommand modules (just `only` when given: `info` must not pay for `run`'s imports)."""
     modules = {}
-    for name in SUBCOMMANDS:
+    for name in SUBCOMMANDS if only is None else (only,):
         try:
             modules[name] = importlib.import_module(f"ckptview.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -40,9 +41,9 @@ def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ckptview` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    modules = _subcommand_modules()
-    if not argv or argv[0] not in modules and argv[0] not in ("-h", "--help", "--version"):
+    if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
         return _launch_gui(argv)
+    modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
     args = build_parser(modules).parse_args(argv)
     try:
         return int(modules[args.command].run(args))  # type: ignore[attr-defined]

@@ -18,8 +18,10 @@ import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.model import TensorInfo
@@ -87,10 +89,14 @@ class AssembledSource:
 
     def open_buffer(self) -> memoryview:
         """The assembled values' bytes (the whole tensor in memory: prefer the chunked reads)."""
+        import numpy as np
+
         return memoryview(np.ascontiguousarray(self.logical_values()).reshape(-1).view(np.uint8))
 
     def logical_values(self) -> np.ndarray:
         """The whole global tensor (allocates it; chunks are copied into place)."""
+        import numpy as np
+
         from ckptview.core.values import read_values
 
         if not self.chunks:
@@ -106,6 +112,8 @@ class AssembledSource:
 
     def iter_logical_chunks(self, chunk_elems: int) -> Iterator[np.ndarray]:
         """The values in C order as 1-D arrays, one row-block (see the module docstring) at a time."""
+        import numpy as np
+
         if math.prod(self.shape) == 0 or not self.chunks:
             if not self.chunks and math.prod(self.shape):
                 raise TensorDataError("cannot read values: the tensor has no stored chunks")
@@ -143,6 +151,8 @@ class AssembledSource:
 
 def _chunk_rows(info: TensorInfo, a: int, b: int) -> np.ndarray:
     """Rows a..b (dimension 0) of a chunk's stored tensor, read without mapping the whole chunk."""
+    import numpy as np
+
     from ckptview.core.values import iter_chunks
 
     sub = TensorInfo(dtype=info.dtype, shape=(b - a,) + tuple(info.shape[1:]), stride=info.stride,

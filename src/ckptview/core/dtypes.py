@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 # name -> (itemsize in bytes, numpy type name or None when numpy cannot hold the values exactly)
 _DTYPES: dict[str, tuple[int, str | None]] = {
@@ -109,6 +111,8 @@ def is_quantized(name: str) -> bool:
 @cache
 def numpy_dtype(name: str) -> np.dtype | None:
     """NumPy dtype that holds the exact values of torch dtype `name` (ml_dtypes for bf16/fp8), or None."""
+    import numpy as np  # lazily: listing a checkpoint needs no numpy
+
     np_name = _DTYPES[canonical(name)][1]
     if np_name is None:
         return None
@@ -121,6 +125,8 @@ def numpy_dtype(name: str) -> np.dtype | None:
 
 def storage_numpy_dtype(name: str) -> np.dtype:
     """NumPy dtype used to view raw storage bytes of `name` (falls back to same-width integers)."""
+    import numpy as np
+
     dt = numpy_dtype(name)
     if dt is not None:
         return dt

@@ -23,17 +23,13 @@ tensors (a few bytes each). The heavy figures (norms, effective step sizes) are 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError
-from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node, PathKey, TensorInfo
-from ckptview.core.stats import Summary, iter_tensor_summary
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -47,7 +43,6 @@ SHAPED_STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "exp_inf", "momentum_
 # The optimizer families told apart by their state keys (first match wins), documented in the README.
 KINDS = ("adam-like", "lion", "sgd-momentum", "sgd", "rmsprop", "adagrad", "adadelta", "adafactor", "asgd",
          "rprop", "lbfgs", "unknown")
-EXACT_MEDIAN_LIMIT = 1 << 21  # above this many elements the effective-step median is taken from a sample
 _DP_CELL_LIMIT = 4_000_000  # beyond this the alignment is greedy (no uniqueness proof): "by-order" at best
 
 Shape = tuple[int, ...]
@@ -122,6 +117,8 @@ def scalar_value(info: TensorInfo) -> float | int | bool | None:
     if info.numel != 1:
         return None
     try:
+        import numpy as np  # lazily: `info --json` must not pay numpy's import
+
         value = np.asarray(read_values(info)).reshape(-1)[0]
     except (CheckpointError, ValueError, TypeError):
         return None
@@ -508,109 +505,3 @@ def optimizers_json(ckpt: Checkpoint) -> list[dict[str, Any]]:
         out.append({"path": list(opt.path), "kind": opt.kind, "mapping": opt.mapping,
                     "param_groups": opt.groups, "params": params})
     return out
-
-
-# ---------------------------------------------------------------------------------------------------
-# Figures (read values: run in a worker)
-
-
-@dataclass
-class ParamFigures:
-    """Figures of one parameter's state: step, L2 norm of each state tensor, effective Adam step size."""
-
-    index: int
-    step: int | float | None = None
-    norms: dict[str, float | None] = field(default_factory=dict)
-    eff_median: float | None = None
-    eff_max: float | None = None
-    eff_sampled: bool = False  # the median comes from a systematic sample (tensor above EXACT_MEDIAN_LIMIT)
-    error: str | None = None
-
-
-SummaryJob = Callable[[TensorInfo, CancelToken], Generator[Progress, None, Summary]]
-
-
-def _default_summary(info: TensorInfo, token: CancelToken) -> Generator[Progress, None, Summary]:
-    return iter_tensor_summary(info, token)
-
-
-def iter_figures(
-    opt: OptimizerState, token: CancelToken | None = None, summary: SummaryJob | None = None,
-    indices: Iterable[int] | None = None,
-) -> Generator[Progress | ParamFigures, None, list[ParamFigures]]:
-    """Per-parameter figures, one :class:`ParamFigures` yielded as each is done, Progress in between.
-
-    ``summary`` computes a tensor's statistics (the GUI passes its cached job so histograms reuse them).
-    """
-    token = token or CancelToken()
-    summary = summary or _default_summary
-    chosen = [opt.params[i] for i in indices] if indices is not None else opt.params
-    total = sum(info.numel for p in chosen for _, info in p.state_tensors()) or 1
-    done = 0
-    results = []
-    for p in chosen:
-        token.check()
-        fig = ParamFigures(p.index, step=param_step(p))
-        try:
-            for key, info in p.state_tensors():
-                s = yield from summary(info, token)
-                fig.norms[key] = s.stats.l2 if s.stats.numel else None
-                done += info.numel
-                yield Progress(done, total, "optimizer figures")
-            v = p.entry("max_exp_avg_sq") or p.entry("exp_avg_sq")
-            group = opt.groups[p.group] if p.group is not None else {}
-            if v is not None and v.tensor is not None:
-                res = yield from iter_effective_step(v.tensor, group, fig.step, token)
-                fig.eff_median, fig.eff_max, fig.eff_sampled = res
-        except CheckpointError as exc:
-            fig.error = str(exc)
-        results.append(fig)
-        yield fig
-    return results
-
-
-def iter_effective_step(
-    v: TensorInfo, group: dict[str, Any], step: int | float | None, token: CancelToken | None = None,
-    chunk_elems: int = 1 << 20, exact_limit: int = EXACT_MEDIAN_LIMIT,
-) -> Generator[Progress, None, tuple[float | None, float | None, bool]]:
-    """Median and max of lr / (sqrt(v / (1 - beta2**step)) + eps) over the second moment ``v``, streamed.
-
-    The max is exact (the smallest finite ``v`` gives it). The median is exact up to ``exact_limit``
-    elements; above, it is the median of a systematic sample of about ``exact_limit`` elements (every
-    k-th element in C order). Returns (None, None, False) when lr, betas, eps or step are missing.
-    """
-    from ckptview.core.values import iter_chunks
-
-    lr, eps, betas = group.get("lr"), group.get("eps"), group.get("betas")
-    if not isinstance(lr, (int, float)) or not isinstance(eps, (int, float)) or not step:
-        return None, None, False
-    beta2 = betas[1] if isinstance(betas, list) and len(betas) > 1 and isinstance(betas[1], (int, float)) else None
-    if beta2 is None:
-        return None, None, False
-    correction = 1.0 - float(beta2) ** float(step)
-    if correction <= 0:
-        return None, None, False
-    stride = max(1, math.ceil(v.numel / exact_limit))
-    kept: list[np.ndarray] = []
-    v_min = math.inf
-    pos = 0
-    for chunk in iter_chunks(v, chunk_elems):
-        if token is not None:
-            token.check()
-        x = np.asarray(chunk, dtype=np.float64).reshape(-1)
-        finite = x[np.isfinite(x)]
-        if finite.size:
-            v_min = min(v_min, float(finite.min()))
-        sample = x[(-pos) % stride::stride] if stride > 1 else x
-        kept.append(sample[np.isfinite(sample)])
-        pos += x.size
-        yield Progress(pos, v.numel, "effective step")
-    if not math.isfinite(v_min):
-        return None, None, False
-    values = np.concatenate(kept) if kept else np.empty(0)
-
-    def eff(x: np.ndarray | float) -> Any:
-        return float(lr) / (np.sqrt(np.maximum(x, 0.0) / correction) + float(eps))
-
-    median = float(np.median(eff(values))) if values.size else None
-    return median, float(eff(v_min)), stride > 1

@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node
-from ckptview.core.optimizer import OptimizerState, ParamFigures, ParamState, find_optimizers, iter_figures
+from ckptview.core.optimizer import OptimizerState, ParamState, find_optimizers
+from ckptview.core.optimizer_figures import ParamFigures, iter_figures
 from ckptview.gui.formatting import shape_text
 from ckptview.gui.histogram_view import HistogramView, JobSlot, summary_job
 from ckptview.gui.panels import CheckpointContext, register_panel
