@@ -27,6 +27,8 @@ from ckptview.core.perf import paused_gc
 _RENAMED_MODULES = {**_compat_pickle.IMPORT_MAPPING, "exceptions": "builtins"}
 _RENAMED_NAMES = _compat_pickle.NAME_MAPPING
 
+# Elements that calls may copy in all (see SafeUnpickler._charge): generous for honest pickles.
+COPY_BUDGET_BASE, COPY_BUDGET_PER_BYTE = 10_000_000, 4
 MAX_STRING_LINE = 1 << 20  # text opcodes (protocol 0) end with a newline within this many bytes
 
 
@@ -123,6 +125,7 @@ class SafeUnpickler:
         self.memo: dict[int, Any] = {}
         self._result: Any = None
         self.proto = 0  # until a PROTO opcode says otherwise (protocols 0 and 1 have none)
+        self.copied, self.copy_budget = 0, COPY_BUDGET_BASE + COPY_BUDGET_PER_BYTE * len(self.data)
         self._stopped = False
         self._dispatch_list: list[Callable[[], None] | None] = [None] * 256
         for op, opname in _OPNAMES.items():
@@ -194,7 +197,23 @@ class SafeUnpickler:
             return self.resolve_global(ref)
         return ref
 
+    def _charge(self, args: Any) -> None:
+        """Count the elements a call copies: a few bytes of pickle must not buy unbounded work.
+
+        `builtins.list(big)` or `OrderedDict(big)` repeated on one memoized value copies it each time;
+        an honest pickle copies each element about once, so the total is bounded by the file's size.
+        """
+        cost = len(args) if isinstance(args, (list, tuple)) else 0
+        if isinstance(args, (list, tuple)):
+            cost += sum(len(a) for a in args[:4] if isinstance(a, (list, tuple, dict, set, frozenset, str, bytes,
+                                                                   bytearray)))
+        self.copied += cost
+        if self.copied > self.copy_budget:
+            raise self._fail(f"calls copy more than {self.copy_budget} elements, far more than the file holds "
+                             f"(a pickle built to exhaust time or memory?)")
+
     def _call(self, func: Any, args: Any, kwargs: dict | None = None) -> Any:
+        self._charge(args)
         if not isinstance(args, tuple):
             if isinstance(args, list):
                 args = tuple(args)
@@ -588,6 +607,7 @@ class SafeUnpickler:
     def _instantiate(self, cls: Any, args: Any, kwargs: dict) -> Any:
         if isinstance(cls, GlobalRef) and cls.dotted in self.emulators:
             return self._call(cls, args, kwargs or None)
+        self._charge(args)
         if isinstance(cls, GlobalRef):
             return StubObject(cls.dotted, tuple(args) if isinstance(args, (tuple, list)) else (args,), kwargs)
         if isinstance(cls, StubObject):
