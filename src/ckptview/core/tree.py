@@ -18,6 +18,9 @@ MAX_NODES = 5_000_000
 # Real checkpoints nest a few dozen levels. Deeper content is cut: every node's path costs its
 # depth, so a 100,000-deep nesting with a leaf per level would make listing its names quadratic.
 MAX_DEPTH = 1_000
+# Nodes made by expanding a container again where the pickle references it again (memo GET). A
+# 234-byte pickle of ten lists each holding the previous one ten times expands to 10^10 nodes.
+MAX_REPEATED_NODES = 500_000
 REPR_LIMIT = 100_000
 
 _MODULE_PARTS = ("_parameters", "_buffers", "_modules")
@@ -114,17 +117,21 @@ def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
     count = 0
     active: set[int] = set()  # ids of the containers on the current path: a repeat is a cycle
     # Depth-first with an explicit stack; an int on the stack marks leaving that container.
-    work: list[tuple[Node, Any, int] | int] = [(root, obj, 0)]
+    expanded: set[int] = set()  # ids of containers already shown once
+    repeated = 0
+    work: list[tuple[Node, Any, int, bool] | int] = [(root, obj, 0, False)]
     while work:
         item = work.pop()
         if isinstance(item, int):
             active.discard(item)
             continue
-        node, value, depth = item
+        node, value, depth, repeat = item
         count += 1
-        if count > max_nodes:
+        repeated += repeat
+        if count > max_nodes or repeated > MAX_REPEATED_NODES:
             raise CheckpointFormatError(
-                f"the pickle expands to more than {max_nodes} items (shared references repeated); refusing")
+                f"the pickle expands to more than {count - 1 if count > max_nodes else MAX_REPEATED_NODES} "
+                f"items by repeating shared containers; refusing")
         if isinstance(value, TensorInfo):
             node.kind, node.tensor = "tensor", value
             node.type_name = "Parameter" if value.is_parameter else "Tensor"
@@ -141,13 +148,15 @@ def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
             node.kind, node.value = "value", DepthLimit(node.type_name, max_depth)
             continue
         node.kind = _kind(value)
+        repeat = repeat or id(value) in expanded
+        expanded.add(id(value))
         active.add(id(value))
         work.append(id(value))
         pending = []
         for key, child in children:
             child_node = Node(key=path_key(key), kind="value")
             node.add(child_node)
-            pending.append((child_node, child, depth + 1))
+            pending.append((child_node, child, depth + 1, repeat))
         work.extend(reversed(pending))
     return root
 
