@@ -535,6 +535,15 @@ def make_malformed(folder: Path) -> list[Case]:
     deep_json = b"{" + b'"a":{' * n + b"}" * (n + 1)
     add("deep_json.safetensors", struct.pack("<Q", len(deep_json)) + deep_json, error=("json",))
 
+    # Pickle bombs: shared references that expand to 10^10 tree items ("billion laughs"), and one
+    # memoized list copied again and again by an emulated call (`set(big)` 20,000 times).
+    laughs: Any = [1] * 10
+    for _ in range(9):
+        laughs = [laughs] * 10
+    add("laughs.pkl", pickle.dumps(laughs, protocol=4), error=("repeating shared",))
+    add("copy_amplifier.pkl", b"\x80\x02c__builtin__\nset\nq\x00]q\x01(" + b"K\x00" * 200_000 + b"e0]q\x02("
+        + b"h\x00h\x01\x85R" * 20_000 + b"e.", error=("copy more than",))
+
     # Zip bombs: a 16-byte storage whose record inflates to 1 GiB; a data.pkl declaring 3 GiB.
     bomb, crc = zero_bomb(1 << 30)
     path = folder / "zip_bomb_storage.pth"
