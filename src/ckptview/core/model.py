@@ -24,7 +24,7 @@ class ByteSource(Protocol):
     def open_buffer(self) -> memoryview: ...
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Storage:
     """One storage record: a flat run of `numel` elements of `dtype` saved from `device`."""
 
@@ -42,7 +42,7 @@ class Storage:
         return self.numel * dtypes.itemsize(self.dtype)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False)  # no slots: the window caches results in weak dictionaries keyed by TensorInfo
 class TensorInfo:
     """A tensor as the file describes it: a strided view over a Storage."""
 
@@ -81,7 +81,7 @@ class TensorInfo:
         return True
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """One item of the checkpoint tree: a container, a tensor or a plain value."""
 
@@ -122,10 +122,10 @@ class Node:
 
 def join_path(path: tuple[PathKey, ...] | list[PathKey]) -> str:
     """The contract's tensor name: path components joined by '.'."""
-    return ".".join(str(p) for p in path)
+    return ".".join(map(str, path))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class TensorEntry:
     name: str
     path: tuple[PathKey, ...]
@@ -150,11 +150,19 @@ class Checkpoint:
     def tensors(self) -> list[TensorEntry]:
         """Every tensor in file order, with its contract name and path."""
         if self._tensors is None:
-            self._tensors = [
-                TensorEntry(n.name, n.path, n.tensor, n)
-                for n in self.root.walk()
-                if n.kind == "tensor" and n.tensor is not None
-            ]
+            from ckptview.core.perf import paused_gc
+
+            entries = []
+            # Depth first, carrying each node's path: no climbing to the root for every tensor.
+            stack: list[tuple[Node, tuple[PathKey, ...]]] = [(self.root, ())]
+            with paused_gc():
+                while stack:
+                    node, path = stack.pop()
+                    if node.kind == "tensor" and node.tensor is not None:
+                        entries.append(TensorEntry(join_path(path), path, node.tensor, node))
+                    if node.children:
+                        stack.extend((c, (*path, c.key)) for c in reversed(node.children))
+            self._tensors = entries
         return self._tensors
 
     def values(self) -> list[Node]:

@@ -96,6 +96,8 @@ _HANDLERS = {
     "PERSID": "_op_persid", "BINPERSID": "_op_persid",
 }
 
+_SIZED = frozenset({list, tuple, dict, set, frozenset, str, bytes, bytearray})
+
 # A callable emulation: receives the GlobalRef and the argument tuple, returns an inert value.
 Emulator = Callable[[GlobalRef, tuple], Any]
 
@@ -213,7 +215,10 @@ class SafeUnpickler:
                              f"(a pickle built to exhaust time or memory?)")
 
     def _call(self, func: Any, args: Any, kwargs: dict | None = None) -> Any:
-        self._charge(args)
+        # Only calls handed a container can copy much (set(big), OrderedDict(big)); skipping the
+        # charge for the rest keeps the hot path (two rebuild calls per tensor) cheap.
+        if type(args) is not tuple or (args and type(args[0]) in _SIZED):
+            self._charge(args)
         if not isinstance(args, tuple):
             if isinstance(args, list):
                 args = tuple(args)

@@ -61,6 +61,8 @@ class FileMap:
 class FileSlice:
     """`length` bytes at `offset` of a mapped file."""
 
+    __slots__ = ("fmap", "length", "offset")
+
     def __init__(self, fmap: FileMap, offset: int, length: int) -> None:
         self.fmap, self.offset, self.length = fmap, offset, length
 
@@ -82,6 +84,9 @@ class FileSlice:
 
 class ZipMember:
     """A member of a zip archive: read in place when stored, inflated (bounded) when compressed."""
+
+    __slots__ = ("_data_offset", "compress_size", "compress_type", "file_size", "fmap", "header_offset",
+                 "max_bytes", "name")
 
     def __init__(self, fmap: FileMap, name: str, header_offset: int, compress_type: int,
                  compress_size: int, file_size: int) -> None:

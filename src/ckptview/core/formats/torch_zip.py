@@ -7,7 +7,6 @@ else is read until a value is asked for.
 from __future__ import annotations
 
 import os
-import zipfile
 import zlib
 from typing import Any
 
@@ -18,6 +17,7 @@ from ckptview.core.pickle_reader import StubObject
 from ckptview.core.sources import FileMap, ZipMember
 from ckptview.core.torch_globals import StorageClass
 from ckptview.core.torch_pickle import load_torch_pickle, make_checkpoint
+from ckptview.core.zipdir import ZipEntry, read_central_directory
 
 NAME = "torch-zip"
 PRIORITY = 100
@@ -36,19 +36,13 @@ class ZipArchive:
     def __init__(self, path: str) -> None:
         self.path = path
         self.fmap = FileMap(path)
-        try:
-            with zipfile.ZipFile(path) as zf:
-                infos = zf.infolist()
-        except zipfile.BadZipFile as exc:
-            raise CheckpointFormatError(f"truncated or corrupt zip: {exc}") from None
-        except (ValueError, EOFError, OSError, NotImplementedError) as exc:
-            raise CheckpointFormatError(f"corrupt zip: {exc}") from None
-        self.infos: dict[str, zipfile.ZipInfo] = {}
+        entries = read_central_directory(path)
+        self.infos: dict[str, ZipEntry] = {}
         duplicates = set()
-        for info in infos:
-            if info.filename in self.infos:
-                duplicates.add(info.filename)
-            self.infos[info.filename] = info
+        for entry in entries:
+            if entry.name in self.infos:
+                duplicates.add(entry.name)
+            self.infos[entry.name] = entry
         pickles = [n for n in self.infos if n.endswith("/data.pkl") and n.count("/") == 1] + (
             ["data.pkl"] if "data.pkl" in self.infos else [])
         if duplicates & set(pickles) or len(pickles) > 1:
@@ -66,7 +60,7 @@ class ZipArchive:
         info = self.infos.get(self.prefix + name)
         if info is None:
             return None
-        return ZipMember(self.fmap, info.filename, info.header_offset, info.compress_type,
+        return ZipMember(self.fmap, info.name, info.header_offset, info.compress_type,
                          info.compress_size, info.file_size)
 
     def read_small(self, name: str, limit: int = MAX_PICKLE_BYTES) -> bytes:
@@ -76,8 +70,8 @@ class ZipArchive:
             raise CheckpointFormatError(f"record '{name}' missing")
         data = member.read_all(limit)
         info = self.infos[self.prefix + name]
-        if zlib.crc32(data) != info.CRC:
-            raise CheckpointFormatError(f"corrupt zip: CRC mismatch in record '{info.filename}'")
+        if zlib.crc32(data) != info.crc:
+            raise CheckpointFormatError(f"corrupt zip: CRC mismatch in record '{info.name}'")
         return data
 
 
