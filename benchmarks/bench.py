@@ -27,6 +27,13 @@ LIST_WITH_TORCH = (
 )
 
 
+READ_METADATA_ONLY = (
+    "import sys, zipfile\n"
+    "with zipfile.ZipFile(sys.argv[1]) as zf:\n"
+    "    zf.read(next(n for n in zf.namelist() if n.endswith('/data.pkl')))\n"
+)
+
+
 def make_checkpoint(path: str, total_mb: int, dtype: str, n_tensors: int = 200) -> None:
     import torch
 
@@ -84,14 +91,32 @@ def report(label: str, path: str) -> None:
     size_mb = os.path.getsize(path) / (1 << 20)
     ours = measure([sys.executable, "-m", "ckptview", "info", path, "--json"])
     theirs = measure(python(LIST_WITH_TORCH) + [path], repeat=2)
+    floor = measure(python(READ_METADATA_ONLY) + [path])
     meta = metadata_read_seconds(path)
     inproc = info_in_process_seconds(path)
     print(f"{label}: {size_mb:,.0f} MB on disk")
     print(f"  ckptview info --json : {ours['seconds']:.3f} s, peak {ours['peak_mb']:.0f} MB (whole process)")
     print(f"  torch.load + list    : {theirs['seconds']:.3f} s, peak {theirs['peak_mb']:.0f} MB")
     print(f"  speed-up             : {theirs['seconds'] / ours['seconds']:.1f}x")
+    print(f"  read metadata only   : {floor['seconds']:.3f} s as a process "
+          f"(ckptview info is {ours['seconds'] / floor['seconds']:.2f}x that)")
     print(f"  in-process listing   : {inproc * 1000:.1f} ms vs reading metadata bytes only "
           f"{meta * 1000:.1f} ms ({inproc / meta:.2f}x)")
+
+
+def report_window(path: str) -> None:
+    """Issue 3's figure: launch of the window to a populated tree (offscreen), in a fresh process."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "ckptview.gui.timing", path], capture_output=True,
+                         text=True, timeout=600)
+    if out.returncode != 0:
+        print(f"  window launch -> tree : failed ({out.stderr.strip()[-200:]})")
+        return
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"  window launch -> tree : {data['seconds']:.2f} s (opening in the worker {data['open_seconds']:.2f} s, "
+          f"{data['tensors']:,} tensors, torch imported: {data['torch_imported']})")
 
 
 def main() -> None:
@@ -111,6 +136,7 @@ def main() -> None:
     report("fp32 checkpoint", fp32)
     report("bf16 checkpoint", bf16)
     report("100,000-key checkpoint", many)
+    report_window(many)
 
 
 if __name__ == "__main__":
