@@ -356,3 +356,31 @@ def test_cancel_and_close_while_loading(qtbot, window, state_dict_file, tmp_path
     assert wait_for_workers(10_000)
     qtbot.wait(20)
     assert not window.progress.isVisibleTo(window)
+
+
+def test_shard_column_only_for_sharded_checkpoints(qtbot, window, tmp_path, state_dict_file):
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    shards = {"model-00001-of-00002.safetensors": {"a.weight": torch.ones(2, 3)},
+              "model-00002-of-00002.safetensors": {"b.weight": torch.zeros(4)}}
+    weight_map = {}
+    for file, tensors in shards.items():
+        save_file(tensors, folder / file)
+        weight_map.update({name: file for name in tensors})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    from ckptview.gui.tree_model import SHARD
+
+    tab = open_one(qtbot, window, str(folder))
+    assert tab.state == "ready", tab.error_text
+    assert not tab.tree.isColumnHidden(SHARD)
+    assert tab.model.headerData(SHARD, Qt.Orientation.Horizontal) == "Shard"
+    assert tab.select_name("b.weight")
+    (index,) = [i for i in tab.tree.selectionModel().selectedRows(SHARD)]
+    assert index.data() == "model-00002-of-00002.safetensors"
+    plain = open_one(qtbot, window, state_dict_file)
+    assert plain.tree.isColumnHidden(SHARD)

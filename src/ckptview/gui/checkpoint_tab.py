@@ -38,12 +38,12 @@ from ckptview.gui.detail import DetailPanel
 from ckptview.gui.formatting import shape_text
 from ckptview.gui.query import QueryError, parse_query
 from ckptview.gui.summary import SummaryHeader
-from ckptview.gui.tree_model import NAME, CheckpointTreeModel
+from ckptview.gui.tree_model import NAME, SHARD, CheckpointTreeModel
 from ckptview.gui.workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
-COLUMN_WIDTHS = (300, 150, 80, 80, 95, 64)
+COLUMN_WIDTHS = (300, 150, 80, 80, 95, 64, 220)
 
 
 @dataclass
@@ -247,6 +247,9 @@ class CheckpointTab(QWidget):
             if column != NAME:
                 header.resizeSection(column, width)
         header.setMinimumSectionSize(50)
+        # The shard column only means something for sharded folders and DCP checkpoints.
+        sharded = any("shards" in e.info.extra for e in self.checkpoint.tensors())
+        self.tree.setColumnHidden(SHARD, not sharded)
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
         self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
 

@@ -18,8 +18,21 @@ from ckptview.core.grouping import Row
 from ckptview.gui.formatting import human_bytes, human_count, natural_key, shape_text, short_repr
 from ckptview.gui.query import Query, visible_rows
 
-COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device")
-NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE = range(6)
+COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
+NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE, SHARD = range(7)
+
+
+def shard_text(info: Any) -> str:
+    """Which file(s) of a sharded checkpoint hold a tensor: 'model-00002-of-00003.safetensors',
+    '3 chunks in __0_0.distcp, __1_0.distcp'; empty for single-file checkpoints."""
+    shards = info.extra.get("shards") if info is not None else None
+    if not shards:
+        return ""
+    files = list(dict.fromkeys(str(s.get("file", "?")).rsplit("/", 1)[-1] for s in shards if isinstance(s, dict)))
+    if len(shards) == 1:
+        return files[0] if files else ""
+    listed = ", ".join(files[:2]) + (", ..." if len(files) > 2 else "")
+    return f"{len(shards)} chunks in {listed}"
 FETCH_CHUNK = 5000
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the grouping Row behind an index
 Index = QModelIndex | QPersistentModelIndex
@@ -36,6 +49,7 @@ def _sort_key(column: int) -> Any:
         SIZE: lambda r: r.nbytes,
         PARAMS: lambda r: r.numel,
         DEVICE: lambda r: tensor(r).device if tensor(r) else "",
+        SHARD: lambda r: shard_text(tensor(r)),
     }
     return keys[column]
 
@@ -182,6 +196,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         if column == NAME:
             return row.label
         if info is not None:
+            if column == SHARD:
+                return shard_text(info)
             return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
                     human_count(row.numel), info.device)[column]
         if node is not None and node.kind == "value":
