@@ -70,8 +70,6 @@ def _info_dict(ckpt: Checkpoint, stats: bool) -> dict[str, Any]:
         "warnings": list(ckpt.warnings),
         "optimizers": optimizers_json(ckpt),  # metadata only (reads nothing but 0-d step tensors)
     }
-    for extra in ckpt.metadata.get("_info_extras", ()):  # e.g. optimizers, added by their modules
-        out.update(extra(ckpt))
     return out
 
 
@@ -139,6 +137,13 @@ def print_table(data: dict[str, Any]) -> None:
         for v in data["values"]:
             text = v["repr"] if len(v["repr"]) < 100 else v["repr"][:97] + "..."
             out.write(f"  {v['name']} = {text}  ({v['type']})\n")
+    for opt in data.get("optimizers", []):
+        named = sum(1 for p in opt["params"] if p["name"] is not None)
+        lrs = sorted({g.get("lr") for g in opt["param_groups"] if isinstance(g.get("lr"), (int, float))})
+        out.write(f"\noptimizer {'.'.join(map(str, opt['path'])) or '(root)'}: {opt['kind']}, "
+                  f"{len(opt['params'])} params in {len(opt['param_groups'])} group(s), "
+                  f"{named} mapped to names ({opt['mapping']})"
+                  + (f", lr {', '.join(f'{x:g}' for x in lrs)}" if lrs else "") + "\n")
     for warning in data["warnings"]:
         out.write(f"warning: {warning}\n")
 
