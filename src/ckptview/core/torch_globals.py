@@ -289,6 +289,46 @@ class NumpyDtype:
         return f"dtype({self.spec!r})"
 
 
+class NumpyArray:
+    """numpy's `_reconstruct(ndarray, ...)` plus its BUILD state, decoded without numpy's unpickler.
+
+    Plain numeric arrays become a read-only array value (shown as numpy shows it); object arrays keep
+    their items, which the tree shows as children (they are inert stubs like everything else).
+    """
+
+    MAX_BYTES = 64 << 20
+
+    def __init__(self) -> None:
+        self.array: Any = None
+        self.items: list[Any] | None = None
+
+    def __ckpt_setstate__(self, state: Any) -> None:
+        import numpy as np
+
+        if not (isinstance(state, tuple) and len(state) == 5):
+            return
+        _version, shape, dtype, fortran, raw = state
+        if isinstance(raw, list):  # an object array: its elements were pickled one by one
+            self.items = raw
+            return
+        if not (isinstance(dtype, NumpyDtype) and dtype.numpy is not None and isinstance(raw, (bytes, bytearray))):
+            return
+        shape = _int_tuple(shape, "array shape")
+        if len(raw) > self.MAX_BYTES or any(d < 0 for d in shape) or math.prod(shape) * dtype.numpy.itemsize != len(raw):
+            return
+        array = np.frombuffer(bytes(raw), dtype=dtype.numpy).reshape(shape, order="F" if fortran else "C")
+        self.array = array
+
+    def __repr__(self) -> str:
+        if self.array is not None:
+            return repr(self.array)
+        return "<numpy.ndarray (not decoded)>"
+
+
+def _numpy_reconstruct(ref: GlobalRef, args: tuple) -> NumpyArray:
+    return NumpyArray()
+
+
 def _numpy_dtype(ref: GlobalRef, args: tuple) -> NumpyDtype:
     return NumpyDtype(args[0] if args else "")
 
@@ -328,6 +368,8 @@ EMULATORS: dict[str, Emulator] = {
     "numpy.core.multiarray.scalar": _numpy_scalar,
     "numpy._core.multiarray.scalar": _numpy_scalar,
     "numpy.dtype": _numpy_dtype,
+    "numpy.core.multiarray._reconstruct": _numpy_reconstruct,
+    "numpy._core.multiarray._reconstruct": _numpy_reconstruct,
 }
 
 # Globals that are safe to reference: what torch's weights-only unpickler accepts by default.

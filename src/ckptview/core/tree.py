@@ -63,7 +63,8 @@ def type_name(value: Any) -> str:
         return name
     if module.startswith("ckptview."):
         return {"DtypeValue": "torch.dtype", "DeviceValue": "torch.device", "SizeValue": "torch.Size",
-                "LayoutValue": "torch.layout"}.get(name, name)
+                "LayoutValue": "torch.layout", "NumpyArray": "numpy.ndarray",
+                "NumpyDtype": "numpy.dtype"}.get(name, name)
     return f"{module}.{name}"
 
 
@@ -195,8 +196,10 @@ def _kind(value: Any) -> str:
 
 def _children(value: Any) -> list[tuple[Any, Any]] | None:
     """(key, child) pairs of a container, or None for a leaf value."""
-    from ckptview.core.torch_globals import SizeValue
+    from ckptview.core.torch_globals import NumpyArray, SizeValue
 
+    if isinstance(value, NumpyArray):
+        return list(enumerate(value.items)) if value.items is not None else None
     if isinstance(value, dict):
         return list(value.items())
     if isinstance(value, SizeValue):

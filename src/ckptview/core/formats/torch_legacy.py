@@ -27,7 +27,7 @@ PROTOCOL_VERSION = 1001
 
 
 def sniff(path: str, head: bytes) -> bool:
-    return MAGIC_LONG in head[:16]
+    return MAGIC_LONG in head[:32]  # after PROTO and, from protocol 4, a FRAME header
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
