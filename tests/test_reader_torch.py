@@ -294,3 +294,25 @@ def test_numpy_values_are_decoded_without_numpy_unpickling(tmp_path):
     assert values["objects.0.x"].value == 1 and values["objects.1"].value is None
     assert "numpy._core.multiarray._reconstruct" in ckpt.unsafe_globals or \
         "numpy.core.multiarray._reconstruct" in ckpt.unsafe_globals
+
+
+class _XlaStyleTensor:
+    """Pickles like an XLA tensor does: a NumPy array, its dtype and device."""
+
+    def __init__(self, array: np.ndarray, device: str) -> None:
+        self.array, self.device = array, device
+
+    def __reduce__(self):
+        return (torch._utils._rebuild_device_tensor_from_numpy, (self.array, torch.float32, self.device, False))
+
+
+def test_tensor_pickled_as_numpy_from_a_device(tmp_path):
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    path = tmp_path / "xla.pt"
+    torch.save({"w": _XlaStyleTensor(array, "xla:0"), "c": _XlaStyleTensor(array.T, "cpu")}, path)
+    ckpt = open_checkpoint(path)
+    w = ckpt.tensor("w")
+    assert w.device == "xla:0" and w.shape == (3, 4) and not w.broken
+    assert np.array_equal(read_values(w), array)
+    assert np.array_equal(read_values(ckpt.tensor("c")), array.T)
+    assert np.array_equal(np.concatenate(list(iter_chunks(ckpt.tensor("c"), 5))), array.T.reshape(-1))

@@ -82,6 +82,21 @@ class FileSlice:
         return self.fmap.view()[self.offset : self.offset + self.length]
 
 
+class MemorySource:
+    """Bytes that live inside the pickle itself (tensors pickled as NumPy arrays)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def describe(self) -> str:
+        return f"{len(self.data)} bytes inside the pickle"
+
+    def open_buffer(self) -> memoryview:
+        return memoryview(self.data)
+
+
 class ZipMember:
     """A member of a zip archive: read in place when stored, inflated (bounded) when compressed."""
 

@@ -191,6 +191,27 @@ def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple) -> TensorInfo:
     return info
 
 
+def _rebuild_device_tensor_from_numpy(ref: GlobalRef, args: tuple) -> TensorInfo:
+    """XLA-style tensors are pickled as a NumPy array plus dtype and device: the bytes are in the pickle."""
+    from ckptview.core.sources import MemorySource
+
+    data, dtype, device, requires_grad = args[:4]
+    dtype = _dtype_arg(dtype)
+    array = data.array if isinstance(data, NumpyArray) else None
+    if array is None:
+        info = TensorInfo(dtype=dtype, shape=(), stride=(), offset=0, storage=None,
+                          requires_grad=bool(requires_grad))
+        info.extra["device"] = str(device)
+        info.broken = "saved as a NumPy array this reader could not decode"
+        return info
+    contiguous = array.copy(order="C")
+    storage = Storage(key="<in data.pkl>", dtype=dtype, numel=contiguous.size, device=str(device),
+                      source=MemorySource(contiguous.tobytes()))
+    info = _make_tensor(storage, 0, tuple(array.shape), None)
+    info.requires_grad = bool(requires_grad)
+    return info
+
+
 def _rebuild_from_type_v2(ref: GlobalRef, args: tuple) -> Any:
     func, new_type, func_args, state = args[:4]
     if not isinstance(func, GlobalRef):
@@ -350,6 +371,7 @@ EMULATORS: dict[str, Emulator] = {
     "torch._utils._rebuild_wrapper_subclass": _rebuild_meta_or_wrapper,
     "torch._utils._rebuild_sparse_tensor": _sparse,
     "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+    "torch._utils._rebuild_device_tensor_from_numpy": _rebuild_device_tensor_from_numpy,
     "torch.Size": _torch_size,
     "torch.device": _torch_device,
     "torch.serialization._get_layout": _get_layout,
@@ -379,7 +401,6 @@ SAFE_GLOBALS: set[str] = {
 } | {
     "torch.Tensor", "torch._tensor.Tensor", "torch.nn.parameter.Parameter",
     "torch.nn.parameter.Buffer", "torch.storage.UntypedStorage", "torch.storage.TypedStorage",
-    "torch._utils._rebuild_device_tensor_from_numpy",
 }
 for _name in dtypes.STORAGE_CLASSES:
     SAFE_GLOBALS.add(f"torch.{_name}")
