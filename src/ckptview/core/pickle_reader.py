@@ -47,6 +47,9 @@ class GlobalRef:
         return self.dotted
 
 
+_PLAIN_ARGS = (str, int, float, bool, type(None))
+
+
 @dataclass(eq=False)
 class StubObject:
     """What calling or instantiating an unknown global would have produced: a record, nothing ran."""
@@ -60,6 +63,10 @@ class StubObject:
     has_state: bool = False
 
     def __repr__(self) -> str:
+        # Show plain arguments (PosixPath('runs', 'a'), datetime.date(2024, 1, 2)); never recurse.
+        if self.args and len(self.args) <= 8 and all(type(a) in _PLAIN_ARGS for a in self.args):
+            text = ", ".join(repr(a) if len(repr(a)) <= 200 else "..." for a in self.args)
+            return f"{self.cls}({text})"
         return f"<{self.cls} object>"
 
 
