@@ -88,3 +88,12 @@ def test_errors_are_one_line_and_non_zero(tmp_path):
         assert "Traceback" not in proc.stderr
     proc = run_cli("info", str(tmp_path / "missing.pt"))
     assert proc.returncode != 0 and "no such file" in proc.stderr
+
+
+def test_top_level_tensor_and_value_files(tmp_path):
+    torch.save(torch.arange(3), tmp_path / "t.pt")
+    torch.save(5, tmp_path / "v.pt")
+    data = json.loads(run_cli("info", str(tmp_path / "t.pt"), "--json").stdout)
+    assert [(t["name"], t["path"], t["shape"]) for t in data["tensors"]] == [("", [], [3])]
+    data = json.loads(run_cli("info", str(tmp_path / "v.pt"), "--json").stdout)
+    assert data["tensors"] == [] and data["values"] == [{"name": "", "path": [], "type": "int", "repr": "5"}]

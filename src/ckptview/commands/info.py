@@ -136,7 +136,7 @@ def print_table(data: dict[str, Any]) -> None:
         out.write("\nvalues\n")
         for v in data["values"]:
             text = v["repr"] if len(v["repr"]) < 100 else v["repr"][:97] + "..."
-            out.write(f"  {v['name']} = {text}  ({v['type']})\n")
+            out.write(f"  {v['name'] or '(root)'} = {text}  ({v['type']})\n")
     for opt in data.get("optimizers", []):
         named = sum(1 for p in opt["params"] if p["name"] is not None)
         lrs = sorted({g.get("lr") for g in opt["param_groups"] if isinstance(g.get("lr"), (int, float))})

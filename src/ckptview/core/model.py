@@ -167,7 +167,7 @@ class Checkpoint:
 
     def values(self) -> list[Node]:
         """Every non-tensor leaf (numbers, strings, None, bools, stubs without state)."""
-        return [n for n in self.root.walk() if n.kind == "value" and n.parent is not None]
+        return [n for n in self.root.walk() if n.kind == "value"]  # the root too: torch.save(5)
 
     def tensor(self, name: str) -> TensorInfo:
         """The tensor called `name`; KeyError when absent."""
