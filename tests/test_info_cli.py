@@ -97,3 +97,15 @@ def test_top_level_tensor_and_value_files(tmp_path):
     assert [(t["name"], t["path"], t["shape"]) for t in data["tensors"]] == [("", [], [3])]
     data = json.loads(run_cli("info", str(tmp_path / "v.pt"), "--json").stdout)
     assert data["tensors"] == [] and data["values"] == [{"name": "", "path": [], "type": "int", "repr": "5"}]
+
+
+def test_meta_tensors_list_with_shape_and_no_values(tmp_path):
+    path = tmp_path / "meta.pt"
+    torch.save({"m": torch.empty(3, 4, device="meta"), "w": torch.ones(2)}, path)
+    proc = run_cli("info", str(path), "--json", "--stats")
+    assert proc.returncode == 0, proc.stderr
+    by_name = {t["name"]: t for t in json.loads(proc.stdout)["tensors"]}
+    assert by_name["m"]["device"] == "meta" and by_name["m"]["shape"] == [3, 4] and "broken" not in by_name["m"]
+    assert by_name["m"]["stats"] is None and by_name["w"]["stats"]["mean"] == 1.0
+    diff = run_cli("diff", str(path), str(path), "--json")
+    assert diff.returncode == 0, diff.stdout + diff.stderr

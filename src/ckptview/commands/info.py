@@ -8,6 +8,7 @@ import math
 import sys
 from typing import Any
 
+from ckptview.core.errors import TensorDataError
 from ckptview.core.model import Checkpoint
 from ckptview.core.open import open_checkpoint
 from ckptview.core.optimizer import optimizers_json
@@ -53,7 +54,12 @@ def _info_dict(ckpt: Checkpoint, stats: bool) -> dict[str, Any]:
         if "shards" in info.extra:
             item["shards"] = info.extra["shards"]
         if stats_for is not None:
-            item["stats"] = None if info.broken else stats_for(info)
+            item["stats"] = None
+            if not info.broken and info.storage is not None:
+                try:
+                    item["stats"] = stats_for(info)
+                except TensorDataError as exc:  # unreadable values: the listing still completes
+                    ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
         tensors.append(item)
     values = [
         {"name": node.name, "path": list(node.path), "type": node.type_name, "repr": short_repr(node.value)}

@@ -227,6 +227,9 @@ def plan_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b:
             row.status, row.done = "shape_mismatch", True
         elif ia.broken or ib.broken:
             row.status, row.done, row.error = "error", True, ia.broken or ib.broken
+        elif ia.storage is None and ib.storage is None:  # meta tensors: shape and dtype are all there is
+            same = dtypes.canonical(ia.dtype) == dtypes.canonical(ib.dtype)
+            row.status, row.done = ("identical" if same else "dtype_mismatch"), True
         rows.append(row)
     return DiffResult(a.path, b.path, alignment, rows)
 

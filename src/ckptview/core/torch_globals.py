@@ -186,8 +186,7 @@ def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple) -> TensorInfo:
     info = TensorInfo(dtype=_dtype_arg(dtype), shape=_int_tuple(size, "size"),
                       stride=_int_tuple(stride, "stride"), offset=0, storage=None,
                       requires_grad=bool(requires_grad))
-    info.extra["device"] = str(device)
-    info.broken = "saved without data (meta or wrapper tensor)"
+    info.extra["device"] = str(device)  # no storage: shape and dtype only (values cannot be read)
     return info
 
 
