@@ -46,6 +46,7 @@ def _check_tab(tab, case: corpus.Case) -> list[str]:
     return problems
 
 
+@pytest.mark.timeout(240)  # a frozen window fails here with a stack dump instead of stalling the suite
 def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_path_factory):
     hostile = corpus.shared("hostile", tmp_path_factory)
     malformed = corpus.shared("malformed", tmp_path_factory)
@@ -56,6 +57,7 @@ def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_pat
     failures = []
     for case in hostile + malformed:
         start = time.monotonic()
+        print("opening", case.name, flush=True)  # with -s: which file a hang is on
         [tab] = window.open_paths([str(case.path)])
         wait_settled(qtbot, tab, timeout=20_000)
         failures += [f"{case.name}: {p}" for p in _check_tab(tab, case)]
