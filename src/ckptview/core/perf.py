@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_lock = threading.Lock()
+_depth = 0
+_was_enabled = False
 
 
 @contextmanager
@@ -12,12 +17,20 @@ def paused_gc() -> Iterator[None]:
     """Pause the cyclic GC while building millions of small objects that hold no garbage cycles.
 
     Listing 100,000 tensors allocates several million containers; left on, the collector runs
-    repeated full passes over all of them and costs more than the work itself.
+    repeated full passes over all of them and costs more than the work itself. Several threads may
+    pause at once (two files opening): the collector comes back when the last of them is done, and
+    only if it was on when the first began (a GUI collects from its own thread and keeps it off).
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _depth, _was_enabled
+    with _lock:
+        if _depth == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _depth += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _was_enabled:
+                gc.enable()

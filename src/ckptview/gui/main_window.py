@@ -25,6 +25,7 @@ from ckptview import __version__
 from ckptview.core.model import Node
 from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
+from ckptview.gui.gc_guard import install_gc_guard
 from ckptview.gui.settings import Settings
 
 FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
@@ -48,6 +49,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, settings: Settings | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        install_gc_guard()  # garbage (closed tabs, plots) is collected on this thread, never a worker's
         self.settings = settings or Settings()
         self.plugin_errors = panels.load_plugins()
         self.setWindowTitle("ckptview")

@@ -35,8 +35,9 @@ from ckptview.core.devices import DeviceInfo, parse_device
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
 from ckptview.core.run_inputs import InputSpecError, describe_inputs, parse_input_specs
+from ckptview.gui.gc_guard import install_gc_guard
 from ckptview.gui.panels import CheckpointContext, register_panel
-from ckptview.gui.workers import GeneratorWorker
+from ckptview.gui.workers import GeneratorWorker, keep_until_finished
 
 COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
            "max |Δ| vs second")
@@ -46,7 +47,6 @@ DEFAULT_DEVICES = [DeviceInfo("cpu", "cpu", True, description="CPU"),
 # Run jobs mostly wait on their worker process, for as long as a run takes: they get a pool of their own so
 # they never hold the global pool's few threads that statistics and histograms need.
 _pool: QThreadPool | None = None
-_alive: set[GeneratorWorker] = set()  # keeps a job's wrapper alive while it runs, even if its panel is gone
 # Devices probed once per session (a probe starts a worker process); panels share it.
 _probed_devices: list[DeviceInfo] | None = None
 
@@ -56,8 +56,8 @@ def _start(worker: GeneratorWorker) -> GeneratorWorker:
     if _pool is None:
         _pool = QThreadPool()
         _pool.setMaxThreadCount(4)
-    _alive.add(worker)
-    worker.signals.finished.connect(lambda: _alive.discard(worker))
+    install_gc_guard()
+    keep_until_finished(worker, worker.signals)  # released on the GUI thread when it finishes
     _pool.start(worker)
     return worker
 

@@ -19,10 +19,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
 from ckptview.core.errors import Cancelled
 from ckptview.core.jobs import CancelToken
+from ckptview.gui.gc_guard import install_gc_guard
 
 
 class WorkerSignals(QObject):
@@ -64,7 +65,8 @@ class GeneratorWorker(QRunnable):
 
     def start(self) -> GeneratorWorker:
         """Queue the work on the global thread pool."""
-        _running.add(self)  # keep the Python wrapper alive until the work is over
+        install_gc_guard()
+        keep_until_finished(self, self.signals)
         QThreadPool.globalInstance().start(self)
         return self
 
@@ -85,8 +87,7 @@ class GeneratorWorker(QRunnable):
             signals.errored.emit(exc)
         finally:
             self._done = True
-            signals.finished.emit()
-            _running.discard(self)
+            signals.finished.emit()  # the GUI thread then drops its reference (see _Keeper)
 
     def _drain(self, gen: Any) -> Any:
         while True:
@@ -100,9 +101,37 @@ class GeneratorWorker(QRunnable):
             self.signals.yielded.emit(value)
 
 
-_running: set[GeneratorWorker] = set()
-
-
 def wait_for_workers(timeout_ms: int = 10_000) -> bool:
     """Block until every queued worker has finished (shutdown and tests)."""
     return QThreadPool.globalInstance().waitForDone(timeout_ms)
+
+
+class _Keeper(QObject):
+    """Keeps running jobs alive and lets them go on the GUI thread, never in the worker thread.
+
+    Dropping the last reference in the worker would destroy the job's signal object (a QObject of
+    the GUI thread) in the wrong thread while its queued signals are still pending.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[int, object] = {}
+
+    def keep(self, job: object, signals: QObject) -> None:
+        self.jobs[id(signals)] = job
+        signals.finished.connect(self.release)  # type: ignore[attr-defined]
+
+    @Slot()
+    def release(self) -> None:
+        self.jobs.pop(id(self.sender()), None)
+
+
+_keeper: _Keeper | None = None
+
+
+def keep_until_finished(job: object, signals: QObject) -> None:
+    """Hold `job` until `signals.finished` is delivered on the GUI thread."""
+    global _keeper
+    if _keeper is None:
+        _keeper = _Keeper()
+    _keeper.keep(job, signals)
