@@ -86,3 +86,35 @@ def test_pt2_info_json(pt2_path):
     by_name = {t["name"]: t for t in data["tensors"]}
     assert by_name["hidden.weight"]["shape"] == [256, 20] and by_name["output.bias"]["dtype"] == "float32"
     assert any(v["name"] == "signature.outputs.0" for v in data["values"])
+
+
+def test_pt2_zip_bomb_record_inflates_only_what_the_view_needs(pt2_path, tmp_path):
+    """A weight record that inflates to 256 MiB: reading the 10-element view stays small and fast."""
+    import time
+    import tracemalloc
+    import zipfile
+
+    with zipfile.ZipFile(pt2_path) as zin:
+        infos = zin.infolist()
+        records = {i.filename: zin.read(i) for i in infos}
+    ckpt = open_checkpoint(pt2_path)
+    target = ckpt.tensor("output.bias")  # 10 float32 values
+    record = target.storage.source.name
+    ckpt.close()
+    bomb = records[record] + b"\0" * (256 << 20)
+    dst = tmp_path / "bomb.pt2"
+    with zipfile.ZipFile(dst, "w") as zout:
+        for info in infos:
+            data = bomb if info.filename == record else records[info.filename]
+            method = zipfile.ZIP_DEFLATED if info.filename == record else zipfile.ZIP_STORED
+            zout.writestr(info.filename, data, compress_type=method, compresslevel=1)
+    del bomb
+    ckpt = open_checkpoint(dst)
+    tracemalloc.start()
+    start = time.monotonic()
+    values = read_values(ckpt.tensor("output.bias"))
+    elapsed = time.monotonic() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert values.tolist() == torch.export.load(str(pt2_path)).state_dict["output.bias"].tolist()
+    assert elapsed < 2 and peak < (8 << 20), (elapsed, peak)

@@ -8,7 +8,7 @@ from typing import Any
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.pickle_reader import unpickle
 from ckptview.core.torch_globals import EMULATORS, is_safe_global, resolve_constant
-from ckptview.core.tree import build_tree
+from ckptview.core.tree import MAX_DEPTH, DepthLimit, build_tree
 
 
 def load_torch_pickle(
@@ -38,6 +38,8 @@ def make_checkpoint(path: str, fmt: str, file_size: int, obj: Any, globals_seen:
     if ckpt.unsafe_globals:
         ckpt.warnings.append(
             "file references globals outside the safe set (nothing was run): " + ", ".join(ckpt.unsafe_globals))
+    if any(isinstance(n.value, DepthLimit) for n in root.walk() if n.kind == "value"):
+        ckpt.warnings.append(f"containers nested deeper than {MAX_DEPTH} levels are cut from the tree")
     for entry in ckpt.tensors():
         if entry.info.broken:
             ckpt.warnings.append(f"tensor '{entry.name}' is broken: {entry.info.broken}")

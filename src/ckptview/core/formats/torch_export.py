@@ -143,11 +143,17 @@ def _payload_tensor(archive: _Archive, folder: str, fqn: str, entry: dict[str, A
         storage = Storage(key=record, dtype=dtype, numel=numel, device=_device(meta), source=member)
         if member is None:
             storage.broken = f"record '{record}' missing"
+        else:
+            member.max_bytes = 0  # raised below to what the views need: a zip bomb inflates no further
         storages[record] = storage
     info = TensorInfo(dtype=dtype, shape=_concrete(meta.get("sizes"), f"shape of '{fqn}'"),
                       stride=_concrete(meta.get("strides"), f"strides of '{fqn}'"),
                       offset=int(_int(meta.get("storage_offset", {"as_int": 0}))), storage=storage,
                       requires_grad=meta.get("requires_grad") is True, is_parameter=entry.get("is_param") is True)
+    member = storage.source
+    if isinstance(member, ZipMember) and info.numel and len(info.shape) == len(info.stride):
+        last = info.offset + sum((n - 1) * st for n, st in zip(info.shape, info.stride, strict=True))
+        member.max_bytes = max(member.max_bytes or 0, (last + 1) * dtypes.itemsize(dtype))
     if storage.broken:
         info.broken = storage.broken
     elif info.numel and storage.dtype != dtype:
