@@ -167,15 +167,18 @@ def multi_rank_dcp(tmp_path_factory):
     base = tmp_path_factory.mktemp("dcp_ranks")
     script = base / "rank.py"
     script.write_text(_RANK_SCRIPT)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = base / "ckpt"
     world = 2
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(port), str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world)]
-    logs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
-    if any(p.returncode for p in procs):
+    for attempt in range(3):  # the free port found here can be taken before rank 0 binds it: retry
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        out = base / f"ckpt{attempt}"
+        procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(port), str(out)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world)]
+        logs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
+        if not any(p.returncode for p in procs):
+            break
+    else:
         if "gloo" in "".join(logs).lower() and "unavailable" in "".join(logs).lower():
             pytest.skip("gloo could not start on 127.0.0.1")
         raise AssertionError("rank processes failed:\n" + "\n".join(log[-2000:] for log in logs))

@@ -30,10 +30,11 @@ class ZipEntry(NamedTuple):
     crc: int
 
 
-def read_central_directory(path: str) -> list[ZipEntry]:
-    """Every member of the zip at `path`, in directory order; CheckpointFormatError when malformed."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as fh:
+def read_central_directory(path: str, start: int = 0, length: int | None = None) -> list[ZipEntry]:
+    """Every member of the zip at `path` (or of the zip stored in bytes [start, start+length) of it),
+    in directory order, with header offsets counted from the start of the file."""
+    size = os.path.getsize(path) - start if length is None else length
+    with _Window(path, start) as fh:
         tail_len = min(size, _EOCD.size + _MAX_COMMENT)
         fh.seek(size - tail_len)
         tail = fh.read(tail_len)
@@ -56,7 +57,27 @@ def read_central_directory(path: str) -> list[ZipEntry]:
         directory = fh.read(cd_size)
     if len(directory) != cd_size:
         raise CheckpointFormatError("truncated zip: central directory cut short")
-    return _parse_entries(directory, n_total, concat)
+    return _parse_entries(directory, n_total, concat + start)
+
+
+class _Window:
+    """An open file whose seek() positions are counted from `start` (a zip stored inside a file)."""
+
+    def __init__(self, path: str, start: int) -> None:
+        self.fh = open(path, "rb")  # noqa: SIM115 - closed by __exit__
+        self.start = start
+
+    def __enter__(self) -> _Window:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.fh.close()
+
+    def seek(self, pos: int) -> None:
+        self.fh.seek(self.start + pos)
+
+    def read(self, n: int) -> bytes:
+        return self.fh.read(n)
 
 
 def _zip64_end(fh, tail: bytes, pos: int, eocd_at: int) -> tuple[int, int, int, int]:

@@ -18,21 +18,19 @@ record's range in the file (a torch.save archive, not raw values).
 from __future__ import annotations
 
 import builtins
-import io
 import math
 import os
 import re
-import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.assembled import AssembledSource, Chunk, coverage_problem
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
+from ckptview.core.formats.torch_zip import load_embedded
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.pickle_reader import StubObject
-from ckptview.core.sources import FileMap, ZipMember
+from ckptview.core.sources import FileMap
 from ckptview.core.torch_pickle import load_torch_pickle, unsafe_of
 from ckptview.core.tree import build_tree
 
@@ -150,83 +148,6 @@ def _locations(storage_data: Any) -> dict[tuple[str, tuple[int, ...] | None], Lo
 
 # -- records inside .distcp files ------------------------------------------------------------
 
-class _RangeFile(io.RawIOBase):
-    """A read-only file object over bytes [start, start + length) of an open file (for zipfile)."""
-
-    def __init__(self, fh: Any, start: int, length: int) -> None:
-        self.fh, self.start, self.length, self.pos = fh, start, length, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: self.length}[whence]
-        self.pos = max(0, base + pos)
-        return self.pos
-
-    def readinto(self, buf: Any) -> int:
-        n = max(0, min(len(buf), self.length - self.pos))
-        self.fh.seek(self.start + self.pos)
-        data = self.fh.read(n)
-        buf[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
-class EmbeddedArchive:
-    """A torch.save zip archive stored at `offset` (length `length`) inside a larger file."""
-
-    def __init__(self, fmap: FileMap, offset: int, length: int, what: str) -> None:
-        self.fmap, self.offset, self.what = fmap, offset, what
-        if offset < 0 or length < 0 or offset + length > fmap.size:
-            raise TensorDataError(f"record {what} runs past the end of the file ({fmap.size} bytes)")
-        try:
-            with builtins.open(fmap.path, "rb") as fh, zipfile.ZipFile(_RangeFile(fh, offset, length)) as zf:
-                infos = zf.infolist()
-        except (zipfile.BadZipFile, ValueError, EOFError, NotImplementedError) as exc:
-            raise CheckpointFormatError(f"record {what} is not a torch.save archive ({exc})") from None
-        self.infos = {i.filename: i for i in infos}
-        pickles = [n for n in self.infos if n.endswith("data.pkl") and n.count("/") <= 1]
-        if len(pickles) != 1:
-            raise CheckpointFormatError(f"record {what} has {len(pickles)} data.pkl records")
-        self.prefix = pickles[0][: -len("data.pkl")]
-
-    def member(self, name: str) -> ZipMember | None:
-        """The zip member `name` below the archive root, as a lazily read byte source."""
-        info = self.infos.get(self.prefix + name)
-        if info is None:
-            return None
-        return ZipMember(self.fmap, info.filename, self.offset + info.header_offset, info.compress_type,
-                         info.compress_size, info.file_size)
-
-    def read_small(self, name: str, limit: int = MAX_METADATA_BYTES) -> bytes:
-        """A small member's bytes, CRC-checked."""
-        member = self.member(name)
-        if member is None:
-            raise CheckpointFormatError(f"record {self.what}: '{name}' missing")
-        data = member.read_all(limit)
-        if zlib.crc32(data) != self.infos[self.prefix + name].CRC:
-            raise CheckpointFormatError(f"record {self.what}: CRC mismatch in '{name}'")
-        return data
-
-    def load(self) -> tuple[Any, list[str]]:
-        """The archive's object (tensors as lazily-read TensorInfo) and the globals it names."""
-        from ckptview.core.formats.torch_zip import storage_loader
-
-        byteorder = "little"
-        if self.member("byteorder") is not None:
-            byteorder = self.read_small("byteorder", 64).decode("ascii", "replace").strip()
-        obj, globals_seen, _ = load_torch_pickle(self.read_small("data.pkl"),
-                                                 storage_loader(self, "data", byteorder), what=f"{self.what} data.pkl")
-        return obj, globals_seen
-
-
 class _Files:
     """The folder's .distcp files, each mapped once and only when first read."""
 
@@ -253,7 +174,7 @@ def _chunk_resolver(files: _Files, loc: Location) -> Any:
         fmap = files.get(loc.file)
         if fmap.read(loc.offset, 4) != b"PK\x03\x04":
             raise TensorDataError("not a torch.save record (a safetensors-format DCP checkpoint?)")
-        obj, _ = EmbeddedArchive(fmap, loc.offset, loc.length, loc.where()).load()
+        obj, _ = load_embedded(fmap, loc.offset, loc.length, loc.where())
         if not isinstance(obj, TensorInfo):
             raise TensorDataError(f"record holds a {type(obj).__name__}, not a tensor")
         return obj
@@ -335,7 +256,7 @@ def _read_bytes_item(files: _Files, loc: Location) -> tuple[Any, list[str]]:
         return DcpBytesItem(loc, f"stored with transforms {list(loc.transforms)}"), []
     if loc.length > MAX_BYTES_ITEM:
         return DcpBytesItem(loc, "not read (large)"), []
-    return EmbeddedArchive(files.get(loc.file), loc.offset, loc.length, loc.where()).load()
+    return load_embedded(files.get(loc.file), loc.offset, loc.length, loc.where())
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name

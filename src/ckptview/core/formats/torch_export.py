@@ -80,7 +80,7 @@ class _Archive:
 
     def pickled(self, name: str) -> tuple[Any, list[str]]:
         """A torch.save'd member read with the safe pickle VM (it must be stored uncompressed)."""
-        from ckptview.core.formats.dcp import EmbeddedArchive
+        from ckptview.core.formats.torch_zip import load_embedded
 
         member = self.member(name)
         if member is None:
@@ -89,7 +89,7 @@ class _Archive:
         if where is None:
             raise CheckpointFormatError(f"record '{name}' is compressed; a torch.save record must be stored")
         _, offset, length = where
-        return EmbeddedArchive(self.fmap, offset, length, name).load()
+        return load_embedded(self.fmap, offset, length, name)
 
 
 def _int(value: Any) -> int | str:

@@ -11,7 +11,7 @@ import zlib
 from typing import Any
 
 from ckptview.core import dtypes
-from ckptview.core.errors import CheckpointFormatError, NotACheckpointError
+from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.model import Checkpoint, Storage
 from ckptview.core.pickle_reader import StubObject
 from ckptview.core.sources import FileMap, ZipMember
@@ -33,10 +33,13 @@ def sniff(path: str, head: bytes) -> bool:
 class ZipArchive:
     """The records of a torch zip archive, by name below its root folder."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fmap = FileMap(path)
-        entries = read_central_directory(path)
+    def __init__(self, path: str, start: int = 0, length: int | None = None, what: str = "zip",
+                 fmap: FileMap | None = None) -> None:
+        self.path, self.what = path, what
+        self.fmap = fmap or FileMap(path)
+        if start < 0 or (length is not None and (length < 0 or start + length > self.fmap.size)):
+            raise TensorDataError(f"record {what} runs past the end of the file ({self.fmap.size} bytes)")
+        entries = read_central_directory(path, start, length)
         self.infos: dict[str, ZipEntry] = {}
         duplicates = set()
         for entry in entries:
@@ -47,9 +50,9 @@ class ZipArchive:
             ["data.pkl"] if "data.pkl" in self.infos else [])
         if duplicates & set(pickles) or len(pickles) > 1:
             raise CheckpointFormatError(
-                f"ambiguous zip: {len(pickles) + len(duplicates)} 'data.pkl' records; refusing to guess which is real")
+                f"ambiguous {what}: {len(pickles) + len(duplicates)} 'data.pkl' records; refusing to guess which is real")
         if not pickles:
-            raise NotACheckpointError("not a checkpoint: zip archive has no data.pkl record")
+            raise NotACheckpointError(f"not a checkpoint: {what} archive has no data.pkl record")
         self.root = pickles[0].rpartition("/")[0]
         self.prefix = self.root + "/" if self.root else ""
 
@@ -73,6 +76,31 @@ class ZipArchive:
         if zlib.crc32(data) != info.crc:
             raise CheckpointFormatError(f"corrupt zip: CRC mismatch in record '{info.name}'")
         return data
+
+
+    def byteorder(self) -> str:
+        """The archive's byteorder record ('little' when absent, as in files before it existed)."""
+        if not self.has("byteorder"):
+            return "little"
+        order = self.read_small("byteorder", 64).decode("ascii", "replace").strip()
+        if order not in ("little", "big"):
+            raise CheckpointFormatError(f"byteorder record says {order!r}")
+        return order
+
+    def load(self) -> tuple[Any, list[str]]:
+        """The archive's object (tensors as lazily read TensorInfo) and the globals it names."""
+        obj, globals_seen, _ = load_torch_pickle(self.read_small("data.pkl"),
+                                                 storage_loader(self, "data", self.byteorder()),
+                                                 what=f"{self.what} data.pkl" if self.what != "zip" else "data.pkl")
+        return obj, globals_seen
+
+
+def load_embedded(fmap: FileMap, offset: int, length: int, what: str) -> tuple[Any, list[str]]:
+    """A torch.save archive stored inside a larger file (DCP chunks, .pt2 records): (object, globals)."""
+    try:
+        return ZipArchive(fmap.path, offset, length, what, fmap=fmap).load()
+    except NotACheckpointError as exc:  # inside a checkpoint this is a broken record, not another format
+        raise CheckpointFormatError(f"record {what} is not a torch.save archive ({exc})") from None
 
 
 def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
@@ -108,11 +136,7 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     archive = ZipArchive(path)
-    byteorder = "little"
-    if archive.has("byteorder"):
-        byteorder = archive.read_small("byteorder", 64).decode("ascii", "replace").strip()
-        if byteorder not in ("little", "big"):
-            raise CheckpointFormatError(f"byteorder record says {byteorder!r}")
+    byteorder = archive.byteorder()
     is_script = archive.has("constants.pkl") and any(
         n.startswith(archive.prefix + "code/") for n in archive.infos)
     data = archive.read_small("data.pkl")
