@@ -105,9 +105,14 @@ def set_diff_handler(callback: Callable[[Any, str, str], None]) -> None:
     _diff_handler[:] = [callback]
 
 
+# Side tabs people reach for most come first, whatever order the plugin modules were imported in.
+PANEL_ORDER = ("Statistics", "Heat-map", "Values", "Optimizer", "Training", "Run")
+
+
 def panels() -> list[PanelSpec]:
-    """The registered panels, in registration order."""
-    return list(_panels)
+    """The registered panels: the known ones in PANEL_ORDER, then others in registration order."""
+    rank = {title: i for i, title in enumerate(PANEL_ORDER)}
+    return sorted(_panels, key=lambda p: rank.get(p.title, len(rank)))
 
 
 def actions() -> list[ActionSpec]:

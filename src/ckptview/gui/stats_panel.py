@@ -6,6 +6,7 @@ from collections.abc import Generator
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QHeaderView,
     QLabel,
     QSplitter,
     QTableWidget,
@@ -89,6 +90,10 @@ class StatsPanel(QWidget):
         self.table = QTableWidget(len(JSON_KEYS), 0)
         self.table.setVerticalHeaderLabels([LABELS[k] for k in JSON_KEYS])
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        # Columns share the width (one per selected tensor); full names live in the header tooltips.
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setTextElideMode(Qt.TextElideMode.ElideLeft)
+        self.table.verticalHeader().setDefaultSectionSize(22)
         self.status = QLabel("Select a tensor or a module to see its statistics.")
         self.histogram = HistogramView()
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -102,13 +107,19 @@ class StatsPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([22 * (len(JSON_KEYS) + 1) + 30, 300])  # every figure visible without scrolling
         self.destroyed.connect(self.slot.cancel)
 
     def set_selection(self, entries: list[Node]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
         self.targets = targets_of(entries)
         self.table.setColumnCount(len(self.targets))
-        self.table.setHorizontalHeaderLabels([label for label, _ in self.targets])
+        self.table.setHorizontalHeaderLabels([label.rsplit(".", 1)[-1] if len(self.targets) > 1 else label
+                                              for label, _ in self.targets])
+        for col, (label, _) in enumerate(self.targets):
+            self.table.horizontalHeaderItem(col).setToolTip(label)
         for col in range(len(self.targets)):
             for row in range(len(JSON_KEYS)):
                 self.table.setItem(row, col, QTableWidgetItem("…"))
