@@ -316,3 +316,57 @@ def test_tensor_pickled_as_numpy_from_a_device(tmp_path):
     assert np.array_equal(read_values(w), array)
     assert np.array_equal(read_values(ckpt.tensor("c")), array.T)
     assert np.array_equal(np.concatenate(list(iter_chunks(ckpt.tensor("c"), 5))), array.T.reshape(-1))
+
+
+def test_zip64_records_and_directory(tmp_path):
+    """Large checkpoints use ZIP64 sizes/offsets: rewrite a small one with ZIP64 records everywhere."""
+    import zipfile
+
+    src = tmp_path / "small.pt"
+    torch.save({"a": torch.arange(10.0), "b": torch.ones(3, 3)}, src)
+    dst = tmp_path / "zip64.pt"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            with zout.open(info.filename, "w", force_zip64=True) as fh:
+                fh.write(zin.read(info))
+    assert_matches_torch(str(dst), "torch-zip")
+
+
+def test_zip64_extra_fields_in_the_central_directory(tmp_path):
+    """Records past 4 GiB keep sizes and offsets in ZIP64 extra fields: rewrite the directory that way."""
+    import struct
+    import zipfile
+
+    src = tmp_path / "small.pt"
+    torch.save({"a": torch.arange(10.0), "b": torch.ones(3, 3)}, src)
+    data = src.read_bytes()
+    with zipfile.ZipFile(src) as zf:
+        infos = zf.infolist()
+    eocd = data.rfind(b"PK\x05\x06")
+    z64_rec = data.rfind(b"PK\x06\x06")
+    cd_size, cd_offset = struct.unpack_from("<QQ", data, z64_rec + 40)
+    entries, pos = [], cd_offset
+    for _ in infos:  # every entry: sizes and offset moved into a ZIP64 extra field
+        fixed = bytearray(data[pos : pos + 46])
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", fixed, 28)
+        csize, usize = struct.unpack_from("<LL", fixed, 20)
+        offset = struct.unpack_from("<L", fixed, 42)[0]
+        name = data[pos + 46 : pos + 46 + name_len]
+        extra = struct.pack("<HHQQQ", 1, 24, usize, csize, offset)
+        struct.pack_into("<LL", fixed, 20, 0xFFFFFFFF, 0xFFFFFFFF)
+        struct.pack_into("<L", fixed, 42, 0xFFFFFFFF)
+        struct.pack_into("<H", fixed, 30, len(extra))
+        struct.pack_into("<H", fixed, 32, 0)
+        entries.append(bytes(fixed) + name + extra)
+        pos += 46 + name_len + extra_len + comment_len
+    directory = b"".join(entries)
+    z64 = bytearray(data[z64_rec : z64_rec + 56])
+    struct.pack_into("<QQ", z64, 40, len(directory), cd_offset)
+    locator = bytearray(data[z64_rec + 56 : z64_rec + 76])
+    struct.pack_into("<Q", locator, 8, cd_offset + len(directory))
+    end = bytearray(data[eocd : eocd + 22])
+    struct.pack_into("<LL", end, 12, 0xFFFFFFFF, 0xFFFFFFFF)
+    rebuilt = data[:cd_offset] + directory + bytes(z64) + bytes(locator) + bytes(end)
+    dst = tmp_path / "zip64_extra.pt"
+    dst.write_bytes(rebuilt)
+    assert_matches_torch(str(dst), "torch-zip")
