@@ -89,7 +89,9 @@ def info_in_process_seconds(path: str) -> float:
 
 def report(label: str, path: str) -> None:
     size_mb = os.path.getsize(path) / (1 << 20)
-    ours = measure([sys.executable, "-m", "ckptview", "info", path, "--json"])
+    script = os.path.join(os.path.dirname(sys.executable), "ckptview")  # the installed command
+    cmd = [script] if os.path.exists(script) else [sys.executable, "-m", "ckptview"]
+    ours = measure([*cmd, "info", path, "--json"])
     theirs = measure(python(LIST_WITH_TORCH) + [path], repeat=2)
     floor = measure(python(READ_METADATA_ONLY) + [path])
     meta = metadata_read_seconds(path)
