@@ -109,3 +109,16 @@ def test_meta_tensors_list_with_shape_and_no_values(tmp_path):
     assert by_name["m"]["stats"] is None and by_name["w"]["stats"]["mean"] == 1.0
     diff = run_cli("diff", str(path), str(path), "--json")
     assert diff.returncode == 0, diff.stdout + diff.stderr
+
+
+def test_pre_0_1_10_tar_checkpoint_is_named(tmp_path):
+    import io
+    import tarfile
+
+    path = tmp_path / "ancient.pth"
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo("pickle")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"\x80\x02N."))
+    proc = run_cli("info", str(path))
+    assert proc.returncode == 2 and "tar archive" in proc.stderr and len(proc.stderr.splitlines()) == 1

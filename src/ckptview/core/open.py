@@ -56,6 +56,9 @@ def describe_unknown(path: str, head: bytes) -> str:
     for magic, what in kinds:
         if head.startswith(magic):
             return f"not a checkpoint: file is {what}"
+    if head[257:262] == b"ustar":
+        return ("not a checkpoint this tool reads: file is a tar archive (PyTorch before 0.1.10 saved "
+                "checkpoints as tar files; load it with that PyTorch and save it again)")
     stripped = head.lstrip().lower()
     if stripped.startswith((b"<!doctype html", b"<html")):
         return f"not a checkpoint: file is {size} bytes of HTML (a download that saved a web page?)"
