@@ -24,9 +24,12 @@ print(json.dumps({"seconds": elapsed, "peak_mb": peak_kb / 1024, "rc": proc.retu
 def measure(cmd: list[str], repeat: int = 3) -> dict:
     """Best-of-`repeat` wall time and the peak RSS of `cmd`, each run in its own process."""
     best = None
+    # As installed, Python caches bytecode; an environment that forbids it (some sandboxes set
+    # PYTHONDONTWRITEBYTECODE) would time compiling every module instead of running the command.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for _ in range(repeat):
         out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(cmd)], capture_output=True,
-                             text=True, check=True)
+                             text=True, check=True, env=env)
         result = json.loads(out.stdout)
         if result["rc"] != 0:
             raise RuntimeError(f"{cmd} failed: {result['stderr']}")

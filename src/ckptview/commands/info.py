@@ -11,7 +11,6 @@ from typing import Any
 from ckptview.core.errors import TensorDataError
 from ckptview.core.model import Checkpoint
 from ckptview.core.open import open_checkpoint
-from ckptview.core.optimizer import optimizers_json
 from ckptview.core.perf import paused_gc
 from ckptview.core.tree import short_repr
 from ckptview.core.units import human_bytes, human_count, shape_str
@@ -74,7 +73,7 @@ def _info_dict(ckpt: Checkpoint, stats: bool) -> dict[str, Any]:
         "globals": list(ckpt.globals),
         "unsafe_globals": list(ckpt.unsafe_globals),
         "warnings": list(ckpt.warnings),
-        "optimizers": optimizers_json(ckpt),  # metadata only (reads nothing but 0-d step tensors)
+        "optimizers": _optimizers(ckpt),  # metadata only (reads nothing but 0-d step tensors)
     }
     return out
 
@@ -88,6 +87,15 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list):
         return [_json_safe(v) for v in value]
     return value
+
+
+def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
+    """The optimizers section; the optimizer module is imported only when something could be one."""
+    if not any(c.key == "param_groups" for n in ckpt.root.walk() for c in n.children):
+        return []
+    from ckptview.core.optimizer import optimizers_json
+
+    return optimizers_json(ckpt)
 
 
 def write_json(data: Any) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import zipfile
 from typing import Any
 
 from ckptview.core import dtypes
@@ -24,6 +23,7 @@ from ckptview.core.sources import FileMap, ZipMember
 from ckptview.core.torch_globals import check_view
 from ckptview.core.torch_pickle import unsafe_of
 from ckptview.core.tree import build_tree
+from ckptview.core.zipdir import read_central_directory
 
 NAME = "torch-export"
 PRIORITY = 120  # above torch-zip, which declines a .pt2 (no data.pkl)
@@ -47,11 +47,7 @@ def sniff(path: str, head: bytes) -> bool:
 class _Archive:
     def __init__(self, path: str) -> None:
         self.fmap = FileMap(path)
-        try:
-            with zipfile.ZipFile(path) as zf:
-                self.infos = {i.filename: i for i in zf.infolist()}
-        except (zipfile.BadZipFile, ValueError, EOFError, OSError, NotImplementedError) as exc:
-            raise CheckpointFormatError(f"truncated or corrupt zip: {exc}") from None
+        self.infos = {entry.name: entry for entry in read_central_directory(path)}
         roots = [n[: -len("archive_format")] for n in self.infos
                  if n.endswith("archive_format") and n.count("/") <= 1]
         if not roots:
@@ -62,7 +58,7 @@ class _Archive:
         info = self.infos.get(self.prefix + name)
         if info is None:
             return None
-        return ZipMember(self.fmap, info.filename, info.header_offset, info.compress_type,
+        return ZipMember(self.fmap, info.name, info.header_offset, info.compress_type,
                          info.compress_size, info.file_size)
 
     def text(self, name: str) -> str | None:
