@@ -275,36 +275,17 @@ class SafeUnpickler:
                     raise self._fail("truncated: no STOP opcode")
                 op = data[pos]
                 pos += 1
-                if op == 0x71:  # BINPUT
-                    stack = self.stack
-                    if not stack or stack[-1] is mark:
-                        self.pos = pos
-                        raise self._fail("stack underflow")
-                    memo[data[pos]] = stack[-1]
-                    pos += 1
-                elif op == 0x72:  # LONG_BINPUT
+                # Most frequent first (counted on torch.save'd state dicts): each test costs time.
+                if op == 0x72:  # LONG_BINPUT
                     stack = self.stack
                     if not stack or stack[-1] is mark:
                         self.pos = pos
                         raise self._fail("stack underflow")
                     memo[unpack_from("<I", data, pos)[0]] = stack[-1]
                     pos += 4
-                elif op == 0x6A:  # LONG_BINGET
-                    (idx,) = unpack_from("<I", data, pos)
-                    pos += 4
-                    if idx not in memo:
-                        self.pos = pos
-                        raise self._fail(f"memo key {idx} was never stored")
-                    self.stack.append(memo[idx])
-                elif op == 0x52:  # REDUCE
-                    stack = self.stack
-                    if len(stack) < 2 or stack[-1] is mark or stack[-2] is mark:
-                        self.pos = pos
-                        raise self._fail("stack underflow")
-                    args = stack.pop()
-                    func = stack.pop()
-                    self.pos = pos
-                    stack.append(self._call(func, args))
+                elif op == 0x4B:  # BININT1
+                    self.stack.append(data[pos])
+                    pos += 1
                 elif op == 0x68:  # BINGET
                     idx = data[pos]
                     pos += 1
@@ -312,6 +293,16 @@ class SafeUnpickler:
                         self.pos = pos
                         raise self._fail(f"memo key {idx} was never stored")
                     self.stack.append(memo[idx])
+                elif op == 0x71:  # BINPUT
+                    stack = self.stack
+                    if not stack or stack[-1] is mark:
+                        self.pos = pos
+                        raise self._fail("stack underflow")
+                    memo[data[pos]] = stack[-1]
+                    pos += 1
+                elif op == 0x28:  # MARK
+                    self.metastack.append(self.stack)
+                    self.stack = []
                 elif op == 0x58 or op == 0x8C:  # BINUNICODE, SHORT_BINUNICODE
                     if op == 0x58:
                         (length,) = unpack_from("<I", data, pos)
@@ -324,18 +315,6 @@ class SafeUnpickler:
                         raise self._fail(f"truncated: needs {length} more bytes, {size - pos} left")
                     self.stack.append(str(data[pos : pos + length], "utf-8", "surrogatepass"))
                     pos += length
-                elif op == 0x4B:  # BININT1
-                    self.stack.append(data[pos])
-                    pos += 1
-                elif op == 0x4D:  # BININT2
-                    self.stack.append(unpack_from("<H", data, pos)[0])
-                    pos += 2
-                elif op == 0x4A:  # BININT
-                    self.stack.append(unpack_from("<i", data, pos)[0])
-                    pos += 4
-                elif op == 0x28:  # MARK
-                    self.metastack.append(self.stack)
-                    self.stack = []
                 elif op == 0x74:  # TUPLE
                     if not self.metastack:
                         self.pos = pos
@@ -343,14 +322,49 @@ class SafeUnpickler:
                     items = tuple(self.stack)
                     self.stack = self.metastack.pop()
                     self.stack.append(items)
+                elif op == 0x86:  # TUPLE2
+                    stack = self.stack
+                    if len(stack) < 2 or stack[-1] is mark or stack[-2] is mark:
+                        self.pos = pos
+                        raise self._fail("stack underflow")
+                    second = stack.pop()
+                    stack[-1] = (stack[-1], second)
+                elif op == 0x52:  # REDUCE
+                    stack = self.stack
+                    if len(stack) < 2 or stack[-1] is mark or stack[-2] is mark:
+                        self.pos = pos
+                        raise self._fail("stack underflow")
+                    args = stack.pop()
+                    func = stack.pop()
+                    self.pos = pos
+                    stack.append(self._call(func, args))
+                elif op == 0x6A:  # LONG_BINGET
+                    (idx,) = unpack_from("<I", data, pos)
+                    pos += 4
+                    if idx not in memo:
+                        self.pos = pos
+                        raise self._fail(f"memo key {idx} was never stored")
+                    self.stack.append(memo[idx])
                 elif op == 0x89:  # NEWFALSE
                     self.stack.append(False)
+                elif op == 0x29:  # EMPTY_TUPLE
+                    self.stack.append(())
+                elif op == 0x85:  # TUPLE1
+                    stack = self.stack
+                    if not stack or stack[-1] is mark:
+                        self.pos = pos
+                        raise self._fail("stack underflow")
+                    stack[-1] = (stack[-1],)
                 elif op == 0x88:  # NEWTRUE
                     self.stack.append(True)
                 elif op == 0x4E:  # NONE
                     self.stack.append(None)
-                elif op == 0x29:  # EMPTY_TUPLE
-                    self.stack.append(())
+                elif op == 0x4D:  # BININT2
+                    self.stack.append(unpack_from("<H", data, pos)[0])
+                    pos += 2
+                elif op == 0x4A:  # BININT
+                    self.stack.append(unpack_from("<i", data, pos)[0])
+                    pos += 4
                 else:
                     handler = dispatch[op]
                     self.pos = pos
