@@ -271,7 +271,7 @@ class CheckpointTab(QWidget):
         self.splitter.addWidget(self.side_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        self.splitter.setSizes([700, 420])
+        self.splitter.setSizes([620, 520])  # the side panels (histograms, tables) need room too
         box.addWidget(self.splitter, 1)
         self._update_match_label()
         self.stack.addWidget(page)
