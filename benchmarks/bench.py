@@ -34,17 +34,22 @@ READ_METADATA_ONLY = (
 )
 
 
-def make_checkpoint(path: str, total_mb: int, dtype: str, n_tensors: int = 200) -> None:
+def make_checkpoint(path: str, total_mb: int, dtype: str, n_tensors: int = 200, embed_share: float = 0.0) -> None:
+    """`n_tensors` layers of equal size, plus one embedding holding `embed_share` of the bytes."""
     import torch
 
     if os.path.exists(path):
         return
     dt = getattr(torch, dtype)
-    per = total_mb * (1 << 20) // n_tensors // torch.empty(0, dtype=dt).element_size()
+    itemsize = torch.empty(0, dtype=dt).element_size()
+    total = total_mb * (1 << 20) // itemsize
     cols = 1024
-    rows = max(per // cols, 1)
     g = torch.Generator().manual_seed(0)
-    sd = {f"layers.{i}.weight": torch.randn(rows, cols, generator=g).to(dt) for i in range(n_tensors)}
+    sd = {}
+    if embed_share:
+        sd["embed.weight"] = torch.randn(int(total * embed_share) // cols, cols, generator=g).to(dt)
+    rows = max(int(total * (1 - embed_share)) // n_tensors // cols, 1)
+    sd.update({f"layers.{i}.weight": torch.randn(rows, cols, generator=g).to(dt) for i in range(n_tensors)})
     torch.save(sd, path + ".tmp")
     os.replace(path + ".tmp", path)
 
@@ -128,11 +133,11 @@ def main() -> None:
     os.makedirs(DATA, exist_ok=True)
     scale = 10 if args.small else 1
     fp32 = os.path.join(DATA, f"fp32_{500 // scale}mb.pt")
-    bf16 = os.path.join(DATA, f"bf16_{1500 // scale}mb.pt")
+    bf16 = os.path.join(DATA, f"bf16_{1500 // scale}mb_embed.pt")  # one 500 MB embedding: the stats bench uses it
     many = os.path.join(DATA, "keys_100k.pt")
     print("building checkpoints (once; kept in benchmarks/_data)...", flush=True)
     make_checkpoint(fp32, 500 // scale, "float32")
-    make_checkpoint(bf16, 1500 // scale, "bfloat16")
+    make_checkpoint(bf16, 1500 // scale, "bfloat16", embed_share=1 / 3)
     make_many_keys(many, 100_000)
     print("(page cache warm: files were just written or read)\n")
     report("fp32 checkpoint", fp32)
