@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ckptview.core.model import Node
+from ckptview.core.perf import paused_gc
 
 
 class Row:
@@ -50,6 +51,11 @@ class Row:
 
 def group_tree(root: Node) -> Row:
     """The display rows of `root`, dotted string keys nested by module path, with subtree totals."""
+    with paused_gc():  # hundreds of thousands of rows and no garbage: skip the collector's passes
+        return _group_tree(root)
+
+
+def _group_tree(root: Node) -> Row:
     top = Row("", root, "", root.kind, None)
     stack: list[tuple[Node, Row]] = [(root, top)]
     tensors: list[Row] = []

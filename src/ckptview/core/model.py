@@ -146,6 +146,8 @@ class Checkpoint:
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     _tensors: list[TensorEntry] | None = field(default=None, repr=False)
+    _by_name: dict[str, TensorInfo] | None = field(default=None, repr=False)
+    _sharing: dict[str, list[str]] | None = field(default=None, repr=False)
 
     def tensors(self) -> list[TensorEntry]:
         """Every tensor in file order, with its contract name and path."""
@@ -171,22 +173,25 @@ class Checkpoint:
 
     def tensor(self, name: str) -> TensorInfo:
         """The tensor called `name`; KeyError when absent."""
-        for entry in self.tensors():
-            if entry.name == name:
-                return entry.info
-        raise KeyError(name)
+        if self._by_name is None:
+            self._by_name = {}
+            for entry in self.tensors():
+                self._by_name.setdefault(entry.name, entry.info)  # the first, if a name repeats
+        return self._by_name[name]
 
     def sharing(self) -> dict[str, list[str]]:
-        """name -> names of the other tensors over the same storage."""
-        groups: dict[int, list[str]] = {}
-        for entry in self.tensors():
-            if entry.info.storage is not None:
-                groups.setdefault(id(entry.info.storage), []).append(entry.name)
-        out: dict[str, list[str]] = {}
-        for names in groups.values():
-            for name in names:
-                out[name] = [n for n in names if n != name]
-        return out
+        """name -> names of the other tensors over the same storage (only tensors that share one)."""
+        if self._sharing is None:
+            from ckptview.core.perf import paused_gc
+
+            groups: dict[int, list[str]] = {}
+            with paused_gc():
+                for entry in self.tensors():
+                    if entry.info.storage is not None:
+                        groups.setdefault(id(entry.info.storage), []).append(entry.name)
+                self._sharing = {name: [n for n in names if n != name]
+                                 for names in groups.values() if len(names) > 1 for name in names}
+        return self._sharing
 
     def close(self) -> None:
         """Release mapped files."""
