@@ -34,3 +34,8 @@ def paused_gc() -> Iterator[None]:
             _depth -= 1
             if _depth == 0 and _was_enabled:
                 gc.enable()
+
+
+def gc_paused() -> bool:
+    """True while some thread is inside `paused_gc` (a collector on another thread should wait)."""
+    return _depth > 0

@@ -122,7 +122,10 @@ def classify_source(path: str, model: str | None = None, checkpoint: Any = None)
 
     `checkpoint`, when the caller already opened `path`, saves reading its metadata again.
     """
-    kind = sniff_archive(path) if os.path.isfile(path) else None
+    if checkpoint is not None:  # its reader already told the formats apart: no second look at the file
+        kind = {"torchscript": TORCHSCRIPT, "torch-export": EXPORT}.get(checkpoint.format)
+    else:
+        kind = sniff_archive(path) if os.path.isfile(path) else None
     if kind is not None:
         return SourceInfo(kind, format=kind)
     own = checkpoint is None

@@ -33,9 +33,11 @@ from PySide6.QtWidgets import (
 from ckptview.core.errors import CheckpointError
 from ckptview.core.grouping import Row, find_row, group_tree
 from ckptview.core.model import Checkpoint, Node
+from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
 from ckptview.gui.formatting import shape_text
+from ckptview.gui.gc_guard import keep_out_of_collections
 from ckptview.gui.query import QueryError, parse_query
 from ckptview.gui.summary import SummaryHeader
 from ckptview.gui.tree_model import NAME, SHARD, CheckpointTreeModel
@@ -54,13 +56,14 @@ class Opened:
     top: Row
     sharing: dict[str, list[str]]
     leaf_count: int
+    facts: SizeFacts
 
 
 def prepare(checkpoint: Checkpoint) -> Opened:
     """Group rows, sharing and counts for `checkpoint` (O(tensors): kept off the GUI thread)."""
     top = group_tree(checkpoint.root)
     leaves = sum(1 for r in top.walk() if not r.children and r is not top)
-    return Opened(checkpoint, top, checkpoint.sharing(), leaves)
+    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint))
 
 
 def open_and_prepare(path: str) -> Opened:
@@ -147,6 +150,7 @@ class CheckpointTab(QWidget):
         self._worker = None
         self.checkpoint, self.top, self._leaf_count = opened.checkpoint, opened.top, opened.leaf_count
         self._sharing = opened.sharing
+        self._facts = opened.facts
         try:
             self._build_ready_page()
         except Exception as exc:  # a bug in a view must not take the other tabs down
@@ -154,6 +158,7 @@ class CheckpointTab(QWidget):
             self._show_error(f"internal error while showing the file: {type(exc).__name__}: {exc}")
             return
         self.state = "ready"
+        keep_out_of_collections()
         elapsed = time.perf_counter() - self._started
         self.status_message.emit(f"Opened {os.path.basename(self.path)}: {self.top.tensors:,} tensors "
                                  f"in {elapsed:.2f} s")
@@ -206,7 +211,7 @@ class CheckpointTab(QWidget):
         self.banner = _safety_banner(self.checkpoint)
         if self.banner is not None:
             box.addWidget(self.banner)
-        self.summary = SummaryHeader(self.checkpoint, self.top)
+        self.summary = SummaryHeader(self.checkpoint, self.top, self._facts)
         box.addWidget(self.summary)
 
         self.filter_edit = QLineEdit()

@@ -12,6 +12,8 @@ import gc
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer
 
+from ckptview.core.perf import gc_paused
+
 _guard: GuiThreadCollector | None = None
 
 
@@ -28,6 +30,8 @@ class GuiThreadCollector(QObject):
 
     def check(self) -> None:
         """Collect the generations whose counts crossed their thresholds, as gc itself would."""
+        if gc_paused():  # a worker is building a checkpoint's objects: a pass now would only stall it
+            return
         count0, count1, count2 = gc.get_count()
         t0, t1, t2 = self.thresholds
         if count0 > t0:
@@ -46,3 +50,17 @@ def install_gc_guard() -> None:
         return
     _guard = GuiThreadCollector()
     _guard.moveToThread(app.thread())
+
+
+def keep_out_of_collections() -> None:
+    """Move everything alive now (an opened checkpoint's tree) out of the collector's view.
+
+    A 100,000-tensor tree is a million long-lived objects; every full pass would walk them again
+    (about half a second, on the GUI thread). Frozen objects are skipped until `allow_collection`.
+    """
+    gc.freeze()
+
+
+def allow_collection() -> None:
+    """Undo `keep_out_of_collections` (a tab closed: its tree must become collectable)."""
+    gc.unfreeze()

@@ -25,7 +25,7 @@ from ckptview import __version__
 from ckptview.core.model import Node
 from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
-from ckptview.gui.gc_guard import install_gc_guard
+from ckptview.gui.gc_guard import allow_collection, install_gc_guard
 from ckptview.gui.settings import Settings
 
 FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
@@ -289,6 +289,7 @@ class MainWindow(QMainWindow):
             return
         if isinstance(widget, CheckpointTab):
             widget.close_checkpoint()
+            allow_collection()  # its tree was frozen out of the collector when it opened
         self.tabs.removeTab(index)
         widget.deleteLater()
         self._update_busy()

@@ -3,52 +3,22 @@
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 from ckptview.core.grouping import Row, chart_rows
-from ckptview.core.model import Checkpoint, TensorEntry
+from ckptview.core.model import Checkpoint
+from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui.formatting import human_bytes, human_count
-
-
-def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
-    # Tied weights (`lm_head.weight is embed.weight`) are one tensor saved under two names: count once.
-    seen: set[tuple] = set()
-    out = []
-    for entry in checkpoint.tensors():
-        info = entry.info
-        key = (id(info.storage), info.offset, info.shape, info.stride) if info.storage is not None else id(info)
-        if key not in seen:
-            seen.add(key)
-            out.append(entry)
-    return out
-
-
-def parameter_count(checkpoint: Checkpoint) -> int:
-    """Elements of the distinct tensors outside optimizer state (the moments would count the model twice)."""
-    total = 0
-    for entry in _distinct(checkpoint):
-        head = str(entry.path[0]).lower() if entry.path else ""
-        if "optim" not in head:
-            total += entry.info.numel
-    return total
-
-
-def bytes_by_dtype(checkpoint: Checkpoint) -> list[tuple[str, int]]:
-    """(dtype, logical bytes) over the distinct tensors, largest first."""
-    sizes: Counter[str] = Counter()
-    for entry in _distinct(checkpoint):
-        sizes[entry.info.dtype] += entry.info.nbytes
-    return sizes.most_common()
 
 
 class SummaryHeader(QWidget):
     """Format, file size, counts, bytes by dtype, and where the bytes are."""
 
-    def __init__(self, checkpoint: Checkpoint, top: Row, parent: QWidget | None = None) -> None:
+    def __init__(self, checkpoint: Checkpoint, top: Row, facts: SizeFacts | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("summaryHeader")
         layout = QHBoxLayout(self)
@@ -57,8 +27,9 @@ class SummaryHeader(QWidget):
         form.setHorizontalSpacing(12)
         form.setVerticalSpacing(2)
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
-        dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in bytes_by_dtype(checkpoint)) or "—"
-        params = parameter_count(checkpoint)
+        facts = facts or size_facts(checkpoint)  # normally computed by the opening worker
+        dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in facts.bytes_by_dtype) or "—"
+        params = facts.parameters
         self.facts = {
             "File": os.path.basename(checkpoint.path) or checkpoint.path,
             "Format": checkpoint.format,

@@ -20,6 +20,8 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict:
     """Open `path` in a fresh window and wait until its tree shows rows."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("CKPTVIEW_SERVER_NAME", f"ckptview-timing-{os.getpid()}")
+    from PySide6.QtCore import QEventLoop, QTimer
+
     from ckptview.gui.app import application, launch, parse_args
     from ckptview.gui.settings import Settings
 
@@ -29,10 +31,14 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict:
         assert window is not None
         tab = window.current_tab()
         opened_at = time.perf_counter()
-        deadline = opened_at + timeout_s
-        while tab.state == "loading" and time.perf_counter() < deadline:
-            app.processEvents()
-            time.sleep(0.002)
+        if tab.state == "loading":
+            # Wait inside Qt's event loop, as the application does: a Python polling loop here would
+            # take the GIL from the opening worker every few milliseconds and slow it down.
+            loop = QEventLoop()
+            tab.loaded.connect(loop.quit)
+            tab.failed.connect(loop.quit)
+            QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+            loop.exec()
         app.processEvents()  # one more round: the view lays out and paints its first rows
         result = {"path": path, "state": tab.state, "error": tab.error_text,
                   "seconds": round(time.perf_counter() - _T0, 3),
