@@ -400,3 +400,14 @@ def test_big_endian_byteorder_record(tmp_path):
     assert big.metadata["byteorder"] == "big"
     assert any("big-endian" in w for w in big.warnings)
     assert_matches_torch(str(dst), "torch-zip")
+
+
+def test_one_untyped_storage_behind_tensors_of_two_dtypes(tmp_path):
+    """A float8 tensor and its uint8 view: one storage record, two dtypes (torch saves it)."""
+    x = torch.randn(6).to(torch.float8_e4m3fn)
+    path = tmp_path / "mixed.pt"
+    torch.save({"f8": x, "bytes": x.view(torch.uint8), "tail": x[2:].view(torch.uint8)}, path)
+    assert_matches_torch(str(path), "torch-zip")
+    ckpt = open_checkpoint(path)
+    assert [ckpt.tensor(n).dtype for n in ("f8", "bytes", "tail")] == ["float8_e4m3fn", "uint8", "uint8"]
+    assert sorted(ckpt.sharing()["f8"]) == ["bytes", "tail"]

@@ -119,9 +119,8 @@ def _make_tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: str |
     dtype = dtype or storage.dtype
     if dtype != storage.dtype and storage.dtype != "uint8":
         raise ValueError(f"tensor of {dtype} over a {storage.dtype} storage")
-    if dtype != storage.dtype:  # untyped storage: reinterpret its bytes as `dtype`
-        itemsize = dtypes.itemsize(dtype)
-        storage.dtype, storage.numel = dtype, storage.numel // itemsize if itemsize else 0
+    # An untyped storage keeps its bytes as they are: one storage may back tensors of several dtypes
+    # (a float8 tensor and its uint8 view), so the tensor's dtype is never written into the storage.
     info = TensorInfo(dtype=dtype, shape=shape, stride=strides, offset=offset, storage=storage)
     if storage.broken:
         info.broken = storage.broken

@@ -66,7 +66,7 @@ def read_values(info: TensorInfo) -> np.ndarray:
     except (OSError, ValueError) as exc:
         raise TensorDataError(f"cannot read storage '{info.storage.key}': {exc}") from None
     itemsize = base_dtype.itemsize
-    count = min(len(buf) // itemsize, info.storage.numel)
+    count = min(len(buf), info.storage.nbytes) // itemsize  # the storage may be typed differently (untyped)
     flat = np.frombuffer(buf, dtype=base_dtype, count=count)
     if info.numel == 0:
         return _finish(np.empty(info.shape, dtype=base_dtype), info)
@@ -141,7 +141,7 @@ def _read_contiguous(info: TensorInfo, source_range: tuple[str, int, int],
 def _inflate_contiguous(info: TensorInfo, chunk_elems: int) -> Iterator[np.ndarray]:
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
-    if info.offset < 0 or (info.offset + info.numel) > info.storage.numel:
+    if info.offset < 0 or (info.offset + info.numel) * itemsize > info.storage.nbytes:
         raise TensorDataError("cannot read values: view runs past its storage")
     blocks = info.storage.source.iter_inflated(info.offset * itemsize, info.numel * itemsize,
                                                chunk_elems * itemsize)
