@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -64,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a bug of ours: still one line, unless asked for the traceback
+        if os.environ.get("CKPTVIEW_DEBUG"):
+            raise
+        print(f"ckptview: internal error: {type(exc).__name__}: {exc} (CKPTVIEW_DEBUG=1 shows the traceback;"
+              " please report it)", file=sys.stderr)
+        return 3
 
 
 def _launch_gui(argv: list[str]) -> int:
