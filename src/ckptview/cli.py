@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"ckptview: internal error: {type(exc).__name__}: {exc} (CKPTVIEW_DEBUG=1 shows the traceback;"
               " please report it)", file=sys.stderr)
-        return 3
+        return 2  # diff(1)'s "trouble" status, like every other error
 
 
 def _launch_gui(argv: list[str]) -> int:
