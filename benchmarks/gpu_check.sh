@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One prepared run for a lent GPU machine (the device tool's `run`, from the repository root), so a
+# session drawn for one spends its minutes on measuring, not on set-up. Uses the machine's own CUDA
+# torch (never reinstalls it), installs ckptview without dependencies, then:
+#   1. the runner's device tests (cuda runs, cpu/meta for comparison);
+#   2. `ckptview devices --json`;
+#   3. `ckptview run` of the README's MLP on cuda:0 (load report, latency, peak memory) as JSON.
+# Results also go to $OUT when the device tool sets it. Not yet run on a GPU: no task so far drew one.
+set -uo pipefail
+OUT=${OUT:-/tmp/ckptview-gpu}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+$PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+        torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' | tee "$OUT/torch.txt"
+$PY -m pip install -q --no-deps -e . || exit 1
+$PY -m pip install -q numpy ml_dtypes safetensors pytest pytest-timeout 2>/dev/null
+$PY -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_runner.py -k "cuda or device or meta" \
+    2>&1 | tee "$OUT/tests.txt"
+$PY -m ckptview devices --json | tee "$OUT/devices.json"
+work=$(mktemp -d)
+cat > "$work/mlp.py" <<'PYEOF'
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden, self.act, self.output = nn.Linear(20, 256), nn.ReLU(), nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.output(self.act(self.hidden(x)))
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    torch.save(MLP().state_dict(), __file__.replace(".py", ".pt"))
+PYEOF
+$PY "$work/mlp.py"
+$PY -m ckptview run "$work/mlp.pt" --model "$work/mlp.py:MLP" --device cuda:0 --input-shape 64,20 \
+    --runs 100 --json | tee "$OUT/run_cuda.json"
