@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core import open_checkpoint
+from ckptview.core import CheckpointError, open_checkpoint
 from ckptview.core.values import iter_chunks, read_values
 from tests.torch_compare import get_path, same_values
 
@@ -411,3 +411,26 @@ def test_one_untyped_storage_behind_tensors_of_two_dtypes(tmp_path):
     ckpt = open_checkpoint(path)
     assert [ckpt.tensor(n).dtype for n in ("f8", "bytes", "tail")] == ["float8_e4m3fn", "uint8", "uint8"]
     assert sorted(ckpt.sharing()["f8"]) == ["bytes", "tail"]
+
+
+def test_compressed_data_pkl_bomb_is_refused_before_inflating(tmp_path):
+    """torch never compresses data.pkl; a deflated one declaring 300 MiB is refused, not inflated."""
+    import time
+    import zipfile
+
+    src = tmp_path / "ok.pt"
+    torch.save({"w": torch.ones(2)}, src)
+    with zipfile.ZipFile(src) as zin:
+        records = [(i.filename, zin.read(i)) for i in zin.infolist()]
+    dst = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(dst, "w") as zout:
+        for name, data in records:
+            if name.endswith("data.pkl"):
+                data = data[:-1] + b"N" * (300 << 20) + b"0."  # valid opcodes, then STOP
+                zout.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
+            else:
+                zout.writestr(name, data)
+    start = time.monotonic()
+    with pytest.raises(CheckpointError, match="more than the"):
+        open_checkpoint(dst)
+    assert time.monotonic() - start < 2

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ckptview.core.model import Checkpoint
 
 _EMPTY = memoryview(b"")
+MAX_INFLATED_RECORD = 256 << 20
 
 
 class FileMap:
@@ -191,6 +192,10 @@ class ZipMember:
 
     def read_all(self, limit: int) -> bytes:
         """The member's bytes (for pickles and small records), refusing more than `limit`."""
+        if self.compress_type != 0:
+            # torch never compresses its records; a compressed one is inflated in memory, so it gets a
+            # far smaller budget than a stored one (which is read from the file as it is).
+            limit = min(limit, MAX_INFLATED_RECORD)
         if self.file_size > limit:
             raise CheckpointFormatError(
                 f"record '{self.name}' declares {self.file_size} bytes, more than the {limit} allowed")
