@@ -434,3 +434,16 @@ def test_compressed_data_pkl_bomb_is_refused_before_inflating(tmp_path):
     with pytest.raises(CheckpointError, match="more than the"):
         open_checkpoint(dst)
     assert time.monotonic() - start < 2
+
+
+def test_many_broken_tensors_are_counted_not_listed(tmp_path):
+    import json
+    import struct
+
+    header = {f"t{i}": {"dtype": "F32", "shape": [100], "data_offsets": [0, 4]} for i in range(500)}
+    raw = json.dumps(header).encode()
+    path = tmp_path / "lies.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
+    ckpt = open_checkpoint(path)
+    assert len(ckpt.tensors()) == 500 and all(e.info.broken for e in ckpt.tensors())
+    assert len(ckpt.warnings) == 21 and ckpt.warnings[-1] == "... and 480 more broken tensors"

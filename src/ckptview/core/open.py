@@ -24,7 +24,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     for reader in readers():
         if reader.sniff(path, head):
             try:
-                return reader.open(path)
+                return _compact_warnings(reader.open(path))
             except NotACheckpointError as exc:  # looked like this format, is not: let others try
                 declined = declined or exc
             except CheckpointError:
@@ -36,6 +36,22 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
             except Exception as exc:  # a reader bug must still reach the user as one line
                 raise CheckpointFormatError(f"{reader.NAME}: malformed file ({type(exc).__name__}: {exc})") from None
     raise declined or NotACheckpointError(describe_unknown(path, head))
+
+
+MAX_BROKEN_LISTED = 20
+
+
+def _compact_warnings(ckpt: Checkpoint) -> Checkpoint:
+    """List the first broken tensors one by one and count the rest (each tensor says it is broken).
+
+    A hostile file can mark a million tensors broken; a million warning lines help nobody.
+    """
+    broken = [w for w in ckpt.warnings if w.startswith("tensor '") and " is broken: " in w]
+    if len(broken) > MAX_BROKEN_LISTED:
+        dropped = set(map(id, broken[MAX_BROKEN_LISTED:]))
+        ckpt.warnings = [w for w in ckpt.warnings if id(w) not in dropped]
+        ckpt.warnings.append(f"... and {len(broken) - MAX_BROKEN_LISTED} more broken tensors")
+    return ckpt
 
 
 def describe_unknown(path: str, head: bytes) -> str:

@@ -17,6 +17,8 @@ from ckptview.core.torch_globals import check_view
 NAME = "safetensors"
 PRIORITY = 90
 MAX_HEADER = 100 << 20  # the safetensors library refuses headers over 100 MB too
+MAX_TENSORS = 1_000_000  # the largest real models hold ~100k; a header listing millions is an attack
+MAX_LISTED = 20  # warnings of one kind listed one by one before they are counted
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -96,6 +98,9 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     fmap = FileMap(path)
     root = Node(key="", kind="dict", type_name="safetensors")
     metadata = header.pop("__metadata__", None)
+    if len(header) > MAX_TENSORS:
+        raise CheckpointFormatError(
+            f"safetensors header lists {len(header)} tensors; refusing more than {MAX_TENSORS}")
     ranges = []
     for key, entry in header.items():
         info = tensor_from_entry(key, entry, fmap, data_start, size - data_start)
@@ -111,9 +116,11 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     elif metadata is not None:
         ckpt.warnings.append("safetensors __metadata__ is not an object; ignored")
     ranges.sort()
-    for (b1, e1, k1), (b2, _e2, k2) in zip(ranges, ranges[1:], strict=False):
-        if b2 < e1 and e1 > b1 and b2 != e1:
-            ckpt.warnings.append(f"tensors '{k1}' and '{k2}' overlap in the file")
+    overlaps = [(k1, k2) for (_b1, e1, k1), (b2, _e2, k2) in zip(ranges, ranges[1:], strict=False) if b2 < e1]
+    for k1, k2 in overlaps[:MAX_LISTED]:
+        ckpt.warnings.append(f"tensors '{k1}' and '{k2}' overlap in the file")
+    if len(overlaps) > MAX_LISTED:
+        ckpt.warnings.append(f"... and {len(overlaps) - MAX_LISTED} more overlapping pairs")
     for entry in ckpt.tensors():
         if entry.info.broken:
             ckpt.warnings.append(f"tensor '{entry.name}' is broken: {entry.info.broken}")
