@@ -18,12 +18,12 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.formats.torch_zip import ZipArchive
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
-from ckptview.core.sources import FileMap, ZipMember
+from ckptview.core.sources import ZipMember
 from ckptview.core.torch_globals import check_view
 from ckptview.core.torch_pickle import unsafe_of
 from ckptview.core.tree import build_tree
-from ckptview.core.zipdir import read_central_directory
 
 NAME = "torch-export"
 PRIORITY = 120  # above torch-zip, which declines a .pt2 (no data.pkl)
@@ -44,22 +44,10 @@ def sniff(path: str, head: bytes) -> bool:
     return head.startswith(b"PK\x03\x04") and any(h in head for h in _HINTS)
 
 
-class _Archive:
-    def __init__(self, path: str) -> None:
-        self.fmap = FileMap(path)
-        self.infos = {entry.name: entry for entry in read_central_directory(path)}
-        roots = [n[: -len("archive_format")] for n in self.infos
-                 if n.endswith("archive_format") and n.count("/") <= 1]
-        if not roots:
-            raise NotACheckpointError("not a checkpoint: zip archive has no archive_format record")
-        self.prefix = roots[0]
+class _Archive(ZipArchive):
+    """A torch.export archive: the zip reader of torch.save files, rooted at `archive_format`."""
 
-    def member(self, name: str) -> ZipMember | None:
-        info = self.infos.get(self.prefix + name)
-        if info is None:
-            return None
-        return ZipMember(self.fmap, info.name, info.header_offset, info.compress_type,
-                         info.compress_size, info.file_size)
+    MARKER = "archive_format"
 
     def text(self, name: str) -> str | None:
         member = self.member(name)

@@ -33,6 +33,9 @@ def sniff(path: str, head: bytes) -> bool:
 class ZipArchive:
     """The records of a torch zip archive, by name below its root folder."""
 
+    # The record that marks the archive's root folder (a torch.save archive: data.pkl).
+    MARKER = "data.pkl"
+
     def __init__(self, path: str, start: int = 0, length: int | None = None, what: str = "zip",
                  fmap: FileMap | None = None) -> None:
         self.path, self.what = path, what
@@ -46,14 +49,15 @@ class ZipArchive:
             if entry.name in self.infos:
                 duplicates.add(entry.name)
             self.infos[entry.name] = entry
-        pickles = [n for n in self.infos if n.endswith("/data.pkl") and n.count("/") == 1] + (
-            ["data.pkl"] if "data.pkl" in self.infos else [])
-        if duplicates & set(pickles) or len(pickles) > 1:
-            raise CheckpointFormatError(
-                f"ambiguous {what}: {len(pickles) + len(duplicates)} 'data.pkl' records; refusing to guess which is real")
-        if not pickles:
-            raise NotACheckpointError(f"not a checkpoint: {what} archive has no data.pkl record")
-        self.root = pickles[0].rpartition("/")[0]
+        marker = self.MARKER
+        roots = [n for n in self.infos if n.endswith("/" + marker) and n.count("/") == 1] + (
+            [marker] if marker in self.infos else [])
+        if duplicates & set(roots) or len(roots) > 1:
+            raise CheckpointFormatError(f"ambiguous {what}: {len(roots) + len(duplicates)} '{marker}' records; "
+                                        "refusing to guess which is real")
+        if not roots:
+            raise NotACheckpointError(f"not a checkpoint: {what} archive has no {marker} record")
+        self.root = roots[0].rpartition("/")[0]
         self.prefix = self.root + "/" if self.root else ""
 
     def has(self, name: str) -> bool:
