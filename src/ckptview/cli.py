@@ -31,6 +31,7 @@ def _subcommand_modules(only: str | None = None) -> dict[str, object]:
 
 
 def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
+    """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")

@@ -19,6 +19,7 @@ _ORDER = {"changed": 0, "dtype_mismatch": 1, "shape_mismatch": 2, "only_a": 3, "
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the `diff` subcommand."""
     p = sub.add_parser("diff", help="compare two checkpoints tensor by tensor",
                        description="Compare two checkpoints. Exit status 0 when every tensor is identical, "
                                    "1 when something differs, 2 on error.")
@@ -36,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `ckptview diff`; returns the exit status."""
     try:
         mapping = parse_mapping(args.map)
     except ValueError as exc:

@@ -17,6 +17,7 @@ from ckptview.core.units import human_bytes, human_count, shape_str
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the `info` subcommand."""
     p = sub.add_parser("info", help="list everything inside a checkpoint")
     p.add_argument("path", help="checkpoint file or folder")
     p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
@@ -110,6 +111,7 @@ def write_json(data: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `ckptview info`; returns the exit status."""
     ckpt = open_checkpoint(args.path)
     try:
         data = info_dict(ckpt, stats=args.stats)

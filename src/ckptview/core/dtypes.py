@@ -96,15 +96,18 @@ def itemsize(name: str) -> int:
 
 
 def is_floating(name: str) -> bool:
+    """True for the floating-point dtypes (float8 ... float64, bfloat16)."""
     name = canonical(name)
     return name.startswith(("float", "bfloat")) and name != "float4_e2m1fn_x2"
 
 
 def is_complex(name: str) -> bool:
+    """True for complex32/64/128."""
     return canonical(name).startswith("complex")
 
 
 def is_quantized(name: str) -> bool:
+    """True for the quantized dtypes (qint8, quint8, qint32, quint4x2, quint2x4)."""
     return canonical(name).startswith(("qint", "quint"))
 
 

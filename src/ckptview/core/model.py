@@ -127,6 +127,7 @@ def join_path(path: tuple[PathKey, ...] | list[PathKey]) -> str:
 
 @dataclass(frozen=True, eq=False, slots=True)
 class TensorEntry:
+    """A tensor with its contract name and path, as `Checkpoint.tensors()` lists it."""
     name: str
     path: tuple[PathKey, ...]
     info: TensorInfo

@@ -9,6 +9,7 @@ from ckptview.core.model import Checkpoint, TensorEntry
 
 
 class SizeFacts(NamedTuple):
+    """The size facts the summary header shows."""
     parameters: int  # elements of the distinct tensors outside optimizer state
     bytes_by_dtype: list[tuple[str, int]]  # (dtype, logical bytes) over the distinct tensors, largest first
 

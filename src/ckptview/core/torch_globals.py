@@ -40,6 +40,7 @@ class SizeValue(tuple):
 
 
 class LayoutValue(str):
+    """A torch constant referenced by name (a layout, qscheme or memory format)."""
     def __repr__(self) -> str:
         return f"torch.{str(self)}"
 

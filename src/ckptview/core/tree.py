@@ -49,6 +49,7 @@ def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
 
 
 def type_name(value: Any) -> str:
+    """The type shown for a value: builtin names, torch.dtype/Size/device, or a stub's class."""
     if value is None:
         return "None"
     if isinstance(value, StubObject):

@@ -22,6 +22,7 @@ MAX_ENTRIES = 10_000_000
 
 
 class ZipEntry(NamedTuple):
+    """One central-directory record; header_offset is counted from the start of the file."""
     name: str
     header_offset: int
     compress_type: int

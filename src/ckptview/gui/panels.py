@@ -68,12 +68,14 @@ class CheckpointContext:
 
 @dataclass(frozen=True)
 class PanelSpec:
+    """A registered side panel: its tab title and the factory that builds it."""
     title: str
     factory: Callable[[CheckpointContext], QWidget]
 
 
 @dataclass(frozen=True)
 class ActionSpec:
+    """A registered menu action: menu, text, callback(window), shortcut."""
     menu: str
     text: str
     callback: Callable[[Any], None]

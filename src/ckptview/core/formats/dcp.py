@@ -62,6 +62,7 @@ def _folder_of(path: str) -> str | None:
 
 
 def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a torch.distributed.checkpoint folder."""
     if os.path.isdir(path):
         return _folder_of(path) is not None
     if head.startswith(b"\x80") and b"torch.distributed.checkpoint" in head:
@@ -260,6 +261,7 @@ def _read_bytes_item(files: _Files, loc: Location) -> tuple[Any, list[str]]:
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a torch.distributed.checkpoint folder into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     folder = _folder_of(path) or os.path.dirname(os.path.abspath(path))
     meta_path = os.path.join(folder, METADATA_FILE)
     if not os.path.isfile(meta_path):

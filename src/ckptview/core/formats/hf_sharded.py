@@ -42,6 +42,7 @@ def _shard_files(folder: str) -> list[str]:
 
 
 def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a Hugging Face sharded folder or index file."""
     if os.path.isdir(path):
         try:
             return bool(_index_files(path) or _shard_files(path))
@@ -82,6 +83,7 @@ def _shard_path(folder: str, name: str) -> str:
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a Hugging Face sharded folder or index file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     from ckptview.core.open import open_checkpoint
 
     warnings: list[str] = []

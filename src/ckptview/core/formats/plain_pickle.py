@@ -22,12 +22,14 @@ _PROTOCOL0_OPENINGS = (b"(dp0", b"(lp0", b"}q", b"]q", b"(d", b"(l", b"(t", b"(V
 
 
 def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a plain pickle."""
     if len(head) >= 2 and head[0] == 0x80 and head[1] <= 5:
         return True
     return head.startswith(_PROTOCOL0_OPENINGS) or _PROTOCOL0_GLOBAL.match(head) is not None
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a plain pickle into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
     obj, globals_seen, end = load_torch_pickle(fmap.view(), None, what="pickle")
     size = os.path.getsize(path)

@@ -22,6 +22,7 @@ MAX_LISTED = 20  # warnings of one kind listed one by one before they are counte
 
 
 def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a safetensors file."""
     if len(head) < 10 or os.path.isdir(path):
         return False
     (length,) = struct.unpack("<Q", head[:8])
@@ -94,6 +95,7 @@ def _contiguous_strides(shape: tuple[int, ...]) -> list[int]:
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a safetensors file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     header, data_start, size = read_header(path)
     fmap = FileMap(path)
     root = Node(key="", kind="dict", type_name="safetensors")

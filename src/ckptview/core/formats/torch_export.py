@@ -41,6 +41,7 @@ _SYMBOL = re.compile(r"Symbol\('([^']+)'")
 
 
 def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a torch.export .pt2 archive."""
     return head.startswith(b"PK\x03\x04") and any(h in head for h in _HINTS)
 
 
@@ -263,6 +264,7 @@ def _signature_node(sig: dict[str, Any]) -> Node:
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a torch.export .pt2 archive into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     archive = _Archive(path)
     fmt_value = (archive.text("archive_format") or "").strip()
     if fmt_value != "pt2":

@@ -27,10 +27,12 @@ PROTOCOL_VERSION = 1001
 
 
 def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like torch.save's legacy format."""
     return MAGIC_LONG in head[:32]  # after PROTO and, from protocol 4, a FRAME header
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
     view = fmap.view()
     magic, _, pos = unpickle(view, what="legacy header")

@@ -27,6 +27,7 @@ ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a zip archive (torch.save, TorchScript)."""
     return head.startswith(ZIP_MAGICS)
 
 
@@ -139,6 +140,7 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a zip archive (torch.save, TorchScript) into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     archive = ZipArchive(path)
     byteorder = archive.byteorder()
     is_script = archive.has("constants.pkl") and any(
