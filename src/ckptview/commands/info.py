@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ckptview.core.errors import TensorDataError
@@ -27,12 +29,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def info_dict(ckpt: Checkpoint, *, stats: bool = False) -> dict[str, Any]:
     """The `info --json` object of the command-line contract."""
     with paused_gc():
-        return _info_dict(ckpt, stats)
+        return {key: list(value) if isinstance(value, Iterator) else value
+                for key, value in info_items(ckpt, stats=stats)}
 
 
-def _info_dict(ckpt: Checkpoint, stats: bool) -> dict[str, Any]:
+def info_items(ckpt: Checkpoint, *, stats: bool = False) -> Iterator[tuple[str, Any]]:
+    """The contract's (key, value) pairs in order; `tensors` and `values` come as iterators, so a
+    writer can stream a million entries without holding them all (see `write_json_stream`)."""
+    yield "path", ckpt.path
+    yield "format", ckpt.format
+    yield "file_size", ckpt.file_size
+    yield "tensors", _tensor_items(ckpt, stats)
+    yield "values", ({"name": node.name, "path": list(node.path), "type": node.type_name,
+                      "repr": short_repr(node.value)} for node in ckpt.values())
+    yield "globals", list(ckpt.globals)
+    yield "unsafe_globals", list(ckpt.unsafe_globals)
+    yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some
+    yield "optimizers", _optimizers(ckpt)  # metadata only (reads nothing but 0-d step tensors)
+
+
+def _tensor_items(ckpt: Checkpoint, stats: bool) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
-    tensors = []
     stats_for = None
     if stats:
         from ckptview.core.stats import stats_json_for
@@ -60,23 +77,7 @@ def _info_dict(ckpt: Checkpoint, stats: bool) -> dict[str, Any]:
                     item["stats"] = stats_for(info)
                 except TensorDataError as exc:  # unreadable values: the listing still completes
                     ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
-        tensors.append(item)
-    values = [
-        {"name": node.name, "path": list(node.path), "type": node.type_name, "repr": short_repr(node.value)}
-        for node in ckpt.values()
-    ]
-    out: dict[str, Any] = {
-        "path": ckpt.path,
-        "format": ckpt.format,
-        "file_size": ckpt.file_size,
-        "tensors": tensors,
-        "values": values,
-        "globals": list(ckpt.globals),
-        "unsafe_globals": list(ckpt.unsafe_globals),
-        "warnings": list(ckpt.warnings),
-        "optimizers": _optimizers(ckpt),  # metadata only (reads nothing but 0-d step tensors)
-    }
-    return out
+        yield item
 
 
 def _json_safe(value: Any) -> Any:
@@ -99,21 +100,45 @@ def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
     return optimizers_json(ckpt)
 
 
+def _dumps(value: Any, indent: int | None = None) -> str:
+    try:
+        return json.dumps(value, indent=indent, default=str, allow_nan=False)
+    except ValueError:  # a NaN/Inf somewhere (statistics): JSON has none, the contract says null
+        return json.dumps(_json_safe(value), indent=indent, default=str, allow_nan=False)
+
+
 def write_json(data: Any) -> None:
     """One JSON document on stdout: indented for a terminal, compact (C encoder, fast) for pipes."""
-    indent = 1 if sys.stdout.isatty() else None
-    try:
-        text = json.dumps(data, indent=indent, default=str, allow_nan=False)
-    except ValueError:  # a NaN/Inf somewhere (statistics): JSON has none, the contract says null
-        text = json.dumps(_json_safe(data), indent=indent, default=str, allow_nan=False)
-    sys.stdout.write(text)
+    sys.stdout.write(_dumps(data, 1 if sys.stdout.isatty() else None))
     sys.stdout.write("\n")
+
+
+def write_json_stream(items: Iterator[tuple[str, Any]]) -> None:
+    """The same document written piece by piece: one tensor or value in memory at a time."""
+    out = sys.stdout
+    out.write("{")
+    for i, (key, value) in enumerate(items):
+        out.write(("" if i == 0 else ", ") + json.dumps(key) + ": ")
+        if isinstance(value, Iterator):
+            out.write("[")
+            first = True
+            while batch := list(itertools.islice(value, 4096)):  # one encoder call per batch
+                out.write(("" if first else ", ") + _dumps(batch)[1:-1])
+                first = False
+            out.write("]")
+        else:
+            out.write(_dumps(value))
+    out.write("}\n")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `ckptview info`; returns the exit status."""
     ckpt = open_checkpoint(args.path)
     try:
+        if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
+            with paused_gc():
+                write_json_stream(info_items(ckpt, stats=args.stats))
+            return 0
         data = info_dict(ckpt, stats=args.stats)
     finally:
         ckpt.close()

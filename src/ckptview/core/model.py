@@ -88,7 +88,8 @@ class Node:
     key: PathKey
     kind: NodeKind
     type_name: str = ""
-    children: list[Node] = field(default_factory=list)
+    # Leaves (most nodes) share one empty tuple; `add` gives a node its own list on the first child.
+    children: list[Node] | tuple[()] = ()
     tensor: TensorInfo | None = None
     value: Any = None
     parent: Node | None = field(default=None, repr=False)
@@ -108,7 +109,10 @@ class Node:
 
     def add(self, child: Node) -> Node:
         child.parent = self
-        self.children.append(child)
+        if self.children:
+            self.children.append(child)  # type: ignore[union-attr]
+        else:
+            self.children = [child]
         return child
 
     def walk(self) -> Iterator[Node]:
