@@ -40,8 +40,8 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False) -> Iterator[tuple[str, 
     yield "format", ckpt.format
     yield "file_size", ckpt.file_size
     yield "tensors", _tensor_items(ckpt, stats)
-    yield "values", ({"name": node.name, "path": list(node.path), "type": node.type_name,
-                      "repr": short_repr(node.value)} for node in ckpt.values())
+    yield "values", ({"name": name, "path": list(path), "type": node.type_name, "repr": short_repr(node.value)}
+                     for name, path, node in ckpt.value_entries())
     yield "globals", list(ckpt.globals)
     yield "unsafe_globals", list(ckpt.unsafe_globals)
     yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some

@@ -172,6 +172,16 @@ class Checkpoint:
             self._tensors = entries
         return self._tensors
 
+    def value_entries(self) -> Iterator[tuple[str, tuple[PathKey, ...], Node]]:
+        """(name, path, node) of every non-tensor leaf, in file order, paths built during one walk."""
+        stack: list[tuple[Node, tuple[PathKey, ...]]] = [(self.root, ())]
+        while stack:
+            node, path = stack.pop()
+            if node.kind == "value":
+                yield join_path(path), path, node
+            elif node.children:
+                stack.extend((c, (*path, c.key)) for c in reversed(node.children))
+
     def values(self) -> list[Node]:
         """Every non-tensor leaf (numbers, strings, None, bools, stubs without state)."""
         return [n for n in self.root.walk() if n.kind == "value"]  # the root too: torch.save(5)

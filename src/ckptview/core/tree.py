@@ -134,6 +134,10 @@ def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
             raise CheckpointFormatError(
                 f"the pickle expands to more than {count - 1 if count > max_nodes else MAX_REPEATED_NODES} "
                 f"items by repeating shared containers; refusing")
+        scalar = _SCALAR_TYPES.get(type(value))
+        if scalar is not None:  # most leaves: numbers and strings, no further questions
+            node.type_name, node.value = scalar, value  # (kind is already "value")
+            continue
         if isinstance(value, TensorInfo):
             node.kind, node.tensor = "tensor", value
             node.type_name = "Parameter" if value.is_parameter else "Tensor"
@@ -155,12 +159,19 @@ def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
         active.add(id(value))
         work.append(id(value))
         pending = []
+        kids = []
         for key, child in children:
-            child_node = Node(key=path_key(key), kind="value")
-            node.add(child_node)
+            child_node = Node(key if type(key) is str or type(key) is int else path_key(key), "value",
+                              parent=node)
+            kids.append(child_node)
             pending.append((child_node, child, depth + 1, repeat))
+        node.children = kids
         work.extend(reversed(pending))
     return root
+
+
+_SCALAR_TYPES = {int: "int", float: "float", str: "str", bool: "bool", type(None): "None", bytes: "bytes",
+                 complex: "complex"}
 
 
 class CycleRef:
