@@ -261,7 +261,9 @@ def test_cli_json_and_exit_codes(model_pair, tmp_path, capsys):
     assert main(["diff", str(a), str(b), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"a", "b", "strip", "summary", "tensors"}
-    assert data["strip"] == {"a": "", "b": ""} and data["summary"] == {"changed": 4, "identical": 5}
+    assert data["strip"] == {"a": "", "b": ""}
+    assert data["summary"] == {"changed": 4, "dtype_mismatch": 0, "shape_mismatch": 0, "only_a": 0, "only_b": 0,
+                               "error": 0, "identical": 5}
     row = data["tensors"][0]
     assert set(row) >= {"name", "status", "shape_a", "shape_b", "dtype_a", "dtype_b", "max_abs_diff",
                         "mean_abs_diff", "rel_l2", "cosine", "frac_changed"}

@@ -189,7 +189,8 @@ class DiffResult:
             "a": self.path_a, "b": self.path_b,
             "strip": {"a": al.strip_a, "b": al.strip_b},
             "map": [f"{pa}={pb}" for pa, pb in al.mapping],
-            "summary": self.summary(),
+            # Every status with its count, zeros included: scripts can index any status.
+            "summary": {status: self.summary().get(status, 0) for status in STATUSES},
             "overall_rel_l2": _finite_or_none(self.overall_rel_l2()),
             "not_compared": {"a": al.not_compared_a, "b": al.not_compared_b},
             "tensors": [t.to_json() for t in self.tensors],
