@@ -23,12 +23,15 @@ NAME = "torch-legacy"
 PRIORITY = 80
 MAGIC_LONG = bytes.fromhex("8a0a6cfc9c46f9206aa85019")  # LONG1 of 0x1950a86a20f9469cfc6c
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+MAGIC_TEXT = b"L%dL\n" % MAGIC_NUMBER
 PROTOCOL_VERSION = 1001
 
 
 def sniff(path: str, head: bytes) -> bool:
     """True when the path or its first bytes (`head`; b"" for a folder) look like torch.save's legacy format."""
-    return MAGIC_LONG in head[:32]  # after PROTO and, from protocol 4, a FRAME header
+    # Protocols 2-5: a binary LONG1 after PROTO (and, from protocol 4, a FRAME header);
+    # protocols 0-1 write the magic number as text.
+    return MAGIC_LONG in head[:32] or head.startswith(MAGIC_TEXT)
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
