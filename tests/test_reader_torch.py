@@ -447,3 +447,14 @@ def test_many_broken_tensors_are_counted_not_listed(tmp_path):
     ckpt = open_checkpoint(path)
     assert len(ckpt.tensors()) == 500 and all(e.info.broken for e in ckpt.tensors())
     assert len(ckpt.warnings) == 21 and ckpt.warnings[-1] == "... and 480 more broken tensors"
+
+
+def test_files_saved_without_crc32(tmp_path):
+    """torch.serialization.set_crc32_options(False) leaves every CRC field 0: still a valid file."""
+    path = tmp_path / "nocrc.pt"
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save({"w": torch.arange(5.0), "b": torch.ones(2, 2)}, path)
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert_matches_torch(str(path), "torch-zip")

@@ -78,7 +78,8 @@ class ZipArchive:
             raise CheckpointFormatError(f"record '{name}' missing")
         data = member.read_all(limit)
         info = self.infos[self.prefix + name]
-        if zlib.crc32(data) != info.crc:
+        # torch.serialization.set_crc32_options(False) writes 0 for every record: nothing to check then.
+        if info.crc != 0 and zlib.crc32(data) != info.crc:
             raise CheckpointFormatError(f"corrupt zip: CRC mismatch in record '{info.name}'")
         return data
 
