@@ -24,7 +24,7 @@ class ByteSource(Protocol):
     def open_buffer(self) -> memoryview: ...
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, repr=False)
 class Storage:
     """One storage record: a flat run of `numel` elements of `dtype` saved from `device`."""
 
@@ -40,6 +40,12 @@ class Storage:
     @property
     def nbytes(self) -> int:
         return self.numel * dtypes.itemsize(self.dtype)
+
+    def __repr__(self) -> str:
+        # Shown as a value when a file saves a storage itself (torch.save(t.untyped_storage())).
+        broken = f", broken: {self.broken}" if self.broken else ""
+        return (f"storage '{self.key}' of {self.numel} x {self.dtype} ({self.nbytes} bytes) "
+                f"saved on {self.device}{broken}")
 
 
 @dataclass(eq=False)  # no slots: the window caches results in weak dictionaries keyed by TensorInfo

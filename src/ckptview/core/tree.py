@@ -64,7 +64,7 @@ def type_name(value: Any) -> str:
         return name
     if module.startswith("ckptview."):
         return {"DtypeValue": "torch.dtype", "DeviceValue": "torch.device", "SizeValue": "torch.Size",
-                "LayoutValue": "torch.layout", "NumpyArray": "numpy.ndarray",
+                "LayoutValue": "torch.layout", "NumpyArray": "numpy.ndarray", "Storage": "torch.storage",
                 "NumpyDtype": "numpy.dtype"}.get(name, name)
     return f"{module}.{name}"
 
