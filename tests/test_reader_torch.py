@@ -458,3 +458,21 @@ def test_files_saved_without_crc32(tmp_path):
     finally:
         torch.serialization.set_crc32_options(True)
     assert_matches_torch(str(path), "torch-zip")
+
+
+def test_unsafe_means_what_torch_weights_only_refuses(tmp_path):
+    """A scheduler's Counter is accepted by torch.load(weights_only=True), so it is not unsafe;
+    a numpy array is refused by it, so it is."""
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[3, 6])
+    safe = tmp_path / "sched.pt"
+    torch.save({"scheduler": sched.state_dict(), "model": model.state_dict()}, safe)
+    torch.load(safe, weights_only=True)
+    ckpt = open_checkpoint(safe)
+    assert "collections.Counter" in ckpt.globals and ckpt.unsafe_globals == []
+    unsafe = tmp_path / "np.pt"
+    torch.save({"a": np.arange(3)}, unsafe)
+    with pytest.raises(Exception, match="Unsupported global"):
+        torch.load(unsafe, weights_only=True)
+    assert open_checkpoint(unsafe).unsafe_globals  # numpy's reconstruct

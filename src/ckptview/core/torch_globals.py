@@ -14,6 +14,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.model import Storage, TensorInfo
 from ckptview.core.pickle_reader import Emulator, GlobalRef, StubObject
+from ckptview.core.safe_globals import TORCH_WEIGHTS_ONLY_GLOBALS
 
 MAX_DIMS = 64
 
@@ -211,6 +212,16 @@ def _rebuild_device_tensor_from_numpy(ref: GlobalRef, args: tuple) -> TensorInfo
     return info
 
 
+def _rebuild_device_tensor_from_cpu_tensor(ref: GlobalRef, args: tuple) -> Any:
+    """MTIA/MAIA-style tensors: a CPU tensor plus the device it was saved from."""
+    data, _dtype, device, requires_grad = args[:4]
+    if isinstance(data, TensorInfo):
+        if data.storage is not None:
+            data.storage.device = str(device)
+        data.requires_grad = bool(requires_grad)
+    return data
+
+
 def _rebuild_from_type_v2(ref: GlobalRef, args: tuple) -> Any:
     func, new_type, func_args, state = args[:4]
     if not isinstance(func, GlobalRef):
@@ -371,6 +382,7 @@ EMULATORS: dict[str, Emulator] = {
     "torch._utils._rebuild_sparse_tensor": _sparse,
     "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
     "torch._utils._rebuild_device_tensor_from_numpy": _rebuild_device_tensor_from_numpy,
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_device_tensor_from_cpu_tensor,
     "torch.Size": _torch_size,
     "torch.device": _torch_device,
     "torch.serialization._get_layout": _get_layout,
@@ -393,26 +405,8 @@ EMULATORS: dict[str, Emulator] = {
     "numpy._core.multiarray._reconstruct": _numpy_reconstruct,
 }
 
-# Globals that are safe to reference: what torch's weights-only unpickler accepts by default.
-SAFE_GLOBALS: set[str] = {
-    name for name in EMULATORS
-    if not name.startswith(("numpy.", "copyreg."))
-} | {
-    "torch.Tensor", "torch._tensor.Tensor", "torch.nn.parameter.Parameter",
-    "torch.nn.parameter.Buffer", "torch.storage.UntypedStorage", "torch.storage.TypedStorage",
-}
-for _name in dtypes.STORAGE_CLASSES:
-    SAFE_GLOBALS.add(f"torch.{_name}")
-for _name in list(dtypes._DTYPES) + list(dtypes.ALIASES):
-    SAFE_GLOBALS.add(f"torch.{_name}")
-
-
-SAFE_GLOBALS.update(f"torch.{name}" for name in (
-    "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged",
-    "per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
-    "per_channel_affine_float_qparams", "contiguous_format", "channels_last", "channels_last_3d",
-    "preserve_format",
-))
+# Globals that are safe to reference: exactly what torch's weights-only unpickler accepts by default.
+SAFE_GLOBALS: frozenset[str] = TORCH_WEIGHTS_ONLY_GLOBALS
 
 
 def is_safe_global(dotted: str) -> bool:
