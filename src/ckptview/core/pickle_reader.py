@@ -97,13 +97,19 @@ _OPNAMES = {
 # Opcodes that share one handler (the handler receives the opcode name).
 _HANDLERS = {
     "NEXT_BUFFER": "_op_buffer", "READONLY_BUFFER": "_op_buffer",
-    "PUT": "_op_put", "BINPUT": "_op_put", "LONG_BINPUT": "_op_put", "MEMOIZE": "_op_put",
-    "GET": "_op_get", "BINGET": "_op_get", "LONG_BINGET": "_op_get",
+    "PUT": "_op_put", "MEMOIZE": "_op_put",
     "EXT1": "_op_ext", "EXT2": "_op_ext", "EXT4": "_op_ext",
     "PERSID": "_op_persid", "BINPERSID": "_op_persid",
 }
 
 _SIZED = frozenset({list, tuple, dict, set, frozenset, str, bytes, bytearray})
+
+# The hot opcodes `_run` handles inline (they have no handler method).
+_INLINED = frozenset({
+    "BINPUT", "LONG_BINPUT", "BINGET", "LONG_BINGET", "MARK", "NONE", "NEWTRUE", "NEWFALSE", "BININT",
+    "BININT1", "BININT2", "BINUNICODE", "SHORT_BINUNICODE", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2",
+    "REDUCE",
+})
 
 # A callable emulation: receives the GlobalRef and the argument tuple, returns an inert value.
 Emulator = Callable[[GlobalRef, tuple], Any]
@@ -138,6 +144,8 @@ class SafeUnpickler:
         self._stopped = False
         self._dispatch_list: list[Callable[[], None] | None] = [None] * 256
         for op, opname in _OPNAMES.items():
+            if opname in _INLINED:  # handled in the loop of `_run` itself
+                continue
             method = getattr(self, _HANDLERS.get(opname, "_op_" + opname.lower()))
             self._dispatch_list[op[0]] = (
                 functools.partial(method, opname) if method.__code__.co_argcount > 1 else method
@@ -391,9 +399,6 @@ class SafeUnpickler:
     def _op_frame(self) -> None:
         self._read(8)
 
-    def _op_mark(self) -> None:
-        self.metastack.append(self.stack)
-        self.stack = []
 
     def _op_pop(self) -> None:
         if self.stack:
@@ -407,23 +412,11 @@ class SafeUnpickler:
     def _op_dup(self) -> None:
         self._push(self._top())
 
-    def _op_none(self) -> None:
-        self._push(None)
 
-    def _op_newtrue(self) -> None:
-        self._push(True)
 
-    def _op_newfalse(self) -> None:
-        self._push(False)
 
-    def _op_binint(self) -> None:
-        self._push(self._unpack("<i"))
 
-    def _op_binint1(self) -> None:
-        self._push(self._read(1)[0])
 
-    def _op_binint2(self) -> None:
-        self._push(self._unpack("<H"))
 
     def _op_int(self) -> None:
         line = self._readline()
@@ -467,11 +460,7 @@ class SafeUnpickler:
     def _op_unicode(self) -> None:
         self._push(self._readline().decode("raw-unicode-escape"))
 
-    def _op_binunicode(self) -> None:
-        self._push(str(self._read(self._unpack("<I")), "utf-8", "surrogatepass"))
 
-    def _op_short_binunicode(self) -> None:
-        self._push(str(self._read(self._read(1)[0]), "utf-8", "surrogatepass"))
 
     def _op_binunicode8(self) -> None:
         self._push(str(self._read(self._unpack("<Q")), "utf-8", "surrogatepass"))
@@ -491,18 +480,9 @@ class SafeUnpickler:
     def _op_buffer(self, name: str) -> None:
         raise self._fail(f"{name} needs out-of-band buffers, which a file cannot provide")
 
-    def _op_empty_tuple(self) -> None:
-        self._push(())
 
-    def _op_tuple(self) -> None:
-        self._push(tuple(self._pop_mark()))
 
-    def _op_tuple1(self) -> None:
-        self._push((self._pop(),))
 
-    def _op_tuple2(self) -> None:
-        b, a = self._pop(), self._pop()
-        self._push((a, b))
 
     def _op_tuple3(self) -> None:
         c, b, a = self._pop(), self._pop(), self._pop()
@@ -558,23 +538,11 @@ class SafeUnpickler:
             raise self._fail(f"ADDITEMS on a {type(target).__name__}")
 
     def _op_put(self, name: str) -> None:
-        if name == "PUT":
-            idx = int(self._readline())
-        elif name == "BINPUT":
-            idx = self._read(1)[0]
-        elif name == "LONG_BINPUT":
-            idx = self._unpack("<I")
-        else:
-            idx = len(self.memo)
+        idx = int(self._readline()) if name == "PUT" else len(self.memo)  # PUT or MEMOIZE
         self.memo[idx] = self._top()
 
-    def _op_get(self, name: str) -> None:
-        if name == "GET":
-            idx = int(self._readline())
-        elif name == "BINGET":
-            idx = self._read(1)[0]
-        else:
-            idx = self._unpack("<I")
+    def _op_get(self) -> None:
+        idx = int(self._readline())
         if idx not in self.memo:
             raise self._fail(f"memo key {idx} was never stored")
         self._push(self.memo[idx])
@@ -594,10 +562,6 @@ class SafeUnpickler:
         code = self._read(1)[0] if name == "EXT1" else self._unpack("<H" if name == "EXT2" else "<i")
         self._push(self._global("copyreg", f"<extension code {code}>"))
 
-    def _op_reduce(self) -> None:
-        args = self._pop()
-        func = self._pop()
-        self._push(self._call(func, args))
 
     def _op_newobj(self) -> None:
         args = self._pop()
