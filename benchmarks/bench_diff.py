@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-OURS = r"""
+# Both measured scripts start with this: peak memory from the kernel (VmHWM).
+PRELUDE = r"""
 import json, resource, sys, time
 def peak_kb():
     try:
@@ -27,6 +28,9 @@ def peak_kb():
             return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
     except (OSError, StopIteration):  # not Linux: ru_maxrss (kB on Linux, bytes on macOS)
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+
+OURS = PRELUDE + r"""
 t0 = time.perf_counter()
 from ckptview.core import open_checkpoint
 from ckptview.core.diff import diff_checkpoints
@@ -38,14 +42,7 @@ print(json.dumps({"seconds": seconds, "maxrss_kb": peak_kb(),
                   "rel": rel, "summary": result.summary()}))
 """
 
-TORCH = r"""
-import json, resource, sys, time
-def peak_kb():
-    try:
-        with open("/proc/self/status") as fh:
-            return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
-    except (OSError, StopIteration):  # not Linux: ru_maxrss (kB on Linux, bytes on macOS)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+TORCH = PRELUDE + r"""
 t0 = time.perf_counter()
 import torch
 imported = time.perf_counter() - t0
