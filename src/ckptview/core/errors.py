@@ -28,3 +28,12 @@ class TensorDataError(CheckpointError):
 
 class Cancelled(Exception):
     """A long job was cancelled through its CancelToken."""
+
+
+class FileChangedError(CheckpointError):
+    """The file was replaced, truncated or rewritten on disk after it was opened; reopen it to read it."""
+
+    def __init__(self, path: str, what: str = "") -> None:
+        detail = f" ({what})" if what else ""
+        super().__init__(f"the file changed on disk since it was opened{detail}: {path}")
+        self.path = path
