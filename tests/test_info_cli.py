@@ -51,7 +51,7 @@ def test_info_table_is_readable(tmp_path):
     torch.save({"encoder.weight": torch.zeros(768, 3072), "step": 10}, path)
     proc = run_cli("info", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert "encoder.weight" in proc.stdout and "768x3072" in proc.stdout and "9.0 MB" in proc.stdout
+    assert "encoder.weight" in proc.stdout and "768x3072" in proc.stdout and "9.0 MiB" in proc.stdout
     assert "step = 10" in proc.stdout
 
 
@@ -122,3 +122,11 @@ def test_pre_0_1_10_tar_checkpoint_is_named(tmp_path):
         tar.addfile(info, io.BytesIO(b"\x80\x02N."))
     proc = run_cli("info", str(path))
     assert proc.returncode == 2 and "tar archive" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_one_byte_format_for_the_cli_and_the_window() -> None:
+    from ckptview.core.units import human_bytes as cli_bytes
+    from ckptview.gui.formatting import human_bytes as gui_bytes
+
+    for n, text in ((17_090_379, "16.3 MiB"), (812, "812 B"), (1536, "1.5 KiB"), (3 << 30, "3.0 GiB")):
+        assert cli_bytes(n) == gui_bytes(n) == text

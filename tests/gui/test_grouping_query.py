@@ -124,5 +124,5 @@ def test_size_units_and_bad_queries():
 
 def test_formatting():
     assert human_bytes(999) == "999 B"
-    assert human_bytes(1_234_567) == "1.2 MB"
+    assert human_bytes(1_234_567) == "1.2 MiB"
     assert sorted(["10", "2", "1"], key=natural_key) == ["1", "2", "10"]

@@ -194,3 +194,19 @@ def test_values_table_reads_only_the_tiles_it_shows(qtbot, tmp_path) -> None:
         assert values_table.format_cells(np.array([[1.5, np.nan]])).tolist() == [["1.5", "nan"]]
     finally:
         ck.close()
+
+
+def test_one_selection_reads_the_tensor_once_for_statistics_and_histogram(qtbot, ckpt) -> None:
+    ck, ref = ckpt
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
+        panel.set_selection([node(ck, "conv")])  # bf16: the one pass also gives the exact histogram
+    assert panel.analysis.passes == 1
+    assert panel.histogram.plotted_counts()[0].sum() == ref["conv"].numel()
+    with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
+        panel.set_selection([node(ck, "big")])  # float32: one statistics pass, then one counting pass
+    assert panel.analysis.passes == 3
+    with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
+        panel.set_selection([node(ck, "conv")])  # back again: everything from the cache
+    assert panel.analysis.passes == 3

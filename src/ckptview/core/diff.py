@@ -37,7 +37,7 @@ import numpy as np
 from ckptview.core import dtypes
 from ckptview.core.align import Alignment, align
 from ckptview.core.errors import CheckpointError
-from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.jobs import CancelToken, Progress, drain, relay
 from ckptview.core.model import Checkpoint, TensorInfo
 
 # 1 Mi elements: four float64 work buffers of 8 MB keep the working set small and cache-friendly.
@@ -251,14 +251,8 @@ def iter_compare(result: DiffResult, token: CancelToken | None = None,
         ia, ib = row.info_a, row.info_b
         assert ia is not None and ib is not None
         try:
-            gen = iter_compare_tensors(ia, ib, token, chunk_elems)
-            while True:
-                try:
-                    step = next(gen)
-                except StopIteration as stop:
-                    sums = stop.value
-                    break
-                yield DiffProgress(done + step.done, total, row.name)
+            sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems),
+                                    lambda step, base=done, name=row.name: DiffProgress(base + step.done, total, name))
         except CheckpointError as exc:
             row.status, row.error, row.done = "error", str(exc), True
         else:
@@ -288,12 +282,7 @@ def iter_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b:
 
 def diff_checkpoints(a: Checkpoint, b: Checkpoint, **kwargs: Any) -> DiffResult:
     """Plain-function form of :func:`iter_diff`."""
-    gen = iter_diff(a, b, **kwargs)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return drain(iter_diff(a, b, **kwargs))
 
 
 def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None = None,

@@ -52,8 +52,10 @@ for _n in range(1, 8):
 ALIASES = {
     "float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64",
     "cdouble": "complex128", "chalf": "complex32", "long": "int64", "int": "int32",
-    "short": "int16", "bit": "bits8",
+    "short": "int16", "bit": "bits8", "byte": "uint8",
 }
+# Short names people type (filters, CLI options); not torch attributes, so kept apart from ALIASES.
+SHORT_NAMES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 # Legacy typed-storage class names (torch.FloatStorage ...) -> dtype name.
 STORAGE_CLASSES = {
@@ -82,6 +84,13 @@ def canonical(name: str) -> str:
     """Canonical torch dtype name for `name` ('torch.float' -> 'float32')."""
     name = name.removeprefix("torch.")
     return ALIASES.get(name, name)
+
+
+def resolve(name: str) -> str | None:
+    """The dtype a person means by `name` (`torch.float`, `bf16`, `half`, `int64`), or None if it is none."""
+    key = name.lower().removeprefix("torch.")
+    key = SHORT_NAMES.get(key, ALIASES.get(key, key))
+    return key if key in _DTYPES else None
 
 
 def is_known(name: str) -> bool:

@@ -98,6 +98,6 @@ def iter_heatmap(
 
 def heatmap(values: np.ndarray, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE) -> HeatMap:
     """Plain-function form of :func:`iter_heatmap`."""
-    from ckptview.core.stats import run_job
+    from ckptview.core.jobs import drain
 
-    return run_job(iter_heatmap(values, axis, max_shape))
+    return drain(iter_heatmap(values, axis, max_shape))

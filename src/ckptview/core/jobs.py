@@ -8,9 +8,15 @@ any thread.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ckptview.core.errors import Cancelled
+
+Y = TypeVar("Y")
+Z = TypeVar("Z")
+R = TypeVar("R")
 
 
 class CancelToken:
@@ -53,3 +59,32 @@ class Progress:
         if self.total <= 0:
             return 0.0
         return min(1.0, max(0.0, self.done / self.total))
+
+
+def drain(gen: Generator[Y, Any, R], on_yield: Callable[[Y], None] | None = None) -> R:
+    """Run a job generator to its end, handing each yielded value to `on_yield`; returns its return value.
+
+    The one place a job's generator is driven outside a ``yield from`` (CLI commands, plain-function forms,
+    GUI workers). `on_yield` may raise (e.g. :class:`Cancelled`) to stop the job; the generator is closed.
+    """
+    while True:
+        try:
+            value = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        if on_yield is not None:
+            try:
+                on_yield(value)
+            except BaseException:
+                gen.close()
+                raise
+
+
+def relay(gen: Generator[Y, Any, R], transform: Callable[[Y], Z]) -> Generator[Z, None, R]:
+    """``yield from gen``, with each yielded value passed through `transform` (e.g. progress re-based)."""
+    while True:
+        try:
+            value = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        yield transform(value)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.jobs import drain as run_job  # noqa: F401 (kept under its old name: callers use it)
 
 if TYPE_CHECKING:
     from ckptview.core.model import TensorInfo
@@ -269,15 +270,6 @@ def iter_summary(
         return Summary(table.stats(), table)
     assert moments is not None
     return Summary(moments.stats())
-
-
-def run_job(gen: Generator[Progress, None, Any]) -> Any:
-    """Drive a progress generator to the end and return its result."""
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 def compute_stats(chunks: Iterable[np.ndarray], token: CancelToken | None = None) -> TensorStats:

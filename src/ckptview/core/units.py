@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+_IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
 
 def human_bytes(n: int | float) -> str:
-    """1536 -> '1.5 KB' (powers of 1024, as file managers show sizes)."""
+    """1536 -> '1.5 KiB': powers of 1024 with IEC names, the one byte format of the CLI and the window."""
     value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1024 or unit == "TB":
+    for unit in _IEC_UNITS:
+        if abs(value) < 1024 or unit == _IEC_UNITS[-1]:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value:.1f} TB"
+    return f"{value:.1f} {_IEC_UNITS[-1]}"  # unreachable
 
 
 def human_count(n: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ from ckptview.core.model import TensorInfo
 from ckptview.core.open import open_checkpoint
 from ckptview.core.stats import iter_tensor_summary
 from ckptview.gui import panels
-from ckptview.gui.workers import GeneratorWorker
+from ckptview.gui.workers import JobSlot
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 STATUS_COLORS = {
@@ -188,6 +189,14 @@ class DiffFilterProxy(QSortFilterProxyModel):
         return not self.text or self.text in row.name.lower()
 
 
+@dataclass(frozen=True)
+class DiffPlanned:
+    """The comparison's plan (statuses known, figures pending) and the two checkpoints it opened."""
+
+    result: DiffResult
+    checkpoints: tuple[Any, ...]
+
+
 def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
              mapping: Sequence[tuple[str, str]], token: CancelToken) -> Generator[Any, None, DiffResult]:
     """Open both files, yield the plan (with the opened checkpoints), then the comparison's progress."""
@@ -198,7 +207,7 @@ def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
         try:
             result = plan_diff(a, b, strip_a, strip_b, mapping)
             handed = True
-            yield ("plan", result, (a, b))
+            yield DiffPlanned(result, (a, b))
         finally:
             if not handed:
                 b.close()
@@ -233,12 +242,9 @@ class _Resources:
     """What a view must release when Qt deletes it (a plain object: the widget may already be gone)."""
 
     def __init__(self) -> None:
-        self.workers: list[GeneratorWorker] = []
         self.checkpoints: tuple[Any, ...] = ()
 
     def release(self, *_args: Any) -> None:
-        for worker in self.workers:
-            worker.quit()
         for ckpt in self.checkpoints:
             ckpt.close()
         self.checkpoints = ()
@@ -261,8 +267,15 @@ class DiffView(QWidget):
         self.histograms: dict[str, Histogram | None] = {}
         self._res = _Resources()
         self.destroyed.connect(self._res.release)
-        self._worker: GeneratorWorker | None = None
-        self._hist_worker: GeneratorWorker | None = None
+        self.job = JobSlot(self)
+        self.job.yielded.connect(self._on_yielded)
+        self.job.returned.connect(self._on_returned)
+        self.job.errored.connect(self._on_errored)
+        self.hist_job = JobSlot(self)
+        self.hist_job.returned.connect(self._on_histograms)
+        self.hist_job.errored.connect(self._on_hist_error)
+        self._hist_row: TensorDiff | None = None
+        self._comparing = False
         self._build()
         self._plot_timer = QTimer(self, singleShot=True, interval=250)
         self._plot_timer.timeout.connect(self.update_plot)
@@ -361,37 +374,28 @@ class DiffView(QWidget):
     # --- the comparison job ----------------------------------------------------------------------
     def start(self) -> None:
         """Open both files and compare them in a worker."""
-        self.cancel()
-        worker = GeneratorWorker(diff_job, self.path_a, self.path_b, self.strip_a, self.strip_b, self.mapping)
-        worker.signals.yielded.connect(self._on_yielded)
-        worker.signals.returned.connect(self._on_returned)
-        worker.signals.errored.connect(self._on_errored)
-        worker.signals.aborted.connect(self._on_aborted)
-        self._worker = worker
-        self._res.workers.append(worker)
+        self.job.cancel()
+        self._comparing = True
         self.cancel_button.setEnabled(True)
         self.progress.show()
-        worker.start()
+        self.job.start(diff_job, self.path_a, self.path_b, self.strip_a, self.strip_b, self.mapping)
 
     def cancel(self) -> None:
         """Stop the running comparison; rows already compared keep their figures."""
-        if self._worker is not None and not self._worker.is_done:
-            self._worker.quit()
+        if self._comparing:
+            self.job.cancel()
+            self._done()
+            self.update_summary(suffix=" — cancelled")
 
     @property
     def busy(self) -> bool:
         """True while the comparison runs."""
-        return self._worker is not None and not self._worker.is_done
-
-    def _mine(self) -> bool:
-        return self._worker is not None and self.sender() is self._worker.signals
+        return self._comparing
 
     def _on_yielded(self, item: Any) -> None:
-        if not self._mine():
-            return
-        if isinstance(item, tuple) and item and item[0] == "plan":
-            _, result, ckpts = item
-            self._res.checkpoints = ckpts
+        if isinstance(item, DiffPlanned):
+            result = item.result
+            self._res.checkpoints = item.checkpoints
             self.result = result
             self.model.set_result(result)
             self.update_summary()
@@ -407,8 +411,6 @@ class DiffView(QWidget):
                     self._plot_timer.start()
 
     def _on_returned(self, result: DiffResult) -> None:
-        if not self._mine():
-            return
         self.result = result
         self._done()
         self.update_summary()
@@ -416,20 +418,13 @@ class DiffView(QWidget):
         self.finished.emit(result)
 
     def _on_errored(self, exc: BaseException) -> None:
-        if not self._mine():
-            return
         self._done()
         text = str(exc) or type(exc).__name__
         self.summary_label.setText(f"<span style='color:#b00000'>cannot compare: {text}</span>")
         self.failed.emit(text)
 
-    def _on_aborted(self) -> None:
-        if not self._mine():
-            return
-        self._done()
-        self.update_summary(suffix=" — cancelled")
-
     def _done(self) -> None:
+        self._comparing = False
         self.progress.hide()
         self.cancel_button.setEnabled(False)
         self.table.setSortingEnabled(True)
@@ -498,21 +493,14 @@ class DiffView(QWidget):
         row = self.model.rows[source.row()]
         self.rel_marker.setValue(source.row())
         self.rel_marker.show()
-        if self._hist_worker is not None:
-            self._hist_worker.quit()
         self.hist_label.setText(f"{row.name}: computing histograms…")
         self.histograms = {}
-        worker = GeneratorWorker(histogram_job, row.info_a, row.info_b)
-        worker.signals.returned.connect(lambda h, w=worker, r=row: self._on_histograms(w, r, h))
-        worker.signals.errored.connect(lambda e, w=worker, r=row: self._on_hist_error(w, r, e))
-        self._hist_worker = worker
-        self._res.workers.append(worker)
-        self._res.workers = [w for w in self._res.workers if not w.is_done or w is worker]
-        worker.start()
+        self._hist_row = row
+        self.hist_job.start(histogram_job, row.info_a, row.info_b)  # a newer selection drops this one
 
-    def _on_histograms(self, worker: GeneratorWorker, row: TensorDiff, hists: dict[str, Histogram | None]) -> None:
-        if worker is not self._hist_worker:
-            return  # a newer selection owns the plots
+    def _on_histograms(self, hists: dict[str, Histogram | None]) -> None:
+        row = self._hist_row
+        assert row is not None
         self.histograms = hists
         self.hist_plot.clear()
         self.diff_plot.clear()
@@ -529,9 +517,9 @@ class DiffView(QWidget):
         self.hist_label.setText(f"{row.name}: A (blue) and B (orange) over one range; B − A below{note}")
         self.histograms_ready.emit(hists)
 
-    def _on_hist_error(self, worker: GeneratorWorker, row: TensorDiff, exc: BaseException) -> None:
-        if worker is self._hist_worker:
-            self.hist_label.setText(f"{row.name}: cannot read values: {exc}")
+    def _on_hist_error(self, exc: BaseException) -> None:
+        if self._hist_row is not None:
+            self.hist_label.setText(f"{self._hist_row.name}: cannot read values: {exc}")
 
     def overlay_counts(self) -> dict[str, np.ndarray | None]:
         """The histogram counts on show (tests read the plots through this)."""

@@ -5,17 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
+from ckptview.core.units import human_bytes
 
-
-def human_bytes(n: int) -> str:
-    """`1234567` -> `"1.2 MB"` (powers of 1000, like file managers; the filter accepts both)."""
-    size = float(n)
-    for unit in _UNITS:
-        if abs(size) < 1000 or unit == _UNITS[-1]:
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{n} B"  # unreachable
+__all__ = ["human_bytes", "human_count", "natural_key", "shape_text", "short_repr"]
 
 
 def human_count(n: int) -> str:

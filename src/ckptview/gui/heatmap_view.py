@@ -12,8 +12,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidge
 from ckptview.core.heatmap import HeatMap, iter_heatmap
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Node, TensorInfo
-from ckptview.gui.histogram_view import JobSlot
 from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.workers import JobSlot
 
 
 def _heatmap_job(info: TensorInfo, axis: int, token: CancelToken) -> Generator[Progress, None, HeatMap]:
@@ -66,7 +66,6 @@ class HeatmapView(QWidget):
         layout.addWidget(self.graphics, 1)
         layout.addWidget(self.status)
         self.axis.valueChanged.connect(lambda _: self._restart())
-        self.destroyed.connect(self.slot.cancel)
 
     def set_selection(self, entries: list[Node]) -> None:
         """Show the first selected tensor."""

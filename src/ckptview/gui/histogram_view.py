@@ -1,20 +1,15 @@
-"""Histogram of one or several tensors (pyqtgraph), plus the job slot and caches the value views share.
+"""Histogram of one or several tensors (pyqtgraph), drawn from the checkpoint's analysis layer.
 
 A sampled preview is drawn first; the exact streamed histogram replaces it when the worker finishes.
-Every computation runs on the thread pool; a new request cancels the old one and a stale result is
-dropped (generation counter + sender check), so a slow tensor never overwrites a newer selection.
+Every computation runs on the thread pool through a JobSlot: a new request cancels the old one and a
+stale result is dropped, so a slow tensor never overwrites a newer selection.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Callable, Generator
-from typing import Any
-
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -27,118 +22,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.histogram import DEFAULT_BINS, Histogram, iter_tensor_histogram, tensor_sample_histogram
-from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.analysis import Analysis, PreviewReady, shared_analysis
+from ckptview.core.histogram import DEFAULT_BINS, Histogram
+from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
-from ckptview.core.stats import Summary, iter_tensor_summary
-from ckptview.gui.workers import GeneratorWorker
-
-# Results cached per tensor for the session (TensorInfo compares by identity; entries die with it).
-_lock = threading.Lock()
-_summaries: weakref.WeakKeyDictionary[TensorInfo, Summary] = weakref.WeakKeyDictionary()
-_histograms: weakref.WeakKeyDictionary[TensorInfo, dict[tuple[int, bool], Histogram]] = weakref.WeakKeyDictionary()
-
-
-def cached_summary(info: TensorInfo) -> Summary | None:
-    """The Summary computed earlier this session for ``info``, if any."""
-    with _lock:
-        return _summaries.get(info)
-
-
-def summary_job(info: TensorInfo, token: CancelToken) -> Generator[Progress, None, Summary]:
-    """A tensor's Summary, from the cache or streamed (then cached)."""
-    summary = cached_summary(info)
-    if summary is None:
-        summary = yield from iter_tensor_summary(info, token)
-        with _lock:
-            _summaries[info] = summary
-    return summary
-
-
-class JobSlot(QObject):
-    """At most one running job for a widget: ``start`` cancels the previous one, stale signals are dropped."""
-
-    yielded = Signal(object)
-    returned = Signal(object)
-    errored = Signal(object)
-    busy = Signal(bool)
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.generation = 0
-        self._worker: GeneratorWorker | None = None
-
-    def start(self, func: Callable[..., Any], *args: Any) -> int:
-        """Run ``func(*args, token=...)`` in the pool; returns the job's generation."""
-        self.cancel()
-        self.generation += 1
-        worker = GeneratorWorker(func, *args)
-        worker.generation = self.generation  # type: ignore[attr-defined]
-        sig = worker.signals
-        sig.yielded.connect(self._on_yielded)
-        sig.returned.connect(self._on_returned)
-        sig.errored.connect(self._on_errored)
-        sig.finished.connect(self._on_finished)
-        self._worker = worker
-        self.busy.emit(True)
-        worker.start()
-        return self.generation
-
-    def cancel(self) -> None:
-        """Cancel the running job; anything it still emits is ignored."""
-        if self._worker is not None:
-            self._worker.quit()
-            self._worker = None
-            self.generation += 1
-            self.busy.emit(False)
-
-    def _current(self) -> bool:
-        w = self._worker
-        return w is not None and self.sender() is w.signals and w.generation == self.generation  # type: ignore[attr-defined]
-
-    @Slot(object)
-    def _on_yielded(self, value: object) -> None:
-        if self._current():
-            self.yielded.emit(value)
-
-    @Slot(object)
-    def _on_returned(self, value: object) -> None:
-        if self._current():
-            self.returned.emit(value)
-
-    @Slot(object)
-    def _on_errored(self, exc: object) -> None:
-        if self._current():
-            self.errored.emit(exc)
-
-    @Slot()
-    def _on_finished(self) -> None:
-        if self._current():
-            self._worker = None
-            self.busy.emit(False)
-
-
-def _histogram_job(
-    items: list[tuple[str, TensorInfo]], bins: int, log_x: bool, token: CancelToken
-) -> Generator[object, None, list[Histogram]]:
-    """Previews first (one tuple per tensor), then the exact histograms, honouring ``token``."""
-    exact: list[Histogram | None] = []
-    for _, info in items:
-        with _lock:
-            exact.append(_histograms.get(info, {}).get((bins, log_x)))
-    if any(h is None for h in exact):
-        for i, (_, info) in enumerate(items):
-            token.check()
-            if exact[i] is None:
-                yield ("preview", i, tensor_sample_histogram(info, bins, log_x))
-    for i, (_, info) in enumerate(items):
-        if exact[i] is None:
-            summary = yield from summary_job(info, token)
-            hist = yield from iter_tensor_histogram(info, bins, log_x, summary=summary, token=token)
-            with _lock:
-                _histograms.setdefault(info, {})[(bins, log_x)] = hist
-            exact[i] = hist
-    return [h for h in exact if h is not None]
+from ckptview.gui.workers import JobSlot
 
 
 class HistogramView(QWidget):
@@ -147,8 +35,9 @@ class HistogramView(QWidget):
     exactReady = Signal()  # the exact histograms of the current request are drawn
     previewReady = Signal()
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, analysis: Analysis | None = None) -> None:
         super().__init__(parent)
+        self.analysis = analysis or shared_analysis()
         self.items: list[tuple[str, TensorInfo]] = []
         self.histograms: list[Histogram] = []
         self.slot = JobSlot(self)
@@ -190,7 +79,6 @@ class HistogramView(QWidget):
         self.cancel_button.clicked.connect(self.slot.cancel)
         self.export_button.clicked.connect(self._ask_export)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse)
-        self.destroyed.connect(self.slot.cancel)
         self._on_busy(False)
 
     # -- requests ------------------------------------------------------------------------------------
@@ -207,14 +95,15 @@ class HistogramView(QWidget):
             self.status.setText("Select a tensor to see its histogram.")
             return
         self.status.setText("computing…")
-        self.slot.start(_histogram_job, self.items, self.bins.value(), self.log_x.isChecked())
+        infos = [info for _, info in self.items]
+        self.slot.start(self.analysis.histogram_job, infos, self.bins.value(), self.log_x.isChecked())
 
     # -- results -------------------------------------------------------------------------------------
     def _on_yielded(self, value: object) -> None:
         if isinstance(value, Progress):
             self.progress.setValue(int(value.fraction * 1000))
-        elif isinstance(value, tuple) and value[0] == "preview":
-            _, i, hist = value
+        elif isinstance(value, PreviewReady):
+            i, hist = value.index, value.histogram
             shown = list(self.histograms) + [None] * (len(self.items) - len(self.histograms))
             shown[i] = hist
             self.histograms = shown

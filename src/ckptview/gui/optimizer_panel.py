@@ -8,7 +8,7 @@ the tensor summaries are shared with the Statistics panel's cache.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -24,14 +24,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.analysis import Analysis
+from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.optimizer import OptimizerState, ParamState, find_optimizers
 from ckptview.core.optimizer_figures import ParamFigures, iter_figures
 from ckptview.gui.formatting import shape_text
-from ckptview.gui.histogram_view import HistogramView, JobSlot, summary_job
+from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.training_card import TrainingCard
+from ckptview.gui.workers import JobSlot
 
 GROUP_KEYS_FIRST = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha")
 EFF_MEDIAN, EFF_MAX = "eff. step median", "eff. step max"
@@ -54,11 +56,6 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def _figures_job(opt: OptimizerState, token: CancelToken) -> Generator[Progress | ParamFigures, None, Any]:
-    """The core figures generator with the GUI's cached summaries (histograms reuse them)."""
-    return (yield from iter_figures(opt, token, summary=summary_job))
-
-
 def _item(text: str, right: bool = False, tip: str | None = None) -> QTableWidgetItem:
     item = QTableWidgetItem(text)
     if right:
@@ -77,6 +74,7 @@ class OptimizerPanel(QWidget):
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.context = context
+        self.analysis = context.analysis if context is not None else Analysis()
         ckpt = checkpoint if checkpoint is not None else context.checkpoint if context is not None else None
         self.optimizers: list[OptimizerState] = find_optimizers(ckpt) if ckpt is not None else []
         self.current: OptimizerState | None = None
@@ -105,7 +103,7 @@ class OptimizerPanel(QWidget):
         self.state_choice = QComboBox()
         self.state_choice.setToolTip("which state tensor of the selected parameter the histogram shows")
         self.status = QLabel()
-        self.histogram = HistogramView()
+        self.histogram = HistogramView(analysis=self.analysis)
 
         top = QWidget()
         top_layout = QVBoxLayout(top)
@@ -242,7 +240,7 @@ class OptimizerPanel(QWidget):
             return
         self._figures_for = opt
         self.status.setText("computing figures…")
-        self.slot.start(_figures_job, opt)
+        self.slot.start(partial(iter_figures, opt, summary=self.analysis.summary))
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
         """Start the figures the first time the panel is actually seen (a 20 GB file pays only then)."""

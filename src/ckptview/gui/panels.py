@@ -43,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ckptview.core.analysis import Analysis
+
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
@@ -64,6 +66,8 @@ class CheckpointContext:
     select_name: Callable[[str], None] = field(default=lambda name: None)
     # Show a transient message in the status bar.
     show_status: Callable[[str], None] = field(default=lambda text: None)
+    # Statistics and histograms of this checkpoint: every panel asks here, so each tensor is read once.
+    analysis: Analysis = field(default_factory=Analysis)
 
 
 @dataclass(frozen=True)

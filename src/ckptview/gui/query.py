@@ -17,18 +17,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ckptview.core import dtypes
 from ckptview.core.grouping import Row
 
 Predicate = Callable[[Row], bool]
 
-_DTYPES = {
-    "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32", "int64", "int32",
-    "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool", "qint8", "quint8", "qint32", "quint4x2",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-}
-_ALIASES = {"fp64": "float64", "double": "float64", "fp32": "float32", "float": "float32", "fp16": "float16",
-            "half": "float16", "bf16": "bfloat16", "long": "int64", "int": "int32", "short": "int16",
-            "byte": "uint8", "cfloat": "complex64", "cdouble": "complex128"}
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 _OPS = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le, "=": operator.eq,
@@ -84,7 +77,7 @@ def _term(word: str) -> Predicate:
         return _size_term(word)
     if _SHAPE.match(word):
         return _shape_term(word)
-    if word.lower() in _DTYPES or word.lower() in _ALIASES:
+    if dtypes.resolve(word) is not None:
         return _dtype_term(word)
     return _name_term(word)
 
@@ -124,7 +117,7 @@ def _shape_term(text: str) -> Predicate:
 
 def _dtype_term(text: str) -> Predicate:
     name = text.lower().removeprefix("torch.")
-    name = _ALIASES.get(name, name)
+    name = dtypes.resolve(name) or name
     if any(ch in name for ch in "*?["):
         pattern = re.compile(fnmatch.translate(name))
         return lambda row: (row.node is not None and row.node.tensor is not None

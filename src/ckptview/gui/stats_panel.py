@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QHeaderView,
@@ -15,12 +13,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.errors import CheckpointError
-from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.analysis import Analysis, StatsReady, TargetFailed
+from ckptview.core.jobs import Progress
 from ckptview.core.model import Node, TensorInfo
-from ckptview.core.stats import JSON_KEYS, TensorStats, merge_stats
-from ckptview.gui.histogram_view import HistogramView, JobSlot, summary_job
+from ckptview.core.stats import JSON_KEYS
+from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.workers import JobSlot
 
 MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
 LABELS = {
@@ -56,24 +55,6 @@ def format_figure(key: str, value: object, numel: int) -> str:
     return f"{value:.6g}"
 
 
-def _stats_job(targets: list[Target], token: CancelToken) -> Generator[object, None, list[TensorStats | None]]:
-    """Statistics of each target in turn (a group merges its tensors); errors stay per target."""
-    results: list[TensorStats | None] = []
-    for i, (_, infos) in enumerate(targets):
-        try:
-            parts = []
-            for info in infos:
-                summary = yield from summary_job(info, token)
-                parts.append(summary.stats)
-            stats = parts[0] if len(parts) == 1 else merge_stats(parts)
-            yield ("stats", i, stats)
-            results.append(stats)
-        except CheckpointError as exc:
-            yield ("error", i, str(exc))
-            results.append(None)
-    return results
-
-
 class StatsPanel(QWidget):
     """Figures table (one column per selected row) above the histogram of the selected tensors."""
 
@@ -82,6 +63,7 @@ class StatsPanel(QWidget):
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.context = context
+        self.analysis = context.analysis if context is not None else Analysis()
         self.targets: list[Target] = []
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
@@ -95,7 +77,7 @@ class StatsPanel(QWidget):
         self.table.horizontalHeader().setTextElideMode(Qt.TextElideMode.ElideLeft)
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.status = QLabel("Select a tensor or a module to see its statistics.")
-        self.histogram = HistogramView()
+        self.histogram = HistogramView(analysis=self.analysis)
         splitter = QSplitter(Qt.Orientation.Vertical)
         top = QWidget()
         top_layout = QVBoxLayout(top)
@@ -110,7 +92,6 @@ class StatsPanel(QWidget):
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([22 * (len(JSON_KEYS) + 1) + 30, 300])  # every figure visible without scrolling
-        self.destroyed.connect(self.slot.cancel)
 
     def set_selection(self, entries: list[Node]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
@@ -127,7 +108,7 @@ class StatsPanel(QWidget):
         self.histogram.set_tensors(singles)
         if self.targets:
             self.status.setText("computing…")
-            self.slot.start(_stats_job, self.targets)
+            self.slot.start(self.analysis.stats_job, [infos for _, infos in self.targets])
         else:
             self.slot.cancel()
             self.status.setText("Select a tensor or a module to see its statistics.")
@@ -140,14 +121,15 @@ class StatsPanel(QWidget):
         if isinstance(value, Progress):
             self.status.setText(f"computing… {value.fraction:.0%}")
             return
-        kind, col, payload = value  # type: ignore[misc]
-        if kind == "error":
+        if isinstance(value, TargetFailed):
             for row in range(len(JSON_KEYS)):
-                self.table.setItem(row, col, QTableWidgetItem("—"))
-            self.table.item(0, col).setToolTip(payload)
-            self.status.setText(payload)
+                self.table.setItem(row, value.index, QTableWidgetItem("—"))
+            self.table.item(0, value.index).setToolTip(value.message)
+            self.status.setText(value.message)
             return
-        stats: TensorStats = payload
+        if not isinstance(value, StatsReady):
+            return
+        col, stats = value.index, value.stats
         for row, key in enumerate(JSON_KEYS):
             item = QTableWidgetItem(format_figure(key, getattr(stats, key), stats.numel))
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

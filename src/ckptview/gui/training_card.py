@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QTableWidget, QTableWidgetIte
 from ckptview.core.model import Checkpoint
 from ckptview.core.optimizer import OptimizerState, find_optimizers
 from ckptview.core.training import TrainingSummary, training_summary
-from ckptview.gui.histogram_view import JobSlot
 from ckptview.gui.panels import CheckpointContext
+from ckptview.gui.workers import JobSlot
 
 # Shown first, in this order, when present; the other facts follow in file order.
 FIRST_FACTS = ("epoch", "global_step", "step", "iteration", "iter", "loss", "best_loss", "val_loss")
@@ -74,7 +74,6 @@ class TrainingCard(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(scroll)
-        self.destroyed.connect(self.slot.cancel)
         self._fill()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)

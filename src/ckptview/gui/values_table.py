@@ -8,6 +8,7 @@ without ever being loaded whole.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,9 +20,8 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.model import Node, TensorInfo
 from ckptview.core.slicing import SliceError, default_spec, view_2d
-from ckptview.gui.histogram_view import JobSlot
 from ckptview.gui.panels import CheckpointContext, register_panel
-from ckptview.gui.workers import GeneratorWorker
+from ckptview.gui.workers import JobSlot
 
 TILE_ROWS, TILE_COLS = 256, 64
 MAX_TILES = 64  # cached tiles per model (~1M cells)
@@ -38,8 +38,17 @@ def format_cells(block: np.ndarray) -> np.ndarray:
     return np.char.mod("%.6g", block.astype(np.float64))
 
 
-def _read_tile(view: np.ndarray, r0: int, c0: int) -> np.ndarray:
-    return format_cells(view[r0 : r0 + TILE_ROWS, c0 : c0 + TILE_COLS])
+@dataclass(frozen=True)
+class Tile:
+    """The formatted cells of one tile of the table, at tile coordinates ``key``."""
+
+    key: tuple[int, int]
+    cells: np.ndarray
+
+
+def _read_tile(view: np.ndarray, key: tuple[int, int]) -> Tile:
+    r0, c0 = key[0] * TILE_ROWS, key[1] * TILE_COLS
+    return Tile(key, format_cells(view[r0 : r0 + TILE_ROWS, c0 : c0 + TILE_COLS]))
 
 
 class ValuesModel(QAbstractTableModel):
@@ -50,14 +59,16 @@ class ValuesModel(QAbstractTableModel):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.view: np.ndarray | None = None
-        self.generation = 0
+        self.tiles = JobSlot(self, replace=False)  # tiles load side by side; a new slice drops them all
+        self.tiles.returned.connect(self._on_tile)
+        self.tiles.errored.connect(self._on_tile_error)
         self._tiles: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._pending: set[tuple[int, int]] = set()
 
     def set_view(self, view: np.ndarray | None) -> None:
         """Show ``view`` (a 2-D array, usually a view over the mapped file)."""
         self.beginResetModel()
-        self.generation += 1  # tiles of the previous slice still in flight are dropped
+        self.tiles.cancel()  # tiles of the previous slice still in flight are dropped
         self.view = view
         self._tiles.clear()
         self._pending.clear()
@@ -97,15 +108,14 @@ class ValuesModel(QAbstractTableModel):
         if key in self._pending or self.view is None:
             return
         self._pending.add(key)
-        worker = GeneratorWorker(_read_tile, self.view, key[0] * TILE_ROWS, key[1] * TILE_COLS)
-        generation = self.generation
-        worker.signals.returned.connect(lambda tile, k=key, g=generation: self._on_tile(g, k, tile))
-        worker.signals.errored.connect(lambda _exc, k=key: self._pending.discard(k))
-        worker.start()
+        self.tiles.start(_read_tile, self.view, key)
 
-    def _on_tile(self, generation: int, key: tuple[int, int], tile: np.ndarray) -> None:
-        if generation != self.generation:
-            return
+    def _on_tile_error(self, _exc: object) -> None:
+        self._pending.clear()  # which tile failed is unknown: let every pending tile be asked for again
+
+    def _on_tile(self, result: object) -> None:
+        assert isinstance(result, Tile)
+        key, tile = result.key, result.cells
         self._pending.discard(key)
         self._tiles[key] = tile
         while len(self._tiles) > MAX_TILES:
@@ -154,7 +164,6 @@ class ValuesView(QWidget):
         layout.addWidget(self.status)
         self.spec.returnPressed.connect(self._load)
         QShortcut(QKeySequence.StandardKey.Copy, self.table, activated=self.copy_selection)
-        self.destroyed.connect(self.slot.cancel)
 
     def set_selection(self, entries: list[Node]) -> None:
         """Show the first selected tensor, starting with its first 2-D slice."""

@@ -22,8 +22,11 @@ from typing import Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
 from ckptview.core.errors import Cancelled
-from ckptview.core.jobs import CancelToken
+from ckptview.core.jobs import CancelToken, drain
 from ckptview.gui.gc_guard import install_gc_guard
+
+# Every worker started and not yet finished, so that shutdown can ask them all to quit before waiting.
+_running: set[GeneratorWorker] = set()
 
 
 class WorkerSignals(QObject):
@@ -67,6 +70,8 @@ class GeneratorWorker(QRunnable):
         """Queue the work on the global thread pool."""
         install_gc_guard()
         keep_until_finished(self, self.signals)
+        _running.add(self)
+        self.signals.finished.connect(lambda: _running.discard(self))
         QThreadPool.globalInstance().start(self)
         return self
 
@@ -90,20 +95,114 @@ class GeneratorWorker(QRunnable):
             signals.finished.emit()  # the GUI thread then drops its reference (see _Keeper)
 
     def _drain(self, gen: Any) -> Any:
-        while True:
-            if self.token.cancelled:
-                gen.close()
-                raise Cancelled("cancelled")
-            try:
-                value = next(gen)
-            except StopIteration as stop:
-                return stop.value
+        def forward(value: Any) -> None:
             self.signals.yielded.emit(value)
+            self.token.check()
+
+        if self.token.cancelled:
+            gen.close()
+            raise Cancelled("cancelled")
+        return drain(gen, forward)
 
 
-def wait_for_workers(timeout_ms: int = 10_000) -> bool:
-    """Block until every queued worker has finished (shutdown and tests)."""
+def quit_workers() -> None:
+    """Ask every running worker to stop at its next yield or token check."""
+    for worker in list(_running):
+        worker.quit()
+
+
+def wait_for_workers(timeout_ms: int = 10_000, quit_first: bool = False) -> bool:
+    """Block until every queued worker has finished (tests); ``quit_first`` asks them to stop first (shutdown)."""
+    if quit_first:
+        quit_workers()
     return QThreadPool.globalInstance().waitForDone(timeout_ms)
+
+
+class JobSlot(QObject):
+    """The one way a widget runs jobs and drops stale results.
+
+    ``start`` runs ``func(*args, token=...)`` in the pool. With ``replace=True`` (the default) a slot holds
+    at most one job: starting another cancels the previous one. With ``replace=False`` jobs run side by
+    side (tiles of a table) until ``cancel()``. Either way, a job's signals are forwarded only while the
+    job belongs to the slot's current generation: whatever a cancelled job still emits is dropped here.
+    """
+
+    yielded = Signal(object)
+    returned = Signal(object)
+    errored = Signal(object)
+    busy = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None, replace: bool = True) -> None:
+        super().__init__(parent)
+        self.replace = replace
+        self.generation = 0
+        self._workers: set[GeneratorWorker] = set()
+        workers = self._workers  # the lambda must not touch the slot itself while it is destroyed
+        self.destroyed.connect(lambda *_: [w.quit() for w in list(workers)])
+
+    @property
+    def running(self) -> bool:
+        """True while a current job has not finished."""
+        return bool(self._workers)
+
+    def start(self, func: Callable[..., Any], *args: Any) -> GeneratorWorker:
+        """Run ``func(*args, token=...)`` in the pool; returns the worker."""
+        if self.replace:
+            self.cancel()
+        worker = GeneratorWorker(func, *args)
+        worker.generation = self.generation  # type: ignore[attr-defined]
+        sig = worker.signals
+        sig.yielded.connect(self._on_yielded)
+        sig.returned.connect(self._on_returned)
+        sig.errored.connect(self._on_errored)
+        sig.finished.connect(self._on_finished)
+        was_idle = not self._workers
+        self._workers.add(worker)
+        if was_idle:
+            self.busy.emit(True)
+        worker.start()
+        return worker
+
+    def cancel(self) -> None:
+        """Cancel every current job; anything they still emit is ignored."""
+        self.generation += 1
+        if self._workers:
+            self._quit_all()
+            self.busy.emit(False)
+
+    def _quit_all(self) -> None:
+        for worker in self._workers:
+            worker.quit()
+        self._workers.clear()
+
+    def _current(self) -> bool:
+        signals = self.sender()
+        return any(w.signals is signals and w.generation == self.generation  # type: ignore[attr-defined]
+                   for w in self._workers)
+
+    @Slot(object)
+    def _on_yielded(self, value: object) -> None:
+        if self._current():
+            self.yielded.emit(value)
+
+    @Slot(object)
+    def _on_returned(self, value: object) -> None:
+        if self._current():
+            self.returned.emit(value)
+
+    @Slot(object)
+    def _on_errored(self, exc: object) -> None:
+        if self._current():
+            self.errored.emit(exc)
+
+    @Slot()
+    def _on_finished(self) -> None:
+        signals = self.sender()
+        mine = {w for w in self._workers if w.signals is signals}
+        if mine:
+            self._workers -= mine
+            if not self._workers:
+                self.busy.emit(False)
 
 
 class _Keeper(QObject):

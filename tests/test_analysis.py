@@ -1,0 +1,145 @@
+"""The analysis layer: one streamed read per tensor, shared by every panel that asks (no Qt)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ckptview.core import open_checkpoint
+from ckptview.core.analysis import Analysis, PreviewReady, StatsReady, TargetFailed
+from ckptview.core.errors import Cancelled, TensorDataError
+from ckptview.core.jobs import CancelToken
+from ckptview.core.stats import run_job
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    sd = {"w": torch.randn(300, 70, generator=g), "h": torch.randn(50, 40, generator=g).to(torch.bfloat16)}
+    path = tmp_path / "m.pt"
+    torch.save(sd, path)
+    ck = open_checkpoint(str(path))
+    yield ck, torch.load(path, weights_only=True)
+    ck.close()
+
+
+def info_of(ck, name):
+    return next(e.info for e in ck.tensors() if e.name == name)
+
+
+def test_concurrent_requests_for_one_tensor_read_it_once(ckpt) -> None:
+    ck, ref = ckpt
+    analysis = Analysis(chunk_elems=1000)  # several chunks: a job can be caught in the middle
+    info = info_of(ck, "w")
+    leader = analysis.summary(info, CancelToken())
+    next(leader)  # the leader is inside its pass, holding the flight
+    follower = analysis.summary(info, CancelToken())
+    next(follower)  # waits for the leader (one wait slice), reporting its progress
+    first = run_job(leader)
+    second = run_job(follower)
+    assert analysis.passes == 1
+    assert first is second
+    assert first.stats.numel == ref["w"].numel()
+    assert first.stats.mean == pytest.approx(float(ref["w"].double().mean()))
+
+
+def test_a_cancelled_leader_hands_the_read_to_the_waiting_request(ckpt) -> None:
+    ck, ref = ckpt
+    analysis = Analysis(chunk_elems=1000)
+    info = info_of(ck, "w")
+    token = CancelToken()
+    leader = analysis.summary(info, token)
+    next(leader)
+    follower = analysis.summary(info, CancelToken())
+    next(follower)
+    token.cancel()
+    with pytest.raises(Cancelled):
+        run_job(leader)
+    summary = run_job(follower)  # takes the lead and reads the tensor itself
+    assert summary.stats.max == pytest.approx(float(ref["w"].max()))
+    assert analysis.passes == 2
+    assert analysis.cached_summary(info) is summary
+
+
+def test_a_failed_read_reaches_every_waiting_request_as_one_line(ckpt, monkeypatch) -> None:
+    ck, _ = ckpt
+    analysis = Analysis()
+    info = info_of(ck, "w")
+
+    def broken_chunks(_info):
+        def chunks():
+            yield np.zeros(4, dtype=np.float32)
+            raise TensorDataError("storage 'data/0' missing")
+        return chunks
+
+    monkeypatch.setattr(analysis, "_chunks", broken_chunks)
+    leader = analysis.summary(info)
+    next(leader)
+    follower = analysis.summary(info)
+    next(follower)
+    with pytest.raises(TensorDataError, match="storage 'data/0' missing"):
+        run_job(leader)
+    with pytest.raises(TensorDataError, match="storage 'data/0' missing"):
+        run_job(follower)
+
+
+def test_statistics_then_histogram_cost_one_summary_pass(ckpt) -> None:
+    ck, ref = ckpt
+    analysis = Analysis()
+    w, h = info_of(ck, "w"), info_of(ck, "h")
+    events = []
+    gen = analysis.stats_job([[w], [h]])
+    while True:
+        try:
+            events.append(next(gen))
+        except StopIteration:
+            break
+    ready = [e for e in events if isinstance(e, StatsReady)]
+    assert [e.index for e in ready] == [0, 1]
+    assert analysis.passes == 2  # one per tensor
+    hists = run_job(analysis.histogram_job([w, h], 64, False))
+    # bf16 has a value table: its histogram needs no read; float32 needs one counting pass over the range.
+    assert analysis.passes == 3
+    x = ref["w"].double().numpy().reshape(-1)
+    assert np.array_equal(hists[0].counts, np.histogram(x, 64, (x.min(), x.max()))[0])
+    run_job(analysis.histogram_job([w, h], 64, False))  # cached: no read at all
+    assert analysis.passes == 3
+
+
+def test_module_statistics_merge_the_tensors(ckpt) -> None:
+    ck, ref = ckpt
+    analysis = Analysis()
+    stats = run_job(analysis.stats([info_of(ck, "w"), info_of(ck, "h")]))
+    both = torch.cat([ref["w"].double().reshape(-1), ref["h"].double().reshape(-1)])
+    assert stats.numel == both.numel()
+    assert stats.mean == pytest.approx(float(both.mean()))
+    assert stats.std == pytest.approx(float(both.std()))
+
+
+def test_jobs_speak_in_typed_events(ckpt, monkeypatch) -> None:
+    ck, _ = ckpt
+    analysis = Analysis()
+    w = info_of(ck, "w")
+    events = []
+    gen = analysis.histogram_job([w], 16, False)
+    try:
+        while True:
+            events.append(next(gen))
+    except StopIteration:
+        pass
+    assert any(isinstance(e, PreviewReady) and e.index == 0 for e in events)
+
+    def failing(*_a, **_k):
+        raise TensorDataError("boom")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(analysis, "stats", failing)
+    out = []
+    gen = analysis.stats_job([[w]])
+    try:
+        while True:
+            out.append(next(gen))
+    except StopIteration:
+        pass
+    assert out == [TargetFailed(0, "boom")]
