@@ -14,9 +14,11 @@ import shutil
 import subprocess
 import sys
 
+from ckptview.resources import resource_path
+
 MIME_TYPES = ("application/x-pytorch-checkpoint", "application/x-safetensors")
 MANIFEST = os.path.join("ckptview", "desktop-install.json")
-RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
+RESOURCES = os.path.dirname(resource_path("ckptview.svg"))
 
 MIME_XML = """<?xml version="1.0" encoding="UTF-8"?>
 <mime-info xmlns="http://www.freedesktop.org/standards/shared-mime-info">

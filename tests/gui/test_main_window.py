@@ -53,7 +53,7 @@ def test_open_paths_shows_the_tree(qtbot, window, state_dict_file):
     assert top_labels == ["encoder", "decoder", "lm_head", "step"]
     encoder = tab.model.index(0, 0)
     assert tab.model.index(0, PARAMS).data() == f"{8 * 16 + 8 + 8 * 16 + 32 * 16 + 768 * 16:,}"
-    assert tab.model.data(encoder.siblingAtColumn(SIZE)) == "26.1 KiB"  # 264*4 + 512*2 + 12288*2 bytes
+    assert tab.model.data(encoder.siblingAtColumn(SIZE)) == "26.0 KiB"  # 264*4 + 512*2 + 12288*2 bytes
     assert tab.summary.facts["Tensors"] == "8"
     params = 8 * 16 + 8 + 8 * 16 + 32 * 16 + 768 * 16 + 100 * 16 + 1  # lm_head is tied: counted once
     assert tab.summary.facts["Parameters"] == f"{params:,}"
@@ -175,7 +175,7 @@ def test_sort_by_columns(qtbot, window, state_dict_file):
     assert tab.tree.isExpanded(layers)  # sorting keeps expansion
     tab.tree.sortByColumn(SIZE, Qt.SortOrder.DescendingOrder)
     top = [model.index(r, 0).data() for r in range(model.rowCount())]
-    assert top == ["encoder", "decoder", "lm_head", "step"]  # 26.1 KiB, 6.2 KiB, 6.2 KiB, 8 B
+    assert top == ["encoder", "decoder", "lm_head", "step"]  # 26.0 KiB, 6.2 KiB, 6.2 KiB, 8 B
     tab.tree.sortByColumn(DTYPE, Qt.SortOrder.AscendingOrder)
     assert [model.index(r, 0).data() for r in range(model.rowCount())][:2] == ["encoder", "decoder"]
     assert model.index(model.rowCount() - 1, 0).data() == "step"  # int64 sorts after float32

@@ -111,5 +111,5 @@ def main(argv: list[str]) -> int:
     status = app.exec()
     from ckptview.gui.workers import wait_for_workers
 
-    wait_for_workers(5000)
+    wait_for_workers(5000, quit_first=True)  # ask every job to stop, then wait for them
     return int(status)

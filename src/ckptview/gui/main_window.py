@@ -27,14 +27,10 @@ from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
 from ckptview.gui.gc_guard import allow_collection, install_gc_guard
 from ckptview.gui.settings import Settings
+from ckptview.resources import resource_path
 
 FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
                "All files (*)")
-
-
-def resource_path(name: str) -> str:
-    """Absolute path of a bundled resource file."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resources", name)
 
 
 def example_path() -> str:

@@ -1,0 +1,12 @@
+"""Files the app ships: the icon, the bundled example checkpoint and its generator (`make_example.py`)."""
+
+from __future__ import annotations
+
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def resource_path(name: str) -> str:
+    """Absolute path of the shipped resource `name` (works from a checkout and from an installed wheel)."""
+    return os.path.join(_HERE, name)
