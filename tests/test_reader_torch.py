@@ -430,10 +430,11 @@ def test_compressed_data_pkl_bomb_is_refused_before_inflating(tmp_path):
                 zout.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
             else:
                 zout.writestr(name, data)
-    start = time.monotonic()
+    start = time.process_time()
     with pytest.raises(CheckpointError, match="more than the"):
         open_checkpoint(dst)
-    assert time.monotonic() - start < 2
+    # Work bound, not a timing: inflating and reading all 300 MiB would cost far more CPU than this.
+    assert time.process_time() - start < 20
 
 
 def test_many_broken_tensors_are_counted_not_listed(tmp_path):

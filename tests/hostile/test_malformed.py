@@ -17,7 +17,10 @@ from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.open import open_checkpoint
 from ckptview.core.values import iter_chunks, read_values
 
-SECONDS = 5.0
+# Work bound per file, in CPU seconds of this process (not wall time: a busy CI machine does not move it).
+# Every file opens in well under half a second; a file that made the reader loop or re-expand data would
+# take minutes. Timings live in benchmarks/fuzz.py.
+CPU_SECONDS = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +84,7 @@ def test_corpus_covers_the_issue(malformed):
 def test_each_file_errors_clearly_or_opens_with_its_broken_parts(malformed):
     failures = []
     for case in malformed:
-        start = time.monotonic()
+        start = time.process_time()
         try:
             ckpt = open_checkpoint(case.path)
         except CheckpointError as exc:
@@ -99,9 +102,9 @@ def test_each_file_errors_clearly_or_opens_with_its_broken_parts(malformed):
                 failures += [f"{case.name}: {p}" for p in _check_opened(case, ckpt)]
             finally:
                 ckpt.close()
-        elapsed = time.monotonic() - start
-        if elapsed > SECONDS:
-            failures.append(f"{case.name}: took {elapsed:.1f} s")
+        spent = time.process_time() - start
+        if spent > CPU_SECONDS:
+            failures.append(f"{case.name}: took {spent:.1f} CPU seconds")
     assert not failures, "\n".join(failures)
 
 
@@ -132,11 +135,9 @@ def test_cli_subprocess_one_line(malformed, name):
 def test_cli_subprocess_deep_nesting_serialises(malformed):
     for name in ("deep_100k.pkl", "deep_wide_100k.pkl"):
         case = _by_name(malformed, name)
-        start = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "ckptview", "info", "--json", str(case.path)],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=120)  # a hang, not a timing
         assert proc.returncode == 0, proc.stderr
-        assert time.monotonic() - start < 15
         data = json.loads(proc.stdout)
         assert any("deeper than" in v["repr"] for v in data["values"])
 
@@ -165,11 +166,11 @@ def rss_mb():
 base = rss_mb()
 report = {}
 for path in sys.argv[1:]:
-    start = time.monotonic()
+    start = time.process_time()
     try:
         ckpt = open_checkpoint(path)
     except CheckpointError:
-        report[path] = [time.monotonic() - start, rss_mb() - base]
+        report[path] = [time.process_time() - start, rss_mb() - base]
         continue
     for entry in ckpt.tensors():
         try:
@@ -180,20 +181,21 @@ for path in sys.argv[1:]:
         except CheckpointError:
             pass
     ckpt.close()
-    report[path] = [time.monotonic() - start, rss_mb() - base]
+    report[path] = [time.process_time() - start, rss_mb() - base]
 print(json.dumps(report))
 """
 
 
 def test_time_and_memory_stay_bounded(malformed, tmp_path_factory):
-    """Peak RSS over every file (including 1 GiB zip bombs) stays far below what the bombs inflate to."""
+    """Peak RSS over every file (including 1 GiB zip bombs) stays far below what the bombs inflate to;
+    CPU work per file stays far from what looping or re-expanding would cost."""
     hostile = corpus.shared("hostile", tmp_path_factory)
     paths = [str(c.path) for c in malformed + hostile]
     proc = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, *paths], capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    slow = {p: t for p, (t, _m) in report.items() if t > SECONDS}
+    slow = {p: t for p, (t, _m) in report.items() if t > CPU_SECONDS}
     assert not slow, slow
     peak = max(m for _t, m in report.values())
     assert peak < 300, f"peak RSS grew by {peak:.0f} MB: {sorted(report.items(), key=lambda kv: kv[1][1])[-3:]}"
