@@ -111,4 +111,4 @@ class HeatmapView(QWidget):
         self.ready.emit()
 
 
-register_panel("Heat-map", HeatmapView)
+register_panel("Heat-map", HeatmapView, order=20)

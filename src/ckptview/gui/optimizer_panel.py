@@ -333,5 +333,5 @@ class OptimizerPanel(QWidget):
                         return
 
 
-register_panel("Optimizer", OptimizerPanel)
-register_panel("Training", TrainingCard)
+register_panel("Optimizer", OptimizerPanel, order=40)
+register_panel("Training", TrainingCard, order=50)

@@ -2,10 +2,9 @@
 
 How to add a panel (histogram, statistics, optimizer, export, run, ...):
 
-1. Create ``src/ckptview/gui/<prefix>_something.py`` where the prefix is one of :data:`PLUGIN_PREFIXES`
-   (``stats_``, ``histogram``, ``heatmap``, ``values_``, ``optimizer_``, ``diff_``, ``export_``, ``run_``).
-   The main window imports those modules once at start-up (:func:`load_plugins`); registering happens at
-   import time, at module level::
+1. Create a module under ``src/ckptview/gui/`` and name it in :data:`PANEL_MODULES`: the main window
+   imports exactly those modules once at start-up (:func:`load_plugins`), in that order, and each one
+   registers what it adds at import time, at module level::
 
        from ckptview.gui.panels import CheckpointContext, register_panel, register_action
 
@@ -13,15 +12,16 @@ How to add a panel (histogram, statistics, optimizer, export, run, ...):
            def __init__(self, context: CheckpointContext) -> None: ...
            def set_selection(self, entries: list[Node]) -> None: ...   # optional
 
-       register_panel("Histogram", HistogramPanel)
+       register_panel("Histogram", HistogramPanel, order=15)
 
-2. ``register_panel(title, factory)``: for every opened checkpoint the window calls
-   ``factory(context)`` and shows the widget as a tab beside "Details" (right side of the tab). When the
-   selection in the tree changes it calls ``widget.set_selection(entries)`` if the widget has that method.
-   ``entries`` are the core :class:`~ckptview.core.model.Node` objects of the selected rows (tensors, values,
-   containers), in selection order; synthetic module-group rows (``encoder > layers``), which have no node
-   of their own, are left out. The widget is destroyed with its tab: stop your workers in ``closeEvent`` or
-   on ``destroyed``.
+2. ``register_panel(title, factory, order)``: for every opened checkpoint the window calls
+   ``factory(context)`` and shows the widget as a side tab beside "Details", side tabs sorted by ``order``.
+   When the selection in the tree changes it calls ``widget.set_selection(entries)`` if the widget has
+   that method. ``entries`` are the core :class:`~ckptview.core.model.Node` objects of the selected rows
+   (tensors, values, containers), in selection order; synthetic module-group rows (``encoder > layers``),
+   which have no node of their own, are left out. The widget is destroyed with its tab: run jobs through a
+   :class:`~ckptview.gui.workers.JobSlot`, which stops them then. Figures of tensors come from
+   ``context.analysis`` (one read per tensor, shared by every panel).
 3. ``register_action(menu, text, callback, shortcut=None)``: adds ``text`` to the menu called ``menu``
    ("File", "View", "Tools", ... created when missing). ``callback(window)`` receives the
    :class:`~ckptview.gui.main_window.MainWindow`; useful members: ``window.current_context()`` (the
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,10 +48,13 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
     from ckptview.core.model import Checkpoint
+    from ckptview.gui.main_window import MainWindow
 
 log = logging.getLogger(__name__)
 
-PLUGIN_PREFIXES = ("stats_", "histogram", "heatmap", "values_", "optimizer_", "diff_", "export_", "run_")
+# The modules that add panels and actions, imported once at start-up in this order.
+PANEL_MODULES = ("stats_panel", "heatmap_view", "values_table", "optimizer_panel", "run_panel", "diff_view",
+                 "export_dialog")
 
 
 @dataclass
@@ -61,7 +63,7 @@ class CheckpointContext:
 
     checkpoint: Checkpoint
     path: str
-    window: Any = None  # the MainWindow (Any: keeps this module free of a Qt import cycle)
+    window: MainWindow | None = None
     # Select the tree row of the tensor/value called `name` (contract name, e.g. "model.fc.weight").
     select_name: Callable[[str], None] = field(default=lambda name: None)
     # Show a transient message in the status bar.
@@ -72,9 +74,11 @@ class CheckpointContext:
 
 @dataclass(frozen=True)
 class PanelSpec:
-    """A registered side panel: its tab title and the factory that builds it."""
+    """A registered side panel: its tab title, the factory that builds it, and where its tab goes."""
+
     title: str
     factory: Callable[[CheckpointContext], QWidget]
+    order: int = 1000
 
 
 @dataclass(frozen=True)
@@ -92,11 +96,15 @@ _diff_handler: list[Callable[[Any, str, str], None]] = []
 _loaded = False
 
 
-def register_panel(title: str, factory: Callable[[CheckpointContext], QWidget]) -> None:
-    """Show `factory(context)` as a side tab titled `title` in every checkpoint tab opened from now on."""
+def register_panel(title: str, factory: Callable[[CheckpointContext], QWidget], order: int = 1000) -> None:
+    """Show `factory(context)` as a side tab titled `title` in every checkpoint tab opened from now on.
+
+    Side tabs are sorted by `order` (Statistics 10, Heat-map 20, Values 30, Optimizer 40, Training 50,
+    Run 60); equal orders keep registration order.
+    """
     if any(p.title == title for p in _panels):
         return  # a module imported twice must not add its panel twice
-    _panels.append(PanelSpec(title, factory))
+    _panels.append(PanelSpec(title, factory, order))
 
 
 def register_action(menu: str, text: str, callback: Callable[[Any], None], shortcut: str | None = None) -> None:
@@ -111,14 +119,9 @@ def set_diff_handler(callback: Callable[[Any, str, str], None]) -> None:
     _diff_handler[:] = [callback]
 
 
-# Side tabs people reach for most come first, whatever order the plugin modules were imported in.
-PANEL_ORDER = ("Statistics", "Heat-map", "Values", "Optimizer", "Training", "Run")
-
-
 def panels() -> list[PanelSpec]:
-    """The registered panels: the known ones in PANEL_ORDER, then others in registration order."""
-    rank = {title: i for i, title in enumerate(PANEL_ORDER)}
-    return sorted(_panels, key=lambda p: rank.get(p.title, len(rank)))
+    """The registered panels, by their order (then registration order)."""
+    return sorted(_panels, key=lambda p: p.order)
 
 
 def actions() -> list[ActionSpec]:
@@ -138,20 +141,17 @@ def unregister(title_or_text: str) -> None:
 
 
 def load_plugins() -> list[str]:
-    """Import every gui module named with a plugin prefix once; returns the names of those that failed."""
+    """Import the modules of PANEL_MODULES once; returns the names of those that failed."""
     global _loaded
     if _loaded:
         return []
     _loaded = True
-    import ckptview.gui as package
-
     failed = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith(PLUGIN_PREFIXES):
-            try:
-                importlib.import_module(f"ckptview.gui.{info.name}")
-            except Exception:
-                # One broken panel must not keep the window from opening; say so loudly in the log.
-                log.exception("ckptview: could not load panel module %s", info.name)
-                failed.append(info.name)
+    for name in PANEL_MODULES:
+        try:
+            importlib.import_module(f"ckptview.gui.{name}")
+        except Exception:
+            # One broken panel must not keep the window from opening; say so loudly in the log.
+            log.exception("ckptview: could not load panel module %s", name)
+            failed.append(name)
     return failed

@@ -436,4 +436,4 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-register_panel("Run", RunPanel)
+register_panel("Run", RunPanel, order=60)

@@ -136,4 +136,4 @@ class StatsPanel(QWidget):
             self.table.setItem(row, col, item)
 
 
-register_panel("Statistics", StatsPanel)
+register_panel("Statistics", StatsPanel, order=10)

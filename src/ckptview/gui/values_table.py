@@ -220,4 +220,4 @@ class ValuesView(QWidget):
             QGuiApplication.clipboard().setText(text)
 
 
-register_panel("Values", ValuesView)
+register_panel("Values", ValuesView, order=30)
