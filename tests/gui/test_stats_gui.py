@@ -113,7 +113,9 @@ def test_overlay_of_two_tensors_with_a_legend(qtbot, ckpt) -> None:
     a, b = panel.histogram.plotted_counts()
     np.testing.assert_array_equal(a, finite_hist(ref["big"], 16))
     np.testing.assert_array_equal(b, finite_hist(ref["conv"], 16))
-    assert len(panel.histogram.legend.items) == 2
+    legend = panel.histogram.status.text()  # beside the plot, never over the data
+    assert legend.count("&#9632;") == 2 and "big: exact" in legend and "conv: exact" in legend
+    assert panel.histogram.plot.plotItem.legend is None
     assert panel.table.columnCount() == 2 and panel.figures(1)["numel"] == "600"
 
 
@@ -144,8 +146,13 @@ def test_heatmap_view_draws_the_matrix_with_a_symmetric_range(qtbot, ckpt) -> No
         view.set_selection([node(ck, "conv")])
     conv = ref["conv"].double()
     np.testing.assert_array_equal(view.heatmap.image, conv.reshape(8, 75).numpy())
-    m = float(conv.abs().max())
+    m = float(np.percentile(conv.abs().numpy(), 99.5))  # the colour range: a percentile, symmetric
     assert view.bar.levels() == pytest.approx((-m, m))
+    assert f"max |x| {float(conv.abs().max()):.6g}" in view.status.text()  # the max is still shown
+    view.percentile.setValue(100.0)
+    assert view.bar.levels() == pytest.approx((-float(conv.abs().max()), float(conv.abs().max())))
+    assert view.value_at(2, 7) == f"row 2, col 7: {float(conv.reshape(8, 75)[2, 7]):.6g}"  # hover readout
+    assert view.value_at(8, 0) == ""
     with qtbot.waitSignal(view.ready, timeout=10_000):
         view.axis.setValue(1)
     assert view.heatmap.image.shape == (3, 200)
@@ -210,3 +217,46 @@ def test_one_selection_reads_the_tensor_once_for_statistics_and_histogram(qtbot,
     with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
         panel.set_selection([node(ck, "conv")])  # back again: everything from the cache
     assert panel.analysis.passes == 3
+
+
+def test_values_precision_exact_copy_steppers_and_column_width(qtbot, tmp_path) -> None:
+    from ckptview.gui.values_table import EXACT, ValuesView
+
+    g = torch.Generator().manual_seed(3)
+    conv = torch.randn(4, 3, 5, 5, generator=g) * 1e-3 - 123.456789  # long texts, negatives
+    path = tmp_path / "conv.pt"
+    torch.save({"conv": conv}, path)
+    ck = open_checkpoint(str(path))
+    try:
+        view = ValuesView()
+        view.resize(700, 400)
+        qtbot.addWidget(view)
+        view.show()
+        with qtbot.waitSignal(view.sliceReady, timeout=10_000):
+            view.set_selection([node(ck, "conv")])
+        model = view.model
+        assert [b.prefix() for b in view.steppers] == ["dim 0: ", "dim 1: "]
+        assert [b.maximum() for b in view.steppers] == [3, 2]
+        qtbot.waitUntil(lambda: model.cell_text(0, 0) is not None, timeout=10_000)
+        assert model.cell_text(0, 0) == f"{float(conv[0, 0, 0, 0]):.6g}"
+        # The columns grew to fit the widest text: no cut negatives.
+        width = view.table.horizontalHeader().sectionSize(0)
+        assert width >= view.fontMetrics().horizontalAdvance(model.cell_text(0, 0))
+        # Step to the 2-D slice [2, 1, :, :].
+        with qtbot.waitSignal(view.sliceReady, timeout=10_000):
+            view.steppers[0].setValue(2)
+        with qtbot.waitSignal(view.sliceReady, timeout=10_000):
+            view.steppers[1].setValue(1)
+        assert view.spec.text() == "[2, 1, :, :]"
+        qtbot.waitUntil(lambda: model.cell_text(4, 3) is not None, timeout=10_000)
+        assert model.cell_text(4, 3) == f"{float(conv[2, 1, 4, 3]):.6g}"
+        # Exact display, and copy always copies exact values (they read back as the stored float32).
+        view.digits.setCurrentIndex(view.digits.findData(EXACT))
+        qtbot.waitUntil(lambda: model.cell_text(4, 3) is not None, timeout=10_000)
+        assert np.float32(model.cell_text(4, 3)) == conv[2, 1, 4, 3].numpy()
+        view.digits.setCurrentIndex(0)
+        view.table.selectAll()
+        rows = [line.split("\t") for line in view.selection_text().split("\n")]
+        np.testing.assert_array_equal(np.array(rows, dtype=np.float32), conv[2, 1].numpy())
+    finally:
+        ck.close()

@@ -8,6 +8,7 @@ running comparison. All reading and arithmetic runs in workers (``ckptview.core.
 
 from __future__ import annotations
 
+import html
 import math
 import os
 from collections.abc import Generator, Sequence
@@ -53,6 +54,7 @@ from ckptview.core.model import TensorInfo
 from ckptview.core.open import open_checkpoint
 from ckptview.core.stats import iter_tensor_summary
 from ckptview.gui import panels
+from ckptview.gui.plots import legend_html, plot_widget
 from ckptview.gui.workers import JobSlot
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -282,7 +284,7 @@ class DiffView(QWidget):
 
     # --- building --------------------------------------------------------------------------------
     def _build(self) -> None:
-        self.header = QLabel(f"<b>A</b> {self.path_a}<br><b>B</b> {self.path_b}")
+        self.header = QLabel(f"<b>A</b> {html.escape(self.path_a)}<br><b>B</b> {html.escape(self.path_b)}")
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.summary_label = QLabel("opening…")
         self.summary_label.setObjectName("diffSummary")
@@ -324,10 +326,9 @@ class DiffView(QWidget):
         self.status_combo.currentIndexChanged.connect(
             lambda _i: self.proxy.set_filter(status=self.status_combo.currentData()))
 
-        self.rel_plot = pg.PlotWidget()
-        self.rel_plot.setLabel("left", "relative change ‖B−A‖/‖A‖")
-        self.rel_plot.setLabel("bottom", "tensor (model order)")
-        self.rel_curve = self.rel_plot.plot([], [], pen=pg.mkPen("#888888"), symbol="o", symbolSize=5,
+        self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖")
+        # Points, not a line: neighbouring tensors are unrelated, a line between them would mean nothing.
+        self.rel_curve = self.rel_plot.plot([], [], pen=None, symbol="o", symbolSize=6, symbolPen=None,
                                             symbolBrush="#e67300")
         self.rel_curve.sigPointsClicked.connect(self._on_points_clicked)
         self.rel_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#3366cc"))
@@ -342,13 +343,11 @@ class DiffView(QWidget):
         rel_layout.addWidget(self.log_y)
 
         self.hist_label = QLabel("Select a row to compare the values of A and B.")
-        self.hist_plot = pg.PlotWidget()
-        self.hist_plot.setLabel("left", "count")
-        self.hist_plot.setLabel("bottom", "value")
-        self.hist_plot.addLegend()
-        self.diff_plot = pg.PlotWidget()
-        self.diff_plot.setLabel("left", "count")
-        self.diff_plot.setLabel("bottom", "B − A")
+        self.hist_label.setWordWrap(True)
+        self.hist_plot = plot_widget("value", "count")
+        self.diff_plot = plot_widget("B − A", "count")
+        for plot in (self.hist_plot, self.diff_plot):
+            plot.hide()  # no empty axes before a row is chosen
         hist_box = QWidget()
         hist_layout = QVBoxLayout(hist_box)
         hist_layout.setContentsMargins(0, 0, 0, 0)
@@ -493,7 +492,7 @@ class DiffView(QWidget):
         row = self.model.rows[source.row()]
         self.rel_marker.setValue(source.row())
         self.rel_marker.show()
-        self.hist_label.setText(f"{row.name}: computing histograms…")
+        self.hist_label.setText(html.escape(f"{row.name}: computing histograms…"))
         self.histograms = {}
         self._hist_row = row
         self.hist_job.start(histogram_job, row.info_a, row.info_b)  # a newer selection drops this one
@@ -504,22 +503,28 @@ class DiffView(QWidget):
         self.histograms = hists
         self.hist_plot.clear()
         self.diff_plot.clear()
-        for side, color in (("a", (51, 102, 204)), ("b", (230, 115, 0))):
+        legend = []
+        for side, rgb in (("a", (51, 102, 204)), ("b", (230, 115, 0))):
             h = hists.get(side)
             if h is not None:
-                self.hist_plot.plot(h.edges, h.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(color),
-                                    brush=pg.mkBrush(*color, 70), name=side.upper())
+                self.hist_plot.plot(h.edges, h.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(rgb),
+                                    brush=pg.mkBrush(*rgb, 70))
+                legend.append((QColor(*rgb), f"{side.upper()}: {row.name}"))
         d = hists.get("diff")
         if d is not None:
             self.diff_plot.plot(d.edges, d.counts, stepMode="center", fillLevel=0, pen=pg.mkPen("#444"),
                                 brush=pg.mkBrush(120, 120, 120, 110))
-        note = "" if d is not None else " (no B − A: the shapes differ or one side is missing)"
-        self.hist_label.setText(f"{row.name}: A (blue) and B (orange) over one range; B − A below{note}")
+        self.hist_plot.setVisible(bool(legend))
+        self.diff_plot.setVisible(d is not None)
+        note = "B − A below" if d is not None else "no B − A: the shapes differ or one side is missing"
+        self.hist_label.setText(legend_html(legend) + f"<br>over one range; {html.escape(note)}")
         self.histograms_ready.emit(hists)
 
     def _on_hist_error(self, exc: BaseException) -> None:
         if self._hist_row is not None:
-            self.hist_label.setText(f"{self._hist_row.name}: cannot read values: {exc}")
+            self.hist_plot.hide()
+            self.diff_plot.hide()
+            self.hist_label.setText(html.escape(f"{self._hist_row.name}: cannot read values: {exc}"))
 
     def overlay_counts(self) -> dict[str, np.ndarray | None]:
         """The histogram counts on show (tests read the plots through this)."""

@@ -7,12 +7,13 @@ from collections.abc import Generator
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from ckptview.core.heatmap import HeatMap, iter_heatmap
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Node, TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.plots import palette_colors, style_plot
 from ckptview.gui.workers import JobSlot
 
 
@@ -22,11 +23,17 @@ def _heatmap_job(info: TensorInfo, axis: int, token: CancelToken) -> Generator[P
     return (yield from iter_heatmap(read_values(info), axis, token=token))
 
 
-def display_image(image: np.ndarray) -> tuple[np.ndarray, float]:
-    """(image ready for ImageItem, m) with levels (-m, m): NaN shown as 0, ±Inf saturated."""
-    finite = np.isfinite(image)
-    m = float(np.abs(image[finite]).max()) if finite.any() else 0.0
-    m = m or 1.0
+DEFAULT_PERCENTILE = 99.5
+
+
+def display_image(image: np.ndarray, percentile: float = 100.0) -> tuple[np.ndarray, float]:
+    """(image ready for ImageItem, m) with levels (-m, m): m is that percentile of |x| over finite pixels.
+
+    A few large weights no longer wash the map out: values beyond ±m saturate. NaN shows as 0.
+    """
+    finite = np.abs(image[np.isfinite(image)])
+    m = float(np.percentile(finite, percentile)) if finite.size else 0.0
+    m = m or (float(finite.max()) if finite.size else 0.0) or 1.0
     shown = np.where(np.isnan(image), 0.0, np.clip(image, -m, m))
     return shown, m
 
@@ -40,6 +47,7 @@ class HeatmapView(QWidget):
         super().__init__(parent)
         self.info: TensorInfo | None = None
         self.heatmap: HeatMap | None = None
+        self.levels: tuple[float, float] = (-1.0, 1.0)
         self.slot = JobSlot(self)
         self.slot.returned.connect(self._on_result)
         self.slot.yielded.connect(
@@ -47,13 +55,22 @@ class HeatmapView(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.axis = QSpinBox(minimum=0, maximum=0)
         self.axis.setPrefix("rows = dim ")
+        self.percentile = QDoubleSpinBox(minimum=50.0, maximum=100.0, value=DEFAULT_PERCENTILE, decimals=1,
+                                         singleStep=0.5)
+        self.percentile.setPrefix("colour range: ")
+        self.percentile.setSuffix(" th pct of |x|")
+        self.percentile.setToolTip("values beyond this percentile of |x| saturate; 100 = the max")
         self.status = QLabel("Select a tensor to see it as a heat-map.")
         self.status.setWordWrap(True)
+        self.hover = QLabel(" ")
         controls = QHBoxLayout()
         controls.addWidget(self.axis)
+        controls.addWidget(self.percentile)
         controls.addStretch(1)
         self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground(palette_colors(self)[0])
         self.plot = self.graphics.addPlot()
+        style_plot(self.plot, "column (other dims flattened)", "row", widget=self)
         self.plot.invertY(True)
         self.plot.setAspectLocked(False)
         self.image = pg.ImageItem(axisOrder="row-major")
@@ -65,7 +82,10 @@ class HeatmapView(QWidget):
         layout.addLayout(controls)
         layout.addWidget(self.graphics, 1)
         layout.addWidget(self.status)
+        layout.addWidget(self.hover)
         self.axis.valueChanged.connect(lambda _: self._restart())
+        self.percentile.valueChanged.connect(lambda _: self._show())
+        self.graphics.scene().sigMouseMoved.connect(self._on_mouse)
 
     def set_selection(self, entries: list[Node]) -> None:
         """Show the first selected tensor."""
@@ -95,20 +115,53 @@ class HeatmapView(QWidget):
     def _on_result(self, hm: object) -> None:
         assert isinstance(hm, HeatMap)
         self.heatmap = hm
-        rows, cols = hm.matrix_shape
-        if hm.image.size == 0:
-            self.status.setText(f"{rows} x {cols}: nothing to draw")
-            self.ready.emit()
+        self._show()
+        self.ready.emit()
+
+    def _show(self) -> None:
+        hm = self.heatmap
+        if hm is None:
             return
-        shown, m = display_image(hm.image)
-        self.image.setImage(shown, levels=(-m, m))
-        self.bar.setLevels((-m, m))
+        rows, cols = hm.matrix_shape
+        self.plot.setLabel("left", f"row (dim {hm.axis})")
+        if hm.image.size == 0:
+            self.image.clear()
+            self.status.setText(f"{rows} x {cols}: nothing to draw")
+            return
+        pct = self.percentile.value()
+        shown, m = display_image(hm.image, pct)
+        self.levels = (-m, m)
+        self.image.setImage(shown, levels=self.levels)
+        self.bar.setLevels(self.levels)
         # Place pixels in element coordinates so the axes read as matrix row/column indices.
         br, bc = hm.block
         self.image.setRect(0, 0, shown.shape[1] * bc, shown.shape[0] * br)
         how = f"; each pixel is the max |x| (sign kept) of a {br} x {bc} block" if hm.downsampled else ""
-        self.status.setText(f"{rows:,} x {cols:,} (rows = dim {hm.axis}){how}; colour range ±{m:.4g}")
-        self.ready.emit()
+        finite = hm.image[np.isfinite(hm.image)]
+        top = float(np.abs(finite).max()) if finite.size else 0.0
+        self.status.setText(f"{rows:,} x {cols:,} (rows = dim {hm.axis}){how}; colour range ±{m:.4g} "
+                            f"({pct:g}th percentile of |x|), max |x| {top:.6g}")
+
+    def value_at(self, row: float, col: float) -> str:
+        """The hover text for element coordinates (row, col): position and the pixel's value ('' outside)."""
+        hm = self.heatmap
+        if hm is None or hm.image.size == 0:
+            return ""
+        rows, cols = hm.matrix_shape
+        r, c = int(row), int(col)
+        if not (0 <= r < rows and 0 <= c < cols):
+            return ""
+        br, bc = hm.block
+        value = float(hm.image[r // br, c // bc])
+        where = f"rows {r // br * br}-{min(rows, (r // br + 1) * br) - 1}, cols {c // bc * bc}-" \
+                f"{min(cols, (c // bc + 1) * bc) - 1}: max |x| {value:.6g}" if hm.downsampled else \
+                f"row {r}, col {c}: {value:.6g}"
+        return where
+
+    def _on_mouse(self, pos: object) -> None:
+        if self.plot.sceneBoundingRect().contains(pos):
+            point = self.plot.vb.mapSceneToView(pos)
+            self.hover.setText(self.value_at(point.y(), point.x()) or " ")
 
 
 register_panel("Heat-map", HeatmapView, order=20)

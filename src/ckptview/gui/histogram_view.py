@@ -7,9 +7,11 @@ stale result is dropped, so a slow tensor never overwrites a newer selection.
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -26,6 +28,7 @@ from ckptview.core.analysis import Analysis, PreviewReady, shared_analysis
 from ckptview.core.histogram import DEFAULT_BINS, Histogram
 from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
+from ckptview.gui.plots import legend_html, plot_widget, series_color
 from ckptview.gui.workers import JobSlot
 
 
@@ -43,7 +46,7 @@ class HistogramView(QWidget):
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_exact)
-        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {html.escape(str(exc))}"))
         self.slot.busy.connect(self._on_busy)
 
         self.bins = QSpinBox(minimum=1, maximum=10_000, value=DEFAULT_BINS)
@@ -59,12 +62,11 @@ class HistogramView(QWidget):
             controls.addWidget(w)
         controls.addStretch(1)
 
-        self.plot = pg.PlotWidget()
-        self.plot.setLabel("left", "count")
-        self.legend = self.plot.plotItem.addLegend()
+        self.plot = plot_widget("value", "count")
         self.curves: list[pg.PlotDataItem] = []
-        self.status = QLabel()  # preview/exact, NaN/Inf counts
+        self.status = QLabel()  # the legend (one coloured line per series): preview/exact, NaN/Inf counts
         self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.RichText)
         self.hover = QLabel(" ")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -128,23 +130,24 @@ class HistogramView(QWidget):
         for curve in self.curves:
             self.plot.removeItem(curve)
         self.curves = []
-        self.legend.clear()
         many = len(hists) > 1
-        lines = []
+        legend = []
         for i, (hist, (name, _)) in enumerate(zip(hists, self.items, strict=False)):
-            color = pg.intColor(i, hues=max(3, len(hists)))
+            color = series_color(i, len(hists))
             brush = pg.mkBrush(color.red(), color.green(), color.blue(), 60 if many else 120)
             curve = self.plot.plot(
                 hist.edges, hist.counts, stepMode="center", fillLevel=0 if not self.log_y.isChecked() else None,
-                brush=brush, pen=pg.mkPen(color), name=name if many else None,
+                brush=brush, pen=pg.mkPen(color),
             )
             self.curves.append(curve)
             kind = "exact" if hist.exact else f"preview from {hist.looked_at:,} sampled values"
             extra = f", zeros {hist.zeros:,} (not on a log axis)" if hist.log_x else ""
-            lines.append(f"{name}: {kind}; NaN {hist.nan:,}, +Inf {hist.posinf:,}, −Inf {hist.neginf:,}{extra}")
+            legend.append((color, f"{name}: {kind}; NaN {hist.nan:,}, +Inf {hist.posinf:,}, "
+                                  f"−Inf {hist.neginf:,}{extra}"))
         self.plot.setLabel("bottom", "log10 |x|" if self.log_x.isChecked() else "value")
+        self.plot.setVisible(bool(hists))  # no empty 0..1 axes while nothing is drawn
         if hists:
-            self.status.setText("\n".join(lines))
+            self.status.setText(legend_html(legend))
         self._apply_log_y()
 
     def _apply_log_y(self) -> None:

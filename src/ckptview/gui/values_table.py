@@ -14,7 +14,17 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
-from PySide6.QtWidgets import QHeaderView, QLabel, QLineEdit, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QSpinBox,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
@@ -28,14 +38,24 @@ MAX_TILES = 64  # cached tiles per model (~1M cells)
 MAX_COPY_CELLS = 1_000_000
 
 
-def format_cells(block: np.ndarray) -> np.ndarray:
-    """Cell texts of a block of values (6 significant digits for floats, exact integers)."""
+EXACT = 0  # "digits" value meaning: the shortest text that reads back as exactly the stored value
+DEFAULT_DIGITS = 6
+
+
+def format_cells(block: np.ndarray, digits: int = DEFAULT_DIGITS) -> np.ndarray:
+    """Cell texts of a block of values: floats to `digits` significant digits, or exact (``EXACT``).
+
+    Exact is numpy's shortest round-trip text in the value's own dtype (a float32 0.1 reads ``0.1``, and
+    parsing it gives back the same bits); integers are always exact.
+    """
     block = np.asarray(block)
     if block.dtype.kind in "iub":
         return block.astype(str)
+    if digits == EXACT:
+        return np.vectorize(str, otypes=[object])(block).astype(str)
     if block.dtype.kind == "c":
-        return np.vectorize(lambda z: f"{z.real:.6g}{z.imag:+.6g}j", otypes=[object])(block).astype(str)
-    return np.char.mod("%.6g", block.astype(np.float64))
+        return np.vectorize(lambda z: f"{z.real:.{digits}g}{z.imag:+.{digits}g}j", otypes=[object])(block).astype(str)
+    return np.char.mod(f"%.{digits}g", block.astype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -46,9 +66,9 @@ class Tile:
     cells: np.ndarray
 
 
-def _read_tile(view: np.ndarray, key: tuple[int, int]) -> Tile:
+def _read_tile(view: np.ndarray, key: tuple[int, int], digits: int) -> Tile:
     r0, c0 = key[0] * TILE_ROWS, key[1] * TILE_COLS
-    return Tile(key, format_cells(view[r0 : r0 + TILE_ROWS, c0 : c0 + TILE_COLS]))
+    return Tile(key, format_cells(view[r0 : r0 + TILE_ROWS, c0 : c0 + TILE_COLS], digits))
 
 
 class ValuesModel(QAbstractTableModel):
@@ -59,6 +79,8 @@ class ValuesModel(QAbstractTableModel):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.view: np.ndarray | None = None
+        self.digits = DEFAULT_DIGITS
+        self.widest = 0  # characters of the widest cell text loaded so far (columns size to it)
         self.tiles = JobSlot(self, replace=False)  # tiles load side by side; a new slice drops them all
         self.tiles.returned.connect(self._on_tile)
         self.tiles.errored.connect(self._on_tile_error)
@@ -69,10 +91,16 @@ class ValuesModel(QAbstractTableModel):
         """Show ``view`` (a 2-D array, usually a view over the mapped file)."""
         self.beginResetModel()
         self.tiles.cancel()  # tiles of the previous slice still in flight are dropped
+        self.widest = 0
         self.view = view
         self._tiles.clear()
         self._pending.clear()
         self.endResetModel()
+
+    def set_digits(self, digits: int) -> None:
+        """Show floats with `digits` significant digits (``EXACT``: shortest exact text); re-reads the tiles."""
+        self.digits = digits
+        self.set_view(self.view)
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if self.view is None or parent.isValid() else self.view.shape[0]
@@ -108,7 +136,7 @@ class ValuesModel(QAbstractTableModel):
         if key in self._pending or self.view is None:
             return
         self._pending.add(key)
-        self.tiles.start(_read_tile, self.view, key)
+        self.tiles.start(_read_tile, self.view, key, self.digits)
 
     def _on_tile_error(self, _exc: object) -> None:
         self._pending.clear()  # which tile failed is unknown: let every pending tile be asked for again
@@ -118,6 +146,8 @@ class ValuesModel(QAbstractTableModel):
         key, tile = result.key, result.cells
         self._pending.discard(key)
         self._tiles[key] = tile
+        if tile.size:
+            self.widest = max(self.widest, int(np.char.str_len(tile).max()))
         while len(self._tiles) > MAX_TILES:
             self._tiles.popitem(last=False)
         r0, c0 = key[0] * TILE_ROWS, key[1] * TILE_COLS
@@ -148,6 +178,15 @@ class ValuesView(QWidget):
         self.slot.errored.connect(self._on_error)
         self.spec = QLineEdit()
         self.spec.setPlaceholderText("slice, e.g. [0, :, :]")
+        self.spec.setToolTip("any slice: [0, :, :], [..., 2:10], [1, :, ::2]; Enter to apply")
+        # One stepper per leading dimension of an N-D tensor: walks the 2-D slices (conv kernels).
+        self.steppers: list[QSpinBox] = []
+        self.stepper_row = QHBoxLayout()
+        self.stepper_row.setContentsMargins(0, 0, 0, 0)
+        self.digits = QComboBox()
+        for label, digits in (("6 digits", 6), ("9 digits", 9), ("17 digits", 17), ("exact", EXACT)):
+            self.digits.addItem(label, digits)
+        self.digits.setToolTip("significant digits shown for floats; copy always copies exact values")
         self.status = QLabel("Select a tensor to see its values.")
         self.status.setWordWrap(True)
         self.model = ValuesModel(self)
@@ -156,13 +195,19 @@ class ValuesView(QWidget):
         for header in (self.table.horizontalHeader(), self.table.verticalHeader()):
             # Fixed sections: Qt must not measure 4,096 columns or 50,000 rows to lay them out.
             header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        self.table.horizontalHeader().setDefaultSectionSize(90)
+        self.table.horizontalHeader().setDefaultSectionSize(self._column_width(DEFAULT_DIGITS + 7))
+        top = QHBoxLayout()
+        top.addWidget(self.spec, 1)
+        top.addLayout(self.stepper_row)
+        top.addWidget(self.digits)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.spec)
+        layout.addLayout(top)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.status)
         self.spec.returnPressed.connect(self._load)
+        self.digits.currentIndexChanged.connect(lambda _i: self.model.set_digits(self.digits.currentData()))
+        self.model.tileLoaded.connect(self._fit_columns)
         QShortcut(QKeySequence.StandardKey.Copy, self.table, activated=self.copy_selection)
 
     def set_selection(self, entries: list[Node]) -> None:
@@ -173,8 +218,37 @@ class ValuesView(QWidget):
     def set_tensor(self, info: TensorInfo | None, spec: str | None = None) -> None:
         """Show ``info`` sliced by ``spec`` (default: the first 2-D slice)."""
         self.info = info
+        self._make_steppers(tuple(info.shape) if info is not None else ())
         self.spec.setText(spec if spec is not None else default_spec(info.shape) if info is not None else "")
         self._load()
+
+    def _make_steppers(self, shape: tuple[int, ...]) -> None:
+        for box in self.steppers:
+            self.stepper_row.removeWidget(box)
+            box.deleteLater()
+        self.steppers = []
+        for dim, size in enumerate(shape[:-2]):
+            box = QSpinBox(minimum=0, maximum=max(0, size - 1))
+            box.setPrefix(f"dim {dim}: ")
+            box.setToolTip(f"index into dimension {dim} (size {size})")
+            box.valueChanged.connect(self._step)
+            self.stepper_row.addWidget(box)
+            self.steppers.append(box)
+
+    def _step(self) -> None:
+        """A stepper moved: show the 2-D slice at the steppers' indices."""
+        self.spec.setText("[" + ", ".join([str(b.value()) for b in self.steppers] + [":", ":"]) + "]")
+        self._load()
+
+    def _column_width(self, chars: int) -> int:
+        return self.fontMetrics().horizontalAdvance("0" * max(4, chars)) + 14
+
+    def _fit_columns(self) -> None:
+        """Columns as wide as the widest text loaded (never narrower than they are: no jumping)."""
+        header = self.table.horizontalHeader()
+        wanted = min(self._column_width(self.model.widest), 400)
+        if wanted > header.defaultSectionSize():
+            header.setDefaultSectionSize(wanted)
 
     def _load(self) -> None:
         self.model.set_view(None)
@@ -210,7 +284,7 @@ class ValuesView(QWidget):
         if (r1 - r0) * (c1 - c0) > MAX_COPY_CELLS:
             self.status.setText(f"selection too large to copy (more than {MAX_COPY_CELLS:,} cells)")
             return ""
-        cells = format_cells(view[r0:r1, c0:c1])
+        cells = format_cells(view[r0:r1, c0:c1], EXACT)  # what is copied is the stored value, not its rounding
         return "\n".join("\t".join(row) for row in cells.tolist())
 
     def copy_selection(self) -> None:

@@ -1,0 +1,60 @@
+"""How every plot of the window looks: colours from the Qt palette (light or dark), plain-number axes.
+
+pyqtgraph draws black backgrounds and scales axes with SI prefixes ("value (x0.001)") by default; a
+checkpoint browser wants the window's own colours and the numbers as they are, with the unit in the label.
+Legends are HTML text beside the plot (``legend_html``), so they never cover data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QApplication, QWidget
+
+
+def palette_colors(widget: QWidget | None = None) -> tuple[QColor, QColor]:
+    """(background, foreground) of plots: the palette's base and text colours."""
+    palette = widget.palette() if widget is not None else QApplication.palette()
+    return palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Text)
+
+
+def style_plot(plot: pg.PlotWidget | pg.PlotItem, bottom: str = "", left: str = "",
+               widget: QWidget | None = None) -> pg.PlotItem:
+    """Palette colours, plain-number axes without SI scaling, and axis titles; returns the PlotItem."""
+    item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
+    background, foreground = palette_colors(widget or (plot if isinstance(plot, QWidget) else None))
+    if isinstance(plot, pg.PlotWidget):
+        plot.setBackground(background)
+    pen = pg.mkPen(foreground)
+    for name in ("left", "bottom", "right", "top"):
+        axis = item.getAxis(name)
+        axis.enableAutoSIPrefix(False)
+        axis.setPen(pen)
+        axis.setTextPen(pen)
+    if bottom:
+        item.setLabel("bottom", bottom)
+    if left:
+        item.setLabel("left", left)
+    return item
+
+
+def plot_widget(bottom: str = "", left: str = "") -> pg.PlotWidget:
+    """A PlotWidget styled by :func:`style_plot`."""
+    widget = pg.PlotWidget()
+    style_plot(widget, bottom, left)
+    return widget
+
+
+def series_color(index: int, count: int) -> QColor:
+    """The colour of series ``index`` of ``count`` (the same in the plot and in its legend)."""
+    return pg.intColor(index, hues=max(3, count))
+
+
+def legend_html(entries: Iterable[tuple[QColor, str]]) -> str:
+    """A legend as rich text: a coloured square and the (escaped) name per series."""
+    from html import escape
+
+    return "<br>".join(f"<span style='color:{color.name()}'>&#9632;</span> {escape(text)}"
+                       for color, text in entries)
