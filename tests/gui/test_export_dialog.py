@@ -133,3 +133,25 @@ def qtbot_button():
     from PySide6.QtCore import Qt
 
     return Qt.MouseButton.LeftButton
+
+
+def test_the_dialog_lists_what_it_will_write_and_offers_only_options_that_apply(
+        qtbot, window, state_dict_file, tmp_path):
+    dialog = _open_dialog(qtbot, window, state_dict_file)  # decoder.embed.weight (float32) and step
+    assert dialog.exact_box.isHidden()  # nothing bf16/fp8 selected: the choice would change nothing
+    out = tmp_path / "folder"
+    out.mkdir()
+    (out / "step.npy").write_bytes(b"old")
+    dialog.path_edit.setText(str(out))
+    preview = dialog.preview.toPlainText().splitlines()
+    assert preview[0] == "decoder.embed.weight.npy  <-  decoder.embed.weight (float32)"
+    assert preview[1] == "step.npy  <-  step (int64)   [exists: will be replaced]"
+    assert preview[2] == "manifest.json"
+    assert "1 of these exist already" in dialog.existing_label.text()  # said before Export is pressed
+    dialog.use_all.setChecked(True)  # the whole file holds a bf16 tensor: now the choice applies
+    assert not dialog.exact_box.isHidden()
+    dialog.format_box.setCurrentIndex(dialog.format_box.findData("safetensors"))
+    assert dialog.exact_box.isHidden()  # safetensors keeps bf16 bits anyway
+    dialog.path_edit.setText(str(tmp_path / "all.safetensors"))
+    lines = dialog.preview.toPlainText().splitlines()
+    assert lines[0].endswith(".safetensors") and len(lines) == 1 + len(dialog.entries())

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.export import ExportPlan, ExportResult, entries_below, plan_export, run_export
+from ckptview.core.export import MANIFEST, ExportPlan, ExportResult, entries_below, plan_export, run_export
 from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry
 from ckptview.core.safe_names import printable
@@ -78,7 +78,13 @@ class ExportDialog(QDialog):
         self.exact_box = QCheckBox("Keep exact bfloat16/float8 bits (loading needs `import ml_dtypes`)")
         self.notes = QPlainTextEdit()
         self.notes.setReadOnly(True)
-        self.notes.setMaximumHeight(110)
+        self.notes.setMaximumHeight(90)
+        self.preview = QPlainTextEdit()  # every file (or key) the export will write, before it writes
+        self.preview.setObjectName("exportPreview")
+        self.preview.setReadOnly(True)
+        self.preview.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.existing_label = QLabel()
+        self.existing_label.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(False)
@@ -101,6 +107,8 @@ class ExportDialog(QDialog):
         form.addRow("Format", self.format_box)
         form.addRow("Save to", target)
         form.addRow("", self.exact_box)
+        form.addRow("Will write", self.preview)
+        form.addRow("", self.existing_label)
         form.addRow("Notes", self.notes)
         buttons = QHBoxLayout()
         buttons.addWidget(self.open_button)
@@ -142,9 +150,13 @@ class ExportDialog(QDialog):
         """The tensors the export will write."""
         return self.selected if self.use_selection.isChecked() else list(self.everything)
 
+    def exact_choice_applies(self) -> bool:
+        """True when the bf16/fp8 choice changes anything: such tensors chosen, and not safetensors."""
+        narrow = any(e.info.dtype == "bfloat16" or e.info.dtype.startswith("float8") for e in self.entries())
+        return narrow and self.format() != "safetensors"  # safetensors keeps bf16/fp8 exactly anyway
+
     def _format_changed(self) -> None:
         fmt = self.format()
-        self.exact_box.setEnabled(fmt != "safetensors")  # safetensors keeps bf16/fp8 exactly anyway
         old = self.path_edit.text()
         # Follow the format with the file name unless the user typed something of their own.
         if old in {self._default_path(f) for f, _, _ in FORMATS}:
@@ -154,19 +166,31 @@ class ExportDialog(QDialog):
     def plan(self) -> ExportPlan:
         """The export as currently chosen (metadata only); ExportError when it cannot be done."""
         return plan_export(self.entries(), self.path_edit.text().strip(), self.format(),
-                           exact_dtypes=self.exact_box.isChecked() and self.exact_box.isEnabled())
+                           exact_dtypes=self.exact_box.isChecked() and self.exact_choice_applies())
 
     def _update_plan(self) -> None:
         if self.worker is not None:
             return
+        self.exact_box.setVisible(self.exact_choice_applies())  # only options that apply are offered
         try:
             plan = self.plan()
         except CheckpointError as exc:
             self.notes.setPlainText(str(exc))
+            self.preview.setPlainText("")
+            self.existing_label.setText("")
             self.export_button.setEnabled(False)
             return
         self.export_button.setEnabled(True)
         self.notes.setPlainText("\n".join(plan.notes) or "All values are written exactly as stored.")
+        existing = set(plan.existing())
+        self.preview.setPlainText(preview_text(plan, existing))
+        if existing:
+            self.existing_label.setStyleSheet("color: #9a5b00")
+            self.existing_label.setText(f"{len(existing)} of these exist already: Export asks before replacing them.")
+        else:
+            self.existing_label.setStyleSheet("")
+            self.existing_label.setText(f"{len(plan.final_paths())} new file(s), "
+                                        f"{human_bytes(plan.total_bytes)} of values.")
 
     def browse(self) -> None:
         """Pick the folder (npy) or file (npz, safetensors) with the platform dialog."""
@@ -227,7 +251,6 @@ class ExportDialog(QDialog):
             widget.setEnabled(not running)
         if not running:
             self.use_selection.setEnabled(bool(self.selected))
-            self.exact_box.setEnabled(self.format() != "safetensors")
         self.cancel_button.setEnabled(running)
 
     def _on_progress(self, progress: Progress) -> None:
@@ -273,6 +296,29 @@ class ExportDialog(QDialog):
         if self.worker is not None:
             self.worker.quit()
         super().closeEvent(event)
+
+
+MAX_PREVIEW_LINES = 500
+
+
+def preview_text(plan: ExportPlan, existing: set[str]) -> str:
+    """One line per file (npy folder) or per key (npz, safetensors), existing targets marked."""
+    def mark(path: str) -> str:
+        return "   [exists: will be replaced]" if path in existing else ""
+
+    lines: list[str] = []
+    if plan.format == "npy" and not plan.single_file:
+        for item in plan.items[:MAX_PREVIEW_LINES]:
+            path = os.path.join(plan.out, item.target)
+            lines.append(f"{printable(item.target)}  <-  {printable(item.name)} ({item.dtype}){mark(path)}")
+        lines.append(f"{MANIFEST}{mark(os.path.join(plan.out, MANIFEST))}")
+    else:
+        lines.append(f"{printable(plan.out)}{mark(plan.out)}")
+        for item in plan.items[:MAX_PREVIEW_LINES]:
+            lines.append(f"  {printable(item.target)}  <-  {printable(item.name)} ({item.dtype})")
+    if len(plan.items) > MAX_PREVIEW_LINES:
+        lines.append(f"… and {len(plan.items) - MAX_PREVIEW_LINES:,} more")
+    return "\n".join(lines)
 
 
 def selection_nodes(window: Any) -> list[Node]:
