@@ -260,3 +260,25 @@ def test_values_precision_exact_copy_steppers_and_column_width(qtbot, tmp_path) 
         np.testing.assert_array_equal(np.array(rows, dtype=np.float32), conv[2, 1].numpy())
     finally:
         ck.close()
+
+
+def test_a_module_group_row_of_a_flat_state_dict_has_statistics(qtbot, window, tmp_path) -> None:
+    from guihelpers import make_state_dict, wait_settled
+
+    path = make_state_dict(str(tmp_path / "flat.pth"))
+    ref = torch.load(path, weights_only=True)
+    (tab,) = window.open_paths([path])
+    wait_settled(qtbot, tab)
+    panel = next(w for w in tab.panel_widgets if isinstance(w, StatsPanel))
+    with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+        assert tab.select_name("encoder.layers.0")  # a synthetic group row: the file has no such key
+    names = [k for k in ref if k.startswith("encoder.layers.0.")]
+    both = torch.cat([ref[k].double().reshape(-1) for k in names])
+    shown = panel.figures()
+    assert panel.targets[0][0] == f"encoder.layers.0 ({len(names)} tensors)"
+    assert shown["numel"] == f"{both.numel():,}"
+    assert float(shown["mean"]) == pytest.approx(float(both.mean()), rel=1e-5)
+    assert float(shown["std"]) == pytest.approx(float(both.std()), rel=1e-5)
+    assert float(shown["max"]) == pytest.approx(float(both.max()), rel=1e-5)
+    heatmap = next(w for w in tab.panel_widgets if type(w).__name__ == "HeatmapView")
+    assert "select a tensor below it" in heatmap.status.text()  # disabled, with the reason

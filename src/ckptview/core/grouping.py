@@ -49,6 +49,38 @@ class Row:
         return f"Row({self.name!r}, {self.kind}, {len(self.children)} children)"
 
 
+class ModuleGroup:
+    """A selected module-group row (``encoder > layers > 0``) as panels see it: a name and its tensors.
+
+    Group rows have no node of their own (the file stores flat dotted keys); this stands in for one in a
+    selection, so module rows are first-class wherever a tensor is (statistics and histogram over every
+    tensor below, export), and other panels can say why they show one tensor at a time.
+    """
+
+    kind = "module"
+    tensor = None
+    value = None
+    parent = None
+    children: tuple[Node, ...] = ()
+
+    def __init__(self, name: str, nodes: list[Node]) -> None:
+        self.name = name
+        self.key = name.rsplit(".", 1)[-1]
+        self.nodes = nodes  # the tensor nodes below the group, in display order
+
+    @classmethod
+    def of_row(cls, row: Row) -> ModuleGroup:
+        """The group standing for `row` (a synthetic group row)."""
+        return cls(row.name, [r.node for r in row.walk() if r.node is not None and r.node.kind == "tensor"])
+
+    def walk(self) -> Iterator[Node]:
+        """The tensor nodes below the group (a group has no node of its own)."""
+        return iter(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"ModuleGroup({self.name!r}, {len(self.nodes)} tensors)"
+
+
 def group_tree(root: Node) -> Row:
     """The display rows of `root`, dotted string keys nested by module path, with subtree totals."""
     with paused_gc():  # hundreds of thousands of rows and no garbage: skip the collector's passes

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.grouping import Row, find_row, group_tree
+from ckptview.core.grouping import ModuleGroup, Row, find_row, group_tree
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui import panels
@@ -347,12 +347,14 @@ class CheckpointTab(QWidget):
         row = self.model.row_of(current) if current.isValid() and current.internalPointer() in rows else (
             rows[-1] if rows else None)
         self.detail.show_row(row)
-        nodes = self.selected_nodes()
+        nodes = [r.node for r in rows if r.node is not None]
+        # Module-group rows reach the panels too, as the tensors below them (statistics of a module).
+        entries = [r.node if r.node is not None else ModuleGroup.of_row(r) for r in rows]
         for widget in self.panel_widgets:
             setter = getattr(widget, "set_selection", None)
             if setter is not None:
                 try:
-                    setter(nodes)
+                    setter(entries)
                 except Exception:
                     log.exception("panel %r failed in set_selection", type(widget).__name__)
         self.selection_changed.emit(nodes)

@@ -91,6 +91,9 @@ class HeatmapView(QWidget):
         """Show the first selected tensor."""
         tensors = [n.tensor for n in entries if n.kind == "tensor" and n.tensor is not None]
         self.set_tensor(tensors[0] if tensors else None)
+        if not tensors and any(n.kind == "module" or n.children for n in entries):
+            self.status.setText("A module holds several tensors: the heat-map shows one at a time; select a "
+                                "tensor below it (Statistics shows the whole module).")
 
     def set_tensor(self, info: TensorInfo | None) -> None:
         """Show ``info`` (None clears the view)."""

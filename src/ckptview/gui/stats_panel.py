@@ -37,7 +37,7 @@ def targets_of(entries: list[Node]) -> list[Target]:
     for node in entries:
         if node.kind == "tensor" and node.tensor is not None:
             out.append((node.name or "(root)", [node.tensor]))
-        elif node.children:
+        elif node.children or node.kind == "module":  # a container, or a module-group row
             infos = [n.tensor for n in node.walk() if n.kind == "tensor" and n.tensor is not None]
             if infos:
                 out.append((f"{node.name or '(root)'} ({len(infos)} tensors)", infos))

@@ -214,6 +214,9 @@ class ValuesView(QWidget):
         """Show the first selected tensor, starting with its first 2-D slice."""
         tensors = [n.tensor for n in entries if n.kind == "tensor" and n.tensor is not None]
         self.set_tensor(tensors[0] if tensors else None)
+        if not tensors and any(n.kind == "module" or n.children for n in entries):
+            self.status.setText("A module holds several tensors: the values table shows one at a time; select a "
+                                "tensor below it (Statistics shows the whole module).")
 
     def set_tensor(self, info: TensorInfo | None, spec: str | None = None) -> None:
         """Show ``info`` sliced by ``spec`` (default: the first 2-D slice)."""
