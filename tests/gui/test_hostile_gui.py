@@ -75,3 +75,22 @@ def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_pat
     # The window still works: the first tab's tree still answers.
     window.tabs.setCurrentWidget(first)
     assert first.tree.model().rowCount() > 0
+
+
+def test_a_file_that_is_one_call_shows_the_call_in_the_tree_and_details(qtbot, window, tmp_path) -> None:
+    marker = tmp_path / "ran"
+    payload = (b"\x80\x02cposix\nsystem\nq\x00X" + len(f"touch {marker}").to_bytes(4, "little")
+               + f"touch {marker}".encode() + b"\x85R.")
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(payload)
+    [tab] = window.open_paths([str(path)])
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready"
+    assert not marker.exists()
+    model = tab.model
+    assert model.rowCount() == 1
+    index = model.index(0, 0)
+    assert index.data() == "(root)"
+    assert model.index(0, 1).data().startswith("posix.system('touch ")  # in the tree, cut to fit
+    tab.tree.setCurrentIndex(index)
+    assert f"posix.system('touch {marker}')" in tab.detail.toPlainText()  # in full in the details

@@ -384,3 +384,20 @@ def test_shard_column_only_for_sharded_checkpoints(qtbot, window, tmp_path, stat
     assert index.data() == "model-00002-of-00002.safetensors"
     plain = open_one(qtbot, window, state_dict_file)
     assert plain.tree.isColumnHidden(SHARD)
+
+
+def test_a_banner_of_warnings_only_shows_quotes_not_entities(qtbot) -> None:
+    from PySide6.QtGui import QTextDocumentFragment
+    from PySide6.QtWidgets import QLabel
+
+    from ckptview.core.model import Checkpoint, Node
+    from ckptview.gui.checkpoint_tab import _safety_banner
+
+    ckpt = Checkpoint(path="/x/it's.pth", format="torch-zip", file_size=0, root=Node(key="", kind="dict"))
+    ckpt.warnings.append("tensor 'enc.w' is broken: <shape larger than storage> & more")
+    frame = _safety_banner(ckpt)
+    qtbot.addWidget(frame)
+    label = frame.findChild(QLabel, "bannerText")
+    assert label.textFormat() == Qt.TextFormat.RichText
+    shown = QTextDocumentFragment.fromHtml(label.text()).toPlainText()
+    assert shown == "tensor 'enc.w' is broken: <shape larger than storage> & more"

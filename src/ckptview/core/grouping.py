@@ -89,6 +89,13 @@ def group_tree(root: Node) -> Row:
 
 def _group_tree(root: Node) -> Row:
     top = Row("", root, "", root.kind, None)
+    if not root.children and root.kind in ("value", "object", "tensor"):
+        # The whole file is one value, e.g. a pickle whose top object is a call `os.system('...')`: show
+        # it as a row, so what the file would run is visible in the tree and the details.
+        top.children.append(Row("(root)", root, "", root.kind, top))
+        if root.kind == "tensor" and root.tensor is not None:
+            _add_totals(top, top.children)
+        return top
     stack: list[tuple[Node, Row]] = [(root, top)]
     tensors: list[Row] = []
     while stack:

@@ -452,6 +452,7 @@ def _safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     if len(warnings) > 5:
         parts.append(f"… and {len(warnings) - 5} more warnings")
     text = QLabel("<br>".join(parts))
+    text.setTextFormat(Qt.TextFormat.RichText)  # always: the parts are escaped here, never guessed at by Qt
     text.setObjectName("bannerText")
     text.setWordWrap(True)
     text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
