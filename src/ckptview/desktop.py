@@ -18,40 +18,21 @@ from ckptview.resources import resource_path
 
 MIME_TYPES = ("application/x-pytorch-checkpoint", "application/x-safetensors")
 MANIFEST = os.path.join("ckptview", "desktop-install.json")
-RESOURCES = os.path.dirname(resource_path("ckptview.svg"))
 
-MIME_XML = """<?xml version="1.0" encoding="UTF-8"?>
-<mime-info xmlns="http://www.freedesktop.org/standards/shared-mime-info">
-  <mime-type type="application/x-pytorch-checkpoint">
-    <comment>PyTorch checkpoint</comment>
-    <icon name="ckptview"/>
-    <glob pattern="*.pth"/>
-    <glob pattern="*.pt"/>
-    <glob pattern="*.ckpt"/>
-    <glob pattern="*.pt2"/>
-    <glob pattern="*.bin" weight="30"/>
-    <magic priority="60">
-      <!-- torch.save zip: the first record is <archive>/data.pkl (or .data/version) -->
-      <match type="string" value="PK\\003\\004" offset="0">
-        <match type="string" value="/data.pkl" offset="30:200"/>
-        <match type="string" value="/.data/version" offset="30:200"/>
-      </match>
-      <!-- legacy torch.save: pickle protocol 2 followed by torch's magic number 0x1950a86a20f9469cfc6c -->
-      <match type="string" value="\\x80\\x02\\x8a\\x0a\\x6c\\xfc\\x9c\\x46\\xf9\\x20\\x6a\\xa8\\x50\\x19" offset="0"/>
-    </magic>
-  </mime-type>
-  <mime-type type="application/x-safetensors">
-    <comment>safetensors tensors</comment>
-    <icon name="ckptview"/>
-    <glob pattern="*.safetensors"/>
-  </mime-type>
-</mime-info>
-"""
+
+
+DESKTOP_ID = "ckptview.desktop"
+DEFAULTS, ADDED = "Default Applications", "Added Associations"
 
 
 def data_home() -> str:
     """`$XDG_DATA_HOME`, or `~/.local/share`."""
     return os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+
+
+def config_home() -> str:
+    """`$XDG_CONFIG_HOME`, or `~/.config` (where `mimeapps.list` lives)."""
+    return os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
 
 
 def exec_command() -> str:
@@ -70,31 +51,26 @@ def _quote(arg: str) -> str:
     return '"' + "".join("\\" + ch if ch in '"`$\\' else ch for ch in arg) + '"'
 
 
+def _resource_text(name: str) -> str:
+    with open(resource_path(name), encoding="utf-8") as fh:
+        return fh.read()
+
+
 def desktop_entry() -> str:
-    """The text of ckptview.desktop."""
-    return "\n".join([
-        "[Desktop Entry]",
-        "Type=Application",
-        "Version=1.5",
-        "Name=ckptview",
-        "GenericName=Checkpoint Browser",
-        "Comment=Browse PyTorch checkpoints without executing them",
-        f"Exec={exec_command()} %F",
-        "Icon=ckptview",
-        "Terminal=false",
-        "Categories=Development;Science;",
-        "MimeType=" + "".join(t + ";" for t in MIME_TYPES),
-        "StartupWMClass=ckptview",
-        "",
-    ])
+    """The text of ckptview.desktop (resources/ckptview.desktop with this installation's command)."""
+    return _resource_text("ckptview.desktop").replace("@EXEC@", exec_command())
+
+
+def mime_xml() -> str:
+    """The shared-mime-info definition (resources/ckptview.xml): globs, and torch's magic for *.bin."""
+    return _resource_text("ckptview.xml")
 
 
 def _targets(base: str) -> dict[str, str]:
     return {
         os.path.join(base, "applications", "ckptview.desktop"): desktop_entry(),
-        os.path.join(base, "mime", "packages", "ckptview.xml"): MIME_XML,
-        os.path.join(base, "icons", "hicolor", "scalable", "apps", "ckptview.svg"):
-            open(os.path.join(RESOURCES, "ckptview.svg"), encoding="utf-8").read(),
+        os.path.join(base, "mime", "packages", "ckptview.xml"): mime_xml(),
+        os.path.join(base, "icons", "hicolor", "scalable", "apps", "ckptview.svg"): _resource_text("ckptview.svg"),
     }
 
 
@@ -115,9 +91,16 @@ def install(base: str | None = None, refresh: bool = True) -> list[str]:
     for folder in _missing_dirs(os.path.dirname(manifest_path)):
         os.makedirs(folder, exist_ok=True)
         created_dirs.append(folder)
+    associations = previous.get("mimeapps") or associate(os.path.join(config_home(), "mimeapps.list"))
     with open(manifest_path, "w", encoding="utf-8") as fh:
-        json.dump({"files": files, "created_dirs": created_dirs}, fh, indent=1)
+        json.dump({"files": files, "created_dirs": created_dirs, "mimeapps": associations}, fh, indent=1)
     lines = [f"installed {p}" for p in files]
+    if associations.get("defaults"):
+        lines.append(f"set ckptview as the default for {', '.join(associations['defaults'])} in "
+                     f"{associations['path']}")
+    kept = [t for t in MIME_TYPES if t not in associations.get("defaults", [])]
+    if kept:
+        lines.append(f"kept your own default application for {', '.join(kept)} (ckptview is offered in 'Open With')")
     if refresh:
         lines += _refresh(base)
     return lines
@@ -135,6 +118,8 @@ def uninstall(base: str | None = None, refresh: bool = True) -> list[str]:
         if os.path.exists(path):
             os.remove(path)
             lines.append(f"removed {path}")
+    if manifest.get("mimeapps"):
+        lines += dissociate(manifest["mimeapps"])
     os.remove(manifest_path)
     if refresh:
         lines += _refresh(base)
@@ -147,6 +132,118 @@ def uninstall(base: str | None = None, refresh: bool = True) -> list[str]:
             elif not os.listdir(folder):
                 os.rmdir(folder)
     return lines
+
+
+# ---------------------------------------------------------------------------------------------------
+# mimeapps.list: the association itself, read by GIO/KDE apps even where update-desktop-database is missing.
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def _section_span(lines: list[str], section: str) -> tuple[int, int] | None:
+    """(index of the header line, index after the section's last line), or None."""
+    start = next((i for i, line in enumerate(lines) if line.strip() == f"[{section}]"), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("[")), len(lines))
+    return start, end
+
+
+def _get(lines: list[str], section: str, key: str) -> tuple[int, str] | None:
+    span = _section_span(lines, section)
+    if span is None:
+        return None
+    for i in range(span[0] + 1, span[1]):
+        k, sep, value = lines[i].partition("=")
+        if sep and k.strip() == key:
+            return i, value.strip()
+    return None
+
+
+def _put(lines: list[str], section: str, key: str, value: str) -> None:
+    found = _get(lines, section, key)
+    if found is not None:
+        lines[found[0]] = f"{key}={value}"
+        return
+    span = _section_span(lines, section)
+    if span is None:
+        if lines and lines[-1].strip():
+            lines.append("")
+        lines += [f"[{section}]", f"{key}={value}"]
+    else:
+        end = span[1]
+        while end > span[0] + 1 and not lines[end - 1].strip():
+            end -= 1  # keep the blank line before the next section
+        lines.insert(end, f"{key}={value}")
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.ckptview-tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+def associate(path: str) -> dict[str, object]:
+    """Offer ckptview for its MIME types in `path` (mimeapps.list) and make it the default where the user
+    has none; returns what was changed, so that `dissociate` undoes exactly that."""
+    existed = os.path.exists(path)
+    created_dirs = _missing_dirs(os.path.dirname(path))
+    lines = _read_lines(path)
+    defaults, added = [], []
+    for mime in MIME_TYPES:
+        if _get(lines, DEFAULTS, mime) is None:
+            _put(lines, DEFAULTS, mime, f"{DESKTOP_ID};")
+            defaults.append(mime)
+        current = _get(lines, ADDED, mime)
+        apps = [a for a in (current[1] if current else "").split(";") if a]
+        if DESKTOP_ID not in apps:
+            _put(lines, ADDED, mime, ";".join([*apps, DESKTOP_ID]) + ";")
+            added.append(mime)
+    _write_lines(path, lines)
+    return {"path": path, "defaults": defaults, "added": added, "created": not existed,
+            "created_dirs": created_dirs}
+
+
+def dissociate(record: dict) -> list[str]:
+    """Undo `associate`: drop the defaults and offers it added that still name ckptview."""
+    path = str(record.get("path", ""))
+    lines = _read_lines(path)
+    if not lines:
+        return []
+    for mime in record.get("defaults", []):
+        found = _get(lines, DEFAULTS, mime)
+        if found is not None and found[1] in (DESKTOP_ID, f"{DESKTOP_ID};"):
+            del lines[found[0]]
+    for mime in record.get("added", []):
+        found = _get(lines, ADDED, mime)
+        if found is not None:
+            apps = [a for a in found[1].split(";") if a and a != DESKTOP_ID]
+            if apps:
+                lines[found[0]] = f"{mime}={';'.join(apps)};"
+            else:
+                del lines[found[0]]
+    for section in (DEFAULTS, ADDED):  # a section left empty goes too
+        span = _section_span(lines, section)
+        if span is not None and not any(line.strip() for line in lines[span[0] + 1 : span[1]]):
+            del lines[span[0] : span[1]]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines and record.get("created"):
+        os.remove(path)
+        for folder in sorted(record.get("created_dirs", []), key=len, reverse=True):
+            if os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)
+        return [f"removed {path}"]
+    _write_lines(path, lines)
+    return [f"removed ckptview's associations from {path}"]
 
 
 def _holds_user_files(folder: str) -> bool:

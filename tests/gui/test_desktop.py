@@ -25,6 +25,7 @@ def test_install_writes_parseable_files_and_uninstall_leaves_nothing(tmp_path, m
     base.mkdir()
     (base / "keep.txt").write_text("the user's own file")
     monkeypatch.setenv("XDG_DATA_HOME", str(base))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
     before = snapshot(base)
     lines = desktop.install(refresh=refresh)
     assert any("ckptview.desktop" in line for line in lines)
@@ -41,7 +42,7 @@ def test_install_writes_parseable_files_and_uninstall_leaves_nothing(tmp_path, m
     types = {t.get("type"): t for t in root.findall(f"{NS}mime-type")}
     assert set(types) == set(desktop.MIME_TYPES)
     globs = {g.get("pattern") for t in types.values() for g in t.findall(f"{NS}glob")}
-    assert globs == {"*.pth", "*.pt", "*.ckpt", "*.bin", "*.safetensors", "*.pt2"}
+    assert globs == {"*.pth", "*.pt", "*.ckpt", "*.safetensors", "*.pt2"}  # *.bin only by its bytes
     assert types["application/x-pytorch-checkpoint"].find(f"{NS}magic") is not None
     assert (base / "icons" / "hicolor" / "scalable" / "apps" / "ckptview.svg").read_text().startswith("<svg")
 
@@ -54,6 +55,12 @@ def test_install_writes_parseable_files_and_uninstall_leaves_nothing(tmp_path, m
     assert snapshot(base) == before
     assert (base / "keep.txt").read_text() == "the user's own file"
     assert "nothing to remove" in desktop.uninstall(refresh=refresh)[0]
+
+
+@pytest.fixture(autouse=True)
+def _private_config(tmp_path, monkeypatch):
+    # mimeapps.list lives under XDG_CONFIG_HOME: never touch the developer's own.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "private-config"))
 
 
 def test_uninstall_keeps_folders_that_were_there_before(tmp_path):
@@ -76,3 +83,38 @@ def test_cli_flags_reach_the_installer(tmp_path, monkeypatch, capsys):
     assert main(["--uninstall-desktop"]) == 0
     assert os.listdir(tmp_path) == []
     assert "removed" in capsys.readouterr().out
+
+
+def test_mimeapps_list_makes_the_association_without_desktop_database_tools(tmp_path, monkeypatch):
+    config = tmp_path / "config"
+    config.mkdir()
+    mimeapps = config / "mimeapps.list"
+    mimeapps.write_text("[Default Applications]\napplication/x-safetensors=other.desktop;\n"
+                        "text/plain=editor.desktop;\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setattr(shutil, "which", lambda _tool: None)  # no update-desktop-database here
+    lines = desktop.install(str(tmp_path / "share"))
+    parsed = configparser.ConfigParser(interpolation=None, delimiters=("=",))
+    parsed.optionxform = str
+    parsed.read(mimeapps)
+    defaults, added = parsed["Default Applications"], parsed["Added Associations"]
+    assert defaults["application/x-pytorch-checkpoint"] == "ckptview.desktop;"
+    assert defaults["application/x-safetensors"] == "other.desktop;"  # the user's own choice is kept
+    assert defaults["text/plain"] == "editor.desktop;"
+    assert added["application/x-safetensors"] == "ckptview.desktop;"  # offered in "Open With"
+    assert any("kept your own default application for application/x-safetensors" in line for line in lines)
+    desktop.uninstall(str(tmp_path / "share"))
+    assert mimeapps.read_text() == ("[Default Applications]\napplication/x-safetensors=other.desktop;\n"
+                                    "text/plain=editor.desktop;\n")
+
+
+def test_a_torch_bin_file_is_claimed_by_its_magic_not_its_name(tmp_path):
+    torch = pytest.importorskip("torch")
+    root = ET.fromstring(desktop.mime_xml())
+    checkpoint = next(t for t in root.findall(f"{NS}mime-type") if t.get("type") == desktop.MIME_TYPES[0])
+    [zip_match] = [m for m in checkpoint.iter(f"{NS}match") if m.get("value") == "PK\\003\\004"]
+    path = tmp_path / "pytorch_model.bin"
+    torch.save({"w": torch.zeros(2)}, path)
+    head = path.read_bytes()[:256]
+    assert head.startswith(b"PK\x03\x04")
+    assert any(m.get("value").encode() in head[30:200] for m in zip_match.findall(f"{NS}match"))
