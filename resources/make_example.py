@@ -1,7 +1,7 @@
 """Regenerate `example.pth`, the checkpoint the window opens when started without a file.
 
 A small training checkpoint from the README's MLP: model and Adam state after a few seeded steps,
-epoch and loss. Run: `python src/ckptview/resources/make_example.py` (needs torch; output is seeded).
+epoch and loss. Run: `python resources/make_example.py` (needs torch; output is seeded).
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ def test_registered_panels_actions_and_tabs(qtbot, settings, state_dict_file):
         tab = open_one(qtbot, win, state_dict_file)
         titles = [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())]
         assert titles[0] == "Details" and "Recorder" in titles  # beside other engineers' panels
-        panel = tab.side_tabs.widget(titles.index("Recorder"))
+        panel = tab.panel("Recorder")
         assert panel.context.checkpoint is tab.checkpoint and panel.context.window is win
         panel.context.select_name("encoder.layers.1.mlp.fc.weight")
         assert panel.selections[-1] == ["encoder.layers.1.mlp.fc.weight"]

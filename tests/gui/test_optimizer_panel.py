@@ -153,14 +153,13 @@ def test_in_the_window(qtbot, window, trained) -> None:
     ck, _, _, names = trained
     (tab,) = window.open_paths([ck.path])
     wait_settled(qtbot, tab)
-    titles = [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())]
-    panel = tab.side_tabs.widget(titles.index("Optimizer"))
-    card = tab.side_tabs.widget(titles.index("Training"))
+    panel = tab.panel("Optimizer")
+    card = tab.panel("Training")
     assert isinstance(panel, OptimizerPanel) and isinstance(card, TrainingCard)
     with qtbot.waitSignal(panel.figuresReady, timeout=10_000):
-        tab.side_tabs.setCurrentWidget(panel)
+        tab.show_panel("Optimizer")
     assert tab.select_name("optimizer_states.0.state.3.exp_avg_sq")
     assert panel.selected_param().name == names[3]
     with qtbot.waitSignal(card.summaryReady, timeout=10_000):
-        tab.side_tabs.setCurrentWidget(card)
+        tab.show_panel("Training")
     assert card.facts()["loss"] == "0.75"

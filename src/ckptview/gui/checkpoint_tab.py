@@ -9,18 +9,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, QModelIndex, QPoint, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QMenu,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QStackedWidget,
     QStyle,
@@ -40,12 +40,16 @@ from ckptview.gui.formatting import shape_text
 from ckptview.gui.gc_guard import keep_out_of_collections
 from ckptview.gui.query import QueryError, parse_query
 from ckptview.gui.summary import SummaryHeader
-from ckptview.gui.tree_model import NAME, SHARD, CheckpointTreeModel
+from ckptview.gui.tree_model import DEVICE, DTYPE, NAME, PARAMS, SHAPE, SHARD, SIZE, CheckpointTreeModel
 from ckptview.gui.workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
-COLUMN_WIDTHS = (300, 150, 80, 80, 95, 64, 220)
+COLUMN_WIDTHS = (300, 110, 80, 80, 95, 64, 220)
+# Typical content per column: what a column keeps room for before it elides (see _fit_columns).
+COLUMN_SAMPLES = {SHAPE: "1024 × 1024", DTYPE: "bfloat16", SIZE: "99.9 MiB", PARAMS: "1,048,576",
+                  DEVICE: "cuda:0"}
+SUMMARY_COLLAPSED = "tab/summary_collapsed"
 
 
 @dataclass
@@ -211,7 +215,11 @@ class CheckpointTab(QWidget):
         self.banner = _safety_banner(self.checkpoint)
         if self.banner is not None:
             box.addWidget(self.banner)
-        self.summary = SummaryHeader(self.checkpoint, self.top, self._facts)
+        settings = getattr(self.window_, "settings", None)
+        self.summary = SummaryHeader(self.checkpoint, self.top, self._facts,
+                                     collapsed=settings.flag(SUMMARY_COLLAPSED) if settings else False)
+        if settings is not None:  # the choice holds for every tab, now and next time
+            self.summary.collapsedChanged.connect(lambda c: settings.set_flag(SUMMARY_COLLAPSED, c))
         box.addWidget(self.summary)
 
         self.filter_edit = QLineEdit()
@@ -224,6 +232,7 @@ class CheckpointTab(QWidget):
         self.match_label.setMinimumWidth(170)
         self.match_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         filter_row = QHBoxLayout()
+        filter_row.addWidget(self.summary.toggle)
         filter_row.addWidget(self.filter_edit, 1)
         filter_row.addWidget(self.match_label)
         box.addLayout(filter_row)
@@ -247,14 +256,17 @@ class CheckpointTab(QWidget):
         header.setSortIndicatorClearable(True)  # a third click returns to file order
         self.tree.setSortingEnabled(True)
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
-        for column, width in enumerate(COLUMN_WIDTHS):
-            if column != NAME:
-                header.resizeSection(column, width)
-        header.setMinimumSectionSize(50)
+        header.setMinimumSectionSize(40)
+        # Names matter most: long ones are cut in the middle (both the module and the leaf stay), and the
+        # Name column keeps at least half the width; the other columns give way first (_fit_columns).
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.tree.viewport().installEventFilter(self)
         # The shard column only means something for sharded folders and DCP checkpoints.
         sharded = any("shards" in e.info.extra for e in self.checkpoint.tensors())
         self.tree.setColumnHidden(SHARD, not sharded)
+        # Where tensors were saved says something only when it is not the CPU for all of them.
+        devices = {e.info.device for e in self.checkpoint.tensors()}
+        self.tree.setColumnHidden(DEVICE, devices <= {"cpu"})
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
         self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
 
@@ -268,7 +280,7 @@ class CheckpointTab(QWidget):
             checkpoint=self.checkpoint, path=self.path, window=self.window_,
             select_name=self.select_name, show_status=self.status_message.emit)
         for spec in panels.panels():
-            self.side_tabs.addTab(self._make_panel(spec), spec.title)
+            self.side_tabs.addTab(_scrollable(self._make_panel(spec)), spec.title)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("treeSplitter")
@@ -281,6 +293,52 @@ class CheckpointTab(QWidget):
         self._update_match_label()
         self.stack.addWidget(page)
         self.stack.setCurrentWidget(page)
+
+    def panel(self, title: str) -> QWidget | None:
+        """The side panel titled `title` (the widget itself, not the scroll area around it)."""
+        for i in range(self.side_tabs.count()):
+            if self.side_tabs.tabText(i) == title:
+                page = self.side_tabs.widget(i)
+                return page.widget() if isinstance(page, QScrollArea) else page
+        return None
+
+    def show_panel(self, title: str) -> QWidget | None:
+        """Bring the side panel titled `title` to the front; returns it."""
+        for i in range(self.side_tabs.count()):
+            if self.side_tabs.tabText(i) == title:
+                self.side_tabs.setCurrentIndex(i)
+                return self.panel(title)
+        return None
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        """Refit the tree's columns when its viewport is resized."""
+        tree = getattr(self, "tree", None)
+        if event.type() == QEvent.Type.Resize and tree is not None and watched is tree.viewport():
+            self._fit_columns()
+        return super().eventFilter(watched, event)
+
+    def _fit_columns(self) -> None:
+        """Name keeps at least 40% of the width; the other columns give way first: down to the width of
+        typical content, then (on a very narrow tree) down to their captions, which are never clipped."""
+        header = self.tree.header()
+        metrics = header.fontMetrics()
+        width = self.tree.viewport().width()
+        shown = [c for c in range(len(COLUMN_WIDTHS)) if c != NAME and not self.tree.isColumnHidden(c)]
+        caption = {c: metrics.horizontalAdvance(str(self.model.headerData(c, Qt.Orientation.Horizontal))) + 16
+                   for c in shown}
+        content = {c: max(caption[c], metrics.horizontalAdvance(COLUMN_SAMPLES.get(c, "")) + 16) for c in shown}
+        wanted = {c: max(COLUMN_WIDTHS[c], content[c]) for c in shown}
+        room = width - max(int(width * 0.4), min(COLUMN_WIDTHS[NAME], width - sum(wanted.values())))
+        sizes = caption
+        for low, high in ((content, wanted), (caption, content)):  # the first level that fits wins
+            spare = sum(high[c] - low[c] for c in shown)
+            if room >= sum(low.values()):
+                squeeze = min(1.0, (room - sum(low.values())) / spare) if spare else 1.0
+                sizes = {c: low[c] + int((high[c] - low[c]) * squeeze) for c in shown}
+                break
+        for c in shown:
+            header.resizeSection(c, sizes[c])
+        header.resizeSection(NAME, max(header.minimumSectionSize(), width - sum(sizes.values())))
 
     def _make_panel(self, spec: panels.PanelSpec) -> QWidget:
         try:
@@ -421,6 +479,46 @@ class CheckpointTab(QWidget):
             widget.close()
         if self.checkpoint is not None:
             self.checkpoint.close()
+
+
+class PanelScrollArea(QScrollArea):
+    """A side panel's frame: the panel fills the height it is given and scrolls only below its minimum.
+
+    QScrollArea's own resizing follows heightForWidth, which word-wrapped labels make as tall as the
+    panel's *preferred* size: plots then scrolled at any window height. Here the panel gets the viewport's
+    height, or its minimum when that is more (a short screen), and never more than that.
+    """
+
+    def __init__(self, panel: QWidget) -> None:
+        super().__init__()
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidgetResizable(False)
+        self.setWidget(panel)
+        panel.installEventFilter(self)
+
+    def _fit(self) -> None:
+        panel = self.widget()
+        if panel is not None:
+            viewport = self.viewport().size()
+            panel.resize(viewport.width(), max(viewport.height(), panel.minimumSizeHint().height()))
+
+    def resizeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        """Fit the panel to the new size."""
+        super().resizeEvent(event)  # type: ignore[arg-type]
+        self._fit()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        """Refit when the panel's layout changes what it needs."""
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self._fit()
+        return super().eventFilter(watched, event)
+
+
+def _scrollable(panel: QWidget) -> QScrollArea:
+    """A side panel in a frameless scroll area: on a short screen it scrolls instead of making the whole
+    window taller than the screen (the Run panel's form alone needs ~370 px)."""
+    return PanelScrollArea(panel)
 
 
 def _safety_banner(checkpoint: Checkpoint) -> QFrame | None:

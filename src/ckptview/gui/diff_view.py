@@ -55,6 +55,7 @@ from ckptview.core.open import open_checkpoint
 from ckptview.core.stats import iter_tensor_summary
 from ckptview.gui import panels
 from ckptview.gui.plots import legend_html, plot_widget
+from ckptview.gui.tables import keep_rows_visible
 from ckptview.gui.workers import JobSlot
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -320,6 +321,7 @@ class DiffView(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
+        keep_rows_visible(self.table, 8)  # the table is the comparison; the plots take what is left
         self.table.horizontalHeader().setSectionResizeMode(COLUMN["name"], QHeaderView.ResizeMode.Stretch)
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
         self.filter_edit.textChanged.connect(lambda text: self.proxy.set_filter(text=text))
@@ -363,6 +365,7 @@ class DiffView(QWidget):
         self.splitter.addWidget(bottom)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.header)

@@ -32,6 +32,7 @@ from ckptview.core.optimizer_figures import ParamFigures, iter_figures
 from ckptview.gui.formatting import shape_text
 from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.tables import compact, keep_rows_visible, rows_height
 from ckptview.gui.training_card import TrainingCard
 from ckptview.gui.workers import JobSlot
 
@@ -98,6 +99,8 @@ class OptimizerPanel(QWidget):
             table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
             table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
             table.verticalHeader().setVisible(False)
+        compact(self.groups_table)
+        keep_rows_visible(self.params_table, 6)  # the per-parameter table is what people come for
         self.params_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.params_table.setSortingEnabled(False)  # rows stay in param_groups order: the order means something
         self.state_choice = QComboBox()
@@ -125,8 +128,10 @@ class OptimizerPanel(QWidget):
         splitter.addWidget(top)
         splitter.addWidget(params_box)
         splitter.addWidget(self.histogram)
+        splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 3)
         splitter.setStretchFactor(2, 2)
+        splitter.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         if not self.optimizers:
@@ -194,9 +199,8 @@ class OptimizerPanel(QWidget):
                 table.setItem(r, c, _item(fmt(group.get(key)), right=isinstance(group.get(key), (int, float))))
         table.resizeColumnsToContents()
         # As tall as its rows (a few groups at most): the space goes to the parameter table.
-        rows = sum(table.rowHeight(r) for r in range(min(len(opt.groups), 6)))
-        table.setMaximumHeight(table.horizontalHeader().sizeHint().height() + rows
-                               + table.horizontalScrollBar().sizeHint().height() + 4)
+        # As tall as its rows, three at most (more groups scroll): the space goes to the parameter table.
+        table.setFixedHeight(rows_height(table, max(1, min(len(opt.groups), 3))))
 
     def _fill_params(self, opt: OptimizerState) -> None:
         tensor_keys = sorted({k for p in opt.params for k, _ in p.state_tensors()}, key=self._state_order)

@@ -46,6 +46,15 @@ class Settings:
         """Save a QByteArray."""
         self._qs.setValue(key, value)
 
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A saved on/off choice (e.g. a collapsed header)."""
+        value = self._qs.value(key, default)
+        return value in (True, "true", "1", 1) if not isinstance(value, bool) else value
+
+    def set_flag(self, key: str, value: bool) -> None:
+        """Save an on/off choice."""
+        self._qs.setValue(key, bool(value))
+
     def sync(self) -> None:
         """Write to disk now."""
         self._qs.sync()

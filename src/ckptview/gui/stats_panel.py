@@ -19,6 +19,7 @@ from ckptview.core.model import Node, TensorInfo
 from ckptview.core.stats import JSON_KEYS
 from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.tables import keep_rows_visible
 from ckptview.gui.workers import JobSlot
 
 MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
@@ -75,7 +76,7 @@ class StatsPanel(QWidget):
         # Columns share the width (one per selected tensor); full names live in the header tooltips.
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.horizontalHeader().setTextElideMode(Qt.TextElideMode.ElideLeft)
-        self.table.verticalHeader().setDefaultSectionSize(22)
+        keep_rows_visible(self.table, len(JSON_KEYS))  # every figure, +Inf and −Inf included, always in view
         self.status = QLabel("Select a tensor or a module to see its statistics.")
         self.histogram = HistogramView(analysis=self.analysis)
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -89,9 +90,9 @@ class StatsPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
-        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(0, 0)  # the figures keep their height; the histogram takes what is left
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([22 * (len(JSON_KEYS) + 1) + 30, 300])  # every figure visible without scrolling
+        splitter.setChildrenCollapsible(False)
 
     def set_selection(self, entries: list[Node]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""

@@ -5,24 +5,39 @@ from __future__ import annotations
 import os
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
 from ckptview.core.grouping import Row, chart_rows
 from ckptview.core.model import Checkpoint
 from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui.formatting import human_bytes, human_count
+from ckptview.gui.plots import style_plot
 
 
 class SummaryHeader(QWidget):
     """Format, file size, counts, bytes by dtype, and where the bytes are."""
 
+    collapsedChanged = Signal(bool)
+
     def __init__(self, checkpoint: Checkpoint, top: Row, facts: SizeFacts | None = None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, collapsed: bool = False) -> None:
         super().__init__(parent)
         self.setObjectName("summaryHeader")
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 8, 4)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(0)
+        # The toggle lives where the tab puts it (the filter row): collapsed, it reads the file's headline.
+        self.toggle = QToolButton()
+        self.toggle.setObjectName("summaryToggle")
+        self.toggle.setCheckable(True)
+        self.toggle.setAutoRaise(True)
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle.setToolTip("Show or hide the summary (remembered)")
+        self.body = QWidget()
+        outer.addWidget(self.body)
+        layout = QHBoxLayout(self.body)
+        layout.setContentsMargins(8, 0, 8, 4)
         form = QFormLayout()
         form.setHorizontalSpacing(12)
         form.setVerticalSpacing(2)
@@ -51,12 +66,33 @@ class SummaryHeader(QWidget):
         self.bars = chart_rows(top, limit=8)
         self.chart = self._make_chart(self.bars)
         layout.addWidget(self.chart, 1)
+        self.headline = (f"{checkpoint.format}, {human_bytes(checkpoint.file_size)}, {top.tensors:,} tensors, "
+                         f"{params:,} parameters")
+        self.toggle.toggled.connect(self._on_toggled)
+        self.toggle.setChecked(not collapsed)
+        self._on_toggled(not collapsed)
+
+    @property
+    def collapsed(self) -> bool:
+        """True while only the one-line headline shows."""
+        return not self.toggle.isChecked()
+
+    def set_collapsed(self, collapsed: bool) -> None:
+        """Show only the headline (True) or every fact and the chart (False)."""
+        self.toggle.setChecked(not collapsed)
+
+    def _on_toggled(self, expanded: bool) -> None:
+        self.body.setVisible(expanded)
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        self.toggle.setText("Summary" if expanded else f"Summary: {self.headline}")
+        self.collapsedChanged.emit(not expanded)
 
     def _make_chart(self, bars: list[tuple[str, int]]) -> QWidget:
-        plot = pg.PlotWidget(background=None)
+        plot = pg.PlotWidget()
+        style_plot(plot, widget=self)
         plot.setObjectName("sizeChart")
-        plot.setMinimumHeight(110)
-        plot.setMaximumHeight(150)
+        plot.setMinimumHeight(100)
+        plot.setMaximumHeight(140)
         plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         plot.setMouseEnabled(x=False, y=False)
         plot.hideButtons()
@@ -81,7 +117,8 @@ class SummaryHeader(QWidget):
 
 
 def _unit_for(largest: int) -> tuple[str, float]:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    # The same IEC units as every other byte count of the window and the CLI (core/units.py).
+    for unit, scale in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
         if largest >= scale:
             return unit, scale
     return "bytes", 1.0

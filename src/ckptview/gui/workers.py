@@ -29,6 +29,10 @@ from ckptview.gui.gc_guard import install_gc_guard
 _running: set[GeneratorWorker] = set()
 
 
+class _ReceiverGone(Exception):
+    """The worker's signal object was deleted (the application is quitting): stop quietly."""
+
+
 class WorkerSignals(QObject):
     """The signals of one worker (a QRunnable cannot carry signals itself)."""
 
@@ -86,17 +90,28 @@ class GeneratorWorker(QRunnable):
                 signals.aborted.emit()
             else:
                 signals.returned.emit(result)
+        except _ReceiverGone:
+            pass  # the application is shutting down: nobody is left to tell
         except Cancelled:
-            signals.aborted.emit()
+            self._emit(signals.aborted)
         except Exception as exc:  # errors are values at the boundary: the GUI shows them in place
-            signals.errored.emit(exc)
+            self._emit(signals.errored, exc)
         finally:
             self._done = True
-            signals.finished.emit()  # the GUI thread then drops its reference (see _Keeper)
+            self._emit(signals.finished)  # the GUI thread then drops its reference (see _Keeper)
+
+    def _emit(self, signal: Any, *args: Any) -> None:
+        try:
+            signal.emit(*args)
+        except RuntimeError:  # "Signal source has been deleted": the app quit while this job ran
+            self.token.cancel()
 
     def _drain(self, gen: Any) -> Any:
         def forward(value: Any) -> None:
-            self.signals.yielded.emit(value)
+            try:
+                self.signals.yielded.emit(value)
+            except RuntimeError as exc:  # the signal object is gone: stop the job
+                raise _ReceiverGone() from exc
             self.token.check()
 
         if self.token.cancelled:
