@@ -93,6 +93,7 @@ MAGIC_ENCODINGS = {
     "padded_past_32": b"\x80\x02" + b"N0" * 40 + b"\x8a\x0a" + MAGIC_NUMBER.to_bytes(10, "little") + b".",
     "padded_past_head": b"\x80\x02" + b"N0" * 4000 + b"\x8a\x0a" + MAGIC_NUMBER.to_bytes(10, "little") + b".",
     "padded_protocol0": b"N0" * 20 + b"I0x1950A86A20F9469CFC6C\n.",
+    "padded_protocol0_past_head": b"N0" * 3000 + b"I0x1950A86A20F9469CFC6C\n.",
     "framed": b"\x80\x04\x95\x0e\x00\x00\x00\x00\x00\x00\x00\x8a\x0a" + MAGIC_NUMBER.to_bytes(10, "little")
               + b"\x94.",
 }

@@ -32,17 +32,26 @@ def sniff(path: str, head: bytes) -> bool:
         return True
     if head.startswith(_PROTOCOL0_OPENINGS) or _PROTOCOL0_GLOBAL.match(head) is not None:
         return True
-    return _whole_pickle(head)
+    return _opcodes_throughout(path, head)
 
 
-def _whole_pickle(head: bytes) -> bool:
-    """True when `head` starts with a complete pickle (any opening, e.g. a padded or hex magic number)."""
+def _opcodes_throughout(path: str, head: bytes) -> bool:
+    """True when `head` is a whole pickle, or valid opcodes up to where the head cuts a longer file.
+
+    This catches pickles with any opening (a magic number padded with NONE/POP pairs, written as hex):
+    torch.load would run them, so they must be read and their globals reported, not called text.
+    """
     if not head or head[0] not in _OPCODES:
         return False
     try:
         unpickle(head, what="head", persistent_load=inert_persistent_id)
-    except CheckpointError:
-        return False
+    except CheckpointError as exc:
+        # The head ends inside the pickle: valid opcodes all the way. A long text line fails otherwise.
+        cut = "no STOP opcode" in str(exc) or "ends inside an opcode" in str(exc)
+        try:
+            return cut and os.path.getsize(path) > len(head)
+        except OSError:
+            return False
     return True
 
 
