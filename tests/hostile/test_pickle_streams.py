@@ -81,6 +81,18 @@ def test_payload_in_any_pickle_of_a_legacy_file_is_reported(tmp_path, position):
     _assert_safe_and_complete(path, [marker], [SYSTEM], fmt="torch-legacy", weight=weight, pickles=5)
 
 
+@pytest.mark.parametrize("position", range(5), ids=["magic", "version", "sys_info", "object", "keys"])
+def test_a_pickle_replaced_by_a_payload_is_reported(tmp_path, position):
+    """torch.load runs the pickles before the one it chokes on: each is read, the file still opens."""
+    data, _ = _legacy_bytes(tmp_path)
+    parts, raw = _split(data)
+    marker = tmp_path / f"ran_{position}"
+    parts[position] = emit(Call(G(SYSTEM), shell_touch(marker))) + b"."
+    path = tmp_path / "replaced.pth"
+    path.write_bytes(b"".join(parts) + raw)
+    _assert_safe_and_complete(path, [marker], [SYSTEM])
+
+
 MAGIC_ENCODINGS = {
     "hex_int": b"I0x1950A86A20F9469CFC6C\n.",
     "hex_long": b"L0x1950a86a20f9469cfc6cL\n.",
@@ -249,6 +261,13 @@ def test_control_torch_runs_these_payloads(tmp_path):
         changed = list(parts)
         changed[position] = _payload(marker) + changed[position]
         files.append(tmp_path / f"pos{position}.pth")
+        files[-1].write_bytes(b"".join(changed) + raw)
+        markers.append(marker)
+    for position in range(5):
+        marker = tmp_path / f"ran_replaced{position}"
+        changed = list(parts)
+        changed[position] = emit(Call(G(SYSTEM), shell_touch(marker))) + b"."
+        files.append(tmp_path / f"replaced{position}.pth")
         files[-1].write_bytes(b"".join(changed) + raw)
         markers.append(marker)
     for encoding, magic in MAGIC_ENCODINGS.items():

@@ -90,8 +90,11 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
 
     obj = stream.read("legacy pickle", persistent_load)
     keys = stream.read("legacy storage keys")
+    # A layout torch would refuse still opens: its globals are what matters, and they are all read.
+    lost: str | None = None
     if not isinstance(keys, list):
-        raise stream.error("legacy storage key list is missing")
+        lost = f"the storage key list is a {type(keys).__name__}, not a list: no storage could be located"
+        keys = []
     pos = stream.pos
     size = fmap.size
     for key in keys:
@@ -104,7 +107,8 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
         (numel,) = struct.unpack("<q", bytes(view[pos : pos + 8]))
         pos += 8
         if storage is None:
-            raise stream.error(f"storage '{key}' is listed but never used")
+            lost = f"storage '{printable(key)}' is listed but never used: the storages after it cannot be located"
+            break
         nbytes = storage.nbytes
         if numel != storage.numel:
             storage.broken = f"storage '{key}' records {numel} elements, the pickle says {storage.numel}"
@@ -117,12 +121,14 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
             storage.broken = f"storage '{key}' missing"
     # torch reads raw storages from here on; anything after them is read as pickles all the same.
     stream.pos = min(pos, size)
-    trailing = stream.read_rest("pickle after the storages")
+    trailing = stream.read_rest("pickle after the storages") if lost is None else 0
     ckpt = make_checkpoint(path, NAME, os.path.getsize(path), obj, stream.globals,
                            byteorder=byteorder, pickles=stream.count, _file_maps=[fmap])
     if stream.count > 5:
         ckpt.warnings.append(f"{stream.count - 5} more pickles follow the storages (torch.load does not read "
                              "them); their globals are listed")
+    if lost is not None:
+        ckpt.warnings.append(lost)
     if trailing:
         ckpt.warnings.append(f"file continues after the storages end: {trailing} more bytes are not a pickle "
                              "and were not read")
