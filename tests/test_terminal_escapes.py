@@ -76,7 +76,6 @@ def hostile_globals_pickle(tmp_path):
         return b"".join(b"X" + struct.pack("<I", len(e)) + e for e in enc) + b"\x93"
     body = (b"\x80\x04}(" + b"X\x01\x00\x00\x00a" + stack_global(f"evil{CLEAR}{OSC_TITLE}\r", "run")
             + b")R" + b"X\x01\x00\x00\x00b" + stack_global("os", "system") + b"X\x04\x00\x00\x00true\x85R" + b"u.")
-    assert pickle.loads.__name__  # never called on this
     path = tmp_path / "globals.pkl"
     path.write_bytes(body)
     return path
