@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ckptview import __version__
 from ckptview.core.errors import CheckpointError
+from ckptview.core.text import printable
 
 SUBCOMMANDS = ("info", "diff", "export", "run", "devices")
 
@@ -50,16 +51,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(modules[args.command].run(args))  # type: ignore[attr-defined]
     except CheckpointError as exc:
-        print(f"ckptview: {exc}", file=sys.stderr)
+        print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return getattr(exc, "exit_status", 2)
     except FileNotFoundError as exc:
-        print(f"ckptview: no such file: {exc.filename}", file=sys.stderr)
+        print(f"ckptview: no such file: {printable(exc.filename)}", file=sys.stderr)
         return 2
     except IsADirectoryError as exc:
-        print(f"ckptview: is a folder, not a checkpoint: {exc.filename}", file=sys.stderr)
+        print(f"ckptview: is a folder, not a checkpoint: {printable(exc.filename)}", file=sys.stderr)
         return 2
     except PermissionError as exc:
-        print(f"ckptview: permission denied: {exc.filename}", file=sys.stderr)
+        print(f"ckptview: permission denied: {printable(exc.filename)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ckptview: interrupted", file=sys.stderr)
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: still one line, unless asked for the traceback
         if os.environ.get("CKPTVIEW_DEBUG"):
             raise
-        print(f"ckptview: internal error: {type(exc).__name__}: {exc} (CKPTVIEW_DEBUG=1 shows the traceback;"
+        print(f"ckptview: internal error: {type(exc).__name__}: {printable(exc)} (CKPTVIEW_DEBUG=1 shows the traceback;"
               " please report it)", file=sys.stderr)
         return 2  # diff(1)'s "trouble" status, like every other error
 
@@ -78,6 +79,6 @@ def _launch_gui(argv: list[str]) -> int:
     try:
         from ckptview.gui.app import main as gui_main
     except ImportError as exc:  # PySide6 missing: the CLI still works
-        print(f"ckptview: the window needs PySide6 and pyqtgraph ({exc})", file=sys.stderr)
+        print(f"ckptview: the window needs PySide6 and pyqtgraph ({printable(exc)})", file=sys.stderr)
         return 2
     return int(gui_main(argv))

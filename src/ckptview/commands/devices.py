@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
+
+from ckptview.core.text import printable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,5 +23,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([d.to_json() for d in devices], indent=2))
     else:
-        print(format_table(devices))
+        # Descriptions and reasons come from drivers and libraries: escaped like any text we print.
+        shown = [replace(d, name=printable(d.name), reason=printable(d.reason), description=printable(d.description),
+                         capability=None if d.capability is None else printable(d.capability)) for d in devices]
+        print(format_table(shown))
     return 0

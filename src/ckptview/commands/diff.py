@@ -11,6 +11,7 @@ from ckptview.core.align import parse_mapping
 from ckptview.core.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
 from ckptview.core.errors import CheckpointError
 from ckptview.core.open import open_checkpoint
+from ckptview.core.text import printable
 from ckptview.core.units import shape_str
 
 # Table order: what changed first, the identical rows last (and only with --all).
@@ -68,24 +69,25 @@ def exit_status(result: DiffResult) -> int:
 
 
 def print_table(result: DiffResult, show_identical: bool = False) -> None:
-    """The human-readable comparison."""
+    """The human-readable comparison; every text from the files goes through `printable()`."""
     out = sys.stdout
     al = result.alignment
-    out.write(f"A {result.path_a}\nB {result.path_b}\n")
+    out.write(f"A {printable(result.path_a)}\nB {printable(result.path_b)}\n")
     if al.strip_a or al.strip_b:
-        out.write(f"stripped: A {al.strip_a or '(nothing)'}, B {al.strip_b or '(nothing)'}\n")
+        out.write(f"stripped: A {printable(al.strip_a or '(nothing)')}, B {printable(al.strip_b or '(nothing)')}\n")
     for pa, pb in al.mapping:
-        out.write(f"mapped: A {pa}* -> B {pb}*\n")
+        out.write(f"mapped: A {printable(pa)}* -> B {printable(pb)}*\n")
     rows = sorted(result.tensors, key=lambda t: (_ORDER.get(t.status, 9), -(t.rel_l2 or 0.0)))
     listed = [t for t in rows if show_identical or t.status != "identical"]
     if listed:
-        width = min(max(len(t.name) for t in listed), 60)
+        names = [printable(t.name) for t in listed]
+        width = min(max(len(n) for n in names), 60)
         out.write(f"\n{'name':<{width}}  {'status':<14} {'rel_l2':>10} {'max_abs':>10} {'cosine':>10} "
                   f"{'changed':>8}  detail\n")
-        for t in listed:
-            name = t.name if len(t.name) <= width else "..." + t.name[-(width - 3):]
+        for name, t in zip(names, listed, strict=True):
+            name = name if len(name) <= width else "..." + name[-(width - 3):]
             out.write(f"{name:<{width}}  {t.status:<14} {_fmt(t.rel_l2):>10} {_fmt(t.max_abs_diff):>10} "
-                      f"{_fmt(t.cosine):>10} {_pct(t.frac_changed):>8}  {_detail(t)}\n")
+                      f"{_fmt(t.cosine):>10} {_pct(t.frac_changed):>8}  {printable(_detail(t))}\n")
     summary = result.summary()
     counts = ", ".join(f"{summary[s]} {s}" for s in sorted(summary, key=lambda s: _ORDER.get(s, 9)))
     overall = result.overall_rel_l2()
@@ -99,7 +101,7 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
     for side, names in (("A", al.not_compared_a), ("B", al.not_compared_b)):
         if names:
             out.write(f"{len(names)} tensors outside the model weights of {side} not compared "
-                      f"(the other file has none): {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}\n")
+                      f"(the other file has none): {', '.join(map(printable, names[:5]))}{' ...' if len(names) > 5 else ''}\n")
 
 
 def _detail(t: Any) -> str:

@@ -8,7 +8,7 @@ import sys
 
 from ckptview.core.export import FORMATS, ExportResult, plan_export, run_export, select_tensors
 from ckptview.core.open import open_checkpoint
-from ckptview.core.safe_names import printable
+from ckptview.core.text import printable
 from ckptview.core.units import human_bytes
 
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             while True:
                 progress = next(job)
                 if show:
-                    sys.stderr.write(f"\r{progress.fraction:6.1%} {progress.message[:60]:<60}")
+                    sys.stderr.write(f"\r{progress.fraction:6.1%} {printable(progress.message)[:60]:<60}")
         except StopIteration as stop:
             result: ExportResult = stop.value
         finally:
@@ -61,6 +61,6 @@ def print_result(result: ExportResult) -> None:
         shown = os.path.relpath(target, base) if base else target
         print(f"  {printable(name)} -> {printable(shown)}")
     if result.manifest:
-        print(f"manifest: {result.manifest}")
+        print(f"manifest: {printable(result.manifest)}")
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {printable(note)}", file=sys.stderr)

@@ -14,6 +14,7 @@ from ckptview.core.errors import TensorDataError
 from ckptview.core.model import Checkpoint
 from ckptview.core.open import open_checkpoint
 from ckptview.core.perf import paused_gc
+from ckptview.core.text import printable
 from ckptview.core.tree import short_repr
 from ckptview.core.units import human_bytes, human_count, shape_str
 
@@ -44,6 +45,8 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False) -> Iterator[tuple[str, 
                      for name, path, node in ckpt.value_entries())
     yield "globals", list(ckpt.globals)
     yield "unsafe_globals", list(ckpt.unsafe_globals)
+    if "pickles" in ckpt.metadata:  # pickle streams: how many pickles were read (all of them)
+        yield "pickles", ckpt.metadata["pickles"]
     yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some
     yield "optimizers", _optimizers(ckpt)  # metadata only (reads nothing but 0-d step tensors)
 
@@ -150,24 +153,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_table(data: dict[str, Any]) -> None:
-    """The human-readable listing."""
+    """The human-readable listing; every text from the file goes through `printable()`."""
     out = sys.stdout
     tensors = data["tensors"]
     total_bytes = sum(t["nbytes"] for t in tensors)
     total_params = sum(math.prod(t["shape"]) for t in tensors)
-    out.write(f"{data['path']}\n  format {data['format']}, {human_bytes(data['file_size'])} on disk, "
-              f"{len(tensors)} tensors, {human_count(total_params)} elements, {human_bytes(total_bytes)}\n")
+    out.write(f"{printable(data['path'])}\n  format {printable(data['format'])}, {human_bytes(data['file_size'])} "
+              f"on disk, {len(tensors)} tensors, {human_count(total_params)} elements, {human_bytes(total_bytes)}\n")
     if data["unsafe_globals"]:
-        out.write("  UNSAFE GLOBALS (referenced, not run): " + ", ".join(data["unsafe_globals"]) + "\n")
+        out.write("  UNSAFE GLOBALS (referenced, not run): " + ", ".join(map(printable, data["unsafe_globals"]))
+                  + "\n")
+    if "pickles" in data:
+        count = data["pickles"]
+        out.write(f"  {count} pickle{'' if count == 1 else 's'} in the stream, all read by the safe reader\n")
     if tensors:
-        width = min(max(len(t["name"]) for t in tensors), 70)
+        names = [printable(t["name"]) for t in tensors]
+        width = min(max(len(n) for n in names), 70)
         out.write(f"\n{'name':<{width}}  {'dtype':<14} {'shape':<20} {'size':>10}  device\n")
-        for t in tensors:
-            name = t["name"] if len(t["name"]) <= width else "..." + t["name"][-(width - 3):]
+        for name, t in zip(names, tensors, strict=True):
+            name = name if len(name) <= width else "..." + name[-(width - 3):]
             shared = "  (shares storage)" if t["shares_storage_with"] else ""
-            broken = f"  BROKEN: {t['broken']}" if t.get("broken") else ""
-            out.write(f"{name:<{width}}  {t['dtype']:<14} {shape_str(t['shape']):<20} "
-                      f"{human_bytes(t['nbytes']):>10}  {t['device']}{shared}{broken}\n")
+            broken = f"  BROKEN: {printable(t['broken'])}" if t.get("broken") else ""
+            out.write(f"{name:<{width}}  {printable(t['dtype']):<14} {shape_str(t['shape']):<20} "
+                      f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{broken}\n")
             if "stats" in t and t["stats"]:
                 s = t["stats"]
                 out.write(f"{'':<{width}}  mean {_fmt(s.get('mean'))} std {_fmt(s.get('std'))} "
@@ -176,17 +184,18 @@ def print_table(data: dict[str, Any]) -> None:
     if data["values"]:
         out.write("\nvalues\n")
         for v in data["values"]:
-            text = v["repr"] if len(v["repr"]) < 100 else v["repr"][:97] + "..."
-            out.write(f"  {v['name'] or '(root)'} = {text}  ({v['type']})\n")
+            text = printable(v["repr"])
+            text = text if len(text) < 100 else text[:97] + "..."
+            out.write(f"  {printable(v['name']) or '(root)'} = {text}  ({printable(v['type'])})\n")
     for opt in data.get("optimizers", []):
         named = sum(1 for p in opt["params"] if p["name"] is not None)
         lrs = sorted({g.get("lr") for g in opt["param_groups"] if isinstance(g.get("lr"), (int, float))})
-        out.write(f"\noptimizer {'.'.join(map(str, opt['path'])) or '(root)'}: {opt['kind']}, "
+        out.write(f"\noptimizer {printable('.'.join(map(str, opt['path']))) or '(root)'}: {printable(opt['kind'])}, "
                   f"{len(opt['params'])} params in {len(opt['param_groups'])} group(s), "
-                  f"{named} mapped to names ({opt['mapping']})"
+                  f"{named} mapped to names ({printable(opt['mapping'])})"
                   + (f", lr {', '.join(f'{x:g}' for x in lrs)}" if lrs else "") + "\n")
     for warning in data["warnings"]:
-        out.write(f"warning: {warning}\n")
+        out.write(f"warning: {printable(warning)}\n")
 
 
 def _fmt(x: Any) -> str:

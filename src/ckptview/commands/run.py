@@ -12,6 +12,7 @@ from ckptview.core import runner
 from ckptview.core.devices import parse_device
 from ckptview.core.run_inputs import InputSpecError, parse_input_specs
 from ckptview.core.runner import DEFAULT_TIMEOUT, RunError, RunRequest
+from ckptview.core.text import printable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = runner.run(build_request(args))
     except RunError as exc:
-        print(f"ckptview: {exc}", file=sys.stderr)
+        print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(_finite(result), indent=2))
@@ -97,7 +98,7 @@ def format_result(result: dict[str, Any]) -> str:
     for d in result.get("compare", {}).get("diff", []):
         lines.append(f"vs {result['compare']['path']}: {d['name']} max |diff| {_g(d.get('max_abs_diff'))}"
                      f"{' (identical)' if d.get('equal') else ''}")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # names and reasons come from the file
 
 
 def _g(value: Any) -> str:

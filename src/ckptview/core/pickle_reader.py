@@ -14,6 +14,7 @@ from __future__ import annotations
 import _compat_pickle
 import codecs
 import functools
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -419,17 +420,11 @@ class SafeUnpickler:
 
 
     def _op_int(self) -> None:
-        line = self._readline()
-        if line == b"00":
-            self._push(False)
-        elif line == b"01":
-            self._push(True)
-        else:
-            self._push(int(line))
+        self._push(_text_int(self._readline()))
 
     def _op_long(self) -> None:
         line = self._readline()
-        self._push(int(line[:-1] if line.endswith(b"L") else line))
+        self._push(int((line[:-1] if line.endswith(b"L") else line).split(b"\0", 1)[0], 0))
 
     def _op_long1(self) -> None:
         n = self._read(1)[0]
@@ -638,6 +633,28 @@ class SafeUnpickler:
         else:
             # BUILD on a plain value: Python would call __setstate__ on it; we only record nothing ran.
             raise self._fail(f"BUILD on a {type(target).__name__}")
+
+
+# C strtol(s, &end, 0): optional space and sign, then 0x-hex, 0-octal or decimal digits.
+_STRTOL = re.compile(rb"[ \t\n\v\f\r]*([+-]?)(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))")
+
+
+def _text_int(line: bytes) -> int:
+    """INT's argument as CPython's C unpickler (the one torch.load uses) reads it.
+
+    It tries C `strtol` with base 0 (so `0x1950...` is hex and `010` is octal), and when that leaves
+    characters over or overflows, Python's `int(s, 0)`; `00`/`01` are the booleans of protocol 0.
+    A C string ends at the first NUL byte. A magic number written any of these ways must be recognised.
+    """
+    text = line.split(b"\0", 1)[0]
+    match = _STRTOL.match(text)
+    if match is not None and match.end() == len(text):
+        sign, hexa, octal, decimal = match.groups()
+        value = int(hexa, 16) if hexa else int(octal, 8) if octal else int(decimal)
+        value = -value if sign == b"-" else value
+        if -(1 << 63) <= value < (1 << 63):
+            return bool(value) if len(line) == 2 and value in (0, 1) else value
+    return int(text, 0)
 
 
 def _decode_string_literal(line: bytes) -> str:

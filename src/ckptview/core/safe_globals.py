@@ -153,3 +153,15 @@ TORCH_WEIGHTS_ONLY_GLOBALS = frozenset({
     "torch.uint7",
     "torch.uint8",
 })
+
+# TorchScript archives (torch.jit.save) name these helpers of `torch/jit/_pickle.py` (torch 2.13.0: the
+# whole module) to tag list types. Each returns its argument; torch.jit.load's C++ unpickler handles
+# them itself. Safe in a TorchScript archive only: torch.load(weights_only=True) refuses them elsewhere.
+TORCHSCRIPT_GLOBALS = frozenset({
+    "torch.jit._pickle.build_boollist",
+    "torch.jit._pickle.build_doublelist",
+    "torch.jit._pickle.build_intlist",
+    "torch.jit._pickle.build_tensor_from_id",
+    "torch.jit._pickle.build_tensorlist",
+    "torch.jit._pickle.restore_type_tag",
+})

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from ckptview.core.text import printable  # noqa: F401 - the one escaping helper, re-exported
+
 # Characters kept as they are in a file name; everything else becomes "_".
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._+=@,-]")
 # Windows refuses these device names whatever the extension; harmless elsewhere, so avoid them everywhere.
@@ -70,10 +72,3 @@ class Deduplicator:
             candidate = f"{stem}~{n}{suffix}"
         self._used.add(self._key(candidate))
         return candidate
-
-
-def printable(name: str) -> str:
-    """`name` with control and other non-printable characters escaped (no terminal escape injection)."""
-    if name.isprintable():
-        return name
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-import re
-
-# C0 and C1 controls, DEL, and the Unicode line/paragraph separators and bidi overrides that can forge or
-# hide output on a terminal. Tab is escaped too: it would shift table columns.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What str.isprintable() refuses is escaped: C0/C1 controls, DEL, format characters (bidi overrides and
+# isolates, zero-width marks), line/paragraph separators, unassigned code points. Letters of every script
+# stay readable. Tab is escaped too: it would shift table columns.
 
 
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def _escape_char(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: object) -> str:
-    """`text` as str with every control character written as an escape (`\\x1b`, `\\n`, `\\u202e`)."""
+    """`text` as str with every non-printable character written as an escape (`\\x1b`, `\\n`, `\\u202e`).
+
+    The result holds no control byte, so it cannot move the cursor, retitle the terminal, forge table
+    rows or reorder text; a backslash is left as it is (the escapes are for people, not for parsing).
+    """
     s = text if isinstance(text, str) else str(text)
-    return _UNSAFE.sub(_escape, s)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else _escape_char(c) for c in s)

@@ -14,7 +14,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.model import Storage, TensorInfo
 from ckptview.core.pickle_reader import Emulator, GlobalRef, StubObject
-from ckptview.core.safe_globals import TORCH_WEIGHTS_ONLY_GLOBALS
+from ckptview.core.safe_globals import TORCH_WEIGHTS_ONLY_GLOBALS, TORCHSCRIPT_GLOBALS
 
 MAX_DIMS = 64
 
@@ -364,6 +364,15 @@ def _numpy_dtype(ref: GlobalRef, args: tuple) -> NumpyDtype:
     return NumpyDtype(args[0] if args else "")
 
 
+def _jit_identity(ref: GlobalRef, args: tuple) -> Any:
+    """torch.jit._pickle.build_*list(data) and restore_type_tag(value, type): the value itself."""
+    return args[0]
+
+
+def _jit_tensor_from_id(ref: GlobalRef, args: tuple) -> Any:
+    return args[0] if isinstance(args[0], int) else None
+
+
 def _reconstructor(ref: GlobalRef, args: tuple) -> Any:
     """copyreg._reconstructor(cls, base, state): protocol 0/1 object creation; cls is only recorded."""
     cls = args[0]
@@ -397,6 +406,8 @@ EMULATORS: dict[str, Emulator] = {
     "builtins.complex": _builtin(complex),
     "builtins.slice": _builtin(slice),
     "copyreg._reconstructor": _reconstructor,
+    **{name: _jit_identity for name in TORCHSCRIPT_GLOBALS if not name.endswith("_from_id")},
+    "torch.jit._pickle.build_tensor_from_id": _jit_tensor_from_id,
     # Emulated for display, but not safe for torch.load(weights_only=True): reported as unsafe.
     "numpy.core.multiarray.scalar": _numpy_scalar,
     "numpy._core.multiarray.scalar": _numpy_scalar,
@@ -409,9 +420,11 @@ EMULATORS: dict[str, Emulator] = {
 SAFE_GLOBALS: frozenset[str] = TORCH_WEIGHTS_ONLY_GLOBALS
 
 
-def is_safe_global(dotted: str) -> bool:
-    """True for globals torch's weights-only loader accepts, and TorchScript's own class names."""
-    return dotted in SAFE_GLOBALS or dotted.startswith("__torch__.")
+def is_safe_global(dotted: str, *, torchscript: bool = False) -> bool:
+    """True for globals torch's weights-only loader accepts, and TorchScript's own class names (and, in
+    a TorchScript archive, its `torch.jit._pickle` helpers)."""
+    return (dotted in SAFE_GLOBALS or dotted.startswith("__torch__.")
+            or torchscript and dotted in TORCHSCRIPT_GLOBALS)
 
 
 _CONSTANT_NAMES = {

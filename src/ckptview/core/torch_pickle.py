@@ -23,9 +23,9 @@ def load_torch_pickle(
                     resolve_global=resolve_constant, what=what, pos=pos)
 
 
-def unsafe_of(globals_seen: list[str]) -> list[str]:
+def unsafe_of(globals_seen: list[str], *, torchscript: bool = False) -> list[str]:
     """The referenced globals outside the known-safe set, in order of first reference."""
-    return [g for g in globals_seen if not is_safe_global(g)]
+    return [g for g in globals_seen if not is_safe_global(g, torchscript=torchscript)]
 
 
 def make_checkpoint(path: str, fmt: str, file_size: int, obj: Any, globals_seen: list[str],
@@ -33,7 +33,7 @@ def make_checkpoint(path: str, fmt: str, file_size: int, obj: Any, globals_seen:
     """A Checkpoint over the tree of `obj`, with safety findings and broken-entry warnings."""
     root: Node = build_tree(obj)
     ckpt = Checkpoint(path=path, format=fmt, file_size=file_size, root=root,
-                      globals=list(globals_seen), unsafe_globals=unsafe_of(globals_seen),
+                      globals=list(globals_seen), unsafe_globals=unsafe_of(globals_seen, torchscript=fmt == "torchscript"),
                       metadata=dict(metadata))
     if ckpt.unsafe_globals:
         ckpt.warnings.append(

@@ -34,6 +34,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.grouping import ModuleGroup, Row, find_row, group_tree
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.summary import SizeFacts, size_facts
+from ckptview.core.text import printable
 from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
 from ckptview.gui.formatting import shape_text
@@ -539,14 +540,14 @@ def _safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
     parts = []
     if unsafe:
-        names = ", ".join(f"<code>{html.escape(g)}</code>" for g in unsafe[:12])
+        names = ", ".join(f"<code>{html.escape(printable(g))}</code>" for g in unsafe[:12])
         more = f" and {len(unsafe) - 12} more" if len(unsafe) > 12 else ""
         parts.append(f"<b>This file references code outside the safe set:</b> {names}{more}. ckptview did not "
                      "import or run any of it; <code>torch.load(weights_only=False)</code> would.")
     # The reader also reports unsafe globals as a warning; the sentence above already names them.
     warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
     for warning in warnings[:5]:
-        parts.append(html.escape(warning))
+        parts.append(html.escape(printable(warning)))
     if len(warnings) > 5:
         parts.append(f"… and {len(warnings) - 5} more warnings")
     text = QLabel("<br>".join(parts))

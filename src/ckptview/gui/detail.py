@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from ckptview.core.grouping import Row
 from ckptview.core.model import Checkpoint, TensorInfo
+from ckptview.core.text import printable
 from ckptview.gui.formatting import human_bytes, human_count, shape_text
 
 LINK_SCHEME = "tensor"
@@ -17,7 +18,7 @@ REPR_LIMIT = 200_000  # characters of a value shown in full; beyond that the tex
 
 
 def _esc(value: Any) -> str:
-    return html.escape(str(value))
+    return html.escape(printable(value))  # text from the file: no bidi override, no control character
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
@@ -72,8 +73,9 @@ class DetailPanel(QTextBrowser):
             if len(text) > REPR_LIMIT:
                 cut = f"<p>(first {REPR_LIMIT:,} of {len(text):,} characters)</p>"
                 text = text[:REPR_LIMIT]
+            lines = "\n".join(map(_esc, text.split("\n")))  # a text keeps its lines, nothing else raw
             body = _table([("Type", _esc(node.type_name or type(node.value).__name__))]) + \
-                f"<pre>{_esc(text)}</pre>{cut}"
+                f"<pre>{lines}</pre>{cut}"
         else:
             kind = "module group" if node is None else (node.type_name or node.kind)
             rows = [("Kind", _esc(kind))]
@@ -114,7 +116,7 @@ class DetailPanel(QTextBrowser):
             rows.append(("Broken", f"<span class='broken'>{_esc(broken)}</span>"))
         others = self.sharing().get(name, [])
         if others:
-            links = "<br>".join(f"<a href='{LINK_SCHEME}:{_esc(o)}'>{_esc(o)}</a>" for o in others[:200])
+            links = "<br>".join(f"<a href='{LINK_SCHEME}:{html.escape(o)}'>{_esc(o)}</a>" for o in others[:200])
             more = f"<br>… and {len(others) - 200:,} more" if len(others) > 200 else ""
             rows.append(("Shares storage with", links + more))
         return _table(rows)

@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor, QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
 from ckptview.core.grouping import Row
+from ckptview.core.text import printable
 from ckptview.gui.formatting import human_bytes, human_count, natural_key, shape_text, short_repr
 from ckptview.gui.query import Query, visible_rows
 
@@ -173,7 +174,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         row: Row = index.internalPointer()
         column = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
-            return self._text(row, column)
+            return printable(self._text(row, column))  # names from the file: no bidi override or newline
         if role == ROW_ROLE:
             return row
         if role == Qt.ItemDataRole.DecorationRole and column == NAME:
@@ -231,10 +232,10 @@ class CheckpointTreeModel(QAbstractItemModel):
         info = row.node.tensor if row.node is not None else None
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
         if reason:
-            return f"{row.name}\nbroken: {reason}"
+            return f"{printable(row.name)}\nbroken: {printable(reason)}"
         if row.tensors > 1 or row.is_group:
-            return f"{row.name}\n{row.tensors:,} tensors, {human_count(row.numel)} parameters, {human_bytes(row.nbytes)}"
-        return row.name
+            return f"{printable(row.name)}\n{row.tensors:,} tensors, {human_count(row.numel)} parameters, {human_bytes(row.nbytes)}"
+        return printable(row.name)
 
     # --- filter and sort -------------------------------------------------------------------------
     def set_query(self, query: Query) -> None:

@@ -3,6 +3,9 @@
 Layout: pickled magic number, protocol version and sys_info; the main pickle with storages as
 persistent ids; a pickle of the storage keys; then each storage as an int64 element count followed by
 its raw bytes, in key order. We compute each storage's offset from the counts without reading data.
+torch.load runs all five pickles, so every one is read (`PickleStream`) and its globals reported; the
+magic number counts in whatever encoding the unpickler accepts (text, hex, LONG4, padded), and a file
+whose first pickle is something else is read as a plain pickle stream.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.formats import plain_pickle
 from ckptview.core.model import Checkpoint, Storage
-from ckptview.core.pickle_reader import unpickle
+from ckptview.core.pickle_reader import StubObject
+from ckptview.core.pickle_stream import PickleStream
 from ckptview.core.sources import FileMap, FileSlice
+from ckptview.core.text import printable
 from ckptview.core.torch_globals import StorageClass
-from ckptview.core.torch_pickle import load_torch_pickle, make_checkpoint
+from ckptview.core.torch_pickle import make_checkpoint
 
 NAME = "torch-legacy"
 PRIORITY = 80
@@ -34,17 +40,30 @@ def sniff(path: str, head: bytes) -> bool:
     return MAGIC_LONG in head[:32] or head.startswith(MAGIC_TEXT)
 
 
+def is_magic(value: Any) -> bool:
+    """True for the value torch.load compares with its magic number (any encoding gives the same int)."""
+    return type(value) is int and value == MAGIC_NUMBER
+
+
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
-    view = fmap.view()
-    magic, _, pos = unpickle(view, what="legacy header")
-    if magic != MAGIC_NUMBER:
-        raise CheckpointFormatError("legacy torch file with a wrong magic number")
-    version, _, pos = unpickle(view, pos=pos, what="legacy header")
-    if version != PROTOCOL_VERSION:
-        raise CheckpointFormatError(f"legacy torch file with unsupported protocol version {version!r}")
-    sys_info, _, pos = unpickle(view, pos=pos, what="legacy sys_info")
+    stream = PickleStream(fmap.view())
+    first = stream.read("legacy header")
+    if not is_magic(first):  # the bytes looked like a legacy header but the value is not the magic
+        return plain_pickle.stream_checkpoint(path, fmap, stream, first)
+    return read_after_magic(path, fmap, stream)
+
+
+def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoint:
+    """The rest of a legacy file whose first pickle (read by `stream`) is the magic number."""
+    view = stream.data
+    version = stream.read("legacy header")
+    if version != PROTOCOL_VERSION and not isinstance(version, StubObject):
+        # torch.load stops here; pickle.load in a loop would not: read the rest for its globals.
+        stream.read_rest("pickle")
+        raise stream.error(f"legacy torch file with unsupported protocol version {printable(repr(version)[:80])}")
+    sys_info = stream.read("legacy sys_info")
     little = not (isinstance(sys_info, dict) and sys_info.get("little_endian") is False)
     byteorder = "little" if little else "big"
 
@@ -69,10 +88,14 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             raise CheckpointFormatError("legacy storage views (PyTorch < 0.4) are not supported")
         return storages[key]
 
-    obj, globals_seen, pos = load_torch_pickle(view, persistent_load, what="legacy pickle", pos=pos)
-    keys, _, pos = unpickle(view, pos=pos, what="legacy storage keys")
+    obj = stream.read("legacy pickle", persistent_load)
+    keys = stream.read("legacy storage keys")
+    # A layout torch would refuse still opens: its globals are what matters, and they are all read.
+    lost: str | None = None
     if not isinstance(keys, list):
-        raise CheckpointFormatError("legacy storage key list is missing")
+        lost = f"the storage key list is a {type(keys).__name__}, not a list: no storage could be located"
+        keys = []
+    pos = stream.pos
     size = fmap.size
     for key in keys:
         storage = storages.get(str(key))
@@ -84,7 +107,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         (numel,) = struct.unpack("<q", bytes(view[pos : pos + 8]))
         pos += 8
         if storage is None:
-            raise CheckpointFormatError(f"storage '{key}' is listed but never used")
+            lost = f"storage '{printable(key)}' is listed but never used: the storages after it cannot be located"
+            break
         nbytes = storage.nbytes
         if numel != storage.numel:
             storage.broken = f"storage '{key}' records {numel} elements, the pickle says {storage.numel}"
@@ -95,8 +119,19 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     for key, storage in storages.items():
         if storage.source is None and storage.broken is None:
             storage.broken = f"storage '{key}' missing"
-    ckpt = make_checkpoint(path, NAME, os.path.getsize(path), obj, globals_seen,
-                           byteorder=byteorder, _file_maps=[fmap])
+    # torch reads raw storages from here on; anything after them is read as pickles all the same.
+    stream.pos = min(pos, size)
+    trailing = stream.read_rest("pickle after the storages") if lost is None else 0
+    ckpt = make_checkpoint(path, NAME, os.path.getsize(path), obj, stream.globals,
+                           byteorder=byteorder, pickles=stream.count, _file_maps=[fmap])
+    if stream.count > 5:
+        ckpt.warnings.append(f"{stream.count - 5} more pickles follow the storages (torch.load does not read "
+                             "them); their globals are listed")
+    if lost is not None:
+        ckpt.warnings.append(lost)
+    if trailing:
+        ckpt.warnings.append(f"file continues after the storages end: {trailing} more bytes are not a pickle "
+                             "and were not read")
     del view
     # Storages were created before their data was located: refresh the tensors they broke.
     for entry in ckpt.tensors():
