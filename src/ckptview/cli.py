@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from ckptview import __version__
 from ckptview.core.errors import CheckpointError
 
-SUBCOMMANDS = ("info", "diff", "export", "run", "devices")
+SUBCOMMANDS = ("info", "diff", "export", "run", "devices", "series")
 
 
 def _subcommand_modules(only: str | None = None) -> dict[str, object]:
