@@ -36,7 +36,6 @@ from ckptview.core.series_discover import (
     choose_order,
     find_checkpoints,
     find_position,
-    number_in_name,
     order_key,
 )
 from ckptview.core.stats import Summary, TensorStats, iter_summary
@@ -518,13 +517,16 @@ def module_names(names: Iterable[str]) -> dict[str, list[str]]:
     return out
 
 
-def module_series(result: SeriesResult) -> list[ModuleSeries]:
-    """The figures of every module (dotted prefix) over the run, its tensors taken together."""
+def module_series(result: SeriesResult, only: Iterable[str] | None = None) -> list[ModuleSeries]:
+    """The figures of every module (dotted prefix; just those in ``only`` when given), tensors taken together."""
     from ckptview.core.stats import merge_stats
 
     count = len(result.checkpoints)
+    wanted = set(only) if only is not None else None
     out = []
     for module, members in module_names(result.tensors).items():
+        if wanted is not None and module not in wanted:
+            continue
         series = [result.tensors[n] for n in members]
         m = ModuleSeries(module, members, *([None] * count for _ in range(8)))
         for t in range(count):
@@ -624,7 +626,3 @@ def _stall_start(s: TensorSeries, done: int, threshold: float) -> int | None:
         start = t
     return start
 
-
-def numbers_in_names(result: SeriesResult) -> list[int | None]:
-    """The last number in each checkpoint's name (what orders a run whose files say nothing)."""
-    return [number_in_name(r.path) for r in result.checkpoints]

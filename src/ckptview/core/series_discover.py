@@ -31,7 +31,6 @@ _RUN_ENTRY = re.compile(r"(?:^|[^a-z])(?:checkpoint|ckpt|step|global_step|iter|i
 _NAME_STEP = re.compile(r"(?:^|[^a-z])(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?(\d+)",
                         re.IGNORECASE)
 _NAME_EPOCH = re.compile(r"(?:^|[^a-z])epoch[-_=]?(\d+)", re.IGNORECASE)
-_NUMBER = re.compile(r"\d+")
 _HEAD_BYTES = 4096
 
 
@@ -249,8 +248,3 @@ def choose_order(positions: list[Position], paths: list[str]) -> str:
         return "epoch"
     return "name"
 
-
-def number_in_name(path: str) -> int | None:
-    """The last number in a checkpoint's name (shown when neither step nor epoch is known)."""
-    numbers = _NUMBER.findall(os.path.basename(os.path.normpath(path)))
-    return int(numbers[-1]) if numbers else None
