@@ -477,3 +477,29 @@ def test_update_ratio_from_an_all_zero_tensor(tmp_path):
     assert result.tensors["z"].update_ratio == [None, 0.0]
     assert result.tensors["grows"].update_ratio == [None, None]  # infinite: JSON null
     assert result.tensors["grows"].frac_changed == [None, 1.0]
+
+
+def test_step_as_a_tensor_nested_state_and_empty_or_meta_tensors(tmp_path):
+    for step in (30, 7, 12):
+        torch.save({"state_dict": {"w": torch.full((3,), float(step)), "empty": torch.zeros(0),
+                                   "meta": torch.empty(2, 2, device="meta")},
+                    "trainer": {"global_step": torch.tensor(step)}}, tmp_path / f"save{step % 4}.ckpt")
+    result = run_series([str(tmp_path)])
+    assert [c.position.step for c in result.checkpoints] == [7, 12, 30]
+    assert result.order_sources == ["file: trainer.global_step"]
+    assert result.tensors["state_dict.empty"].update_ratio == [None, None, None]
+    assert result.tensors["state_dict.meta"].shapes == [(2, 2)] * 3
+    assert not [f for f in result.findings if f.kind in ("stalled", "unreadable")]
+    assert main(["series", str(tmp_path), "--json"]) == 0
+
+
+def test_safetensors_files_ordered_by_their_names(tmp_path):
+    from safetensors.torch import save_file
+
+    for step in (100, 20, 3):
+        save_file({"w": torch.full((4,), float(step)), "frozen": torch.ones(2)},
+                  str(tmp_path / f"model_step{step}.safetensors"))
+    result = run_series([str(tmp_path)])
+    assert [c.position.step for c in result.checkpoints] == [3, 20, 100]
+    assert result.tensors["w"].update_ratio == [None, approx(17 / 3), approx(80 / 20)]
+    assert kinds(result, "stalled") == [("frozen", 1)]

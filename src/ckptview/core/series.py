@@ -7,7 +7,8 @@ the finite values; NaN and infinities are counted apart):
   ``nan`` and ``inf`` (+Inf and -Inf) counts;
 - between checkpoint t-1 and t when the tensor has the same shape in both: ``update_ratio`` =
   ``||w_t - w_{t-1}|| / ||w_{t-1}||`` (the difference over the positions finite on both sides, divided by
-  the norm of the finite values of ``w_{t-1}``; ``None`` when that norm is 0 and something changed) and
+  the norm of the finite values of ``w_{t-1}``; ``None`` when that norm is 0 and something changed, when
+  no position is finite on both sides, and for empty tensors) and
   ``frac_changed``, the fraction of elements whose value differs (NaN staying NaN is no change), exactly
   as ``ckptview diff`` counts them.
 
@@ -244,7 +245,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             raise CheckpointError(f"{refs[0].path}: {refs[0].error}")
         raise CheckpointError(f"none of the {len(refs)} checkpoints could be read (first: {refs[0].path}: "
                               f"{refs[0].error})")
-    order_by = choose_order([r.position for r, _ in readable], [r.path for r, _ in readable])
+    order_by = choose_order([r.position for r, _ in readable])
     pairs = sorted(zip(refs, names, strict=True), key=lambda rn: _sort_key(rn[0], order_by))
     result = SeriesResult([r for r, _ in pairs], order_by, stall_threshold=stall_threshold,
                           explode_factor=explode_factor)
@@ -365,6 +366,8 @@ def iter_series(result: SeriesResult, token: CancelToken | None = None,
                     result.tensors = _merge_names(result.tensors, [name], len(result.checkpoints))
                     series = result.tensors[name]
                 series.shapes[t], series.dtypes[t] = tuple(info.shape), info.dtype
+                if info.storage is None and not info.broken:
+                    continue  # saved without data (meta): a shape and a dtype, no figures
                 before = prev_infos.get(name)
                 if before is not None and (tuple(before.shape) != tuple(info.shape) or t == 0
                                            or result.tensors[name].stats[t - 1] is None):
@@ -472,14 +475,16 @@ def _record(series: TensorSeries, t: int, measure: _Measure) -> None:
         return
     prev = series.stats[t - 1] if t > 0 else None
     prev_norm = prev.l2 if prev is not None else 0.0
-    if sums.numel and sums.finite == 0:
+    if sums.numel == 0:
+        return  # an empty tensor has no update to measure
+    if sums.finite == 0:
         ratio: float | None = None  # no position is finite on both sides: nothing to measure
     elif prev_norm > 0 and math.isfinite(prev_norm):
         ratio = math.sqrt(sums.dd) / prev_norm
     else:
         ratio = 0.0 if sums.dd == 0 else None
     series.update_ratio[t] = ratio if ratio is None or math.isfinite(ratio) else None
-    series.frac_changed[t] = sums.changed / sums.numel if sums.numel else 0.0
+    series.frac_changed[t] = sums.changed / sums.numel
     series.sq_change[t] = sums.dd
     series.changed[t] = sums.changed
     series.compared[t] = sums.numel

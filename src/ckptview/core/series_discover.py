@@ -240,7 +240,7 @@ def order_key(path: str, pos: Position, by: str) -> tuple[Any, ...]:
     return natural_key(path)
 
 
-def choose_order(positions: list[Position], paths: list[str]) -> str:
+def choose_order(positions: list[Position]) -> str:
     """'step' when every checkpoint has one, else 'epoch', else 'name' (numbers in names by value)."""
     if positions and all(p.step is not None for p in positions):
         return "step"
