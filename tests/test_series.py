@@ -503,3 +503,14 @@ def test_safetensors_files_ordered_by_their_names(tmp_path):
     assert [c.position.step for c in result.checkpoints] == [3, 20, 100]
     assert result.tensors["w"].update_ratio == [None, approx(17 / 3), approx(80 / 20)]
     assert kinds(result, "stalled") == [("frozen", 1)]
+
+
+def test_a_fifo_among_the_paths_is_reported_not_opened(tmp_path, capsys):
+    train_run(tmp_path / "run", steps=2)
+    fifo = tmp_path / "step_9.pt"
+    os.mkfifo(fifo)
+    assert main(["series", str(tmp_path / "run" / "step_1.pt"), str(tmp_path / "run" / "step_2.pt"), str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a regular file" in err
+    os.replace(fifo, tmp_path / "run" / "step_9.pt")
+    assert [os.path.basename(p) for p in find_checkpoints([str(tmp_path / "run")])] == ["step_1.pt", "step_2.pt"]
