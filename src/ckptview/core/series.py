@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,182 +39,23 @@ from ckptview.core.series_discover import (
     find_position,
     order_key,
 )
-from ckptview.core.stats import Summary, TensorStats, iter_summary
+from ckptview.core.series_findings import find_findings, module_names, module_series
+from ckptview.core.series_model import (
+    FIGURES,
+    CheckpointRef,
+    Finding,
+    ModuleSeries,
+    SeriesProgress,
+    SeriesResult,
+    TensorSeries,
+)
+from ckptview.core.stats import Summary, iter_summary
 
 SERIES_CHUNK_ELEMS = 1 << 20
-FIGURES = ("norm", "mean", "std", "abs_max", "nan", "inf", "update_ratio", "frac_changed")
-
-
-@dataclass
-class CheckpointRef:
-    """One checkpoint of the run, in run order."""
-
-    path: str
-    position: Position
-    format: str = ""
-    nbytes: int = 0  # bytes of its tensors (progress)
-    error: str | None = None  # could not be opened or read as a whole
-
-    def to_json(self) -> dict[str, Any]:
-        """The contract's checkpoint object (with where the step and epoch were found)."""
-        p = self.position
-        out: dict[str, Any] = {"path": self.path, "step": p.step, "epoch": p.epoch,
-                               "step_source": p.step_source, "epoch_source": p.epoch_source,
-                               "format": self.format}
-        if self.error:
-            out["error"] = self.error
-        return out
-
-
-@dataclass
-class TensorSeries:
-    """The figures of one tensor over the run: one entry per checkpoint, None where it is absent."""
-
-    name: str
-    shapes: list[tuple[int, ...] | None]
-    dtypes: list[str | None]
-    stats: list[TensorStats | None]
-    update_ratio: list[float | None]
-    frac_changed: list[float | None]
-    sq_change: list[float | None]  # ||w_t - w_{t-1}||^2 (module aggregation)
-    changed: list[int | None]
-    compared: list[int | None]  # elements compared with t-1
-    errors: list[str | None]
-
-    @classmethod
-    def empty(cls, name: str, count: int) -> TensorSeries:
-        """A tensor absent everywhere so far."""
-        return cls(name, *([None] * count for _ in range(9)))
-
-    def present(self, t: int) -> bool:
-        """True when the tensor exists in checkpoint ``t``."""
-        return self.shapes[t] is not None
-
-    @property
-    def shape(self) -> tuple[int, ...] | None:
-        """Its shape in the last checkpoint that has it."""
-        return next((s for s in reversed(self.shapes) if s is not None), None)
-
-    @property
-    def dtype(self) -> str | None:
-        """Its dtype in the last checkpoint that has it."""
-        return next((d for d in reversed(self.dtypes) if d is not None), None)
-
-    def figure(self, key: str) -> list[Any]:
-        """One figure over the run (see FIGURES); None where absent or unreadable."""
-        if key == "update_ratio":
-            return list(self.update_ratio)
-        if key == "frac_changed":
-            return list(self.frac_changed)
-        return [None if s is None else _stat(s, key) for s in self.stats]
-
-    def to_json(self) -> dict[str, Any]:
-        """The contract's tensor object."""
-        out: dict[str, Any] = {"name": self.name, "shape": _list(self.shape), "dtype": self.dtype}
-        for key in FIGURES:
-            out[key] = [_json_number(v) for v in self.figure(key)]
-        out["shapes"] = [_list(s) for s in self.shapes]
-        out["dtypes"] = list(self.dtypes)
-        return out
-
-
-@dataclass
-class ModuleSeries:
-    """A module's figures over the run: its tensors taken together as one flat vector."""
-
-    name: str
-    tensors: list[str]
-    norm: list[float | None]
-    mean: list[float | None]
-    std: list[float | None]
-    abs_max: list[float | None]
-    nan: list[int | None]
-    inf: list[int | None]
-    update_ratio: list[float | None]
-    frac_changed: list[float | None]
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``"modules"`` entry of ``ckptview series --json``."""
-        out: dict[str, Any] = {"name": self.name, "tensors": len(self.tensors)}
-        for key in FIGURES:
-            out[key] = [_json_number(v) for v in getattr(self, key)]
-        return out
-
-
-@dataclass
-class Finding:
-    """Something worth a look, naming the tensor (None for a whole checkpoint) and the checkpoint."""
-
-    kind: str  # nan | inf | stalled | explosion | appeared | disappeared | shape_changed | dtype_changed | unreadable
-    tensor: str | None
-    index: int  # checkpoint index in run order
-    checkpoint: str
-    detail: str
-
-    def to_json(self, refs: list[CheckpointRef]) -> dict[str, Any]:
-        """The contract's finding object (plus the checkpoint's index and step)."""
-        return {"kind": self.kind, "tensor": self.tensor, "checkpoint": self.checkpoint, "detail": self.detail,
-                "index": self.index, "step": refs[self.index].position.step if self.index < len(refs) else None}
-
-
-@dataclass
-class SeriesResult:
-    """A run: its checkpoints in order, one TensorSeries per tensor name, and the findings."""
-
-    checkpoints: list[CheckpointRef]
-    order_by: str  # "step", "epoch" or "name"
-    tensors: dict[str, TensorSeries] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
-    done: int = 0  # checkpoints whose figures are complete
-    stall_threshold: float = 0.0
-    explode_factor: float = 10.0
-
-    @property
-    def order_sources(self) -> list[str]:
-        """Where the ordering key was found, each source once ("file: global_step", "name", ...)."""
-        key = "step_source" if self.order_by == "step" else "epoch_source"
-        found: list[str] = []
-        for ref in self.checkpoints:
-            source = getattr(ref.position, key) if self.order_by != "name" else "name"
-            if source and source not in found:
-                found.append(source)
-        return found
-
-    def label(self, t: int) -> str:
-        """How checkpoint ``t`` is called on an axis: 'step 300', 'epoch 2', or its name."""
-        pos = self.checkpoints[t].position
-        if self.order_by == "step":
-            return f"step {pos.step}"
-        if self.order_by == "epoch":
-            return f"epoch {pos.epoch}"
-        return os.path.basename(os.path.normpath(self.checkpoints[t].path))
-
-    def x_values(self) -> list[float]:
-        """The x coordinate of every checkpoint: its step, epoch, or index."""
-        out = []
-        for i, ref in enumerate(self.checkpoints):
-            pos = ref.position
-            value = pos.step if self.order_by == "step" else pos.epoch if self.order_by == "epoch" else None
-            out.append(float(value) if value is not None else float(i))
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``ckptview series --json`` object."""
-        return {
-            "checkpoints": [r.to_json() for r in self.checkpoints],
-            "order": {"by": self.order_by, "sources": self.order_sources},
-            "tensors": [t.to_json() for t in self.tensors.values()],
-            "modules": [m.to_json() for m in module_series(self)],
-            "findings": [f.to_json(self.checkpoints) for f in self.findings],
-            "thresholds": {"stall_threshold": self.stall_threshold, "explode_factor": self.explode_factor},
-        }
-
-
-@dataclass(frozen=True)
-class SeriesProgress(Progress):
-    """Progress of a run; ``checkpoint`` is the index whose figures were just completed (-1: none)."""
-
-    checkpoint: int = -1
+__all__ = [
+    "FIGURES", "SERIES_CHUNK_ELEMS", "CheckpointRef", "Finding", "ModuleSeries", "SeriesProgress", "SeriesResult",
+    "TensorSeries", "find_findings", "iter_series", "module_names", "module_series", "plan_series", "run_series",
+]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -493,146 +334,3 @@ def _record(series: TensorSeries, t: int, measure: _Measure) -> None:
     series.sq_change[t] = sums.dd
     series.changed[t] = sums.changed
     series.compared[t] = sums.numel
-
-
-# ---------------------------------------------------------------------------------------------------
-# Figures, modules, findings.
-
-
-def _stat(s: TensorStats, key: str) -> Any:
-    if key == "norm":
-        return s.l2
-    if key == "inf":
-        return s.posinf + s.neginf
-    return getattr(s, key)
-
-
-def _json_number(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-def _list(shape: tuple[int, ...] | None) -> list[int] | None:
-    return None if shape is None else list(shape)
-
-
-def module_names(names: Iterable[str]) -> dict[str, list[str]]:
-    """Every dotted prefix of the tensor names ('model', 'model.fc') -> the tensors under it, in order."""
-    out: dict[str, list[str]] = {}
-    for name in names:
-        parts = name.split(".")
-        for depth in range(1, len(parts)):
-            out.setdefault(".".join(parts[:depth]), []).append(name)
-    return out
-
-
-def module_series(result: SeriesResult, only: Iterable[str] | None = None) -> list[ModuleSeries]:
-    """The figures of every module (dotted prefix; just those in ``only`` when given), tensors taken together."""
-    from ckptview.core.stats import merge_stats
-
-    count = len(result.checkpoints)
-    wanted = set(only) if only is not None else None
-    out = []
-    for module, members in module_names(result.tensors).items():
-        if wanted is not None and module not in wanted:
-            continue
-        series = [result.tensors[n] for n in members]
-        m = ModuleSeries(module, members, *([None] * count for _ in range(8)))
-        for t in range(count):
-            parts = [s.stats[t] for s in series if s.stats[t] is not None]
-            if parts:
-                merged = merge_stats(parts)  # type: ignore[arg-type]
-                m.norm[t], m.mean[t], m.std[t] = merged.l2, merged.mean, merged.std
-                m.abs_max[t] = merged.abs_max
-                m.nan[t], m.inf[t] = merged.nan, merged.posinf + merged.neginf
-            compared = [s for s in series if s.sq_change[t] is not None]
-            if compared:
-                dd = sum(s.sq_change[t] for s in compared)  # type: ignore[misc]
-                aa = sum(s.stats[t - 1].l2 ** 2 for s in compared)  # type: ignore[union-attr]
-                ratio = math.sqrt(dd) / math.sqrt(aa) if aa > 0 else (0.0 if dd == 0 else None)
-                m.update_ratio[t] = ratio if ratio is None or math.isfinite(ratio) else None
-                numel = sum(s.compared[t] for s in compared)  # type: ignore[misc]
-                m.frac_changed[t] = sum(s.changed[t] for s in compared) / numel if numel else 0.0  # type: ignore[misc]
-        out.append(m)
-    return out
-
-
-def _shape_text(shape: tuple[int, ...] | None) -> str:
-    return "[" + ", ".join(map(str, shape or ())) + "]"
-
-
-def _num(x: float) -> str:
-    return f"{x:.4g}"
-
-
-def find_findings(result: SeriesResult) -> list[Finding]:
-    """Every finding over the checkpoints completed so far, in run order then tensor order."""
-    done = result.done
-    refs = result.checkpoints
-    found: list[tuple[int, int, Finding]] = []
-
-    def add(kind: str, order: int, name: str | None, t: int, detail: str) -> None:
-        found.append((t, order, Finding(kind, name, t, refs[t].path, detail)))
-
-    for t in range(done):
-        if refs[t].error is not None:
-            add("unreadable", -1, None, t, refs[t].error or "")
-    for order, (name, s) in enumerate(result.tensors.items()):
-        first_nan = first_inf = False
-        for t in range(done):
-            if refs[t].error is not None:
-                continue
-            if s.errors[t] is not None:
-                add("unreadable", order, name, t, s.errors[t] or "")
-            neighbour = t > 0 and refs[t - 1].error is None
-            if neighbour:
-                if s.present(t) and not s.present(t - 1):
-                    add("appeared", order, name, t, f"new tensor {s.dtypes[t]} {_shape_text(s.shapes[t])}")
-                elif s.present(t - 1) and not s.present(t):
-                    add("disappeared", order, name, t,
-                        f"{s.dtypes[t - 1]} {_shape_text(s.shapes[t - 1])} is no longer in this checkpoint")
-                elif s.present(t) and s.present(t - 1):
-                    if s.shapes[t] != s.shapes[t - 1]:
-                        add("shape_changed", order, name, t,
-                            f"shape {_shape_text(s.shapes[t - 1])} -> {_shape_text(s.shapes[t])}")
-                    if s.dtypes[t] != s.dtypes[t - 1]:
-                        add("dtype_changed", order, name, t, f"dtype {s.dtypes[t - 1]} -> {s.dtypes[t]}")
-            st = s.stats[t]
-            if st is None:
-                continue
-            if st.nan and not first_nan:
-                first_nan = True
-                add("nan", order, name, t, f"first NaN: {st.nan} of {st.numel} values")
-            inf = st.posinf + st.neginf
-            if inf and not first_inf:
-                first_inf = True
-                add("inf", order, name, t, f"first Inf: {inf} of {st.numel} values")
-            before = s.stats[t - 1] if neighbour else None
-            if before is not None and before.l2 > 0 and st.l2 > result.explode_factor * before.l2:
-                add("explosion", order, name, t,
-                    f"norm {_num(before.l2)} -> {_num(st.l2)} (x{_num(st.l2 / before.l2)}, "
-                    f"factor {_num(result.explode_factor)})")
-        stall = _stall_start(s, done, result.stall_threshold)
-        if stall is not None:
-            last = s.update_ratio[done - 1]
-            if result.stall_threshold > 0:
-                detail = (f"update ratio below {_num(result.stall_threshold)} from here on "
-                          f"({done - stall} of {done} checkpoints; last {_num(last or 0.0)})")
-            else:
-                detail = f"no change from here on ({done - stall} of {done} checkpoints)"
-            add("stalled", order, name, stall, detail)
-    found.sort(key=lambda item: (item[0], item[1]))
-    return [f for _, _, f in found]
-
-
-def _stall_start(s: TensorSeries, done: int, threshold: float) -> int | None:
-    """The first checkpoint of the run's tail over which the tensor did not (or barely) change."""
-    start = None
-    for t in range(done - 1, 0, -1):
-        ratio, frac = s.update_ratio[t], s.frac_changed[t]
-        if ratio is None or not (ratio < threshold if threshold > 0 else ratio == 0 and frac == 0):
-            break
-        start = t
-    return start
-
