@@ -12,7 +12,7 @@ import os
 from collections.abc import Generator
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -162,6 +162,9 @@ class SeriesTab(QWidget):
         worker.signals.aborted.connect(self._on_aborted)
         self._worker = worker
         self._res.workers.append(worker)
+        app = QCoreApplication.instance()
+        if app is not None:  # quitting the app stops the reading too, not only closing the tab
+            app.aboutToQuit.connect(self._res.release)
         worker.start()
 
     def cancel(self) -> None:
