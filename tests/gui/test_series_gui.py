@@ -131,3 +131,18 @@ def test_window_opens_a_run_from_the_command_line_and_closing_cancels(qtbot, set
     window.close_tab(window.tabs.indexOf(second))
     assert wait_for_workers(60_000) and worker.is_done
     window.close()
+
+
+def test_truncated_checkpoint_is_a_finding_and_the_rest_shows(qtbot, tmp_path):
+    import os
+
+    paths = train_run(tmp_path / "run", steps=4)
+    os.truncate(paths[1], os.path.getsize(paths[1]) // 3)
+    tab, done = open_tab(qtbot, [str(tmp_path / "run")])
+    assert done == [0, 1, 2, 3] and tab.state == "ready"
+    texts = findings_text(tab)
+    assert any(t.startswith("step 2") and "unreadable" in t and "step_2.pt" in t for t in texts)
+    tab.select_tensor("model.head.weight")
+    _, norms, ratios = tab.lines.line("model.head.weight")
+    assert np.isnan(norms[1]) and np.isfinite(norms[[0, 2, 3]]).all()
+    assert np.isnan(ratios[2]) and np.isfinite(ratios[3])  # no ratio across the hole
