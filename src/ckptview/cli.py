@@ -16,7 +16,7 @@ from ckptview import __version__
 from ckptview.core.errors import CheckpointError
 from ckptview.core.text import printable
 
-SUBCOMMANDS = ("info", "diff", "export", "run", "devices")
+SUBCOMMANDS = ("info", "diff", "export", "run", "devices", "series")
 
 
 def _subcommand_modules(only: str | None = None) -> dict[str, object]:

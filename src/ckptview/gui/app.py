@@ -35,6 +35,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
     parser.add_argument("paths", nargs="*", help="checkpoint files or folders to open")
     parser.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two checkpoints")
+    parser.add_argument("--series", nargs="+", metavar="PATH",
+                        help="a training run as a timeline: a folder of checkpoints, or several checkpoints")
     parser.add_argument("--new-instance", action="store_true", help="do not hand the files to a running window")
     parser.add_argument("--install-desktop", action="store_true",
                         help="register ckptview with the file manager for this user (Linux)")
@@ -62,7 +64,7 @@ def launch(args: argparse.Namespace, settings: Settings | None = None, name: str
     name = name or server_name()
     paths = [os.path.abspath(p) for p in args.paths]
     wanted = paths + [os.path.abspath(p) for p in (args.diff or [])]
-    if not args.new_instance and not args.diff and send_to_running(wanted, name):
+    if not args.new_instance and not args.diff and not args.series and send_to_running(wanted, name):
         return None
     window = MainWindow(settings)
     server = InstanceServer(window)
@@ -77,6 +79,8 @@ def launch(args: argparse.Namespace, settings: Settings | None = None, name: str
     window.show()
     if args.diff:
         window.open_diff(*args.diff)
+    elif args.series:
+        window.open_series(args.series)
     elif paths:
         window.open_paths(paths)
     else:

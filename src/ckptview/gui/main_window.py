@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.open_action = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
                                         self._icon(sp.SP_DialogOpenButton))
         self.example_action = self._action("Open &Example", self.open_example)
+        self.open_run_action = self._action("Open &Run…", self.open_run_dialog)
         self.close_action = self._action("&Close Tab", self.close_current_tab, "Ctrl+W",
                                          self._icon(sp.SP_DialogCloseButton))
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
@@ -123,6 +124,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         self._fill_recent_menu()
         file_menu.addAction(self.example_action)
+        file_menu.addAction(self.open_run_action)
         file_menu.addSeparator()
         file_menu.addAction(self.close_action)
         file_menu.addSeparator()
@@ -237,6 +239,20 @@ class MainWindow(QMainWindow):
             self.open_paths([a, b])
         else:
             handler(self, a, b)
+
+    def open_series(self, paths: list[str]) -> QWidget:
+        """A run tab: the checkpoints of a training run as a timeline (`--series`, File > Open Run…)."""
+        from ckptview.gui.series_tab import open_series_tab
+
+        return open_series_tab(self, list(paths))
+
+    def open_run_dialog(self) -> None:
+        """File > Open Run…: pick a folder of checkpoints."""
+        from ckptview.gui.series_tab import choose_run_folder
+
+        folder = choose_run_folder(self)
+        if folder:
+            self.open_series([folder])
 
     def add_tab(self, widget: QWidget, title: str, tooltip: str = "") -> int:
         """Add a closable main tab that is not a checkpoint (a diff view, a report); returns its index."""

@@ -1,0 +1,125 @@
+"""`ckptview series PATH... [--json]`: a training run's checkpoints as a timeline (exit 0, or 2 on unreadable)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ckptview.core.series import (
+    SERIES_CHUNK_ELEMS,
+    SeriesResult,
+    TensorSeries,
+    iter_series,
+    plan_series,
+)
+from ckptview.core.stats import run_job
+from ckptview.core.text import printable
+
+MAX_ERROR_LINES = 20
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the `series` subcommand."""
+    p = sub.add_parser("series", help="a training run's checkpoints as a timeline",
+                       description="Figures of every tensor over a run's checkpoints (norm, mean, std, max |x|, "
+                                   "NaN/Inf, update ratio, fraction changed) and what stands out. PATH is a "
+                                   "run folder, or several checkpoints/globs. Exit status 0, or 2 when a "
+                                   "checkpoint or tensor could not be read.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a run folder, checkpoints, or globs")
+    p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
+    p.add_argument("--stall-threshold", type=_non_negative, default=0.0, metavar="RATIO",
+                   help="a tensor whose update ratio stays below RATIO to the end of the run has stalled "
+                        "(default 0: only tensors that do not change at all)")
+    p.add_argument("--explode-factor", type=_factor, default=10.0, metavar="FACTOR",
+                   help="a norm that grows more than FACTOR times between two checkpoints exploded (default 10)")
+    p.add_argument("--chunk-elems", type=int, default=SERIES_CHUNK_ELEMS, help=argparse.SUPPRESS)
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text!r}")
+    return value
+
+
+def _factor(text: str) -> float:
+    value = _non_negative(text)
+    if value <= 1:
+        raise argparse.ArgumentTypeError(f"must be greater than 1, not {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `ckptview series`; returns the exit status."""
+    result = plan_series(args.paths, args.stall_threshold, args.explode_factor)
+    result = run_job(iter_series(result, chunk_elems=max(1, args.chunk_elems)))
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        print_report(result)
+    errors = [f for f in result.findings if f.kind == "unreadable"]
+    for finding in errors[:MAX_ERROR_LINES]:
+        where = f"{finding.checkpoint}: {finding.tensor}: " if finding.tensor else f"{finding.checkpoint}: "
+        print(f"ckptview: {printable(where + finding.detail)}", file=sys.stderr)
+    if len(errors) > MAX_ERROR_LINES:
+        print(f"ckptview: ... and {len(errors) - MAX_ERROR_LINES} more unreadable", file=sys.stderr)
+    return 2 if errors else 0
+
+
+def print_report(result: SeriesResult) -> None:
+    """The human-readable timeline: checkpoints, per-tensor figures first -> last, findings."""
+    out = sys.stdout
+    sources = ", ".join(result.order_sources) or "-"
+    by = {"step": "step", "epoch": "epoch", "name": "the numbers in their names"}[result.order_by]
+    out.write(f"{len(result.checkpoints)} checkpoints, ordered by {by} (found in: {printable(sources)})\n")
+    out.write(f"{'#':>3} {'step':>8} {'epoch':>7}  {'format':<12} path\n")
+    for i, ref in enumerate(result.checkpoints):
+        pos = ref.position
+        note = f"  [unreadable: {ref.error}]" if ref.error else ""
+        out.write(f"{i:>3} {_opt(pos.step):>8} {_opt(pos.epoch):>7}  {ref.format or '-':<12} "
+                  f"{printable(ref.path)}{printable(note)}\n")
+    rows = list(result.tensors.values())
+    if rows:
+        width = min(max(len(printable(t.name)) for t in rows), 60)
+        out.write(f"\n{'tensor':<{width}}  {'shape':<14} {'norm first':>11} {'norm last':>11} "
+                  f"{'max upd':>10} {'last upd':>10} {'changed':>8}  nan/inf\n")
+        for t in rows:
+            out.write(_tensor_row(t, width) + "\n")
+    out.write(f"\n{len(result.findings)} findings\n")
+    for f in result.findings:
+        where = result.label(f.index) if f.index < len(result.checkpoints) else "?"
+        tensor = printable(f.tensor) if f.tensor is not None else "(checkpoint)"
+        out.write(f"  {printable(where):<12} {f.kind:<14} {tensor}: {printable(f.detail)}\n")
+
+
+def _tensor_row(t: TensorSeries, width: int) -> str:
+    name = printable(t.name)
+    name = name if len(name) <= width else "..." + name[-(width - 3):]
+    norms = [v for v in t.figure("norm") if v is not None]
+    ratios = [v for v in t.update_ratio if v is not None]
+    changed = [v for v in t.frac_changed if v is not None]
+    nonfinite = sum((s.nan + s.posinf + s.neginf) for s in t.stats if s is not None)
+    shape = "[" + ",".join(map(str, t.shape or ())) + "]"
+    return (f"{name:<{width}}  {shape:<14} {_fmt(norms[0] if norms else None):>11} "
+            f"{_fmt(norms[-1] if norms else None):>11} {_fmt(max(ratios) if ratios else None):>10} "
+            f"{_fmt(ratios[-1] if ratios else None):>10} {_pct(changed[-1] if changed else None):>8}  "
+            f"{nonfinite or '-'}")
+
+
+def _opt(x: Any) -> str:
+    return "-" if x is None else str(x)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
