@@ -401,3 +401,19 @@ def test_a_banner_of_warnings_only_shows_quotes_not_entities(qtbot) -> None:
     assert label.textFormat() == Qt.TextFormat.RichText
     shown = QTextDocumentFragment.fromHtml(label.text()).toPlainText()
     assert shown == "tensor 'enc.w' is broken: <shape larger than storage> & more"
+
+
+def test_status_bar_speaks_for_the_current_tab_and_a_failed_tab_looks_failed(qtbot, window, state_dict_file,
+                                                                               tmp_path) -> None:
+    broken = tmp_path / "broken.pth"
+    broken.write_bytes(b"<html>not a checkpoint</html>")
+    good, bad = window.open_paths([state_dict_file, str(broken)])
+    wait_settled(qtbot, good)
+    wait_settled(qtbot, bad)
+    assert bad.state == "error"
+    window.tabs.setCurrentWidget(bad)
+    assert "Could not open broken.pth" in window.statusBar().currentMessage()
+    window.tabs.setCurrentWidget(good)
+    assert "broken.pth" not in window.statusBar().currentMessage()  # not another tab's message
+    icons = [window.tabs.tabIcon(window.tabs.indexOf(t)).pixmap(16, 16).toImage() for t in (good, bad)]
+    assert icons[0] != icons[1]  # the failed tab has the error icon, not the file icon

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,6 +54,7 @@ class MainWindow(QMainWindow):
         if os.path.exists(icon_file):
             self.setWindowIcon(QIcon(icon_file))
         self.setAcceptDrops(True)
+        self._tab_status: weakref.WeakKeyDictionary[QWidget, str] = weakref.WeakKeyDictionary()
         self.tabs = QTabWidget()
         self.tabs.setObjectName("checkpointTabs")
         self.tabs.setDocumentMode(True)
@@ -191,9 +193,9 @@ class MainWindow(QMainWindow):
                 opened.append(existing)
                 continue
             tab = CheckpointTab(path, window=self)
-            tab.status_message.connect(lambda text: self.statusBar().showMessage(text, 8000))
+            tab.status_message.connect(lambda text, tab=tab: self._on_tab_status(tab, text))
             tab.loaded.connect(lambda tab=tab: self._on_tab_loaded(tab))
-            tab.failed.connect(lambda _text: self._update_busy())
+            tab.failed.connect(lambda _text, tab=tab: self._on_tab_failed(tab))
             index = self.tabs.addTab(tab, os.path.basename(path.rstrip(os.sep)) or path)
             self.tabs.setTabToolTip(index, path)
             self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_FileIcon))
@@ -203,6 +205,18 @@ class MainWindow(QMainWindow):
             self.tab_opened.emit(tab)
         self._update_busy()
         return opened
+
+    def _on_tab_status(self, tab: QWidget, text: str) -> None:
+        """A tab's message: kept with the tab, shown only while that tab is the current one."""
+        self._tab_status[tab] = text
+        if self.tabs.currentWidget() is tab:
+            self.statusBar().showMessage(text)
+
+    def _on_tab_failed(self, tab: CheckpointTab) -> None:
+        index = self.tabs.indexOf(tab)
+        if index >= 0:  # a failed tab must not look like a good one
+            self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_MessageBoxCritical))
+        self._update_busy()
 
     def _on_tab_loaded(self, tab: CheckpointTab) -> None:
         if tab.path != os.path.abspath(example_path()):
@@ -319,6 +333,8 @@ class MainWindow(QMainWindow):
         widget = self.tabs.widget(index)
         title = self.tabs.tabText(index) if widget is not None else ""
         self.setWindowTitle(f"{title} — ckptview" if title else "ckptview")
+        # The status bar speaks for the current tab only: another tab's message must not linger there.
+        self.statusBar().showMessage(self._tab_status.get(widget, "") if widget is not None else "")
 
     def _on_tab(self, method: str) -> None:
         tab = self.current_tab()
