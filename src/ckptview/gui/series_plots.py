@@ -14,6 +14,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.histogram import Histogram, iter_tensor_histogram
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.open import open_checkpoint
+from ckptview.gui.plots import palette_colors, style_plot
 
 HIST_BINS = 64
 # log10 of the update ratio shown by the heat-map: below the floor (0 included) is "did not move".
@@ -24,6 +25,13 @@ _PENS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e37
 def as_array(values: Sequence[float | int | None]) -> np.ndarray:
     """Figures as float64 with NaN where absent (pyqtgraph leaves gaps there)."""
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _style(owner: QWidget, graphics: pg.GraphicsLayoutWidget, *plots: pg.PlotItem) -> None:
+    """The window's palette and plain-number axes, as every plot of the app (gui/plots.py)."""
+    graphics.setBackground(palette_colors(owner)[0])
+    for plot in plots:
+        style_plot(plot, widget=owner)
 
 
 class LinePlots(QWidget):
@@ -38,6 +46,7 @@ class LinePlots(QWidget):
         self.norm_plot = self.graphics.addPlot(row=0, col=0, title="L2 norm")
         self.ratio_plot = self.graphics.addPlot(row=1, col=0, title="update ratio ||w_t - w_(t-1)|| / ||w_(t-1)||")
         self.ratio_plot.setXLink(self.norm_plot)
+        _style(self, self.graphics, self.norm_plot, self.ratio_plot)
         self.legend = self.norm_plot.addLegend(offset=(-10, 10))
         self.series: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         top = QHBoxLayout()
@@ -92,6 +101,7 @@ class UpdateHeatMap(QWidget):
         self.plot.invertY(True)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
+        _style(self, self.graphics, self.plot)
         self.bar = pg.ColorBarItem(values=(HEAT_FLOOR, 0), colorMap=pg.colormap.get("viridis"), interactive=False)
         self.bar.setImageItem(self.image, insert_in=self.plot)
         self.matrix = np.zeros((0, 0))
@@ -165,6 +175,7 @@ class HistogramsOverSteps(QWidget):
         self.plot = self.graphics.addPlot(title="values over the run (log counts)")
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
+        _style(self, self.graphics, self.plot)
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("inferno"), interactive=False)
         self.bar.setImageItem(self.image, insert_in=self.plot)
         self.status = QLabel("Select a tensor to see its values over the run.")
