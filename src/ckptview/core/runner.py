@@ -72,6 +72,10 @@ class RunRequest:
     warmup: int = 2
     compare_path: str | None = None  # "run with another checkpoint": same input, second weights
     trust_compare: bool = False  # the second checkpoint's own consent (--trust-compare)
+    # The findings the user was shown and accepted (the consent dialog); None: those found when the run starts
+    # (--trust). The worker refuses a file that shows anything beyond them.
+    trusted_findings: list[str] | None = None
+    compare_trusted_findings: list[str] | None = None
     strict: bool = False  # missing, unexpected, mismatched or unplaced weights fail the run
     first_values: int = 8
     # The caller's folder (default: the current directory). The worker never runs there and never puts it on
@@ -525,8 +529,11 @@ def run_iter(request: RunRequest, token: _Cancellable | None = None
     payload["op"] = "run"
     payload["source"] = source.kind
     # What the user accepted, file by file; the worker's gate refuses anything beyond it.
-    payload["consent"] = {"main": source.findings if request.trust else None,
-                          "compare": second.findings if second is not None and request.trust_compare else None}
+    main_consent = request.trusted_findings if request.trusted_findings is not None else source.findings
+    second_consent = (request.compare_trusted_findings if request.compare_trusted_findings is not None
+                      else second.findings if second is not None else [])
+    payload["consent"] = {"main": main_consent if request.trust else None,
+                          "compare": second_consent if request.trust_compare else None}
     result = yield from execute(payload, request.timeout, token)
     result["warnings"] = weight_warnings(result.get("load", {}), result.get("device", request.device))
     if "compare" in result:
