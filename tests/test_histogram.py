@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from tests.test_stats import chunked, make, to_numpy
 
 from ckptview.core.histogram import (
     histogram_of_array,
@@ -15,7 +16,6 @@ from ckptview.core.histogram import (
     sample_values,
 )
 from ckptview.core.stats import iter_summary, run_job
-from tests.test_stats import chunked, make, to_numpy
 
 
 def exact(t: torch.Tensor, bins: int = 100, chunk: int = 97, **kw):
