@@ -66,7 +66,7 @@ def test_pt2_pickled_record_is_listed_and_refused(record: str, tmp_path: pathlib
     assert "posix.system" in info["globals"] and "posix.system" in info["unsafe_globals"]
     assert cli.main(["info", path]) == 0
     assert "UNSAFE GLOBALS (referenced, not run): posix.system" in capsys.readouterr().out
-    assert cli.main(["run", path]) == 1
+    assert cli.main(["run", path]) == 2
     err = capsys.readouterr().err
     assert err == ("ckptview: refusing to load this .pt2 program without --trust: torch would unpickle records "
                    "that import and run posix.system\n")
@@ -123,7 +123,7 @@ def test_torchscript_pickled_record_is_refused(record: str, tmp_path: pathlib.Pa
     marker = tmp_path / "ran.marker"
     path = crafted_torchscript(tmp_path, record, str(marker))
     assert load_gate.census(path).unsafe == ["posix.system"]
-    assert cli.main(["run", path, "--input-shape", "2,4"]) == 1
+    assert cli.main(["run", path, "--input-shape", "2,4"]) == 2
     assert "refusing to load this TorchScript archive without --trust" in capsys.readouterr().err
     assert not marker.exists()
 
@@ -162,11 +162,11 @@ def test_compare_needs_its_own_consent(tmp_path: pathlib.Path, clean: dict, caps
     torch.save(Payload(str(marker)), stranger)
     mine = tmp_path / "mine.pt"
     torch.save(Payload(str(tmp_path / "mine.marker")), mine)
-    assert cli.main(["run", str(mine), "--trust", "--compare", str(stranger), "--input-shape", "2,4"]) == 1
+    assert cli.main(["run", str(mine), "--trust", "--compare", str(stranger), "--input-shape", "2,4"]) == 2
     assert capsys.readouterr().err == ("ckptview: refusing to load the second checkpoint without --trust-compare: "
                                        "loading it imports and runs posix.system\n")
     evil_ts = crafted_torchscript(tmp_path, "constants.pkl", str(marker))
-    assert cli.main(["run", clean["ts"], "--trust", "--compare", evil_ts]) == 1
+    assert cli.main(["run", clean["ts"], "--trust", "--compare", evil_ts]) == 2
     assert "--trust-compare" in capsys.readouterr().err
     assert not marker.exists() and not (tmp_path / "mine.marker").exists()
 

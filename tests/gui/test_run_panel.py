@@ -207,6 +207,7 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
     panel = RunPanel(path=path, devices=list_devices())
     qtbot.addWidget(panel)
     assert "posix.system" in panel._source.findings
+    assert panel.source_label.text().endswith("its pickles name code (posix.system): it runs only if you trust it")
     panel.show()
     qtbot.wait(50)
     assert started == [] and panel._inspect is None

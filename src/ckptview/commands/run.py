@@ -14,6 +14,9 @@ from ckptview.core.run_inputs import InputSpecError, parse_input_specs
 from ckptview.core.runner import DEFAULT_TIMEOUT, RunError, RunRequest
 from ckptview.core.text import printable
 
+# A file refused (it names code the user has not trusted, or changed since): exit 2, like a hostile file.
+REFUSED = ("refused", "changed")
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the `run` subcommand."""
@@ -63,12 +66,12 @@ def build_request(args: argparse.Namespace) -> RunRequest:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the job; print JSON or a summary; errors are one line on stderr and exit status 1."""
+    """Run the job; print JSON or a summary; errors are one line on stderr, exit 2 when refused, else 1."""
     try:
         result = runner.run(build_request(args))
     except RunError as exc:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
-        return 1
+        return 2 if exc.kind in REFUSED else 1
     for warning in result.get("warnings", []):
         print(f"ckptview: warning: {printable(warning)}", file=sys.stderr)
     if args.json:

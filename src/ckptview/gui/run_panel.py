@@ -136,6 +136,7 @@ class RunPanel(QWidget):
     def _build(self) -> None:
         self.device_combo = QComboBox()
         self.source_label = QLabel()
+        self.source_label.setTextFormat(Qt.TextFormat.PlainText)  # names come from the file
         self.source_label.setWordWrap(True)
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("package.module:factory  or  path/to/file.py:ClassName")
@@ -269,7 +270,11 @@ class RunPanel(QWidget):
             self._source = None
             self.source_label.setText(str(exc))
             return
-        self.source_label.setText(SOURCE_WORDS[self._source.kind])
+        words = SOURCE_WORDS[self._source.kind]
+        if self._source.findings and self._source.kind != runner.PICKLE:
+            shown = ", ".join(self._source.findings[:4]) + (" …" if len(self._source.findings) > 4 else "")
+            words += f"; its pickles name code ({printable(shown)}): it runs only if you trust it"
+        self.source_label.setText(words)
         needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE)
         self.model_edit.setEnabled(needs_code)
         self.kwargs_edit.setEnabled(needs_code)
