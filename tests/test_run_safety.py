@@ -105,6 +105,26 @@ def test_trust_covers_exactly_the_findings_that_were_shown(tmp_path: pathlib.Pat
     load_gate.check(found, path, consent=["posix.system"])  # what was shown is what is allowed
 
 
+def test_a_file_swapped_after_the_parents_check_is_refused_by_the_worker(tmp_path: pathlib.Path, clean: dict,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent found a clean archive; it is replaced before the worker starts: the worker's own check refuses."""
+    marker = tmp_path / "ran.marker"
+    target = tmp_path / "model.pt"
+    target.write_bytes(pathlib.Path(clean["ts"]).read_bytes())
+    evil = crafted_torchscript(tmp_path, "constants.pkl", str(marker))
+    real_execute = runner.execute
+
+    def swap_then_execute(*args: object, **kwargs: object):
+        os.replace(evil, target)  # after classify_source / check_trust, before the worker reads the file
+        return real_execute(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "execute", swap_then_execute)
+    with pytest.raises(RunError, match="refusing to load model.pt with torch without trust") as err:
+        run(RunRequest(str(target), inputs=parse_input_specs("2,4"), runs=1))
+    assert err.value.kind == "refused"
+    assert not marker.exists()
+
+
 def test_a_trusted_file_is_what_torch_loads(tmp_path: pathlib.Path) -> None:
     """With --trust, the gate hands the file to torch (which then runs its payload): consent is the only way."""
     marker = tmp_path / "ran.marker"

@@ -250,7 +250,8 @@ def private_copy(path: str, folder: str) -> str:
     base = os.path.basename(path) or "file"
     target = os.path.join(folder, f"{len(os.listdir(folder))}-{base}")
     with open(path, "rb") as src, open(target, "xb") as dst:
-        os.fchmod(dst.fileno(), 0o600)
+        if hasattr(os, "fchmod"):  # POSIX; elsewhere the private folder is what keeps it private
+            os.fchmod(dst.fileno(), 0o600)
         shutil.copyfileobj(src, dst, 1 << 20)
     return target
 
