@@ -365,6 +365,8 @@ def _place_module(model: Any, device: str) -> Any:
 # (weights_only, through the gate), so that it loads exactly as model.load_state_dict(torch.load(...)) would:
 # module versions (`_metadata`), quantized tensors, packed parameters and other non-tensor entries included.
 TORCH_LOADABLE = ("torch-zip", "torch-legacy")
+# Above this size the gate's private copy costs more than exactness buys: ckptview's reader maps the values.
+TORCH_LOAD_MAX_BYTES = 2 << 30
 
 
 def load_weights(model: Any, path: str, device: str) -> dict[str, Any]:
@@ -375,7 +377,8 @@ def load_weights(model: Any, path: str, device: str) -> dict[str, Any]:
     checkpoint = open_checkpoint(path)
     try:
         found_under, infos = find_state_dict(checkpoint)
-        if device != "meta" and checkpoint.format in TORCH_LOADABLE and not checkpoint.unsafe_globals:
+        if (device != "meta" and checkpoint.format in TORCH_LOADABLE and not checkpoint.unsafe_globals
+                and os.path.getsize(path) <= TORCH_LOAD_MAX_BYTES):
             state = _torch_state_dict(path, state_dict_node(checkpoint).path)
             if state is not None:
                 return _load_torch_state_dict(model, state, found_under)
