@@ -60,7 +60,8 @@ def rewrite_zip(src: str, dst: str, replace: dict[str, Callable[[bytes], bytes]]
     return dst
 
 
-def _first_entry_pickled(data: bytes) -> bytes:
+def first_entry_pickled(data: bytes) -> bytes:
+    """A .pt2 payload config whose first entry says its record is pickled (`use_pickle`)."""
     config = json.loads(data)
     next(iter(config["config"].values()))["use_pickle"] = True
     return json.dumps(config).encode()
@@ -73,9 +74,9 @@ def crafted_pt2(folder: Path, record: str, marker: str) -> str:
         torch.export.save(torch.export.export(WithConstant().eval(), (torch.randn(2, 4),)), base)
     payload = payload_pickle(marker)
     replace: dict[str, Callable[[bytes], bytes]] = {
-        "weight": {"data/weights/model_weights_config.json": _first_entry_pickled,
+        "weight": {"data/weights/model_weights_config.json": first_entry_pickled,
                    "data/weights/weight_0": lambda _: payload},
-        "constant": {"data/constants/model_constants_config.json": _first_entry_pickled,
+        "constant": {"data/constants/model_constants_config.json": first_entry_pickled,
                      "data/constants/tensor_0": lambda _: payload},
         "sample": {"data/sample_inputs/model.pt": lambda _: payload},
         "opaque": {"data/constants/model_constants_config.json": _opaque_config},

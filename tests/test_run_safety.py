@@ -15,17 +15,25 @@ import pathlib
 import sys
 import textwrap
 import warnings
+import zipfile
 
 import pytest
 import torch
 from torch import nn
 
 from ckptview import cli
-from ckptview.core import load_gate, run_worker, runner
+from ckptview.core import load_gate, open_checkpoint, run_worker, runner
 from ckptview.core.errors import FileChangedError
 from ckptview.core.run_inputs import InputSpec, make_array, parse_input_specs, to_torch
 from ckptview.core.runner import RunError, RunRequest, bounded_lines, execute, inspect_inputs, run
-from tests.crafted import Payload, crafted_pt2, crafted_torchscript, payload_pickle
+from tests.crafted import (
+    Payload,
+    crafted_pt2,
+    crafted_torchscript,
+    first_entry_pickled,
+    payload_pickle,
+    rewrite_zip,
+)
 
 PT2_RECORDS = ("weight", "constant", "sample", "opaque")
 TS_RECORDS = ("data.pkl", "constants.pkl", "traced_inputs.pkl", "*.debug_pkl")
@@ -73,6 +81,26 @@ def test_pt2_pickled_record_is_listed_and_refused(record: str, tmp_path: pathlib
     with pytest.raises(RunError, match="without --trust") as refused:
         inspect_inputs(path)  # the Run tab's input-signature probe
     assert refused.value.kind == "refused"
+    assert not marker.exists()
+
+
+def test_pt2_payload_inside_a_nested_torch_save_or_a_deflated_archive_is_listed(tmp_path: pathlib.Path) -> None:
+    """Variations: the pickled weight is itself a torch.save zip; the whole archive is deflate-compressed."""
+    marker = tmp_path / "ran.marker"
+    evil = crafted_pt2(tmp_path, "sample", str(marker))  # also writes base.pt2
+    nested = io.BytesIO()
+    torch.save({"w": Payload(str(marker))}, nested)
+    path = rewrite_zip(str(tmp_path / "base.pt2"), str(tmp_path / "nested.pt2"),
+                       {"data/weights/model_weights_config.json": first_entry_pickled,
+                        "data/weights/weight_0": lambda _: nested.getvalue()})
+    deflated = str(tmp_path / "deflated.pt2")
+    with zipfile.ZipFile(evil) as zin, zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+    for candidate in (path, deflated):
+        assert load_gate.census(candidate).unsafe == ["posix.system"]
+        assert runner.classify_source(candidate).findings == ["posix.system"]
+    assert "posix.system" in open_checkpoint(path).unsafe_globals
     assert not marker.exists()
 
 
