@@ -14,9 +14,6 @@ from ckptview.core.run_inputs import InputSpecError, parse_input_specs
 from ckptview.core.runner import DEFAULT_TIMEOUT, RunError, RunRequest
 from ckptview.core.text import printable
 
-# A file refused (it names code the user has not trusted, or changed since): exit 2, like a hostile file.
-REFUSED = ("refused", "changed")
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the `run` subcommand."""
@@ -65,6 +62,10 @@ def build_request(args: argparse.Namespace) -> RunRequest:
                       trust_compare=args.trust_compare, strict=args.strict, timeout=args.timeout)
 
 
+# A file refused (it names code the user has not trusted, or changed since): exit 2, like a hostile file.
+REFUSED = ("refused", "changed")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the job; print JSON or a summary; errors are one line on stderr, exit 2 when refused, else 1."""
     try:
@@ -110,7 +111,7 @@ def format_result(result: dict[str, Any]) -> str:
     for d in result.get("compare", {}).get("diff", []):
         lines.append(f"vs {result['compare']['path']}: {d['name']} max |diff| {_g(d.get('max_abs_diff'))}"
                      f"{' (identical)' if d.get('equal') else ''}")
-    return "\n".join(printable(line) for line in lines)
+    return "\n".join(map(printable, lines))  # names and reasons come from the file
 
 
 def _g(value: Any) -> str:
