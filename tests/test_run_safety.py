@@ -299,6 +299,29 @@ def test_module_spec_and_trusted_classes_come_from_the_callers_folder_by_name_on
         del sys.meta_path[finder_count:]
 
 
+def test_module_spec_from_the_callers_folder_imports_its_siblings_only_while_it_loads(
+        tmp_path: pathlib.Path) -> None:
+    """`--model pkgmodel:make` with `import siblinghelper` inside works; json.py beside it is never used."""
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    marker = tmp_path / "imported.marker"
+    _plant_shadows(caller, marker)
+    (caller / "pkgmodel.py").write_text("import json\nimport siblinghelper\nfrom torch import nn\n"
+                                       "def make():\n    return nn.Linear(siblinghelper.WIDTH, 3)\n")
+    (caller / "siblinghelper.py").write_text("WIDTH = 5\n")
+    count = len(sys.meta_path)
+    try:
+        run_worker.allow_caller_imports({"cwd": str(caller), "model": "pkgmodel:make"})
+        model = run_worker.build_user_model("pkgmodel:make", {}, str(caller))
+        assert model.in_features == 5
+        assert len(sys.meta_path) == count + 1  # the open fallback is gone once the module is imported
+    finally:
+        del sys.meta_path[count:]
+        for name in ("pkgmodel", "siblinghelper"):
+            sys.modules.pop(name, None)
+    assert not marker.exists()
+
+
 # ------------------------------------------------------------------------------------------ bounded output
 
 

@@ -211,7 +211,8 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, dict[str, Any]]:
         return model, _module_report(model, device)
     if source == "state_dict":
         job.enter("model code")
-        model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {})
+        model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {},
+                                 job.request.get("cwd"))
         job.enter("loading")
         model = _place_module(model, device)
         report = load_weights(model, path, device)
@@ -320,8 +321,12 @@ def allow_caller_imports(req: dict[str, Any]) -> None:
         sys.meta_path.append(_FolderFinder(folder, names))
 
 
-def build_user_model(spec: str, kwargs: dict[str, Any]) -> Any:
-    """Import `package.module:factory` or `path/file.py:Name` and call it with `kwargs`."""
+def build_user_model(spec: str, kwargs: dict[str, Any], caller_dir: str | None = None) -> Any:
+    """Import `package.module:factory` or `path/file.py:Name` and call it with `kwargs`.
+
+    While the user's module is imported, its folder (the file's, or for a module spec the caller's
+    folder when the module is found there) answers the imports nothing installed answers.
+    """
     import torch
 
     target, sep, attr = spec.rpartition(":")
@@ -341,7 +346,11 @@ def build_user_model(spec: str, kwargs: dict[str, Any]) -> Any:
         with _fallback_folder(os.path.dirname(os.path.abspath(target)), None):
             module_spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(target)
+        found = importlib.util.find_spec(target.split(".")[0])
+        origin = getattr(found, "origin", None) or ""
+        here = caller_dir and os.path.abspath(origin).startswith(os.path.join(os.path.abspath(caller_dir), ""))
+        with _fallback_folder(caller_dir, None) if here and caller_dir else contextlib.nullcontext():
+            module = importlib.import_module(target)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
