@@ -413,7 +413,9 @@ def test_dynamic_quantized_state_dict_runs_as_load_state_dict_would(tmp_path: pa
         saved = quant.qmlp()
         torch.save(saved.state_dict(), tmp_path / "q.pt")
         reference = quant.qmlp()
-        reference.load_state_dict(torch.load(tmp_path / "q.pt", weights_only=True))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's own TypedStorage deprecation
+            reference.load_state_dict(torch.load(tmp_path / "q.pt", weights_only=True))
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("quant", None)
