@@ -212,15 +212,37 @@ def test_pt2_on_meta(files: dict) -> None:
     assert result["load"]["tensor_bytes"] == 4 * (256 * 20 + 256 + 2560 + 10)
 
 
-def test_missing_unexpected_and_mismatched_keys(files: dict) -> None:
-    result = run(RunRequest(files["sd.pt"], model=f"{MODULE}:Other", model_kwargs={"width": 128},
-                            inputs=parse_input_specs("2,20"), runs=1, cwd=files["folder"]))
-    load = result["load"]
+def test_no_weights_loaded_fails_loudly_with_the_load_report(files: dict) -> None:
+    """Wrong model class: nothing fits, so the run fails (kind 'weights') and still reports every key."""
+    with pytest.raises(RunError, match=r"^no weights loaded: none of the checkpoint's 4 tensors fit") as err:
+        run(RunRequest(files["sd.pt"], model=f"{MODULE}:Other", model_kwargs={"width": 128},
+                       inputs=parse_input_specs("2,20"), runs=1, cwd=files["folder"]))
+    assert err.value.kind == "weights"
+    assert "2 missing keys" in str(err.value) and "2 unexpected keys" in str(err.value)
+    load = err.value.result["load"]
     assert sorted(load["missing"]) == ["head.bias", "head.weight"]
     assert sorted(load["unexpected"]) == ["output.bias", "output.weight"]
     assert sorted(load["mismatched"]) == ["hidden.bias", "hidden.weight"]
     assert load["mismatched_shapes"]["hidden.weight"] == {"checkpoint": [256, 20], "model": [128, 20]}
-    assert result["outputs"][0]["shape"] == [2, 10]
+    assert load["tensors"] == 0
+
+
+def test_partial_load_warns_with_counts_and_names_and_strict_fails(files: dict, capsys: pytest.CaptureFixture,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half the keys fit: the run succeeds with a warning per kind; --strict turns it into an error."""
+    args = ["run", files["sd.pt"], "--model", f"{MODULE}:Other", "--input-shape", "2,20", "--runs", "1"]
+    monkeypatch.chdir(files["folder"])  # `ckv_test_models` is found in the caller's folder, by that name only
+    status = cli.main(args)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert ("ckptview: warning: 2 missing keys (in the model, not in the checkpoint; left at their initial "
+            "values): head.weight, head.bias") in captured.err
+    assert "ckptview: warning: 2 unexpected keys (in the checkpoint, not in the model; not loaded): " \
+           "output.weight, output.bias" in captured.err
+    assert "2 tensors" in captured.out
+    assert cli.main([*args, "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ckptview: --strict: 2 missing keys") and err.count("\n") == 1
 
 
 def test_full_pickle_refused_without_trust_and_run_with_trust(files: dict) -> None:

@@ -28,6 +28,15 @@ CODE = textwrap.dedent('''
         def forward(self, x):
             return self.output(self.act(self.hidden(x)))
 
+    class Wrong(nn.Module):
+        """Another architecture: none of the checkpoint's keys fit."""
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(20, 10)
+
+        def forward(self, x):
+            return self.body(x)
+
     class Marked(MLP):
         def __setstate__(self, state):
             open(os.path.join(os.path.dirname(__file__), "ran.marker"), "w").close()
@@ -103,10 +112,10 @@ def test_device_choice_to_result(qtbot, mlp_files) -> None:
 def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> None:
     from ckptview.gui.run_panel import RunPanel
 
-    asked: list[list[str]] = []
+    asked: list[list[tuple[str, list[str]]]] = []
 
-    def refuse(path: str, names: list[str]) -> bool:
-        asked.append(names)
+    def refuse(items: list[tuple[str, list[str]]]) -> bool:
+        asked.append(items)
         return False
 
     panel = RunPanel(path=mlp_files["full"], devices=list_devices(), confirm_trust=refuse)
@@ -116,7 +125,8 @@ def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> 
     with qtbot.waitSignal(panel.runFailed) as blocker:
         assert panel.start_run() is False
     assert blocker.args[0] == "not run: the file was not trusted"
-    assert f"{MODULE}.Marked" in asked[0]
+    ((path, names),) = asked[0]
+    assert path == mlp_files["full"] and f"{MODULE}.Marked" in names
     assert not panel.is_running()
     assert not os.path.exists(mlp_files["dir"] / "ran.marker")
 
@@ -140,3 +150,84 @@ def test_registered_as_a_panel() -> None:
     from ckptview.gui.panels import panels
 
     assert any(p.title == "Run" for p in panels())
+
+
+def test_compare_needs_its_own_consent_naming_both_files(qtbot, mlp_files, tmp_path) -> None:
+    """A trusted main file does not launder the second one: the dialog names both files and their imports."""
+    from ckptview.gui.run_panel import RunPanel, consent_text
+
+    stranger = tmp_path / "stranger.pth"
+    torch.save(_Payload(str(tmp_path / "stranger.marker")), stranger)
+    asked: list[list[tuple[str, list[str]]]] = []
+    panel = RunPanel(path=mlp_files["full"], devices=list_devices(),
+                     confirm_trust=lambda items: asked.append(items) or False)
+    qtbot.addWidget(panel)
+    main_findings = panel._source.findings
+    assert f"{MODULE}.Marked" in main_findings
+    panel.trusted[mlp_files["full"]] = main_findings  # the main file was trusted before
+    panel.input_edit.setText("2,20")
+    panel.compare_edit.setText(str(stranger))
+    with qtbot.waitSignal(panel.runFailed) as blocker:
+        assert panel.start_run() is False
+    assert blocker.args[0] == "not run: the file was not trusted"
+    ((path, names),) = asked[0]  # only the file not yet trusted is asked about
+    assert path == str(stranger) and names == ["posix.system"]
+    panel.trusted.clear()
+    asked.clear()
+    assert panel.start_run() is False
+    assert [p for p, _ in asked[0]] == [mlp_files["full"], str(stranger)]
+    text = consent_text(asked[0])
+    assert mlp_files["full"] in text and str(stranger) in text and "posix.system" in text
+    assert f"{MODULE}.Marked" in text and "these files" in text
+    assert not panel.is_running()
+    assert not os.path.exists(tmp_path / "stranger.marker")
+
+
+class _Payload:
+    """Unpickling it runs os.system (a marker file): what a hostile checkpoint does."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch) -> None:
+    """Showing the Run tab of a .pt2 whose sample inputs hold a payload starts no worker and runs nothing."""
+    from tests.crafted import crafted_pt2
+
+    from ckptview.core import runner
+    from ckptview.gui.run_panel import RunPanel
+
+    marker = tmp_path / "probe.marker"
+    path = crafted_pt2(tmp_path, "sample", str(marker))
+    started: list[object] = []
+    monkeypatch.setattr(runner, "execute", lambda *a, **k: started.append(a) or iter(()))
+    panel = RunPanel(path=path, devices=list_devices())
+    qtbot.addWidget(panel)
+    assert "posix.system" in panel._source.findings
+    assert panel.source_label.text().endswith("its pickles name code (posix.system): it runs only if you trust it")
+    panel.show()
+    qtbot.wait(50)
+    assert started == [] and panel._inspect is None
+    assert panel.input_edit.text() == ""
+    assert not marker.exists()
+
+
+def test_no_weights_loaded_is_an_error_state(qtbot, mlp_files) -> None:
+    """The wrong model class loads nothing: the panel shows a red error naming the keys, not 'done'."""
+    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+
+    panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
+    qtbot.addWidget(panel)
+    panel.input_edit.setText("2,20")
+    panel.model_edit.setText(f"{mlp_files['code']}:Wrong")
+    panel.runs_spin.setValue(1)
+    with qtbot.waitSignal(panel.runFailed, timeout=60_000) as blocker:
+        assert panel.start_run()
+    assert blocker.args[0].startswith("no weights loaded: none of the checkpoint's 4 tensors fit the model")
+    assert "2 missing keys" in blocker.args[0] and "body.weight" in blocker.args[0]
+    assert "color:#b00020" in panel.status_label.text() and "done" not in panel.status_label.text()
+    assert panel.result is None and panel.table.rowCount() == 0
+    assert wait_for_run_jobs(10_000)

@@ -29,7 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="SPEC", help="model code: package.module:factory or path/file.py:Class")
     p.add_argument("--model-kwargs", metavar="JSON", default="{}", help="keyword arguments for the factory")
     p.add_argument("--trust", action="store_true",
-                   help="allow unpickling a full-model file (runs the code it names)")
+                   help="allow torch to load PATH though its pickles name code (a full-model pickle, or an "
+                        "archive with unsafe records): runs the code it names")
+    p.add_argument("--trust-compare", action="store_true",
+                   help="the same consent for the --compare file (never implied by --trust)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail when any weight is missing, unexpected, mismatched or not placed")
     p.add_argument("--runs", type=int, default=10, help="timed runs after warm-up (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     p.add_argument("--compare", metavar="PATH", help="run the same input through a second checkpoint")
@@ -53,16 +58,23 @@ def build_request(args: argparse.Namespace) -> RunRequest:
         raise RunError("--runs must be >= 1, --warmup >= 0 and --timeout > 0", kind="input")
     return RunRequest(path=args.path, device=parse_device(args.device), model=args.model, model_kwargs=kwargs,
                       trust=args.trust, inputs=inputs, input_file=args.input_file, seed=args.seed,
-                      runs=args.runs, warmup=args.warmup, compare_path=args.compare, timeout=args.timeout)
+                      runs=args.runs, warmup=args.warmup, compare_path=args.compare,
+                      trust_compare=args.trust_compare, strict=args.strict, timeout=args.timeout)
+
+
+# A file refused (it names code the user has not trusted, or changed since): exit 2, like a hostile file.
+REFUSED = ("refused", "changed")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the job; print JSON or a summary; errors are one line on stderr and exit status 1."""
+    """Run the job; print JSON or a summary; errors are one line on stderr, exit 2 when refused, else 1."""
     try:
         result = runner.run(build_request(args))
     except RunError as exc:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
-        return 1
+        return 2 if exc.kind in REFUSED else 1
+    for warning in result.get("warnings", []):
+        print(f"ckptview: warning: {printable(warning)}", file=sys.stderr)
     if args.json:
         print(json.dumps(_finite(result), indent=2))
     else:
@@ -77,7 +89,8 @@ def format_result(result: dict[str, Any]) -> str:
              f"{load.get('tensors', 0)} tensors, {load.get('bytes_moved', 0)} bytes"]
     for key in ("missing", "unexpected", "mismatched"):
         if load.get(key):
-            lines.append(f"  {key}: {', '.join(load[key][:10])}" + (" ..." if len(load[key]) > 10 else ""))
+            lines.append(f"  {key} ({len(load[key])}): {', '.join(load[key][:10])}"
+                         + (" ..." if len(load[key]) > 10 else ""))
     if load.get("stripped_prefixes"):
         lines.append(f"  stripped prefixes: {' '.join(load['stripped_prefixes'])}")
     for item in load.get("unplaced", []):

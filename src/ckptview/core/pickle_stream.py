@@ -29,8 +29,11 @@ def inert_persistent_id(pid: Any) -> StubObject:
 class PickleStream:
     """The pickles of one buffer in order, with the union of every global they reference."""
 
-    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:
+    def __init__(self, data: bytes | memoryview, pos: int = 0, emulate: bool = True) -> None:
         self.data = memoryview(data)
+        # emulate=False: every global stays an inert stub, torch's rebuild functions too (a census of
+        # globals needs no tensors, and a persistent id it does not resolve cannot rebuild one).
+        self.emulators = EMULATORS if emulate else None
         self.pos = pos
         self.count = 0  # whole pickles read
         self._globals: dict[str, None] = {}
@@ -52,8 +55,8 @@ class PickleStream:
 
     def read(self, what: str, persistent_load: Callable[[Any], Any] | None = None) -> Any:
         """The next pickle's inert object; a failure is raised with the unsafe globals it already named."""
-        vm = SafeUnpickler(self.data, pos=self.pos, emulators=EMULATORS, persistent_load=persistent_load,
-                           resolve_global=resolve_constant, what=what)
+        vm = SafeUnpickler(self.data, pos=self.pos, emulators=self.emulators, persistent_load=persistent_load,
+                           resolve_global=resolve_constant if self.emulators else None, what=what)
         vm.copied = self._copied
         try:
             obj = vm.load()

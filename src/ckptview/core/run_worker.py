@@ -8,7 +8,10 @@ the only place where a full-model pickle is unpickled (after the user's explicit
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import math
@@ -17,7 +20,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ckptview.core import run_inputs
@@ -50,6 +53,15 @@ class Job:
 
 # ---------------------------------------------------------------------------------------------------
 # Entry point
+
+
+def entry() -> None:
+    """The worker process's entry point (see runner.worker_command): run `main`, then leave at once."""
+    status = main()
+    sys.stderr.flush()
+    # Skip interpreter teardown: threads left running by model code or a slow device shutdown must not
+    # keep the process alive after the result is written.
+    os._exit(status)
 
 
 def main() -> int:
@@ -108,7 +120,7 @@ def handle(job: Job) -> dict[str, Any]:
         return {"devices": [d.to_json() for d in list_devices()]}
     if op == "inspect":
         job.enter("loading")
-        model = _load_graph_model(job.request["source"], job.request["path"], "cpu")
+        model = load_graph(job, job.request["source"], job.request["path"], "cpu", "main")
         specs = graph_inputs(model, job.request["source"])
         return {"inputs": None if specs is None else [s.to_json() for s in specs]}
     if op == "run":
@@ -127,8 +139,7 @@ def run_job(job: Job) -> dict[str, Any]:
     req = job.request
     started = time.perf_counter()
     device = _check_device(req.get("device", "cpu"))
-    if req.get("cwd"):
-        sys.path.insert(0, req["cwd"])
+    allow_caller_imports(req)
     _reset_peak(device)
     job.enter("loading")
     t0 = time.perf_counter()
@@ -191,16 +202,17 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, dict[str, Any]]:
     """The model on `device` and the load report, by source kind."""
     source = job.request.get("source")
     if source in ("torchscript", "export"):
-        model = _load_graph_model(source, path, device)
+        model = load_graph(job, source, path, device, "main")
         return model, _module_report(model, device)
     if source == "pickle":
         if not job.request.get("trust"):
             raise WorkerError("refusing to unpickle a full model without trust", kind="refused")
-        model = _load_trusted_pickle(path, device)
+        model = _load_trusted_pickle(job, path, device, "main")
         return model, _module_report(model, device)
     if source == "state_dict":
         job.enter("model code")
-        model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {})
+        model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {},
+                                 job.request.get("cwd"))
         job.enter("loading")
         model = _place_module(model, device)
         report = load_weights(model, path, device)
@@ -208,21 +220,40 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, dict[str, Any]]:
     raise WorkerError(f"unknown model source '{source}'", kind="protocol")
 
 
-def _load_graph_model(source: str, path: str, device: str) -> Any:
-    import torch
+def _consent(job: Job, role: str) -> list[str] | None:
+    """The findings the user accepted for the main or the second file; None: not trusted."""
+    consent = job.request.get("consent") or {}
+    value = consent.get(role) if isinstance(consent, dict) else None
+    return [str(v) for v in value] if isinstance(value, list) else None
 
+
+def torch_load(job: Job | None, path: str, how: str, device: str, role: str) -> Any:
+    """Every torch load of the worker goes through the load gate (private copy, census, consent)."""
+    from ckptview.core.errors import CheckpointError
+    from ckptview.core.load_gate import LoadRefused, load_with_torch
+
+    consent = _consent(job, role) if job is not None else None
+    try:
+        return load_with_torch(path, how, device=device, consent=consent, folder=os.path.join(os.getcwd(), "gate"))
+    except LoadRefused as exc:
+        raise WorkerError(str(exc), kind="refused") from None
+    except CheckpointError as exc:  # FileChangedError: not what the user trusted
+        raise WorkerError(str(exc), kind="changed") from None
+
+
+def load_graph(job: Job | None, source: str, path: str, device: str, role: str) -> Any:
+    """A TorchScript module or an exported program's module on `device`, loaded through the gate."""
     if source == "torchscript":
-        model = torch.jit.load(path, map_location=device, _restore_shapes=True)
-        return model.eval()
-    program = torch.export.load(path)
+        return torch_load(job, path, "torchscript", device, role).eval()
+    program = torch_load(job, path, "export", device, role)
     # An exported program's module refuses .eval(): its graph was captured in the mode it was exported in.
-    return program.module().to(device)
+    module = program.module().to(device)
+    module._ckptview_program = program  # sample inputs and range constraints, for the inputs
+    return module
 
 
-def _load_trusted_pickle(path: str, device: str) -> Any:
-    import torch
-
-    obj = torch.load(path, map_location=device, weights_only=False)  # the user said --trust
+def _load_trusted_pickle(job: Job, path: str, device: str, role: str) -> Any:
+    obj = torch_load(job, path, "pickle", device, role)  # the user trusted exactly these findings
     model = _find_module(obj)
     if model is None:
         raise WorkerError(f"the file holds a {type(obj).__name__}, not an nn.Module", kind="input")
@@ -242,8 +273,60 @@ def _find_module(obj: Any, depth: int = 0) -> Any:
     return None
 
 
-def build_user_model(spec: str, kwargs: dict[str, Any]) -> Any:
-    """Import `package.module:factory` or `path/file.py:Name` and call it with `kwargs`."""
+class _FolderFinder(importlib.abc.MetaPathFinder):
+    """Last on sys.meta_path: finds top-level modules in one folder, only `names` (None: any), only when
+    nothing installed has them."""
+
+    def __init__(self, folder: str, names: set[str] | None) -> None:
+        self.folder = folder
+        self.names = names
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if path is not None or (self.names is not None and fullname not in self.names):
+            return None  # submodules are found through their package's own __path__
+        return importlib.machinery.PathFinder.find_spec(fullname, [self.folder])
+
+
+@contextlib.contextmanager
+def _fallback_folder(folder: str, names: set[str] | None) -> Iterator[None]:
+    finder = _FolderFinder(folder, names)
+    sys.meta_path.append(finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def allow_caller_imports(req: dict[str, Any]) -> None:
+    """Let the caller's folder answer only the top-level modules the user named, after the installed ones.
+
+    Those are the module of a `package.module:factory` spec and, for a trusted full pickle (main or
+    second file), the modules of the classes it names. The folder is never put on sys.path.
+    """
+    folder = req.get("cwd")
+    if not folder or not os.path.isdir(folder):
+        return
+    names: set[str] = set()
+    spec = req.get("model") or ""
+    target = spec.rpartition(":")[0]
+    if target and not target.endswith(".py"):
+        names.add(target.split(".")[0])
+    consent = req.get("consent") or {}
+    for role in ("main", "compare"):
+        for finding in (consent.get(role) or []) if isinstance(consent, dict) else []:
+            if isinstance(finding, str) and not finding.startswith("unreadable pickle "):
+                names.add(finding.split(".")[0])
+    names -= set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
+    if names:
+        sys.meta_path.append(_FolderFinder(folder, names))
+
+
+def build_user_model(spec: str, kwargs: dict[str, Any], caller_dir: str | None = None) -> Any:
+    """Import `package.module:factory` or `path/file.py:Name` and call it with `kwargs`.
+
+    While the user's module is imported, its folder (the file's, or for a module spec the caller's
+    folder when the module is found there) answers the imports nothing installed answers.
+    """
     import torch
 
     target, sep, attr = spec.rpartition(":")
@@ -253,16 +336,21 @@ def build_user_model(spec: str, kwargs: dict[str, Any]) -> Any:
     if target.endswith(".py"):
         if not os.path.isfile(target):
             raise WorkerError(f"model file not found: {target}", kind="input")
-        folder = os.path.dirname(os.path.abspath(target))
-        sys.path.insert(0, folder)  # so the file's own sibling imports work
         name = "ckptview_user_model_" + os.path.splitext(os.path.basename(target))[0]
         module_spec = importlib.util.spec_from_file_location(name, target)
         assert module_spec is not None and module_spec.loader is not None
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
-        module_spec.loader.exec_module(module)
+        # While the file runs, its own folder answers the imports nothing installed answers (its sibling
+        # modules); a json.py or torch.py beside it never shadows the real one, and the folder is gone after.
+        with _fallback_folder(os.path.dirname(os.path.abspath(target)), None):
+            module_spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(target)
+        found = importlib.util.find_spec(target.split(".")[0])
+        origin = getattr(found, "origin", None) or ""
+        here = caller_dir and os.path.abspath(origin).startswith(os.path.join(os.path.abspath(caller_dir), ""))
+        with _fallback_folder(caller_dir, None) if here and caller_dir else contextlib.nullcontext():
+            module = importlib.import_module(target)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -282,14 +370,27 @@ def _place_module(model: Any, device: str) -> Any:
         raise WorkerError(f"cannot move the model to {device}: {_one_line(exc)}", kind="device") from None
 
 
+# Formats torch.load reads: a state dict in one of them whose pickles are all safe is loaded by torch
+# (weights_only, through the gate), so that it loads exactly as model.load_state_dict(torch.load(...)) would:
+# module versions (`_metadata`), quantized tensors, packed parameters and other non-tensor entries included.
+TORCH_LOADABLE = ("torch-zip", "torch-legacy")
+# Above this size the gate's private copy costs more than exactness buys: ckptview's reader maps the values.
+TORCH_LOAD_MAX_BYTES = 2 << 30
+
+
 def load_weights(model: Any, path: str, device: str) -> dict[str, Any]:
-    """Read the state dict with ckptview's safe reader, place it on `device` and load it non-strictly."""
+    """Load the checkpoint's state dict into `model` non-strictly: by torch when checked safe, else by ckptview."""
     from ckptview.core import open_checkpoint
-    from ckptview.core.runner import find_state_dict, strip_prefixes
+    from ckptview.core.runner import find_state_dict, state_dict_node, strip_prefixes
 
     checkpoint = open_checkpoint(path)
     try:
         found_under, infos = find_state_dict(checkpoint)
+        if (device != "meta" and checkpoint.format in TORCH_LOADABLE and not checkpoint.unsafe_globals
+                and os.path.getsize(path) <= TORCH_LOAD_MAX_BYTES):
+            state = _torch_state_dict(path, state_dict_node(checkpoint).path)
+            if state is not None:
+                return _load_torch_state_dict(model, state, found_under)
         model_state = model.state_dict()
         mapping, stripped = strip_prefixes(infos, model_state)
         missing = [k for k in model_state if k not in set(mapping.values())]
@@ -317,9 +418,80 @@ def load_weights(model: Any, path: str, device: str) -> dict[str, Any]:
             model.load_state_dict(to_load, strict=False)
         return {"missing": missing, "unexpected": unexpected, "mismatched": mismatched,
                 "mismatched_shapes": shapes, "stripped_prefixes": stripped, "state_dict_key": found_under,
-                "tensors": len(to_load), "bytes_moved": bytes_moved, "unplaced": unplaced}
+                "tensors": len(to_load), "bytes_moved": bytes_moved, "unplaced": unplaced,
+                "loader": "ckptview reader"}
     finally:
         checkpoint.close()
+
+
+def _torch_state_dict(path: str, base: tuple[Any, ...]) -> Any:
+    """The state dict as torch.load(weights_only=True) returns it (through the gate), or None to read it safely."""
+    try:
+        obj = torch_load(None, path, "weights", "cpu", "main")
+    except WorkerError:
+        return None  # the gate found something: the safe reader path runs nothing
+    except Exception:  # noqa: BLE001 - weights_only refused a construct the safe reader handles
+        return None
+    for key in base:
+        if not isinstance(obj, Mapping) or key not in obj:
+            return None
+        obj = obj[key]
+    if not isinstance(obj, Mapping) or not all(isinstance(k, str) for k in obj):
+        return None
+    return obj
+
+
+def _load_torch_state_dict(model: Any, state: Mapping[str, Any], found_under: str) -> dict[str, Any]:
+    """load_state_dict(strict=False) of a torch-loaded state dict, keeping its module versions; the report."""
+    from collections import OrderedDict
+
+    import torch
+
+    from ckptview.core.runner import strip_prefixes
+
+    model_state = model.state_dict()
+    mapping, stripped = strip_prefixes(list(state), model_state)
+    loaded_keys = set(mapping.values())
+    missing = [k for k in model_state if k not in loaded_keys]
+    unexpected: list[str] = []
+    mismatched: list[str] = []
+    shapes: dict[str, Any] = {}
+    to_load: OrderedDict[str, Any] = OrderedDict()
+    for ckpt_key, key in mapping.items():
+        value, want = state[ckpt_key], model_state.get(key)
+        if key not in model_state:
+            unexpected.append(ckpt_key)
+            continue
+        if isinstance(value, torch.Tensor) and isinstance(want, torch.Tensor) and value.shape != want.shape:
+            mismatched.append(key)
+            shapes[key] = {"checkpoint": list(value.shape), "model": list(want.shape)}
+            continue
+        to_load[key] = value
+    metadata = getattr(state, "_metadata", None)
+    if isinstance(metadata, Mapping):
+        to_load._metadata = OrderedDict((_strip(k, stripped), v) for k, v in metadata.items())  # type: ignore[attr-defined]
+    model.load_state_dict(to_load, strict=False)
+    tensors = [t for v in to_load.values() for t in _tensors_in(v)]
+    return {"missing": missing, "unexpected": unexpected, "mismatched": mismatched, "mismatched_shapes": shapes,
+            "stripped_prefixes": stripped, "state_dict_key": found_under, "tensors": len(tensors),
+            "bytes_moved": sum(t.numel() * t.element_size() for t in tensors), "unplaced": [],
+            "loader": "torch.load(weights_only=True) after the safe check"}
+
+
+def _strip(key: str, prefixes: list[str]) -> str:
+    for prefix in prefixes:
+        key = key.removeprefix(prefix)
+    return key
+
+
+def _tensors_in(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
 
 
 def place_tensor(info: Any, device: str) -> tuple[Any, str]:
@@ -417,13 +589,20 @@ def graph_inputs(model: Any, source: str) -> list[InputSpec] | None:
     """Input specs declared by a TorchScript (traced shapes) or exported graph; None when unknown."""
     specs: list[InputSpec] = []
     if source == "export":
-        graph = model.graph
-        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        program = getattr(model, "_ckptview_program", None)
+        placeholders = [n for n in model.graph.nodes if n.op == "placeholder"]
+        samples = _sample_tensors(program)
+        if samples is not None and len(samples) == len(placeholders):
+            # The inputs it was exported with satisfy its range constraints by construction.
+            return [InputSpec(shape=tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."),
+                              fill=_default_fill(str(t.dtype)), name=n.name)
+                    for n, t in zip(placeholders, samples, strict=True)] or None
+        ranges = getattr(program, "range_constraints", None) or {}
         for node in placeholders:
             val = node.meta.get("val")
             if val is None or not hasattr(val, "shape"):
                 continue
-            shape = tuple(int(s) if str(s).isdigit() else 1 for s in val.shape)
+            shape = tuple(_concrete_size(s, ranges) for s in val.shape)
             specs.append(InputSpec(shape=shape, dtype=str(val.dtype).removeprefix("torch."),
                                    fill=_default_fill(str(val.dtype)), name=node.name))
         return specs or None
@@ -438,6 +617,44 @@ def graph_inputs(model: Any, source: str) -> list[InputSpec] | None:
                                    name=value.debugName().split(".")[0]))
         return specs or None
     return None
+
+
+def _sample_tensors(program: Any) -> list[Any] | None:
+    """The positional tensors an exported program keeps as its sample inputs, when that is all they are."""
+    import torch
+
+    example = getattr(program, "example_inputs", None)
+    if not isinstance(example, tuple) or len(example) != 2:
+        return None
+    args, kwargs = example
+    if kwargs or not isinstance(args, (tuple, list)) or not all(isinstance(a, torch.Tensor) for a in args):
+        return None
+    return list(args)
+
+
+PREFERRED_DYNAMIC_SIZE = 2
+
+
+def _concrete_size(size: Any, ranges: Mapping[Any, Any]) -> int:
+    """A static size as is; a dynamic one as 2 clamped into the program's range constraint for it."""
+    try:
+        return int(size)
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    bounds = ranges.get(expr) if expr is not None else None
+    low = _finite_int(getattr(bounds, "lower", None), 0)
+    high = _finite_int(getattr(bounds, "upper", None), None)
+    value = max(PREFERRED_DYNAMIC_SIZE, low)
+    return min(value, high) if high is not None else value
+
+
+def _finite_int(value: Any, default: int | None) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return default
+    return number if abs(number) < 2**62 else default
 
 
 def _default_fill(dtype: str) -> str:
@@ -539,12 +756,15 @@ def flatten_outputs(output: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return items
 
 
+MAX_OUTPUTS = 1000  # outputs described in the result (a model may return a million tensors)
+
+
 def describe_outputs(output: Any, first_n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Tensor outputs with shape/dtype/device/stats/first values; other leaves with their repr."""
     import torch
 
     tensors, others = [], []
-    for name, leaf in flatten_outputs(output):
+    for name, leaf in flatten_outputs(output)[:MAX_OUTPUTS]:
         if isinstance(leaf, torch.Tensor):
             tensors.append({"name": name, "shape": list(leaf.shape), "dtype": str(leaf.dtype).removeprefix("torch."),
                             "device": str(leaf.device), "stats": tensor_stats(leaf),
@@ -611,15 +831,17 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
         second = model
         load = load_weights(second, path, device)
     elif source in ("torchscript", "export"):
-        from ckptview.core.runner import sniff_archive
+        from ckptview.core import open_checkpoint
 
-        kind = sniff_archive(path)
+        checkpoint = open_checkpoint(path)
+        kind = {"torchscript": "torchscript", "torch-export": "export"}.get(checkpoint.format)
+        checkpoint.close()
         if kind is None:
             raise WorkerError("the second checkpoint is not a TorchScript or .pt2 archive", kind="input")
-        second = _load_graph_model(kind, path, device)
+        second = load_graph(job, kind, path, device, "compare")
         load = _module_report(second, device)
     else:
-        second = _load_trusted_pickle(path, device)
+        second = _load_trusted_pickle(job, path, device, "compare")
         load = _module_report(second, device)
     before = {name: t.detach().clone() for name, t in flatten_outputs(output) if isinstance(t, torch.Tensor)}
     other = second(*inputs)
@@ -645,8 +867,4 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
 
 
 if __name__ == "__main__":
-    status = main()
-    sys.stderr.flush()
-    # Skip interpreter teardown: threads left running by model code or a slow device shutdown must not
-    # keep the process alive after the result is written.
-    os._exit(status)
+    entry()

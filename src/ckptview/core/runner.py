@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import zipfile
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -70,14 +71,24 @@ class RunRequest:
     runs: int = 10
     warmup: int = 2
     compare_path: str | None = None  # "run with another checkpoint": same input, second weights
+    trust_compare: bool = False  # the second checkpoint's own consent (--trust-compare)
+    # The findings the user was shown and accepted (the consent dialog); None: those found when the run starts
+    # (--trust). The worker refuses a file that shows anything beyond them.
+    trusted_findings: list[str] | None = None
+    compare_trusted_findings: list[str] | None = None
+    strict: bool = False  # missing, unexpected, mismatched or unplaced weights fail the run
     first_values: int = 8
-    cwd: str | None = None  # where the worker runs (module specs and pickled classes import from there)
+    # The caller's folder (default: the current directory). The worker never runs there and never puts it on
+    # sys.path: only the top-level module a `package.module:factory` spec names, and the modules whose classes
+    # a trusted pickle names, are looked up here, after the installed packages.
+    cwd: str | None = None
     timeout: float = DEFAULT_TIMEOUT
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON-able data."""
         data = asdict(self)
         data["inputs"] = None if self.inputs is None else [s.to_json() for s in self.inputs]
+        data["cwd"] = self.cwd or os.getcwd()
         for key in ("path", "input_file", "compare_path", "cwd"):
             if data[key]:
                 data[key] = os.path.abspath(data[key])
@@ -92,76 +103,113 @@ class RunRequest:
 
 @dataclass
 class SourceInfo:
-    """What kind of model a file holds and what trusting it would import."""
+    """What kind of model a file holds, what trusting it would import, and what consent must cover."""
 
     kind: str
     unsafe_globals: list[str] = field(default_factory=list)
     format: str = ""
+    # What torch would run from the file if the worker loaded it with torch (load_gate census findings):
+    # unsafe globals and pickles the safe reader could not read. Empty: no consent needed.
+    findings: list[str] = field(default_factory=list)
 
 
-def sniff_archive(path: str) -> str | None:
-    """TORCHSCRIPT or EXPORT when `path` is a zip carrying a graph, else None (reads the zip directory)."""
-    if not zipfile.is_zipfile(path):
-        return None
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, OSError):
-        return None
-    tails = {name.split("/", 1)[-1] for name in names}
-    if "archive_format" in tails or "serialized_exported_program.json" in tails or any(
-            t.startswith("models/") and t.endswith(".json") for t in tails):
-        return EXPORT
-    if "constants.pkl" in tails and any(t.startswith("code/") for t in tails):
-        return TORCHSCRIPT
-    return None
+GRAPH_FORMATS = {"torchscript": TORCHSCRIPT, "torch-export": EXPORT}
 
 
 def classify_source(path: str, model: str | None = None, checkpoint: Any = None) -> SourceInfo:
     """Decide how the worker will build the model: graph archive, state dict + code, or a full pickle.
 
-    `checkpoint`, when the caller already opened `path`, saves reading its metadata again.
+    The reader registry tells the formats apart (`checkpoint`, when the caller already opened `path`, saves
+    reading its metadata again). Sources the worker hands to torch carry the census of every pickle in them.
     """
-    if checkpoint is not None:  # its reader already told the formats apart: no second look at the file
-        kind = {"torchscript": TORCHSCRIPT, "torch-export": EXPORT}.get(checkpoint.format)
-    else:
-        kind = sniff_archive(path) if os.path.isfile(path) else None
-    if kind is not None:
-        return SourceInfo(kind, format=kind)
     own = checkpoint is None
     if own:
         from ckptview.core import open_checkpoint
 
         checkpoint = open_checkpoint(path)
     try:
+        kind = GRAPH_FORMATS.get(checkpoint.format)
         unsafe = list(checkpoint.unsafe_globals)
-        if model:
-            return SourceInfo(STATE_DICT, unsafe, checkpoint.format)
-        return SourceInfo(PICKLE if unsafe else STATE_DICT, unsafe, checkpoint.format)
+        if kind is None:
+            if model or not unsafe:
+                return SourceInfo(STATE_DICT, unsafe, checkpoint.format)
+            kind = PICKLE
+        found = torch_findings(path, torchscript=kind == TORCHSCRIPT)
+        unsafe += [f for f in found if f not in unsafe and not f.startswith("unreadable pickle ")]
+        return SourceInfo(kind, unsafe, checkpoint.format, found)
     finally:
         if own:
             checkpoint.close()
 
 
+def torch_findings(path: str, torchscript: bool = False) -> list[str]:
+    """What torch would run from `path`: the load gate's census findings (no torch, nothing run)."""
+    from ckptview.core.load_gate import census
+
+    try:
+        return census(path, torchscript=torchscript or None).findings()
+    except OSError as exc:
+        raise RunError(f"cannot read {path}: {exc.strerror or exc}", kind="input") from None
+
+
+_KIND_WORDS = {TORCHSCRIPT: "TorchScript archive", EXPORT: ".pt2 program", PICKLE: "full-model pickle"}
+
+
 def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
     """Refuse (RunError 'refused') what needs consent or code the user has not given."""
-    if source.kind == PICKLE and not trust:
-        names = ", ".join(source.unsafe_globals[:6]) + (" ..." if len(source.unsafe_globals) > 6 else "")
-        raise RunError(f"refusing to run a full-model pickle without --trust: loading it imports and runs "
-                       f"{names}", kind="refused")
     if source.kind == STATE_DICT and not has_model:
         raise RunError("this file is a state dict (weights only): give the model code with "
                        "--model package.module:factory or --model path/to/file.py:ClassName", kind="refused")
+    if source.findings and not trust:
+        names = _names(source.findings)
+        if source.kind == PICKLE:
+            raise RunError(f"refusing to run a full-model pickle without --trust: loading it imports and runs "
+                           f"{names}", kind="refused")
+        raise RunError(f"refusing to load this {_KIND_WORDS[source.kind]} without --trust: torch would unpickle "
+                       f"records that import and run {names}", kind="refused")
 
 
-def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
-    """(key it was found under or '', {state_dict key: TensorInfo}) of a checkpoint's model weights."""
+def check_compare_trust(compare: SourceInfo | None, trust_compare: bool) -> None:
+    """Refuse a second checkpoint that torch would load and that needs its own consent (--trust-compare)."""
+    if compare is not None and compare.findings and not trust_compare:
+        raise RunError(f"refusing to load the second checkpoint without --trust-compare: loading it imports "
+                       f"and runs {_names(compare.findings)}", kind="refused")
+
+
+def _names(found: list[str]) -> str:
+    return ", ".join(found[:6]) + (" ..." if len(found) > 6 else "")
+
+
+def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
+    """What the worker does with the second checkpoint: None when it is read by the safe reader only."""
+    if not path or main.kind == STATE_DICT:
+        return None  # its weights go through the same gated state-dict loader as the main file's
+    if not os.path.exists(path):
+        raise RunError(f"no such file: {path}", kind="input")
+    try:
+        source = classify_source(path)
+    except CheckpointError as exc:
+        raise RunError(f"second checkpoint: {exc}", kind="input") from None
+    if main.kind in (TORCHSCRIPT, EXPORT) and source.kind not in (TORCHSCRIPT, EXPORT):
+        raise RunError("the second checkpoint is not a TorchScript or .pt2 archive", kind="input")
+    if source.kind == STATE_DICT:  # a full-pickle run loads the second file with torch.load as well
+        source.findings = torch_findings(path)
+    return source
+
+
+def state_dict_node(checkpoint: Any) -> Any:
+    """The node holding a checkpoint's model weights: the root, or the first of STATE_DICT_KEYS with tensors."""
     base = checkpoint.root
     for key in STATE_DICT_KEYS:
         child = next((c for c in base.children if c.key == key and c.kind in ("dict", "object")), None)
         if child is not None and any(n.kind == "tensor" for n in child.walk()):
-            base = child
-            break
+            return child
+    return base
+
+
+def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
+    """(key it was found under or '', {state_dict key: TensorInfo}) of a checkpoint's model weights."""
+    base = state_dict_node(checkpoint)
     depth = len(base.path)
     found: dict[str, Any] = {}
     for entry in checkpoint.tensors():
@@ -225,38 +273,94 @@ def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
 # The worker process
 
 
+# Run by `python -I -c`: no current directory, PYTHONPATH or user site on sys.path. ckptview is imported from
+# the folder the parent's own ckptview was imported from (argv[1]), not looked up on sys.path.
+_BOOTSTRAP = (
+    "import sys, importlib.util as u\n"
+    "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+    "s = u.spec_from_file_location('ckptview', sys.argv[1] + '/__init__.py', "
+    "submodule_search_locations=[sys.argv[1]])\n"
+    "m = u.module_from_spec(s); sys.modules['ckptview'] = m; s.loader.exec_module(m)\n"
+    "from ckptview.core.run_worker import entry\n"
+    "entry()\n"
+)
+# What the parent keeps of the worker's output, whatever the worker writes.
+MAX_EVENT_LINE = 64 << 20  # one JSON line (the result holds every output's statistics)
+MAX_EVENTS = 1024
+MAX_STDERR_LINE = 2000
+STDERR_TAIL = 40
+_CHUNK = 1 << 16
+
+
 def worker_command() -> list[str]:
-    """The command line that starts a worker with this interpreter."""
-    return [sys.executable, "-m", "ckptview.core.run_worker"]
+    """The command line that starts an isolated worker with this interpreter."""
+    import ckptview
+
+    package = os.path.dirname(os.path.abspath(ckptview.__file__))
+    return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package]
 
 
 def _worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # The worker must import this very ckptview, installed or not.
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # -I ignores them; be plain
     env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault leaves a trace on stderr for the log
     return env
 
 
-class WorkerJob:
-    """One running worker: feed it a request, collect its events, kill it (and its children) on demand."""
+def bounded_lines(stream: Any, max_line: int) -> Iterator[tuple[bytes, bool]]:
+    """(line, cut) for each line of a binary stream, keeping at most `max_line` bytes of each.
 
-    def __init__(self, request: dict[str, Any], cwd: str | None = None) -> None:
+    The rest of an over-long line is read and dropped in chunks, so a worker printing a 1 GiB line costs
+    the parent `max_line` bytes, not a gigabyte.
+    """
+    kept: list[bytes] = []
+    size, cut = 0, False
+    while True:
+        chunk = stream.readline(_CHUNK)
+        if not chunk:
+            if kept or cut:
+                yield b"".join(kept), cut
+            return
+        ended = chunk.endswith(b"\n")
+        if ended:
+            chunk = chunk[:-1]
+        room = max_line - size
+        if room > 0:
+            kept.append(chunk[:room])
+            size += min(len(chunk), room)
+        if len(chunk) > room:
+            cut = True
+        if ended:
+            yield b"".join(kept), cut
+            kept, size, cut = [], 0, False
+
+
+class WorkerJob:
+    """One running worker: feed it a request, collect its events, kill it (and its children) on demand.
+
+    It runs in a private temporary folder (its working directory, where the load gate keeps its copies),
+    removed when the job is killed or reaped.
+    """
+
+    def __init__(self, request: dict[str, Any]) -> None:
         kwargs: dict[str, Any] = {}
         if os.name == "posix":
             kwargs["start_new_session"] = True  # its own process group: kill() reaches user subprocesses
         else:
             kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+        self.workdir = tempfile.mkdtemp(prefix="ckptview-run-")  # mode 0700
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, cwd=cwd, env=_worker_env(), **kwargs)
-        self.events: deque[dict[str, Any]] = deque()
+        try:
+            self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, cwd=self.workdir, env=_worker_env(), **kwargs)
+        except OSError:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.result: dict[str, Any] | None = None
         self.result_at = 0.0
         self.phase = "starting"
-        self.stderr_tail: deque[str] = deque(maxlen=40)
+        self.protocol_error = ""
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
                          threading.Thread(target=self._read_stderr, daemon=True)]
@@ -271,24 +375,29 @@ class WorkerJob:
 
     def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
+        for raw, cut in bounded_lines(self.proc.stdout, MAX_EVENT_LINE):
+            if cut:
+                self.protocol_error = f"the worker sent a message over {MAX_EVENT_LINE >> 20} MiB"
+                continue
             try:
                 event = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(event, dict):
                 continue
             with self._lock:
                 if event.get("event") == "result":
                     self.result = event
                     self.result_at = self.elapsed()
                 else:
-                    if event.get("phase"):
-                        self.phase = event["phase"]
+                    if isinstance(event.get("phase"), str):
+                        self.phase = event["phase"][:100]
                     self.events.append(event)
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            line = raw.decode("utf-8", "replace").rstrip()
+        for raw, cut in bounded_lines(self.proc.stderr, MAX_STDERR_LINE):
+            line = raw.decode("utf-8", "replace").rstrip() + (" [...]" if cut else "")
             if line:
                 self.stderr_tail.append(line)
 
@@ -322,6 +431,7 @@ class WorkerJob:
             self.proc.wait(timeout=10)
         for thread in self._threads:
             thread.join(timeout=2)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def elapsed(self) -> float:
         """Seconds since the worker was started."""
@@ -355,9 +465,9 @@ def _death_message(code: int, phase: str, stderr_tail: Iterable[str]) -> str:
 
 
 def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None = None,
-            cwd: str | None = None, poll_interval: float = 0.05) -> Generator[Progress, None, dict[str, Any]]:
+            poll_interval: float = 0.05) -> Generator[Progress, None, dict[str, Any]]:
     """Run one worker request; yields a Progress per phase, returns its result or raises RunError."""
-    job = WorkerJob(request, cwd=cwd)
+    job = WorkerJob(request)
     step = 0
     try:
         while True:
@@ -383,6 +493,8 @@ def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None 
     finally:
         job.kill()  # no-op when it ended; never leave a worker behind (GeneratorExit included)
     result = job.result
+    if result is None and job.protocol_error:
+        raise RunError(job.protocol_error, kind="protocol")
     if result is None:
         raise RunError(_death_message(code, job.phase, job.stderr_tail), kind="crash")
     if not result.get("ok"):
@@ -411,11 +523,66 @@ def run_iter(request: RunRequest, token: _Cancellable | None = None
         raise RunError(f"no such file: {request.path}", kind="input")
     source = classify_source(request.path, request.model)
     check_trust(source, request.trust, bool(request.model))
+    second = compare_source(source, request.compare_path)
+    check_compare_trust(second, request.trust_compare)
     payload = request.to_json()
     payload["op"] = "run"
     payload["source"] = source.kind
-    result = yield from execute(payload, request.timeout, token, cwd=request.cwd)
+    # What the user accepted, file by file; the worker's gate refuses anything beyond it.
+    main_consent = request.trusted_findings if request.trusted_findings is not None else source.findings
+    second_consent = (request.compare_trusted_findings if request.compare_trusted_findings is not None
+                      else second.findings if second is not None else [])
+    payload["consent"] = {"main": main_consent if request.trust else None,
+                          "compare": second_consent if request.trust_compare else None}
+    result = yield from execute(payload, request.timeout, token)
+    result["warnings"] = weight_warnings(result.get("load", {}), result.get("device", request.device))
+    if "compare" in result:
+        result["warnings"] += [f"second checkpoint: {w}" for w in
+                               weight_warnings(result["compare"].get("load", {}), result.get("device", ""))]
+    check_weights(result, source.kind, request.strict)
     return result
+
+
+MAX_NAMED = 5
+
+
+def _first(names: list[str]) -> str:
+    more = f" ... and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return ", ".join(names[:MAX_NAMED]) + more
+
+
+def weight_warnings(load: dict[str, Any], device: str) -> list[str]:
+    """One line per kind of weight that did not load as it should: its count and the first names."""
+    out = []
+    if load.get("missing"):
+        out.append(f"{len(load['missing'])} missing keys (in the model, not in the checkpoint; left at their "
+                   f"initial values): {_first(load['missing'])}")
+    if load.get("unexpected"):
+        out.append(f"{len(load['unexpected'])} unexpected keys (in the checkpoint, not in the model; not "
+                   f"loaded): {_first(load['unexpected'])}")
+    if load.get("mismatched"):
+        shapes = load.get("mismatched_shapes", {})
+        named = [f"{k} (checkpoint {shapes[k]['checkpoint']}, model {shapes[k]['model']})" if k in shapes else k
+                 for k in load["mismatched"]]
+        out.append(f"{len(named)} keys with mismatched shapes (not loaded): {_first(named)}")
+    if load.get("unplaced"):
+        named = [f"{u['name']} ({u['reason']})" for u in load["unplaced"]]
+        out.append(f"{len(named)} tensors could not be placed on {device} (not loaded): {_first(named)}")
+    return out
+
+
+def check_weights(result: dict[str, Any], kind: str, strict: bool) -> None:
+    """RunError 'weights' when a state dict loaded no tensor, or (strict) when any weight did not load."""
+    if kind != STATE_DICT:
+        return  # graphs and pickled modules carry their own weights
+    load = result.get("load", {})
+    if not load.get("tensors"):
+        total = len(load.get("unexpected", [])) + len(load.get("mismatched", [])) + len(load.get("unplaced", []))
+        raise RunError(f"no weights loaded: none of the checkpoint's {total} tensors fit the model "
+                       f"({'; '.join(result['warnings']) or 'the checkpoint holds no tensors'})",
+                       kind="weights", result=result)
+    if strict and result["warnings"]:
+        raise RunError(f"--strict: {'; '.join(result['warnings'])}", kind="weights", result=result)
 
 
 def run(request: RunRequest, token: _Cancellable | None = None,
@@ -432,13 +599,22 @@ def probe_devices(timeout: float = 60.0, token: _Cancellable | None = None) -> l
     return [DeviceInfo.from_json(d) for d in result["devices"]]
 
 
-def inspect_inputs(path: str, timeout: float = 60.0, token: _Cancellable | None = None
-                   ) -> list[InputSpec] | None:
-    """The input signature a TorchScript/.pt2 graph declares (loaded in a worker), else a guess, else None."""
-    kind = sniff_archive(path) if os.path.isfile(path) else None
-    if kind is None:
+def inspect_inputs(path: str, timeout: float = 60.0, token: _Cancellable | None = None,
+                   trusted: list[str] | None = None) -> list[InputSpec] | None:
+    """The input signature a TorchScript/.pt2 graph declares (loaded in a worker), else a guess, else None.
+
+    A graph whose pickles name anything unsafe is not loaded unless `trusted` (the findings the user
+    accepted) covers them: RunError 'refused'.
+    """
+    try:
+        source = classify_source(path)
+    except CheckpointError:
+        return None
+    if source.kind not in (TORCHSCRIPT, EXPORT):
         return suggest_inputs(path)
-    result = _drain(execute({"op": "inspect", "path": os.path.abspath(path), "source": kind}, timeout, token),
-                    None)
+    check_trust(source, trusted is not None, has_model=False)
+    request = {"op": "inspect", "path": os.path.abspath(path), "source": source.kind,
+               "consent": {"main": trusted}}
+    result = _drain(execute(request, timeout, token), None)
     specs = result.get("inputs")
     return None if not specs else [InputSpec.from_json(s) for s in specs]

@@ -423,8 +423,9 @@ SAFE_GLOBALS: frozenset[str] = TORCH_WEIGHTS_ONLY_GLOBALS
 def is_safe_global(dotted: str, *, torchscript: bool = False) -> bool:
     """True for globals torch's weights-only loader accepts, and TorchScript's own class names (and, in
     a TorchScript archive, its `torch.jit._pickle` helpers)."""
-    return (dotted in SAFE_GLOBALS or dotted.startswith("__torch__.")
-            or torchscript and dotted in TORCHSCRIPT_GLOBALS)
+    # `__torch__.*` names TorchScript's own compiled classes: inside a TorchScript archive only. Anywhere
+    # else torch's weights-only loader refuses them, and so does this.
+    return dotted in SAFE_GLOBALS or torchscript and (dotted.startswith("__torch__.") or dotted in TORCHSCRIPT_GLOBALS)
 
 
 _CONSTANT_NAMES = {

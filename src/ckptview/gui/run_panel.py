@@ -35,6 +35,7 @@ from ckptview.core.devices import DeviceInfo, parse_device
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
 from ckptview.core.run_inputs import InputSpecError, describe_inputs, parse_input_specs
+from ckptview.core.text import printable
 from ckptview.gui.gc_guard import install_gc_guard
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.workers import GeneratorWorker, keep_until_finished
@@ -78,16 +79,26 @@ SOURCE_WORDS = {runner.TORCHSCRIPT: "TorchScript archive: runs its own graph",
                 runner.PICKLE: "full-model pickle: running it imports code named in the file"}
 
 
-def ask_trust(parent: QWidget, path: str, unsafe_globals: list[str]) -> bool:
-    """The confirmation dialog for a full-model pickle, naming what loading it will import."""
-    names = "\n".join(f"  • {name}" for name in unsafe_globals[:30])
-    more = f"\n  … and {len(unsafe_globals) - 30} more" if len(unsafe_globals) > 30 else ""
-    answer = QMessageBox.warning(
-        parent, "Run code from this file?",
-        f"{os.path.basename(path)} is a full-model pickle. Loading it imports and runs:\n\n{names}{more}\n\n"
-        "Only continue if you trust where this file came from. It runs in a separate process.",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
-    return answer == QMessageBox.StandardButton.Yes
+def consent_text(items: list[tuple[str, list[str]]]) -> str:
+    """The consent question: every file torch would load, each with what loading it imports and runs."""
+    parts = []
+    for path, found in items:
+        names = "\n".join(f"  • {name}" for name in found[:30])
+        more = f"\n  … and {len(found) - 30} more" if len(found) > 30 else ""
+        parts.append(f"{path}\nLoading it imports and runs:\n{names}{more}")
+    return ("\n\n".join(parts) + "\n\nOnly continue if you trust where "
+            + ("these files come" if len(items) > 1 else "this file comes")
+            + " from. It runs in a separate process, with your permissions.")
+
+
+def ask_trust(parent: QWidget, items: list[tuple[str, list[str]]]) -> bool:
+    """The confirmation dialog naming every file that needs consent and what loading each would import."""
+    title = "Run code from these files?" if len(items) > 1 else "Run code from this file?"
+    box = QMessageBox(QMessageBox.Icon.Warning, title, consent_text(items),
+                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, parent)
+    box.setTextFormat(Qt.TextFormat.PlainText)  # names come from the files
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    return box.exec() == QMessageBox.StandardButton.Yes
 
 
 class RunPanel(QWidget):
@@ -99,13 +110,14 @@ class RunPanel(QWidget):
 
     def __init__(self, context: CheckpointContext | None = None, path: str | None = None,
                  devices: list[DeviceInfo] | None = None,
-                 confirm_trust: Callable[[str, list[str]], bool] | None = None,
+                 confirm_trust: Callable[[list[tuple[str, list[str]]]], bool] | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.context = context
         self.path = path or (context.path if context is not None else "")
-        self.confirm_trust = confirm_trust or (lambda p, names: ask_trust(self, p, names))
-        self.trusted_paths: set[str] = set()
+        # Asked with [(path, findings), ...] for every file torch would load that needs consent.
+        self.confirm_trust = confirm_trust or (lambda items: ask_trust(self, items))
+        self.trusted: dict[str, list[str]] = {}  # path -> the findings the user accepted for it
         self.result: dict[str, Any] | None = None
         self.last_error = ""
         self._worker: GeneratorWorker | None = None
@@ -124,6 +136,7 @@ class RunPanel(QWidget):
     def _build(self) -> None:
         self.device_combo = QComboBox()
         self.source_label = QLabel()
+        self.source_label.setTextFormat(Qt.TextFormat.PlainText)  # names come from the file
         self.source_label.setWordWrap(True)
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("package.module:factory  or  path/to/file.py:ClassName")
@@ -174,6 +187,7 @@ class RunPanel(QWidget):
         self.status_label.setWordWrap(True)
         self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.summary_label = QLabel("")
+        self.summary_label.setTextFormat(Qt.TextFormat.PlainText)  # key names come from the file
         self.summary_label.setWordWrap(True)
         self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.table = QTableWidget(0, len(COLUMNS))
@@ -256,7 +270,11 @@ class RunPanel(QWidget):
             self._source = None
             self.source_label.setText(str(exc))
             return
-        self.source_label.setText(SOURCE_WORDS[self._source.kind])
+        words = SOURCE_WORDS[self._source.kind]
+        if self._source.findings and self._source.kind != runner.PICKLE:
+            shown = ", ".join(self._source.findings[:4]) + (" …" if len(self._source.findings) > 4 else "")
+            words += f"; its pickles name code ({printable(shown)}): it runs only if you trust it"
+        self.source_label.setText(words)
         needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE)
         self.model_edit.setEnabled(needs_code)
         self.kwargs_edit.setEnabled(needs_code)
@@ -270,7 +288,10 @@ class RunPanel(QWidget):
         if self.input_edit.text() or not self.path or self._source is None:
             return
         if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
-            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path)
+            trusted = self.trusted.get(self.path)
+            if self._source.findings and trusted is None:
+                return  # loading the graph to read its signature would run what it names: not before consent
+            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path, trusted=trusted)
             self._inspect.signals.returned.connect(self._set_prefill)
             _start(self._inspect)
         else:
@@ -302,8 +323,7 @@ class RunPanel(QWidget):
         return runner.RunRequest(
             path=self.path, device=parse_device(self.device()), model=self.model_edit.text().strip() or None,
             model_kwargs=kwargs, inputs=inputs, runs=self.runs_spin.value(),
-            timeout=float(self.timeout_spin.value()), compare_path=self.compare_edit.text().strip() or None,
-            trust=self.path in self.trusted_paths)
+            timeout=float(self.timeout_spin.value()), compare_path=self.compare_edit.text().strip() or None)
 
     def start_run(self) -> bool:
         """Start the job off the GUI thread; False (with the reason shown) when it cannot start."""
@@ -312,13 +332,22 @@ class RunPanel(QWidget):
         try:
             request = self.build_request()
             source = runner.classify_source(request.path, request.model, self._checkpoint())
-            if source.kind == runner.PICKLE and not request.trust:
-                if not self.confirm_trust(request.path, source.unsafe_globals):
-                    self._show_error("not run: the file was not trusted")
+            runner.check_trust(source, True, bool(request.model))  # model code first; consent below
+            second = runner.compare_source(source, request.compare_path)
+            wanted = [(p, found) for p, found in ((request.path, source.findings),
+                                                  (request.compare_path, second.findings if second else []))
+                      if p and found and self.trusted.get(p) != found]
+            if wanted:
+                if not self.confirm_trust(wanted):
+                    self._show_error("not run: " + ("the files were" if len(wanted) > 1 else "the file was")
+                                     + " not trusted")
                     return False
-                self.trusted_paths.add(request.path)
-                request.trust = True
-            runner.check_trust(source, request.trust, bool(request.model))
+                self.trusted.update(dict(wanted))
+            if source.findings:
+                request.trust, request.trusted_findings = True, self.trusted[request.path]
+            if second is not None and second.findings and request.compare_path:
+                request.trust_compare = True
+                request.compare_trusted_findings = self.trusted[request.compare_path]
         except CheckpointError as exc:
             self._show_error(str(exc))
             return False
@@ -364,13 +393,18 @@ class RunPanel(QWidget):
 
     def _show_error(self, message: str) -> None:
         self.last_error = message
-        self.status_label.setText(f"<span style='color:#b00020'>{_escape(message)}</span>")
+        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>")
         self.status_label.setToolTip(message)
         self.runFailed.emit(message)
 
     def _on_result(self, result: dict[str, Any]) -> None:
         self.result = result
-        self.status_label.setText(f"done on {result['device']}")
+        warnings = result.get("warnings") or []
+        if warnings:
+            self.status_label.setText(f"<span style='color:#b26a00'>done on {_escape(result['device'])}, but "
+                                      f"{len(warnings)} kind(s) of weights did not load (see below)</span>")
+        else:
+            self.status_label.setText(f"done on {_escape(result['device'])}")
         self.summary_label.setText(summary_text(result))
         diffs = {d["name"]: d for d in result.get("compare", {}).get("diff", [])}
         self.table.setRowCount(len(result["outputs"]))
@@ -396,14 +430,9 @@ def summary_text(result: dict[str, Any]) -> str:
     if load.get("cuda_allocated") is not None:
         lines[0] += (f"; CUDA allocated {_bytes(load['cuda_allocated'])}, "
                      f"reserved {_bytes(load.get('cuda_reserved'))}")
-    for key in ("missing", "unexpected", "mismatched"):
-        if load.get(key):
-            lines.append(f"{key.capitalize()} keys ({len(load[key])}): {', '.join(load[key][:8])}"
-                         + (" …" if len(load[key]) > 8 else ""))
+    lines += [f"Warning: {w}" for w in result.get("warnings", [])]
     if load.get("stripped_prefixes"):
         lines.append(f"Stripped prefixes: {' '.join(load['stripped_prefixes'])}")
-    for item in load.get("unplaced", [])[:8]:
-        lines.append(f"Not placed: {item['name']} ({item['reason']})")
     lat = result["latency_ms"]
     lines.append(f"Latency {lat['median']:.3f} ms median (min {lat['min']:.3f}, max {lat['max']:.3f}; "
                  f"{lat.get('runs')} runs after {lat.get('warmup')} warm-up)")
@@ -411,7 +440,12 @@ def summary_text(result: dict[str, Any]) -> str:
         lines.append(f"Peak memory {_bytes(result['peak_memory_bytes'])} ({result.get('peak_memory_kind')})")
     if "compare" in result:
         lines.append(f"Second checkpoint: {os.path.basename(result['compare']['path'])}")
-    return "\n".join(lines)
+    return printable_lines(lines)
+
+
+def printable_lines(lines: list[str]) -> str:
+    """Lines joined by newlines, each with control characters escaped (names come from files)."""
+    return "\n".join(printable(line) for line in lines)
 
 
 def _num(value: Any) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.formats.torch_zip import ZipArchive
+from ckptview.core.load_gate import census
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.sources import ZipMember
 from ckptview.core.torch_globals import check_view
@@ -303,6 +304,12 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             except CheckpointError as exc:
                 warnings.append(f"sample inputs of '{model}' are unreadable: {exc}")
         info_meta[model] = {k: program.get(k) for k in ("torch_version", "schema_version") if k in program}
+    # Every record torch.export.load would unpickle (pickled weights and constants whatever their encoding,
+    # opaque objects, sample inputs, legacy payload files), read by the same census the run gate uses.
+    found = census(path)
+    globals_seen += [g for g in found.globals if g not in globals_seen]
+    for record in found.unreadable:
+        warnings.append(f"pickle {record} is unreadable: torch.export.load would unpickle it unchecked")
     unsafe = unsafe_of(globals_seen)
     if unsafe:
         warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))

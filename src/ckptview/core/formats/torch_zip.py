@@ -12,6 +12,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
+from ckptview.core.load_gate import census
 from ckptview.core.model import Checkpoint, Storage
 from ckptview.core.pickle_reader import StubObject
 from ckptview.core.sources import FileMap, ZipMember
@@ -165,7 +166,15 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             obj.items["__constants__"] = const_obj  # shown beside the module's own members
         metadata["code_files"] = sorted(n[len(archive.prefix) + 5:] for n in archive.infos
                                         if n.startswith(archive.prefix + "code/") and n.endswith(".py"))
+        # torch.jit.load unpickles more than data.pkl and constants.pkl (traced_inputs.pkl, *.debug_pkl):
+        # the run gate's census reads every one of them, and what it finds is listed like the rest.
+        found = census(path, torchscript=True)
+        globals_seen += [g for g in found.globals if g not in globals_seen]
+        unreadable = [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
+                      for u in found.unreadable]
     ckpt = make_checkpoint(path, fmt, os.path.getsize(path), obj, globals_seen, **metadata)
+    if is_script:
+        ckpt.warnings += unreadable
     if byteorder == "big":
         ckpt.warnings.append("file was written on a big-endian machine; values are byte-swapped on read")
     _check_dtypes(ckpt)
