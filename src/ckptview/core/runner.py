@@ -375,6 +375,11 @@ class WorkerJob:
 
     def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
+        with self.proc.stdout:  # closed when the worker's output ends: a pipe must not outlive its job
+            self._read_events()
+
+    def _read_events(self) -> None:
+        assert self.proc.stdout is not None
         for raw, cut in bounded_lines(self.proc.stdout, MAX_EVENT_LINE):
             if cut:
                 self.protocol_error = f"the worker sent a message over {MAX_EVENT_LINE >> 20} MiB"
@@ -396,10 +401,11 @@ class WorkerJob:
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
-        for raw, cut in bounded_lines(self.proc.stderr, MAX_STDERR_LINE):
-            line = raw.decode("utf-8", "replace").rstrip() + (" [...]" if cut else "")
-            if line:
-                self.stderr_tail.append(line)
+        with self.proc.stderr:
+            for raw, cut in bounded_lines(self.proc.stderr, MAX_STDERR_LINE):
+                line = raw.decode("utf-8", "replace").rstrip() + (" [...]" if cut else "")
+                if line:
+                    self.stderr_tail.append(line)
 
     def pop_events(self) -> list[dict[str, Any]]:
         """Phase events received since the last call."""
