@@ -36,7 +36,7 @@ import numpy as np
 
 from ckptview.core import dtypes
 from ckptview.core.align import Alignment, align
-from ckptview.core.errors import CheckpointError
+from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, TensorInfo
 
@@ -259,6 +259,8 @@ def iter_compare(result: DiffResult, token: CancelToken | None = None,
                     sums = stop.value
                     break
                 yield DiffProgress(done + step.done, total, row.name)
+        except FileChangedError:
+            raise  # every figure after this would compare another file: the whole diff fails
         except CheckpointError as exc:
             row.status, row.error, row.done = "error", str(exc), True
         else:

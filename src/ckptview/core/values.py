@@ -1,13 +1,21 @@
-"""Read a tensor's values lazily: a read-only NumPy view over the mapped file, or bounded chunks.
+"""Read a tensor's values lazily: the bytes its view spans, or bounded chunks, with positioned reads.
 
-`read_values` maps only the tensor's own storage; nothing else is read. `iter_chunks` streams the
-logical values in C order with memory bounded by the chunk size (plain reads, not the map, so the
-process does not accumulate mapped pages of a 20 GB tensor).
+`read_values` reads only the bytes the tensor's view spans in its storage, into memory (never a
+memory map: a mapped file that shrinks kills the process with SIGBUS). `iter_chunks` streams the
+logical values in C order with memory bounded by the chunk size. A file that changed on disk since it
+was opened raises `FileChangedError` (see `ckptview.core.sources`).
+
+Expanded tensors (`t.expand(...)`: stride 0 along some dimensions) can declare far more elements than
+they store. `expanded_parts` gives the stored part and how many times each stored element repeats, so
+figures scale with the bytes stored; `iter_chunks` refuses to materialise more than `MAX_EXPANSION`
+times the stored elements beyond `MAX_EXPANDED_ELEMS`, rather than running for hours.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,7 +23,12 @@ from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.model import TensorInfo
 
+if TYPE_CHECKING:
+    from ckptview.core.sources import FileMap
+
 DEFAULT_CHUNK_ELEMS = 1 << 22
+MAX_EXPANDED_ELEMS = 1 << 31  # logical elements materialised from an expanded tensor, at most...
+MAX_EXPANSION = 64  # ...when they exceed its stored elements this many times
 
 _COMPLEX32 = np.dtype([("re", "<f2"), ("im", "<f2")])
 
@@ -52,33 +65,85 @@ def _finish(arr: np.ndarray, info: TensorInfo) -> np.ndarray:
     return arr
 
 
+def _span(info: TensorInfo) -> tuple[int, int]:
+    """(first, last) storage element the view touches; (0, -1) for an empty tensor."""
+    if info.numel == 0:
+        return 0, -1
+    lo = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True) if st < 0)
+    hi = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True) if st > 0)
+    return lo, hi
+
+
+def _read_bytes(info: TensorInfo, start: int, length: int) -> bytes | memoryview:
+    """`length` bytes from `start` of the storage's data (only those bytes are read)."""
+    source = info.storage.source
+    try:
+        reader = getattr(source, "read_range", None)
+        if reader is not None:
+            return reader(start, length)
+        return source.open_buffer()[start : start + length]
+    except CheckpointError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise TensorDataError(f"cannot read storage '{info.storage.key}': {exc}") from None
+
+
 def read_values(info: TensorInfo) -> np.ndarray:
-    """The tensor's exact values as a read-only array (a view over the map where possible)."""
+    """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans)."""
     _readable(info)
     assembled = getattr(info.storage.source, "logical_values", None)
     if assembled is not None:  # a tensor assembled from chunks (DCP shards) reads itself
         return assembled()
     base_dtype = _base_dtype(info)
-    try:
-        buf = info.storage.source.open_buffer()
-    except CheckpointError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise TensorDataError(f"cannot read storage '{info.storage.key}': {exc}") from None
     itemsize = base_dtype.itemsize
-    count = min(len(buf), info.storage.nbytes) // itemsize  # the storage may be typed differently (untyped)
-    flat = np.frombuffer(buf, dtype=base_dtype, count=count)
+    if len(info.shape) != len(info.stride):
+        raise TensorDataError(f"cannot read values: {len(info.shape)} sizes but {len(info.stride)} strides")
     if info.numel == 0:
         return _finish(np.empty(info.shape, dtype=base_dtype), info)
-    last = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True))
-    if info.offset < 0 or last >= count:
-        raise TensorDataError(f"cannot read values: view needs element {last}, storage holds {count}")
+    count = info.storage.nbytes // itemsize  # the storage may be typed differently (untyped)
+    lo, hi = _span(info)
+    if lo < 0 or hi >= count:
+        raise TensorDataError(f"cannot read values: view needs element {hi if lo >= 0 else lo}, storage holds {count}")
+    raw_bytes = _read_bytes(info, lo * itemsize, (hi - lo + 1) * itemsize)
+    if len(raw_bytes) != (hi - lo + 1) * itemsize:
+        raise TensorDataError(f"cannot read values: storage '{info.storage.key}' is shorter than its view")
+    flat = np.frombuffer(raw_bytes, dtype=base_dtype)
     # as_strided goes through __array_interface__, which loses ml_dtypes and structured dtypes:
     # stride over same-width raw integers, then view them back as the real dtype.
-    raw = flat[info.offset :].view(np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else base_dtype)
+    raw = flat[info.offset - lo :].view(np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else base_dtype)
     arr = np.lib.stride_tricks.as_strided(
         raw, shape=info.shape, strides=tuple(s * itemsize for s in info.stride), writeable=False)
     return _finish(arr.view(base_dtype), info)
+
+
+def expanded_parts(info: TensorInfo) -> tuple[TensorInfo, int] | None:
+    """(the stored part, how many times each of its elements repeats) of an expanded tensor, else None.
+
+    Dimensions of stride 0 and size > 1 are collapsed to size 1: the logical values are the stored
+    part's values each repeated `multiplicity` times (in another order, which no statistic sees).
+    """
+    if len(info.shape) != len(info.stride) or info.numel == 0:
+        return None
+    repeated = [i for i, (size, st) in enumerate(zip(info.shape, info.stride, strict=True)) if st == 0 and size > 1]
+    if not repeated:
+        return None
+    shape = tuple(1 if i in repeated else size for i, size in enumerate(info.shape))
+    multiplicity = math.prod(info.shape[i] for i in repeated)
+    part = TensorInfo(dtype=info.dtype, shape=shape, stride=info.stride, offset=info.offset,
+                      storage=info.storage, extra=info.extra, broken=info.broken)
+    return part, multiplicity
+
+
+def _check_expansion(info: TensorInfo) -> None:
+    """Refuse to materialise an expanded tensor far larger than what it stores."""
+    parts = expanded_parts(info)
+    if parts is None:
+        return
+    stored = parts[0].numel
+    if info.numel > MAX_EXPANDED_ELEMS and info.numel > MAX_EXPANSION * stored:
+        raise TensorDataError(
+            f"cannot read values one by one: an expanded tensor (stride 0) of {info.numel:,} elements "
+            f"repeats {stored:,} stored elements; refusing to materialise it")
 
 
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Iterator[np.ndarray]:
@@ -92,9 +157,10 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
     if streamed is not None:  # assembled from chunks: streams row-blocks (ckptview.core.assembled)
         yield from streamed(chunk_elems)
         return
-    source_range = getattr(info.storage.source, "file_range", lambda: None)()
-    if info.is_contiguous and source_range is not None:
-        yield from _read_contiguous(info, source_range, chunk_elems)
+    _check_expansion(info)
+    span = getattr(info.storage.source, "file_span", lambda: None)() if info.is_contiguous else None
+    if span is not None:
+        yield from _read_contiguous(info, span, chunk_elems)
         return
     if info.is_contiguous and hasattr(info.storage.source, "iter_inflated"):
         # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
@@ -117,25 +183,23 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
         yield block.copy()
 
 
-def _read_contiguous(info: TensorInfo, source_range: tuple[str, int, int],
-                     chunk_elems: int) -> Iterator[np.ndarray]:
-    path, offset, length = source_range
+def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int) -> Iterator[np.ndarray]:
+    """A contiguous view of a stored file range, read chunk by chunk straight into arrays."""
+    fmap, offset, length = span
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
     start = offset + info.offset * itemsize
     end = start + info.numel * itemsize
     if info.offset < 0 or end > offset + length:
         raise TensorDataError("cannot read values: view runs past its storage")
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        remaining = info.numel
-        while remaining:
-            n = min(chunk_elems, remaining)
-            raw = fh.read(n * itemsize)
-            if len(raw) != n * itemsize:
-                raise TensorDataError("cannot read values: file ended early (truncated)")
-            yield _finish(np.frombuffer(raw, dtype=base_dtype), info)
-            remaining -= n
+    pos, remaining = start, info.numel
+    while remaining:
+        n = min(chunk_elems, remaining)
+        out = np.empty(n, dtype=base_dtype)
+        fmap.readinto(pos, out.view(np.uint8))
+        yield _finish(out, info)
+        pos += n * itemsize
+        remaining -= n
 
 
 def _inflate_contiguous(info: TensorInfo, chunk_elems: int) -> Iterator[np.ndarray]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 from ckptview.core.model import Checkpoint
@@ -31,8 +30,8 @@ def sniff(path: str, head: bytes) -> bool:
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a plain pickle into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
-    obj, globals_seen, end = load_torch_pickle(fmap.view(), None, what="pickle")
-    size = os.path.getsize(path)
+    obj, globals_seen, end = load_torch_pickle(fmap.read_all(), None, what="pickle")
+    size = fmap.size
     ckpt = make_checkpoint(path, NAME, size, obj, globals_seen, _file_maps=[fmap])
     if end < size:
         # Like torch.load, the leading bytes decide the format: a pickle followed by a zip (a

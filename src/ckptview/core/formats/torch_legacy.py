@@ -7,7 +7,6 @@ its raw bytes, in key order. We compute each storage's offset from the counts wi
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Any
 
@@ -34,10 +33,59 @@ def sniff(path: str, head: bytes) -> bool:
     return MAGIC_LONG in head[:32] or head.startswith(MAGIC_TEXT)
 
 
+FIRST_PREFIX = 1 << 20
+
+
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
-    view = fmap.view()
+    # The pickles sit at the start, the storages after them: read a prefix (not the whole file, and
+    # never through a map that a shrinking file would turn into SIGBUS), longer until the pickles fit.
+    length = min(fmap.size, FIRST_PREFIX)
+    while True:
+        try:
+            obj, globals_seen, keys, pos, storages, byteorder = _parse_pickles(memoryview(fmap.read(0, length)))
+            break
+        except CheckpointFormatError as exc:
+            if length >= fmap.size or "truncated" not in str(exc):
+                raise
+            length = min(fmap.size, length * 4)
+    size = fmap.size
+    for key in keys:
+        storage = storages.get(str(key))
+        if pos + 8 > size:
+            if storage is not None:
+                storage.broken = f"storage '{key}' missing (file truncated)"
+            pos = size
+            continue
+        (numel,) = struct.unpack("<q", fmap.read(pos, 8))
+        pos += 8
+        if storage is None:
+            raise CheckpointFormatError(f"storage '{key}' is listed but never used")
+        nbytes = storage.nbytes
+        if numel != storage.numel:
+            storage.broken = f"storage '{key}' records {numel} elements, the pickle says {storage.numel}"
+        elif pos + nbytes > size:
+            storage.broken = f"storage '{key}' runs past the end of the file (truncated)"
+        storage.source = FileSlice(fmap, pos, nbytes)
+        pos += max(nbytes, 0)
+    for key, storage in storages.items():
+        if storage.source is None and storage.broken is None:
+            storage.broken = f"storage '{key}' missing"
+    ckpt = make_checkpoint(path, NAME, size, obj, globals_seen, byteorder=byteorder, _file_maps=[fmap])
+    # Storages were created before their data was located: refresh the tensors they broke.
+    for entry in ckpt.tensors():
+        st = entry.info.storage
+        if st is not None and st.broken and not entry.info.broken:
+            entry.info.broken = st.broken
+            ckpt.warnings.append(f"tensor '{entry.name}' is broken: {st.broken}")
+        if not dtypes.is_known(entry.info.dtype):
+            entry.info.broken = f"unknown dtype {entry.info.dtype}"
+    return ckpt
+
+
+def _parse_pickles(view: memoryview) -> tuple[Any, list[str], list[Any], int, dict[str, Storage], str]:
+    """(object, globals, storage keys, offset after the pickles, storages, byteorder) from the file's start."""
     magic, _, pos = unpickle(view, what="legacy header")
     if magic != MAGIC_NUMBER:
         raise CheckpointFormatError("legacy torch file with a wrong magic number")
@@ -73,37 +121,4 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     keys, _, pos = unpickle(view, pos=pos, what="legacy storage keys")
     if not isinstance(keys, list):
         raise CheckpointFormatError("legacy storage key list is missing")
-    size = fmap.size
-    for key in keys:
-        storage = storages.get(str(key))
-        if pos + 8 > size:
-            if storage is not None:
-                storage.broken = f"storage '{key}' missing (file truncated)"
-            pos = size
-            continue
-        (numel,) = struct.unpack("<q", bytes(view[pos : pos + 8]))
-        pos += 8
-        if storage is None:
-            raise CheckpointFormatError(f"storage '{key}' is listed but never used")
-        nbytes = storage.nbytes
-        if numel != storage.numel:
-            storage.broken = f"storage '{key}' records {numel} elements, the pickle says {storage.numel}"
-        elif pos + nbytes > size:
-            storage.broken = f"storage '{key}' runs past the end of the file (truncated)"
-        storage.source = FileSlice(fmap, pos, nbytes)
-        pos += max(nbytes, 0)
-    for key, storage in storages.items():
-        if storage.source is None and storage.broken is None:
-            storage.broken = f"storage '{key}' missing"
-    ckpt = make_checkpoint(path, NAME, os.path.getsize(path), obj, globals_seen,
-                           byteorder=byteorder, _file_maps=[fmap])
-    del view
-    # Storages were created before their data was located: refresh the tensors they broke.
-    for entry in ckpt.tensors():
-        st = entry.info.storage
-        if st is not None and st.broken and not entry.info.broken:
-            entry.info.broken = st.broken
-            ckpt.warnings.append(f"tensor '{entry.name}' is broken: {st.broken}")
-        if not dtypes.is_known(entry.info.dtype):
-            entry.info.broken = f"unknown dtype {entry.info.dtype}"
-    return ckpt
+    return obj, globals_seen, keys, pos, storages, byteorder
