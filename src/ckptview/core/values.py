@@ -116,6 +116,29 @@ def read_values(info: TensorInfo) -> np.ndarray:
     return _finish(arr.view(base_dtype), info)
 
 
+def read_flat(info: TensorInfo, flat: np.ndarray) -> np.ndarray | None:
+    """Values at sorted flat positions of a contiguous tensor, reading only the runs they form.
+
+    None when the storage cannot be read by range (then read the values whole).
+    """
+    _readable(info)
+    source = info.storage.source
+    # Only stored file ranges: a compressed member would inflate from its start again for every run.
+    if not info.is_contiguous or flat.size == 0 or getattr(source, "file_span", lambda: None)() is None:
+        return None
+    base_dtype = _base_dtype(info)
+    itemsize = base_dtype.itemsize
+    if info.offset < 0 or (info.offset + info.numel) * itemsize > info.storage.nbytes:
+        raise TensorDataError("cannot read values: view runs past its storage")
+    breaks = np.flatnonzero(np.diff(flat) != 1) + 1
+    parts = []
+    for run in np.split(flat, breaks):
+        first, count = int(run[0]), int(run.size)
+        raw = _read_bytes(info, (info.offset + first) * itemsize, count * itemsize)
+        parts.append(np.frombuffer(raw, dtype=base_dtype))
+    return _finish(np.concatenate(parts), info)
+
+
 def expanded_parts(info: TensorInfo) -> tuple[TensorInfo, int] | None:
     """(the stored part, how many times each of its elements repeats) of an expanded tensor, else None.
 
@@ -134,7 +157,7 @@ def expanded_parts(info: TensorInfo) -> tuple[TensorInfo, int] | None:
     return part, multiplicity
 
 
-def _check_expansion(info: TensorInfo) -> None:
+def check_expansion(info: TensorInfo) -> None:
     """Refuse to materialise an expanded tensor far larger than what it stores."""
     parts = expanded_parts(info)
     if parts is None:
@@ -157,7 +180,7 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
     if streamed is not None:  # assembled from chunks: streams row-blocks (ckptview.core.assembled)
         yield from streamed(chunk_elems)
         return
-    _check_expansion(info)
+    check_expansion(info)
     span = getattr(info.storage.source, "file_span", lambda: None)() if info.is_contiguous else None
     if span is not None:
         yield from _read_contiguous(info, span, chunk_elems)
