@@ -389,14 +389,19 @@ class ZipMember:
         return self._inflate(start, length, block, exact=True)
 
     def _inflate(self, start: int, length: int, block: int, exact: bool) -> Iterator[bytes]:
-        """Inflate the compressed bytes, read from the file 1 MiB at a time; yields `block`-sized pieces."""
+        """Inflate the compressed bytes, read from the file 1 MiB at a time; yields `block`-sized pieces.
+
+        Pieces are handed on as zlib made them whenever one is exactly a block (the usual case): no copy.
+        """
         raw_start = self._raw_bounds()
         inflater = zlib.decompressobj(-15)
-        fed, step, skip, buf = 0, 1 << 20, start, bytearray()
+        fed, step, skip = 0, 1 << 20, start
+        pieces: list[bytes] = []
+        have = 0
         try:
             while length > 0:
                 need = min(block, length)
-                while len(buf) < need:  # buf never holds more than two blocks
+                while have < need:  # never more than two blocks held
                     if inflater.unconsumed_tail:
                         chunk = inflater.decompress(inflater.unconsumed_tail, block)
                     elif fed < self.compress_size and not inflater.eof:
@@ -406,17 +411,23 @@ class ZipMember:
                     elif exact:
                         raise TensorDataError(f"corrupt zip: record '{self.name}' ends early")
                     else:
-                        need = len(buf)
-                        length = need
+                        need = length = have
                         break
                     if skip:
                         drop = min(skip, len(chunk))
                         chunk, skip = chunk[drop:], skip - drop
-                    buf += chunk
+                    if chunk:
+                        pieces.append(chunk)
+                        have += len(chunk)
                 if need == 0:
                     return
-                yield bytes(buf[:need])
-                del buf[:need]
+                if len(pieces) == 1 and have == need:
+                    out, pieces, have = pieces[0], [], 0
+                else:
+                    joined = b"".join(pieces)
+                    out, rest = joined[:need], joined[need:]
+                    pieces, have = ([rest] if rest else []), len(rest)
+                yield out
                 length -= need
         except zlib.error as exc:
             raise TensorDataError(f"corrupt zip: record '{self.name}' does not inflate ({exc})") from None
