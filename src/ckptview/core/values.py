@@ -116,6 +116,37 @@ def read_values(info: TensorInfo) -> np.ndarray:
     return _finish(arr.view(base_dtype), info)
 
 
+def region_info(info: TensorInfo, index: tuple[int | slice, ...]) -> TensorInfo:
+    """The view `info[index]` (ints and slices, as NumPy reads them) as a TensorInfo over the same storage."""
+    if len(index) > len(info.shape):
+        raise IndexError(f"{len(index)} indices for {len(info.shape)} dimensions")
+    offset = info.offset
+    shape: list[int] = []
+    stride: list[int] = []
+    for dim, (size, st) in enumerate(zip(info.shape, info.stride, strict=True)):
+        item = index[dim] if dim < len(index) else slice(None)
+        if isinstance(item, slice):
+            start, _stop, step = item.indices(size)
+            length = len(range(*item.indices(size)))
+            offset += (start if length else 0) * st
+            shape.append(length)
+            stride.append(st * step)
+        else:
+            i = int(item) + (size if int(item) < 0 else 0)
+            if not 0 <= i < size:
+                raise IndexError(f"index {item} is out of range for dimension {dim} of size {size}")
+            offset += i * st
+    return TensorInfo(dtype=info.dtype, shape=tuple(shape), stride=tuple(stride), offset=offset,
+                      storage=info.storage, extra=info.extra, broken=info.broken)
+
+
+def read_region(info: TensorInfo, index: tuple[int | slice, ...]) -> np.ndarray:
+    """`info[index]` read alone: only the bytes the region spans (a tile of a huge matrix stays small)."""
+    if getattr(info.storage, "source", None) is not None and hasattr(info.storage.source, "logical_values"):
+        return read_values(info)[index]  # assembled from chunks: the assembly reads itself
+    return read_values(region_info(info, index))
+
+
 def read_flat(info: TensorInfo, flat: np.ndarray) -> np.ndarray | None:
     """Values at sorted flat positions of a contiguous tensor, reading only the runs they form.
 
