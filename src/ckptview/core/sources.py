@@ -193,8 +193,12 @@ class FileMap:
             self._fd = None
         self._closing = False
 
-    def readinto(self, offset: int, buf: memoryview | bytearray) -> None:
-        """Fill `buf` with the file's bytes at `offset`, or raise (changed file, I/O error, past the end)."""
+    def readinto(self, offset: int, buf: memoryview | bytearray, check: bool = True) -> None:
+        """Fill `buf` with the file's bytes at `offset`, or raise (changed file, I/O error, past the end).
+
+        `check=False` leaves the identity check after the read to the caller (one `check()` after many
+        small reads); a short read is still refused.
+        """
         view = memoryview(buf).cast("B")
         total = len(view)
         if offset < 0 or offset + total > self.size:
@@ -219,7 +223,8 @@ class FileMap:
                 done += got
         finally:
             self._release()
-        self.check()
+        if check:
+            self.check()
 
     def read(self, offset: int, length: int) -> bytes:
         """Up to `length` bytes at `offset` (fewer only where the file, as opened, ends)."""

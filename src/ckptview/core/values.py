@@ -153,21 +153,23 @@ def read_flat(info: TensorInfo, flat: np.ndarray) -> np.ndarray | None:
     None when the storage cannot be read by range (then read the values whole).
     """
     _readable(info)
-    source = info.storage.source
     # Only stored file ranges: a compressed member would inflate from its start again for every run.
-    if not info.is_contiguous or flat.size == 0 or getattr(source, "file_span", lambda: None)() is None:
+    span = getattr(info.storage.source, "file_span", lambda: None)()
+    if not info.is_contiguous or flat.size == 0 or span is None:
         return None
+    fmap, base, length = span
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
-    if info.offset < 0 or (info.offset + info.numel) * itemsize > info.storage.nbytes:
+    if info.offset < 0 or (info.offset + info.numel) * itemsize > min(length, info.storage.nbytes):
         raise TensorDataError("cannot read values: view runs past its storage")
-    breaks = np.flatnonzero(np.diff(flat) != 1) + 1
-    parts = []
-    for run in np.split(flat, breaks):
-        first, count = int(run[0]), int(run.size)
-        raw = _read_bytes(info, (info.offset + first) * itemsize, count * itemsize)
-        parts.append(np.frombuffer(raw, dtype=base_dtype))
-    return _finish(np.concatenate(parts), info)
+    out = np.empty(flat.size, dtype=base_dtype)
+    raw = out.view(np.uint8)
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(flat) != 1) + 1, [flat.size]))
+    for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+        first = int(flat[a])
+        fmap.readinto(base + (info.offset + first) * itemsize, raw[a * itemsize : b * itemsize], check=False)
+    fmap.check()  # once for all the runs: none of them comes from a changed file
+    return _finish(out, info)
 
 
 def expanded_parts(info: TensorInfo) -> tuple[TensorInfo, int] | None:
