@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -71,3 +72,40 @@ def test_index_naming_an_index_is_one_line_without_recursion(tmp_path, layout):
     proc = subprocess.run([sys.executable, "-m", "ckptview", "info", str(a)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "index file" in proc.stderr
+
+
+def _figures(a: torch.Tensor, b: torch.Tensor) -> dict:
+    a, b = a.double().reshape(-1), b.double().reshape(-1)
+    d = b - a
+    return {"max_abs_diff": float(d.abs().max()), "mean_abs_diff": float(d.abs().mean()),
+            "rel_l2": float(d.norm() / a.norm()), "cosine": float(a @ b / (a.norm() * b.norm())),
+            "frac_changed": float((d != 0).double().mean())}
+
+
+def test_diff_of_expanded_tensors_reads_what_is_stored(tmp_path, monkeypatch):
+    from ckptview.core import values
+    from ckptview.core.diff import diff_checkpoints
+
+    base_a = torch.randn(5, 1, 3, generator=torch.Generator().manual_seed(0))
+    base_b = base_a.clone()
+    base_b[0, 0, 1] += 0.5
+    base_b[3, 0, 2] = -1.0
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    rows = 10**9
+    torch.save({"e": base_a.expand(5, 40, 3), "h": torch.arange(1.0, 1001.0).expand(rows, 1000)}, a)
+    torch.save({"e": base_b.expand(5, 40, 3), "h": torch.arange(2.0, 1002.0).expand(rows, 1000)}, b)
+    read = []
+    real = values.iter_chunks
+    monkeypatch.setattr(values, "iter_chunks", lambda i, n=1 << 22: (read.append(c.size) or c for c in real(i, n)))
+    result = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
+    rows_by_name = {t.name: t for t in result.tensors}
+    assert sum(read) == 2 * (15 + 1000)  # each side's stored values, once
+    want = _figures(torch.load(a)["e"].contiguous(), torch.load(b)["e"].contiguous())
+    got = rows_by_name["e"]
+    for key, value in want.items():
+        assert getattr(got, key) == pytest.approx(value, rel=1e-9), key
+    huge = rows_by_name["h"]
+    assert huge.status == "changed" and huge.frac_changed == 1.0
+    assert huge.max_abs_diff == 1.0 and huge.mean_abs_diff == pytest.approx(1.0)
+    stored = torch.arange(1.0, 1001.0, dtype=torch.float64)
+    assert huge.rel_l2 == pytest.approx(math.sqrt(1000) / float(stored.norm()), rel=1e-9)

@@ -460,3 +460,21 @@ def test_expanded_tensor_exports_exactly_or_is_refused_up_front(tmp_path, capsys
         plan_export(select_tensors(ckpt, ["huge"]), tmp_path / "h.npz")
     assert main(["export", str(src), "--out", str(tmp_path / "h.npz")]) == 2
     assert "refusing" in capsys.readouterr().err and not (tmp_path / "h.npz").exists()
+
+
+def test_write_error_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    import errno
+
+    src = tmp_path / "src.pt"
+    torch.save({"w": torch.ones(100)}, src)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["export", str(src), "--out", str(out / "w.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "w.npz" in err
+    assert os.listdir(out) == []

@@ -190,6 +190,26 @@ def expanded_parts(info: TensorInfo) -> tuple[TensorInfo, int] | None:
     return part, multiplicity
 
 
+def common_expansion(a: TensorInfo, b: TensorInfo) -> tuple[TensorInfo, TensorInfo, int] | None:
+    """Two same-shape tensors both expanded along the same dimensions: (stored part of a, of b, multiplicity).
+
+    Position by position, the pair repeats exactly as each side does, so comparing the stored parts with
+    each position counted `multiplicity` times gives the figures of the whole tensors.
+    """
+    if tuple(a.shape) != tuple(b.shape) or len(a.shape) != len(a.stride) or len(b.shape) != len(b.stride):
+        return None
+    repeated = {i for i, size in enumerate(a.shape) if size > 1 and a.stride[i] == 0 and b.stride[i] == 0}
+    if not repeated:
+        return None
+
+    def collapse(info: TensorInfo) -> TensorInfo:
+        shape = tuple(1 if i in repeated else size for i, size in enumerate(info.shape))
+        return TensorInfo(dtype=info.dtype, shape=shape, stride=info.stride, offset=info.offset,
+                          storage=info.storage, extra=info.extra, broken=info.broken)
+
+    return collapse(a), collapse(b), math.prod(a.shape[i] for i in repeated)
+
+
 def check_expansion(info: TensorInfo) -> None:
     """Refuse to materialise an expanded tensor far larger than what it stores."""
     parts = expanded_parts(info)
