@@ -33,7 +33,7 @@ def sniff(path: str, head: bytes) -> bool:
     return MAGIC_LONG in head[:32] or head.startswith(MAGIC_TEXT)
 
 
-FIRST_PREFIX = 1 << 20
+FIRST_PREFIX = 64 << 20  # the pickles of any real legacy file fit: one read, one parse
 
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
@@ -51,6 +51,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
                 raise
             length = min(fmap.size, length * 4)
     size = fmap.size
+    counts = _Window(fmap)
     for key in keys:
         storage = storages.get(str(key))
         if pos + 8 > size:
@@ -58,7 +59,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
                 storage.broken = f"storage '{key}' missing (file truncated)"
             pos = size
             continue
-        (numel,) = struct.unpack("<q", fmap.read(pos, 8))
+        (numel,) = struct.unpack("<q", counts.read8(pos))
         pos += 8
         if storage is None:
             raise CheckpointFormatError(f"storage '{key}' is listed but never used")
@@ -69,6 +70,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             storage.broken = f"storage '{key}' runs past the end of the file (truncated)"
         storage.source = FileSlice(fmap, pos, nbytes)
         pos += max(nbytes, 0)
+    fmap.check()  # the counts came from the file as it was opened
     for key, storage in storages.items():
         if storage.source is None and storage.broken is None:
             storage.broken = f"storage '{key}' missing"
@@ -82,6 +84,23 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         if not dtypes.is_known(entry.info.dtype):
             entry.info.broken = f"unknown dtype {entry.info.dtype}"
     return ckpt
+
+
+class _Window:
+    """8-byte reads at increasing offsets served from 1 MiB windows (small storages lie close together)."""
+
+    SIZE = 1 << 20
+
+    def __init__(self, fmap: FileMap) -> None:
+        self.fmap, self.start, self.data = fmap, 0, b""
+
+    def read8(self, pos: int) -> bytes:
+        if not self.start <= pos <= self.start + len(self.data) - 8:
+            length = max(8, min(self.SIZE, self.fmap.size - pos))
+            buf = bytearray(length)
+            self.fmap.readinto(pos, buf, check=False)
+            self.start, self.data = pos, bytes(buf)
+        return self.data[pos - self.start : pos - self.start + 8]
 
 
 def _parse_pickles(view: memoryview) -> tuple[Any, list[str], list[Any], int, dict[str, Storage], str]:
