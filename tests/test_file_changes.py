@@ -213,3 +213,24 @@ def test_folder_checkpoint_reports_which_file_changed(tmp_path):
     shutil.copyfile(data, data + ".new")
     os.replace(data + ".new", data)
     assert os.path.basename(data) in ckpt.changed_on_disk()
+
+
+def test_dcp_file_replaced_before_its_first_read_is_refused(tmp_path):
+    """A .distcp file is opened on first read: it must still be the file the checkpoint was opened with."""
+    folder = _make("dcp", tmp_path, seed=5, n=64)
+    ckpt = open_checkpoint(folder)  # nothing read yet: no .distcp file is open
+    data = max((os.path.join(folder, n) for n in os.listdir(folder)), key=os.path.getsize)
+    shutil.copyfile(data, data + ".new")
+    os.replace(data + ".new", data)
+    with pytest.raises(FileChangedError, match="replaced by another file"):
+        read_values(ckpt.tensor("big.weight"))
+
+
+def test_unrelated_files_in_a_folder_are_not_a_change(tmp_path):
+    folder = _make("dcp", tmp_path, seed=6, n=64)
+    ckpt = open_checkpoint(folder)
+    with open(os.path.join(folder, "README.md"), "w") as fh:
+        fh.write("notes")
+    assert ckpt.changed_on_disk() is None
+    np_values = read_values(ckpt.tensor("small.bias"))
+    assert np_values.shape == (8,)

@@ -8,7 +8,7 @@ import stat
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.formats import readers
 from ckptview.core.model import BoundedWarnings, Checkpoint
-from ckptview.core.sources import FileIdentity, io_error, open_regular, stat_checked
+from ckptview.core.sources import FileIdentity, folder_identities, io_error, open_regular, stat_checked
 
 HEAD_BYTES = 4096
 
@@ -20,7 +20,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     head = b""
     identities: dict[str, FileIdentity] = {}
     if stat.S_ISDIR(st.st_mode):
-        identities = _folder_identities(path)
+        identities = folder_identities(path)
     else:
         identities[path] = FileIdentity.of(st)
         head = _read_head(path, st)
@@ -52,27 +52,6 @@ def _read_head(path: str, st: os.stat_result) -> bytes:
 def _is_pseudo(path: str) -> bool:
     real = os.path.realpath(path)
     return real.startswith(("/proc/", "/sys/")) or real in ("/proc", "/sys")
-
-
-MAX_FOLDER_FILES = 10_000
-
-
-def _folder_identities(folder: str) -> dict[str, FileIdentity]:
-    """Identity of each regular file directly in a folder (shards, .distcp files, the index)."""
-    out: dict[str, FileIdentity] = {}
-    try:
-        with os.scandir(folder) as it:
-            for entry in it:
-                if len(out) >= MAX_FOLDER_FILES:
-                    break
-                try:
-                    if entry.is_file(follow_symlinks=True):
-                        out[entry.path] = FileIdentity.of(entry.stat(follow_symlinks=True))
-                except OSError:
-                    continue
-    except OSError as exc:
-        raise io_error(folder, exc) from None
-    return out
 
 
 def _open_with_readers(path: str, head: bytes) -> Checkpoint:

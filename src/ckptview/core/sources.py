@@ -108,6 +108,33 @@ def open_regular(path: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+MAX_FOLDER_FILES = 10_000
+CHECKPOINT_FILES = (".distcp", ".safetensors", ".bin", ".index.json", ".pt", ".pth", ".ckpt", ".metadata")
+
+
+def folder_identities(folder: str) -> dict[str, FileIdentity]:
+    """Identity of each checkpoint file directly in a folder (shards, .distcp files, the index, .metadata).
+
+    Other files (a README, config.json) may change without the checkpoint changing.
+    """
+    out: dict[str, FileIdentity] = {}
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if len(out) >= MAX_FOLDER_FILES:
+                    break
+                if not entry.name.endswith(CHECKPOINT_FILES):
+                    continue
+                try:
+                    if entry.is_file(follow_symlinks=True):
+                        out[os.path.join(folder, entry.name)] = FileIdentity.of(entry.stat(follow_symlinks=True))
+                except OSError:
+                    continue
+    except OSError as exc:
+        raise io_error(folder, exc) from None
+    return out
+
+
 def _fill(fd: int, view: memoryview, offset: int) -> int:
     """One positioned read into `view`; the number of bytes read (0 at the end of the file)."""
     if _HAS_PREADV:
@@ -128,12 +155,15 @@ class FileMap:
     a file that was truncated, rewritten or replaced meanwhile are never returned.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, expected: FileIdentity | None = None) -> None:
         self.path = path
         st = stat_checked(path)
         if not stat.S_ISREG(st.st_mode):
             raise NotACheckpointError(f"not a checkpoint: {path} is a folder, not a file")
         self.identity = FileIdentity.of(st)
+        # A file first read long after the checkpoint was opened (a DCP shard) must still be that file.
+        if expected is not None and (what := expected.difference(self.identity)) is not None:
+            raise FileChangedError(path, what)
         self._fd: int | None = None
         self._users = 0
         self._closing = False

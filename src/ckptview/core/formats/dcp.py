@@ -30,7 +30,7 @@ from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, Ten
 from ckptview.core.formats.torch_zip import load_embedded
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.pickle_reader import StubObject
-from ckptview.core.sources import FileMap
+from ckptview.core.sources import FileMap, folder_identities
 from ckptview.core.torch_pickle import load_torch_pickle, unsafe_of
 from ckptview.core.tree import build_tree
 
@@ -155,6 +155,7 @@ class _Files:
     def __init__(self, folder: str) -> None:
         self.folder = folder
         self.maps: dict[str, FileMap] = {}
+        self.opened_as = folder_identities(os.path.abspath(folder))  # a file read later must be this one
 
     def get(self, rel: str) -> FileMap:
         if rel not in self.maps:
@@ -164,7 +165,7 @@ class _Files:
                 raise TensorDataError(f"record path {rel!r} leaves the checkpoint folder")
             if not os.path.isfile(path):
                 raise TensorDataError(f"file '{rel}' missing from the checkpoint folder")
-            self.maps[rel] = FileMap(path)
+            self.maps[rel] = FileMap(path, self.opened_as.get(path))
         return self.maps[rel]
 
 
