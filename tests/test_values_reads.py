@@ -74,3 +74,24 @@ def test_preview_histogram_reads_only_sampled_runs(tmp_path, counted):
     hist = tensor_sample_histogram(info, bins=20)
     assert not hist.exact and hist.looked_at <= PREVIEW_SAMPLES
     assert counted["bytes"] <= PREVIEW_SAMPLES * 4
+
+
+def test_strided_slice_streams_in_small_reads(tmp_path, monkeypatch):
+    qkv = torch.randn(2000, 300)
+    path = tmp_path / "fused.pt"
+    torch.save({"q": qkv[:, :100], "v": qkv[:, 200:]}, path)  # views over one 2.4 MB storage
+    loaded = torch.load(path, weights_only=True)
+    ckpt = open_checkpoint(path)
+    sizes = []
+    real = FileMap.readinto
+
+    def readinto(self, offset, buf, check=True):
+        sizes.append(memoryview(buf).nbytes)
+        return real(self, offset, buf, check)
+
+    monkeypatch.setattr(FileMap, "readinto", readinto)
+    for name in ("q", "v"):
+        sizes.clear()
+        got = np.concatenate(list(iter_chunks(ckpt.tensor(name), 1000)))
+        np.testing.assert_array_equal(got, loaded[name].contiguous().numpy().reshape(-1))
+        assert max(sizes) <= 3 * 1000 * 4  # a block of rows with the columns between them, never the storage

@@ -242,6 +242,12 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
         # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
         yield from _inflate_contiguous(info, chunk_elems)
         return
+    stored = getattr(info.storage.source, "file_span", lambda: None)() is not None  # not a compressed member
+    if stored and info.shape and not info.is_contiguous and _blocks_stay_small(info, chunk_elems):
+        # A strided view (a slice of a fused matrix): whole rows at a time, each block reading only the
+        # bytes its rows span, so memory stays near the chunk size rather than the storage's.
+        yield from _iter_row_blocks(info, chunk_elems)
+        return
     arr = read_values(info)
     if arr.ndim == 0:
         yield arr.reshape(1).copy()
@@ -257,6 +263,31 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
                    op_flags=[["readonly"]], order="C", buffersize=chunk_elems)
     for block in it:
         yield block.copy()
+
+
+SPAN_FACTOR = 8  # a block of rows may read at most this many times its own elements
+
+
+def _rows_per_block(info: TensorInfo, chunk_elems: int) -> int:
+    row_elems = math.prod(info.shape[1:])
+    return max(1, chunk_elems // max(row_elems, 1))
+
+
+def _blocks_stay_small(info: TensorInfo, chunk_elems: int) -> bool:
+    """Whether reading `info` a block of rows at a time reads little more than the rows themselves."""
+    rows = min(info.shape[0], _rows_per_block(info, chunk_elems))
+    block = region_info(info, (slice(0, rows),))
+    lo, hi = _span(block)
+    return block.numel > 0 and hi - lo + 1 <= SPAN_FACTOR * block.numel and info.numel > block.numel
+
+
+def _iter_row_blocks(info: TensorInfo, chunk_elems: int) -> Iterator[np.ndarray]:
+    step = _rows_per_block(info, chunk_elems)
+    for r0 in range(0, info.shape[0], step):
+        block = read_values(region_info(info, (slice(r0, min(r0 + step, info.shape[0])),)))
+        flat = np.ascontiguousarray(block).reshape(-1)
+        for start in range(0, flat.size, chunk_elems):
+            yield flat[start : start + chunk_elems]
 
 
 def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int) -> Iterator[np.ndarray]:
