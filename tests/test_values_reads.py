@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -95,3 +97,23 @@ def test_strided_slice_streams_in_small_reads(tmp_path, monkeypatch):
         got = np.concatenate(list(iter_chunks(ckpt.tensor(name), 1000)))
         np.testing.assert_array_equal(got, loaded[name].contiguous().numpy().reshape(-1))
         assert max(sizes) <= 3 * 1000 * 4  # a block of rows with the columns between them, never the storage
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_dropped_checkpoints_do_not_leak_descriptors(tmp_path):
+    import gc
+
+    path = tmp_path / "s.pt"
+    torch.save({"w": torch.ones(3)}, path)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(300):
+        ckpt = open_checkpoint(path)
+        read_values(ckpt.tensor("w"))  # opens the kept descriptor
+    del ckpt
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 1
+    closed = open_checkpoint(path)
+    read_values(closed.tensor("w"))
+    closed.close()
+    np.testing.assert_array_equal(read_values(closed.tensor("w")), np.ones(3))  # a later read reopens
+    closed.close()

@@ -9,6 +9,7 @@ read is a positioned read into a buffer of bounded size instead; a short read, o
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -268,6 +269,13 @@ class FileMap:
     def read_all(self) -> bytes:
         """The whole file (for pickles that are the whole file)."""
         return self.read(0, self.size)
+
+    def __del__(self) -> None:
+        # A checkpoint dropped without close() must not leak its descriptor (long sessions, test suites).
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def close(self) -> None:
         """Close the descriptor (now, or when the reads in flight finish); a later read reopens it."""
