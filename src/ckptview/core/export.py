@@ -188,7 +188,7 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
         try:
             check_expansion(entry.info)
         except CheckpointError as exc:
-            raise ExportError(f"cannot export {printable(entry.name)}: {exc}") from None
+            raise ExportError(f"cannot export {printable(entry.name)}: {exc} (leave it out with --key)") from None
     if not usable:
         raise ExportError("nothing to export: no readable tensor selected" + (f" ({notes[0]})" if notes else ""))
     if single and len(usable) != 1:
