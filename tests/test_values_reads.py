@@ -28,10 +28,11 @@ def counted(monkeypatch):
 
 
 def test_no_memory_map_anywhere():
+    import ckptview.core.files as files
     import ckptview.core.sources as sources
     import ckptview.core.values as values
 
-    for module in (sources, values):
+    for module in (files, sources, values):
         assert "mmap" not in vars(module)
 
 

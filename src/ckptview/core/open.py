@@ -6,9 +6,9 @@ import os
 import stat
 
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.files import FileIdentity, folder_identities, io_error, open_regular, stat_checked
 from ckptview.core.formats import readers
 from ckptview.core.model import BoundedWarnings, Checkpoint
-from ckptview.core.sources import FileIdentity, folder_identities, io_error, open_regular, stat_checked
 
 HEAD_BYTES = 4096
 

@@ -24,7 +24,7 @@ from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.model import TensorInfo
 
 if TYPE_CHECKING:
-    from ckptview.core.sources import FileMap
+    from ckptview.core.files import FileMap
 
 DEFAULT_CHUNK_ELEMS = 1 << 22
 MAX_EXPANDED_ELEMS = 1 << 31  # logical elements materialised from an expanded tensor, at most...

@@ -27,10 +27,10 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.assembled import AssembledSource, Chunk, coverage_problem
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
+from ckptview.core.files import FileMap, folder_identities
 from ckptview.core.formats.torch_zip import load_embedded
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.pickle_reader import StubObject
-from ckptview.core.sources import FileMap, folder_identities
 from ckptview.core.torch_pickle import load_torch_pickle, unsafe_of
 from ckptview.core.tree import build_tree
 

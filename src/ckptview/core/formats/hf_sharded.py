@@ -15,8 +15,8 @@ import threading
 from typing import Any
 
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.files import open_regular
 from ckptview.core.model import BoundedWarnings, Checkpoint, Node
-from ckptview.core.sources import open_regular
 
 NAME = "hf-sharded"
 PRIORITY = 60
