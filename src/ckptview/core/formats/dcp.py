@@ -17,7 +17,6 @@ record's range in the file (a torch.save archive, not raw values).
 
 from __future__ import annotations
 
-import builtins
 import math
 import os
 import re
@@ -27,7 +26,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.assembled import AssembledSource, Chunk, coverage_problem
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
-from ckptview.core.files import FileMap, folder_identities
+from ckptview.core.files import FileMap, folder_identities, open_regular
 from ckptview.core.formats.torch_zip import load_embedded
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.pickle_reader import StubObject
@@ -270,7 +269,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     size = os.path.getsize(meta_path)
     if size > MAX_METADATA_BYTES:
         raise CheckpointFormatError(f"DCP .metadata is {size} bytes, more than the {MAX_METADATA_BYTES} allowed")
-    with builtins.open(meta_path, "rb") as fh:
+    with open_regular(meta_path) as fh:  # never blocks on a FIFO
         data = fh.read()
     obj, globals_seen, _ = load_torch_pickle(data, None, what=".metadata")
     if not isinstance(obj, StubObject) or not obj.cls.endswith("checkpoint.metadata.Metadata"):
