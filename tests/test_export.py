@@ -364,3 +364,117 @@ def test_safetensors_input_round_trips(tmp_path):
     _, result = _run(export_tensors(select_tensors(open_checkpoint(src)), tmp_path / "out.safetensors"))
     got, want = load_file(result.out), load_file(src)
     assert got.keys() == want.keys() and all(got[k].equal(want[k]) and got[k].dtype == want[k].dtype for k in want)
+
+
+# -- signals, free space, expanded tensors (issue 14) -------------------------------------------------
+
+SLOW_EXPORT = r"""
+import os, sys, time
+import ckptview.core.export as ex
+from ckptview import cli
+
+path, out, marker = sys.argv[1:4]
+real = ex.iter_chunks
+calls = []
+
+def slow(info, chunk_elems):
+    calls.append(info)
+    for chunk in real(info, chunk_elems):
+        yield chunk
+        if len(calls) == 2:  # one tensor written, a .part file open: tell the parent, wait for its signal
+            open(marker, "w").close()
+            time.sleep(600)
+
+ex.iter_chunks = slow
+sys.exit(cli.main(["export", path, "--out", out]))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP", "SIGINT"])
+@pytest.mark.parametrize("out_name", ["out", "out.npz", "out.safetensors"])
+def test_signal_during_export_removes_part_files(tmp_path, signame, out_name):
+    import signal
+    import time
+
+    src = tmp_path / "src" / "big.pt"
+    src.parent.mkdir()
+    torch.save({"a": torch.arange(300_000, dtype=torch.float32), "b": torch.ones(300_000)}, src)
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_EXPORT, str(src), str(work / out_name), str(marker)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120  # far above normal: only a broken export gets near it
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "export never started writing"
+            time.sleep(0.02)
+        assert any(name.endswith(".part") for _, _, files in os.walk(work) for name in files)
+        sig = getattr(signal, signame)
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == (130 if signame == "SIGINT" else 128 + sig), err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert signame in lines[0] or "interrupted" in lines[0]
+    left = [os.path.join(d, n) for d, _, files in os.walk(work) for n in files]
+    assert left == []  # no .part, no final file
+    assert os.listdir(work) == []  # nor the folder an npy export created
+
+
+def test_export_refuses_up_front_when_space_is_short(tmp_path, monkeypatch, capsys):
+    import shutil
+    from collections import namedtuple
+
+    src = tmp_path / "m.pt"
+    torch.save({"w": torch.zeros(1000, 250)}, src)  # 1,000,000 bytes of float32
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**7, 10**7 - 999_999, 999_999))
+    with pytest.raises(ExportError, match=r"writes .*1,000,000 bytes.*999,999 bytes\) free"):
+        _run(export_tensors(select_tensors(open_checkpoint(src)), tmp_path / "o.npz"))
+    assert main(["export", str(src), "--out", str(tmp_path / "out") + "/"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not enough space" in err and "1,000,000 bytes" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o.npz").exists()
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**7, 0, 10**7))
+    _, result = _run(export_tensors(select_tensors(open_checkpoint(src)), tmp_path / "o.npz"))
+    assert result.bytes_written == 1_000_000
+
+
+def test_expanded_tensor_exports_exactly_or_is_refused_up_front(tmp_path, capsys):
+    src = tmp_path / "e.pt"
+    small = torch.arange(12.0).reshape(3, 1, 4).expand(3, 5, 4)
+    huge = torch.arange(1000.0).expand(10**9, 1000)  # 1e12 elements over 1000 stored
+    torch.save({"small": small, "huge": huge}, src)
+    ckpt = open_checkpoint(src)
+    _, result = _run(export_tensors(select_tensors(ckpt, ["small"]), tmp_path / "s.npz"))
+    with np.load(result.out) as npz:
+        np.testing.assert_array_equal(npz["small"], torch.load(src)["small"].numpy())
+    with pytest.raises(ExportError, match="huge.*expanded tensor .*1,000,000,000,000 elements"):
+        plan_export(select_tensors(ckpt, ["huge"]), tmp_path / "h.npz")
+    assert main(["export", str(src), "--out", str(tmp_path / "h.npz")]) == 2
+    assert "refusing" in capsys.readouterr().err and not (tmp_path / "h.npz").exists()
+
+
+def test_write_error_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    import errno
+
+    src = tmp_path / "src.pt"
+    torch.save({"w": torch.ones(100)}, src)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["export", str(src), "--out", str(out / "w.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "w.npz" in err
+    assert os.listdir(out) == []

@@ -188,3 +188,60 @@ def test_stats_of_a_saved_file_match_torch_load(tmp_path) -> None:
             check(tensor_stats(ckpt.tensor(name), chunk_elems=64).to_json(), reference(t))
     finally:
         ckpt.close()
+
+
+# -- expanded (stride 0) tensors: figures from what is stored, each value counted as often as it repeats --
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.float16], ids=str)
+def test_expanded_tensor_stats_and_histogram_match_torch(tmp_path, dtype) -> None:
+    from ckptview.core import open_checkpoint
+    from ckptview.core.histogram import iter_tensor_histogram
+    from ckptview.core.stats import tensor_stats
+
+    base = make(dtype, (6, 1, 5), special=dtype.is_floating_point)
+    expanded = base.expand(6, 300, 5)  # stride 0 along dim 1: 9,000 elements from 30 stored
+    twice = base.reshape(1, 6, 5).expand(4, 6, 5).unsqueeze(2).expand(4, 6, 7, 5)  # two stride-0 dims
+    path = tmp_path / "e.pt"
+    torch.save({"e": expanded, "t": twice}, path)
+    loaded = torch.load(path, weights_only=True)
+    assert loaded["e"].stride()[1] == 0  # torch.save keeps the expansion: the file stores 30 values
+    ckpt = open_checkpoint(path)
+    for name in ("e", "t"):
+        info = ckpt.tensor(name)
+        want = loaded[name].contiguous()
+        check(tensor_stats(info, chunk_elems=7).to_json(), reference(want))
+        hist = run_job(iter_tensor_histogram(info, bins=10, chunk_elems=7))
+        x = want.to(torch.float64).reshape(-1)
+        finite = x[torch.isfinite(x)].numpy()
+        counts, _ = np.histogram(finite, bins=10, range=(finite.min(), finite.max()))
+        assert hist.counts.tolist() == counts.tolist() and hist.looked_at == want.numel()
+
+
+def test_huge_expanded_tensor_costs_what_it_stores(tmp_path, monkeypatch) -> None:
+    """1e12 declared elements over 1000 stored: exact figures, reading 1000 elements once."""
+    from ckptview import cli
+    from ckptview.core import open_checkpoint, values
+    from ckptview.core.histogram import iter_tensor_histogram, tensor_sample_histogram
+    from ckptview.core.stats import tensor_stats
+
+    rows = 10**9
+    path = tmp_path / "huge.pt"
+    torch.save({"h": torch.arange(1000.0).expand(rows, 1000)}, path)
+    info = open_checkpoint(path).tensor("h")
+    read = []
+    real = values.iter_chunks
+    monkeypatch.setattr(values, "iter_chunks", lambda i, n=1 << 22: (read.append(c.size) or c for c in real(i, n)))
+    s = tensor_stats(info)
+    assert sum(read) == 1000  # a counter, not a clock: the work is the bytes stored
+    n = rows * 1000
+    stored = np.arange(1000.0)
+    assert (s.numel, s.zeros, s.nan, s.min, s.max) == (n, rows, 0, 0.0, 999.0)
+    assert s.mean == pytest.approx(499.5, rel=1e-12)
+    assert s.std == pytest.approx(math.sqrt(stored.var() * n / (n - 1)), rel=1e-9)
+    assert s.l2 == pytest.approx(math.sqrt(rows * float(np.dot(stored, stored))), rel=1e-9)
+    hist = run_job(iter_tensor_histogram(info, bins=4))
+    assert hist.counts.tolist() == [250 * rows] * 4
+    preview = tensor_sample_histogram(info, bins=4)
+    assert int(preview.counts.sum()) <= 1000
+    assert cli.main(["info", str(path), "--json", "--stats"]) == 0

@@ -7,6 +7,7 @@ Nothing here imports torch or Qt at module level: `info`, `diff` and `export` st
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -62,11 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PermissionError as exc:
         print(f"ckptview: permission denied: {printable(exc.filename)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:  # EIO, ENOSPC, ...: one line naming the file and the error
+        code = errno.errorcode.get(exc.errno or 0, "")
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(printable(f"ckptview: {where}{exc.strerror or exc}") + (f" ({code})" if code else ""), file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("ckptview: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
     except Exception as exc:  # a bug of ours: still one line, unless asked for the traceback
         if os.environ.get("CKPTVIEW_DEBUG"):
             raise

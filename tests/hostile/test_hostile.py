@@ -232,7 +232,7 @@ def test_files_are_opened_read_only_and_never_changed(references, tmp_path, monk
     monkeypatch.undo()
     ours = {str(p) for p in copies.values()}
     used = [(p, m) for p, m in modes if p in ours]
-    assert used, "the spy saw no opens"
+    assert used or any(p in ours for p, _f in flags), "the spy saw no opens"  # files are read via os.open
     assert all(set(m) <= {"r", "b"} for _p, m in used), used
     assert all(f & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT) == 0
                for p, f in flags if p in ours), flags

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from ckptview.core.export import FORMATS, ExportResult, plan_export, run_export, select_tensors
 from ckptview.core.open import open_checkpoint
@@ -28,8 +32,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep bfloat16/float8 bits (ml_dtypes types) instead of converting to float32")
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C so the export removes its temporary files."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """While active, SIGTERM and SIGHUP raise Terminated (as SIGINT raises KeyboardInterrupt)."""
+    def handler(signum: int, _frame: object) -> None:
+        for other in previous:  # a second signal must not interrupt the cleanup this one starts
+            signal.signal(other, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is None or threading.current_thread() is not threading.main_thread():
+            continue
+        previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
 def run(args: argparse.Namespace) -> int:
     """Export, print name -> file for each tensor and the notes; 0 on success."""
+    try:
+        with _terminate_cleanly():
+            result = _export(args)
+    except Terminated as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"ckptview: export stopped by {name}; its temporary files were removed", file=sys.stderr)
+        return 128 + stop.signum
+    print_result(result)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> ExportResult:
     ckpt = open_checkpoint(args.path)
     try:
         plan = plan_export(select_tensors(ckpt, args.key), args.out, args.format, exact_dtypes=args.exact_dtypes)
@@ -41,15 +86,13 @@ def run(args: argparse.Namespace) -> int:
                 if show:
                     sys.stderr.write(f"\r{progress.fraction:6.1%} {printable(progress.message)[:60]:<60}")
         except StopIteration as stop:
-            result: ExportResult = stop.value
+            return stop.value
         finally:
-            job.close()  # on Ctrl-C: removes the temporary files now, not at garbage collection
+            job.close()  # on Ctrl-C or SIGTERM: removes the temporary files now, not at garbage collection
             if show:
                 sys.stderr.write("\r" + " " * 68 + "\r")
     finally:
         ckpt.close()
-    print_result(result)
-    return 0
 
 
 def print_result(result: ExportResult) -> None:

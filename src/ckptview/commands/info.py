@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,8 +142,13 @@ def run(args: argparse.Namespace) -> int:
     ckpt = open_checkpoint(args.path)
     try:
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
-            with paused_gc():
-                write_json_stream(info_items(ckpt, stats=args.stats))
+            # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
+            # copied to stdout only once complete, so an error half-way leaves stdout empty.
+            with tempfile.SpooledTemporaryFile(64 << 20, mode="w+", encoding="utf-8") as spool:
+                with paused_gc(), contextlib.redirect_stdout(spool):
+                    write_json_stream(info_items(ckpt, stats=args.stats))
+                spool.seek(0)
+                shutil.copyfileobj(spool, sys.stdout, 1 << 20)
             return 0
         data = info_dict(ckpt, stats=args.stats)
     finally:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from ckptview.core.errors import CheckpointError, TensorDataError
+from ckptview.core.errors import CheckpointError, FileChangedError, TensorDataError
 from ckptview.core.model import TensorInfo
 
 
@@ -48,6 +48,8 @@ class Chunk:
             if self._info is None:
                 try:
                     info = self.resolve()
+                except FileChangedError:
+                    raise  # the whole checkpoint is stale, not this chunk
                 except CheckpointError as exc:
                     raise TensorDataError(f"chunk at {self.where}: {exc}") from None
                 if tuple(info.shape) != tuple(self.sizes):

@@ -36,7 +36,7 @@ import numpy as np
 
 from ckptview.core import dtypes
 from ckptview.core.align import Alignment, align
-from ckptview.core.errors import CheckpointError
+from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
 from ckptview.core.model import Checkpoint, TensorInfo
 
@@ -253,6 +253,8 @@ def iter_compare(result: DiffResult, token: CancelToken | None = None,
         try:
             sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems),
                                     lambda step, base=done, name=row.name: DiffProgress(base + step.done, total, name))
+        except FileChangedError:
+            raise  # every figure after this would compare another file: the whole diff fails
         except CheckpointError as exc:
             row.status, row.error, row.done = "error", str(exc), True
         else:
@@ -288,8 +290,11 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint, **kwargs: Any) -> DiffResult:
 def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None = None,
                          chunk_elems: int = DIFF_CHUNK_ELEMS) -> Generator[Progress, None, Sums]:
     """Sums over two same-shape tensors, streamed; yields Progress in bytes of both sides."""
-    from ckptview.core.values import iter_chunks
+    from ckptview.core.values import common_expansion, iter_chunks
 
+    weight = 1
+    if (common := common_expansion(ia, ib)) is not None:  # both stride 0 on the same dims: read what is stored
+        ia, ib, weight = common
     same_bytes_possible = dtypes.canonical(ia.dtype) == dtypes.canonical(ib.dtype)
     wide = _wide_dtype(ia.dtype, ib.dtype)
     work = _Work(min(chunk_elems, max(ia.numel, 1)), wide)
@@ -299,10 +304,20 @@ def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | No
     for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems), iter_chunks(ib, chunk_elems)):
         if token is not None:
             token.check()
-        sums.add(compare_chunk(ca, cb, work, same_bytes_possible))
-        done += ca.size * per_elem
-        yield Progress(done, ia.numel * per_elem, "comparing")
+        part = compare_chunk(ca, cb, work, same_bytes_possible)
+        if weight != 1:
+            part = _repeated(part, weight)
+        sums.add(part)
+        done += ca.size * per_elem * weight
+        yield Progress(done, ia.numel * per_elem * weight, "comparing")
     return sums
+
+
+def _repeated(part: Sums, weight: int) -> Sums:
+    """The sums of `part` with every position counted `weight` times (all but the maximum scale)."""
+    return Sums(part.numel * weight, part.finite * weight, part.changed * weight, part.nonfinite_changed * weight,
+                part.max_abs, part.sum_abs * weight, part.aa * weight, part.bb * weight, part.ab * weight,
+                part.dd * weight)
 
 
 def compare_arrays(a: np.ndarray, b: np.ndarray, chunk_elems: int = DIFF_CHUNK_ELEMS) -> Sums:

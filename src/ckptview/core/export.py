@@ -14,6 +14,7 @@ import fnmatch
 import json
 import os
 import secrets
+import shutil
 import zipfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.safe_names import Deduplicator, is_safe_member, printable, safe_file_stem
-from ckptview.core.values import DEFAULT_CHUNK_ELEMS, iter_chunks
+from ckptview.core.units import human_bytes
+from ckptview.core.values import DEFAULT_CHUNK_ELEMS, check_expansion, iter_chunks
 
 FORMATS = ("npy", "npz", "safetensors")
 MANIFEST = "manifest.json"
@@ -182,6 +184,11 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
             notes.append(f"skipped {printable(entry.name)}: {reason}")
         else:
             usable.append(entry)
+    for entry in usable:
+        try:
+            check_expansion(entry.info)
+        except CheckpointError as exc:
+            raise ExportError(f"cannot export {printable(entry.name)}: {exc} (leave it out with --key)") from None
     if not usable:
         raise ExportError("nothing to export: no readable tensor selected" + (f" ({notes[0]})" if notes else ""))
     if single and len(usable) != 1:
@@ -279,6 +286,21 @@ class _Temps:
         self.paths.clear()
 
 
+def check_free_space(plan: ExportPlan, folder: str) -> None:
+    """Refuse, before writing anything, an export larger than the free space where it goes."""
+    probe = os.path.abspath(folder)
+    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return  # no figure to compare with: the writes themselves will say ENOSPC
+    need = plan.total_bytes
+    if need > free:
+        raise ExportError(f"not enough space: the export writes {human_bytes(need)} ({need:,} bytes) and "
+                          f"{probe} has {human_bytes(free)} ({free:,} bytes) free")
+
+
 def _finish_file(fh: IO[bytes]) -> None:
     fh.flush()
     os.fsync(fh.fileno())  # the bytes are on disk before the name says the file is complete
@@ -292,6 +314,7 @@ def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | No
     if not force and (existing := plan.existing()):
         raise ExportExistsError(existing)
     folder = plan.out if plan.format == "npy" and not plan.single_file else os.path.dirname(plan.out)
+    check_free_space(plan, folder)
     made_folder = not os.path.isdir(folder)
     try:
         os.makedirs(folder, exist_ok=True)

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.stats import DEFAULT_CHUNK_ELEMS, Summary, ValueTable, chunk_source, iter_summary
+from ckptview.core.stats import (
+    DEFAULT_CHUNK_ELEMS,
+    Summary,
+    ValueTable,
+    chunk_source,
+    iter_summary,
+    stored_part,
+)
 
 if TYPE_CHECKING:
     from ckptview.core.model import TensorInfo
@@ -135,15 +142,15 @@ def histogram_from_table(
 def iter_exact_histogram(
     chunks: Callable[[], Iterable[np.ndarray]], bins: int = DEFAULT_BINS,
     value_range: tuple[float, float] | None = None, log_x: bool = False, total: int = 0,
-    token: CancelToken | None = None, summary: Summary | None = None,
+    token: CancelToken | None = None, summary: Summary | None = None, weight: int = 1,
 ) -> Generator[Progress, None, Histogram]:
-    """Exact histogram streamed over ``chunks()``; yields Progress, returns a Histogram.
+    """Exact histogram streamed over ``chunks()``, each value counted ``weight`` times; yields Progress.
 
     Two passes at most: the range (taken from ``summary`` when given), then the counts. A small
     dtype needs one pass (its value table), or none when ``summary`` already holds the table.
     """
     if summary is None:
-        summary = yield from iter_summary(chunks(), total, token)
+        summary = yield from iter_summary(chunks(), total, token, weight)
     if summary.table is not None:
         return histogram_from_table(summary.table, bins, value_range, log_x)
     if value_range is None:
@@ -160,11 +167,12 @@ def iter_exact_histogram(
             token.check()
         axis, n, p, m, z = _split(_as_float(chunk), log_x)
         part, out = count_bins(axis, edges)
-        counts += part
-        nan, posinf, neginf, zeros, outside = nan + n, posinf + p, neginf + m, zeros + z, outside + out
+        counts += part if weight == 1 else part * weight
+        nan, posinf, neginf = nan + n * weight, posinf + p * weight, neginf + m * weight
+        zeros, outside = zeros + z * weight, outside + out * weight
         done += chunk.size
         yield Progress(done, max(total, done), "histogram")
-    return Histogram(edges, counts, nan, posinf, neginf, zeros, outside, log_x, True, done)
+    return Histogram(edges, counts, nan, posinf, neginf, zeros, outside, log_x, True, done * weight)
 
 
 def _iter_log_range(
@@ -182,6 +190,14 @@ def _iter_log_range(
     return (lo, hi) if lo <= hi else (0.0, 1.0)
 
 
+def sample_positions(n: int, max_count: int = PREVIEW_SAMPLES, seed: int = 0, block: int = 256) -> np.ndarray:
+    """Sorted flat positions of a seeded sample of `n` elements: random runs of `block` consecutive ones."""
+    block = max(1, min(block, max_count, n))
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, n - block + 1, size=max(1, max_count // block))
+    return np.unique((starts[:, None] + np.arange(block)).reshape(-1))
+
+
 def sample_values(values: np.ndarray, max_count: int = PREVIEW_SAMPLES, seed: int = 0, block: int = 256) -> np.ndarray:
     """A bounded, seeded sample of a (possibly memory-mapped) array, as a flat array.
 
@@ -191,10 +207,7 @@ def sample_values(values: np.ndarray, max_count: int = PREVIEW_SAMPLES, seed: in
     n = int(np.size(values))
     if n <= max_count:
         return np.asarray(values).reshape(-1)
-    block = max(1, min(block, max_count))
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, n - block + 1, size=max(1, max_count // block))
-    flat = np.unique((starts[:, None] + np.arange(block)).reshape(-1))
+    flat = sample_positions(n, max_count, seed, block)
     if values.flags.c_contiguous:
         return values.reshape(-1)[flat]
     return values[np.unravel_index(flat, values.shape)]
@@ -215,9 +228,11 @@ def iter_tensor_histogram(
     value_range: tuple[float, float] | None = None, summary: Summary | None = None,
     token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
 ) -> Generator[Progress, None, Histogram]:
-    """Exact histogram of one tensor's values, streamed from its lazy chunks."""
+    """Exact histogram of one tensor's values, streamed from its lazy chunks (an expanded tensor's:
+    from the values it stores, each counted as often as it repeats)."""
+    part, weight = stored_part(info)
     return iter_exact_histogram(
-        chunk_source(info, chunk_elems), bins, value_range, log_x, info.numel, token, summary
+        chunk_source(part, chunk_elems), bins, value_range, log_x, part.numel, token, summary, weight
     )
 
 
@@ -225,7 +240,13 @@ def tensor_sample_histogram(
     info: TensorInfo, bins: int = DEFAULT_BINS, log_x: bool = False,
     value_range: tuple[float, float] | None = None, max_count: int = PREVIEW_SAMPLES,
 ) -> Histogram:
-    """Preview histogram of one tensor from a bounded sample of its mapped values."""
-    from ckptview.core.values import read_values
+    """Preview histogram of one tensor from a bounded sample of its values (only the sampled runs are read)."""
+    from ckptview.core.values import read_flat, read_values
 
-    return sample_histogram(read_values(info), bins, log_x, value_range, max_count)
+    part, _weight = stored_part(info)  # the same distribution, from the values actually stored
+    if part.numel > max_count and part.is_contiguous:
+        flat = sample_positions(part.numel, max_count, seed=0)
+        sample = read_flat(part, flat)
+        if sample is not None:
+            return histogram_of_array(sample, bins, value_range, log_x, exact=False)
+    return sample_histogram(read_values(part), bins, log_x, value_range, max_count)

@@ -144,6 +144,69 @@ class TensorEntry:
     node: Node
 
 
+MAX_WARNINGS = 100
+
+
+class BoundedWarnings(list):  # type: ignore[type-arg]
+    """A checkpoint's warnings: the first MAX_WARNINGS kept, the rest counted in a last "... and N more".
+
+    A hostile file can produce a million warnings (one per broken entry); the list stays small whatever
+    a reader appends, and every reader gets the same bound by appending to `Checkpoint.warnings`.
+    """
+
+    def __init__(self, items: Any = (), limit: int = MAX_WARNINGS) -> None:
+        super().__init__()
+        self.limit = limit
+        self.dropped = 0
+        self.dropped_broken = 0  # of those, "tensor '...' is broken: ..." lines (counted apart on open)
+        self.extend(items)
+
+    def kept(self) -> list[str]:
+        """The warnings kept, without the "... and N more" line."""
+        return list(self[:-1] if self.dropped else self)
+
+    def _summary(self) -> str:
+        return f"... and {self.dropped} more warning{'s' if self.dropped != 1 else ''}"
+
+    def append(self, item: str) -> None:
+        """Keep `item` while under the limit, else count it."""
+        kept = len(self) - (1 if self.dropped else 0)
+        if kept < self.limit:
+            if self.dropped:
+                super().insert(kept, item)
+            else:
+                super().append(item)
+            return
+        self.dropped += 1
+        if item.startswith("tensor '") and " is broken: " in item:
+            self.dropped_broken += 1
+        if self.dropped == 1:
+            super().append(self._summary())
+        else:
+            self[-1] = self._summary()
+
+    def extend(self, items: Any) -> None:
+        """Append each of `items` (bounded)."""
+        for item in items:
+            self.append(item)
+
+    def insert(self, index: int, item: str) -> None:
+        """Insert `item` (a leading summary line); the last kept warning is counted instead when full."""
+        kept = len(self) - (1 if self.dropped else 0)
+        super().insert(min(index, kept), item)
+        if kept + 1 > self.limit:
+            super().pop(kept)
+            self.dropped += 1
+            if self.dropped == 1:
+                super().append(self._summary())
+            else:
+                self[-1] = self._summary()
+
+    def __iadd__(self, items: Any) -> BoundedWarnings:  # type: ignore[override]
+        self.extend(items)
+        return self
+
+
 @dataclass(eq=False)
 class Checkpoint:
     """What a reader found in a file: the tree plus what the file referenced and what looked wrong."""
@@ -159,6 +222,21 @@ class Checkpoint:
     _tensors: list[TensorEntry] | None = field(default=None, repr=False)
     _by_name: dict[str, TensorInfo] | None = field(default=None, repr=False)
     _sharing: dict[str, list[str]] | None = field(default=None, repr=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "warnings" and not isinstance(value, BoundedWarnings):
+            value = BoundedWarnings(value)  # one bound for every reader, whatever list it built
+        object.__setattr__(self, name, value)
+
+    def changed_on_disk(self) -> str | None:
+        """What changed on disk since this checkpoint was opened ("PATH: size 10 -> 0 bytes"), else None.
+
+        Cheap (one stat per file), so a window can poll it; reading values of a changed file raises
+        `FileChangedError` whether or not anyone asked.
+        """
+        from ckptview.core.sources import changed_on_disk
+
+        return changed_on_disk(self)
 
     def tensors(self) -> list[TensorEntry]:
         """Every tensor in file order, with its contract name and path."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.files import FileIdentity, folder_identities, io_error, open_regular, stat_checked
 from ckptview.core.formats import readers
-from ckptview.core.model import Checkpoint
+from ckptview.core.model import BoundedWarnings, Checkpoint
 
 HEAD_BYTES = 4096
 
@@ -14,12 +16,45 @@ HEAD_BYTES = 4096
 def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read a checkpoint's metadata (never its tensor bytes, never running its code)."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise NotACheckpointError(f"no such file: {path}")
+    st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
     head = b""
-    if not os.path.isdir(path):
-        with open(path, "rb") as fh:  # read-only, and only the first bytes
+    identities: dict[str, FileIdentity] = {}
+    if stat.S_ISDIR(st.st_mode):
+        identities = folder_identities(path)
+    else:
+        identities[path] = FileIdentity.of(st)
+        head = _read_head(path, st)
+    ckpt = _open_with_readers(path, head)
+    ckpt.metadata.setdefault("_identities", identities)
+    return ckpt
+
+
+def _read_head(path: str, st: os.stat_result) -> bytes:
+    """The first bytes of a regular file; a /proc or /sys pseudo-file (size 0, content on read) is refused."""
+    try:
+        with open_regular(path) as fh:
             head = fh.read(HEAD_BYTES)
+    except CheckpointError as exc:
+        if st.st_size == 0 and "cannot read" in str(exc):  # /proc/self/mem and the like: EIO on read
+            raise NotACheckpointError(f"not a checkpoint: {path} is a pseudo-file (size 0 on disk, {exc})") from None
+        raise
+    except OSError as exc:
+        if st.st_size == 0:
+            raise NotACheckpointError(f"not a checkpoint: {path} is a pseudo-file (size 0 on disk, "
+                                      f"reading it fails: {exc.strerror or exc})") from None
+        raise io_error(path, exc) from None
+    if len(head) > st.st_size or _is_pseudo(path):
+        raise NotACheckpointError(f"not a checkpoint: {path} is a pseudo-file of the kernel (/proc or /sys: "
+                                  f"its stat says {st.st_size} bytes, its content is made when read)")
+    return head
+
+
+def _is_pseudo(path: str) -> bool:
+    real = os.path.realpath(path)
+    return real.startswith(("/proc/", "/sys/")) or real in ("/proc", "/sys")
+
+
+def _open_with_readers(path: str, head: bytes) -> Checkpoint:
     declined: NotACheckpointError | None = None
     for reader in readers():
         if reader.sniff(path, head):
@@ -32,7 +67,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
             except (MemoryError, RecursionError) as exc:
                 raise CheckpointFormatError(f"{reader.NAME}: file is too large or too deeply nested ({type(exc).__name__})") from None
             except OSError as exc:
-                raise CheckpointFormatError(f"{reader.NAME}: cannot read file: {exc.strerror or exc}") from None
+                raise io_error(path, exc) from None
             except Exception as exc:  # a reader bug must still reach the user as one line
                 raise CheckpointFormatError(f"{reader.NAME}: malformed file ({type(exc).__name__}: {exc})") from None
     raise declined or NotACheckpointError(describe_unknown(path, head))
@@ -44,13 +79,22 @@ MAX_BROKEN_LISTED = 20
 def _compact_warnings(ckpt: Checkpoint) -> Checkpoint:
     """List the first broken tensors one by one and count the rest (each tensor says it is broken).
 
-    A hostile file can mark a million tensors broken; a million warning lines help nobody.
+    A hostile file can mark a million tensors broken; a million warning lines help nobody. (The list
+    itself keeps at most MAX_WARNINGS lines: see `BoundedWarnings`.)
     """
-    broken = [w for w in ckpt.warnings if w.startswith("tensor '") and " is broken: " in w]
-    if len(broken) > MAX_BROKEN_LISTED:
+    warnings = ckpt.warnings
+    kept = warnings.kept() if isinstance(warnings, BoundedWarnings) else list(warnings)
+    dropped_broken = getattr(warnings, "dropped_broken", 0)
+    dropped_other = getattr(warnings, "dropped", 0) - dropped_broken
+    broken = [w for w in kept if w.startswith("tensor '") and " is broken: " in w]
+    total_broken = len(broken) + dropped_broken
+    if total_broken > MAX_BROKEN_LISTED:
         dropped = set(map(id, broken[MAX_BROKEN_LISTED:]))
-        ckpt.warnings = [w for w in ckpt.warnings if id(w) not in dropped]
-        ckpt.warnings.append(f"... and {len(broken) - MAX_BROKEN_LISTED} more broken tensors")
+        compact = [w for w in kept if id(w) not in dropped]
+        compact.append(f"... and {total_broken - MAX_BROKEN_LISTED} more broken tensors")
+        if dropped_other:
+            compact.append(f"... and {dropped_other} more warning{'s' if dropped_other != 1 else ''}")
+        ckpt.warnings = compact
     return ckpt
 
 

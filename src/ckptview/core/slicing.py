@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import EllipsisType
+from typing import Any
 
 import numpy as np
 
@@ -89,3 +90,44 @@ def view_2d(values: np.ndarray, spec: str | tuple[Index, ...]) -> np.ndarray:
         )
     view = values[index] if index else values
     return np.asarray(view).reshape((1,) * (2 - view.ndim) + view.shape) if view.ndim < 2 else view
+
+
+class LazySlice2D:
+    """The 2-D slice a spec selects from a tensor, read region by region, never whole.
+
+    ``lazy[r0:r1, c0:c1]`` reads only that tile's bytes (`values.read_region`), so a table over a 20 GB
+    matrix holds what is on screen. 0-/1-D selections are one row, as in :func:`view_2d`.
+    """
+
+    def __init__(self, info: Any, spec: str | tuple[Index, ...]) -> None:
+        index, out_shape = resolve(tuple(info.shape), spec)
+        if len(out_shape) > 2:
+            raise SliceError(
+                f"the slice leaves {len(out_shape)} dimensions {list(out_shape)}; fix all but two with an index"
+            )
+        self.info = info
+        # The dimensions the slice keeps: (dimension, start, step, length) after normalising.
+        self._kept: list[tuple[int, int, int, int]] = []
+        for dim, (item, size) in enumerate(zip(index, info.shape, strict=True)):
+            if isinstance(item, slice):
+                start, stop, step = item.indices(size)
+                self._kept.append((dim, start, step, len(range(start, stop, step))))
+        self._index = list(index)
+        self.shape: tuple[int, int] = tuple((1,) * (2 - len(out_shape)) + tuple(out_shape))  # type: ignore[assignment]
+        self.dtype = info.dtype
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        rows, cols = key
+        wanted = [rows, cols][2 - len(self._kept):]  # 0-/1-D: the row (and column) are synthetic
+        index = list(self._index)
+        for (dim, start, step, length), part in zip(self._kept, wanted, strict=True):
+            lo, hi, _ = part.indices(length)
+            hi = max(hi, lo)
+            first, last = start + lo * step, start + hi * step  # positions in the tensor's dimension
+            index[dim] = slice(first, last if last >= 0 else None, step)
+        from ckptview.core.values import read_region  # values need numpy and the readers: only when read
+
+        block = np.asarray(read_region(self.info, tuple(index)))
+        r = len(range(*rows.indices(self.shape[0])))
+        c = len(range(*cols.indices(self.shape[1])))
+        return block.reshape(r, c)

@@ -1,66 +1,30 @@
-"""Byte sources for storages: read-only memory maps of file ranges and zip members, opened lazily."""
+"""Byte sources for storages: file ranges, zip members and in-pickle bytes, read only when asked for.
+
+Every read of a file goes through `ckptview.core.files.FileMap` (positioned reads, never a memory map,
+identity checked): a file that changes on disk raises `FileChangedError`, it never faults the process.
+"""
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
-import threading
 import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckptview.core.errors import CheckpointFormatError, TensorDataError
+from ckptview.core.files import FileIdentity, FileMap
+
+__all__ = ["FileMap", "FileSlice", "MemorySource", "ZipMember", "changed_on_disk", "close_all", "file_maps"]
 
 if TYPE_CHECKING:
     from ckptview.core.model import Checkpoint
 
-_EMPTY = memoryview(b"")
 MAX_INFLATED_RECORD = 256 << 20
 
 
-class FileMap:
-    """A read-only map of one file, made on first use and shared by every slice of that file."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._map: mmap.mmap | None = None
-        self._size: int | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def size(self) -> int:
-        if self._size is None:
-            self._size = os.path.getsize(self.path)
-        return self._size
-
-    def view(self) -> memoryview:
-        with self._lock:
-            if self._map is None:
-                if self.size == 0:
-                    return _EMPTY
-                with open(self.path, "rb") as fh:
-                    self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            return memoryview(self._map)
-
-    def read(self, offset: int, length: int) -> bytes:
-        """Read a small range without mapping (headers)."""
-        with open(self.path, "rb") as fh:
-            fh.seek(offset)
-            return fh.read(length)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._map is not None:
-                try:
-                    self._map.close()
-                except BufferError:
-                    return  # a view is still alive; the map closes when it is collected
-                self._map = None
-
-
 class FileSlice:
-    """`length` bytes at `offset` of a mapped file."""
+    """`length` bytes at `offset` of a file."""
 
     __slots__ = ("fmap", "length", "offset")
 
@@ -71,16 +35,32 @@ class FileSlice:
         return f"{os.path.basename(self.fmap.path)} @ {self.offset}"
 
     def file_range(self) -> tuple[str, int, int]:
-        """(path, offset, length) of the bytes in the file, for streamed reads that bypass the map."""
+        """(path, offset, length) of the bytes in the file."""
         return self.fmap.path, self.offset, self.length
 
-    def open_buffer(self) -> memoryview:
+    def file_span(self) -> tuple[FileMap, int, int]:
+        """(file, offset, length) of the bytes, for chunked reads."""
+        return self.fmap, self.offset, self.length
+
+    def _check_bounds(self) -> None:
         if self.offset < 0 or self.offset + self.length > self.fmap.size:
             raise TensorDataError(
                 f"storage bytes {self.offset}..{self.offset + self.length} lie beyond the end of the file "
                 f"({self.fmap.size} bytes)"
             )
-        return self.fmap.view()[self.offset : self.offset + self.length]
+
+    def read_range(self, start: int, length: int) -> bytes:
+        """`length` bytes from `start` of the slice."""
+        self._check_bounds()
+        if start < 0 or start + length > self.length:
+            raise TensorDataError(f"bytes {start}..{start + length} lie outside the storage ({self.length} bytes)")
+        buf = bytearray(length)
+        self.fmap.readinto(self.offset + start, buf)
+        return buf
+
+    def open_buffer(self) -> memoryview:
+        """The slice's bytes, read into memory."""
+        return memoryview(self.read_range(0, self.length))
 
 
 class MemorySource:
@@ -93,6 +73,12 @@ class MemorySource:
 
     def describe(self) -> str:
         return f"{len(self.data)} bytes inside the pickle"
+
+    def read_range(self, start: int, length: int) -> bytes:
+        """`length` bytes from `start`."""
+        if start < 0 or start + length > len(self.data):
+            raise TensorDataError(f"bytes {start}..{start + length} lie outside the storage ({len(self.data)} bytes)")
+        return self.data[start : start + length]
 
     def open_buffer(self) -> memoryview:
         return memoryview(self.data)
@@ -133,30 +119,43 @@ class ZipMember:
             return None
         return self.fmap.path, self.data_offset(), self.compress_size
 
-    def _raw(self) -> memoryview:
+    def file_span(self) -> tuple[FileMap, int, int] | None:
+        """(file, offset, length) when the member is stored uncompressed, else None."""
+        if self.compress_type != 0:
+            return None
+        self._raw_bounds()
+        return self.fmap, self.data_offset(), self.compress_size
+
+    def _raw_bounds(self) -> int:
         start = self.data_offset()
         if start + self.compress_size > self.fmap.size:
             raise TensorDataError(f"truncated zip: record '{self.name}' runs past the end of the file")
-        raw = self.fmap.view()[start : start + self.compress_size]
         if self.compress_type not in (0, 8):
             raise TensorDataError(f"record '{self.name}' uses unsupported zip compression {self.compress_type}")
-        return raw
+        return start
 
     def _wanted(self) -> int:
         return self.file_size if self.max_bytes is None else min(self.file_size, self.max_bytes)
 
+    def read_range(self, start: int, length: int) -> bytes:
+        """`length` bytes from `start` of the member's (inflated) content."""
+        if self.compress_type != 0:
+            return b"".join(self.iter_inflated(start, length, max(length, 1)))
+        data_start = self._raw_bounds()
+        if start < 0 or start + length > self.compress_size:
+            raise TensorDataError(f"record '{self.name}' is shorter than the view needs")
+        buf = bytearray(length)
+        self.fmap.readinto(data_start + start, buf)
+        return buf
+
     def open_buffer(self) -> memoryview:
-        raw = self._raw()
+        """The member's bytes in memory (inflated no further than the storage needs)."""
         if self.compress_type == 0:
-            return raw
+            return memoryview(self.read_range(0, self.compress_size))
         # Inflate no more than the declared size, and no more than the storage needs: a zip bomb
         # cannot make us allocate beyond what the tensor itself accounts for.
         want = self._wanted()
-        inflater = zlib.decompressobj(-15)
-        try:
-            out = inflater.decompress(raw, want)
-        except zlib.error as exc:
-            raise TensorDataError(f"corrupt zip: record '{self.name}' does not inflate ({exc})") from None
+        out = b"".join(self._inflate(0, want, max(want, 1), exact=False))
         if len(out) != want:
             raise TensorDataError(f"corrupt zip: record '{self.name}' inflates to {len(out)} bytes, "
                                   f"declared {self.file_size}")
@@ -164,28 +163,51 @@ class ZipMember:
 
     def iter_inflated(self, start: int, length: int, block: int) -> Iterator[bytes]:
         """`length` bytes from `start` of a compressed member, inflated `block` bytes at a time."""
-        raw = self._raw()
+        self._raw_bounds()
         if start < 0 or start + length > self._wanted():
             raise TensorDataError(f"record '{self.name}' is shorter than the view needs")
+        return self._inflate(start, length, block, exact=True)
+
+    def _inflate(self, start: int, length: int, block: int, exact: bool) -> Iterator[bytes]:
+        """Inflate the compressed bytes, read from the file 1 MiB at a time; yields `block`-sized pieces.
+
+        Pieces are handed on as zlib made them whenever one is exactly a block (the usual case): no copy.
+        """
+        raw_start = self._raw_bounds()
         inflater = zlib.decompressobj(-15)
-        fed, step, skip, buf = 0, 1 << 20, start, bytearray()
+        fed, step, skip = 0, 1 << 20, start
+        pieces: list[bytes] = []
+        have = 0
         try:
             while length > 0:
                 need = min(block, length)
-                while len(buf) < need:  # buf never holds more than two blocks
+                while have < need:  # never more than two blocks held
                     if inflater.unconsumed_tail:
                         chunk = inflater.decompress(inflater.unconsumed_tail, block)
-                    elif fed < len(raw) and not inflater.eof:
-                        chunk = inflater.decompress(raw[fed : fed + step], block)
+                    elif fed < self.compress_size and not inflater.eof:
+                        raw = self.fmap.read(raw_start + fed, min(step, self.compress_size - fed))
+                        chunk = inflater.decompress(raw, block)
                         fed += step
-                    else:
+                    elif exact:
                         raise TensorDataError(f"corrupt zip: record '{self.name}' ends early")
+                    else:
+                        need = length = have
+                        break
                     if skip:
                         drop = min(skip, len(chunk))
                         chunk, skip = chunk[drop:], skip - drop
-                    buf += chunk
-                yield bytes(buf[:need])
-                del buf[:need]
+                    if chunk:
+                        pieces.append(chunk)
+                        have += len(chunk)
+                if need == 0:
+                    return
+                if len(pieces) == 1 and have == need:
+                    out, pieces, have = pieces[0], [], 0
+                else:
+                    joined = b"".join(pieces)
+                    out, rest = joined[:need], joined[need:]
+                    pieces, have = ([rest] if rest else []), len(rest)
+                yield out
                 length -= need
         except zlib.error as exc:
             raise TensorDataError(f"corrupt zip: record '{self.name}' does not inflate ({exc})") from None
@@ -202,7 +224,29 @@ class ZipMember:
         return bytes(self.open_buffer())
 
 
+def file_maps(checkpoint: Checkpoint) -> list[FileMap]:
+    """The files a checkpoint has opened so far."""
+    return list(checkpoint.metadata.get("_file_maps", []))
+
+
+def changed_on_disk(checkpoint: Checkpoint) -> str | None:
+    """'PATH: what changed' for the first file of `checkpoint` that changed since it was opened, else None."""
+    for path, identity in checkpoint.metadata.get("_identities", {}).items():
+        try:
+            what = identity.difference(FileIdentity.of(os.stat(path)))
+        except FileNotFoundError:
+            what = "deleted"
+        except OSError as exc:
+            what = f"cannot be checked: {exc.strerror or exc}"
+        if what is not None:
+            return f"{path}: {what}"
+    for fmap in file_maps(checkpoint):
+        if (what := fmap.changed()) is not None:
+            return f"{fmap.path}: {what}"
+    return None
+
+
 def close_all(checkpoint: Checkpoint) -> None:
-    """Close every file map a checkpoint opened."""
-    for fmap in checkpoint.metadata.get("_file_maps", []):
+    """Close every file a checkpoint opened."""
+    for fmap in file_maps(checkpoint):
         fmap.close()

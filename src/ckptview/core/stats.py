@@ -184,12 +184,13 @@ class _Moments:
         self.numel = self.zeros = self.nan = self.posinf = self.neginf = 0
         self.part: TensorStats = TensorStats()
 
-    def add(self, chunk: np.ndarray) -> None:
+    def add(self, chunk: np.ndarray, weight: int = 1) -> None:
+        """Add the values of `chunk`, each counted `weight` times."""
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in a sum is handled below
-            self._add(chunk.reshape(-1))
+            self._add(chunk.reshape(-1), weight)
 
-    def _add(self, chunk: np.ndarray) -> None:
-        self.numel += chunk.size
+    def _add(self, chunk: np.ndarray, weight: int) -> None:
+        self.numel += chunk.size * weight
         if chunk.size == 0:
             return
         if chunk.dtype.kind == "c":
@@ -205,11 +206,11 @@ class _Moments:
             total = float(x.sum())
             finite = x
             if not math.isfinite(total):  # any NaN/Inf (or float64 overflow): take the careful path
-                self.nan += int(np.count_nonzero(np.isnan(x)))
-                self.posinf += int(np.count_nonzero(x == np.inf))
-                self.neginf += int(np.count_nonzero(x == -np.inf))
+                self.nan += int(np.count_nonzero(np.isnan(x))) * weight
+                self.posinf += int(np.count_nonzero(x == np.inf)) * weight
+                self.neginf += int(np.count_nonzero(x == -np.inf)) * weight
                 finite = x[np.isfinite(x)]
-        self.zeros += finite.size - int(np.count_nonzero(finite))
+        self.zeros += (finite.size - int(np.count_nonzero(finite))) * weight
         n = finite.size
         if n == 0:
             return
@@ -218,7 +219,8 @@ class _Moments:
         m2 = float(np.dot(d, d))
         if lo is None:
             lo, hi = float(finite.min()), float(finite.max())
-        chunk_stats = TensorStats(numel=n, mean=mean, min=lo, max=hi, finite=n, m2=m2)
+        # Each value repeated `weight` times: same mean, `weight` times the squared deviations.
+        chunk_stats = TensorStats(numel=n * weight, mean=mean, min=lo, max=hi, finite=n * weight, m2=m2 * weight)
         self.part = merge_stats([self.part, chunk_stats])
 
     def stats(self) -> TensorStats:
@@ -230,12 +232,13 @@ class _Moments:
 
 
 def iter_summary(
-    chunks: Iterable[np.ndarray], total: int = 0, token: CancelToken | None = None
+    chunks: Iterable[np.ndarray], total: int = 0, token: CancelToken | None = None, weight: int = 1
 ) -> Generator[Progress, None, Summary]:
     """One pass over the chunks of a tensor's logical values; yields Progress, returns a Summary.
 
-    ``total`` is the number of elements expected (for progress only). Raises ``Cancelled`` when
-    ``token`` is cancelled between chunks.
+    ``total`` is the number of elements expected (for progress only). Each value counts ``weight``
+    times (an expanded tensor's stored values: see ``ckptview.core.values.expanded_parts``). Raises
+    ``Cancelled`` when ``token`` is cancelled between chunks.
     """
     counts: np.ndarray | None = None
     view: np.dtype | None = None
@@ -257,10 +260,11 @@ def iter_summary(
             bits = chunk.reshape(-1).view(view)
             # bincount copies its input as intp (4x a 16-bit chunk): feed it slices to bound that copy.
             for start in range(0, bits.size, _BINCOUNT_SLICE):
-                counts += np.bincount(bits[start : start + _BINCOUNT_SLICE], minlength=counts.size)
+                part = np.bincount(bits[start : start + _BINCOUNT_SLICE], minlength=counts.size)
+                counts += part if weight == 1 else part * weight
         else:
             assert moments is not None
-            moments.add(chunk)
+            moments.add(chunk, weight)
         done += chunk.size
         yield Progress(done, max(total, done), "statistics")
     if first_dtype is None:  # no chunk at all: an empty tensor
@@ -288,11 +292,26 @@ def chunk_source(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ca
     return lambda: iter_chunks(info, chunk_elems)
 
 
+MAX_COUNTED = 1 << 62  # element counts are int64 in the value tables
+
+
+def stored_part(info: TensorInfo) -> tuple[TensorInfo, int]:
+    """(what to read, how many times each value read counts): an expanded tensor's stored values only."""
+    from ckptview.core.errors import TensorDataError
+    from ckptview.core.values import expanded_parts
+
+    if info.numel >= MAX_COUNTED:
+        raise TensorDataError(f"cannot compute figures: the tensor declares {info.numel} elements")
+    parts = expanded_parts(info)
+    return parts if parts is not None else (info, 1)
+
+
 def iter_tensor_summary(
     info: TensorInfo, token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS
 ) -> Generator[Progress, None, Summary]:
-    """Progress-yielding one-pass Summary of a tensor's values."""
-    return iter_summary(chunk_source(info, chunk_elems)(), total=info.numel, token=token)
+    """Progress-yielding one-pass Summary of a tensor's values (an expanded tensor's: of what it stores)."""
+    part, weight = stored_part(info)
+    return iter_summary(chunk_source(part, chunk_elems)(), total=part.numel, token=token, weight=weight)
 
 
 def tensor_stats(

@@ -12,6 +12,7 @@ import struct
 from typing import NamedTuple
 
 from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.files import open_regular
 
 _EOCD = struct.Struct("<4s4H2LH")
 _EOCD64_LOCATOR = struct.Struct("<4sLQL")
@@ -65,7 +66,7 @@ class _Window:
     """An open file whose seek() positions are counted from `start` (a zip stored inside a file)."""
 
     def __init__(self, path: str, start: int) -> None:
-        self.fh = open(path, "rb")  # noqa: SIM115 - closed by __exit__
+        self.fh = open_regular(path)  # never blocks on a FIFO; closed by __exit__
         self.start = start
 
     def __enter__(self) -> _Window:

@@ -1,6 +1,6 @@
 """The "Values" side panel: a virtual table over a 2-D slice, read tile by tile off the GUI thread.
 
-Only the tiles the view asks for are read from the mapped file (in the thread pool); a cell whose
+Only the tiles the view asks for are read from the file (positioned reads, in the thread pool); a cell whose
 tile is not there yet shows '…' and is repainted when it arrives, so a 50,000 x 4,096 matrix scrolls
 without ever being loaded whole.
 """
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.model import Node, TensorInfo
-from ckptview.core.slicing import SliceError, default_spec, view_2d
+from ckptview.core.slicing import LazySlice2D, SliceError, default_spec
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.workers import JobSlot
 
@@ -66,7 +66,7 @@ class Tile:
     cells: np.ndarray
 
 
-def _read_tile(view: np.ndarray, key: tuple[int, int], digits: int) -> Tile:
+def _read_tile(view: LazySlice2D, key: tuple[int, int], digits: int) -> Tile:
     r0, c0 = key[0] * TILE_ROWS, key[1] * TILE_COLS
     return Tile(key, format_cells(view[r0 : r0 + TILE_ROWS, c0 : c0 + TILE_COLS], digits))
 
@@ -78,7 +78,7 @@ class ValuesModel(QAbstractTableModel):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.view: np.ndarray | None = None
+        self.view: LazySlice2D | None = None
         self.digits = DEFAULT_DIGITS
         self.widest = 0  # characters of the widest cell text loaded so far (columns size to it)
         self.tiles = JobSlot(self, replace=False)  # tiles load side by side; a new slice drops them all
@@ -87,8 +87,8 @@ class ValuesModel(QAbstractTableModel):
         self._tiles: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._pending: set[tuple[int, int]] = set()
 
-    def set_view(self, view: np.ndarray | None) -> None:
-        """Show ``view`` (a 2-D array, usually a view over the mapped file)."""
+    def set_view(self, view: LazySlice2D | None) -> None:
+        """Show ``view`` (a lazily read 2-D slice of a tensor; None clears the table)."""
         self.beginResetModel()
         self.tiles.cancel()  # tiles of the previous slice still in flight are dropped
         self.widest = 0
@@ -158,11 +158,9 @@ class ValuesModel(QAbstractTableModel):
         self.tileLoaded.emit()
 
 
-def _open_slice(info: TensorInfo, spec: str, token: CancelToken) -> np.ndarray:
-    from ckptview.core.values import read_values  # mapping the file happens in the worker
-
+def _open_slice(info: TensorInfo, spec: str, token: CancelToken) -> LazySlice2D:
     token.check()
-    return view_2d(read_values(info), spec)
+    return LazySlice2D(info, spec)  # checks the spec; tiles read only their own bytes, in workers
 
 
 class ValuesView(QWidget):
@@ -263,7 +261,7 @@ class ValuesView(QWidget):
         self.slot.start(_open_slice, self.info, self.spec.text())
 
     def _on_slice(self, view: object) -> None:
-        assert isinstance(view, np.ndarray)
+        assert isinstance(view, LazySlice2D)
         self.model.set_view(view)
         self.status.setText(f"{view.shape[0]:,} x {view.shape[1]:,} {self.info.dtype if self.info else ''}")
         self.sliceReady.emit()

@@ -17,7 +17,6 @@ record's range in the file (a torch.save archive, not raw values).
 
 from __future__ import annotations
 
-import builtins
 import math
 import os
 import re
@@ -27,10 +26,10 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.assembled import AssembledSource, Chunk, coverage_problem
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
+from ckptview.core.files import FileMap, folder_identities, open_regular
 from ckptview.core.formats.torch_zip import load_embedded
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.pickle_reader import StubObject
-from ckptview.core.sources import FileMap
 from ckptview.core.torch_pickle import load_torch_pickle, unsafe_of
 from ckptview.core.tree import build_tree
 
@@ -155,6 +154,7 @@ class _Files:
     def __init__(self, folder: str) -> None:
         self.folder = folder
         self.maps: dict[str, FileMap] = {}
+        self.opened_as = folder_identities(os.path.abspath(folder))  # a file read later must be this one
 
     def get(self, rel: str) -> FileMap:
         if rel not in self.maps:
@@ -164,7 +164,7 @@ class _Files:
                 raise TensorDataError(f"record path {rel!r} leaves the checkpoint folder")
             if not os.path.isfile(path):
                 raise TensorDataError(f"file '{rel}' missing from the checkpoint folder")
-            self.maps[rel] = FileMap(path)
+            self.maps[rel] = FileMap(path, self.opened_as.get(path))
         return self.maps[rel]
 
 
@@ -269,7 +269,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     size = os.path.getsize(meta_path)
     if size > MAX_METADATA_BYTES:
         raise CheckpointFormatError(f"DCP .metadata is {size} bytes, more than the {MAX_METADATA_BYTES} allowed")
-    with builtins.open(meta_path, "rb") as fh:
+    with open_regular(meta_path) as fh:  # never blocks on a FIFO
         data = fh.read()
     obj, globals_seen, _ = load_torch_pickle(data, None, what=".metadata")
     if not isinstance(obj, StubObject) or not obj.cls.endswith("checkpoint.metadata.Metadata"):

@@ -8,14 +8,15 @@ names the shard file (`[{"file": "model-00001-of-00002.safetensors"}]`).
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import re
+import threading
 from typing import Any
 
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import Checkpoint, Node
+from ckptview.core.files import open_regular
+from ckptview.core.model import BoundedWarnings, Checkpoint, Node
 
 NAME = "hf-sharded"
 PRIORITY = 60
@@ -23,6 +24,7 @@ MAX_INDEX_BYTES = 256 << 20
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _SHARD = re.compile(r"-\d+-of-\d+\.(safetensors|bin)$")
 _SINGLE = ("model.safetensors", "pytorch_model.bin")
+_nesting = threading.local()  # set while an index's shards are opened
 
 
 def _index_files(folder: str) -> list[str]:
@@ -57,8 +59,8 @@ def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
     size = os.path.getsize(path)
     if size > MAX_INDEX_BYTES:
         raise CheckpointFormatError(f"index file is {size} bytes, more than the {MAX_INDEX_BYTES} allowed")
-    with builtins.open(path, "rb") as fh:
-        raw = fh.read()
+    with open_regular(path) as fh:  # never blocks on a FIFO named like an index
+        raw = fh.read(MAX_INDEX_BYTES + 1)
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -84,9 +86,20 @@ def _shard_path(folder: str, name: str) -> str:
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a Hugging Face sharded folder or index file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    if getattr(_nesting, "active", False):
+        # A shard that is itself an index (the index naming itself, or a cycle): one line, no recursion.
+        raise CheckpointFormatError(f"{os.path.basename(path)} is an index file, named as a shard by another index")
+    _nesting.active = True
+    try:
+        return _open(path)
+    finally:
+        _nesting.active = False
+
+
+def _open(path: str) -> Checkpoint:
     from ckptview.core.open import open_checkpoint
 
-    warnings: list[str] = []
+    warnings: list[str] = BoundedWarnings()
     index_path: str | None = None
     if os.path.isdir(path):
         folder = path

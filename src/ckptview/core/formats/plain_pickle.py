@@ -60,7 +60,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     from ckptview.core.formats import torch_legacy
 
     fmap = FileMap(path)
-    stream = PickleStream(fmap.view())
+    stream = PickleStream(fmap.read_all())
     first = stream.read("pickle")
     if torch_legacy.is_magic(first):  # a legacy torch.save whose magic number is written unusually
         return torch_legacy.read_after_magic(path, fmap, stream)
@@ -70,7 +70,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
 def stream_checkpoint(path: str, fmap: FileMap, stream: PickleStream, first: Any) -> Checkpoint:
     """A Checkpoint over the first pickle of `stream`, after reading every pickle that follows it."""
     trailing = stream.read_rest("pickle")
-    size = os.path.getsize(path)
+    size = fmap.size
     ckpt = make_checkpoint(path, NAME, size, first, stream.globals, pickles=stream.count, _file_maps=[fmap])
     if stream.count > 1:
         ckpt.warnings.append(f"the file is a stream of {stream.count} pickles (torch.load or pickle.load "

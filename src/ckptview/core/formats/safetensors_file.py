@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import struct
@@ -10,6 +9,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.files import open_regular
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.sources import FileMap, FileSlice
 from ckptview.core.torch_globals import check_view
@@ -32,7 +32,7 @@ def sniff(path: str, head: bytes) -> bool:
 def read_header(path: str) -> tuple[dict[str, Any], int, int]:
     """(parsed JSON header, offset of the data region, file size); validates sizes before reading."""
     size = os.path.getsize(path)
-    with builtins.open(path, "rb") as fh:
+    with open_regular(path) as fh:  # never blocks on a FIFO
         raw_len = fh.read(8)
         if len(raw_len) < 8:
             raise CheckpointFormatError("truncated safetensors: header length missing")

@@ -10,7 +10,6 @@ whose first pickle is something else is read as a plain pickle stream.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Any
 
@@ -31,6 +30,7 @@ MAGIC_LONG = bytes.fromhex("8a0a6cfc9c46f9206aa85019")  # LONG1 of 0x1950a86a20f
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 MAGIC_TEXT = b"L%dL\n" % MAGIC_NUMBER
 PROTOCOL_VERSION = 1001
+FIRST_PREFIX = 64 << 20  # the pickles of any real legacy file fit: one read, one parse (grown if not)
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -48,16 +48,26 @@ def is_magic(value: Any) -> bool:
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
-    stream = PickleStream(fmap.view())
-    first = stream.read("legacy header")
-    if not is_magic(first):  # the bytes looked like a legacy header but the value is not the magic
-        return plain_pickle.stream_checkpoint(path, fmap, stream, first)
-    return read_after_magic(path, fmap, stream)
+    # The pickles sit at the start, the storages after them: parse a prefix (never the whole file, and
+    # never through a map that a shrinking file would turn into SIGBUS), longer until the pickles fit.
+    length = min(fmap.size, FIRST_PREFIX)
+    while True:
+        stream = PickleStream(fmap.read(0, length))
+        try:
+            first = stream.read("legacy header")
+            if not is_magic(first):  # the bytes looked like a legacy header but the value is not the magic
+                whole = PickleStream(fmap.read_all())  # a plain pickle stream is read whole, as plain_pickle does
+                return plain_pickle.stream_checkpoint(path, fmap, whole, whole.read("pickle"))
+            return read_after_magic(path, fmap, stream)
+        except CheckpointFormatError as exc:
+            if length >= fmap.size or "truncated" not in str(exc):
+                raise
+            length = min(fmap.size, length * 4)
 
 
 def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoint:
-    """The rest of a legacy file whose first pickle (read by `stream`) is the magic number."""
-    view = stream.data
+    """The rest of a legacy file whose first pickle (read by `stream`, over a prefix of the file or all of
+    it) is the magic number."""
     version = stream.read("legacy header")
     if version != PROTOCOL_VERSION and not isinstance(version, StubObject):
         # torch.load stops here; pickle.load in a loop would not: read the rest for its globals.
@@ -97,6 +107,7 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
         keys = []
     pos = stream.pos
     size = fmap.size
+    counts = _Window(fmap)
     for key in keys:
         storage = storages.get(str(key))
         if pos + 8 > size:
@@ -104,7 +115,7 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
                 storage.broken = f"storage '{key}' missing (file truncated)"
             pos = size
             continue
-        (numel,) = struct.unpack("<q", bytes(view[pos : pos + 8]))
+        (numel,) = struct.unpack("<q", counts.read8(pos))
         pos += 8
         if storage is None:
             lost = f"storage '{printable(key)}' is listed but never used: the storages after it cannot be located"
@@ -116,13 +127,20 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
             storage.broken = f"storage '{key}' runs past the end of the file (truncated)"
         storage.source = FileSlice(fmap, pos, nbytes)
         pos += max(nbytes, 0)
+    fmap.check()  # the counts came from the file as it was opened
     for key, storage in storages.items():
         if storage.source is None and storage.broken is None:
             storage.broken = f"storage '{key}' missing"
-    # torch reads raw storages from here on; anything after them is read as pickles all the same.
-    stream.pos = min(pos, size)
-    trailing = stream.read_rest("pickle after the storages") if lost is None else 0
-    ckpt = make_checkpoint(path, NAME, os.path.getsize(path), obj, stream.globals,
+    # torch reads raw storages from here on; anything after them is read as pickles all the same (when it
+    # is of a size a pickle could be: a huge tail is reported, not read).
+    trailing = 0
+    if lost is None and pos < size:
+        if size - pos <= FIRST_PREFIX:
+            stream.data, stream.pos = memoryview(fmap.read(pos, size - pos)), 0
+            trailing = stream.read_rest("pickle after the storages")
+        else:
+            trailing = size - pos
+    ckpt = make_checkpoint(path, NAME, size, obj, stream.globals,
                            byteorder=byteorder, pickles=stream.count, _file_maps=[fmap])
     if stream.count > 5:
         ckpt.warnings.append(f"{stream.count - 5} more pickles follow the storages (torch.load does not read "
@@ -132,7 +150,6 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
     if trailing:
         ckpt.warnings.append(f"file continues after the storages end: {trailing} more bytes are not a pickle "
                              "and were not read")
-    del view
     # Storages were created before their data was located: refresh the tensors they broke.
     for entry in ckpt.tensors():
         st = entry.info.storage
@@ -142,3 +159,20 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
         if not dtypes.is_known(entry.info.dtype):
             entry.info.broken = f"unknown dtype {entry.info.dtype}"
     return ckpt
+
+
+class _Window:
+    """8-byte reads at increasing offsets served from 1 MiB windows (small storages lie close together)."""
+
+    SIZE = 1 << 20
+
+    def __init__(self, fmap: FileMap) -> None:
+        self.fmap, self.start, self.data = fmap, 0, b""
+
+    def read8(self, pos: int) -> bytes:
+        if not self.start <= pos <= self.start + len(self.data) - 8:
+            length = max(8, min(self.SIZE, self.fmap.size - pos))
+            buf = bytearray(length)
+            self.fmap.readinto(pos, buf, check=False)
+            self.start, self.data = pos, bytes(buf)
+        return self.data[pos - self.start : pos - self.start + 8]
