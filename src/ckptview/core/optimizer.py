@@ -30,6 +30,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError
 from ckptview.core.model import Checkpoint, Node, PathKey, TensorInfo
+from ckptview.core.optimizer_align import align_groups
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -429,44 +430,70 @@ def _map(opt: OptimizerState) -> None:
         return
     hints = [p.shape_hint() for p in params]
     shapes = [e.shape for e in entries]
-    picked, unique = align(hints, shapes)
-    how = "parameters in model order"
-    if picked is None:  # groups that interleave (e.g. weights then biases): each group in order on its own
-        picked, unique = _align_per_group(params, hints, shapes)
-        how = "each param group in model order"
-    if picked is None:
-        opt.note = (f"{len(params)} parameters do not fit the {len(entries)} candidate tensors of "
-                    f"'{opt.model.name or '(root)'}' by shape")
-        return
-    for p, j in zip(params, picked, strict=True):
-        p.name, p.param = entries[j].name, entries[j].node
-    verified = sum(1 for h in hints if h is not None)
-    opt.mapping = "exact" if unique and verified else "by-order"
-    skipped = len(entries) - len(params)
-    opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
-                + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
-                + ("" if unique else "; other alignments fit too"))
-
-
-def _align_per_group(
-    params: list[ParamState], hints: list[Shape | None], shapes: list[Shape]
-) -> tuple[list[int] | None, bool]:
-    used: set[int] = set()
-    picked: list[int] = [0] * len(params)
-    unique_all = True
     by_group: dict[int | None, list[int]] = {}
     for i, p in enumerate(params):
         by_group.setdefault(p.group, []).append(i)
-    for members in by_group.values():
-        free = [j for j in range(len(shapes)) if j not in used]
-        got, unique = align([hints[i] for i in members], [shapes[j] for j in free])
-        if got is None:
-            return None, False
-        unique_all &= unique
-        for i, k in zip(members, got, strict=True):
-            picked[i] = free[k]
-            used.add(free[k])
-    return picked, unique_all
+    order = [i for members in by_group.values() for i in members]
+    found = align_groups([[hints[i] for i in members] for members in by_group.values()], shapes)
+    if found.picked is None:
+        model_name = opt.model.name if opt.model is not None and opt.model.name else "(root)"
+        opt.note = (misfit(params, hints, entries, model_name) if found.complete
+                    else f"no alignment found within {found.states} search states")
+        return
+    picked = [0] * len(params)
+    for i, j in zip(order, found.picked, strict=True):
+        picked[i] = j
+    for p, j in zip(params, picked, strict=True):
+        p.name, p.param = entries[j].name, entries[j].node
+    verified = sum(1 for h in hints if h is not None)
+    opt.mapping = "exact" if found.unique and verified else "by-order"
+    how = ("parameters in model order" if len(by_group) <= 1
+           else f"{len(by_group)} param groups aligned together in model order")
+    skipped = len(entries) - len(params)
+    doubt = ("" if found.unique else "; other alignments fit too" if found.complete
+             else f"; not proven unique (search stopped after {found.states} states)")
+    opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
+                + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
+                + doubt)
+
+
+def _fmt_shape(shape: Shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[ModelEntry], model: str) -> str:
+    """Why no alignment fits, for a person: too many parameters, a shape the model lacks, or the order."""
+    if len(params) > len(entries):
+        return (f"the optimizer has {len(params)} parameters, '{model}' only {len(entries)} tensors that can be "
+                "parameters")
+    need: dict[Shape, int] = {}
+    for h in hints:
+        if h is not None:
+            need[h] = need.get(h, 0) + 1
+    have: dict[Shape, int] = {}
+    for e in entries:
+        have[e.shape] = have.get(e.shape, 0) + 1
+    short = [(s, n, have.get(s, 0)) for s, n in need.items() if n > have.get(s, 0)]
+    if short:
+        s, n, h = short[0]
+        more = f" (and {len(short) - 1} more shapes)" if len(short) > 1 else ""
+        return (f"{n} parameters have state of shape {_fmt_shape(s)}, '{model}' has {h} tensors of that "
+                f"shape{more}")
+    groups = sorted({p.group for p in params if p.group is not None})
+    shapes = [e.shape for e in entries]
+    for g in groups:
+        members = [h for p, h in zip(params, hints, strict=True) if p.group == g]
+        j, prev = 0, None
+        for k, hint in enumerate(members):  # earliest placement: the first parameter left without a tensor
+            while j < len(shapes) and hint is not None and shapes[j] != hint:
+                j += 1
+            if j >= len(shapes):
+                where = f"after '{prev}' (where parameter {k - 1} lands)" if prev is not None else "at all"
+                return (f"param group {g}: parameter {k} (state shape {_fmt_shape(hint or ())}) finds no tensor "
+                        f"of that shape in '{model}' {where}")
+            prev, j = entries[j].name, j + 1
+    return (f"each param group fits '{model}' on its own, but no assignment gives every group distinct "
+            "tensors in model order")
 
 
 def _map_by_name(opt: OptimizerState, entries: list[ModelEntry]) -> None:
