@@ -268,7 +268,10 @@ def _build(node: Node, optimizer_ids: set[int]) -> OptimizerState:
         groups.append(hyper)
         for pid in members:
             key = pid if isinstance(pid, (int, str)) else str(pid)
-            params.append(ParamState(key, g, len(params), by_id.pop(key, None)))
+            entry = by_id.pop(key, None)
+            if entry is None and isinstance(key, int):  # DCP stores int state keys as str path components
+                entry = by_id.pop(str(key), None)
+            params.append(ParamState(key, g, len(params), entry))
     # State without a group (a hand-edited file): still listed, never mapped.
     for key, entry in by_id.items():
         params.append(ParamState(key, None, len(params), entry))
