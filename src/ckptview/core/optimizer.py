@@ -23,6 +23,7 @@ tensors (a few bytes each). The heavy figures (norms, effective step sizes) are 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -243,7 +244,27 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     root = ckpt.root if isinstance(ckpt, Checkpoint) else ckpt
     found = [n for n in root.walk() if is_optimizer_node(n)]
     nodes = [n for n in found if not any(a in found for a in _ancestors(n))]
-    return [_build(n, set(map(id, nodes))) for n in nodes]
+    found_opts = [_build(n, set(map(id, nodes))) for n in nodes]
+    if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
+        beside = model_beside(ckpt.path)
+        for opt in found_opts:
+            if opt.model is None and beside is not None:
+                opt.note = (f"no model state dict in this file; the model beside it ({beside}) names the "
+                            f"parameters: open the folder {os.path.dirname(os.path.abspath(ckpt.path))} to map them")
+    return found_opts
+
+
+def model_beside(path: str) -> str | None:
+    """The model weight file in the same folder as a standalone optimizer file (a training folder), or None."""
+    from ckptview.core.formats.hf_sharded import weight_sets
+
+    if not path or os.path.isdir(path):
+        return None
+    try:
+        sets = [s for s in weight_sets(os.path.dirname(os.path.abspath(path))) if s.variant is None]
+    except OSError:
+        return None
+    return sets[0].label if sets else None
 
 
 def _ancestors(node: Node) -> Iterable[Node]:
@@ -431,6 +452,9 @@ def _map(opt: OptimizerState) -> None:
     if opt.id_kind == "name":
         _map_by_name(opt, entries)
         return
+    guessed = order_lost(opt.model)
+    if guessed:
+        entries = guess_model_order(entries)
     hints = [p.shape_hint() for p in params]
     shapes = [e.shape for e in entries]
     by_group: dict[int | None, list[int]] = {}
@@ -449,7 +473,7 @@ def _map(opt: OptimizerState) -> None:
     for p, j in zip(params, picked, strict=True):
         p.name, p.param = entries[j].name, entries[j].node
     verified = sum(1 for h in hints if h is not None)
-    opt.mapping = "exact" if found.unique and verified else "by-order"
+    opt.mapping = "exact" if found.unique and verified and not guessed else "by-order"
     how = ("parameters in model order" if len(by_group) <= 1
            else f"{len(by_group)} param groups aligned together in model order")
     skipped = len(entries) - len(params)
@@ -457,7 +481,50 @@ def _map(opt: OptimizerState) -> None:
              else f"; not proven unique (search stopped after {found.states} states)")
     opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
                 + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
-                + doubt)
+                + doubt
+                + ("; the model file lists names sorted, not in model order: model order guessed from the names"
+                   if guessed else ""))
+
+
+# Where a submodule usually sits among its siblings, by its name: embeddings first, heads last. Named
+# siblings of a sorted file (safetensors) lose their definition order; this is the best guess.
+_ROLE_FIRST = ("embed", "wte", "wpe", "tok", "patch", "stem", "conv1", "bn1", "input", "encoder", "backbone",
+               "features", "transformer", "model", "base_model")
+_ROLE_MIDDLE = ("layer", "block", "h", "stage", "decoder", "attn", "attention", "self_attn", "mlp", "ffn",
+                "feed_forward")
+_ROLE_LAST = ("norm", "ln_f", "final", "pool", "neck", "fc", "head", "lm_head", "classifier", "score", "out")
+
+
+def order_lost(model: Node | None) -> bool:
+    """True when the model's tensors come from a file that stores names sorted (safetensors, a HF index)."""
+    return model is not None and (model.type_name == "safetensors" or model.type_name.startswith("hf-sharded"))
+
+
+def _role(name: str) -> int:
+    low = name.lower()
+    for rank, words in enumerate((_ROLE_FIRST, _ROLE_MIDDLE, _ROLE_LAST)):
+        if any(low == w or low.startswith(w) for w in words):
+            return rank
+    return 1
+
+
+def guess_model_order(entries: list[ModelEntry]) -> list[ModelEntry]:
+    """``named_parameters()`` order guessed from sorted names: a module's own tensors (weight before bias)
+    before its submodules, numbered submodules by number, named ones by their usual role."""
+    def key(entry: ModelEntry) -> list[tuple]:
+        parts = entry.name.split(".")
+        out: list[tuple] = []
+        for depth, part in enumerate(parts):
+            leaf = depth == len(parts) - 1
+            if leaf:
+                out.append((0, "bias" in part, part))
+            elif part.isdigit():
+                out.append((1, int(part), ""))
+            else:
+                out.append((1, _role(part) + 1 << 20, part))
+        return out
+
+    return sorted(entries, key=key)
 
 
 def _fmt_shape(shape: Shape) -> str:

@@ -24,7 +24,6 @@ MAX_INDEX_BYTES = 256 << 20
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 # Weight file bases the libraries write (transformers, diffusers, peft, ...), preferred in this order.
 LIBRARY_BASES = ("model", "diffusion_pytorch_model", "pytorch_model", "adapter_model", "pytorch_lora_weights")
-_SHARD = re.compile(r"-\d+-of-\d+\.(safetensors|bin)$")
 # `{base}[.{variant}][-00001-of-00002].{safetensors|bin}` and `{base}.{ext}.index[.{variant}].json`
 _WEIGHT = re.compile(r"^(?P<base>[^.]+?)(?:\.(?P<variant>[^.]+?))?(?P<shard>-\d+-of-\d+)?\.(?P<ext>safetensors|bin)$")
 _INDEX = re.compile(r"^(?P<base>[^.]+)\.(?P<ext>safetensors|bin)\.index(?:\.(?P<variant>[^.]+))?\.json$")
@@ -140,26 +139,29 @@ def choose_set(folder: str) -> tuple[WeightSet | None, list[str]]:
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a Hugging Face sharded folder or index file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    if os.path.isdir(path):
+        chosen, others = choose_set(path)
+        if chosen is None:
+            raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
+        return open_set(path, chosen, others)
+    return _open_files(path, os.path.dirname(os.path.abspath(path)), path, [], [])
+
+
+def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None) -> Checkpoint:
+    """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint."""
+    index_path = os.path.join(folder, chosen.index) if chosen.index is not None else None
+    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []))
+
+
+def _open_files(path: str, folder: str, index_path: str | None, files: list[str], warnings: list[str]) -> Checkpoint:
     from ckptview.core.open import open_checkpoint
 
-    warnings: list[str] = []
-    index_path: str | None = None
-    if os.path.isdir(path):
-        folder = path
-        chosen, others = choose_set(folder)
-        if chosen is None:
-            raise NotACheckpointError(f"not a checkpoint: folder {folder} holds no index file and no shards")
-        warnings.extend(others)
-        if chosen.index is not None:
-            index_path = os.path.join(folder, chosen.index)
-    else:
-        folder, index_path = os.path.dirname(os.path.abspath(path)), path
     if index_path is not None:
         weight_map, index_meta = read_index(index_path)
         shard_names = list(dict.fromkeys(weight_map.values()))
     else:
         weight_map, index_meta = {}, {}
-        shard_names = list(chosen.files)
+        shard_names = files
     shards: dict[str, Checkpoint] = {}
     for name in shard_names:
         shard_path = _shard_path(folder, name)
