@@ -206,3 +206,18 @@ def test_dcp_step_folder_with_lightning_meta(tmp_path) -> None:
         if entry.path[1] == "model":
             assert same_values(read_values(entry.info), model_sd[entry.path[2]]), entry.name
     ckpt.close()
+
+
+def test_training_folder_diffs_by_its_model(tmp_path, monkeypatch, capsys) -> None:
+    from ckptview.cli import main
+
+    folder, net, *_ = hf_trainer_folder(tmp_path, monkeypatch)
+    torch.save(net.state_dict(), tmp_path / "weights.pt")
+    assert main(["diff", str(folder), str(tmp_path / "weights.pt"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["strip"]["a"] == "model.safetensors."
+    assert {t["name"] for t in data["tensors"]} == set(net.state_dict())
+    assert all(t["status"] == "identical" for t in data["tensors"])
+    assert main(["diff", str(folder), str(folder)]) == 0
+    result_rows = capsys.readouterr().out
+    assert "6 model weights: 6 identical" in result_rows

@@ -41,6 +41,11 @@ _TRAINING_FILE = re.compile(
 _DCP_SUBFOLDER = re.compile(r"^(pytorch_model_fsdp|optimizer|model)(_\d+)?$")
 
 
+def is_weights_entry(key: str) -> bool:
+    """True for the top-level entry of a training folder that holds model weights (not optimizer, RNG, ...)."""
+    return "model" in key.lower() and not _TRAINING_FILE.match(key) and not key.endswith((".json", ".pkl"))
+
+
 def _files(folder: str) -> list[str]:
     return sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
 
@@ -174,7 +179,7 @@ def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warni
         file_maps.append(ckpt.metadata.get("_file_maps", []))
         formats[key] = ckpt.format
     total = sum(os.path.getsize(os.path.join(folder, n)) for n in _files(folder))
-    model = next((k for k, _ in parts if "model" in k.lower() and formats[k] != "dcp"), None)
+    model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
     return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
                       unsafe_globals=unsafe, warnings=warnings,
                       metadata={"_file_maps": _Chain(file_maps), "files": formats, "model_entry": model})
