@@ -210,3 +210,22 @@ def test_no_fit_says_which_shape(tmp_path) -> None:
     assert "parameter 10 (state shape (8, 8))" in found.note, found.note
     assert "do not fit the" not in found.note
     ckpt.close()
+
+
+def test_tree_rows_named_by_parameter(tmp_path) -> None:
+    from ckptview.core.grouping import find_row, group_tree
+    from ckptview.core.optimizer import label_state_rows
+
+    torch.manual_seed(0)
+    model = FrozenUnused()
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    step(model, opt, torch.randn(4, 6))
+    ckpt, found = mapped(tmp_path, model, opt)
+    top = group_tree(ckpt.root)
+    label_state_rows(top, ckpt)
+    want = torch_names(model, opt)
+    row = find_row(top, "optimizer.state.0.exp_avg")
+    assert row.label == f"exp_avg of {want[0]}"
+    assert find_row(top, "optimizer.state.0").label == f"0 · {want[0]}"
+    assert want[0] in row.search_name and row.search_name.endswith("optimizer.state.0.exp_avg")
+    ckpt.close()

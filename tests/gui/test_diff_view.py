@@ -135,3 +135,4 @@ def test_sections_weights_and_other_entries(qtbot, tmp_path):
     assert {view.proxy.index(r, COLUMN["section"]).data() for r in range(view.proxy.rowCount())} == {"other"}
     view.status_combo.setCurrentIndex(view.status_combo.findData("section:weights"))
     assert view.proxy.rowCount() == 2
+

@@ -164,3 +164,17 @@ def test_in_the_window(qtbot, window, trained) -> None:
     with qtbot.waitSignal(card.summaryReady, timeout=10_000):
         tab.side_tabs.setCurrentWidget(card)
     assert card.facts()["loss"] == "0.75"
+
+
+def test_tree_names_optimizer_state_by_parameter(tmp_path):
+    from ckptview.core import open_checkpoint
+    from ckptview.core.grouping import find_row
+    from ckptview.gui.checkpoint_tab import prepare
+
+    net = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    net(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "c.pt")
+    opened = prepare(open_checkpoint(tmp_path / "c.pt"))
+    assert find_row(opened.top, "optimizer.state.1.exp_avg_sq").label == "exp_avg_sq of bias"

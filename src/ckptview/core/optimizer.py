@@ -602,3 +602,35 @@ def optimizers_json(ckpt: Checkpoint) -> list[dict[str, Any]]:
         out.append({"path": list(opt.path), "kind": opt.kind, "mapping": opt.mapping,
                     "param_groups": opt.groups, "params": params})
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# The tree: optimizer state named by parameter
+
+
+def state_labels(ckpt: Checkpoint | Node) -> dict[int, str]:
+    """id(node) -> display label for mapped optimizer state: ``"0 · encoder.0.weight"`` for a parameter's
+    state, ``"exp_avg of encoder.0.weight"`` for each of its entries."""
+    labels: dict[int, str] = {}
+    for opt in find_optimizers(ckpt):
+        for p in opt.params:
+            if p.node is None or p.name is None:
+                continue
+            labels[id(p.node)] = f"{p.id} · {p.name}"
+            for entry in p.entries():
+                labels[id(entry)] = f"{entry.key} of {p.name}"
+    return labels
+
+
+def label_state_rows(top: Any, ckpt: Checkpoint | Node) -> None:
+    """Relabel the display rows (``core.grouping.Row``) of mapped optimizer state; the filter finds them by
+    parameter name too."""
+    labels = state_labels(ckpt)
+    if not labels:
+        return
+    for row in top.walk():
+        label = labels.get(id(row.node)) if row.node is not None else None
+        if label is not None:
+            row.label = label
+            # Label first, joined by a dot: name globs anchored at a dot boundary still match the name.
+            row.search_name = f"{label}.{row.name}".lower()
