@@ -229,3 +229,13 @@ def test_tree_rows_named_by_parameter(tmp_path) -> None:
     assert find_row(top, "optimizer.state.0").label == f"0 · {want[0]}"
     assert want[0] in row.search_name and row.search_name.endswith("optimizer.state.0.exp_avg")
     ckpt.close()
+
+
+def test_search_work_is_bounded() -> None:
+    """Fifty groups whose last parameters compete for too few tensors: the search gives up within its budget."""
+    groups = [[None] * 9 + [(3,)] for _ in range(50)]
+    got = align_groups(groups, [(3,)] * 60 + [(2,)] * 500, work_limit=20_000)
+    assert got.picked is None and not got.complete and got.states <= 20_000
+    # The same with too few tensors of the needed shape early on is refused without searching.
+    got = align_groups(groups, [(3,)] * 50 + [(2,)] * 500)
+    assert got.picked is None and got.complete and got.states == 0

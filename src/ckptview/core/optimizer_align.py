@@ -10,7 +10,9 @@ of the optimizer) are skipped.
 
 The search walks the model tensors in order; its state is (tensor index, how many parameters of each
 group are placed). States proven to lead nowhere are remembered, so the work is bounded by the number
-of distinct states (and by :data:`STATE_LIMIT`). It stops at the second complete alignment: one means
+of distinct states; a state whose groups cannot all place their next parameter in the tensors left
+(Hall's condition on their latest possible positions) is cut at once; :data:`STATE_LIMIT` and
+:data:`WORK_LIMIT` bound the rest (a hostile file cannot make opening slow). It stops at the second complete alignment: one means
 the mapping is proven unique. Among the alignments, the one returned is the first in this preference,
 tensor by tensor: skip a tensor (frozen layers are usually first), else give it to the lowest-numbered
 group it fits (groups are built in order of first appearance), a parameter without state (unknown shape)
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 Shape = tuple[int, ...]
 STATE_LIMIT = 200_000  # distinct search states; past it the answer found so far is not proven unique
+WORK_LIMIT = 1_000_000  # group passes (checks x param groups): about a second on a busy machine
 
 
 @dataclass
@@ -61,7 +64,7 @@ class _Frame:
 
 
 def align_groups(groups: list[list[Shape | None]], shapes: list[Shape],
-                 limit: int = STATE_LIMIT) -> GroupAlignment:
+                 limit: int = STATE_LIMIT, work_limit: int = WORK_LIMIT) -> GroupAlignment:
     """Place every group's parameters (shape hints, None = unknown) on ``shapes`` in order; see the module doc."""
     sizes = [len(g) for g in groups]
     total, m = sum(sizes), len(shapes)
@@ -79,7 +82,9 @@ def align_groups(groups: list[list[Shape | None]], shapes: list[Shape],
     def viable(j: int, counts: tuple[int, ...], remaining: int) -> bool:
         if m - j < remaining:
             return False
-        return all(counts[g] >= sizes[g] or latest[g][counts[g]] >= j for g in live)
+        # Hall's condition on each group's next slot: the i-th earliest deadline must leave room for i slots.
+        deadlines = sorted(latest[g][counts[g]] for g in live if counts[g] < sizes[g])
+        return all(d >= j + i for i, d in enumerate(deadlines))
 
     def options(j: int, counts: tuple[int, ...], remaining: int) -> list[int]:
         shape = shapes[j]
@@ -96,11 +101,13 @@ def align_groups(groups: list[list[Shape | None]], shapes: list[Shape],
                 first.append(g)
         return first + second
 
+    if not viable(0, tuple(0 for _ in groups), total):
+        return GroupAlignment(None, 0, True)
     start = tuple(0 for _ in groups)
     dead: set[tuple[int, tuple[int, ...]]] = set()
     good: set[tuple[int, tuple[int, ...]]] = set()
     stack = [_Frame(0, start, options(0, start, total))]
-    solutions, states, picked = 0, 1, None
+    solutions, states, picked, work = 0, 1, None, 0
     while stack:
         frame = stack[-1]
         if frame.next >= len(frame.options):
@@ -131,11 +138,12 @@ def align_groups(groups: list[list[Shape | None]], shapes: list[Shape],
             continue
         if key in dead:
             continue
+        work += len(live)  # a viability check and a state's options each cost a pass over the groups
         if not viable(j, counts, remaining):
             dead.add(key)
             continue
         states += 1
-        if states > limit:
+        if states > limit or work > work_limit:
             return GroupAlignment(picked, solutions, False, states)
         stack.append(_Frame(j, counts, options(j, counts, remaining)))
     return GroupAlignment(picked, solutions, True, states)
