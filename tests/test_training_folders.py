@@ -221,3 +221,23 @@ def test_training_folder_diffs_by_its_model(tmp_path, monkeypatch, capsys) -> No
     assert main(["diff", str(folder), str(folder)]) == 0
     result_rows = capsys.readouterr().out
     assert "6 model weights: 6 identical" in result_rows
+
+
+def test_sorted_safetensors_names_still_map_by_shape(tmp_path) -> None:
+    """safetensors sorts names: `zeta` (defined first) is stored after `alpha`; no order guess fits, shapes do."""
+    torch.manual_seed(0)
+    net = nn.Sequential()
+    net.add_module("zeta", nn.Linear(4, 8))
+    net.add_module("alpha", nn.Linear(8, 3))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    net(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    save_file(net.state_dict(), str(folder / "model.safetensors"))
+    torch.save(opt.state_dict(), folder / "optimizer.pt")
+    ckpt = open_checkpoint(str(folder))
+    (found,) = find_optimizers(ckpt)
+    assert found.mapping == "by-order" and "state shape" in found.note
+    assert [p.name for p in found.params] == [n for n, _ in net.named_parameters()]
+    ckpt.close()

@@ -462,6 +462,15 @@ def _map(opt: OptimizerState) -> None:
         by_group.setdefault(p.group, []).append(i)
     order = [i for members in by_group.values() for i in members]
     found = align_groups([[hints[i] for i in members] for members in by_group.values()], shapes)
+    if found.picked is None and guessed:
+        by_shape = match_by_shape(hints, shapes)
+        if by_shape is not None:  # the guessed order was wrong somewhere: shapes alone still name them
+            for p, j in zip(params, by_shape, strict=True):
+                p.name, p.param = entries[j].name, entries[j].node
+            opt.mapping = "by-order"
+            opt.note = ("the model file lists names sorted, not in model order, and no guess of that order fits: "
+                        "parameters matched by state shape only (names of same-shaped parameters may be swapped)")
+            return
     if found.picked is None:
         model_name = opt.model.name if opt.model is not None and opt.model.name else "(root)"
         opt.note = (misfit(params, hints, entries, model_name) if found.complete
@@ -486,13 +495,19 @@ def _map(opt: OptimizerState) -> None:
                    if guessed else ""))
 
 
-# Where a submodule usually sits among its siblings, by its name: embeddings first, heads last. Named
-# siblings of a sorted file (safetensors) lose their definition order; this is the best guess.
-_ROLE_FIRST = ("embed", "wte", "wpe", "tok", "patch", "stem", "conv1", "bn1", "input", "encoder", "backbone",
-               "features", "transformer", "model", "base_model")
-_ROLE_MIDDLE = ("layer", "block", "h", "stage", "decoder", "attn", "attention", "self_attn", "mlp", "ffn",
-                "feed_forward")
-_ROLE_LAST = ("norm", "ln_f", "final", "pool", "neck", "fc", "head", "lm_head", "classifier", "score", "out")
+# Where a submodule usually sits among its siblings, by its name: embeddings first (token, then position,
+# then type), the body, final norms and poolers, heads last. Named siblings of a sorted file
+# (safetensors) lose their definition order; this is the best guess.
+_ROLES = (
+    (0, ("word", "tok", "wte", "embed_tokens", "patch", "stem", "conv1", "bn1", "cls_token", "input")),
+    (1, ("pos", "wpe")),
+    (2, ("token_type", "embed", "embeddings")),
+    (3, ("encoder", "backbone", "features", "transformer", "model", "base_model", "bert", "roberta", "gpt")),
+    (4, ("layer", "block", "h", "stage", "decoder", "attn", "attention", "self_attn", "mlp", "ffn",
+         "feed_forward")),
+    (5, ("norm", "ln_f", "final", "pool", "neck")),
+    (6, ("fc", "head", "lm_head", "classifier", "score", "out", "pred")),
+)
 
 
 def order_lost(model: Node | None) -> bool:
@@ -502,10 +517,12 @@ def order_lost(model: Node | None) -> bool:
 
 def _role(name: str) -> int:
     low = name.lower()
-    for rank, words in enumerate((_ROLE_FIRST, _ROLE_MIDDLE, _ROLE_LAST)):
-        if any(low == w or low.startswith(w) for w in words):
+    if low.startswith("token_type"):
+        return 2
+    for rank, words in _ROLES:  # short words ("h") must match whole: "head" is not a block list
+        if any(low == w or (len(w) > 2 and low.startswith(w)) for w in words):
             return rank
-    return 1
+    return 4
 
 
 def guess_model_order(entries: list[ModelEntry]) -> list[ModelEntry]:
@@ -521,10 +538,34 @@ def guess_model_order(entries: list[ModelEntry]) -> list[ModelEntry]:
             elif part.isdigit():
                 out.append((1, int(part), ""))
             else:
-                out.append((1, _role(part) + 1 << 20, part))
+                out.append((1, (_role(part) + 1) << 20, part))
         return out
 
     return sorted(entries, key=key)
+
+
+def match_by_shape(hints: list[Shape | None], shapes: list[Shape]) -> list[int] | None:
+    """Each parameter on a distinct tensor of its state's shape, in order (unknown shapes take what is left,
+    same number of dimensions first); None when the shapes do not suffice. For a model whose order is lost."""
+    free: dict[Shape, list[int]] = {}
+    for j, shape in enumerate(shapes):
+        free.setdefault(shape, []).append(j)
+    for queue in free.values():
+        queue.reverse()  # pop() takes the earliest
+    picked: list[int | None] = [None] * len(hints)
+    for i, hint in enumerate(hints):
+        if hint is not None:
+            if not free.get(hint):
+                return None
+            picked[i] = free[hint].pop()
+    used = {j for j in picked if j is not None}
+    rest = [j for j in range(len(shapes)) if j not in used]
+    for i, hint in enumerate(hints):
+        if hint is None:
+            if not rest:
+                return None
+            picked[i] = rest.pop(0)
+    return [j for j in picked if j is not None]
 
 
 def _fmt_shape(shape: Shape) -> str:
