@@ -178,3 +178,23 @@ def test_tree_names_optimizer_state_by_parameter(tmp_path):
     torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "c.pt")
     opened = prepare(open_checkpoint(tmp_path / "c.pt"))
     assert find_row(opened.top, "optimizer.state.1.exp_avg_sq").label == "exp_avg_sq of bias"
+
+
+def test_training_folder_in_the_panels(qtbot, tmp_path, monkeypatch):
+    """An HF Trainer checkpoint-N folder: the Training tab reads trainer_state.json, the Optimizer tab names
+    parameters from the model file beside the optimizer."""
+    from tests.test_training_folders import hf_trainer_folder
+
+    folder, net, opt, sched, order = hf_trainer_folder(tmp_path, monkeypatch)
+    ck = open_checkpoint(str(folder))
+    card, panel = TrainingCard(checkpoint=ck), OptimizerPanel(checkpoint=ck)
+    qtbot.addWidget(card)
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(card.summaryReady, timeout=10_000):
+        card.show()
+    facts = card.facts()
+    assert facts["global_step"] == "500" and facts["best_metric"] == "0.25" and facts["log.learning_rate"] == "2e-05"
+    assert card.section_rows("Schedulers")[0][0] == "scheduler.pt"
+    (found,) = panel.optimizers
+    assert [p.name for p in found.params] == order
+    ck.close()
