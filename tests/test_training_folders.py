@@ -241,3 +241,32 @@ def test_sorted_safetensors_names_still_map_by_shape(tmp_path) -> None:
     assert found.mapping == "by-order" and "state shape" in found.note
     assert [p.name for p in found.params] == [n for n, _ in net.named_parameters()]
     ckpt.close()
+
+
+def test_broken_files_in_a_training_folder(tmp_path, capsys) -> None:
+    """A truncated optimizer, garbage JSON, a hostile pickle: each a warning or a value, the rest opens."""
+    net, opt, _, order = trained()
+    folder = tmp_path / "checkpoint-7"
+    folder.mkdir()
+    save_file(net.state_dict(), str(folder / "model.safetensors"))
+    torch.save(opt.state_dict(), folder / "optimizer.pt")
+    raw = (folder / "optimizer.pt").read_bytes()
+    (folder / "optimizer.pt").write_bytes(raw[: len(raw) // 2])
+    (folder / "trainer_state.json").write_bytes(b"\x00\xff{not json")
+    (folder / "scheduler.pt").write_bytes(b"\x80\x04cos\nsystem\n(S'echo pwned'\ntR.")
+    ckpt = open_checkpoint(str(folder))
+    entries = {c.key: c for c in ckpt.root.children}
+    assert set(entries) == {"model.safetensors", "optimizer.pt", "trainer_state.json", "scheduler.pt"}
+    assert any(w.startswith("'optimizer.pt' not read") for w in ckpt.warnings), ckpt.warnings
+    assert "not valid JSON" in entries["trainer_state.json"].value
+    assert "os.system" in ckpt.unsafe_globals
+    assert len(ckpt.tensors()) == len(net.state_dict())
+    ckpt.close()
+    # Nothing readable at all: one line naming the first problem, exit status 2.
+    (folder / "model.safetensors").unlink()
+    (folder / "scheduler.pt").unlink()
+    from ckptview.cli import main
+
+    assert main(["info", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "optimizer.pt" in err[0]

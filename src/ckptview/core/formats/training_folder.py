@@ -25,7 +25,7 @@ import os
 import re
 from typing import Any
 
-from ckptview.core.errors import CheckpointError, NotACheckpointError
+from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.tree import build_tree
 
@@ -161,6 +161,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         root.add(node)
         parts.append((name, ckpt))
     if not parts:
+        if warnings:  # the training files are there but none reads: say why, for the first one
+            raise CheckpointFormatError(f"training folder: {warnings[0]}")
         raise NotACheckpointError(f"not a checkpoint: folder {folder} holds no file this tool reads")
     return _combine(folder, root, parts, warnings)
 
