@@ -95,6 +95,8 @@ def test_headline_and_exit_status_are_about_weights(tmp_path, capsys) -> None:
 def test_state_dict_against_its_pt2(tmp_path, capsys) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).eval()
+    model[0].register_buffer("scale", torch.full((4,), 2.0), persistent=False)  # a .pt2 constant only
+    model[0].forward = lambda x, m=model[0]: torch.nn.functional.linear(x, m.weight, m.bias) * m.scale
     torch.save(model.state_dict(), tmp_path / "sd.pt")
     program = torch.export.export(model, (torch.randn(4, 3),))
     torch.export.save(program, tmp_path / "model.pt2")
@@ -102,4 +104,5 @@ def test_state_dict_against_its_pt2(tmp_path, capsys) -> None:
     assert result.summary() == {"identical": 4}
     assert all(t.section == "other" for t in result.tensors if "sample_inputs" in t.name)
     assert any("sample_inputs" in t.name for t in result.other)
+    assert any("constants" in t.name and t.status == "only_b" for t in result.other), [t.name for t in result.tensors]
     assert main(["diff", str(tmp_path / "sd.pt"), str(tmp_path / "model.pt2")]) == 0

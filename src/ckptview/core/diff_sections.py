@@ -7,7 +7,7 @@ them. Rows outside the weights are reported in their own section:
 - tensors outside the model container (``extra`` rows: what sits beside ``model_state_dict``);
 - every tensor of an optimizer state dict, labelled by the parameter it belongs to
   (``exp_avg of encoder.0.weight``);
-- a ``.pt2``'s example inputs (``sample_inputs``, ...) and the files of a training folder other than the
+- a ``.pt2``'s example inputs (``sample_inputs``, ...) and constants, the files of a training folder other than the
   model (RNG state, scheduler);
 - one-element step counters at any depth (``step``, ``global_step``, ``epoch``, ...).
 
@@ -86,6 +86,8 @@ def _outside_weights(ckpt: Checkpoint, path: tuple[PathKey, ...]) -> bool:
         return False
     if str(path[0]) in NON_WEIGHT_ROOTS:
         return True
+    if ckpt.format == "torch-export" and "constants" in map(str, path[:2]):
+        return True  # lifted tensor constants and non-persistent buffers: not in a state dict
     if ckpt.format == "training-folder":
         from ckptview.core.formats.training_folder import is_weights_entry
 
