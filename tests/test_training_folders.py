@@ -270,3 +270,27 @@ def test_broken_files_in_a_training_folder(tmp_path, capsys) -> None:
     assert main(["info", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "optimizer.pt" in err[0]
+
+
+def test_accelerate_fsdp_sharded_state_folder(tmp_path) -> None:
+    """accelerate with FSDP SHARDED_STATE_DICT: DCP subfolders for the model and the optimizer."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    net, opt, sched, order = trained()
+    folder = tmp_path / "checkpoint_0"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model_sd, optim_sd = get_state_dict(net, opt)
+        dcp.save({"model": model_sd}, checkpoint_id=str(folder / "pytorch_model_fsdp_0"))
+        dcp.save({"optimizer": optim_sd}, checkpoint_id=str(folder / "optimizer_0"))
+    torch.save(sched.state_dict(), folder / "scheduler.bin")
+    torch.save({"step": 3}, folder / "random_states_0.pkl")
+    ckpt = open_checkpoint(str(folder))
+    assert ckpt.format == "training-folder"
+    assert {c.key for c in ckpt.root.children} == {"pytorch_model_fsdp_0", "optimizer_0", "scheduler.bin",
+                                                   "random_states_0.pkl"}
+    (found,) = find_optimizers(ckpt)
+    assert found.mapping == "exact", found.note
+    assert [p.name for p in found.params] == order and all(p.param is not None for p in found.params)
+    ckpt.close()

@@ -607,8 +607,22 @@ def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[Mo
             "tensors in model order")
 
 
+def _name_prefix(ids: list[str], names: list[str]) -> str:
+    """The prefix the model's names carry over the optimizer's (``model.`` of a DCP subfolder), "" if none."""
+    if not ids or all(i in names for i in ids):
+        return ""
+    counts: dict[str, int] = {}
+    for name in names:
+        for pid in ids:
+            if name.endswith("." + pid):
+                prefix = name[: len(name) - len(pid)]
+                counts[prefix] = counts.get(prefix, 0) + 1
+    return max(counts, key=lambda k: (counts[k], -len(k))) if counts else ""
+
+
 def _map_by_name(opt: OptimizerState, entries: list[ModelEntry]) -> None:
-    by_name = {e.name: e for e in entries}
+    prefix = _name_prefix([str(p.id) for p in opt.params if p.group is not None], [e.name for e in entries])
+    by_name = {e.name[len(prefix):]: e for e in entries if e.name.startswith(prefix)}
     ok = True
     for p in opt.params:
         p.name = str(p.id)
@@ -619,7 +633,8 @@ def _map_by_name(opt: OptimizerState, entries: list[ModelEntry]) -> None:
         else:
             p.param = entry.node
     opt.mapping = "exact" if ok else "none"
-    opt.note = "state keyed by parameter name" + ("" if ok else "; some names or shapes are not in the model")
+    opt.note = ("state keyed by parameter name" + (f" (the model's names carry the prefix '{prefix}')" if prefix else "")
+                + ("" if ok else "; some names or shapes are not in the model"))
 
 
 # ---------------------------------------------------------------------------------------------------
