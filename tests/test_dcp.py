@@ -231,3 +231,46 @@ def test_info_json_reports_dcp_shards(multi_rank_dcp):
     assert [s["file"] for s in by_name["model.layer.bias"]["shards"]] == ["__0_0.distcp", "__1_0.distcp"]
     assert by_name["model.layer.weight"]["path"] == ["model", "layer.weight"]
     assert data["unsafe_globals"] == []
+
+
+def test_dcp_get_state_dict_optimizer_is_named(tmp_path) -> None:
+    """`get_state_dict(model, optim)` saved by DCP: param_groups flattened to `optim.param_groups.0.lr`."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from ckptview.commands.info import info_dict
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 2))
+    named = list(model.named_parameters())
+    opt = torch.optim.AdamW([{"params": [p for _, p in named if p.ndim > 1], "weight_decay": 0.1},
+                             {"params": [p for _, p in named if p.ndim == 1], "weight_decay": 0.0}], lr=1e-3)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model_sd, optim_sd = get_state_dict(model, opt)
+    _save_dcp({"model": model_sd, "optim": optim_sd}, tmp_path / "step-1")
+    ckpt = open_checkpoint(str(tmp_path / "step-1"))
+    (entry,) = info_dict(ckpt)["optimizers"]
+    assert entry["mapping"] == "exact" and entry["path"] == ["optim"]
+    assert [g["weight_decay"] for g in entry["param_groups"]] == [0.1, 0.0]
+    assert [g["lr"] for g in entry["param_groups"]] == [1e-3, 1e-3]
+    want = [n for g in optim_sd["param_groups"] for n in g["params"]]
+    assert sorted(want) == sorted(n for n, _ in named)
+    assert [p["name"] for p in entry["params"]] == want
+    for p in entry["params"]:
+        assert p["state"]["exp_avg"]["shape"] == list(optim_sd["state"][p["name"]]["exp_avg"].shape)
+    ckpt.close()
+
+
+def test_dcp_int_keyed_optimizer_state(tmp_path) -> None:
+    """A plain `optimizer.state_dict()` saved by DCP: its int state keys come back as str path components."""
+    folder = tmp_path / "dcp"
+    _save_dcp(single_process_state(), folder)
+    ckpt = open_checkpoint(str(folder))
+    from ckptview.core.optimizer import find_optimizers
+
+    (found,) = find_optimizers(ckpt)
+    assert found.params[0].node is not None and found.params[0].name == "hidden.weight"
+    assert found.mapping == "exact", found.note
+    ckpt.close()

@@ -214,7 +214,7 @@ def test_interleaved_param_groups(tmp_path) -> None:
     ckpt, _ = save_open(tmp_path, {"model": net.state_dict(), "optimizer": opt.state_dict()})
     # the float buffer "scale" could stand for any bias of the second group: right names, not proven
     found = check_mapping(ckpt, opt, order, mapping="by-order")
-    assert "each param group" in found.note
+    assert "param groups aligned together" in found.note
     ckpt.close()
 
 

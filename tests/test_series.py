@@ -273,7 +273,7 @@ def test_order_from_trainer_state_json(tmp_path):
     assert [c.position.epoch for c in result.checkpoints] == [0.3, 2, 10]
     assert result.order_sources == ["trainer_state.json"]
     assert list(result.tensors) == ["w"]  # the weights of each folder, not its optimizer file
-    assert result.checkpoints[0].format.startswith("hf-sharded")
+    assert result.checkpoints[0].format == "training-folder"  # opened whole, the run follows its model file
 
 
 def test_explicit_paths_and_globs_and_epoch_order(tmp_path):

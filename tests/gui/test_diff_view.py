@@ -111,3 +111,28 @@ def test_ways_in_from_the_window(qtbot, window, pair):
         qtbot.waitUntil(lambda v=v: not v.busy, timeout=20_000)
     window.close_tab(window.tabs.indexOf(view3))  # closing releases the view's files
     assert any(a.text() == "Compare With…" for a in window.menu("Tools").actions())
+
+
+def test_sections_weights_and_other_entries(qtbot, tmp_path):
+    """Optimizer state is its own section, named by parameter; the headline counts the weights only."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    paths = []
+    for step in (1, 2):
+        opt.zero_grad()
+        net(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        torch.save({"model_state_dict": {k: v.clone() for k, v in net.state_dict().items()},
+                    "optimizer_state_dict": opt.state_dict()}, tmp_path / f"s{step}.pt")
+        paths.append(str(tmp_path / f"s{step}.pt"))
+    view = open_view(qtbot, *paths)
+    text = view.summary_label.text()
+    assert "2 model weights" in text and "other entries" in text
+    view.status_combo.setCurrentIndex(view.status_combo.findData("section:other"))
+    names = {view.proxy.index(r, COLUMN["name"]).data() for r in range(view.proxy.rowCount())}
+    assert {"exp_avg of weight", "exp_avg_sq of bias", "step of weight"} <= names
+    assert {view.proxy.index(r, COLUMN["section"]).data() for r in range(view.proxy.rowCount())} == {"other"}
+    view.status_combo.setCurrentIndex(view.status_combo.findData("section:weights"))
+    assert view.proxy.rowCount() == 2
+

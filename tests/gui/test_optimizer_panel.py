@@ -163,3 +163,37 @@ def test_in_the_window(qtbot, window, trained) -> None:
     with qtbot.waitSignal(card.summaryReady, timeout=10_000):
         tab.show_panel("Training")
     assert card.facts()["loss"] == "0.75"
+
+
+def test_tree_names_optimizer_state_by_parameter(tmp_path):
+    from ckptview.core import open_checkpoint
+    from ckptview.core.grouping import find_row
+    from ckptview.gui.checkpoint_tab import prepare
+
+    net = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    net(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "c.pt")
+    opened = prepare(open_checkpoint(tmp_path / "c.pt"))
+    assert find_row(opened.top, "optimizer.state.1.exp_avg_sq").label == "exp_avg_sq of bias"
+
+
+def test_training_folder_in_the_panels(qtbot, tmp_path, monkeypatch):
+    """An HF Trainer checkpoint-N folder: the Training tab reads trainer_state.json, the Optimizer tab names
+    parameters from the model file beside the optimizer."""
+    from tests.test_training_folders import hf_trainer_folder
+
+    folder, net, opt, sched, order = hf_trainer_folder(tmp_path, monkeypatch)
+    ck = open_checkpoint(str(folder))
+    card, panel = TrainingCard(checkpoint=ck), OptimizerPanel(checkpoint=ck)
+    qtbot.addWidget(card)
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(card.summaryReady, timeout=10_000):
+        card.show()
+    facts = card.facts()
+    assert facts["global_step"] == "500" and facts["best_metric"] == "0.25" and facts["log.learning_rate"] == "2e-05"
+    assert card.section_rows("Schedulers")[0][0] == "scheduler.pt"
+    (found,) = panel.optimizers
+    assert [p.name for p in found.params] == order
+    ck.close()

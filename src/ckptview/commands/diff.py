@@ -33,7 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--map", metavar="A_PREFIX=B_PREFIX", action="append", default=[],
                    help="match A's names starting with A_PREFIX to B's starting with B_PREFIX "
                         "(after stripping; repeatable, first match wins)")
-    p.add_argument("--all", action="store_true", help="list identical tensors too in the table")
+    p.add_argument("--all", action="store_true",
+                   help="list identical tensors too, and let entries outside the model weights (optimizer "
+                        "state, sample inputs, step counters) count in the exit status")
     p.add_argument("--chunk-elems", type=int, default=DIFF_CHUNK_ELEMS, help=argparse.SUPPRESS)
 
 
@@ -58,14 +60,16 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print_table(result, show_identical=args.all)
-    return exit_status(result)
+    return exit_status(result, include_other=args.all)
 
 
-def exit_status(result: DiffResult) -> int:
-    """diff(1)'s convention: 0 identical in tensors, 1 differ, 2 when a tensor could not be read."""
-    if any(t.status == "error" for t in result.tensors):
+def exit_status(result: DiffResult, include_other: bool = False) -> int:
+    """diff(1)'s convention over the model weights (every entry with ``include_other``): 0 identical,
+    1 differ, 2 when a tensor could not be read."""
+    rows = result.tensors if include_other else result.weights
+    if any(t.status == "error" for t in rows):
         return 2
-    return 0 if result.identical else 1
+    return 0 if all(t.status == "identical" for t in rows) else 1
 
 
 def print_table(result: DiffResult, show_identical: bool = False) -> None:
@@ -77,34 +81,53 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         out.write(f"stripped: A {printable(al.strip_a or '(nothing)')}, B {printable(al.strip_b or '(nothing)')}\n")
     for pa, pb in al.mapping:
         out.write(f"mapped: A {printable(pa)}* -> B {printable(pb)}*\n")
-    rows = sorted(result.tensors, key=lambda t: (_ORDER.get(t.status, 9), -(t.rel_l2 or 0.0)))
-    listed = [t for t in rows if show_identical or t.status != "identical"]
-    if listed:
-        names = [printable(t.name) for t in listed]
-        width = min(max(len(n) for n in names), 60)
-        out.write(f"\n{'name':<{width}}  {'status':<14} {'rel_l2':>10} {'max_abs':>10} {'cosine':>10} "
-                  f"{'changed':>8}  detail\n")
-        for name, t in zip(names, listed, strict=True):
-            name = name if len(name) <= width else "..." + name[-(width - 3):]
-            out.write(f"{name:<{width}}  {t.status:<14} {_fmt(t.rel_l2):>10} {_fmt(t.max_abs_diff):>10} "
-                      f"{_fmt(t.cosine):>10} {_pct(t.frac_changed):>8}  {printable(_detail(t))}\n")
+    _write_rows(out, result.weights, show_identical)
     summary = result.summary()
     counts = ", ".join(f"{summary[s]} {s}" for s in sorted(summary, key=lambda s: _ORDER.get(s, 9)))
     overall = result.overall_rel_l2()
-    out.write(f"\n{len(result.tensors)} tensors: {counts or 'none'}")
+    out.write(f"\n{len(result.weights)} model weights: {counts or 'none'}")
     if overall is not None:
         out.write(f"; overall relative change {_fmt(overall)}")
     out.write("\n")
     hidden = summary.get("identical", 0) if not show_identical else 0
     if hidden:
         out.write(f"({hidden} identical tensors not listed; --all lists them)\n")
+    other = result.other
+    if other:
+        out.write("\nOther entries (optimizer state, sample inputs, step counters: "
+                  + ("counted in the exit status with --all)\n" if show_identical else "not in the exit status)\n"))
+        _write_rows(out, other, show_identical)
+        counts = result.summary(other)
+        text = ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=lambda s: _ORDER.get(s, 9)))
+        out.write(f"\n{len(other)} other entries: {text}")
+        changed = result.overall_rel_l2(other)
+        if changed is not None:
+            out.write(f"; their relative change {_fmt(changed)}")
+        out.write("\n")
     for side, names in (("A", al.not_compared_a), ("B", al.not_compared_b)):
         if names:
             out.write(f"{len(names)} tensors outside the model weights of {side} not compared "
                       f"(the other file has none): {', '.join(map(printable, names[:5]))}{' ...' if len(names) > 5 else ''}\n")
 
 
+def _write_rows(out: Any, rows: list[Any], show_identical: bool) -> None:
+    rows = sorted(rows, key=lambda t: (_ORDER.get(t.status, 9), -(t.rel_l2 or 0.0)))
+    listed = [t for t in rows if show_identical or t.status != "identical"]
+    if not listed:
+        return
+    names = [printable(t.label or t.name) for t in listed]
+    width = min(max(len(n) for n in names), 60)
+    out.write(f"\n{'name':<{width}}  {'status':<14} {'rel_l2':>10} {'max_abs':>10} {'cosine':>10} "
+              f"{'changed':>8}  detail\n")
+    for t, name in zip(listed, names, strict=True):
+        name = name if len(name) <= width else "..." + name[-(width - 3):]
+        out.write(f"{name:<{width}}  {t.status:<14} {_fmt(t.rel_l2):>10} {_fmt(t.max_abs_diff):>10} "
+                  f"{_fmt(t.cosine):>10} {_pct(t.frac_changed):>8}  {printable(_detail(t))}\n")
+
+
 def _detail(t: Any) -> str:
+    if t.tied_to:
+        return f"tied copy, compared with {t.tied_to}"
     if t.status in ("shape_mismatch",):
         return f"{shape_str(t.shape_a)} vs {shape_str(t.shape_b)}"
     if t.status == "dtype_mismatch":

@@ -17,6 +17,7 @@ other code that must match a state dict against a model (loading for a forward p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -26,6 +27,9 @@ CONTAINER_KEYS = ("model_state_dict", "state_dict", "model", "model_state", "mod
 # Leading key components that wrappers add (a chain of at most MAX_WRAPPERS of them is tried).
 WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.", "state_dict.", "model_state_dict.", "net.")
 MAX_WRAPPERS = 3
+# A training folder's model entry: the weight file a library writes (`model.safetensors`, `pytorch_model.bin`,
+# `model.safetensors.index.json`, `model-*.safetensors` for shards without an index).
+_MODEL_FILE = re.compile(r"^(model|pytorch_model|diffusion_pytorch_model|adapter_model)([.-].*)?\.(safetensors|bin|json)$")
 
 T = TypeVar("T")
 
@@ -48,6 +52,7 @@ class AlignedPair:
     a: Any = None
     b: Any = None
     extra: bool = False  # outside the model state dict (optimizer state, ...), matched by full name
+    tied_to: str | None = None  # a one-sided name matched to the other side's twin over the same storage
 
 
 @dataclass
@@ -188,9 +193,13 @@ def _stripped(names: Sequence[str], prefix: str) -> set[str] | None:
 
 
 def find_container(entries: Sequence[Named]) -> str | None:
-    """The root key holding the model state dict of a training checkpoint, or None."""
+    """The root key holding the model state dict of a training checkpoint (or training folder), or None."""
     roots = {e.path[0] for e in entries if len(e.path) >= 2 and isinstance(e.path[0], str)}
-    return next((k for k in CONTAINER_KEYS if k in roots), None)
+    found = next((k for k in CONTAINER_KEYS if k in roots), None)
+    if found is None:  # a training folder: the model's weight file is one top-level entry
+        files = sorted(k for k in roots if _MODEL_FILE.match(k))
+        found = files[0] if files else None
+    return found
 
 
 def _split_side(entries: Sequence[Named], strip: str | None) -> tuple[str | None, list[Any], list[Any]]:

@@ -106,6 +106,9 @@ class TensorDiff:
     info_a: TensorInfo | None = field(default=None, repr=False)
     info_b: TensorInfo | None = field(default=None, repr=False)
     extra: bool = False  # outside the model state dict
+    section: str = "weights"  # weights | other (optimizer state, sample inputs, counters: see sections.py)
+    label: str | None = None  # how a person reads the row ("exp_avg of encoder.0.weight"); None: the name
+    tied_to: str | None = None  # matched to the other side's twin over the same storage (a tied weight)
     max_abs_diff: float | None = None
     mean_abs_diff: float | None = None
     rel_l2: float | None = None
@@ -141,6 +144,11 @@ class TensorDiff:
         for key in FIGURES:
             out[key] = _finite_or_none(getattr(self, key))
         out["name_a"], out["name_b"] = self.name_a, self.name_b
+        out["section"] = self.section
+        if self.label:
+            out["label"] = self.label
+        if self.tied_to:
+            out["tied_to"] = self.tied_to
         if self.nonfinite_changed:
             out["nonfinite_changed"] = self.nonfinite_changed
         if self.error:
@@ -157,23 +165,35 @@ class DiffResult:
     alignment: Alignment
     tensors: list[TensorDiff]
 
-    def summary(self) -> dict[str, int]:
-        """Count per status (only statuses that occur)."""
+    @property
+    def weights(self) -> list[TensorDiff]:
+        """The rows of model weights (every row when neither side has any: nothing else to compare)."""
+        rows = [t for t in self.tensors if t.section == "weights"]
+        return rows if rows else list(self.tensors)
+
+    @property
+    def other(self) -> list[TensorDiff]:
+        """The rows outside the model weights (optimizer state, sample inputs, step counters)."""
+        weights = set(map(id, self.weights))
+        return [t for t in self.tensors if id(t) not in weights]
+
+    def summary(self, rows: list[TensorDiff] | None = None) -> dict[str, int]:
+        """Count per status over the weight rows (or ``rows``; only statuses that occur)."""
         out: dict[str, int] = {}
-        for t in self.tensors:
+        for t in self.weights if rows is None else rows:
             out[t.status] = out.get(t.status, 0) + 1
         return out
 
     @property
     def identical(self) -> bool:
-        """True when every aligned tensor is identical."""
-        return all(t.status == "identical" for t in self.tensors)
+        """True when every model weight is identical."""
+        return all(t.status == "identical" for t in self.weights)
 
-    def overall_rel_l2(self) -> float | None:
-        """``||B - A|| / ||A||`` over every compared tensor flattened into one vector (None if none)."""
+    def overall_rel_l2(self, rows: list[TensorDiff] | None = None) -> float | None:
+        """``||B - A|| / ||A||`` over the weights (or ``rows``) flattened into one vector (None if none)."""
         dd = aa = 0.0
         seen = False
-        for t in self.tensors:
+        for t in self.weights if rows is None else rows:
             if t.sums is not None:
                 seen = True
                 dd += t.sums.dd
@@ -193,7 +213,10 @@ class DiffResult:
             "summary": {status: self.summary().get(status, 0) for status in STATUSES},
             "overall_rel_l2": _finite_or_none(self.overall_rel_l2()),
             "not_compared": {"a": al.not_compared_a, "b": al.not_compared_b},
-            "tensors": [t.to_json() for t in self.tensors],
+            "tensors": [t.to_json() for t in self.weights],
+            # Entries outside the model weights: same row shape, their own counts, not in the exit status.
+            "other": [t.to_json() for t in self.other],
+            "other_summary": {status: self.summary(self.other).get(status, 0) for status in STATUSES},
         }
 
 
@@ -215,7 +238,10 @@ def _finite_or_none(x: float | None) -> float | None:
 def plan_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b: str | None = None,
               mapping: Sequence[tuple[str, str]] = ()) -> DiffResult:
     """Align A and B and set every status that needs no values; comparable rows are left ``pending``."""
+    from ckptview.core.diff_sections import classify_rows, match_tied
+
     alignment = align(a.tensors(), b.tensors(), strip_a, strip_b, mapping)
+    match_tied(alignment, a, b)
     rows = []
     for pair in alignment.pairs:
         ia = pair.a.info if pair.a is not None else None
@@ -231,7 +257,9 @@ def plan_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b:
         elif ia.storage is None and ib.storage is None:  # meta tensors: shape and dtype are all there is
             same = dtypes.canonical(ia.dtype) == dtypes.canonical(ib.dtype)
             row.status, row.done = ("identical" if same else "dtype_mismatch"), True
+        row.tied_to = pair.tied_to
         rows.append(row)
+    classify_rows(rows, a, b)
     return DiffResult(a.path, b.path, alignment, rows)
 
 

@@ -23,6 +23,7 @@ tensors (a few bytes each). The heavy figures (norms, effective step sizes) are 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError
 from ckptview.core.model import Checkpoint, Node, PathKey, TensorInfo
+from ckptview.core.optimizer_align import align_groups
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -242,7 +244,27 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     root = ckpt.root if isinstance(ckpt, Checkpoint) else ckpt
     found = [n for n in root.walk() if is_optimizer_node(n)]
     nodes = [n for n in found if not any(a in found for a in _ancestors(n))]
-    return [_build(n, set(map(id, nodes))) for n in nodes]
+    found_opts = [_build(n, set(map(id, nodes))) for n in nodes]
+    if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
+        beside = model_beside(ckpt.path)
+        for opt in found_opts:
+            if opt.model is None and beside is not None:
+                opt.note = (f"no model state dict in this file; the model beside it ({beside}) names the "
+                            f"parameters: open the folder {os.path.dirname(os.path.abspath(ckpt.path))} to map them")
+    return found_opts
+
+
+def model_beside(path: str) -> str | None:
+    """The model weight file in the same folder as a standalone optimizer file (a training folder), or None."""
+    from ckptview.core.formats.hf_sharded import weight_sets
+
+    if not path or os.path.isdir(path):
+        return None
+    try:
+        sets = [s for s in weight_sets(os.path.dirname(os.path.abspath(path))) if s.variant is None]
+    except OSError:
+        return None
+    return sets[0].label if sets else None
 
 
 def _ancestors(node: Node) -> Iterable[Node]:
@@ -267,7 +289,10 @@ def _build(node: Node, optimizer_ids: set[int]) -> OptimizerState:
         groups.append(hyper)
         for pid in members:
             key = pid if isinstance(pid, (int, str)) else str(pid)
-            params.append(ParamState(key, g, len(params), by_id.pop(key, None)))
+            entry = by_id.pop(key, None)
+            if entry is None and isinstance(key, int):  # DCP stores int state keys as str path components
+                entry = by_id.pop(str(key), None)
+            params.append(ParamState(key, g, len(params), entry))
     # State without a group (a hand-edited file): still listed, never mapped.
     for key, entry in by_id.items():
         params.append(ParamState(key, None, len(params), entry))
@@ -427,50 +452,177 @@ def _map(opt: OptimizerState) -> None:
     if opt.id_kind == "name":
         _map_by_name(opt, entries)
         return
+    guessed = order_lost(opt.model)
+    if guessed:
+        entries = guess_model_order(entries)
     hints = [p.shape_hint() for p in params]
     shapes = [e.shape for e in entries]
-    picked, unique = align(hints, shapes)
-    how = "parameters in model order"
-    if picked is None:  # groups that interleave (e.g. weights then biases): each group in order on its own
-        picked, unique = _align_per_group(params, hints, shapes)
-        how = "each param group in model order"
-    if picked is None:
-        opt.note = (f"{len(params)} parameters do not fit the {len(entries)} candidate tensors of "
-                    f"'{opt.model.name or '(root)'}' by shape")
-        return
-    for p, j in zip(params, picked, strict=True):
-        p.name, p.param = entries[j].name, entries[j].node
-    verified = sum(1 for h in hints if h is not None)
-    opt.mapping = "exact" if unique and verified else "by-order"
-    skipped = len(entries) - len(params)
-    opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
-                + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
-                + ("" if unique else "; other alignments fit too"))
-
-
-def _align_per_group(
-    params: list[ParamState], hints: list[Shape | None], shapes: list[Shape]
-) -> tuple[list[int] | None, bool]:
-    used: set[int] = set()
-    picked: list[int] = [0] * len(params)
-    unique_all = True
     by_group: dict[int | None, list[int]] = {}
     for i, p in enumerate(params):
         by_group.setdefault(p.group, []).append(i)
-    for members in by_group.values():
-        free = [j for j in range(len(shapes)) if j not in used]
-        got, unique = align([hints[i] for i in members], [shapes[j] for j in free])
-        if got is None:
-            return None, False
-        unique_all &= unique
-        for i, k in zip(members, got, strict=True):
-            picked[i] = free[k]
-            used.add(free[k])
-    return picked, unique_all
+    order = [i for members in by_group.values() for i in members]
+    found = align_groups([[hints[i] for i in members] for members in by_group.values()], shapes)
+    if found.picked is None and guessed:
+        by_shape = match_by_shape(hints, shapes)
+        if by_shape is not None:  # the guessed order was wrong somewhere: shapes alone still name them
+            for p, j in zip(params, by_shape, strict=True):
+                p.name, p.param = entries[j].name, entries[j].node
+            opt.mapping = "by-order"
+            opt.note = ("the model file lists names sorted, not in model order, and no guess of that order fits: "
+                        "parameters matched by state shape only (names of same-shaped parameters may be swapped)")
+            return
+    if found.picked is None:
+        model_name = opt.model.name if opt.model is not None and opt.model.name else "(root)"
+        opt.note = (misfit(params, hints, entries, model_name) if found.complete
+                    else f"no alignment found within {found.states} search states")
+        return
+    picked = [0] * len(params)
+    for i, j in zip(order, found.picked, strict=True):
+        picked[i] = j
+    for p, j in zip(params, picked, strict=True):
+        p.name, p.param = entries[j].name, entries[j].node
+    verified = sum(1 for h in hints if h is not None)
+    opt.mapping = "exact" if found.unique and verified and not guessed else "by-order"
+    how = ("parameters in model order" if len(by_group) <= 1
+           else f"{len(by_group)} param groups aligned together in model order")
+    skipped = len(entries) - len(params)
+    doubt = ("" if found.unique else "; other alignments fit too" if found.complete
+             else f"; not proven unique (search stopped after {found.states} states)")
+    opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
+                + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
+                + doubt
+                + ("; the model file lists names sorted, not in model order: model order guessed from the names"
+                   if guessed else ""))
+
+
+# Where a submodule usually sits among its siblings, by its name: embeddings first (token, then position,
+# then type), the body, final norms and poolers, heads last. Named siblings of a sorted file
+# (safetensors) lose their definition order; this is the best guess.
+_ROLES = (
+    (0, ("word", "tok", "wte", "embed_tokens", "patch", "stem", "conv1", "bn1", "cls_token", "input")),
+    (1, ("pos", "wpe")),
+    (2, ("token_type", "embed", "embeddings")),
+    (3, ("encoder", "backbone", "features", "transformer", "model", "base_model", "bert", "roberta", "gpt")),
+    (4, ("layer", "block", "h", "stage", "decoder", "attn", "attention", "self_attn", "mlp", "ffn",
+         "feed_forward")),
+    (5, ("norm", "ln_f", "final", "pool", "neck")),
+    (6, ("fc", "head", "lm_head", "classifier", "score", "out", "pred")),
+)
+
+
+def order_lost(model: Node | None) -> bool:
+    """True when the model's tensors come from a file that stores names sorted (safetensors, a HF index)."""
+    return model is not None and (model.type_name == "safetensors" or model.type_name.startswith("hf-sharded"))
+
+
+def _role(name: str) -> int:
+    low = name.lower()
+    if low.startswith("token_type"):
+        return 2
+    for rank, words in _ROLES:  # short words ("h") must match whole: "head" is not a block list
+        if any(low == w or (len(w) > 2 and low.startswith(w)) for w in words):
+            return rank
+    return 4
+
+
+def guess_model_order(entries: list[ModelEntry]) -> list[ModelEntry]:
+    """``named_parameters()`` order guessed from sorted names: a module's own tensors (weight before bias)
+    before its submodules, numbered submodules by number, named ones by their usual role."""
+    def key(entry: ModelEntry) -> list[tuple]:
+        parts = entry.name.split(".")
+        out: list[tuple] = []
+        for depth, part in enumerate(parts):
+            leaf = depth == len(parts) - 1
+            if leaf:
+                out.append((0, "bias" in part, part))
+            elif part.isdigit():
+                out.append((1, int(part), ""))
+            else:
+                out.append((1, (_role(part) + 1) << 20, part))
+        return out
+
+    return sorted(entries, key=key)
+
+
+def match_by_shape(hints: list[Shape | None], shapes: list[Shape]) -> list[int] | None:
+    """Each parameter on a distinct tensor of its state's shape, in order (unknown shapes take what is left,
+    same number of dimensions first); None when the shapes do not suffice. For a model whose order is lost."""
+    free: dict[Shape, list[int]] = {}
+    for j, shape in enumerate(shapes):
+        free.setdefault(shape, []).append(j)
+    for queue in free.values():
+        queue.reverse()  # pop() takes the earliest
+    picked: list[int | None] = [None] * len(hints)
+    for i, hint in enumerate(hints):
+        if hint is not None:
+            if not free.get(hint):
+                return None
+            picked[i] = free[hint].pop()
+    used = {j for j in picked if j is not None}
+    rest = [j for j in range(len(shapes)) if j not in used]
+    for i, hint in enumerate(hints):
+        if hint is None:
+            if not rest:
+                return None
+            picked[i] = rest.pop(0)
+    return [j for j in picked if j is not None]
+
+
+def _fmt_shape(shape: Shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[ModelEntry], model: str) -> str:
+    """Why no alignment fits, for a person: too many parameters, a shape the model lacks, or the order."""
+    if len(params) > len(entries):
+        return (f"the optimizer has {len(params)} parameters, '{model}' only {len(entries)} tensors that can be "
+                "parameters")
+    need: dict[Shape, int] = {}
+    for h in hints:
+        if h is not None:
+            need[h] = need.get(h, 0) + 1
+    have: dict[Shape, int] = {}
+    for e in entries:
+        have[e.shape] = have.get(e.shape, 0) + 1
+    short = [(s, n, have.get(s, 0)) for s, n in need.items() if n > have.get(s, 0)]
+    if short:
+        s, n, h = short[0]
+        more = f" (and {len(short) - 1} more shapes)" if len(short) > 1 else ""
+        return (f"{n} parameters have state of shape {_fmt_shape(s)}, '{model}' has {h} tensors of that "
+                f"shape{more}")
+    groups = sorted({p.group for p in params if p.group is not None})
+    shapes = [e.shape for e in entries]
+    for g in groups:
+        members = [h for p, h in zip(params, hints, strict=True) if p.group == g]
+        j, prev = 0, None
+        for k, hint in enumerate(members):  # earliest placement: the first parameter left without a tensor
+            while j < len(shapes) and hint is not None and shapes[j] != hint:
+                j += 1
+            if j >= len(shapes):
+                where = f"after '{prev}' (where parameter {k - 1} lands)" if prev is not None else "at all"
+                return (f"param group {g}: parameter {k} (state shape {_fmt_shape(hint or ())}) finds no tensor "
+                        f"of that shape in '{model}' {where}")
+            prev, j = entries[j].name, j + 1
+    return (f"each param group fits '{model}' on its own, but no assignment gives every group distinct "
+            "tensors in model order")
+
+
+def _name_prefix(ids: list[str], names: list[str]) -> str:
+    """The prefix the model's names carry over the optimizer's (``model.`` of a DCP subfolder), "" if none."""
+    if not ids or all(i in names for i in ids):
+        return ""
+    counts: dict[str, int] = {}
+    for name in names:
+        for pid in ids:
+            if name.endswith("." + pid):
+                prefix = name[: len(name) - len(pid)]
+                counts[prefix] = counts.get(prefix, 0) + 1
+    return max(counts, key=lambda k: (counts[k], -len(k))) if counts else ""
 
 
 def _map_by_name(opt: OptimizerState, entries: list[ModelEntry]) -> None:
-    by_name = {e.name: e for e in entries}
+    prefix = _name_prefix([str(p.id) for p in opt.params if p.group is not None], [e.name for e in entries])
+    by_name = {e.name[len(prefix):]: e for e in entries if e.name.startswith(prefix)}
     ok = True
     for p in opt.params:
         p.name = str(p.id)
@@ -481,7 +633,8 @@ def _map_by_name(opt: OptimizerState, entries: list[ModelEntry]) -> None:
         else:
             p.param = entry.node
     opt.mapping = "exact" if ok else "none"
-    opt.note = "state keyed by parameter name" + ("" if ok else "; some names or shapes are not in the model")
+    opt.note = ("state keyed by parameter name" + (f" (the model's names carry the prefix '{prefix}')" if prefix else "")
+                + ("" if ok else "; some names or shapes are not in the model"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -505,3 +658,35 @@ def optimizers_json(ckpt: Checkpoint) -> list[dict[str, Any]]:
         out.append({"path": list(opt.path), "kind": opt.kind, "mapping": opt.mapping,
                     "param_groups": opt.groups, "params": params})
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# The tree: optimizer state named by parameter
+
+
+def state_labels(ckpt: Checkpoint | Node) -> dict[int, str]:
+    """id(node) -> display label for mapped optimizer state: ``"0 · encoder.0.weight"`` for a parameter's
+    state, ``"exp_avg of encoder.0.weight"`` for each of its entries."""
+    labels: dict[int, str] = {}
+    for opt in find_optimizers(ckpt):
+        for p in opt.params:
+            if p.node is None or p.name is None:
+                continue
+            labels[id(p.node)] = f"{p.id} · {p.name}"
+            for entry in p.entries():
+                labels[id(entry)] = f"{entry.key} of {p.name}"
+    return labels
+
+
+def label_state_rows(top: Any, ckpt: Checkpoint | Node) -> None:
+    """Relabel the display rows (``core.grouping.Row``) of mapped optimizer state; the filter finds them by
+    parameter name too."""
+    labels = state_labels(ckpt)
+    if not labels:
+        return
+    for row in top.walk():
+        label = labels.get(id(row.node)) if row.node is not None else None
+        if label is not None:
+            row.label = label
+            # Label first, joined by a dot: name globs anchored at a dot boundary still match the name.
+            row.search_name = f"{label}.{row.name}".lower()

@@ -80,9 +80,10 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             names.append([])
             continue
         try:
+            tensors = model_tensors(ckpt)
             refs.append(CheckpointRef(path, find_position(ckpt, path), ckpt.format,
-                                      sum(e.info.nbytes for e in ckpt.tensors())))
-            names.append([(e.name, tuple(e.info.shape), e.info.dtype) for e in ckpt.tensors()])
+                                      sum(info.nbytes for _, info in tensors)))
+            names.append([(name, tuple(info.shape), info.dtype) for name, info in tensors])
         finally:
             ckpt.close()
     readable = [(r, n) for r, n in zip(refs, names, strict=True) if r.error is None]
@@ -256,10 +257,20 @@ def _close(ckpt: Checkpoint | None) -> None:
         ckpt.close()
 
 
+def model_tensors(ckpt: Checkpoint) -> list[tuple[str, TensorInfo]]:
+    """(name, info) of the tensors a run follows: a training folder's model file, named as in that file
+    (its optimizer, scheduler and RNG files are not the weights); any other checkpoint whole."""
+    model = ckpt.metadata.get("model_entry")
+    if not model:
+        return [(e.name, e.info) for e in ckpt.tensors()]
+    prefix = f"{model}."
+    return [(e.name[len(prefix):], e.info) for e in ckpt.tensors() if e.path and e.path[0] == model]
+
+
 def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
     out: dict[str, TensorInfo] = {}
-    for entry in ckpt.tensors():
-        out.setdefault(entry.name, entry.info)  # the first, if a name repeats (as Checkpoint.tensor)
+    for name, info in model_tensors(ckpt):
+        out.setdefault(name, info)  # the first, if a name repeats (as Checkpoint.tensor)
     return out
 
 

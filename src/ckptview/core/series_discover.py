@@ -142,15 +142,21 @@ def find_position(ckpt: Checkpoint, path: str) -> Position:
     pos = Position()
     step = _from_file(ckpt.root, STEP_KEYS)
     if step is not None:
-        pos.step, pos.step_source = int(step[1]), f"file: {step[0]}"
+        pos.step, pos.step_source = int(step[1]), _source(step[0])
     epoch = _from_file(ckpt.root, EPOCH_KEYS)
     if epoch is not None:
-        pos.epoch, pos.epoch_source = epoch[1], f"file: {epoch[0]}"
+        pos.epoch, pos.epoch_source = epoch[1], _source(epoch[0])
     if pos.step is None or pos.epoch is None:
         _from_trainer_state(path, pos)
     if pos.step is None or pos.epoch is None:
         _from_name(path, pos)
     return pos
+
+
+def _source(key: str) -> str:
+    # A training folder shows its trainer_state.json as an entry of the tree: name the file, as when it
+    # is read beside the weights.
+    return TRAINER_STATE if key.startswith(TRAINER_STATE + ".") else f"file: {key}"
 
 
 def _from_file(root: Node, keys: tuple[str, ...]) -> tuple[str, int | float] | None:

@@ -283,8 +283,30 @@ def _get_layout(ref: GlobalRef, args: tuple) -> LayoutValue:
     return LayoutValue(str(args[0]).removeprefix("torch."))
 
 
-def _sparse(ref: GlobalRef, args: tuple) -> StubObject:
-    return StubObject(ref.dotted, args, state={"layout": args[0], "components": args[1]}, has_state=True)
+def _sparse(ref: GlobalRef, args: tuple) -> Any:
+    """A sparse tensor as one tensor row (layout, shape, nnz); its component tensors stay in ``extra``."""
+    stub = StubObject(ref.dotted, args, state={"layout": args[0] if args else None,
+                                               "components": args[1] if len(args) > 1 else None}, has_state=True)
+    if len(args) < 2 or not isinstance(args[1], tuple):
+        return stub
+    layout, data = str(args[0]).removeprefix("torch."), args[1]
+    if layout == "sparse_coo" and len(data) >= 3:
+        parts, size = {"indices": data[0], "values": data[1]}, data[2]
+    elif layout in ("sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc") and len(data) >= 4:
+        parts, size = {"compressed_indices": data[0], "plain_indices": data[1], "values": data[2]}, data[3]
+    else:
+        return stub
+    values = parts["values"]
+    if not all(isinstance(t, TensorInfo) for t in parts.values()) or not isinstance(size, tuple) \
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in size):
+        return stub
+    nnz = values.shape[0] if values.shape else 0
+    stride, acc = [], 1
+    for dim in reversed(size):
+        stride.append(acc)
+        acc *= max(dim, 1)
+    return TensorInfo(dtype=values.dtype, shape=tuple(size), stride=tuple(reversed(stride)), offset=0, storage=None,
+                      layout=layout, extra={"nnz": nnz, "sparse_components": parts, "device": values.device})
 
 
 def _numpy_scalar(ref: GlobalRef, args: tuple) -> Any:

@@ -57,6 +57,10 @@ def training_summary(ckpt: Checkpoint | Node, read_scalars: bool = True) -> Trai
     out = TrainingSummary()
     if root.kind not in ("dict", "object"):
         return out
+    if root.type_name == "training-folder":
+        _folder_summary(root, out, read_scalars)
+        out.schedulers = find_schedulers(root)
+        return out
     for child in root.children:
         key = str(child.key)
         if _is_version(child):
@@ -71,6 +75,52 @@ def training_summary(ckpt: Checkpoint | Node, read_scalars: bool = True) -> Trai
                 out.scalars.append((key, fact))
     out.schedulers = find_schedulers(root)
     return out
+
+
+# trainer_state.json keys worth a row (the rest is in the tree), in this order.
+TRAINER_STATE_KEYS = ("global_step", "epoch", "max_steps", "num_train_epochs", "best_metric",
+                      "best_model_checkpoint", "best_global_step", "train_batch_size", "total_flos")
+
+
+def _folder_summary(root: Node, out: TrainingSummary, read_scalars: bool) -> None:
+    """A training folder: trainer_state.json first, training args as hyper-parameters, then each file's facts."""
+    by_key = {str(c.key): c for c in root.children}
+    state = by_key.get("trainer_state.json")
+    if state is not None and state.kind == "dict":
+        _trainer_state(state, out)
+    for key, child in by_key.items():
+        if key == "trainer_state.json" or child.kind not in ("dict", "object"):
+            continue
+        if key.startswith("training_args"):
+            _flatten(child, "", out.hyper_parameters)
+            continue
+        if "model" in key.lower() and not key.endswith((".pt", ".pth", ".pkl")):
+            continue  # weights: no training facts, and possibly many entries
+        sub = training_summary(child, read_scalars)
+        seen = {name for name, _ in out.scalars}
+        out.scalars += [(name, v) for name, v in sub.scalars if name not in seen]
+        out.hyper_parameters += sub.hyper_parameters
+        out.versions += sub.versions
+
+
+def _trainer_state(node: Node, out: TrainingSummary) -> None:
+    """HF Trainer's ``trainer_state.json``: step, epoch, best metric, and the last logged lr and losses."""
+    by_key = {str(c.key): c for c in node.children}
+    for key in TRAINER_STATE_KEYS:
+        child = by_key.get(key)
+        if child is not None and child.kind == "value" and child.value is not None:
+            out.scalars.append((key, child.value))
+    history = by_key.get("log_history")
+    if history is None or history.kind != "list":
+        return
+    latest: dict[str, Any] = {}
+    for entry in history.children:  # later entries win: the values at the last logging step
+        for c in entry.children:
+            if c.kind == "value" and isinstance(c.value, (int, float)) and not isinstance(c.value, bool):
+                latest[str(c.key)] = c.value
+    for key in ("learning_rate", "loss", "grad_norm", *sorted(k for k in latest if k.startswith("eval_"))):
+        if key in latest:
+            out.scalars.append((f"log.{key}", latest[key]))
 
 
 def _is_version(node: Node) -> bool:

@@ -35,9 +35,18 @@ def path_key(key: Any) -> PathKey:
     return short_repr(key, 200)
 
 
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def _plain_tuple(value: Any, depth: int = 0) -> bool:
+    """A small tuple of scalars (or of such tuples): a dict key like ('a', 1), a torch.Size."""
+    return (isinstance(value, tuple) and len(value) <= 64 and depth < 3
+            and all(isinstance(v, _SCALARS) or _plain_tuple(v, depth + 1) for v in value))
+
+
 def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
     """repr() of a plain value, bounded in length and never recursing into deep containers."""
-    if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 0:
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 0 and not _plain_tuple(value):
         return f"<{type(value).__name__} of {len(value)} items>"
     try:
         text = repr(value)

@@ -44,6 +44,9 @@ def _base_dtype(info: TensorInfo) -> np.dtype:
 def _readable(info: TensorInfo) -> None:
     if info.broken:
         raise TensorDataError(f"cannot read values: {info.broken}")
+    if info.layout != "strided" and info.storage is None:
+        raise TensorDataError(f"cannot read values: a {info.layout} tensor ({info.extra.get('nnz', '?')} stored "
+                              "values); its components are not densified")
     if info.storage is None:
         raise TensorDataError("cannot read values: the tensor was saved without data")
     if info.storage.broken:

@@ -67,6 +67,9 @@ class Opened:
 def prepare(checkpoint: Checkpoint) -> Opened:
     """Group rows, sharing and counts for `checkpoint` (O(tensors): kept off the GUI thread)."""
     top = group_tree(checkpoint.root)
+    from ckptview.core.optimizer import label_state_rows
+
+    label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
     leaves = sum(1 for r in top.walk() if not r.children and r is not top)
     return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint))
 

@@ -68,7 +68,7 @@ COLUMNS = (
     ("order", "#"), ("name", "Name"), ("status", "Status"), ("rel_l2", "Rel. change"),
     ("max_abs_diff", "Max |B−A|"), ("mean_abs_diff", "Mean |B−A|"), ("cosine", "Cosine"),
     ("frac_changed", "Changed"), ("shape_a", "Shape A"), ("shape_b", "Shape B"), ("dtype_a", "Dtype A"),
-    ("dtype_b", "Dtype B"),
+    ("dtype_b", "Dtype B"), ("section", "Section"),
 )
 COLUMN = {key: i for i, (key, _) in enumerate(COLUMNS)}
 HIST_BINS = 100
@@ -120,8 +120,10 @@ class DiffTableModel(QAbstractTableModel):
         if role == SORT_ROLE:
             if key == "order":
                 return index.row()
-            if key in ("name", "status", "dtype_a", "dtype_b"):
+            if key in ("status", "dtype_a", "dtype_b", "section"):
                 return str(getattr(row, key) or "")
+            if key == "name":
+                return row.label or row.name
             if key in ("shape_a", "shape_b"):
                 shape = getattr(row, key)
                 return float(math.prod(shape)) if shape is not None else -1.0
@@ -134,6 +136,10 @@ class DiffTableModel(QAbstractTableModel):
             return QBrush(QColor("#000000"))
         if role == Qt.ItemDataRole.ToolTipRole:
             parts = [f"A: {row.name_a or '—'}", f"B: {row.name_b or '—'}"]
+            if row.tied_to:
+                parts.append(f"tied copy: compared with B's twin {row.tied_to}")
+            if row.section == "other":
+                parts.append("outside the model weights: not in the headline")
             if row.error:
                 parts.append(row.error)
             if row.nonfinite_changed:
@@ -147,8 +153,12 @@ class DiffTableModel(QAbstractTableModel):
     def _display(row: TensorDiff, key: str, index: int) -> str:
         if key == "order":
             return str(index + 1)
-        if key in ("name", "status", "dtype_a", "dtype_b"):
+        if key in ("status", "dtype_a", "dtype_b"):
             return str(getattr(row, key) or "")
+        if key == "name":  # optimizer state by parameter: "exp_avg of encoder.0.weight"
+            return row.label or row.name
+        if key == "section":
+            return "model weights" if row.section == "weights" else "other"
         if key in ("shape_a", "shape_b"):
             return _shape(getattr(row, key))
         if key == "frac_changed":
@@ -187,9 +197,12 @@ class DiffFilterProxy(QSortFilterProxyModel):
         row = model.rows[source_row]
         if self.status == "differences" and row.status == "identical":
             return False
-        if self.status not in ("", "differences") and row.status != self.status:
+        if self.status.startswith("section:"):
+            if row.section != self.status.removeprefix("section:"):
+                return False
+        elif self.status not in ("", "differences") and row.status != self.status:
             return False
-        return not self.text or self.text in row.name.lower()
+        return not self.text or self.text in row.name.lower() or self.text in (row.label or "").lower()
 
 
 @dataclass(frozen=True)
@@ -305,6 +318,8 @@ class DiffView(QWidget):
         self.status_combo = QComboBox()
         self.status_combo.addItem("All tensors", "")
         self.status_combo.addItem("Differences only", "differences")
+        self.status_combo.addItem("Model weights", "section:weights")
+        self.status_combo.addItem("Other entries (optimizer state, inputs, counters)", "section:other")
         for status in ("changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "identical"):
             self.status_combo.addItem(status, status)
         filters = QHBoxLayout()
@@ -442,9 +457,14 @@ class DiffView(QWidget):
         parts = [f"<span style='background:{STATUS_COLORS.get(s, '#fff')};color:#000'>&nbsp;{n} {s}&nbsp;</span>"
                  for s, n in sorted(counts.items(), key=lambda kv: _status_rank(kv[0]))]
         overall = self.result.overall_rel_l2()
-        text = f"{len(self.result.tensors)} tensors: " + " ".join(parts)
+        text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
         if overall is not None:
             text += f" &nbsp; overall relative change <b>{_fmt(overall)}</b>"
+        other = self.result.other
+        if other:
+            differ = sum(1 for t in other if t.status != "identical")
+            text += (f" &nbsp; + {len(other)} other entries (optimizer state, inputs, counters), "
+                     f"{differ} differ: not in the headline")
         strips = []
         if al.strip_a or al.strip_b:
             strips.append(f"stripped A: <code>{al.strip_a or '(nothing)'}</code>, B: <code>{al.strip_b or '(nothing)'}</code>")

@@ -16,6 +16,7 @@ READER_MODULES = (
     "ckptview.core.formats.safetensors_file",
     "ckptview.core.formats.plain_pickle",
     # folder and multi-file formats (sharded, distributed, exported programs)
+    "ckptview.core.formats.training_folder",
     "ckptview.core.formats.hf_sharded",
     "ckptview.core.formats.dcp",
     "ckptview.core.formats.torch_export",

@@ -204,7 +204,10 @@ class _TreeBuilder:
             prefix = path[:depth]
             if prefix not in self._dirs:
                 parent = self._dirs[path[: depth - 1]]
-                self._dirs[prefix] = parent.add(Node(key=path[depth - 1], kind="dict", type_name="dict"))
+                # DCP flattens lists with int path components (`optim.param_groups.0.lr`) and rebuilds a
+                # list for them on load; dict keys are always str in its paths.
+                kind = "list" if isinstance(path[depth], int) else "dict"
+                self._dirs[prefix] = parent.add(Node(key=path[depth - 1], kind=kind, type_name=kind))
         return self._dirs[path[:-1]]
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
@@ -22,9 +23,53 @@ NAME = "hf-sharded"
 PRIORITY = 60
 MAX_INDEX_BYTES = 256 << 20
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-_SHARD = re.compile(r"-\d+-of-\d+\.(safetensors|bin)$")
-_SINGLE = ("model.safetensors", "pytorch_model.bin")
 _nesting = threading.local()  # set while an index's shards are opened
+# Weight file bases the libraries write (transformers, diffusers, peft, ...), preferred in this order.
+LIBRARY_BASES = ("model", "diffusion_pytorch_model", "pytorch_model", "adapter_model", "pytorch_lora_weights")
+# `{base}[.{variant}][-00001-of-00002].{safetensors|bin}` and `{base}.{ext}.index[.{variant}].json`
+_WEIGHT = re.compile(r"^(?P<base>[^.]+?)(?:\.(?P<variant>[^.]+?))?(?P<shard>-\d+-of-\d+)?\.(?P<ext>safetensors|bin)$")
+_INDEX = re.compile(r"^(?P<base>[^.]+)\.(?P<ext>safetensors|bin)\.index(?:\.(?P<variant>[^.]+))?\.json$")
+
+
+@dataclass(frozen=True)
+class WeightSet:
+    """One checkpoint in a Hub folder: a single weight file, a set of shards, or an index and its shards."""
+
+    base: str
+    variant: str | None
+    ext: str
+    files: tuple[str, ...] = ()
+    index: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.index or (self.files[0] if len(self.files) == 1 else f"{self.files[0]} (+{len(self.files) - 1} shards)")
+
+    def rank(self) -> tuple[int, int, int, str]:
+        """Sort key: plain before variants, library names in their order, safetensors before .bin."""
+        lib = LIBRARY_BASES.index(self.base) if self.base in LIBRARY_BASES else len(LIBRARY_BASES)
+        return (self.variant is not None, lib, self.ext != "safetensors", self.base)
+
+
+def weight_sets(folder: str) -> list[WeightSet]:
+    """The checkpoints a Hub folder holds, best first: one per (name, variant, format), index or shards."""
+    # Everything but folders: a FIFO or socket named like an index must be refused when read, not skipped.
+    names = [n for n in sorted(os.listdir(folder)) if not os.path.isdir(os.path.join(folder, n))]
+    sets: dict[tuple[str, str | None, str], WeightSet] = {}
+    for n in names:
+        m = _INDEX.match(n)
+        if m:
+            key = (m["base"], m["variant"], m["ext"])
+            sets.setdefault(key, WeightSet(*key, index=n))
+    files: dict[tuple[str, str | None, str], list[str]] = {}
+    for n in names:
+        m = _WEIGHT.match(n)
+        if m and not (m["ext"] == "bin" and m["base"] not in LIBRARY_BASES and not m["shard"]):
+            files.setdefault((m["base"], m["variant"], m["ext"]), []).append(n)
+    for key, found in files.items():
+        if key not in sets:
+            sets[key] = WeightSet(*key, files=tuple(found))
+    return sorted(sets.values(), key=WeightSet.rank)
 
 
 def _index_files(folder: str) -> list[str]:
@@ -34,20 +79,11 @@ def _index_files(folder: str) -> list[str]:
                                         ".bin." in n, n))
 
 
-def _shard_files(folder: str) -> list[str]:
-    """Files that look like shards (by name: the content is checked when they are opened)."""
-    names = [n for n in sorted(os.listdir(folder)) if os.path.isfile(os.path.join(folder, n))]
-    safetensors = [n for n in names if n.endswith(".safetensors")]
-    if safetensors:
-        return safetensors
-    return [n for n in names if _SHARD.search(n) or n in _SINGLE]
-
-
 def sniff(path: str, head: bytes) -> bool:
     """True when the path or its first bytes (`head`; b"" for a folder) look like a Hugging Face sharded folder or index file."""
     if os.path.isdir(path):
         try:
-            return bool(_index_files(path) or _shard_files(path))
+            return bool(_index_files(path) or weight_sets(path))
         except OSError:
             return False
     stripped = head.lstrip()
@@ -84,6 +120,26 @@ def _shard_path(folder: str, name: str) -> str:
     return path
 
 
+def choose_set(folder: str) -> tuple[WeightSet | None, list[str]]:
+    """The weight set a folder opens as, and warnings naming the others (variants are separate checkpoints)."""
+    sets = weight_sets(folder)
+    if not sets:
+        return None, []
+    chosen = sets[0]
+    notes = []
+    variants = [s for s in sets if s.variant is not None and s is not chosen]
+    if variants:
+        notes.append("folder also holds variants, each a separate checkpoint (open its file to see it): "
+                     + ", ".join(f"{s.variant} ({s.label})" for s in variants))
+    plain = [s for s in sets if s.variant is None and s is not chosen]
+    if plain:
+        notes.append(f"showing {chosen.label}; folder also holds " + ", ".join(s.label for s in plain)
+                     + " (open its file to see it)")
+    if chosen.variant is not None:
+        notes.insert(0, f"folder holds only variant weights; showing variant '{chosen.variant}' ({chosen.label})")
+    return chosen, notes
+
+
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a Hugging Face sharded folder or index file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     if getattr(_nesting, "active", False):
@@ -91,34 +147,33 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         raise CheckpointFormatError(f"{os.path.basename(path)} is an index file, named as a shard by another index")
     _nesting.active = True
     try:
-        return _open(path)
+        if os.path.isdir(path):
+            chosen, others = choose_set(path)
+            if chosen is None:
+                raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
+            return open_set(path, chosen, others)
+        return _open_files(path, os.path.dirname(os.path.abspath(path)), path, [], [])
     finally:
         _nesting.active = False
 
 
-def _open(path: str) -> Checkpoint:
+def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None) -> Checkpoint:
+    """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint."""
+    index_path = os.path.join(folder, chosen.index) if chosen.index is not None else None
+    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []))
+
+
+def _open_files(path: str, folder: str, index_path: str | None, files: list[str], notes: list[str]) -> Checkpoint:
     from ckptview.core.open import open_checkpoint
 
     warnings: list[str] = BoundedWarnings()
-    index_path: str | None = None
-    if os.path.isdir(path):
-        folder = path
-        indexes = _index_files(folder)
-        if indexes:
-            index_path = os.path.join(folder, indexes[0])
-            if len(indexes) > 1:
-                warnings.append(f"folder holds several index files ({', '.join(indexes)}); showing {indexes[0]}")
-    else:
-        folder, index_path = os.path.dirname(os.path.abspath(path)), path
+    warnings.extend(notes)
     if index_path is not None:
         weight_map, index_meta = read_index(index_path)
         shard_names = list(dict.fromkeys(weight_map.values()))
     else:
         weight_map, index_meta = {}, {}
-        shard_names = _shard_files(folder)
-        if not shard_names:
-            raise NotACheckpointError(f"not a checkpoint: folder {folder} holds no index file and no shards")
-
+        shard_names = files
     shards: dict[str, Checkpoint] = {}
     for name in shard_names:
         shard_path = _shard_path(folder, name)
@@ -176,11 +231,27 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
         if node.key == "__metadata__":
             metadata["shard_metadata"] = {c.key: c.value for c in node.children}
     declared = index_meta.get("total_size")
-    actual = sum(n.tensor.nbytes for n in root.children if n.tensor is not None)
+    actual = _stored_bytes(root)
     if isinstance(declared, int) and declared != actual:
         warnings.append(f"index declares total_size {declared}, the shards hold {actual} bytes of tensors")
     return Checkpoint(path=path if not os.path.isdir(path) else folder, format=fmt, file_size=total, root=root,
                       globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata)
+
+
+def _stored_bytes(root: Node) -> int:
+    """Tensor bytes as the index's total_size counts them: a storage shared by tied tensors once."""
+    seen: set[int] = set()
+    total = 0
+    for node in root.children:
+        info = node.tensor
+        if info is None:
+            continue
+        if info.storage is not None:
+            if id(info.storage) in seen:
+                continue
+            seen.add(id(info.storage))
+        total += info.nbytes
+    return total
 
 
 def _add_tensor(root: Node, key: str, info: Any, shard: str) -> None:

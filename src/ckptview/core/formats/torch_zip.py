@@ -155,6 +155,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         if archive.has(record):
             metadata["version"] = archive.read_small(record, 64).decode("ascii", "replace").strip()
             break
+    version_warning = _version_problem(metadata.get("version"))
     fmt = NAME
     if is_script:
         fmt = "torchscript"
@@ -177,8 +178,26 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         ckpt.warnings += unreadable
     if byteorder == "big":
         ckpt.warnings.append("file was written on a big-endian machine; values are byte-swapped on read")
+    if version_warning:
+        ckpt.warnings.append(version_warning)
     _check_dtypes(ckpt)
     return ckpt
+
+
+# The newest archive format torch reads (caffe2/serialize kMaxSupportedFileFormatVersion); torch.save writes 3.
+MAX_KNOWN_VERSION = 10
+
+
+def _version_problem(version: str | None) -> str | None:
+    """A warning when the archive's `version` record is not a format version torch knows."""
+    if version is None:
+        return None
+    if not version.isdigit():
+        return f"archive version record {version!r} is not a number; read as format 3"
+    if int(version) > MAX_KNOWN_VERSION:
+        return (f"archive format version {int(version)} is newer than any torch writes (up to {MAX_KNOWN_VERSION}); "
+                "read as format 3, names and values may be wrong")
+    return None
 
 
 def _check_dtypes(ckpt: Checkpoint) -> None:
