@@ -133,6 +133,14 @@ def write_json_stream(items: Iterator[tuple[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `ckptview info`; returns the exit status."""
+    # One pause of the cyclic GC over opening and listing: each step builds or walks millions of
+    # young objects without garbage cycles, and a collector pass between two steps re-scans them all.
+    with paused_gc():
+        return _list(args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    """`run`, inside one pause of the cyclic GC."""
     ckpt = open_checkpoint(args.path)
     try:
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat

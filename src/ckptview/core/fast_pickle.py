@@ -32,6 +32,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from ckptview.core import dtypes
 from ckptview.core.model import Storage, TensorInfo
 from ckptview.core.perf import paused_gc
 from ckptview.core.pickle_reader import (
@@ -209,6 +210,8 @@ class _OrderedDict(collections.OrderedDict):
 
 _OrderedDict.__name__ = "OrderedDict"
 
+_MAX_DIMS = 64  # torch_globals.MAX_DIMS
+
 _SIZED = (list, tuple, dict, set, frozenset, str, bytes, bytearray)
 _SIZED_TYPES = frozenset(_SIZED)
 _DENIED = frozenset({"builtins.bytearray", "builtins.slice"})
@@ -222,6 +225,34 @@ def _fast_ordered_dict(ref: GlobalRef, args: tuple) -> _OrderedDict:
             key, value = item
             out[key] = value
     return out
+
+
+def _make_rebuild_v2(generic: Emulator, storage_twin: type) -> Emulator:
+    """`torch_globals._rebuild_tensor_v2` for the common case (a sound view of a storage), else `generic`.
+
+    The same TensorInfo as the generic emulation, with fewer steps: every check that could fail or
+    mark the tensor broken sends the call to the generic emulation, which says why.
+    """
+    sizes = dtypes._DTYPES
+
+    def rebuild(ref: GlobalRef, args: tuple) -> Any:
+        if len(args) < 6 or len(args) > 7 or (len(args) == 7 and args[6]):
+            return generic(ref, args)
+        storage, offset, shape, stride, requires_grad = args[0], args[1], args[2], args[3], args[4]
+        if (type(storage) is not storage_twin or storage.broken is not None or type(offset) is not int
+                or offset < 0 or type(shape) is not tuple or type(stride) is not tuple
+                or len(shape) != len(stride) or len(shape) > _MAX_DIMS):
+            return generic(ref, args)
+        last = offset
+        for size, step in zip(shape, stride, strict=True):  # lengths checked above
+            if type(size) is not int or type(step) is not int or size <= 0 or step < 0:
+                return generic(ref, args)
+            last += (size - 1) * step
+        if storage.dtype not in sizes or last >= storage.numel:  # unknown dtype, or past the storage
+            return generic(ref, args)
+        return TensorInfo(storage.dtype, shape, stride, offset, storage, bool(requires_grad))
+
+    return rebuild
 
 
 class _Session:
@@ -250,6 +281,10 @@ class _Session:
         session = self
         plain = _PLAIN
         sized = _SIZED_TYPES
+        tensor_twin = _TWINS[TensorInfo]
+        if emulators.get("torch._utils._rebuild_tensor_v2") is torch_globals._rebuild_tensor_v2:
+            self.fast_emulators["torch._utils._rebuild_tensor_v2"] = _make_rebuild_v2(
+                torch_globals._rebuild_tensor_v2, _TWINS[Storage])
 
         def guard(value: Any) -> Any:
             kind = type(value)
@@ -262,19 +297,21 @@ class _Session:
                 return value
             return session.guard_other(value)
 
-        def call(func: Any, args: tuple) -> Any:
+        def call_self(func: Any, *args: Any) -> Any:
             # As the reference charges a REDUCE; INST and OBJ (always charged there) set charge_all.
             if charge_all or (args and type(args[0]) in sized):
                 session.charge(args)
             emulate = emulate_of.get(id(func))
             if emulate is not None:
-                return guard(emulate(func, args))
+                value = emulate(func, args)
+                if type(value) is TensorInfo:  # the hot case, inlined
+                    value.__class__ = tensor_twin
+                    reclassed.append(value)
+                    return value
+                return guard(value)
             if type(func) is Ref:
                 return guard(StubObject(f"{func.module}.{func.name}", args, {}))
             return guard(StubObject(f"{func.cls}(...)", args, {}))
-
-        def call_self(func: Any, *args: Any) -> Any:
-            return call(func, args)
 
         def setitem(stub: StubObject, key: Any, value: Any) -> None:
             stub.items[key] = value
