@@ -376,6 +376,13 @@ class _Session:
             self.emulate_of[id(ref)] = emulate
         return ref
 
+    def close(self) -> None:
+        """Drop every reference: the per-load classes form a cycle that only the collector frees, and
+        it must not keep the caller's objects (a zip's 100,000 directory entries) alive until then."""
+        self.reclassed.clear()
+        self.emulate_of.clear()
+        self.__dict__.clear()
+
     def restore(self) -> None:
         """Give every re-classed object its own class back."""
         bases = self.bases
@@ -408,7 +415,9 @@ def fast_unpickle(
     view = memoryview(data)
     session = _Session(emulators or {}, resolve_global, persistent_load,
                        COPY_BUDGET_BASE + COPY_BUDGET_PER_BYTE * len(view), found.proto, found.instantiates)
-    stream = io.BufferedReader(io.BytesIO(view[pos:end]), 1 << 20)
+    # A bytes object that is exactly the pickle is shared by BytesIO, not copied.
+    whole = type(data) is bytes and pos == 0 and end == len(data)
+    stream = io.BufferedReader(io.BytesIO(data if whole else view[pos:end]), 1 << 20)
     unpickler = _Unpickler(stream, fix_imports=False, encoding="latin1")
     unpickler.find_class = session.find_class
     unpickler.persistent_load = session.persistent_load
@@ -421,4 +430,6 @@ def fast_unpickle(
         return None
     finally:
         session.restore()
-    return obj, list(session.globals_seen), end
+        globals_seen = list(session.globals_seen)
+        session.close()
+    return obj, globals_seen, end
