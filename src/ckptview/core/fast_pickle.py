@@ -234,6 +234,7 @@ def _make_rebuild_v2(generic: Emulator, storage_twin: type) -> Emulator:
     mark the tensor broken sends the call to the generic emulation, which says why.
     """
     sizes = dtypes._DTYPES
+    shared: dict[tuple, tuple] = {}  # equal shapes and strides share one tuple (layers repeat)
 
     def rebuild(ref: GlobalRef, args: tuple) -> Any:
         if len(args) < 6 or len(args) > 7 or (len(args) == 7 and args[6]):
@@ -250,7 +251,9 @@ def _make_rebuild_v2(generic: Emulator, storage_twin: type) -> Emulator:
             last += (size - 1) * step
         if storage.dtype not in sizes or last >= storage.numel:  # unknown dtype, or past the storage
             return generic(ref, args)
-        return TensorInfo(storage.dtype, shape, stride, offset, storage, bool(requires_grad))
+        shape = shared.setdefault(shape, shape)
+        return TensorInfo(storage.dtype, shape, shared.setdefault(stride, stride), offset, storage,
+                          bool(requires_grad))
 
     return rebuild
 
