@@ -32,7 +32,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from ckptview.core import dtypes
+from ckptview.core import dtypes, torch_globals
 from ckptview.core.model import Storage, TensorInfo
 from ckptview.core.perf import paused_gc
 from ckptview.core.pickle_reader import (
@@ -186,12 +186,9 @@ def _register(base: type, twin: type) -> None:
     _BASE_OF[twin] = base
 
 
-def _init_twins() -> None:
-    from ckptview.core import torch_globals as tg
-
-    for base in (TensorInfo, Storage, tg.DtypeValue, tg.DeviceValue, tg.SizeValue, tg.LayoutValue,
-                 tg.StorageClass, tg.BrokenValue):
-        _register(base, _twin(base))
+for _base in (TensorInfo, Storage, torch_globals.DtypeValue, torch_globals.DeviceValue, torch_globals.SizeValue,
+              torch_globals.LayoutValue, torch_globals.StorageClass, torch_globals.BrokenValue):
+    _register(_base, _twin(_base))
 
 
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None), tuple, list, dict, set, frozenset, complex})
@@ -267,8 +264,6 @@ class _Session:
     def __init__(self, emulators: dict[str, Emulator], resolve_global: Callable[[GlobalRef], Any] | None,
                  persistent_load: Callable[[Any], Any] | None, budget: int, proto: int,
                  charge_all: bool) -> None:
-        from ckptview.core import torch_globals
-
         self.emulators = emulators
         self.resolve_global = resolve_global
         self.copied, self.budget = 0, budget
@@ -408,8 +403,6 @@ def fast_unpickle(
     pos: int = 0,
 ) -> tuple[Any, list[str], int] | None:
     """What `pickle_reader.unpickle` returns for the pickle at `pos`, or None: then run the reference."""
-    if not _TWINS:
-        _init_twins()
     try:
         found = scan(data, pos)
     except Decline:
