@@ -181,7 +181,7 @@ def big_header(n: int) -> str:
     if not os.path.exists(path):
         header = {"__metadata__": {"format": "pt"}}
         for i in range(n):
-            name = f"model.decoder.layers.{i // 64}.experts.{i % 64}.feed_forward.projection.weight"
+            name = f"model.layers.{i // 64}.experts.{i % 64}.down_proj.weight"
             header[name] = {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
         raw = json.dumps(header).encode()
         raw += b" " * (-len(raw) % 8)

@@ -46,7 +46,9 @@ def read_header(path: str) -> tuple[dict[str, Any], int, int]:
                 f"truncated safetensors: header declares {length} bytes, file has {size - 8} after the length")
         raw = fh.read(length)
     try:
-        header = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        del raw  # a 100 MB header: the bytes go before the parsed objects arrive
+        header = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CheckpointFormatError(f"safetensors header is not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(header, dict):
@@ -127,7 +129,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         raise CheckpointFormatError(
             f"safetensors header lists {len(header)} tensors; refusing more than {MAX_TENSORS}")
     ranges = []
-    for key, entry in header.items():
+    for key in list(header):  # each parsed entry is dropped once used: the peak holds one copy, not two
+        entry = header.pop(key)
         info = tensor_from_entry(key, entry, fmap, data_start, size - data_start)
         root.add(Node(key=key, kind="tensor", type_name="Tensor", tensor=info))
         if not info.broken:
