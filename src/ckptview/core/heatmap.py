@@ -120,7 +120,7 @@ def _reduce(x: np.ndarray, br: int, bc: int) -> np.ndarray:
 
 def iter_heatmap(
     values: np.ndarray, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE,
-    token: CancelToken | None = None, chunk_elems: int = 1 << 23,
+    token: CancelToken | None = None, chunk_elems: int = 1 << 21,
 ) -> Generator[Progress, None, HeatMap]:
     """Downsample a (possibly memory-mapped) tensor to at most ``max_shape``, reading row groups."""
     rows_view = _rows_view(values, axis)
