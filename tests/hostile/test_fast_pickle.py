@@ -170,6 +170,15 @@ def test_memo_index_bomb_is_never_handed_to_the_c_unpickler(index):
     assert fast_unpickle(text) is None
 
 
+def test_memo_bound_is_the_pickles_own_length_not_the_files():
+    # A tiny pickle followed by 64 MiB of other bytes (a legacy file's tensor data): the index bound
+    # comes from the pickle, so 2**22 is refused although the file could justify it.
+    pickle_bytes = b"\x80\x02N" + b"r" + struct.pack("<I", 1 << 22) + b"."
+    data = pickle_bytes + bytes(64 << 20)
+    assert fast_unpickle(data) is None
+    assert scan(b"\x80\x02N" + b"r" + struct.pack("<I", 1000) + b"." + bytes(64 << 20)).end == 9
+
+
 def test_memo_bomb_process_stays_small(tmp_path):
     """Opened as a file, in a fresh process: peak memory stays far below the memo it asks for."""
     path = tmp_path / "memo_bomb.pkl"

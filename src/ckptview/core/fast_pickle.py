@@ -99,8 +99,26 @@ class Scan:
 
 
 def scan(data: bytes | memoryview, pos: int = 0) -> Scan:
-    """The opcodes of the pickle at `pos` checked (see the module docstring), or Decline."""
+    """The opcodes of the pickle at `pos` checked (see the module docstring), or Decline.
+
+    Memo indices are bounded by the pickle's own length: a pickle at the head of a large file (a
+    legacy checkpoint, its tensor bytes after it) is scanned again within its end if that is tighter.
+    """
     view = memoryview(data)
+    found = _scan(view, pos)
+    if _memo_bits(found.end - pos) < _memo_bits(len(view) - pos):
+        found = _scan(view[: found.end], pos)
+    return found
+
+
+def _memo_bits(length: int) -> int:
+    """Memo indices allowed for a pickle of `length` bytes: below 2**bits. The C unpickler's memo grows
+    to twice the largest index, so this bounds it by 4 bytes per byte of pickle (at least 1 MiB);
+    pickle itself writes one memo entry per ~50 bytes of a torch state dict."""
+    return max(16, (length // 8).bit_length())
+
+
+def _scan(view: memoryview, pos: int) -> Scan:
     size = len(view)
     proto = 0
     if pos + 1 < size and view[pos] == 0x80:
@@ -108,9 +126,7 @@ def scan(data: bytes | memoryview, pos: int = 0) -> Scan:
         if proto > 5:
             raise Decline("protocol")
         pos += 2
-    # The C unpickler's memo grows to twice the largest index: allow indices an honest pickle of this
-    # size could need (one memo entry per 8 bytes is far more than pickle writes), at least 65,536.
-    bits = max(16, ((size - pos) // 8).bit_length())
+    bits = _memo_bits(size - pos)
     limit = 1 << bits
     run = _run_pattern(min(bits, 32)).match
     unpack_from = struct.unpack_from
