@@ -83,6 +83,13 @@ def _counted(op: int, width: int) -> bytes:
 
 _TEXT_LINES = {ord("I"): 1, ord("L"): 1, ord("F"): 1, ord("S"): 1, ord("V"): 1, ord("P"): 1, ord("g"): 1,
                ord("p"): 1, ord("c"): 2, ord("i"): 2}
+# INT, LONG, FLOAT and GET arguments as pickle writes them; anything else is left to the reference.
+_TEXT_NUMBERS = {
+    ord("I"): re.compile(rb"-?(?:0|[1-9][0-9]*)|0[01]"),
+    ord("L"): re.compile(rb"-?(?:0|[1-9][0-9]*)L?"),
+    ord("F"): re.compile(rb"-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|inf|nan)"),
+    ord("g"): re.compile(rb"[0-9]+"),  # GET: C would read '1\0x' as 1
+}
 _LEN1 = frozenset(b"U\x8cC\x8a")  # a one-byte length, then the bytes
 _LEN4 = frozenset(b"XB")  # four-byte unsigned length
 _LEN4_SIGNED = frozenset(b"T\x8b")
@@ -168,6 +175,10 @@ def _scan(view: memoryview, pos: int) -> Scan:
                     if op == 0x70 and not (view[start : start + end].tobytes().isdigit()
                                            and int(view[start : start + end].tobytes()) < limit):
                         raise Decline("memo index")  # PUT: a text index
+                    if op in _TEXT_NUMBERS and not _TEXT_NUMBERS[op].fullmatch(view[start : start + end]):
+                        # C reads '021' as octal, ' 1' and '0x1' too: readers differ there, so the
+                        # reference decides (and says what it makes of it).
+                        raise Decline("number written unusually")
                     start += end + 1
                 pos = start
             else:  # LONG_BINPUT beyond the bound, EXT*, BYTEARRAY8, buffers, PROTO again, unknown

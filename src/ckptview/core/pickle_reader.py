@@ -515,7 +515,9 @@ class SafeUnpickler:
 
     def _op_appends(self) -> None:
         items = self._pop_mark()
-        self._append(self._top(), items)
+        target = self._top()
+        if items:  # nothing to add: CPython's unpickler does not look at the target, nor does this one
+            self._append(target, items)
 
     def _op_setitem(self) -> None:
         value, key = self._pop(), self._pop()
@@ -525,11 +527,15 @@ class SafeUnpickler:
         items = self._pop_mark()
         if len(items) % 2:
             raise self._fail("SETITEMS with an odd number of items")
-        self._setitems(self._top(), items)
+        target = self._top()
+        if items:  # nothing to set: the target is not looked at (as in CPython's unpickler)
+            self._setitems(target, items)
 
     def _op_additems(self) -> None:
         items = self._pop_mark()
         target = self._top()
+        if not items:  # nothing to add: the target is not looked at (as in CPython's unpickler)
+            return
         if isinstance(target, set):
             target.update(items)
         elif isinstance(target, StubObject):
