@@ -414,3 +414,16 @@ def test_mutated_pickles_agree_with_the_reference_whenever_the_fast_path_answers
         assert fast[1] == ref[1] and fast[2] == ref[2], i
         assert _describe(fast[0]) == _describe(ref[0]), i
     assert answered > 100  # most single-byte changes inside strings and numbers still read
+
+
+def test_100k_deep_chain_of_calls_on_both_paths(tmp_path, monkeypatch):
+    """os.system(os.system(...)) 100,000 deep: records only, built and freed without recursion."""
+    n = 100_000
+    data = b"\x80\x02cos\nsystem\nq\x00" + b"0" + b"h\x00(" * n + b"N" + b"tR" * n + b"."
+    fast = fast_unpickle(data, emulators=EMULATORS, resolve_global=resolve_constant)
+    assert fast is not None and type(fast[0]) is StubObject and fast[1] == ["os.system"]
+    del fast
+    path = tmp_path / "calls.pkl"
+    path.write_bytes(data)
+    fast, reference = _both(path, monkeypatch)
+    assert fast == reference and fast[0] == "ok" and fast[3] == ["os.system"]
