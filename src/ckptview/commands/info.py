@@ -14,7 +14,7 @@ from ckptview.core.errors import TensorDataError
 from ckptview.core.model import Checkpoint
 from ckptview.core.open import open_checkpoint
 from ckptview.core.perf import paused_gc
-from ckptview.core.tree import release_tree, short_repr
+from ckptview.core.tree import short_repr
 from ckptview.core.units import human_bytes, human_count, shape_str
 
 
@@ -149,6 +149,8 @@ def _list(args: argparse.Namespace) -> int:
             return 0
         data = info_dict(ckpt, stats=args.stats)
     finally:
+        from ckptview.core.tree import release_tree
+
         ckpt.close()
         release_tree(ckpt.root)  # only plain data is used below
     if args.json:
