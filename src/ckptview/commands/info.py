@@ -139,6 +139,14 @@ def write_json_stream(items: Iterator[tuple[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `ckptview info`; returns the exit status."""
+    # One pause of the cyclic GC over opening and listing: each step builds or walks millions of
+    # young objects without garbage cycles, and a collector pass between two steps re-scans them all.
+    with paused_gc():
+        return _list(args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    """`run`, inside one pause of the cyclic GC."""
     ckpt = open_checkpoint(args.path)
     try:
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
@@ -152,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
             return 0
         data = info_dict(ckpt, stats=args.stats)
     finally:
+        from ckptview.core.tree import release_tree
+
         ckpt.close()
+        release_tree(ckpt.root)  # only plain data is used below
     if args.json:
         write_json(data)
         return 0

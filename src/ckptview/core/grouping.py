@@ -30,7 +30,8 @@ class Row:
         self.tensors = 0
         self.numel = 0
         self.nbytes = 0
-        self.search_name = name.lower()
+        lowered = name.lower()
+        self.search_name = name if lowered == name else lowered  # one string, not two, for most names
 
     @property
     def is_group(self) -> bool:

@@ -510,7 +510,9 @@ class SafeUnpickler:
 
     def _op_appends(self) -> None:
         items = self._pop_mark()
-        self._append(self._top(), items)
+        target = self._top()
+        if items:  # nothing to add: CPython's unpickler does not look at the target, nor does this one
+            self._append(target, items)
 
     def _op_setitem(self) -> None:
         value, key = self._pop(), self._pop()
@@ -520,11 +522,15 @@ class SafeUnpickler:
         items = self._pop_mark()
         if len(items) % 2:
             raise self._fail("SETITEMS with an odd number of items")
-        self._setitems(self._top(), items)
+        target = self._top()
+        if items:  # nothing to set: the target is not looked at (as in CPython's unpickler)
+            self._setitems(target, items)
 
     def _op_additems(self) -> None:
         items = self._pop_mark()
         target = self._top()
+        if not items:  # nothing to add: the target is not looked at (as in CPython's unpickler)
+            return
         if isinstance(target, set):
             target.update(items)
         elif isinstance(target, StubObject):
@@ -612,6 +618,15 @@ class SafeUnpickler:
             dest = target
         elif isinstance(target, StubObject):
             dest = target.items
+        elif type(target) is list:  # item assignment by index, as CPython's unpickler does
+            for i in range(0, len(items), 2):
+                if type(items[i]) not in (int, bool):  # never a slice: one opcode, one element
+                    raise self._fail(f"SETITEM on a list with a {type(items[i]).__name__} index")
+                try:
+                    target[items[i]] = items[i + 1]
+                except IndexError:
+                    raise self._fail("SETITEM on a list: index out of range") from None
+            return
         else:
             raise self._fail(f"SETITEM on a {type(target).__name__}")
         for i in range(0, len(items), 2):
@@ -629,6 +644,10 @@ class SafeUnpickler:
             target.has_state = True
         elif isinstance(target, dict) and isinstance(state, dict):
             # Attributes of a dict subclass (a state_dict's `_metadata`): not items of the dict.
+            return
+        elif state is None or (type(state) is tuple and len(state) == 2 and state[0] is None
+                               and (state[1] is None or (isinstance(state[1], dict) and not state[1]))):
+            # No state at all: CPython's unpickler sets nothing and goes on; so does this one.
             return
         else:
             # BUILD on a plain value: Python would call __setstate__ on it; we only record nothing ran.

@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ckptview.core.fast_pickle import fast_unpickle
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.pickle_reader import unpickle
 from ckptview.core.torch_globals import EMULATORS, is_safe_global, resolve_constant
 from ckptview.core.tree import MAX_DEPTH, DepthLimit, build_tree
+
+# Tests switch it off to compare both paths on the same files.
+FAST_PATH = True
 
 
 def load_torch_pickle(
@@ -18,7 +22,16 @@ def load_torch_pickle(
     what: str = "data.pkl",
     pos: int = 0,
 ) -> tuple[Any, list[str], int]:
-    """Unpickle torch-written data safely: (inert object, globals referenced, end position)."""
+    """Unpickle torch-written data safely: (inert object, globals referenced, end position).
+
+    The restricted C unpickler (`fast_pickle`) reads it when it can vouch for the pickle; otherwise,
+    or when `FAST_PATH` is off, the reference VM does (its errors are the ones reported).
+    """
+    if FAST_PATH:
+        fast = fast_unpickle(data, emulators=EMULATORS, persistent_load=persistent_load,
+                             resolve_global=resolve_constant, pos=pos)
+        if fast is not None:
+            return fast
     return unpickle(data, emulators=EMULATORS, persistent_load=persistent_load,
                     resolve_global=resolve_constant, what=what, pos=pos)
 

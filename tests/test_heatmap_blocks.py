@@ -1,0 +1,70 @@
+"""The vectorised heat-map (rows first, in the block's own dtype) against a block-by-block reference."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from ckptview.core.heatmap import heatmap, iter_heatmap
+from ckptview.core.stats import run_job
+
+
+def _reference(m: np.ndarray, br: int, bc: int) -> np.ndarray:
+    """Signed max-abs of each block, NaN ignored (all-NaN stays NaN), ties to the positive value."""
+    rows, cols = m.shape
+    out = np.empty((-(-rows // br), -(-cols // bc)))
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            block = m[i * br : (i + 1) * br, j * bc : (j + 1) * bc].astype(np.float64).ravel()
+            block = block[~np.isnan(block)]
+            if block.size == 0:
+                out[i, j] = np.nan
+                continue
+            hi, lo = block.max(), block.min()
+            out[i, j] = lo if -lo > hi else hi
+    return out
+
+
+@pytest.mark.parametrize("shape", [(37, 53), (64, 64), (1, 1000), (1000, 1), (101, 7)])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int8", "int64", "bool",
+                                   "float8_e4m3fn"])
+def test_blocks_match_the_reference(shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    torch_dtype = getattr(torch, dtype)
+    t = (torch.randn(shape) * 10)
+    if not torch_dtype.is_floating_point:
+        t = t.round()
+    t = t.to(torch_dtype)
+    if torch_dtype.is_floating_point and t.numel() > 4:
+        t.view(-1)[rng.integers(0, t.numel(), 3)] = float("nan")
+    if dtype == "bfloat16":
+        values = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    elif dtype == "float8_e4m3fn":
+        values = t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
+    else:
+        values = t.numpy()
+    exact = t.double().numpy()
+    for max_shape in [(8, 8), (5, 13), (1000, 1000)]:
+        hm = heatmap(values, max_shape=max_shape)
+        want = _reference(exact, *hm.block)
+        assert hm.image.dtype == np.float64 and hm.image.shape == want.shape
+        np.testing.assert_array_equal(hm.image, want)
+
+
+def test_row_groups_of_any_size_give_the_same_picture():
+    m = np.random.default_rng(3).standard_normal((203, 61)).astype(np.float32)
+    m[99:110, 4:8] = np.nan  # one whole 11 x 4 block of NaN stays NaN
+    whole = heatmap(m, max_shape=(20, 20)).image
+    for chunk in (1, 61, 500, 10_000):
+        streamed = run_job(iter_heatmap(m, max_shape=(20, 20), chunk_elems=chunk)).image
+        np.testing.assert_array_equal(streamed, whole)
+    assert np.isnan(whole).any()
+
+
+def test_axis_and_complex_values():
+    c = (np.arange(24) - 12).reshape(2, 3, 4) * (1 - 1j)
+    hm = heatmap(c, axis=2, max_shape=(2, 3))
+    want = _reference(np.abs(np.moveaxis(c, 2, 0).reshape(4, 6)), *hm.block)
+    np.testing.assert_array_equal(hm.image, want)
