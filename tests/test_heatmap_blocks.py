@@ -68,3 +68,30 @@ def test_axis_and_complex_values():
     hm = heatmap(c, axis=2, max_shape=(2, 3))
     want = _reference(np.abs(np.moveaxis(c, 2, 0).reshape(4, 6)), *hm.block)
     np.testing.assert_array_equal(hm.image, want)
+
+
+def test_a_tensor_heatmap_reads_groups_of_rows_never_the_whole_tensor(tmp_path, monkeypatch) -> None:
+    import torch
+
+    from ckptview.core import open_checkpoint, values
+    from ckptview.core.heatmap import iter_heatmap, iter_tensor_heatmap
+    from ckptview.core.jobs import drain
+
+    g = torch.Generator().manual_seed(5)
+    t = torch.randn(300, 7, 9, generator=g).to(torch.bfloat16)
+    torch.save({"w": t}, tmp_path / "w.pt")
+    ck = open_checkpoint(str(tmp_path / "w.pt"))
+    try:
+        info = ck.tensor("w")
+        whole = values.read_values(info)
+        largest = []
+        real = values.read_region
+        monkeypatch.setattr(values, "read_region", lambda i, idx: largest.append(i) or real(i, idx))
+        for axis in (0, 1, 2):
+            lazy = drain(iter_tensor_heatmap(info, axis, max_shape=(50, 20), chunk_elems=900))
+            eager = drain(iter_heatmap(whole, axis, max_shape=(50, 20), chunk_elems=900))
+            np.testing.assert_array_equal(lazy.image, eager.image)
+            assert lazy.block == eager.block and lazy.matrix_shape == eager.matrix_shape
+        assert len(largest) > 3  # several reads, one group of rows each
+    finally:
+        ck.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -122,9 +123,38 @@ def iter_heatmap(
     values: np.ndarray, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE,
     token: CancelToken | None = None, chunk_elems: int = 1 << 21,
 ) -> Generator[Progress, None, HeatMap]:
-    """Downsample a (possibly memory-mapped) tensor to at most ``max_shape``, reading row groups."""
-    rows_view = _rows_view(values, axis)
-    rows, cols = matrix_shape(values.shape, axis)
+    """Downsample an array (or anything sliced like one) to at most ``max_shape``, reading row groups."""
+    return (yield from _iter_rows(_rows_view(values, axis), tuple(values.shape), axis, max_shape, token,
+                                  chunk_elems))
+
+
+def iter_tensor_heatmap(
+    info: Any, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE,
+    token: CancelToken | None = None, chunk_elems: int = 1 << 21,
+) -> Generator[Progress, None, HeatMap]:
+    """The heat-map of a tensor read group of rows by group of rows (`values.read_region`): memory holds one
+    group, never the whole tensor, whatever its size."""
+    from ckptview.core.values import read_region, read_values
+
+    shape = tuple(info.shape)
+    if len(shape) < 2:
+        return (yield from iter_heatmap(read_values(info), axis, max_shape, token, chunk_elems))
+    dim = _check_axis(shape, axis)
+
+    class Rows:
+        """Rows of the matrix view (dimension `dim` first), each slice read on its own."""
+
+        def __getitem__(self, rows: slice) -> np.ndarray:
+            index: list[Any] = [slice(None)] * len(shape)
+            index[dim] = rows
+            return np.moveaxis(np.asarray(read_region(info, tuple(index))), dim, 0)
+
+    return (yield from _iter_rows(Rows(), shape, axis, max_shape, token, chunk_elems))
+
+
+def _iter_rows(rows_view: Any, shape: tuple[int, ...], axis: int, max_shape: tuple[int, int],
+               token: CancelToken | None, chunk_elems: int) -> Generator[Progress, None, HeatMap]:
+    rows, cols = matrix_shape(shape, axis)
     br, bc = max(1, math.ceil(rows / max_shape[0])), max(1, math.ceil(cols / max_shape[1]))
     if rows == 0 or cols == 0:
         return HeatMap(np.zeros((0, 0)), (br, bc), (rows, cols), axis)

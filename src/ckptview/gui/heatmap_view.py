@@ -9,7 +9,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
-from ckptview.core.heatmap import HeatMap, iter_heatmap
+from ckptview.core.heatmap import HeatMap, iter_tensor_heatmap
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Node, TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
@@ -18,9 +18,7 @@ from ckptview.gui.workers import JobSlot
 
 
 def _heatmap_job(info: TensorInfo, axis: int, token: CancelToken) -> Generator[Progress, None, HeatMap]:
-    from ckptview.core.values import read_values  # mapping the file happens in the worker too
-
-    return (yield from iter_heatmap(read_values(info), axis, token=token))
+    return (yield from iter_tensor_heatmap(info, axis, token=token))  # one group of rows in memory at a time
 
 
 DEFAULT_PERCENTILE = 99.5
