@@ -20,6 +20,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 screenshots: $(STAMP)
 	$(BIN)/python tools/screenshots.py --out docs/screenshots --size 1280x800

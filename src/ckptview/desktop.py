@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 from ckptview.resources import resource_path
 
@@ -191,7 +192,7 @@ def _write_lines(path: str, lines: list[str]) -> None:
     os.replace(tmp, path)
 
 
-def associate(path: str) -> dict[str, object]:
+def associate(path: str) -> dict[str, Any]:
     """Offer ckptview for its MIME types in `path` (mimeapps.list) and make it the default where the user
     has none; returns what was changed, so that `dissociate` undoes exactly that."""
     existed = os.path.exists(path)
@@ -212,7 +213,7 @@ def associate(path: str) -> dict[str, object]:
             "created_dirs": created_dirs}
 
 
-def dissociate(record: dict) -> list[str]:
+def dissociate(record: dict[str, Any]) -> list[str]:
     """Undo `associate`: drop the defaults and offers it added that still name ckptview."""
     path = str(record.get("path", ""))
     lines = _read_lines(path)
@@ -262,12 +263,13 @@ def _missing_dirs(folder: str) -> list[str]:
     return list(reversed(missing))
 
 
-def _read_manifest(path: str) -> dict:
+def _read_manifest(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            data = json.load(fh)
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}  # not our manifest's shape: as if there were none
 
 
 def _refresh(base: str) -> list[str]:

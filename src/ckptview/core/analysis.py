@@ -13,11 +13,15 @@ import threading
 import weakref
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
+
+if TYPE_CHECKING:  # both import numpy: at run time only when a job computes something
+    from ckptview.core.histogram import Histogram
+    from ckptview.core.stats import Summary, TensorStats
 
 T = TypeVar("T")
 _WAIT_SLICE = 0.05  # seconds a follower waits between checks of its own cancel token
@@ -32,7 +36,7 @@ class StatsReady:
     """Statistics of target ``index`` of a request are known."""
 
     index: int
-    stats: Any  # TensorStats
+    stats: TensorStats
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class PreviewReady:
     """A sampled (not exact) histogram of target ``index``, shown until the exact one arrives."""
 
     index: int
-    histogram: Any  # Histogram
+    histogram: Histogram
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -100,8 +104,9 @@ class _SingleFlight(Generic[T]):
                 try:
                     progress = next(gen)
                 except StopIteration as stop:
-                    flight.result = stop.value
-                    return stop.value
+                    result: T = stop.value
+                    flight.result = result
+                    return result
                 flight.progress = progress
                 yield progress
         except BaseException as exc:
@@ -124,27 +129,27 @@ class Analysis:
         self.chunk_elems = chunk_elems  # elements per streamed chunk (None: the readers' default)
         self._lock = threading.Lock()
         # TensorInfo hashes by identity: entries die with the checkpoint that owns the tensors.
-        self._summaries: weakref.WeakKeyDictionary[TensorInfo, Any] = weakref.WeakKeyDictionary()
-        self._histograms: weakref.WeakKeyDictionary[TensorInfo, dict[tuple[int, bool], Any]] = (
+        self._summaries: weakref.WeakKeyDictionary[TensorInfo, Summary] = weakref.WeakKeyDictionary()
+        self._histograms: weakref.WeakKeyDictionary[TensorInfo, dict[tuple[int, bool], Histogram]] = (
             weakref.WeakKeyDictionary())
-        self._summary_flights: _SingleFlight[Any] = _SingleFlight()
-        self._histogram_flights: _SingleFlight[Any] = _SingleFlight()
+        self._summary_flights: _SingleFlight[Summary] = _SingleFlight()
+        self._histogram_flights: _SingleFlight[Histogram] = _SingleFlight()
         self.passes = 0  # streamed passes over tensor values started so far (tests and benchmarks count)
 
     # -- summaries -----------------------------------------------------------------------------------
-    def cached_summary(self, info: TensorInfo) -> Any | None:
+    def cached_summary(self, info: TensorInfo) -> Summary | None:
         """The Summary computed earlier for ``info``, if any."""
         with self._lock:
             return self._summaries.get(info)
 
-    def summary(self, info: TensorInfo, token: CancelToken | None = None) -> Generator[Progress, None, Any]:
+    def summary(self, info: TensorInfo, token: CancelToken | None = None) -> Generator[Progress, None, Summary]:
         """A tensor's Summary (statistics, and the value table of small dtypes): cached, read once."""
         cached = self.cached_summary(info)
         if cached is not None:
             return cached
         return (yield from self._summary_flights.run(id(info), lambda: self._stream_summary(info, token), token))
 
-    def _stream_summary(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Any]:
+    def _stream_summary(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Summary]:
         from ckptview.core.stats import iter_summary
 
         summary = yield from iter_summary(self._chunks(info)(), total=info.numel, token=token)
@@ -152,7 +157,8 @@ class Analysis:
             self._summaries[info] = summary
         return summary
 
-    def stats(self, infos: Sequence[TensorInfo], token: CancelToken | None = None) -> Generator[Progress, None, Any]:
+    def stats(self, infos: Sequence[TensorInfo],
+              token: CancelToken | None = None) -> Generator[Progress, None, TensorStats]:
         """Statistics of one tensor, or the aggregate over several (a module), from cached summaries."""
         from ckptview.core.stats import merge_stats
 
@@ -163,13 +169,13 @@ class Analysis:
         return parts[0] if len(parts) == 1 else merge_stats(parts)
 
     # -- histograms ----------------------------------------------------------------------------------
-    def cached_histogram(self, info: TensorInfo, bins: int, log_x: bool) -> Any | None:
+    def cached_histogram(self, info: TensorInfo, bins: int, log_x: bool) -> Histogram | None:
         """The exact Histogram computed earlier for these settings, if any."""
         with self._lock:
             return self._histograms.get(info, {}).get((bins, log_x))
 
     def histogram(self, info: TensorInfo, bins: int, log_x: bool = False,
-                  token: CancelToken | None = None) -> Generator[Progress, None, Any]:
+                  token: CancelToken | None = None) -> Generator[Progress, None, Histogram]:
         """The exact histogram: the summary's value table when the dtype has one, else one counting pass."""
         cached = self.cached_histogram(info, bins, log_x)
         if cached is not None:
@@ -179,7 +185,7 @@ class Analysis:
             key, lambda: self._stream_histogram(info, bins, log_x, token), token))
 
     def _stream_histogram(self, info: TensorInfo, bins: int, log_x: bool,
-                          token: CancelToken | None) -> Generator[Progress, None, Any]:
+                          token: CancelToken | None) -> Generator[Progress, None, Histogram]:
         from ckptview.core.histogram import iter_exact_histogram
 
         summary = yield from self.summary(info, token)
@@ -188,7 +194,7 @@ class Analysis:
             self._histograms.setdefault(info, {})[(bins, log_x)] = hist
         return hist
 
-    def preview(self, info: TensorInfo, bins: int, log_x: bool = False) -> Any:
+    def preview(self, info: TensorInfo, bins: int, log_x: bool = False) -> Histogram:
         """A quick histogram from a bounded seeded sample (not a pass over the values)."""
         from ckptview.core.histogram import tensor_sample_histogram
 
@@ -196,9 +202,10 @@ class Analysis:
 
     # -- jobs panels run in a worker -----------------------------------------------------------------
     def stats_job(self, targets: Sequence[Sequence[TensorInfo]],
-                  token: CancelToken | None = None) -> Generator[Progress | StatsReady | TargetFailed, None, list]:
+                  token: CancelToken | None = None
+                  ) -> Generator[Progress | StatsReady | TargetFailed, None, list[TensorStats | None]]:
         """Statistics of each target in turn (a target of several tensors is a module); errors stay per target."""
-        results: list[Any] = []
+        results: list[TensorStats | None] = []
         for i, infos in enumerate(targets):
             try:
                 stats = yield from self.stats(infos, token)
@@ -211,17 +218,17 @@ class Analysis:
         return results
 
     def histogram_job(self, infos: Sequence[TensorInfo], bins: int, log_x: bool,
-                      token: CancelToken | None = None) -> Generator[Progress | PreviewReady, None, list]:
+                      token: CancelToken | None = None) -> Generator[Progress | PreviewReady, None, list[Histogram]]:
         """Previews first (for tensors without a cached exact histogram), then the exact histograms."""
-        exact = [self.cached_histogram(info, bins, log_x) for info in infos]
+        cached = [self.cached_histogram(info, bins, log_x) for info in infos]
         for i, info in enumerate(infos):
-            if exact[i] is None:
+            if cached[i] is None:
                 if token is not None:
                     token.check()
                 yield PreviewReady(i, self.preview(info, bins, log_x))
-        for i, info in enumerate(infos):
-            if exact[i] is None:
-                exact[i] = yield from self.histogram(info, bins, log_x, token)
+        exact: list[Histogram] = []
+        for hist, info in zip(cached, infos, strict=True):
+            exact.append(hist if hist is not None else (yield from self.histogram(info, bins, log_x, token)))
         return exact
 
     # -- internals -----------------------------------------------------------------------------------

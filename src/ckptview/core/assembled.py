@@ -93,7 +93,7 @@ class AssembledSource:
         """The assembled values' bytes (the whole tensor in memory: prefer the chunked reads)."""
         import numpy as np
 
-        return memoryview(np.ascontiguousarray(self.logical_values()).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(self.logical_values()).reshape(-1).view(np.uint8).data
 
     def logical_values(self) -> np.ndarray:
         """The whole global tensor (allocates it; chunks are copied into place)."""
@@ -109,6 +109,7 @@ class AssembledSource:
             if out is None:
                 out = np.empty(self.shape, dtype=part.dtype)
             out[tuple(slice(o, o + s) for o, s in zip(chunk.offsets, chunk.sizes, strict=True))] = part
+        assert out is not None  # there was at least one chunk
         out.flags.writeable = False
         return out
 
@@ -116,8 +117,9 @@ class AssembledSource:
         """The values in C order as 1-D arrays, one row-block (see the module docstring) at a time."""
         import numpy as np
 
-        if math.prod(self.shape) == 0 or not self.chunks:
-            if not self.chunks and math.prod(self.shape):
+        numel = math.prod(self.shape)
+        if numel == 0 or not self.chunks:
+            if not self.chunks and numel:
                 raise TensorDataError("cannot read values: the tensor has no stored chunks")
             return
         if len(self.shape) == 0:

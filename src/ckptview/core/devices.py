@@ -45,7 +45,7 @@ class DeviceInfo:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DeviceInfo:
         """Inverse of `to_json` (the worker sends devices as JSON)."""
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__ if k in data})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 def parse_device(text: str) -> str:
@@ -154,7 +154,7 @@ def _mps(torch: Any) -> list[DeviceInfo]:
 
 
 def _import_xla() -> Any:
-    import torch_xla.core.xla_model as xm  # type: ignore[import-not-found]
+    import torch_xla.core.xla_model as xm
 
     return xm
 

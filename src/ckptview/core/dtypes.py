@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,7 +132,8 @@ def numpy_dtype(name: str) -> np.dtype | None:
         return np.dtype(np_name)
     import ml_dtypes
 
-    return np.dtype(getattr(ml_dtypes, np_name))
+    found: np.dtype[Any] = np.dtype(getattr(ml_dtypes, np_name))
+    return found
 
 
 def storage_numpy_dtype(name: str) -> np.dtype:

@@ -82,6 +82,10 @@ class ModuleGroup:
         return f"ModuleGroup({self.name!r}, {len(self.nodes)} tensors)"
 
 
+# One selected row as the panels receive it: a node of the file, or a module group standing for one.
+Selected = Node | ModuleGroup
+
+
 def group_tree(root: Node) -> Row:
     """The display rows of `root`, dotted string keys nested by module path, with subtree totals."""
     with paused_gc():  # hundreds of thousands of rows and no garbage: skip the collector's passes
@@ -137,7 +141,9 @@ def _add_totals(top: Row, tensors: list[Row]) -> None:
     # Push each tensor's numbers up its ancestor chain: no recursion (checkpoints may nest deeply),
     # and the work is proportional to tensors x depth rather than to a full post-order pass.
     for row in tensors:
-        info = row.node.tensor  # type: ignore[union-attr]
+        node = row.node
+        assert node is not None and node.tensor is not None  # only tensor rows are passed here
+        info = node.tensor
         numel, nbytes = info.numel, info.nbytes
         up: Row | None = row
         while up is not None:

@@ -49,7 +49,8 @@ class Histogram:
     @property
     def centers(self) -> np.ndarray:
         """Bin centres (for plotting and hover)."""
-        return (self.edges[:-1] + self.edges[1:]) / 2
+        centers: np.ndarray = (self.edges[:-1] + self.edges[1:]) / 2
+        return centers
 
 
 def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:
@@ -156,7 +157,7 @@ def iter_exact_histogram(
     if value_range is None:
         s = summary.stats
         if not log_x:
-            value_range = (float(s.min), float(s.max)) if s.min is not None else (0.0, 1.0)
+            value_range = (float(s.min), float(s.max)) if s.min is not None and s.max is not None else (0.0, 1.0)
         else:
             value_range = yield from _iter_log_range(chunks(), total, token)
     edges = bin_edges(*value_range, bins)
@@ -208,9 +209,9 @@ def sample_values(values: np.ndarray, max_count: int = PREVIEW_SAMPLES, seed: in
     if n <= max_count:
         return np.asarray(values).reshape(-1)
     flat = sample_positions(n, max_count, seed, block)
-    if values.flags.c_contiguous:
-        return values.reshape(-1)[flat]
-    return values[np.unravel_index(flat, values.shape)]
+    picked: np.ndarray = values.reshape(-1)[flat] if values.flags.c_contiguous else \
+        values[np.unravel_index(flat, values.shape)]
+    return picked
 
 
 def sample_histogram(

@@ -71,7 +71,8 @@ def drain(gen: Generator[Y, Any, R], on_yield: Callable[[Y], None] | None = None
         try:
             value = next(gen)
         except StopIteration as stop:
-            return stop.value
+            result: R = stop.value
+            return result
         if on_yield is not None:
             try:
                 on_yield(value)
@@ -86,5 +87,6 @@ def relay(gen: Generator[Y, Any, R], transform: Callable[[Y], Z]) -> Generator[Z
         try:
             value = next(gen)
         except StopIteration as stop:
-            return stop.value
+            result: R = stop.value
+            return result
         yield transform(value)

@@ -6,9 +6,10 @@ Nothing here reads tensor bytes; `ckptview.core.values` does that on demand.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import operator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, SupportsIndex
 
 from ckptview.core import dtypes
 
@@ -116,7 +117,7 @@ class Node:
     def add(self, child: Node) -> Node:
         child.parent = self
         if self.children:
-            self.children.append(child)  # type: ignore[union-attr]
+            self.children.append(child)
         else:
             self.children = [child]
         return child
@@ -147,7 +148,7 @@ class TensorEntry:
 MAX_WARNINGS = 100
 
 
-class BoundedWarnings(list):  # type: ignore[type-arg]
+class BoundedWarnings(list[str]):
     """A checkpoint's warnings: the first MAX_WARNINGS kept, the rest counted in a last "... and N more".
 
     A hostile file can produce a million warnings (one per broken entry); the list stays small whatever
@@ -190,10 +191,10 @@ class BoundedWarnings(list):  # type: ignore[type-arg]
         for item in items:
             self.append(item)
 
-    def insert(self, index: int, item: str) -> None:
+    def insert(self, index: SupportsIndex, item: str) -> None:
         """Insert `item` (a leading summary line); the last kept warning is counted instead when full."""
         kept = len(self) - (1 if self.dropped else 0)
-        super().insert(min(index, kept), item)
+        super().insert(min(operator.index(index), kept), item)
         if kept + 1 > self.limit:
             super().pop(kept)
             self.dropped += 1
@@ -202,7 +203,8 @@ class BoundedWarnings(list):  # type: ignore[type-arg]
             else:
                 self[-1] = self._summary()
 
-    def __iadd__(self, items: Any) -> BoundedWarnings:  # type: ignore[override]
+    # list.__iadd__ takes any iterable where list.__add__ takes only lists: typeshed silences the same.
+    def __iadd__(self, items: Iterable[str]) -> BoundedWarnings:  # type: ignore[override,misc]
         self.extend(items)
         return self
 

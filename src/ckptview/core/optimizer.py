@@ -156,7 +156,7 @@ def plain(node: Node, read_scalars: bool = False, depth: int = 0) -> Any:
     return {str(c.key): plain(c, read_scalars, depth + 1) for c in node.children}
 
 
-def _number(value: Any) -> Any:
+def _number(value: float | None) -> float | None:
     """Whole floats as ints (a step counter saved as a float tensor is still a count)."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
@@ -528,9 +528,9 @@ def _role(name: str) -> int:
 def guess_model_order(entries: list[ModelEntry]) -> list[ModelEntry]:
     """``named_parameters()`` order guessed from sorted names: a module's own tensors (weight before bias)
     before its submodules, numbered submodules by number, named ones by their usual role."""
-    def key(entry: ModelEntry) -> list[tuple]:
+    def key(entry: ModelEntry) -> list[tuple[int, int, str]]:
         parts = entry.name.split(".")
-        out: list[tuple] = []
+        out: list[tuple[int, int, str]] = []
         for depth, part in enumerate(parts):
             leaf = depth == len(parts) - 1
             if leaf:
@@ -586,9 +586,9 @@ def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[Mo
         have[e.shape] = have.get(e.shape, 0) + 1
     short = [(s, n, have.get(s, 0)) for s, n in need.items() if n > have.get(s, 0)]
     if short:
-        s, n, h = short[0]
+        s, n, found = short[0]
         more = f" (and {len(short) - 1} more shapes)" if len(short) > 1 else ""
-        return (f"{n} parameters have state of shape {_fmt_shape(s)}, '{model}' has {h} tensors of that "
+        return (f"{n} parameters have state of shape {_fmt_shape(s)}, '{model}' has {found} tensors of that "
                 f"shape{more}")
     groups = sorted({p.group for p in params if p.group is not None})
     shapes = [e.shape for e in entries]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ckptview.core.text import printable  # noqa: F401 - the one escaping helper, re-exported
+from ckptview.core.text import printable as printable  # the one escaping helper, re-exported
 
 # Characters kept as they are in a file name; everything else becomes "_".
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._+=@,-]")

@@ -249,7 +249,8 @@ def run_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: f
         try:
             next(gen)
         except StopIteration as stop:
-            return stop.value
+            done: SeriesResult = stop.value
+            return done
 
 
 def _close(ckpt: Checkpoint | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from ckptview.core.series_model import Finding, ModuleSeries, SeriesResult, TensorSeries
 
@@ -29,22 +30,25 @@ def module_series(result: SeriesResult, only: Iterable[str] | None = None) -> li
         if wanted is not None and module not in wanted:
             continue
         series = [result.tensors[n] for n in members]
-        m = ModuleSeries(module, members, *([None] * count for _ in range(8)))
+        columns: list[list[Any]] = [[None] * count for _ in range(8)]
+        m = ModuleSeries(module, members, *columns)
         for t in range(count):
-            parts = [s.stats[t] for s in series if s.stats[t] is not None]
+            parts = [st for s in series if (st := s.stats[t]) is not None]
             if parts:
-                merged = merge_stats(parts)  # type: ignore[arg-type]
+                merged = merge_stats(parts)
                 m.norm[t], m.mean[t], m.std[t] = merged.l2, merged.mean, merged.std
                 m.abs_max[t] = merged.abs_max
                 m.nan[t], m.inf[t] = merged.nan, merged.posinf + merged.neginf
             compared = [s for s in series if s.sq_change[t] is not None]
             if compared:
-                dd = sum(s.sq_change[t] for s in compared)  # type: ignore[misc]
-                aa = sum(s.stats[t - 1].l2 ** 2 for s in compared)  # type: ignore[union-attr]
+                # The change, its count and the previous stats are set together (series._record);
+                # previous stats missing count as a zero norm there, and so here.
+                dd = sum(s.sq_change[t] or 0.0 for s in compared)
+                aa = sum(prev.l2 ** 2 for s in compared if (prev := s.stats[t - 1]) is not None)
                 ratio = math.sqrt(dd) / math.sqrt(aa) if aa > 0 else (0.0 if dd == 0 else None)
                 m.update_ratio[t] = ratio if ratio is None or math.isfinite(ratio) else None
-                numel = sum(s.compared[t] for s in compared)  # type: ignore[misc]
-                m.frac_changed[t] = sum(s.changed[t] for s in compared) / numel if numel else 0.0  # type: ignore[misc]
+                numel = sum(s.compared[t] or 0 for s in compared)
+                m.frac_changed[t] = sum(s.changed[t] or 0 for s in compared) / numel if numel else 0.0
         out.append(m)
     return out
 

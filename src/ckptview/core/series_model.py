@@ -53,7 +53,8 @@ class TensorSeries:
     @classmethod
     def empty(cls, name: str, count: int) -> TensorSeries:
         """A tensor absent everywhere so far."""
-        return cls(name, *([None] * count for _ in range(9)))
+        columns: list[list[Any]] = [[None] * count for _ in range(9)]
+        return cls(name, *columns)
 
     def present(self, t: int) -> bool:
         """True when the tensor exists in checkpoint ``t``."""

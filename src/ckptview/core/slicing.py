@@ -52,8 +52,8 @@ def parse_slice(spec: str) -> tuple[Index, ...]:
     return tuple(out)
 
 
-def resolve(shape: tuple[int, ...], spec: str | tuple[Index, ...]) -> tuple[tuple[Index, ...], tuple[int, ...]]:
-    """Check a spec against ``shape``; returns (the full index tuple, the shape it selects)."""
+def resolve(shape: tuple[int, ...], spec: str | tuple[Index, ...]) -> tuple[tuple[int | slice, ...], tuple[int, ...]]:
+    """Check a spec against ``shape``; returns (the full index tuple, no '...' left, the shape it selects)."""
     index = parse_slice(spec) if isinstance(spec, str) else spec
     n_ell = sum(1 for x in index if x is Ellipsis)
     fixed = len(index) - n_ell
@@ -64,6 +64,7 @@ def resolve(shape: tuple[int, ...], spec: str | tuple[Index, ...]) -> tuple[tupl
         index = index[:at] + (slice(None),) * (len(shape) - fixed) + index[at + 1 :]
     index = index + (slice(None),) * (len(shape) - len(index))
     out_shape: list[int] = []
+    full: list[int | slice] = []
     for axis, (item, size) in enumerate(zip(index, shape, strict=True)):
         if isinstance(item, int):
             if not -size <= item < size:
@@ -71,7 +72,8 @@ def resolve(shape: tuple[int, ...], spec: str | tuple[Index, ...]) -> tuple[tupl
         else:
             assert isinstance(item, slice)
             out_shape.append(len(range(*item.indices(size))))
-    return index, tuple(out_shape)
+        full.append(item)
+    return tuple(full), tuple(out_shape)
 
 
 def default_spec(shape: tuple[int, ...]) -> str:

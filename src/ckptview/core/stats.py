@@ -157,9 +157,10 @@ def _table_dtype(dtype: np.dtype) -> np.dtype | None:
 
 def _pattern_values(dtype: np.dtype) -> np.ndarray:
     """float64 value of every bit pattern of a <=16-bit dtype."""
-    bits = np.arange(1 << (8 * dtype.itemsize), dtype=_table_dtype(dtype))
+    bits: np.ndarray = np.arange(1 << (8 * dtype.itemsize), dtype=_table_dtype(dtype))
     if dtype.kind == "b":
-        return (bits != 0).astype(np.float64)
+        nonzero: np.ndarray = bits != 0
+        return nonzero.astype(np.float64)
     with np.errstate(invalid="ignore"):  # NaN bit patterns are expected here
         return bits.view(dtype).astype(np.float64)
 
@@ -196,6 +197,8 @@ class _Moments:
         if chunk.dtype.kind == "c":
             # Magnitude computed in double precision; NaN/Inf parts stay NaN/Inf.
             chunk = np.abs(chunk.astype(np.complex128, copy=False))
+        lo: Number | None
+        hi: Number | None
         if self.integer:
             lo, hi = int(chunk.min()), int(chunk.max())
             x = chunk.astype(np.float64)
@@ -257,6 +260,7 @@ def iter_summary(
             else:
                 moments = _Moments(integer=chunk.dtype.kind in "iub")
         if counts is not None:
+            assert view is not None  # counts are kept only for a dtype with a bit-pattern view
             bits = chunk.reshape(-1).view(view)
             # bincount copies its input as intp (4x a 16-bit chunk): feed it slices to bound that copy.
             for start in range(0, bits.size, _BINCOUNT_SLICE):

@@ -16,7 +16,7 @@ class SizeFacts(NamedTuple):
 
 def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
     # Tied weights (`lm_head.weight is embed.weight`) are one tensor saved under two names: count once.
-    seen: set[tuple] = set()
+    seen: set[object] = set()  # (storage, offset, shape, stride), or id() of a tensor without storage
     out = []
     for entry in checkpoint.tensors():
         info = entry.info

@@ -33,7 +33,7 @@ class DeviceValue(str):
         return f"device(type='{self.split(':')[0]}'" + (f", index={self.split(':')[1]})" if ":" in self else ")")
 
 
-class SizeValue(tuple):
+class SizeValue(tuple[int, ...]):
     """A `torch.Size`."""
 
     def __repr__(self) -> str:
@@ -139,12 +139,12 @@ def _dtype_arg(value: Any) -> str:
 
 # -- emulations ------------------------------------------------------------------------------------
 
-def _rebuild_tensor(ref: GlobalRef, args: tuple) -> TensorInfo:
+def _rebuild_tensor(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     storage, offset, size, stride = args[:4]
     return _make_tensor(storage, offset, size, stride)
 
 
-def _rebuild_tensor_v2(ref: GlobalRef, args: tuple) -> TensorInfo:
+def _rebuild_tensor_v2(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     storage, offset, size, stride, requires_grad = args[:5]
     info = _make_tensor(storage, offset, size, stride)
     info.requires_grad = bool(requires_grad)
@@ -153,14 +153,14 @@ def _rebuild_tensor_v2(ref: GlobalRef, args: tuple) -> TensorInfo:
     return info
 
 
-def _rebuild_tensor_v3(ref: GlobalRef, args: tuple) -> TensorInfo:
+def _rebuild_tensor_v3(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     storage, offset, size, stride, requires_grad, _hooks, dtype = args[:7]
     info = _make_tensor(storage, offset, size, stride, _dtype_arg(dtype))
     info.requires_grad = bool(requires_grad)
     return info
 
 
-def _rebuild_parameter(ref: GlobalRef, args: tuple) -> Any:
+def _rebuild_parameter(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     data, requires_grad = args[0], args[1]
     if isinstance(data, TensorInfo):
         data.is_parameter = True
@@ -168,7 +168,7 @@ def _rebuild_parameter(ref: GlobalRef, args: tuple) -> Any:
     return data
 
 
-def _rebuild_qtensor(ref: GlobalRef, args: tuple) -> TensorInfo:
+def _rebuild_qtensor(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     storage, offset, size, stride, qparams, requires_grad = args[:6]
     info = _make_tensor(storage, offset, size, stride)
     info.requires_grad = bool(requires_grad)
@@ -178,7 +178,7 @@ def _rebuild_qtensor(ref: GlobalRef, args: tuple) -> TensorInfo:
     return info
 
 
-def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple) -> TensorInfo:
+def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     if ref.name == "_rebuild_meta_tensor_no_storage":
         dtype, size, stride, requires_grad = args[:4]
         device = "meta"
@@ -191,7 +191,7 @@ def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple) -> TensorInfo:
     return info
 
 
-def _rebuild_device_tensor_from_numpy(ref: GlobalRef, args: tuple) -> TensorInfo:
+def _rebuild_device_tensor_from_numpy(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     """XLA-style tensors are pickled as a NumPy array plus dtype and device: the bytes are in the pickle."""
     from ckptview.core.sources import MemorySource
 
@@ -212,7 +212,7 @@ def _rebuild_device_tensor_from_numpy(ref: GlobalRef, args: tuple) -> TensorInfo
     return info
 
 
-def _rebuild_device_tensor_from_cpu_tensor(ref: GlobalRef, args: tuple) -> Any:
+def _rebuild_device_tensor_from_cpu_tensor(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     """MTIA/MAIA-style tensors: a CPU tensor plus the device it was saved from."""
     data, _dtype, device, requires_grad = args[:4]
     if isinstance(data, TensorInfo):
@@ -222,7 +222,7 @@ def _rebuild_device_tensor_from_cpu_tensor(ref: GlobalRef, args: tuple) -> Any:
     return data
 
 
-def _rebuild_from_type_v2(ref: GlobalRef, args: tuple) -> Any:
+def _rebuild_from_type_v2(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     func, new_type, func_args, state = args[:4]
     if not isinstance(func, GlobalRef):
         raise ValueError("rebuild function is not a global")
@@ -236,8 +236,8 @@ def _rebuild_from_type_v2(ref: GlobalRef, args: tuple) -> Any:
     return result
 
 
-def _ordered_dict(ref: GlobalRef, args: tuple) -> collections.OrderedDict:
-    out: collections.OrderedDict = collections.OrderedDict()
+def _ordered_dict(ref: GlobalRef, args: tuple[Any, ...]) -> collections.OrderedDict[Any, Any]:
+    out: collections.OrderedDict[Any, Any] = collections.OrderedDict()
     if args and isinstance(args[0], (list, tuple)):
         for item in args[0]:
             key, value = item
@@ -245,25 +245,25 @@ def _ordered_dict(ref: GlobalRef, args: tuple) -> collections.OrderedDict:
     return out
 
 
-def _torch_size(ref: GlobalRef, args: tuple) -> SizeValue:
+def _torch_size(ref: GlobalRef, args: tuple[Any, ...]) -> SizeValue:
     return SizeValue(_int_tuple(args[0] if args else (), "torch.Size"))
 
 
-def _torch_device(ref: GlobalRef, args: tuple) -> DeviceValue:
+def _torch_device(ref: GlobalRef, args: tuple[Any, ...]) -> DeviceValue:
     if len(args) == 2 and args[1] is not None:
         return DeviceValue(f"{args[0]}:{args[1]}")
     return DeviceValue(str(args[0]))
 
 
-def _codecs_encode(ref: GlobalRef, args: tuple) -> bytes:
+def _codecs_encode(ref: GlobalRef, args: tuple[Any, ...]) -> bytes:
     text, encoding = args[0], args[1] if len(args) > 1 else "utf-8"
     if encoding not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
         raise ValueError(f"unexpected encoding {encoding!r}")
     return str(text).encode(encoding)
 
 
-def _builtin(kind: type) -> Emulator:
-    def make(ref: GlobalRef, args: tuple) -> Any:
+def _builtin(kind: type[Any]) -> Emulator:
+    def make(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
         if kind in (set, frozenset, bytearray, list, tuple, dict) and args and args[0] is not None:
             if kind is dict and isinstance(args[0], dict):
                 return dict(args[0])
@@ -279,11 +279,11 @@ def _builtin(kind: type) -> Emulator:
     return make
 
 
-def _get_layout(ref: GlobalRef, args: tuple) -> LayoutValue:
+def _get_layout(ref: GlobalRef, args: tuple[Any, ...]) -> LayoutValue:
     return LayoutValue(str(args[0]).removeprefix("torch."))
 
 
-def _sparse(ref: GlobalRef, args: tuple) -> Any:
+def _sparse(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     """A sparse tensor as one tensor row (layout, shape, nnz); its component tensors stay in ``extra``."""
     stub = StubObject(ref.dotted, args, state={"layout": args[0] if args else None,
                                                "components": args[1] if len(args) > 1 else None}, has_state=True)
@@ -309,7 +309,7 @@ def _sparse(ref: GlobalRef, args: tuple) -> Any:
                       layout=layout, extra={"nnz": nnz, "sparse_components": parts, "device": values.device})
 
 
-def _numpy_scalar(ref: GlobalRef, args: tuple) -> Any:
+def _numpy_scalar(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     """numpy.core.multiarray.scalar(dtype, bytes): decode plain numeric scalars without numpy's pickle."""
     import numpy as np
 
@@ -378,24 +378,24 @@ class NumpyArray:
         return "<numpy.ndarray (not decoded)>"
 
 
-def _numpy_reconstruct(ref: GlobalRef, args: tuple) -> NumpyArray:
+def _numpy_reconstruct(ref: GlobalRef, args: tuple[Any, ...]) -> NumpyArray:
     return NumpyArray()
 
 
-def _numpy_dtype(ref: GlobalRef, args: tuple) -> NumpyDtype:
+def _numpy_dtype(ref: GlobalRef, args: tuple[Any, ...]) -> NumpyDtype:
     return NumpyDtype(args[0] if args else "")
 
 
-def _jit_identity(ref: GlobalRef, args: tuple) -> Any:
+def _jit_identity(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     """torch.jit._pickle.build_*list(data) and restore_type_tag(value, type): the value itself."""
     return args[0]
 
 
-def _jit_tensor_from_id(ref: GlobalRef, args: tuple) -> Any:
+def _jit_tensor_from_id(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     return args[0] if isinstance(args[0], int) else None
 
 
-def _reconstructor(ref: GlobalRef, args: tuple) -> Any:
+def _reconstructor(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
     """copyreg._reconstructor(cls, base, state): protocol 0/1 object creation; cls is only recorded."""
     cls = args[0]
     return StubObject(cls.dotted if isinstance(cls, GlobalRef) else repr(cls), ())

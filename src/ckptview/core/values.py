@@ -14,14 +14,14 @@ times the stored elements beyond `MAX_EXPANDED_ELEMS`, rather than running for h
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError, TensorDataError
-from ckptview.core.model import TensorInfo
+from ckptview.core.model import ByteSource, Storage, TensorInfo
 
 if TYPE_CHECKING:
     from ckptview.core.files import FileMap
@@ -41,7 +41,8 @@ def _base_dtype(info: TensorInfo) -> np.dtype:
     return base
 
 
-def _readable(info: TensorInfo) -> None:
+def _readable(info: TensorInfo) -> tuple[Storage, ByteSource]:
+    """The tensor's storage and where its bytes live, or TensorDataError saying why they cannot be read."""
     if info.broken:
         raise TensorDataError(f"cannot read values: {info.broken}")
     if info.layout != "strided" and info.storage is None:
@@ -55,6 +56,7 @@ def _readable(info: TensorInfo) -> None:
         raise TensorDataError(f"cannot read values: storage '{info.storage.key}' has no data")
     if not dtypes.is_known(info.dtype):
         raise TensorDataError(f"cannot read values: unknown dtype {info.dtype}")
+    return info.storage, info.storage.source
 
 
 def _finish(arr: np.ndarray, info: TensorInfo) -> np.ndarray:
@@ -77,39 +79,40 @@ def _span(info: TensorInfo) -> tuple[int, int]:
     return lo, hi
 
 
-def _read_bytes(info: TensorInfo, start: int, length: int) -> bytes | memoryview:
+def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int) -> bytes | memoryview:
     """`length` bytes from `start` of the storage's data (only those bytes are read)."""
-    source = info.storage.source
     try:
         reader = getattr(source, "read_range", None)
         if reader is not None:
-            return reader(start, length)
+            data: bytes | memoryview = reader(start, length)
+            return data
         return source.open_buffer()[start : start + length]
     except CheckpointError:
         raise
     except (OSError, ValueError) as exc:
-        raise TensorDataError(f"cannot read storage '{info.storage.key}': {exc}") from None
+        raise TensorDataError(f"cannot read storage '{storage.key}': {exc}") from None
 
 
 def read_values(info: TensorInfo) -> np.ndarray:
     """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans)."""
-    _readable(info)
-    assembled = getattr(info.storage.source, "logical_values", None)
+    storage, source = _readable(info)
+    assembled = getattr(source, "logical_values", None)
     if assembled is not None:  # a tensor assembled from chunks (DCP shards) reads itself
-        return assembled()
+        values: np.ndarray = assembled()
+        return values
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
     if len(info.shape) != len(info.stride):
         raise TensorDataError(f"cannot read values: {len(info.shape)} sizes but {len(info.stride)} strides")
     if info.numel == 0:
         return _finish(np.empty(info.shape, dtype=base_dtype), info)
-    count = info.storage.nbytes // itemsize  # the storage may be typed differently (untyped)
+    count = storage.nbytes // itemsize  # the storage may be typed differently (untyped)
     lo, hi = _span(info)
     if lo < 0 or hi >= count:
         raise TensorDataError(f"cannot read values: view needs element {hi if lo >= 0 else lo}, storage holds {count}")
-    raw_bytes = _read_bytes(info, lo * itemsize, (hi - lo + 1) * itemsize)
+    raw_bytes = _read_bytes(storage, source, lo * itemsize, (hi - lo + 1) * itemsize)
     if len(raw_bytes) != (hi - lo + 1) * itemsize:
-        raise TensorDataError(f"cannot read values: storage '{info.storage.key}' is shorter than its view")
+        raise TensorDataError(f"cannot read values: storage '{storage.key}' is shorter than its view")
     flat = np.frombuffer(raw_bytes, dtype=base_dtype)
     # as_strided goes through __array_interface__, which loses ml_dtypes and structured dtypes:
     # stride over same-width raw integers, then view them back as the real dtype.
@@ -145,7 +148,8 @@ def region_info(info: TensorInfo, index: tuple[int | slice, ...]) -> TensorInfo:
 
 def read_region(info: TensorInfo, index: tuple[int | slice, ...]) -> np.ndarray:
     """`info[index]` read alone: only the bytes the region spans (a tile of a huge matrix stays small)."""
-    if getattr(info.storage, "source", None) is not None and hasattr(info.storage.source, "logical_values"):
+    source = info.storage.source if info.storage is not None else None
+    if source is not None and hasattr(source, "logical_values"):
         return read_values(info)[index]  # assembled from chunks: the assembly reads itself
     return read_values(region_info(info, index))
 
@@ -155,15 +159,15 @@ def read_flat(info: TensorInfo, flat: np.ndarray) -> np.ndarray | None:
 
     None when the storage cannot be read by range (then read the values whole).
     """
-    _readable(info)
+    storage, source = _readable(info)
     # Only stored file ranges: a compressed member would inflate from its start again for every run.
-    span = getattr(info.storage.source, "file_span", lambda: None)()
+    span = getattr(source, "file_span", lambda: None)()
     if not info.is_contiguous or flat.size == 0 or span is None:
         return None
     fmap, base, length = span
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
-    if info.offset < 0 or (info.offset + info.numel) * itemsize > min(length, info.storage.nbytes):
+    if info.offset < 0 or (info.offset + info.numel) * itemsize > min(length, storage.nbytes):
         raise TensorDataError("cannot read values: view runs past its storage")
     out = np.empty(flat.size, dtype=base_dtype)
     raw = out.view(np.uint8)
@@ -227,25 +231,26 @@ def check_expansion(info: TensorInfo) -> None:
 
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Iterator[np.ndarray]:
     """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements."""
-    _readable(info)
+    storage, source = _readable(info)
     chunk_elems = max(int(chunk_elems), 1)
     numel = info.numel
     if numel == 0:
         return
-    streamed = getattr(info.storage.source, "iter_logical_chunks", None)
+    streamed = getattr(source, "iter_logical_chunks", None)
     if streamed is not None:  # assembled from chunks: streams row-blocks (ckptview.core.assembled)
         yield from streamed(chunk_elems)
         return
     check_expansion(info)
-    span = getattr(info.storage.source, "file_span", lambda: None)() if info.is_contiguous else None
+    span = getattr(source, "file_span", lambda: None)() if info.is_contiguous else None
     if span is not None:
         yield from _read_contiguous(info, span, chunk_elems)
         return
-    if info.is_contiguous and hasattr(info.storage.source, "iter_inflated"):
+    inflate = getattr(source, "iter_inflated", None)
+    if info.is_contiguous and inflate is not None:
         # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
-        yield from _inflate_contiguous(info, chunk_elems)
+        yield from _inflate_contiguous(info, storage, inflate, chunk_elems)
         return
-    stored = getattr(info.storage.source, "file_span", lambda: None)() is not None  # not a compressed member
+    stored = getattr(source, "file_span", lambda: None)() is not None  # not a compressed member
     if stored and info.shape and not info.is_contiguous and _blocks_stay_small(info, chunk_elems):
         # A strided view (a slice of a fused matrix): whole rows at a time, each block reading only the
         # bytes its rows span, so memory stays near the chunk size rather than the storage's.
@@ -263,9 +268,10 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
         return
     # Non-contiguous view: a buffered iterator copies at most `chunk_elems` values at a time.
     it = np.nditer(arr, flags=["external_loop", "buffered", "zerosize_ok", "refs_ok"],
-                   op_flags=[["readonly"]], order="C", buffersize=chunk_elems)
+                   op_flags=["readonly"], order="C", buffersize=chunk_elems)
     for block in it:
-        yield block.copy()
+        # numpy's stubs type every nditer item as a tuple of arrays; with one operand it is the array.
+        yield block.copy()  # type: ignore[attr-defined]
 
 
 SPAN_FACTOR = 8  # a block of rows may read at most this many times its own elements
@@ -306,18 +312,19 @@ def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_ele
     while remaining:
         n = min(chunk_elems, remaining)
         out = np.empty(n, dtype=base_dtype)
-        fmap.readinto(pos, out.view(np.uint8))
+        fmap.readinto(pos, out.view(np.uint8).data)
         yield _finish(out, info)
         pos += n * itemsize
         remaining -= n
 
 
-def _inflate_contiguous(info: TensorInfo, chunk_elems: int) -> Iterator[np.ndarray]:
+def _inflate_contiguous(info: TensorInfo, storage: Storage, inflate: Callable[[int, int, int], Iterator[bytes]],
+                        chunk_elems: int) -> Iterator[np.ndarray]:
+    """A contiguous view of a compressed member, `inflate(start, length, block)` giving its bytes."""
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
-    if info.offset < 0 or (info.offset + info.numel) * itemsize > info.storage.nbytes:
+    if info.offset < 0 or (info.offset + info.numel) * itemsize > storage.nbytes:
         raise TensorDataError("cannot read values: view runs past its storage")
-    blocks = info.storage.source.iter_inflated(info.offset * itemsize, info.numel * itemsize,
-                                               chunk_elems * itemsize)
+    blocks = inflate(info.offset * itemsize, info.numel * itemsize, chunk_elems * itemsize)
     for raw in blocks:
         yield _finish(np.frombuffer(raw, dtype=base_dtype), info)

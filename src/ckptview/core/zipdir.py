@@ -82,7 +82,7 @@ class _Window:
         return self.fh.read(n)
 
 
-def _zip64_end(fh, tail: bytes, pos: int, eocd_at: int) -> tuple[int, int, int, int]:
+def _zip64_end(fh: _Window, tail: bytes, pos: int, eocd_at: int) -> tuple[int, int, int, int]:
     loc_at = pos - _EOCD64_LOCATOR.size
     if loc_at < 0 or tail[loc_at : loc_at + 4] != b"PK\x06\x07":
         raise CheckpointFormatError("corrupt zip: ZIP64 locator missing")

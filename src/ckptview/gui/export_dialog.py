@@ -33,7 +33,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.export import MANIFEST, ExportPlan, ExportResult, entries_below, plan_export, run_export
 from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry
-from ckptview.core.safe_names import printable
+from ckptview.core.text import printable
 from ckptview.gui import panels
 from ckptview.gui.formatting import human_bytes
 from ckptview.gui.workers import GeneratorWorker
@@ -60,7 +60,8 @@ class ExportDialog(QDialog):
         self.selected = entries_below(checkpoint, selection or [])
         self.everything = checkpoint.tensors()
         self.worker: GeneratorWorker | None = None
-        self.result: ExportResult | None = None
+        # The export's outcome (tests and callers read it); it shadows QDialog.result(), which nobody calls.
+        self.result: ExportResult | None = None  # type: ignore[assignment]
         self._build()
         self._update_plan()
 

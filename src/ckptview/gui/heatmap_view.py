@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
+from ckptview.core.grouping import Selected
 from ckptview.core.heatmap import HeatMap, iter_tensor_heatmap
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.model import Node, TensorInfo
+from ckptview.core.model import TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.plots import palette_colors, style_plot
 from ckptview.gui.workers import JobSlot
@@ -40,6 +41,7 @@ class HeatmapView(QWidget):
     """ImageItem with a diverging colour bar centred on zero; the axis picks which dimension is rows."""
 
     ready = Signal()
+    status: QLabel  # made below the job slot whose handlers write to it
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -85,7 +87,7 @@ class HeatmapView(QWidget):
         self.percentile.valueChanged.connect(lambda _: self._show())
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse)
 
-    def set_selection(self, entries: list[Node]) -> None:
+    def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the first selected tensor."""
         tensors = [n.tensor for n in entries if n.kind == "tensor" and n.tensor is not None]
         self.set_tensor(tensors[0] if tensors else None)

@@ -37,12 +37,13 @@ class HistogramView(QWidget):
 
     exactReady = Signal()  # the exact histograms of the current request are drawn
     previewReady = Signal()
+    status: QLabel  # made below the job slot whose error handler writes to it
 
     def __init__(self, parent: QWidget | None = None, analysis: Analysis | None = None) -> None:
         super().__init__(parent)
         self.analysis = analysis or shared_analysis()
         self.items: list[tuple[str, TensorInfo]] = []
-        self.histograms: list[Histogram] = []
+        self.histograms: list[Histogram | None] = []  # None: that tensor's preview is not in yet
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_exact)
@@ -109,8 +110,9 @@ class HistogramView(QWidget):
             shown = list(self.histograms) + [None] * (len(self.items) - len(self.histograms))
             shown[i] = hist
             self.histograms = shown
-            if all(h is not None for h in shown):
-                self._draw(shown)
+            ready = [h for h in shown if h is not None]
+            if len(ready) == len(shown):
+                self._draw(ready)
                 self.previewReady.emit()
 
     def _on_exact(self, hists: object) -> None:

@@ -8,6 +8,7 @@ the tensor summaries are shared with the Statistics panel's cache.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -25,14 +26,22 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.analysis import Analysis
+from ckptview.core.grouping import Selected
 from ckptview.core.jobs import Progress
-from ckptview.core.model import Checkpoint, Node
+from ckptview.core.model import Checkpoint
 from ckptview.core.optimizer import OptimizerState, ParamState, find_optimizers
 from ckptview.core.optimizer_figures import ParamFigures, iter_figures
 from ckptview.gui.formatting import shape_text
 from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
-from ckptview.gui.tables import compact, keep_rows_visible, rows_height
+from ckptview.gui.tables import (
+    cell_text,
+    compact,
+    header_text,
+    keep_rows_visible,
+    rows_height,
+    set_header_tip,
+)
 from ckptview.gui.training_card import TrainingCard
 from ckptview.gui.workers import JobSlot
 
@@ -70,6 +79,7 @@ class OptimizerPanel(QWidget):
     """Param groups and per-parameter state of the optimizers in a checkpoint."""
 
     figuresReady = Signal()  # every figure of the shown optimizer is in the table
+    status: QLabel  # made below the job slot whose error handler writes to it
 
     def __init__(self, context: CheckpointContext | None = None, checkpoint: Checkpoint | None = None,
                  parent: QWidget | None = None) -> None:
@@ -215,8 +225,8 @@ class OptimizerPanel(QWidget):
         table.setHorizontalHeaderLabels(self.columns)
         for c, title in enumerate(self.columns):
             if title.startswith("eff."):
-                table.horizontalHeaderItem(c).setToolTip(
-                    "lr / (sqrt(v̂) + eps), v̂ = exp_avg_sq / (1 − beta2^step): median and max over the "
+                set_header_tip(
+                    table, c, "lr / (sqrt(v̂) + eps), v̂ = exp_avg_sq / (1 − beta2^step): median and max over the "
                     "elements (median from a systematic sample above 2M elements)")
         for r, p in enumerate(opt.params):
             table.setItem(r, 0, _item(p.name if p.name is not None else "—",
@@ -284,12 +294,12 @@ class OptimizerPanel(QWidget):
     # -- table reading (tests and copy) --------------------------------------------------------------
     def row_texts(self, row: int) -> dict[str, str]:
         """The texts shown in one parameter row, by column title."""
-        return {title: self.params_table.item(row, c).text() for c, title in enumerate(self.columns)}
+        return {title: cell_text(self.params_table, row, c) for c, title in enumerate(self.columns)}
 
     def group_texts(self, row: int) -> dict[str, str]:
         """The texts shown in one param group row, by column title."""
         t = self.groups_table
-        return {t.horizontalHeaderItem(c).text(): t.item(row, c).text() for c in range(t.columnCount())}
+        return {header_text(t, c): cell_text(t, row, c) for c in range(t.columnCount())}
 
     # -- histogram and tree --------------------------------------------------------------------------
     def selected_param(self) -> ParamState | None:
@@ -320,11 +330,11 @@ class OptimizerPanel(QWidget):
         if target is not None:
             self.context.select_name(target.name)
 
-    def set_selection(self, entries: list[Node]) -> None:
+    def set_selection(self, entries: Sequence[Selected]) -> None:
         """A tree selection inside an optimizer's state (or of a mapped parameter) selects its row."""
         for node in entries[:32]:  # a select-all must not scan every pair
             chain = set()
-            n: Node | None = node
+            n: Selected | None = node
             while n is not None:
                 chain.add(id(n))
                 n = n.parent

@@ -86,13 +86,13 @@ class ActionSpec:
     """A registered menu action: menu, text, callback(window), shortcut."""
     menu: str
     text: str
-    callback: Callable[[Any], None]
+    callback: Callable[[Any], object]
     shortcut: str | None = None
 
 
 _panels: list[PanelSpec] = []
 _actions: list[ActionSpec] = []
-_diff_handler: list[Callable[[Any, str, str], None]] = []
+_diff_handler: list[Callable[[Any, str, str], object]] = []
 _loaded = False
 
 
@@ -107,14 +107,14 @@ def register_panel(title: str, factory: Callable[[CheckpointContext], QWidget], 
     _panels.append(PanelSpec(title, factory, order))
 
 
-def register_action(menu: str, text: str, callback: Callable[[Any], None], shortcut: str | None = None) -> None:
+def register_action(menu: str, text: str, callback: Callable[[Any], object], shortcut: str | None = None) -> None:
     """Add a menu item; `callback(window)` runs when it is triggered."""
     if any(a.menu == menu and a.text == text for a in _actions):
         return
     _actions.append(ActionSpec(menu, text, callback, shortcut))
 
 
-def set_diff_handler(callback: Callable[[Any, str, str], None]) -> None:
+def set_diff_handler(callback: Callable[[Any, str, str], object]) -> None:
     """Handle `ckptview --diff A B`: `callback(window, a, b)`."""
     _diff_handler[:] = [callback]
 
@@ -129,7 +129,7 @@ def actions() -> list[ActionSpec]:
     return list(_actions)
 
 
-def diff_handler() -> Callable[[Any, str, str], None] | None:
+def diff_handler() -> Callable[[Any, str, str], object] | None:
     """The registered `--diff` handler, if any."""
     return _diff_handler[0] if _diff_handler else None
 

@@ -49,7 +49,8 @@ def plot_widget(bottom: str = "", left: str = "") -> pg.PlotWidget:
 
 def series_color(index: int, count: int) -> QColor:
     """The colour of series ``index`` of ``count`` (the same in the plot and in its legend)."""
-    return pg.intColor(index, hues=max(3, count))
+    color: QColor = pg.intColor(index, hues=max(3, count))  # pyqtgraph is untyped
+    return color
 
 
 def legend_html(entries: Iterable[tuple[QColor, str]]) -> str:

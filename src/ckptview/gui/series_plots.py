@@ -58,7 +58,7 @@ class LinePlots(QWidget):
         layout.addWidget(self.graphics, 1)
         self._apply_log(True, redraw=False)
 
-    def set_lines(self, x: Sequence[float], lines: dict[str, tuple[Sequence, Sequence]], x_label: str) -> None:
+    def set_lines(self, x: Sequence[float], lines: dict[str, tuple[Sequence[float | None], Sequence[float | None]]], x_label: str) -> None:
         """``lines``: label -> (norms, update ratios), one value per checkpoint (None where absent)."""
         xs = np.asarray(x, dtype=np.float64)
         self.series = {label: (xs, as_array(n), as_array(r)) for label, (n, r) in lines.items()}

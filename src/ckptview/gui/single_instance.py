@@ -86,7 +86,7 @@ def peer_uid(sock: QLocalSocket) -> int | None:
             with pysocket.socket(fileno=os.dup(fd)) as probe:
                 _pid, uid, _gid = struct.unpack("3i", probe.getsockopt(pysocket.SOL_SOCKET, peercred,
                                                                       struct.calcsize("3i")))
-            return uid
+            return int(uid)
         except OSError:
             pass
     path = sock.fullServerName()

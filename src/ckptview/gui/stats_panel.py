@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QHeaderView,
@@ -14,12 +16,13 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.analysis import Analysis, StatsReady, TargetFailed
+from ckptview.core.grouping import Selected
 from ckptview.core.jobs import Progress
-from ckptview.core.model import Node, TensorInfo
+from ckptview.core.model import TensorInfo
 from ckptview.core.stats import JSON_KEYS
 from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
-from ckptview.gui.tables import keep_rows_visible
+from ckptview.gui.tables import cell_text, keep_rows_visible, set_header_tip
 from ckptview.gui.workers import JobSlot
 
 MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
@@ -32,7 +35,7 @@ LABELS = {
 Target = tuple[str, list[TensorInfo]]
 
 
-def targets_of(entries: list[Node]) -> list[Target]:
+def targets_of(entries: Sequence[Selected]) -> list[Target]:
     """(label, tensors) per selected node: a tensor alone, or every tensor under a container."""
     out: list[Target] = []
     for node in entries:
@@ -60,6 +63,7 @@ class StatsPanel(QWidget):
     """Figures table (one column per selected row) above the histogram of the selected tensors."""
 
     statsReady = Signal()  # every figure of the current selection is shown
+    status: QLabel  # made below the job slot whose handlers write to it
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -68,7 +72,7 @@ class StatsPanel(QWidget):
         self.targets: list[Target] = []
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
-        self.slot.returned.connect(lambda _: (self.status.setText(""), self.statsReady.emit()))
+        self.slot.returned.connect(self._on_returned)
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.table = QTableWidget(len(JSON_KEYS), 0)
         self.table.setVerticalHeaderLabels([LABELS[k] for k in JSON_KEYS])
@@ -94,14 +98,14 @@ class StatsPanel(QWidget):
         splitter.setStretchFactor(1, 1)
         splitter.setChildrenCollapsible(False)
 
-    def set_selection(self, entries: list[Node]) -> None:
+    def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
         self.targets = targets_of(entries)
         self.table.setColumnCount(len(self.targets))
         self.table.setHorizontalHeaderLabels([label.rsplit(".", 1)[-1] if len(self.targets) > 1 else label
                                               for label, _ in self.targets])
         for col, (label, _) in enumerate(self.targets):
-            self.table.horizontalHeaderItem(col).setToolTip(label)
+            set_header_tip(self.table, col, label)
         for col in range(len(self.targets)):
             for row in range(len(JSON_KEYS)):
                 self.table.setItem(row, col, QTableWidgetItem("…"))
@@ -116,16 +120,21 @@ class StatsPanel(QWidget):
 
     def figures(self, column: int = 0) -> dict[str, str]:
         """The texts shown in one column, by JSON key (tests read the panel through this)."""
-        return {key: self.table.item(row, column).text() for row, key in enumerate(JSON_KEYS)}
+        return {key: cell_text(self.table, row, column) for row, key in enumerate(JSON_KEYS)}
+
+    def _on_returned(self, _results: object) -> None:
+        self.status.setText("")
+        self.statsReady.emit()
 
     def _on_yielded(self, value: object) -> None:
         if isinstance(value, Progress):
             self.status.setText(f"computing… {value.fraction:.0%}")
             return
         if isinstance(value, TargetFailed):
-            for row in range(len(JSON_KEYS)):
-                self.table.setItem(row, value.index, QTableWidgetItem("—"))
-            self.table.item(0, value.index).setToolTip(value.message)
+            cells = [QTableWidgetItem("—") for _ in JSON_KEYS]
+            for row, cell in enumerate(cells):
+                self.table.setItem(row, value.index, cell)
+            cells[0].setToolTip(value.message)
             self.status.setText(value.message)
             return
         if not isinstance(value, StatsReady):

@@ -1,8 +1,8 @@
-"""Table sizing shared by the panels: compact rows, and heights that keep a number of rows in view."""
+"""Table helpers shared by the panels: compact rows, heights that keep rows in view, reading cells."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QTableWidget, QTableWidgetItem
 
 
 def row_height(table: QTableView) -> int:
@@ -32,3 +32,24 @@ def keep_rows_visible(table: QTableView, rows: int) -> None:
     compact(table)
     table.setMinimumHeight(rows_height(table, rows))
     table.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+
+
+def cell_text(table: QTableWidget, row: int, column: int) -> str:
+    """The text shown in a cell ('' where the cell has no item)."""
+    item = table.item(row, column)
+    return item.text() if item is not None else ""
+
+
+def header_text(table: QTableWidget, column: int) -> str:
+    """The title of a column ('' where it has no header item)."""
+    item = table.horizontalHeaderItem(column)
+    return item.text() if item is not None else ""
+
+
+def set_header_tip(table: QTableWidget, column: int, tip: str) -> None:
+    """Give a column's header a tooltip (its header item is made if it has none yet)."""
+    item = table.horizontalHeaderItem(column)
+    if item is None:
+        item = QTableWidgetItem()
+        table.setHorizontalHeaderItem(column, item)
+    item.setToolTip(tip)

@@ -14,9 +14,10 @@ import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
 
 
-def time_to_tree(path: str, timeout_s: float = 600.0) -> dict:
+def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
     """Open `path` in a fresh window and wait until its tree shows rows."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("CKPTVIEW_SERVER_NAME", f"ckptview-timing-{os.getpid()}")
@@ -30,6 +31,7 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict:
         window = launch(parse_args([path, "--new-instance"]), Settings(os.path.join(tmp, "s.ini")))
         assert window is not None
         tab = window.current_tab()
+        assert tab is not None  # launched with a path: its tab is open
         opened_at = time.perf_counter()
         if tab.state == "loading":
             # Wait inside Qt's event loop, as the application does: a Python polling loop here would

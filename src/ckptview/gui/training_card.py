@@ -16,6 +16,7 @@ from ckptview.core.model import Checkpoint
 from ckptview.core.optimizer import OptimizerState, find_optimizers
 from ckptview.core.training import TrainingSummary, training_summary
 from ckptview.gui.panels import CheckpointContext
+from ckptview.gui.tables import cell_text
 from ckptview.gui.workers import JobSlot
 
 # Shown first, in this order, when present; the other facts follow in file order.
@@ -92,8 +93,9 @@ class TrainingCard(QWidget):
     def _fill(self) -> None:
         while self.body_layout.count():
             item = self.body_layout.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
         self.tables = {}
         s = self.summary
         if s.is_empty and not self.optimizers:
@@ -135,7 +137,7 @@ class TrainingCard(QWidget):
         table = self.tables.get(title)
         if table is None:
             return []
-        return [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
+        return [[cell_text(table, r, c) for c in range(table.columnCount())] for r in range(table.rowCount())]
 
     def facts(self) -> dict[str, str]:
         """Run facts as shown: name -> text."""

@@ -8,6 +8,7 @@ without ever being loaded whole.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,9 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.errors import CheckpointError
+from ckptview.core.grouping import Selected
 from ckptview.core.jobs import CancelToken
-from ckptview.core.model import Node, TensorInfo
+from ckptview.core.model import TensorInfo
 from ckptview.core.slicing import LazySlice2D, SliceError, default_spec
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.workers import JobSlot
@@ -51,10 +53,13 @@ def format_cells(block: np.ndarray, digits: int = DEFAULT_DIGITS) -> np.ndarray:
     block = np.asarray(block)
     if block.dtype.kind in "iub":
         return block.astype(str)
+    texts: np.ndarray  # np.vectorize is untyped
     if digits == EXACT:
-        return np.vectorize(str, otypes=[object])(block).astype(str)
+        texts = np.vectorize(str, otypes=[object])(block)
+        return texts.astype(str)
     if block.dtype.kind == "c":
-        return np.vectorize(lambda z: f"{z.real:.{digits}g}{z.imag:+.{digits}g}j", otypes=[object])(block).astype(str)
+        texts = np.vectorize(lambda z: f"{z.real:.{digits}g}{z.imag:+.{digits}g}j", otypes=[object])(block)
+        return texts.astype(str)
     return np.char.mod(f"%.{digits}g", block.astype(np.float64))
 
 
@@ -206,9 +211,10 @@ class ValuesView(QWidget):
         self.spec.returnPressed.connect(self._load)
         self.digits.currentIndexChanged.connect(lambda _i: self.model.set_digits(self.digits.currentData()))
         self.model.tileLoaded.connect(self._fit_columns)
-        QShortcut(QKeySequence.StandardKey.Copy, self.table, activated=self.copy_selection)
+        copy = QShortcut(QKeySequence.StandardKey.Copy, self.table)
+        copy.activated.connect(self.copy_selection)
 
-    def set_selection(self, entries: list[Node]) -> None:
+    def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the first selected tensor, starting with its first 2-D slice."""
         tensors = [n.tensor for n in entries if n.kind == "tensor" and n.tensor is not None]
         self.set_tensor(tensors[0] if tensors else None)
@@ -276,7 +282,9 @@ class ValuesView(QWidget):
     def selection_text(self) -> str:
         """The selected cells' bounding rectangle as tab-separated lines (bounded in size)."""
         view = self.model.view
-        indexes = self.table.selectionModel().selectedIndexes() if view is not None else []
+        if view is None:
+            return ""
+        indexes = self.table.selectionModel().selectedIndexes()
         if not indexes:
             return ""
         rows = [i.row() for i in indexes]
