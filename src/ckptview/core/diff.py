@@ -82,6 +82,8 @@ class Sums:
     def figures(self) -> dict[str, float | None]:
         """The five figures of the module docstring."""
         norm_a, norm_b = math.sqrt(self.aa), math.sqrt(self.bb)
+        rel: float
+        cosine: float | None
         if self.changed == 0:
             rel, cosine = 0.0, 1.0
         else:
@@ -270,11 +272,17 @@ def plan_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b:
 # Streaming the values.
 
 
+def _pair_bytes(row: TensorDiff) -> int:
+    """Bytes a pending row reads (both sides exist for every row still to compare)."""
+    assert row.info_a is not None and row.info_b is not None
+    return row.info_a.nbytes + row.info_b.nbytes
+
+
 def iter_compare(result: DiffResult, token: CancelToken | None = None,
                  chunk_elems: int = DIFF_CHUNK_ELEMS) -> Generator[DiffProgress, None, DiffResult]:
     """Fill in the figures of every pending row of ``result`` in place; yields progress per chunk."""
     pending = [i for i, t in enumerate(result.tensors) if not t.done]
-    total = sum(result.tensors[i].info_a.nbytes + result.tensors[i].info_b.nbytes for i in pending)  # type: ignore[union-attr]
+    total = sum(_pair_bytes(result.tensors[i]) for i in pending)
     done = 0
     yield DiffProgress(0, total, "comparing")
     for index in pending:
@@ -282,8 +290,10 @@ def iter_compare(result: DiffResult, token: CancelToken | None = None,
         ia, ib = row.info_a, row.info_b
         assert ia is not None and ib is not None
         try:
-            sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems),
-                                    lambda step, base=done, name=row.name: DiffProgress(base + step.done, total, name))
+            def rebase(step: Progress, base: int = done, name: str = row.name) -> DiffProgress:
+                return DiffProgress(base + step.done, total, name)
+
+            sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems), rebase)
         except FileChangedError:
             raise  # every figure after this would compare another file: the whole diff fails
         except CheckpointError as exc:

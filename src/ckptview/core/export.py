@@ -369,7 +369,7 @@ def _tensor_error(item: ExportItem, exc: Exception) -> ExportError:
 
 
 def _write_npy_files(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
-                     chunk_elems: int) -> Iterator[tuple[ExportItem, int]]:
+                     chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     for item in plan.items:
         path, fh = temps.create(folder)
         with fh:
@@ -381,7 +381,7 @@ def _write_npy_files(plan: ExportPlan, folder: str, temps: _Temps, renames: list
 
 
 def _write_npz(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
-               chunk_elems: int) -> Iterator[tuple[ExportItem, int]]:
+               chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     path, fh = temps.create(folder)
     with fh:
         with zipfile.ZipFile(fh, "w", allowZip64=True) as zf:
@@ -395,7 +395,7 @@ def _write_npz(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple
 
 
 def _write_safetensors(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
-                       chunk_elems: int) -> Iterator[tuple[ExportItem, int]]:
+                       chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     by_key = {item.target: item for item in plan.items}
     ordered = st.layout([st.Entry(i.target, i.dtype, i.info.shape, i.nbytes) for i in plan.items])
     metadata = {"format": "pt"}

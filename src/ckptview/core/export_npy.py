@@ -22,7 +22,9 @@ def header_descr(dtype: np.dtype, torch_name: str) -> str:
     """The `descr` field of the .npy header for values of `dtype` (written as torch dtype `torch_name`)."""
     if torch_name in ML_DTYPE_NAMES:
         return torch_name
-    return np.lib.format.dtype_to_descr(dtype)
+    descr = np.lib.format.dtype_to_descr(dtype)
+    assert isinstance(descr, str)  # a plain dtype's descr is a string; structured dtypes are never written
+    return descr
 
 
 def write_header(fh: IO[bytes], descr: str, shape: tuple[int, ...]) -> None:

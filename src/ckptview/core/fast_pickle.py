@@ -140,7 +140,9 @@ def _scan(view: memoryview, pos: int) -> Scan:
     instantiates = False
     try:
         while True:
-            pos = run(view, pos).end()
+            skipped = run(view, pos)
+            assert skipped is not None  # the pattern also matches no opcode at all: it always matches
+            pos = skipped.end()
             if pos >= size:
                 raise Decline("truncated")
             op = view[pos]
@@ -221,7 +223,7 @@ for _base in (TensorInfo, Storage, torch_globals.DtypeValue, torch_globals.Devic
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None), tuple, list, dict, set, frozenset, complex})
 
 
-class _OrderedDict(collections.OrderedDict):
+class _OrderedDict(collections.OrderedDict[Any, Any]):
     """OrderedDict as the fast path builds it: BUILD of a dict state is ignored, like the reference."""
 
     __module__ = "collections"
@@ -241,7 +243,7 @@ _SIZED_TYPES = frozenset(_SIZED)
 _DENIED = frozenset({"builtins.bytearray", "builtins.slice"})
 
 
-def _fast_ordered_dict(ref: GlobalRef, args: tuple) -> _OrderedDict:
+def _fast_ordered_dict(ref: GlobalRef, args: tuple[Any, ...]) -> _OrderedDict:
     """`torch_globals._ordered_dict`, building the guarded OrderedDict directly."""
     out = _OrderedDict()
     if args and isinstance(args[0], (list, tuple)):
@@ -251,19 +253,20 @@ def _fast_ordered_dict(ref: GlobalRef, args: tuple) -> _OrderedDict:
     return out
 
 
-def _make_rebuild_v2(generic: Emulator, storage_twin: type) -> Emulator:
+def _make_rebuild_v2(generic: Emulator, storage_twin: Any) -> Emulator:
     """`torch_globals._rebuild_tensor_v2` for the common case (a sound view of a storage), else `generic`.
 
     The same TensorInfo as the generic emulation, with fewer steps: every check that could fail or
     mark the tensor broken sends the call to the generic emulation, which says why.
     """
     sizes = dtypes._DTYPES
-    shared: dict[tuple, tuple] = {}  # equal shapes and strides share one tuple (layers repeat)
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}  # equal shapes and strides share one tuple
 
-    def rebuild(ref: GlobalRef, args: tuple) -> Any:
+    def rebuild(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
         if len(args) < 6 or len(args) > 7 or (len(args) == 7 and args[6]):
             return generic(ref, args)
-        storage, offset, shape, stride, requires_grad = args[0], args[1], args[2], args[3], args[4]
+        storage: Any = args[0]
+        offset, shape, stride, requires_grad = args[1], args[2], args[3], args[4]
         if (type(storage) is not storage_twin or storage.broken is not None or type(offset) is not int
                 or offset < 0 or type(shape) is not tuple or type(stride) is not tuple
                 or len(shape) != len(stride) or len(shape) > _MAX_DIMS):
@@ -335,7 +338,8 @@ class _Session:
                     return value
                 return guard(value)
             if type(func) is Ref:
-                return guard(StubObject(f"{func.module}.{func.name}", args, {}))
+                ref: Any = func  # a GlobalRef twin: module and name, nothing to call
+                return guard(StubObject(f"{ref.module}.{ref.name}", args, {}))
             return guard(StubObject(f"{func.cls}(...)", args, {}))
 
         def setitem(stub: StubObject, key: Any, value: Any) -> None:
@@ -371,7 +375,7 @@ class _Session:
             return guarded
         raise Decline(f"a {type(value).__name__} in the object graph")
 
-    def charge(self, args: tuple) -> None:
+    def charge(self, args: tuple[Any, ...]) -> None:
         """The reference's copy budget (`SafeUnpickler._charge`): the same cost, the same limit."""
         cost = len(args)
         for a in args[:4]:
@@ -442,8 +446,9 @@ def fast_unpickle(
     whole = type(data) is bytes and pos == 0 and end == len(data)
     stream = io.BufferedReader(io.BytesIO(data if whole else view[pos:end]), 1 << 20)
     unpickler = _Unpickler(stream, fix_imports=False, encoding="latin1")
-    unpickler.find_class = session.find_class
-    unpickler.persistent_load = session.persistent_load
+    # The restricting pattern of the pickle docs: the C Unpickler looks these up on the instance.
+    unpickler.find_class = session.find_class  # type: ignore[method-assign]
+    unpickler.persistent_load = session.persistent_load  # type: ignore[method-assign]
     try:
         with paused_gc():
             obj = unpickler.load()

@@ -56,11 +56,11 @@ class StubObject:
     """What calling or instantiating an unknown global would have produced: a record, nothing ran."""
 
     cls: str
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[Any, Any] = field(default_factory=dict)
     state: Any = None
-    items: dict = field(default_factory=dict)  # SETITEM(S) on a dict subclass
-    list_items: list = field(default_factory=list)  # APPEND(S) on a list subclass
+    items: dict[Any, Any] = field(default_factory=dict)  # SETITEM(S) on a dict subclass
+    list_items: list[Any] = field(default_factory=list)  # APPEND(S) on a list subclass
     has_state: bool = False
 
     def __repr__(self) -> str:
@@ -113,7 +113,7 @@ _INLINED = frozenset({
 })
 
 # A callable emulation: receives the GlobalRef and the argument tuple, returns an inert value.
-Emulator = Callable[[GlobalRef, tuple], Any]
+Emulator = Callable[[GlobalRef, tuple[Any, ...]], Any]
 
 
 class SafeUnpickler:
@@ -230,7 +230,7 @@ class SafeUnpickler:
             raise self._fail(f"calls copy more than {self.copy_budget} elements, far more than the file holds "
                              f"(a pickle built to exhaust time or memory?)")
 
-    def _call(self, func: Any, args: Any, kwargs: dict | None = None) -> Any:
+    def _call(self, func: Any, args: Any, kwargs: dict[str, Any] | None = None) -> Any:
         # Only calls handed a container can copy much (set(big), OrderedDict(big)); skipping the
         # charge for the rest keeps the hot path (two rebuild calls per tensor) cheap.
         if type(args) is not tuple or (args and type(args[0]) in _SIZED):
@@ -595,7 +595,7 @@ class SafeUnpickler:
             raise self._fail("persistent id in a pickle that should have none")
         self._push(self.persistent_load(pid))
 
-    def _instantiate(self, cls: Any, args: Any, kwargs: dict) -> Any:
+    def _instantiate(self, cls: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         if isinstance(cls, GlobalRef) and cls.dotted in self.emulators:
             return self._call(cls, args, kwargs or None)
         self._charge(args)

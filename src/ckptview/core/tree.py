@@ -10,7 +10,7 @@ import collections
 from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.model import Node, PathKey, TensorInfo
+from ckptview.core.model import Node, NodeKind, PathKey, TensorInfo
 from ckptview.core.perf import paused_gc
 from ckptview.core.pickle_reader import GlobalRef, StubObject
 
@@ -218,7 +218,7 @@ class DepthLimit:
         return f"<{self.type_name} nested deeper than {self.depth} levels: not shown>"
 
 
-def _kind(value: Any) -> str:
+def _kind(value: Any) -> NodeKind:
     if isinstance(value, dict):
         return "dict"
     if isinstance(value, list):
