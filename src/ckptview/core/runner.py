@@ -20,13 +20,24 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.jobs import Progress
+from ckptview.core.jobs import Progress, drain
 from ckptview.core.run_inputs import InputSpec
+from ckptview.core.run_protocol import (
+    MAX_EVENT_LINE,
+    MAX_EVENTS,
+    MAX_STDERR_LINE,
+    STDERR_TAIL,
+    PhaseEvent,
+    ResultMessage,
+    bounded_lines,
+    parse_message,
+)
+from ckptview.core.run_result import LoadReport, PartialRun, ProtocolError, RunResult
 
 # Source kinds, in order of how much trust they need.
 TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"
@@ -42,13 +53,25 @@ RESULT_GRACE = 5.0  # seconds a worker may take to exit after sending its result
 
 
 class RunError(CheckpointError):
-    """The job failed; `kind` is one of refused|exception|oom|crash|timeout|cancelled|input|device|protocol."""
+    """The job failed; `kind` is one of refused|exception|oom|crash|timeout|cancelled|input|device|protocol|
+    changed|weights."""
 
-    def __init__(self, message: str, kind: str = "exception", result: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, kind: str = "exception", result: RunResult | PartialRun | None = None) -> None:
         super().__init__(message)
         self.kind = kind
-        # What the worker reported before failing (load report, traceback), when anything.
-        self.result = result or {}
+        # What the worker reported: the whole result when the run finished but its weights failed the check,
+        # else what it had reported before failing (load report, inputs, traceback); empty when nothing.
+        self.result: RunResult | PartialRun = result if result is not None else PartialRun()
+
+    @property
+    def load(self) -> LoadReport | None:
+        """The load report, when the worker got that far."""
+        return self.result.load
+
+    @property
+    def traceback(self) -> str | None:
+        """The worker's traceback of an exception in model code, when there was one."""
+        return self.result.traceback if isinstance(self.result, PartialRun) else None
 
 
 class _Cancellable(Protocol):
@@ -284,12 +307,6 @@ _BOOTSTRAP = (
     "from ckptview.core.run_worker import entry\n"
     "entry()\n"
 )
-# What the parent keeps of the worker's output, whatever the worker writes.
-MAX_EVENT_LINE = 64 << 20  # one JSON line (the result holds every output's statistics)
-MAX_EVENTS = 1024
-MAX_STDERR_LINE = 2000
-STDERR_TAIL = 40
-_CHUNK = 1 << 16
 
 
 def worker_command() -> list[str]:
@@ -304,34 +321,6 @@ def _worker_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # -I ignores them; be plain
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def bounded_lines(stream: Any, max_line: int) -> Iterator[tuple[bytes, bool]]:
-    """(line, cut) for each line of a binary stream, keeping at most `max_line` bytes of each.
-
-    The rest of an over-long line is read and dropped in chunks, so a worker printing a 1 GiB line costs
-    the parent `max_line` bytes, not a gigabyte.
-    """
-    kept: list[bytes] = []
-    size, cut = 0, False
-    while True:
-        chunk = stream.readline(_CHUNK)
-        if not chunk:
-            if kept or cut:
-                yield b"".join(kept), cut
-            return
-        ended = chunk.endswith(b"\n")
-        if ended:
-            chunk = chunk[:-1]
-        room = max_line - size
-        if room > 0:
-            kept.append(chunk[:room])
-            size += min(len(chunk), room)
-        if len(chunk) > room:
-            cut = True
-        if ended:
-            yield b"".join(kept), cut
-            kept, size, cut = [], 0, False
 
 
 class WorkerJob:
@@ -355,8 +344,8 @@ class WorkerJob:
         except OSError:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
-        self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
-        self.result: dict[str, Any] | None = None
+        self.events: deque[PhaseEvent] = deque(maxlen=MAX_EVENTS)
+        self.result: ResultMessage | None = None
         self.result_at = 0.0
         self.phase = "starting"
         self.protocol_error = ""
@@ -384,20 +373,14 @@ class WorkerJob:
             if cut:
                 self.protocol_error = f"the worker sent a message over {MAX_EVENT_LINE >> 20} MiB"
                 continue
-            try:
-                event = json.loads(raw)
-            except (ValueError, RecursionError):
-                continue
-            if not isinstance(event, dict):
-                continue
+            message = parse_message(raw)
             with self._lock:
-                if event.get("event") == "result":
-                    self.result = event
+                if isinstance(message, ResultMessage):
+                    self.result = message
                     self.result_at = self.elapsed()
-                else:
-                    if isinstance(event.get("phase"), str):
-                        self.phase = event["phase"][:100]
-                    self.events.append(event)
+                elif isinstance(message, PhaseEvent):
+                    self.phase = message.phase
+                    self.events.append(message)
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -407,7 +390,7 @@ class WorkerJob:
                 if line:
                     self.stderr_tail.append(line)
 
-    def pop_events(self) -> list[dict[str, Any]]:
+    def pop_events(self) -> list[PhaseEvent]:
         """Phase events received since the last call."""
         with self._lock:
             out = list(self.events)
@@ -479,7 +462,7 @@ def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None 
         while True:
             for event in job.pop_events():
                 step += 1
-                yield Progress(step, 0, event.get("phase", ""))
+                yield Progress(step, 0, event.phase)
             code = job.poll()
             if code is not None:
                 break
@@ -498,32 +481,18 @@ def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None 
             time.sleep(poll_interval)
     finally:
         job.kill()  # no-op when it ended; never leave a worker behind (GeneratorExit included)
-    result = job.result
-    if result is None and job.protocol_error:
+    message = job.result
+    if message is None and job.protocol_error:
         raise RunError(job.protocol_error, kind="protocol")
-    if result is None:
+    if message is None:
         raise RunError(_death_message(code, job.phase, job.stderr_tail), kind="crash")
-    if not result.get("ok"):
-        raise RunError(result.get("error", "the worker failed"), kind=result.get("kind", "exception"),
-                       result=result)
-    result.pop("event", None)
-    result.pop("ok", None)
-    return result
-
-
-def _drain(gen: Generator[Progress, None, dict[str, Any]],
-           on_progress: Callable[[Progress], None] | None) -> dict[str, Any]:
-    while True:
-        try:
-            progress = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        if on_progress is not None:
-            on_progress(progress)
+    if not message.ok:
+        raise RunError(message.error, kind=message.kind, result=message.partial())
+    return message.payload
 
 
 def run_iter(request: RunRequest, token: _Cancellable | None = None
-             ) -> Generator[Progress, None, dict[str, Any]]:
+             ) -> Generator[Progress, None, RunResult]:
     """The forward-pass job as a core generator (for GUI workers): yields phases, returns the result."""
     if not os.path.exists(request.path):
         raise RunError(f"no such file: {request.path}", kind="input")
@@ -540,11 +509,14 @@ def run_iter(request: RunRequest, token: _Cancellable | None = None
                       else second.findings if second is not None else [])
     payload["consent"] = {"main": main_consent if request.trust else None,
                           "compare": second_consent if request.trust_compare else None}
-    result = yield from execute(payload, request.timeout, token)
-    result["warnings"] = weight_warnings(result.get("load", {}), result.get("device", request.device))
-    if "compare" in result:
-        result["warnings"] += [f"second checkpoint: {w}" for w in
-                               weight_warnings(result["compare"].get("load", {}), result.get("device", ""))]
+    data = yield from execute(payload, request.timeout, token)
+    try:
+        result = RunResult.from_json(data)
+    except ProtocolError as exc:
+        raise RunError(f"the worker sent a malformed result: {exc}", kind="protocol") from None
+    result.warnings = weight_warnings(result.load, result.device)
+    if result.compare is not None:
+        result.warnings += [f"second checkpoint: {w}" for w in weight_warnings(result.compare.load, result.device)]
     check_weights(result, source.kind, request.strict)
     return result
 
@@ -557,51 +529,51 @@ def _first(names: list[str]) -> str:
     return ", ".join(names[:MAX_NAMED]) + more
 
 
-def weight_warnings(load: dict[str, Any], device: str) -> list[str]:
+def weight_warnings(load: LoadReport, device: str) -> list[str]:
     """One line per kind of weight that did not load as it should: its count and the first names."""
     out = []
-    if load.get("missing"):
-        out.append(f"{len(load['missing'])} missing keys (in the model, not in the checkpoint; left at their "
-                   f"initial values): {_first(load['missing'])}")
-    if load.get("unexpected"):
-        out.append(f"{len(load['unexpected'])} unexpected keys (in the checkpoint, not in the model; not "
-                   f"loaded): {_first(load['unexpected'])}")
-    if load.get("mismatched"):
-        shapes = load.get("mismatched_shapes", {})
-        named = [f"{k} (checkpoint {shapes[k]['checkpoint']}, model {shapes[k]['model']})" if k in shapes else k
-                 for k in load["mismatched"]]
+    if load.missing:
+        out.append(f"{len(load.missing)} missing keys (in the model, not in the checkpoint; left at their "
+                   f"initial values): {_first(load.missing)}")
+    if load.unexpected:
+        out.append(f"{len(load.unexpected)} unexpected keys (in the checkpoint, not in the model; not "
+                   f"loaded): {_first(load.unexpected)}")
+    if load.mismatched:
+        shapes = load.mismatched_shapes
+        named = [f"{k} (checkpoint {shapes[k].checkpoint}, model {shapes[k].model})" if k in shapes else k
+                 for k in load.mismatched]
         out.append(f"{len(named)} keys with mismatched shapes (not loaded): {_first(named)}")
-    if load.get("unplaced"):
-        named = [f"{u['name']} ({u['reason']})" for u in load["unplaced"]]
+    if load.unplaced:
+        named = [f"{u.name} ({u.reason})" for u in load.unplaced]
         out.append(f"{len(named)} tensors could not be placed on {device} (not loaded): {_first(named)}")
     return out
 
 
-def check_weights(result: dict[str, Any], kind: str, strict: bool) -> None:
+def check_weights(result: RunResult, kind: str, strict: bool) -> None:
     """RunError 'weights' when a state dict loaded no tensor, or (strict) when any weight did not load."""
     if kind != STATE_DICT:
         return  # graphs and pickled modules carry their own weights
-    load = result.get("load", {})
-    if not load.get("tensors"):
-        total = len(load.get("unexpected", [])) + len(load.get("mismatched", [])) + len(load.get("unplaced", []))
+    load = result.load
+    if not load.tensors:
+        total = len(load.unexpected) + len(load.mismatched) + len(load.unplaced)
         raise RunError(f"no weights loaded: none of the checkpoint's {total} tensors fit the model "
-                       f"({'; '.join(result['warnings']) or 'the checkpoint holds no tensors'})",
+                       f"({'; '.join(result.warnings) or 'the checkpoint holds no tensors'})",
                        kind="weights", result=result)
-    if strict and result["warnings"]:
-        raise RunError(f"--strict: {'; '.join(result['warnings'])}", kind="weights", result=result)
+    if strict and result.warnings:
+        raise RunError(f"--strict: {'; '.join(result.warnings)}", kind="weights", result=result)
 
 
 def run(request: RunRequest, token: _Cancellable | None = None,
-        on_progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """Load and run in a worker; the result dict (see README) or RunError with a one-line message."""
-    return _drain(run_iter(request, token), on_progress)
+        on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+    """Load and run in a worker; the typed result (see README) or RunError with a one-line message."""
+    return drain(run_iter(request, token), on_progress)
 
 
 def probe_devices(timeout: float = 60.0, token: _Cancellable | None = None) -> list[Any]:
     """`list_devices()` measured in a worker, so CUDA contexts and driver faults stay out of this process."""
     from ckptview.core.devices import DeviceInfo
 
-    result = _drain(execute({"op": "devices"}, timeout, token), None)
+    result = drain(execute({"op": "devices"}, timeout, token))
     return [DeviceInfo.from_json(d) for d in result["devices"]]
 
 
@@ -621,6 +593,6 @@ def inspect_inputs(path: str, timeout: float = 60.0, token: _Cancellable | None 
     check_trust(source, trusted is not None, has_model=False)
     request = {"op": "inspect", "path": os.path.abspath(path), "source": source.kind,
                "consent": {"main": trusted}}
-    result = _drain(execute(request, timeout, token), None)
+    result = drain(execute(request, timeout, token))
     specs = result.get("inputs")
     return None if not specs else [InputSpec.from_json(s) for s in specs]
