@@ -76,6 +76,7 @@ def test_optional_keys_are_left_out_when_they_do_not_apply() -> None:
     {"device": "cpu", "load_seconds": 0.1, "load": {"tensors": True}},
     {"device": "cpu", "load_seconds": 0.1, "load": {}, "outputs": [{"name": "o", "shape": ["2"]}]},
     {"device": "cpu", "load_seconds": 0.1, "load": {}, "outputs": [], "latency_ms": {"median": None}},
+    {"device": "cpu", "outputs": [{"name": "o", "shape": [2], "stats": {"mean": "1"}}]},
 ])
 def test_malformed_results_are_refused_with_where(bad: dict) -> None:
     with pytest.raises(ProtocolError, match=r"^result|^load|^outputs|^latency_ms"):
@@ -97,3 +98,19 @@ def test_worker_messages_parse_and_bound() -> None:
     garbled = parse_message(b'{"event": "result", "ok": false, "error": 7, "load": {"missing": 1}}')
     assert isinstance(garbled, ResultMessage) and garbled.error == "the worker failed"
     assert garbled.partial().load is None
+
+
+def test_records_read_like_the_dicts_they_replace() -> None:
+    """Scripts written against the dict form keep working: keys, get, `in`, equality with the JSON dict."""
+    data = {"device": "cpu", "source": "state_dict", "load_seconds": 0.5,
+            "load": {"missing": ["a"], "tensors": 3, "unplaced": [{"name": "x", "reason": "dtype"}]},
+            "outputs": [{"name": "out", "shape": [2], "dtype": "float32", "device": "cpu",
+                         "stats": {"mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "nan": 0, "inf": 0, "numel": 2},
+                         "first": [1.0, 1.0]}],
+            "latency_ms": {"median": 1.5, "min": 1.0, "max": 2.0, "runs": 3, "warmup": 1}}
+    result = RunResult.from_json(data)
+    assert result.load.unplaced[0].reason == "dtype" and result.load["unplaced"][0] == {"name": "x", "reason": "dtype"}
+    assert result["outputs"][0]["stats"]["numel"] == 2 and "compare" not in result and result.get("compare") is None
+    assert result.latency_ms == {"median": 1.5, "min": 1.0, "max": 2.0, "runs": 3, "warmup": 1}
+    assert result.latency_ms != {"median": 1.5} and result.load != result.latency_ms
+    assert RunResult.from_json(result.to_json()) == result

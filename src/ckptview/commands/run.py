@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from ckptview.core import runner
@@ -82,8 +83,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_result(result: RunResult) -> str:
-    """A short human summary of a run result."""
+def format_result(result: RunResult | Mapping[str, Any]) -> str:
+    """A short human summary of a run result (or of its JSON form)."""
+    if not isinstance(result, RunResult):
+        result = RunResult.from_json(result)
     load = result.load
     lines = [f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
              f"{load.tensors} tensors, {load.bytes_moved} bytes"]

@@ -13,8 +13,9 @@ from typing import Any
 
 from ckptview.core import run_inputs
 from ckptview.core.run_inputs import InputSpec
+from ckptview.core.run_json import MAX_OUTPUTS
 from ckptview.core.run_protocol import WorkerError
-from ckptview.core.run_result import MAX_OUTPUTS, InputReport, OtherOutput, OutputInfo, OutputStats
+from ckptview.core.run_result import InputReport, OtherOutput, OutputInfo, OutputStats
 
 
 def reset_peak(device: str) -> None:
@@ -107,18 +108,18 @@ def _concrete_size(size: Any, ranges: Mapping[Any, Any]) -> int:
         pass
     expr = getattr(getattr(size, "node", None), "expr", None)
     bounds = ranges.get(expr) if expr is not None else None
-    low = _finite_int(getattr(bounds, "lower", None), 0)
-    high = _finite_int(getattr(bounds, "upper", None), None)
+    low = _finite_int(getattr(bounds, "lower", None)) or 0
+    high = _finite_int(getattr(bounds, "upper", None))
     value = max(PREFERRED_DYNAMIC_SIZE, low)
     return min(value, high) if high is not None else value
 
 
-def _finite_int(value: Any, default: int | None) -> int | None:
+def _finite_int(value: Any) -> int | None:
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError, RuntimeError):
-        return default
-    return number if abs(number) < 2**62 else default
+        return None
+    return number if abs(number) < 2**62 else None
 
 
 def _default_fill(dtype: str) -> str:

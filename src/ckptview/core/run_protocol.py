@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptview.core.run_result import MAX_TEXT, PartialRun, ProtocolError
+from ckptview.core.run_json import MAX_TEXT, ProtocolError
+from ckptview.core.run_result import PartialRun
 
 # What the parent keeps of the worker's output, whatever the worker writes.
 MAX_EVENT_LINE = 64 << 20  # one JSON line (the result holds every output's statistics)

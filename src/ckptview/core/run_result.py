@@ -3,7 +3,8 @@
 Each record has `to_json()` (the exact JSON of `ckptview run --json`: keys in the documented order,
 optional keys left out when they do not apply) and `from_json()` (which checks what the worker sent and
 raises `ProtocolError` for anything malformed). Records are also read-only mappings over their JSON keys,
-so a script written against the earlier dict form (`result["load"]["missing"]`) keeps working.
+so a script written against the earlier dict form (`result["load"]["missing"]`) keeps working. A key
+that is absent takes the field's default; a key that is present must have the right type.
 """
 
 from __future__ import annotations
@@ -14,91 +15,27 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-MAX_OUTPUTS = 1000  # outputs described in a result (a model may return a million tensors)
-MAX_TEXT = 100_000  # characters of one string the parent keeps from the worker (a key name, a traceback)
-MAX_ITEMS = 10_000_000  # entries of one list (key names of the largest models fit many times over)
+from ckptview.core.run_json import (
+    MAX_ITEMS,
+    MAX_OUTPUTS,
+    MAX_TEXT,
+    ProtocolError,
+    get_int,
+    get_ints,
+    get_list,
+    get_num,
+    get_obj,
+    get_opt_int,
+    get_opt_num,
+    get_opt_str,
+    get_scalars,
+    get_str,
+    get_strs,
+)
 
-
-class ProtocolError(ValueError):
-    """What the worker sent does not have the shape of a result; the message says where."""
-
-
-# ---------------------------------------------------------------------------------------------------
-# Checked reading of JSON values (the worker runs user code: its output is data to check, not to trust)
-
-
-def _obj(data: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise ProtocolError(f"{where}: expected an object, got {type(data).__name__}")
-    return data
-
-
-def _str(data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str):
-        raise ProtocolError(f"{where}.{key}: expected a string")
-    return value[:MAX_TEXT]
-
-
-def _opt_str(data: Mapping[str, Any], key: str, where: str) -> str | None:
-    return None if data.get(key) is None else _str(data, key, where)
-
-
-def _int(data: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
-    value = data.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ProtocolError(f"{where}.{key}: expected an integer")
-    return value
-
-
-def _opt_int(data: Mapping[str, Any], key: str, where: str) -> int | None:
-    return None if data.get(key) is None else _int(data, key, where)
-
-
-def _num(data: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
-    value = data.get(key, default)
-    # Kept as sent (an int stays an int), so that printing it again gives the same text.
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ProtocolError(f"{where}.{key}: expected a number")
-    return value
-
-
-def _opt_num(data: Mapping[str, Any], key: str, where: str) -> float | None:
-    return None if data.get(key) is None else _num(data, key, where)
-
-
-def _list(data: Mapping[str, Any], key: str, where: str, limit: int = MAX_ITEMS) -> list[Any]:
-    value = data.get(key, [])
-    if not isinstance(value, list):
-        raise ProtocolError(f"{where}.{key}: expected a list")
-    return value[:limit]
-
-
-def _strs(data: Mapping[str, Any], key: str, where: str) -> list[str]:
-    items = _list(data, key, where)
-    if not all(isinstance(s, str) for s in items):
-        raise ProtocolError(f"{where}.{key}: expected a list of strings")
-    return [s[:MAX_TEXT] for s in items]
-
-
-def _ints(data: Mapping[str, Any], key: str, where: str) -> list[int]:
-    items = _list(data, key, where, limit=64)
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in items):
-        raise ProtocolError(f"{where}.{key}: expected a list of integers")
-    return items
-
-
-def _scalars(data: Mapping[str, Any], key: str, where: str) -> list[Any] | None:
-    if data.get(key) is None:
-        return None
-    items = _list(data, key, where, limit=MAX_OUTPUTS)
-    if not all(isinstance(v, (int, float, str, bool)) for v in items):
-        raise ProtocolError(f"{where}.{key}: expected a list of numbers")
-    return items
-
-
-# ---------------------------------------------------------------------------------------------------
-# Records
+__all__ = ["MAX_ITEMS", "MAX_OUTPUTS", "MAX_TEXT", "CompareResult", "InputReport", "Latency", "LoadReport",
+           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun", "ProtocolError", "Record",
+           "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "result_json_text"]
 
 
 class Record(Mapping[str, Any]):
@@ -115,6 +52,16 @@ class Record(Mapping[str, Any]):
                 continue
             out[f.name] = _plain(value)
         return out
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a record of the same type with the same values, or to its JSON form as a dict."""
+        if isinstance(other, Record):
+            return type(other) is type(self) and other.to_json() == self.to_json()
+        if isinstance(other, Mapping):
+            return bool(self.to_json() == _plain(dict(other)))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable records
 
     def _keys(self) -> list[str]:
         return [f.name for f in fields(self)  # type: ignore[arg-type]
@@ -142,7 +89,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class ShapeMismatch(Record):
     """A weight whose shape differs between the checkpoint and the model."""
 
@@ -152,11 +99,11 @@ class ShapeMismatch(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "shape") -> ShapeMismatch:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        return cls(_ints(d, "checkpoint", where), _ints(d, "model", where))
+        d = get_obj(data, where)
+        return cls(get_ints(d, "checkpoint", where), get_ints(d, "model", where))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class Unplaced(Record):
     """A tensor the reader could not put on the device, and why."""
 
@@ -166,11 +113,11 @@ class Unplaced(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "unplaced") -> Unplaced:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        return cls(_str(d, "name", where), _str(d, "reason", where))
+        d = get_obj(data, where)
+        return cls(get_str(d, "name", where), get_str(d, "reason", where, ""))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class LoadReport(Record):
     """What loading put into the model: key problems, counts, bytes, which loader, device memory after."""
 
@@ -196,23 +143,23 @@ class LoadReport(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "load") -> LoadReport:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        shapes = _obj(d.get("mismatched_shapes", {}), f"{where}.mismatched_shapes")
+        d = get_obj(data, where)
+        shapes = get_obj(d.get("mismatched_shapes", {}), f"{where}.mismatched_shapes")
         return cls(
-            missing=_strs(d, "missing", where), unexpected=_strs(d, "unexpected", where),
-            mismatched=_strs(d, "mismatched", where),
+            missing=get_strs(d, "missing", where), unexpected=get_strs(d, "unexpected", where),
+            mismatched=get_strs(d, "mismatched", where),
             mismatched_shapes={str(k)[:MAX_TEXT]: ShapeMismatch.from_json(v, f"{where}.mismatched_shapes")
                                for k, v in list(shapes.items())[:MAX_ITEMS]},
-            stripped_prefixes=_strs(d, "stripped_prefixes", where),
-            state_dict_key=_str(d, "state_dict_key", where, ""), tensors=_int(d, "tensors", where, 0),
-            bytes_moved=_int(d, "bytes_moved", where, 0), tensor_bytes=_opt_int(d, "tensor_bytes", where),
-            unplaced=[Unplaced.from_json(u, f"{where}.unplaced") for u in _list(d, "unplaced", where)],
-            loader=_opt_str(d, "loader", where), seconds=_opt_num(d, "seconds", where),
-            cuda_allocated=_opt_int(d, "cuda_allocated", where), cuda_reserved=_opt_int(d, "cuda_reserved", where),
-            mps_allocated=_opt_int(d, "mps_allocated", where))
+            stripped_prefixes=get_strs(d, "stripped_prefixes", where),
+            state_dict_key=get_str(d, "state_dict_key", where, ""), tensors=get_int(d, "tensors", where, 0),
+            bytes_moved=get_int(d, "bytes_moved", where, 0), tensor_bytes=get_opt_int(d, "tensor_bytes", where),
+            unplaced=[Unplaced.from_json(u, f"{where}.unplaced") for u in get_list(d, "unplaced", where)],
+            loader=get_opt_str(d, "loader", where), seconds=get_opt_num(d, "seconds", where),
+            cuda_allocated=get_opt_int(d, "cuda_allocated", where), cuda_reserved=get_opt_int(d, "cuda_reserved", where),
+            mps_allocated=get_opt_int(d, "mps_allocated", where))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class InputReport(Record):
     """One input of the run: where it came from, and for generated ones the spec that made it."""
 
@@ -238,13 +185,13 @@ class InputReport(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "inputs") -> InputReport:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        return cls(shape=_ints(d, "shape", where), dtype=_str(d, "dtype", where), name=_str(d, "name", where, ""),
-                   origin=_str(d, "origin", where, ""), fill=_opt_str(d, "fill", where),
-                   low=_opt_num(d, "low", where), high=_opt_num(d, "high", where), spec=_opt_str(d, "spec", where))
+        d = get_obj(data, where)
+        return cls(shape=get_ints(d, "shape", where), dtype=get_str(d, "dtype", where, ""), name=get_str(d, "name", where, ""),
+                   origin=get_str(d, "origin", where, ""), fill=get_opt_str(d, "fill", where),
+                   low=get_opt_num(d, "low", where), high=get_opt_num(d, "high", where), spec=get_opt_str(d, "spec", where))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class OutputStats(Record):
     """Statistics over an output's finite values (population std), with NaN/Inf counted apart."""
 
@@ -259,12 +206,12 @@ class OutputStats(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "stats") -> OutputStats:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        return cls(*(_opt_num(d, k, where) for k in ("mean", "std", "min", "max")),
-                   nan=_int(d, "nan", where), inf=_int(d, "inf", where), numel=_int(d, "numel", where))
+        d = get_obj(data, where)
+        return cls(get_opt_num(d, "mean", where), get_opt_num(d, "std", where), get_opt_num(d, "min", where),
+                   get_opt_num(d, "max", where), nan=get_int(d, "nan", where, 0), inf=get_int(d, "inf", where, 0), numel=get_int(d, "numel", where, 0))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class OutputInfo(Record):
     """One tensor output: name in the flattened output, shape, dtype, device, statistics, first values."""
 
@@ -278,13 +225,13 @@ class OutputInfo(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "outputs") -> OutputInfo:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
+        d = get_obj(data, where)
         stats = None if d.get("stats") is None else OutputStats.from_json(d["stats"], f"{where}.stats")
-        return cls(_str(d, "name", where), _ints(d, "shape", where), _str(d, "dtype", where),
-                   _str(d, "device", where), stats, _scalars(d, "first", where))
+        return cls(get_str(d, "name", where), get_ints(d, "shape", where), get_str(d, "dtype", where, ""),
+                   get_str(d, "device", where, ""), stats, get_scalars(d, "first", where))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class OtherOutput(Record):
     """An output leaf that is not a tensor: its type and a short repr."""
 
@@ -295,11 +242,11 @@ class OtherOutput(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "other_outputs") -> OtherOutput:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        return cls(_str(d, "name", where), _str(d, "type", where), _str(d, "repr", where))
+        d = get_obj(data, where)
+        return cls(get_str(d, "name", where), get_str(d, "type", where, ""), get_str(d, "repr", where, ""))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class Latency(Record):
     """Milliseconds of the timed forward passes (after `warmup` untimed ones)."""
 
@@ -320,12 +267,12 @@ class Latency(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "latency_ms") -> Latency:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        return cls(_num(d, "median", where), _num(d, "min", where), _num(d, "max", where),
-                   _int(d, "runs", where), _int(d, "warmup", where))
+        d = get_obj(data, where)
+        return cls(get_num(d, "median", where), get_num(d, "min", where, 0.0), get_num(d, "max", where, 0.0),
+                   get_int(d, "runs", where, 0), get_int(d, "warmup", where, 0))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class OutputDiff(Record):
     """How one output of the second checkpoint differs from the first's (same input)."""
 
@@ -341,15 +288,15 @@ class OutputDiff(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "compare.diff") -> OutputDiff:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
+        d = get_obj(data, where)
         equal = d.get("equal")
         if equal is not None and not isinstance(equal, bool):
             raise ProtocolError(f"{where}.equal: expected true, false or null")
-        return cls(_str(d, "name", where), _ints(d, "shape", where), equal, _opt_str(d, "note", where),
-                   _opt_num(d, "max_abs_diff", where), _opt_num(d, "mean_abs_diff", where))
+        return cls(get_str(d, "name", where), get_ints(d, "shape", where), equal, get_opt_str(d, "note", where),
+                   get_opt_num(d, "max_abs_diff", where), get_opt_num(d, "mean_abs_diff", where))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class CompareResult(Record):
     """The same input through the second checkpoint: its load report, outputs and their differences."""
 
@@ -361,13 +308,13 @@ class CompareResult(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "compare") -> CompareResult:
         """Checked inverse of `to_json`."""
-        d = _obj(data, where)
-        return cls(_str(d, "path", where), LoadReport.from_json(d.get("load"), f"{where}.load"),
-                   [OutputInfo.from_json(o, f"{where}.outputs") for o in _list(d, "outputs", where, MAX_OUTPUTS)],
-                   [OutputDiff.from_json(o, f"{where}.diff") for o in _list(d, "diff", where, MAX_OUTPUTS)])
+        d = get_obj(data, where)
+        return cls(get_str(d, "path", where, ""), LoadReport.from_json(d.get("load", {}), f"{where}.load"),
+                   [OutputInfo.from_json(o, f"{where}.outputs") for o in get_list(d, "outputs", where, MAX_OUTPUTS)],
+                   [OutputDiff.from_json(o, f"{where}.diff") for o in get_list(d, "diff", where, MAX_OUTPUTS)])
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class RunResult(Record):
     """Everything a successful run reports (README "Devices and a test forward pass" lists the keys)."""
 
@@ -391,22 +338,22 @@ class RunResult(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "result") -> RunResult:
         """Checked inverse of `to_json` (what the parent accepts from the worker)."""
-        d = _obj(data, where)
+        d = get_obj(data, where)
         compare = None if d.get("compare") is None else CompareResult.from_json(d["compare"])
         return cls(
-            device=_str(d, "device", where), source=_opt_str(d, "source", where),
-            load_seconds=_num(d, "load_seconds", where), load=LoadReport.from_json(d.get("load")),
-            inputs=[InputReport.from_json(i) for i in _list(d, "inputs", where, MAX_OUTPUTS)],
-            outputs=[OutputInfo.from_json(o) for o in _list(d, "outputs", where, MAX_OUTPUTS)],
-            other_outputs=[OtherOutput.from_json(o) for o in _list(d, "other_outputs", where, MAX_OUTPUTS)],
-            latency_ms=Latency.from_json(d.get("latency_ms")),
-            peak_memory_bytes=_opt_int(d, "peak_memory_bytes", where),
-            peak_memory_kind=_str(d, "peak_memory_kind", where, ""),
-            torch_version=_str(d, "torch_version", where, ""), worker_seconds=_num(d, "worker_seconds", where, 0.0),
-            compare=compare, warnings=_strs(d, "warnings", where))
+            device=get_str(d, "device", where), source=get_opt_str(d, "source", where),
+            load_seconds=get_num(d, "load_seconds", where, 0.0), load=LoadReport.from_json(d.get("load", {})),
+            inputs=[InputReport.from_json(i) for i in get_list(d, "inputs", where, MAX_OUTPUTS)],
+            outputs=[OutputInfo.from_json(o) for o in get_list(d, "outputs", where, MAX_OUTPUTS)],
+            other_outputs=[OtherOutput.from_json(o) for o in get_list(d, "other_outputs", where, MAX_OUTPUTS)],
+            latency_ms=Latency.from_json(d.get("latency_ms", {"median": 0.0})),
+            peak_memory_bytes=get_opt_int(d, "peak_memory_bytes", where),
+            peak_memory_kind=get_str(d, "peak_memory_kind", where, ""),
+            torch_version=get_str(d, "torch_version", where, ""), worker_seconds=get_num(d, "worker_seconds", where, 0.0),
+            compare=compare, warnings=get_strs(d, "warnings", where))
 
 
-@dataclass(eq=True)
+@dataclass(eq=False)
 class PartialRun(Record):
     """What a failed run had reported before it failed: the load report, inputs and the traceback."""
 
@@ -420,13 +367,13 @@ class PartialRun(Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "failure") -> PartialRun:
         """The parts of a failure message that are present and well-formed (a bad part is dropped)."""
-        d = _obj(data, where)
+        d = get_obj(data, where)
         out = cls()
         try:
             out.load = None if d.get("load") is None else LoadReport.from_json(d["load"])
-            out.load_seconds = _opt_num(d, "load_seconds", where)
+            out.load_seconds = get_opt_num(d, "load_seconds", where)
             out.inputs = (None if d.get("inputs") is None
-                          else [InputReport.from_json(i) for i in _list(d, "inputs", where, MAX_OUTPUTS)])
+                          else [InputReport.from_json(i) for i in get_list(d, "inputs", where, MAX_OUTPUTS)])
         except ProtocolError:
             pass  # the error message itself is what matters; a garbled report is not shown
         tb = d.get("traceback")
