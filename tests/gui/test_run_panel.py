@@ -344,3 +344,28 @@ def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files
     printed = json.loads(capsys.readouterr().out)
     assert skeleton(data, "") == skeleton(printed, "")  # same keys, same order, same names and counts
     assert wait_for_run_jobs(10_000)
+
+
+def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
+    """Keyboard: Escape in the panel stops a run that hangs in the model's forward pass."""
+    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+
+    code = tmp_path / "slow.py"
+    code.write_text(CODE + "\nimport time\n\nclass Slow(MLP):\n    def forward(self, x):\n"
+                    "        time.sleep(600)\n        return super().forward(x)\n")
+    panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
+    qtbot.addWidget(panel)
+    with qtbot.waitActive(panel):
+        panel.show()
+        panel.activateWindow()
+    panel.input_edit.setText("2,20")
+    panel.model_edit.setText(f"{code}:Slow")
+    panel.timeout_spin.setValue(3600)
+    assert panel.start_run()
+    qtbot.waitUntil(lambda: "forward pass" in panel.status_label.text(), timeout=60_000)
+    panel.input_edit.setFocus()
+    with qtbot.waitSignal(panel.runFailed, timeout=30_000) as blocker:
+        qtbot.keyClick(panel.input_edit, Qt.Key.Key_Escape)
+    assert "cancelled" in blocker.args[0] and panel.result is None
+    qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=10_000)
+    assert wait_for_run_jobs(10_000)
