@@ -22,9 +22,14 @@ import torch
 from torch import nn
 
 from ckptview import cli
-from ckptview.core import load_gate, open_checkpoint, run_worker, runner
+from ckptview.core import load_gate, open_checkpoint, runner
 from ckptview.core.errors import FileChangedError
+from ckptview.core.jobs import drain
+from ckptview.core.run_forward import _concrete_size
 from ckptview.core.run_inputs import InputSpec, make_array, parse_input_specs, to_torch
+from ckptview.core.run_loading import load_graph
+from ckptview.core.run_model_code import allow_caller_imports, build_user_model
+from ckptview.core.run_protocol import Job, WorkerError
 from ckptview.core.runner import RunError, RunRequest, bounded_lines, execute, inspect_inputs, run
 from tests.crafted import (
     Payload,
@@ -110,12 +115,12 @@ def test_worker_gate_refuses_a_pt2_even_when_the_parent_is_bypassed(tmp_path: pa
     path = crafted_pt2(tmp_path, "weight", str(marker))
     with pytest.raises(RunError, match=r"refusing to load evil_weight\.pt2 with torch without trust: it would "
                                        r"import and run posix\.system") as err:
-        runner._drain(execute(_request(path, "export", inputs=[{"shape": [2, 4]}]), timeout=120), None)
+        drain(execute(_request(path, "export", inputs=[{"shape": [2, 4]}]), timeout=120))
     assert err.value.kind == "refused"
-    job = run_worker.Job({"source": "export", "consent": {"main": None}}, emit=lambda event: None)
+    job = Job({"source": "export", "consent": {"main": None}}, emit=lambda event: None)
     for record in ("constant", "sample"):  # the same gate in-process, for the input probe's op too
-        with pytest.raises(run_worker.WorkerError, match="without trust"):
-            run_worker.load_graph(job, "export", crafted_pt2(tmp_path, record, str(marker)), "cpu", "main")
+        with pytest.raises(WorkerError, match="without trust"):
+            load_graph(job, "export", crafted_pt2(tmp_path, record, str(marker)), "cpu", "main")
     assert not marker.exists()
 
 
@@ -226,7 +231,7 @@ def test_worker_refuses_an_untrusted_second_checkpoint(tmp_path: pathlib.Path, c
     evil_ts = crafted_torchscript(tmp_path, "data.pkl", str(marker))
     request = _request(clean["ts"], "torchscript", compare_path=evil_ts, consent={"main": [], "compare": None})
     with pytest.raises(RunError, match="without trust: it would import and run posix.system") as err:
-        runner._drain(execute(request, timeout=120), None)
+        drain(execute(request, timeout=120))
     assert err.value.kind == "refused"
     assert not marker.exists()
 
@@ -273,7 +278,7 @@ def test_worker_imports_nothing_from_the_callers_folder(tmp_path: pathlib.Path, 
     report = tmp_path / "report.json"
     result = run(RunRequest("sd.pt", model=f"{code / 'model.py'}:Spy", model_kwargs={"report": str(report)},
                             inputs=parse_input_specs("2,4"), runs=1))
-    assert result["load"]["tensors"] == 2
+    assert result.load.tensors == 2
     seen = json.loads(report.read_text())
     assert seen["isolated"] == 1 and seen["helper"] == 42
     assert seen["cwd"] != str(caller) and not os.path.exists(seen["cwd"])  # a private folder, removed after
@@ -292,7 +297,7 @@ def test_module_spec_and_trusted_classes_come_from_the_callers_folder_by_name_on
     (caller / "mymodels.py").write_text("from torch import nn\ndef make():\n    return nn.Linear(4, 3)\n")
     finder_count = len(sys.meta_path)
     try:
-        run_worker.allow_caller_imports({"cwd": str(caller), "model": "mymodels:make",
+        allow_caller_imports({"cwd": str(caller), "model": "mymodels:make",
                                          "consent": {"main": ["json.x", "posix.system"], "compare": None}})
         added = sys.meta_path[finder_count:]
         assert len(added) == 1 and added[0].names == {"mymodels"}  # stdlib names never come from the folder
@@ -313,8 +318,8 @@ def test_module_spec_from_the_callers_folder_imports_its_siblings_only_while_it_
     (caller / "siblinghelper.py").write_text("WIDTH = 5\n")
     count = len(sys.meta_path)
     try:
-        run_worker.allow_caller_imports({"cwd": str(caller), "model": "pkgmodel:make"})
-        model = run_worker.build_user_model("pkgmodel:make", {}, str(caller))
+        allow_caller_imports({"cwd": str(caller), "model": "pkgmodel:make"})
+        model = build_user_model("pkgmodel:make", {}, str(caller))
         assert model.in_features == 5
         assert len(sys.meta_path) == count + 1  # the open fallback is gone once the module is imported
     finally:
@@ -382,7 +387,7 @@ def test_a_model_printing_a_huge_line_does_not_grow_the_parent(tmp_path: pathlib
 
     monkeypatch.setattr(runner.WorkerJob, "__init__", keep)
     result = run(RunRequest(str(tmp_path / "loud.pt"), inputs=parse_input_specs("2,4"), runs=1, warmup=0))
-    assert result["outputs"][0]["shape"] == [2, 2]
+    assert result.outputs[0].shape == [2, 2]
     (job,) = jobs
     assert job.stderr_tail and max(len(line) for line in job.stderr_tail) <= runner.MAX_STDERR_LINE + 10
     assert any(line.startswith("xxxx") and line.endswith("[...]") for line in job.stderr_tail)
@@ -423,10 +428,10 @@ def test_dynamic_quantized_state_dict_runs_as_load_state_dict_would(tmp_path: pa
         sys.modules.pop("quant", None)
     result = run(RunRequest(str(tmp_path / "q.pt"), model=f"{tmp_path / 'quant.py'}:qmlp",
                             inputs=parse_input_specs("3,20"), runs=1))
-    assert result["load"]["missing"] == result["load"]["unexpected"] == [] and result["warnings"] == []
+    assert result.load.missing == result.load.unexpected == [] and result.warnings == []
     with torch.no_grad():
         expected = reference(to_torch(make_array(InputSpec(shape=(3, 20)), 0, 0), "float32", "cpu"))
-    assert result["outputs"][0]["first"] == pytest.approx(expected.reshape(-1)[:8].tolist(), abs=1e-6)
+    assert result.outputs[0].first == pytest.approx(expected.reshape(-1)[:8].tolist(), abs=1e-6)
 
 
 def test_pt2_with_a_dynamic_batch_runs_with_inputs_in_its_range(tmp_path: pathlib.Path) -> None:
@@ -436,7 +441,7 @@ def test_pt2_with_a_dynamic_batch_runs_with_inputs_in_its_range(tmp_path: pathli
     program = torch.export.export(model, (torch.randn(4, 6),), dynamic_shapes=({0: batch},))
     torch.export.save(program, tmp_path / "dyn.pt2")
     result = run(RunRequest(str(tmp_path / "dyn.pt2"), runs=1))
-    assert result["inputs"][0]["shape"] == [4, 6] and result["outputs"][0]["shape"] == [4, 2]
+    assert result.inputs[0].shape == [4, 6] and result.outputs[0].shape == [4, 2]
 
 
 def test_dynamic_sizes_are_clamped_into_their_range() -> None:
@@ -452,8 +457,8 @@ def test_dynamic_sizes_are_clamped_into_their_range() -> None:
             raise TypeError("symbolic")
 
     ranges = {"s0": Bounds(2, 64), "s1": Bounds(8, 16), "s2": Bounds(0, 1), "s3": Bounds(3, float("inf"))}
-    assert [run_worker._concrete_size(Sym(n), ranges) for n in ("s0", "s1", "s2", "s3", "s9")] == [2, 8, 1, 3, 2]
-    assert run_worker._concrete_size(7, ranges) == 7
+    assert [_concrete_size(Sym(n), ranges) for n in ("s0", "s1", "s2", "s3", "s9")] == [2, 8, 1, 3, 2]
+    assert _concrete_size(7, ranges) == 7
 
 
 # ------------------------------------------------------------------------------------------ one door

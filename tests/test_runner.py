@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from ckptview import cli
-from ckptview.core import open_checkpoint, run_worker
+from ckptview.core import open_checkpoint
 from ckptview.core.jobs import CancelToken
+from ckptview.core.run_forward import describe_outputs
 from ckptview.core.run_inputs import (
     InputSpec,
     InputSpecError,
@@ -29,6 +30,9 @@ from ckptview.core.run_inputs import (
     parse_input_specs,
     to_torch,
 )
+from ckptview.core.run_loading import load_model, numpy_to_torch, place_tensor
+from ckptview.core.run_protocol import Job, WorkerError, error_kind
+from ckptview.core.run_result import OtherOutput, OutputInfo, RunResult, ShapeMismatch
 from ckptview.core.runner import (
     EXPORT,
     PICKLE,
@@ -141,14 +145,16 @@ def reference(model: torch.nn.Module, specs: list[InputSpec], seed: int = 0) -> 
         return model(*inputs)
 
 
-def assert_stats_match(out: dict, tensor: torch.Tensor) -> None:
+def assert_stats_match(out: OutputInfo | dict, tensor: torch.Tensor) -> None:
+    if isinstance(out, dict):  # as printed by --json
+        out = OutputInfo.from_json(out)
     t = tensor.double()
-    assert out["shape"] == list(tensor.shape)
-    assert out["stats"]["mean"] == pytest.approx(float(t.mean()), rel=1e-6, abs=1e-9)
-    assert out["stats"]["std"] == pytest.approx(float(t.std(correction=0)), rel=1e-6, abs=1e-9)
-    assert out["stats"]["min"] == pytest.approx(float(t.min()))
-    assert out["stats"]["max"] == pytest.approx(float(t.max()))
-    assert out["first"] == pytest.approx(tensor.reshape(-1)[: len(out["first"])].tolist())
+    assert out.shape == list(tensor.shape) and out.stats is not None and out.first is not None
+    assert out.stats.mean == pytest.approx(float(t.mean()), rel=1e-6, abs=1e-9)
+    assert out.stats.std == pytest.approx(float(t.std(correction=0)), rel=1e-6, abs=1e-9)
+    assert out.stats.min == pytest.approx(float(t.min()))
+    assert out.stats.max == pytest.approx(float(t.max()))
+    assert out.first == pytest.approx(tensor.reshape(-1)[: len(out.first)].tolist())
 
 
 # ------------------------------------------------------------------------------------------ spawning tests
@@ -192,24 +198,25 @@ def test_state_dict_with_model_file_via_cli_json(files: dict, capsys: pytest.Cap
 def test_torchscript_graph_input_and_compare_with_pt2(files: dict) -> None:
     """TorchScript runs with the traced input signature; a .pt2 of the same weights gives the same output."""
     result = run(RunRequest(files["ts.pt"], runs=2, compare_path=files["m.pt2"]))
-    assert result["source"] == TORCHSCRIPT
-    (inp,) = result["inputs"]
-    assert inp["shape"] == [2, 20] and inp["dtype"] == "float32" and inp["origin"] == "graph"
+    assert result.source == TORCHSCRIPT
+    (inp,) = result.inputs
+    assert inp.shape == [2, 20] and inp.dtype == "float32" and inp.origin == "graph"
     expected = reference(files["mlp"], [InputSpec(shape=(2, 20))])
-    assert_stats_match(result["outputs"][0], expected)
-    (diff,) = result["compare"]["diff"]
-    assert diff["max_abs_diff"] < 1e-5  # the .pt2 holds the same weights
+    assert_stats_match(result.outputs[0], expected)
+    assert result.compare is not None
+    (diff,) = result.compare.diff
+    assert diff.max_abs_diff is not None and diff.max_abs_diff < 1e-5  # the .pt2 holds the same weights
 
 
 def test_pt2_on_meta(files: dict) -> None:
     """`.pt2` on meta: the input shape comes from the exported graph; outputs have shapes, no values."""
     result = run(RunRequest(files["m.pt2"], device="meta", runs=1))
-    assert result["source"] == EXPORT and result["device"] == "meta"
-    assert result["inputs"][0]["origin"] == "graph" and result["inputs"][0]["shape"] == [2, 20]
-    (out,) = result["outputs"]
-    assert out["shape"] == [2, 10] and out["device"] == "meta" and out["stats"] is None
-    assert result["load"]["bytes_moved"] == 0  # meta tensors hold no bytes
-    assert result["load"]["tensor_bytes"] == 4 * (256 * 20 + 256 + 2560 + 10)
+    assert result.source == EXPORT and result.device == "meta"
+    assert result.inputs[0].origin == "graph" and result.inputs[0].shape == [2, 20]
+    (out,) = result.outputs
+    assert out.shape == [2, 10] and out.device == "meta" and out.stats is None and out.first is None
+    assert result.load.bytes_moved == 0  # meta tensors hold no bytes
+    assert result.load.tensor_bytes == 4 * (256 * 20 + 256 + 2560 + 10)
 
 
 def test_no_weights_loaded_fails_loudly_with_the_load_report(files: dict) -> None:
@@ -219,12 +226,13 @@ def test_no_weights_loaded_fails_loudly_with_the_load_report(files: dict) -> Non
                        inputs=parse_input_specs("2,20"), runs=1, cwd=files["folder"]))
     assert err.value.kind == "weights"
     assert "2 missing keys" in str(err.value) and "2 unexpected keys" in str(err.value)
-    load = err.value.result["load"]
-    assert sorted(load["missing"]) == ["head.bias", "head.weight"]
-    assert sorted(load["unexpected"]) == ["output.bias", "output.weight"]
-    assert sorted(load["mismatched"]) == ["hidden.bias", "hidden.weight"]
-    assert load["mismatched_shapes"]["hidden.weight"] == {"checkpoint": [256, 20], "model": [128, 20]}
-    assert load["tensors"] == 0
+    load = err.value.load
+    assert isinstance(err.value.result, RunResult) and load is err.value.result.load
+    assert sorted(load.missing) == ["head.bias", "head.weight"]
+    assert sorted(load.unexpected) == ["output.bias", "output.weight"]
+    assert sorted(load.mismatched) == ["hidden.bias", "hidden.weight"]
+    assert load.mismatched_shapes["hidden.weight"] == ShapeMismatch(checkpoint=[256, 20], model=[128, 20])
+    assert load.tensors == 0
 
 
 def test_partial_load_warns_with_counts_and_names_and_strict_fails(files: dict, capsys: pytest.CaptureFixture,
@@ -255,8 +263,8 @@ def test_full_pickle_refused_without_trust_and_run_with_trust(files: dict) -> No
     request.trust = True
     result = run(request)
     assert os.path.exists(marker)  # the trusted worker really unpickled it
-    assert result["source"] == PICKLE and result["inputs"][0]["origin"] == "guessed from the first layer"
-    assert_stats_match(result["outputs"][0], reference(files["mlp"], [InputSpec(shape=(2, 20))]))
+    assert result.source == PICKLE and result.inputs[0].origin == "guessed from the first layer"
+    assert_stats_match(result.outputs[0], reference(files["mlp"], [InputSpec(shape=(2, 20))]))
     os.unlink(marker)
 
 
@@ -265,8 +273,9 @@ def test_exception_in_user_forward_is_one_line(files: dict) -> None:
         run(RunRequest(files["sd.pt"], model=f"{files['code']}:Bad", inputs=parse_input_specs("2,20")))
     assert err.value.kind == "exception"
     assert str(err.value) == "in the forward pass: ValueError: boom in user code"
-    assert "raise ValueError" in err.value.result["traceback"]
-    assert err.value.result["load"]["tensors"] == 4  # the load report survives the failure
+    assert err.value.traceback is not None and "raise ValueError" in err.value.traceback
+    assert err.value.load is not None and err.value.load.tensors == 4  # the load report survives the failure
+    assert [i.spec for i in err.value.result.inputs or []] == ["2,20@float32=normal"]
 
 
 def _pid_gone(pid: int) -> bool:
@@ -338,9 +347,9 @@ def test_classify_sources_and_trust(files: dict) -> None:
 
 def test_worker_itself_refuses_untrusted_pickle(files: dict) -> None:
     """Even if the parent's check were bypassed, the worker does not unpickle without trust."""
-    job = run_worker.Job({"source": PICKLE, "trust": False}, emit=lambda event: None)
-    with pytest.raises(run_worker.WorkerError, match="refusing"):
-        run_worker.load_model(job, files["full.pt"], "cpu")
+    job = Job({"source": PICKLE, "trust": False}, emit=lambda event: None)
+    with pytest.raises(WorkerError, match="refusing"):
+        load_model(job, files["full.pt"], "cpu")
     assert not os.path.exists(os.path.join(files["folder"], "unpickled.marker"))
 
 
@@ -376,12 +385,12 @@ def test_suggest_inputs_from_first_linear(files: dict) -> None:
 def test_place_tensor_reports_what_cannot_be_placed(files: dict) -> None:
     ckpt = open_checkpoint(files["sd.pt"])
     info = ckpt.tensor("hidden.weight")
-    tensor, reason = run_worker.place_tensor(info, "cpu")
+    tensor, reason = place_tensor(info, "cpu")
     assert reason == "" and torch.equal(tensor, files["mlp"].hidden.weight.detach())
-    tensor, reason = run_worker.place_tensor(info, "meta")
+    tensor, reason = place_tensor(info, "meta")
     assert tensor.is_meta and tuple(tensor.shape) == (256, 20)
     info.broken = "storage 'data/0' missing"
-    tensor, reason = run_worker.place_tensor(info, "cpu")
+    tensor, reason = place_tensor(info, "cpu")
     assert tensor is None and reason.startswith("float32 on cpu: cannot read values")
     ckpt.close()
 
@@ -391,27 +400,27 @@ def test_numpy_to_torch_keeps_bfloat16_bits() -> None:
     import ml_dtypes
 
     array = values.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    assert torch.equal(run_worker.numpy_to_torch(array, "bfloat16"), values)
+    assert torch.equal(numpy_to_torch(array, "bfloat16"), values)
 
 
 def test_flatten_and_describe_nested_outputs() -> None:
     out = {"logits": torch.tensor([[1.0, float("nan")], [float("inf"), 3.0]]), "aux": (torch.arange(3), 7)}
-    tensors, others = run_worker.describe_outputs(out, first_n=3)
-    assert [t["name"] for t in tensors] == ["logits", "aux.0"]
-    stats = tensors[0]["stats"]
-    assert stats["nan"] == 1 and stats["inf"] == 1 and stats["mean"] == pytest.approx(2.0)
-    assert tensors[0]["first"] == [1.0, "nan", "inf"]
-    assert tensors[1]["stats"]["max"] == 2.0 and tensors[1]["dtype"] == "int64"
-    assert others == [{"name": "aux.1", "type": "int", "repr": "7"}]
+    tensors, others = describe_outputs(out, first_n=3)
+    assert [t.name for t in tensors] == ["logits", "aux.0"]
+    stats = tensors[0].stats
+    assert stats is not None and stats.nan == 1 and stats.inf == 1 and stats.mean == pytest.approx(2.0)
+    assert tensors[0].first == [1.0, "nan", "inf"]
+    assert tensors[1].stats is not None and tensors[1].stats.max == 2.0 and tensors[1].dtype == "int64"
+    assert others == [OtherOutput(name="aux.1", type="int", repr="7")]
 
 
 def test_out_of_memory_is_its_own_kind() -> None:
     class OutOfMemoryError(RuntimeError):
         pass
 
-    assert run_worker._error_kind(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == "oom"
-    assert run_worker._error_kind(RuntimeError("MPS backend out of memory")) == "oom"
-    assert run_worker._error_kind(ValueError("boom")) == "exception"
+    assert error_kind(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == "oom"
+    assert error_kind(RuntimeError("MPS backend out of memory")) == "oom"
+    assert error_kind(ValueError("boom")) == "exception"
 
 
 def test_death_message() -> None:
@@ -475,10 +484,11 @@ def test_cli_errors_are_one_line(files: dict, capsys: pytest.CaptureFixture) -> 
 def _real_run_on(device: str, files: dict) -> None:
     result = run(RunRequest(files["sd.pt"], device=device, model=f"{files['code']}:MLP",
                             inputs=parse_input_specs("8,20"), runs=5))
-    assert result["device"] == device and result["outputs"][0]["device"].startswith(device.split(":")[0])
+    assert result.device == device and result.outputs[0].device.startswith(device.split(":")[0])
     expected = reference(files["mlp"], [InputSpec(shape=(8, 20))])
-    assert result["outputs"][0]["stats"]["mean"] == pytest.approx(float(expected.double().mean()), abs=1e-3)
-    assert result["peak_memory_bytes"] > 0
+    stats = result.outputs[0].stats
+    assert stats is not None and stats.mean == pytest.approx(float(expected.double().mean()), abs=1e-3)
+    assert result.peak_memory_bytes is not None and result.peak_memory_bytes > 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),

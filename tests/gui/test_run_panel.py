@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
 from PySide6.QtCore import Qt
 
 from ckptview.core.devices import DeviceInfo, list_devices
+from ckptview.core.model_classes import ModelClass
 from ckptview.core.run_inputs import InputSpec, make_array, to_torch
+from ckptview.core.run_result import RunResult, result_json_text
 
 MODULE = "ckv_panel_models"
 CODE = textwrap.dedent('''
@@ -94,7 +98,8 @@ def test_device_choice_to_result(qtbot, mlp_files) -> None:
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
         assert not panel.run_button.isEnabled() and panel.cancel_button.isEnabled()  # GUI thread is free
     result = blocker.args[0]
-    assert result["device"] == "cpu" and result["latency_ms"]["runs"] == 3
+    assert isinstance(result, RunResult) and result is panel.result
+    assert result.device == "cpu" and result.latency_ms.runs == 3 and result.load.tensors == 4
 
     with torch.no_grad():
         expected = mlp_files["mlp"](to_torch(make_array(InputSpec(shape=(2, 20))), "float32", "cpu")).double()
@@ -230,4 +235,137 @@ def test_no_weights_loaded_is_an_error_state(qtbot, mlp_files) -> None:
     assert "2 missing keys" in blocker.args[0] and "body.weight" in blocker.args[0]
     assert "color:#b00020" in panel.status_label.text() and "done" not in panel.status_label.text()
     assert panel.result is None and panel.table.rowCount() == 0
+    assert wait_for_run_jobs(10_000)
+
+
+MODEL_FILE = textwrap.dedent('''
+    import os
+    from torch import nn
+    open(os.path.join(os.path.dirname(__file__), "imported.marker"), "w").close()  # proof the file ran
+
+    class Helper:
+        pass
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = nn.Linear(20, 256)
+            self.act = nn.ReLU()
+            self.output = nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.output(self.act(self.hidden(x)))
+
+    class Bigger(MLP):
+        pass
+''')
+
+
+def test_browse_picks_the_file_then_a_class_without_running_it(qtbot, mlp_files, tmp_path, monkeypatch) -> None:
+    """Browse… lists the file's classes (nn.Module subclasses first) read with ast; nothing in the file runs."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from ckptview.gui.run_panel import RunPanel
+
+    code = tmp_path / "models" / "net.py"
+    code.parent.mkdir()
+    code.write_text(MODEL_FILE)
+    offered: list[tuple[str, list[ModelClass]]] = []
+    panel = RunPanel(path=mlp_files["sd"], devices=list_devices(),
+                     pick_class=lambda path, classes: offered.append((path, classes)) or "Bigger")
+    qtbot.addWidget(panel)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(code), "Python files (*.py)"))
+    assert panel.model_browse.isEnabled()
+    qtbot.mouseClick(panel.model_browse, Qt.MouseButton.LeftButton)
+    ((path, classes),) = offered
+    assert path == str(code) and [(c.name, c.is_module) for c in classes] == [
+        ("MLP", True), ("Bigger", True), ("Helper", False)]
+    assert panel.model_edit.text() == f"{code}:Bigger"
+    assert not (code.parent / "imported.marker").exists()
+
+    # one nn.Module class: taken without asking; a file that is not Python: an error, the field unchanged
+    single = tmp_path / "single.py"
+    single.write_text("import torch\nclass Config:\n    pass\nclass Net(torch.nn.Module):\n    pass\n")
+    assert panel.choose_model_class(str(single)) and panel.model_edit.text() == f"{single}:Net"
+    assert len(offered) == 1
+    broken = tmp_path / "broken.py"
+    broken.write_text("class (:\n")
+    assert not panel.choose_model_class(str(broken))
+    assert panel.last_error.startswith("broken.py is not valid Python") and panel.model_edit.text().endswith(":Net")
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    assert not panel.choose_model_class(str(empty)) and panel.last_error == "empty.py defines no class"
+
+
+def test_browse_is_off_for_graphs_that_need_no_code(qtbot, tmp_path) -> None:
+    from ckptview.gui.run_panel import RunPanel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated; such files still exist
+        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(tmp_path / "ts.pt"))
+    panel = RunPanel(path=str(tmp_path / "ts.pt"), devices=list_devices())
+    qtbot.addWidget(panel)
+    assert not panel.model_browse.isEnabled() and not panel.model_edit.isEnabled()
+
+
+def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files, capsys) -> None:
+    """Keyboard: Ctrl+Return in a field starts the run; "Copy result as JSON" copies what `run --json` prints."""
+    from PySide6.QtGui import QGuiApplication
+    from tests.run_json_cases import skeleton
+
+    from ckptview import cli
+    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+
+    panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
+    qtbot.addWidget(panel)
+    with qtbot.waitActive(panel):  # shortcuts reach the active window only
+        panel.show()
+        panel.activateWindow()
+    assert not panel.copy_button.isEnabled() and not panel.copy_result()
+    panel.input_edit.setText("2,20")
+    panel.model_edit.setText(f"{mlp_files['code']}:MLP")
+    panel.runs_spin.setValue(2)
+    panel.input_edit.setFocus()
+    with qtbot.waitSignal(panel.runFinished, timeout=60_000):
+        qtbot.keyClick(panel.input_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        assert panel.is_running(), panel.last_error
+    qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=10_000)
+    assert panel.copy_button.isEnabled()
+    QGuiApplication.clipboard().clear()
+    qtbot.mouseClick(panel.copy_button, Qt.MouseButton.LeftButton)
+    copied = QGuiApplication.clipboard().text()
+    assert panel.result is not None and copied == result_json_text(panel.result)
+    data = json.loads(copied)
+    assert data["outputs"][0]["stats"]["mean"] == panel.result.outputs[0].stats.mean
+
+    status = cli.main(["run", mlp_files["sd"], "--model", f"{mlp_files['code']}:MLP", "--input-shape", "2,20",
+                       "--runs", "2", "--json"])
+    assert status == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert skeleton(data, "") == skeleton(printed, "")  # same keys, same order, same names and counts
+    assert wait_for_run_jobs(10_000)
+
+
+def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
+    """Keyboard: Escape in the panel stops a run that hangs in the model's forward pass."""
+    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+
+    code = tmp_path / "slow.py"
+    code.write_text(CODE + "\nimport time\n\nclass Slow(MLP):\n    def forward(self, x):\n"
+                    "        time.sleep(600)\n        return super().forward(x)\n")
+    panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
+    qtbot.addWidget(panel)
+    with qtbot.waitActive(panel):
+        panel.show()
+        panel.activateWindow()
+    panel.input_edit.setText("2,20")
+    panel.model_edit.setText(f"{code}:Slow")
+    panel.timeout_spin.setValue(3600)
+    assert panel.start_run()
+    qtbot.waitUntil(lambda: "forward pass" in panel.status_label.text(), timeout=60_000)
+    panel.input_edit.setFocus()
+    with qtbot.waitSignal(panel.runFailed, timeout=30_000) as blocker:
+        qtbot.keyClick(panel.input_edit, Qt.Key.Key_Escape)
+    assert "cancelled" in blocker.args[0] and panel.result is None
+    qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=10_000)
     assert wait_for_run_jobs(10_000)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from ckptview.core import runner
 from ckptview.core.devices import parse_device
 from ckptview.core.run_inputs import InputSpecError, parse_input_specs
+from ckptview.core.run_result import RunResult, finite_json, result_json_text
 from ckptview.core.runner import DEFAULT_TIMEOUT, RunError, RunRequest
 from ckptview.core.text import printable
 
@@ -73,44 +74,45 @@ def run(args: argparse.Namespace) -> int:
     except RunError as exc:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return 2 if exc.kind in REFUSED else 1
-    for warning in result.get("warnings", []):
+    for warning in result.warnings:
         print(f"ckptview: warning: {printable(warning)}", file=sys.stderr)
     if args.json:
-        print(json.dumps(_finite(result), indent=2))
+        print(result_json_text(result))
     else:
         print(format_result(result))
     return 0
 
 
-def format_result(result: dict[str, Any]) -> str:
-    """A short human summary of a run result."""
-    load = result["load"]
-    lines = [f"device {result['device']} ({result.get('source')}), loaded in {result['load_seconds']:.3f} s, "
-             f"{load.get('tensors', 0)} tensors, {load.get('bytes_moved', 0)} bytes"]
-    for key in ("missing", "unexpected", "mismatched"):
-        if load.get(key):
-            lines.append(f"  {key} ({len(load[key])}): {', '.join(load[key][:10])}"
-                         + (" ..." if len(load[key]) > 10 else ""))
-    if load.get("stripped_prefixes"):
-        lines.append(f"  stripped prefixes: {' '.join(load['stripped_prefixes'])}")
-    for item in load.get("unplaced", []):
-        lines.append(f"  not placed: {item['name']} ({item['reason']})")
-    for inp in result.get("inputs", []):
-        lines.append(f"input {inp.get('name') or ''} {inp['shape']} {inp['dtype']} ({inp.get('origin')})")
-    for out in result["outputs"]:
-        s = out["stats"]
+def format_result(result: RunResult | Mapping[str, Any]) -> str:
+    """A short human summary of a run result (or of its JSON form)."""
+    if not isinstance(result, RunResult):
+        result = RunResult.from_json(result)
+    load = result.load
+    lines = [f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
+             f"{load.tensors} tensors, {load.bytes_moved} bytes"]
+    for key, names in (("missing", load.missing), ("unexpected", load.unexpected), ("mismatched", load.mismatched)):
+        if names:
+            lines.append(f"  {key} ({len(names)}): {', '.join(names[:10])}" + (" ..." if len(names) > 10 else ""))
+    if load.stripped_prefixes:
+        lines.append(f"  stripped prefixes: {' '.join(load.stripped_prefixes)}")
+    for item in load.unplaced:
+        lines.append(f"  not placed: {item.name} ({item.reason})")
+    for inp in result.inputs:
+        lines.append(f"input {inp.name or ''} {inp.shape} {inp.dtype} ({inp.origin})")
+    for out in result.outputs:
+        s = out.stats
         stats = "no values (meta)" if s is None else (
-            f"mean {_g(s['mean'])} std {_g(s['std'])} min {_g(s['min'])} max {_g(s['max'])}"
-            + (f" nan {s['nan']}" if s["nan"] else "") + (f" inf {s['inf']}" if s["inf"] else ""))
-        lines.append(f"output {out['name']}: {out['shape']} {out['dtype']} on {out['device']}: {stats}")
-    lat = result["latency_ms"]
-    lines.append(f"latency {lat['median']:.3f} ms median (min {lat['min']:.3f}, max {lat['max']:.3f}, "
-                 f"{lat['runs']} runs)")
-    if result.get("peak_memory_bytes") is not None:
-        lines.append(f"peak memory {result['peak_memory_bytes']} bytes ({result.get('peak_memory_kind')})")
-    for d in result.get("compare", {}).get("diff", []):
-        lines.append(f"vs {result['compare']['path']}: {d['name']} max |diff| {_g(d.get('max_abs_diff'))}"
-                     f"{' (identical)' if d.get('equal') else ''}")
+            f"mean {_g(s.mean)} std {_g(s.std)} min {_g(s.min)} max {_g(s.max)}"
+            + (f" nan {s.nan}" if s.nan else "") + (f" inf {s.inf}" if s.inf else ""))
+        lines.append(f"output {out.name}: {out.shape} {out.dtype} on {out.device}: {stats}")
+    lat = result.latency_ms
+    lines.append(f"latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}, {lat.runs} runs)")
+    if result.peak_memory_bytes is not None:
+        lines.append(f"peak memory {result.peak_memory_bytes} bytes ({result.peak_memory_kind})")
+    if result.compare is not None:
+        for d in result.compare.diff:
+            lines.append(f"vs {result.compare.path}: {d.name} max |diff| {_g(d.max_abs_diff)}"
+                         f"{' (identical)' if d.equal else ''}")
     return "\n".join(map(printable, lines))  # names and reasons come from the file
 
 
@@ -118,12 +120,4 @@ def _g(value: Any) -> str:
     return "-" if value is None else f"{value:.6g}"
 
 
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/Inf: such floats become strings."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
+_finite = finite_json  # the name this module had for it

@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FILLS = ("normal", "zeros", "ones", "full", "uniform", "randint")
 DEFAULT_FLOAT = "float32"
@@ -139,6 +140,8 @@ def _parse_fill(text: str, where: str) -> tuple[str, float, float]:
 
 def make_array(spec: InputSpec, seed: int = 0, index: int = 0) -> np.ndarray:
     """The values of one input as a NumPy array (float32 carries bf16/fp8/complex32 values; torch casts)."""
+    import numpy as np
+
     np_dtype = _carrier(spec.dtype)
     rng = np.random.default_rng([seed, index])
     shape = spec.shape
@@ -149,8 +152,9 @@ def make_array(spec: InputSpec, seed: int = 0, index: int = 0) -> np.ndarray:
     if spec.fill == "full":
         return np.full(shape, spec.low, dtype=np_dtype)
     if spec.fill == "randint":
-        values = rng.integers(math.ceil(spec.low), math.ceil(spec.high), size=shape, dtype=np.int64)
-        return values.astype(np_dtype)
+        integers = rng.integers(math.ceil(spec.low), math.ceil(spec.high), size=shape, dtype=np.int64)
+        return integers.astype(np_dtype)
+    values: np.ndarray
     if spec.fill == "uniform":
         values = rng.uniform(spec.low, spec.high, size=shape)
     else:
@@ -165,6 +169,8 @@ def make_array(spec: InputSpec, seed: int = 0, index: int = 0) -> np.ndarray:
 
 def _carrier(dtype_name: str) -> np.dtype:
     """A NumPy dtype that torch.from_numpy accepts and that holds the values of `dtype_name`."""
+    import numpy as np
+
     if dtype_name == "complex32":
         return np.dtype("complex64")
     np_dtype = dtypes.numpy_dtype(dtype_name)
@@ -175,6 +181,8 @@ def _carrier(dtype_name: str) -> np.dtype:
 
 def load_input_file(path: str) -> list[tuple[str, np.ndarray]]:
     """Inputs from a `.npy` (one) or `.npz` (one per array, in file order); never unpickles."""
+    import numpy as np
+
     if not os.path.exists(path):
         raise InputSpecError(f"input file not found: {path}")
     try:
@@ -189,6 +197,7 @@ def load_input_file(path: str) -> list[tuple[str, np.ndarray]]:
 
 def to_torch(array: np.ndarray, dtype_name: str | None, device: str) -> Any:
     """A torch tensor of `array` cast to `dtype_name` on `device` (meta: an empty tensor of that shape)."""
+    import numpy as np
     import torch
 
     target = getattr(torch, dtypes.canonical(dtype_name)) if dtype_name else None
@@ -201,6 +210,7 @@ def to_torch(array: np.ndarray, dtype_name: str | None, device: str) -> Any:
 
 
 def _torch_dtype_of(array: np.ndarray) -> Any:
+    import numpy as np
     import torch
 
     return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype

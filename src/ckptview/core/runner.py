@@ -1,32 +1,43 @@
 """Load a checkpoint onto a device and run a forward pass, in a worker process started for the job.
 
 The parent side: it decides where the model comes from (without torch and without running anything from
-the file), starts `python -m ckptview.core.run_worker` with a JSON request on stdin, reads the worker's
-JSON lines (phase events, then one result) from its stdout, and turns a crash, a hang past the timeout or a
-cancel into a one-line `RunError`. The worker's own stdout is its stderr, so prints in user code cannot
-corrupt the result stream. The worker gets its own process group, and killing the job kills that group.
+the file), refuses what needs consent the user has not given, runs the request in a worker process
+(`core.run_process`), and checks the typed result (`core.run_result`): weights that did not load become
+warnings, or an error when none loaded. The worker's own stdout is its stderr, so prints in user code
+cannot corrupt the result stream.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.jobs import Progress
+from ckptview.core.jobs import Progress, drain
 from ckptview.core.run_inputs import InputSpec
+from ckptview.core.run_json import ProtocolError
+from ckptview.core.run_process import (
+    RESULT_GRACE,
+    Cancellable,
+    RunError,
+    WorkerJob,
+    _death_message,
+    execute,
+    phase_words,
+    worker_command,
+)
+from ckptview.core.run_protocol import MAX_EVENT_LINE, MAX_EVENTS, MAX_STDERR_LINE, STDERR_TAIL, bounded_lines
+from ckptview.core.run_result import LoadReport, RunResult
+
+# The worker process and its protocol stay importable from here, as before they had modules of their own.
+__all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STDERR_LINE", "PICKLE", "RESULT_GRACE",
+           "STATE_DICT", "STDERR_TAIL", "TORCHSCRIPT", "Cancellable", "RunError", "RunRequest", "SourceInfo",
+           "WorkerJob", "_death_message", "bounded_lines", "check_compare_trust", "check_trust", "check_weights",
+           "classify_source", "compare_source", "execute", "find_state_dict", "inspect_inputs", "phase_words",
+           "probe_devices", "run", "run_iter", "state_dict_node", "strip_prefixes", "suggest_inputs",
+           "torch_findings", "weight_warnings", "worker_command"]
 
 # Source kinds, in order of how much trust they need.
 TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"
@@ -38,22 +49,6 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
 # Path components of a pickled nn.Module's own state that a state_dict() key leaves out.
 _MODULE_INTERNALS = ("_modules", "_parameters", "_buffers")
 DEFAULT_TIMEOUT = 300.0
-RESULT_GRACE = 5.0  # seconds a worker may take to exit after sending its result
-
-
-class RunError(CheckpointError):
-    """The job failed; `kind` is one of refused|exception|oom|crash|timeout|cancelled|input|device|protocol."""
-
-    def __init__(self, message: str, kind: str = "exception", result: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        # What the worker reported before failing (load report, traceback), when anything.
-        self.result = result or {}
-
-
-class _Cancellable(Protocol):
-    @property
-    def cancelled(self) -> bool: ...
 
 
 @dataclass
@@ -269,261 +264,8 @@ def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
             checkpoint.close()
 
 
-# ---------------------------------------------------------------------------------------------------
-# The worker process
-
-
-# Run by `python -I -c`: no current directory, PYTHONPATH or user site on sys.path. ckptview is imported from
-# the folder the parent's own ckptview was imported from (argv[1]), not looked up on sys.path.
-_BOOTSTRAP = (
-    "import sys, importlib.util as u\n"
-    "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
-    "s = u.spec_from_file_location('ckptview', sys.argv[1] + '/__init__.py', "
-    "submodule_search_locations=[sys.argv[1]])\n"
-    "m = u.module_from_spec(s); sys.modules['ckptview'] = m; s.loader.exec_module(m)\n"
-    "from ckptview.core.run_worker import entry\n"
-    "entry()\n"
-)
-# What the parent keeps of the worker's output, whatever the worker writes.
-MAX_EVENT_LINE = 64 << 20  # one JSON line (the result holds every output's statistics)
-MAX_EVENTS = 1024
-MAX_STDERR_LINE = 2000
-STDERR_TAIL = 40
-_CHUNK = 1 << 16
-
-
-def worker_command() -> list[str]:
-    """The command line that starts an isolated worker with this interpreter."""
-    import ckptview
-
-    package = os.path.dirname(os.path.abspath(ckptview.__file__))
-    return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package]
-
-
-def _worker_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # -I ignores them; be plain
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def bounded_lines(stream: Any, max_line: int) -> Iterator[tuple[bytes, bool]]:
-    """(line, cut) for each line of a binary stream, keeping at most `max_line` bytes of each.
-
-    The rest of an over-long line is read and dropped in chunks, so a worker printing a 1 GiB line costs
-    the parent `max_line` bytes, not a gigabyte.
-    """
-    kept: list[bytes] = []
-    size, cut = 0, False
-    while True:
-        chunk = stream.readline(_CHUNK)
-        if not chunk:
-            if kept or cut:
-                yield b"".join(kept), cut
-            return
-        ended = chunk.endswith(b"\n")
-        if ended:
-            chunk = chunk[:-1]
-        room = max_line - size
-        if room > 0:
-            kept.append(chunk[:room])
-            size += min(len(chunk), room)
-        if len(chunk) > room:
-            cut = True
-        if ended:
-            yield b"".join(kept), cut
-            kept, size, cut = [], 0, False
-
-
-class WorkerJob:
-    """One running worker: feed it a request, collect its events, kill it (and its children) on demand.
-
-    It runs in a private temporary folder (its working directory, where the load gate keeps its copies),
-    removed when the job is killed or reaped.
-    """
-
-    def __init__(self, request: dict[str, Any]) -> None:
-        kwargs: dict[str, Any] = {}
-        if os.name == "posix":
-            kwargs["start_new_session"] = True  # its own process group: kill() reaches user subprocesses
-        else:
-            kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-        self.workdir = tempfile.mkdtemp(prefix="ckptview-run-")  # mode 0700
-        self.started = time.monotonic()
-        try:
-            self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, cwd=self.workdir, env=_worker_env(), **kwargs)
-        except OSError:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            raise
-        self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
-        self.result: dict[str, Any] | None = None
-        self.result_at = 0.0
-        self.phase = "starting"
-        self.protocol_error = ""
-        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
-                         threading.Thread(target=self._read_stderr, daemon=True)]
-        for thread in self._threads:
-            thread.start()
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps(request).encode())
-            self.proc.stdin.close()
-        except OSError:
-            pass  # the worker died at once; its exit status tells why
-
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        with self.proc.stdout:  # closed when the worker's output ends: a pipe must not outlive its job
-            self._read_events()
-
-    def _read_events(self) -> None:
-        assert self.proc.stdout is not None
-        for raw, cut in bounded_lines(self.proc.stdout, MAX_EVENT_LINE):
-            if cut:
-                self.protocol_error = f"the worker sent a message over {MAX_EVENT_LINE >> 20} MiB"
-                continue
-            try:
-                event = json.loads(raw)
-            except (ValueError, RecursionError):
-                continue
-            if not isinstance(event, dict):
-                continue
-            with self._lock:
-                if event.get("event") == "result":
-                    self.result = event
-                    self.result_at = self.elapsed()
-                else:
-                    if isinstance(event.get("phase"), str):
-                        self.phase = event["phase"][:100]
-                    self.events.append(event)
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        with self.proc.stderr:
-            for raw, cut in bounded_lines(self.proc.stderr, MAX_STDERR_LINE):
-                line = raw.decode("utf-8", "replace").rstrip() + (" [...]" if cut else "")
-                if line:
-                    self.stderr_tail.append(line)
-
-    def pop_events(self) -> list[dict[str, Any]]:
-        """Phase events received since the last call."""
-        with self._lock:
-            out = list(self.events)
-            self.events.clear()
-        return out
-
-    def poll(self) -> int | None:
-        """The exit status once the worker has ended (and its output is read), else None."""
-        code = self.proc.poll()
-        if code is None:
-            return None
-        for thread in self._threads:
-            thread.join(timeout=5)
-        return code
-
-    def kill(self) -> None:
-        """Kill the worker and everything it started; device memory goes with the process."""
-        if self.proc.poll() is None:
-            try:
-                if os.name == "posix":
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                else:
-                    self.proc.kill()
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        for thread in self._threads:
-            thread.join(timeout=2)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def elapsed(self) -> float:
-        """Seconds since the worker was started."""
-        return time.monotonic() - self.started
-
-
-_PHASE_WORDS = {"starting": "start-up", "importing torch": "start-up (importing torch)",
-                "model code": "the model code", "inputs": "making the inputs", "forward pass": "the forward pass",
-                "warm-up": "the warm-up runs", "timing": "the timed runs", "compare": "the second checkpoint's run"}
-
-
-def phase_words(phase: str) -> str:
-    """A worker phase as words for a message ('forward pass' -> 'the forward pass')."""
-    return _PHASE_WORDS.get(phase, phase)
-
-
-def _death_message(code: int, phase: str, stderr_tail: Iterable[str]) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        how = f"was killed by {name}" + (" (segmentation fault)" if name == "SIGSEGV" else "")
-    else:
-        how = f"exited with status {code}"
-    last = next((line for line in reversed(list(stderr_tail))
-                 if line.strip() and not line.startswith(("Fatal Python error", "  File", "Current thread",
-                                                           "Thread 0x", "Extension modules"))), "")
-    tail = f" (last output: {last.strip()[:200]})" if last else ""
-    return f"the worker process {how} during {phase_words(phase)}{tail}"
-
-
-def execute(request: dict[str, Any], timeout: float, token: _Cancellable | None = None,
-            poll_interval: float = 0.05) -> Generator[Progress, None, dict[str, Any]]:
-    """Run one worker request; yields a Progress per phase, returns its result or raises RunError."""
-    job = WorkerJob(request)
-    step = 0
-    try:
-        while True:
-            for event in job.pop_events():
-                step += 1
-                yield Progress(step, 0, event.get("phase", ""))
-            code = job.poll()
-            if code is not None:
-                break
-            if job.result is not None and job.elapsed() - job.result_at > RESULT_GRACE:
-                job.kill()  # it answered but does not exit: the answer stands
-                code = 0
-                break
-            if token is not None and token.cancelled:
-                job.kill()
-                raise RunError(f"cancelled during {phase_words(job.phase)}; the worker was stopped", kind="cancelled")
-            if job.elapsed() > timeout:
-                phase = job.phase
-                job.kill()
-                raise RunError(f"timed out after {timeout:g} s during {phase_words(phase)}; the worker was stopped",
-                               kind="timeout")
-            time.sleep(poll_interval)
-    finally:
-        job.kill()  # no-op when it ended; never leave a worker behind (GeneratorExit included)
-    result = job.result
-    if result is None and job.protocol_error:
-        raise RunError(job.protocol_error, kind="protocol")
-    if result is None:
-        raise RunError(_death_message(code, job.phase, job.stderr_tail), kind="crash")
-    if not result.get("ok"):
-        raise RunError(result.get("error", "the worker failed"), kind=result.get("kind", "exception"),
-                       result=result)
-    result.pop("event", None)
-    result.pop("ok", None)
-    return result
-
-
-def _drain(gen: Generator[Progress, None, dict[str, Any]],
-           on_progress: Callable[[Progress], None] | None) -> dict[str, Any]:
-    while True:
-        try:
-            progress = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        if on_progress is not None:
-            on_progress(progress)
-
-
-def run_iter(request: RunRequest, token: _Cancellable | None = None
-             ) -> Generator[Progress, None, dict[str, Any]]:
+def run_iter(request: RunRequest, token: Cancellable | None = None
+             ) -> Generator[Progress, None, RunResult]:
     """The forward-pass job as a core generator (for GUI workers): yields phases, returns the result."""
     if not os.path.exists(request.path):
         raise RunError(f"no such file: {request.path}", kind="input")
@@ -540,11 +282,14 @@ def run_iter(request: RunRequest, token: _Cancellable | None = None
                       else second.findings if second is not None else [])
     payload["consent"] = {"main": main_consent if request.trust else None,
                           "compare": second_consent if request.trust_compare else None}
-    result = yield from execute(payload, request.timeout, token)
-    result["warnings"] = weight_warnings(result.get("load", {}), result.get("device", request.device))
-    if "compare" in result:
-        result["warnings"] += [f"second checkpoint: {w}" for w in
-                               weight_warnings(result["compare"].get("load", {}), result.get("device", ""))]
+    data = yield from execute(payload, request.timeout, token)
+    try:
+        result = RunResult.from_json(data)
+    except ProtocolError as exc:
+        raise RunError(f"the worker sent a malformed result: {exc}", kind="protocol") from None
+    result.warnings = weight_warnings(result.load, result.device)
+    if result.compare is not None:
+        result.warnings += [f"second checkpoint: {w}" for w in weight_warnings(result.compare.load, result.device)]
     check_weights(result, source.kind, request.strict)
     return result
 
@@ -557,55 +302,55 @@ def _first(names: list[str]) -> str:
     return ", ".join(names[:MAX_NAMED]) + more
 
 
-def weight_warnings(load: dict[str, Any], device: str) -> list[str]:
+def weight_warnings(load: LoadReport, device: str) -> list[str]:
     """One line per kind of weight that did not load as it should: its count and the first names."""
     out = []
-    if load.get("missing"):
-        out.append(f"{len(load['missing'])} missing keys (in the model, not in the checkpoint; left at their "
-                   f"initial values): {_first(load['missing'])}")
-    if load.get("unexpected"):
-        out.append(f"{len(load['unexpected'])} unexpected keys (in the checkpoint, not in the model; not "
-                   f"loaded): {_first(load['unexpected'])}")
-    if load.get("mismatched"):
-        shapes = load.get("mismatched_shapes", {})
-        named = [f"{k} (checkpoint {shapes[k]['checkpoint']}, model {shapes[k]['model']})" if k in shapes else k
-                 for k in load["mismatched"]]
+    if load.missing:
+        out.append(f"{len(load.missing)} missing keys (in the model, not in the checkpoint; left at their "
+                   f"initial values): {_first(load.missing)}")
+    if load.unexpected:
+        out.append(f"{len(load.unexpected)} unexpected keys (in the checkpoint, not in the model; not "
+                   f"loaded): {_first(load.unexpected)}")
+    if load.mismatched:
+        shapes = load.mismatched_shapes
+        named = [f"{k} (checkpoint {shapes[k].checkpoint}, model {shapes[k].model})" if k in shapes else k
+                 for k in load.mismatched]
         out.append(f"{len(named)} keys with mismatched shapes (not loaded): {_first(named)}")
-    if load.get("unplaced"):
-        named = [f"{u['name']} ({u['reason']})" for u in load["unplaced"]]
+    if load.unplaced:
+        named = [f"{u.name} ({u.reason})" for u in load.unplaced]
         out.append(f"{len(named)} tensors could not be placed on {device} (not loaded): {_first(named)}")
     return out
 
 
-def check_weights(result: dict[str, Any], kind: str, strict: bool) -> None:
+def check_weights(result: RunResult, kind: str, strict: bool) -> None:
     """RunError 'weights' when a state dict loaded no tensor, or (strict) when any weight did not load."""
     if kind != STATE_DICT:
         return  # graphs and pickled modules carry their own weights
-    load = result.get("load", {})
-    if not load.get("tensors"):
-        total = len(load.get("unexpected", [])) + len(load.get("mismatched", [])) + len(load.get("unplaced", []))
+    load = result.load
+    if not load.tensors:
+        total = len(load.unexpected) + len(load.mismatched) + len(load.unplaced)
         raise RunError(f"no weights loaded: none of the checkpoint's {total} tensors fit the model "
-                       f"({'; '.join(result['warnings']) or 'the checkpoint holds no tensors'})",
+                       f"({'; '.join(result.warnings) or 'the checkpoint holds no tensors'})",
                        kind="weights", result=result)
-    if strict and result["warnings"]:
-        raise RunError(f"--strict: {'; '.join(result['warnings'])}", kind="weights", result=result)
+    if strict and result.warnings:
+        raise RunError(f"--strict: {'; '.join(result.warnings)}", kind="weights", result=result)
 
 
-def run(request: RunRequest, token: _Cancellable | None = None,
-        on_progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """Load and run in a worker; the result dict (see README) or RunError with a one-line message."""
-    return _drain(run_iter(request, token), on_progress)
+def run(request: RunRequest, token: Cancellable | None = None,
+        on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+    """Load and run in a worker; the typed result (see README) or RunError with a one-line message."""
+    return drain(run_iter(request, token), on_progress)
 
 
-def probe_devices(timeout: float = 60.0, token: _Cancellable | None = None) -> list[Any]:
+def probe_devices(timeout: float = 60.0, token: Cancellable | None = None) -> list[Any]:
     """`list_devices()` measured in a worker, so CUDA contexts and driver faults stay out of this process."""
     from ckptview.core.devices import DeviceInfo
 
-    result = _drain(execute({"op": "devices"}, timeout, token), None)
+    result = drain(execute({"op": "devices"}, timeout, token))
     return [DeviceInfo.from_json(d) for d in result["devices"]]
 
 
-def inspect_inputs(path: str, timeout: float = 60.0, token: _Cancellable | None = None,
+def inspect_inputs(path: str, timeout: float = 60.0, token: Cancellable | None = None,
                    trusted: list[str] | None = None) -> list[InputSpec] | None:
     """The input signature a TorchScript/.pt2 graph declares (loaded in a worker), else a guess, else None.
 
@@ -621,6 +366,6 @@ def inspect_inputs(path: str, timeout: float = 60.0, token: _Cancellable | None 
     check_trust(source, trusted is not None, has_model=False)
     request = {"op": "inspect", "path": os.path.abspath(path), "source": source.kind,
                "consent": {"main": trusted}}
-    result = _drain(execute(request, timeout, token), None)
+    result = drain(execute(request, timeout, token))
     specs = result.get("inputs")
     return None if not specs else [InputSpec.from_json(s) for s in specs]

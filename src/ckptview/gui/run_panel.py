@@ -2,6 +2,8 @@
 
 The job is the core's `runner.run_iter` generator on a pool thread; that generator drives a separate
 worker process, so a crash, a hang or an OOM in the model never reaches the window. Cancel kills the process.
+Ctrl+Return runs, Escape cancels; "Browse…" picks the model file and then one of the classes it defines
+(read with `ast`, never imported here); "Copy result as JSON" copies what `ckptview run --json` prints.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt, QThreadPool, Signal
-from PySide6.QtGui import QShowEvent, QStandardItemModel
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut, QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QMessageBox,
@@ -34,7 +37,9 @@ from ckptview.core import runner
 from ckptview.core.devices import DeviceInfo, parse_device
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.model_classes import ModelClass, ModelCodeError, classes_in_file
 from ckptview.core.run_inputs import InputSpecError, describe_inputs, parse_input_specs
+from ckptview.core.run_result import RunResult, result_json_text
 from ckptview.core.text import printable
 from ckptview.gui.gc_guard import install_gc_guard
 from ckptview.gui.panels import CheckpointContext, register_panel
@@ -101,24 +106,35 @@ def ask_trust(parent: QWidget, items: list[tuple[str, list[str]]]) -> bool:
     return box.exec() == QMessageBox.StandardButton.Yes
 
 
+def ask_model_class(parent: QWidget, path: str, classes: list[ModelClass]) -> str | None:
+    """The class the user picks among those a model file defines (nn.Module subclasses first); None: cancelled."""
+    names = [c.name for c in classes]
+    name, ok = QInputDialog.getItem(parent, "Model class", f"Classes defined in {os.path.basename(path)}:",
+                                    names, 0, False)
+    return name if ok and name in names else None
+
+
 class RunPanel(QWidget):
     """Device, model source, input, runs and timeout; Run/Cancel; a table of the outputs."""
 
-    runFinished = Signal(object)  # the result dict
+    runFinished = Signal(object)  # the RunResult
     runFailed = Signal(str)  # the one-line error
     devicesChanged = Signal()
 
     def __init__(self, context: CheckpointContext | None = None, path: str | None = None,
                  devices: list[DeviceInfo] | None = None,
                  confirm_trust: Callable[[list[tuple[str, list[str]]]], bool] | None = None,
+                 pick_class: Callable[[str, list[ModelClass]], str | None] | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.context = context
         self.path = path or (context.path if context is not None else "")
         # Asked with [(path, findings), ...] for every file torch would load that needs consent.
         self.confirm_trust = confirm_trust or (lambda items: ask_trust(self, items))
+        # Asked with (model file, its classes) when the file defines more than one candidate.
+        self.pick_class = pick_class or (lambda file, classes: ask_model_class(self, file, classes))
         self.trusted: dict[str, list[str]] = {}  # path -> the findings the user accepted for it
-        self.result: dict[str, Any] | None = None
+        self.result: RunResult | None = None
         self.last_error = ""
         self._worker: GeneratorWorker | None = None
         self._probe: GeneratorWorker | None = None
@@ -140,6 +156,12 @@ class RunPanel(QWidget):
         self.source_label.setWordWrap(True)
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("package.module:factory  or  path/to/file.py:ClassName")
+        self.model_browse = QPushButton("Browse…")
+        self.model_browse.setToolTip("Pick the Python file of the model, then the class (the file is read, not run)")
+        self.model_browse.clicked.connect(self._browse_model)
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model_edit)
+        model_row.addWidget(self.model_browse)
         self.kwargs_edit = QLineEdit()
         self.kwargs_edit.setPlaceholderText('keyword arguments as JSON, e.g. {"width": 256}')
         self.input_edit = QLineEdit()
@@ -166,7 +188,7 @@ class RunPanel(QWidget):
         form = QFormLayout()
         form.addRow("Device", self.device_combo)
         form.addRow("Model", self.source_label)
-        form.addRow("Model code", self.model_edit)
+        form.addRow("Model code", model_row)
         form.addRow("Arguments", self.kwargs_edit)
         form.addRow("Input", self.input_edit)
         form.addRow("Timed runs", self.runs_spin)
@@ -174,14 +196,28 @@ class RunPanel(QWidget):
         form.addRow("Compare with", compare_row)
 
         self.run_button = QPushButton("Run")
+        self.run_button.setToolTip("Run the forward pass (Ctrl+Return)")
         self.run_button.clicked.connect(self.start_run)
         self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the worker process (Escape)")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel_run)
+        self.copy_button = QPushButton("Copy result as JSON")
+        self.copy_button.setToolTip("Copy the result as `ckptview run --json` prints it")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(self.copy_result)
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.cancel_button)
         buttons.addStretch(1)
+        buttons.addWidget(self.copy_button)
+        context = Qt.ShortcutContext.WidgetWithChildrenShortcut  # only while focus is in this panel
+        self.shortcuts: list[QShortcut] = []
+        for key, slot in (("Ctrl+Return", self.start_run), ("Ctrl+Enter", self.start_run), ("Escape", self.cancel_run)):
+            shortcut = QShortcut(QKeySequence(key), self)
+            shortcut.setContext(context)
+            shortcut.activated.connect(slot)
+            self.shortcuts.append(shortcut)
 
         self.status_label = QLabel("")
         self.status_label.setWordWrap(True)
@@ -277,6 +313,7 @@ class RunPanel(QWidget):
         self.source_label.setText(words)
         needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE)
         self.model_edit.setEnabled(needs_code)
+        self.model_browse.setEnabled(needs_code)
         self.kwargs_edit.setEnabled(needs_code)
 
     def _checkpoint(self) -> Any:
@@ -300,6 +337,31 @@ class RunPanel(QWidget):
     def _set_prefill(self, specs: Any) -> None:
         if specs and not self.input_edit.text():
             self.input_edit.setText(describe_inputs(specs))
+
+    def _browse_model(self) -> None:
+        start = os.path.dirname(self.model_edit.text().rpartition(":")[0]) or os.path.dirname(self.path)
+        path, _ = QFileDialog.getOpenFileName(self, "Model code", start, "Python files (*.py);;All files (*)")
+        if path:
+            self.choose_model_class(path)
+
+    def choose_model_class(self, path: str) -> bool:
+        """Fill the model field with `path:Class`, the class picked among those the file defines (never run)."""
+        try:
+            classes = classes_in_file(path)
+        except ModelCodeError as exc:
+            self._show_error(str(exc))
+            return False
+        modules = [c for c in classes if c.is_module]
+        candidates = modules + [c for c in classes if not c.is_module]
+        if not candidates:
+            self._show_error(f"{os.path.basename(path)} defines no class")
+            return False
+        name = candidates[0].name if len(modules) == 1 or len(candidates) == 1 else self.pick_class(path, candidates)
+        if not name:
+            return False
+        self.model_edit.setText(f"{path}:{name}")
+        self.status_label.setText("")
+        return True
 
     def _browse_compare(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Second checkpoint", os.path.dirname(self.path))
@@ -352,6 +414,7 @@ class RunPanel(QWidget):
             self._show_error(str(exc))
             return False
         self.result = None
+        self.copy_button.setEnabled(False)
         self.table.setRowCount(0)
         self.summary_label.setText("")
         self.status_label.setText("starting the worker…")
@@ -366,9 +429,16 @@ class RunPanel(QWidget):
         _start(worker)
         return True
 
+    def copy_result(self) -> bool:
+        """Put the last result on the clipboard as `ckptview run --json` prints it; False when there is none."""
+        if self.result is None:
+            return False
+        QGuiApplication.clipboard().setText(result_json_text(self.result))
+        return True
+
     def cancel_run(self) -> None:
         """Kill the worker process (the job notices within a poll interval)."""
-        if self._worker is not None:
+        if self._worker is not None and not self._worker.is_done:
             self.status_label.setText("cancelling…")
             self._worker.quit()
 
@@ -397,49 +467,49 @@ class RunPanel(QWidget):
         self.status_label.setToolTip(message)
         self.runFailed.emit(message)
 
-    def _on_result(self, result: dict[str, Any]) -> None:
+    def _on_result(self, result: RunResult) -> None:
         self.result = result
-        warnings = result.get("warnings") or []
-        if warnings:
-            self.status_label.setText(f"<span style='color:#b26a00'>done on {_escape(result['device'])}, but "
-                                      f"{len(warnings)} kind(s) of weights did not load (see below)</span>")
+        self.copy_button.setEnabled(True)
+        device = _escape(printable(result.device))
+        if result.warnings:
+            self.status_label.setText(f"<span style='color:#b26a00'>done on {device}, but "
+                                      f"{len(result.warnings)} kind(s) of weights did not load (see below)</span>")
         else:
-            self.status_label.setText(f"done on {_escape(result['device'])}")
+            self.status_label.setText(f"done on {device}")
         self.summary_label.setText(summary_text(result))
-        diffs = {d["name"]: d for d in result.get("compare", {}).get("diff", [])}
-        self.table.setRowCount(len(result["outputs"]))
-        for row, out in enumerate(result["outputs"]):
-            stats = out.get("stats") or {}
-            diff = diffs.get(out["name"], {})
-            cells = [out["name"], "×".join(str(s) for s in out["shape"]) or "scalar", out["dtype"], out["device"],
-                     _num(stats.get("mean")), _num(stats.get("std")), _num(stats.get("min")),
-                     _num(stats.get("max")), str(stats.get("nan", "—")), str(stats.get("inf", "—")),
-                     ", ".join(_num(v) for v in (out.get("first") or [])),
-                     _num(diff.get("max_abs_diff")) if diff else ""]
+        diffs = {d.name: d for d in result.compare.diff} if result.compare is not None else {}
+        self.table.setRowCount(len(result.outputs))
+        for row, out in enumerate(result.outputs):
+            stats = out.stats
+            diff = diffs.get(out.name)
+            cells = [out.name, "×".join(str(s) for s in out.shape) or "scalar", out.dtype, out.device,
+                     *(_num(v) for v in ((stats.mean, stats.std, stats.min, stats.max) if stats else (None,) * 4)),
+                     str(stats.nan) if stats else "—", str(stats.inf) if stats else "—",
+                     ", ".join(_num(v) for v in (out.first or [])),
+                     _num(diff.max_abs_diff) if diff is not None else ""]
             for col, text in enumerate(cells):
-                self.table.setItem(row, col, QTableWidgetItem(text))
+                self.table.setItem(row, col, QTableWidgetItem(printable(text)))
         self.table.resizeColumnsToContents()
         self.runFinished.emit(result)
 
 
-def summary_text(result: dict[str, Any]) -> str:
+def summary_text(result: RunResult) -> str:
     """Load report, latency and memory as a few lines."""
-    load = result["load"]
-    lines = [f"Loaded {load.get('tensors', 0)} tensors ({_bytes(load.get('bytes_moved'))}) onto "
-             f"{result['device']} in {result['load_seconds'] * 1000:.1f} ms"]
-    if load.get("cuda_allocated") is not None:
-        lines[0] += (f"; CUDA allocated {_bytes(load['cuda_allocated'])}, "
-                     f"reserved {_bytes(load.get('cuda_reserved'))}")
-    lines += [f"Warning: {w}" for w in result.get("warnings", [])]
-    if load.get("stripped_prefixes"):
-        lines.append(f"Stripped prefixes: {' '.join(load['stripped_prefixes'])}")
-    lat = result["latency_ms"]
-    lines.append(f"Latency {lat['median']:.3f} ms median (min {lat['min']:.3f}, max {lat['max']:.3f}; "
-                 f"{lat.get('runs')} runs after {lat.get('warmup')} warm-up)")
-    if result.get("peak_memory_bytes") is not None:
-        lines.append(f"Peak memory {_bytes(result['peak_memory_bytes'])} ({result.get('peak_memory_kind')})")
-    if "compare" in result:
-        lines.append(f"Second checkpoint: {os.path.basename(result['compare']['path'])}")
+    load = result.load
+    lines = [f"Loaded {load.tensors} tensors ({_bytes(load.bytes_moved)}) onto "
+             f"{result.device} in {result.load_seconds * 1000:.1f} ms"]
+    if load.cuda_allocated is not None:
+        lines[0] += f"; CUDA allocated {_bytes(load.cuda_allocated)}, reserved {_bytes(load.cuda_reserved)}"
+    lines += [f"Warning: {w}" for w in result.warnings]
+    if load.stripped_prefixes:
+        lines.append(f"Stripped prefixes: {' '.join(load.stripped_prefixes)}")
+    lat = result.latency_ms
+    lines.append(f"Latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}; "
+                 f"{lat.runs} runs after {lat.warmup} warm-up)")
+    if result.peak_memory_bytes is not None:
+        lines.append(f"Peak memory {_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
+    if result.compare is not None:
+        lines.append(f"Second checkpoint: {os.path.basename(result.compare.path)}")
     return printable_lines(lines)
 
 
