@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from ckptview.core.jobs import drain
 from ckptview.core.series import (
     SERIES_CHUNK_ELEMS,
     SeriesResult,
@@ -14,7 +15,6 @@ from ckptview.core.series import (
     iter_series,
     plan_series,
 )
-from ckptview.core.stats import run_job
 from ckptview.core.text import printable
 
 MAX_ERROR_LINES = 20
@@ -57,7 +57,7 @@ def _factor(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     """Run `ckptview series`; returns the exit status."""
     result = plan_series(args.paths, args.stall_threshold, args.explode_factor)
-    result = run_job(iter_series(result, chunk_elems=max(1, args.chunk_elems)))
+    result = drain(iter_series(result, chunk_elems=max(1, args.chunk_elems)))
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
