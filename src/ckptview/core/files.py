@@ -400,7 +400,7 @@ def isfile(path: str) -> bool:
 def getsize(path: str) -> int:
     """os.path.getsize, also for URLs."""
     if is_url(path):
-        return int(_remote_file(path).size)
+        return int(_remote().remote_file(path, first=1).size)
     return os.path.getsize(path)
 
 

@@ -39,9 +39,10 @@ def _open_url(url: str) -> Checkpoint:
     remote.require_extra(url)
     session = remote.begin_session(url)
     try:
-        kind = remote.exists_kind(url)
-        if kind is None:
-            raise remote.not_found(url)
+        try:
+            kind = "dir" if remote.remote_file(url).is_dir else "file"
+        except remote.RemoteError as exc:
+            raise remote.not_found(url) if "not found" in str(exc) else exc from None
         head = b""
         if kind == "file":
             with open_regular(url) as fh:

@@ -39,8 +39,9 @@ _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _URL_ANYWHERE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]*@")
 _QUERY_ANYWHERE = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#]*)[?#]\S*")
 
-# Set by `--download` (command line) or the window's dialog: a server that ignores Range may be downloaded.
-ALLOW_DOWNLOAD = os.environ.get("CKPTVIEW_DOWNLOAD", "") not in ("", "0")
+def download_allowed() -> bool:
+    """True when `--download` (CKPTVIEW_DOWNLOAD=1) lets a server that ignores Range send the whole file."""
+    return os.environ.get("CKPTVIEW_DOWNLOAD", "") not in ("", "0")
 
 
 def timeout() -> float:
@@ -148,12 +149,16 @@ class Session:
         self.files: dict[str, RemoteFile] = {}
         self.lock = threading.Lock()
 
-    def file(self, url: str) -> RemoteFile:
-        """The RemoteFile of `url` in this session (opened, i.e. stat'ed, on first use)."""
+    def file(self, url: str, first: int = 0) -> RemoteFile:
+        """The RemoteFile of `url` in this session (opened, i.e. stat'ed, on first use).
+
+        The first request also fetches the first `first` bytes (default FIRST: a file about to be read);
+        a size or existence check asks for one byte.
+        """
         with self.lock:
             found = self.files.get(url)
         if found is None:
-            found = RemoteFile(url, self)
+            found = RemoteFile(url, self, first or FIRST)
             with self.lock:
                 found = self.files.setdefault(url, found)
         return found
@@ -197,10 +202,10 @@ def session_for(url: str) -> Session:
     return begin_session(url)
 
 
-def remote_file(url: str) -> RemoteFile:
+def remote_file(url: str, first: int = 0) -> RemoteFile:
     """The RemoteFile of `url` (through the session of the checkpoint being opened or read)."""
     require_extra(url)
-    return session_for(url).file(real_url(url))
+    return session_for(url).file(real_url(url), first)
 
 
 # ---------------------------------------------------------------------------------------------- backends
@@ -438,7 +443,7 @@ def _backend(url: str) -> _HttpBackend | _FsspecBackend:
 class RemoteFile:
     """A remote file opened for positioned reads: size and validator recorded by the first request."""
 
-    def __init__(self, url: str, session: Session) -> None:
+    def __init__(self, url: str, session: Session, first: int = FIRST) -> None:
         self.url, self.shown, self.session = url, shown(url), session
         with _REG_LOCK:
             _REAL[self.shown] = url
@@ -447,11 +452,11 @@ class RemoteFile:
         self._head = b""
         self._local: Any = None  # a downloaded copy (server without Range support, --download)
         self._lock = threading.Lock()
-        size, self.validator, head, self.is_dir = self.backend.stat(FIRST)
+        size, self.validator, head, self.is_dir = self.backend.stat(first)
         session.transfer.add(len(head))
         if size < 0:  # the server ignored Range
             full = -2 - size if size <= -2 else None
-            if not ALLOW_DOWNLOAD:
+            if not download_allowed():
                 what = f"{full} bytes ({_human(full)})" if full is not None else "the whole file (size unknown)"
                 raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests; reading "
                                   f"it means downloading {what}: pass --download to do that")
@@ -559,7 +564,7 @@ def _human(n: int | None) -> str:
 def exists_kind(url: str) -> str | None:
     """'file', 'dir' or None (not there) for a URL; network errors other than 'not found' raise."""
     try:
-        f = remote_file(url)
+        f = remote_file(url, first=1)
     except RemoteError as exc:
         if "not found" in str(exc):
             return None
