@@ -6,9 +6,9 @@ import pytest
 from guihelpers import make_state_dict, wait_settled
 from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtGui import QKeySequence
+from tests.remote_server import RangeServer
 
 from ckptview.gui.main_window import _local_paths
-from tests.remote_server import RangeServer
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
