@@ -267,13 +267,30 @@ def test_hf_sharded_folder_through_hf_endpoint(served, server, monkeypatch, caps
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     _reset_hf(monkeypatch, server.url)
     local = _local_listing(str(served / "hub" / "org" / "model"))
-    for url in ("hf://org/model", "hf://org/model/model.safetensors.index.json"):
+    for url in ("hf://org/model", "hf://org/model@main/model.safetensors.index.json",
+                "hf://org/model/model.safetensors.index.json"):
         try:
             data = _info_json(capsys, url)
         except (AssertionError, CheckpointError):
             pytest.fail(capsys.readouterr().err)
         assert [(t["name"], tuple(t["shape"]), t["dtype"]) for t in data["tensors"]] == local, url
-        assert data["transfer"]["requests"] >= 1
+        # One transfer counts the index and both shards' headers (the shards join the open's session).
+        shard_headers = sum(8 + int.from_bytes(p.read_bytes()[:8], "little")
+                            for p in (served / "hub" / "org" / "model").glob("*.safetensors"))
+        assert data["transfer"]["bytes"] >= shard_headers and data["transfer"]["requests"] >= 3
+
+
+def test_hf_single_file_and_missing_repo(served, server, monkeypatch, capsys):
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    _reset_hf(monkeypatch, server.url)
+    name = "model-00002-of-00002.safetensors"
+    data = _info_json(capsys, f"hf://org/model/{name}")
+    assert [(t["name"], tuple(t["shape"]), t["dtype"]) for t in data["tensors"]] == \
+           _local_listing(str(served / "hub" / "org" / "model" / name))
+    assert main(["info", "hf://org/nothing/model.safetensors"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "hf://org/nothing/model.safetensors" in err
 
 
 def _reset_hf(monkeypatch, endpoint: str) -> None:

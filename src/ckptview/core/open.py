@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
 from ckptview.core import files
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.files import FileIdentity, folder_identities, io_error, is_url, open_regular, stat_checked
 from ckptview.core.formats import readers
 from ckptview.core.model import BoundedWarnings, Checkpoint
+
+if TYPE_CHECKING:
+    from ckptview.core.remote import Session
 
 HEAD_BYTES = 4096
 
@@ -37,7 +41,13 @@ def _open_url(url: str) -> Checkpoint:
     from ckptview.core import remote
 
     remote.require_extra(url)
-    session = remote.begin_session(url)
+    with remote.opening(url) as session:
+        return _open_url_in(url, session)
+
+
+def _open_url_in(url: str, session: Session) -> Checkpoint:
+    from ckptview.core import remote
+
     try:
         try:
             kind = "dir" if remote.remote_file(url).is_dir else "file"

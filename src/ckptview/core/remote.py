@@ -23,11 +23,12 @@ import re
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ckptview.core.errors import CheckpointError, FileChangedError, NotACheckpointError
+from ckptview.core.errors import CheckpointError, FileChangedError, NotACheckpointError, RemoteError
 
 EXTRA_HINT = "pip install 'ckptview[remote]'"
 BLOCK = 256 << 10            # read-ahead: a small read fetches the aligned 256 KiB blocks around it
@@ -52,8 +53,7 @@ def timeout() -> float:
         return 30.0
 
 
-class RemoteError(CheckpointError):
-    """A remote file cannot be reached or read: one line naming the URL and the cause."""
+__all__ = ["RemoteError", "RemoteFile", "Session", "Transfer", "is_url", "redact", "remote_file", "shown"]
 
 
 def is_url(path: object) -> bool:
@@ -174,6 +174,25 @@ _REAL: dict[str, str] = {}  # shown URL -> URL with its query string (presigned 
 _REG_LOCK = threading.Lock()
 
 
+_OPENING = threading.local()  # the session of the open in progress on this thread (shards join it)
+
+
+@contextlib.contextmanager
+def opening(url: str) -> Iterator[Session]:
+    """The session an `open_checkpoint(url)` reads through: a new one, or the enclosing open's when
+    `url` lies below it (the shards of an index, the parts of a folder), so one transfer counts them all."""
+    outer: Session | None = getattr(_OPENING, "session", None)
+    if outer is not None and _strip_userinfo(url).startswith(outer.root):
+        yield outer
+        return
+    session = begin_session(url)
+    _OPENING.session = session
+    try:
+        yield session
+    finally:
+        _OPENING.session = outer
+
+
 def begin_session(url: str) -> Session:
     """A fresh session for opening `url` (a file or a folder); files below it are read through it."""
     url = _strip_userinfo(url)
@@ -247,15 +266,16 @@ def _status_cause(status: int) -> str:
 class _HttpBackend:
     """https:// and http:// through `requests`: ranged GETs, redirects followed, a timeout on each."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, transfer: Transfer) -> None:
         import requests
 
-        self.url, self.requests = url, requests
+        self.url, self.requests, self.transfer = url, requests, transfer
         self.http = requests.Session()
         self.http.headers["User-Agent"] = "ckptview"
         self.http.headers["Accept-Encoding"] = "identity"  # byte ranges of the file, never of a gzip of it
 
     def _get(self, headers: dict[str, str], stream: bool = True) -> Any:
+        self.transfer.add(0)  # one request; the body's bytes are counted as they are read
         try:
             return self.http.get(self.url, headers=headers, timeout=timeout(), stream=stream, allow_redirects=True)
         except self.requests.RequestException as exc:
@@ -299,6 +319,7 @@ class _HttpBackend:
             data = resp.raw.read(expect + 1, decode_content=False)
         except Exception as exc:  # a timeout or reset in the middle of the body
             raise RemoteError(f"cannot read {shown(self.url)}: {_network_cause(exc)}") from None
+        self.transfer.add(len(data), 0)
         if len(data) != expect:
             raise RemoteError(f"cannot read {shown(self.url)}: the server sent {len(data)} bytes for a "
                               f"{expect}-byte range (connection cut?)")
@@ -321,7 +342,7 @@ class _HttpBackend:
                 raise FileChangedError(shown(self.url), f"size {size} -> {total} bytes")
             return self._body(resp, end - start)
 
-    def download(self, into: Any, transfer: Transfer) -> None:
+    def download(self, into: Any) -> None:
         """The whole file into the open binary file `into` (a server that ignores Range; opted in)."""
         resp = self._get({})
         with contextlib.closing(resp):
@@ -332,9 +353,9 @@ class _HttpBackend:
                 for chunk in resp.iter_content(1 << 20):
                     into.write(chunk)
                     total += len(chunk)
+                    self.transfer.add(len(chunk), 0)
             except Exception as exc:
                 raise RemoteError(f"cannot read {shown(self.url)}: {_network_cause(exc)}") from None
-            transfer.add(total)
 
     def listdir(self) -> list[str]:
         """Names linked from the folder's HTML listing (servers that list folders), else []."""
@@ -342,7 +363,9 @@ class _HttpBackend:
         with contextlib.closing(resp):
             if resp.status_code >= 400:
                 raise RemoteError(f"cannot list {shown(self.url)}: {_status_cause(resp.status_code)}")
-            text = resp.raw.read(MAX_LISTING, decode_content=True).decode("utf-8", "replace")
+            raw = resp.raw.read(MAX_LISTING, decode_content=True)
+            self.transfer.add(len(raw), 0)
+            text = raw.decode("utf-8", "replace")
         names = []
         for href in re.findall(r'href="([^"?#]+)"', text):
             name = href.rstrip("/").rsplit("/", 1)[-1]
@@ -357,9 +380,10 @@ class _HttpBackend:
 class _FsspecBackend:
     """Any other protocol (hf://, s3://, gs://, memory://, ...) through fsspec's ranged reads."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, transfer: Transfer) -> None:
         import fsspec
 
+        self.transfer = transfer
         kwargs: dict[str, Any] = {}
         proto = _protocol(url)
         if proto == "s3":
@@ -375,6 +399,7 @@ class _FsspecBackend:
             raise RemoteError(f"cannot open {shown(url)}: {redact(str(exc))[:160]} ({EXTRA_HINT})") from None
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.transfer.add(0)  # one call (the protocol may make more requests; not seen from here)
         try:
             return fn(*args, **kwargs)
         except FileNotFoundError:
@@ -409,14 +434,15 @@ class _FsspecBackend:
 
     def fetch(self, start: int, end: int, size: int, validator: str) -> bytes:
         data = self._call("read", self.fs.cat_file, self.path, start=start, end=end)
+        self.transfer.add(len(data), 0)
         if len(data) != end - start:
             raise FileChangedError(shown(self.url), f"ends before byte {end}, was {size} bytes")
         return bytes(data)
 
-    def download(self, into: Any, transfer: Transfer) -> None:
+    def download(self, into: Any) -> None:
         data = self._call("read", self.fs.cat_file, self.path)
+        self.transfer.add(len(data), 0)
         into.write(data)
-        transfer.add(len(data))
 
     def listdir(self) -> list[str]:
         entries = self._call("list", self.fs.ls, self.path, detail=True)
@@ -430,11 +456,11 @@ class _FsspecBackend:
             return False
 
 
-def _backend(url: str) -> _HttpBackend | _FsspecBackend:
+def _backend(url: str, transfer: Transfer) -> _HttpBackend | _FsspecBackend:
     require_extra(url)
     if _protocol(url) in ("http", "https"):
-        return _HttpBackend(url)
-    return _FsspecBackend(url)
+        return _HttpBackend(url, transfer)
+    return _FsspecBackend(url, transfer)
 
 
 # ---------------------------------------------------------------------------------------------- the file
@@ -447,13 +473,12 @@ class RemoteFile:
         self.url, self.shown, self.session = url, shown(url), session
         with _REG_LOCK:
             _REAL[self.shown] = url
-        self.backend = _backend(url)
+        self.backend = _backend(url, session.transfer)
         self._changed: str | None = None
         self._head = b""
         self._local: Any = None  # a downloaded copy (server without Range support, --download)
         self._lock = threading.Lock()
         size, self.validator, head, self.is_dir = self.backend.stat(first)
-        session.transfer.add(len(head))
         if size < 0:  # the server ignored Range
             full = -2 - size if size <= -2 else None
             if not download_allowed():
@@ -467,7 +492,7 @@ class RemoteFile:
 
     def _download(self) -> None:
         self._local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
-        self.backend.download(self._local, self.session.transfer)
+        self.backend.download(self._local)
 
     def changed(self) -> str | None:
         """What a response showed changed since the file was opened, else None (asks the server nothing)."""
@@ -479,7 +504,6 @@ class RemoteFile:
         except FileChangedError as exc:
             self._changed = str(exc).split("(", 1)[-1].rsplit(")", 1)[0] if "(" in str(exc) else "changed"
             raise
-        self.session.transfer.add(len(data))
         return data
 
     def readinto(self, offset: int, view: memoryview) -> None:

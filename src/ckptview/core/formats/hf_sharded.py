@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core import files as cfiles
-from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.files import open_regular
 from ckptview.core.model import BoundedWarnings, Checkpoint, Node
 
@@ -183,6 +183,8 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
             continue
         try:
             shards[name] = open_checkpoint(shard_path)
+        except UNRECOVERABLE:  # a network failure or a changed file: never a partial set shown whole
+            raise
         except CheckpointError as exc:
             if index_path is None and len(shard_names) > 1:  # a stray file in a folder of shards
                 warnings.append(f"'{name}' skipped: {exc}")

@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from ckptview.core import files as cfiles
-from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.tree import build_tree
 
@@ -97,6 +97,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     def add_part(key: str, opener: Any) -> None:
         try:
             ckpt = opener()
+        except UNRECOVERABLE:  # a network failure or a changed file: never a partial folder shown whole
+            raise
         except CheckpointError as exc:
             warnings.append(f"'{key}' not read: {exc}")
             root.add(Node(key=key, kind="value", type_name="str", value=f"<not read: {exc}>"))
@@ -151,6 +153,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             size = cfiles.getsize(full)
             root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))
             continue
+        except UNRECOVERABLE:
+            raise
         except CheckpointError as exc:
             warnings.append(f"'{name}' not read: {exc}")
             root.add(Node(key=name, kind="value", type_name="str", value=f"<not read: {exc}>"))
