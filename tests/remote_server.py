@@ -83,6 +83,8 @@ class _Handler(BaseHTTPRequestHandler):
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.*)$", rel)
         if m:
             rel = f"/hub/{m.group(1)}/{m.group(3)}"
+        if rel.startswith("/private/"):
+            return self._send(403, b"forbidden", head=head)
         full = os.path.realpath(os.path.join(srv.root, rel.lstrip("/")))
         if not full.startswith(os.path.realpath(srv.root)) or not os.path.exists(full):
             return self._send(404, b"not found", head=head)

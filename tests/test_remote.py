@@ -171,6 +171,36 @@ def test_404_is_one_line_naming_the_url(server, capsys):
     assert "\n" not in err and url in err and ("not found" in err or "no such file" in err)
 
 
+def test_access_denied_and_unknown_host_are_one_line(server, capsys):
+    url = f"{server.url}/private/small.pt"
+    assert main(["info", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and url in err and "access denied (HTTP 403)" in err
+    url = "http://no-such-host.invalid/model.pt"
+    assert main(["info", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and url in err and "host not found" in err
+
+
+def test_run_refuses_a_url_in_one_line(server, capsys):
+    assert main(["run", f"{server.url}/small.pt"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "run needs a local file" in err
+
+
+def test_legacy_and_plain_pickle_files_read_by_range(served, server, tmp_path):
+    legacy = served / "legacy.pt"
+    torch.save({"w": torch.arange(6.0).reshape(2, 3), "n": 3}, legacy, _use_new_zipfile_serialization=False)
+    try:
+        ckpt = open_checkpoint(f"{server.url}/legacy.pt")
+        assert _listing(ckpt) == _local_listing(str(legacy))
+        entry = next(iter(ckpt.tensors()))
+        np.testing.assert_array_equal(np.asarray(read_values(entry.info)),
+                                      torch.load(legacy, weights_only=True)["w"].numpy())
+    finally:
+        legacy.unlink()
+
+
 def test_refused_connection_is_one_line(capsys):
     import socket
 

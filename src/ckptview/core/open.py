@@ -52,7 +52,7 @@ def _open_url_in(url: str, session: Session) -> Checkpoint:
         try:
             kind = "dir" if remote.remote_file(url).is_dir else "file"
         except remote.RemoteError as exc:
-            raise remote.not_found(url) if "not found" in str(exc) else exc from None
+            raise remote.not_found(url) if remote.is_missing(exc) else exc from None
         head = b""
         if kind == "file":
             with open_regular(url) as fh:

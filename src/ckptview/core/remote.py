@@ -252,6 +252,18 @@ def _network_cause(exc: BaseException) -> str:
     return redact(text)[:160]
 
 
+def _missing(message: str) -> RemoteError:
+    """A RemoteError saying the file is not there (HTTP 404, no such key): `exists_kind` answers None."""
+    exc = RemoteError(message)
+    exc.missing = True  # type: ignore[attr-defined]
+    return exc
+
+
+def is_missing(exc: BaseException) -> bool:
+    """True for the error of a URL that names nothing (as opposed to a network or access failure)."""
+    return bool(getattr(exc, "missing", False))
+
+
 def _status_cause(status: int) -> str:
     if status == 404:
         return "not found (HTTP 404)"
@@ -288,6 +300,8 @@ class _HttpBackend:
             final = resp.url or self.url
             if resp.status_code == 416:  # an empty file
                 return 0, self._validator(resp), b"", False
+            if resp.status_code == 404:
+                raise _missing(f"cannot open {shown(self.url)}: {_status_cause(404)}")
             if resp.status_code >= 400:
                 raise RemoteError(f"cannot open {shown(self.url)}: {_status_cause(resp.status_code)}")
             if final.split("?", 1)[0].endswith("/") or self.url.split("?", 1)[0].endswith("/"):
@@ -403,7 +417,7 @@ class _FsspecBackend:
         try:
             return fn(*args, **kwargs)
         except FileNotFoundError:
-            raise RemoteError(f"cannot {what} {shown(self.url)}: not found") from None
+            raise _missing(f"cannot {what} {shown(self.url)}: not found") from None
         except PermissionError:
             raise RemoteError(f"cannot {what} {shown(self.url)}: {_status_cause(403)}") from None
         except CheckpointError:
@@ -590,7 +604,7 @@ def exists_kind(url: str) -> str | None:
     try:
         f = remote_file(url, first=1)
     except RemoteError as exc:
-        if "not found" in str(exc):
+        if is_missing(exc):
             return None
         raise
     return "dir" if f.is_dir else "file"
