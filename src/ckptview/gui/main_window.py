@@ -89,6 +89,22 @@ class MainWindow(QMainWindow):
         self.status_label = QLabel()
         self.statusBar().addPermanentWidget(self.status_label)
         self.statusBar().addPermanentWidget(self.progress)
+        # A URL's tab: bytes and requests so far, refreshed while values are read (cheap: two counters).
+        self.transfer_label = QLabel()
+        self.statusBar().addPermanentWidget(self.transfer_label)
+        from PySide6.QtCore import QTimer
+
+        self._transfer_timer = QTimer(self, interval=500, timeout=self._show_transfer)
+        self._transfer_timer.start()
+
+    def _show_transfer(self) -> None:
+        tab = self.current_tab()
+        ckpt = getattr(tab, "checkpoint", None)
+        transfer = ckpt.metadata.get("_transfer") if ckpt is not None else None
+        text = (f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests"
+                if transfer is not None else "")
+        if self.transfer_label.text() != text:
+            self.transfer_label.setText(text)
 
     def _action(self, text: str, slot: Any, shortcut: Any = None, icon: QIcon | None = None) -> QAction:
         action = QAction(text, self)
