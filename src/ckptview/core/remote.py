@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import posixpath
 import re
@@ -34,7 +35,8 @@ EXTRA_HINT = "pip install 'ckptview[remote]'"
 BLOCK = 256 << 10            # read-ahead: a small read fetches the aligned 256 KiB blocks around it
 FIRST = 64 << 10             # the first request of a file (its size, validator and first bytes)
 LARGE_REQUEST = 16 << 20     # values are fetched in requests of at most this many bytes
-CACHE_BYTES = 64 << 20       # bounded local cache of blocks, per opened checkpoint
+CACHE_BYTES = 64 << 20       # the bounded local cache of blocks, shared by every remote file
+MAX_SESSIONS = 32            # sessions remembered for files first read after the open (DCP shards)
 MAX_LISTING = 4 << 20        # an HTML folder listing larger than this is not read
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _URL_ANYWHERE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]*@")
@@ -114,7 +116,7 @@ class Transfer:
 
 
 class _BlockCache:
-    """A bounded LRU of (file, block index) -> bytes."""
+    """A bounded LRU of (file serial, block index) -> bytes."""
 
     def __init__(self, limit: int = CACHE_BYTES) -> None:
         self.limit, self.size = limit, 0
@@ -145,7 +147,7 @@ class Session:
     def __init__(self, root: str) -> None:
         self.root = root
         self.transfer = Transfer()
-        self.cache = _BlockCache()
+        self.cache = _CACHE
         self.files: dict[str, RemoteFile] = {}
         self.lock = threading.Lock()
 
@@ -169,7 +171,9 @@ class Session:
             f.close()
 
 
-_SESSIONS: dict[str, Session] = {}
+_CACHE = _BlockCache()
+_SESSIONS: OrderedDict[str, Session] = OrderedDict()
+_SERIALS = itertools.count()
 _REAL: dict[str, str] = {}  # shown URL -> URL with its query string (presigned tokens stay in here)
 _REG_LOCK = threading.Lock()
 
@@ -199,7 +203,10 @@ def begin_session(url: str) -> Session:
     root = url if url.endswith("/") else dirname(url.split("?", 1)[0]) + "/"
     session = Session(root)
     with _REG_LOCK:
+        _SESSIONS.pop(session.root, None)
         _SESSIONS[session.root] = session
+        while len(_SESSIONS) > MAX_SESSIONS:
+            _SESSIONS.popitem(last=False)
         _REAL[shown(url)] = url
     return session
 
@@ -485,6 +492,7 @@ class RemoteFile:
 
     def __init__(self, url: str, session: Session, first: int = FIRST) -> None:
         self.url, self.shown, self.session = url, shown(url), session
+        self.serial = next(_SERIALS)  # the cache's key (an id() could be reused by a later file)
         with _REG_LOCK:
             _REAL[self.shown] = url
         self.backend = _backend(url, session.transfer)
@@ -548,7 +556,7 @@ class RemoteFile:
         blocks: dict[int, bytes] = {}
         missing: list[int] = []
         for b in range(first, last + 1):
-            data = self.session.cache.get((id(self), b))
+            data = self.session.cache.get((self.serial, b))
             if data is None:
                 missing.append(b)
             else:
@@ -566,7 +574,7 @@ class RemoteFile:
             for b in run:
                 piece = data[(b - run[0]) * BLOCK : (b - run[0] + 1) * BLOCK]
                 blocks[b] = piece
-                self.session.cache.put((id(self), b), piece)
+                self.session.cache.put((self.serial, b), piece)
         joined = b"".join(blocks[b] for b in range(first, last + 1))
         skip = offset - first * BLOCK
         view[:] = joined[skip : skip + n]
