@@ -332,3 +332,30 @@ def _reset_hf(monkeypatch, endpoint: str) -> None:
     from huggingface_hub import HfFileSystem
 
     HfFileSystem.clear_instance_cache()
+
+
+def test_cancel_stops_the_reads(served, server):
+    from ckptview.core.errors import Cancelled
+    from ckptview.core.jobs import CancelToken
+    from ckptview.core.stats import iter_tensor_summary
+
+    ckpt = open_checkpoint(f"{server.url}/small.pt")
+    entry = next(e for e in ckpt.tensors() if e.name == "w")
+    before = ckpt.metadata["_transfer"].bytes
+    token = CancelToken()
+    job = iter_tensor_summary(entry.info, token, chunk_elems=1 << 16)
+    next(job)  # the first chunk was read
+    token.cancel()
+    with pytest.raises(Cancelled):
+        next(job)
+    assert ckpt.metadata["_transfer"].bytes - before < entry.info.nbytes // 2  # the rest was never fetched
+
+
+def test_the_block_cache_is_bounded():
+    from ckptview.core.remote import _BlockCache
+
+    cache = _BlockCache(limit=10)
+    for i in range(100):
+        cache.put((0, i), b"abcd")
+    assert cache.size <= 10 and len(cache.blocks) == 2
+    assert cache.get((0, 99)) == b"abcd" and cache.get((0, 0)) is None
