@@ -73,6 +73,8 @@ def served(tmp_path_factory):
         {"metadata": {"total_size": 88}, "weight_map": {"a.weight": "model-00001-of-00002.safetensors",
                                                          "b.weight": "model-00002-of-00002.safetensors"}}))
     (repo / "config.json").write_text("{}")
+    (root / "hub" / "org" / "big").mkdir(parents=True)
+    save_file({"e": torch.randn(2048, 1024, generator=gen)}, str(root / "hub" / "org" / "big" / "m.safetensors"))
     return root
 
 
@@ -321,6 +323,18 @@ def test_hf_single_file_and_missing_repo(served, server, monkeypatch, capsys):
     assert main(["info", "hf://org/nothing/model.safetensors"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "hf://org/nothing/model.safetensors" in err
+
+
+def test_hf_reads_the_header_without_read_ahead(served, server, monkeypatch, capsys):
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    _reset_hf(monkeypatch, server.url)
+    server.counters.reset()
+    data = _info_json(capsys, "hf://org/big/m.safetensors")
+    assert [t["name"] for t in data["tensors"]] == ["e"]
+    # An 8 MiB file: its header came over the wire, not megabytes of fsspec's default read-ahead.
+    assert data["transfer"]["bytes"] < 1 << 20
+    assert server.counters.bytes < 1 << 20
 
 
 def _reset_hf(monkeypatch, endpoint: str) -> None:

@@ -454,7 +454,13 @@ class _FsspecBackend:
         return size, self.validator(info), data, False
 
     def fetch(self, start: int, end: int, size: int, validator: str) -> bytes:
-        data = self._call("read", self.fs.cat_file, self.path, start=start, end=end)
+        import fsspec
+
+        # The generic cat_file opens a buffered file whose default cache reads ahead by megabytes
+        # (HfFileSystem among others): ask for exactly the range. Protocols with their own ranged
+        # cat_file (s3fs, http) read exactly what is asked already.
+        exact = {"cache_type": "none"} if type(self.fs).cat_file is fsspec.AbstractFileSystem.cat_file else {}
+        data = self._call("read", self.fs.cat_file, self.path, start=start, end=end, **exact)
         self.transfer.add(len(data), 0)
         if len(data) != end - start:
             raise FileChangedError(shown(self.url), f"ends before byte {end}, was {size} bytes")
