@@ -373,3 +373,16 @@ def test_the_block_cache_is_bounded():
         cache.put((0, i), b"abcd")
     assert cache.size <= 10 and len(cache.blocks) == 2
     assert cache.get((0, 99)) == b"abcd" and cache.get((0, 0)) is None
+
+
+def test_a_small_file_sent_whole_for_a_range_is_read(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    save_file({"t": torch.arange(4.0)}, str(tmp_path / "tiny.safetensors"))
+    srv = RangeServer(str(tmp_path), honour_range=False)
+    try:
+        data = _info_json(capsys, f"{srv.url}/tiny.safetensors")
+        assert [t["name"] for t in data["tensors"]] == ["t"]
+        assert data["transfer"] == {"bytes": (tmp_path / "tiny.safetensors").stat().st_size, "requests": 1}
+    finally:
+        srv.stop()

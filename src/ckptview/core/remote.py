@@ -315,6 +315,9 @@ class _HttpBackend:
                 return 0, "", b"", True  # a folder (servers redirect 'folder' to 'folder/')
             if resp.status_code == 200:  # Range ignored: the whole file is coming
                 length = resp.headers.get("Content-Length")
+                if length is not None and length.isdigit() and int(length) <= first:
+                    # No more than was asked for: some servers answer a range covering the whole file so.
+                    return int(length), self._validator(resp), self._body(resp, int(length)), False
                 return -1 if length is None else -2 - int(length), self._validator(resp), b"", False
             total = self._total(resp)
             data = self._body(resp, min(first, total))
@@ -513,14 +516,20 @@ class RemoteFile:
                 what = f"{full} bytes ({_human(full)})" if full is not None else "the whole file (size unknown)"
                 raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests; reading "
                                   f"it means downloading {what}: pass --download to do that")
-            self._download()
-            size = os.fstat(self._local.fileno()).st_size
+            size = self._download()
         self.size = size
         self._head = head  # kept beside the cache: most headers (safetensors, zip data.pkl) lie in it
 
-    def _download(self) -> None:
-        self._local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
-        self.backend.download(self._local)
+    def _download(self) -> int:
+        """The whole file into a temporary file read from then on; its size."""
+        local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
+        try:
+            self.backend.download(local)
+        except BaseException:
+            local.close()
+            raise
+        self._local = local
+        return os.fstat(local.fileno()).st_size
 
     def changed(self) -> str | None:
         """What a response showed changed since the file was opened, else None (asks the server nothing)."""
