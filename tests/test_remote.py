@@ -386,3 +386,17 @@ def test_a_small_file_sent_whole_for_a_range_is_read(tmp_path, capsys):
         assert data["transfer"] == {"bytes": (tmp_path / "tiny.safetensors").stat().st_size, "requests": 1}
     finally:
         srv.stop()
+
+
+def test_series_of_urls(served, server, capsys):
+    for step in (1, 2):
+        torch.save({"w": torch.full((4,), float(step)), "step": step}, served / f"step-{step}.pt")
+    try:
+        urls = [f"{server.url}/step-{step}.pt" for step in (1, 2)]
+        assert main(["series", "--json", *urls]) == 0, capsys.readouterr().err
+        text = capsys.readouterr().out
+        assert all(url in text for url in urls)
+        json.loads(text)
+    finally:
+        for step in (1, 2):
+            (served / f"step-{step}.pt").unlink()
