@@ -115,6 +115,8 @@ class _Handler(BaseHTTPRequestHandler):
                 fh.seek(start)
                 body = fh.read(end - start + 1)
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+            if srv.lie == "long":  # a hostile server: more bytes than the range holds
+                body += b"\0" * (1 << 20)
             if m:
                 headers.update(self._hub_headers(full, etag))
             return self._send(206, body, headers, head=head)
@@ -188,7 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class RangeServer(ThreadingHTTPServer):
-    """The server: `honour_range=False` makes one that ignores Range; set `hang` to make it never answer."""
+    """The server: `honour_range=False` makes one that ignores Range; set `hang` to make it never answer,
+    `lie` to make it answer wrongly."""
 
     daemon_threads = True
 
@@ -200,6 +203,7 @@ class RangeServer(ThreadingHTTPServer):
         self.root, self.honour_range = root, honour_range
         self.counters = Counters()
         self.hang: threading.Event | None = None
+        self.lie: str | None = None  # "long": range answers carry more bytes than asked for
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
 

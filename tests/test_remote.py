@@ -400,3 +400,15 @@ def test_series_of_urls(served, server, capsys):
     finally:
         for step in (1, 2):
             (served / f"step-{step}.pt").unlink()
+
+
+def test_a_server_sending_more_than_the_range_is_one_line(served, capsys):
+    srv = RangeServer(str(served))
+    srv.lie = "long"
+    try:
+        url = f"{srv.url}/small.pt"
+        assert main(["info", url]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and url in err and "bytes for a" in err
+    finally:
+        srv.stop()
