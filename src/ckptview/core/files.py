@@ -400,7 +400,7 @@ def isfile(path: str) -> bool:
 def getsize(path: str) -> int:
     """os.path.getsize, also for URLs."""
     if is_url(path):
-        return int(_remote().remote_file(path, first=1).size)
+        return int(_remote().size_of(path))
     return os.path.getsize(path)
 
 

@@ -149,6 +149,8 @@ class Session:
         self.transfer = Transfer()
         self.cache = _CACHE
         self.files: dict[str, RemoteFile] = {}
+        # What folder listings said: URL -> (is a folder, size or None); spares a request per file.
+        self.known: dict[str, tuple[bool, int | None]] = {}
         self.lock = threading.Lock()
 
     def file(self, url: str, first: int = 0) -> RemoteFile:
@@ -381,8 +383,8 @@ class _HttpBackend:
             except Exception as exc:
                 raise RemoteError(f"cannot read {shown(self.url)}: {_network_cause(exc)}") from None
 
-    def listdir(self) -> list[str]:
-        """Names linked from the folder's HTML listing (servers that list folders), else []."""
+    def listdir(self) -> list[tuple[str, bool, int | None]]:
+        """(name, is a folder, None) for each name linked from the folder's HTML listing."""
         resp = self._get({})
         with contextlib.closing(resp):
             if resp.status_code >= 400:
@@ -396,8 +398,9 @@ class _HttpBackend:
             from urllib.parse import unquote
 
             name = unquote(name)
-            if name and name not in (".", "..") and name not in names and not href.startswith(("http:", "https:")):
-                names.append(name + ("/" if href.endswith("/") else ""))
+            if name and name not in (".", "..") and not href.startswith(("http:", "https:")) and \
+                    all(n != name for n, _, _ in names):
+                names.append((name, href.endswith("/"), None))
         return names
 
 
@@ -462,7 +465,8 @@ class _FsspecBackend:
         # The generic cat_file opens a buffered file whose default cache reads ahead by megabytes
         # (HfFileSystem among others): ask for exactly the range. Protocols with their own ranged
         # cat_file (s3fs, http) read exactly what is asked already.
-        exact = {"cache_type": "none"} if type(self.fs).cat_file is fsspec.AbstractFileSystem.cat_file else {}
+        generic = type(self.fs).cat_file is fsspec.AbstractFileSystem.cat_file and not getattr(self.fs, "async_impl", False)
+        exact = {"cache_type": "none"} if generic else {}
         data = self._call("read", self.fs.cat_file, self.path, start=start, end=end, **exact)
         self.transfer.add(len(data), 0)
         if len(data) != end - start:
@@ -474,9 +478,10 @@ class _FsspecBackend:
         self.transfer.add(len(data), 0)
         into.write(data)
 
-    def listdir(self) -> list[str]:
+    def listdir(self) -> list[tuple[str, bool, int | None]]:
         entries = self._call("list", self.fs.ls, self.path, detail=True)
-        return [posixpath.basename(e["name"].rstrip("/")) + ("/" if e.get("type") == "directory" else "")
+        return [(posixpath.basename(e["name"].rstrip("/")), e.get("type") == "directory",
+                 int(e["size"]) if isinstance(e.get("size"), int) and e.get("type") != "directory" else None)
                 for e in entries]
 
     def exists_file(self) -> bool:
@@ -602,8 +607,13 @@ class RemoteFile:
         return bytes(buf)
 
     def listdir(self) -> list[str]:
-        """Names in a folder URL (a trailing '/' marks sub-folders)."""
-        return self.backend.listdir()
+        """Names in a folder URL (a trailing '/' marks sub-folders); what it says is remembered."""
+        entries = self.backend.listdir()
+        base = self.url.split("?", 1)[0].rstrip("/")
+        with self.session.lock:
+            for name, is_dir, size in entries:
+                self.session.known.setdefault(base + "/" + name, (is_dir, size))
+        return [name + ("/" if is_dir else "") for name, is_dir, _ in entries]
 
     def close(self) -> None:
         """Drop a downloaded copy."""
@@ -622,8 +632,25 @@ def _human(n: int | None) -> str:
 # ---------------------------------------------------------------------------------------------- path helpers
 
 
+def _known(url: str) -> tuple[bool, int | None] | None:
+    session, real = session_for(url), real_url(url)
+    with session.lock:
+        return session.known.get(real.rstrip("/"))
+
+
+def size_of(url: str) -> int:
+    """The size of the file at `url`: from a folder listing when one said it, else a 1-byte request."""
+    known = _known(url)
+    if known is not None and not known[0] and known[1] is not None:
+        return known[1]
+    return remote_file(url, first=1).size
+
+
 def exists_kind(url: str) -> str | None:
     """'file', 'dir' or None (not there) for a URL; network errors other than 'not found' raise."""
+    known = _known(url)
+    if known is not None:
+        return "dir" if known[0] else "file"
     try:
         f = remote_file(url, first=1)
     except RemoteError as exc:
