@@ -37,6 +37,7 @@ FIRST = 64 << 10             # the first request of a file (its size, validator 
 LARGE_REQUEST = 16 << 20     # values are fetched in requests of at most this many bytes
 CACHE_BYTES = 64 << 20       # the bounded local cache of blocks, shared by every remote file
 MAX_SESSIONS = 32            # sessions remembered for files first read after the open (DCP shards)
+METADATA_NAMES = (".metadata", ".json")  # read whole right after their size is asked for
 MAX_LISTING = 4 << 20        # an HTML folder listing larger than this is not read
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _URL_ANYWHERE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]*@")
@@ -512,6 +513,7 @@ class RemoteFile:
         self.backend = _backend(url, session.transfer)
         self._changed: str | None = None
         self._head = b""
+        self._listing: list[tuple[str, bool, int | None]] | None = None
         self._local: Any = None  # a downloaded copy (server without Range support, --download)
         self._lock = threading.Lock()
         size, self.validator, head, self.is_dir = self.backend.stat(first)
@@ -607,8 +609,10 @@ class RemoteFile:
         return bytes(buf)
 
     def listdir(self) -> list[str]:
-        """Names in a folder URL (a trailing '/' marks sub-folders); what it says is remembered."""
-        entries = self.backend.listdir()
+        """Names in a folder URL (a trailing '/' marks sub-folders); listed once per open, remembered."""
+        if self._listing is None:
+            self._listing = self.backend.listdir()
+        entries = self._listing
         base = self.url.split("?", 1)[0].rstrip("/")
         with self.session.lock:
             for name, is_dir, size in entries:
@@ -643,7 +647,8 @@ def size_of(url: str) -> int:
     known = _known(url)
     if known is not None and not known[0] and known[1] is not None:
         return known[1]
-    return remote_file(url, first=1).size
+    # A metadata file's size is asked for just before it is read whole: fetch its start with it.
+    return remote_file(url, first=FIRST if url.endswith(METADATA_NAMES) else 1).size
 
 
 def exists_kind(url: str) -> str | None:
