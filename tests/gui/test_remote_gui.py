@@ -44,6 +44,17 @@ def test_open_url_shows_tree_transfer_and_recent_without_tokens(qtbot, window, s
     qtbot.waitUntil(lambda: window.transfer_label.text() ==
                     f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests", timeout=10_000)
     assert "SECRET" not in window.tabs.tabToolTip(0) and "pw" not in window.tabs.tabToolTip(0)
+    assert tab.path == f"{server.url}/model.pth"  # what the tab logs and shows carries no token
+    assert all("token=hf_SECRET" in p for p in server.counters.paths)  # ... yet every request carried it
+
+
+def test_a_url_token_never_reaches_the_log_or_the_error_page(qtbot, window, server, caplog):
+    host = server.url.split("://", 1)[1]
+    (tab,) = window.open_paths([f"http://me:pw@{host}/missing.pth?token=hf_SECRET"])
+    wait_settled(qtbot, tab)
+    assert tab.state != "ready"
+    assert "SECRET" not in caplog.text and "me:pw" not in caplog.text
+    assert "SECRET" not in tab.error_text and "pw@" not in tab.error_text
 
 
 def test_a_dropped_link_opens_and_a_404_is_a_message_in_its_tab(qtbot, window, server):

@@ -200,9 +200,18 @@ def opening(url: str) -> Iterator[Session]:
         _OPENING.session = outer
 
 
+def remember(url: str) -> str:
+    """The shown form of `url`, to hand around in its place (tabs, logs); reads map it back to `url`."""
+    url = _strip_userinfo(url)
+    with _REG_LOCK:
+        if shown(url) != url:  # never map a URL's token away by a later mention without it
+            _REAL[shown(url)] = url
+    return shown(url)
+
+
 def begin_session(url: str) -> Session:
     """A fresh session for opening `url` (a file or a folder); files below it are read through it."""
-    url = _strip_userinfo(url)
+    url = real_url(url)
     root = url if url.endswith("/") else dirname(url.split("?", 1)[0]) + "/"
     session = Session(root)
     with _REG_LOCK:
@@ -210,7 +219,8 @@ def begin_session(url: str) -> Session:
         _SESSIONS[session.root] = session
         while len(_SESSIONS) > MAX_SESSIONS:
             _SESSIONS.popitem(last=False)
-        _REAL[shown(url)] = url
+        if shown(url) != url:  # never map a URL's token away by a later mention without it
+            _REAL[shown(url)] = url
     return session
 
 
@@ -509,7 +519,8 @@ class RemoteFile:
         self.url, self.shown, self.session = url, shown(url), session
         self.serial = next(_SERIALS)  # the cache's key (an id() could be reused by a later file)
         with _REG_LOCK:
-            _REAL[self.shown] = url
+            if self.shown != url:
+                _REAL[self.shown] = url
         self.backend = _backend(url, session.transfer)
         self._changed: str | None = None
         self._head = b""

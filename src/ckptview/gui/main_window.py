@@ -415,8 +415,13 @@ def _local_paths(mime: Any) -> list[str]:
 
 
 def _normalized(path: str) -> str:
-    """A local path made absolute; a URL as given."""
-    return path.strip() if is_url(path.strip()) else os.path.abspath(os.path.expanduser(path))
+    """A local path made absolute; a URL in its shown form (no credentials or tokens: tabs and logs
+    carry that form, reads map it back to the URL given)."""
+    if is_url(path.strip()):
+        from ckptview.core.remote import remember
+
+        return remember(path.strip())
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _shown(path: str) -> str:
