@@ -394,6 +394,10 @@ class _HttpBackend:
             except Exception as exc:
                 raise RemoteError(f"cannot read {shown(self.url)}: {_network_cause(exc)}") from None
 
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.http.close()
+
     def listdir(self) -> list[tuple[str, bool, int | None]]:
         """(name, is a folder, None) for each name linked from the folder's HTML listing."""
         resp = self._get({})
@@ -494,6 +498,9 @@ class _FsspecBackend:
         return [(posixpath.basename(e["name"].rstrip("/")), e.get("type") == "directory",
                  int(e["size"]) if isinstance(e.get("size"), int) and e.get("type") != "directory" else None)
                 for e in entries]
+
+    def close(self) -> None:
+        """Nothing to close: fsspec keeps its filesystems."""
 
     def exists_file(self) -> bool:
         try:
@@ -631,11 +638,18 @@ class RemoteFile:
         return [name + ("/" if is_dir else "") for name, is_dir, _ in entries]
 
     def close(self) -> None:
-        """Drop a downloaded copy."""
-        if self._local is not None:
+        """Drop a downloaded copy and the backend's pooled connections."""
+        local, self._local = getattr(self, "_local", None), None
+        if local is not None:
             with contextlib.suppress(OSError):
-                self._local.close()
-            self._local = None
+                local.close()
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 def _human(n: int | None) -> str:
