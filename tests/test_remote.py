@@ -414,3 +414,23 @@ def test_a_server_sending_more_than_the_range_is_one_line(served, capsys):
         assert "\n" not in err and url in err and "bytes for a" in err
     finally:
         srv.stop()
+
+
+def test_hf_timeout_is_one_line(served, monkeypatch, capsys):
+    pytest.importorskip("huggingface_hub")
+    srv = RangeServer(str(served))
+    srv.hang = threading.Event()
+    monkeypatch.setenv("CKPTVIEW_TIMEOUT", "0.3")
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    _reset_hf(monkeypatch, srv.url)
+    import huggingface_hub.constants as c
+
+    monkeypatch.setattr(c, "HF_HUB_ETAG_TIMEOUT", c.HF_HUB_ETAG_TIMEOUT)  # restored after the test
+    monkeypatch.setattr(c, "HF_HUB_DOWNLOAD_TIMEOUT", c.HF_HUB_DOWNLOAD_TIMEOUT)
+    try:
+        url = "hf://org/model/model.safetensors.index.json"
+        assert main(["info", url]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and url in err and "timed out" in err, err
+    finally:
+        srv.stop()

@@ -431,9 +431,10 @@ class _FsspecBackend:
         if proto == "s3":
             kwargs = {"config_kwargs": {"connect_timeout": timeout(), "read_timeout": timeout(),
                                         "retries": {"max_attempts": 2}}}
-        if proto == "hf":
-            os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(int(timeout())))
-            os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout())))
+        if proto == "hf":  # the hub reads its timeouts at import: set them where it looks for them
+            from huggingface_hub import constants
+
+            constants.HF_HUB_ETAG_TIMEOUT = constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout()  # type: ignore[assignment]
         self.url = url
         try:
             self.fs, self.path = fsspec.core.url_to_fs(url, **kwargs)
