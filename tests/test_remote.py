@@ -74,6 +74,8 @@ def served(tmp_path_factory):
                                                          "b.weight": "model-00002-of-00002.safetensors"}}))
     (repo / "config.json").write_text("{}")
     (root / "hub" / "org" / "big").mkdir(parents=True)
+    (root / "hub" / "org" / "zips").mkdir(parents=True)
+    os.symlink(root / "big.pt", root / "hub" / "org" / "zips" / "big.pt")
     save_file({"e": torch.randn(2048, 1024, generator=gen)}, str(root / "hub" / "org" / "big" / "m.safetensors"))
     return root
 
@@ -337,6 +339,18 @@ def test_hf_reads_the_header_without_read_ahead(served, server, monkeypatch, cap
     # An 8 MiB file: its header came over the wire, not megabytes of fsspec's default read-ahead.
     assert data["transfer"]["bytes"] < 1 << 20
     assert server.counters.bytes < 1 << 20
+
+
+def test_hf_1gb_zip_lists_from_under_1mb(served, server, monkeypatch, capsys):
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    _reset_hf(monkeypatch, server.url)
+    server.counters.reset()
+    data = _info_json(capsys, "hf://org/zips/big.pt")
+    assert [(t["name"], tuple(t["shape"]), t["dtype"]) for t in data["tensors"]] == \
+           _local_listing(str(served / "big.pt"))
+    assert data["transfer"]["bytes"] < 1 << 20 and data["transfer"]["requests"] <= 8
+    assert server.counters.bytes < 1 << 20  # the server agrees: API answers included
 
 
 def _reset_hf(monkeypatch, endpoint: str) -> None:
