@@ -151,9 +151,16 @@ def test_statistics_of_one_tensor_read_about_its_bytes(served, server):
 
 def test_export_of_one_remote_tensor_equals_torch_load(served, server, tmp_path, capsys):
     out = tmp_path / "w.npy"
+    server.counters.reset()
     assert main(["export", f"{server.url}/small.pt", "--key", "w", "--out", str(out)]) == 0
     local = torch.load(served / "small.pt", weights_only=True)["w"].numpy()
     np.testing.assert_array_equal(np.load(out), local)
+    # About that tensor's bytes: the listing's few blocks aside, nothing of the other tensors.
+    assert local.nbytes <= server.counters.bytes <= local.nbytes + (1 << 20)
+    server.counters.reset()  # one small tensor of the 1 GiB zip: its bytes, not the gigabyte beside it
+    assert main(["export", f"{server.url}/big.pt", "--key", "small", "--out", str(tmp_path / "s.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert server.counters.bytes < 1 << 20
 
 
 def test_values_of_a_slice_match_and_bfloat16_reads(served, server):
