@@ -147,6 +147,11 @@ def test_statistics_of_one_tensor_read_about_its_bytes(served, server):
     assert remote_stats["min"] == float(local.min()) and remote_stats["max"] == float(local.max())
     nbytes = local.numel() * 4
     assert nbytes <= spent <= nbytes + (1 << 20)  # the tensor's bytes, plus at most a block of read-ahead
+    big = open_checkpoint(f"{server.url}/big.pt")  # a 48-byte tensor beside a gigabyte: bytes, not the GB
+    before = big.metadata["_transfer"].bytes
+    small = next(e for e in big.tensors() if e.name == "small")
+    assert stats_json_for(small.info)["max"] == 11.0
+    assert big.metadata["_transfer"].bytes - before < 1 << 20
 
 
 def test_export_of_one_remote_tensor_equals_torch_load(served, server, tmp_path, capsys):
