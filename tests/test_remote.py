@@ -77,7 +77,8 @@ def served(tmp_path_factory):
     (root / "hub" / "org" / "zips").mkdir(parents=True)
     os.symlink(root / "big.pt", root / "hub" / "org" / "zips" / "big.pt")
     save_file({"e": torch.randn(2048, 1024, generator=gen)}, str(root / "hub" / "org" / "big" / "m.safetensors"))
-    return root
+    yield root
+    (root / "big.pt").unlink()  # pytest keeps the last runs' folders: not a gigabyte each
 
 
 @pytest.fixture(scope="session")
