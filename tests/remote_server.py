@@ -89,6 +89,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not full.startswith(os.path.realpath(srv.root)) or not os.path.exists(full):
             return self._send(404, b"not found", head=head)
         if os.path.isdir(full):
+            if not srv.listings:  # an object store: folders are not there, only their files
+                return self._send(404, b"not found", head=head)
             if not rel.endswith("/"):
                 return self._send(301, b"", {"Location": rel + "/"}, head=head)
             names = sorted(os.listdir(full))
@@ -203,7 +205,8 @@ class RangeServer(ThreadingHTTPServer):
         self.root, self.honour_range = root, honour_range
         self.counters = Counters()
         self.hang: threading.Event | None = None
-        self.lie: str | None = None  # "long": range answers carry more bytes than asked for
+        self.lie: str | None = None
+        self.listings = True  # False: folders answer 404, as object stores and CDNs do  # "long": range answers carry more bytes than asked for
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
 

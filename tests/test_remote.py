@@ -136,6 +136,18 @@ def test_dcp_over_http_reads_metadata_not_the_shards(served, server):
     assert got.shape == (8, 4)
 
 
+def test_dcp_on_a_server_without_folder_listings(served):
+    srv = RangeServer(str(served))
+    srv.listings = False
+    try:
+        ckpt = open_checkpoint(f"{srv.url}/dcp/")
+        assert _listing(ckpt) == _local_listing(str(served / "dcp"))
+        entry = next(e for e in ckpt.tensors() if e.name == "layer.bias")
+        np.testing.assert_array_equal(np.asarray(read_values(entry.info)), np.zeros(8, dtype=np.float32))
+    finally:
+        srv.stop()
+
+
 def test_statistics_of_one_tensor_read_about_its_bytes(served, server):
     ckpt = open_checkpoint(f"{server.url}/small.pt")
     before = ckpt.metadata["_transfer"].bytes

@@ -320,6 +320,8 @@ class _HttpBackend:
             final = resp.url or self.url
             if resp.status_code == 416:  # an empty file
                 return 0, self._validator(resp), b"", False
+            if resp.status_code in (403, 404) and self.url.split("?", 1)[0].endswith("/"):
+                return 0, "", b"", True  # a folder the server does not list (object stores, CDNs)
             if resp.status_code == 404:
                 raise _missing(f"cannot open {shown(self.url)}: {_status_cause(404)}")
             if resp.status_code >= 400:
@@ -402,6 +404,8 @@ class _HttpBackend:
         """(name, is a folder, None) for each name linked from the folder's HTML listing."""
         resp = self._get({})
         with contextlib.closing(resp):
+            if resp.status_code in (403, 404):  # not listed: its files are reached by name only
+                return []
             if resp.status_code >= 400:
                 raise RemoteError(f"cannot list {shown(self.url)}: {_status_cause(resp.status_code)}")
             raw = resp.raw.read(MAX_LISTING, decode_content=True)
