@@ -407,9 +407,9 @@ def test_cancel_stops_the_reads(served, server):
 
 
 def test_the_block_cache_is_bounded():
-    from ckptview.core.remote import _BlockCache
+    from ckptview.core.remote import BlockCache
 
-    cache = _BlockCache(limit=10)
+    cache = BlockCache(limit=10)
     for i in range(100):
         cache.put((0, i), b"abcd")
     assert cache.size <= 10 and len(cache.blocks) == 2
