@@ -36,6 +36,8 @@ def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
+    parser.add_argument("--download", action="store_true",  # taken out of argv by main(), anywhere in it
+                        help="a URL whose server ignores range requests may be downloaded whole")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
     for module in modules.values():
         module.add_parser(sub)  # type: ignore[attr-defined]
