@@ -40,7 +40,7 @@ class FileChangedError(CheckpointError):
     def __init__(self, path: str, what: str = "") -> None:
         detail = f" ({what})" if what else ""
         super().__init__(f"the file changed on disk since it was opened{detail}: {path}")
-        self.path = path
+        self.path, self.what = path, what
 
 
 # Errors a reader must pass on rather than turn into a warning about one part of a folder.

@@ -74,7 +74,7 @@ class RemoteFile:
         try:
             data = self.backend.fetch(start, end, self.size, self.validator)
         except FileChangedError as exc:
-            self._changed = str(exc).split("(", 1)[-1].rsplit(")", 1)[0] if "(" in str(exc) else "changed"
+            self._changed = getattr(exc, "what", "") or "changed since it was opened"  # later reads refused too
             raise
         return data
 
