@@ -219,7 +219,7 @@ def test_run_refuses_a_url_in_one_line(server, capsys):
     assert "\n" not in err and "run needs a local file" in err
 
 
-def test_legacy_and_plain_pickle_files_read_by_range(served, server, tmp_path):
+def test_a_legacy_torch_file_reads_by_range(served, server, tmp_path):
     legacy = served / "legacy.pt"
     torch.save({"w": torch.arange(6.0).reshape(2, 3), "n": 3}, legacy, _use_new_zipfile_serialization=False)
     try:
