@@ -36,6 +36,8 @@ def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
+    parser.add_argument("--download", action="store_true",  # taken out of argv by main(), anywhere in it
+                        help="a URL whose server ignores range requests may be downloaded whole")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
     for module in modules.values():
         module.add_parser(sub)  # type: ignore[attr-defined]
@@ -45,6 +47,9 @@ def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ckptview` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--download" in argv:  # any command: a server that ignores Range may be downloaded whole
+        argv.remove("--download")
+        os.environ["CKPTVIEW_DOWNLOAD"] = "1"
     if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
         return _launch_gui(argv)
     modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
@@ -52,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(modules[args.command].run(args))  # type: ignore[attr-defined]
     except CheckpointError as exc:
-        print(f"ckptview: {printable(exc)}", file=sys.stderr)
+        print(f"ckptview: {printable(_redact(str(exc)))}", file=sys.stderr)
         return getattr(exc, "exit_status", 2)
     except FileNotFoundError as exc:
         print(f"ckptview: no such file: {printable(exc.filename)}", file=sys.stderr)
@@ -79,6 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ckptview: internal error: {type(exc).__name__}: {printable(exc)} (CKPTVIEW_DEBUG=1 shows the traceback;"
               " please report it)", file=sys.stderr)
         return 2  # diff(1)'s "trouble" status, like every other error
+
+
+def _redact(text: str) -> str:
+    """Messages naming a URL never show its user:password or query string (tokens)."""
+    if "://" not in text:
+        return text
+    from ckptview.core.remote import redact
+
+    return redact(text)
 
 
 def _launch_gui(argv: list[str]) -> int:

@@ -24,8 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("diff", help="compare two checkpoints tensor by tensor",
                        description="Compare two checkpoints. Exit status 0 when every tensor is identical, "
                                    "1 when something differs, 2 on error.")
-    p.add_argument("a", help="first checkpoint (A)")
-    p.add_argument("b", help="second checkpoint (B)")
+    p.add_argument("a", help="first checkpoint (A): a path or a URL")
+    p.add_argument("b", help="second checkpoint (B): a path or a URL")
     p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
     p.add_argument("--strip-a", metavar="PREFIX", default=None,
                    help="prefix to remove from A's names instead of the detected one ('' removes nothing)")

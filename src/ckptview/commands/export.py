@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "export", help="export tensors to .npy files, an .npz or a .safetensors file",
         description="Format: --format, else from OUT: *.npz, *.safetensors, *.npy (one tensor); "
                     "anything else (an existing folder, a trailing '/', no suffix) is a folder of .npy files.")
-    p.add_argument("path", help="checkpoint file or folder")
+    p.add_argument("path", help="checkpoint file or folder, or a URL (https://, hf://, s3://)")
     p.add_argument("--out", required=True, help="output folder (npy) or file (.npz, .safetensors, .npy)")
     p.add_argument("--key", action="append", metavar="NAME",
                    help="tensor name or glob as `ckptview info` lists them (repeatable; default: all)")

@@ -25,7 +25,7 @@ from ckptview.core.units import human_bytes, human_count, shape_str
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the `info` subcommand."""
     p = sub.add_parser("info", help="list everything inside a checkpoint")
-    p.add_argument("path", help="checkpoint file or folder")
+    p.add_argument("path", help="checkpoint file or folder, or a URL (https://, hf://, s3://)")
     p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
     p.add_argument("--stats", action="store_true", help="add per-tensor statistics (reads the values)")
 
@@ -52,6 +52,8 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False) -> Iterator[tuple[str, 
         yield "pickles", ckpt.metadata["pickles"]
     yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some
     yield "optimizers", _optimizers(ckpt)  # metadata only (reads nothing but 0-d step tensors)
+    if (transfer := ckpt.metadata.get("_transfer")) is not None:  # a URL: what the network cost, last
+        yield "transfer", transfer.as_dict()
 
 
 def _tensor_items(ckpt: Checkpoint, stats: bool) -> Iterator[dict[str, Any]]:
@@ -215,6 +217,9 @@ def print_table(data: dict[str, Any]) -> None:
                   + (f", lr {', '.join(f'{x:g}' for x in lrs)}" if lrs else "") + "\n")
     for warning in data["warnings"]:
         out.write(f"warning: {printable(warning)}\n")
+    if "transfer" in data:
+        t = data["transfer"]
+        out.write(f"transfer: {human_bytes(t['bytes'])} in {t['requests']} request{'' if t['requests'] == 1 else 's'}\n")
 
 
 def _fmt(x: Any) -> str:

@@ -30,10 +30,18 @@ class Cancelled(Exception):
     """A long job was cancelled through its CancelToken."""
 
 
+class RemoteError(CheckpointError):
+    """A remote file cannot be reached or read (DNS, refused, timeout, HTTP error): one line naming the URL."""
+
+
 class FileChangedError(CheckpointError):
     """The file was replaced, truncated or rewritten on disk after it was opened; reopen it to read it."""
 
     def __init__(self, path: str, what: str = "") -> None:
         detail = f" ({what})" if what else ""
         super().__init__(f"the file changed on disk since it was opened{detail}: {path}")
-        self.path = path
+        self.path, self.what = path, what
+
+
+# Errors a reader must pass on rather than turn into a warning about one part of a folder.
+UNRECOVERABLE = (RemoteError, FileChangedError)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
+from ckptview.core import files
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.files import FileIdentity, folder_identities, io_error, open_regular, stat_checked
+from ckptview.core.files import FileIdentity, folder_identities, io_error, is_url, open_regular, stat_checked
 from ckptview.core.formats import readers
 from ckptview.core.model import BoundedWarnings, Checkpoint
+
+if TYPE_CHECKING:
+    from ckptview.core.remote import Session
 
 HEAD_BYTES = 4096
 
@@ -16,6 +21,8 @@ HEAD_BYTES = 4096
 def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read a checkpoint's metadata (never its tensor bytes, never running its code)."""
     path = os.fspath(path)
+    if is_url(path):
+        return _open_url(path)
     st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
     head = b""
     identities: dict[str, FileIdentity] = {}
@@ -26,6 +33,36 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         head = _read_head(path, st)
     ckpt = _open_with_readers(path, head)
     ckpt.metadata.setdefault("_identities", identities)
+    return ckpt
+
+
+def _open_url(url: str) -> Checkpoint:
+    """A remote checkpoint: the same readers over range requests; `metadata["_transfer"]` counts them."""
+    from ckptview.core import remote
+
+    remote.require_extra(url)
+    with remote.opening(url) as session:
+        return _open_url_in(url, session)
+
+
+def _open_url_in(url: str, session: Session) -> Checkpoint:
+    from ckptview.core import remote
+
+    try:
+        try:
+            kind = "dir" if remote.remote_file(url).is_dir else "file"
+        except remote.RemoteError as exc:
+            raise remote.not_found(url) if remote.is_missing(exc) else exc from None
+        head = b""
+        if kind == "file":
+            with open_regular(url) as fh:
+                head = fh.read(HEAD_BYTES)
+        ckpt = _open_with_readers(remote.shown(url) if kind == "file" else remote.folder_url(remote.shown(url)), head)
+    except CheckpointError as exc:
+        raise type(exc)(remote.redact(str(exc))) if type(exc).__init__ is CheckpointError.__init__ else exc from None
+    ckpt.path = remote.shown(ckpt.path)
+    ckpt.metadata["_transfer"] = session.transfer
+    ckpt.metadata.setdefault("_identities", {})
     return ckpt
 
 
@@ -100,9 +137,9 @@ def _compact_warnings(ckpt: Checkpoint) -> Checkpoint:
 
 def describe_unknown(path: str, head: bytes) -> str:
     """'not a checkpoint: ...' naming what the bytes look like."""
-    if os.path.isdir(path):
+    if files.isdir(path):
         return f"not a checkpoint: folder {path} holds no checkpoint this tool reads"
-    size = os.path.getsize(path)
+    size = files.getsize(path)
     if size == 0:
         return "not a checkpoint: file is empty"
     if head.startswith(b"version https://git-lfs"):

@@ -68,7 +68,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
     refs: list[CheckpointRef] = []
     names: list[list[TensorInfoRow]] = []
     for path in found:
-        if not os.path.isdir(path) and not os.path.isfile(path):
+        if "://" not in path and not os.path.isdir(path) and not os.path.isfile(path):  # a URL: opened below
             refs.append(CheckpointRef(path, _name_position(path), error="not a regular file (a FIFO, socket "
                                                                           "or device is never opened)"))
             names.append([])

@@ -53,6 +53,9 @@ def find_checkpoints(paths: list[str]) -> list[str]:
     out: list[str] = []
     for raw in paths:
         raw = os.path.expanduser(str(raw))
+        if "://" in raw:  # a URL names one checkpoint (its folder is not listed for a series)
+            out.append(raw)
+            continue
         if not os.path.exists(raw) and _GLOB_CHARS.search(raw):
             matches = sorted(glob.glob(raw))
             if not matches:
@@ -68,7 +71,7 @@ def find_checkpoints(paths: list[str]) -> list[str]:
     seen: set[str] = set()
     unique = []
     for path in out:
-        key = os.path.realpath(path)
+        key = path if "://" in path else os.path.realpath(path)
         if key not in seen:
             seen.add(key)
             unique.append(path)

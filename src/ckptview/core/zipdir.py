@@ -7,12 +7,11 @@ adjusted for bytes prepended to the archive, as `zipfile` does.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import NamedTuple
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.files import open_regular
+from ckptview.core.files import getsize, open_regular
 
 _EOCD = struct.Struct("<4s4H2LH")
 _EOCD64_LOCATOR = struct.Struct("<4sLQL")
@@ -35,7 +34,7 @@ class ZipEntry(NamedTuple):
 def read_central_directory(path: str, start: int = 0, length: int | None = None) -> list[ZipEntry]:
     """Every member of the zip at `path` (or of the zip stored in bytes [start, start+length) of it),
     in directory order, with header offsets counted from the start of the file."""
-    size = os.path.getsize(path) - start if length is None else length
+    size = getsize(path) - start if length is None else length
     with _Window(path, start) as fh:
         tail_len = min(size, _EOCD.size + _MAX_COMMENT)
         fh.seek(size - tail_len)

@@ -57,13 +57,18 @@ def application() -> QApplication:
     return app  # type: ignore[return-value]
 
 
+def _absolute(path: str) -> str:
+    """A local path made absolute; a URL (https://, hf://, s3://) as given."""
+    return path if "://" in path and not path.startswith("file://") else os.path.abspath(path)
+
+
 def launch(args: argparse.Namespace, settings: Settings | None = None, name: str | None = None,
            ) -> MainWindow | None:
     """Show the window and open the files; None when a running instance took them instead."""
     app = application()
     name = name or server_name()
-    paths = [os.path.abspath(p) for p in args.paths]
-    wanted = paths + [os.path.abspath(p) for p in (args.diff or [])]
+    paths = [_absolute(p) for p in args.paths]
+    wanted = paths + [_absolute(p) for p in (args.diff or [])]
     if not args.new_instance and not args.diff and not args.series and send_to_running(wanted, name):
         return None
     window = MainWindow(settings)

@@ -91,7 +91,7 @@ class CheckpointTab(QWidget):
 
     def __init__(self, path: str, window: Any = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.path = os.path.abspath(path)
+        self.path = path if "://" in path else os.path.abspath(path)
         self.window_ = window
         self.state = "loading"
         self.error_text = ""
@@ -168,8 +168,10 @@ class CheckpointTab(QWidget):
         self.state = "ready"
         keep_out_of_collections()
         elapsed = time.perf_counter() - self._started
-        self.status_message.emit(f"Opened {os.path.basename(self.path)}: {self.top.tensors:,} tensors "
-                                 f"in {elapsed:.2f} s")
+        transfer = self.checkpoint.metadata.get("_transfer") if self.checkpoint is not None else None
+        moved = f", {transfer.bytes:,} bytes in {transfer.requests} requests" if transfer is not None else ""
+        self.status_message.emit(f"Opened {os.path.basename(self.path.split('?')[0])}: {self.top.tensors:,} tensors "
+                                 f"in {elapsed:.2f} s{moved}")
         self.loaded.emit()
 
     def _on_error(self, exc: BaseException) -> None:

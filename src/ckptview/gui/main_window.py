@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview import __version__
+from ckptview.core.files import is_url
 from ckptview.core.model import Node
 from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
@@ -88,6 +89,22 @@ class MainWindow(QMainWindow):
         self.status_label = QLabel()
         self.statusBar().addPermanentWidget(self.status_label)
         self.statusBar().addPermanentWidget(self.progress)
+        # A URL's tab: bytes and requests so far, refreshed while values are read (cheap: two counters).
+        self.transfer_label = QLabel()
+        self.statusBar().addPermanentWidget(self.transfer_label)
+        from PySide6.QtCore import QTimer
+
+        self._transfer_timer = QTimer(self, interval=500, timeout=self._show_transfer)
+        self._transfer_timer.start()
+
+    def _show_transfer(self) -> None:
+        tab = self.current_tab()
+        ckpt = getattr(tab, "checkpoint", None)
+        transfer = ckpt.metadata.get("_transfer") if ckpt is not None else None
+        text = (f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests"
+                if transfer is not None else "")
+        if self.transfer_label.text() != text:
+            self.transfer_label.setText(text)
 
     def _action(self, text: str, slot: Any, shortcut: Any = None, icon: QIcon | None = None) -> QAction:
         action = QAction(text, self)
@@ -105,6 +122,7 @@ class MainWindow(QMainWindow):
                                         self._icon(sp.SP_DialogOpenButton))
         self.example_action = self._action("Open &Example", self.open_example)
         self.open_run_action = self._action("Open &Run…", self.open_run_dialog)
+        self.open_url_action = self._action("Open &URL…", self.open_url_dialog, "Ctrl+L")
         self.close_action = self._action("&Close Tab", self.close_current_tab, "Ctrl+W",
                                          self._icon(sp.SP_DialogCloseButton))
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
@@ -122,6 +140,7 @@ class MainWindow(QMainWindow):
         self.menus: dict[str, QMenu] = {}
         file_menu = self.menu("File")
         file_menu.addAction(self.open_action)
+        file_menu.addAction(self.open_url_action)
         self.recent_menu = file_menu.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         self._fill_recent_menu()
@@ -186,7 +205,7 @@ class MainWindow(QMainWindow):
         """Open each path in its own tab (or switch to its tab when already open); the one way in."""
         opened = []
         for raw in paths:
-            path = os.path.abspath(os.path.expanduser(str(raw)))
+            path = _normalized(str(raw))
             existing = self.tab_for(path)
             if existing is not None:
                 self.tabs.setCurrentWidget(existing)
@@ -196,8 +215,9 @@ class MainWindow(QMainWindow):
             tab.status_message.connect(lambda text, tab=tab: self._on_tab_status(tab, text))
             tab.loaded.connect(lambda tab=tab: self._on_tab_loaded(tab))
             tab.failed.connect(lambda _text, tab=tab: self._on_tab_failed(tab))
-            index = self.tabs.addTab(tab, os.path.basename(path.rstrip(os.sep)) or path)
-            self.tabs.setTabToolTip(index, path)
+            shown = _shown(path)
+            index = self.tabs.addTab(tab, os.path.basename(shown.rstrip("/" + os.sep)) or shown)
+            self.tabs.setTabToolTip(index, shown)
             self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_FileIcon))
             self.tabs.setCurrentIndex(index)
             tab.start()
@@ -220,7 +240,7 @@ class MainWindow(QMainWindow):
 
     def _on_tab_loaded(self, tab: CheckpointTab) -> None:
         if tab.path != os.path.abspath(example_path()):
-            self.settings.add_recent(tab.path)
+            self.settings.add_recent(_shown(tab.path))  # a URL without user:password or tokens
         splitter = self.settings.bytes_value("tab/splitter")
         if splitter is not None:
             tab.splitter.restoreState(splitter)
@@ -240,6 +260,14 @@ class MainWindow(QMainWindow):
         paths, _ = QFileDialog.getOpenFileNames(self, "Open checkpoints", start, FILE_FILTER)
         if paths:
             self.open_paths(paths)
+
+    def open_url_dialog(self) -> None:
+        """File > Open URL: https://, hf://ORG/REPO[@REV]/PATH, s3://BUCKET/KEY, any fsspec protocol."""
+        from PySide6.QtWidgets import QInputDialog
+
+        text, ok = QInputDialog.getText(self, "Open URL", "URL (https://, hf://org/repo/file, s3://bucket/key):")
+        if ok and text.strip():
+            self.open_paths([text.strip()])
 
     def open_example(self) -> None:
         """Open the bundled example checkpoint."""
@@ -290,7 +318,7 @@ class MainWindow(QMainWindow):
 
     def tab_for(self, path: str) -> CheckpointTab | None:
         """The tab showing `path`, if any."""
-        path = os.path.abspath(path)
+        path = _normalized(path)
         return next((t for t in self.checkpoint_tabs() if t.path == path), None)
 
     def current_tab(self) -> CheckpointTab | None:
@@ -382,4 +410,24 @@ class MainWindow(QMainWindow):
 def _local_paths(mime: Any) -> list[str]:
     if mime is None or not mime.hasUrls():
         return []
-    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]
+    return [url.toLocalFile() if url.isLocalFile() else url.toString() for url in mime.urls()
+            if url.isLocalFile() or is_url(url.toString())]  # dropped links open as URLs
+
+
+def _normalized(path: str) -> str:
+    """A local path made absolute; a URL in its shown form (no credentials or tokens: tabs and logs
+    carry that form, reads map it back to the URL given)."""
+    if is_url(path.strip()):
+        from ckptview.core.remote import remember
+
+        return remember(path.strip())
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _shown(path: str) -> str:
+    """What a person sees of a path: a URL without user:password or query tokens."""
+    if not is_url(path):
+        return path
+    from ckptview.core.remote import shown
+
+    return shown(path)

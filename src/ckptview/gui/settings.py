@@ -27,7 +27,8 @@ class Settings:
 
     def add_recent(self, path: str) -> None:
         """Put `path` first in the recent list."""
-        path = os.path.abspath(path)
+        if "://" not in path:  # a URL stays as it is (shown form: no credentials)
+            path = os.path.abspath(path)
         files = [path] + [p for p in self.recent_files() if p != path]
         self._qs.setValue("recent_files", files[:MAX_RECENT])
         self._qs.sync()

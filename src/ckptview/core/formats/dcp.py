@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core import files as cfiles
 from ckptview.core.assembled import AssembledSource, Chunk, coverage_problem
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.files import FileMap, folder_identities, open_regular
@@ -51,18 +52,18 @@ EXPECTED_GLOBALS = {
 
 def _folder_of(path: str) -> str | None:
     """The DCP folder `path` names (the folder, its `.metadata` or one of its `.distcp` files)."""
-    if os.path.isdir(path):
-        return path if os.path.isfile(os.path.join(path, METADATA_FILE)) else None
+    if cfiles.isdir(path):
+        return path if cfiles.isfile(cfiles.join(path, METADATA_FILE)) else None
     name = os.path.basename(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if (name == METADATA_FILE or _DISTCP.match(name)) and os.path.isfile(os.path.join(folder, METADATA_FILE)):
+    folder = cfiles.dirname(path)
+    if (name == METADATA_FILE or _DISTCP.match(name)) and cfiles.isfile(cfiles.join(folder, METADATA_FILE)):
         return folder
     return None
 
 
 def sniff(path: str, head: bytes) -> bool:
     """True when the path or its first bytes (`head`; b"" for a folder) look like a torch.distributed.checkpoint folder."""
-    if os.path.isdir(path):
+    if cfiles.isdir(path):
         return _folder_of(path) is not None
     if head.startswith(b"\x80") and b"torch.distributed.checkpoint" in head:
         return True  # a `.metadata` pickle, whatever its file name
@@ -154,15 +155,15 @@ class _Files:
     def __init__(self, folder: str) -> None:
         self.folder = folder
         self.maps: dict[str, FileMap] = {}
-        self.opened_as = folder_identities(os.path.abspath(folder))  # a file read later must be this one
+        self.opened_as = folder_identities(cfiles.abspath(folder))  # a file read later must be this one
 
     def get(self, rel: str) -> FileMap:
         if rel not in self.maps:
-            folder = os.path.abspath(self.folder)
-            path = os.path.abspath(os.path.join(folder, rel))
-            if os.path.commonpath([path, folder]) != folder:  # a hostile '../' must not read elsewhere
+            folder = cfiles.abspath(self.folder)
+            path = cfiles.abspath(cfiles.join(folder, rel))
+            if not cfiles.inside(path, folder):  # a hostile '../' must not read elsewhere
                 raise TensorDataError(f"record path {rel!r} leaves the checkpoint folder")
-            if not os.path.isfile(path):
+            if not cfiles.isfile(path):
                 raise TensorDataError(f"file '{rel}' missing from the checkpoint folder")
             self.maps[rel] = FileMap(path, self.opened_as.get(path))
         return self.maps[rel]
@@ -265,11 +266,11 @@ def _read_bytes_item(files: _Files, loc: Location) -> tuple[Any, list[str]]:
 
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a torch.distributed.checkpoint folder into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    folder = _folder_of(path) or os.path.dirname(os.path.abspath(path))
-    meta_path = os.path.join(folder, METADATA_FILE)
-    if not os.path.isfile(meta_path):
+    folder = _folder_of(path) or cfiles.dirname(path)
+    meta_path = cfiles.join(folder, METADATA_FILE)
+    if not cfiles.isfile(meta_path):
         raise NotACheckpointError(f"not a checkpoint: DCP folder {folder} has no .metadata file")
-    size = os.path.getsize(meta_path)
+    size = cfiles.getsize(meta_path)
     if size > MAX_METADATA_BYTES:
         raise CheckpointFormatError(f"DCP .metadata is {size} bytes, more than the {MAX_METADATA_BYTES} allowed")
     with open_regular(meta_path) as fh:  # never blocks on a FIFO
@@ -317,8 +318,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         node = build_tree(value)
         node.key = path[-1]
         parent.add(node)
-    total = size + sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
-                       if f.endswith(".distcp") and os.path.isfile(os.path.join(folder, f)))
+    total = size + sum(cfiles.getsize(cfiles.join(folder, f)) for f in cfiles.listdir(folder)
+                       if f.endswith(".distcp") and cfiles.isfile(cfiles.join(folder, f)))
     unsafe = [g for g in unsafe_of(globals_seen) if g not in EXPECTED_GLOBALS]
     ckpt = Checkpoint(path=folder, format=NAME, file_size=total, root=builder.root, globals=list(globals_seen),
                       unsafe_globals=unsafe, warnings=warnings,

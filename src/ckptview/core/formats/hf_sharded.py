@@ -15,7 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core import files as cfiles
+from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.files import open_regular
 from ckptview.core.model import BoundedWarnings, Checkpoint, Node
 
@@ -54,7 +55,7 @@ class WeightSet:
 def weight_sets(folder: str) -> list[WeightSet]:
     """The checkpoints a Hub folder holds, best first: one per (name, variant, format), index or shards."""
     # Everything but folders: a FIFO or socket named like an index must be refused when read, not skipped.
-    names = [n for n in sorted(os.listdir(folder)) if not os.path.isdir(os.path.join(folder, n))]
+    names = sorted(cfiles.list_files(folder, special=True))
     sets: dict[tuple[str, str | None, str], WeightSet] = {}
     for n in names:
         m = _INDEX.match(n)
@@ -74,14 +75,14 @@ def weight_sets(folder: str) -> list[WeightSet]:
 
 def _index_files(folder: str) -> list[str]:
     """Index files in `folder`: the standard names first (safetensors before bin), then others."""
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".index.json"))
+    names = sorted(n for n in cfiles.listdir(folder) if n.endswith(".index.json"))
     return sorted(names, key=lambda n: (INDEX_NAMES.index(n) if n in INDEX_NAMES else len(INDEX_NAMES),
                                         ".bin." in n, n))
 
 
 def sniff(path: str, head: bytes) -> bool:
     """True when the path or its first bytes (`head`; b"" for a folder) look like a Hugging Face sharded folder or index file."""
-    if os.path.isdir(path):
+    if cfiles.isdir(path):
         try:
             return bool(_index_files(path) or weight_sets(path))
         except OSError:
@@ -92,7 +93,7 @@ def sniff(path: str, head: bytes) -> bool:
 
 def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
     """(weight_map, index metadata) of an index file, validated."""
-    size = os.path.getsize(path)
+    size = cfiles.getsize(path)
     if size > MAX_INDEX_BYTES:
         raise CheckpointFormatError(f"index file is {size} bytes, more than the {MAX_INDEX_BYTES} allowed")
     with open_regular(path) as fh:  # never blocks on a FIFO named like an index
@@ -113,9 +114,9 @@ def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def _shard_path(folder: str, name: str) -> str:
-    folder = os.path.abspath(folder)
-    path = os.path.abspath(os.path.join(folder, name))
-    if os.path.commonpath([path, folder]) != folder:  # an index must not point outside its folder
+    folder = cfiles.abspath(folder)
+    path = cfiles.abspath(cfiles.join(folder, name))
+    if not cfiles.inside(path, folder):  # an index must not point outside its folder
         raise CheckpointFormatError(f"index names shard {name!r} outside its folder")
     return path
 
@@ -147,19 +148,19 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         raise CheckpointFormatError(f"{os.path.basename(path)} is an index file, named as a shard by another index")
     _nesting.active = True
     try:
-        if os.path.isdir(path):
+        if cfiles.isdir(path):
             chosen, others = choose_set(path)
             if chosen is None:
                 raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
             return open_set(path, chosen, others)
-        return _open_files(path, os.path.dirname(os.path.abspath(path)), path, [], [])
+        return _open_files(path, cfiles.dirname(path), path, [], [])
     finally:
         _nesting.active = False
 
 
 def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None) -> Checkpoint:
     """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint."""
-    index_path = os.path.join(folder, chosen.index) if chosen.index is not None else None
+    index_path = cfiles.join(folder, chosen.index) if chosen.index is not None else None
     return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []))
 
 
@@ -177,11 +178,13 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
     shards: dict[str, Checkpoint] = {}
     for name in shard_names:
         shard_path = _shard_path(folder, name)
-        if not os.path.isfile(shard_path):
+        if not cfiles.isfile(shard_path):
             warnings.append(f"shard '{name}' is missing")
             continue
         try:
             shards[name] = open_checkpoint(shard_path)
+        except UNRECOVERABLE:  # a network failure or a changed file: never a partial set shown whole
+            raise
         except CheckpointError as exc:
             if index_path is None and len(shard_names) > 1:  # a stray file in a folder of shards
                 warnings.append(f"'{name}' skipped: {exc}")
@@ -223,7 +226,7 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
         unsafe += [g for g in shard_ckpt.unsafe_globals if g not in unsafe]
         warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)
         file_maps.extend(shard_ckpt.metadata.get("_file_maps", []))
-    total = sum(s.file_size for s in shards.values()) + (os.path.getsize(index_path) if index_path else 0)
+    total = sum(s.file_size for s in shards.values()) + (cfiles.getsize(index_path) if index_path else 0)
     first = next(iter(shards.values()))
     metadata: dict[str, Any] = {"_file_maps": file_maps, "shards": list(shards), "index_metadata": index_meta,
                                 "index": os.path.basename(index_path) if index_path else None}
@@ -234,7 +237,7 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
     actual = _stored_bytes(root)
     if isinstance(declared, int) and declared != actual:
         warnings.append(f"index declares total_size {declared}, the shards hold {actual} bytes of tensors")
-    return Checkpoint(path=path if not os.path.isdir(path) else folder, format=fmt, file_size=total, root=root,
+    return Checkpoint(path=path if not cfiles.isdir(path) else folder, format=fmt, file_size=total, root=root,
                       globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata)
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
+from ckptview.core import files as cfiles
 from ckptview.core.errors import CheckpointError
 from ckptview.core.model import Checkpoint
 from ckptview.core.pickle_reader import unpickle
@@ -49,7 +49,7 @@ def _opcodes_throughout(path: str, head: bytes) -> bool:
         # The head ends inside the pickle: valid opcodes all the way. A long text line fails otherwise.
         cut = "no STOP opcode" in str(exc) or "ends inside an opcode" in str(exc)
         try:
-            return cut and os.path.getsize(path) > len(head)
+            return cut and cfiles.getsize(path) > len(head)
         except OSError:
             return False
     return True

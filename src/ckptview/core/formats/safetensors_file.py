@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import struct
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core import files as cfiles
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.files import open_regular
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
@@ -25,7 +25,7 @@ _ITEMSIZES = {name: dtypes.itemsize(name) for name in _ST_DTYPES.values()}
 
 def sniff(path: str, head: bytes) -> bool:
     """True when the path or its first bytes (`head`; b"" for a folder) look like a safetensors file."""
-    if len(head) < 10 or os.path.isdir(path):
+    if len(head) < 10 or cfiles.isdir(path):
         return False
     (length,) = struct.unpack("<Q", head[:8])
     return head[8:9] == b"{" and length > 1
@@ -33,7 +33,7 @@ def sniff(path: str, head: bytes) -> bool:
 
 def read_header(path: str) -> tuple[dict[str, Any], int, int]:
     """(parsed JSON header, offset of the data region, file size); validates sizes before reading."""
-    size = os.path.getsize(path)
+    size = cfiles.getsize(path)
     with open_regular(path) as fh:  # never blocks on a FIFO
         raw_len = fh.read(8)
         if len(raw_len) < 8:

@@ -12,11 +12,11 @@ raw weights are lazily-read zip members, pickled ones go through the safe pickle
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core import files as cfiles
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.formats.torch_zip import ZipArchive
 from ckptview.core.load_gate import census
@@ -313,7 +313,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     unsafe = unsafe_of(globals_seen)
     if unsafe:
         warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))
-    return Checkpoint(path=path, format=NAME, file_size=os.path.getsize(path), root=root, globals=globals_seen,
+    return Checkpoint(path=path, format=NAME, file_size=cfiles.getsize(path), root=root, globals=globals_seen,
                       unsafe_globals=unsafe, warnings=warnings,
                       metadata={"_file_maps": [archive.fmap], "models": models, "program_info": info_meta,
                                 "signature": signatures[models[0]] if len(models) == 1 else signatures})

@@ -6,11 +6,11 @@ else is read until a value is asked for.
 
 from __future__ import annotations
 
-import os
 import zlib
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core import files as cfiles
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.load_gate import census
 from ckptview.core.model import Checkpoint, Storage
@@ -173,7 +173,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         globals_seen += [g for g in found.globals if g not in globals_seen]
         unreadable = [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
                       for u in found.unreadable]
-    ckpt = make_checkpoint(path, fmt, os.path.getsize(path), obj, globals_seen, **metadata)
+    ckpt = make_checkpoint(path, fmt, cfiles.getsize(path), obj, globals_seen, **metadata)
     if is_script:
         ckpt.warnings += unreadable
     if byteorder == "big":

@@ -19,13 +19,12 @@ name holds "model"), and the training summary reads ``trainer_state.json``.
 
 from __future__ import annotations
 
-import builtins
 import json
-import os
 import re
 from typing import Any
 
-from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core import files as cfiles
+from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.tree import build_tree
 
@@ -47,12 +46,12 @@ def is_weights_entry(key: str) -> bool:
 
 
 def _files(folder: str) -> list[str]:
-    return sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
+    return sorted(cfiles.list_files(folder))
 
 
 def _dcp_subfolders(folder: str) -> list[str]:
-    return sorted(n for n in os.listdir(folder) if _DCP_SUBFOLDER.match(n)
-                  and os.path.isfile(os.path.join(folder, n, ".metadata")))
+    return sorted(n for n in cfiles.listdir(folder) if _DCP_SUBFOLDER.match(n)
+                  and cfiles.isfile(cfiles.join(folder, n, ".metadata")))
 
 
 def training_files(folder: str) -> list[str]:
@@ -62,7 +61,7 @@ def training_files(folder: str) -> list[str]:
 
 def sniff(path: str, head: bytes) -> bool:
     """True for a folder holding a training step's files (optimizer, scheduler, RNG, trainer state) or DCP subfolders."""
-    if not os.path.isdir(path):
+    if not cfiles.isdir(path):
         return False
     try:
         return bool(training_files(path) or _dcp_subfolders(path))
@@ -71,10 +70,10 @@ def sniff(path: str, head: bytes) -> bool:
 
 
 def _json_node(path: str) -> Node:
-    size = os.path.getsize(path)
+    size = cfiles.getsize(path)
     if size > MAX_JSON_BYTES:
         return Node(key="", kind="value", type_name="str", value=f"<JSON file of {size} bytes, not read>")
-    with builtins.open(path, "rb") as fh:
+    with cfiles.open_regular(path) as fh:
         raw = fh.read()
     try:
         value = json.loads(raw.decode("utf-8"))
@@ -98,6 +97,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     def add_part(key: str, opener: Any) -> None:
         try:
             ckpt = opener()
+        except UNRECOVERABLE:  # a network failure or a changed file: never a partial folder shown whole
+            raise
         except CheckpointError as exc:
             warnings.append(f"'{key}' not read: {exc}")
             root.add(Node(key=key, kind="value", type_name="str", value=f"<not read: {exc}>"))
@@ -117,7 +118,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         members = [*ws.files, *([ws.index] if ws.index else [])]
         if ws.index:
             try:
-                weight_map, _ = hf_sharded.read_index(os.path.join(folder, ws.index))
+                weight_map, _ = hf_sharded.read_index(cfiles.join(folder, ws.index))
                 members += list(dict.fromkeys(weight_map.values()))
             except CheckpointError:
                 pass
@@ -127,20 +128,20 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             continue
         key = ws.index or (ws.files[0] if len(ws.files) == 1 else f"{ws.base}-*.{ws.ext}")
         if ws.index is None and len(ws.files) == 1:  # one file: its own reader (and its own key order)
-            add_part(key, lambda ws=ws: open_checkpoint(os.path.join(folder, ws.files[0])))
+            add_part(key, lambda ws=ws: open_checkpoint(cfiles.join(folder, ws.files[0])))
         else:
             add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws))
-    if os.path.isfile(os.path.join(folder, ".metadata")):
+    if cfiles.isfile(cfiles.join(folder, ".metadata")):
         used.update(n for n in files if n == ".metadata" or n.endswith(".distcp"))
         add_part(".metadata", lambda: dcp.open(folder))  # not open_checkpoint: that would come back here
     for sub in _dcp_subfolders(folder):
-        add_part(sub, lambda sub=sub: dcp.open(os.path.join(folder, sub)))
+        add_part(sub, lambda sub=sub: dcp.open(cfiles.join(folder, sub)))
     rest = [n for n in files if n not in used]
     if len(rest) > MAX_FILES:
         warnings.append(f"{len(rest) - MAX_FILES} more files not listed")
         rest = rest[:MAX_FILES]
     for name in rest:
-        full = os.path.join(folder, name)
+        full = cfiles.join(folder, name)
         if name.endswith(".json"):
             node = _json_node(full)
             node.key = name
@@ -149,9 +150,11 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         try:
             ckpt = open_checkpoint(full)
         except NotACheckpointError:
-            size = os.path.getsize(full)
+            size = cfiles.getsize(full)
             root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))
             continue
+        except UNRECOVERABLE:
+            raise
         except CheckpointError as exc:
             warnings.append(f"'{name}' not read: {exc}")
             root.add(Node(key=name, kind="value", type_name="str", value=f"<not read: {exc}>"))
@@ -180,7 +183,7 @@ def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warni
         warnings.extend(f"{key}: {w}" for w in ckpt.warnings)
         file_maps.append(ckpt.metadata.get("_file_maps", []))
         formats[key] = ckpt.format
-    total = sum(os.path.getsize(os.path.join(folder, n)) for n in _files(folder))
+    total = sum(cfiles.getsize(cfiles.join(folder, n)) for n in _files(folder))
     model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
     return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
                       unsafe_globals=unsafe, warnings=warnings,

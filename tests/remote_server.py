@@ -1,0 +1,222 @@
+"""A local HTTP server for the remote tests: serves a folder, honours Range (or not), counts requests.
+
+Also answers the few Hub API routes `huggingface_hub.HfFileSystem` calls, so `hf://` can be pointed at
+it with HF_ENDPOINT: files of repo ORG/REPO live under `hub/ORG/REPO/` of the served folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HUB_SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+class Counters:
+    """Requests and body bytes served, per path and in all."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.bytes = 0
+        self.paths: list[str] = []
+
+    def add(self, path: str, nbytes: int) -> None:
+        with self.lock:
+            self.requests += 1
+            self.bytes += nbytes
+            self.paths.append(path)
+
+    def add_bytes(self, nbytes: int) -> None:
+        with self.lock:
+            self.bytes += nbytes
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests = self.bytes = 0
+            self.paths = []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: RangeServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, head: bool = False) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.server.counters.add(self.path, 0 if head else len(body))  # before the client can see the body
+        if not head:
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._serve(head=True)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._serve(head=False)
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self._serve(head=False, post=body)
+
+    def _serve(self, head: bool, post: bytes | None = None) -> None:
+        srv = self.server
+        if srv.hang is not None:
+            srv.hang.wait(60)  # a server that never answers (until the test ends)
+            return
+        url = urllib.parse.urlsplit(self.path)
+        rel = urllib.parse.unquote(url.path)
+        if rel.startswith("/api/"):
+            return self._hub_api(rel, url.query, post)
+        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.*)$", rel)
+        if m:
+            rel = f"/hub/{m.group(1)}/{m.group(3)}"
+        if rel.startswith("/private/"):
+            return self._send(403, b"forbidden", head=head)
+        full = os.path.realpath(os.path.join(srv.root, rel.lstrip("/")))
+        if not full.startswith(os.path.realpath(srv.root)) or not os.path.exists(full):
+            return self._send(404, b"not found", head=head)
+        if os.path.isdir(full):
+            if not srv.listings:  # an object store: folders are not there, only their files
+                return self._send(404, b"not found", head=head)
+            if not rel.endswith("/"):
+                return self._send(301, b"", {"Location": rel + "/"}, head=head)
+            names = sorted(os.listdir(full))
+            links = "".join(f'<a href="{html.escape(n)}{"/" if os.path.isdir(os.path.join(full, n)) else ""}">'
+                            f"{html.escape(n)}</a>\n" for n in names)
+            return self._send(200, f"<html><body>{links}</body></html>".encode(), {"Content-Type": "text/html"},
+                              head=head)
+        st = os.stat(full)
+        size = st.st_size
+        etag = f'"{st.st_mtime_ns:x}-{size:x}"'
+        headers = {"ETag": etag, "Content-Type": "application/octet-stream"}
+        if srv.honour_range:
+            headers["Accept-Ranges"] = "bytes"
+        rng = self.headers.get("Range")
+        if rng and srv.honour_range:
+            mm = re.match(r"bytes=(\d+)-(\d*)$", rng)
+            if not mm:
+                return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head=head)
+            start = int(mm.group(1))
+            end = min(int(mm.group(2)) if mm.group(2) else size - 1, size - 1)
+            if start >= size:
+                return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head=head)
+            with open(full, "rb") as fh:
+                fh.seek(start)
+                body = fh.read(end - start + 1)
+            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+            if srv.lie == "long":  # a hostile server: more bytes than the range holds
+                body += b"\0" * (1 << 20)
+            if m:
+                headers.update(self._hub_headers(full, etag))
+            return self._send(206, body, headers, head=head)
+        # The whole file: sent in pieces so a large file costs no memory; stopped when the client goes.
+        self.send_response(200)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        if m:
+            for k, v in self._hub_headers(full, etag).items():
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        srv.counters.add(self.path, 0)  # a request; its bytes are counted as they go
+        if not head:
+            try:
+                with open(full, "rb") as fh:
+                    while piece := fh.read(1 << 20):
+                        self.wfile.write(piece)
+                        srv.counters.add_bytes(len(piece))
+            except OSError:  # the client read what it wanted and closed
+                self.close_connection = True
+
+    # ---- the Hub routes HfFileSystem uses
+    def _hub_headers(self, full: str, etag: str) -> dict[str, str]:
+        return {"X-Repo-Commit": HUB_SHA, "X-Linked-Etag": etag, "X-Linked-Size": str(os.path.getsize(full))}
+
+    def _entry(self, repo_dir: str, rel: str) -> dict[str, object]:
+        full = os.path.join(repo_dir, rel)
+        if os.path.isdir(full):
+            return {"type": "directory", "oid": HUB_SHA, "size": 0, "path": rel}
+        size = os.path.getsize(full)
+        oid = hashlib.sha1(rel.encode()).hexdigest()
+        return {"type": "file", "oid": oid, "size": size, "path": rel,
+                "lfs": {"oid": hashlib.sha256(rel.encode()).hexdigest(), "size": size, "pointerSize": 130}}
+
+    def _hub_api(self, rel: str, query: str, post: bytes | None) -> None:
+        srv = self.server
+        m = re.match(r"^/api/(models|datasets|spaces)/([^/]+/[^/]+)(?:/(revision|tree|paths-info)/([^/]+)(/.*)?)?$", rel)
+        if not m:
+            return self._send(404, b'{"error": "not found"}', {"Content-Type": "application/json"})
+        repo, kind, _rev, sub = m.group(2), m.group(3), m.group(4), (m.group(5) or "").lstrip("/")
+        repo_dir = os.path.join(srv.root, "hub", repo)
+        if not os.path.isdir(repo_dir):
+            return self._send(404, json.dumps({"error": "Repository not found"}).encode(),
+                              {"Content-Type": "application/json", "X-Error-Code": "RepoNotFound"})
+        if kind in (None, "revision"):
+            body = {"id": repo, "sha": HUB_SHA, "siblings": []}
+        elif kind == "tree":
+            folder = os.path.join(repo_dir, sub)
+            if not os.path.isdir(folder):
+                return self._send(404, b'{"error": "not found"}', {"Content-Type": "application/json",
+                                                                      "X-Error-Code": "EntryNotFound"})
+            recursive = "recursive=true" in query.lower()
+            items = []
+            for dirpath, dirnames, filenames in os.walk(folder):
+                for n in sorted(dirnames) + sorted(filenames):
+                    items.append(self._entry(repo_dir, os.path.relpath(os.path.join(dirpath, n), repo_dir)))
+                if not recursive:
+                    break
+            body = items
+        else:  # paths-info
+            form = urllib.parse.parse_qs(post.decode() if post else "")
+            paths = form.get("paths", [])
+            if not paths and post:
+                try:
+                    paths = json.loads(post).get("paths", [])
+                except ValueError:
+                    paths = []
+            body = [self._entry(repo_dir, p) for p in paths if os.path.exists(os.path.join(repo_dir, p))]
+        return self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+
+class RangeServer(ThreadingHTTPServer):
+    """The server: `honour_range=False` makes one that ignores Range; set `hang` to make it never answer,
+    `lie` to make it answer wrongly."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hung up: not the test's business
+
+    def __init__(self, root: str, honour_range: bool = True) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.root, self.honour_range = root, honour_range
+        self.counters = Counters()
+        self.hang: threading.Event | None = None
+        self.lie: str | None = None
+        self.listings = True  # False: folders answer 404, as object stores and CDNs do  # "long": range answers carry more bytes than asked for
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def stop(self) -> None:
+        if self.hang is not None:
+            self.hang.set()
+        self.shutdown()
+        self.server_close()
+        self.thread.join(10)
