@@ -143,3 +143,17 @@ def test_jobs_speak_in_typed_events(ckpt, monkeypatch) -> None:
     except StopIteration:
         pass
     assert out == [TargetFailed(0, "boom")]
+
+
+def test_a_closed_leader_is_not_a_failure_for_the_waiting_request(ckpt) -> None:
+    """A worker that stops its job closes the generator (GeneratorExit): the follower takes the lead."""
+    ck, ref = ckpt
+    analysis = Analysis(chunk_elems=1000)
+    info = info_of(ck, "w")
+    leader = analysis.summary(info, CancelToken())
+    next(leader)
+    follower = analysis.summary(info, CancelToken())
+    next(follower)
+    leader.close()  # what GeneratorWorker does when its job is cancelled between yields
+    summary = run_job(follower)
+    assert summary.stats.numel == ref["w"].numel()

@@ -90,8 +90,10 @@ class _SingleFlight(Generic[T]):
                 yield flight.progress
             if flight.error is None:
                 return flight.result  # type: ignore[return-value]
-            if isinstance(flight.error, Cancelled):
-                continue  # the leader's own job was cancelled, not ours: take the lead
+            if isinstance(flight.error, (Cancelled, GeneratorExit, KeyboardInterrupt)):
+                # The leader's own job was cancelled or closed (its worker stopped it), not ours: a
+                # stop is never handed on to another job. Take the lead and read the tensor ourselves.
+                continue
             if isinstance(flight.error, CheckpointError):
                 raise type(flight.error)(str(flight.error))
             raise flight.error
