@@ -91,9 +91,13 @@ def _targets(base: str) -> dict[str, str]:
     return {
         os.path.join(base, "applications", "ckptview.desktop"): desktop_entry(),
         os.path.join(base, "mime", "packages", "ckptview.xml"): MIME_XML,
-        os.path.join(base, "icons", "hicolor", "scalable", "apps", "ckptview.svg"):
-            open(os.path.join(RESOURCES, "ckptview.svg"), encoding="utf-8").read(),
+        os.path.join(base, "icons", "hicolor", "scalable", "apps", "ckptview.svg"): _icon_text(),
     }
+
+
+def _icon_text() -> str:
+    with open(os.path.join(RESOURCES, "ckptview.svg"), encoding="utf-8") as fh:
+        return fh.read()
 
 
 def install(base: str | None = None, refresh: bool = True) -> list[str]:
