@@ -36,8 +36,15 @@ from ckptview.core.model import Checkpoint, Node
 from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
-from ckptview.gui.formatting import shape_text
-from ckptview.gui.gc_guard import keep_out_of_collections
+from ckptview.gui.file_checks import (
+    Signature,
+    describe_change,
+    safetensors_header_size,
+    signature,
+    special_file_reason,
+)
+from ckptview.gui.formatting import human_bytes, shape_text
+from ckptview.gui.gc_guard import allow_collection, keep_out_of_collections
 from ckptview.gui.query import QueryError, parse_query
 from ckptview.gui.summary import SummaryHeader
 from ckptview.gui.tree_model import NAME, SHARD, CheckpointTreeModel
@@ -45,6 +52,9 @@ from ckptview.gui.workers import GeneratorWorker
 
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
+RESTORE_ROWS_LIMIT = 200_000  # rows up to which a reload restores expansion as well as the selection
+RESTORE_EXPANDED_LIMIT = 2000  # expanded rows remembered across a reload
+HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking
 COLUMN_WIDTHS = (300, 150, 80, 80, 95, 64, 220)
 
 
@@ -57,24 +67,47 @@ class Opened:
     sharing: dict[str, list[str]]
     leaf_count: int
     facts: SizeFacts
+    sharded: bool = False
+    flat: list[Row] | None = None  # every row, for the filter index
+    signature: Signature | None = None  # the file as it was when opened
+
+
+class LargeHeader(Exception):
+    """The file's header is larger than the window opens without asking (not an error: a question)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"header of {size:,} bytes")
+        self.size = size
 
 
 def prepare(checkpoint: Checkpoint) -> Opened:
-    """Group rows, sharing and counts for `checkpoint` (O(tensors): kept off the GUI thread)."""
+    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread)."""
     top = group_tree(checkpoint.root)
-    leaves = sum(1 for r in top.walk() if not r.children and r is not top)
-    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint))
+    flat = list(top.walk())
+    leaves = sum(1 for r in flat if not r.children and r is not top)
+    sharded = any("shards" in e.info.extra for e in checkpoint.tensors())
+    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat)
 
 
-def open_and_prepare(path: str) -> Opened:
-    """Worker side of opening: read the metadata and build the display rows (never on the GUI thread)."""
+def open_and_prepare(path: str, header_limit: int | None = None) -> Opened:
+    """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
+
+    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes.
+    """
     from ckptview.core import open_checkpoint
 
-    return prepare(open_checkpoint(path))
+    if header_limit is not None:
+        size = safetensors_header_size(path)
+        if size is not None and size > header_limit:
+            raise LargeHeader(size)
+    before = signature(path)  # taken first: a change during the open still shows as a change later
+    opened = prepare(open_checkpoint(path))
+    opened.signature = before
+    return opened
 
 
 class CheckpointTab(QWidget):
-    """A checkpoint's page; states: "loading", "ready", "error"."""
+    """A checkpoint's page; states: "loading", "ready", "error", "asking" (a huge header: open it?)."""
 
     loaded = Signal()
     failed = Signal(str)
@@ -94,6 +127,12 @@ class CheckpointTab(QWidget):
         self.panel_widgets: list[QWidget] = []
         self._worker: GeneratorWorker | None = None
         self._started = 0.0
+        self._opened: Opened | None = None  # opened, waiting for its turn to build its page
+        self._signature: Signature | None = None
+        self._place: dict[str, Any] | None = None  # what to restore after a reload
+        self.changed_text = ""  # why the file on disk no longer matches the tab ('' when it does)
+        self.changed_bar: QFrame | None = None
+        self._closed = False
         self.stack = QStackedWidget(self)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -122,10 +161,20 @@ class CheckpointTab(QWidget):
         box.addStretch(2)
         return page
 
-    def start(self) -> None:
-        """Open the file in a worker thread."""
+    def start(self, ask_above: int | None = -1) -> None:
+        """Open the file in a worker thread (a FIFO, socket, device or /proc file is refused at once).
+
+        `ask_above`: header bytes above which to ask first (-1: the window's setting, None: never ask).
+        """
         self._started = time.perf_counter()
-        worker = GeneratorWorker(open_and_prepare, self.path)
+        reason = special_file_reason(self.path)
+        if reason is not None:  # opening would block a worker (FIFO) or read a made-up size (/proc)
+            self._show_error(reason)
+            return
+        if ask_above == -1:
+            settings = getattr(self.window_, "settings", None)
+            ask_above = settings.header_ask_bytes() if settings is not None else None
+        worker = GeneratorWorker(open_and_prepare, self.path, ask_above)
         worker.signals.returned.connect(self._on_opened)
         worker.signals.errored.connect(self._on_error)
         self._worker = worker
@@ -138,6 +187,9 @@ class CheckpointTab(QWidget):
             self._show_error("Opening was cancelled.")
 
     def _abandon(self) -> None:
+        opened, self._opened = self._opened, None
+        if opened is not None:  # opened but never shown
+            opened.checkpoint.close()
         worker, self._worker = self._worker, None
         if worker is not None and not worker.is_done:
             worker.quit()
@@ -146,18 +198,45 @@ class CheckpointTab(QWidget):
             # The reader cannot be interrupted mid-parse; release its file maps when it is done.
             worker.signals.returned.connect(lambda opened: opened.checkpoint.close())
 
+    def _stale(self) -> bool:
+        """True when the signal being handled comes from a worker this tab no longer waits for."""
+        sender = self.sender()
+        return self._closed or (sender is not None and (self._worker is None or sender is not self._worker.signals))
+
     def _on_opened(self, opened: Opened) -> None:
+        if self._stale():  # closed, cancelled or reloaded while its result was queued: release the file
+            opened.checkpoint.close()
+            return
         self._worker = None
+        self._opened = opened
+        queue = getattr(self.window_, "queue_build", None)
+        if queue is None or self.isVisible():
+            self.finish_open()
+        else:  # a tab in the background waits its turn: 150 files do not build 150 pages in one go
+            queue(self)
+
+    @property
+    def build_pending(self) -> bool:
+        """True while the file is open and the page waits for its turn to be built."""
+        return self._opened is not None
+
+    def finish_open(self) -> None:
+        """Build the page of an opened file (the only part of opening that runs on the GUI thread)."""
+        opened, self._opened = self._opened, None
+        if opened is None:
+            return
         self.checkpoint, self.top, self._leaf_count = opened.checkpoint, opened.top, opened.leaf_count
         self._sharing = opened.sharing
         self._facts = opened.facts
+        self._signature = opened.signature
         try:
-            self._build_ready_page()
+            self._build_ready_page(opened)
         except Exception as exc:  # a bug in a view must not take the other tabs down
             log.exception("building the view of %s failed", self.path)
             self._show_error(f"internal error while showing the file: {type(exc).__name__}: {exc}")
             return
         self.state = "ready"
+        self._restore_place()
         keep_out_of_collections()
         elapsed = time.perf_counter() - self._started
         self.status_message.emit(f"Opened {os.path.basename(self.path)}: {self.top.tensors:,} tensors "
@@ -165,7 +244,12 @@ class CheckpointTab(QWidget):
         self.loaded.emit()
 
     def _on_error(self, exc: BaseException) -> None:
+        if self._stale():
+            return
         self._worker = None
+        if isinstance(exc, LargeHeader):
+            self._ask_large_header(exc.size)
+            return
         if isinstance(exc, CheckpointError):
             text = str(exc)
         elif isinstance(exc, OSError):
@@ -195,19 +279,191 @@ class CheckpointTab(QWidget):
         where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         for widget in (icon, title, self.error_label, where):
             box.addWidget(widget)
+        retry = QPushButton("Reload")
+        retry.setObjectName("reloadButton")
+        retry.setToolTip("Open the file again (Ctrl+R)")
+        retry.clicked.connect(self.reload)
+        box.addLayout(_centered(retry))
         box.addStretch(2)
-        self.stack.addWidget(page)
-        self.stack.setCurrentWidget(page)
+        self._show_page(page)
         self.status_message.emit(f"Could not open {os.path.basename(self.path)}: {text}")
         self.failed.emit(text)
 
+    def _ask_large_header(self, size: int) -> None:
+        """A header this large takes seconds and gigabytes to read: open it only when asked to."""
+        self.state = "asking"
+        page = QWidget()
+        box = QVBoxLayout(page)
+        box.addStretch(1)
+        self.ask_label = QLabel(
+            f"<b>{html.escape(os.path.basename(self.path))}</b> has a {human_bytes(size)} header: metadata "
+            f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
+            "a lot of memory (several times the header size). Open it anyway?")
+        self.ask_label.setObjectName("askLabel")
+        self.ask_label.setWordWrap(True)
+        self.ask_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        box.addWidget(self.ask_label)
+        self.open_anyway_button = QPushButton("Open anyway")
+        self.open_anyway_button.setObjectName("openAnywayButton")
+        self.open_anyway_button.clicked.connect(self.open_anyway)
+        close = QPushButton("Close tab")
+        close.clicked.connect(self._close_me)
+        box.addLayout(_centered(self.open_anyway_button, close))
+        box.addStretch(2)
+        self._show_page(page)
+        self.status_message.emit(f"{os.path.basename(self.path)}: a {human_bytes(size)} header; open it?")
+        self.failed.emit("asking")
+
+    def open_anyway(self) -> None:
+        """The user accepted a huge header: open the file without asking again."""
+        if self.state == "asking":
+            self._reset_to_loading()
+            self.start(ask_above=None)
+
+    def _close_me(self) -> None:
+        closer = getattr(self.window_, "close_tab", None)
+        tabs = getattr(self.window_, "tabs", None)
+        if closer is not None and tabs is not None and tabs.indexOf(self) >= 0:
+            closer(tabs.indexOf(self))
+
+    def _show_page(self, page: QWidget) -> None:
+        """Make `page` the only page (earlier ones are deleted: a reload must not pile pages up)."""
+        while self.stack.count():
+            old = self.stack.widget(0)
+            self.stack.removeWidget(old)
+            old.deleteLater()
+        self.stack.addWidget(page)
+        self.stack.setCurrentWidget(page)
+
+    def _reset_to_loading(self) -> None:
+        self.state, self.error_text, self.changed_text = "loading", "", ""
+        self.changed_bar = None
+        self._show_page(self._loading_page())
+
+    # --- the file on disk --------------------------------------------------------------------------
+    def check_file(self) -> bool:
+        """Compare the file on disk with the one opened; show the reload bar when it changed."""
+        if self.state != "ready" or self.changed_text:
+            return bool(self.changed_text)
+        what = describe_change(self._signature, signature(self.path))
+        if what:
+            self.mark_changed(what)
+        return bool(what)
+
+    def mark_changed(self, what: str = "") -> None:
+        """Show the bar "the file changed on disk: Reload" (a read failed on it, or the poll saw it)."""
+        if self.state != "ready":
+            return
+        self.changed_text = what or "it no longer matches what was opened"
+        if self.changed_bar is not None:
+            self.changed_label.setText(self._changed_message())
+            self.changed_bar.show()
+        self.status_message.emit(f"{os.path.basename(self.path)}: {self._changed_message()}")
+
+    def _changed_message(self) -> str:
+        return f"The file changed on disk since it was opened ({self.changed_text}). Reload to see it as it is now."
+
+    def _changed_bar(self) -> QFrame:
+        frame = QFrame()
+        frame.setObjectName("changedBar")
+        frame.setStyleSheet("#changedBar { background: #fde8e4; border: 1px solid #d9826f; border-radius: 4px; }"
+                            " #changedBar QLabel { color: #333; }")
+        row = QHBoxLayout(frame)
+        row.setContentsMargins(8, 4, 8, 4)
+        icon = QLabel()
+        icon.setPixmap(frame.style().standardIcon(QStyle.StandardPixmap.SP_BrowserReload).pixmap(20, 20))
+        row.addWidget(icon)
+        self.changed_label = QLabel(self._changed_message())
+        self.changed_label.setObjectName("changedLabel")
+        self.changed_label.setWordWrap(True)
+        row.addWidget(self.changed_label, 1)
+        button = QPushButton("Reload")
+        button.setObjectName("reloadButton")
+        button.setToolTip("Open the file again, keeping the selection (Ctrl+R)")
+        button.clicked.connect(self.reload)
+        row.addWidget(button)
+        frame.setVisible(bool(self.changed_text))
+        return frame
+
+    def reload(self) -> None:
+        """Open the file again (File > Reload, Ctrl+R), keeping the selection, expansion and filter."""
+        if self.state == "loading" and self._opened is None and self._worker is None:
+            return
+        self._place = self._save_place() if self.state == "ready" else self._place
+        self._release()
+        self.checkpoint = self.top = self.model = self.context = None
+        self.panel_widgets = []
+        allow_collection()  # the old tree was frozen out of the collector when it opened
+        self._reset_to_loading()
+        self.start()
+
+    def _save_place(self) -> dict[str, Any]:
+        assert self.model is not None and self.top is not None
+        current = self.tree.currentIndex()
+        place: dict[str, Any] = {
+            "current": self.model.row_of(current).name if current.isValid() else None,
+            "selected": [r.name for r in self.selected_rows()][:RESTORE_EXPANDED_LIMIT],
+            "filter": self.filter_edit.text(),
+            "side_tab": self.side_tabs.currentIndex(),
+            "expanded": [],
+        }
+        if self.top.tensors <= RESTORE_ROWS_LIMIT:  # expansion only when cheap to walk and to redo
+            index = self.model.index(0, 0)
+            seen = 0
+            while index.isValid() and seen < 50 * RESTORE_EXPANDED_LIMIT:
+                if self.tree.isExpanded(index):
+                    place["expanded"].append(self.model.row_of(index).name)
+                    if len(place["expanded"]) >= RESTORE_EXPANDED_LIMIT:
+                        break
+                index = self.tree.indexBelow(index)
+                seen += 1
+        return place
+
+    def _restore_place(self) -> None:
+        place, self._place = self._place, None
+        if not place or self.model is None or self.top is None:
+            return
+        if place["filter"]:
+            self.filter_edit.setText(place["filter"])
+            self.apply_filter()
+        wanted = {n for n in [place["current"], *place["selected"], *place["expanded"]] if n is not None}
+        found: dict[str, Row] = {}
+        if self.top.tensors <= RESTORE_ROWS_LIMIT:
+            for row in self.top.walk():
+                if row.name in wanted and row.name not in found:
+                    found[row.name] = row
+        elif place["current"] is not None:
+            row = find_row(self.top, place["current"])
+            if row is not None:
+                found[row.name] = row
+        for name in place["expanded"]:
+            if name in found:
+                index = self.model.index_of(found[name])
+                if index.isValid():
+                    self.tree.expand(index)
+        selection = self.tree.selectionModel()
+        current = found.get(place["current"]) if place["current"] is not None else None
+        if current is not None and self.model.index_of(current).isValid():
+            self.tree.setCurrentIndex(self.model.index_of(current))
+        for name in place["selected"]:
+            if name in found and name != place["current"]:
+                index = self.model.index_of(found[name])
+                if index.isValid():
+                    selection.select(index, selection.SelectionFlag.Select | selection.SelectionFlag.Rows)
+        if current is not None:
+            self.tree.scrollTo(self.model.index_of(current), QAbstractItemView.ScrollHint.PositionAtCenter)
+        if 0 <= place["side_tab"] < self.side_tabs.count():
+            self.side_tabs.setCurrentIndex(place["side_tab"])
+
     # --- the ready page --------------------------------------------------------------------------
-    def _build_ready_page(self) -> None:
+    def _build_ready_page(self, opened: Opened) -> None:
         assert self.checkpoint is not None and self.top is not None
         page = QWidget()
         box = QVBoxLayout(page)
         box.setContentsMargins(4, 4, 4, 0)
         box.setSpacing(4)
+        self.changed_bar = self._changed_bar()
+        box.addWidget(self.changed_bar)
         self.banner = _safety_banner(self.checkpoint)
         if self.banner is not None:
             box.addWidget(self.banner)
@@ -233,7 +489,7 @@ class CheckpointTab(QWidget):
         self.filter_edit.textChanged.connect(lambda _text: self._filter_timer.start())
         self.filter_edit.returnPressed.connect(self.apply_filter)
 
-        self.model = CheckpointTreeModel(self.top, self)
+        self.model = CheckpointTreeModel(self.top, self, flat=opened.flat)
         self.tree = QTreeView()
         self.tree.setObjectName("checkpointTree")
         self.tree.setModel(self.model)
@@ -253,8 +509,7 @@ class CheckpointTab(QWidget):
                 header.resizeSection(column, width)
         header.setMinimumSectionSize(50)
         # The shard column only means something for sharded folders and DCP checkpoints.
-        sharded = any("shards" in e.info.extra for e in self.checkpoint.tensors())
-        self.tree.setColumnHidden(SHARD, not sharded)
+        self.tree.setColumnHidden(SHARD, not opened.sharded)
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
         self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
 
@@ -279,8 +534,7 @@ class CheckpointTab(QWidget):
         self.splitter.setSizes([620, 520])  # the side panels (histograms, tables) need room too
         box.addWidget(self.splitter, 1)
         self._update_match_label()
-        self.stack.addWidget(page)
-        self.stack.setCurrentWidget(page)
+        self._show_page(page)
 
     def _make_panel(self, spec: panels.PanelSpec) -> QWidget:
         try:
@@ -414,11 +668,24 @@ class CheckpointTab(QWidget):
 
     def close_checkpoint(self) -> None:
         """Release the file and stop pending work (the tab is closing)."""
+        self._closed = True
+        self._release()
+
+    def _release(self) -> None:
         self._abandon()
         for widget in self.panel_widgets:
             widget.close()
         if self.checkpoint is not None:
             self.checkpoint.close()
+
+
+def _centered(*widgets: QWidget) -> QHBoxLayout:
+    row = QHBoxLayout()
+    row.addStretch(1)
+    for widget in widgets:
+        row.addWidget(widget)
+    row.addStretch(1)
+    return row
 
 
 def _safety_banner(checkpoint: Checkpoint) -> QFrame | None:

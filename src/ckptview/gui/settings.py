@@ -7,6 +7,7 @@ import os
 from PySide6.QtCore import QByteArray, QSettings
 
 MAX_RECENT = 12
+HEADER_ASK_BYTES = 16 * 1024 * 1024  # a safetensors header above this (about 150,000 tensors) asks first
 
 
 class Settings:
@@ -45,6 +46,19 @@ class Settings:
     def set_bytes_value(self, key: str, value: QByteArray) -> None:
         """Save a QByteArray."""
         self._qs.setValue(key, value)
+
+    def header_ask_bytes(self) -> int | None:
+        """Header size above which opening asks first (None: never ask); key `open/header_ask_bytes`."""
+        value = self._qs.value("open/header_ask_bytes", HEADER_ASK_BYTES)
+        try:
+            limit = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return HEADER_ASK_BYTES
+        return limit if limit > 0 else None
+
+    def set_header_ask_bytes(self, limit: int | None) -> None:
+        """Set the header size above which opening asks (None or 0: never ask)."""
+        self._qs.setValue("open/header_ask_bytes", int(limit or 0))
 
     def sync(self) -> None:
         """Write to disk now."""

@@ -57,11 +57,11 @@ def _sort_key(column: int) -> Any:
 class CheckpointTreeModel(QAbstractItemModel):
     """Rows of a grouped checkpoint: group rows show subtree totals; filter with `set_query`."""
 
-    def __init__(self, top: Row, parent: Any = None) -> None:
+    def __init__(self, top: Row, parent: Any = None, flat: list[Row] | None = None) -> None:
         super().__init__(parent)
         self.top = top
         self._visible: set[int] | None = None  # None: no filter
-        self._flat: list[Row] | None = None  # every row, kept for filtering
+        self._flat: list[Row] | None = flat  # every row, kept for filtering (built by the opening worker)
         self.match_count = top.tensors
         self._sort_column, self._sort_order = -1, Qt.SortOrder.AscendingOrder
         self._kids: dict[int, list[Row]] = {}

@@ -21,7 +21,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
-from ckptview.core.errors import Cancelled
+from ckptview.core.errors import Cancelled, FileChangedError
 from ckptview.core.jobs import CancelToken
 from ckptview.gui.gc_guard import install_gc_guard
 
@@ -66,6 +66,7 @@ class GeneratorWorker(QRunnable):
     def start(self) -> GeneratorWorker:
         """Queue the work on the global thread pool."""
         install_gc_guard()
+        file_events()  # created here, on the GUI thread, before any worker can emit on it
         keep_until_finished(self, self.signals)
         QThreadPool.globalInstance().start(self)
         return self
@@ -84,6 +85,8 @@ class GeneratorWorker(QRunnable):
         except Cancelled:
             signals.aborted.emit()
         except Exception as exc:  # errors are values at the boundary: the GUI shows them in place
+            if isinstance(exc, FileChangedError) and _notifier is not None:
+                _notifier.file_changed.emit(exc.path, str(exc))  # the tab of that file offers a reload
             signals.errored.emit(exc)
         finally:
             self._done = True
@@ -99,6 +102,24 @@ class GeneratorWorker(QRunnable):
             except StopIteration as stop:
                 return stop.value
             self.signals.yielded.emit(value)
+
+
+class FileEvents(QObject):
+    """Process-wide news from workers about files: `file_changed(path, message)` when a read found the
+    file changed on disk (any panel's worker; the window shows the reload bar in that file's tab)."""
+
+    file_changed = Signal(str, str)
+
+
+_notifier: FileEvents | None = None
+
+
+def file_events() -> FileEvents:
+    """The process-wide FileEvents (create it on the GUI thread)."""
+    global _notifier
+    if _notifier is None:
+        _notifier = FileEvents()
+    return _notifier
 
 
 def wait_for_workers(timeout_ms: int = 10_000) -> bool:
