@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
 RESTORE_ROWS_LIMIT = 200_000  # rows up to which a reload restores expansion as well as the selection
 RESTORE_EXPANDED_LIMIT = 2000  # expanded rows remembered across a reload
+LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
 HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking
 COLUMN_WIDTHS = (300, 150, 80, 80, 95, 64, 220)
 
@@ -133,6 +134,7 @@ class CheckpointTab(QWidget):
         self.changed_text = ""  # why the file on disk no longer matches the tab ('' when it does)
         self.changed_bar: QFrame | None = None
         self._closed = False
+        self._pending_panels: dict[int, panels.PanelSpec] = {}  # side-tab index -> panel not built yet
         self.stack = QStackedWidget(self)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -522,8 +524,19 @@ class CheckpointTab(QWidget):
         self.context = panels.CheckpointContext(
             checkpoint=self.checkpoint, path=self.path, window=self.window_,
             select_name=self.select_name, show_status=self.status_message.emit)
+        # Panels cost tens of milliseconds each (plots), some O(tensors): a tab in the background builds
+        # them when it is first shown, a huge checkpoint builds each one when its side tab is first shown.
+        self._pending_panels = {}
+        eager = self.top.tensors <= LAZY_PANELS_ABOVE and self._in_view()
         for spec in panels.panels():
-            self.side_tabs.addTab(self._make_panel(spec), spec.title)
+            if eager:
+                self.side_tabs.addTab(self._make_panel(spec), spec.title)
+            else:
+                placeholder = QLabel(f"Preparing {spec.title}…")
+                placeholder.setObjectName("panelPlaceholder")
+                placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+                self._pending_panels[self.side_tabs.addTab(placeholder, spec.title)] = spec
+        self.side_tabs.currentChanged.connect(self._build_panel)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("treeSplitter")
@@ -535,6 +548,45 @@ class CheckpointTab(QWidget):
         box.addWidget(self.splitter, 1)
         self._update_match_label()
         self._show_page(page)
+
+    def _in_view(self) -> bool:
+        """True when the user can see this tab (or it lives outside a window, as in tests and tools)."""
+        current = getattr(self.window_, "current_tab", None)
+        return self.window_ is None or self.isVisible() or (current is not None and current() is self)
+
+    def showEvent(self, event: Any) -> None:
+        super().showEvent(event)
+        if self.build_pending:  # the user switched to it before its turn in the build queue
+            self.finish_open()
+        if self.top is not None and self.top.tensors <= LAZY_PANELS_ABOVE:
+            for index in sorted(self._pending_panels):
+                self._build_panel(index)
+        elif self._pending_panels:
+            self._build_panel(self.side_tabs.currentIndex())
+
+    def _build_panel(self, index: int) -> None:
+        """Replace the placeholder at side-tab `index` with its panel, given the current selection."""
+        spec = self._pending_panels.pop(index, None)
+        if spec is None:
+            return
+        widget = self._make_panel(spec)
+        current = self.side_tabs.currentIndex()
+        self.side_tabs.blockSignals(True)  # swapping a page must not build the neighbours' panels too
+        try:
+            old = self.side_tabs.widget(index)
+            self.side_tabs.removeTab(index)
+            self.side_tabs.insertTab(index, widget, spec.title)
+            self.side_tabs.setCurrentIndex(current)
+        finally:
+            self.side_tabs.blockSignals(False)
+        old.deleteLater()
+        setter = getattr(widget, "set_selection", None)
+        nodes = self.selected_nodes()
+        if setter is not None and nodes:
+            try:
+                setter(nodes)
+            except Exception:
+                log.exception("panel %r failed in set_selection", spec.title)
 
     def _make_panel(self, spec: panels.PanelSpec) -> QWidget:
         try:
