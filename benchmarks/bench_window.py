@@ -44,6 +44,7 @@ class Probe:
         self.timer.start()
 
     def stop(self) -> None:
+        self._tick()  # the time since the last tick counts too (a freeze until the very end)
         self.timer.stop()
 
 
@@ -94,9 +95,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=150)
     parser.add_argument("--tensors", type=int, default=900_000)
+    parser.add_argument("--skip-open-anyway", action="store_true",
+                        help="only measure the question, not reading the huge header")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QCoreApplication, QEventLoop
+    from PySide6.QtCore import QEventLoop, QTimer
 
     from ckptview.gui.app import application
     from ckptview.gui.main_window import MainWindow
@@ -106,11 +109,20 @@ def main(argv: list[str]) -> int:
     app = application()
 
     def wait(condition) -> None:
+        """Run the real event loop (as the app does) until `condition()` holds."""
+        loop, check = QEventLoop(), QTimer(interval=20)
         deadline = time.monotonic() + 1800
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the window did not settle in 30 minutes")
-            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+
+        def poll() -> None:
+            if condition() or time.monotonic() > deadline:
+                loop.quit()
+
+        check.timeout.connect(poll)
+        check.start()
+        loop.exec()
+        check.stop()
+        if not condition():
+            raise TimeoutError("the window did not settle in 30 minutes")
 
     with tempfile.TemporaryDirectory(prefix="bench_window") as folder:
         window = MainWindow(Settings(os.path.join(folder, "settings.ini")))
@@ -124,12 +136,21 @@ def main(argv: list[str]) -> int:
         figures = run(window, wait, probe, paths)
         print(f"{args.files} files at once: settled in {figures['seconds']:.2f} s, GUI thread's longest gap "
               f"{figures['longest_gap_s'] * 1000:.0f} ms ({figures['ticks']} ticks), states {figures['states']}")
+        probe.start()
+        start = time.perf_counter()
         for i in range(window.tabs.count() - 1, -1, -1):
             window.close_tab(i)
+        wait(lambda: time.perf_counter() - start > 3)
+        probe.stop()
+        print(f"closing them: longest gap {probe.longest * 1000:.0f} ms")
         figures = run(window, wait, probe, [wide])
         print(f"{header_mb:.0f} MB header: asked={figures['asked']} in {figures['seconds']:.2f} s, longest gap "
               f"{figures['longest_gap_s'] * 1000:.0f} ms")
         window.close_tab(0)
+        if args.skip_open_anyway:
+            window.close()
+            wait_for_workers(60_000)
+            return 0
         figures = run(window, wait, probe, [wide], accept_large=True)
         print(f"{header_mb:.0f} MB header, opened anyway: settled in {figures['seconds']:.2f} s, GUI thread's "
               f"longest gap {figures['longest_gap_s'] * 1000:.0f} ms, states {figures['states']}")

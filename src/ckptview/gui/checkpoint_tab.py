@@ -300,7 +300,8 @@ class CheckpointTab(QWidget):
         self.ask_label = QLabel(
             f"<b>{html.escape(os.path.basename(self.path))}</b> has a {human_bytes(size)} header: metadata "
             f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
-            "a lot of memory (several times the header size). Open it anyway?")
+            "a lot of memory (several times the header size), and the window may pause meanwhile. "
+            "Open it anyway?")
         self.ask_label.setObjectName("askLabel")
         self.ask_label.setWordWrap(True)
         self.ask_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
