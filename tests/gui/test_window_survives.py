@@ -156,6 +156,30 @@ def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, ot
     keeps_state(other, "decoder.embed.weight")
 
 
+def test_selecting_after_the_file_shrank_shows_the_bar_instead_of_reading(qtbot, window, other, tmp_path):
+    """The window used to die (SIGBUS) when a tensor was selected after its file was truncated or re-saved."""
+    import torch
+
+    from ckptview.gui.workers import wait_for_workers
+
+    path = str(tmp_path / "big.pth")
+    torch.save({"a.weight": torch.randn(256, 256), "b.weight": torch.randn(256, 256)}, path)
+    tab = open_ready(qtbot, window, path)
+    select(tab, "a.weight")  # the panels read its values through a map of the file
+    assert wait_for_workers(60_000)
+    qtbot.wait(10)
+    os.truncate(path, 1000)  # pages past the new end now fault when touched
+    select(tab, "b.weight")
+    assert tab.changed_bar.isVisible() and "size" in tab.changed_label.text()
+    assert wait_for_workers(60_000)
+    qtbot.wait(10)
+    assert window.isVisible() and tab.state == "ready"
+    keeps_state(other, "decoder.embed.weight")
+    tab.reload()
+    wait_settled(qtbot, tab)
+    assert tab.state == "error" and tab.error_text  # the truncated file is now refused in place
+
+
 def test_deleted_and_replaced_files_show_the_bar(qtbot, window, other, tmp_path):
     gone = open_ready(qtbot, window, make_state_dict(str(tmp_path / "gone.pth")))
     replaced = open_ready(qtbot, window, make_state_dict(str(tmp_path / "replaced.pth")))

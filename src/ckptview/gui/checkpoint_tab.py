@@ -655,6 +655,11 @@ class CheckpointTab(QWidget):
             rows[-1] if rows else None)
         self.detail.show_row(row)
         nodes = self.selected_nodes()
+        if self.check_file():
+            # The panels would read values through maps of a file that has since shrunk or been rewritten
+            # (a fault, not an exception, before the core checks); the bar offers the reload instead.
+            self.selection_changed.emit(nodes)
+            return
         for widget in self.panel_widgets:
             setter = getattr(widget, "set_selection", None)
             if setter is not None:
