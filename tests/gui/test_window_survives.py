@@ -321,3 +321,21 @@ def test_banner_frames_are_named(qtbot, window, other):
     # The changed bar and the safety banner are distinct frames: tests and styles find them by name.
     assert other.findChild(QFrame, "changedBar") is other.changed_bar
     assert isinstance(other.findChild(QLabel, "changedLabel"), QLabel)
+
+
+def test_a_stuck_background_read_does_not_keep_the_process_alive(tmp_path):
+    """After the window closes, a worker blocked forever (a read on a FIFO, a dead mount) is left behind."""
+    script = textwrap.dedent("""
+        import os, threading
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        from ckptview.gui import app
+        from ckptview.gui.workers import GeneratorWorker
+        qapp = app.application()
+        GeneratorWorker(threading.Event().wait).start()  # never returns
+        print("closing", flush=True)
+        raise SystemExit(app.finish(3, timeout_ms=300))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            cwd=str(tmp_path), check=False)
+    assert result.returncode == 3, result.stderr
+    assert "closing" in result.stdout and "did not finish" in result.stderr
