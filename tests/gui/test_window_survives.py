@@ -126,8 +126,12 @@ def _resave(path: str, **extra) -> None:
 
 def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, other, tmp_path):
     path = make_state_dict(str(tmp_path / "model.pth"))
+    from ckptview.core.grouping import find_row
+
     tab = open_ready(qtbot, window, path)
-    tab.tree.expandAll()
+    tab.tree.collapseAll()
+    tab.tree.expand(tab.model.index_of(find_row(tab.top, "decoder")))
+    tab.tree.expand(tab.model.index_of(find_row(tab.top, "decoder.embed")))  # collapsed when a file opens
     select(tab, "encoder.layers.0.attn.q_proj.weight")
     tab.side_tabs.setCurrentIndex(tab.side_tabs.count() - 1)
     side = tab.side_tabs.currentIndex()
@@ -148,10 +152,9 @@ def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, ot
     assert tab.state == "ready" and not tab.changed_text and not tab.changed_bar.isVisible()
     assert [r.name for r in tab.selected_rows()] == ["encoder.layers.0.attn.q_proj.weight"]
     assert "4 × 4" in tab.detail.toPlainText()  # the new file's shape, not the old 8 × 16
-    assert tab.model.index_of(__import__("ckptview.core.grouping", fromlist=["find_row"])
-                              .find_row(tab.top, "new")).isValid()
+    assert tab.model.index_of(find_row(tab.top, "new")).isValid()
     assert tab.side_tabs.currentIndex() == side
-    assert tab.tree.isExpanded(tab.model.index_of(tab.model.row_of(tab.tree.currentIndex()).parent))
+    assert tab.tree.isExpanded(tab.model.index_of(find_row(tab.top, "decoder.embed")))  # expanded by hand
     assert len(window.checkpoint_tabs()) == 2
     keeps_state(other, "decoder.embed.weight")
 

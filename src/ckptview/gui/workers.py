@@ -15,6 +15,7 @@ The function receives ``token=`` when it accepts that keyword, so core generator
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -87,10 +88,10 @@ class GeneratorWorker(QRunnable):
         except Exception as exc:  # errors are values at the boundary: the GUI shows them in place
             if isinstance(exc, FileChangedError) and _notifier is not None:
                 _notifier.file_changed.emit(exc.path, str(exc))  # the tab of that file offers a reload
-            signals.errored.emit(exc)
+            _emit_quietly(signals.errored, exc)
         finally:
             self._done = True
-            signals.finished.emit()  # the GUI thread then drops its reference (see _Keeper)
+            _emit_quietly(signals.finished)  # the GUI thread then drops its reference (see _Keeper)
 
     def _drain(self, gen: Any) -> Any:
         while True:
@@ -102,6 +103,12 @@ class GeneratorWorker(QRunnable):
             except StopIteration as stop:
                 return stop.value
             self.signals.yielded.emit(value)
+
+
+def _emit_quietly(signal: Any, *args: Any) -> None:
+    """Emit, unless the receiving side is already gone (the application is shutting down)."""
+    with contextlib.suppress(RuntimeError):  # "Internal C++ object already deleted": nobody left to tell
+        signal.emit(*args)
 
 
 class FileEvents(QObject):
