@@ -7,6 +7,7 @@ import time
 import pytest
 from PySide6.QtWidgets import QApplication
 
+from ckptview.core.grouping import find_row
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.gui.checkpoint_tab import CheckpointTab, prepare
 
@@ -57,6 +58,16 @@ def test_100k_tensors_stay_responsive(qtbot, window):
         tab.filter_edit.setText(text)
         times[text], _ = timed(tab.apply_filter)
         assert tab.model.match_count == expected, text
+    # Typing filters a tree this big in a worker; the last text typed wins.
+    for text in ("k_proj", "mlp.up", "norm.bias"):
+        tab.filter_edit.setText(text)  # each keystroke restarts the typing timer
+    expected = f"{LAYERS:,} of {LAYERS * PER_LAYER + 1:,} match"  # the leaves include the `epoch` value
+    qtbot.waitUntil(lambda: tab.match_label.text() == expected, timeout=60_000)
+    assert tab.model.match_count == LAYERS
+    assert tab.model.index_of(find_row(tab.top, "state_dict.model.layers.7.norm.bias")).isValid()
+    assert not tab.model.index_of(find_row(tab.top, "state_dict.model.layers.7.mlp.up.bias")).isValid()
+    tab.filter_edit.setText("")
+    tab.apply_filter()
     shown = [tab.model.index(r, 0).data() for r in range(tab.model.rowCount())]
     assert shown == ["state_dict", "epoch"]
     tab.filter_edit.setText("/layers\\.4242\\./")

@@ -45,7 +45,7 @@ from ckptview.gui.file_checks import (
 )
 from ckptview.gui.formatting import human_bytes, shape_text
 from ckptview.gui.gc_guard import allow_collection, keep_out_of_collections
-from ckptview.gui.query import QueryError, parse_query
+from ckptview.gui.query import Query, QueryError, parse_query, visible_rows
 from ckptview.gui.summary import SummaryHeader
 from ckptview.gui.tree_model import NAME, SHARD, CheckpointTreeModel
 from ckptview.gui.workers import GeneratorWorker
@@ -488,9 +488,10 @@ class CheckpointTab(QWidget):
         box.addLayout(filter_row)
         # Typing fires a timer, not a filter: a burst of keystrokes on 100,000 rows filters once.
         self._filter_timer = QTimer(self, singleShot=True, interval=150 if self.top.tensors > 20_000 else 40)
-        self._filter_timer.timeout.connect(self.apply_filter)
+        self._filter_timer.timeout.connect(self._filter_typed)
         self.filter_edit.textChanged.connect(lambda _text: self._filter_timer.start())
-        self.filter_edit.returnPressed.connect(self.apply_filter)
+        self.filter_edit.returnPressed.connect(self._filter_typed)
+        self._filter_worker: GeneratorWorker | None = None
 
         self.model = CheckpointTreeModel(self.top, self, flat=opened.flat)
         self.tree = QTreeView()
@@ -601,18 +602,66 @@ class CheckpointTab(QWidget):
 
     # --- filter ----------------------------------------------------------------------------------
     def apply_filter(self) -> None:
-        """Filter the tree by the text in the filter box now."""
-        if self.model is None:
+        """Filter the tree by the text in the filter box now (on this thread; typing filters big trees in
+        a worker)."""
+        query = self._parsed_filter()
+        if query is None or self.model is None:
             return
+        self.model.set_query(query)
+        self._after_filter()
+
+    def _parsed_filter(self) -> Query | None:
+        if self.model is None:
+            return None
         self._filter_timer.stop()
+        self._filter_worker = None  # a result still on its way is now stale
         try:
             query = parse_query(self.filter_edit.text())
         except QueryError as exc:
             self.match_label.setText(str(exc))
             self.match_label.setStyleSheet("color: #c0392b;")
-            return
+            return None
         self.match_label.setStyleSheet("")
-        self.model.set_query(query)
+        return query
+
+    def _filter_typed(self) -> None:
+        """The user typed or pressed Enter: on a big tree the matching runs in a worker."""
+        if self.top is None or self.top.tensors <= LAZY_PANELS_ABOVE:
+            self.apply_filter()
+            return
+        query = self._parsed_filter()
+        if query is None or self.model is None:
+            return
+        if query.empty:
+            self.model.show_rows(None, self.top.tensors)
+            self._after_filter()
+            return
+        self.match_label.setText("filtering…")
+        worker = GeneratorWorker(visible_rows, self.top, query, self.model.flat_rows())
+        worker.signals.returned.connect(self._on_filtered)
+        worker.signals.errored.connect(self._on_filter_error)
+        self._filter_worker = worker
+        worker.start()
+
+    def _on_filtered(self, result: tuple[set[int], int]) -> None:
+        worker = self._filter_worker
+        if self.model is None or worker is None or self.sender() is not worker.signals:
+            return  # typed again, reloaded or closed meanwhile
+        self._filter_worker = None
+        self.model.show_rows(*result)
+        self._after_filter()
+
+    def _on_filter_error(self, exc: BaseException) -> None:
+        worker = self._filter_worker
+        if worker is None or self.sender() is not worker.signals:
+            return
+        self._filter_worker = None
+        log.error("filtering %s failed", self.path, exc_info=exc)
+        self.match_label.setText(f"filter failed: {type(exc).__name__}: {exc}")
+        self.match_label.setStyleSheet("color: #c0392b;")
+
+    def _after_filter(self) -> None:
+        assert self.model is not None
         if self.model.filtered:
             if self.model.match_count <= EXPAND_ALL_LIMIT:
                 self.tree.expandAll()
