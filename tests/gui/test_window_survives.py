@@ -32,7 +32,15 @@ def open_ready(qtbot, window, path: str) -> CheckpointTab:
 
 
 def select(tab: CheckpointTab, name: str) -> None:
-    assert tab.select_name(name)
+    """Select only `name`, as a click does (explicitly: a modifier key left down elsewhere must not toggle)."""
+    from PySide6.QtCore import QItemSelectionModel
+
+    from ckptview.core.grouping import find_row
+
+    index = tab.model.index_of(find_row(tab.top, name))
+    assert index.isValid()
+    flags = QItemSelectionModel.SelectionFlag
+    tab.tree.selectionModel().setCurrentIndex(index, flags.ClearAndSelect | flags.Rows)
     assert [r.name for r in tab.selected_rows()] == [name]
 
 

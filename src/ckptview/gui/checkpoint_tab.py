@@ -447,7 +447,9 @@ class CheckpointTab(QWidget):
         selection = self.tree.selectionModel()
         current = found.get(place["current"]) if place["current"] is not None else None
         if current is not None and self.model.index_of(current).isValid():
-            self.tree.setCurrentIndex(self.model.index_of(current))
+            # Explicit flags: Ctrl still held from Ctrl+R must not turn this into a toggle.
+            flags = selection.SelectionFlag.ClearAndSelect | selection.SelectionFlag.Rows
+            selection.setCurrentIndex(self.model.index_of(current), flags)
         for name in place["selected"]:
             if name in found and name != place["current"]:
                 index = self.model.index_of(found[name])
