@@ -262,8 +262,9 @@ class MainWindow(QMainWindow):
     def _on_file_changed(self, path: str, message: str) -> None:
         """A worker's read found `path` changed on disk: the tab holding it offers the reload."""
         for tab in self.checkpoint_tabs():
-            if path == tab.path or path.startswith(tab.path.rstrip(os.sep) + os.sep):
-                tab.check_file() or tab.mark_changed("a read found it different from what was opened")
+            inside = path == tab.path or path.startswith(tab.path.rstrip(os.sep) + os.sep)
+            if inside and not tab.check_file():  # the core saw a change the stat did not (same size, mtime)
+                tab.mark_changed("a read found it different from what was opened")
 
     def _on_tab_loaded(self, tab: CheckpointTab) -> None:
         if tab.path != os.path.abspath(example_path()):
