@@ -398,7 +398,7 @@ class CheckpointTab(QWidget):
         self._place = self._save_place() if self.state == "ready" else self._place
         self._release()
         self.checkpoint = self.top = self.model = self.context = None
-        self.panel_widgets = []
+        self.panel_widgets, self._pending_panels, self._filter_worker = [], {}, None
         allow_collection()  # the old tree was frozen out of the collector when it opened
         self._reset_to_loading()
         self.start()
