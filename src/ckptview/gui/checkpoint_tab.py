@@ -318,7 +318,7 @@ class CheckpointTab(QWidget):
         box.addStretch(2)
         self._show_page(page)
         self.status_message.emit(f"{os.path.basename(self.path)}: a {human_bytes(size)} header; open it?")
-        self.failed.emit("asking")
+        self.failed.emit(f"not opened yet: a {human_bytes(size)} header asks first")  # settled, not loading
 
     def open_anyway(self) -> None:
         """The user accepted a huge header: open the file without asking again."""
