@@ -6,7 +6,6 @@ import html
 import logging
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, QModelIndex, QPoint, Qt, QTimer, Signal
@@ -31,83 +30,26 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.grouping import Row, find_row, group_tree
+from ckptview.core.grouping import Row, find_row
 from ckptview.core.model import Checkpoint, Node
-from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
-from ckptview.gui.file_checks import (
-    Signature,
-    describe_change,
-    safetensors_header_size,
-    signature,
-    special_file_reason,
-)
+from ckptview.gui.file_checks import Signature, describe_change, signature, special_file_reason
 from ckptview.gui.formatting import human_bytes, shape_text
 from ckptview.gui.gc_guard import allow_collection, keep_out_of_collections
+from ckptview.gui.opening import LargeHeader, Opened, open_and_prepare, prepare
 from ckptview.gui.query import Query, QueryError, parse_query, visible_rows
 from ckptview.gui.summary import SummaryHeader
 from ckptview.gui.tree_model import NAME, SHARD, CheckpointTreeModel
+from ckptview.gui.tree_place import restore_place, save_place
 from ckptview.gui.workers import GeneratorWorker
 
+__all__ = ["CheckpointTab", "Opened", "open_and_prepare", "prepare"]  # the last three live in opening.py
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
-RESTORE_ROWS_LIMIT = 200_000  # rows up to which a reload restores expansion as well as the selection
-RESTORE_EXPANDED_LIMIT = 2000  # expanded rows remembered across a reload
 LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
 HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking
 COLUMN_WIDTHS = (300, 150, 80, 80, 95, 64, 220)
-
-
-@dataclass
-class Opened:
-    """What the worker hands the tab: the checkpoint and everything derived from it that costs time."""
-
-    checkpoint: Checkpoint
-    top: Row
-    sharing: dict[str, list[str]]
-    leaf_count: int
-    facts: SizeFacts
-    sharded: bool = False
-    flat: list[Row] | None = None  # every row, for the filter index
-    signature: Signature | None = None  # the file as it was when opened
-
-
-class LargeHeader(Exception):
-    """The file's header is larger than the window opens without asking (not an error: a question)."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(f"header of {size:,} bytes")
-        self.size = size
-
-
-def prepare(checkpoint: Checkpoint) -> Opened:
-    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread)."""
-    top = group_tree(checkpoint.root)
-    flat = list(top.walk())
-    leaves = sum(1 for r in flat if not r.children and r is not top)
-    sharded = any("shards" in e.info.extra for e in checkpoint.tensors())
-    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat)
-
-
-def open_and_prepare(path: str, header_limit: int | None = None) -> Opened:
-    """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
-
-    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes.
-    """
-    from ckptview.core import open_checkpoint
-
-    if header_limit is not None:
-        size = safetensors_header_size(path)
-        if size is not None and size > header_limit:
-            raise LargeHeader(size)
-    before = signature(path)  # taken first: a change during the open still shows as a change later
-    opened = prepare(open_checkpoint(path))
-    opened.signature = before
-    # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI
-    # thread's next collection (gc_guard) walk them all before the page is built (2 s at 900,000 tensors).
-    keep_out_of_collections()
-    return opened
 
 
 class CheckpointTab(QWidget):
@@ -405,25 +347,7 @@ class CheckpointTab(QWidget):
 
     def _save_place(self) -> dict[str, Any]:
         assert self.model is not None and self.top is not None
-        current = self.tree.currentIndex()
-        place: dict[str, Any] = {
-            "current": self.model.row_of(current).name if current.isValid() else None,
-            "selected": [r.name for r in self.selected_rows()][:RESTORE_EXPANDED_LIMIT],
-            "filter": self.filter_edit.text(),
-            "side_tab": self.side_tabs.currentIndex(),
-            "expanded": [],
-        }
-        if self.top.tensors <= RESTORE_ROWS_LIMIT:  # expansion only when cheap to walk and to redo
-            index = self.model.index(0, 0)
-            seen = 0
-            while index.isValid() and seen < 50 * RESTORE_EXPANDED_LIMIT:
-                if self.tree.isExpanded(index):
-                    place["expanded"].append(self.model.row_of(index).name)
-                    if len(place["expanded"]) >= RESTORE_EXPANDED_LIMIT:
-                        break
-                index = self.tree.indexBelow(index)
-                seen += 1
-        return place
+        return save_place(self.tree, self.model, self.top, self.filter_edit.text(), self.side_tabs.currentIndex())
 
     def _restore_place(self) -> None:
         place, self._place = self._place, None
@@ -432,34 +356,7 @@ class CheckpointTab(QWidget):
         if place["filter"]:
             self.filter_edit.setText(place["filter"])
             self.apply_filter()
-        wanted = {n for n in [place["current"], *place["selected"], *place["expanded"]] if n is not None}
-        found: dict[str, Row] = {}
-        if self.top.tensors <= RESTORE_ROWS_LIMIT:
-            for row in self.top.walk():
-                if row.name in wanted and row.name not in found:
-                    found[row.name] = row
-        elif place["current"] is not None:
-            row = find_row(self.top, place["current"])
-            if row is not None:
-                found[row.name] = row
-        for name in place["expanded"]:
-            if name in found:
-                index = self.model.index_of(found[name])
-                if index.isValid():
-                    self.tree.expand(index)
-        selection = self.tree.selectionModel()
-        current = found.get(place["current"]) if place["current"] is not None else None
-        if current is not None and self.model.index_of(current).isValid():
-            # Explicit flags: Ctrl still held from Ctrl+R must not turn this into a toggle.
-            flags = selection.SelectionFlag.ClearAndSelect | selection.SelectionFlag.Rows
-            selection.setCurrentIndex(self.model.index_of(current), flags)
-        for name in place["selected"]:
-            if name in found and name != place["current"]:
-                index = self.model.index_of(found[name])
-                if index.isValid():
-                    selection.select(index, selection.SelectionFlag.Select | selection.SelectionFlag.Rows)
-        if current is not None:
-            self.tree.scrollTo(self.model.index_of(current), QAbstractItemView.ScrollHint.PositionAtCenter)
+        restore_place(self.tree, self.model, self.top, place)
         if 0 <= place["side_tab"] < self.side_tabs.count():
             self.side_tabs.setCurrentIndex(place["side_tab"])
 
