@@ -47,7 +47,7 @@ def select(tab: CheckpointTab, name: str) -> None:
 def keeps_state(tab: CheckpointTab, name: str) -> None:
     """`tab` is still open, ready, without a changed bar, with `name` selected."""
     assert tab.state == "ready" and not tab.changed_text
-    assert not tab.changed_bar.isVisible()
+    assert tab.changed_bar.isHidden()  # (isVisible is False for any tab in the background)
     assert [r.name for r in tab.selected_rows()] == [name]
 
 
@@ -222,6 +222,19 @@ def test_a_worker_that_finds_the_file_changed_offers_the_reload(qtbot, window, o
     qtbot.waitUntil(lambda: tab.changed_bar.isVisible(), timeout=20_000)
     assert "changed on disk" in tab.changed_label.text()
     keeps_state(other, "decoder.embed.weight")
+
+    # The core may name the file through a symlink, or a shard inside a folder checkpoint.
+    link = str(tmp_path / "link.pth")
+    os.symlink(other.path, link)
+
+    def read_through_link(token=None):
+        raise FileChangedError(link, "inode changed")
+
+    worker = GeneratorWorker(read_through_link)
+    with qtbot.waitSignal(worker.signals.errored, timeout=20_000):
+        worker.start()
+    qtbot.waitUntil(lambda: bool(other.changed_text), timeout=20_000)
+    assert not other.changed_bar.isHidden()  # shown as soon as its tab is (it is in the background now)
 
 
 @pytest.mark.parametrize("error", [FileChangedError("/x/model.pth", "inode changed"),

@@ -261,8 +261,10 @@ class MainWindow(QMainWindow):
 
     def _on_file_changed(self, path: str, message: str) -> None:
         """A worker's read found `path` changed on disk: the tab holding it offers the reload."""
+        names = {os.path.abspath(path), os.path.realpath(path)}
         for tab in self.checkpoint_tabs():
-            inside = path == tab.path or path.startswith(tab.path.rstrip(os.sep) + os.sep)
+            roots = {tab.path, os.path.realpath(tab.path)}
+            inside = any(n == r or n.startswith(r.rstrip(os.sep) + os.sep) for n in names for r in roots)
             if inside and not tab.check_file():  # the core saw a change the stat did not (same size, mtime)
                 tab.mark_changed("a read found it different from what was opened")
 
