@@ -302,11 +302,23 @@ class CheckpointTab(QWidget):
         """Show the bar "the file changed on disk: Reload" (a read failed on it, or the poll saw it)."""
         if self.state != "ready":
             return
+        first = not self.changed_text
         self.changed_text = what or "it no longer matches what was opened"
         if self.changed_bar is not None:
             self.changed_label.setText(self._changed_message())
             self.changed_bar.show()
+        if first:  # panels still showing a tensor would read it again on a repaint or scroll: let them go
+            self._tell_panels([])
         self.status_message.emit(f"{os.path.basename(self.path)}: {self._changed_message()}")
+
+    def _tell_panels(self, nodes: list[Node]) -> None:
+        for widget in self.panel_widgets:
+            setter = getattr(widget, "set_selection", None)
+            if setter is not None:
+                try:
+                    setter(nodes)
+                except Exception:
+                    log.exception("panel %r failed in set_selection", type(widget).__name__)
 
     def _changed_message(self) -> str:
         return f"The file changed on disk since it was opened ({self.changed_text}). Reload to see it as it is now."
@@ -611,13 +623,7 @@ class CheckpointTab(QWidget):
             # (a fault, not an exception, before the core checks); the bar offers the reload instead.
             self.selection_changed.emit(nodes)
             return
-        for widget in self.panel_widgets:
-            setter = getattr(widget, "set_selection", None)
-            if setter is not None:
-                try:
-                    setter(nodes)
-                except Exception:
-                    log.exception("panel %r failed in set_selection", type(widget).__name__)
+        self._tell_panels(nodes)
         self.selection_changed.emit(nodes)
 
     def select_name(self, name: str) -> bool:
