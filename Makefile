@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/ckptview $(ARGS)
 
+# -X dev: ResourceWarnings and asyncio/debug checks on; -X faulthandler: a fatal signal (SIGABRT, SIGSEGV,
+# SIGBUS) prints every thread's stack, so a crash in CI is a red test with a trace, not a silent exit.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -X dev -X faulthandler -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -41,6 +41,23 @@ def window(qtbot, settings):
     wait_for_workers(10_000)
 
 
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_call(item):
+    """A test's background jobs finish, and their results arrive, inside the test while its widgets live.
+
+    pytest-qt closes the widgets before fixtures tear down; a result arriving later (or in the next test)
+    would reach a deleted view. trylast: inside pytest-qt's wrapper, so an exception here fails this test.
+    """
+    yield
+    if "qtbot" in getattr(item, "fixturenames", ()):
+        from PySide6.QtWidgets import QApplication
+
+        from ckptview.gui.workers import wait_for_workers
+
+        wait_for_workers(30_000)
+        QApplication.processEvents()  # deliver their queued signals now
+
+
 @pytest.fixture(autouse=True)
 def _no_real_server(monkeypatch, server_name):
     # Never talk to a ckptview the developer has open.

@@ -1,4 +1,4 @@
-"""100,000 tensors: grouping, building the tab and filtering stay fast (a synthetic checkpoint, no file)."""
+"""100,000 tensors: grouping, building the tab and filtering give the right rows (a synthetic checkpoint, no file)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 import pytest
 from PySide6.QtWidgets import QApplication
 
+from ckptview.core.grouping import find_row
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.gui.checkpoint_tab import CheckpointTab, prepare
 
@@ -57,6 +58,16 @@ def test_100k_tensors_stay_responsive(qtbot, window):
         tab.filter_edit.setText(text)
         times[text], _ = timed(tab.apply_filter)
         assert tab.model.match_count == expected, text
+    # Typing filters a tree this big in a worker; the last text typed wins.
+    for text in ("k_proj", "mlp.up", "norm.bias"):
+        tab.filter_edit.setText(text)  # each keystroke restarts the typing timer
+    expected = f"{LAYERS:,} of {LAYERS * PER_LAYER + 1:,} match"  # the leaves include the `epoch` value
+    qtbot.waitUntil(lambda: tab.match_label.text() == expected, timeout=60_000)
+    assert tab.model.match_count == LAYERS
+    assert tab.model.index_of(find_row(tab.top, "state_dict.model.layers.7.norm.bias")).isValid()
+    assert not tab.model.index_of(find_row(tab.top, "state_dict.model.layers.7.mlp.up.bias")).isValid()
+    tab.filter_edit.setText("")
+    tab.apply_filter()
     shown = [tab.model.index(r, 0).data() for r in range(tab.model.rowCount())]
     assert shown == ["state_dict", "epoch"]
     tab.filter_edit.setText("/layers\\.4242\\./")
@@ -65,6 +76,12 @@ def test_100k_tensors_stay_responsive(qtbot, window):
     assert ok and "256 × 64" in tab.detail.toPlainText()
     print(f"\n100k tensors: group {t_group:.2f}s, build tab {t_build:.2f}s, select {t_select:.3f}s, filters "
           + ", ".join(f"{k or '(clear)'} {v:.2f}s" for k, v in times.items()))
-    # Generous bounds for a loaded 2-core CI box; typical numbers are printed above and in the README.
-    assert t_build < 3.0
-    assert max(times.values()) < 2.0
+    # No time bounds here (CI is a busy 2-core box): benchmarks/bench_window.py measures the GUI thread's
+    # pauses; this test checks the results and prints the times for a person reading the log.
+    assert tab.side_tabs.count() >= 1 and tab.detail is tab.side_tabs.widget(0)
+    # Above LAZY_PANELS_ABOVE tensors a side panel is built when its side tab is first opened.
+    if tab.side_tabs.count() > 1:
+        assert tab.side_tabs.widget(1).objectName() == "panelPlaceholder"
+        tab.side_tabs.setCurrentIndex(1)
+        assert tab.side_tabs.widget(1).objectName() != "panelPlaceholder"
+        assert tab.panel(tab.side_tabs.tabText(1)) in tab.panel_widgets and tab.side_tabs.currentIndex() == 1

@@ -117,8 +117,16 @@ def main(argv: list[str]) -> int:
     window = launch(args)
     if window is None:
         return 0
-    status = app.exec()
+    return finish(int(app.exec()))
+
+
+def finish(status: int, timeout_ms: int = 5000) -> int:
+    """Wait for background jobs after the window closed; one stuck in a read must not keep the process alive."""
     from ckptview.gui.workers import wait_for_workers
 
-    wait_for_workers(5000, quit_first=True)  # ask every job to stop, then wait for them
-    return int(status)
+    if wait_for_workers(timeout_ms, quit_first=True):  # ask every job to stop, then wait
+        return status
+    # Python would wait for the pool's thread forever at exit (a read blocked on a FIFO or a dead mount).
+    print("ckptview: a background read did not finish; exiting without it", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(status)

@@ -6,7 +6,6 @@ import html
 import logging
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QObject, QPoint, Qt, QTimer, Signal
@@ -31,21 +30,26 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.grouping import ModuleGroup, Row, find_row, group_tree
+from ckptview.core.grouping import ModuleGroup, Row, find_row
 from ckptview.core.model import Checkpoint, Node
-from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.core.text import printable
 from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
-from ckptview.gui.formatting import shape_text
-from ckptview.gui.gc_guard import keep_out_of_collections
-from ckptview.gui.query import QueryError, parse_query
+from ckptview.gui.file_checks import Signature, describe_change, signature, special_file_reason
+from ckptview.gui.formatting import human_bytes, shape_text
+from ckptview.gui.gc_guard import allow_collection, keep_out_of_collections
+from ckptview.gui.opening import LargeHeader, Opened, open_and_prepare, prepare
+from ckptview.gui.query import Query, QueryError, parse_query, visible_rows
 from ckptview.gui.summary import SummaryHeader
 from ckptview.gui.tree_model import DEVICE, DTYPE, NAME, PARAMS, SHAPE, SHARD, SIZE, CheckpointTreeModel
+from ckptview.gui.tree_place import restore_place, save_place
 from ckptview.gui.workers import GeneratorWorker
 
+__all__ = ["CheckpointTab", "Opened", "open_and_prepare", "prepare"]  # the last three live in opening.py
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
+LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
+HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking
 COLUMN_WIDTHS = (300, 110, 80, 80, 95, 64, 220)
 # Typical content per column: what a column keeps room for before it elides (see _fit_columns).
 COLUMN_SAMPLES = {SHAPE: "1024 × 1024", DTYPE: "bfloat16", SIZE: "99.9 MiB", PARAMS: "1,048,576",
@@ -53,36 +57,8 @@ COLUMN_SAMPLES = {SHAPE: "1024 × 1024", DTYPE: "bfloat16", SIZE: "99.9 MiB", PA
 SUMMARY_COLLAPSED = "tab/summary_collapsed"
 
 
-@dataclass
-class Opened:
-    """What the worker hands the tab: the checkpoint and everything derived from it that costs time."""
-
-    checkpoint: Checkpoint
-    top: Row
-    sharing: dict[str, list[str]]
-    leaf_count: int
-    facts: SizeFacts
-
-
-def prepare(checkpoint: Checkpoint) -> Opened:
-    """Group rows, sharing and counts for `checkpoint` (O(tensors): kept off the GUI thread)."""
-    top = group_tree(checkpoint.root)
-    from ckptview.core.optimizer import label_state_rows
-
-    label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
-    leaves = sum(1 for r in top.walk() if not r.children and r is not top)
-    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint))
-
-
-def open_and_prepare(path: str) -> Opened:
-    """Worker side of opening: read the metadata and build the display rows (never on the GUI thread)."""
-    from ckptview.core import open_checkpoint
-
-    return prepare(open_checkpoint(path))
-
-
 class CheckpointTab(QWidget):
-    """A checkpoint's page; states: "loading", "ready", "error"."""
+    """A checkpoint's page; states: "loading", "ready", "error", "asking" (a huge header: open it?)."""
 
     loaded = Signal()
     failed = Signal(str)
@@ -102,6 +78,13 @@ class CheckpointTab(QWidget):
         self.panel_widgets: list[QWidget] = []
         self._worker: GeneratorWorker | None = None
         self._started = 0.0
+        self._opened: Opened | None = None  # opened, waiting for its turn to build its page
+        self._signature: Signature | None = None
+        self._place: dict[str, Any] | None = None  # what to restore after a reload
+        self.changed_text = ""  # why the file on disk no longer matches the tab ('' when it does)
+        self.changed_bar: QFrame | None = None
+        self._closed = False
+        self._pending_panels: dict[int, panels.PanelSpec] = {}  # side-tab index -> panel not built yet
         self.stack = QStackedWidget(self)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -130,10 +113,20 @@ class CheckpointTab(QWidget):
         box.addStretch(2)
         return page
 
-    def start(self) -> None:
-        """Open the file in a worker thread."""
+    def start(self, ask_above: int | None = -1) -> None:
+        """Open the file in a worker thread (a FIFO, socket, device or /proc file is refused at once).
+
+        `ask_above`: header bytes above which to ask first (-1: the window's setting, None: never ask).
+        """
         self._started = time.perf_counter()
-        worker = GeneratorWorker(open_and_prepare, self.path)
+        reason = special_file_reason(self.path)
+        if reason is not None:  # opening would block a worker (FIFO) or read a made-up size (/proc)
+            self._show_error(reason)
+            return
+        if ask_above == -1:
+            settings = getattr(self.window_, "settings", None)
+            ask_above = settings.header_ask_bytes() if settings is not None else None
+        worker = GeneratorWorker(open_and_prepare, self.path, ask_above)
         worker.signals.returned.connect(self._on_opened)
         worker.signals.errored.connect(self._on_error)
         self._worker = worker
@@ -146,6 +139,9 @@ class CheckpointTab(QWidget):
             self._show_error("Opening was cancelled.")
 
     def _abandon(self) -> None:
+        opened, self._opened = self._opened, None
+        if opened is not None:  # opened but never shown
+            opened.checkpoint.close()
         worker, self._worker = self._worker, None
         if worker is not None and not worker.is_done:
             worker.quit()
@@ -154,18 +150,45 @@ class CheckpointTab(QWidget):
             # The reader cannot be interrupted mid-parse; release its file maps when it is done.
             worker.signals.returned.connect(lambda opened: opened.checkpoint.close())
 
+    def _stale(self) -> bool:
+        """True when the signal being handled comes from a worker this tab no longer waits for."""
+        sender = self.sender()
+        return self._closed or (sender is not None and (self._worker is None or sender is not self._worker.signals))
+
     def _on_opened(self, opened: Opened) -> None:
+        if self._stale():  # closed, cancelled or reloaded while its result was queued: release the file
+            opened.checkpoint.close()
+            return
         self._worker = None
+        self._opened = opened
+        queue = getattr(self.window_, "queue_build", None)
+        if queue is None or self.isVisible():
+            self.finish_open()
+        else:  # a tab in the background waits its turn: 150 files do not build 150 pages in one go
+            queue(self)
+
+    @property
+    def build_pending(self) -> bool:
+        """True while the file is open and the page waits for its turn to be built."""
+        return self._opened is not None
+
+    def finish_open(self) -> None:
+        """Build the page of an opened file (the only part of opening that runs on the GUI thread)."""
+        opened, self._opened = self._opened, None
+        if opened is None:
+            return
         self.checkpoint, self.top, self._leaf_count = opened.checkpoint, opened.top, opened.leaf_count
         self._sharing = opened.sharing
         self._facts = opened.facts
+        self._signature = opened.signature
         try:
-            self._build_ready_page()
+            self._build_ready_page(opened)
         except Exception as exc:  # a bug in a view must not take the other tabs down
             log.exception("building the view of %s failed", self.path)
             self._show_error(f"internal error while showing the file: {type(exc).__name__}: {exc}")
             return
         self.state = "ready"
+        self._restore_place()
         keep_out_of_collections()
         elapsed = time.perf_counter() - self._started
         transfer = self.checkpoint.metadata.get("_transfer") if self.checkpoint is not None else None
@@ -175,7 +198,12 @@ class CheckpointTab(QWidget):
         self.loaded.emit()
 
     def _on_error(self, exc: BaseException) -> None:
+        if self._stale():
+            return
         self._worker = None
+        if isinstance(exc, LargeHeader):
+            self._ask_large_header(exc.size)
+            return
         if isinstance(exc, CheckpointError):
             text = str(exc)
         elif isinstance(exc, OSError):
@@ -205,19 +233,166 @@ class CheckpointTab(QWidget):
         where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         for widget in (icon, title, self.error_label, where):
             box.addWidget(widget)
+        retry = QPushButton("Reload")
+        retry.setObjectName("reloadButton")
+        retry.setToolTip("Open the file again (Ctrl+R)")
+        retry.clicked.connect(self.reload)
+        box.addLayout(_centered(retry))
         box.addStretch(2)
-        self.stack.addWidget(page)
-        self.stack.setCurrentWidget(page)
+        self._show_page(page)
         self.status_message.emit(f"Could not open {os.path.basename(self.path)}: {text}")
         self.failed.emit(text)
 
+    def _ask_large_header(self, size: int) -> None:
+        """A header this large takes seconds and gigabytes to read: open it only when asked to."""
+        self.state = "asking"
+        page = QWidget()
+        box = QVBoxLayout(page)
+        box.addStretch(1)
+        self.ask_label = QLabel(
+            f"<b>{html.escape(os.path.basename(self.path))}</b> has a {human_bytes(size)} header: metadata "
+            f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
+            "a lot of memory (several times the header size), and the window may pause meanwhile. "
+            "Open it anyway?")
+        self.ask_label.setObjectName("askLabel")
+        self.ask_label.setWordWrap(True)
+        self.ask_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        box.addWidget(self.ask_label)
+        self.open_anyway_button = QPushButton("Open anyway")
+        self.open_anyway_button.setObjectName("openAnywayButton")
+        self.open_anyway_button.clicked.connect(self.open_anyway)
+        close = QPushButton("Close tab")
+        close.clicked.connect(self._close_me)
+        box.addLayout(_centered(self.open_anyway_button, close))
+        box.addStretch(2)
+        self._show_page(page)
+        self.status_message.emit(f"{os.path.basename(self.path)}: a {human_bytes(size)} header; open it?")
+        self.failed.emit(f"not opened yet: a {human_bytes(size)} header asks first")  # settled, not loading
+
+    def open_anyway(self) -> None:
+        """The user accepted a huge header: open the file without asking again."""
+        if self.state == "asking":
+            self._reset_to_loading()
+            self.start(ask_above=None)
+
+    def _close_me(self) -> None:
+        closer = getattr(self.window_, "close_tab", None)
+        tabs = getattr(self.window_, "tabs", None)
+        if closer is not None and tabs is not None and tabs.indexOf(self) >= 0:
+            closer(tabs.indexOf(self))
+
+    def _show_page(self, page: QWidget) -> None:
+        """Make `page` the only page (earlier ones are deleted: a reload must not pile pages up)."""
+        while self.stack.count():
+            old = self.stack.widget(0)
+            self.stack.removeWidget(old)
+            old.deleteLater()
+        self.stack.addWidget(page)
+        self.stack.setCurrentWidget(page)
+
+    def _reset_to_loading(self) -> None:
+        self.state, self.error_text, self.changed_text = "loading", "", ""
+        self.changed_bar = None
+        self._show_page(self._loading_page())
+
+    # --- the file on disk --------------------------------------------------------------------------
+    def check_file(self) -> bool:
+        """Compare the file on disk with the one opened; show the reload bar when it changed."""
+        if self.state != "ready" or self.changed_text:
+            return bool(self.changed_text)
+        what = describe_change(self._signature, signature(self.path))
+        if what:
+            self.mark_changed(what)
+        return bool(what)
+
+    def mark_changed(self, what: str = "") -> None:
+        """Show the bar "the file changed on disk: Reload" (a read failed on it, or the poll saw it)."""
+        if self.state != "ready":
+            return
+        first = not self.changed_text
+        self.changed_text = what or "it no longer matches what was opened"
+        if self.changed_bar is not None:
+            self.changed_label.setText(self._changed_message())
+            self.changed_bar.show()
+        if first:  # panels still showing a tensor would read it again on a repaint or scroll: let them go
+            self._tell_panels([])
+        self.status_message.emit(f"{os.path.basename(self.path)}: {self._changed_message()}")
+
+    @staticmethod
+    def _entries(rows: list[Row]) -> list[Node | ModuleGroup]:
+        """What panels get for selected rows: nodes, and module-group rows as the tensors below them."""
+        return [r.node if r.node is not None else ModuleGroup.of_row(r) for r in rows]
+
+    def _tell_panels(self, nodes: list[Node | ModuleGroup]) -> None:
+        for widget in self.panel_widgets:
+            setter = getattr(widget, "set_selection", None)
+            if setter is not None:
+                try:
+                    setter(nodes)
+                except Exception:
+                    log.exception("panel %r failed in set_selection", type(widget).__name__)
+
+    def _changed_message(self) -> str:
+        return f"The file changed on disk since it was opened ({self.changed_text}). Reload to see it as it is now."
+
+    def _changed_bar(self) -> QFrame:
+        frame = QFrame()
+        frame.setObjectName("changedBar")
+        frame.setStyleSheet("#changedBar { background: #fde8e4; border: 1px solid #d9826f; border-radius: 4px; }"
+                            " #changedBar QLabel { color: #333; }")
+        row = QHBoxLayout(frame)
+        row.setContentsMargins(8, 4, 8, 4)
+        icon = QLabel()
+        icon.setPixmap(frame.style().standardIcon(QStyle.StandardPixmap.SP_BrowserReload).pixmap(20, 20))
+        row.addWidget(icon)
+        self.changed_label = QLabel(self._changed_message())
+        self.changed_label.setObjectName("changedLabel")
+        self.changed_label.setWordWrap(True)
+        row.addWidget(self.changed_label, 1)
+        button = QPushButton("Reload")
+        button.setObjectName("reloadButton")
+        button.setToolTip("Open the file again, keeping the selection (Ctrl+R)")
+        button.clicked.connect(self.reload)
+        row.addWidget(button)
+        frame.setVisible(bool(self.changed_text))
+        return frame
+
+    def reload(self) -> None:
+        """Open the file again (File > Reload, Ctrl+R), keeping the selection, expansion and filter."""
+        if self.state == "loading" and self._opened is None and self._worker is None:
+            return
+        self._place = self._save_place() if self.state == "ready" else self._place
+        self._release()
+        self.checkpoint = self.top = self.model = self.context = None
+        self.panel_widgets, self._pending_panels, self._filter_worker = [], {}, None
+        allow_collection()  # the old tree was frozen out of the collector when it opened
+        self._reset_to_loading()
+        self.start()
+
+    def _save_place(self) -> dict[str, Any]:
+        assert self.model is not None and self.top is not None
+        return save_place(self.tree, self.model, self.top, self.filter_edit.text(), self.side_tabs.currentIndex())
+
+    def _restore_place(self) -> None:
+        place, self._place = self._place, None
+        if not place or self.model is None or self.top is None:
+            return
+        if place["filter"]:
+            self.filter_edit.setText(place["filter"])
+            self.apply_filter()
+        restore_place(self.tree, self.model, self.top, place)
+        if 0 <= place["side_tab"] < self.side_tabs.count():
+            self.side_tabs.setCurrentIndex(place["side_tab"])
+
     # --- the ready page --------------------------------------------------------------------------
-    def _build_ready_page(self) -> None:
+    def _build_ready_page(self, opened: Opened) -> None:
         assert self.checkpoint is not None and self.top is not None
         page = QWidget()
         box = QVBoxLayout(page)
         box.setContentsMargins(4, 4, 4, 0)
         box.setSpacing(4)
+        self.changed_bar = self._changed_bar()
+        box.addWidget(self.changed_bar)
         self.banner = _safety_banner(self.checkpoint)
         if self.banner is not None:
             box.addWidget(self.banner)
@@ -244,11 +419,12 @@ class CheckpointTab(QWidget):
         box.addLayout(filter_row)
         # Typing fires a timer, not a filter: a burst of keystrokes on 100,000 rows filters once.
         self._filter_timer = QTimer(self, singleShot=True, interval=150 if self.top.tensors > 20_000 else 40)
-        self._filter_timer.timeout.connect(self.apply_filter)
+        self._filter_timer.timeout.connect(self._filter_typed)
         self.filter_edit.textChanged.connect(lambda _text: self._filter_timer.start())
-        self.filter_edit.returnPressed.connect(self.apply_filter)
+        self.filter_edit.returnPressed.connect(self._filter_typed)
+        self._filter_worker: GeneratorWorker | None = None
 
-        self.model = CheckpointTreeModel(self.top, self)
+        self.model = CheckpointTreeModel(self.top, self, flat=opened.flat)
         self.tree = QTreeView()
         self.tree.setObjectName("checkpointTree")
         self.tree.setModel(self.model)
@@ -268,11 +444,9 @@ class CheckpointTab(QWidget):
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.tree.viewport().installEventFilter(self)
         # The shard column only means something for sharded folders and DCP checkpoints.
-        sharded = any("shards" in e.info.extra for e in self.checkpoint.tensors())
-        self.tree.setColumnHidden(SHARD, not sharded)
+        self.tree.setColumnHidden(SHARD, not opened.sharded)
         # Where tensors were saved says something only when it is not the CPU for all of them.
-        devices = {e.info.device for e in self.checkpoint.tensors()}
-        self.tree.setColumnHidden(DEVICE, devices <= {"cpu"})
+        self.tree.setColumnHidden(DEVICE, opened.devices <= {"cpu"})
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
         self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
 
@@ -285,8 +459,19 @@ class CheckpointTab(QWidget):
         self.context = panels.CheckpointContext(
             checkpoint=self.checkpoint, path=self.path, window=self.window_,
             select_name=self.select_name, show_status=self.status_message.emit)
+        # Panels cost tens of milliseconds each (plots), some O(tensors): a tab in the background builds
+        # them when it is first shown, a huge checkpoint builds each one when its side tab is first shown.
+        self._pending_panels = {}
+        eager = self.top.tensors <= LAZY_PANELS_ABOVE and self._in_view()
         for spec in panels.panels():
-            self.side_tabs.addTab(_scrollable(self._make_panel(spec)), spec.title)
+            if eager:
+                self.side_tabs.addTab(_scrollable(self._make_panel(spec)), spec.title)
+            else:
+                placeholder = QLabel(f"Preparing {spec.title}…")
+                placeholder.setObjectName("panelPlaceholder")
+                placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+                self._pending_panels[self.side_tabs.addTab(placeholder, spec.title)] = spec
+        self.side_tabs.currentChanged.connect(self._build_panel)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("treeSplitter")
@@ -297,8 +482,47 @@ class CheckpointTab(QWidget):
         self.splitter.setSizes([620, 520])  # the side panels (histograms, tables) need room too
         box.addWidget(self.splitter, 1)
         self._update_match_label()
-        self.stack.addWidget(page)
-        self.stack.setCurrentWidget(page)
+        self._show_page(page)
+
+    def _in_view(self) -> bool:
+        """True when the user can see this tab (or it lives outside a window, as in tests and tools)."""
+        current = getattr(self.window_, "current_tab", None)
+        return self.window_ is None or self.isVisible() or (current is not None and current() is self)
+
+    def showEvent(self, event: Any) -> None:
+        super().showEvent(event)
+        if self.build_pending:  # the user switched to it before its turn in the build queue
+            self.finish_open()
+        if self.top is not None and self.top.tensors <= LAZY_PANELS_ABOVE:
+            for index in sorted(self._pending_panels):
+                self._build_panel(index)
+        elif self._pending_panels:
+            self._build_panel(self.side_tabs.currentIndex())
+
+    def _build_panel(self, index: int) -> None:
+        """Replace the placeholder at side-tab `index` with its panel, given the current selection."""
+        spec = self._pending_panels.pop(index, None)
+        if spec is None:
+            return
+        widget = self._make_panel(spec)
+        page = _scrollable(widget)
+        current = self.side_tabs.currentIndex()
+        self.side_tabs.blockSignals(True)  # swapping a page must not build the neighbours' panels too
+        try:
+            old = self.side_tabs.widget(index)
+            self.side_tabs.removeTab(index)
+            self.side_tabs.insertTab(index, page, spec.title)
+            self.side_tabs.setCurrentIndex(current)
+        finally:
+            self.side_tabs.blockSignals(False)
+        old.deleteLater()
+        setter = getattr(widget, "set_selection", None)
+        entries = self._entries(self.selected_rows())
+        if setter is not None and entries:
+            try:
+                setter(entries)
+            except Exception:
+                log.exception("panel %r failed in set_selection", spec.title)
 
     def panel(self, title: str) -> QWidget | None:
         """The side panel titled `title` (the widget itself, not the scroll area around it)."""
@@ -358,18 +582,66 @@ class CheckpointTab(QWidget):
 
     # --- filter ----------------------------------------------------------------------------------
     def apply_filter(self) -> None:
-        """Filter the tree by the text in the filter box now."""
-        if self.model is None:
+        """Filter the tree by the text in the filter box now (on this thread; typing filters big trees in
+        a worker)."""
+        query = self._parsed_filter()
+        if query is None or self.model is None:
             return
+        self.model.set_query(query)
+        self._after_filter()
+
+    def _parsed_filter(self) -> Query | None:
+        if self.model is None:
+            return None
         self._filter_timer.stop()
+        self._filter_worker = None  # a result still on its way is now stale
         try:
             query = parse_query(self.filter_edit.text())
         except QueryError as exc:
             self.match_label.setText(str(exc))
             self.match_label.setStyleSheet("color: #c0392b;")
-            return
+            return None
         self.match_label.setStyleSheet("")
-        self.model.set_query(query)
+        return query
+
+    def _filter_typed(self) -> None:
+        """The user typed or pressed Enter: on a big tree the matching runs in a worker."""
+        if self.top is None or self.top.tensors <= LAZY_PANELS_ABOVE:
+            self.apply_filter()
+            return
+        query = self._parsed_filter()
+        if query is None or self.model is None:
+            return
+        if query.empty:
+            self.model.show_rows(None, self.top.tensors)
+            self._after_filter()
+            return
+        self.match_label.setText("filtering…")
+        worker = GeneratorWorker(visible_rows, self.top, query, self.model.flat_rows())
+        worker.signals.returned.connect(self._on_filtered)
+        worker.signals.errored.connect(self._on_filter_error)
+        self._filter_worker = worker
+        worker.start()
+
+    def _on_filtered(self, result: tuple[set[int], int]) -> None:
+        worker = self._filter_worker
+        if self.model is None or worker is None or self.sender() is not worker.signals:
+            return  # typed again, reloaded or closed meanwhile
+        self._filter_worker = None
+        self.model.show_rows(*result)
+        self._after_filter()
+
+    def _on_filter_error(self, exc: BaseException) -> None:
+        worker = self._filter_worker
+        if worker is None or self.sender() is not worker.signals:
+            return
+        self._filter_worker = None
+        log.error("filtering %s failed", self.path, exc_info=exc)
+        self.match_label.setText(f"filter failed: {type(exc).__name__}: {exc}")
+        self.match_label.setStyleSheet("color: #c0392b;")
+
+    def _after_filter(self) -> None:
+        assert self.model is not None
         if self.model.filtered:
             if self.model.match_count <= EXPAND_ALL_LIMIT:
                 self.tree.expandAll()
@@ -411,16 +683,13 @@ class CheckpointTab(QWidget):
         row = self.model.row_of(current) if current.isValid() and current.internalPointer() in rows else (
             rows[-1] if rows else None)
         self.detail.show_row(row)
-        nodes = [r.node for r in rows if r.node is not None]
-        # Module-group rows reach the panels too, as the tensors below them (statistics of a module).
-        entries = [r.node if r.node is not None else ModuleGroup.of_row(r) for r in rows]
-        for widget in self.panel_widgets:
-            setter = getattr(widget, "set_selection", None)
-            if setter is not None:
-                try:
-                    setter(entries)
-                except Exception:
-                    log.exception("panel %r failed in set_selection", type(widget).__name__)
+        nodes = self.selected_nodes()
+        if self.check_file():
+            # The panels would read values of a file that has since shrunk or been rewritten; the bar
+            # offers the reload instead.
+            self.selection_changed.emit(nodes)
+            return
+        self._tell_panels(self._entries(rows))
         self.selection_changed.emit(nodes)
 
     def select_name(self, name: str) -> bool:
@@ -480,6 +749,10 @@ class CheckpointTab(QWidget):
 
     def close_checkpoint(self) -> None:
         """Release the file and stop pending work (the tab is closing)."""
+        self._closed = True
+        self._release()
+
+    def _release(self) -> None:
         self._abandon()
         for widget in self.panel_widgets:
             widget.close()
@@ -525,6 +798,15 @@ def _scrollable(panel: QWidget) -> QScrollArea:
     """A side panel in a frameless scroll area: on a short screen it scrolls instead of making the whole
     window taller than the screen (the Run panel's form alone needs ~370 px)."""
     return PanelScrollArea(panel)
+
+
+def _centered(*widgets: QWidget) -> QHBoxLayout:
+    row = QHBoxLayout()
+    row.addStretch(1)
+    for widget in widgets:
+        row.addWidget(widget)
+    row.addStretch(1)
+    return row
 
 
 def _safety_banner(checkpoint: Checkpoint) -> QFrame | None:

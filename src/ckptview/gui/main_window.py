@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -29,8 +29,11 @@ from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
 from ckptview.gui.gc_guard import allow_collection, install_gc_guard
 from ckptview.gui.settings import Settings
+from ckptview.gui.workers import file_events
 from ckptview.resources import resource_path
 
+FILE_POLL_MS = 1000  # how often open files are compared with the disk (size, mtime, inode)
+FILES_PER_POLL = 8  # background tabs checked per poll, in turn (the current tab is checked every time)
 FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
                "All files (*)")
 
@@ -68,6 +71,15 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_menus()
         self._build_toolbar()
+        # Opened files whose tab is in the background wait here and are built one per event-loop turn.
+        self._build_queue: list[CheckpointTab] = []
+        self._build_timer = QTimer(self, singleShot=True, interval=0)
+        self._build_timer.timeout.connect(self._build_next)
+        self._poll_turn = 0
+        self._poll_timer = QTimer(self, interval=FILE_POLL_MS)
+        self._poll_timer.timeout.connect(self.poll_files)
+        self._poll_timer.start()
+        file_events().file_changed.connect(self._on_file_changed)
         self.resize(1280, 820)
         geometry = self.settings.bytes_value("window/geometry")
         if geometry is not None:
@@ -123,6 +135,9 @@ class MainWindow(QMainWindow):
         self.example_action = self._action("Open &Example", self.open_example)
         self.open_run_action = self._action("Open &Run…", self.open_run_dialog)
         self.open_url_action = self._action("Open &URL…", self.open_url_dialog, "Ctrl+L")
+        self.reload_action = self._action("&Reload", self.reload_current_tab, "Ctrl+R",
+                                          self._icon(sp.SP_BrowserReload))
+        self.reload_action.setStatusTip("Open the current tab's file again, keeping the selection")
         self.close_action = self._action("&Close Tab", self.close_current_tab, "Ctrl+W",
                                          self._icon(sp.SP_DialogCloseButton))
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
@@ -146,6 +161,7 @@ class MainWindow(QMainWindow):
         self._fill_recent_menu()
         file_menu.addAction(self.example_action)
         file_menu.addAction(self.open_run_action)
+        file_menu.addAction(self.reload_action)
         file_menu.addSeparator()
         file_menu.addAction(self.close_action)
         file_menu.addSeparator()
@@ -237,6 +253,52 @@ class MainWindow(QMainWindow):
         if index >= 0:  # a failed tab must not look like a good one
             self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_MessageBoxCritical))
         self._update_busy()
+
+    def queue_build(self, tab: CheckpointTab) -> None:
+        """Build `tab`'s page on a later event-loop turn (one tab per turn, the current tab first)."""
+        if tab not in self._build_queue:
+            self._build_queue.append(tab)
+        self._build_timer.start()
+
+    def _build_next(self) -> None:
+        self._build_queue = [t for t in self._build_queue if t.build_pending and self.tabs.indexOf(t) >= 0]
+        if not self._build_queue:
+            return
+        current = self.current_tab()
+        tab = current if current in self._build_queue else self._build_queue[0]
+        self._build_queue.remove(tab)
+        tab.finish_open()
+        if self._build_queue:
+            self._build_timer.start()
+
+    def reload_current_tab(self) -> None:
+        """File > Reload (Ctrl+R): open the current tab's file again; the other tabs keep their state."""
+        tab = self.current_tab()
+        if tab is not None:
+            tab.reload()
+            self._update_busy()
+
+    def poll_files(self) -> None:
+        """Compare open files with the disk: the current tab every time, the others a few at a time."""
+        tabs = self.checkpoint_tabs()
+        if not tabs:
+            return
+        current = self.current_tab()
+        if current is not None:
+            current.check_file()
+        for _ in range(min(FILES_PER_POLL, len(tabs))):
+            self._poll_turn = (self._poll_turn + 1) % len(tabs)
+            if tabs[self._poll_turn] is not current:
+                tabs[self._poll_turn].check_file()
+
+    def _on_file_changed(self, path: str, message: str) -> None:
+        """A worker's read found `path` changed on disk: the tab holding it offers the reload."""
+        names = {os.path.abspath(path), os.path.realpath(path)}
+        for tab in self.checkpoint_tabs():
+            roots = {tab.path, os.path.realpath(tab.path)}
+            inside = any(n == r or n.startswith(r.rstrip(os.sep) + os.sep) for n in names for r in roots)
+            if inside and not tab.check_file():  # the core saw a change the stat did not (same size, mtime)
+                tab.mark_changed("a read found it different from what was opened")
 
     def _on_tab_loaded(self, tab: CheckpointTab) -> None:
         if tab.path != os.path.abspath(example_path()):
@@ -359,6 +421,10 @@ class MainWindow(QMainWindow):
 
     def _on_current_changed(self, index: int) -> None:
         widget = self.tabs.widget(index)
+        if isinstance(widget, CheckpointTab):
+            if widget.build_pending:  # the user is looking at it: build it now, ahead of the queue
+                widget.finish_open()
+            widget.check_file()
         title = self.tabs.tabText(index) if widget is not None else ""
         self.setWindowTitle(f"{title} — ckptview" if title else "ckptview")
         # The status bar speaks for the current tab only: another tab's message must not linger there.
@@ -402,6 +468,9 @@ class MainWindow(QMainWindow):
         if tab is not None and tab.state == "ready":
             self.settings.set_bytes_value("tab/splitter", tab.splitter.saveState())
         self.settings.sync()
+        self._poll_timer.stop()
+        self._build_timer.stop()
+        self._build_queue.clear()
         for tab in self.checkpoint_tabs():
             tab.close_checkpoint()
         super().closeEvent(event)

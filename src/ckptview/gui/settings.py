@@ -7,6 +7,9 @@ import os
 from PySide6.QtCore import QByteArray, QSettings
 
 MAX_RECENT = 12
+# A safetensors header above this (about 38,000 tensors) asks first: the reader's json.loads holds the GIL
+# for the whole header (about 0.1 s per MB on a busy 2-core machine), so the window cannot repaint meanwhile.
+HEADER_ASK_BYTES = 4 * 1024 * 1024
 
 
 class Settings:
@@ -55,6 +58,19 @@ class Settings:
     def set_flag(self, key: str, value: bool) -> None:
         """Save an on/off choice."""
         self._qs.setValue(key, bool(value))
+
+    def header_ask_bytes(self) -> int | None:
+        """Header size above which opening asks first (None: never ask); key `open/header_ask_bytes`."""
+        value = self._qs.value("open/header_ask_bytes", HEADER_ASK_BYTES)
+        try:
+            limit = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return HEADER_ASK_BYTES
+        return limit if limit > 0 else None
+
+    def set_header_ask_bytes(self, limit: int | None) -> None:
+        """Set the header size above which opening asks (None or 0: never ask)."""
+        self._qs.setValue("open/header_ask_bytes", int(limit or 0))
 
     def sync(self) -> None:
         """Write to disk now."""

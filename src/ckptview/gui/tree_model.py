@@ -58,11 +58,11 @@ def _sort_key(column: int) -> Any:
 class CheckpointTreeModel(QAbstractItemModel):
     """Rows of a grouped checkpoint: group rows show subtree totals; filter with `set_query`."""
 
-    def __init__(self, top: Row, parent: Any = None) -> None:
+    def __init__(self, top: Row, parent: Any = None, flat: list[Row] | None = None) -> None:
         super().__init__(parent)
         self.top = top
         self._visible: set[int] | None = None  # None: no filter
-        self._flat: list[Row] | None = None  # every row, kept for filtering
+        self._flat: list[Row] | None = flat  # every row, kept for filtering (built by the opening worker)
         self.match_count = top.tensors
         self._sort_column, self._sort_order = -1, Qt.SortOrder.AscendingOrder
         self._kids: dict[int, list[Row]] = {}
@@ -240,13 +240,21 @@ class CheckpointTreeModel(QAbstractItemModel):
     # --- filter and sort -------------------------------------------------------------------------
     def set_query(self, query: Query) -> None:
         """Show only rows matching `query` and their ancestors (an empty query shows everything)."""
-        self.beginResetModel()
         if query.empty:
-            self._visible, self.match_count = None, self.top.tensors
+            self.show_rows(None, self.top.tensors)
         else:
-            if self._flat is None:
-                self._flat = list(self.top.walk())
-            self._visible, self.match_count = visible_rows(self.top, query, self._flat)
+            self.show_rows(*visible_rows(self.top, query, self.flat_rows()))
+
+    def flat_rows(self) -> list[Row]:
+        """Every row, depth first (the filter's index; built by the opening worker when possible)."""
+        if self._flat is None:
+            self._flat = list(self.top.walk())
+        return self._flat
+
+    def show_rows(self, visible: set[int] | None, match_count: int) -> None:
+        """Show the rows whose ids are in `visible` (None: all), as computed by `query.visible_rows`."""
+        self.beginResetModel()
+        self._visible, self.match_count = visible, match_count
         self._clear()
         self.endResetModel()
 

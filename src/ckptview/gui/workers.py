@@ -21,7 +21,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
-from ckptview.core.errors import Cancelled
+from ckptview.core.errors import Cancelled, FileChangedError
 from ckptview.core.jobs import CancelToken, drain
 from ckptview.gui.gc_guard import install_gc_guard
 
@@ -73,6 +73,7 @@ class GeneratorWorker(QRunnable):
     def start(self) -> GeneratorWorker:
         """Queue the work on the global thread pool."""
         install_gc_guard()
+        file_events()  # created here, on the GUI thread, before any worker can emit on it
         keep_until_finished(self, self.signals)
         _running.add(self)
         self.signals.finished.connect(lambda: _running.discard(self))
@@ -95,6 +96,8 @@ class GeneratorWorker(QRunnable):
         except Cancelled:
             self._emit(signals.aborted)
         except Exception as exc:  # errors are values at the boundary: the GUI shows them in place
+            if isinstance(exc, FileChangedError) and _notifier is not None:
+                _notifier.file_changed.emit(exc.path, str(exc))  # the tab of that file offers a reload
             self._emit(signals.errored, exc)
         finally:
             self._done = True
@@ -124,6 +127,24 @@ def quit_workers() -> None:
     """Ask every running worker to stop at its next yield or token check."""
     for worker in list(_running):
         worker.quit()
+
+
+class FileEvents(QObject):
+    """Process-wide news from workers about files: `file_changed(path, message)` when a read found the
+    file changed on disk (any panel's worker; the window shows the reload bar in that file's tab)."""
+
+    file_changed = Signal(str, str)
+
+
+_notifier: FileEvents | None = None
+
+
+def file_events() -> FileEvents:
+    """The process-wide FileEvents (create it on the GUI thread)."""
+    global _notifier
+    if _notifier is None:
+        _notifier = FileEvents()
+    return _notifier
 
 
 def wait_for_workers(timeout_ms: int = 10_000, quit_first: bool = False) -> bool:

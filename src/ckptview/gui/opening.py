@@ -1,0 +1,73 @@
+"""The worker side of opening a checkpoint for a tab: read the metadata and derive what costs time.
+
+Everything here runs in a worker thread, never on the GUI thread: parsing, grouping rows, sharing, counts,
+the filter index and the summary figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckptview.core.grouping import Row, group_tree
+from ckptview.core.model import Checkpoint
+from ckptview.core.summary import SizeFacts, size_facts
+from ckptview.gui.file_checks import Signature, safetensors_header_size, signature
+from ckptview.gui.gc_guard import keep_out_of_collections
+
+
+@dataclass
+class Opened:
+    """What the worker hands the tab: the checkpoint and everything derived from it that costs time."""
+
+    checkpoint: Checkpoint
+    top: Row
+    sharing: dict[str, list[str]]
+    leaf_count: int
+    facts: SizeFacts
+    sharded: bool = False
+    devices: frozenset[str] = frozenset({"cpu"})  # where the tensors were saved
+    flat: list[Row] | None = None  # every row, for the filter index
+    signature: Signature | None = None  # the file as it was when opened
+
+
+class LargeHeader(Exception):
+    """The file's header is larger than the window opens without asking (not an error: a question)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"header of {size:,} bytes")
+        self.size = size
+
+
+def prepare(checkpoint: Checkpoint) -> Opened:
+    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread)."""
+    from ckptview.core.optimizer import label_state_rows
+
+    top = group_tree(checkpoint.root)
+    label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
+    flat = list(top.walk())
+    leaves = sum(1 for r in flat if not r.children and r is not top)
+    tensors = checkpoint.tensors()
+    sharded = any("shards" in e.info.extra for e in tensors)
+    devices = frozenset(e.info.device for e in tensors)
+    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
+                  devices=devices)
+
+
+def open_and_prepare(path: str, header_limit: int | None = None) -> Opened:
+    """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
+
+    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes.
+    """
+    from ckptview.core import open_checkpoint
+
+    if header_limit is not None:
+        size = safetensors_header_size(path)
+        if size is not None and size > header_limit:
+            raise LargeHeader(size)
+    before = signature(path)  # taken first: a change during the open still shows as a change later
+    opened = prepare(open_checkpoint(path))
+    opened.signature = before
+    # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI
+    # thread's next collection (gc_guard) walk them all before the page is built (2 s at 900,000 tensors).
+    keep_out_of_collections()
+    return opened
