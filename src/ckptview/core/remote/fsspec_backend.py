@@ -50,7 +50,8 @@ class FsspecBackend:
 
     def info(self) -> dict[str, Any]:
         """fsspec's info() of the path."""
-        return self._call("open", self.fs.info, self.path)
+        info: dict[str, Any] = self._call("open", self.fs.info, self.path)
+        return info
 
     @staticmethod
     def validator(info: dict[str, Any]) -> str:
