@@ -95,6 +95,7 @@ def open_regular(path: str) -> BinaryIO:
     A URL opens its remote file (`ckptview.core.remote`): reads become range requests.
     """
     if is_url(path):
+        # Not a full BinaryIO: seek/tell/read/close and the context manager, all the header readers use.
         return _RemoteReader(_remote_file(path))  # type: ignore[return-value]
     stat_checked(path)
     try:

@@ -26,6 +26,7 @@ class FsspecBackend:
         if proto == "hf":  # the hub reads its timeouts at import: set them where it looks for them
             from huggingface_hub import constants
 
+            # The hub declares these int but only passes them on as requests' timeout, which takes a float.
             constants.HF_HUB_ETAG_TIMEOUT = constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout()  # type: ignore[assignment]
         self.url = url
         try:
