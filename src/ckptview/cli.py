@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Protocol, cast
 
 from ckptview import __version__
 from ckptview.core.errors import CheckpointError
@@ -20,19 +21,27 @@ from ckptview.core.text import printable
 SUBCOMMANDS = ("info", "diff", "export", "run", "devices", "series")
 
 
-def _subcommand_modules(only: str | None = None) -> dict[str, object]:
+class Subcommand(Protocol):
+    """What a module of `ckptview.commands` provides: its argument parser and its run."""
+
+    def add_parser(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _subcommand_modules(only: str | None = None) -> dict[str, Subcommand]:
     """The subcommand modules (just `only` when given: `info` must not pay for `run`'s imports)."""
-    modules = {}
+    modules: dict[str, Subcommand] = {}
     for name in SUBCOMMANDS if only is None else (only,):
         try:
-            modules[name] = importlib.import_module(f"ckptview.commands.{name}")
+            modules[name] = cast(Subcommand, importlib.import_module(f"ckptview.commands.{name}"))
         except ModuleNotFoundError as exc:
             if exc.name != f"ckptview.commands.{name}":
                 raise
     return modules
 
 
-def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
+def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
@@ -40,7 +49,7 @@ def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
                         help="a URL whose server ignores range requests may be downloaded whole")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
     for module in modules.values():
-        module.add_parser(sub)  # type: ignore[attr-defined]
+        module.add_parser(sub)
     return parser
 
 
@@ -55,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
     args = build_parser(modules).parse_args(argv)
     try:
-        return int(modules[args.command].run(args))  # type: ignore[attr-defined]
+        return int(modules[args.command].run(args))
     except CheckpointError as exc:
         print(f"ckptview: {printable(_redact(str(exc)))}", file=sys.stderr)
         return getattr(exc, "exit_status", 2)

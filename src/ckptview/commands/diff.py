@@ -97,8 +97,8 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         out.write("\nOther entries (optimizer state, sample inputs, step counters: "
                   + ("counted in the exit status with --all)\n" if show_identical else "not in the exit status)\n"))
         _write_rows(out, other, show_identical)
-        counts = result.summary(other)
-        text = ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=lambda s: _ORDER.get(s, 9)))
+        other_counts = result.summary(other)
+        text = ", ".join(f"{other_counts[s]} {s}" for s in sorted(other_counts, key=lambda s: _ORDER.get(s, 9)))
         out.write(f"\n{len(other)} other entries: {text}")
         changed = result.overall_rel_l2(other)
         if changed is not None:

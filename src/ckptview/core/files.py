@@ -15,7 +15,7 @@ import errno
 import os
 import stat
 import threading
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from ckptview.core.errors import (
     CheckpointError,
@@ -24,6 +24,9 @@ from ckptview.core.errors import (
     NotACheckpointError,
     TensorDataError,
 )
+
+if TYPE_CHECKING:
+    from ckptview.core.remote import RemoteFile
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 READ_STEP = 64 << 20  # one pread call reads at most this much (bounded buffers, interruptible loops)
@@ -92,6 +95,7 @@ def open_regular(path: str) -> BinaryIO:
     A URL opens its remote file (`ckptview.core.remote`): reads become range requests.
     """
     if is_url(path):
+        # Not a full BinaryIO: seek/tell/read/close and the context manager, all the header readers use.
         return _RemoteReader(_remote_file(path))  # type: ignore[return-value]
     stat_checked(path)
     try:
@@ -299,17 +303,18 @@ class FileMap:
 
 def is_url(path: object) -> bool:
     """True for 'scheme://...' paths (https, hf, s3, any fsspec protocol)."""
-    return isinstance(path, str) and "://" in path and _remote().is_url(path)
-
-
-def _remote():  # noqa: ANN202 - the module, imported on first use of a URL
+    if not (isinstance(path, str) and "://" in path):
+        return False
     from ckptview.core import remote
 
-    return remote
+    return remote.is_url(path)
 
 
-def _remote_file(url: str):  # noqa: ANN202
-    return _remote().remote_file(url)
+def _remote_file(url: str) -> RemoteFile:
+    """The remote file at `url` (`ckptview.core.remote` is imported on first use of a URL)."""
+    from ckptview.core import remote
+
+    return remote.remote_file(url)
 
 
 class RemoteFileMap(FileMap):
@@ -353,7 +358,7 @@ class RemoteFileMap(FileMap):
 class _RemoteReader:
     """A read-only file object over a remote file (header reads: zip directory, safetensors header)."""
 
-    def __init__(self, remote) -> None:  # noqa: ANN001
+    def __init__(self, remote: RemoteFile) -> None:
         if remote.is_dir:
             raise NotACheckpointError(f"not a checkpoint: {remote.shown} is a folder, not a file")
         self.remote, self.pos = remote, 0
@@ -386,28 +391,36 @@ class _RemoteReader:
 def isdir(path: str) -> bool:
     """os.path.isdir, also for URLs (a folder of a repo or bucket, a listed HTTP folder)."""
     if is_url(path):
-        return _remote().exists_kind(path) == "dir"
+        from ckptview.core import remote
+
+        return remote.exists_kind(path) == "dir"
     return os.path.isdir(path)
 
 
 def isfile(path: str) -> bool:
     """os.path.isfile, also for URLs."""
     if is_url(path):
-        return _remote().exists_kind(path) == "file"
+        from ckptview.core import remote
+
+        return remote.exists_kind(path) == "file"
     return os.path.isfile(path)
 
 
 def getsize(path: str) -> int:
     """os.path.getsize, also for URLs."""
     if is_url(path):
-        return int(_remote().size_of(path))
+        from ckptview.core import remote
+
+        return remote.size_of(path)
     return os.path.getsize(path)
 
 
 def listdir(path: str) -> list[str]:
     """os.listdir, also for URLs (names only)."""
     if is_url(path):
-        return _remote().listdir(path)
+        from ckptview.core import remote
+
+        return remote.listdir(path)
     return os.listdir(path)
 
 
@@ -417,7 +430,9 @@ def list_files(folder: str, special: bool = False) -> list[str]:
     `special=True` keeps local FIFOs, sockets and devices (to be refused when read, not skipped).
     """
     if is_url(folder):
-        return [n for n in _remote_file(_remote().folder_url(folder)).listdir() if not n.endswith("/")]
+        from ckptview.core import remote
+
+        return [n for n in _remote_file(remote.folder_url(folder)).listdir() if not n.endswith("/")]
     if special:
         return [n for n in os.listdir(folder) if not os.path.isdir(os.path.join(folder, n))]
     return [n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))]
@@ -426,21 +441,27 @@ def list_files(folder: str, special: bool = False) -> list[str]:
 def abspath(path: str) -> str:
     """os.path.abspath; a URL has its '.' and '..' resolved."""
     if is_url(path):
-        return _remote().normalize(path.rstrip("/"))
+        from ckptview.core import remote
+
+        return remote.normalize(path.rstrip("/"))
     return os.path.abspath(path)
 
 
 def join(path: str, *names: str) -> str:
     """os.path.join, also for URLs."""
     if is_url(path):
-        return _remote().join(path, *names)
+        from ckptview.core import remote
+
+        return remote.join(path, *names)
     return os.path.join(path, *names)
 
 
 def dirname(path: str) -> str:
     """os.path.dirname of the absolute path, also for URLs."""
     if is_url(path):
-        return _remote().dirname(path)
+        from ckptview.core import remote
+
+        return remote.dirname(path)
     return os.path.dirname(os.path.abspath(path))
 
 

@@ -49,8 +49,8 @@ class FileSlice:
                 f"({self.fmap.size} bytes)"
             )
 
-    def read_range(self, start: int, length: int) -> bytes:
-        """`length` bytes from `start` of the slice."""
+    def read_range(self, start: int, length: int) -> bytes | bytearray:
+        """`length` bytes from `start` of the slice (a fresh, writable buffer)."""
         self._check_bounds()
         if start < 0 or start + length > self.length:
             raise TensorDataError(f"bytes {start}..{start + length} lie outside the storage ({self.length} bytes)")
@@ -137,7 +137,7 @@ class ZipMember:
     def _wanted(self) -> int:
         return self.file_size if self.max_bytes is None else min(self.file_size, self.max_bytes)
 
-    def read_range(self, start: int, length: int) -> bytes:
+    def read_range(self, start: int, length: int) -> bytes | bytearray:
         """`length` bytes from `start` of the member's (inflated) content."""
         if self.compress_type != 0:
             return b"".join(self.iter_inflated(start, length, max(length, 1)))

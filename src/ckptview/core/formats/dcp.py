@@ -29,7 +29,7 @@ from ckptview.core.assembled import AssembledSource, Chunk, coverage_problem
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.files import FileMap, folder_identities, open_regular
 from ckptview.core.formats.torch_zip import load_embedded
-from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
+from ckptview.core.model import Checkpoint, Node, NodeKind, Storage, TensorInfo
 from ckptview.core.pickle_reader import StubObject
 from ckptview.core.torch_pickle import load_torch_pickle, unsafe_of
 from ckptview.core.tree import build_tree
@@ -207,18 +207,21 @@ class _TreeBuilder:
                 parent = self._dirs[path[: depth - 1]]
                 # DCP flattens lists with int path components (`optim.param_groups.0.lr`) and rebuilds a
                 # list for them on load; dict keys are always str in its paths.
-                kind = "list" if isinstance(path[depth], int) else "dict"
+                kind: NodeKind = "list" if isinstance(path[depth], int) else "dict"
                 self._dirs[prefix] = parent.add(Node(key=path[depth - 1], kind=kind, type_name=kind))
         return self._dirs[path[:-1]]
 
 
-def _tensor_info(fqn: str, meta: dict[str, Any], locs: dict, files: _Files) -> TensorInfo:
+def _tensor_info(fqn: str, meta: dict[str, Any], locs: dict[tuple[str, tuple[int, ...] | None], Location],
+                 files: _Files) -> TensorInfo:
     dtype = _dtype_of(meta.get("properties"))
     shape = _ints(meta.get("size"), f"size of '{fqn}'")
     chunk_stubs = meta.get("chunks")
     if not isinstance(chunk_stubs, list):
         raise CheckpointFormatError(f"DCP metadata: chunks of '{fqn}' are not a list")
-    chunks, shards, broken = [], [], None
+    chunks: list[Chunk] = []
+    shards: list[dict[str, Any]] = []
+    broken: str | None = None
     for stub in chunk_stubs:
         f = fields(stub)
         offsets = _ints(f.get("offsets"), f"chunk offsets of '{fqn}'")
@@ -291,11 +294,11 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     for fqn, item in items.items():
         if not isinstance(fqn, str) or not isinstance(item, StubObject):
             raise CheckpointFormatError("DCP metadata: malformed state_dict_metadata entry")
-        path = _tree_path(fqn, top.get("planner_data"))
-        parent = builder.parent_of(path)
+        tree_path = _tree_path(fqn, top.get("planner_data"))
+        parent = builder.parent_of(tree_path)
         if item.cls.endswith(".TensorStorageMetadata"):
             info = _tensor_info(fqn, fields(item), locs, files)
-            parent.add(Node(key=path[-1], kind="tensor", type_name="Tensor", tensor=info))
+            parent.add(Node(key=tree_path[-1], kind="tensor", type_name="Tensor", tensor=info))
             if info.broken:
                 warnings.append(f"tensor '{fqn}' is broken: {info.broken}")
             continue
@@ -316,7 +319,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
                 warnings.append(f"item '{fqn}' is unreadable: {exc}")
             globals_seen += [g for g in item_globals if g not in globals_seen]
         node = build_tree(value)
-        node.key = path[-1]
+        node.key = tree_path[-1]
         parent.add(node)
     total = size + sum(cfiles.getsize(cfiles.join(folder, f)) for f in cfiles.listdir(folder)
                        if f.endswith(".distcp") and cfiles.isfile(cfiles.join(folder, f)))

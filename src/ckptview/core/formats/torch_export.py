@@ -81,8 +81,9 @@ class _Archive(ZipArchive):
 def _int(value: Any) -> int | str:
     """A serialized SymInt: its int, or the symbol's name for a dynamic size."""
     if isinstance(value, dict):
-        if isinstance(value.get("as_int"), int):
-            return value["as_int"]
+        as_int = value.get("as_int")
+        if isinstance(as_int, int):
+            return as_int
         expr = value.get("as_expr")
         if isinstance(expr, dict):
             text = str(expr.get("expr_str", "?"))
@@ -95,9 +96,10 @@ def _int(value: Any) -> int | str:
 
 def _concrete(values: Any, what: str) -> tuple[int, ...]:
     out = tuple(_int(v) for v in (values or []))
-    if not all(isinstance(v, int) for v in out):
+    ints = tuple(v for v in out if isinstance(v, int))
+    if len(ints) != len(out):
         raise CheckpointFormatError(f"{what} is not concrete: {list(out)}")
-    return out  # type: ignore[return-value]
+    return ints
 
 
 def _dtype(code: Any) -> str:
@@ -136,10 +138,10 @@ def _payload_tensor(archive: _Archive, folder: str, fqn: str, entry: dict[str, A
                       stride=_concrete(meta.get("strides"), f"strides of '{fqn}'"),
                       offset=int(_int(meta.get("storage_offset", {"as_int": 0}))), storage=storage,
                       requires_grad=meta.get("requires_grad") is True, is_parameter=entry.get("is_param") is True)
-    member = storage.source
-    if isinstance(member, ZipMember) and info.numel and len(info.shape) == len(info.stride):
+    source = storage.source
+    if isinstance(source, ZipMember) and info.numel and len(info.shape) == len(info.stride):
         last = info.offset + sum((n - 1) * st for n, st in zip(info.shape, info.stride, strict=True))
-        member.max_bytes = max(member.max_bytes or 0, (last + 1) * dtypes.itemsize(dtype))
+        source.max_bytes = max(source.max_bytes or 0, (last + 1) * dtypes.itemsize(dtype))
     if storage.broken:
         info.broken = storage.broken
     elif info.numel and storage.dtype != dtype:
@@ -306,9 +308,9 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         info_meta[model] = {k: program.get(k) for k in ("torch_version", "schema_version") if k in program}
     # Every record torch.export.load would unpickle (pickled weights and constants whatever their encoding,
     # opaque objects, sample inputs, legacy payload files), read by the same census the run gate uses.
-    found = census(path)
-    globals_seen += [g for g in found.globals if g not in globals_seen]
-    for record in found.unreadable:
+    pickles = census(path)
+    globals_seen += [g for g in pickles.globals if g not in globals_seen]
+    for record in pickles.unreadable:
         warnings.append(f"pickle {record} is unreadable: torch.export.load would unpickle it unchecked")
     unsafe = unsafe_of(globals_seen)
     if unsafe:

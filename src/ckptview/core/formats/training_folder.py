@@ -104,9 +104,9 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             root.add(Node(key=key, kind="value", type_name="str", value=f"<not read: {exc}>"))
             return
         except (OSError, ValueError, MemoryError, RecursionError) as exc:  # one line, never a traceback
-            exc = CheckpointError(f"{type(exc).__name__}: {exc}")
-            warnings.append(f"'{key}' not read: {exc}")
-            root.add(Node(key=key, kind="value", type_name="str", value=f"<not read: {exc}>"))
+            err = CheckpointError(f"{type(exc).__name__}: {exc}")
+            warnings.append(f"'{key}' not read: {err}")
+            root.add(Node(key=key, kind="value", type_name="str", value=f"<not read: {err}>"))
             return
         node = ckpt.root
         node.key = key

@@ -31,7 +31,7 @@ def network_cause(exc: BaseException) -> str:
 def missing_error(message: str) -> RemoteError:
     """A RemoteError saying the file is not there (HTTP 404, no such key): `exists_kind` answers None."""
     exc = RemoteError(message)
-    exc.missing = True  # type: ignore[attr-defined]
+    exc.missing = True  # type: ignore[attr-defined]  # a marker read back by is_missing() via getattr
     return exc
 
 

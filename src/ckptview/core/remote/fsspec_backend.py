@@ -26,6 +26,7 @@ class FsspecBackend:
         if proto == "hf":  # the hub reads its timeouts at import: set them where it looks for them
             from huggingface_hub import constants
 
+            # The hub declares these int but only passes them on as requests' timeout, which takes a float.
             constants.HF_HUB_ETAG_TIMEOUT = constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout()  # type: ignore[assignment]
         self.url = url
         try:
@@ -50,7 +51,8 @@ class FsspecBackend:
 
     def info(self) -> dict[str, Any]:
         """fsspec's info() of the path."""
-        return self._call("open", self.fs.info, self.path)
+        info: dict[str, Any] = self._call("open", self.fs.info, self.path)
+        return info
 
     @staticmethod
     def validator(info: dict[str, Any]) -> str:

@@ -60,10 +60,11 @@ class HttpBackend:
 
     @staticmethod
     def _validator(resp: Any) -> str:
-        etag = resp.headers.get("ETag", "")
+        etag: str = resp.headers.get("ETag", "")
         if etag.startswith("W/"):
             etag = etag[2:]
-        return etag or resp.headers.get("Last-Modified", "")
+        modified: str = resp.headers.get("Last-Modified", "")
+        return etag or modified
 
     def _total(self, resp: Any) -> int:
         rng = resp.headers.get("Content-Range", "")
@@ -75,7 +76,7 @@ class HttpBackend:
 
     def _body(self, resp: Any, expect: int) -> bytes:
         try:
-            data = resp.raw.read(expect + 1, decode_content=False)
+            data: bytes = resp.raw.read(expect + 1, decode_content=False)
         except Exception as exc:  # a timeout or reset in the middle of the body
             raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc)}") from None
         self.transfer.add(len(data), 0)
