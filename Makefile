@@ -17,11 +17,14 @@ run: $(STAMP)
 
 # -X dev: ResourceWarnings and asyncio/debug checks on; -X faulthandler: a fatal signal (SIGABRT, SIGSEGV,
 # SIGBUS) prints every thread's stack, so a crash in CI is a red test with a trace, not a silent exit.
-test: $(STAMP)
+# The guardrails run first (each takes seconds): lint, the layer contracts (import-linter), types (mypy,
+# strict flags for the core); then the suite.
+test: lint
 	$(BIN)/python -X dev -X faulthandler -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools resources
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
 screenshots: $(STAMP)

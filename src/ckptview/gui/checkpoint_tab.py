@@ -85,6 +85,7 @@ class CheckpointTab(QWidget):
         self.changed_bar: QFrame | None = None
         self._closed = False
         self._pending_panels: dict[int, panels.PanelSpec] = {}  # side-tab index -> panel not built yet
+        self._filter_worker: GeneratorWorker | None = None  # the typed filter's job, on large trees
         self.stack = QStackedWidget(self)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -285,6 +286,7 @@ class CheckpointTab(QWidget):
         """Make `page` the only page (earlier ones are deleted: a reload must not pile pages up)."""
         while self.stack.count():
             old = self.stack.widget(0)
+            assert old is not None  # count() > 0
             self.stack.removeWidget(old)
             old.deleteLater()
         self.stack.addWidget(page)
@@ -422,7 +424,6 @@ class CheckpointTab(QWidget):
         self._filter_timer.timeout.connect(self._filter_typed)
         self.filter_edit.textChanged.connect(lambda _text: self._filter_timer.start())
         self.filter_edit.returnPressed.connect(self._filter_typed)
-        self._filter_worker: GeneratorWorker | None = None
 
         self.model = CheckpointTreeModel(self.top, self, flat=opened.flat)
         self.tree = QTreeView()
@@ -515,7 +516,8 @@ class CheckpointTab(QWidget):
             self.side_tabs.setCurrentIndex(current)
         finally:
             self.side_tabs.blockSignals(False)
-        old.deleteLater()
+        if old is not None:
+            old.deleteLater()
         setter = getattr(widget, "set_selection", None)
         entries = self._entries(self.selected_rows())
         if setter is not None and entries:
@@ -553,6 +555,7 @@ class CheckpointTab(QWidget):
         header = self.tree.header()
         metrics = header.fontMetrics()
         width = self.tree.viewport().width()
+        assert self.model is not None  # the tree exists only with its model
         shown = [c for c in range(len(COLUMN_WIDTHS)) if c != NAME and not self.tree.isColumnHidden(c)]
         caption = {c: metrics.horizontalAdvance(str(self.model.headerData(c, Qt.Orientation.Horizontal))) + 16
                    for c in shown}

@@ -56,7 +56,7 @@ def signature(path: str) -> Signature | None:
     own = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     if not stat.S_ISDIR(st.st_mode):
         return own
-    entries = []
+    entries: list[tuple[str, int, int, int]] = []
     try:
         with os.scandir(path) as it:
             for entry in it:

@@ -106,7 +106,8 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.transfer_label)
         from PySide6.QtCore import QTimer
 
-        self._transfer_timer = QTimer(self, interval=500, timeout=self._show_transfer)
+        self._transfer_timer = QTimer(self, interval=500)
+        self._transfer_timer.timeout.connect(self._show_transfer)
         self._transfer_timer.start()
 
     def _show_transfer(self) -> None:
@@ -207,7 +208,8 @@ class MainWindow(QMainWindow):
         files = self.settings.recent_files()
         for i, path in enumerate(files):
             label = f"&{i + 1} {os.path.basename(path)}" if i < 9 else os.path.basename(path)
-            action = self.recent_menu.addAction(label, lambda p=path: self.open_paths([p]))
+            action = self.recent_menu.addAction(label)
+            action.triggered.connect(lambda _checked=False, p=path: self.open_paths([p]))
             action.setToolTip(path)
             action.setStatusTip(path)
         if files:

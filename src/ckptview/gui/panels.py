@@ -65,7 +65,7 @@ class CheckpointContext:
     path: str
     window: MainWindow | None = None
     # Select the tree row of the tensor/value called `name` (contract name, e.g. "model.fc.weight").
-    select_name: Callable[[str], None] = field(default=lambda name: None)
+    select_name: Callable[[str], object] = field(default=lambda name: None)
     # Show a transient message in the status bar.
     show_status: Callable[[str], None] = field(default=lambda text: None)
     # Statistics and histograms of this checkpoint: every panel asks here, so each tensor is read once.

@@ -26,7 +26,7 @@ class Settings:
         value = self._qs.value("recent_files", [])
         if isinstance(value, str):  # QSettings returns a bare string for a one-item list in ini files
             value = [value]
-        return [str(v) for v in (value or [])]
+        return [str(v) for v in value] if isinstance(value, list) else []
 
     def add_recent(self, path: str) -> None:
         """Put `path` first in the recent list."""

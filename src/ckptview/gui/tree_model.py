@@ -277,7 +277,7 @@ class CheckpointTreeModel(QAbstractItemModel):
             self.kids(row.parent)
             pos = self._pos.get(id(row))
             ok = pos is not None and pos < self._fetched_count(row.parent)
-            new.append(self.createIndex(pos, col, row) if ok else QModelIndex())
+            new.append(self.createIndex(pos, col, row) if ok and pos is not None else QModelIndex())
         self.changePersistentIndexList(old, new)
         self.layoutChanged.emit()
 

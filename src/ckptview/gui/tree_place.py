@@ -49,9 +49,9 @@ def restore_place(tree: QTreeView, model: CheckpointTreeModel, top: Row, place: 
             if row.name in wanted and row.name not in found:
                 found[row.name] = row
     elif place["current"] is not None:
-        row = find_row(top, place["current"])
-        if row is not None:
-            found[row.name] = row
+        current = find_row(top, place["current"])
+        if current is not None:
+            found[current.name] = current
     for name in place["expanded"]:
         if name in found:
             index = model.index_of(found[name])

@@ -154,6 +154,11 @@ def wait_for_workers(timeout_ms: int = 10_000, quit_first: bool = False) -> bool
     return QThreadPool.globalInstance().waitForDone(timeout_ms)
 
 
+def _quit_each(workers: set[GeneratorWorker]) -> None:
+    for worker in list(workers):
+        worker.quit()
+
+
 class JobSlot(QObject):
     """The one way a widget runs jobs and drops stale results.
 
@@ -174,7 +179,7 @@ class JobSlot(QObject):
         self.generation = 0
         self._workers: set[GeneratorWorker] = set()
         workers = self._workers  # the lambda must not touch the slot itself while it is destroyed
-        self.destroyed.connect(lambda *_: [w.quit() for w in list(workers)])
+        self.destroyed.connect(lambda *_: _quit_each(workers))
 
     @property
     def running(self) -> bool:
