@@ -22,7 +22,7 @@ import time
 LIST = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from ckptview.core.open import open_checkpoint
+from ckptview.core.read.open import open_checkpoint
 from ckptview.commands.info import info_dict
 ckpt = open_checkpoint(sys.argv[1])
 data = info_dict(ckpt)
@@ -35,8 +35,8 @@ print(json.dumps({"seconds": dt, "tensors": len(data["tensors"]),
 STREAM = """
 import json, resource, sys, time
 import numpy as np
-from ckptview.core.open import open_checkpoint
-from ckptview.core.values import iter_chunks
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.values import iter_chunks
 ckpt = open_checkpoint(sys.argv[1])
 info = max((e.info for e in ckpt.tensors()), key=lambda i: i.nbytes)
 t0 = time.perf_counter()

@@ -70,9 +70,9 @@ np.save(sys.argv[2], next(iter(sd.values())).float().numpy())
 HEATMAP_IN_CKPTVIEW = r"""
 import sys, time
 t0 = time.perf_counter()
-from ckptview.core.heatmap import heatmap
-from ckptview.core.open import open_checkpoint
-from ckptview.core.values import read_values
+from ckptview.core.analyze.heatmap import heatmap
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.values import read_values
 ckpt = open_checkpoint(sys.argv[1])
 info = ckpt.tensors()[0].info
 hm = heatmap(read_values(info))

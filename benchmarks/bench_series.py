@@ -40,7 +40,7 @@ def read_bytes():
 OURS = PRELUDE + r"""
 t0 = time.perf_counter()
 r0 = read_bytes()
-from ckptview.core.series import run_series
+from ckptview.core.analyze.series import run_series
 result = run_series([sys.argv[1]])
 seconds = time.perf_counter() - t0
 norm = {n: s.figure("norm")[-1] for n, s in result.tensors.items()}

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.analysis import Analysis, PreviewReady, StatsReady, TargetFailed
+from ckptview.core.analyze.analysis import Analysis, PreviewReady, StatsReady, TargetFailed
+from ckptview.core.analyze.stats import run_job
 from ckptview.core.errors import Cancelled, TensorDataError
 from ckptview.core.jobs import CancelToken
-from ckptview.core.stats import run_job
 
 
 @pytest.fixture

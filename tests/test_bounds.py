@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.model import MAX_WARNINGS, BoundedWarnings
-from ckptview.core.open import open_checkpoint
+from ckptview.core.read.open import open_checkpoint
 
 
 def test_bounded_warnings_keep_the_first_and_count_the_rest():
@@ -83,8 +83,8 @@ def _figures(a: torch.Tensor, b: torch.Tensor) -> dict:
 
 
 def test_diff_of_expanded_tensors_reads_what_is_stored(tmp_path, monkeypatch):
-    from ckptview.core import values
-    from ckptview.core.diff import diff_checkpoints
+    from ckptview.core.analyze.diff import diff_checkpoints
+    from ckptview.core.read import values
 
     base_a = torch.randn(5, 1, 3, generator=torch.Generator().manual_seed(0))
     base_b = base_a.clone()

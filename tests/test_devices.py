@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ckptview import cli
-from ckptview.core.devices import (
+from ckptview.core.run.devices import (
     DeviceError,
     DeviceInfo,
     find_device,

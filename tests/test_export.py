@@ -18,7 +18,8 @@ from hypothesis import strategies as hs
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import Cancelled
-from ckptview.core.export import (
+from ckptview.core.jobs import CancelToken
+from ckptview.core.write.export import (
     MANIFEST,
     ExportError,
     ExportExistsError,
@@ -27,8 +28,7 @@ from ckptview.core.export import (
     plan_export,
     select_tensors,
 )
-from ckptview.core.jobs import CancelToken
-from ckptview.core.safe_names import Deduplicator, is_safe_member, safe_file_stem
+from ckptview.core.write.safe_names import Deduplicator, is_safe_member, safe_file_stem
 
 ML_DTYPES = {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
              torch.float8_e5m2fnuz, torch.float8_e8m0fnu}
@@ -248,7 +248,7 @@ def test_cli_escapes_hostile_names(hostile, tmp_path, capsys):
 
 
 def _expected_values(entry) -> np.ndarray:
-    from ckptview.core.values import read_values
+    from ckptview.core.read.values import read_values
 
     return np.array(read_values(entry.info))
 
@@ -370,7 +370,7 @@ def test_safetensors_input_round_trips(tmp_path):
 
 SLOW_EXPORT = r"""
 import os, sys, time
-import ckptview.core.export as ex
+import ckptview.core.write.export as ex
 from ckptview import cli
 
 path, out, marker = sys.argv[1:4]

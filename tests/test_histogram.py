@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.histogram import (
+from ckptview.core.analyze.histogram import (
     histogram_of_array,
     iter_exact_histogram,
     sample_histogram,
     sample_values,
 )
-from ckptview.core.stats import iter_summary, run_job
+from ckptview.core.analyze.stats import iter_summary, run_job
 from tests.test_stats import chunked, make, to_numpy
 
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from ckptview.cli import main
+from ckptview.core.analyze.stats import stats_json_for
 from ckptview.core.errors import CheckpointError, FileChangedError
-from ckptview.core.open import open_checkpoint
-from ckptview.core.stats import stats_json_for
-from ckptview.core.values import read_values
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.values import read_values
 from tests.remote_server import RangeServer
 
 pytest.importorskip("fsspec")
@@ -390,9 +390,9 @@ def _reset_hf(monkeypatch, endpoint: str) -> None:
 
 
 def test_cancel_stops_the_reads(served, server):
+    from ckptview.core.analyze.stats import iter_tensor_summary
     from ckptview.core.errors import Cancelled
     from ckptview.core.jobs import CancelToken
-    from ckptview.core.stats import iter_tensor_summary
 
     ckpt = open_checkpoint(f"{server.url}/small.pt")
     entry = next(e for e in ckpt.tensors() if e.name == "w")
@@ -407,7 +407,7 @@ def test_cancel_stops_the_reads(served, server):
 
 
 def test_the_block_cache_is_bounded():
-    from ckptview.core.remote import BlockCache
+    from ckptview.core.read.remote import BlockCache
 
     cache = BlockCache(limit=10)
     for i in range(100):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.open import open_checkpoint
-from ckptview.core.values import read_values
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.values import read_values
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")

@@ -21,8 +21,8 @@ import torch
 from ckptview import cli
 from ckptview.core import open_checkpoint
 from ckptview.core.jobs import CancelToken
-from ckptview.core.run_forward import describe_outputs
-from ckptview.core.run_inputs import (
+from ckptview.core.run.run_forward import describe_outputs
+from ckptview.core.run.run_inputs import (
     InputSpec,
     InputSpecError,
     load_input_file,
@@ -30,10 +30,10 @@ from ckptview.core.run_inputs import (
     parse_input_specs,
     to_torch,
 )
-from ckptview.core.run_loading import load_model, numpy_to_torch, place_tensor
-from ckptview.core.run_protocol import Job, WorkerError, error_kind
-from ckptview.core.run_result import OtherOutput, OutputInfo, RunResult, ShapeMismatch
-from ckptview.core.runner import (
+from ckptview.core.run.run_loading import load_model, numpy_to_torch, place_tensor
+from ckptview.core.run.run_protocol import Job, WorkerError, error_kind
+from ckptview.core.run.run_result import OtherOutput, OutputInfo, RunResult, ShapeMismatch
+from ckptview.core.run.runner import (
     EXPORT,
     PICKLE,
     STATE_DICT,

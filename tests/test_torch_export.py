@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core.open import open_checkpoint
-from ckptview.core.values import read_values
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.values import read_values
 from tests.torch_compare import same_values
 
 

@@ -8,9 +8,9 @@ import warnings
 import pytest
 import torch
 
-from ckptview.core.open import open_checkpoint
-from ckptview.core.safe_globals import TORCHSCRIPT_GLOBALS
-from ckptview.core.values import read_values
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.safe_globals import TORCHSCRIPT_GLOBALS
+from ckptview.core.read.values import read_values
 
 
 class Attributes(torch.nn.Module):

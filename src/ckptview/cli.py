@@ -99,7 +99,7 @@ def _redact(text: str) -> str:
     """Messages naming a URL never show its user:password or query string (tokens)."""
     if "://" not in text:
         return text
-    from ckptview.core.remote import redact
+    from ckptview.core.read.remote import redact
 
     return redact(text)
 

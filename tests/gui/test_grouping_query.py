@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptview.core.grouping import chart_rows, find_row, group_tree
+from ckptview.core.analyze.grouping import chart_rows, find_row, group_tree
 from ckptview.core.model import Node, Storage, TensorInfo
 from ckptview.gui.formatting import human_bytes, natural_key
 from ckptview.gui.query import QueryError, parse_query, visible_rows

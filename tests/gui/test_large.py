@@ -7,7 +7,7 @@ import time
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from ckptview.core.grouping import find_row
+from ckptview.core.analyze.grouping import find_row
 from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
 from ckptview.gui.checkpoint_tab import CheckpointTab, prepare
 

@@ -167,7 +167,7 @@ def test_in_the_window(qtbot, window, trained) -> None:
 
 def test_tree_names_optimizer_state_by_parameter(tmp_path):
     from ckptview.core import open_checkpoint
-    from ckptview.core.grouping import find_row
+    from ckptview.core.analyze.grouping import find_row
     from ckptview.gui.checkpoint_tab import prepare
 
     net = torch.nn.Linear(4, 3)

@@ -12,10 +12,10 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.core.devices import DeviceInfo, list_devices
-from ckptview.core.model_classes import ModelClass
-from ckptview.core.run_inputs import InputSpec, make_array, to_torch
-from ckptview.core.run_result import RunResult, result_json_text
+from ckptview.core.run.devices import DeviceInfo, list_devices
+from ckptview.core.run.model_classes import ModelClass
+from ckptview.core.run.run_inputs import InputSpec, make_array, to_torch
+from ckptview.core.run.run_result import RunResult, result_json_text
 
 MODULE = "ckv_panel_models"
 CODE = textwrap.dedent('''
@@ -202,7 +202,7 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
     """Showing the Run tab of a .pt2 whose sample inputs hold a payload starts no worker and runs nothing."""
     from tests.crafted import crafted_pt2
 
-    from ckptview.core import runner
+    from ckptview.core.run import runner
     from ckptview.gui.run_panel import RunPanel
 
     marker = tmp_path / "probe.marker"

@@ -79,7 +79,7 @@ def test_module_row_shows_aggregate_figures(qtbot, ckpt) -> None:
 
 def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, monkeypatch) -> None:
     ck, ref = ckpt
-    import ckptview.core.values as values
+    import ckptview.core.read.values as values
 
     real = values.iter_chunks
     big_info = ck.tensor("big")

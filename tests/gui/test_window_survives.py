@@ -35,7 +35,7 @@ def select(tab: CheckpointTab, name: str) -> None:
     """Select only `name`, as a click does (explicitly: a modifier key left down elsewhere must not toggle)."""
     from PySide6.QtCore import QItemSelectionModel
 
-    from ckptview.core.grouping import find_row
+    from ckptview.core.analyze.grouping import find_row
 
     index = tab.model.index_of(find_row(tab.top, name))
     assert index.isValid()
@@ -143,7 +143,7 @@ def _resave(path: str, **extra) -> None:
 
 def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, other, tmp_path):
     path = make_state_dict(str(tmp_path / "model.pth"))
-    from ckptview.core.grouping import find_row
+    from ckptview.core.analyze.grouping import find_row
 
     tab = open_ready(qtbot, window, path)
     tab.tree.collapseAll()

@@ -19,13 +19,13 @@ from pathlib import Path
 import corpus
 import pytest
 
-from ckptview.core import torch_pickle
 from ckptview.core.errors import CheckpointError
-from ckptview.core.fast_pickle import fast_unpickle, scan
 from ckptview.core.model import Storage, TensorInfo
-from ckptview.core.open import open_checkpoint
-from ckptview.core.pickle_reader import StubObject, unpickle
-from ckptview.core.torch_globals import EMULATORS, resolve_constant
+from ckptview.core.read import torch_pickle
+from ckptview.core.read.fast_pickle import fast_unpickle, scan
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.pickle_reader import StubObject, unpickle
+from ckptview.core.read.torch_globals import EMULATORS, resolve_constant
 
 
 def _snapshot(path: Path) -> tuple:
@@ -127,7 +127,7 @@ def test_torch_state_dicts_take_the_fast_path(tmp_path, monkeypatch):
     assert type(ckpt.tensors()[0].info.storage) is Storage
     ckpt.close()
     # Values are those torch reads.
-    from ckptview.core.values import read_values
+    from ckptview.core.read.values import read_values
 
     ckpt = open_checkpoint(str(path))
     loaded = torch.load(path, weights_only=True)
@@ -183,7 +183,7 @@ def test_memo_bomb_process_stays_small(tmp_path):
     """Opened as a file, in a fresh process: peak memory stays far below the memo it asks for."""
     path = tmp_path / "memo_bomb.pkl"
     path.write_bytes(b"\x80\x02}q\x00X\x01\x00\x00\x00aK\x01s" + b"r" + struct.pack("<I", 1 << 27) + b".")
-    script = ("import resource, sys\nfrom ckptview.core.open import open_checkpoint\n"
+    script = ("import resource, sys\nfrom ckptview.core.read.open import open_checkpoint\n"
               "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               "ckpt = open_checkpoint(sys.argv[1])\nprint(len(ckpt.root.children))\n"
               "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)\n")

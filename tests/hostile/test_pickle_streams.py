@@ -16,10 +16,10 @@ from corpus import Call, G, emit, py_touch, shell_touch
 
 from ckptview import cli
 from ckptview.core.errors import CheckpointError
-from ckptview.core.formats.torch_legacy import MAGIC_NUMBER
-from ckptview.core.open import open_checkpoint
-from ckptview.core.pickle_stream import MAX_PICKLES
-from ckptview.core.values import read_values
+from ckptview.core.read.formats.torch_legacy import MAGIC_NUMBER
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.pickle_stream import MAX_PICKLES
+from ckptview.core.read.values import read_values
 
 torch = pytest.importorskip("torch")
 

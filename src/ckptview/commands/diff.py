@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
-from ckptview.core.align import parse_mapping
-from ckptview.core.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
+from ckptview.core.analyze.align import parse_mapping
+from ckptview.core.analyze.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
 from ckptview.core.errors import CheckpointError
-from ckptview.core.open import open_checkpoint
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.core.units import shape_str
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from ckptview.core.errors import TensorDataError
 from ckptview.core.model import Checkpoint
-from ckptview.core.open import open_checkpoint
 from ckptview.core.perf import paused_gc
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.tree import short_repr
 from ckptview.core.text import printable
-from ckptview.core.tree import short_repr
 from ckptview.core.units import human_bytes, human_count, shape_str
 
 
@@ -60,7 +60,7 @@ def _tensor_items(ckpt: Checkpoint, stats: bool) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
     stats_for = None
     if stats:
-        from ckptview.core.stats import stats_json_for
+        from ckptview.core.analyze.stats import stats_json_for
 
         stats_for = stats_json_for
     for entry in ckpt.tensors():
@@ -103,7 +103,7 @@ def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
     """The optimizers section; the optimizer module is imported only when something could be one."""
     if not any(c.key == "param_groups" for n in ckpt.root.walk() for c in n.children):
         return []
-    from ckptview.core.optimizer import optimizers_json
+    from ckptview.core.analyze.optimizer import optimizers_json
 
     return optimizers_json(ckpt)
 
@@ -162,7 +162,7 @@ def _list(args: argparse.Namespace) -> int:
             return 0
         data = info_dict(ckpt, stats=args.stats)
     finally:
-        from ckptview.core.tree import release_tree
+        from ckptview.core.read.tree import release_tree
 
         ckpt.close()
         release_tree(ckpt.root)  # only plain data is used below

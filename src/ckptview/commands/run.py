@@ -8,11 +8,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ckptview.core import runner
-from ckptview.core.devices import parse_device
-from ckptview.core.run_inputs import InputSpecError, parse_input_specs
-from ckptview.core.run_result import RunResult, finite_json, result_json_text
-from ckptview.core.runner import DEFAULT_TIMEOUT, RunError, RunRequest
+from ckptview.core.run import runner
+from ckptview.core.run.devices import parse_device
+from ckptview.core.run.run_inputs import InputSpecError, parse_input_specs
+from ckptview.core.run.run_result import RunResult, finite_json, result_json_text
+from ckptview.core.run.runner import DEFAULT_TIMEOUT, RunError, RunRequest
 from ckptview.core.text import printable
 
 
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the job; print JSON or a summary; errors are one line on stderr, exit 2 when refused, else 1."""
     if (url := next((p for p in (args.path, args.compare) if p and "://" in p and not p.startswith("file://")),
                     None)) is not None:  # the worker loads a local file with torch: never a URL's bytes
-        from ckptview.core.remote import shown
+        from ckptview.core.read.remote import shown
 
         print(f"ckptview: run needs a local file: download {printable(shown(url))} first "
               "(info, diff and export read URLs)", file=sys.stderr)

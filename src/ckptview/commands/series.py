@@ -7,14 +7,14 @@ import json
 import sys
 from typing import Any
 
-from ckptview.core.jobs import drain
-from ckptview.core.series import (
+from ckptview.core.analyze.series import (
     SERIES_CHUNK_ELEMS,
     SeriesResult,
     TensorSeries,
     iter_series,
     plan_series,
 )
+from ckptview.core.jobs import drain
 from ckptview.core.text import printable
 
 MAX_ERROR_LINES = 20

@@ -8,7 +8,7 @@ from ckptview.core.errors import (
     TensorDataError,
 )
 from ckptview.core.model import Checkpoint, Node, Storage, TensorEntry, TensorInfo
-from ckptview.core.open import open_checkpoint
+from ckptview.core.read.open import open_checkpoint
 
 __all__ = [
     "Cancelled",

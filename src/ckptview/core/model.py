@@ -1,6 +1,6 @@
 """The inert description of a checkpoint: a tree of nodes, tensors and the storages behind them.
 
-Nothing here reads tensor bytes; `ckptview.core.values` does that on demand.
+Nothing here reads tensor bytes; `ckptview.core.read.values` does that on demand.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ class Checkpoint:
         Cheap (one stat per file), so a window can poll it; reading values of a changed file raises
         `FileChangedError` whether or not anyone asked.
         """
-        from ckptview.core.sources import changed_on_disk
+        from ckptview.core.read.sources import changed_on_disk
 
         return changed_on_disk(self)
 
@@ -296,6 +296,6 @@ class Checkpoint:
 
     def close(self) -> None:
         """Release mapped files."""
-        from ckptview.core.sources import close_all
+        from ckptview.core.read.sources import close_all
 
         close_all(self)

@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ckptview.core.analyze.grouping import ModuleGroup, Row, find_row
 from ckptview.core.errors import CheckpointError
-from ckptview.core.grouping import ModuleGroup, Row, find_row
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.text import printable
 from ckptview.gui import panels

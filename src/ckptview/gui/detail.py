@@ -8,7 +8,7 @@ from typing import Any
 from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
-from ckptview.core.grouping import Row
+from ckptview.core.analyze.grouping import Row
 from ckptview.core.model import Checkpoint, TensorInfo
 from ckptview.core.text import printable
 from ckptview.gui.formatting import human_bytes, human_count, shape_text

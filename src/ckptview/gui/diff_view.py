@@ -3,7 +3,7 @@
 Ways in (registered at import, see :mod:`ckptview.gui.panels`): ``ckptview --diff A B``, Tools > Compare
 With… (the current tab against a file) and Tools > Compare Two Open Tabs…. The view opens its own
 copies of both files (metadata only), so closing a checkpoint tab never pulls the bytes from under a
-running comparison. All reading and arithmetic runs in workers (``ckptview.core.diff``).
+running comparison. All reading and arithmetic runs in workers (``ckptview.core.analyze.diff``).
 """
 
 from __future__ import annotations
@@ -47,12 +47,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.diff import DiffProgress, DiffResult, TensorDiff, diff_chunks, iter_compare, plan_diff
-from ckptview.core.histogram import Histogram, iter_exact_histogram, iter_tensor_histogram
+from ckptview.core.analyze.diff import (
+    DiffProgress,
+    DiffResult,
+    TensorDiff,
+    diff_chunks,
+    iter_compare,
+    plan_diff,
+)
+from ckptview.core.analyze.histogram import Histogram, iter_exact_histogram, iter_tensor_histogram
+from ckptview.core.analyze.stats import iter_tensor_summary
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
-from ckptview.core.open import open_checkpoint
-from ckptview.core.stats import iter_tensor_summary
+from ckptview.core.read.open import open_checkpoint
 from ckptview.gui import panels
 from ckptview.gui.plots import legend_html, plot_widget
 from ckptview.gui.tables import keep_rows_visible

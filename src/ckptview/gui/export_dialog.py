@@ -1,6 +1,6 @@
 """File > Export…: write the selected tensors (or the whole checkpoint) to .npy files, .npz or .safetensors.
 
-A thin dialog over `ckptview.core.export`: the plan (targets, dtype notes) is computed from metadata on
+A thin dialog over `ckptview.core.write.export`: the plan (targets, dtype notes) is computed from metadata on
 the GUI thread; the bytes are written by the core generator in a worker, with progress and cancel.
 """
 
@@ -30,10 +30,17 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.export import MANIFEST, ExportPlan, ExportResult, entries_below, plan_export, run_export
 from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry
 from ckptview.core.text import printable
+from ckptview.core.write.export import (
+    MANIFEST,
+    ExportPlan,
+    ExportResult,
+    entries_below,
+    plan_export,
+    run_export,
+)
 from ckptview.gui import panels
 from ckptview.gui.formatting import human_bytes
 from ckptview.gui.workers import GeneratorWorker

@@ -9,8 +9,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
-from ckptview.core.grouping import Selected
-from ckptview.core.heatmap import HeatMap, iter_tensor_heatmap
+from ckptview.core.analyze.grouping import Selected
+from ckptview.core.analyze.heatmap import HeatMap, iter_tensor_heatmap
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel

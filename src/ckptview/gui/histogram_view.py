@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.analysis import Analysis, PreviewReady, shared_analysis
-from ckptview.core.histogram import DEFAULT_BINS, Histogram
+from ckptview.core.analyze.analysis import Analysis, PreviewReady, shared_analysis
+from ckptview.core.analyze.histogram import DEFAULT_BINS, Histogram
 from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
 from ckptview.gui.plots import legend_html, plot_widget, series_color

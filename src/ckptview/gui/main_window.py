@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview import __version__
-from ckptview.core.files import is_url
 from ckptview.core.model import Node
+from ckptview.core.read.files import is_url
 from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
 from ckptview.gui.gc_guard import allow_collection, install_gc_guard
@@ -489,7 +489,7 @@ def _normalized(path: str) -> str:
     """A local path made absolute; a URL in its shown form (no credentials or tokens: tabs and logs
     carry that form, reads map it back to the URL given)."""
     if is_url(path.strip()):
-        from ckptview.core.remote import remember
+        from ckptview.core.read.remote import remember
 
         return remember(path.strip())
     return os.path.abspath(os.path.expanduser(path))
@@ -499,6 +499,6 @@ def _shown(path: str) -> str:
     """What a person sees of a path: a URL without user:password or query tokens."""
     if not is_url(path):
         return path
-    from ckptview.core.remote import shown
+    from ckptview.core.read.remote import shown
 
     return shown(path)

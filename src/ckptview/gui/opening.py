@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptview.core.grouping import Row, group_tree
+from ckptview.core.analyze.grouping import Row, group_tree
+from ckptview.core.analyze.summary import SizeFacts, size_facts
 from ckptview.core.model import Checkpoint
-from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui.file_checks import Signature, safetensors_header_size, signature
 from ckptview.gui.gc_guard import keep_out_of_collections
 
@@ -40,7 +40,7 @@ class LargeHeader(Exception):
 
 def prepare(checkpoint: Checkpoint) -> Opened:
     """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread)."""
-    from ckptview.core.optimizer import label_state_rows
+    from ckptview.core.analyze.optimizer import label_state_rows
 
     top = group_tree(checkpoint.root)
     label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"

@@ -25,12 +25,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.analysis import Analysis
-from ckptview.core.grouping import Selected
+from ckptview.core.analyze.analysis import Analysis
+from ckptview.core.analyze.grouping import Selected
+from ckptview.core.analyze.optimizer import OptimizerState, ParamState, find_optimizers
+from ckptview.core.analyze.optimizer_figures import ParamFigures, iter_figures
 from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint
-from ckptview.core.optimizer import OptimizerState, ParamState, find_optimizers
-from ckptview.core.optimizer_figures import ParamFigures, iter_figures
 from ckptview.gui.formatting import shape_text
 from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ckptview.core.analysis import Analysis
+from ckptview.core.analyze.analysis import Analysis
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget

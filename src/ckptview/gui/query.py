@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ckptview.core import dtypes
-from ckptview.core.grouping import Row
+from ckptview.core.analyze.grouping import Row
 
 Predicate = Callable[[Row], bool]
 

@@ -33,13 +33,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core import runner
-from ckptview.core.devices import DeviceInfo, parse_device
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
-from ckptview.core.model_classes import ModelClass, ModelCodeError, classes_in_file
-from ckptview.core.run_inputs import InputSpecError, describe_inputs, parse_input_specs
-from ckptview.core.run_result import RunResult, result_json_text
+from ckptview.core.run import runner
+from ckptview.core.run.devices import DeviceInfo, parse_device
+from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
+from ckptview.core.run.run_inputs import InputSpecError, describe_inputs, parse_input_specs
+from ckptview.core.run.run_result import RunResult, result_json_text
 from ckptview.core.text import printable
 from ckptview.gui.gc_guard import install_gc_guard
 from ckptview.gui.panels import CheckpointContext, register_panel

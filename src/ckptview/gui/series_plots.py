@@ -10,10 +10,10 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from ckptview.core.analyze.histogram import Histogram, iter_tensor_histogram
 from ckptview.core.errors import CheckpointError
-from ckptview.core.histogram import Histogram, iter_tensor_histogram
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.open import open_checkpoint
+from ckptview.core.read.open import open_checkpoint
 from ckptview.gui.plots import palette_colors, style_plot
 
 HIST_BINS = 64

@@ -2,7 +2,7 @@
 
 A module tree and the findings on the left; on the right, lines of norm and update ratio over the steps,
 the update-ratio heat-map (tensors x steps) and a selected tensor's histograms over the steps. The files
-are read in a worker (:mod:`ckptview.core.series`); results appear as each checkpoint is done, and
+are read in a worker (:mod:`ckptview.core.analyze.series`); results appear as each checkpoint is done, and
 closing the tab cancels the reading.
 """
 
@@ -31,8 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.jobs import CancelToken
-from ckptview.core.series import (
+from ckptview.core.analyze.series import (
     SeriesProgress,
     SeriesResult,
     find_findings,
@@ -40,6 +39,7 @@ from ckptview.core.series import (
     module_series,
     plan_series,
 )
+from ckptview.core.jobs import CancelToken
 from ckptview.core.text import printable
 from ckptview.gui.series_plots import HIST_BINS, HistogramsOverSteps, LinePlots, UpdateHeatMap, histograms_job
 from ckptview.gui.workers import GeneratorWorker

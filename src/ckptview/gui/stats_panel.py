@@ -15,11 +15,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.analysis import Analysis, StatsReady, TargetFailed
-from ckptview.core.grouping import Selected
+from ckptview.core.analyze.analysis import Analysis, StatsReady, TargetFailed
+from ckptview.core.analyze.grouping import Selected
+from ckptview.core.analyze.stats import JSON_KEYS
 from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
-from ckptview.core.stats import JSON_KEYS
 from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.tables import cell_text, keep_rows_visible, set_header_tip

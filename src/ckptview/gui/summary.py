@@ -8,9 +8,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
-from ckptview.core.grouping import Row, chart_rows
+from ckptview.core.analyze.grouping import Row, chart_rows
+from ckptview.core.analyze.summary import SizeFacts, size_facts
 from ckptview.core.model import Checkpoint
-from ckptview.core.summary import SizeFacts, size_facts
 from ckptview.gui.formatting import human_bytes, human_count
 from ckptview.gui.plots import style_plot
 

@@ -12,9 +12,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QLabel, QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
+from ckptview.core.analyze.optimizer import OptimizerState, find_optimizers
+from ckptview.core.analyze.training import TrainingSummary, training_summary
 from ckptview.core.model import Checkpoint
-from ckptview.core.optimizer import OptimizerState, find_optimizers
-from ckptview.core.training import TrainingSummary, training_summary
 from ckptview.gui.panels import CheckpointContext
 from ckptview.gui.tables import cell_text
 from ckptview.gui.workers import JobSlot

@@ -14,7 +14,7 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QColor, QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
-from ckptview.core.grouping import Row
+from ckptview.core.analyze.grouping import Row
 from ckptview.core.text import printable
 from ckptview.gui.formatting import human_bytes, human_count, natural_key, shape_text, short_repr
 from ckptview.gui.query import Query, visible_rows

@@ -8,7 +8,7 @@ from typing import Any
 from PySide6.QtCore import QItemSelectionModel
 from PySide6.QtWidgets import QAbstractItemView, QTreeView
 
-from ckptview.core.grouping import Row, find_row
+from ckptview.core.analyze.grouping import Row, find_row
 from ckptview.gui.tree_model import CheckpointTreeModel
 
 RESTORE_ROWS_LIMIT = 200_000  # tensors up to which a reload restores expansion as well as the selection

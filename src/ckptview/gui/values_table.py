@@ -27,11 +27,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ckptview.core.analyze.grouping import Selected
 from ckptview.core.errors import CheckpointError
-from ckptview.core.grouping import Selected
 from ckptview.core.jobs import CancelToken
 from ckptview.core.model import TensorInfo
-from ckptview.core.slicing import LazySlice2D, SliceError, default_spec
+from ckptview.core.read.slicing import LazySlice2D, SliceError, default_spec
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.workers import JobSlot
 

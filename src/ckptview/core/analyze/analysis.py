@@ -1,0 +1,255 @@
+"""One analysis object per open checkpoint: result caches and single-flight streamed reads (Qt-free).
+
+Every panel that needs figures of a tensor (statistics, histogram, optimizer figures, diff histograms)
+asks the checkpoint's :class:`Analysis`. A tensor's summary pass runs once: a second request for the same
+tensor while the first pass is running waits for that pass instead of streaming the tensor again, and
+later requests are answered from the cache. Jobs report typed events (the dataclasses below), never
+tagged tuples, so a widget can tell them apart with ``isinstance``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ckptview.core.errors import Cancelled, CheckpointError
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.model import TensorInfo
+
+if TYPE_CHECKING:  # both import numpy: at run time only when a job computes something
+    from ckptview.core.analyze.histogram import Histogram
+    from ckptview.core.analyze.stats import Summary, TensorStats
+
+T = TypeVar("T")
+_WAIT_SLICE = 0.05  # seconds a follower waits between checks of its own cancel token
+
+
+# ---------------------------------------------------------------------------------------------------
+# Typed events of analysis jobs (what a job yields besides Progress).
+
+
+@dataclass(frozen=True)
+class StatsReady:
+    """Statistics of target ``index`` of a request are known."""
+
+    index: int
+    stats: TensorStats
+
+
+@dataclass(frozen=True)
+class TargetFailed:
+    """Target ``index`` of a request could not be read; ``message`` is one line for a person."""
+
+    index: int
+    message: str
+
+
+@dataclass(frozen=True)
+class PreviewReady:
+    """A sampled (not exact) histogram of target ``index``, shown until the exact one arrives."""
+
+    index: int
+    histogram: Histogram
+
+
+# ---------------------------------------------------------------------------------------------------
+# Single flight: one computation per key at a time, shared by every thread that asks.
+
+
+@dataclass
+class _Flight(Generic[T]):
+    done: threading.Event = field(default_factory=threading.Event)
+    result: T | None = None
+    error: BaseException | None = None
+    progress: Progress = field(default_factory=lambda: Progress(0, 0))
+
+
+class _SingleFlight(Generic[T]):
+    """Runs `compute` once per key; concurrent callers wait for the running one (and its progress)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[Any, _Flight[T]] = {}
+
+    def run(self, key: Any, compute: Callable[[], Generator[Progress, None, T]],
+            token: CancelToken | None) -> Generator[Progress, None, T]:
+        while True:
+            with self._lock:
+                flight = self._flights.get(key)
+                leader = flight is None
+                if flight is None:
+                    flight = self._flights[key] = _Flight()
+            if leader:
+                return (yield from self._lead(key, flight, compute))
+            while not flight.done.wait(_WAIT_SLICE):
+                if token is not None:
+                    token.check()
+                yield flight.progress
+            if flight.error is None:
+                return flight.result  # type: ignore[return-value]
+            if isinstance(flight.error, (Cancelled, GeneratorExit, KeyboardInterrupt)):
+                # The leader's own job was cancelled or closed (its worker stopped it), not ours: a
+                # stop is never handed on to another job. Take the lead and read the tensor ourselves.
+                continue
+            if isinstance(flight.error, CheckpointError):
+                raise type(flight.error)(str(flight.error))
+            raise flight.error
+
+    def _lead(self, key: Any, flight: _Flight[T],
+              compute: Callable[[], Generator[Progress, None, T]]) -> Generator[Progress, None, T]:
+        gen = compute()
+        try:
+            while True:
+                try:
+                    progress = next(gen)
+                except StopIteration as stop:
+                    result: T = stop.value
+                    flight.result = result
+                    return result
+                flight.progress = progress
+                yield progress
+        except BaseException as exc:
+            flight.error = exc
+            gen.close()
+            raise
+        finally:
+            with self._lock:
+                self._flights.pop(key, None)
+            flight.done.set()
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+class Analysis:
+    """Statistics and histograms of one checkpoint's tensors, cached for the session, read once each."""
+
+    def __init__(self, chunk_elems: int | None = None) -> None:
+        self.chunk_elems = chunk_elems  # elements per streamed chunk (None: the readers' default)
+        self._lock = threading.Lock()
+        # TensorInfo hashes by identity: entries die with the checkpoint that owns the tensors.
+        self._summaries: weakref.WeakKeyDictionary[TensorInfo, Summary] = weakref.WeakKeyDictionary()
+        self._histograms: weakref.WeakKeyDictionary[TensorInfo, dict[tuple[int, bool], Histogram]] = (
+            weakref.WeakKeyDictionary())
+        self._summary_flights: _SingleFlight[Summary] = _SingleFlight()
+        self._histogram_flights: _SingleFlight[Histogram] = _SingleFlight()
+        self.passes = 0  # streamed passes over tensor values started so far (tests and benchmarks count)
+
+    # -- summaries -----------------------------------------------------------------------------------
+    def cached_summary(self, info: TensorInfo) -> Summary | None:
+        """The Summary computed earlier for ``info``, if any."""
+        with self._lock:
+            return self._summaries.get(info)
+
+    def summary(self, info: TensorInfo, token: CancelToken | None = None) -> Generator[Progress, None, Summary]:
+        """A tensor's Summary (statistics, and the value table of small dtypes): cached, read once."""
+        cached = self.cached_summary(info)
+        if cached is not None:
+            return cached
+        return (yield from self._summary_flights.run(id(info), lambda: self._stream_summary(info, token), token))
+
+    def _stream_summary(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Summary]:
+        from ckptview.core.analyze.stats import iter_summary
+
+        summary = yield from iter_summary(self._chunks(info)(), total=info.numel, token=token)
+        with self._lock:
+            self._summaries[info] = summary
+        return summary
+
+    def stats(self, infos: Sequence[TensorInfo],
+              token: CancelToken | None = None) -> Generator[Progress, None, TensorStats]:
+        """Statistics of one tensor, or the aggregate over several (a module), from cached summaries."""
+        from ckptview.core.analyze.stats import merge_stats
+
+        parts = []
+        for info in infos:
+            summary = yield from self.summary(info, token)
+            parts.append(summary.stats)
+        return parts[0] if len(parts) == 1 else merge_stats(parts)
+
+    # -- histograms ----------------------------------------------------------------------------------
+    def cached_histogram(self, info: TensorInfo, bins: int, log_x: bool) -> Histogram | None:
+        """The exact Histogram computed earlier for these settings, if any."""
+        with self._lock:
+            return self._histograms.get(info, {}).get((bins, log_x))
+
+    def histogram(self, info: TensorInfo, bins: int, log_x: bool = False,
+                  token: CancelToken | None = None) -> Generator[Progress, None, Histogram]:
+        """The exact histogram: the summary's value table when the dtype has one, else one counting pass."""
+        cached = self.cached_histogram(info, bins, log_x)
+        if cached is not None:
+            return cached
+        key = (id(info), bins, log_x)
+        return (yield from self._histogram_flights.run(
+            key, lambda: self._stream_histogram(info, bins, log_x, token), token))
+
+    def _stream_histogram(self, info: TensorInfo, bins: int, log_x: bool,
+                          token: CancelToken | None) -> Generator[Progress, None, Histogram]:
+        from ckptview.core.analyze.histogram import iter_exact_histogram
+
+        summary = yield from self.summary(info, token)
+        hist = yield from iter_exact_histogram(self._chunks(info), bins, None, log_x, info.numel, token, summary)
+        with self._lock:
+            self._histograms.setdefault(info, {})[(bins, log_x)] = hist
+        return hist
+
+    def preview(self, info: TensorInfo, bins: int, log_x: bool = False) -> Histogram:
+        """A quick histogram from a bounded seeded sample (not a pass over the values)."""
+        from ckptview.core.analyze.histogram import tensor_sample_histogram
+
+        return tensor_sample_histogram(info, bins, log_x)
+
+    # -- jobs panels run in a worker -----------------------------------------------------------------
+    def stats_job(self, targets: Sequence[Sequence[TensorInfo]],
+                  token: CancelToken | None = None
+                  ) -> Generator[Progress | StatsReady | TargetFailed, None, list[TensorStats | None]]:
+        """Statistics of each target in turn (a target of several tensors is a module); errors stay per target."""
+        results: list[TensorStats | None] = []
+        for i, infos in enumerate(targets):
+            try:
+                stats = yield from self.stats(infos, token)
+            except CheckpointError as exc:
+                yield TargetFailed(i, str(exc))
+                results.append(None)
+                continue
+            yield StatsReady(i, stats)
+            results.append(stats)
+        return results
+
+    def histogram_job(self, infos: Sequence[TensorInfo], bins: int, log_x: bool,
+                      token: CancelToken | None = None) -> Generator[Progress | PreviewReady, None, list[Histogram]]:
+        """Previews first (for tensors without a cached exact histogram), then the exact histograms."""
+        cached = [self.cached_histogram(info, bins, log_x) for info in infos]
+        for i, info in enumerate(infos):
+            if cached[i] is None:
+                if token is not None:
+                    token.check()
+                yield PreviewReady(i, self.preview(info, bins, log_x))
+        exact: list[Histogram] = []
+        for hist, info in zip(cached, infos, strict=True):
+            exact.append(hist if hist is not None else (yield from self.histogram(info, bins, log_x, token)))
+        return exact
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _chunks(self, info: TensorInfo) -> Callable[[], Iterable[Any]]:
+        from ckptview.core.analyze.stats import chunk_source
+
+        source = chunk_source(info) if self.chunk_elems is None else chunk_source(info, self.chunk_elems)
+
+        def counted() -> Iterable[Any]:
+            with self._lock:
+                self.passes += 1
+            return source()
+
+        return counted
+
+
+_shared = Analysis()
+
+
+def shared_analysis() -> Analysis:
+    """The process-wide Analysis for views that are not tied to one open checkpoint."""
+    return _shared

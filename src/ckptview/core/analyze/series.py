@@ -1,0 +1,348 @@
+"""A training run as a timeline: per-tensor figures over a run's checkpoints, streamed (Qt-free, no torch).
+
+Figures per tensor and checkpoint (the conventions of :mod:`ckptview.core.analyze.stats`, computed in float64 over
+the finite values; NaN and infinities are counted apart):
+
+- ``norm`` (L2), ``mean``, ``std`` (the *sample* standard deviation, as ``torch.std``), ``abs_max``,
+  ``nan`` and ``inf`` (+Inf and -Inf) counts;
+- between checkpoint t-1 and t when the tensor has the same shape in both: ``update_ratio`` =
+  ``||w_t - w_{t-1}|| / ||w_{t-1}||`` (the difference over the positions finite on both sides, divided by
+  the norm of the finite values of ``w_{t-1}``; ``None`` when that norm is 0 and something changed, when
+  no position is finite on both sides, and for empty tensors) and
+  ``frac_changed``, the fraction of elements whose value differs (NaN staying NaN is no change), exactly
+  as ``ckptview diff`` counts them.
+
+Reading: checkpoint t is streamed chunk by chunk together with checkpoint t-1 (the same tensor, same
+chunk), so the bytes of every checkpoint are read once for its own figures and once more as the
+"previous" side of the next checkpoint; memory stays bounded by a few chunks whatever the tensor sizes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ckptview.core.analyze.diff import Sums, compare_arrays, paired_chunks
+from ckptview.core.analyze.series_discover import (
+    Position,
+    choose_order,
+    find_checkpoints,
+    find_position,
+    order_key,
+)
+from ckptview.core.analyze.series_findings import find_findings, module_names, module_series
+from ckptview.core.analyze.series_model import (
+    FIGURES,
+    CheckpointRef,
+    Finding,
+    ModuleSeries,
+    SeriesProgress,
+    SeriesResult,
+    TensorSeries,
+)
+from ckptview.core.analyze.stats import Summary, iter_summary
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.model import Checkpoint, TensorInfo
+from ckptview.core.read.open import open_checkpoint
+
+SERIES_CHUNK_ELEMS = 1 << 20
+__all__ = [
+    "FIGURES", "SERIES_CHUNK_ELEMS", "CheckpointRef", "Finding", "ModuleSeries", "SeriesProgress", "SeriesResult",
+    "TensorSeries", "find_findings", "iter_series", "module_names", "module_series", "plan_series", "run_series",
+]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planning: find, open (metadata only), order.
+
+
+def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0) -> SeriesResult:
+    """Find the run's checkpoints, read each one's step/epoch and tensor list, and order them."""
+    found = find_checkpoints(paths)
+    refs: list[CheckpointRef] = []
+    names: list[list[TensorInfoRow]] = []
+    for path in found:
+        if "://" not in path and not os.path.isdir(path) and not os.path.isfile(path):  # a URL: opened below
+            refs.append(CheckpointRef(path, _name_position(path), error="not a regular file (a FIFO, socket "
+                                                                          "or device is never opened)"))
+            names.append([])
+            continue
+        try:
+            ckpt = open_checkpoint(path)
+        except (CheckpointError, OSError) as exc:
+            refs.append(CheckpointRef(path, _name_position(path), error=_message(exc)))
+            names.append([])
+            continue
+        try:
+            tensors = model_tensors(ckpt)
+            refs.append(CheckpointRef(path, find_position(ckpt, path), ckpt.format,
+                                      sum(info.nbytes for _, info in tensors)))
+            names.append([(name, tuple(info.shape), info.dtype) for name, info in tensors])
+        finally:
+            ckpt.close()
+    readable = [(r, n) for r, n in zip(refs, names, strict=True) if r.error is None]
+    if not readable:
+        if len(refs) == 1:
+            raise CheckpointError(f"{refs[0].path}: {refs[0].error}")
+        raise CheckpointError(f"none of the {len(refs)} checkpoints could be read (first: {refs[0].path}: "
+                              f"{refs[0].error})")
+    order_by = choose_order([r.position for r, _ in readable])
+    pairs = sorted(zip(refs, names, strict=True), key=lambda rn: _sort_key(rn[0], order_by))
+    result = SeriesResult([r for r, _ in pairs], order_by, stall_threshold=stall_threshold,
+                          explode_factor=explode_factor)
+    count = len(result.checkpoints)
+    order: dict[str, TensorSeries] = {}
+    for t, (_, rows) in enumerate(pairs):
+        order = _merge_names(order, [name for name, _, _ in rows], count)
+        for name, shape, dtype in rows:
+            order[name].shapes[t], order[name].dtypes[t] = shape, dtype
+    result.tensors = order
+    return result
+
+
+TensorInfoRow = tuple[str, tuple[int, ...], str]
+
+
+def _sort_key(ref: CheckpointRef, order_by: str) -> tuple[Any, ...]:
+    # Unreadable checkpoints go where their name puts them, or last when that says nothing.
+    pos = ref.position
+    if order_by == "step" and pos.step is None or order_by == "epoch" and pos.epoch is None:
+        return (1, order_key(ref.path, pos, "name"))
+    return (0, order_key(ref.path, pos, order_by))
+
+
+def _name_position(path: str) -> Position:
+    from ckptview.core.analyze.series_discover import _from_name
+
+    pos = Position()
+    _from_name(path, pos)
+    return pos
+
+
+def _merge_names(order: dict[str, TensorSeries], names: list[str], count: int) -> dict[str, TensorSeries]:
+    """The known names, with this checkpoint's new names placed right after their predecessor in it."""
+    new_after: dict[str | None, list[str]] = {}
+    anchor: str | None = None
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in order:
+            anchor = name
+        else:
+            new_after.setdefault(anchor, []).append(name)
+    if not new_after:
+        return order
+    merged: dict[str, TensorSeries] = {}
+    for name in new_after.get(None, []):
+        merged[name] = TensorSeries.empty(name, count)
+    for name, series in order.items():
+        merged[name] = series
+        for new in new_after.get(name, []):
+            merged[new] = TensorSeries.empty(new, count)
+    return merged
+
+
+# ---------------------------------------------------------------------------------------------------
+# Streaming the values.
+
+
+class _SideError(Exception):
+    """A read error, tagged with the side ("prev" or "cur") whose file failed."""
+
+    def __init__(self, side: str, message: str) -> None:
+        super().__init__(message)
+        self.side = side
+
+
+def _tagged(chunks: Iterable[np.ndarray], side: str) -> Iterator[np.ndarray]:
+    try:
+        yield from chunks
+    except (CheckpointError, OSError, ValueError) as exc:
+        raise _SideError(side, _message(exc)) from None
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, CheckpointError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"cannot read file: {exc.strerror or exc}"
+    return f"cannot read values: {exc}"
+
+
+def iter_series(result: SeriesResult, token: CancelToken | None = None,
+                chunk_elems: int = SERIES_CHUNK_ELEMS) -> Generator[SeriesProgress, None, SeriesResult]:
+    """Fill in every figure of ``result`` checkpoint by checkpoint; yields progress, returns it with findings."""
+    total = sum(r.nbytes for r in result.checkpoints)
+    done_bytes = 0
+    prev: Checkpoint | None = None
+    prev_index = -1
+    yield SeriesProgress(0, total, "reading")
+    try:
+        for t, ref in enumerate(result.checkpoints):
+            if token is not None:
+                token.check()
+            if ref.error is not None:
+                _close(prev)
+                prev, prev_index = None, -1
+                result.done = t + 1
+                yield SeriesProgress(done_bytes, total, ref.path, t)
+                continue
+            try:
+                ckpt = open_checkpoint(ref.path)
+            except (CheckpointError, OSError) as exc:
+                ref.error = _message(exc)
+                _close(prev)
+                prev, prev_index = None, -1
+                result.done = t + 1
+                yield SeriesProgress(done_bytes, total, ref.path, t)
+                continue
+            prev_infos = _by_name(prev) if prev is not None and prev_index == t - 1 else {}
+            base = done_bytes
+            label = os.path.basename(os.path.normpath(ref.path))
+            for name, info in _by_name(ckpt).items():
+                series = result.tensors.get(name)
+                if series is None:  # the file changed since planning: take it as it is now
+                    result.tensors = _merge_names(result.tensors, [name], len(result.checkpoints))
+                    series = result.tensors[name]
+                series.shapes[t], series.dtypes[t] = tuple(info.shape), info.dtype
+                if info.storage is None and not info.broken:
+                    continue  # saved without data (meta): a shape and a dtype, no figures
+                before = prev_infos.get(name)
+                if before is not None and (tuple(before.shape) != tuple(info.shape) or t == 0
+                                           or result.tensors[name].stats[t - 1] is None):
+                    before = None
+                gen = _measure(info, before, token, chunk_elems)
+                while True:
+                    try:
+                        step = next(gen)
+                    except StopIteration as stop:
+                        measure = stop.value
+                        break
+                    yield SeriesProgress(base + step.done, total, f"{label}: {name}")
+                _record(series, t, measure)
+                base += info.nbytes
+            done_bytes += ref.nbytes
+            _close(prev)
+            prev, prev_index = ckpt, t
+            result.done = t + 1
+            yield SeriesProgress(done_bytes, total, ref.path, t)
+    finally:
+        _close(prev)
+    result.findings = find_findings(result)
+    return result
+
+
+def run_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
+               token: CancelToken | None = None, chunk_elems: int = SERIES_CHUNK_ELEMS) -> SeriesResult:
+    """Plan and read a whole run (plain-function form of :func:`plan_series` + :func:`iter_series`)."""
+    result = plan_series(paths, stall_threshold, explode_factor)
+    gen = iter_series(result, token, chunk_elems)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            done: SeriesResult = stop.value
+            return done
+
+
+def _close(ckpt: Checkpoint | None) -> None:
+    if ckpt is not None:
+        ckpt.close()
+
+
+def model_tensors(ckpt: Checkpoint) -> list[tuple[str, TensorInfo]]:
+    """(name, info) of the tensors a run follows: a training folder's model file, named as in that file
+    (its optimizer, scheduler and RNG files are not the weights); any other checkpoint whole."""
+    model = ckpt.metadata.get("model_entry")
+    if not model:
+        return [(e.name, e.info) for e in ckpt.tensors()]
+    prefix = f"{model}."
+    return [(e.name[len(prefix):], e.info) for e in ckpt.tensors() if e.path and e.path[0] == model]
+
+
+def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
+    out: dict[str, TensorInfo] = {}
+    for name, info in model_tensors(ckpt):
+        out.setdefault(name, info)  # the first, if a name repeats (as Checkpoint.tensor)
+    return out
+
+
+@dataclass
+class _Measure:
+    summary: Summary | None = None
+    sums: Sums | None = None
+    error: str | None = None
+
+
+def _measure(info: TensorInfo, before: TensorInfo | None, token: CancelToken | None,
+             chunk_elems: int) -> Generator[Progress, None, _Measure]:
+    """One streamed pass over ``info`` (paired with ``before`` chunk by chunk when given)."""
+    from ckptview.core.read.values import iter_chunks
+
+    if before is not None:
+        sums = Sums()
+        try:
+            summary = yield from _paired_pass(iter_chunks(before, chunk_elems), iter_chunks(info, chunk_elems),
+                                              sums, info.numel, token)
+            return _Measure(summary, sums)
+        except _SideError as exc:
+            if exc.side == "cur":
+                return _Measure(error=str(exc))
+            # The previous file failed this time (it changed?): still measure this one, without a ratio.
+    try:
+        summary = yield from iter_summary(_tagged(iter_chunks(info, chunk_elems), "cur"), info.numel, token)
+    except _SideError as exc:
+        return _Measure(error=str(exc))
+    return _Measure(summary)
+
+
+def _paired_pass(prev_chunks: Iterable[np.ndarray], cur_chunks: Iterable[np.ndarray], sums: Sums, total: int,
+                 token: CancelToken | None) -> Generator[Progress, None, Summary]:
+    def current() -> Iterator[np.ndarray]:
+        pairs = paired_chunks(_tagged(prev_chunks, "prev"), _tagged(cur_chunks, "cur"))
+        for ca, cb in _tagged_pairs(pairs):
+            sums.add(compare_arrays(ca, cb, max(ca.size, 1)))
+            yield cb
+
+    return (yield from iter_summary(current(), total, token))
+
+
+def _tagged_pairs(pairs: Iterator[tuple[np.ndarray, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    try:
+        yield from pairs
+    except CheckpointError as exc:  # paired_chunks: the two sides disagree on their length
+        raise _SideError("cur", str(exc)) from None
+
+
+def _record(series: TensorSeries, t: int, measure: _Measure) -> None:
+    if measure.error is not None or measure.summary is None:
+        series.errors[t] = measure.error or "cannot read values"
+        return
+    stats = measure.summary.stats
+    series.stats[t] = stats
+    sums = measure.sums
+    if sums is None:
+        return
+    prev = series.stats[t - 1] if t > 0 else None
+    prev_norm = prev.l2 if prev is not None else 0.0
+    if sums.numel == 0:
+        return  # an empty tensor has no update to measure
+    if sums.finite == 0:
+        ratio: float | None = None  # no position is finite on both sides: nothing to measure
+    elif prev_norm > 0 and math.isfinite(prev_norm):
+        ratio = math.sqrt(sums.dd) / prev_norm
+    else:
+        ratio = 0.0 if sums.dd == 0 else None
+    series.update_ratio[t] = ratio if ratio is None or math.isfinite(ratio) else None
+    series.frac_changed[t] = sums.changed / sums.numel
+    series.sq_change[t] = sums.dd
+    series.changed[t] = sums.changed
+    series.compared[t] = sums.numel

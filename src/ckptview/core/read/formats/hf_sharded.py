@@ -1,0 +1,263 @@
+"""Hugging Face sharded checkpoints: `model.safetensors.index.json` / `pytorch_model.bin.index.json`
+plus the shard files it names, or a folder of shards, opened as one logical checkpoint.
+
+Each shard is opened with its own reader (a safetensors header, or a torch zip's `data.pkl`): that is
+the metadata cost, nothing more. Tensors keep their shard's lazy byte source; `info.extra["shards"]`
+names the shard file (`[{"file": "model-00001-of-00002.safetensors"}]`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.model import BoundedWarnings, Checkpoint, Node
+from ckptview.core.read import files as cfiles
+from ckptview.core.read.files import open_regular
+
+NAME = "hf-sharded"
+PRIORITY = 60
+MAX_INDEX_BYTES = 256 << 20
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_nesting = threading.local()  # set while an index's shards are opened
+# Weight file bases the libraries write (transformers, diffusers, peft, ...), preferred in this order.
+LIBRARY_BASES = ("model", "diffusion_pytorch_model", "pytorch_model", "adapter_model", "pytorch_lora_weights")
+# `{base}[.{variant}][-00001-of-00002].{safetensors|bin}` and `{base}.{ext}.index[.{variant}].json`
+_WEIGHT = re.compile(r"^(?P<base>[^.]+?)(?:\.(?P<variant>[^.]+?))?(?P<shard>-\d+-of-\d+)?\.(?P<ext>safetensors|bin)$")
+_INDEX = re.compile(r"^(?P<base>[^.]+)\.(?P<ext>safetensors|bin)\.index(?:\.(?P<variant>[^.]+))?\.json$")
+
+
+@dataclass(frozen=True)
+class WeightSet:
+    """One checkpoint in a Hub folder: a single weight file, a set of shards, or an index and its shards."""
+
+    base: str
+    variant: str | None
+    ext: str
+    files: tuple[str, ...] = ()
+    index: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.index or (self.files[0] if len(self.files) == 1 else f"{self.files[0]} (+{len(self.files) - 1} shards)")
+
+    def rank(self) -> tuple[int, int, int, str]:
+        """Sort key: plain before variants, library names in their order, safetensors before .bin."""
+        lib = LIBRARY_BASES.index(self.base) if self.base in LIBRARY_BASES else len(LIBRARY_BASES)
+        return (self.variant is not None, lib, self.ext != "safetensors", self.base)
+
+
+def weight_sets(folder: str) -> list[WeightSet]:
+    """The checkpoints a Hub folder holds, best first: one per (name, variant, format), index or shards."""
+    # Everything but folders: a FIFO or socket named like an index must be refused when read, not skipped.
+    names = sorted(cfiles.list_files(folder, special=True))
+    sets: dict[tuple[str, str | None, str], WeightSet] = {}
+    for n in names:
+        m = _INDEX.match(n)
+        if m:
+            key = (m["base"], m["variant"], m["ext"])
+            sets.setdefault(key, WeightSet(*key, index=n))
+    files: dict[tuple[str, str | None, str], list[str]] = {}
+    for n in names:
+        m = _WEIGHT.match(n)
+        if m and not (m["ext"] == "bin" and m["base"] not in LIBRARY_BASES and not m["shard"]):
+            files.setdefault((m["base"], m["variant"], m["ext"]), []).append(n)
+    for key, found in files.items():
+        if key not in sets:
+            sets[key] = WeightSet(*key, files=tuple(found))
+    return sorted(sets.values(), key=WeightSet.rank)
+
+
+def _index_files(folder: str) -> list[str]:
+    """Index files in `folder`: the standard names first (safetensors before bin), then others."""
+    names = sorted(n for n in cfiles.listdir(folder) if n.endswith(".index.json"))
+    return sorted(names, key=lambda n: (INDEX_NAMES.index(n) if n in INDEX_NAMES else len(INDEX_NAMES),
+                                        ".bin." in n, n))
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a Hugging Face sharded folder or index file."""
+    if cfiles.isdir(path):
+        try:
+            return bool(_index_files(path) or weight_sets(path))
+        except OSError:
+            return False
+    stripped = head.lstrip()
+    return stripped.startswith(b"{") and (b'"weight_map"' in head or path.endswith(".index.json"))
+
+
+def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """(weight_map, index metadata) of an index file, validated."""
+    size = cfiles.getsize(path)
+    if size > MAX_INDEX_BYTES:
+        raise CheckpointFormatError(f"index file is {size} bytes, more than the {MAX_INDEX_BYTES} allowed")
+    with open_regular(path) as fh:  # never blocks on a FIFO named like an index
+        raw = fh.read(MAX_INDEX_BYTES + 1)
+    try:
+        index = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise NotACheckpointError(f"not a checkpoint: {os.path.basename(path)} is not valid JSON ({str(exc)[:80]})") \
+            from None
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        raise NotACheckpointError(f"not a checkpoint: {os.path.basename(path)} has no weight_map")
+    weight_map = index["weight_map"]
+    for key, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise CheckpointFormatError(f"index: weight_map['{key}'] is not a file name")
+    meta = index.get("metadata")
+    return weight_map, meta if isinstance(meta, dict) else {}
+
+
+def _shard_path(folder: str, name: str) -> str:
+    folder = cfiles.abspath(folder)
+    path = cfiles.abspath(cfiles.join(folder, name))
+    if not cfiles.inside(path, folder):  # an index must not point outside its folder
+        raise CheckpointFormatError(f"index names shard {name!r} outside its folder")
+    return path
+
+
+def choose_set(folder: str) -> tuple[WeightSet | None, list[str]]:
+    """The weight set a folder opens as, and warnings naming the others (variants are separate checkpoints)."""
+    sets = weight_sets(folder)
+    if not sets:
+        return None, []
+    chosen = sets[0]
+    notes = []
+    variants = [s for s in sets if s.variant is not None and s is not chosen]
+    if variants:
+        notes.append("folder also holds variants, each a separate checkpoint (open its file to see it): "
+                     + ", ".join(f"{s.variant} ({s.label})" for s in variants))
+    plain = [s for s in sets if s.variant is None and s is not chosen]
+    if plain:
+        notes.append(f"showing {chosen.label}; folder also holds " + ", ".join(s.label for s in plain)
+                     + " (open its file to see it)")
+    if chosen.variant is not None:
+        notes.insert(0, f"folder holds only variant weights; showing variant '{chosen.variant}' ({chosen.label})")
+    return chosen, notes
+
+
+def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a Hugging Face sharded folder or index file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    if getattr(_nesting, "active", False):
+        # A shard that is itself an index (the index naming itself, or a cycle): one line, no recursion.
+        raise CheckpointFormatError(f"{os.path.basename(path)} is an index file, named as a shard by another index")
+    _nesting.active = True
+    try:
+        if cfiles.isdir(path):
+            chosen, others = choose_set(path)
+            if chosen is None:
+                raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
+            return open_set(path, chosen, others)
+        return _open_files(path, cfiles.dirname(path), path, [], [])
+    finally:
+        _nesting.active = False
+
+
+def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None) -> Checkpoint:
+    """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint."""
+    index_path = cfiles.join(folder, chosen.index) if chosen.index is not None else None
+    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []))
+
+
+def _open_files(path: str, folder: str, index_path: str | None, files: list[str], notes: list[str]) -> Checkpoint:
+    from ckptview.core.read.open import open_checkpoint
+
+    warnings: list[str] = BoundedWarnings()
+    warnings.extend(notes)
+    if index_path is not None:
+        weight_map, index_meta = read_index(index_path)
+        shard_names = list(dict.fromkeys(weight_map.values()))
+    else:
+        weight_map, index_meta = {}, {}
+        shard_names = files
+    shards: dict[str, Checkpoint] = {}
+    for name in shard_names:
+        shard_path = _shard_path(folder, name)
+        if not cfiles.isfile(shard_path):
+            warnings.append(f"shard '{name}' is missing")
+            continue
+        try:
+            shards[name] = open_checkpoint(shard_path)
+        except UNRECOVERABLE:  # a network failure or a changed file: never a partial set shown whole
+            raise
+        except CheckpointError as exc:
+            if index_path is None and len(shard_names) > 1:  # a stray file in a folder of shards
+                warnings.append(f"'{name}' skipped: {exc}")
+                continue
+            raise CheckpointFormatError(f"shard '{name}': {exc}") from None
+    if not shards:
+        raise CheckpointFormatError("none of the shards could be opened")
+    return _combine(path, folder, index_path, weight_map, index_meta, shards, warnings)
+
+
+def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[str, str],
+             index_meta: dict[str, Any], shards: dict[str, Checkpoint], warnings: list[str]) -> Checkpoint:
+    kinds = {s.format for s in shards.values()}
+    fmt = "hf-sharded-safetensors" if kinds == {"safetensors"} else "hf-sharded-bin"
+    root = Node(key="", kind="dict", type_name=fmt)
+    by_shard = {name: {e.name: e for e in s.tensors()} for name, s in shards.items()}
+    placed: set[tuple[str, str]] = set()
+    for key, shard in weight_map.items():
+        entries = by_shard.get(shard)
+        if entries is None:
+            continue  # the shard's absence is already a warning
+        entry = entries.get(key)
+        if entry is None:
+            warnings.append(f"tensor '{key}' is listed in the index but missing from shard '{shard}'")
+            continue
+        _add_tensor(root, key, entry.info, shard)
+        placed.add((shard, key))
+    for shard, entries in by_shard.items():
+        for key, entry in entries.items():
+            if (shard, key) not in placed:
+                if index_path is not None:
+                    warnings.append(f"tensor '{key}' in shard '{shard}' is not listed in the index")
+                _add_tensor(root, key, entry.info, shard)
+    globals_seen: list[str] = []
+    unsafe: list[str] = []
+    file_maps: list[Any] = []
+    for name, shard_ckpt in shards.items():
+        globals_seen += [g for g in shard_ckpt.globals if g not in globals_seen]
+        unsafe += [g for g in shard_ckpt.unsafe_globals if g not in unsafe]
+        warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)
+        file_maps.extend(shard_ckpt.metadata.get("_file_maps", []))
+    total = sum(s.file_size for s in shards.values()) + (cfiles.getsize(index_path) if index_path else 0)
+    first = next(iter(shards.values()))
+    metadata: dict[str, Any] = {"_file_maps": file_maps, "shards": list(shards), "index_metadata": index_meta,
+                                "index": os.path.basename(index_path) if index_path else None}
+    for node in first.root.children:  # a safetensors shard's __metadata__ (the same in every shard)
+        if node.key == "__metadata__":
+            metadata["shard_metadata"] = {c.key: c.value for c in node.children}
+    declared = index_meta.get("total_size")
+    actual = _stored_bytes(root)
+    if isinstance(declared, int) and declared != actual:
+        warnings.append(f"index declares total_size {declared}, the shards hold {actual} bytes of tensors")
+    return Checkpoint(path=path if not cfiles.isdir(path) else folder, format=fmt, file_size=total, root=root,
+                      globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata)
+
+
+def _stored_bytes(root: Node) -> int:
+    """Tensor bytes as the index's total_size counts them: a storage shared by tied tensors once."""
+    seen: set[int] = set()
+    total = 0
+    for node in root.children:
+        info = node.tensor
+        if info is None:
+            continue
+        if info.storage is not None:
+            if id(info.storage) in seen:
+                continue
+            seen.add(id(info.storage))
+        total += info.nbytes
+    return total
+
+
+def _add_tensor(root: Node, key: str, info: Any, shard: str) -> None:
+    info.extra["shards"] = [{"file": shard}]
+    root.add(Node(key=key, kind="tensor", type_name="Parameter" if info.is_parameter else "Tensor", tensor=info))
+

@@ -1,0 +1,86 @@
+"""A plain pickle file (pickle.dump of dicts/lists/numbers), read with the safe VM."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.model import Checkpoint
+from ckptview.core.read import files as cfiles
+from ckptview.core.read.pickle_reader import unpickle
+from ckptview.core.read.pickle_stream import PickleStream, inert_persistent_id
+from ckptview.core.read.sources import FileMap
+from ckptview.core.read.torch_pickle import make_checkpoint
+
+NAME = "pickle"
+PRIORITY = 10
+
+# Protocols 0/1 have no header. Besides the usual openings of a pickled dict or list, a GLOBAL
+# (`c<module>\n<name>\n`, optionally after a MARK) or a MARK before an INST/OBJ argument is how a
+# hand-written payload starts: torch.load(weights_only=False) would run it, so we must read it
+# (and report its globals) rather than call it text.
+_PROTOCOL0_GLOBAL = re.compile(rb"\(?c[A-Za-z_][\w.]*\n[A-Za-z_][\w.]*\n")
+_OPCODES = frozenset(b"(.012FIJKLMNPQRSTUVXabcdeghijlopqrstu}])G" + bytes(range(0x80, 0x99)))
+_PROTOCOL0_OPENINGS = (b"(dp0", b"(lp0", b"}q", b"]q", b"(d", b"(l", b"(t", b"(V", b"(S'", b"(I", b"(F",
+                       b"(N", b"(((")
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a plain pickle."""
+    if len(head) >= 2 and head[0] == 0x80 and head[1] <= 5:
+        return True
+    if head.startswith(_PROTOCOL0_OPENINGS) or _PROTOCOL0_GLOBAL.match(head) is not None:
+        return True
+    return _opcodes_throughout(path, head)
+
+
+def _opcodes_throughout(path: str, head: bytes) -> bool:
+    """True when `head` is a whole pickle, or valid opcodes up to where the head cuts a longer file.
+
+    This catches pickles with any opening (a magic number padded with NONE/POP pairs, written as hex):
+    torch.load would run them, so they must be read and their globals reported, not called text.
+    """
+    if not head or head[0] not in _OPCODES:
+        return False
+    try:
+        unpickle(head, what="head", persistent_load=inert_persistent_id)
+    except CheckpointError as exc:
+        # The head ends inside the pickle: valid opcodes all the way. A long text line fails otherwise.
+        cut = "no STOP opcode" in str(exc) or "ends inside an opcode" in str(exc)
+        try:
+            return cut and cfiles.getsize(path) > len(head)
+        except OSError:
+            return False
+    return True
+
+
+def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a plain pickle into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    from ckptview.core.read.formats import torch_legacy
+
+    fmap = FileMap(path)
+    stream = PickleStream(fmap.read_all())
+    first = stream.read("pickle")
+    if torch_legacy.is_magic(first):  # a legacy torch.save whose magic number is written unusually
+        return torch_legacy.read_after_magic(path, fmap, stream)
+    return stream_checkpoint(path, fmap, stream, first)
+
+
+def stream_checkpoint(path: str, fmap: FileMap, stream: PickleStream, first: Any) -> Checkpoint:
+    """A Checkpoint over the first pickle of `stream`, after reading every pickle that follows it."""
+    trailing = stream.read_rest("pickle")
+    size = fmap.size
+    ckpt = make_checkpoint(path, NAME, size, first, stream.globals, pickles=stream.count, _file_maps=[fmap])
+    if stream.count > 1:
+        ckpt.warnings.append(f"the file is a stream of {stream.count} pickles (torch.load or pickle.load "
+                             f"would run them one after another): the tree shows the first, the globals "
+                             f"of all {stream.count} are listed")
+    if trailing:
+        # Like torch.load, the leading bytes decide the format: a pickle followed by a zip (a
+        # polyglot) is read as the pickle. Say so, so the appended part is not silently hidden.
+        tail = fmap.read(size - trailing, 4)
+        what = " (a zip archive)" if tail.startswith(b"PK") else ""
+        ckpt.warnings.append(f"file continues after the pickle ends: {trailing} more bytes{what} are not a "
+                             "pickle and were not read")
+    return ckpt

@@ -1,0 +1,321 @@
+"""`torch.export.save` archives (.pt2): an exported program's weights, constants and signature.
+
+What torch 2.x writes (a zip under one root folder): `archive_format` ("pt2"), `models/<model>.json`
+(the serialized program: graph, signature), `data/weights/<model>_weights_config.json` and
+`data/constants/<model>_constants_config.json` (fqn -> file, tensor metadata, `use_pickle`), the files
+`data/weights/weight_N` / `data/constants/tensor_N` (a storage's raw bytes; tensors sharing a storage
+share the file) or, with `use_pickle`, a `torch.save` archive (tensor subclasses), and
+`data/sample_inputs/<model>.pt` (torch.save'd example inputs). Only JSON and headers are read at open;
+raw weights are lazily-read zip members, pickled ones go through the safe pickle VM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ckptview.core import dtypes
+from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
+from ckptview.core.read import files as cfiles
+from ckptview.core.read.formats.torch_zip import ZipArchive
+from ckptview.core.read.sources import ZipMember
+from ckptview.core.read.torch_globals import check_view
+from ckptview.core.read.torch_pickle import unsafe_of
+from ckptview.core.read.tree import build_tree
+from ckptview.core.run.load_gate import census
+
+NAME = "torch-export"
+PRIORITY = 120  # above torch-zip, which declines a .pt2 (no data.pkl)
+MAX_JSON_BYTES = 512 << 20
+_HINTS = (b"archive_format", b"data/weights/", b"data/constants/", b"models/", b"serialized_exported_program")
+
+# torch._export.serde.schema.ScalarType
+SCALAR_TYPES = {
+    1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32", 8: "float64",
+    9: "complex32", 10: "complex64", 11: "complex128", 12: "bool", 13: "bfloat16", 28: "uint16",
+    29: "float8_e4m3fn", 30: "float8_e5m2", 31: "float8_e4m3fnuz", 32: "float8_e5m2fnuz",
+    33: "float8_e8m0fnu", 34: "uint32", 35: "uint64",
+}
+_SYMBOL = re.compile(r"Symbol\('([^']+)'")
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a torch.export .pt2 archive."""
+    return head.startswith(b"PK\x03\x04") and any(h in head for h in _HINTS)
+
+
+class _Archive(ZipArchive):
+    """A torch.export archive: the zip reader of torch.save files, rooted at `archive_format`."""
+
+    MARKER = "archive_format"
+
+    def text(self, name: str) -> str | None:
+        member = self.member(name)
+        return None if member is None else member.read_all(MAX_JSON_BYTES).decode("utf-8", "replace")
+
+    def json(self, name: str) -> Any:
+        text = self.text(name)
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise CheckpointFormatError(f"record '{name}' is not valid JSON ({str(exc)[:80]})") from None
+
+    def pickled(self, name: str) -> tuple[Any, list[str]]:
+        """A torch.save'd member read with the safe pickle VM (it must be stored uncompressed)."""
+        from ckptview.core.read.formats.torch_zip import load_embedded
+
+        member = self.member(name)
+        if member is None:
+            raise CheckpointFormatError(f"record '{name}' missing")
+        where = member.file_range()
+        if where is None:
+            raise CheckpointFormatError(f"record '{name}' is compressed; a torch.save record must be stored")
+        _, offset, length = where
+        return load_embedded(self.fmap, offset, length, name)
+
+
+def _int(value: Any) -> int | str:
+    """A serialized SymInt: its int, or the symbol's name for a dynamic size."""
+    if isinstance(value, dict):
+        as_int = value.get("as_int")
+        if isinstance(as_int, int):
+            return as_int
+        expr = value.get("as_expr")
+        if isinstance(expr, dict):
+            text = str(expr.get("expr_str", "?"))
+            match = _SYMBOL.search(text)
+            return match.group(1) if match else text
+    if isinstance(value, int):
+        return value
+    return "?"
+
+
+def _concrete(values: Any, what: str) -> tuple[int, ...]:
+    out = tuple(_int(v) for v in (values or []))
+    ints = tuple(v for v in out if isinstance(v, int))
+    if len(ints) != len(out):
+        raise CheckpointFormatError(f"{what} is not concrete: {list(out)}")
+    return ints
+
+
+def _dtype(code: Any) -> str:
+    name = SCALAR_TYPES.get(code) if isinstance(code, int) else None
+    if name is None:
+        raise CheckpointFormatError(f"unknown scalar type {code!r}")
+    return name
+
+
+def _device(meta: dict[str, Any]) -> str:
+    dev = meta.get("device") or {}
+    kind = str(dev.get("type", "cpu"))
+    return kind if dev.get("index") is None else f"{kind}:{dev['index']}"
+
+
+def _payload_tensor(archive: _Archive, folder: str, fqn: str, entry: dict[str, Any],
+                    storages: dict[str, Storage]) -> TensorInfo:
+    meta = entry.get("tensor_meta")
+    if not isinstance(meta, dict):
+        raise CheckpointFormatError(f"'{fqn}' has no tensor metadata")
+    dtype = _dtype(meta.get("dtype"))
+    path_name = str(entry.get("path_name", ""))
+    record = folder + path_name
+    storage = storages.get(record)
+    if storage is None:
+        member = archive.member(record)
+        itemsize = dtypes.itemsize(dtype)
+        numel = (member.file_size // itemsize) if member is not None else 0
+        storage = Storage(key=record, dtype=dtype, numel=numel, device=_device(meta), source=member)
+        if member is None:
+            storage.broken = f"record '{record}' missing"
+        else:
+            member.max_bytes = 0  # raised below to what the views need: a zip bomb inflates no further
+        storages[record] = storage
+    info = TensorInfo(dtype=dtype, shape=_concrete(meta.get("sizes"), f"shape of '{fqn}'"),
+                      stride=_concrete(meta.get("strides"), f"strides of '{fqn}'"),
+                      offset=int(_int(meta.get("storage_offset", {"as_int": 0}))), storage=storage,
+                      requires_grad=meta.get("requires_grad") is True, is_parameter=entry.get("is_param") is True)
+    source = storage.source
+    if isinstance(source, ZipMember) and info.numel and len(info.shape) == len(info.stride):
+        last = info.offset + sum((n - 1) * st for n, st in zip(info.shape, info.stride, strict=True))
+        source.max_bytes = max(source.max_bytes or 0, (last + 1) * dtypes.itemsize(dtype))
+    if storage.broken:
+        info.broken = storage.broken
+    elif info.numel and storage.dtype != dtype:
+        info.broken = f"record '{record}' is shared by tensors of different dtypes"
+    else:
+        check_view(info)
+    return info
+
+
+def _payloads(archive: _Archive, folder: str, config_name: str, parent: Node, globals_seen: list[str],
+              warnings: list[str], storages: dict[str, Storage]) -> None:
+    config = archive.json(config_name)
+    if config is None:
+        return
+    entries = config.get("config") if isinstance(config, dict) else None
+    if not isinstance(entries, dict):
+        raise CheckpointFormatError(f"record '{config_name}' has no config mapping")
+    for fqn, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise CheckpointFormatError(f"'{config_name}': entry '{fqn}' is not an object")
+        path_name = str(entry.get("path_name", ""))
+        if not entry.get("use_pickle"):
+            info = _payload_tensor(archive, folder, fqn, entry, storages)
+            parent.add(Node(key=fqn, kind="tensor", type_name="Parameter" if info.is_parameter else "Tensor",
+                            tensor=info))
+            if info.broken:
+                warnings.append(f"tensor '{fqn}' is broken: {info.broken}")
+            continue
+        if path_name.startswith(("custom_obj_", "opaque_obj_")):
+            member = archive.member(folder + path_name)
+            size = member.file_size if member is not None else 0
+            value: Any = _Opaque(f"<{'TorchBind' if path_name.startswith('custom') else 'opaque'} object, "
+                                 f"{size} bytes in {path_name} (not read: it would run code)>")
+        else:
+            try:
+                value, found = archive.pickled(folder + path_name)
+                globals_seen += [g for g in found if g not in globals_seen]
+            except CheckpointError as exc:
+                value = _Opaque(f"<unreadable {path_name}: {exc}>")
+                warnings.append(f"'{fqn}' is unreadable: {exc}")
+        node = build_tree(value)
+        node.key = fqn
+        parent.add(node)
+
+
+class _Opaque:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _arg_text(arg: Any, tensors: dict[str, Any]) -> dict[str, Any]:
+    """One serialized argument: {"name", "dtype", "shape"} for a tensor, else its kind and value."""
+    if isinstance(arg, dict) and isinstance(arg.get("as_tensor"), dict):
+        name = arg["as_tensor"].get("name")
+        meta = tensors.get(name) or {}
+        out: dict[str, Any] = {"name": name}
+        try:
+            out["dtype"] = _dtype(meta.get("dtype"))
+        except CheckpointFormatError:
+            out["dtype"] = None
+        out["shape"] = [_int(s) for s in meta.get("sizes", [])]
+        return out
+    if isinstance(arg, dict) and len(arg) == 1:
+        kind, value = next(iter(arg.items()))
+        if isinstance(value, dict) and "name" in value:
+            return {"name": value["name"], "kind": kind}
+        return {"kind": kind, "value": value}
+    return {"value": arg}
+
+
+def signature(program: dict[str, Any]) -> dict[str, Any]:
+    """The program's inputs and outputs, each with its kind (user_input, parameter, buffer, ...)."""
+    module = program.get("graph_module") or {}
+    tensors = (module.get("graph") or {}).get("tensor_values") or {}
+    sig = module.get("signature") or {}
+    result: dict[str, Any] = {"inputs": [], "outputs": []}
+    for side, specs in (("inputs", sig.get("input_specs")), ("outputs", sig.get("output_specs"))):
+        for spec in specs or []:
+            if not isinstance(spec, dict) or len(spec) != 1:
+                continue
+            kind, body = next(iter(spec.items()))
+            body = body if isinstance(body, dict) else {}
+            item = {"kind": kind}
+            if "arg" in body:
+                arg = body["arg"]
+                if isinstance(arg, dict) and "name" in arg:  # a bare TensorArgument (parameters, buffers)
+                    arg = {"as_tensor": arg}
+                item.update(_arg_text(arg, tensors))
+            elif "name" in body:  # constant_input
+                value = body.get("value")
+                if isinstance(value, dict) and len(value) == 1 and next(iter(value)).startswith("as_"):
+                    value = next(iter(value.values()))  # {"as_int": 3} -> 3
+                item.update({"name": body["name"], "value": value})
+            for key in ("parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name",
+                        "persistent", "target"):
+                if key in body:
+                    item[key] = body[key]
+            result[side].append(item)
+    return result
+
+
+def _describe(item: dict[str, Any]) -> str:
+    name = item.get("name") or item.get("kind")
+    if "dtype" in item:
+        return f"{name}: {item['dtype']}[{', '.join(str(s) for s in item.get('shape', []))}]"
+    if "value" in item:
+        return f"{name} = {item['value']!r}"
+    target = item.get("parameter_name") or item.get("buffer_name") or item.get("tensor_constant_name")
+    return f"{name} -> {target}" if target else str(name)
+
+
+def _signature_node(sig: dict[str, Any]) -> Node:
+    node = Node(key="signature", kind="dict", type_name="signature")
+    for side in ("inputs", "outputs"):
+        user = [i for i in sig[side] if i["kind"] in ("user_input", "user_output", "constant_input")]
+        lst = node.add(Node(key=side, kind="list", type_name="list"))
+        for i, item in enumerate(user):
+            lst.add(Node(key=i, kind="value", type_name="str", value=_describe(item)))
+    return node
+
+
+def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a torch.export .pt2 archive into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    archive = _Archive(path)
+    fmt_value = (archive.text("archive_format") or "").strip()
+    if fmt_value != "pt2":
+        raise NotACheckpointError(f"not a checkpoint: archive_format is {fmt_value[:20]!r}, not 'pt2'")
+    models = sorted(n[len(archive.prefix) + len("models/"):-len(".json")] for n in archive.infos
+                    if n.startswith(archive.prefix + "models/") and n.endswith(".json"))
+    if not models:
+        raise CheckpointFormatError("pt2 archive holds no models/*.json program (an AOTInductor-only package?)")
+    root = Node(key="", kind="dict", type_name="ExportedProgram")
+    globals_seen: list[str] = []
+    warnings: list[str] = []
+    signatures: dict[str, Any] = {}
+    storages: dict[str, Storage] = {}
+    info_meta: dict[str, Any] = {}
+    for model in models:
+        # One program: its weights at the top (names as in its state_dict); several: one branch each.
+        parent = root if len(models) == 1 else root.add(Node(key=model, kind="dict", type_name="ExportedProgram"))
+        program = archive.json(f"models/{model}.json") or {}
+        _payloads(archive, "data/weights/", f"data/weights/{model}_weights_config.json", parent,
+                  globals_seen, warnings, storages)
+        consts = Node(key="constants", kind="dict", type_name="dict")
+        _payloads(archive, "data/constants/", f"data/constants/{model}_constants_config.json", consts,
+                  globals_seen, warnings, storages)
+        if consts.children:
+            parent.add(consts)
+        sig = signature(program)
+        signatures[model] = sig
+        parent.add(_signature_node(sig))
+        if f"{archive.prefix}data/sample_inputs/{model}.pt" in archive.infos:
+            try:
+                sample, found = archive.pickled(f"data/sample_inputs/{model}.pt")
+                globals_seen += [g for g in found if g not in globals_seen]
+                node = build_tree(sample)
+                node.key = "sample_inputs"
+                parent.add(node)
+            except CheckpointError as exc:
+                warnings.append(f"sample inputs of '{model}' are unreadable: {exc}")
+        info_meta[model] = {k: program.get(k) for k in ("torch_version", "schema_version") if k in program}
+    # Every record torch.export.load would unpickle (pickled weights and constants whatever their encoding,
+    # opaque objects, sample inputs, legacy payload files), read by the same census the run gate uses.
+    pickles = census(path)
+    globals_seen += [g for g in pickles.globals if g not in globals_seen]
+    for record in pickles.unreadable:
+        warnings.append(f"pickle {record} is unreadable: torch.export.load would unpickle it unchecked")
+    unsafe = unsafe_of(globals_seen)
+    if unsafe:
+        warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))
+    return Checkpoint(path=path, format=NAME, file_size=cfiles.getsize(path), root=root, globals=globals_seen,
+                      unsafe_globals=unsafe, warnings=warnings,
+                      metadata={"_file_maps": [archive.fmap], "models": models, "program_info": info_meta,
+                                "signature": signatures[models[0]] if len(models) == 1 else signatures})

@@ -1,0 +1,206 @@
+"""torch.save's zip format (PyTorch >= 1.6: .pth/.pt/.ckpt/.bin) and TorchScript archives.
+
+Reads the central directory and `data.pkl` only. Storages become lazily-read zip members; nothing
+else is read until a value is asked for.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from ckptview.core import dtypes
+from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
+from ckptview.core.model import Checkpoint, Storage
+from ckptview.core.read import files as cfiles
+from ckptview.core.read.pickle_reader import StubObject
+from ckptview.core.read.sources import FileMap, ZipMember
+from ckptview.core.read.torch_globals import StorageClass
+from ckptview.core.read.torch_pickle import load_torch_pickle, make_checkpoint
+from ckptview.core.read.zipdir import ZipEntry, read_central_directory
+from ckptview.core.run.load_gate import census
+
+NAME = "torch-zip"
+PRIORITY = 100
+MAX_PICKLE_BYTES = 2 << 30  # data.pkl of 100k tensors is ~10 MB; refuse absurd declared sizes
+
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """True when the path or its first bytes (`head`; b"" for a folder) look like a zip archive (torch.save, TorchScript)."""
+    return head.startswith(ZIP_MAGICS)
+
+
+class ZipArchive:
+    """The records of a torch zip archive, by name below its root folder."""
+
+    # The record that marks the archive's root folder (a torch.save archive: data.pkl).
+    MARKER = "data.pkl"
+
+    def __init__(self, path: str, start: int = 0, length: int | None = None, what: str = "zip",
+                 fmap: FileMap | None = None) -> None:
+        self.path, self.what = path, what
+        self.fmap = fmap or FileMap(path)
+        if start < 0 or (length is not None and (length < 0 or start + length > self.fmap.size)):
+            raise TensorDataError(f"record {what} runs past the end of the file ({self.fmap.size} bytes)")
+        entries = read_central_directory(path, start, length)
+        self.infos: dict[str, ZipEntry] = {}
+        duplicates = set()
+        for entry in entries:
+            if entry.name in self.infos:
+                duplicates.add(entry.name)
+            self.infos[entry.name] = entry
+        marker = self.MARKER
+        roots = [n for n in self.infos if n.endswith("/" + marker) and n.count("/") == 1] + (
+            [marker] if marker in self.infos else [])
+        if duplicates & set(roots) or len(roots) > 1:
+            raise CheckpointFormatError(f"ambiguous {what}: {len(roots) + len(duplicates)} '{marker}' records; "
+                                        "refusing to guess which is real")
+        if not roots:
+            raise NotACheckpointError(f"not a checkpoint: {what} archive has no {marker} record")
+        self.root = roots[0].rpartition("/")[0]
+        self.prefix = self.root + "/" if self.root else ""
+
+    def has(self, name: str) -> bool:
+        return self.prefix + name in self.infos
+
+    def member(self, name: str) -> ZipMember | None:
+        info = self.infos.get(self.prefix + name)
+        if info is None:
+            return None
+        return ZipMember(self.fmap, info.name, info.header_offset, info.compress_type,
+                         info.compress_size, info.file_size)
+
+    def read_small(self, name: str, limit: int = MAX_PICKLE_BYTES) -> bytes:
+        """A record's bytes, CRC-checked."""
+        member = self.member(name)
+        if member is None:
+            raise CheckpointFormatError(f"record '{name}' missing")
+        data = member.read_all(limit)
+        info = self.infos[self.prefix + name]
+        # torch.serialization.set_crc32_options(False) writes 0 for every record: nothing to check then.
+        if info.crc != 0 and zlib.crc32(data) != info.crc:
+            raise CheckpointFormatError(f"corrupt zip: CRC mismatch in record '{info.name}'")
+        return data
+
+
+    def byteorder(self) -> str:
+        """The archive's byteorder record ('little' when absent, as in files before it existed)."""
+        if not self.has("byteorder"):
+            return "little"
+        order = self.read_small("byteorder", 64).decode("ascii", "replace").strip()
+        if order not in ("little", "big"):
+            raise CheckpointFormatError(f"byteorder record says {order!r}")
+        return order
+
+    def load(self) -> tuple[Any, list[str]]:
+        """The archive's object (tensors as lazily read TensorInfo) and the globals it names."""
+        obj, globals_seen, _ = load_torch_pickle(self.read_small("data.pkl"),
+                                                 storage_loader(self, "data", self.byteorder()),
+                                                 what=f"{self.what} data.pkl" if self.what != "zip" else "data.pkl")
+        return obj, globals_seen
+
+
+def load_embedded(fmap: FileMap, offset: int, length: int, what: str) -> tuple[Any, list[str]]:
+    """A torch.save archive stored inside a larger file (DCP chunks, .pt2 records): (object, globals)."""
+    try:
+        return ZipArchive(fmap.path, offset, length, what, fmap=fmap).load()
+    except NotACheckpointError as exc:  # inside a checkpoint this is a broken record, not another format
+        raise CheckpointFormatError(f"record {what} is not a torch.save archive ({exc})") from None
+
+
+def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
+    """The persistent_load for ('storage', class, key, location, numel) ids; one Storage per key."""
+    cache: dict[str, Storage] = {}
+
+    def load(pid: Any) -> Storage:
+        if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
+            raise CheckpointFormatError(f"unexpected persistent id {str(pid)[:80]}")
+        storage_class, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+        if not isinstance(storage_class, StorageClass):
+            raise CheckpointFormatError(f"unknown storage type {storage_class!r}")
+        if not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
+            raise CheckpointFormatError("malformed storage record in data.pkl")
+        if key in cache:
+            return cache[key]
+        dtype = storage_class.dtype
+        record = f"{folder}/{key}"
+        storage = Storage(key=record, dtype=dtype, numel=numel, device=str(location), byteorder=byteorder)
+        member = archive.member(record)
+        if member is None:
+            storage.broken = f"storage '{record}' missing"
+        else:
+            storage.source = member
+            member.max_bytes = storage.nbytes  # inflate no more than the storage accounts for
+            if member.file_size < storage.nbytes:
+                storage.broken = f"storage '{record}' holds {member.file_size} bytes, needs {storage.nbytes}"
+        cache[key] = storage
+        return storage
+
+    return load
+
+
+def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a zip archive (torch.save, TorchScript) into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    archive = ZipArchive(path)
+    byteorder = archive.byteorder()
+    is_script = archive.has("constants.pkl") and any(
+        n.startswith(archive.prefix + "code/") for n in archive.infos)
+    data = archive.read_small("data.pkl")
+    obj, globals_seen, _ = load_torch_pickle(data, storage_loader(archive, "data", byteorder))
+    metadata: dict[str, Any] = {"archive_root": archive.root, "byteorder": byteorder,
+                                "_file_maps": [archive.fmap]}
+    for record in ("version", ".data/version"):
+        if archive.has(record):
+            metadata["version"] = archive.read_small(record, 64).decode("ascii", "replace").strip()
+            break
+    version_warning = _version_problem(metadata.get("version"))
+    fmt = NAME
+    if is_script:
+        fmt = "torchscript"
+        constants = archive.read_small("constants.pkl")
+        const_obj, const_globals, _ = load_torch_pickle(
+            constants, storage_loader(archive, "constants", byteorder), what="constants.pkl")
+        globals_seen += [g for g in const_globals if g not in globals_seen]
+        if const_obj and isinstance(obj, StubObject):
+            obj.items["__constants__"] = const_obj  # shown beside the module's own members
+        metadata["code_files"] = sorted(n[len(archive.prefix) + 5:] for n in archive.infos
+                                        if n.startswith(archive.prefix + "code/") and n.endswith(".py"))
+        # torch.jit.load unpickles more than data.pkl and constants.pkl (traced_inputs.pkl, *.debug_pkl):
+        # the run gate's census reads every one of them, and what it finds is listed like the rest.
+        found = census(path, torchscript=True)
+        globals_seen += [g for g in found.globals if g not in globals_seen]
+        unreadable = [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
+                      for u in found.unreadable]
+    ckpt = make_checkpoint(path, fmt, cfiles.getsize(path), obj, globals_seen, **metadata)
+    if is_script:
+        ckpt.warnings += unreadable
+    if byteorder == "big":
+        ckpt.warnings.append("file was written on a big-endian machine; values are byte-swapped on read")
+    if version_warning:
+        ckpt.warnings.append(version_warning)
+    _check_dtypes(ckpt)
+    return ckpt
+
+
+# The newest archive format torch reads (caffe2/serialize kMaxSupportedFileFormatVersion); torch.save writes 3.
+MAX_KNOWN_VERSION = 10
+
+
+def _version_problem(version: str | None) -> str | None:
+    """A warning when the archive's `version` record is not a format version torch knows."""
+    if version is None:
+        return None
+    if not version.isdigit():
+        return f"archive version record {version!r} is not a number; read as format 3"
+    if int(version) > MAX_KNOWN_VERSION:
+        return (f"archive format version {int(version)} is newer than any torch writes (up to {MAX_KNOWN_VERSION}); "
+                "read as format 3, names and values may be wrong")
+    return None
+
+
+def _check_dtypes(ckpt: Checkpoint) -> None:
+    for entry in ckpt.tensors():
+        if not dtypes.is_known(entry.info.dtype):
+            entry.info.broken = f"unknown dtype {entry.info.dtype}"

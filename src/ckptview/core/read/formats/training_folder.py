@@ -1,0 +1,200 @@
+"""Training folders: one step of a run saved as several files, opened as one checkpoint.
+
+The layouts (by file name, as the libraries write them):
+
+- Hugging Face Trainer ``checkpoint-N/``: ``model.safetensors`` or ``pytorch_model.bin`` (or shards and
+  an index), ``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth`` (``rng_state_K.pth`` per process),
+  ``scaler.pt``, ``trainer_state.json``, ``training_args.bin`` (a full pickle of TrainingArguments).
+- accelerate ``save_state``: ``model.safetensors`` (``model_1.safetensors``, ...), ``optimizer.bin``,
+  ``scheduler.bin``, ``sampler.bin``, ``scaler.pt``, ``random_states_K.pkl``, ``custom_checkpoint_K.pkl``;
+  with FSDP sharded state, DCP subfolders (``pytorch_model_fsdp_0/``, ``optimizer_0/``).
+- Lightning / DCP step folders: a DCP ``.metadata`` with ``__R_N.distcp`` files beside other files
+  (Lightning's ``meta.pt``).
+
+Every file becomes a top-level entry named by its file name (a set of shards by its index, a DCP folder
+by ``.metadata`` or its subfolder name); each is read by its own reader, so nothing runs and only
+metadata is read. JSON files are values. The optimizer then finds the model beside it (an entry whose
+name holds "model"), and the training summary reads ``trainer_state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.model import Checkpoint, Node
+from ckptview.core.read import files as cfiles
+from ckptview.core.read.tree import build_tree
+
+NAME = "training-folder"
+PRIORITY = 120  # above DCP and Hub folders: a step folder holds one of those and more
+MAX_JSON_BYTES = 4 << 20
+MAX_FILES = 200
+# Files that only a training step writes beside the model (checked by name; the content by its reader).
+_TRAINING_FILE = re.compile(
+    r"^(optimizer(_\d+)?\.(pt|bin|pth)|scheduler(_\d+)?\.(pt|bin|pth)|rng_state(_\d+)?\.pth|scaler\.pt"
+    r"|trainer_state\.json|training_args\.bin|random_states_\d+\.pkl|sampler(_\d+)?\.bin|meta\.pt"
+    r"|custom_checkpoint_\d+\.pkl)$")
+_DCP_SUBFOLDER = re.compile(r"^(pytorch_model_fsdp|optimizer|model)(_\d+)?$")
+
+
+def is_weights_entry(key: str) -> bool:
+    """True for the top-level entry of a training folder that holds model weights (not optimizer, RNG, ...)."""
+    return "model" in key.lower() and not _TRAINING_FILE.match(key) and not key.endswith((".json", ".pkl"))
+
+
+def _files(folder: str) -> list[str]:
+    return sorted(cfiles.list_files(folder))
+
+
+def _dcp_subfolders(folder: str) -> list[str]:
+    return sorted(n for n in cfiles.listdir(folder) if _DCP_SUBFOLDER.match(n)
+                  and cfiles.isfile(cfiles.join(folder, n, ".metadata")))
+
+
+def training_files(folder: str) -> list[str]:
+    """The names in ``folder`` that mark a training step (optimizer, scheduler, RNG state, trainer state...)."""
+    return [n for n in _files(folder) if _TRAINING_FILE.match(n)]
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """True for a folder holding a training step's files (optimizer, scheduler, RNG, trainer state) or DCP subfolders."""
+    if not cfiles.isdir(path):
+        return False
+    try:
+        return bool(training_files(path) or _dcp_subfolders(path))
+    except OSError:
+        return False
+
+
+def _json_node(path: str) -> Node:
+    size = cfiles.getsize(path)
+    if size > MAX_JSON_BYTES:
+        return Node(key="", kind="value", type_name="str", value=f"<JSON file of {size} bytes, not read>")
+    with cfiles.open_regular(path) as fh:
+        raw = fh.read()
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return Node(key="", kind="value", type_name="str", value=f"<not valid JSON: {str(exc)[:80]}>")
+    return build_tree(value)
+
+
+def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a training step folder into one Checkpoint: every file a top-level entry, metadata only, nothing run."""
+    from ckptview.core.read.formats import dcp, hf_sharded
+    from ckptview.core.read.open import open_checkpoint
+
+    folder = path
+    root = Node(key="", kind="dict", type_name=NAME)
+    parts: list[tuple[str, Checkpoint]] = []
+    warnings: list[str] = []
+    files = _files(folder)
+    used: set[str] = set()
+
+    def add_part(key: str, opener: Any) -> None:
+        try:
+            ckpt = opener()
+        except UNRECOVERABLE:  # a network failure or a changed file: never a partial folder shown whole
+            raise
+        except CheckpointError as exc:
+            warnings.append(f"'{key}' not read: {exc}")
+            root.add(Node(key=key, kind="value", type_name="str", value=f"<not read: {exc}>"))
+            return
+        except (OSError, ValueError, MemoryError, RecursionError) as exc:  # one line, never a traceback
+            err = CheckpointError(f"{type(exc).__name__}: {exc}")
+            warnings.append(f"'{key}' not read: {err}")
+            root.add(Node(key=key, kind="value", type_name="str", value=f"<not read: {err}>"))
+            return
+        node = ckpt.root
+        node.key = key
+        root.add(node)
+        parts.append((key, ckpt))
+
+    sets = hf_sharded.weight_sets(folder)
+    for ws in sets:
+        members = [*ws.files, *([ws.index] if ws.index else [])]
+        if ws.index:
+            try:
+                weight_map, _ = hf_sharded.read_index(cfiles.join(folder, ws.index))
+                members += list(dict.fromkeys(weight_map.values()))
+            except CheckpointError:
+                pass
+        used.update(members)
+        if ws.variant is not None:
+            warnings.append(f"variant '{ws.variant}' ({ws.label}) is a separate checkpoint: open its file to see it")
+            continue
+        key = ws.index or (ws.files[0] if len(ws.files) == 1 else f"{ws.base}-*.{ws.ext}")
+        if ws.index is None and len(ws.files) == 1:  # one file: its own reader (and its own key order)
+            add_part(key, lambda ws=ws: open_checkpoint(cfiles.join(folder, ws.files[0])))
+        else:
+            add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws))
+    if cfiles.isfile(cfiles.join(folder, ".metadata")):
+        used.update(n for n in files if n == ".metadata" or n.endswith(".distcp"))
+        add_part(".metadata", lambda: dcp.open(folder))  # not open_checkpoint: that would come back here
+    for sub in _dcp_subfolders(folder):
+        add_part(sub, lambda sub=sub: dcp.open(cfiles.join(folder, sub)))
+    rest = [n for n in files if n not in used]
+    if len(rest) > MAX_FILES:
+        warnings.append(f"{len(rest) - MAX_FILES} more files not listed")
+        rest = rest[:MAX_FILES]
+    for name in rest:
+        full = cfiles.join(folder, name)
+        if name.endswith(".json"):
+            node = _json_node(full)
+            node.key = name
+            root.add(node)
+            continue
+        try:
+            ckpt = open_checkpoint(full)
+        except NotACheckpointError:
+            size = cfiles.getsize(full)
+            root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))
+            continue
+        except UNRECOVERABLE:
+            raise
+        except CheckpointError as exc:
+            warnings.append(f"'{name}' not read: {exc}")
+            root.add(Node(key=name, kind="value", type_name="str", value=f"<not read: {exc}>"))
+            continue
+        node = ckpt.root
+        node.key = name
+        root.add(node)
+        parts.append((name, ckpt))
+    if not parts:
+        if warnings:  # the training files are there but none reads: say why, for the first one
+            raise CheckpointFormatError(f"training folder: {warnings[0]}")
+        raise NotACheckpointError(f"not a checkpoint: folder {folder} holds no file this tool reads")
+    return _combine(folder, root, parts, warnings)
+
+
+def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warnings: list[str]) -> Checkpoint:
+    globals_seen: list[str] = []
+    unsafe: list[str] = []
+    file_maps: list[Any] = []
+    formats: dict[str, str] = {}
+    for key, ckpt in parts:
+        globals_seen += [g for g in ckpt.globals if g not in globals_seen]
+        for g in ckpt.unsafe_globals:
+            if g not in unsafe:
+                unsafe.append(g)
+        warnings.extend(f"{key}: {w}" for w in ckpt.warnings)
+        file_maps.append(ckpt.metadata.get("_file_maps", []))
+        formats[key] = ckpt.format
+    total = sum(cfiles.getsize(cfiles.join(folder, n)) for n in _files(folder))
+    model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
+    return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
+                      unsafe_globals=unsafe, warnings=warnings,
+                      metadata={"_file_maps": _Chain(file_maps), "files": formats, "model_entry": model})
+
+
+class _Chain:
+    """The parts' ``_file_maps`` as one iterable, evaluated when iterated (DCP opens its maps lazily)."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+
+    def __iter__(self) -> Any:
+        return iter([fmap for part in self.parts for fmap in part])

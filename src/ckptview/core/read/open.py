@@ -1,0 +1,175 @@
+"""`open_checkpoint`: sniff a path and hand it to the reader of its format."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING
+
+from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.model import BoundedWarnings, Checkpoint
+from ckptview.core.read import files
+from ckptview.core.read.files import (
+    FileIdentity,
+    folder_identities,
+    io_error,
+    is_url,
+    open_regular,
+    stat_checked,
+)
+from ckptview.core.read.formats import readers
+
+if TYPE_CHECKING:
+    from ckptview.core.read.remote import Session
+
+HEAD_BYTES = 4096
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read a checkpoint's metadata (never its tensor bytes, never running its code)."""
+    path = os.fspath(path)
+    if is_url(path):
+        return _open_url(path)
+    st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
+    head = b""
+    identities: dict[str, FileIdentity] = {}
+    if stat.S_ISDIR(st.st_mode):
+        identities = folder_identities(path)
+    else:
+        identities[path] = FileIdentity.of(st)
+        head = _read_head(path, st)
+    ckpt = _open_with_readers(path, head)
+    ckpt.metadata.setdefault("_identities", identities)
+    return ckpt
+
+
+def _open_url(url: str) -> Checkpoint:
+    """A remote checkpoint: the same readers over range requests; `metadata["_transfer"]` counts them."""
+    from ckptview.core.read import remote
+
+    remote.require_extra(url)
+    with remote.opening(url) as session:
+        return _open_url_in(url, session)
+
+
+def _open_url_in(url: str, session: Session) -> Checkpoint:
+    from ckptview.core.read import remote
+
+    try:
+        try:
+            kind = "dir" if remote.remote_file(url).is_dir else "file"
+        except remote.RemoteError as exc:
+            raise remote.not_found(url) if remote.is_missing(exc) else exc from None
+        head = b""
+        if kind == "file":
+            with open_regular(url) as fh:
+                head = fh.read(HEAD_BYTES)
+        ckpt = _open_with_readers(remote.shown(url) if kind == "file" else remote.folder_url(remote.shown(url)), head)
+    except CheckpointError as exc:
+        raise type(exc)(remote.redact(str(exc))) if type(exc).__init__ is CheckpointError.__init__ else exc from None
+    ckpt.path = remote.shown(ckpt.path)
+    ckpt.metadata["_transfer"] = session.transfer
+    ckpt.metadata.setdefault("_identities", {})
+    return ckpt
+
+
+def _read_head(path: str, st: os.stat_result) -> bytes:
+    """The first bytes of a regular file; a /proc or /sys pseudo-file (size 0, content on read) is refused."""
+    try:
+        with open_regular(path) as fh:
+            head = fh.read(HEAD_BYTES)
+    except CheckpointError as exc:
+        if st.st_size == 0 and "cannot read" in str(exc):  # /proc/self/mem and the like: EIO on read
+            raise NotACheckpointError(f"not a checkpoint: {path} is a pseudo-file (size 0 on disk, {exc})") from None
+        raise
+    except OSError as exc:
+        if st.st_size == 0:
+            raise NotACheckpointError(f"not a checkpoint: {path} is a pseudo-file (size 0 on disk, "
+                                      f"reading it fails: {exc.strerror or exc})") from None
+        raise io_error(path, exc) from None
+    if len(head) > st.st_size or _is_pseudo(path):
+        raise NotACheckpointError(f"not a checkpoint: {path} is a pseudo-file of the kernel (/proc or /sys: "
+                                  f"its stat says {st.st_size} bytes, its content is made when read)")
+    return head
+
+
+def _is_pseudo(path: str) -> bool:
+    real = os.path.realpath(path)
+    return real.startswith(("/proc/", "/sys/")) or real in ("/proc", "/sys")
+
+
+def _open_with_readers(path: str, head: bytes) -> Checkpoint:
+    declined: NotACheckpointError | None = None
+    for reader in readers():
+        if reader.sniff(path, head):
+            try:
+                return _compact_warnings(reader.open(path))
+            except NotACheckpointError as exc:  # looked like this format, is not: let others try
+                declined = declined or exc
+            except CheckpointError:
+                raise
+            except (MemoryError, RecursionError) as exc:
+                raise CheckpointFormatError(f"{reader.NAME}: file is too large or too deeply nested ({type(exc).__name__})") from None
+            except OSError as exc:
+                raise io_error(path, exc) from None
+            except Exception as exc:  # a reader bug must still reach the user as one line
+                raise CheckpointFormatError(f"{reader.NAME}: malformed file ({type(exc).__name__}: {exc})") from None
+    raise declined or NotACheckpointError(describe_unknown(path, head))
+
+
+MAX_BROKEN_LISTED = 20
+
+
+def _compact_warnings(ckpt: Checkpoint) -> Checkpoint:
+    """List the first broken tensors one by one and count the rest (each tensor says it is broken).
+
+    A hostile file can mark a million tensors broken; a million warning lines help nobody. (The list
+    itself keeps at most MAX_WARNINGS lines: see `BoundedWarnings`.)
+    """
+    warnings = ckpt.warnings
+    kept = warnings.kept() if isinstance(warnings, BoundedWarnings) else list(warnings)
+    dropped_broken = getattr(warnings, "dropped_broken", 0)
+    dropped_other = getattr(warnings, "dropped", 0) - dropped_broken
+    broken = [w for w in kept if w.startswith("tensor '") and " is broken: " in w]
+    total_broken = len(broken) + dropped_broken
+    if total_broken > MAX_BROKEN_LISTED:
+        dropped = set(map(id, broken[MAX_BROKEN_LISTED:]))
+        compact = [w for w in kept if id(w) not in dropped]
+        compact.append(f"... and {total_broken - MAX_BROKEN_LISTED} more broken tensors")
+        if dropped_other:
+            compact.append(f"... and {dropped_other} more warning{'s' if dropped_other != 1 else ''}")
+        ckpt.warnings = compact
+    return ckpt
+
+
+def describe_unknown(path: str, head: bytes) -> str:
+    """'not a checkpoint: ...' naming what the bytes look like."""
+    if files.isdir(path):
+        return f"not a checkpoint: folder {path} holds no checkpoint this tool reads"
+    size = files.getsize(path)
+    if size == 0:
+        return "not a checkpoint: file is empty"
+    if head.startswith(b"version https://git-lfs"):
+        return "not a checkpoint: file is a Git LFS pointer (run `git lfs pull` to fetch the real file)"
+    kinds = [
+        (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+        (b"%PDF", "a PDF document"), (b"\x1f\x8b", "gzip-compressed data"), (b"\x93NUMPY", "a NumPy .npy array"),
+        (b"\x89HDF", "an HDF5 file"), (b"BZh", "bzip2-compressed data"), (b"\xfd7zXZ", "xz-compressed data"),
+        (b"PK\x03\x04", "a zip archive without a PyTorch record"), (b"\x7fELF", "an executable"),
+    ]
+    for magic, what in kinds:
+        if head.startswith(magic):
+            return f"not a checkpoint: file is {what}"
+    if head[257:262] == b"ustar":
+        return ("not a checkpoint this tool reads: file is a tar archive (PyTorch before 0.1.10 saved "
+                "checkpoints as tar files; load it with that PyTorch and save it again)")
+    stripped = head.lstrip().lower()
+    if stripped.startswith((b"<!doctype html", b"<html")):
+        return f"not a checkpoint: file is {size} bytes of HTML (a download that saved a web page?)"
+    try:
+        head.decode("utf-8")
+        if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head[:512]):
+            return f"not a checkpoint: file is {size} bytes of text"
+    except UnicodeDecodeError:
+        pass
+    return f"not a checkpoint: unrecognised {size}-byte file (starts with {head[:8].hex(' ')})"

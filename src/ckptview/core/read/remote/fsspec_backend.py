@@ -1,0 +1,104 @@
+"""Any other protocol (hf://, s3://, gs://, memory://, ...) through fsspec's ranged reads."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from ckptview.core.errors import CheckpointError, FileChangedError, RemoteError
+from ckptview.core.read.remote.cache import Transfer
+from ckptview.core.read.remote.causes import missing_error, network_cause, status_cause
+from ckptview.core.read.remote.urls import EXTRA_HINT, protocol, redact, shown, timeout
+
+
+class FsspecBackend:
+    """Any other protocol (hf://, s3://, gs://, memory://, ...) through fsspec's ranged reads."""
+
+    def __init__(self, url: str, transfer: Transfer) -> None:
+        import fsspec
+
+        self.transfer = transfer
+        kwargs: dict[str, Any] = {}
+        proto = protocol(url)
+        if proto == "s3":
+            kwargs = {"config_kwargs": {"connect_timeout": timeout(), "read_timeout": timeout(),
+                                        "retries": {"max_attempts": 2}}}
+        if proto == "hf":  # the hub reads its timeouts at import: set them where it looks for them
+            from huggingface_hub import constants
+
+            # The hub declares these int but only passes them on as requests' timeout, which takes a float.
+            constants.HF_HUB_ETAG_TIMEOUT = constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout()  # type: ignore[assignment]
+        self.url = url
+        try:
+            self.fs, self.path = fsspec.core.url_to_fs(url, **kwargs)
+        except (ImportError, ValueError) as exc:
+            raise RemoteError(f"cannot open {shown(url)}: {redact(str(exc))[:160]} ({EXTRA_HINT})") from None
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.transfer.add(0)  # one call (the protocol may make more requests; not seen from here)
+        try:
+            return fn(*args, **kwargs)
+        except FileNotFoundError:
+            raise missing_error(f"cannot {what} {shown(self.url)}: not found") from None
+        except PermissionError:
+            raise RemoteError(f"cannot {what} {shown(self.url)}: {status_cause(403)}") from None
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            status = getattr(getattr(exc, "response", None), "status_code", None)
+            cause = status_cause(status) if isinstance(status, int) else network_cause(exc)
+            raise RemoteError(f"cannot {what} {shown(self.url)}: {cause}") from None
+
+    def info(self) -> dict[str, Any]:
+        """fsspec's info() of the path."""
+        info: dict[str, Any] = self._call("open", self.fs.info, self.path)
+        return info
+
+    @staticmethod
+    def validator(info: dict[str, Any]) -> str:
+        for key in ("ETag", "etag", "sha", "blob_id", "LastModified", "last_modified", "mtime", "created"):
+            if info.get(key):
+                return str(info[key])
+        return ""
+
+    def stat(self, first: int) -> tuple[int, str, bytes, bool]:
+        info = self.info()
+        if info.get("type") == "directory":
+            return 0, "", b"", True
+        size = int(info.get("size") or 0)
+        data = self.fetch(0, min(first, size), size, "") if size else b""
+        return size, self.validator(info), data, False
+
+    def fetch(self, start: int, end: int, size: int, validator: str) -> bytes:
+        import fsspec
+
+        # The generic cat_file opens a buffered file whose default cache reads ahead by megabytes
+        # (HfFileSystem among others): ask for exactly the range. Protocols with their own ranged
+        # cat_file (s3fs, http) read exactly what is asked already.
+        generic = type(self.fs).cat_file is fsspec.AbstractFileSystem.cat_file and not getattr(self.fs, "async_impl", False)
+        exact = {"cache_type": "none"} if generic else {}
+        data = self._call("read", self.fs.cat_file, self.path, start=start, end=end, **exact)
+        self.transfer.add(len(data), 0)
+        if len(data) != end - start:
+            raise FileChangedError(shown(self.url), f"ends before byte {end}, was {size} bytes")
+        return bytes(data)
+
+    def download(self, into: Any) -> None:
+        data = self._call("read", self.fs.cat_file, self.path)
+        self.transfer.add(len(data), 0)
+        into.write(data)
+
+    def listdir(self) -> list[tuple[str, bool, int | None]]:
+        entries = self._call("list", self.fs.ls, self.path, detail=True)
+        return [(posixpath.basename(e["name"].rstrip("/")), e.get("type") == "directory",
+                 int(e["size"]) if isinstance(e.get("size"), int) and e.get("type") != "directory" else None)
+                for e in entries]
+
+    def close(self) -> None:
+        """Nothing to close: fsspec keeps its filesystems."""
+
+    def exists_file(self) -> bool:
+        try:
+            return bool(self.fs.isfile(self.path))
+        except Exception:
+            return False

@@ -1,0 +1,377 @@
+"""Load a checkpoint onto a device and run a forward pass, in a worker process started for the job.
+
+The parent side: it decides where the model comes from (without torch and without running anything from
+the file), refuses what needs consent the user has not given, runs the request in a worker process
+(`core.run_process`), and checks the typed result (`core.run_result`): weights that did not load become
+warnings, or an error when none loaded. The worker's own stdout is its stderr, so prints in user code
+cannot corrupt the result stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import Progress, drain
+from ckptview.core.run.run_inputs import InputSpec
+from ckptview.core.run.run_json import ProtocolError
+from ckptview.core.run.run_process import (
+    RESULT_GRACE,
+    Cancellable,
+    RunError,
+    WorkerJob,
+    _death_message,
+    execute,
+    phase_words,
+    worker_command,
+)
+from ckptview.core.run.run_protocol import (
+    MAX_EVENT_LINE,
+    MAX_EVENTS,
+    MAX_STDERR_LINE,
+    STDERR_TAIL,
+    bounded_lines,
+)
+from ckptview.core.run.run_result import LoadReport, RunResult
+
+# The worker process and its protocol stay importable from here, as before they had modules of their own.
+__all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STDERR_LINE", "PICKLE", "RESULT_GRACE",
+           "STATE_DICT", "STDERR_TAIL", "TORCHSCRIPT", "Cancellable", "RunError", "RunRequest", "SourceInfo",
+           "WorkerJob", "_death_message", "bounded_lines", "check_compare_trust", "check_trust", "check_weights",
+           "classify_source", "compare_source", "execute", "find_state_dict", "inspect_inputs", "phase_words",
+           "probe_devices", "run", "run_iter", "state_dict_node", "strip_prefixes", "suggest_inputs",
+           "torch_findings", "weight_warnings", "worker_command"]
+
+# Source kinds, in order of how much trust they need.
+TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"
+# Keys under which training checkpoints keep the model's weights (Lightning, common scripts, HF trainers).
+STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "module", "net", "network",
+                   "weights", "params", "ema_state_dict")
+# Wrapper prefixes: DataParallel/DDP, torch.compile, Lightning/HF wrappers.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
+# Path components of a pickled nn.Module's own state that a state_dict() key leaves out.
+_MODULE_INTERNALS = ("_modules", "_parameters", "_buffers")
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass
+class RunRequest:
+    """Everything the worker needs; `to_json` is what travels on its stdin."""
+
+    path: str
+    device: str = "cpu"
+    model: str | None = None  # "package.module:factory" or "path/to/file.py:ClassName"
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    trust: bool = False
+    inputs: list[InputSpec] | None = None  # None: read from the graph, or guessed from the first layer
+    input_file: str | None = None  # .npy / .npz values (overrides `inputs`)
+    seed: int = 0
+    runs: int = 10
+    warmup: int = 2
+    compare_path: str | None = None  # "run with another checkpoint": same input, second weights
+    trust_compare: bool = False  # the second checkpoint's own consent (--trust-compare)
+    # The findings the user was shown and accepted (the consent dialog); None: those found when the run starts
+    # (--trust). The worker refuses a file that shows anything beyond them.
+    trusted_findings: list[str] | None = None
+    compare_trusted_findings: list[str] | None = None
+    strict: bool = False  # missing, unexpected, mismatched or unplaced weights fail the run
+    first_values: int = 8
+    # The caller's folder (default: the current directory). The worker never runs there and never puts it on
+    # sys.path: only the top-level module a `package.module:factory` spec names, and the modules whose classes
+    # a trusted pickle names, are looked up here, after the installed packages.
+    cwd: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON-able data."""
+        data = asdict(self)
+        data["inputs"] = None if self.inputs is None else [s.to_json() for s in self.inputs]
+        data["cwd"] = self.cwd or os.getcwd()
+        for key in ("path", "input_file", "compare_path", "cwd"):
+            if data[key]:
+                data[key] = os.path.abspath(data[key])
+        if data["model"] and ".py:" in data["model"] and not os.path.isabs(data["model"]):
+            data["model"] = os.path.abspath(data["model"])
+        return data
+
+
+# ---------------------------------------------------------------------------------------------------
+# Where the model comes from (no torch, nothing from the file runs)
+
+
+@dataclass
+class SourceInfo:
+    """What kind of model a file holds, what trusting it would import, and what consent must cover."""
+
+    kind: str
+    unsafe_globals: list[str] = field(default_factory=list)
+    format: str = ""
+    # What torch would run from the file if the worker loaded it with torch (load_gate census findings):
+    # unsafe globals and pickles the safe reader could not read. Empty: no consent needed.
+    findings: list[str] = field(default_factory=list)
+
+
+GRAPH_FORMATS = {"torchscript": TORCHSCRIPT, "torch-export": EXPORT}
+
+
+def classify_source(path: str, model: str | None = None, checkpoint: Any = None) -> SourceInfo:
+    """Decide how the worker will build the model: graph archive, state dict + code, or a full pickle.
+
+    The reader registry tells the formats apart (`checkpoint`, when the caller already opened `path`, saves
+    reading its metadata again). Sources the worker hands to torch carry the census of every pickle in them.
+    """
+    own = checkpoint is None
+    if own:
+        from ckptview.core import open_checkpoint
+
+        checkpoint = open_checkpoint(path)
+    try:
+        kind = GRAPH_FORMATS.get(checkpoint.format)
+        unsafe = list(checkpoint.unsafe_globals)
+        if kind is None:
+            if model or not unsafe:
+                return SourceInfo(STATE_DICT, unsafe, checkpoint.format)
+            kind = PICKLE
+        found = torch_findings(path, torchscript=kind == TORCHSCRIPT)
+        unsafe += [f for f in found if f not in unsafe and not f.startswith("unreadable pickle ")]
+        return SourceInfo(kind, unsafe, checkpoint.format, found)
+    finally:
+        if own:
+            checkpoint.close()
+
+
+def torch_findings(path: str, torchscript: bool = False) -> list[str]:
+    """What torch would run from `path`: the load gate's census findings (no torch, nothing run)."""
+    from ckptview.core.run.load_gate import census
+
+    try:
+        return census(path, torchscript=torchscript or None).findings()
+    except OSError as exc:
+        raise RunError(f"cannot read {path}: {exc.strerror or exc}", kind="input") from None
+
+
+_KIND_WORDS = {TORCHSCRIPT: "TorchScript archive", EXPORT: ".pt2 program", PICKLE: "full-model pickle"}
+
+
+def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
+    """Refuse (RunError 'refused') what needs consent or code the user has not given."""
+    if source.kind == STATE_DICT and not has_model:
+        raise RunError("this file is a state dict (weights only): give the model code with "
+                       "--model package.module:factory or --model path/to/file.py:ClassName", kind="refused")
+    if source.findings and not trust:
+        names = _names(source.findings)
+        if source.kind == PICKLE:
+            raise RunError(f"refusing to run a full-model pickle without --trust: loading it imports and runs "
+                           f"{names}", kind="refused")
+        raise RunError(f"refusing to load this {_KIND_WORDS[source.kind]} without --trust: torch would unpickle "
+                       f"records that import and run {names}", kind="refused")
+
+
+def check_compare_trust(compare: SourceInfo | None, trust_compare: bool) -> None:
+    """Refuse a second checkpoint that torch would load and that needs its own consent (--trust-compare)."""
+    if compare is not None and compare.findings and not trust_compare:
+        raise RunError(f"refusing to load the second checkpoint without --trust-compare: loading it imports "
+                       f"and runs {_names(compare.findings)}", kind="refused")
+
+
+def _names(found: list[str]) -> str:
+    return ", ".join(found[:6]) + (" ..." if len(found) > 6 else "")
+
+
+def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
+    """What the worker does with the second checkpoint: None when it is read by the safe reader only."""
+    if not path or main.kind == STATE_DICT:
+        return None  # its weights go through the same gated state-dict loader as the main file's
+    if not os.path.exists(path):
+        raise RunError(f"no such file: {path}", kind="input")
+    try:
+        source = classify_source(path)
+    except CheckpointError as exc:
+        raise RunError(f"second checkpoint: {exc}", kind="input") from None
+    if main.kind in (TORCHSCRIPT, EXPORT) and source.kind not in (TORCHSCRIPT, EXPORT):
+        raise RunError("the second checkpoint is not a TorchScript or .pt2 archive", kind="input")
+    if source.kind == STATE_DICT:  # a full-pickle run loads the second file with torch.load as well
+        source.findings = torch_findings(path)
+    return source
+
+
+def state_dict_node(checkpoint: Any) -> Any:
+    """The node holding a checkpoint's model weights: the root, or the first of STATE_DICT_KEYS with tensors."""
+    base = checkpoint.root
+    for key in STATE_DICT_KEYS:
+        child = next((c for c in base.children if c.key == key and c.kind in ("dict", "object")), None)
+        if child is not None and any(n.kind == "tensor" for n in child.walk()):
+            return child
+    return base
+
+
+def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
+    """(key it was found under or '', {state_dict key: TensorInfo}) of a checkpoint's model weights."""
+    base = state_dict_node(checkpoint)
+    depth = len(base.path)
+    found: dict[str, Any] = {}
+    for entry in checkpoint.tensors():
+        if entry.path[:depth] != base.path:
+            continue
+        parts = [str(p) for p in entry.path[depth:] if p not in _MODULE_INTERNALS]
+        found[".".join(parts)] = entry.info
+    return (base.name if base is not checkpoint.root else ""), found
+
+
+def strip_prefixes(keys: Iterable[str], model_keys: Iterable[str],
+                   prefixes: tuple[str, ...] = WRAPPER_PREFIXES) -> tuple[dict[str, str], list[str]]:
+    """Map checkpoint keys to model keys by peeling wrapper prefixes, keeping the peel that matches most.
+
+    Returns ({checkpoint key: model key}, prefixes stripped in order). `module._orig_mod.x` peels twice;
+    a model whose own keys start with `model.` keeps them (peeling would match fewer keys).
+    """
+    model_set = set(model_keys)
+    mapping = {k: k for k in keys}
+    best, best_seq, best_score = mapping, [], _overlap(mapping.values(), model_set)
+    seq: list[str] = []
+    for _ in range(8):  # wrappers nest a few levels at most
+        counts = {p: sum(1 for v in mapping.values() if v.startswith(p)) for p in prefixes}
+        prefix = max(counts, key=lambda p: counts[p])
+        if counts[prefix] == 0:
+            break
+        mapping = {k: v.removeprefix(prefix) for k, v in mapping.items()}
+        seq = [*seq, prefix]
+        score = _overlap(mapping.values(), model_set)
+        if score > best_score:
+            best, best_seq, best_score = mapping, seq, score
+    return best, best_seq
+
+
+def _overlap(keys: Iterable[str], model_set: set[str]) -> int:
+    return sum(1 for k in keys if k in model_set)
+
+
+def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
+    """A guess at the input for a state dict: batch 2 of the first 2-D weight's in-features (no torch)."""
+    own = checkpoint is None
+    if own:
+        from ckptview.core import open_checkpoint
+
+        try:
+            checkpoint = open_checkpoint(path)
+        except CheckpointError:
+            return None
+    try:
+        _, tensors = find_state_dict(checkpoint)
+        for name, info in tensors.items():
+            if name.endswith("weight") and len(info.shape) == 2 and "embed" not in name:
+                return [InputSpec(shape=(2, int(info.shape[1])))]
+        return None
+    finally:
+        if own:
+            checkpoint.close()
+
+
+def run_iter(request: RunRequest, token: Cancellable | None = None
+             ) -> Generator[Progress, None, RunResult]:
+    """The forward-pass job as a core generator (for GUI workers): yields phases, returns the result."""
+    if not os.path.exists(request.path):
+        raise RunError(f"no such file: {request.path}", kind="input")
+    source = classify_source(request.path, request.model)
+    check_trust(source, request.trust, bool(request.model))
+    second = compare_source(source, request.compare_path)
+    check_compare_trust(second, request.trust_compare)
+    payload = request.to_json()
+    payload["op"] = "run"
+    payload["source"] = source.kind
+    # What the user accepted, file by file; the worker's gate refuses anything beyond it.
+    main_consent = request.trusted_findings if request.trusted_findings is not None else source.findings
+    second_consent = (request.compare_trusted_findings if request.compare_trusted_findings is not None
+                      else second.findings if second is not None else [])
+    payload["consent"] = {"main": main_consent if request.trust else None,
+                          "compare": second_consent if request.trust_compare else None}
+    data = yield from execute(payload, request.timeout, token)
+    try:
+        result = RunResult.from_json(data)
+    except ProtocolError as exc:
+        raise RunError(f"the worker sent a malformed result: {exc}", kind="protocol") from None
+    result.warnings = weight_warnings(result.load, result.device)
+    if result.compare is not None:
+        result.warnings += [f"second checkpoint: {w}" for w in weight_warnings(result.compare.load, result.device)]
+    check_weights(result, source.kind, request.strict)
+    return result
+
+
+MAX_NAMED = 5
+
+
+def _first(names: list[str]) -> str:
+    more = f" ... and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return ", ".join(names[:MAX_NAMED]) + more
+
+
+def weight_warnings(load: LoadReport, device: str) -> list[str]:
+    """One line per kind of weight that did not load as it should: its count and the first names."""
+    out = []
+    if load.missing:
+        out.append(f"{len(load.missing)} missing keys (in the model, not in the checkpoint; left at their "
+                   f"initial values): {_first(load.missing)}")
+    if load.unexpected:
+        out.append(f"{len(load.unexpected)} unexpected keys (in the checkpoint, not in the model; not "
+                   f"loaded): {_first(load.unexpected)}")
+    if load.mismatched:
+        shapes = load.mismatched_shapes
+        named = [f"{k} (checkpoint {shapes[k].checkpoint}, model {shapes[k].model})" if k in shapes else k
+                 for k in load.mismatched]
+        out.append(f"{len(named)} keys with mismatched shapes (not loaded): {_first(named)}")
+    if load.unplaced:
+        named = [f"{u.name} ({u.reason})" for u in load.unplaced]
+        out.append(f"{len(named)} tensors could not be placed on {device} (not loaded): {_first(named)}")
+    return out
+
+
+def check_weights(result: RunResult, kind: str, strict: bool) -> None:
+    """RunError 'weights' when a state dict loaded no tensor, or (strict) when any weight did not load."""
+    if kind != STATE_DICT:
+        return  # graphs and pickled modules carry their own weights
+    load = result.load
+    if not load.tensors:
+        total = len(load.unexpected) + len(load.mismatched) + len(load.unplaced)
+        raise RunError(f"no weights loaded: none of the checkpoint's {total} tensors fit the model "
+                       f"({'; '.join(result.warnings) or 'the checkpoint holds no tensors'})",
+                       kind="weights", result=result)
+    if strict and result.warnings:
+        raise RunError(f"--strict: {'; '.join(result.warnings)}", kind="weights", result=result)
+
+
+def run(request: RunRequest, token: Cancellable | None = None,
+        on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+    """Load and run in a worker; the typed result (see README) or RunError with a one-line message."""
+    return drain(run_iter(request, token), on_progress)
+
+
+def probe_devices(timeout: float = 60.0, token: Cancellable | None = None) -> list[Any]:
+    """`list_devices()` measured in a worker, so CUDA contexts and driver faults stay out of this process."""
+    from ckptview.core.run.devices import DeviceInfo
+
+    result = drain(execute({"op": "devices"}, timeout, token))
+    return [DeviceInfo.from_json(d) for d in result["devices"]]
+
+
+def inspect_inputs(path: str, timeout: float = 60.0, token: Cancellable | None = None,
+                   trusted: list[str] | None = None) -> list[InputSpec] | None:
+    """The input signature a TorchScript/.pt2 graph declares (loaded in a worker), else a guess, else None.
+
+    A graph whose pickles name anything unsafe is not loaded unless `trusted` (the findings the user
+    accepted) covers them: RunError 'refused'.
+    """
+    try:
+        source = classify_source(path)
+    except CheckpointError:
+        return None
+    if source.kind not in (TORCHSCRIPT, EXPORT):
+        return suggest_inputs(path)
+    check_trust(source, trusted is not None, has_model=False)
+    request = {"op": "inspect", "path": os.path.abspath(path), "source": source.kind,
+               "consent": {"main": trusted}}
+    result = drain(execute(request, timeout, token))
+    specs = result.get("inputs")
+    return None if not specs else [InputSpec.from_json(s) for s in specs]

@@ -1,0 +1,1 @@
+"""Writing tensors out: .npy/.npz/safetensors exporters with safe names and atomic writes."""
