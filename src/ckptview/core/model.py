@@ -209,6 +209,30 @@ class BoundedWarnings(list[str]):
         return self
 
 
+class OpenFiles:
+    """The files a checkpoint holds open: their one owner, closed with the checkpoint.
+
+    Readers hand over what they opened (a list of file maps, or an iterable evaluated when needed: a DCP
+    folder opens its files on first read); composite readers (sharded folders, training folders) hand over
+    their parts' OpenFiles. Iterating gives every file opened so far.
+    """
+
+    def __init__(self, *sources: Iterable[Any]) -> None:
+        self._sources = list(sources)
+
+    def add(self, source: Iterable[Any]) -> None:
+        """Own the files of `source` too (a list of file maps, or another OpenFiles)."""
+        self._sources.append(source)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([fmap for source in self._sources for fmap in source])
+
+    def close(self) -> None:
+        """Close every file (a map still viewed closes when the view goes)."""
+        for fmap in self:
+            fmap.close()
+
+
 @dataclass(eq=False)
 class Checkpoint:
     """What a reader found in a file: the tree plus what the file referenced and what looked wrong."""
@@ -221,6 +245,7 @@ class Checkpoint:
     unsafe_globals: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    files: OpenFiles = field(default_factory=OpenFiles, repr=False)  # what the reader opened, to close
     _tensors: list[TensorEntry] | None = field(default=None, repr=False)
     _by_name: dict[str, TensorInfo] | None = field(default=None, repr=False)
     _sharing: dict[str, list[str]] | None = field(default=None, repr=False)

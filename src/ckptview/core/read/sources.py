@@ -225,8 +225,8 @@ class ZipMember:
 
 
 def file_maps(checkpoint: Checkpoint) -> list[FileMap]:
-    """The files a checkpoint has opened so far."""
-    return list(checkpoint.metadata.get("_file_maps", []))
+    """The files a checkpoint has opened so far (its OpenFiles, iterated)."""
+    return list(checkpoint.files)
 
 
 def changed_on_disk(checkpoint: Checkpoint) -> str | None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ckptview.core.model import Checkpoint, Node
+from ckptview.core.model import Checkpoint, Node, OpenFiles
 from ckptview.core.read.fast_pickle import fast_unpickle
 from ckptview.core.read.pickle_reader import unpickle
 from ckptview.core.read.torch_globals import EMULATORS, is_safe_global, resolve_constant
@@ -42,10 +42,11 @@ def unsafe_of(globals_seen: list[str], *, torchscript: bool = False) -> list[str
 
 
 def make_checkpoint(path: str, fmt: str, file_size: int, obj: Any, globals_seen: list[str],
-                    **metadata: Any) -> Checkpoint:
-    """A Checkpoint over the tree of `obj`, with safety findings and broken-entry warnings."""
+                    files: Iterable[Any] = (), **metadata: Any) -> Checkpoint:
+    """A Checkpoint over the tree of `obj`, owning the `files` the reader opened, with safety findings and
+    broken-entry warnings."""
     root: Node = build_tree(obj)
-    ckpt = Checkpoint(path=path, format=fmt, file_size=file_size, root=root,
+    ckpt = Checkpoint(path=path, format=fmt, file_size=file_size, root=root, files=OpenFiles(list(files)),
                       globals=list(globals_seen), unsafe_globals=unsafe_of(globals_seen, torchscript=fmt == "torchscript"),
                       metadata=dict(metadata))
     if ckpt.unsafe_globals:

@@ -25,7 +25,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
-from ckptview.core.model import Checkpoint, Node, NodeKind, Storage, TensorInfo
+from ckptview.core.model import Checkpoint, Node, NodeKind, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.assembled import AssembledSource, Chunk, coverage_problem
 from ckptview.core.read.files import FileMap, folder_identities, open_regular
@@ -325,8 +325,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
                        if f.endswith(".distcp") and cfiles.isfile(cfiles.join(folder, f)))
     unsafe = [g for g in unsafe_of(globals_seen) if g not in EXPECTED_GLOBALS]
     ckpt = Checkpoint(path=folder, format=NAME, file_size=total, root=builder.root, globals=list(globals_seen),
-                      unsafe_globals=unsafe, warnings=warnings,
-                      metadata={"_file_maps": _LazyMaps(files), "dcp_version": top.get("version"),
+                      unsafe_globals=unsafe, warnings=warnings, files=OpenFiles(_LazyMaps(files)),
+                      metadata={"dcp_version": top.get("version"),
                                 "files": sorted({loc.file for loc in locs.values()})})
     if unsafe:
         ckpt.warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))
@@ -334,7 +334,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
 
 
 class _LazyMaps:
-    """The `_file_maps` list for `close_all`: the maps opened so far, evaluated when iterated."""
+    """The folder's file maps for its OpenFiles: the maps opened so far, evaluated when iterated."""
 
     def __init__(self, files: _Files) -> None:
         self.files = files

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import BoundedWarnings, Checkpoint, Node
+from ckptview.core.model import BoundedWarnings, Checkpoint, Node, OpenFiles
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.files import open_regular
 
@@ -220,15 +220,15 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
                 _add_tensor(root, key, entry.info, shard)
     globals_seen: list[str] = []
     unsafe: list[str] = []
-    file_maps: list[Any] = []
+    files = OpenFiles()
     for name, shard_ckpt in shards.items():
         globals_seen += [g for g in shard_ckpt.globals if g not in globals_seen]
         unsafe += [g for g in shard_ckpt.unsafe_globals if g not in unsafe]
         warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)
-        file_maps.extend(shard_ckpt.metadata.get("_file_maps", []))
+        files.add(shard_ckpt.files)
     total = sum(s.file_size for s in shards.values()) + (cfiles.getsize(index_path) if index_path else 0)
     first = next(iter(shards.values()))
-    metadata: dict[str, Any] = {"_file_maps": file_maps, "shards": list(shards), "index_metadata": index_meta,
+    metadata: dict[str, Any] = {"shards": list(shards), "index_metadata": index_meta,
                                 "index": os.path.basename(index_path) if index_path else None}
     for node in first.root.children:  # a safetensors shard's __metadata__ (the same in every shard)
         if node.key == "__metadata__":
@@ -238,7 +238,7 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
     if isinstance(declared, int) and declared != actual:
         warnings.append(f"index declares total_size {declared}, the shards hold {actual} bytes of tensors")
     return Checkpoint(path=path if not cfiles.isdir(path) else folder, format=fmt, file_size=total, root=root,
-                      globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata)
+                      globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata, files=files)
 
 
 def _stored_bytes(root: Node) -> int:

@@ -71,7 +71,7 @@ def stream_checkpoint(path: str, fmap: FileMap, stream: PickleStream, first: Any
     """A Checkpoint over the first pickle of `stream`, after reading every pickle that follows it."""
     trailing = stream.read_rest("pickle")
     size = fmap.size
-    ckpt = make_checkpoint(path, NAME, size, first, stream.globals, pickles=stream.count, _file_maps=[fmap])
+    ckpt = make_checkpoint(path, NAME, size, first, stream.globals, pickles=stream.count, files=[fmap])
     if stream.count > 1:
         ckpt.warnings.append(f"the file is a stream of {stream.count} pickles (torch.load or pickle.load "
                              f"would run them one after another): the tree shows the first, the globals "

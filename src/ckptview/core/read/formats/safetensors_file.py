@@ -8,7 +8,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
+from ckptview.core.model import Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.files import open_regular
 from ckptview.core.read.sources import FileMap, FileSlice
@@ -135,8 +135,8 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         root.add(Node(key=key, kind="tensor", type_name="Tensor", tensor=info))
         if not info.broken:
             ranges.append((entry["data_offsets"][0], entry["data_offsets"][1], key))
-    ckpt = Checkpoint(path=path, format=NAME, file_size=size, root=root,
-                      metadata={"_file_maps": [fmap], "header_bytes": data_start - 8})
+    ckpt = Checkpoint(path=path, format=NAME, file_size=size, root=root, files=OpenFiles([fmap]),
+                      metadata={"header_bytes": data_start - 8})
     if isinstance(metadata, dict):
         meta_node = root.add(Node(key="__metadata__", kind="dict", type_name="dict"))
         for k, v in metadata.items():

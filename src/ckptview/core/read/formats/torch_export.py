@@ -17,7 +17,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
+from ckptview.core.model import Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.formats.torch_zip import ZipArchive
 from ckptview.core.read.sources import ZipMember
@@ -316,6 +316,6 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     if unsafe:
         warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))
     return Checkpoint(path=path, format=NAME, file_size=cfiles.getsize(path), root=root, globals=globals_seen,
-                      unsafe_globals=unsafe, warnings=warnings,
-                      metadata={"_file_maps": [archive.fmap], "models": models, "program_info": info_meta,
+                      unsafe_globals=unsafe, warnings=warnings, files=OpenFiles([archive.fmap]),
+                      metadata={"models": models, "program_info": info_meta,
                                 "signature": signatures[models[0]] if len(models) == 1 else signatures})

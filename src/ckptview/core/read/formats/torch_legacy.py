@@ -141,7 +141,7 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
         else:
             trailing = size - pos
     ckpt = make_checkpoint(path, NAME, size, obj, stream.globals,
-                           byteorder=byteorder, pickles=stream.count, _file_maps=[fmap])
+                           byteorder=byteorder, pickles=stream.count, files=[fmap])
     if stream.count > 5:
         ckpt.warnings.append(f"{stream.count - 5} more pickles follow the storages (torch.load does not read "
                              "them); their globals are listed")

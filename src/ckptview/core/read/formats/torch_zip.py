@@ -149,8 +149,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         n.startswith(archive.prefix + "code/") for n in archive.infos)
     data = archive.read_small("data.pkl")
     obj, globals_seen, _ = load_torch_pickle(data, storage_loader(archive, "data", byteorder))
-    metadata: dict[str, Any] = {"archive_root": archive.root, "byteorder": byteorder,
-                                "_file_maps": [archive.fmap]}
+    metadata: dict[str, Any] = {"archive_root": archive.root, "byteorder": byteorder}
     for record in ("version", ".data/version"):
         if archive.has(record):
             metadata["version"] = archive.read_small(record, 64).decode("ascii", "replace").strip()
@@ -173,7 +172,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         globals_seen += [g for g in found.globals if g not in globals_seen]
         unreadable = [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
                       for u in found.unreadable]
-    ckpt = make_checkpoint(path, fmt, cfiles.getsize(path), obj, globals_seen, **metadata)
+    ckpt = make_checkpoint(path, fmt, cfiles.getsize(path), obj, globals_seen, files=[archive.fmap], **metadata)
     if is_script:
         ckpt.warnings += unreadable
     if byteorder == "big":

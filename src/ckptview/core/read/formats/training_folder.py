@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import Checkpoint, Node
+from ckptview.core.model import Checkpoint, Node, OpenFiles
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.tree import build_tree
 
@@ -173,7 +173,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
 def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warnings: list[str]) -> Checkpoint:
     globals_seen: list[str] = []
     unsafe: list[str] = []
-    file_maps: list[Any] = []
+    files = OpenFiles()
     formats: dict[str, str] = {}
     for key, ckpt in parts:
         globals_seen += [g for g in ckpt.globals if g not in globals_seen]
@@ -181,20 +181,12 @@ def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warni
             if g not in unsafe:
                 unsafe.append(g)
         warnings.extend(f"{key}: {w}" for w in ckpt.warnings)
-        file_maps.append(ckpt.metadata.get("_file_maps", []))
+        files.add(ckpt.files)
         formats[key] = ckpt.format
     total = sum(cfiles.getsize(cfiles.join(folder, n)) for n in _files(folder))
     model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
     return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
-                      unsafe_globals=unsafe, warnings=warnings,
-                      metadata={"_file_maps": _Chain(file_maps), "files": formats, "model_entry": model})
+                      unsafe_globals=unsafe, warnings=warnings, files=files,
+                      metadata={"files": formats, "model_entry": model})
 
 
-class _Chain:
-    """The parts' ``_file_maps`` as one iterable, evaluated when iterated (DCP opens its maps lazily)."""
-
-    def __init__(self, parts: list[Any]) -> None:
-        self.parts = parts
-
-    def __iter__(self) -> Any:
-        return iter([fmap for part in self.parts for fmap in part])
