@@ -224,7 +224,7 @@ def describe_outputs(output: Any, first_n: int) -> tuple[list[OutputInfo], list[
     for name, leaf in flatten_outputs(output)[:MAX_OUTPUTS]:
         if isinstance(leaf, torch.Tensor):
             tensors.append(OutputInfo(name, list(leaf.shape), str(leaf.dtype).removeprefix("torch."), str(leaf.device),
-                                      tensor_stats(leaf), first_values(leaf, first_n)))
+                                      output_stats(leaf), first_values(leaf, first_n)))
         else:
             others.append(OtherOutput(name, type(leaf).__name__, repr(leaf)[:200]))
     return tensors, others
@@ -237,8 +237,12 @@ def stat_dtype(tensor: Any) -> Any:
     return torch.float32 if tensor.device.type == "mps" else torch.float64  # mps has no float64
 
 
-def tensor_stats(tensor: Any) -> OutputStats | None:
-    """mean/std (population)/min/max over finite values and NaN/Inf counts; None on meta."""
+def output_stats(tensor: Any) -> OutputStats | None:
+    """mean/std/min/max over finite values and NaN/Inf counts; None on meta.
+
+    The same conventions as every other statistic of ckptview (`core/analyze/stats.py`, torch.std's
+    default): the sample standard deviation (correction 1), null below two finite values.
+    """
     import torch
 
     if tensor.device.type == "meta":
@@ -252,7 +256,8 @@ def tensor_stats(tensor: Any) -> OutputStats | None:
     finite = t[torch.isfinite(t)]
     if finite.numel() == 0:
         return OutputStats(None, None, None, None, nan=nan, inf=inf, numel=t.numel())
-    return OutputStats(float(finite.mean()), float(finite.std(correction=0)), float(finite.min()),
+    std = float(finite.std(correction=1)) if finite.numel() > 1 else None
+    return OutputStats(float(finite.mean()), std, float(finite.min()),
                        float(finite.max()), nan=nan, inf=inf, numel=t.numel())
 
 

@@ -193,7 +193,7 @@ class InputReport(Record):
 
 @dataclass(eq=False)
 class OutputStats(Record):
-    """Statistics over an output's finite values (population std), with NaN/Inf counted apart."""
+    """Statistics over an output's finite values (sample std, as everywhere), with NaN/Inf counted apart."""
 
     mean: float | None
     std: float | None
