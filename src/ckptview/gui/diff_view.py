@@ -344,7 +344,13 @@ class DiffView(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
         keep_rows_visible(self.table, 8)  # the table is the comparison; the plots take what is left
-        self.table.horizontalHeader().setSectionResizeMode(COLUMN["name"], QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setDefaultSectionSize(96)
+        header.setMinimumSectionSize(36)
+        self.table.setColumnWidth(0, 44)  # "#": a few digits
+        self.table.setColumnWidth(COLUMN["name"], 260)  # names first: "exp_avg_sq of encoder.0.weight"
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # both ends of a long name stay
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
         self.filter_edit.textChanged.connect(lambda text: self.proxy.set_filter(text=text))
         self.status_combo.currentIndexChanged.connect(
