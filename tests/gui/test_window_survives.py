@@ -372,3 +372,31 @@ def test_a_stuck_background_read_does_not_keep_the_process_alive(tmp_path):
                             cwd=str(tmp_path), check=False)
     assert result.returncode == 3, result.stderr
     assert "closing" in result.stdout and "did not finish" in result.stderr
+
+
+def test_closing_a_tab_frees_its_tree_and_keeps_the_other_tabs_frozen(qtbot, window, tmp_path) -> None:
+    import gc
+    import weakref
+
+    from guihelpers import make_state_dict
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    first = make_state_dict(str(tmp_path / "a.pth"))
+    second = make_state_dict(str(tmp_path / "b.pth"))
+    tab_a, tab_b = window.open_paths([first, second])
+    wait_settled(qtbot, tab_a)
+    wait_settled(qtbot, tab_b)
+    qtbot.waitUntil(lambda: not any(t.build_pending for t in window.checkpoint_tabs()), timeout=10_000)
+    gone = weakref.ref(tab_a.checkpoint.tensors()[0].info)  # a tensor of the tab that will close
+    kept = tab_b.checkpoint.tensors()[0].info
+    assert gc.get_freeze_count() > 0  # opened trees are kept out of the collector
+    window.close_tab(window.tabs.indexOf(tab_a))
+    del tab_a
+
+    def deleted() -> bool:
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # deleteLater runs here
+        return gone() is None
+
+    qtbot.waitUntil(deleted, timeout=5000)  # the closed tab's tree is freed...
+    assert gc.get_freeze_count() > 0 and gc.is_tracked(kept)  # ...and the other tab's is frozen again
+    assert tab_b.state == "ready" and tab_b.model.rowCount() > 0

@@ -37,7 +37,7 @@ from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
 from ckptview.gui.file_checks import Signature, describe_change, signature, special_file_reason
 from ckptview.gui.formatting import human_bytes, shape_text
-from ckptview.gui.gc_guard import allow_collection, keep_out_of_collections
+from ckptview.gui.gc_guard import collect_when_deleted, keep_out_of_collections
 from ckptview.gui.opening import LargeHeader, Opened, open_and_prepare, prepare
 from ckptview.gui.query import Query, QueryError, parse_query, visible_rows
 from ckptview.gui.summary import SummaryHeader
@@ -367,7 +367,9 @@ class CheckpointTab(QWidget):
         self._release()
         self.checkpoint = self.top = self.model = self.context = None
         self.panel_widgets, self._pending_panels, self._filter_worker = [], {}, None
-        allow_collection()  # the old tree was frozen out of the collector when it opened
+        old_page = self.stack.currentWidget()
+        if old_page is not None:  # the old tree was frozen out of the collector: free it with its page
+            collect_when_deleted(old_page)
         self._reset_to_loading()
         self.start()
 

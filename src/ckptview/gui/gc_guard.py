@@ -61,6 +61,19 @@ def keep_out_of_collections() -> None:
     gc.freeze()
 
 
-def allow_collection() -> None:
-    """Undo `keep_out_of_collections` (a tab closed: its tree must become collectable)."""
+def collect_when_deleted(widget: QObject) -> None:
+    """Once `widget` (a closed or reloaded tab's page) is deleted, collect what it left and freeze again.
+
+    Frozen objects are never collected, and `gc.unfreeze` thaws every tab at once: so the thaw waits for
+    the deletion (before it, the closed tree is not garbage yet), one pass collects it, and everything
+    still alive (the other tabs' trees) goes straight back out of the collector's view.
+    """
+    # Not inside `destroyed`: the tab's Python side is still referenced while Qt deletes it. The next turn
+    # of the event loop, it is garbage.
+    widget.destroyed.connect(lambda *_: QTimer.singleShot(0, _collect_and_refreeze))
+
+
+def _collect_and_refreeze() -> None:
     gc.unfreeze()
+    gc.collect()
+    gc.freeze()

@@ -27,7 +27,7 @@ from ckptview.core.model import Node
 from ckptview.core.read.files import is_url
 from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
-from ckptview.gui.gc_guard import allow_collection, install_gc_guard
+from ckptview.gui.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.settings import Settings
 from ckptview.gui.workers import file_events
 from ckptview.resources import resource_path
@@ -407,7 +407,7 @@ class MainWindow(QMainWindow):
             return
         if isinstance(widget, CheckpointTab):
             widget.close_checkpoint()
-            allow_collection()  # its tree was frozen out of the collector when it opened
+            collect_when_deleted(widget)  # its tree was frozen out of the collector: free it, not the others
         self.tabs.removeTab(index)
         widget.deleteLater()
         self._update_busy()
