@@ -39,8 +39,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
-    QProgressBar,
-    QPushButton,
     QSplitter,
     QTableView,
     QVBoxLayout,
@@ -61,6 +59,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 from ckptview.core.read.open import open_checkpoint
 from ckptview.gui import panels
+from ckptview.gui.job_header import job_header
 from ckptview.gui.plots import legend_html, plot_widget
 from ckptview.gui.tables import keep_rows_visible
 from ckptview.gui.workers import JobSlot
@@ -309,15 +308,7 @@ class DiffView(QWidget):
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.summary_label = QLabel("opening…")
         self.summary_label.setObjectName("diffSummary")
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1000)
-        self.progress.setMaximumWidth(220)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel)
-        top = QHBoxLayout()
-        top.addWidget(self.summary_label, 1)
-        top.addWidget(self.progress)
-        top.addWidget(self.cancel_button)
+        top, self.progress, self.cancel_button = job_header(self.summary_label, self.cancel)
 
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Filter names…")

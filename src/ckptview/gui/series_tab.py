@@ -17,12 +17,9 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
-    QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QProgressBar,
-    QPushButton,
     QSplitter,
     QTabWidget,
     QTreeWidget,
@@ -41,6 +38,7 @@ from ckptview.core.analyze.series import (
 )
 from ckptview.core.jobs import CancelToken
 from ckptview.core.text import printable
+from ckptview.gui.job_header import job_header
 from ckptview.gui.series_plots import HIST_BINS, HistogramsOverSteps, LinePlots, UpdateHeatMap, histograms_job
 from ckptview.gui.workers import GeneratorWorker
 
@@ -104,15 +102,7 @@ class SeriesTab(QWidget):
         self.summary_label.setObjectName("seriesSummary")
         self.summary_label.setTextFormat(Qt.TextFormat.PlainText)
         self.summary_label.setWordWrap(True)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1000)
-        self.progress.setMaximumWidth(220)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel)
-        top = QHBoxLayout()
-        top.addWidget(self.summary_label, 1)
-        top.addWidget(self.progress)
-        top.addWidget(self.cancel_button)
+        top, self.progress, self.cancel_button = job_header(self.summary_label, self.cancel)
 
         self.tree = QTreeWidget()
         self.tree.setObjectName("seriesTree")
