@@ -99,12 +99,13 @@ def test_statistics_then_histogram_cost_one_summary_pass(ckpt) -> None:
     assert [e.index for e in ready] == [0, 1]
     assert analysis.passes == 2  # one per tensor
     hists = run_job(analysis.histogram_job([w, h], 64, False))
-    # bf16 has a value table: its histogram needs no read; float32 needs one counting pass over the range.
-    assert analysis.passes == 3
+    # bf16 has a value table; the float32 tensor's values were kept from its statistics pass (it is small):
+    # neither histogram reads the file again.
+    assert analysis.passes == 2
     x = ref["w"].double().numpy().reshape(-1)
     assert np.array_equal(hists[0].counts, np.histogram(x, 64, (x.min(), x.max()))[0])
     run_job(analysis.histogram_job([w, h], 64, False))  # cached: no read at all
-    assert analysis.passes == 3
+    assert analysis.passes == 2
 
 
 def test_module_statistics_merge_the_tensors(ckpt) -> None:
@@ -157,3 +158,40 @@ def test_a_closed_leader_is_not_a_failure_for_the_waiting_request(ckpt) -> None:
     leader.close()  # what GeneratorWorker does when its job is cancelled between yields
     summary = run_job(follower)
     assert summary.stats.numel == ref["w"].numel()
+
+
+def test_a_tensor_too_large_to_keep_is_read_again_for_its_exact_bins(ckpt, monkeypatch) -> None:
+    from ckptview.core.analyze import analysis as module
+
+    ck, ref = ckpt
+    monkeypatch.setattr(module, "KEEP_VALUES_BYTES", 1000)  # "w" (84 KB) is now too large to keep
+    analysis = Analysis()
+    w = info_of(ck, "w")
+    run_job(analysis.stats_job([[w]]))
+    hist = run_job(analysis.histogram_job([w], 32, False))[0]
+    assert analysis.passes == 2  # statistics, then the counting pass over the range they found
+    x = ref["w"].double().numpy().reshape(-1)
+    assert np.array_equal(hist.counts, np.histogram(x, 32, (x.min(), x.max()))[0])
+
+
+def test_an_expanded_tensor_is_read_as_what_it_stores(tmp_path, monkeypatch) -> None:
+    from ckptview.core.read import values
+
+    read = []
+    real = values.iter_chunks
+    monkeypatch.setattr(values, "iter_chunks", lambda *a, **k: (read.append(c.size) or c for c in real(*a, **k)))
+    base = torch.arange(6, dtype=torch.float32).reshape(1, 6)
+    torch.save({"e": base.expand(5000, 6)}, tmp_path / "e.pt")
+    ck = open_checkpoint(str(tmp_path / "e.pt"))
+    try:
+        analysis = Analysis()
+        info = ck.tensor("e")
+        stats = run_job(analysis.stats([info]))
+        ref = base.expand(5000, 6).double()
+        assert stats.numel == ref.numel() and stats.mean == pytest.approx(float(ref.mean()))
+        assert stats.std == pytest.approx(float(ref.std()))
+        hist = run_job(analysis.histogram_job([info], 6, False))[0]
+        assert hist.counts.tolist() == [5000] * 6
+        assert sum(read) == 6  # the six stored values, not the 30,000 the tensor declares
+    finally:
+        ck.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # both import numpy: at run time only when a job computes som
 
 T = TypeVar("T")
 _WAIT_SLICE = 0.05  # seconds a follower waits between checks of its own cancel token
+# A tensor up to this size keeps its values from the statistics pass, so its exact histogram (which needs
+# the range that pass finds) is counted from memory instead of a second read of the file.
+KEEP_VALUES_BYTES = 64 << 20
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -137,6 +140,8 @@ class Analysis:
         self._summary_flights: _SingleFlight[Summary] = _SingleFlight()
         self._histogram_flights: _SingleFlight[Histogram] = _SingleFlight()
         self.passes = 0  # streamed passes over tensor values started so far (tests and benchmarks count)
+        # The values of the last small tensor summarised, for its histogram's counting pass (one at a time).
+        self._kept: tuple[TensorInfo, list[Any]] | None = None
 
     # -- summaries -----------------------------------------------------------------------------------
     def cached_summary(self, info: TensorInfo) -> Summary | None:
@@ -152,11 +157,19 @@ class Analysis:
         return (yield from self._summary_flights.run(id(info), lambda: self._stream_summary(info, token), token))
 
     def _stream_summary(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Summary]:
-        from ckptview.core.analyze.stats import iter_summary
+        from ckptview.core.analyze.stats import iter_summary, stored_part
 
-        summary = yield from iter_summary(self._chunks(info)(), total=info.numel, token=token)
+        part, weight = stored_part(info)  # an expanded (stride-0) tensor: only what it stores, counted
+        chunks: Iterable[Any] = self._chunks(part)()
+        kept: list[Any] | None = None
+        if part.nbytes <= KEEP_VALUES_BYTES:  # small enough to keep: the histogram needs no second read
+            kept = []
+            chunks = _keeping(chunks, kept)
+        summary = yield from iter_summary(chunks, total=part.numel, token=token, weight=weight)
         with self._lock:
             self._summaries[info] = summary
+            if kept is not None and summary.table is None:  # a value table already gives the histogram
+                self._kept = (info, kept)
         return summary
 
     def stats(self, infos: Sequence[TensorInfo],
@@ -189,9 +202,14 @@ class Analysis:
     def _stream_histogram(self, info: TensorInfo, bins: int, log_x: bool,
                           token: CancelToken | None) -> Generator[Progress, None, Histogram]:
         from ckptview.core.analyze.histogram import iter_exact_histogram
+        from ckptview.core.analyze.stats import stored_part
 
         summary = yield from self.summary(info, token)
-        hist = yield from iter_exact_histogram(self._chunks(info), bins, None, log_x, info.numel, token, summary)
+        part, weight = stored_part(info)
+        with self._lock:
+            kept = self._kept[1] if self._kept is not None and self._kept[0] is info else None
+        chunks = (lambda: iter(kept)) if kept is not None else self._chunks(part)
+        hist = yield from iter_exact_histogram(chunks, bins, None, log_x, part.numel, token, summary, weight)
         with self._lock:
             self._histograms.setdefault(info, {})[(bins, log_x)] = hist
         return hist
@@ -245,6 +263,13 @@ class Analysis:
             return source()
 
         return counted
+
+
+def _keeping(chunks: Iterable[Any], kept: list[Any]) -> Iterator[Any]:
+    """The chunks, each also appended to `kept` (copied: a chunk may be a view of a reused buffer)."""
+    for chunk in chunks:
+        kept.append(chunk.copy())
+        yield chunk
 
 
 _shared = Analysis()
