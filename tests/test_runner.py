@@ -293,7 +293,8 @@ def test_hang_past_timeout_is_killed(files: dict) -> None:
         run(RunRequest(files["sd.pt"], model=f"{MODULE}:Bad", model_kwargs={"mode": "hang"},
                        inputs=parse_input_specs("2,20"), timeout=6, cwd=files["folder"]))
     assert err.value.kind == "timeout"
-    assert time.monotonic() - started < 30
+    # A deadline far from normal (the kill follows the 6 s timeout within a second or two): a hang, not a timing.
+    assert time.monotonic() - started < 120
     with open(pid_file) as fh:
         assert _pid_gone(int(fh.read()))
     os.unlink(pid_file)

@@ -111,10 +111,11 @@ def test_pt2_zip_bomb_record_inflates_only_what_the_view_needs(pt2_path, tmp_pat
     del bomb
     ckpt = open_checkpoint(dst)
     tracemalloc.start()
-    start = time.monotonic()
+    start = time.process_time()
     values = read_values(ckpt.tensor("output.bias"))
-    elapsed = time.monotonic() - start
+    elapsed = time.process_time() - start  # CPU work, not wall time: a busy machine does not move it
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert values.tolist() == torch.export.load(str(pt2_path)).state_dict["output.bias"].tolist()
-    assert elapsed < 2 and peak < (8 << 20), (elapsed, peak)
+    # Inflating the whole bomb would cost minutes of CPU and hundreds of MB: bounded far from that.
+    assert elapsed < 20 and peak < (8 << 20), (elapsed, peak)
