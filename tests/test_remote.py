@@ -213,10 +213,21 @@ def test_access_denied_and_unknown_host_are_one_line(server, capsys):
     assert "\n" not in err and url in err and "host not found" in err
 
 
-def test_run_refuses_a_url_in_one_line(server, capsys):
-    assert main(["run", f"{server.url}/small.pt"]) == 2
+def test_run_downloads_a_url_to_a_private_copy_and_runs_it_like_the_local_file(served, server, capsys):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.trace(model, torch.randn(2, 20)), str(served / "traced.pt"))
+    args = ["--input-shape", "2,20", "--runs", "1", "--warmup", "0", "--json"]
+    assert main(["run", str(served / "traced.pt"), *args]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main(["run", f"{server.url}/traced.pt", *args]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert remote["outputs"][0]["first"] == local["outputs"][0]["first"]
+    assert main(["run", f"{server.url}/missing.pt", *args]) == 2  # a network failure stays one line
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "run needs a local file" in err
+    assert "\n" not in err and "missing.pt" in err
 
 
 def test_a_legacy_torch_file_reads_by_range(served, server, tmp_path):

@@ -69,13 +69,6 @@ REFUSED = ("refused", "changed")
 
 def run(args: argparse.Namespace) -> int:
     """Run the job; print JSON or a summary; errors are one line on stderr, exit 2 when refused, else 1."""
-    if (url := next((p for p in (args.path, args.compare) if p and "://" in p and not p.startswith("file://")),
-                    None)) is not None:  # the worker loads a local file with torch: never a URL's bytes
-        from ckptview.core.read.remote import shown
-
-        print(f"ckptview: run needs a local file: download {printable(shown(url))} first "
-              "(info, diff and export read URLs)", file=sys.stderr)
-        return 2
     try:
         result = runner.run(build_request(args))
     except RunError as exc:
