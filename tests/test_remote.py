@@ -484,3 +484,22 @@ def test_hf_timeout_is_one_line(served, monkeypatch, capsys):
         assert "\n" not in err and url in err and "timed out" in err, err
     finally:
         srv.stop()
+
+
+def test_series_of_a_remote_run_folder_equals_the_local_one(served, server, capsys):
+    run = served / "run"
+    run.mkdir(exist_ok=True)
+    for step in (30, 10, 20):
+        torch.save({"w": torch.full((4,), float(step)), "global_step": step}, run / f"checkpoint-{step}.pt")
+    (run / "notes.txt").write_text("not a checkpoint")
+    try:
+        assert main(["series", "--json", str(run)]) == 0, capsys.readouterr().err
+        local = json.loads(capsys.readouterr().out)
+        assert main(["series", "--json", f"{server.url}/run"]) == 0, capsys.readouterr().err
+        remote = json.loads(capsys.readouterr().out)
+        assert [c["step"] for c in remote["checkpoints"]] == [10, 20, 30]
+        assert remote["tensors"] == local["tensors"] and remote["findings"] == local["findings"]
+    finally:
+        for p in run.iterdir():
+            p.unlink()
+        run.rmdir()

@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ckptview.core.errors import NotACheckpointError
+from ckptview.core.errors import CheckpointError, NotACheckpointError
 from ckptview.core.model import Checkpoint, Node
+from ckptview.core.read import files as cfiles
 
 # Keys whose integer value is the training step / epoch, most specific first.
 STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_steps", "steps")
@@ -53,8 +54,8 @@ def find_checkpoints(paths: list[str]) -> list[str]:
     out: list[str] = []
     for raw in paths:
         raw = os.path.expanduser(str(raw))
-        if "://" in raw:  # a URL names one checkpoint (its folder is not listed for a series)
-            out.append(raw)
+        if cfiles.is_url(raw):  # a URL: a remote run folder is listed like a local one
+            out += expand_folder(raw) if cfiles.isdir(raw) and not _is_checkpoint_folder(raw) else [raw]
             continue
         if not os.path.exists(raw) and _GLOB_CHARS.search(raw):
             matches = sorted(glob.glob(raw))
@@ -81,10 +82,10 @@ def find_checkpoints(paths: list[str]) -> list[str]:
 def expand_folder(folder: str) -> list[str]:
     """The checkpoints of a run folder; the folder itself when it is one checkpoint."""
     try:
-        names = sorted(n for n in os.listdir(folder) if not n.startswith("."))
+        names = sorted(n for n in cfiles.listdir(folder) if not n.startswith("."))
     except OSError as exc:
         raise NotACheckpointError(f"cannot list folder {folder}: {exc.strerror or exc}") from None
-    entries = [os.path.join(folder, n) for n in names]
+    entries = [cfiles.join(folder, n) for n in names]
     patterned = [p for p in entries if _RUN_ENTRY.search(os.path.basename(p)) and _sniffs(p)]
     if patterned:
         return sorted(patterned, key=natural_key)
@@ -99,8 +100,8 @@ def expand_folder(folder: str) -> list[str]:
 def _is_checkpoint_folder(folder: str) -> bool:
     """A folder that is one checkpoint: an HF index, a DCP .metadata, or HF's config/trainer state."""
     try:
-        names = set(os.listdir(folder))
-    except OSError:
+        names = set(cfiles.listdir(folder))
+    except (OSError, CheckpointError):
         return False
     if ".metadata" in names or TRAINER_STATE in names or any(n.endswith(".index.json") for n in names):
         return True
@@ -113,12 +114,12 @@ def _sniffs(path: str) -> bool:
 
     head = b""
     try:
-        if os.path.isfile(path):
-            with open(path, "rb") as fh:
+        if cfiles.isfile(path):
+            with cfiles.open_regular(path) as fh:
                 head = fh.read(_HEAD_BYTES)
-        elif not os.path.isdir(path):
+        elif not cfiles.isdir(path):
             return False
-    except OSError:
+    except (OSError, CheckpointError):
         return True  # unreadable: let opening it say why
     for reader in readers():
         try:
@@ -207,14 +208,14 @@ def _whole(value: Any) -> int | float | None:
 
 
 def _from_trainer_state(path: str, pos: Position) -> None:
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    state_file = os.path.join(folder, TRAINER_STATE)
+    folder = path if cfiles.isdir(path) else cfiles.dirname(path)
+    state_file = cfiles.join(folder, TRAINER_STATE)
     try:
-        if not os.path.isfile(state_file) or os.path.getsize(state_file) > MAX_TRAINER_STATE_BYTES:
+        if not cfiles.isfile(state_file) or cfiles.getsize(state_file) > MAX_TRAINER_STATE_BYTES:
             return
-        with open(state_file, encoding="utf-8") as fh:
-            state = json.load(fh)
-    except (OSError, ValueError):
+        with cfiles.open_regular(state_file) as fh:
+            state = json.loads(fh.read(MAX_TRAINER_STATE_BYTES + 1).decode("utf-8"))
+    except (OSError, ValueError, CheckpointError):
         return  # a broken trainer state is just not a source of steps
     if not isinstance(state, dict):
         return
