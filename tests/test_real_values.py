@@ -44,6 +44,12 @@ def test_sparse_tensors_are_one_row(tmp_path) -> None:
             with pytest.raises(TensorDataError, match=info.layout):
                 read_values(info)
     assert same_values(read_values(entries["dense"]), loaded["dense"])
+    rows = {t["name"]: t for t in json.loads(json.dumps(info_dict(ckpt)))["tensors"]}
+    for name, t in loaded.items():  # info --json says what the row is: layout and stored values
+        if t.layout != torch.strided:
+            assert rows[name]["layout"] == str(t.layout).removeprefix("torch.") and rows[name]["nnz"] == t._nnz()
+        else:
+            assert "layout" not in rows[name]
     ckpt.close()
 
 

@@ -76,6 +76,9 @@ def _tensor_items(ckpt: Checkpoint, stats: bool) -> Iterator[dict[str, Any]]:
         }
         if info.broken:
             item["broken"] = info.broken
+        if info.layout != "strided":  # a sparse tensor is one row: its layout and stored values count
+            item["layout"] = info.layout
+            item["nnz"] = info.extra.get("nnz")
         if "shards" in info.extra:
             item["shards"] = info.extra["shards"]
         if stats_for is not None:
@@ -195,8 +198,9 @@ def print_table(data: dict[str, Any]) -> None:
             name = name if len(name) <= width else "..." + name[-(width - 3):]
             shared = "  (shares storage)" if t["shares_storage_with"] else ""
             broken = f"  BROKEN: {printable(t['broken'])}" if t.get("broken") else ""
+            sparse = f"  {printable(t['layout'])}, {t['nnz']} stored values" if "layout" in t else ""
             out.write(f"{name:<{width}}  {printable(t['dtype']):<14} {shape_str(t['shape']):<20} "
-                      f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{broken}\n")
+                      f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{sparse}{broken}\n")
             if "stats" in t and t["stats"]:
                 s = t["stats"]
                 out.write(f"{'':<{width}}  mean {_fmt(s.get('mean'))} std {_fmt(s.get('std'))} "
