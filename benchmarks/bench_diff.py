@@ -12,12 +12,11 @@ Goal: ckptview's peak under 300 MB and its time no worse than 1.2x the torch scr
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
+
+from common import run_side, warm  # the benchmarks run as scripts from this folder
 
 # Both measured scripts start with this: peak memory from the kernel (VmHWM).
 PRELUDE = r"""
@@ -62,6 +61,7 @@ print(json.dumps({"seconds": seconds, "import_s": imported, "maxrss_kb": peak_kb
 """
 
 
+
 def make_pair(folder: str, size_mb: int) -> tuple[str, str]:
     """Two float32 state dicts of about ``size_mb`` MB each, B a perturbed copy of A (plus a few equal tensors)."""
     import torch
@@ -83,17 +83,6 @@ def make_pair(folder: str, size_mb: int) -> tuple[str, str]:
     return pa, pb
 
 
-def run_side(code: str, pa: str, pb: str) -> dict:
-    """Run one side in a fresh interpreter and read its JSON line."""
-    out = subprocess.run([sys.executable, "-c", code, pa, pb], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def warm(paths: list[str]) -> None:
-    for path in paths:
-        with open(path, "rb") as fh:
-            while fh.read(1 << 24):
-                pass
 
 
 def main() -> None:

@@ -14,12 +14,11 @@ run's size. The files are read once before timing so both sides start from a war
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
+
+from common import run_side, warm  # the benchmarks run as scripts from this folder
 
 PRELUDE = r"""
 import json, resource, sys, time
@@ -79,6 +78,7 @@ print(json.dumps({"seconds": seconds, "import_s": imported, "maxrss_kb": peak_kb
 """
 
 
+
 def make_run(folder: str, size_mb: int, count: int) -> list[str]:
     """``count`` float32 state dicts of about ``size_mb`` MB, each a small update of the previous one."""
     import torch
@@ -101,17 +101,6 @@ def make_run(folder: str, size_mb: int, count: int) -> list[str]:
     return paths
 
 
-def run_side(code: str, folder: str) -> dict:
-    """Run one side in a fresh interpreter and read its JSON line."""
-    out = subprocess.run([sys.executable, "-c", code, folder], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def warm(paths: list[str]) -> None:
-    for path in paths:
-        with open(path, "rb") as fh:
-            while fh.read(1 << 24):
-                pass
 
 
 def main() -> None:

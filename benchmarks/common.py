@@ -44,3 +44,17 @@ def python(code: str) -> list[str]:
 
 def drop_caches_hint() -> str:
     return "(page cache warm: files were just written; figures are for a warm cache)"
+
+
+def run_side(code: str, *args: str) -> dict:
+    """Run one side of a comparison in a fresh interpreter (`code` gets `args` in sys.argv); its last JSON line."""
+    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def warm(paths: list[str]) -> None:
+    """Read the files once, so both sides are timed on a warm page cache."""
+    for path in paths:
+        with open(path, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
