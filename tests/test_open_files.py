@@ -13,8 +13,18 @@ from ckptview.core import open_checkpoint
 from ckptview.core.read.values import read_values
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def fds_under(folder) -> list[str]:
+    """The files under *folder* this process holds open: counting every descriptor would also count the
+    ones earlier tests left to the garbage collector, which may close them in the middle of this test."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder) + os.sep):
+            found.append(target)
+    return found
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
@@ -35,13 +45,14 @@ def test_closing_a_checkpoint_closes_every_file_it_opened(tmp_path, layout) -> N
         if layout == "training-folder":
             (folder / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
         path = folder
-    before = open_fds()
+    assert fds_under(tmp_path) == []
     ckpt = open_checkpoint(str(path))
     try:
         assert "_file_maps" not in ckpt.metadata  # resources live in their owner, not in a metadata dict
         for entry in ckpt.tensors():
             read_values(entry.info)
         assert len(list(ckpt.files)) >= 1
+        assert fds_under(tmp_path)  # the reader does hold the files while the checkpoint is open
     finally:
         ckpt.close()
-    assert open_fds() == before
+    assert fds_under(tmp_path) == []
