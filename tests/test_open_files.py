@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
@@ -11,23 +10,10 @@ from safetensors.torch import save_file
 
 from ckptview.core import open_checkpoint
 from ckptview.core.read.values import read_values
+from tests.descriptors import HAVE_PROC_FDS, fds_under
 
 
-def fds_under(folder) -> list[str]:
-    """The files under *folder* this process holds open: counting every descriptor would also count the
-    ones earlier tests left to the garbage collector, which may close them in the middle of this test."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(folder) + os.sep):
-            found.append(target)
-    return found
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.skipif(not HAVE_PROC_FDS, reason="needs /proc/self/fd")
 @pytest.mark.parametrize("layout", ["zip", "sharded", "training-folder"])
 def test_closing_a_checkpoint_closes_every_file_it_opened(tmp_path, layout) -> None:
     a, b = torch.randn(4, 3), torch.randn(5)

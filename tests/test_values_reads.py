@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -11,6 +9,7 @@ import torch
 from ckptview.core import open_checkpoint
 from ckptview.core.read.sources import FileMap
 from ckptview.core.read.values import iter_chunks, read_region, read_values
+from tests.descriptors import HAVE_PROC_FDS, fds_under
 
 
 @pytest.fixture
@@ -100,19 +99,18 @@ def test_strided_slice_streams_in_small_reads(tmp_path, monkeypatch):
         assert max(sizes) <= 3 * 1000 * 4  # a block of rows with the columns between them, never the storage
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+@pytest.mark.skipif(not HAVE_PROC_FDS, reason="counts descriptors in /proc")
 def test_dropped_checkpoints_do_not_leak_descriptors(tmp_path):
     import gc
 
     path = tmp_path / "s.pt"
     torch.save({"w": torch.ones(3)}, path)
-    before = len(os.listdir("/proc/self/fd"))
     for _ in range(300):
         ckpt = open_checkpoint(path)
         read_values(ckpt.tensor("w"))  # opens the kept descriptor
     del ckpt
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) <= before + 1
+    assert len(fds_under(tmp_path)) <= 1
     closed = open_checkpoint(path)
     read_values(closed.tensor("w"))
     closed.close()

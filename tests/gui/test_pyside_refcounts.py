@@ -7,6 +7,7 @@ Each loop checks the count every few calls and stops at the first fall, so a lea
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import pytest
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import QLabel, QTableWidget, QTableWidgetItem, QTreeWidge
 pytestmark = pytest.mark.gui
 
 CALLS, CHECK_EVERY = 5000, 25
+DRIFT = 500  # references legitimately freed during a soak (tabs, panels, caches); a leak is thousands
 
 
 def _pyside_version() -> str:
@@ -92,6 +94,7 @@ def test_selecting_2000_rows_keeps_the_window_alive(qtbot, window, tmp_path):
     for tab in (example, model_tab):
         wait_settled(qtbot, tab)
         assert tab.state == "ready", tab.error_text
+    gc.collect()  # what earlier tests left to the collector must not be freed mid-count
     true_refs, none_refs = sys.getrefcount(True), sys.getrefcount(None)
     selected = 0
     for tab in (example, model_tab):
@@ -114,8 +117,8 @@ def test_selecting_2000_rows_keeps_the_window_alive(qtbot, window, tmp_path):
     assert window.isVisible() and example.state == "ready" and model_tab.state == "ready"
     assert example.selected_rows() and model_tab.selected_rows()
     # The leaking build lost one reference per signal: thousands here, far beyond any legitimate drift.
-    assert sys.getrefcount(True) > true_refs - 100, _pyside_version()
-    assert sys.getrefcount(None) > none_refs - 100, _pyside_version()
+    assert sys.getrefcount(True) > true_refs - DRIFT, _pyside_version()
+    assert sys.getrefcount(None) > none_refs - DRIFT, _pyside_version()
 
 
 @pytest.mark.slow
@@ -125,6 +128,7 @@ def test_a_20000_entry_dict_builds_its_training_card(qtbot, window, tmp_path):
 
     path = str(tmp_path / "metrics.pt")
     torch.save({f"metric_{i}": float(i) for i in range(20_000)}, path)
+    gc.collect()
     none_refs, true_refs = sys.getrefcount(None), sys.getrefcount(True)
     [tab] = window.open_paths([path])
     wait_settled(qtbot, tab, timeout=120_000)
@@ -135,5 +139,5 @@ def test_a_20000_entry_dict_builds_its_training_card(qtbot, window, tmp_path):
         qtbot.wait(10)
         assert tab.side_tabs.currentWidget().objectName() != "panelPlaceholder"
     assert window.isVisible() and tab.select_name("metric_19999")
-    assert sys.getrefcount(None) > none_refs - 100, _pyside_version()
-    assert sys.getrefcount(True) > true_refs - 100, _pyside_version()
+    assert sys.getrefcount(None) > none_refs - DRIFT, _pyside_version()  # the leak lost 40,000 here
+    assert sys.getrefcount(True) > true_refs - DRIFT, _pyside_version()
