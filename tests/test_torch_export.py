@@ -113,7 +113,7 @@ def test_pt2_zip_bomb_record_inflates_only_what_the_view_needs(pt2_path, tmp_pat
     tracemalloc.start()
     start = time.thread_time()
     values = read_values(ckpt.tensor("output.bias"))
-    elapsed = time.thread_time() - start  # this thread's CPU work: neither a busy machine nor other threads move it
+    elapsed = time.thread_time() - start  # this thread's CPU: not moved by a busy machine
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert values.tolist() == torch.export.load(str(pt2_path)).state_dict["output.bias"].tolist()
