@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import warnings
 
 import numpy as np
 import pytest
@@ -43,8 +44,10 @@ def every_dtype(legacy: bool) -> dict[str, torch.Tensor]:
         "scalar": torch.tensor(3.25),
         "empty": torch.zeros(0, 4),
         "nan_inf": torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0]),
-        "quantized": torch.quantize_per_tensor(base, 0.1, 3, torch.quint8),
     }
+    with warnings.catch_warnings():  # torch warns once per process: quantized tensors are deprecated
+        warnings.simplefilter("ignore")
+        out["quantized"] = torch.quantize_per_tensor(base, 0.1, 3, torch.quint8)
     if not legacy:  # untyped storages: the legacy format cannot hold these dtypes
         out.update({
             "float8_e4m3fn": base.to(torch.float8_e4m3fn),
@@ -54,8 +57,10 @@ def every_dtype(legacy: bool) -> dict[str, torch.Tensor]:
             "uint16": (base.abs() * 100).to(torch.uint16),
             "uint32": (base.abs() * 100).to(torch.uint32),
             "uint64": (base.abs() * 100).to(torch.uint64),
-            "complex32": torch.randn(3, dtype=torch.complex64, generator=g).to(torch.complex32),
         })
+        with warnings.catch_warnings():  # complex32 is experimental, torch says so once per process
+            warnings.simplefilter("ignore")
+            out["complex32"] = torch.randn(3, dtype=torch.complex64, generator=g).to(torch.complex32)
     return out
 
 
@@ -89,7 +94,9 @@ def assert_matches_torch(path: str, expect_format: str, trusted_reference: bool 
     assert ckpt.format == expect_format
     # torch's weights-only loader cannot read protocol 4/5 FRAME opcodes; for files this test wrote
     # itself the reference may use the full unpickler.
-    ref = torch.load(path, weights_only=not trusted_reference)
+    with warnings.catch_warnings():  # quantized tensors load through TypedStorage, which torch warns of once
+        warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+        ref = torch.load(path, weights_only=not trusted_reference)
     entries = ckpt.tensors()
     assert entries, "no tensors found"
     for entry in entries:
