@@ -136,9 +136,9 @@ def join_path(path: tuple[PathKey, ...] | list[PathKey]) -> str:
     return ".".join(map(str, path))
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(eq=False, slots=True)  # not frozen: a frozen dataclass costs 4x to build, 100,000 times per listing
 class TensorEntry:
-    """A tensor with its contract name and path, as `Checkpoint.tensors()` lists it."""
+    """A tensor with its contract name and path, as `Checkpoint.tensors()` lists it (read-only by convention)."""
     name: str
     path: tuple[PathKey, ...]
     info: TensorInfo
@@ -270,16 +270,26 @@ class Checkpoint:
         if self._tensors is None:
             from ckptview.core.perf import paused_gc
 
-            entries = []
-            # Depth first, carrying each node's path: no climbing to the root for every tensor.
-            stack: list[tuple[Node, tuple[PathKey, ...]]] = [(self.root, ())]
+            entries: list[TensorEntry] = []
+            append = entries.append
+            root = self.root
+            if root.kind == "tensor" and root.tensor is not None:
+                append(TensorEntry("", (), root.tensor, root))
+            # Depth first in file order: a stack of (children left, path, name prefix) per open container,
+            # so names and paths grow by one key instead of being joined from the root for every tensor.
+            stack: list[tuple[Iterator[Node], tuple[PathKey, ...], str]] = [(iter(root.children), (), "")]
             with paused_gc():
                 while stack:
-                    node, path = stack.pop()
-                    if node.kind == "tensor" and node.tensor is not None:
-                        entries.append(TensorEntry(join_path(path), path, node.tensor, node))
-                    if node.children:
-                        stack.extend((c, (*path, c.key)) for c in reversed(node.children))
+                    children, path, prefix = stack[-1]
+                    for child in children:
+                        key = child.key
+                        if child.kind == "tensor" and child.tensor is not None:
+                            append(TensorEntry(prefix + str(key), (*path, key), child.tensor, child))
+                        if child.children:
+                            stack.append((iter(child.children), (*path, key), f"{prefix}{key}."))
+                            break
+                    else:
+                        stack.pop()
             self._tensors = entries
         return self._tensors
 
@@ -310,11 +320,17 @@ class Checkpoint:
         if self._sharing is None:
             from ckptview.core.perf import paused_gc
 
-            groups: dict[int, list[str]] = {}
+            first: dict[int, str] = {}  # id(storage) -> the first tensor over it
+            groups: dict[int, list[str]] = {}  # only storages with two tensors or more get a list
             with paused_gc():
                 for entry in self.tensors():
-                    if entry.info.storage is not None:
-                        groups.setdefault(id(entry.info.storage), []).append(entry.name)
+                    storage = entry.info.storage
+                    if storage is not None:
+                        key = id(storage)
+                        if key in first:
+                            groups.setdefault(key, [first[key]]).append(entry.name)
+                        else:
+                            first[key] = entry.name
                 self._sharing = {name: [n for n in names if n != name]
                                  for names in groups.values() if len(names) > 1 for name in names}
         return self._sharing

@@ -45,14 +45,15 @@ def make_checkpoint(path: str, fmt: str, file_size: int, obj: Any, globals_seen:
                     files: Iterable[Any] = (), **metadata: Any) -> Checkpoint:
     """A Checkpoint over the tree of `obj`, owning the `files` the reader opened, with safety findings and
     broken-entry warnings."""
-    root: Node = build_tree(obj)
+    cut: list[DepthLimit] = []
+    root: Node = build_tree(obj, cut=cut)
     ckpt = Checkpoint(path=path, format=fmt, file_size=file_size, root=root, files=OpenFiles(list(files)),
                       globals=list(globals_seen), unsafe_globals=unsafe_of(globals_seen, torchscript=fmt == "torchscript"),
                       metadata=dict(metadata))
     if ckpt.unsafe_globals:
         ckpt.warnings.append(
             "file references globals outside the safe set (nothing was run): " + ", ".join(ckpt.unsafe_globals))
-    if any(isinstance(n.value, DepthLimit) for n in root.walk() if n.kind == "value"):
+    if cut:
         ckpt.warnings.append(f"containers nested deeper than {MAX_DEPTH} levels are cut from the tree")
     for entry in ckpt.tensors():
         if entry.info.broken:

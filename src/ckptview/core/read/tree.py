@@ -117,13 +117,15 @@ def _is_container_like(value: Any) -> bool:
     return isinstance(value, (dict, list, tuple, StubObject, TensorInfo, set, frozenset))
 
 
-def build_tree(obj: Any, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> Node:
-    """The Node tree of an unpickled object graph."""
+def build_tree(obj: Any, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH,
+               cut: list[DepthLimit] | None = None) -> Node:
+    """The Node tree of an unpickled object graph; `cut` (when given) receives a marker for every
+    container nested too deep to be shown (so no caller walks the tree to find them)."""
     with paused_gc():
-        return _build_tree(obj, max_nodes, max_depth)
+        return _build_tree(obj, max_nodes, max_depth, cut)
 
 
-def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
+def _build_tree(obj: Any, max_nodes: int, max_depth: int, cut: list[DepthLimit] | None = None) -> Node:
     root = Node(key="", kind="value")
     count = 0
     active: set[int] = set()  # ids of the containers on the current path: a repeat is a cycle
@@ -161,6 +163,8 @@ def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
             continue
         if depth >= max_depth:
             node.kind, node.value = "value", DepthLimit(node.type_name, max_depth)
+            if cut is not None:
+                cut.append(node.value)
             continue
         node.kind = _kind(value)
         repeat = repeat or id(value) in expanded
@@ -169,12 +173,26 @@ def _build_tree(obj: Any, max_nodes: int, max_depth: int) -> Node:
         work.append(id(value))
         pending = []
         kids = []
+        tensors = 0
         for key, child in children:
-            child_node = Node(key if type(key) is str or type(key) is int else path_key(key), "value",
-                              parent=node)
+            if type(key) is not str and type(key) is not int:
+                key = path_key(key)
+            if type(child) is TensorInfo:  # most leaves of a state dict: made here, never stacked
+                kids.append(Node(key, "tensor", "Parameter" if child.is_parameter else "Tensor", (), child,
+                                 None, node))
+                tensors += 1
+                continue
+            child_node = Node(key, "value", parent=node)
             kids.append(child_node)
             pending.append((child_node, child, depth + 1, repeat))
         node.children = kids
+        if tensors:  # counted as if stacked: the same limits
+            count += tensors
+            repeated += tensors * repeat
+            if count > max_nodes or repeated > MAX_REPEATED_NODES:
+                raise CheckpointFormatError(
+                    f"the pickle expands to more than {max_nodes if count > max_nodes else MAX_REPEATED_NODES} "
+                    f"items by repeating shared containers; refusing")
         work.extend(reversed(pending))
     return root
 
