@@ -248,7 +248,7 @@ def _list(args: argparse.Namespace) -> int:
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
             # copied to stdout only once complete, so an error half-way leaves stdout empty.
-            with tempfile.SpooledTemporaryFile(64 << 20, mode="w+", encoding="utf-8") as spool:
+            with tempfile.SpooledTemporaryFile(4 << 20, mode="w+", encoding="utf-8") as spool:
                 with paused_gc(), contextlib.redirect_stdout(spool):
                     write_json_stream(info_items(ckpt, stats=args.stats, encoded=True))
                 spool.seek(0)

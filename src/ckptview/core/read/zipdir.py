@@ -95,16 +95,22 @@ def _zip64_end(fh: _Window, tail: bytes, pos: int, eocd_at: int) -> tuple[int, i
     return n_total, cd_size, cd_offset, rec_at
 
 
+# The fields of a central-directory record that matter here (pad bytes skip the rest): signature,
+# flags, method, crc, sizes, name/extra/comment lengths, local header offset. 46 bytes in all.
+_CENTRAL_FIELDS = struct.Struct("<4s4xHH4xLLLHHH8xL")
+
+
 def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry]:
     entries: list[ZipEntry] = []
-    unpack = _CENTRAL.unpack_from
+    append = entries.append
+    unpack = _CENTRAL_FIELDS.unpack_from
+    make = tuple.__new__  # ZipEntry without its Python-level __new__: a listing makes 100,000
     pos, end = 0, len(directory)
     header = _CENTRAL.size
     while pos < end:
         if pos + header > end:
             raise CheckpointFormatError("corrupt zip: central directory entry cut short")
-        (sig, _cv, _cs, _ev, _r, flags, method, _t, _d, crc, csize, usize, name_len, extra_len,
-         comment_len, _disk, _ia, _ea, offset) = unpack(directory, pos)
+        sig, flags, method, crc, csize, usize, name_len, extra_len, comment_len, offset = unpack(directory, pos)
         if sig != b"PK\x01\x02":
             raise CheckpointFormatError("corrupt zip: bad central directory entry")
         pos += header
@@ -114,7 +120,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
             usize, csize, offset = _zip64_extra(directory[pos : pos + extra_len], usize, csize, offset)
         pos += extra_len + comment_len
         name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", "replace")
-        entries.append(ZipEntry(name, offset + concat, method, csize, usize, crc))
+        append(make(ZipEntry, (name, offset + concat, method, csize, usize, crc)))
     if pos != end or len(entries) != n_total and n_total != 0xFFFF:
         raise CheckpointFormatError(
             f"corrupt zip: central directory holds {len(entries)} entries, the end record says {n_total}")

@@ -45,12 +45,12 @@ class ZipArchive:
         if start < 0 or (length is not None and (length < 0 or start + length > self.fmap.size)):
             raise TensorDataError(f"record {what} runs past the end of the file ({self.fmap.size} bytes)")
         entries = read_central_directory(path, start, length)
-        self.infos: dict[str, ZipEntry] = {}
-        duplicates = set()
-        for entry in entries:
-            if entry.name in self.infos:
-                duplicates.add(entry.name)
-            self.infos[entry.name] = entry
+        self.infos: dict[str, ZipEntry] = {entry.name: entry for entry in entries}  # the last of a repeated name
+        duplicates: set[str] = set()
+        if len(self.infos) != len(entries):
+            seen: set[str] = set()
+            for entry in entries:
+                (duplicates if entry.name in seen else seen).add(entry.name)
         marker = self.MARKER
         roots = [n for n in self.infos if n.endswith("/" + marker) and n.count("/") == 1] + (
             [marker] if marker in self.infos else [])
@@ -113,8 +113,11 @@ def load_embedded(fmap: FileMap, offset: int, length: int, what: str) -> tuple[A
 def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
     """The persistent_load for ('storage', class, key, location, numel) ids; one Storage per key."""
     cache: dict[str, Storage] = {}
+    infos, prefix = archive.infos, f"{archive.prefix}{folder}/"
+    fmap = archive.fmap
+    itemsize = dtypes.itemsize
 
-    def load(pid: Any) -> Storage:
+    def load(pid: Any) -> Storage:  # called once per tensor: lean
         if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
             raise CheckpointFormatError(f"unexpected persistent id {str(pid)[:80]}")
         storage_class, key, location, numel = pid[1], pid[2], pid[3], pid[4]
@@ -122,20 +125,24 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
             raise CheckpointFormatError(f"unknown storage type {storage_class!r}")
         if not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
             raise CheckpointFormatError("malformed storage record in data.pkl")
-        if key in cache:
-            return cache[key]
+        storage = cache.get(key)
+        if storage is not None:
+            return storage
         dtype = storage_class.dtype
         record = f"{folder}/{key}"
-        storage = Storage(key=record, dtype=dtype, numel=numel, device=str(location), byteorder=byteorder)
-        member = archive.member(record)
-        if member is None:
+        storage = cache[key] = Storage(record, dtype, numel, location if type(location) is str else str(location),
+                                       None, byteorder)
+        info = infos.get(prefix + key)
+        if info is None:
             storage.broken = f"storage '{record}' missing"
-        else:
-            storage.source = member
-            member.max_bytes = storage.nbytes  # inflate no more than the storage accounts for
-            if member.file_size < storage.nbytes:
-                storage.broken = f"storage '{record}' holds {member.file_size} bytes, needs {storage.nbytes}"
-        cache[key] = storage
+            return storage
+        nbytes = numel * itemsize(dtype)
+        member = ZipMember(fmap, info.name, info.header_offset, info.compress_type, info.compress_size,
+                           info.file_size)
+        member.max_bytes = nbytes  # inflate no more than the storage accounts for
+        storage.source = member
+        if info.file_size < nbytes:
+            storage.broken = f"storage '{record}' holds {info.file_size} bytes, needs {nbytes}"
         return storage
 
     return load
