@@ -331,6 +331,38 @@ def test_odd_opcode_targets_read_the_same_on_both_paths(data, tmp_path, monkeypa
     assert fast == reference
 
 
+def test_the_tensor_rebuild_kept_as_a_value_reads_the_same_and_gets_its_class_back(tmp_path, monkeypatch):
+    """The rebuild function has a twin of its own on the fast path: kept as a value (not called), or
+    called on something that is not a storage, it must read as on the reference and come back a GlobalRef."""
+    import torch
+    from torch import _utils
+
+    path = tmp_path / "refs.pt"
+    torch.save({"fn": _utils._rebuild_tensor_v2, "again": [_utils._rebuild_tensor_v2], "t": torch.ones(2, 3)}, path)
+    fast, reference = _both(path, monkeypatch)
+    assert fast == reference and fast[0] == "ok"
+    raw = pickle.dumps({"fn": _utils._rebuild_tensor_v2, "od": collections.OrderedDict()}, protocol=2)
+    got = fast_unpickle(raw, emulators=EMULATORS, resolve_global=resolve_constant)
+    want = unpickle(raw, emulators=EMULATORS, resolve_global=resolve_constant)
+    assert got is not None and _describe(got[0]) == _describe(want[0]) and got[1] == want[1]
+    assert type(got[0]["fn"]).__name__ == "GlobalRef" and type(got[0]["fn"]) is type(want[0]["fn"])
+    odd = pickle.dumps(_Reduce(_utils._rebuild_tensor_v2, ("not a storage", 0, (2,), (1,), False, None)),
+                       protocol=2)
+    with pytest.raises(CheckpointError, match="not a storage"):
+        unpickle(odd, emulators=EMULATORS, resolve_global=resolve_constant)
+    assert fast_unpickle(odd, emulators=EMULATORS, resolve_global=resolve_constant) is None  # the reference says why
+
+
+class _Reduce:
+    """Pickles as a call of `func` on `args` (what a crafted file would hold)."""
+
+    def __init__(self, func, args) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
 def _describe(obj, budget=2000):
     """A bounded, comparable description of an unpickled graph (types, plain values, records)."""
     out, stack, seen = [], [obj], 0

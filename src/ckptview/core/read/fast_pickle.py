@@ -356,16 +356,41 @@ class _Session:
             stub.state = state
             stub.has_state = True
 
+        storage_base, storage_twin = Storage, _TWINS[Storage]
+
         def load_persistent(pid: Any) -> Any:
             if persistent_load is None:
                 raise Decline("persistent id")
-            return guard(persistent_load(pid))
+            value = persistent_load(pid)
+            if type(value) is storage_base:  # the hot case (a storage seen again is a twin already)
+                value.__class__ = storage_twin
+                reclassed.append(value)
+                return value
+            return guard(value)
 
         Ref = _twin(GlobalRef, __call__=call_self)
         Stub = _twin(StubObject, __call__=call_self, __setitem__=setitem, append=append,
                      extend=extend, add=append, __setstate__=setstate)
         twins = {**_TWINS, GlobalRef: Ref, StubObject: Stub}
         bases = {**_BASE_OF, Ref: GlobalRef, Stub: StubObject, _OrderedDict: collections.OrderedDict}
+        # torch's tensor rebuild, called once per tensor: its GlobalRef gets a twin of its own whose
+        # __call__ is the emulation, with call_self's charge and re-classing and no lookups.
+        self.rebuild_class: type | None = None
+        fast_rebuild = self.fast_emulators.get("torch._utils._rebuild_tensor_v2")
+        if fast_rebuild is not None and fast_rebuild is not emulators.get("torch._utils._rebuild_tensor_v2"):
+
+            def call_rebuild(func: Any, *args: Any) -> Any:
+                if charge_all or (args and type(args[0]) in sized):
+                    session.charge(args)
+                value = fast_rebuild(func, args)
+                if type(value) is TensorInfo:
+                    value.__class__ = tensor_twin
+                    reclassed.append(value)
+                    return value
+                return guard(value)
+
+            self.rebuild_class = _twin(GlobalRef, __call__=call_rebuild)
+            bases[self.rebuild_class] = GlobalRef
         self.guard, self.persistent_load, self.bases = guard, load_persistent, bases
 
     def guard_other(self, value: Any) -> Any:
@@ -398,6 +423,10 @@ class _Session:
             raise Decline(dotted)
         self.globals_seen.setdefault(dotted, None)
         ref = GlobalRef(module, name)
+        if dotted == "torch._utils._rebuild_tensor_v2" and self.rebuild_class is not None:
+            ref.__class__ = self.rebuild_class
+            self.reclassed.append(ref)
+            return ref
         emulate = self.fast_emulators.get(dotted)
         if emulate is None and self.resolve_global is not None:
             return self.guard(self.resolve_global(ref))
