@@ -16,7 +16,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import TensorDataError
-from ckptview.core.model import Checkpoint, TensorEntry
+from ckptview.core.model import Checkpoint, Node, TensorEntry
 from ckptview.core.perf import paused_gc
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.tree import short_repr
@@ -188,11 +188,23 @@ def _json_safe(value: Any) -> Any:
 
 def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
     """The optimizers section; the optimizer module is imported only when something could be one."""
-    if not any(c.key == "param_groups" for n in ckpt.root.walk() for c in n.children):
+    if not _has_key(ckpt.root, "param_groups"):
         return []
     from ckptview.core.analyze.optimizer import optimizers_json
 
     return optimizers_json(ckpt)
+
+
+def _has_key(root: Node, key: str) -> bool:
+    """Whether any container in the tree has a child called `key` (leaves are never descended into)."""
+    stack = [root]
+    while stack:
+        children = stack.pop().children
+        if children:
+            if key in [c.key for c in children]:
+                return True
+            stack.extend([c for c in children if c.children])
+    return False
 
 
 def _dumps(value: Any, indent: int | None = None) -> str:

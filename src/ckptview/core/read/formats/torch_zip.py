@@ -207,6 +207,11 @@ def _version_problem(version: str | None) -> str | None:
 
 
 def _check_dtypes(ckpt: Checkpoint) -> None:
+    known: dict[str, bool] = {}  # a handful of dtypes, 100,000 tensors
     for entry in ckpt.tensors():
-        if not dtypes.is_known(entry.info.dtype):
-            entry.info.broken = f"unknown dtype {entry.info.dtype}"
+        dtype = entry.info.dtype
+        ok = known.get(dtype)
+        if ok is None:
+            ok = known[dtype] = dtypes.is_known(dtype)
+        if not ok:
+            entry.info.broken = f"unknown dtype {dtype}"
