@@ -13,7 +13,6 @@ import contextlib
 import fnmatch
 import json
 import os
-import secrets
 import shutil
 import zipfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -282,7 +281,7 @@ class _Temps:
         """A new temporary file as a descriptor (for a `BlockWriter`)."""
         # Not mkstemp: its 0600 mode would survive the rename; 0666 lets the umask decide, as for any file.
         while True:
-            path = os.path.join(folder, f"{_TEMP_PREFIX}{secrets.token_hex(8)}.part")
+            path = os.path.join(folder, f"{_TEMP_PREFIX}{os.urandom(8).hex()}.part")
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
                 break

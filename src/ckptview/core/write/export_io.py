@@ -12,6 +12,7 @@ for, were most of the time of a large export, and which only evicts the user's o
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -73,7 +74,6 @@ class BlockWriter:
         self._direct = bool(direct and O_DIRECT) and _set_direct(fd, True)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self.written = 0  # bytes handed over so far (header included)
 
     @property
     def direct(self) -> bool:
@@ -125,7 +125,6 @@ class BlockWriter:
         """Hand the full part of the current block to the writer thread; switch to the other block."""
         self._wait()
         view = self._blocks[self._cur].data[: self._fill]
-        self.written += self._fill
         self._cur ^= 1
         self._fill = 0
         self._thread = threading.Thread(target=self._run, args=(view,), name="ckptview-export-write", daemon=True)
@@ -195,7 +194,8 @@ class BlockWriter:
         """Wait for a write in flight (never leave one running on a closed descriptor) and close."""
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join()
+            with contextlib.suppress(RuntimeError):  # interrupted before it started: nothing in flight
+                thread.join()
         self._error = None
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
