@@ -68,7 +68,11 @@ class BlockWriter:
         """Write to `fd` a file of about `size` bytes (blocks no larger than it needs); `direct`: try O_DIRECT."""
         self.fd = fd
         block = max(ALIGN, min(BLOCK_BYTES, size + ALIGN - 1) // ALIGN * ALIGN)
-        self._blocks = [_aligned_block(block), _aligned_block(block)]
+        try:
+            self._blocks = [_aligned_block(block), _aligned_block(block)]
+        except BaseException:  # MemoryError, Ctrl-C: the descriptor is ours to close
+            os.close(fd)
+            raise
         self._cur = 0
         self._fill = 0
         self._direct = bool(direct and O_DIRECT) and _set_direct(fd, True)
