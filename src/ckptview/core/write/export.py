@@ -13,7 +13,6 @@ import contextlib
 import fnmatch
 import json
 import os
-import secrets
 import shutil
 import zipfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -28,8 +27,10 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.read.values import DEFAULT_CHUNK_ELEMS, check_expansion, iter_chunks
 from ckptview.core.units import human_bytes
+from ckptview.core.write import export_io
 from ckptview.core.write import export_npy as npy
 from ckptview.core.write import export_safetensors as st
+from ckptview.core.write.export_io import BlockWriter
 from ckptview.core.write.safe_names import Deduplicator, is_safe_member, printable, safe_file_stem
 
 FORMATS = ("npy", "npz", "safetensors")
@@ -253,11 +254,11 @@ EXPORT_CHUNK_ELEMS = min(DEFAULT_CHUNK_ELEMS, 1 << 18)
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def _values(item: ExportItem, chunk_elems: int) -> Iterator[np.ndarray]:
-    """The item's logical values as chunks of the dtype written; checks the element count."""
+def _values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterator[np.ndarray]:
+    """The item's logical values as chunks (of the dtype written unless `convert` is False); checks the count."""
     count = 0
     for chunk in iter_chunks(item.info, chunk_elems):
-        if chunk.dtype != item.np_dtype:
+        if convert and chunk.dtype != item.np_dtype:
             chunk = chunk.astype(item.np_dtype)
         count += chunk.size
         yield chunk
@@ -272,16 +273,22 @@ class _Temps:
         self.paths: list[str] = []
 
     def create(self, folder: str) -> tuple[str, IO[bytes]]:
+        """A new temporary file as a buffered file object."""
+        path, fd = self.create_fd(folder)
+        return path, os.fdopen(fd, "wb")
+
+    def create_fd(self, folder: str) -> tuple[str, int]:
+        """A new temporary file as a descriptor (for a `BlockWriter`)."""
         # Not mkstemp: its 0600 mode would survive the rename; 0666 lets the umask decide, as for any file.
         while True:
-            path = os.path.join(folder, f"{_TEMP_PREFIX}{secrets.token_hex(8)}.part")
+            path = os.path.join(folder, f"{_TEMP_PREFIX}{os.urandom(8).hex()}.part")
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
                 break
             except FileExistsError:
                 continue
         self.paths.append(path)
-        return path, os.fdopen(fd, "wb")
+        return path, fd
 
     def discard(self) -> None:
         for path in self.paths:
@@ -371,11 +378,15 @@ def _tensor_error(item: ExportItem, exc: Exception) -> ExportError:
 def _write_npy_files(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
                      chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     for item in plan.items:
-        path, fh = temps.create(folder)
-        with fh:
+        path, fd = temps.create_fd(folder)
+        writer = BlockWriter(fd, item.nbytes + 128, direct=item.nbytes >= export_io.DIRECT_MIN)
+        try:
             descr = npy.header_descr(item.np_dtype, item.dtype)
-            yield from _guarded(item, npy.write_npy(fh, descr, item.info.shape, _values(item, chunk_elems)))
-            _finish_file(fh)
+            yield from _guarded(item, npy.write_npy_blocks(writer, descr, item.info.shape, item.np_dtype,
+                                                           _values(item, chunk_elems, convert=False)))
+            writer.close()  # the rest, then fsync: on disk before the rename names it complete
+        finally:
+            writer.abort()  # no write left in flight when the temporary file is removed
         target = plan.out if plan.single_file else os.path.join(folder, item.target)
         renames.append((path, target))
 
@@ -402,13 +413,19 @@ def _write_safetensors(plan: ExportPlan, folder: str, temps: _Temps, renames: li
     for item in plan.items:
         if q := item.info.extra.get("quantization"):
             metadata[f"ckptview.quantization.{item.target}"] = json.dumps(q, default=str)
-    path, fh = temps.create(folder)
-    with fh:
-        fh.write(st.header_bytes(ordered, metadata))
+    header = st.header_bytes(ordered, metadata)
+    path, fd = temps.create_fd(folder)
+    size = len(header) + plan.total_bytes
+    writer = BlockWriter(fd, size, direct=size >= export_io.DIRECT_MIN)
+    try:
+        writer.write(header)
         for entry in ordered:
             item = by_key[entry.key]
-            yield from _guarded(item, st.write_tensor(fh, _values(item, chunk_elems)))
-        _finish_file(fh)
+            yield from _guarded(item, st.write_tensor_blocks(writer, item.np_dtype,
+                                                             _values(item, chunk_elems, convert=False)))
+        writer.close()
+    finally:
+        writer.abort()
     renames.append((path, plan.out))
 
 

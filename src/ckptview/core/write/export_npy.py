@@ -8,6 +8,8 @@ from typing import IO
 
 import numpy as np
 
+from ckptview.core.write.export_io import BlockWriter
+
 # ml_dtypes types whose `dtype.str` NumPy cannot read back ('<V2', '<f1'): their header names the type
 # instead ('bfloat16'), which `np.load` understands once `import ml_dtypes` has registered it.
 ML_DTYPE_NAMES = frozenset({
@@ -44,6 +46,14 @@ def write_npy(fh: IO[bytes], descr: str, shape: tuple[int, ...], chunks: Iterabl
         raw = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
         fh.write(raw.data)
         yield raw.nbytes
+
+
+def write_npy_blocks(writer: BlockWriter, descr: str, shape: tuple[int, ...], dtype: np.dtype,
+                     chunks: Iterable[np.ndarray]) -> Iterator[int]:
+    """Write one array as .npy through a BlockWriter, each chunk converted to `dtype` in place; yields bytes."""
+    write_header(writer, descr, shape)  # type: ignore[arg-type]  # file-like enough: write() is all it uses
+    for chunk in chunks:
+        yield writer.write_values(chunk, dtype)
 
 
 def open_npz_member(zf: zipfile.ZipFile, key: str) -> IO[bytes]:

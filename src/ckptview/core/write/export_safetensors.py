@@ -17,6 +17,7 @@ from typing import IO
 import numpy as np
 
 from ckptview.core import dtypes
+from ckptview.core.write.export_io import BlockWriter
 
 # torch dtype name -> safetensors code; the fnuz float8 codes are accepted by safetensors >= 0.5.
 # complex128 has none (safetensors 0.8 refuses "C128"), so such tensors cannot be exported here.
@@ -69,3 +70,10 @@ def write_tensor(fh: IO[bytes], chunks: Iterable[np.ndarray]) -> Iterator[int]:
         view = raw.view(np.uint8)
         fh.write(view.data)
         yield view.nbytes
+
+
+def write_tensor_blocks(writer: BlockWriter, dtype: np.dtype, chunks: Iterable[np.ndarray]) -> Iterator[int]:
+    """Append one tensor's C-order chunks as little-endian `dtype` through a BlockWriter; yields bytes per chunk."""
+    little = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype  # safetensors is little-endian
+    for chunk in chunks:
+        yield writer.write_values(chunk, little)
