@@ -254,36 +254,48 @@ def _fast_ordered_dict(ref: GlobalRef, args: tuple[Any, ...]) -> _OrderedDict:
     return out
 
 
-def _make_rebuild_v2(generic: Emulator, storage_twin: Any) -> Emulator:
-    """`torch_globals._rebuild_tensor_v2` for the common case (a sound view of a storage), else `generic`.
+def _make_call_rebuild(generic: Emulator, storage_twin: Any, tensor_twin: Any, reclassed: list[Any],
+                       guard: Callable[[Any], Any], charge: Callable[[tuple[Any, ...]], None],
+                       charge_all: bool) -> Callable[..., Any]:
+    """The `__call__` of `torch._utils._rebuild_tensor_v2` on the fast path: `call_self` and
+    `torch_globals._rebuild_tensor_v2` in one frame for the common case (a sound view of a storage).
 
     The same TensorInfo as the generic emulation, with fewer steps: every check that could fail or
     mark the tensor broken sends the call to the generic emulation, which says why.
     """
     sizes = dtypes._DTYPES
+    sized = _SIZED_TYPES
     shared: dict[tuple[int, ...], tuple[int, ...]] = {}  # equal shapes and strides share one tuple
 
-    def rebuild(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
-        if len(args) < 6 or len(args) > 7 or (len(args) == 7 and args[6]):
-            return generic(ref, args)
-        storage: Any = args[0]
-        offset, shape, stride, requires_grad = args[1], args[2], args[3], args[4]
-        if (type(storage) is not storage_twin or storage.broken is not None or type(offset) is not int
-                or offset < 0 or type(shape) is not tuple or type(stride) is not tuple
-                or len(shape) != len(stride) or len(shape) > _MAX_DIMS):
-            return generic(ref, args)
-        last = offset
-        for size, step in zip(shape, stride, strict=True):  # lengths checked above
-            if type(size) is not int or type(step) is not int or size <= 0 or step < 0:
-                return generic(ref, args)
-            last += (size - 1) * step
-        if storage.dtype not in sizes or last >= storage.numel:  # unknown dtype, or past the storage
-            return generic(ref, args)
-        shape = shared.setdefault(shape, shape)
-        return TensorInfo(storage.dtype, shape, shared.setdefault(stride, stride), offset, storage,
-                          bool(requires_grad))
+    def call_rebuild(func: Any, *args: Any) -> Any:
+        count = len(args)
+        if charge_all or (count and type(args[0]) in sized):
+            charge(args)
+        if count == 6 or (count == 7 and not args[6]):
+            storage: Any = args[0]
+            offset, shape, stride = args[1], args[2], args[3]
+            if (type(storage) is storage_twin and storage.broken is None and type(offset) is int and offset >= 0
+                    and type(shape) is tuple and type(stride) is tuple and len(shape) == len(stride) <= _MAX_DIMS):
+                last = offset
+                for size, step in zip(shape, stride, strict=True):  # lengths checked above
+                    if type(size) is not int or type(step) is not int or size <= 0 or step < 0:
+                        break
+                    last += (size - 1) * step
+                else:
+                    if storage.dtype in sizes and last < storage.numel:  # a known dtype, inside the storage
+                        value = TensorInfo(storage.dtype, shared.setdefault(shape, shape),
+                                           shared.setdefault(stride, stride), offset, storage, bool(args[4]))
+                        value.__class__ = tensor_twin
+                        reclassed.append(value)
+                        return value
+        value = generic(func, args)
+        if type(value) is TensorInfo:
+            value.__class__ = tensor_twin
+            reclassed.append(value)
+            return value
+        return guard(value)
 
-    return rebuild
+    return call_rebuild
 
 
 class _Session:
@@ -311,9 +323,6 @@ class _Session:
         plain = _PLAIN
         sized = _SIZED_TYPES
         tensor_twin = _TWINS[TensorInfo]
-        if emulators.get("torch._utils._rebuild_tensor_v2") is torch_globals._rebuild_tensor_v2:
-            self.fast_emulators["torch._utils._rebuild_tensor_v2"] = _make_rebuild_v2(
-                torch_globals._rebuild_tensor_v2, _TWINS[Storage])
 
         def guard(value: Any) -> Any:
             kind = type(value)
@@ -373,24 +382,24 @@ class _Session:
                      extend=extend, add=append, __setstate__=setstate)
         twins = {**_TWINS, GlobalRef: Ref, StubObject: Stub}
         bases = {**_BASE_OF, Ref: GlobalRef, Stub: StubObject, _OrderedDict: collections.OrderedDict}
-        # torch's tensor rebuild, called once per tensor: its GlobalRef gets a twin of its own whose
-        # __call__ is the emulation, with call_self's charge and re-classing and no lookups.
-        self.rebuild_class: type | None = None
-        fast_rebuild = self.fast_emulators.get("torch._utils._rebuild_tensor_v2")
-        if fast_rebuild is not None and fast_rebuild is not emulators.get("torch._utils._rebuild_tensor_v2"):
+        # Called once per tensor (torch's rebuild, and OrderedDict() for its backward hooks): their
+        # GlobalRefs get twins of their own whose __call__ does call_self's work with no lookups.
+        self.direct_classes: dict[str, type] = {}
+        generic_rebuild = emulators.get("torch._utils._rebuild_tensor_v2")
+        if generic_rebuild is torch_globals._rebuild_tensor_v2:
+            call_rebuild = _make_call_rebuild(generic_rebuild, _TWINS[Storage], tensor_twin, reclassed, guard,
+                                              session.charge, charge_all)
+            self.direct_classes["torch._utils._rebuild_tensor_v2"] = _twin(GlobalRef, __call__=call_rebuild)
+        if emulators.get("collections.OrderedDict") is torch_globals._ordered_dict:
 
-            def call_rebuild(func: Any, *args: Any) -> Any:
+            def call_ordered_dict(func: Any, *args: Any) -> Any:
                 if charge_all or (args and type(args[0]) in sized):
                     session.charge(args)
-                value = fast_rebuild(func, args)
-                if type(value) is TensorInfo:
-                    value.__class__ = tensor_twin
-                    reclassed.append(value)
-                    return value
-                return guard(value)
+                return _fast_ordered_dict(func, args) if args else _OrderedDict()
 
-            self.rebuild_class = _twin(GlobalRef, __call__=call_rebuild)
-            bases[self.rebuild_class] = GlobalRef
+            self.direct_classes["collections.OrderedDict"] = _twin(GlobalRef, __call__=call_ordered_dict)
+        for direct in self.direct_classes.values():
+            bases[direct] = GlobalRef
         self.guard, self.persistent_load, self.bases = guard, load_persistent, bases
 
     def guard_other(self, value: Any) -> Any:
@@ -423,8 +432,9 @@ class _Session:
             raise Decline(dotted)
         self.globals_seen.setdefault(dotted, None)
         ref = GlobalRef(module, name)
-        if dotted == "torch._utils._rebuild_tensor_v2" and self.rebuild_class is not None:
-            ref.__class__ = self.rebuild_class
+        direct = self.direct_classes.get(dotted)
+        if direct is not None:
+            ref.__class__ = direct
             self.reclassed.append(ref)
             return ref
         emulate = self.fast_emulators.get(dotted)
