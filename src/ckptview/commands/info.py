@@ -130,8 +130,8 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
     quote = encode_basestring_ascii
     # id(shape) -> (the shape, kept alive so the id stays its own; its text or None; numel)
     shapes: dict[int, tuple[tuple[int, ...], str | None, int]] = {}
-    words: dict[str, str] = {}  # dtype and device texts
-    sizes: dict[str, int] = {}  # dtype -> bytes per element
+    # (id(shape), dtype, device) -> the row's text from "shape" to "shares_storage_with": (shared by most rows)
+    middles: dict[tuple[int, str, str], str] = {}
     for entry in ckpt.tensors():
         info = entry.info
         shape, dtype, storage = info.shape, info.dtype, info.storage
@@ -150,16 +150,15 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
                 or "shards" in info.extra):
             yield _dumps(_tensor_item(ckpt, entry, sharing, None))
             continue
-        size = sizes.get(dtype)
-        if size is None:
-            size = sizes[dtype] = dtypes.itemsize(dtype)  # as TensorInfo.nbytes counts
-        dtype_text = words.get(dtype) or words.setdefault(dtype, quote(dtype))
-        device_text = words.get(storage.device) or words.setdefault(storage.device, quote(storage.device))
+        key = (id(shape), dtype, storage.device)
+        middle = middles.get(key)
+        if middle is None:
+            nbytes = known[2] * dtypes.itemsize(dtype)  # as TensorInfo.nbytes counts
+            middle = middles[key] = (f'"shape": {known[1]}, "dtype": {quote(dtype)}, "nbytes": {nbytes}, '
+                                     f'"device": {quote(storage.device)}, "shares_storage_with": ')
         others = sharing.get(name)
-        shared_text = "[" + ", ".join(map(quote, others)) + "]" if others else "[]"
-        yield (f'{{"name": {quote(name)}, "path": {path_text}, "shape": {known[1]}, '
-               f'"dtype": {dtype_text}, "nbytes": {known[2] * size}, "device": {device_text}, '
-               f'"shares_storage_with": {shared_text}}}')
+        yield (f'{{"name": {quote(name)}, "path": {path_text}, {middle}'
+               + ("[" + ", ".join(map(quote, others)) + "]}" if others else "[]}"))
 
 
 def _path_text(path: tuple[Any, ...], quote: Any) -> str | None:
