@@ -1,0 +1,78 @@
+"""What launching the window and opening a file cost the GUI thread: no collection over the tree being
+built, and no plotting or array library imported before a plot or values are needed."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+from guihelpers import make_state_dict, wait_settled
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("This plugin does not support")]
+
+
+@pytest.fixture
+def collections():
+    """The generations the cyclic collector ran on, as they happen (gc.callbacks)."""
+    seen: list[int] = []
+
+    def record(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(record)
+    yield seen
+    gc.callbacks.remove(record)
+
+
+def _pile_up_young_objects() -> list:
+    """Enough fresh containers that every generation's threshold is crossed."""
+    return [[i] for i in range(50 * max(gc.get_threshold()))]
+
+
+def test_no_collection_while_a_tab_opens_its_file(qtbot, window, tmp_path, monkeypatch, collections):
+    import ckptview.gui.checkpoint_tab as checkpoint_tab
+    from ckptview.gui import gc_guard
+
+    real = checkpoint_tab.open_and_prepare
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_open(path, header_limit=None):
+        opened = real(path, header_limit)
+        inside.set()  # the tree is built, not frozen yet: what a collection would walk for nothing
+        assert release.wait(60)
+        return opened
+
+    monkeypatch.setattr(checkpoint_tab, "open_and_prepare", slow_open)
+    (tab,) = window.open_paths([make_state_dict(str(tmp_path / "model.pth"))])
+    assert inside.wait(60)
+    young = _pile_up_young_objects()
+    del collections[:]
+    for _ in range(3):
+        gc_guard._guard.check()  # the guard's timer, ticking while the worker holds the new tree
+    assert collections == []
+    release.set()
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready", tab.error_text
+    young += _pile_up_young_objects()  # the open froze what existed: these are new
+    gc_guard._guard.check()  # the open is over: the guard collects again
+    assert collections and collections[0] == 0
+    del young
+
+
+def test_a_stuck_open_holds_collections_off_only_for_a_while(qtbot, window, monkeypatch, collections):
+    from ckptview.core.perf import paused_gc
+    from ckptview.gui import gc_guard
+
+    guard = gc_guard._guard
+    with paused_gc():  # as a worker opening a file on a dead mount would, forever
+        young = _pile_up_young_objects()
+        del collections[:]
+        guard.check()
+        assert collections == []
+        monkeypatch.setattr(gc_guard, "MAX_DEFER_S", 0.0)  # ...until the deferral's bound has passed
+        guard.check()
+        assert collections and collections[0] == 0
+    del young
