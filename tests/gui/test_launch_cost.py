@@ -4,6 +4,7 @@ built, and no plotting or array library imported before a plot or values are nee
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import pytest
@@ -76,3 +77,50 @@ def test_a_stuck_open_holds_collections_off_only_for_a_while(qtbot, window, monk
         guard.check()
         assert collections and collections[0] == 0
     del young
+
+
+def test_launch_to_tree_imports_no_plotting_or_array_library(tmp_path):
+    """A big checkpoint (side panels built on demand): its tree shows before numpy, pyqtgraph or torch load."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    path = tmp_path / "wide.pt"
+    torch.save({f"blocks.{i // 10}.part{i % 10}.weight": torch.zeros(2) for i in range(20_010)}, path)
+    out = subprocess.run([sys.executable, "-m", "ckptview.gui.timing", str(path)], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["state"] == "ready" and result["tensors"] == 20_010 and result["rows_shown"] == 1
+    assert not result["torch_imported"] and not result["numpy_imported"] and not result["pyqtgraph_imported"]
+    parts = ("startup_seconds", "read_seconds", "prepare_seconds", "build_seconds")
+    assert all(result[p] >= 0 for p in parts)
+    assert result["seconds"] >= sum(result[p] for p in parts) - 0.01  # the parts follow each other
+    assert result["gui_seconds"] == pytest.approx(result["seconds"] - result["read_seconds"], abs=0.002)
+
+
+def test_size_chart_names_each_module_with_its_size(qtbot, window, tmp_path):
+    (tab,) = window.open_paths([make_state_dict(str(tmp_path / "model.pth"))])
+    wait_settled(qtbot, tab)
+    chart = tab.summary.chart
+    assert chart.objectName() == "sizeChart" and chart.isVisible()
+    expected = {"encoder": 8 * 16 * 4 * 2 + 8 * 4 + 32 * 16 * 2 + 768 * 16 * 2, "decoder": 100 * 16 * 4,
+                "lm_head": 100 * 16 * 4, "step": 8}
+    assert dict(chart.bars) == expected
+    from ckptview.gui.formatting import human_bytes
+
+    assert chart.labels()[0] == f"encoder  {human_bytes(expected['encoder'])}"  # largest first
+    assert not chart.grab().isNull()
+
+
+def test_size_chart_shows_hostile_names_escaped(qtbot):
+    from ckptview.gui.size_chart import SizeChart, short_name
+
+    chart = SizeChart([("evil\u202e\nname", 10), ("x" * 100, 5)])
+    qtbot.addWidget(chart)
+    assert all("\u202e" not in label and "\n" not in label for label in chart.labels())
+    assert short_name("x" * 100).startswith("…") and len(short_name("x" * 100)) == 28
+    assert "\u202e" not in chart.toolTip()
+    assert not chart.grab().isNull()
