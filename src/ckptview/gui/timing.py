@@ -55,7 +55,7 @@ def _time_the_read(marks: dict[str, float]) -> None:
         finally:
             marks.setdefault("read_end", time.perf_counter())
 
-    core.open_checkpoint = timed  # type: ignore[assignment]
+    core.open_checkpoint = timed
 
 
 def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
