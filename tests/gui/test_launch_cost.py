@@ -124,3 +124,22 @@ def test_size_chart_shows_hostile_names_escaped(qtbot):
     assert short_name("x" * 100).startswith("…") and len(short_name("x" * 100)) == 28
     assert "\u202e" not in chart.toolTip()
     assert not chart.grab().isNull()
+
+
+def test_expanders_follow_the_filter(qtbot, window, tmp_path):
+    """A matched group whose children all fail the filter shows no expander; without a filter it does."""
+    from ckptview.core.analyze.grouping import find_row
+
+    (tab,) = window.open_paths([make_state_dict(str(tmp_path / "model.pth"))])
+    wait_settled(qtbot, tab)
+    model = tab.model
+    group = find_row(tab.top, "encoder.layers.1")
+    assert model.hasChildren(model.index_of(group))
+    tab.filter_edit.setText(r"/layers\.1$/")
+    tab.apply_filter()
+    index = model.index_of(group)
+    assert index.isValid() and not model.hasChildren(index) and model.rowCount(index) == 0
+    assert model.hasChildren(model.index_of(find_row(tab.top, "encoder.layers")))
+    tab.filter_edit.setText("")
+    tab.apply_filter()
+    assert model.hasChildren(model.index_of(group)) and model.rowCount(model.index_of(group)) == 2
