@@ -13,10 +13,8 @@ import math
 import os
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
@@ -45,16 +43,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.analyze.diff import (
-    DiffProgress,
-    DiffResult,
-    TensorDiff,
-    diff_chunks,
-    iter_compare,
-    plan_diff,
-)
-from ckptview.core.analyze.histogram import Histogram, iter_exact_histogram, iter_tensor_histogram
-from ckptview.core.analyze.stats import iter_tensor_summary
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 from ckptview.core.read.open import open_checkpoint
@@ -63,6 +51,12 @@ from ckptview.gui.job_header import job_header
 from ckptview.gui.plots import legend_html, plot_widget
 from ckptview.gui.tables import keep_rows_visible
 from ckptview.gui.workers import JobSlot
+
+if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
+    import numpy as np
+
+    from ckptview.core.analyze.diff import DiffResult, TensorDiff
+    from ckptview.core.analyze.histogram import Histogram
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 STATUS_COLORS = {
@@ -222,6 +216,7 @@ class DiffPlanned:
 def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
              mapping: Sequence[tuple[str, str]], token: CancelToken) -> Generator[Any, None, DiffResult]:
     """Open both files, yield the plan (with the opened checkpoints), then the comparison's progress."""
+    from ckptview.core.analyze.diff import iter_compare, plan_diff
     a = open_checkpoint(path_a)
     handed = False
     try:
@@ -242,6 +237,9 @@ def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
 def histogram_job(ia: TensorInfo | None, ib: TensorInfo | None,
                   token: CancelToken) -> Generator[Progress, None, dict[str, Histogram | None]]:
     """Histograms of A and B over one common range, and of B − A when the shapes agree."""
+    from ckptview.core.analyze.diff import diff_chunks
+    from ckptview.core.analyze.histogram import iter_exact_histogram, iter_tensor_histogram
+    from ckptview.core.analyze.stats import iter_tensor_summary
     summaries = {}
     for side, info in (("a", ia), ("b", ib)):
         if info is not None:
@@ -304,6 +302,7 @@ class DiffView(QWidget):
 
     # --- building --------------------------------------------------------------------------------
     def _build(self) -> None:
+        import pyqtgraph as pg
         self.header = QLabel(f"<b>A</b> {html.escape(self.path_a)}<br><b>B</b> {html.escape(self.path_b)}")
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.summary_label = QLabel("opening…")
@@ -414,6 +413,7 @@ class DiffView(QWidget):
         return self._comparing
 
     def _on_yielded(self, item: Any) -> None:
+        from ckptview.core.analyze.diff import DiffProgress
         if isinstance(item, DiffPlanned):
             result = item.result
             self._res.checkpoints = item.checkpoints
@@ -481,6 +481,7 @@ class DiffView(QWidget):
 
     def rel_series(self) -> tuple[np.ndarray, np.ndarray]:
         """(row index, rel_l2) of every row with a finite relative change, in model order."""
+        import numpy as np
         rows = self.model.rows
         xs = [i for i, r in enumerate(rows) if r.rel_l2 is not None and math.isfinite(r.rel_l2)]
         return np.array(xs, dtype=float), np.array([rows[i].rel_l2 for i in xs], dtype=float)
@@ -525,6 +526,7 @@ class DiffView(QWidget):
         self.hist_job.start(histogram_job, row.info_a, row.info_b)  # a newer selection drops this one
 
     def _on_histograms(self, hists: dict[str, Histogram | None]) -> None:
+        import pyqtgraph as pg
         row = self._hist_row
         assert row is not None
         self.histograms = hists

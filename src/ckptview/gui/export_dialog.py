@@ -7,7 +7,8 @@ the GUI thread; the bytes are written by the core generator in a worker, with pr
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices
@@ -30,20 +31,24 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.jobs import Progress
+from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry
 from ckptview.core.text import printable
-from ckptview.core.write.export import (
-    MANIFEST,
-    ExportPlan,
-    ExportResult,
-    entries_below,
-    plan_export,
-    run_export,
-)
 from ckptview.gui import panels
 from ckptview.gui.formatting import human_bytes
 from ckptview.gui.workers import GeneratorWorker
+
+if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
+    from ckptview.core.write.export import ExportPlan, ExportResult
+
+
+def run_export(plan: ExportPlan, *, token: CancelToken | None = None, **options: Any,
+               ) -> Generator[Progress, None, ExportResult]:
+    """The core's `run_export` (its module imports numpy: imported when an export starts, not at launch)."""
+    from ckptview.core.write import export
+
+    return export.run_export(plan, token=token, **options)
+
 
 # (format, label, what the default output name ends with)
 FORMATS = [
@@ -60,6 +65,7 @@ class ExportDialog(QDialog):
 
     def __init__(self, checkpoint: Checkpoint, selection: list[Node] | None = None,
                  parent: QWidget | None = None) -> None:
+        from ckptview.core.write.export import entries_below
         super().__init__(parent)
         self.setWindowTitle("Export tensors")
         self.setObjectName("exportDialog")
@@ -173,6 +179,7 @@ class ExportDialog(QDialog):
 
     def plan(self) -> ExportPlan:
         """The export as currently chosen (metadata only); ExportError when it cannot be done."""
+        from ckptview.core.write.export import plan_export
         return plan_export(self.entries(), self.path_edit.text().strip(), self.format(),
                            exact_dtypes=self.exact_box.isChecked() and self.exact_choice_applies())
 
@@ -311,6 +318,7 @@ MAX_PREVIEW_LINES = 500
 
 def preview_text(plan: ExportPlan, existing: set[str]) -> str:
     """One line per file (npy folder) or per key (npz, safetensors), existing targets marked."""
+    from ckptview.core.write.export import MANIFEST
     def mark(path: str) -> str:
         return "   [exists: will be replaced]" if path in existing else ""
 

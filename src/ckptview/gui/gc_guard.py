@@ -9,12 +9,16 @@ switch automatic collection off and collect generation by generation from a GUI-
 from __future__ import annotations
 
 import gc
+import time
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer
 
 from ckptview.core.perf import gc_paused
 
 _guard: GuiThreadCollector | None = None
+# How long a worker's `paused_gc` may hold collections off: an open blocked on a dead mount must not
+# switch the collector off for good (opening 900,000 tensors takes seconds, not a minute).
+MAX_DEFER_S = 60.0
 
 
 class GuiThreadCollector(QObject):
@@ -24,6 +28,7 @@ class GuiThreadCollector(QObject):
         super().__init__()
         self.thresholds = gc.get_threshold()
         gc.disable()
+        self.paused_since: float | None = None
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.check)
         self.timer.start(interval_ms)
@@ -31,7 +36,12 @@ class GuiThreadCollector(QObject):
     def check(self) -> None:
         """Collect the generations whose counts crossed their thresholds, as gc itself would."""
         if gc_paused():  # a worker is building a checkpoint's objects: a pass now would only stall it
-            return
+            now = time.monotonic()
+            self.paused_since = self.paused_since if self.paused_since is not None else now
+            if now - self.paused_since < MAX_DEFER_S:
+                return
+        else:
+            self.paused_since = None
         count0, count1, count2 = gc.get_count()
         t0, t1, t2 = self.thresholds
         if count0 > t0:

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from ckptview.core.analyze.grouping import Selected
-from ckptview.core.analyze.heatmap import HeatMap, iter_tensor_heatmap
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.plots import palette_colors, style_plot
 from ckptview.gui.workers import JobSlot
 
+if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
+    import numpy as np
+
+    from ckptview.core.analyze.heatmap import HeatMap
+
 
 def _heatmap_job(info: TensorInfo, axis: int, token: CancelToken) -> Generator[Progress, None, HeatMap]:
+    from ckptview.core.analyze.heatmap import iter_tensor_heatmap
     return (yield from iter_tensor_heatmap(info, axis, token=token))  # one group of rows in memory at a time
 
 
@@ -30,6 +34,7 @@ def display_image(image: np.ndarray, percentile: float = 100.0) -> tuple[np.ndar
 
     A few large weights no longer wash the map out: values beyond ±m saturate. NaN shows as 0.
     """
+    import numpy as np
     finite = np.abs(image[np.isfinite(image)])
     m = float(np.percentile(finite, percentile)) if finite.size else 0.0
     m = m or (float(finite.max()) if finite.size else 0.0) or 1.0
@@ -44,6 +49,7 @@ class HeatmapView(QWidget):
     status: QLabel  # made below the job slot whose handlers write to it
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
+        import pyqtgraph as pg
         super().__init__(parent)
         self.info: TensorInfo | None = None
         self.heatmap: HeatMap | None = None
@@ -116,12 +122,14 @@ class HeatmapView(QWidget):
         self.slot.start(_heatmap_job, self.info, self.axis.value())
 
     def _on_result(self, hm: object) -> None:
+        from ckptview.core.analyze.heatmap import HeatMap
         assert isinstance(hm, HeatMap)
         self.heatmap = hm
         self._show()
         self.ready.emit()
 
     def _show(self) -> None:
+        import numpy as np
         hm = self.heatmap
         if hm is None:
             return

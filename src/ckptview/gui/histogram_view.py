@@ -8,9 +8,8 @@ stale result is dropped, so a slow tensor never overwrites a newer selection.
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -25,11 +24,16 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.analyze.analysis import Analysis, PreviewReady, shared_analysis
-from ckptview.core.analyze.histogram import DEFAULT_BINS, Histogram
 from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
 from ckptview.gui.plots import legend_html, plot_widget, series_color
 from ckptview.gui.workers import JobSlot
+
+if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
+    import numpy as np
+    import pyqtgraph as pg
+
+    from ckptview.core.analyze.histogram import Histogram
 
 
 class HistogramView(QWidget):
@@ -40,6 +44,7 @@ class HistogramView(QWidget):
     status: QLabel  # made below the job slot whose error handler writes to it
 
     def __init__(self, parent: QWidget | None = None, analysis: Analysis | None = None) -> None:
+        from ckptview.core.analyze.histogram import DEFAULT_BINS
         super().__init__(parent)
         self.analysis = analysis or shared_analysis()
         self.items: list[tuple[str, TensorInfo]] = []
@@ -129,6 +134,7 @@ class HistogramView(QWidget):
 
     # -- drawing -------------------------------------------------------------------------------------
     def _draw(self, hists: list[Histogram]) -> None:
+        import pyqtgraph as pg
         for curve in self.curves:
             self.plot.removeItem(curve)
         self.curves = []
@@ -160,10 +166,12 @@ class HistogramView(QWidget):
 
     def plotted_counts(self) -> list[np.ndarray]:
         """The counts currently drawn, one array per curve (tests read the plot through this)."""
+        import numpy as np
         return [np.asarray(curve.yData) for curve in self.curves]
 
     def hover_text(self, x: float) -> str:
         """'[lo, hi): count' of the bin under ``x`` for every drawn histogram ('' when outside)."""
+        import numpy as np
         parts = []
         for hist, (name, _) in zip(self.histograms, self.items, strict=False):
             if hist is None or not hist.edges[0] <= x <= hist.edges[-1]:

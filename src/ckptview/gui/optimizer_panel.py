@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
 from ckptview.core.analyze.analysis import Analysis
 from ckptview.core.analyze.grouping import Selected
 from ckptview.core.analyze.optimizer import OptimizerState, ParamState, find_optimizers
-from ckptview.core.analyze.optimizer_figures import ParamFigures, iter_figures
 from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint
 from ckptview.gui.formatting import shape_text
@@ -44,6 +43,9 @@ from ckptview.gui.tables import (
 )
 from ckptview.gui.training_card import TrainingCard
 from ckptview.gui.workers import JobSlot
+
+if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
+    from ckptview.core.analyze.optimizer_figures import ParamFigures
 
 GROUP_KEYS_FIRST = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha")
 EFF_MEDIAN, EFF_MAX = "eff. step median", "eff. step max"
@@ -249,6 +251,7 @@ class OptimizerPanel(QWidget):
     # -- figures (worker) ----------------------------------------------------------------------------
     def start_figures(self) -> None:
         """Compute steps, norms and effective steps of the shown optimizer off the GUI thread."""
+        from ckptview.core.analyze.optimizer_figures import iter_figures
         opt = self.current
         if opt is None or self._figures_for is opt:
             return
@@ -262,6 +265,7 @@ class OptimizerPanel(QWidget):
         self.start_figures()
 
     def _on_yielded(self, value: object) -> None:
+        from ckptview.core.analyze.optimizer_figures import ParamFigures
         if isinstance(value, Progress):
             self.status.setText(f"computing figures… {value.fraction:.0%}")
         elif isinstance(value, ParamFigures):

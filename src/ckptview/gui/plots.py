@@ -8,10 +8,13 @@ Legends are HTML text beside the plot (``legend_html``), so they never cover dat
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import pyqtgraph as pg
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QWidget
+
+if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
+    import pyqtgraph as pg
 
 
 def palette_colors(widget: QWidget | None = None) -> tuple[QColor, QColor]:
@@ -23,6 +26,7 @@ def palette_colors(widget: QWidget | None = None) -> tuple[QColor, QColor]:
 def style_plot(plot: pg.PlotWidget | pg.PlotItem, bottom: str = "", left: str = "",
                widget: QWidget | None = None) -> pg.PlotItem:
     """Palette colours, plain-number axes without SI scaling, and axis titles; returns the PlotItem."""
+    import pyqtgraph as pg
     item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
     background, foreground = palette_colors(widget or (plot if isinstance(plot, QWidget) else None))
     if isinstance(plot, pg.PlotWidget):
@@ -42,6 +46,7 @@ def style_plot(plot: pg.PlotWidget | pg.PlotItem, bottom: str = "", left: str = 
 
 def plot_widget(bottom: str = "", left: str = "") -> pg.PlotWidget:
     """A PlotWidget styled by :func:`style_plot`."""
+    import pyqtgraph as pg
     widget = pg.PlotWidget()
     style_plot(widget, bottom, left)
     return widget
@@ -49,6 +54,7 @@ def plot_widget(bottom: str = "", left: str = "") -> pg.PlotWidget:
 
 def series_color(index: int, count: int) -> QColor:
     """The colour of series ``index`` of ``count`` (the same in the plot and in its legend)."""
+    import pyqtgraph as pg
     color: QColor = pg.intColor(index, hues=max(3, count))  # pyqtgraph is untyped
     return color
 

@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.analyze.analysis import Analysis, StatsReady, TargetFailed
 from ckptview.core.analyze.grouping import Selected
-from ckptview.core.analyze.stats import JSON_KEYS
 from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
 from ckptview.gui.histogram_view import HistogramView
@@ -66,6 +65,7 @@ class StatsPanel(QWidget):
     status: QLabel  # made below the job slot whose handlers write to it
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
+        from ckptview.core.analyze.stats import JSON_KEYS
         super().__init__(parent)
         self.context = context
         self.analysis = context.analysis if context is not None else Analysis()
@@ -100,6 +100,7 @@ class StatsPanel(QWidget):
 
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
+        from ckptview.core.analyze.stats import JSON_KEYS
         self.targets = targets_of(entries)
         self.table.setColumnCount(len(self.targets))
         self.table.setHorizontalHeaderLabels([label.rsplit(".", 1)[-1] if len(self.targets) > 1 else label
@@ -120,6 +121,7 @@ class StatsPanel(QWidget):
 
     def figures(self, column: int = 0) -> dict[str, str]:
         """The texts shown in one column, by JSON key (tests read the panel through this)."""
+        from ckptview.core.analyze.stats import JSON_KEYS
         return {key: cell_text(self.table, row, column) for row, key in enumerate(JSON_KEYS)}
 
     def _on_returned(self, _results: object) -> None:
@@ -127,6 +129,7 @@ class StatsPanel(QWidget):
         self.statsReady.emit()
 
     def _on_yielded(self, value: object) -> None:
+        from ckptview.core.analyze.stats import JSON_KEYS
         if isinstance(value, Progress):
             self.status.setText(f"computing… {value.fraction:.0%}")
             return

@@ -1,18 +1,17 @@
-"""The summary header of a checkpoint tab: key facts and a size-by-module bar chart (pyqtgraph)."""
+"""The summary header of a checkpoint tab: key facts and a size-by-module bar chart."""
 
 from __future__ import annotations
 
 import os
 
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from ckptview.core.analyze.grouping import Row, chart_rows
 from ckptview.core.analyze.summary import SizeFacts, size_facts
 from ckptview.core.model import Checkpoint
 from ckptview.gui.formatting import human_bytes, human_count
-from ckptview.gui.plots import style_plot
+from ckptview.gui.size_chart import SizeChart
 
 
 class SummaryHeader(QWidget):
@@ -64,7 +63,7 @@ class SummaryHeader(QWidget):
             form.addRow(caption, label)
         layout.addLayout(form, 0)
         self.bars = chart_rows(top, limit=8)
-        self.chart = self._make_chart(self.bars)
+        self.chart = SizeChart(self.bars)
         layout.addWidget(self.chart, 1)
         self.headline = (f"{checkpoint.format}, {human_bytes(checkpoint.file_size)}, {top.tensors:,} tensors, "
                          f"{params:,} parameters")
@@ -86,43 +85,3 @@ class SummaryHeader(QWidget):
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
         self.toggle.setText("Summary" if expanded else f"Summary: {self.headline}")
         self.collapsedChanged.emit(not expanded)
-
-    def _make_chart(self, bars: list[tuple[str, int]]) -> QWidget:
-        plot = pg.PlotWidget()
-        style_plot(plot, widget=self)
-        plot.setObjectName("sizeChart")
-        plot.setMinimumHeight(100)
-        plot.setMaximumHeight(140)
-        plot.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        plot.setMouseEnabled(x=False, y=False)
-        plot.hideButtons()
-        plot.setMenuEnabled(False)
-        item = plot.getPlotItem()
-        item.setTitle("Size by top-level module", size="9pt")
-        if not bars:
-            return plot
-        # Horizontal bars, largest on top; module names as left-axis ticks so long names stay readable.
-        n = len(bars)
-        ys = [n - 1 - i for i in range(n)]
-        widths = [b for _, b in bars]
-        unit, scale = _unit_for(max(widths))
-        plot.addItem(pg.BarGraphItem(x0=0, y=ys, height=0.7, width=[w / scale for w in widths],
-                                     brush=pg.mkBrush("#3d7ab8"), pen=pg.mkPen(None)))
-        names = [(y, _short(name)) for y, (name, _) in zip(ys, bars, strict=True)]
-        item.getAxis("left").setTicks([names])
-        item.getAxis("bottom").setLabel(unit)
-        item.setYRange(-0.6, n - 0.4, padding=0)
-        item.setXRange(0, max(widths) / scale * 1.05, padding=0)
-        return plot
-
-
-def _unit_for(largest: int) -> tuple[str, float]:
-    # The same IEC units as every other byte count of the window and the CLI (core/units.py).
-    for unit, scale in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
-        if largest >= scale:
-            return unit, scale
-    return "bytes", 1.0
-
-
-def _short(name: str, limit: int = 28) -> str:
-    return name if len(name) <= limit else "…" + name[-(limit - 1):]

@@ -142,9 +142,14 @@ class CheckpointTreeModel(QAbstractItemModel):
         return len(COLUMNS)
 
     def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
-        if parent.isValid() and parent.column() != 0:
+        # Called for every row the view lays out (10,000 when a level that long is expanded): no filter
+        # means every child is visible, and the count needs no sorted list.
+        if not parent.isValid():
+            return bool(self.kids(self.top))
+        if parent.column() != 0:
             return False
-        return bool(self.kids(self.row_of(parent)))
+        row: Row = parent.internalPointer()
+        return bool(row.children) if self._visible is None else bool(self.kids(row))
 
     def canFetchMore(self, parent: Index) -> bool:
         row = self.row_of(parent)

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
@@ -31,9 +30,13 @@ from ckptview.core.analyze.grouping import Selected
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.model import TensorInfo
-from ckptview.core.read.slicing import LazySlice2D, SliceError, default_spec
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.workers import JobSlot
+
+if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
+    import numpy as np
+
+    from ckptview.core.read.slicing import LazySlice2D
 
 TILE_ROWS, TILE_COLS = 256, 64
 MAX_TILES = 64  # cached tiles per model (~1M cells)
@@ -50,6 +53,7 @@ def format_cells(block: np.ndarray, digits: int = DEFAULT_DIGITS) -> np.ndarray:
     Exact is numpy's shortest round-trip text in the value's own dtype (a float32 0.1 reads ``0.1``, and
     parsing it gives back the same bits); integers are always exact.
     """
+    import numpy as np
     block = np.asarray(block)
     if block.dtype.kind in "iub":
         return block.astype(str)
@@ -147,6 +151,7 @@ class ValuesModel(QAbstractTableModel):
         self._pending.clear()  # which tile failed is unknown: let every pending tile be asked for again
 
     def _on_tile(self, result: object) -> None:
+        import numpy as np
         assert isinstance(result, Tile)
         key, tile = result.key, result.cells
         self._pending.discard(key)
@@ -164,6 +169,7 @@ class ValuesModel(QAbstractTableModel):
 
 
 def _open_slice(info: TensorInfo, spec: str, token: CancelToken) -> LazySlice2D:
+    from ckptview.core.read.slicing import LazySlice2D
     token.check()
     return LazySlice2D(info, spec)  # checks the spec; tiles read only their own bytes, in workers
 
@@ -224,6 +230,7 @@ class ValuesView(QWidget):
 
     def set_tensor(self, info: TensorInfo | None, spec: str | None = None) -> None:
         """Show ``info`` sliced by ``spec`` (default: the first 2-D slice)."""
+        from ckptview.core.read.slicing import default_spec
         self.info = info
         self._make_steppers(tuple(info.shape) if info is not None else ())
         self.spec.setText(spec if spec is not None else default_spec(info.shape) if info is not None else "")
@@ -267,12 +274,14 @@ class ValuesView(QWidget):
         self.slot.start(_open_slice, self.info, self.spec.text())
 
     def _on_slice(self, view: object) -> None:
+        from ckptview.core.read.slicing import LazySlice2D
         assert isinstance(view, LazySlice2D)
         self.model.set_view(view)
         self.status.setText(f"{view.shape[0]:,} x {view.shape[1]:,} {self.info.dtype if self.info else ''}")
         self.sliceReady.emit()
 
     def _on_error(self, exc: object) -> None:
+        from ckptview.core.read.slicing import SliceError
         if isinstance(exc, SliceError | CheckpointError):
             self.status.setText(str(exc))
         else:
