@@ -44,14 +44,6 @@ def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
     return out
 
 
-def _in_optimizer(key: object, cache: dict[object, bool]) -> bool:
-    """Whether a top-level key names optimizer state ("optimizer", "optim_state", ...)."""
-    found = cache.get(key)
-    if found is None:
-        found = cache[key] = "optim" in str(key).lower()
-    return found
-
-
 def parameter_count(checkpoint: Checkpoint) -> int:
     """Elements of the distinct tensors outside optimizer state (the moments would count the model twice)."""
     return size_facts(checkpoint).parameters
@@ -66,14 +58,25 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     """Both facts in one pass over the distinct tensors (O(tensors): computed off the GUI thread)."""
     total = 0
     sizes: Counter[str] = Counter()
-    heads: dict[object, bool] = {}
+    itemsizes: dict[str, int] = {}
+    heads: dict[object, bool] = {}  # top-level key -> names optimizer state ("optimizer", "optim_state", ...)
     numels: dict[int, tuple[tuple[int, ...], int]] = {}  # id(shape) -> (shape kept alive, its element count)
     for entry in _distinct(checkpoint):
         info = entry.info
-        known = numels.get(id(info.shape))
-        if known is None or known[0] is not info.shape:
-            known = numels[id(info.shape)] = (info.shape, info.numel)
-        sizes[info.dtype] += known[1] * dtypes.itemsize(info.dtype)  # TensorInfo.nbytes
-        if not (entry.path and _in_optimizer(entry.path[0], heads)):
-            total += known[1]
+        shape, dtype = info.shape, info.dtype
+        known = numels.get(id(shape))
+        if known is None or known[0] is not shape:
+            known = numels[id(shape)] = (shape, info.numel)
+        size = itemsizes.get(dtype)
+        if size is None:
+            size = itemsizes[dtype] = dtypes.itemsize(dtype)
+        sizes[dtype] += known[1] * size  # TensorInfo.nbytes
+        path = entry.path
+        if path:
+            optimizer = heads.get(path[0])
+            if optimizer is None:
+                optimizer = heads[path[0]] = "optim" in str(path[0]).lower()
+            if optimizer:
+                continue
+        total += known[1]
     return SizeFacts(total, sizes.most_common())
