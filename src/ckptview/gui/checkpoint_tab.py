@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import inspect
 import logging
 import os
 import time
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.analyze.grouping import ModuleGroup, Row, find_row
 from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.text import printable
 from ckptview.gui import panels
@@ -99,7 +101,7 @@ class CheckpointTab(QWidget):
         box.addStretch(1)
         self.loading_label = QLabel(f"Opening {html.escape(os.path.basename(self.path))}…")
         self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        bar = QProgressBar()
+        bar = self.loading_bar = QProgressBar()
         bar.setRange(0, 0)
         bar.setMaximumWidth(320)
         cancel = QPushButton("Cancel")
@@ -128,10 +130,25 @@ class CheckpointTab(QWidget):
             settings = getattr(self.window_, "settings", None)
             ask_above = settings.header_ask_bytes() if settings is not None else None
         worker = GeneratorWorker(open_and_prepare, self.path, ask_above)
+        if "progress" in inspect.signature(worker.func).parameters:  # a huge header reports each piece read
+            worker.kwargs["progress"] = worker.signals.yielded.emit
+        worker.signals.yielded.connect(self._on_open_progress)
         worker.signals.returned.connect(self._on_opened)
         worker.signals.errored.connect(self._on_error)
         self._worker = worker
         worker.start()
+
+    def _on_open_progress(self, step: Progress) -> None:
+        if self._stale() or self.state != "loading":
+            return
+        name = html.escape(os.path.basename(self.path))
+        if step.total > 0:
+            self.loading_bar.setRange(0, 1000)
+            self.loading_bar.setValue(int(step.fraction * 1000))
+            self.loading_label.setText(f"Opening {name}: {html.escape(step.message)} ({step.fraction:.0%})")
+        else:
+            self.loading_bar.setRange(0, 0)
+            self.loading_label.setText(f"Opening {name}: {html.escape(step.message)}…")
 
     def cancel(self) -> None:
         """Stop waiting for the file (the reader finishes in the background and is discarded)."""
@@ -253,7 +270,7 @@ class CheckpointTab(QWidget):
         self.ask_label = QLabel(
             f"<b>{html.escape(os.path.basename(self.path))}</b> has a {human_bytes(size)} header: metadata "
             f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
-            "a lot of memory (several times the header size), and the window may pause meanwhile. "
+            "a lot of memory (several times the header size); the window stays usable meanwhile. "
             "Open it anyway?")
         self.ask_label.setObjectName("askLabel")
         self.ask_label.setWordWrap(True)

@@ -6,11 +6,16 @@ the filter index and the summary figures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ckptview.core.analyze.grouping import Row, group_tree
 from ckptview.core.analyze.summary import SizeFacts, size_facts
+from ckptview.core.errors import Cancelled, CheckpointError
+from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint
+from ckptview.core.perf import paused_gc
+from ckptview.core.read.formats import safetensors_file
 from ckptview.gui.file_checks import Signature, safetensors_header_size, signature
 from ckptview.gui.gc_guard import keep_out_of_collections
 
@@ -53,10 +58,13 @@ def prepare(checkpoint: Checkpoint) -> Opened:
                   devices=devices)
 
 
-def open_and_prepare(path: str, header_limit: int | None = None) -> Opened:
+def open_and_prepare(path: str, header_limit: int | None = None, token: CancelToken | None = None,
+                     progress: Callable[[Progress], None] | None = None) -> Opened:
     """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
 
-    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes.
+    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes. A
+    safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
+    read between two pieces (Cancelled).
     """
     from ckptview.core import open_checkpoint
 
@@ -64,8 +72,27 @@ def open_and_prepare(path: str, header_limit: int | None = None) -> Opened:
         size = safetensors_header_size(path)
         if size is not None and size > header_limit:
             raise LargeHeader(size)
+
+    def report(step: Progress) -> None:
+        if token is not None:
+            token.check()
+        if progress is not None:
+            progress(step)
+
     before = signature(path)  # taken first: a change during the open still shows as a change later
-    opened = prepare(open_checkpoint(path))
+    # The GUI thread's collector waits while this builds millions of objects (gc_guard: a pass over a
+    # growing tree, on the GUI thread, was the window's longest pause on a 900,000-tensor header).
+    with paused_gc():
+        try:
+            with safetensors_file.reporting(report):
+                checkpoint = open_checkpoint(path)
+        except CheckpointError:
+            if token is not None and token.cancelled:  # the reader turns every exception into one line
+                raise Cancelled("cancelled") from None
+            raise
+        if progress is not None:
+            progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
+        opened = prepare(checkpoint)
     opened.signature = before
     # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI
     # thread's next collection (gc_guard) walk them all before the page is built (2 s at 900,000 tensors).

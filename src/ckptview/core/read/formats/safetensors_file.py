@@ -11,7 +11,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.jobs import Progress, drain
-from ckptview.core.model import Checkpoint, Node, OpenFiles, Storage, TensorInfo
+from ckptview.core.model import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.formats.safetensors_header import (
     MAX_HEADER,  # noqa: F401 - part of this reader's limits
@@ -168,7 +168,7 @@ def _build(path: str, raw: bytes, fmap: FileMap, data_start: int, size: int,
     # Overlaps are checked between neighbours in offset order; entries usually come in that order, so
     # they are checked on the way and sorted afterwards only if not.
     in_order, last_begin, last_end, last_key = True, -1, -1, ""
-    overlaps: list[tuple[str, str]] = []
+    overlaps: list[tuple[PathKey, PathKey]] = []
     overlap_count = 0
     total = len(raw)
     for piece, done in pieces:
@@ -263,7 +263,7 @@ def _shape_facts(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ..
     return shape, tuple(reversed(strides)), numel
 
 
-def _overlaps(children: list[Node], data_start: int) -> tuple[list[tuple[str, str]], int]:
+def _overlaps(children: list[Node], data_start: int) -> tuple[list[tuple[PathKey, PathKey]], int]:
     """(first MAX_LISTED overlapping neighbour pairs, their count) of the sound tensors, in offset order."""
     ranges = []
     for node in children:

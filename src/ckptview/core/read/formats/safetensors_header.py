@@ -83,7 +83,7 @@ def header_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> Iterator[tuple[
     while True:
         match = _CUT.search(raw, start + want) if start + want < total else None
         last = match is None
-        end = total if last else match.end() - 1  # the cut: just before the comma
+        end = total if match is None else match.end() - 1  # the cut: just before the comma
         try:
             text = raw[start:end].decode("utf-8")
             piece = json.loads("{" + text) if last else json.loads("{" + text + "}")
