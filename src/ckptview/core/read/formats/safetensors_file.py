@@ -186,26 +186,27 @@ def _build(path: str, raw: bytes, fmap: FileMap, data_start: int, size: int,
                 f"safetensors header lists {len(piece)} tensors; refusing more than {MAX_TENSORS}")
         for key, entry in piece.items():
             info = None
-            if type(entry) is dict:
-                code, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-                dtype = st_dtypes.get(code) if type(code) is str else None
-                if dtype is not None and type(shape) is list and len(shape) <= 64 and type(offsets) is list \
-                        and len(offsets) == 2:
-                    begin, end = offsets
-                    if type(begin) is int and type(end) is int and 0 <= begin <= end <= data_size:
-                        for dim in shape:
-                            if type(dim) is not int or dim <= 0:
-                                break
-                        else:
-                            shape_t = tuple(shape)
-                            known = shapes.get(shape_t)
-                            if known is None:
-                                known = shapes[shape_t] = _shape_facts(shape_t)
-                            numel = known[2]
-                            if numel * itemsizes[dtype] == end - begin:
-                                info = TensorInfo(dtype, known[0], known[1], 0,
-                                                  Storage(f"{key} @ {begin}", dtype, numel, "cpu",
-                                                          FileSlice(fmap, data_start + begin, end - begin)))
+            try:  # anything missing, unhashable or of the wrong arity leaves the entry to the full checks
+                dtype = st_dtypes[entry["dtype"]]
+                shape = entry["shape"]
+                begin, end = entry["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                dtype = None
+            if dtype is not None and type(shape) is list and len(shape) <= 64 and type(begin) is int \
+                    and type(end) is int and 0 <= begin <= end <= data_size:
+                for dim in shape:
+                    if type(dim) is not int or dim <= 0:
+                        break
+                else:
+                    shape_t = tuple(shape)
+                    known = shapes.get(shape_t)
+                    if known is None:
+                        known = shapes[shape_t] = _shape_facts(shape_t)
+                    shape_t, stride_t, numel = known
+                    if numel * itemsizes[dtype] == end - begin:
+                        info = TensorInfo(dtype, shape_t, stride_t, 0,
+                                          Storage(f"{key} @ {begin}", dtype, numel, "cpu",
+                                                  FileSlice(fmap, data_start + begin, end - begin)))
             if info is None:
                 try:
                     info = tensor_from_entry(key, entry, fmap, data_start, data_size)
