@@ -83,3 +83,31 @@ def test_cancel_stops_reading_the_header_between_two_pieces(qtbot, window, tmp_p
     assert tab.checkpoint is None
     assert total > 10 and len(read) <= 2  # stopped at the next piece, not at the end of the header
     assert window.isVisible()
+
+
+def test_cancel_while_arranging_stops_before_the_next_step(qtbot, window, tmp_path, steps, monkeypatch):
+    import ckptview.gui.opening as opening
+
+    grouped, labelled, closed = threading.Event(), [], []
+    go_on = threading.Event()
+    group_tree = opening.group_tree
+
+    def held_grouping(root):
+        top = group_tree(root)
+        grouped.set()
+        go_on.wait(60)  # far from any normal wait: the test sets it as soon as it has cancelled
+        return top
+
+    real_close = opening.Checkpoint.close
+    monkeypatch.setattr(opening, "group_tree", held_grouping)
+    monkeypatch.setattr("ckptview.core.analyze.optimizer.label_state_rows", lambda *a: labelled.append(a))
+    monkeypatch.setattr(opening.Checkpoint, "close", lambda self: (closed.append(self), real_close(self)))
+    window.settings.set_header_ask_bytes(None)
+    (tab,) = window.open_paths([_wide(str(tmp_path / "wide.safetensors"), 200)])
+    qtbot.waitUntil(grouped.is_set, timeout=10_000)
+    tab.cancel()
+    go_on.set()
+    assert wait_for_workers(30_000)
+    qtbot.wait(10)
+    assert tab.state == "error" and "cancelled" in tab.error_text
+    assert not labelled and len(closed) == 1  # the next step never ran; the file was let go

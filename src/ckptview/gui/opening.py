@@ -43,15 +43,22 @@ class LargeHeader(Exception):
         self.size = size
 
 
-def prepare(checkpoint: Checkpoint) -> Opened:
-    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread)."""
+def prepare(checkpoint: Checkpoint, token: CancelToken | None = None) -> Opened:
+    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread).
+
+    `token` is checked between the steps (each takes seconds at a million tensors).
+    """
     from ckptview.core.analyze.optimizer import label_state_rows
 
+    check = token.check if token is not None else lambda: None
     top = group_tree(checkpoint.root)
+    check()
     label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
+    check()
     flat = list(top.walk())
     leaves = sum(1 for r in flat if not r.children and r is not top)
     tensors = checkpoint.tensors()
+    check()
     sharded = any("shards" in e.info.extra for e in tensors)
     devices = frozenset(e.info.device for e in tensors)
     return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
@@ -92,7 +99,11 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
             raise
         if progress is not None:
             progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
-        opened = prepare(checkpoint)
+        try:
+            opened = prepare(checkpoint, token)
+        except Cancelled:
+            checkpoint.close()
+            raise
     opened.signature = before
     # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI
     # thread's next collection (gc_guard) walk them all before the page is built (2 s at 900,000 tensors).
