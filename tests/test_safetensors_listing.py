@@ -53,10 +53,11 @@ def _files() -> dict[str, dict]:
             "unknown_dtype": {**_entries(), "z": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}}
 
 
-@pytest.mark.parametrize("piece_bytes", [8, 100, 1 << 40])
+@pytest.mark.parametrize(("piece_bytes", "sort_run"), [(8, 2), (100, 3), (1 << 40, 1 << 15)])
 @pytest.mark.parametrize("name", list(_files()))
-def test_info_json_is_what_it_was_before_pieces(tmp_path, monkeypatch, name, piece_bytes):
+def test_info_json_is_what_it_was_before_pieces(tmp_path, monkeypatch, name, piece_bytes, sort_run):
     monkeypatch.setattr(safetensors_file, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(safetensors_file, "SORT_RUN", sort_run)  # ranges out of order: sorted in runs, merged
     path = str(tmp_path / f"{name}.safetensors")
     raw = json.dumps(_files()[name]).encode()
     with open(path, "wb") as fh:

@@ -39,7 +39,10 @@ def steps(monkeypatch) -> list[tuple[Progress, str, int, int]]:
     return seen
 
 
-def test_open_anyway_shows_the_header_read_piece_by_piece(qtbot, window, tmp_path, steps):
+def test_open_anyway_shows_the_header_read_piece_by_piece(qtbot, window, tmp_path, steps, monkeypatch):
+    import ckptview.gui.opening as opening
+
+    monkeypatch.setattr(opening, "PROGRESS_INTERVAL", 0.0)  # every piece's step reaches the tab
     window.settings.set_header_ask_bytes(2000)
     (tab,) = window.open_paths([_wide(str(tmp_path / "wide.safetensors"), 200)])
     wait_settled(qtbot, tab)
@@ -54,6 +57,19 @@ def test_open_anyway_shows_the_header_read_piece_by_piece(qtbot, window, tmp_pat
     values = [value for *_rest, value in reading]
     assert values == sorted(values) and values[-1] == 1000
     assert any(s.total == 0 and "arranging" in text for s, text, _m, _v in steps)  # then the tree is built
+
+
+def test_progress_reaches_the_gui_thread_at_a_bounded_rate(qtbot, window, tmp_path, steps, monkeypatch):
+    """One queued step per piece kept the GUI thread waiting for the interpreter lock: steps are spaced."""
+    import ckptview.gui.opening as opening
+
+    monkeypatch.setattr(opening, "PROGRESS_INTERVAL", 1e9)  # nothing but the first and the last step
+    window.settings.set_header_ask_bytes(None)
+    (tab,) = window.open_paths([_wide(str(tmp_path / "wide.safetensors"), 200)])
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready", tab.error_text
+    reading = [s for s, *_rest in steps if s.total > 0]
+    assert 1 <= len(reading) <= 2 and reading[-1].done == reading[-1].total
 
 
 def test_cancel_stops_reading_the_header_between_two_pieces(qtbot, window, tmp_path, steps, monkeypatch):

@@ -6,6 +6,7 @@ the filter index and the summary figures.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,9 @@ class Opened:
     devices: frozenset[str] = frozenset({"cpu"})  # where the tensors were saved
     flat: list[Row] | None = None  # every row, for the filter index
     signature: Signature | None = None  # the file as it was when opened
+
+
+PROGRESS_INTERVAL = 0.1  # seconds between two progress steps handed to the GUI thread
 
 
 class LargeHeader(Exception):
@@ -80,10 +84,16 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
         if size is not None and size > header_limit:
             raise LargeHeader(size)
 
+    shown = [0.0]  # when a step was last handed on
+
     def report(step: Progress) -> None:
         if token is not None:
             token.check()
-        if progress is not None:
+        # At most ten steps a second: each is a queued call into Python on the GUI thread, and one per
+        # piece (every few ms) kept that thread busy waiting for the interpreter lock (1.6 s, no timer ran).
+        now = time.monotonic()
+        if progress is not None and (now - shown[0] >= PROGRESS_INTERVAL or step.done >= step.total):
+            shown[0] = now
             progress(step)
 
     before = signature(path)  # taken first: a change during the open still shows as a change later

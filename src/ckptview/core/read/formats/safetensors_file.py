@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import struct
 import threading
 from collections.abc import Callable, Generator, Iterator
@@ -28,6 +29,7 @@ NAME = "safetensors"
 PRIORITY = 90
 MAX_TENSORS = 1_000_000  # the largest real models hold ~100k; a header listing millions is an attack
 MAX_LISTED = 20  # warnings of one kind listed one by one before they are counted
+SORT_RUN = 1 << 15  # ranges sorted in one call when the header lists them out of offset order
 _ST_DTYPES = dtypes.SAFETENSORS_DTYPES
 _ITEMSIZES = {name: dtypes.itemsize(name) for name in _ST_DTYPES.values()}
 
@@ -265,13 +267,28 @@ def _shape_facts(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ..
 
 
 def _overlaps(children: list[Node], data_start: int) -> tuple[list[tuple[PathKey, PathKey]], int]:
-    """(first MAX_LISTED overlapping neighbour pairs, their count) of the sound tensors, in offset order."""
+    """(first MAX_LISTED overlapping neighbour pairs, their count) of the sound tensors, in offset order.
+
+    Sorted in runs of SORT_RUN and merged: one sort of a million ranges in random order holds the
+    interpreter lock for a second (a window's GUI thread would stop); a run takes a few milliseconds.
+    """
     ranges = []
     for node in children:
         info = node.tensor
         if info is not None and not info.broken and isinstance(info.storage.source, FileSlice):  # type: ignore[union-attr]
             src = info.storage.source  # type: ignore[union-attr]
             ranges.append((src.offset - data_start, src.offset - data_start + src.length, node.key))
-    ranges.sort()
-    pairs = [(k1, k2) for (_b1, e1, k1), (b2, _e2, k2) in zip(ranges, ranges[1:], strict=False) if b2 < e1]
-    return pairs[:MAX_LISTED], len(pairs)
+    runs = [sorted(ranges[i:i + SORT_RUN]) for i in range(0, len(ranges), SORT_RUN)]
+    del ranges
+    pairs: list[tuple[PathKey, PathKey]] = []
+    count, last_end = 0, -1
+    last_key: PathKey = ""
+    for begin, end, key in heapq.merge(*runs):
+        if begin < last_end:
+            count += 1
+            if len(pairs) < MAX_LISTED:
+                pairs.append((last_key, key))
+        last_end, last_key = end, key
+    while runs:  # freed run by run: a million tuples freed at once hold the lock for a tenth of a second
+        runs.pop()
+    return pairs, count
