@@ -151,7 +151,7 @@ class CheckpointTab(QWidget):
             self.loading_label.setText(f"Opening {name}: {html.escape(step.message)}…")
 
     def cancel(self) -> None:
-        """Stop waiting for the file (the reader finishes in the background and is discarded)."""
+        """Stop waiting for the file (the open stops at its next header piece or step; a result is discarded)."""
         if self.state == "loading":
             self._abandon()
             self._show_error("Opening was cancelled.")
