@@ -47,3 +47,30 @@ def test_sound_entries_take_few_steps_and_match_the_checks(entry, tmp_path):
     fast = _describe(lambda: tensor_from_entry("w", entry, fmap, 8, 92))
     full = _describe(lambda: tensor_from_entry("w", _Entry(entry), fmap, 8, 92))
     assert fast == full
+
+
+@pytest.mark.parametrize("piece_bytes", [8, 1 << 30])
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_reader_loop_gives_what_the_full_checks_give(entry, piece_bytes, tmp_path, monkeypatch):
+    """The reader converts sound entries itself (in pieces or whole): the same TensorInfo, or the same error."""
+    import json
+    import struct
+
+    from ckptview.core import open_checkpoint
+    from ckptview.core.read.formats import safetensors_file
+
+    monkeypatch.setattr(safetensors_file, "PIECE_BYTES", piece_bytes)
+    header = json.dumps({"first": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}, "w": entry}).encode()
+    header += b" " * (-len(header) % 8)
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(92))
+    data_start = 8 + len(header)
+    fmap = FileMap(str(path))
+    full = _describe(lambda: tensor_from_entry("w", _Entry(entry), fmap, data_start, 92))
+
+    def opened():
+        ckpt = open_checkpoint(path)
+        ckpt.close()
+        return ckpt.tensor("w")
+
+    assert _describe(opened) == full

@@ -6,11 +6,17 @@ the filter index and the summary figures.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ckptview.core.analyze.grouping import Row, group_tree
 from ckptview.core.analyze.summary import SizeFacts, size_facts
+from ckptview.core.errors import Cancelled, CheckpointError
+from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint
+from ckptview.core.perf import paused_gc
+from ckptview.core.read.formats import safetensors_file
 from ckptview.gui.file_checks import Signature, safetensors_header_size, signature
 from ckptview.gui.gc_guard import keep_out_of_collections
 
@@ -30,6 +36,9 @@ class Opened:
     signature: Signature | None = None  # the file as it was when opened
 
 
+PROGRESS_INTERVAL = 0.1  # seconds between two progress steps handed to the GUI thread
+
+
 class LargeHeader(Exception):
     """The file's header is larger than the window opens without asking (not an error: a question)."""
 
@@ -38,25 +47,35 @@ class LargeHeader(Exception):
         self.size = size
 
 
-def prepare(checkpoint: Checkpoint) -> Opened:
-    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread)."""
+def prepare(checkpoint: Checkpoint, token: CancelToken | None = None) -> Opened:
+    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread).
+
+    `token` is checked between the steps (each takes seconds at a million tensors).
+    """
     from ckptview.core.analyze.optimizer import label_state_rows
 
+    check = token.check if token is not None else lambda: None
     top = group_tree(checkpoint.root)
+    check()
     label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
+    check()
     flat = list(top.walk())
     leaves = sum(1 for r in flat if not r.children and r is not top)
     tensors = checkpoint.tensors()
+    check()
     sharded = any("shards" in e.info.extra for e in tensors)
     devices = frozenset(e.info.device for e in tensors)
     return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
                   devices=devices)
 
 
-def open_and_prepare(path: str, header_limit: int | None = None) -> Opened:
+def open_and_prepare(path: str, header_limit: int | None = None, token: CancelToken | None = None,
+                     progress: Callable[[Progress], None] | None = None) -> Opened:
     """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
 
-    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes.
+    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes. A
+    safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
+    read between two pieces (Cancelled).
     """
     from ckptview.core import open_checkpoint
 
@@ -64,8 +83,37 @@ def open_and_prepare(path: str, header_limit: int | None = None) -> Opened:
         size = safetensors_header_size(path)
         if size is not None and size > header_limit:
             raise LargeHeader(size)
+
+    shown = [0.0]  # when a step was last handed on
+
+    def report(step: Progress) -> None:
+        if token is not None:
+            token.check()
+        # At most ten steps a second: each is a queued call into Python on the GUI thread, and one per
+        # piece (every few ms) kept that thread busy waiting for the interpreter lock (1.6 s, no timer ran).
+        now = time.monotonic()
+        if progress is not None and (now - shown[0] >= PROGRESS_INTERVAL or step.done >= step.total):
+            shown[0] = now
+            progress(step)
+
     before = signature(path)  # taken first: a change during the open still shows as a change later
-    opened = prepare(open_checkpoint(path))
+    # The GUI thread's collector waits while this builds millions of objects (gc_guard: a pass over a
+    # growing tree, on the GUI thread, was the window's longest pause on a 900,000-tensor header).
+    with paused_gc():
+        try:
+            with safetensors_file.reporting(report):
+                checkpoint = open_checkpoint(path)
+        except CheckpointError:
+            if token is not None and token.cancelled:  # the reader turns every exception into one line
+                raise Cancelled("cancelled") from None
+            raise
+        if progress is not None:
+            progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
+        try:
+            opened = prepare(checkpoint, token)
+        except Cancelled:
+            checkpoint.close()
+            raise
     opened.signature = before
     # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI
     # thread's next collection (gc_guard) walk them all before the page is built (2 s at 900,000 tensors).

@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
-import json
+import heapq
 import struct
+import threading
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.model import Checkpoint, Node, OpenFiles, Storage, TensorInfo
+from ckptview.core.jobs import Progress, drain
+from ckptview.core.model import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
-from ckptview.core.read.files import open_regular
+from ckptview.core.read.formats.safetensors_header import (
+    MAX_HEADER,  # noqa: F401 - part of this reader's limits
+    PIECE_BYTES,
+    NotInPieces,
+    header_pieces,
+    parse_whole,
+    read_header_bytes,
+)
 from ckptview.core.read.sources import FileMap, FileSlice
 from ckptview.core.read.torch_globals import check_view
 
 NAME = "safetensors"
 PRIORITY = 90
-MAX_HEADER = 100 << 20  # the safetensors library refuses headers over 100 MB too
 MAX_TENSORS = 1_000_000  # the largest real models hold ~100k; a header listing millions is an attack
 MAX_LISTED = 20  # warnings of one kind listed one by one before they are counted
+SORT_RUN = 1 << 15  # ranges sorted in one call when the header lists them out of offset order
 _ST_DTYPES = dtypes.SAFETENSORS_DTYPES
 _ITEMSIZES = {name: dtypes.itemsize(name) for name in _ST_DTYPES.values()}
 
@@ -33,27 +44,8 @@ def sniff(path: str, head: bytes) -> bool:
 
 def read_header(path: str) -> tuple[dict[str, Any], int, int]:
     """(parsed JSON header, offset of the data region, file size); validates sizes before reading."""
-    size = cfiles.getsize(path)
-    with open_regular(path) as fh:  # never blocks on a FIFO
-        raw_len = fh.read(8)
-        if len(raw_len) < 8:
-            raise CheckpointFormatError("truncated safetensors: header length missing")
-        (length,) = struct.unpack("<Q", raw_len)
-        if length > MAX_HEADER:
-            raise CheckpointFormatError(f"safetensors header length {length} exceeds the {MAX_HEADER}-byte limit")
-        if 8 + length > size:
-            raise CheckpointFormatError(
-                f"truncated safetensors: header declares {length} bytes, file has {size - 8} after the length")
-        raw = fh.read(length)
-    try:
-        text = raw.decode("utf-8")
-        del raw  # a 100 MB header: the bytes go before the parsed objects arrive
-        header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise CheckpointFormatError(f"safetensors header is not valid JSON ({str(exc)[:80]})") from None
-    if not isinstance(header, dict):
-        raise CheckpointFormatError("safetensors header is not a JSON object")
-    return header, 8 + length, size
+    raw, data_start, size = read_header_bytes(path)
+    return parse_whole(raw), data_start, size
 
 
 def tensor_from_entry(key: str, entry: Any, fmap: FileMap, data_start: int, data_size: int) -> TensorInfo:
@@ -119,22 +111,135 @@ def _contiguous_strides(shape: tuple[int, ...]) -> list[int]:
     return list(reversed(strides))
 
 
+class _Restart(Exception):
+    """Reading piece by piece met something only the whole header decides (a repeated name, an error)."""
+
+
+_reporting = threading.local()
+
+
+@contextmanager
+def reporting(on_progress: Callable[[Progress], None]) -> Iterator[None]:
+    """Hand `on_progress` each Progress of a safetensors open in this thread; it may raise to stop it."""
+    before = getattr(_reporting, "callback", None)
+    _reporting.callback = on_progress
+    try:
+        yield
+    finally:
+        _reporting.callback = before
+
+
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a safetensors file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    header, data_start, size = read_header(path)
+    return drain(iter_open(path), getattr(_reporting, "callback", None))
+
+
+def iter_open(path: str) -> Generator[Progress, None, Checkpoint]:
+    """`open`, yielding Progress (header bytes read) between pieces of the header."""
+    raw, data_start, size = read_header_bytes(path)
     fmap = FileMap(path)
+    try:
+        if len(raw) > PIECE_BYTES:
+            try:
+                return (yield from _build(path, raw, fmap, data_start, size, header_pieces(raw, PIECE_BYTES), True))
+            except (NotInPieces, _Restart):
+                pass  # malformed or ambiguous piece by piece: the whole header decides
+        pieces = [(parse_whole(raw), len(raw))]
+        return (yield from _build(path, raw, fmap, data_start, size, iter(pieces), False))
+    except BaseException:
+        fmap.close()
+        raise
+
+
+def _build(path: str, raw: bytes, fmap: FileMap, data_start: int, size: int,
+           pieces: Iterator[tuple[dict[str, Any], int]], in_pieces: bool) -> Generator[Progress, None, Checkpoint]:
+    """The Checkpoint from the header's members, converted one piece at a time (each piece freed after).
+
+    Sound entries (a known dtype, a contiguous shape that exactly fills its byte range inside the data
+    region) take a few steps; every other entry gets `tensor_from_entry`'s full checks.
+    """
+    data_size = size - data_start
     root = Node(key="", kind="dict", type_name="safetensors")
-    metadata = header.pop("__metadata__", None)
-    if len(header) > MAX_TENSORS:
-        raise CheckpointFormatError(
-            f"safetensors header lists {len(header)} tensors; refusing more than {MAX_TENSORS}")
-    ranges = []
-    for key in list(header):  # each parsed entry is dropped once used: the peak holds one copy, not two
-        entry = header.pop(key)
-        info = tensor_from_entry(key, entry, fmap, data_start, size - data_start)
-        root.add(Node(key=key, kind="tensor", type_name="Tensor", tensor=info))
-        if not info.broken:
-            ranges.append((entry["data_offsets"][0], entry["data_offsets"][1], key))
+    children: list[Node] = []
+    broken: list[Node] = []
+    metadata: Any = None
+    seen: set[str] = set()
+    count = 0  # members read, __metadata__ included (a repeated name shows as len(seen) < count)
+    shapes: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...], int]] = {}
+    st_dtypes, itemsizes = _ST_DTYPES, _ITEMSIZES
+    # Overlaps are checked between neighbours in offset order; entries usually come in that order, so
+    # they are checked on the way and sorted afterwards only if not.
+    in_order, last_begin, last_end, last_key = True, -1, -1, ""
+    overlaps: list[tuple[PathKey, PathKey]] = []
+    overlap_count = 0
+    total = len(raw)
+    for piece, done in pieces:
+        if in_pieces:
+            count += len(piece)
+            seen.update(piece)
+            if len(seen) != count:  # a name repeated from an earlier piece: JSON keeps the last value
+                raise _Restart()
+            if count - ("__metadata__" in seen) > MAX_TENSORS:  # the whole header says how many
+                raise _Restart()
+        if "__metadata__" in piece:
+            metadata = piece.pop("__metadata__")
+        if not in_pieces and len(piece) > MAX_TENSORS:
+            raise CheckpointFormatError(
+                f"safetensors header lists {len(piece)} tensors; refusing more than {MAX_TENSORS}")
+        for key, entry in piece.items():
+            info = None
+            try:  # anything missing, unhashable or of the wrong arity leaves the entry to the full checks
+                dtype = st_dtypes[entry["dtype"]]
+                shape = entry["shape"]
+                begin, end = entry["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                dtype = None
+            if dtype is not None and type(shape) is list and len(shape) <= 64 and type(begin) is int \
+                    and type(end) is int and 0 <= begin <= end <= data_size:
+                for dim in shape:
+                    if type(dim) is not int or dim <= 0:
+                        break
+                else:
+                    shape_t = tuple(shape)
+                    known = shapes.get(shape_t)
+                    if known is None:
+                        known = shapes[shape_t] = _shape_facts(shape_t)
+                    shape_t, stride_t, numel = known
+                    if numel * itemsizes[dtype] == end - begin:
+                        info = TensorInfo(dtype, shape_t, stride_t, 0,
+                                          Storage(f"{key} @ {begin}", dtype, numel, "cpu",
+                                                  FileSlice(fmap, data_start + begin, end - begin)))
+            if info is None:
+                try:
+                    info = tensor_from_entry(key, entry, fmap, data_start, data_size)
+                except CheckpointFormatError:
+                    if in_pieces:  # the same name may come again later with a sound entry
+                        raise _Restart() from None
+                    raise
+                if info.broken:
+                    node = Node(key, "tensor", "Tensor", (), info, None, root)
+                    children.append(node)
+                    broken.append(node)
+                    continue
+                begin, end = entry["data_offsets"]
+            children.append(Node(key, "tensor", "Tensor", (), info, None, root))
+            if in_order:
+                if begin > last_begin or (begin == last_begin and (end > last_end or (
+                        end == last_end and key >= last_key))):
+                    if begin < last_end:
+                        overlap_count += 1
+                        if len(overlaps) < MAX_LISTED:
+                            overlaps.append((last_key, key))
+                    last_begin, last_end, last_key = begin, end, key
+                else:
+                    in_order = False
+        del piece
+        yield Progress(done, total, "reading the header")
+    del seen, shapes
+    if not in_order:
+        overlaps, overlap_count = _overlaps(children, data_start)
+    if children:
+        root.children = children
     ckpt = Checkpoint(path=path, format=NAME, file_size=size, root=root, files=OpenFiles([fmap]),
                       metadata={"header_bytes": data_start - 8})
     if isinstance(metadata, dict):
@@ -143,13 +248,47 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             meta_node.add(Node(key=str(k), kind="value", type_name=type(v).__name__, value=v))
     elif metadata is not None:
         ckpt.warnings.append("safetensors __metadata__ is not an object; ignored")
-    ranges.sort()
-    overlaps = [(k1, k2) for (_b1, e1, k1), (b2, _e2, k2) in zip(ranges, ranges[1:], strict=False) if b2 < e1]
     for k1, k2 in overlaps[:MAX_LISTED]:
         ckpt.warnings.append(f"tensors '{k1}' and '{k2}' overlap in the file")
-    if len(overlaps) > MAX_LISTED:
-        ckpt.warnings.append(f"... and {len(overlaps) - MAX_LISTED} more overlapping pairs")
-    for entry in ckpt.tensors():
-        if entry.info.broken:
-            ckpt.warnings.append(f"tensor '{entry.name}' is broken: {entry.info.broken}")
+    if overlap_count > MAX_LISTED:
+        ckpt.warnings.append(f"... and {overlap_count - MAX_LISTED} more overlapping pairs")
+    for node in broken:
+        ckpt.warnings.append(f"tensor '{node.key}' is broken: {node.tensor.broken}")  # type: ignore[union-attr]
     return ckpt
+
+
+def _shape_facts(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(shape, contiguous strides, element count) of a shape of positive sizes, shared by every tensor of it."""
+    strides, numel = [], 1
+    for size in reversed(shape):
+        strides.append(numel)
+        numel *= size
+    return shape, tuple(reversed(strides)), numel
+
+
+def _overlaps(children: list[Node], data_start: int) -> tuple[list[tuple[PathKey, PathKey]], int]:
+    """(first MAX_LISTED overlapping neighbour pairs, their count) of the sound tensors, in offset order.
+
+    Sorted in runs of SORT_RUN and merged: one sort of a million ranges in random order holds the
+    interpreter lock for a second (a window's GUI thread would stop); a run takes a few milliseconds.
+    """
+    ranges = []
+    for node in children:
+        info = node.tensor
+        if info is not None and not info.broken and isinstance(info.storage.source, FileSlice):  # type: ignore[union-attr]
+            src = info.storage.source  # type: ignore[union-attr]
+            ranges.append((src.offset - data_start, src.offset - data_start + src.length, node.key))
+    runs = [sorted(ranges[i:i + SORT_RUN]) for i in range(0, len(ranges), SORT_RUN)]
+    del ranges
+    pairs: list[tuple[PathKey, PathKey]] = []
+    count, last_end = 0, -1
+    last_key: PathKey = ""
+    for begin, end, key in heapq.merge(*runs):
+        if begin < last_end:
+            count += 1
+            if len(pairs) < MAX_LISTED:
+                pairs.append((last_key, key))
+        last_end, last_key = end, key
+    while runs:  # freed run by run: a million tuples freed at once hold the lock for a tenth of a second
+        runs.pop()
+    return pairs, count
