@@ -316,13 +316,23 @@ class Checkpoint:
 
     def value_entries(self) -> Iterator[tuple[str, tuple[PathKey, ...], Node]]:
         """(name, path, node) of every non-tensor leaf, in file order, paths built during one walk."""
-        stack: list[tuple[Node, tuple[PathKey, ...]]] = [(self.root, ())]
+        root = self.root
+        if root.kind == "value":  # the whole file is one value: torch.save(5)
+            yield "", (), root
+            return
+        # As tensors(): (children left, path, name prefix) per open container; tensor leaves cost a check.
+        stack: list[tuple[Iterator[Node], tuple[PathKey, ...], str]] = [(iter(root.children), (), "")]
         while stack:
-            node, path = stack.pop()
-            if node.kind == "value":
-                yield join_path(path), path, node
-            elif node.children:
-                stack.extend((c, (*path, c.key)) for c in reversed(node.children))
+            children, path, prefix = stack[-1]
+            for child in children:
+                if child.kind == "value":
+                    yield prefix + str(child.key), (*path, child.key), child
+                elif child.children:
+                    key = child.key
+                    stack.append((iter(child.children), (*path, key), f"{prefix}{key}."))
+                    break
+            else:
+                stack.pop()
 
     def values(self) -> list[Node]:
         """Every non-tensor leaf (numbers, strings, None, bools, stubs without state)."""
@@ -344,6 +354,10 @@ class Checkpoint:
             first: dict[int, str] = {}  # id(storage) -> the first tensor over it
             groups: dict[int, list[str]] = {}  # only storages with two tensors or more get a list
             with paused_gc():
+                ids = [id(e.info.storage) for e in self.tensors() if e.info.storage is not None]
+                if len(set(ids)) == len(ids):  # every storage has one tensor (safetensors always): none shared
+                    self._sharing = {}
+                    return self._sharing
                 for entry in self.tensors():
                     storage = entry.info.storage
                     if storage is not None:
