@@ -141,8 +141,9 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
             known = shapes[id(shape)] = (shape, "[" + ", ".join(map(str, shape)) + "]" if plain else None,
                                          math.prod(shape) if plain else 0)
         name, path = entry.name, entry.path
+        name_text = quote(name)
         if len(path) == 1 and path[0] is name:  # a flat state dict: the path is the name
-            path_text: str | None = "[" + quote(name) + "]"
+            path_text: str | None = "[" + name_text + "]"
         else:
             path_text = _path_text(path, quote)
         if (storage is None or info.broken or info.layout != "strided" or known[1] is None
@@ -157,7 +158,7 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
             middle = middles[key] = (f'"shape": {known[1]}, "dtype": {quote(dtype)}, "nbytes": {nbytes}, '
                                      f'"device": {quote(storage.device)}, "shares_storage_with": ')
         others = sharing.get(name)
-        yield (f'{{"name": {quote(name)}, "path": {path_text}, {middle}'
+        yield (f'{{"name": {name_text}, "path": {path_text}, {middle}'
                + ("[" + ", ".join(map(quote, others)) + "]}" if others else "[]}"))
 
 

@@ -354,11 +354,12 @@ class Checkpoint:
             first: dict[int, str] = {}  # id(storage) -> the first tensor over it
             groups: dict[int, list[str]] = {}  # only storages with two tensors or more get a list
             with paused_gc():
-                ids = [id(e.info.storage) for e in self.tensors() if e.info.storage is not None]
-                if len(set(ids)) == len(ids):  # every storage has one tensor (safetensors always): none shared
+                entries = self.tensors()
+                if len({id(e.info.storage) for e in entries}) == len(entries):
+                    # Every tensor over a storage of its own (safetensors always; at most one without one).
                     self._sharing = {}
                     return self._sharing
-                for entry in self.tensors():
+                for entry in entries:
                     storage = entry.info.storage
                     if storage is not None:
                         key = id(storage)
