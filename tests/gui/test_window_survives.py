@@ -400,3 +400,45 @@ def test_closing_a_tab_frees_its_tree_and_keeps_the_other_tabs_frozen(qtbot, win
     qtbot.waitUntil(deleted, timeout=5000)  # the closed tab's tree is freed...
     assert gc.get_freeze_count() > 0 and gc.is_tracked(kept)  # ...and the other tab's is frozen again
     assert tab_b.state == "ready" and tab_b.model.rowCount() > 0
+
+
+def test_a_closed_tab_is_released_a_slice_per_turn_and_collected_once(qtbot, window, tmp_path, monkeypatch) -> None:
+    """Closing a big tab cuts its trees a slice at a time (the window keeps turning), then one collection:
+    a collector pass over a 900,000-tensor tree stopped the window for seconds."""
+    import weakref
+
+    import torch
+    from guihelpers import make_state_dict
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    from ckptview.gui import gc_guard
+
+    big = tmp_path / "big.pt"
+    torch.save({f"layers.{i}.block.{i % 7}.weight": torch.zeros(2) for i in range(3000)}, big)
+    other = make_state_dict(str(tmp_path / "other.pth"))
+    tab, kept_tab = window.open_paths([str(big), other])
+    for t in (tab, kept_tab):
+        wait_settled(qtbot, t)
+    qtbot.waitUntil(lambda: not any(t.build_pending for t in window.checkpoint_tabs()), timeout=10_000)
+    window.tabs.setCurrentWidget(tab)
+    tab.filter_edit.setText("block")  # builds the filter's list of rows, which is released too
+    qtbot.waitUntil(lambda: window.current_tab().model.flat_rows_if_built() is not None, timeout=10_000)
+    monkeypatch.setattr(gc_guard, "RELEASE_SLICE", 500)
+    slices, collections = [], []
+    real_release, real_collect = gc_guard._release_then_collect, gc_guard._collect_and_refreeze
+    monkeypatch.setattr(gc_guard, "_release_then_collect", lambda stack: (slices.append(len(stack)),
+                                                                           real_release(stack)))
+    monkeypatch.setattr(gc_guard, "_collect_and_refreeze", lambda: (collections.append(1), real_collect()))
+    gone = weakref.ref(tab.checkpoint.tensors()[-1].info)
+    window.close_tab(window.tabs.indexOf(tab))
+    del tab
+
+    def done() -> bool:
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        return bool(collections) and gone() is None
+
+    qtbot.waitUntil(done, timeout=20_000)
+    assert len(slices) > 10  # many turns of the event loop, a slice each
+    assert collections == [1]
+    assert kept_tab.state == "ready" and kept_tab.model.rowCount() > 0
+    assert kept_tab.checkpoint.tensors() and kept_tab.checkpoint.root.children

@@ -383,11 +383,12 @@ class CheckpointTab(QWidget):
             return
         self._place = self._save_place() if self.state == "ready" else self._place
         self._release()
+        trees = self.trees()
         self.checkpoint = self.top = self.model = self.context = None
         self.panel_widgets, self._pending_panels, self._filter_worker = [], {}, None
         old_page = self.stack.currentWidget()
         if old_page is not None:  # the old tree was frozen out of the collector: free it with its page
-            collect_when_deleted(old_page)
+            collect_when_deleted(old_page, trees)
         self._reset_to_loading()
         self.start()
 
@@ -769,6 +770,12 @@ class CheckpointTab(QWidget):
         """Collapse every row."""
         if self.state == "ready":
             self.tree.collapseAll()
+
+    def trees(self) -> list[Any]:
+        """What holds this tab's trees (the checkpoint, the display rows, the filter's list of them), to
+        release when the tab goes (`gc_guard.collect_when_deleted`)."""
+        flat = self.model.flat_rows_if_built() if self.model is not None else None
+        return [t for t in (self.checkpoint, self.top, flat) if t is not None]
 
     def close_checkpoint(self) -> None:
         """Release the file and stop pending work (the tab is closing)."""

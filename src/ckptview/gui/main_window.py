@@ -407,7 +407,8 @@ class MainWindow(QMainWindow):
             return
         if isinstance(widget, CheckpointTab):
             widget.close_checkpoint()
-            collect_when_deleted(widget)  # its tree was frozen out of the collector: free it, not the others
+            # Its trees were frozen out of the collector: free them, not the others.
+            collect_when_deleted(widget, widget.trees())
         self.tabs.removeTab(index)
         widget.deleteLater()
         self._update_busy()

@@ -250,6 +250,10 @@ class CheckpointTreeModel(QAbstractItemModel):
         else:
             self.show_rows(*visible_rows(self.top, query, self.flat_rows()))
 
+    def flat_rows_if_built(self) -> list[Row] | None:
+        """The filter's list of every row, if it exists (nothing is built)."""
+        return self._flat
+
     def flat_rows(self) -> list[Row]:
         """Every row, depth first (the filter's index; built by the opening worker when possible)."""
         if self._flat is None:

@@ -120,7 +120,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
             usize, csize, offset = _zip64_extra(directory[pos : pos + extra_len], usize, csize, offset)
         pos += extra_len + comment_len
         name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", "replace")
-        append(make(ZipEntry, (name, offset + concat, method, csize, usize, crc)))
+        append(make(ZipEntry, (name, offset + concat if concat else offset, method, csize, usize, crc)))
     if pos != end or len(entries) != n_total and n_total != 0xFFFF:
         raise CheckpointFormatError(
             f"corrupt zip: central directory holds {len(entries)} entries, the end record says {n_total}")
