@@ -87,3 +87,27 @@ def test_safetensors_rows(tmp_path) -> None:
         assert streamed(ckpt) == _dumps(info_dict(ckpt)) + "\n"
     finally:
         ckpt.close()
+
+
+def test_the_console_listing_ends_at_once_with_every_byte_written(tmp_path) -> None:
+    """`python -m ckptview info` ends the process right after the listing (nothing freed one by one):
+    a listing far larger than a pipe's buffer still arrives whole, and errors keep their status."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "many.pt"
+    torch.save({f"blocks.{i}.weight": torch.zeros(2, 2) for i in range(5000)}, path)
+    for args in (["--json"], []):
+        proc = subprocess.run([sys.executable, "-m", "ckptview", "info", str(path), *args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        if args:
+            data = json.loads(proc.stdout)
+            assert len(data["tensors"]) == 5000 and data["tensors"][-1]["name"] == "blocks.4999.weight"
+        else:
+            assert proc.stdout.rstrip().endswith("cpu") and "blocks.4999.weight" in proc.stdout
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    proc = subprocess.run([sys.executable, "-m", "ckptview", "info", str(bad)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("ckptview: ") and proc.stderr.count("\n") == 1

@@ -1,3 +1,3 @@
-from ckptview.cli import main
+from ckptview.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -268,15 +268,29 @@ def _list(args: argparse.Namespace) -> int:
             return 0
         data = info_dict(ckpt, stats=args.stats)
     finally:
-        from ckptview.core.read.tree import release_tree
-
         ckpt.close()
-        release_tree(ckpt.root)  # only plain data is used below
+        _let_go(ckpt)
     if args.json:
         write_json(data)
         return 0
     print_table(data)
     return 0
+
+
+# Set by the console script (`cli.entry`), which ends the process right after the listing.
+KEEP_UNTIL_EXIT = False
+
+
+def _let_go(ckpt: Checkpoint) -> None:
+    """Free the checkpoint's tree now, or, when the process ends next, keep it out of the collector."""
+    if KEEP_UNTIL_EXIT:
+        import gc
+
+        gc.freeze()  # no collection walks it again; the exit frees nothing one by one
+        return
+    from ckptview.core.read.tree import release_tree
+
+    release_tree(ckpt.root)  # only plain data is used below: parents unlinked, reference counting frees it
 
 
 def print_table(data: dict[str, Any]) -> None:
