@@ -114,8 +114,8 @@ def _release_then_collect(stack: list[Any]) -> None:
             continue
         budget -= 1
         if isinstance(item, Checkpoint):
-            entries, item._tensors, item._by_name, item._sharing = item._tensors, None, None, None
-            stack.extend(x for x in (item.root, entries) if x is not None)
+            stack.append(item.root)
+            stack.extend(item.drop_caches())
             continue
         children = item.children
         if children:

@@ -39,16 +39,6 @@ def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
     return out
 
 
-def parameter_count(checkpoint: Checkpoint) -> int:
-    """Elements of the distinct tensors outside optimizer state (the moments would count the model twice)."""
-    return size_facts(checkpoint).parameters
-
-
-def bytes_by_dtype(checkpoint: Checkpoint) -> list[tuple[str, int]]:
-    """(dtype, logical bytes) over the distinct tensors, largest first."""
-    return size_facts(checkpoint).bytes_by_dtype
-
-
 def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     """Both facts in one pass over the distinct tensors (O(tensors): computed off the GUI thread)."""
     total = 0
