@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import textwrap
@@ -141,8 +140,8 @@ _RANK_SCRIPT = textwrap.dedent("""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
     warnings.simplefilter("ignore")
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    rank, world, store, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     g = torch.Generator().manual_seed(0)
     full = {"layer.weight": torch.randn(7, 6, generator=g), "layer.bias": torch.randn(5, generator=g),
@@ -168,19 +167,23 @@ def multi_rank_dcp(tmp_path_factory):
     script = base / "rank.py"
     script.write_text(_RANK_SCRIPT)
     world = 2
-    for attempt in range(3):  # the free port found here can be taken before rank 0 binds it: retry
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        out = base / f"ckpt{attempt}"
-        procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(port), str(out)],
+    for attempt in range(3):  # a rank that fails or hangs is retried; the ranks meet through a file, no port
+        store, out = base / f"store{attempt}", base / f"ckpt{attempt}"
+        procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(store), str(out)],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world)]
-        logs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
+        logs = []
+        for p in procs:
+            try:
+                logs.append(p.communicate(timeout=240)[0].decode(errors="replace"))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                logs.append(p.communicate()[0].decode(errors="replace") + "\n(timed out)")
         if not any(p.returncode for p in procs):
             break
     else:
         if "gloo" in "".join(logs).lower() and "unavailable" in "".join(logs).lower():
-            pytest.skip("gloo could not start on 127.0.0.1")
+            pytest.skip("gloo could not start on this machine")
         raise AssertionError("rank processes failed:\n" + "\n".join(log[-2000:] for log in logs))
     return out
 
