@@ -303,7 +303,8 @@ def slow(info, chunk_elems):
         yield chunk
         if i == 20:  # blocks written and one in flight: tell the parent, wait for its signal
             open(marker, "w").close()
-            time.sleep(600)
+            for _ in range(6000):  # short sleeps: a signal taken by another thread (numpy's) still
+                time.sleep(0.1)  # reaches the main thread's handler within 0.1 s
 
 ex.iter_chunks = slow
 sys.exit(cli.main(["export", path, "--out", out]))
