@@ -396,31 +396,22 @@ sys.exit(cli.main(["export", path, "--out", out]))
 @pytest.mark.parametrize("out_name", ["out", "out.npz", "out.safetensors"])
 def test_signal_during_export_removes_part_files(tmp_path, signame, out_name):
     import signal
-    import time
+
+    from tests.export_signals import signal_while_writing
 
     src = tmp_path / "src" / "big.pt"
     src.parent.mkdir()
     torch.save({"a": torch.arange(300_000, dtype=torch.float32), "b": torch.ones(300_000)}, src)
     work = tmp_path / "work"
     work.mkdir()
-    marker = tmp_path / "marker"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_EXPORT, str(src), str(work / out_name), str(marker)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120  # far above normal: only a broken export gets near it
-        while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "export never started writing"
-            time.sleep(0.02)
+    sig = getattr(signal, signame)
+
+    def part_file_open() -> None:
         assert any(name.endswith(".part") for _, _, files in os.walk(work) for name in files)
-        sig = getattr(signal, signame)
-        proc.send_signal(sig)
-        _out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == (130 if signame == "SIGINT" else 128 + sig), err
+
+    returncode, err = signal_while_writing(SLOW_EXPORT, src, work / out_name, tmp_path / "marker", sig,
+                                           part_file_open)
+    assert returncode == (130 if signame == "SIGINT" else 128 + sig), err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     assert signame in lines[0] or "interrupted" in lines[0]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import subprocess
 import sys
 import tracemalloc
 import zipfile
@@ -315,30 +314,20 @@ sys.exit(cli.main(["export", path, "--out", out]))
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("out_name", ["w.npy", "w.safetensors"])
 def test_signal_during_block_writes_removes_part_files(tmp_path, signame, out_name):
-    import time
+    from tests.export_signals import signal_while_writing
 
     src = tmp_path / "src" / "big.pt"
     src.parent.mkdir()
     torch.save({"w": torch.randn(300_000).bfloat16()}, src)
     work = tmp_path / "work"
     work.mkdir()
-    marker = tmp_path / "marker"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_DIRECT, str(src), str(work / out_name), str(marker)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120  # far above normal: only a broken export gets near it
-        while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "export never started writing"
-            time.sleep(0.02)
+    sig = getattr(signal, signame)
+
+    def part_file_open() -> None:
         assert [n for n in os.listdir(work) if n.endswith(".part")]
-        sig = getattr(signal, signame)
-        proc.send_signal(sig)
-        _out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == (130 if signame == "SIGINT" else 128 + sig), err
+
+    returncode, err = signal_while_writing(SLOW_DIRECT, src, work / out_name, tmp_path / "marker", sig,
+                                           part_file_open)
+    assert returncode == (130 if signame == "SIGINT" else 128 + sig), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert os.listdir(work) == []

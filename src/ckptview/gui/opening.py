@@ -15,7 +15,6 @@ from ckptview.core.analyze.summary import SizeFacts, size_facts
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint
-from ckptview.core.perf import paused_gc
 from ckptview.core.read.formats import safetensors_file
 from ckptview.gui.file_checks import Signature, safetensors_header_size, signature
 from ckptview.gui.gc_guard import keep_out_of_collections
@@ -97,23 +96,22 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
             progress(step)
 
     before = signature(path)  # taken first: a change during the open still shows as a change later
-    # The GUI thread's collector waits while this builds millions of objects (gc_guard: a pass over a
-    # growing tree, on the GUI thread, was the window's longest pause on a 900,000-tensor header).
-    with paused_gc():
-        try:
-            with safetensors_file.reporting(report):
-                checkpoint = open_checkpoint(path)
-        except CheckpointError:
-            if token is not None and token.cancelled:  # the reader turns every exception into one line
-                raise Cancelled("cancelled") from None
-            raise
-        if progress is not None:
-            progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
-        try:
-            opened = prepare(checkpoint, token)
-        except Cancelled:
-            checkpoint.close()
-            raise
+    # The caller holds the GUI thread's collector off meanwhile (checkpoint_tab: a pass over a growing tree,
+    # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
+    try:
+        with safetensors_file.reporting(report):
+            checkpoint = open_checkpoint(path)
+    except CheckpointError:
+        if token is not None and token.cancelled:  # the reader turns every exception into one line
+            raise Cancelled("cancelled") from None
+        raise
+    if progress is not None:
+        progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
+    try:
+        opened = prepare(checkpoint, token)
+    except Cancelled:
+        checkpoint.close()
+        raise
     opened.signature = before
     # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI
     # thread's next collection (gc_guard) walk them all before the page is built (2 s at 900,000 tensors).
