@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, Protocol, SupportsIndex
 
 from ckptview.core import dtypes
@@ -49,6 +50,9 @@ class Storage:
                 f"saved on {self.device}{broken}")
 
 
+_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+
+
 class TensorInfo:
     """A tensor as the file describes it: a strided view over a Storage.
 
@@ -57,7 +61,7 @@ class TensorInfo:
     (`dataclass(slots=True, weakref_slot=True)` needs Python 3.11). Equality is identity.
     """
 
-    __slots__ = ("__weakref__", "broken", "dtype", "extra", "is_parameter", "layout", "offset",
+    __slots__ = ("__weakref__", "_extra", "broken", "dtype", "is_parameter", "layout", "offset",
                  "requires_grad", "shape", "storage", "stride")
 
     dtype: str
@@ -68,22 +72,33 @@ class TensorInfo:
     requires_grad: bool
     is_parameter: bool
     layout: str
-    # Anything else the reader learned (quantization scale/zero point, shard layout, rebuild function).
-    extra: dict[str, Any]
     broken: str | None
 
     def __init__(self, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
                  storage: Storage | None, requires_grad: bool = False, is_parameter: bool = False,
-                 layout: str = "strided", extra: dict[str, Any] | None = None, broken: str | None = None) -> None:
+                 layout: str = "strided", extra: Mapping[str, Any] | None = None, broken: str | None = None) -> None:
         self.dtype, self.shape, self.stride, self.offset, self.storage = dtype, shape, stride, offset, storage
         self.requires_grad, self.is_parameter, self.layout = requires_grad, is_parameter, layout
-        self.extra = {} if extra is None else extra
+        # Most tensors have none: no empty dict each (8 MB at 100,000); a given mapping is copied.
+        self._extra: dict[str, Any] | None = dict(extra) if extra else None
         self.broken = broken
+
+    @property
+    def extra(self) -> Mapping[str, Any]:
+        """Anything else the reader learned (quantization scale/zero point, shard layout, rebuild
+        function); read-only: `set_extra` adds to it."""
+        extra = self._extra
+        return _NO_EXTRA if extra is None else MappingProxyType(extra)
+
+    def set_extra(self, key: str, value: Any) -> None:
+        if self._extra is None:
+            self._extra = {}
+        self._extra[key] = value
 
     def __repr__(self) -> str:
         return (f"TensorInfo(dtype={self.dtype!r}, shape={self.shape!r}, stride={self.stride!r}, "
                 f"offset={self.offset!r}, storage={self.storage!r}, requires_grad={self.requires_grad!r}, "
-                f"is_parameter={self.is_parameter!r}, layout={self.layout!r}, extra={self.extra!r}, "
+                f"is_parameter={self.is_parameter!r}, layout={self.layout!r}, extra={dict(self.extra)!r}, "
                 f"broken={self.broken!r})")
 
     @property

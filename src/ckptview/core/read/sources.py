@@ -19,6 +19,7 @@ __all__ = ["FileMap", "FileSlice", "MemorySource", "ZipMember", "changed_on_disk
 
 if TYPE_CHECKING:
     from ckptview.core.model import Checkpoint
+    from ckptview.core.read.zipdir import ZipEntry
 
 MAX_INFLATED_RECORD = 256 << 20
 
@@ -85,20 +86,38 @@ class MemorySource:
 
 
 class ZipMember:
-    """A member of a zip archive: read in place when stored, inflated (bounded) when compressed."""
+    """A member of a zip archive: read in place when stored, inflated (bounded) when compressed.
 
-    __slots__ = ("_data_offset", "compress_size", "compress_type", "file_size", "fmap", "header_offset",
-                 "max_bytes", "name")
+    It keeps the archive's own directory entry (no copy of its fields: a listing makes 100,000)."""
 
-    def __init__(self, fmap: FileMap, name: str, header_offset: int, compress_type: int,
-                 compress_size: int, file_size: int) -> None:
-        self.fmap, self.name = fmap, name
-        self.header_offset, self.compress_type = header_offset, compress_type
-        self.compress_size, self.file_size = compress_size, file_size
+    __slots__ = ("_data_offset", "entry", "fmap", "max_bytes")
+
+    def __init__(self, fmap: FileMap, entry: ZipEntry) -> None:
+        self.fmap, self.entry = fmap, entry
         # Set by the reader to the bytes the storage needs: a member declaring (and inflating to)
         # gigabytes behind a 16-byte storage is a zip bomb, so never inflate past this.
         self.max_bytes: int | None = None
         self._data_offset: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def header_offset(self) -> int:
+        return self.entry.header_offset
+
+    @property
+    def compress_type(self) -> int:
+        return self.entry.compress_type
+
+    @property
+    def compress_size(self) -> int:
+        return self.entry.compress_size
+
+    @property
+    def file_size(self) -> int:
+        return self.entry.file_size
 
     def describe(self) -> str:
         return f"{self.name} in {os.path.basename(self.fmap.path)}"

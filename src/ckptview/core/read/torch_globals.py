@@ -149,7 +149,7 @@ def _rebuild_tensor_v2(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     info = _make_tensor(storage, offset, size, stride)
     info.requires_grad = bool(requires_grad)
     if len(args) > 6 and isinstance(args[6], dict) and args[6]:
-        info.extra["metadata"] = args[6]
+        info.set_extra("metadata", args[6])
     return info
 
 
@@ -174,7 +174,7 @@ def _rebuild_qtensor(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     info.requires_grad = bool(requires_grad)
     if isinstance(qparams, tuple) and qparams:
         scheme = str(qparams[0]).removeprefix("torch.")
-        info.extra["quantization"] = {"scheme": scheme, "params": qparams[1:]}
+        info.set_extra("quantization", {"scheme": scheme, "params": qparams[1:]})
     return info
 
 
@@ -187,7 +187,7 @@ def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInf
     info = TensorInfo(dtype=_dtype_arg(dtype), shape=_int_tuple(size, "size"),
                       stride=_int_tuple(stride, "stride"), offset=0, storage=None,
                       requires_grad=bool(requires_grad))
-    info.extra["device"] = str(device)  # no storage: shape and dtype only (values cannot be read)
+    info.set_extra("device", str(device))  # no storage: shape and dtype only (values cannot be read)
     return info
 
 
@@ -201,7 +201,7 @@ def _rebuild_device_tensor_from_numpy(ref: GlobalRef, args: tuple[Any, ...]) -> 
     if array is None:
         info = TensorInfo(dtype=dtype, shape=(), stride=(), offset=0, storage=None,
                           requires_grad=bool(requires_grad))
-        info.extra["device"] = str(device)
+        info.set_extra("device", str(device))
         info.broken = "saved as a NumPy array this reader could not decode"
         return info
     contiguous = array.copy(order="C")
@@ -232,7 +232,7 @@ def _rebuild_from_type_v2(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
         if new_type.dotted == "torch.nn.parameter.Parameter":
             result.is_parameter = True
         elif new_type.dotted not in ("torch.Tensor", "torch._tensor.Tensor"):
-            result.extra["subclass"] = new_type.dotted
+            result.set_extra("subclass", new_type.dotted)
     return result
 
 

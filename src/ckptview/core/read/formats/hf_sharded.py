@@ -258,6 +258,6 @@ def _stored_bytes(root: Node) -> int:
 
 
 def _add_tensor(root: Node, key: str, info: Any, shard: str) -> None:
-    info.extra["shards"] = [{"file": shard}]
+    info.set_extra("shards", [{"file": shard}])
     root.add(Node(key=key, kind="tensor", type_name="Parameter" if info.is_parameter else "Tensor", tensor=info))
 

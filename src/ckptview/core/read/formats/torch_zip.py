@@ -69,8 +69,7 @@ class ZipArchive:
         info = self.infos.get(self.prefix + name)
         if info is None:
             return None
-        return ZipMember(self.fmap, info.name, info.header_offset, info.compress_type,
-                         info.compress_size, info.file_size)
+        return ZipMember(self.fmap, info)
 
     def read_small(self, name: str, limit: int = MAX_PICKLE_BYTES) -> bytes:
         """A record's bytes, CRC-checked."""
@@ -137,8 +136,7 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
             storage.broken = f"storage '{record}' missing"
             return storage
         nbytes = numel * itemsize(dtype)
-        member = ZipMember(fmap, info.name, info.header_offset, info.compress_type, info.compress_size,
-                           info.file_size)
+        member = ZipMember(fmap, info)
         member.max_bytes = nbytes  # inflate no more than the storage accounts for
         storage.source = member
         if info.file_size < nbytes:
