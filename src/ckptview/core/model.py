@@ -15,6 +15,13 @@ from typing import Any, Literal, Protocol, SupportsIndex
 from ckptview.core import dtypes
 
 PathKey = str | int
+
+
+class ReprKey(str):
+    """A path component written as the repr() of a key that was neither a str nor an int in the file
+    (2.5, ('a', 1)): it reads and prints as that text, but is no module path (no split at its dots)."""
+
+    __slots__ = ()
 NodeKind = Literal["dict", "list", "tuple", "set", "object", "tensor", "value"]
 
 

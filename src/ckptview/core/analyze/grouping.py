@@ -109,7 +109,7 @@ def _group_tree(root: Node) -> Row:
         prefix_name = f"{row.name}." if row.name else ""
         for child in node.children:
             key = child.key
-            if isinstance(key, str) and "." in key:
+            if type(key) is str and "." in key:  # a ReprKey (2.5, a tuple) is one row
                 prefix, _, label = key.rpartition(".")
                 parent = groups.get(prefix) or _group_for(row, prefix, groups)
             else:

@@ -10,7 +10,7 @@ import collections
 from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.model import Node, NodeKind, PathKey, TensorInfo
+from ckptview.core.model import Node, NodeKind, PathKey, ReprKey, TensorInfo
 from ckptview.core.perf import paused_gc
 from ckptview.core.read.pickle_reader import GlobalRef, StubObject
 
@@ -27,12 +27,12 @@ _MODULE_PARTS = ("_parameters", "_buffers", "_modules")
 
 
 def path_key(key: Any) -> PathKey:
-    """The contract's path component: dict keys as str/int, else repr()."""
+    """The contract's path component: dict keys as str/int, else repr() (as a ReprKey)."""
     if isinstance(key, str):
         return key
     if isinstance(key, int) and not isinstance(key, bool):
         return key
-    return short_repr(key, 200)
+    return ReprKey(short_repr(key, 200))
 
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
