@@ -227,14 +227,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="paired runs per row (medians)")
     parser.add_argument("--small", action="store_true", help="small files: checks the script, not the targets")
     parser.add_argument("--only", nargs="*", default=None,
-                        help="rows to run: info floor window diff export heatmap header listing")
+                        help="rows to run: info floor window diff diffmany export heatmap header listing")
     args = parser.parse_args()
     os.makedirs(DATA, exist_ok=True)
-    rows = args.only or ["info", "floor", "window", "diff", "export", "heatmap", "header", "listing"]
+    rows = args.only or ["info", "floor", "window", "diff", "diffmany", "export", "heatmap", "header", "listing"]
     k = 10 if args.small else 1
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; "
           f"medians of {args.repeat} paired runs", flush=True)
-    if "info" in rows or "floor" in rows or "window" in rows:
+    if {"info", "floor", "window", "diffmany"} & set(rows):
         keys = many_keys(100_000 // k)
     if "info" in rows:
         row(f"info --json, {100_000 // k:,} tensors", paired(ckptview("info", keys, "--json"),
@@ -266,6 +266,9 @@ def main() -> None:
         row(f"diff two {os.path.getsize(pa) // 2**20} MB fp32 files",
             paired(ckptview("diff", pa, pb, "--json"), python(DIFF_WITH_TORCH, pa, pb), args.repeat),
             "<= 0.3x torch")
+    if "diffmany" in rows:
+        row(f"diff, {100_000 // k:,} small tensors each side", paired(
+            ckptview("diff", keys, keys, "--json"), python(DIFF_WITH_TORCH, keys, keys), args.repeat), "(not in the table)")
     if "export" in rows:
         src = bf16_matrix(525 // k)
         with tempfile.TemporaryDirectory(dir=DATA) as tmp:

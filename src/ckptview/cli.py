@@ -54,18 +54,19 @@ def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
 
 
 def entry() -> None:
-    """The console script (and `python -m ckptview`): `main`, and for `info` an exit that frees nothing.
+    """The console script (and `python -m ckptview`): `main`, and for `info` and `diff` an exit that frees nothing.
 
     A listing of 900,000 tensors builds millions of objects; freeing them one by one costs a quarter of
-    a second and helps nobody when the process ends next. So `info` keeps them (out of the collector's
-    view) and this flushes the output and ends the process at once. Every other command exits as usual.
+    a second and helps nobody when the process ends next. So `info` and `diff` keep them (out of the
+    collector's view) and this flushes the output and ends the process at once. Every other command
+    exits as usual.
     """
     argv = sys.argv[1:]
-    listing = bool(argv) and argv[0] == "info"
+    listing = bool(argv) and argv[0] in ("info", "diff")
     if listing:
-        from ckptview.commands import info
+        from ckptview import commands
 
-        info.KEEP_UNTIL_EXIT = True
+        commands.KEEP_UNTIL_EXIT = True
     code = main()
     if not listing:
         sys.exit(code)

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import Any
 
+from ckptview.commands import keep_until_exit
 from ckptview.core import dtypes
 from ckptview.core.errors import TensorDataError
 from ckptview.core.model import Checkpoint, Node, TensorEntry
 from ckptview.core.perf import paused_gc
+from ckptview.core.read.files import read_ahead
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.tree import short_repr
 from ckptview.core.text import printable
@@ -123,9 +125,8 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
     """
     sharing = ckpt.sharing()
     stats_for = _stats_function(stats)
-    if stats_for is not None:
-        for entry in ckpt.tensors():
-            yield _dumps(_tensor_item(ckpt, entry, sharing, stats_for))
+    if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
+        yield from read_ahead(_dumps(_tensor_item(ckpt, entry, sharing, stats_for)) for entry in ckpt.tensors())
         return
     quote = encode_basestring_ascii
     # id(shape) -> (the shape, kept alive so the id stays its own; its text or None; numel)
@@ -277,16 +278,9 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-# Set by the console script (`cli.entry`), which ends the process right after the listing.
-KEEP_UNTIL_EXIT = False
-
-
 def _let_go(ckpt: Checkpoint) -> None:
     """Free the checkpoint's tree now, or, when the process ends next, keep it out of the collector."""
-    if KEEP_UNTIL_EXIT:
-        import gc
-
-        gc.freeze()  # no collection walks it again; the exit frees nothing one by one
+    if keep_until_exit(ckpt):
         return
     from ckptview.core.read.tree import release_tree
 

@@ -280,5 +280,6 @@ def _merge_order(side_a: dict[str, Any], side_b: dict[str, Any], extra: bool) ->
     pairs = [AlignedPair(k, None, side_b[k], extra) for k in after.get(None, [])]
     for key, entry in side_a.items():
         pairs.append(AlignedPair(key, entry, side_b.get(key), extra))
-        pairs.extend(AlignedPair(k, None, side_b[k], extra) for k in after.get(key, []))
+        if key in after:
+            pairs.extend(AlignedPair(k, None, side_b[k], extra) for k in after[key])
     return pairs

@@ -224,7 +224,15 @@ class Analysis:
     def stats_job(self, targets: Sequence[Sequence[TensorInfo]],
                   token: CancelToken | None = None
                   ) -> Generator[Progress | StatsReady | TargetFailed, None, list[TensorStats | None]]:
-        """Statistics of each target in turn (a target of several tensors is a module); errors stay per target."""
+        """Statistics of each target in turn (a target of several tensors is a module); errors stay per target.
+
+        A module's small tensors come from windows of the file read at once (`read_ahead`)."""
+        from ckptview.core.read.files import read_ahead
+
+        return read_ahead(self._stats_steps(targets, token))
+
+    def _stats_steps(self, targets: Sequence[Sequence[TensorInfo]], token: CancelToken | None
+                     ) -> Generator[Progress | StatsReady | TargetFailed, None, list[TensorStats | None]]:
         results: list[TensorStats | None] = []
         for i, infos in enumerate(targets):
             try:

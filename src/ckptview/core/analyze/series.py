@@ -179,7 +179,16 @@ def _message(exc: BaseException) -> str:
 
 def iter_series(result: SeriesResult, token: CancelToken | None = None,
                 chunk_elems: int = SERIES_CHUNK_ELEMS) -> Generator[SeriesProgress, None, SeriesResult]:
-    """Fill in every figure of ``result`` checkpoint by checkpoint; yields progress, returns it with findings."""
+    """Fill in every figure of ``result`` checkpoint by checkpoint; yields progress, returns it with findings.
+
+    Small tensors' bytes come from windows of each file read at once (`read_ahead`)."""
+    from ckptview.core.read.files import read_ahead
+
+    return read_ahead(_iter_series(result, token, chunk_elems))
+
+
+def _iter_series(result: SeriesResult, token: CancelToken | None,
+                 chunk_elems: int) -> Generator[SeriesProgress, None, SeriesResult]:
     total = sum(r.nbytes for r in result.checkpoints)
     done_bytes = 0
     prev: Checkpoint | None = None

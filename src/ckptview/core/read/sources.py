@@ -142,8 +142,7 @@ class ZipMember:
         """(file, offset, length) when the member is stored uncompressed, else None."""
         if self.compress_type != 0:
             return None
-        self._raw_bounds()
-        return self.fmap, self.data_offset(), self.compress_size
+        return self.fmap, self._raw_bounds(), self.compress_size
 
     def _raw_bounds(self) -> int:
         start = self.data_offset()

@@ -13,6 +13,7 @@ times the stored elements beyond `MAX_EXPANDED_ELEMS`, rather than running for h
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -34,9 +35,15 @@ _COMPLEX32 = np.dtype([("re", "<f2"), ("im", "<f2")])
 
 
 def _base_dtype(info: TensorInfo) -> np.dtype:
-    name = dtypes.canonical(info.dtype)
+    return _numpy_base(info.dtype, info.storage is not None and info.storage.byteorder == "big")
+
+
+@functools.lru_cache(maxsize=256)
+def _numpy_base(dtype: str, big_endian: bool) -> np.dtype:
+    """The NumPy dtype of a storage's raw elements (a handful of dtypes, 100,000 tensors: cached)."""
+    name = dtypes.canonical(dtype)
     base = _COMPLEX32 if name == "complex32" else dtypes.storage_numpy_dtype(name)
-    if info.storage is not None and info.storage.byteorder == "big" and base.itemsize > 1:
+    if big_endian and base.itemsize > 1:
         base = base.newbyteorder(">")
     return base
 
@@ -61,6 +68,8 @@ def _readable(info: TensorInfo) -> tuple[Storage, ByteSource]:
 
 def _finish(arr: np.ndarray, info: TensorInfo) -> np.ndarray:
     """Native byte order and complex32 decoded; other arrays are returned as they are (views)."""
+    if arr.dtype.names is None and arr.dtype.isnative:  # the common case: nothing to do
+        return arr
     if arr.dtype == _COMPLEX32 or arr.dtype == _COMPLEX32.newbyteorder(">"):
         out = arr["re"].astype(np.complex64)
         out.imag = arr["im"]
@@ -274,6 +283,23 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
         yield block.copy()  # type: ignore[attr-defined]
 
 
+def read_small(info: TensorInfo, max_elems: int) -> np.ndarray | None:
+    """The values of a contiguous tensor of 1 to `max_elems` elements stored plainly in a file, as one
+    1-D array read at once (what `iter_chunks` would yield as its only chunk, with less work per tensor);
+    None for any other tensor. Errors are the ones `iter_chunks` raises."""
+    numel = info.numel
+    if not 0 < numel <= max_elems or not info.is_contiguous:
+        return None
+    _storage, source = _readable(info)
+    file_span = getattr(source, "file_span", None)
+    if file_span is None or getattr(source, "iter_logical_chunks", None) is not None:
+        return None
+    span = file_span()
+    if span is None:  # a compressed member
+        return None
+    return next(_read_contiguous(info, span, numel, numel))
+
+
 SPAN_FACTOR = 8  # a block of rows may read at most this many times its own elements
 
 
@@ -299,16 +325,18 @@ def _iter_row_blocks(info: TensorInfo, chunk_elems: int) -> Iterator[np.ndarray]
             yield flat[start : start + chunk_elems]
 
 
-def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int) -> Iterator[np.ndarray]:
+def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int,
+                     numel: int | None = None) -> Iterator[np.ndarray]:
     """A contiguous view of a stored file range, read chunk by chunk straight into arrays."""
     fmap, offset, length = span
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
+    numel = info.numel if numel is None else numel
     start = offset + info.offset * itemsize
-    end = start + info.numel * itemsize
+    end = start + numel * itemsize
     if info.offset < 0 or end > offset + length:
         raise TensorDataError("cannot read values: view runs past its storage")
-    pos, remaining = start, info.numel
+    pos, remaining = start, numel
     while remaining:
         n = min(chunk_elems, remaining)
         out = np.empty(n, dtype=base_dtype)
