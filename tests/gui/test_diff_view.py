@@ -136,3 +136,53 @@ def test_sections_weights_and_other_entries(qtbot, tmp_path):
     view.status_combo.setCurrentIndex(view.status_combo.findData("section:weights"))
     assert view.proxy.rowCount() == 2
 
+
+
+def test_a_diff_of_thousands_of_rows_reaches_the_window_in_a_few_updates(qtbot, tmp_path, monkeypatch):
+    """Rows finish far faster than a window can show them: progress is coalesced in the worker (clock
+    faked: one millisecond per reading) and the summary is redrawn on a timer, not once per row (each
+    redraw counts every row: per row, a 100,000-tensor diff froze the window)."""
+    import ckptview.gui.diff_view as diff_view
+
+    g = torch.Generator().manual_seed(1)
+    sd = {f"layers.{i}.w": torch.randn(3, generator=g) for i in range(3000)}
+    sd_b = {k: v + (1 if i % 10 == 0 else 0) for i, (k, v) in enumerate(sd.items())}
+    torch.save(sd, tmp_path / "a.pth")
+    torch.save(sd_b, tmp_path / "b.pth")
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(diff_view, "_clock", lambda: next(ticks) / 1000)
+    delivered, summaries = [], []
+    view = DiffView(str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
+    qtbot.addWidget(view)
+    view.job.yielded.connect(delivered.append)
+    real = view.update_summary
+    monkeypatch.setattr(view, "update_summary", lambda *a, **k: (summaries.append(1), real(*a, **k)))
+    with qtbot.waitSignal(view.finished, timeout=60_000):
+        view.start()
+    assert len(delivered) <= 3000 // 50, len(delivered)  # one per 100 ms of the faked clock, and the last
+    assert len(summaries) <= len(delivered) + 2
+    assert view.result.summary() == {"changed": 300, "identical": 2700}
+    assert "300 changed" in view.summary_label.text()
+    rows = view.model.rows
+    assert all(r.done for r in rows) and view.model.index(2999, COLUMN["name"]).data() == "layers.2999.w"
+
+
+def test_sorting_and_filtering_keep_the_selection_and_put_rows_without_figures_last(qtbot, pair):
+    a, b, _, _ = pair
+    view = open_view(qtbot, a, b)
+    names = lambda: [view.proxy.index(r, COLUMN["name"]).data() for r in range(view.proxy.rowCount())]  # noqa: E731
+    view.select_row(next(i for i, r in enumerate(view.model.rows) if r.name == "enc.w"))
+    # Descending by relative change: the rows without one (one side only) last, in model order.
+    view.table.sortByColumn(COLUMN["rel_l2"], Qt.SortOrder.DescendingOrder)
+    assert names() == ["head.w", "enc.w", "enc.b", "new", "gone"]
+    assert view.current_row().name == "enc.w"  # the selection follows its row
+    view.table.sortByColumn(COLUMN["rel_l2"], Qt.SortOrder.AscendingOrder)
+    assert names() == ["new", "gone", "enc.b", "enc.w", "head.w"]
+    view.filter_edit.setText("w")  # enc.w, head.w and new stay
+    assert names() == ["new", "enc.w", "head.w"] and view.current_row().name == "enc.w"
+    view.filter_edit.setText("head")  # the selected row is filtered out: nothing selected
+    assert names() == ["head.w"] and view.current_row() is None
+    view.filter_edit.clear()
+    view.table.sortByColumn(COLUMN["order"], Qt.SortOrder.AscendingOrder)
+    assert names() == [r.name for r in view.model.rows]
+    assert view.proxy.index(4, COLUMN["order"]).data() == "5"

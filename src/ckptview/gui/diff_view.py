@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,6 @@ from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
     QPersistentModelIndex,
-    QSortFilterProxyModel,
     Qt,
     QTimer,
     Signal,
@@ -83,24 +83,93 @@ def _shape(s: list[int] | None) -> str:
 
 
 class DiffTableModel(QAbstractTableModel):
-    """One row per aligned tensor of a DiffResult; figures fill in as the worker completes rows."""
+    """One row per aligned tensor of a DiffResult; figures fill in as the worker completes rows.
+
+    `rows` stay in the result's (model) order; the table shows the rows the filter keeps in the order
+    of the sorted column (`order`: display row -> index in `rows`). Filtering and sorting are done here,
+    in Python, in one pass each: a QSortFilterProxyModel calls back into Python for every row it filters
+    and at every comparison it sorts, each call waiting for the interpreter lock while the comparison
+    runs in its worker (seconds of a frozen window at 100,000 rows).
+    """
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
         self.rows: list[TensorDiff] = []
+        self.order: list[int] = []  # display row -> index in `rows`
+        self.where: dict[int, int] = {}  # index in `rows` -> display row, for the rows shown
+        self.text = ""
+        self.status = ""
+        self.sort_column, self.sort_order = 0, Qt.SortOrder.AscendingOrder
 
     def set_result(self, result: DiffResult) -> None:
         """Show the rows of ``result`` (statuses known from metadata, figures pending)."""
         self.beginResetModel()
         self.rows = list(result.tensors)
+        self._arrange()
         self.endResetModel()
 
-    def row_updated(self, row: int) -> None:
-        """The worker finished row ``row``."""
-        self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+    def rows_updated(self, first: int, last: int) -> None:
+        """The worker finished rows ``first`` to ``last`` (model order)."""
+        if first > last or not self.order:
+            return
+        shown = [self.where[i] for i in (first, last) if i in self.where]
+        if len(shown) == 2 and shown[1] - shown[0] == last - first:  # in model order: just those rows
+            top, bottom = shown
+        else:
+            top, bottom = 0, len(self.order) - 1
+        self.dataChanged.emit(self.index(top, 0), self.index(bottom, len(COLUMNS) - 1))
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Show the rows sorted by `column` (stable: ties keep model order; not comparable below every figure)."""
+        if column < 0:
+            return
+        self.sort_column, self.sort_order = column, order
+        self.rearrange()
+
+    def set_filter(self, text: str | None = None, status: str | None = None) -> None:
+        """Keep the rows whose name holds `text` and whose status is `status` ("" all, "differences",
+        "section:weights" / "section:other", or one status)."""
+        if text is not None:
+            self.text = text.strip().lower()
+        if status is not None:
+            self.status = status
+        self.rearrange()
+
+    def rearrange(self) -> None:
+        """Filter and sort again (figures arrived, or the filter or sort changed), keeping the selection."""
+        self.layoutAboutToBeChanged.emit()
+        persistent = self.persistentIndexList()
+        held = [(self.order[p.row()], p.column()) for p in persistent]
+        self._arrange()
+        self.changePersistentIndexList(
+            persistent, [self.index(self.where[i], c) if i in self.where else QModelIndex() for i, c in held])
+        self.layoutChanged.emit()
+
+    def _arrange(self) -> None:
+        kept = [i for i, row in enumerate(self.rows) if self._accepts(row)]
+        key = COLUMNS[self.sort_column][0]
+        descending = self.sort_order == Qt.SortOrder.DescendingOrder
+        if key != "order":  # a stable sort, also reversed: ties keep model order
+            sort_key, rows = self._sort_key, self.rows
+            kept.sort(key=lambda i: sort_key(rows[i], key, i), reverse=descending)
+        elif descending:
+            kept.reverse()
+        self.order = kept
+        self.where = {i: display for display, i in enumerate(kept)}
+
+    def _accepts(self, row: TensorDiff) -> bool:
+        status = self.status
+        if status == "differences" and row.status == "identical":
+            return False
+        if status.startswith("section:"):
+            if row.section != status.removeprefix("section:"):
+                return False
+        elif status not in ("", "differences") and row.status != status:
+            return False
+        return not self.text or self.text in row.name.lower() or self.text in (row.label or "").lower()
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.rows)
+        return 0 if parent.isValid() else len(self.order)
 
     def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(COLUMNS)
@@ -113,23 +182,13 @@ class DiffTableModel(QAbstractTableModel):
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
-        row = self.rows[index.row()]
+        i = self.order[index.row()]
+        row = self.rows[i]
         key = COLUMNS[index.column()][0]
         if role == Qt.ItemDataRole.DisplayRole:
-            return self._display(row, key, index.row())
+            return self._display(row, key, i)
         if role == SORT_ROLE:
-            if key == "order":
-                return index.row()
-            if key in ("status", "dtype_a", "dtype_b", "section"):
-                return str(getattr(row, key) or "")
-            if key == "name":
-                return row.label or row.name
-            if key in ("shape_a", "shape_b"):
-                shape = getattr(row, key)
-                return float(math.prod(shape)) if shape is not None else -1.0
-            value = getattr(row, key)
-            # Not comparable sorts below every figure, whatever the direction of a descending sort.
-            return float(value) if value is not None and not math.isnan(value) else -math.inf
+            return self._sort_key(row, key, i)
         if role == Qt.ItemDataRole.BackgroundRole and key == "status":
             return QBrush(QColor(STATUS_COLORS.get(row.status, "#ffffff")))
         if role == Qt.ItemDataRole.ForegroundRole and key == "status":
@@ -150,6 +209,21 @@ class DiffTableModel(QAbstractTableModel):
         return None
 
     @staticmethod
+    def _sort_key(row: TensorDiff, key: str, index: int) -> Any:
+        if key == "order":
+            return index
+        if key in ("status", "dtype_a", "dtype_b", "section"):
+            return str(getattr(row, key) or "")
+        if key == "name":
+            return row.label or row.name
+        if key in ("shape_a", "shape_b"):
+            shape = getattr(row, key)
+            return float(math.prod(shape)) if shape is not None else -1.0
+        value = getattr(row, key)
+        # Not comparable sorts below every figure, whatever the direction of a descending sort.
+        return float(value) if value is not None and not math.isnan(value) else -math.inf
+
+    @staticmethod
     def _display(row: TensorDiff, key: str, index: int) -> str:
         if key == "order":
             return str(index + 1)
@@ -164,45 +238,6 @@ class DiffTableModel(QAbstractTableModel):
         if key == "frac_changed":
             return "" if row.frac_changed is None else f"{100 * row.frac_changed:.2f}%"
         return _fmt(getattr(row, key))
-
-
-class DiffFilterProxy(QSortFilterProxyModel):
-    """Filters by a substring of the name and by status ("" all, "differences", or one status)."""
-
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self.text = ""
-        self.status = ""
-        self.setSortRole(SORT_ROLE)
-        self.setDynamicSortFilter(False)  # rows filling in must not reshuffle the table under the user
-
-    def set_filter(self, text: str | None = None, status: str | None = None) -> None:
-        """Change the name filter and/or the status filter."""
-        # beginFilterChange/endFilterChange replace the deprecated invalidateFilter (Qt >= 6.9).
-        begin = getattr(self, "beginFilterChange", None)
-        if begin is not None:
-            begin()
-        if text is not None:
-            self.text = text.strip().lower()
-        if status is not None:
-            self.status = status
-        if begin is not None:
-            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
-        else:
-            self.invalidateRowsFilter()
-
-    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex | QPersistentModelIndex) -> bool:
-        model = self.sourceModel()
-        assert isinstance(model, DiffTableModel)
-        row = model.rows[source_row]
-        if self.status == "differences" and row.status == "identical":
-            return False
-        if self.status.startswith("section:"):
-            if row.section != self.status.removeprefix("section:"):
-                return False
-        elif self.status not in ("", "differences") and row.status != self.status:
-            return False
-        return not self.text or self.text in row.name.lower() or self.text in (row.label or "").lower()
 
 
 @dataclass(frozen=True)
@@ -231,7 +266,34 @@ def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
     finally:
         if not handed:
             a.close()
-    return (yield from iter_compare(result, token))
+    return (yield from _coalesced(iter_compare(result, token)))
+
+
+_clock = time.monotonic  # the tests fake it
+PROGRESS_INTERVAL = 0.1  # seconds between two progress reports a comparison hands to the window
+
+
+def _coalesced(steps: Generator[Any, None, DiffResult]) -> Generator[Any, None, DiffResult]:
+    """The comparison's progress at most every PROGRESS_INTERVAL (and its last): a diff of 100,000 small
+    tensors finishes rows far faster than a window can show them, and each report is a queued signal.
+    A report's `index` stands for every row up to it (rows finish in order)."""
+    last, held = -PROGRESS_INTERVAL, None
+    try:
+        while True:
+            try:
+                item = next(steps)
+            except StopIteration as stop:
+                if held is not None:
+                    yield held
+                return stop.value
+            now = _clock()
+            if now - last >= PROGRESS_INTERVAL:
+                last, held = now, None
+                yield item
+            else:
+                held = item
+    finally:
+        steps.close()
 
 
 def histogram_job(ia: TensorInfo | None, ib: TensorInfo | None,
@@ -299,6 +361,10 @@ class DiffView(QWidget):
         self._build()
         self._plot_timer = QTimer(self, singleShot=True, interval=250)
         self._plot_timer.timeout.connect(self.update_plot)
+        # The summary counts every row: redrawn at most this often while rows come in, not per row.
+        self._summary_timer = QTimer(self, singleShot=True, interval=100)
+        self._summary_timer.timeout.connect(lambda: self.update_summary())
+        self._shown_upto = -1  # rows up to this one have their figures on screen
 
     # --- building --------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -324,10 +390,9 @@ class DiffView(QWidget):
         filters.addWidget(self.status_combo)
 
         self.model = DiffTableModel(self)
-        self.proxy = DiffFilterProxy(self)
-        self.proxy.setSourceModel(self.model)
+        self.proxy = self.model  # the rows as shown (filtered and sorted by the model itself)
         self.table = QTableView()
-        self.table.setModel(self.proxy)
+        self.table.setModel(self.model)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(COLUMN["order"], Qt.SortOrder.AscendingOrder)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -342,9 +407,9 @@ class DiffView(QWidget):
         self.table.setColumnWidth(COLUMN["name"], 260)  # names first: "exp_avg_sq of encoder.0.weight"
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # both ends of a long name stay
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
-        self.filter_edit.textChanged.connect(lambda text: self.proxy.set_filter(text=text))
+        self.filter_edit.textChanged.connect(lambda text: self.model.set_filter(text=text))
         self.status_combo.currentIndexChanged.connect(
-            lambda _i: self.proxy.set_filter(status=self.status_combo.currentData()))
+            lambda _i: self.model.set_filter(status=self.status_combo.currentData()))
 
         self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖")
         # Points, not a line: neighbouring tensors are unrelated, a line between them would mean nothing.
@@ -419,20 +484,26 @@ class DiffView(QWidget):
             self._res.checkpoints = item.checkpoints
             self.result = result
             self.model.set_result(result)
+            self._shown_upto = -1
             self.update_summary()
             self.update_plot()
             self.planned.emit(result)
             return
         if isinstance(item, DiffProgress):
             self.progress.setValue(int(1000 * item.fraction))
-            if item.index >= 0:
-                self.model.row_updated(item.index)
-                self.update_summary()
+            if item.index >= 0:  # every row up to it is done (reports are coalesced in the worker)
+                self.model.rows_updated(self._shown_upto + 1, item.index)
+                self._shown_upto = item.index
+                if not self._summary_timer.isActive():
+                    self._summary_timer.start()
                 if not self._plot_timer.isActive():
                     self._plot_timer.start()
 
     def _on_returned(self, result: DiffResult) -> None:
         self.result = result
+        self._summary_timer.stop()
+        self.model.rows_updated(self._shown_upto + 1, len(self.model.rows) - 1)
+        self._shown_upto = len(self.model.rows) - 1
         self._done()
         self.update_summary()
         self.update_plot()
@@ -448,8 +519,7 @@ class DiffView(QWidget):
         self._comparing = False
         self.progress.hide()
         self.cancel_button.setEnabled(False)
-        self.table.setSortingEnabled(True)
-        self.proxy.invalidate()  # figures arrived: re-sort by the column the user chose
+        self.model.rearrange()  # figures arrived: sort and filter again ("differences" needs the statuses)
 
     # --- summary and plot ------------------------------------------------------------------------
     def update_summary(self, suffix: str = "") -> None:
@@ -503,22 +573,23 @@ class DiffView(QWidget):
     # --- selection and histograms ----------------------------------------------------------------
     def select_row(self, source_row: int) -> None:
         """Select the row of source index ``source_row`` (model order)."""
-        index = self.proxy.mapFromSource(self.model.index(source_row, 0))
+        shown = self.model.where.get(source_row)
+        index = self.model.index(shown, 0) if shown is not None else QModelIndex()
         if index.isValid():
             self.table.setCurrentIndex(index)
             self.table.scrollTo(index)
 
     def current_row(self) -> TensorDiff | None:
         """The selected row's TensorDiff, if any."""
-        index = self.proxy.mapToSource(self.table.currentIndex())
-        return self.model.rows[index.row()] if index.isValid() else None
+        index = self.table.currentIndex()
+        return self.model.rows[self.model.order[index.row()]] if index.isValid() else None
 
     def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        source = self.proxy.mapToSource(current)
-        if not source.isValid():
+        if not current.isValid():
             return
-        row = self.model.rows[source.row()]
-        self.rel_marker.setValue(source.row())
+        i = self.model.order[current.row()]
+        row = self.model.rows[i]
+        self.rel_marker.setValue(i)
         self.rel_marker.show()
         self.hist_label.setText(html.escape(f"{row.name}: computing histograms…"))
         self.histograms = {}
