@@ -38,11 +38,14 @@ def safe_file_stem(name: str) -> str:
     return stem
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def is_safe_member(name: str) -> bool:
     """True when `name` can be a zip member as it is: relative, no '..', no NUL/control chars/backslash."""
     if not name or len(name) > 200 or name.startswith("/") or "\\" in name:
         return False
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if _CONTROL.search(name):
         return False
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts):
