@@ -144,8 +144,8 @@ def _big_endian_copy(src, dst) -> None:
             record = info.filename.split("/", 1)[1]
             if record == "byteorder":
                 data = b"big"
-            elif info.filename in swap:  # storages are keyed by their record's name in the archive
-                data = np.frombuffer(data, dtype=f"<u{swap[info.filename]}").byteswap().tobytes()
+            elif record in swap:
+                data = np.frombuffer(data, dtype=f"<u{swap[record]}").byteswap().tobytes()
             zout.writestr(info, data)
 
 

@@ -31,3 +31,4 @@ def test_float_and_tuple_keys_are_not_split_at_their_dots(tmp_path) -> None:
             "2.5", "(0.5, 'a.b')", "enc.w", "7"]
     finally:
         ckpt.close()
+

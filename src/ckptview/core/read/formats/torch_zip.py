@@ -128,20 +128,19 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
         if storage is not None:
             return storage
         dtype = storage_class.dtype
-        device = location if type(location) is str else str(location)
+        record = f"{folder}/{key}"  # as messages name it: storage 'data/7' missing
+        storage = cache[key] = Storage(record, dtype, numel, location if type(location) is str else str(location),
+                                       None, byteorder)
         info = infos.get(prefix + key)
         if info is None:
-            record = prefix + key
-            storage = cache[key] = Storage(record, dtype, numel, device, None, byteorder, f"storage '{record}' missing")
+            storage.broken = f"storage '{record}' missing"
             return storage
-        # Keyed by the record's name in the archive ('archive/data/0'): the directory's own string.
-        storage = cache[key] = Storage(info.name, dtype, numel, device, None, byteorder)
         nbytes = numel * itemsize(dtype)
         member = ZipMember(fmap, info)
         member.max_bytes = nbytes  # inflate no more than the storage accounts for
         storage.source = member
         if info.file_size < nbytes:
-            storage.broken = f"storage '{info.name}' holds {info.file_size} bytes, needs {nbytes}"
+            storage.broken = f"storage '{record}' holds {info.file_size} bytes, needs {nbytes}"
         return storage
 
     return load
