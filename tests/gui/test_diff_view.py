@@ -186,3 +186,30 @@ def test_sorting_and_filtering_keep_the_selection_and_put_rows_without_figures_l
     view.table.sortByColumn(COLUMN["order"], Qt.SortOrder.AscendingOrder)
     assert names() == [r.name for r in view.model.rows]
     assert view.proxy.index(4, COLUMN["order"]).data() == "5"
+
+
+def test_a_comparison_keeps_its_trees_out_of_the_collector_and_closing_it_frees_them(qtbot, window, pair):
+    """As a checkpoint tab: the two trees are frozen while the tab lives (a 100,000-tensor comparison's
+    collector passes stopped the window half a second each) and freed when it closes."""
+    import gc
+    import weakref
+
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    a, b, _, _ = pair
+    window.open_diff(a, b)
+    view = window.tabs.currentWidget()
+    assert isinstance(view, DiffView)
+    qtbot.waitUntil(lambda: not view.busy, timeout=20_000)
+    roots = view.trees()
+    assert len(roots) == 2 and all(not gc.is_tracked(r) or gc.get_freeze_count() > 0 for r in roots)
+    gone = weakref.ref(view.result.tensors[0].info_a)
+    del roots
+    window.close_tab(window.tabs.indexOf(view))
+    del view
+
+    def deleted() -> bool:
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        return gone() is None
+
+    qtbot.waitUntil(deleted, timeout=5000)

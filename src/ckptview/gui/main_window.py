@@ -407,8 +407,9 @@ class MainWindow(QMainWindow):
             return
         if isinstance(widget, CheckpointTab):
             widget.close_checkpoint()
-            # Its trees were frozen out of the collector: free them, not the others.
-            collect_when_deleted(widget, widget.trees())
+        trees = getattr(widget, "trees", None)
+        if trees is not None:  # a tab's trees (a checkpoint's, a comparison's two) were frozen out of the
+            collect_when_deleted(widget, trees())  # collector: free them, not the others
         self.tabs.removeTab(index)
         widget.deleteLater()
         self._update_busy()
