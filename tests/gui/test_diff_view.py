@@ -200,7 +200,7 @@ def test_a_comparison_keeps_its_trees_out_of_the_collector_and_closing_it_frees_
     window.open_diff(a, b)
     view = window.tabs.currentWidget()
     assert isinstance(view, DiffView)
-    qtbot.waitUntil(lambda: not view.busy, timeout=20_000)
+    qtbot.waitUntil(lambda v=view: not v.busy, timeout=20_000)
     roots = view.trees()
     assert len(roots) == 2 and all(not gc.is_tracked(r) or gc.get_freeze_count() > 0 for r in roots)
     gone = weakref.ref(view.result.tensors[0].info_a)
