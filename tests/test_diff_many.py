@@ -70,14 +70,19 @@ def test_many_small_tensors_match_torch_with_a_read_per_window(tmp_path, fills):
     cb.close()
 
 
-def test_a_file_changed_during_the_diff_fails_it_even_when_its_bytes_came_from_a_window(tmp_path):
+def _diff_until(tmp_path, row: int):
+    """A diff of `_pair`'s files, stepped until row `row` is compared: (path of B, A, B, the steps left)."""
     pa, pb, _, _ = _pair(tmp_path)
     ca, cb = open_checkpoint(pa), open_checkpoint(pb)
     steps = iter_diff(ca, cb)
-    next(steps)  # planned
     for progress in steps:
-        if progress.index >= 0:  # the first row compared: both files' first windows are read
+        if progress.index >= row:
             break
+    return pb, ca, cb, steps
+
+
+def test_a_file_changed_during_the_diff_fails_it_even_when_its_bytes_came_from_a_window(tmp_path):
+    pb, ca, cb, steps = _diff_until(tmp_path, 0)  # the first row compared: both files' first windows read
     stat = os.stat(pb)
     os.utime(pb, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # same bytes, touched
     with pytest.raises(FileChangedError, match="b.pt"):
@@ -88,12 +93,7 @@ def test_a_file_changed_during_the_diff_fails_it_even_when_its_bytes_came_from_a
 
 
 def test_a_suspended_or_abandoned_diff_leaves_no_window_behind(tmp_path):
-    pa, pb, _, _ = _pair(tmp_path)
-    ca, cb = open_checkpoint(pa), open_checkpoint(pb)
-    steps = iter_diff(ca, cb)
-    for progress in steps:
-        if progress.index >= 3:
-            break
+    pb, ca, cb, steps = _diff_until(tmp_path, 3)
     assert files._ahead.__dict__.get("active") is None  # between two steps: reads here are plain reads
     steps.close()
     # A read outside the diff goes to the file and sees a change at once.
