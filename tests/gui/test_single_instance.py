@@ -153,21 +153,71 @@ def test_default_name_hands_over_between_two_launches(qtbot, private_tmp, settin
     window.close()
 
 
-def test_a_server_of_another_user_gets_nothing_and_a_window_opens(qtbot, settings, server_name, tmp_path,
-                                                                   monkeypatch):
-    foreign = InstanceServer()
-    assert foreign.listen(server_name)
-    received: list[list[str]] = []
-    foreign.paths_received.connect(received.append)
+class _ListeningServer:
+    """A plain socket server that takes any hand-over and acknowledges it: it runs no peer check of its own,
+    so only the client's check of the server's user can keep the paths from it."""
+
+    def __init__(self, name: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(name)
+        self.sock.listen(5)
+        self.sock.settimeout(0.1)
+        self.received = b""
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            with conn:
+                conn.settimeout(20)
+                try:
+                    while not self.received.endswith(b"\n") and (chunk := conn.recv(4096)):
+                        self.received += chunk
+                    if self.received:
+                        conn.sendall(single_instance.ACK)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.sock.close()
+
+
+def test_a_server_of_another_user_gets_nothing_and_a_window_opens(qtbot, settings, tmp_path, monkeypatch):
+    name = str(tmp_path / "foreign.sock")
+    foreign = _ListeningServer(name)
+    # Only the client asks for its peer's user here (the server above never does): the check under test is
+    # the client's own.
     monkeypatch.setattr(single_instance, "peer_uid", lambda sock: os.getuid() + 1)
-    path = make_state_dict(str(tmp_path / "mine.pth"))
-    window = launch(parse_args([path]), settings, server_name)
+    try:
+        path = make_state_dict(str(tmp_path / "mine.pth"))
+        window = launch(parse_args([path]), settings, name)
+    finally:
+        foreign.close()
     assert window is not None  # never exit 0 with no window
     qtbot.addWidget(window)
-    qtbot.wait(50)
-    assert received == []
+    assert foreign.received == b""  # the paths never left this process
     window.close()
-    foreign.close()
+
+
+def test_a_client_of_another_user_is_refused_by_the_server(qtbot, server, caplog, monkeypatch):
+    srv, name, received = server
+    # Only the server asks for its peer's user here (the raw client never does): the check under test is the
+    # server's own.
+    monkeypatch.setattr(single_instance, "peer_uid", lambda sock: os.getuid() + 1)
+    with caplog.at_level(logging.WARNING, logger=single_instance.log.name):
+        result = _send_raw(name, single_instance.encode_message([os.path.abspath("x.pth")]))
+        qtbot.waitUntil(lambda: result.get("done", False), timeout=30_000)
+    result["thread"].join(30)
+    assert received == []
+    assert not result["reply"].startswith(single_instance.ACK)
+    assert any("from another user" in r.getMessage() for r in caplog.records), (result, caplog.records)
 
 
 def test_a_squatted_socket_that_never_answers_still_opens_a_window(qtbot, settings, tmp_path, monkeypatch):
