@@ -171,21 +171,20 @@ def multi_rank_dcp(tmp_path_factory):
     script = base / "rank.py"
     script.write_text(_RANK_SCRIPT)
     world = 2
-    for attempt in range(3):  # a rank that fails or hangs is retried; the ranks meet through a file, no port
-        store, out = base / f"store{attempt}", base / f"ckpt{attempt}"
-        procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(store), str(out)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world)]
-        logs = []
-        for p in procs:
-            try:
-                logs.append(p.communicate(timeout=240)[0].decode(errors="replace"))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                logs.append(p.communicate()[0].decode(errors="replace") + "\n(timed out)")
-        if not any(p.returncode for p in procs):
-            break
-    else:
+    # One attempt: the ranks meet through a file (no port to race for) and leave right after a barrier that
+    # follows the save (gloo's teardown was what aborted a rank), so a failure here is a real one.
+    store, out = base / "store", base / "ckpt"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(store), str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world)]
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=600)[0].decode(errors="replace"))
+        except subprocess.TimeoutExpired:  # far above normal (seconds): only a hung rank gets here
+            for q in procs:
+                q.kill()
+            logs.append(p.communicate()[0].decode(errors="replace") + "\n(hung: killed)")
+    if any(p.returncode for p in procs):
         if "gloo" in "".join(logs).lower() and "unavailable" in "".join(logs).lower():
             pytest.skip("gloo could not start on this machine")
         raise AssertionError("rank processes failed:\n" + "\n".join(log[-2000:] for log in logs))

@@ -11,6 +11,16 @@ from guihelpers import make_state_dict
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+_GUI_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/gui drives Qt: it carries the `gui` marker whether or not its module says so
+    (`-m "not gui"` must leave out all of them, also a new file that forgets the marker)."""
+    for item in items:
+        if os.path.dirname(os.path.abspath(str(item.fspath))) == _GUI_DIR:
+            item.add_marker(pytest.mark.gui)
+
 
 @pytest.fixture
 def state_dict_file(tmp_path) -> str:

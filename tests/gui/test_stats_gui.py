@@ -97,7 +97,14 @@ def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, mon
     qtbot.wait(50)
     with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=10_000):
         panel.set_selection([node(ck, "enc.b")])
-    qtbot.wait(800)  # the stale job would have finished by now
+    # Let the stale job end and deliver whatever it queued: it must not replace the figures shown.
+    from PySide6.QtCore import QCoreApplication
+
+    from ckptview.gui.workers import wait_for_workers
+
+    assert wait_for_workers(60_000)
+    QCoreApplication.sendPostedEvents()
+    QCoreApplication.processEvents()
     assert panel.figures()["numel"] == "20" and panel.figures()["zeros"].startswith("20 ")
     (counts,) = panel.histogram.plotted_counts()
     assert counts.sum() == 20

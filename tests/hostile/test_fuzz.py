@@ -30,7 +30,7 @@ def test_seeds_open_cleanly(seeds):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=60, deadline=5000, derandomize=True, database=None,
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=fuzzing.mutations)
 def test_mutated_files_open_or_raise_checkpoint_error(seeds, fmt, ops):
@@ -45,7 +45,7 @@ def test_mutated_files_open_or_raise_checkpoint_error(seeds, fmt, ops):
 
 
 @pytest.mark.parametrize("fmt", ["torch-zip", "torchscript"])
-@settings(max_examples=80, deadline=5000, derandomize=True, database=None,
+@settings(max_examples=80, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=fuzzing.mutations)
 def test_mutated_data_pkl_with_valid_crc(seeds, fmt, ops):
