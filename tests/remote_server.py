@@ -111,6 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head=head)
             start = int(mm.group(1))
             end = min(int(mm.group(2)) if mm.group(2) else size - 1, size - 1)
+            if srv.lie == "shift-all" or srv.lie == "shift" and start > 0:  # another range, labelled as such
+                start, end = min(start + 8, size - 1), min(end + 8, size - 1)
             if start >= size:
                 return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head=head)
             with open(full, "rb") as fh:
@@ -206,7 +208,9 @@ class RangeServer(ThreadingHTTPServer):
         self.counters = Counters()
         self.hang: threading.Event | None = None
         self.lie: str | None = None
-        self.listings = True  # False: folders answer 404, as object stores and CDNs do  # "long": range answers carry more bytes than asked for
+        self.listings = True  # False: folders answer 404, as object stores and CDNs do
+        # lie: "long": range answers carry more bytes than asked for; "shift": a range not at byte 0 is
+        # answered with the range 8 bytes further on (its Content-Range says so); "shift-all": every range.
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
 

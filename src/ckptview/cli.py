@@ -45,8 +45,14 @@ def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
-    parser.add_argument("--download", action="store_true",  # taken out of argv by main(), anywhere in it
+    # The remote options are taken out of argv by main(), anywhere in it (docs/remote.md).
+    parser.add_argument("--download", action="store_true",
                         help="a URL whose server ignores range requests may be downloaded whole")
+    parser.add_argument("--max-download", metavar="SIZE",
+                        help="with --download: write at most SIZE (e.g. 2G) when the server announces no size")
+    parser.add_argument("--deadline", metavar="SECONDS",
+                        help="the most one request to a URL may take, connect to last byte (default 120, "
+                             "plus 1 s per 128 KiB it carries)")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
     for module in modules.values():
         module.add_parser(sub)
@@ -81,17 +87,20 @@ def entry() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ckptview` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--download" in argv:  # any command: a server that ignores Range may be downloaded whole
-        argv.remove("--download")
-        os.environ["CKPTVIEW_DOWNLOAD"] = "1"
+    try:
+        argv = _remote_options(argv)
+    except ValueError as exc:
+        print(f"ckptview: {printable(exc)}", file=sys.stderr)
+        return 2
     if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
         return _launch_gui(argv)
     modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
     args = build_parser(modules).parse_args(argv)
+    urls = any("://" in a for a in argv)
     try:
         return int(modules[args.command].run(args))
     except CheckpointError as exc:
-        print(f"ckptview: {printable(_redact(str(exc)))}", file=sys.stderr)
+        print(f"ckptview: {printable(_redact(str(exc), urls))}", file=sys.stderr)
         return getattr(exc, "exit_status", 2)
     except FileNotFoundError as exc:
         print(f"ckptview: no such file: {printable(exc.filename)}", file=sys.stderr)
@@ -107,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # EIO, ENOSPC, ...: one line naming the file and the error
         code = errno.errorcode.get(exc.errno or 0, "")
         where = f"{exc.filename}: " if exc.filename else ""
-        print(printable(f"ckptview: {where}{exc.strerror or exc}") + (f" ({code})" if code else ""), file=sys.stderr)
+        print(printable(_redact(f"ckptview: {where}{exc.strerror or exc}", urls)) + (f" ({code})" if code else ""),
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ckptview: interrupted", file=sys.stderr)
@@ -115,18 +125,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: still one line, unless asked for the traceback
         if os.environ.get("CKPTVIEW_DEBUG"):
             raise
-        print(f"ckptview: internal error: {type(exc).__name__}: {printable(exc)} (CKPTVIEW_DEBUG=1 shows the traceback;"
-              " please report it)", file=sys.stderr)
+        print(f"ckptview: internal error: {type(exc).__name__}: {printable(_redact(str(exc), urls))} (CKPTVIEW_DEBUG=1 "
+              "shows the traceback; please report it)", file=sys.stderr)
         return 2  # diff(1)'s "trouble" status, like every other error
 
 
-def _redact(text: str) -> str:
-    """Messages naming a URL never show its user:password or query string (tokens)."""
-    if "://" not in text:
-        return text
-    from ckptview.core.read.remote import redact
+def _redact(text: str, urls: bool = False) -> str:
+    """Messages naming a URL, or of a command given one, never show a user:password or a query string
+    (tokens), wherever a library put them (urllib3 prints bare paths with their query)."""
+    if not urls and "://" not in text:
+        return text  # a local file's name may hold a '?'
+    from ckptview.core.redaction import redact
 
     return redact(text)
+
+
+def _remote_options(argv: list[str]) -> list[str]:
+    """argv without --download, --max-download SIZE and --deadline SECONDS (anywhere in it, any command and
+    the window), which become CKPTVIEW_DOWNLOAD, CKPTVIEW_MAX_DOWNLOAD (bytes) and CKPTVIEW_DEADLINE."""
+    out: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg == "--":
+            out.append(arg)
+            out.extend(rest)
+            break
+        if arg == "--download":
+            os.environ["CKPTVIEW_DOWNLOAD"] = "1"
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in ("--max-download", "--deadline"):
+            out.append(arg)
+            continue
+        if not eq:
+            value = next(rest, "")
+        if name == "--max-download":
+            from ckptview.core.read.remote.urls import parse_size
+
+            try:
+                os.environ["CKPTVIEW_MAX_DOWNLOAD"] = str(parse_size(value))
+            except ValueError:
+                raise ValueError(f"--max-download: not a size: {value!r} (say 500M, 2G or a number of bytes)") from None
+        else:
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = -1.0
+            if not 0 < seconds < float("inf"):
+                raise ValueError(f"--deadline: not a number of seconds: {value!r}")
+            os.environ["CKPTVIEW_DEADLINE"] = repr(seconds)
+    return out
 
 
 def _launch_gui(argv: list[str]) -> int:

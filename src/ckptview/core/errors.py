@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ckptview.core.redaction import redact
+
 
 class CheckpointError(Exception):
     """Base of every error ckptview raises about a file; str(err) is one line for a person."""
@@ -31,7 +33,14 @@ class Cancelled(Exception):
 
 
 class RemoteError(CheckpointError):
-    """A remote file cannot be reached or read (DNS, refused, timeout, HTTP error): one line naming the URL."""
+    """A remote file cannot be reached or read (DNS, refused, timeout, HTTP error): one line naming the URL.
+
+    Its message is redacted when it is made (no userinfo, no query string: presigned tokens), whatever
+    a library put into it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(str(message)))
 
 
 class FileChangedError(CheckpointError):

@@ -10,7 +10,13 @@ file that changed between two requests raises `FileChangedError`.
 
 Credentials come only from each library's standard places (HF_TOKEN and the hub's token file, AWS
 environment and profiles, ~/.netrc); user:password in a URL is dropped, never sent, never shown.
-URLs shown to a person (`shown`) carry neither userinfo nor query strings (presigned tokens).
+URLs shown to a person (`shown`) carry neither userinfo nor query strings (presigned tokens), and
+every error text passes through the one redaction (`ckptview.core.redaction.redact`).
+
+Only protocols meant for remote storage are accepted (`urls.check_accepted`): no file://, local://,
+reference:// or '::' chains. Every request has an overall deadline (`deadline`: connect, first byte,
+whole body), every 206 answer's Content-Range must be the range asked for, and `--download` writes at
+most the announced size (or `--max-download`).
 
 The package: `urls` (what a URL is, how it is shown), `sessions` (the files one checkpoint reads and
 their transfer), `file` (positioned reads through the block cache of `cache`), `http` and
@@ -32,12 +38,12 @@ from ckptview.core.read.remote.urls import (
     join,
     normalize,
     real_url,
-    redact,
     remember,
     require_extra,
     shown,
     timeout,
 )
+from ckptview.core.redaction import redact
 
 __all__ = ["BLOCK", "EXTRA_HINT", "FIRST", "BlockCache", "RemoteError", "RemoteFile", "Session", "Transfer",
            "begin_session", "dirname", "download_allowed", "exists_kind", "folder_url", "is_missing", "is_url",

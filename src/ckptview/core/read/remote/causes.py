@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from ckptview.core.errors import RemoteError
-from ckptview.core.read.remote.urls import redact, timeout
+from ckptview.core.read.remote.urls import timeout
+from ckptview.core.redaction import redact
+
+_TLS = re.compile(r"\[SSL(?:: [A-Z0-9_]+)?\] ([^(\]'\"]{1,120})")
 
 
 def network_cause(exc: BaseException) -> str:
@@ -24,6 +29,9 @@ def network_cause(exc: BaseException) -> str:
         return "connection refused"
     if any(isinstance(e, ConnectionResetError) for e in seen) or "reset" in names.lower():
         return "connection reset by the server"
+    tls = _TLS.search(names)
+    if tls is not None:  # '[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1000)'
+        return f"TLS failed: {tls.group(1).strip()}"
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return redact(text)[:160]
 

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 from ckptview.core.errors import FileChangedError, RemoteError
 from ckptview.core.read.remote.fsspec_backend import FsspecBackend
 from ckptview.core.read.remote.http import HttpBackend
-from ckptview.core.read.remote.urls import download_allowed, protocol, remember, require_extra, shown
+from ckptview.core.read.remote.urls import (
+    download_allowed,
+    max_download,
+    protocol,
+    remember,
+    require_extra,
+    shown,
+)
 
 if TYPE_CHECKING:
     from ckptview.core.read.remote.cache import Transfer
@@ -46,20 +53,31 @@ class RemoteFile:
         self._lock = threading.Lock()
         size, self.validator, head, self.is_dir = self.backend.stat(first)
         if size < 0:  # the server ignored Range
-            full = -2 - size if size <= -2 else None
-            if not download_allowed():
-                what = f"{full} bytes ({_human(full)})" if full is not None else "the whole file (size unknown)"
-                raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests; reading "
-                                  f"it means downloading {what}: pass --download to do that")
-            size = self._download()
+            size = self._download(-2 - size if size <= -2 else None)
         self.size = size
         self._head = head  # kept beside the cache: most headers (safetensors, zip data.pkl) lie in it
 
-    def _download(self) -> int:
-        """The whole file into a temporary file read from then on; its size."""
+    def _download(self, full: int | None) -> int:
+        """The whole file (`full` bytes announced, or None) into a temporary file read from then on; its size.
+
+        Only with --download, and never more than announced (or than --max-download when nothing was):
+        a body without end is stopped, and the temporary file (unnamed, or removed at once) goes with it.
+        """
+        cap = max_download()
+        what = f"{full} bytes ({_human(full)})" if full is not None else "the whole file (size unknown)"
+        if not download_allowed():
+            raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests; reading "
+                              f"it means downloading {what}: pass --download to do that")
+        if full is None and cap is None:
+            raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests and announces "
+                              "no size: pass --max-download SIZE (e.g. 2G) to download at most SIZE")
+        if full is not None and cap is not None and full > cap:
+            raise RemoteError(f"cannot open {self.shown}: downloading it means {what}, more than --max-download "
+                              f"{_human(cap)}")
+        limit = full if full is not None else (cap or 0)
         local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
         try:
-            self.backend.download(local)
+            self.backend.download(local, limit, full is not None)
         except BaseException:
             local.close()
             raise

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import posixpath
+import time
 from typing import Any
 
 from ckptview.core.errors import CheckpointError, FileChangedError, RemoteError
 from ckptview.core.read.remote.cache import Transfer
 from ckptview.core.read.remote.causes import missing_error, network_cause, status_cause
-from ckptview.core.read.remote.urls import EXTRA_HINT, protocol, redact, shown, timeout
+from ckptview.core.read.remote.deadline import DeadlinePassed, allowance, call_within, late
+from ckptview.core.read.remote.urls import EXTRA_HINT, protocol, shown, timeout
+from ckptview.core.redaction import redact
 
 
 class FsspecBackend:
@@ -34,10 +37,23 @@ class FsspecBackend:
         except (ImportError, ValueError) as exc:
             raise RemoteError(f"cannot open {shown(url)}: {redact(str(exc))[:160]} ({EXTRA_HINT})") from None
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Any, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` within the deadline of a request carrying `nbytes`; errors in one line."""
+        import fsspec.exceptions
+
         self.transfer.add(0)  # one call (the protocol may make more requests; not seen from here)
+        seconds = allowance(nbytes)
+        started = time.monotonic()
         try:
-            return fn(*args, **kwargs)
+            if getattr(self.fs, "async_impl", False):  # fsspec cancels the request itself at its timeout
+                return fn(*args, timeout=seconds, **kwargs)
+            return call_within(seconds, fn, *args, **kwargs)
+        except DeadlinePassed:
+            raise late(shown(self.url), seconds) from None
+        except fsspec.exceptions.FSTimeoutError as exc:  # the deadline, or a library's own read timeout
+            if time.monotonic() - started < seconds:
+                raise RemoteError(f"cannot {what} {shown(self.url)}: {network_cause(exc)}") from None
+            raise late(shown(self.url), seconds) from None
         except FileNotFoundError:
             raise missing_error(f"cannot {what} {shown(self.url)}: not found") from None
         except PermissionError:
@@ -77,14 +93,17 @@ class FsspecBackend:
         # cat_file (s3fs, http) read exactly what is asked already.
         generic = type(self.fs).cat_file is fsspec.AbstractFileSystem.cat_file and not getattr(self.fs, "async_impl", False)
         exact = {"cache_type": "none"} if generic else {}
-        data = self._call("read", self.fs.cat_file, self.path, start=start, end=end, **exact)
+        data = self._call("read", self.fs.cat_file, self.path, start=start, end=end, nbytes=end - start, **exact)
         self.transfer.add(len(data), 0)
         if len(data) != end - start:
             raise FileChangedError(shown(self.url), f"ends before byte {end}, was {size} bytes")
         return bytes(data)
 
-    def download(self, into: Any) -> None:
-        data = self._call("read", self.fs.cat_file, self.path)
+    def download(self, into: Any, limit: int, announced: bool) -> None:
+        """The whole file into `into` (unused: fsspec protocols read ranges; kept for the backend's shape)."""
+        data = self._call("read", self.fs.cat_file, self.path, start=0, end=limit + 1, nbytes=limit)
+        if len(data) > limit:
+            raise RemoteError(f"cannot read {shown(self.url)}: more than {limit} bytes; download stopped")
         self.transfer.add(len(data), 0)
         into.write(data)
 

@@ -12,9 +12,17 @@ from urllib.parse import urlsplit, urlunsplit
 from ckptview.core.errors import RemoteError
 
 EXTRA_HINT = "pip install 'ckptview[remote]'"
-_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-_URL_ANYWHERE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]*@")
-_QUERY_ANYWHERE = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#]*)[?#]\S*")
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)(://|::)")  # 'https://...', and chains 'simplecache::https://...'
+_IPV6_HOST = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^/@]*@)?\[[0-9a-fA-F:.%A-Za-z]*\]")
+# Protocols meant for remote storage: what a URL may name. Not accepted: file:// and local:// (a local
+# file is given by its path, and goes through the local checks: FIFOs, devices, ...), reference:// (its
+# JSON decides which files are opened, local ones too), '::' chains and the wrappers they need (tar://,
+# zip://, simplecache::, ...: they put another protocol, maybe a local one, behind the first), dir://,
+# git://, dask://. memory:// is accepted: it is this process's own memory and reaches no file.
+REMOTE_PROTOCOLS = frozenset({
+    "http", "https", "hf", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "ocilake", "oss",
+    "webhdfs", "hdfs", "dbfs", "sftp", "ssh", "ftp", "smb", "github", "box", "dropbox", "lakefs", "memory",
+})
 _REAL: dict[str, str] = {}  # shown URL -> URL with its query string (presigned tokens stay in here)
 _LOCK = threading.Lock()
 
@@ -25,16 +33,49 @@ def download_allowed() -> bool:
 
 
 def timeout() -> float:
-    """Seconds any one request may wait for the server (CKPTVIEW_TIMEOUT, default 30)."""
+    """Seconds any one wait on the server may take: to connect, for each read (CKPTVIEW_TIMEOUT, default 30)."""
     try:
         return max(0.01, float(os.environ.get("CKPTVIEW_TIMEOUT", "30")))
     except ValueError:
         return 30.0
 
 
+DEFAULT_DEADLINE = 120.0
+
+
+def deadline() -> float:
+    """Seconds a whole request may take, connect to last byte, before its size's allowance is added
+    (`--deadline`, CKPTVIEW_DEADLINE, default 120)."""
+    try:
+        return max(0.01, float(os.environ.get("CKPTVIEW_DEADLINE", "") or DEFAULT_DEADLINE))
+    except ValueError:
+        return DEFAULT_DEADLINE
+
+
+def max_download() -> int | None:
+    """The most bytes `--download` may write (`--max-download`, CKPTVIEW_MAX_DOWNLOAD in bytes), else None."""
+    try:
+        return parse_size(os.environ.get("CKPTVIEW_MAX_DOWNLOAD", "")) if os.environ.get("CKPTVIEW_MAX_DOWNLOAD") else None
+    except ValueError:
+        return None
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """'500M' -> 524288000: bytes, or K, M, G, T, P (powers of 1024; 'MB', 'MiB' the same); ValueError else."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (say 500M, 2G or a number of bytes)")
+    return int(float(m.group(1)) * 1024 ** "bkmgtp".index((m.group(2) or "b").lower()))
+
+
 def is_url(path: object) -> bool:
-    """True for 'scheme://...' (https, hf, s3, any fsspec protocol); False for local paths and file://."""
-    return isinstance(path, str) and bool(_URL.match(path)) and not path.lower().startswith("file://")
+    """True for 'scheme://...' and 'scheme::...://...' (then refused or opened by the remote layer); False for
+    local paths and file://."""
+    return (isinstance(path, str) and "://" in path and bool(_URL.match(path))
+            and not path.lower().startswith("file://"))
 
 
 def shown(url: str) -> str:
@@ -46,11 +87,6 @@ def shown(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def redact(text: str) -> str:
-    """`text` with every URL in it shown as `shown` shows it (error messages, logs)."""
-    return _QUERY_ANYWHERE.sub(r"\1", _URL_ANYWHERE.sub(r"\1", text))
-
-
 def strip_userinfo(url: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, parts.fragment))
@@ -60,8 +96,24 @@ def protocol(url: str) -> str:
     return url.split("://", 1)[0].lower()
 
 
+def check_accepted(url: str) -> None:
+    """Refuse, in one line, a URL of a protocol not meant for remote storage or a chain of protocols."""
+    proto = protocol(url)
+    rest = _IPV6_HOST.sub("", url, count=1)  # 'http://[::1]:8000/m.pt': an IPv6 host is not a chain
+    if "::" in rest:
+        why = "'::' chains of protocols are not accepted"
+    elif proto not in REMOTE_PROTOCOLS:
+        why = f"the protocol {proto}:// is not accepted"
+    else:
+        return
+    raise RemoteError(f"cannot open {shown(url)}: {why}: a URL names remote storage (https://, hf://, s3://, "
+                      "gs://, ...; see docs/remote.md), a local file is given by its path")
+
+
 def require_extra(url: str) -> None:
-    """One line naming the extra to install when the libraries for `url`'s protocol are missing."""
+    """Refuse URLs that are not accepted (`check_accepted`); one line naming the extra to install when
+    the libraries for `url`'s protocol are missing."""
+    check_accepted(url)
     proto = protocol(url)
     needed = {"http": "requests", "https": "requests", "hf": "huggingface_hub", "s3": "s3fs"}.get(proto)
     for module in ("fsspec", needed):
