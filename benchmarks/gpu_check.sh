@@ -39,3 +39,16 @@ PYEOF
 $PY "$work/mlp.py"
 $PY -m ckptview run "$work/mlp.pt" --model "$work/mlp.py:MLP" --device cuda:0 --input-shape 64,20 \
     --runs 100 --json | tee "$OUT/run_cuda.json"
+# 4. A forward pass with no code (issue 27): a tiny Llama folder built by transformers, run on cuda:0 by
+#    ckptview, against from_pretrained on the same device (needs transformers; skipped without it).
+if $PY -c 'import transformers' 2>/dev/null; then
+  $PY - "$work/llama" <<'PYEOF'
+import sys, torch, transformers
+torch.manual_seed(0)
+config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+transformers.LlamaForCausalLM(config).save_pretrained(sys.argv[1])
+PYEOF
+  $PY -m ckptview run "$work/llama" --device cuda:0 --json | tee "$OUT/run_llama_cuda.json"
+  $PY -m pytest -q -p no:cacheprovider tests/test_run_architectures.py 2>&1 | tee "$OUT/architectures.txt"
+fi

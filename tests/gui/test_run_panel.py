@@ -369,3 +369,44 @@ def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
     assert "cancelled" in blocker.args[0] and panel.result is None
     qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=10_000)
     assert wait_for_run_jobs(10_000)
+
+
+def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+
+    torch.manual_seed(3)
+    config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16)
+    folder = tmp_path / "bert"
+    transformers.BertModel(config).save_pretrained(folder)
+    panel = RunPanel(path=str(folder), devices=list_devices())
+    qtbot.addWidget(panel)
+    panel.show()
+    assert "transformers BertModel from config.json" in panel.source_label.text()
+    assert panel.input_edit.text() == "1,8@int64=randint:0:40;1,8@int64=ones"  # ids inside the vocabulary
+    with qtbot.waitSignal(panel.runFinished, timeout=120_000) as blocker:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    result = blocker.args[0]
+    assert result.architecture == {"library": "transformers", "class": "BertModel", "source": "config.json"}
+    names = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
+    assert names == ["last_hidden_state", "pooler_output"]
+    assert "Model transformers BertModel from config.json" in panel.summary_label.text()
+    assert result.warnings == []
+    assert wait_for_run_jobs(30_000)
+
+
+def test_a_folder_that_ships_its_own_code_says_so_and_does_not_run(qtbot, tmp_path) -> None:
+    from ckptview.gui.run_panel import RunPanel
+
+    folder = tmp_path / "remote-code"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["Evil"], "model_type": "evil",
+                                                    "auto_map": {"AutoModel": "modeling_evil.Evil"}}))
+    torch.save({"w": torch.zeros(2)}, folder / "pytorch_model.bin")
+    panel = RunPanel(path=str(folder), devices=list_devices())
+    qtbot.addWidget(panel)
+    panel.show()
+    assert "auto_map" in panel.source_label.text() and "never runs code" in panel.source_label.text()
+    assert not panel.start_run()  # no model code given, and the folder's own is refused
+    assert panel._worker is None

@@ -19,7 +19,8 @@ from ckptview.core.text import printable
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the `run` subcommand."""
     p = sub.add_parser("run", help="load onto a device and run a test forward pass (in a worker process)")
-    p.add_argument("path", help="checkpoint: TorchScript, .pt2, state dict (with --model) or full pickle")
+    p.add_argument("path", help="checkpoint: TorchScript, .pt2, a model folder or state dict whose library "
+                                "names its architecture (config.json), a state dict with --model, a full pickle")
     p.add_argument("--device", default="cpu", help="cpu, cuda:N, mps, xla:N or meta (default cpu)")
     p.add_argument("--input-shape", metavar="S",
                    help="inputs, ';'-separated: SHAPE[@DTYPE][=FILL], e.g. '2,3,224,224;2@int64=randint:0:10'")
@@ -27,7 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fill", help="default fill: normal, zeros, ones, full:V, uniform:LO:HI, randint:LO:HI")
     p.add_argument("--seed", type=int, default=0, help="seed of random fills (default 0)")
     p.add_argument("--input-file", metavar="NPY", help="input values from a .npy (one) or .npz (one per array)")
-    p.add_argument("--model", metavar="SPEC", help="model code: package.module:factory or path/file.py:Class")
+    p.add_argument("--model", metavar="SPEC", help="model code: package.module:factory or path/file.py:Class "
+                                                   "(default: the architecture config.json names, built by its "
+                                                   "installed library)")
     p.add_argument("--model-kwargs", metavar="JSON", default="{}", help="keyword arguments for the factory")
     p.add_argument("--trust", action="store_true",
                    help="allow torch to load PATH though its pickles name code (a full-model pickle, or an "
@@ -88,8 +91,14 @@ def format_result(result: RunResult | Mapping[str, Any]) -> str:
     if not isinstance(result, RunResult):
         result = RunResult.from_json(result)
     load = result.load
-    lines = [f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
-             f"{load.tensors} tensors, {load.bytes_moved} bytes"]
+    lines = []
+    if result.architecture is not None:
+        arch = result.architecture
+        lines.append(f"architecture {arch['library']} {arch['class']} from {arch['source']}")
+    lines.append(f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
+                 f"{load.tensors} tensors, {load.bytes_moved} bytes")
+    if load.tied:
+        lines.append(f"  tied ({len(load.tied)}): " + ", ".join(f"{k} -> {v}" for k, v in list(load.tied.items())[:10]))
     for key, names in (("missing", load.missing), ("unexpected", load.unexpected), ("mismatched", load.mismatched)):
         if names:
             lines.append(f"  {key} ({len(names)}): {', '.join(names[:10])}" + (" ..." if len(names) > 10 else ""))
@@ -105,6 +114,9 @@ def format_result(result: RunResult | Mapping[str, Any]) -> str:
             f"mean {_g(s.mean)} std {_g(s.std)} min {_g(s.min)} max {_g(s.max)}"
             + (f" nan {s.nan}" if s.nan else "") + (f" inf {s.inf}" if s.inf else ""))
         lines.append(f"output {out.name}: {out.shape} {out.dtype} on {out.device}: {stats}")
+    if result.next_tokens is not None:
+        top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
+        lines.append(f"next token after {result.next_tokens['prompt']!r}: {top}")
     lat = result.latency_ms
     lines.append(f"latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}, {lat.runs} runs)")
     if result.peak_memory_bytes is not None:

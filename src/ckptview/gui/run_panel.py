@@ -35,7 +35,15 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.read.files import is_url
 from ckptview.core.run import runner
+from ckptview.core.run.architectures import (
+    Architecture,
+    ArchitectureRefused,
+    default_inputs,
+    missing_library,
+    recognize,
+)
 from ckptview.core.run.devices import DeviceInfo, parse_device
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
 from ckptview.core.run.run_inputs import InputSpecError, describe_inputs, parse_input_specs
@@ -142,6 +150,7 @@ class RunPanel(QWidget):
         self._probe_wanted = devices is None
         self._prefill_wanted = True
         self._source: runner.SourceInfo | None = None
+        self._arch: Architecture | None = None  # a state dict's architecture, named by its config.json
         self._build()
         self.set_devices(devices or DEFAULT_DEVICES)
         self._describe_source()
@@ -307,6 +316,12 @@ class RunPanel(QWidget):
             self.source_label.setText(str(exc))
             return
         words = SOURCE_WORDS[self._source.kind]
+        self._arch, refused = self._architecture()
+        if self._arch is not None:
+            words = (f"state dict: {self._arch.describe()}, built by the installed library "
+                     f"(or give model code below)")
+        elif refused:
+            words = f"state dict: {refused}"
         if self._source.findings and self._source.kind != runner.PICKLE:
             shown = ", ".join(self._source.findings[:4]) + (" …" if len(self._source.findings) > 4 else "")
             words += f"; its pickles name code ({printable(shown)}): it runs only if you trust it"
@@ -315,6 +330,20 @@ class RunPanel(QWidget):
         self.model_edit.setEnabled(needs_code)
         self.model_browse.setEnabled(needs_code)
         self.kwargs_edit.setEnabled(needs_code)
+
+    def _architecture(self) -> tuple[Architecture | None, str]:
+        """The architecture a state dict's config.json names (read as data), or the reason it cannot run."""
+        if self._source is None or self._source.kind != runner.STATE_DICT or not self.path or is_url(self.path):
+            return None, ""
+        try:
+            checkpoint = self._checkpoint()
+            tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
+            arch = recognize(self.path, tensors)
+            if arch is not None and (missing := missing_library(arch)):
+                return None, missing
+            return arch, ""
+        except ArchitectureRefused as exc:
+            return None, str(exc)
 
     def _checkpoint(self) -> Any:
         """The tab's already-opened checkpoint (saves re-reading its metadata on the GUI thread)."""
@@ -331,6 +360,8 @@ class RunPanel(QWidget):
             self._inspect = GeneratorWorker(runner.inspect_inputs, self.path, trusted=trusted)
             self._inspect.signals.returned.connect(self._set_prefill)
             _start(self._inspect)
+        elif self._arch is not None:
+            self._set_prefill(default_inputs(self._arch))
         else:
             self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
 
@@ -394,7 +425,8 @@ class RunPanel(QWidget):
         try:
             request = self.build_request()
             source = runner.classify_source(request.path, request.model, self._checkpoint())
-            runner.check_trust(source, True, bool(request.model))  # model code first; consent below
+            # model code (or an architecture its library knows) first; consent below
+            runner.check_trust(source, True, bool(request.model) or self._arch is not None)
             second = runner.compare_source(source, request.compare_path)
             wanted = [(p, found) for p, found in ((request.path, source.findings),
                                                   (request.compare_path, second.findings if second else []))
@@ -500,7 +532,12 @@ def summary_text(result: RunResult) -> str:
              f"{result.device} in {result.load_seconds * 1000:.1f} ms"]
     if load.cuda_allocated is not None:
         lines[0] += f"; CUDA allocated {_bytes(load.cuda_allocated)}, reserved {_bytes(load.cuda_reserved)}"
+    if result.architecture is not None:
+        arch = result.architecture
+        lines.insert(0, f"Model {arch['library']} {arch['class']} from {arch['source']}")
     lines += [f"Warning: {w}" for w in result.warnings]
+    if load.tied:
+        lines.append(f"Tied ({len(load.tied)}): " + ", ".join(f"{k} → {v}" for k, v in list(load.tied.items())[:5]))
     if load.stripped_prefixes:
         lines.append(f"Stripped prefixes: {' '.join(load.stripped_prefixes)}")
     lat = result.latency_ms
@@ -508,6 +545,9 @@ def summary_text(result: RunResult) -> str:
                  f"{lat.runs} runs after {lat.warmup} warm-up)")
     if result.peak_memory_bytes is not None:
         lines.append(f"Peak memory {_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
+    if result.next_tokens is not None:
+        top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
+        lines.append(f"Next token after {result.next_tokens['prompt']!r}: {top}")
     if result.compare is not None:
         lines.append(f"Second checkpoint: {os.path.basename(result.compare.path)}")
     return printable_lines(lines)

@@ -18,9 +18,9 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
     req = job.request
     path = req["compare_path"]
     source = req.get("source")
-    if source == "state_dict":
-        second = model
-        load = load_weights(second, path, device)
+    if source in ("state_dict", "library"):
+        second = model  # the same architecture (called by keyword where the first run was)
+        load = load_weights(getattr(model, "module", model), path, device)
     elif source in ("torchscript", "export"):
         from ckptview.core import open_checkpoint
 

@@ -6,6 +6,7 @@ torch is imported inside the functions; every result is a `core.run_result` reco
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -140,7 +141,7 @@ def make_inputs(req: dict[str, Any], model: Any, device: str) -> tuple[list[Any]
         tensors = [run_inputs.to_torch(a, None, device) for _, a in arrays]
         return tensors, [InputReport(name=n, shape=list(a.shape), dtype=str(t.dtype).removeprefix("torch."),
                                      origin="file") for (n, a), t in zip(arrays, tensors, strict=True)]
-    origin = "spec"
+    origin = str(req.get("input_origin") or "spec")
     specs = [InputSpec.from_json(s) for s in req["inputs"]] if req.get("inputs") else None
     if specs is None and req.get("source") in ("torchscript", "export"):
         specs, origin = graph_inputs(model, req["source"]), "graph"
@@ -154,6 +155,46 @@ def make_inputs(req: dict[str, Any], model: Any, device: str) -> tuple[list[Any]
                for i, s in enumerate(specs)]
     return tensors, [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=origin, fill=s.fill,
                                  low=s.low, high=s.high, spec=s.text()) for s in specs]
+
+
+# numpy's names for arrays saved without names (np.savez(f, a, b)): those stay positional.
+_UNNAMED = re.compile(r"arr_\d+")
+
+
+class KeywordCall:
+    """Calls a model with its inputs by name (`model(input_ids=..., attention_mask=...)`)."""
+
+    def __init__(self, module: Any, names: list[str]) -> None:
+        self.module = module
+        self.names = names
+
+    def __call__(self, *tensors: Any) -> Any:
+        return self.module(**dict(zip(self.names, tensors, strict=True)))
+
+
+class ShapesOnly:
+    """A forward pass on `meta` under fake tensors: library models read values of small tensors on the way
+    (an attention mask's `.item()`), which meta tensors refuse; fake ones answer with shapes alone."""
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+        self.module = getattr(call, "module", call)
+
+    def __call__(self, *tensors: Any) -> Any:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            return self.call(*tensors)
+
+
+def forward_call(model: Any, reports: list[InputReport], library_on_meta: bool = False) -> Any:
+    """The model, or a call by keyword when every input is named by a file's arrays or a config."""
+    names = [r.name or "" for r in reports]
+    call = model
+    if reports and all(r.origin in ("file", "config.json") for r in reports) and all(names) \
+            and not any(_UNNAMED.fullmatch(n) for n in names):
+        call = KeywordCall(model, names)
+    return ShapesOnly(call) if library_on_meta else call
 
 
 def _guess_from_module(model: Any) -> list[InputSpec] | None:

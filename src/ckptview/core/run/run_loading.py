@@ -35,7 +35,41 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
         model = _place_module(model, device)
         report = load_weights(model, path, device)
         return model, report
+    if source == "library":
+        return load_library_model(job, path, device)
     raise WorkerError(f"unknown model source '{source}'", kind="protocol")
+
+
+def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
+    """A model its library builds from config.json, then the checkpoint's weights, tensor by tensor."""
+    from ckptview.core.run.run_library import build, tie, tied_keys
+
+    job.enter("building the model")
+    model = build(job.request["architecture"], device, checkpoint_float_dtype(path))
+    job.enter("loading")
+    report = load_weights(model, path, device)
+    tie(model)
+    tied = tied_keys(model, set(model.state_dict()) - set(report.missing), report.missing)
+    if tied:
+        report.tied = tied
+        report.missing = [k for k in report.missing if k not in tied]
+    return model, report
+
+
+def checkpoint_float_dtype(path: str) -> str | None:
+    """The floating-point dtype holding most of the checkpoint's bytes (`from_pretrained(dtype="auto")`)."""
+    from ckptview.core import open_checkpoint
+
+    checkpoint = open_checkpoint(path)
+    try:
+        totals: dict[str, int] = {}
+        for entry in checkpoint.tensors():
+            dtype = entry.info.dtype
+            if dtype in ("float32", "float16", "bfloat16", "float64"):
+                totals[dtype] = totals.get(dtype, 0) + entry.info.nbytes
+        return max(totals, key=lambda d: totals[d]) if totals else None
+    finally:
+        checkpoint.close()
 
 
 def _consent(job: Job, role: str) -> list[str] | None:
@@ -127,6 +161,7 @@ def load_weights(model: Any, path: str, device: str) -> LoadReport:
         mismatched: list[str] = []
         shapes: dict[str, ShapeMismatch] = {}
         to_load: dict[str, Any] = {}
+        batch_bytes = loaded = 0
         unplaced: list[Unplaced] = []
         bytes_moved = 0
         for ckpt_key, key in mapping.items():
@@ -144,14 +179,29 @@ def load_weights(model: Any, path: str, device: str) -> LoadReport:
                 unplaced.append(Unplaced(key, reason))
                 continue
             to_load[key] = tensor
+            loaded += 1
             bytes_moved += info.nbytes if device != "meta" else 0  # meta tensors hold no bytes
-        if device != "meta":
-            model.load_state_dict(to_load, strict=False)
+            batch_bytes += info.nbytes
+            if batch_bytes >= LOAD_BATCH_BYTES:  # into the model now: never a second copy of all weights
+                _load_batch(model, to_load, device)
+                batch_bytes = 0
+        _load_batch(model, to_load, device)
         return LoadReport(missing=missing, unexpected=unexpected, mismatched=mismatched, mismatched_shapes=shapes,
-                          stripped_prefixes=stripped, state_dict_key=found_under, tensors=len(to_load),
+                          stripped_prefixes=stripped, state_dict_key=found_under, tensors=loaded,
                           bytes_moved=bytes_moved, unplaced=unplaced, loader="ckptview reader")
     finally:
         checkpoint.close()
+
+
+# Tensors read by ckptview go into the model in batches of about this many bytes, so that loading holds the
+# model and one batch, not the model and a second copy of every weight.
+LOAD_BATCH_BYTES = 256 << 20
+
+
+def _load_batch(model: Any, batch: dict[str, Any], device: str) -> None:
+    if batch and device != "meta":
+        model.load_state_dict(batch, strict=False)
+    batch.clear()
 
 
 def _torch_state_dict(path: str, base: tuple[Any, ...]) -> Any:

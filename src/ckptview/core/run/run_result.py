@@ -122,7 +122,7 @@ class LoadReport(Record):
     """What loading put into the model: key problems, counts, bytes, which loader, device memory after."""
 
     OMIT_NONE: ClassVar[frozenset[str]] = frozenset(
-        {"tensor_bytes", "loader", "seconds", "cuda_allocated", "cuda_reserved", "mps_allocated"})
+        {"tensor_bytes", "loader", "seconds", "cuda_allocated", "cuda_reserved", "mps_allocated", "tied"})
 
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
@@ -139,6 +139,8 @@ class LoadReport(Record):
     cuda_allocated: int | None = None
     cuda_reserved: int | None = None
     mps_allocated: int | None = None
+    # {key the checkpoint lacks: the loaded key it is tied to} (an LM head over the embedding): not missing.
+    tied: dict[str, str] | None = None
 
     @classmethod
     def from_json(cls, data: Any, where: str = "load") -> LoadReport:
@@ -156,7 +158,10 @@ class LoadReport(Record):
             unplaced=[Unplaced.from_json(u, f"{where}.unplaced") for u in get_list(d, "unplaced", where)],
             loader=get_opt_str(d, "loader", where), seconds=get_opt_num(d, "seconds", where),
             cuda_allocated=get_opt_int(d, "cuda_allocated", where), cuda_reserved=get_opt_int(d, "cuda_reserved", where),
-            mps_allocated=get_opt_int(d, "mps_allocated", where))
+            mps_allocated=get_opt_int(d, "mps_allocated", where),
+            tied=None if d.get("tied") is None else {
+                str(k)[:MAX_TEXT]: str(v)[:MAX_TEXT]
+                for k, v in list(get_obj(d["tied"], f"{where}.tied").items())[:MAX_ITEMS]})
 
 
 @dataclass(eq=False)
@@ -318,7 +323,7 @@ class CompareResult(Record):
 class RunResult(Record):
     """Everything a successful run reports (README "Devices and a test forward pass" lists the keys)."""
 
-    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"compare"})
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"compare", "architecture", "next_tokens"})
 
     device: str
     source: str | None
@@ -334,6 +339,10 @@ class RunResult(Record):
     worker_seconds: float
     compare: CompareResult | None = None
     warnings: list[str] = field(default_factory=list)  # weights that did not load (set by the parent)
+    # A model its library built: {"library", "class", "source"} (`core.run.architectures`).
+    architecture: dict[str, str] | None = None
+    # Causal language models with a tokenizer.json: {"prompt", "top": [{"id", "token", "prob"}]}.
+    next_tokens: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Any, where: str = "result") -> RunResult:
@@ -350,7 +359,28 @@ class RunResult(Record):
             peak_memory_bytes=get_opt_int(d, "peak_memory_bytes", where),
             peak_memory_kind=get_str(d, "peak_memory_kind", where, ""),
             torch_version=get_str(d, "torch_version", where, ""), worker_seconds=get_num(d, "worker_seconds", where, 0.0),
-            compare=compare, warnings=get_strs(d, "warnings", where))
+            compare=compare, warnings=get_strs(d, "warnings", where),
+            architecture=_architecture(d.get("architecture"), f"{where}.architecture"),
+            next_tokens=_next_tokens(d.get("next_tokens"), f"{where}.next_tokens"))
+
+
+def _architecture(data: Any, where: str) -> dict[str, str] | None:
+    if data is None:
+        return None
+    d = get_obj(data, where)
+    return {key: get_str(d, key, where) for key in ("library", "class", "source")}
+
+
+def _next_tokens(data: Any, where: str) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    d = get_obj(data, where)
+    top = []
+    for item in get_list(d, "top", where, 100):
+        t = get_obj(item, f"{where}.top")
+        top.append({"id": get_int(t, "id", where, 0), "token": get_str(t, "token", where, ""),
+                    "prob": get_num(t, "prob", where, 0.0)})
+    return {"prompt": get_str(d, "prompt", where, ""), "top": top}
 
 
 @dataclass(eq=False)

@@ -20,12 +20,14 @@ from ckptview.core.run.run_forward import (
     _concrete_size,
     describe_outputs,
     flatten_outputs,
+    forward_call,
     graph_inputs,
     make_inputs,
     peak_memory,
     reset_peak,
     time_runs,
 )
+from ckptview.core.run.run_library import next_tokens
 from ckptview.core.run.run_loading import (
     load_graph,
     load_model,
@@ -137,6 +139,8 @@ def run_job(job: Job) -> RunResult:
     job.enter("inputs")
     inputs, input_report = make_inputs(req, model, device)
     job.report["inputs"] = input_report
+    module, model = model, forward_call(model, input_report,
+                                        library_on_meta=device == "meta" and req.get("source") == "library")
 
     first_n = int(req.get("first_values", 8))
     warmup = int(req.get("warmup", 2))
@@ -153,12 +157,17 @@ def run_job(job: Job) -> RunResult:
         if req.get("compare_path"):
             job.enter("compare")
             compare = compare_checkpoint(job, model, output, inputs, device, first_n)
+        tokens = None
+        arch = req.get("architecture") or {}
+        if req.get("source") == "library" and str(arch.get("class", "")).endswith("ForCausalLM"):
+            job.enter("next tokens")
+            tokens = next_tokens(module, str(arch.get("folder") or ""), device)
     peak, peak_kind = peak_memory(device)
     return RunResult(device=device, source=req.get("source"), load_seconds=load.seconds, load=load,
                      inputs=input_report, outputs=outputs, other_outputs=others,
                      latency_ms=Latency.from_times(times, warmup), peak_memory_bytes=peak,
                      peak_memory_kind=peak_kind, torch_version=torch.__version__,
-                     worker_seconds=time.perf_counter() - started, compare=compare)
+                     worker_seconds=time.perf_counter() - started, compare=compare, next_tokens=tokens)
 
 
 def _check_device(name: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.files import is_url
+from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
 from ckptview.core.run.run_inputs import InputSpec
 from ckptview.core.run.run_json import ProtocolError
 from ckptview.core.run.run_process import (
@@ -50,6 +51,8 @@ __all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STD
 
 # Source kinds, in order of how much trust they need.
 TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"
+# A state dict whose architecture an installed library knows (config.json, or keys and shapes): no code needed.
+LIBRARY = "library"
 # Keys under which training checkpoints keep the model's weights (Lightning, common scripts, HF trainers).
 STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "module", "net", "network",
                    "weights", "params", "ema_state_dict")
@@ -163,7 +166,8 @@ _KIND_WORDS = {TORCHSCRIPT: "TorchScript archive", EXPORT: ".pt2 program", PICKL
 def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
     """Refuse (RunError 'refused') what needs consent or code the user has not given."""
     if source.kind == STATE_DICT and not has_model:
-        raise RunError("this file is a state dict (weights only): give the model code with "
+        raise RunError("this file is a state dict (weights only) and no installed library names its "
+                       "architecture (no config.json beside it): give the model code with "
                        "--model package.module:factory or --model path/to/file.py:ClassName", kind="refused")
     if source.findings and not trust:
         names = _names(source.findings)
@@ -329,6 +333,12 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
     if not os.path.exists(request.path):
         raise RunError(f"no such file: {request.path}", kind="input")
     source = classify_source(request.path, request.model)
+    try:  # a state dict with no code: the architecture its installed library names (config.json)
+        arch = recognize_checkpoint(request.path) if source.kind == STATE_DICT and not request.model else None
+    except ArchitectureRefused as exc:  # code shipped with the weights, or the library is missing
+        raise RunError(str(exc), kind="refused") from None
+    if arch is not None:
+        source.kind = LIBRARY
     check_trust(source, request.trust, bool(request.model))
     second = compare_source(source, request.compare_path)
     check_compare_trust(second, request.trust_compare)
@@ -341,6 +351,8 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
                       else second.findings if second is not None else [])
     payload["consent"] = {"main": main_consent if request.trust else None,
                           "compare": second_consent if request.trust_compare else None}
+    if arch is not None:
+        payload.update(arch.payload(with_inputs=request.inputs is None and not request.input_file))
     data = yield from execute(payload, request.timeout, token)
     try:
         result = RunResult.from_json(data)
@@ -350,7 +362,10 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
     if result.compare is not None:
         result.warnings += [f"second checkpoint: {w}" for w in weight_warnings(result.compare.load, result.device)]
     check_weights(result, source.kind, request.strict)
+    if arch is not None:
+        result.architecture = arch.to_json()
     return result
+
 
 
 MAX_NAMED = 5
@@ -383,7 +398,7 @@ def weight_warnings(load: LoadReport, device: str) -> list[str]:
 
 def check_weights(result: RunResult, kind: str, strict: bool) -> None:
     """RunError 'weights' when a state dict loaded no tensor, or (strict) when any weight did not load."""
-    if kind != STATE_DICT:
+    if kind not in (STATE_DICT, LIBRARY):
         return  # graphs and pickled modules carry their own weights
     load = result.load
     if not load.tensors:

@@ -1,0 +1,219 @@
+"""Which library's architecture a checkpoint is, read from its folder's config as data (no torch, no import).
+
+A forward pass with no code of the user's own needs the model's class. It comes from an installed library
+(transformers, diffusers, timm, torchvision), never from the file's folder: `config.json` is read as JSON,
+and a config that names code shipped beside the weights (`auto_map`) is refused. The worker builds the class
+by name from the library's own registry (`core/run/run_library.py`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptview.core.run.run_inputs import InputSpec
+
+MAX_CONFIG_BYTES = 4 << 20  # a config.json larger than this is not a model config
+EXTRA = "pip install 'ckptview[models]'"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Sizes of the inputs made from a config: small, so that a test forward pass is quick on any model.
+TEXT_TOKENS = 8
+DEFAULT_IMAGE = 224
+
+
+class ArchitectureRefused(Exception):
+    """The folder names an architecture ckptview will not build; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A model class an installed library knows, and the config it is built from."""
+
+    library: str  # "transformers" | "diffusers" | "timm" | "torchvision"
+    cls: str  # the class (or timm/torchvision model) name
+    source: str  # what named it: "config.json", "keys and shapes"
+    config: dict[str, Any] = field(default_factory=dict, compare=False)
+    folder: str = ""  # the folder of config.json (a tokenizer.json beside it gives next-token results)
+
+    def to_json(self) -> dict[str, str]:
+        """The contract's `"architecture"` object."""
+        return {"library": self.library, "class": self.cls, "source": self.source}
+
+    def describe(self) -> str:
+        """One line for people: `transformers LlamaForCausalLM from config.json`."""
+        return f"{self.library} {self.cls} from {self.source}"
+
+    def payload(self, with_inputs: bool) -> dict[str, Any]:
+        """What the worker's request needs to build it, and (`with_inputs`) inputs made from its config."""
+        out: dict[str, Any] = {"architecture": {**self.to_json(), "config": self.config, "folder": self.folder}}
+        specs = default_inputs(self) if with_inputs else []
+        if specs:
+            out.update(inputs=[s.to_json() for s in specs], input_origin=self.source)
+        return out
+
+
+def config_path(path: str) -> str | None:
+    """The config.json beside a checkpoint (in the folder, or beside the file), if there is one."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    candidate = os.path.join(folder, "config.json")
+    return candidate if os.path.isfile(candidate) else None
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """A config.json as data; ArchitectureRefused when it is not one JSON object of bounded size."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_CONFIG_BYTES:
+            raise ArchitectureRefused(f"config.json is {size:,} bytes: too large for a model config")
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(MAX_CONFIG_BYTES + 1))
+    except OSError as exc:
+        raise ArchitectureRefused(f"cannot read config.json: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ArchitectureRefused(f"config.json is not valid JSON: {type(exc).__name__}") from None
+    if not isinstance(data, dict):
+        raise ArchitectureRefused("config.json is not a JSON object")
+    return data
+
+
+def recognize(path: str, tensors: dict[str, Any] | None = None) -> Architecture | None:
+    """The architecture of the checkpoint at `path`, or None when nothing names one.
+
+    `tensors` ({state-dict key: TensorInfo}) lets a folder without config be recognised by its keys and
+    shapes (torchvision). Raises ArchitectureRefused for a config that ships its own code (`auto_map`).
+    """
+    found = config_path(path)
+    if found is not None:
+        config = read_config(found)
+        arch = _from_config(config, os.path.dirname(found))
+        if arch is not None:
+            return arch
+    if tensors:
+        return _torchvision_by_keys(tensors)
+    return None
+
+
+def _from_config(config: dict[str, Any], folder: str) -> Architecture | None:
+    if "auto_map" in config:
+        named = config["auto_map"]
+        shown = ", ".join(f"{k}: {v}" for k, v in named.items())[:200] if isinstance(named, dict) else "?"
+        raise ArchitectureRefused(
+            f"config.json names model code shipped with the weights (auto_map {shown}): ckptview never runs "
+            f"code from a model's folder; pass --model with code you trust")
+    if isinstance(config.get("_class_name"), str):  # diffusers components
+        return Architecture("diffusers", _name(config["_class_name"], "_class_name"), "config.json", config, folder)
+    architectures = config.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(config.get("model_type"), str):
+        return Architecture("transformers", _name(architectures[0], "architectures"), "config.json", config,
+                            folder)
+    arch = config.get("architecture") or config.get("model_name")
+    if isinstance(arch, str) and ("pretrained_cfg" in config or "num_classes" in config):  # timm's config.json
+        if not re.match(r"^[A-Za-z0-9_.]{1,128}$", arch):
+            raise ArchitectureRefused(f"config.json names an odd timm architecture {arch[:60]!r}")
+        return Architecture("timm", arch, "config.json", config, folder)
+    if isinstance(config.get("model_type"), str):
+        raise ArchitectureRefused(f"config.json has model_type {str(config['model_type'])[:60]!r} but no "
+                                  f"'architectures' list naming the model class")
+    return None
+
+
+def _name(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise ArchitectureRefused(f"config.json's {key} is not a class name: {str(value)[:60]!r}")
+    return value
+
+
+# torchvision's ResNets: blocks per stage, and the block kind (BasicBlock has conv1/conv2, Bottleneck conv3).
+_RESNETS = {(2, 2, 2, 2, False): "resnet18", (3, 4, 6, 3, False): "resnet34", (3, 4, 6, 3, True): "resnet50",
+            (3, 4, 23, 3, True): "resnet101", (3, 8, 36, 3, True): "resnet152"}
+
+
+def _torchvision_by_keys(tensors: dict[str, Any]) -> Architecture | None:
+    """A torchvision ResNet recognised by its state-dict keys and shapes (`torchvision resnet18`)."""
+    conv1, fc = tensors.get("conv1.weight"), tensors.get("fc.weight")
+    if conv1 is None or fc is None or len(conv1.shape) != 4 or len(fc.shape) != 2:
+        return None
+    blocks = []
+    for stage in range(1, 5):
+        count = 0
+        while f"layer{stage}.{count}.conv1.weight" in tensors:
+            count += 1
+        blocks.append(count)
+    bottleneck = "layer1.0.conv3.weight" in tensors
+    name = _RESNETS.get((blocks[0], blocks[1], blocks[2], blocks[3], bottleneck))
+    if name is None:
+        return None
+    config = {"num_classes": int(fc.shape[0]), "in_channels": int(conv1.shape[1])}
+    return Architecture("torchvision", name, "keys and shapes", config)
+
+
+def recognize_checkpoint(path: str) -> Architecture | None:
+    """`recognize` for a checkpoint on disk, its keys read by the safe reader; ArchitectureRefused also when
+    the architecture's library is not installed."""
+    from ckptview.core import open_checkpoint
+    from ckptview.core.errors import CheckpointError
+    from ckptview.core.run.runner import find_state_dict
+
+    try:
+        checkpoint = open_checkpoint(path)
+    except CheckpointError:
+        return None
+    try:
+        _, tensors = find_state_dict(checkpoint)
+    finally:
+        checkpoint.close()
+    arch = recognize(path, tensors)
+    if arch is not None and (missing := missing_library(arch)):
+        raise ArchitectureRefused(missing)
+    return arch
+
+
+def missing_library(arch: Architecture) -> str | None:
+    """The refusal line when the architecture's library is not installed (no import, a spec lookup)."""
+    if importlib.util.find_spec(arch.library) is None:
+        return f"{arch.describe()}: {arch.library} is not installed ({EXTRA} brings it)"
+    return None
+
+
+def default_inputs(arch: Architecture) -> list[InputSpec]:
+    """Inputs that fit the model, from its config: token ids and a mask, images, latents and a timestep."""
+    c = arch.config
+    if arch.library == "diffusers":
+        size = _int(c.get("sample_size"), 32)
+        size = size if size <= 128 else 64
+        specs = [InputSpec(shape=(1, _int(c.get("in_channels"), 4), size, size), name="sample")]
+        if "UNet" in arch.cls:
+            specs.append(InputSpec(shape=(), dtype="int64", fill="full", low=10.0, name="timestep"))
+            if c.get("cross_attention_dim"):
+                dim = c["cross_attention_dim"]
+                dim = dim[0] if isinstance(dim, list) and dim else dim
+                specs.append(InputSpec(shape=(1, TEXT_TOKENS, _int(dim, 32)), name="encoder_hidden_states"))
+        return specs
+    if arch.library in ("timm", "torchvision"):
+        cfg = c["pretrained_cfg"] if isinstance(c.get("pretrained_cfg"), dict) else {}
+        input_size = cfg.get("input_size")
+        if isinstance(input_size, list) and len(input_size) == 3:
+            return [InputSpec(shape=(1, *(_int(s, DEFAULT_IMAGE) for s in input_size)), name="x")]
+        channels = _int(c.get("in_chans", c.get("in_channels")), 3)
+        return [InputSpec(shape=(1, channels, DEFAULT_IMAGE, DEFAULT_IMAGE), name="x")]
+    # transformers: vision configs name an image size; text ones a vocabulary.
+    vision: dict[str, Any] = c["vision_config"] if isinstance(c.get("vision_config"), dict) else c
+    if "image_size" in vision and "vocab_size" not in c:
+        image = vision["image_size"]
+        side = _int(image[0] if isinstance(image, list) and image else image, DEFAULT_IMAGE)
+        return [InputSpec(shape=(1, _int(vision.get("num_channels"), 3), side, side), name="pixel_values")]
+    vocab = _int(c.get("vocab_size"), 0)
+    if vocab > 0:
+        high = min(vocab, 1 << 31)
+        return [InputSpec(shape=(1, TEXT_TOKENS), dtype="int64", fill="randint", low=0.0, high=float(high),
+                          name="input_ids"),
+                InputSpec(shape=(1, TEXT_TOKENS), dtype="int64", fill="ones", name="attention_mask")]
+    return []
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20 else default
