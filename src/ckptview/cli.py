@@ -45,7 +45,7 @@ def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
-    # The remote options are taken out of argv by main(), anywhere in it (docs/remote.md).
+    # The remote options are taken out of argv by main(), anywhere in it (docs/guide/remote.md).
     parser.add_argument("--download", action="store_true",
                         help="a URL whose server ignores range requests may be downloaded whole")
     parser.add_argument("--max-download", metavar="SIZE",

@@ -107,7 +107,7 @@ def check_accepted(url: str) -> None:
     else:
         return
     raise RemoteError(f"cannot open {shown(url)}: {why}: a URL names remote storage (https://, hf://, s3://, "
-                      "gs://, ...; see docs/remote.md), a local file is given by its path")
+                      "gs://, ...; see docs/guide/remote.md), a local file is given by its path")
 
 
 def require_extra(url: str) -> None:
