@@ -147,7 +147,8 @@ def test_bad_input_is_shown_without_starting_a_worker(qtbot, mlp_files) -> None:
     assert "'x' is not a size" in panel.last_error and not panel.is_running()
     panel.input_edit.setText("2,20")
     panel.model_edit.setText("")
-    assert panel.start_run() is False and "--model" in panel.last_error
+    assert panel.start_run() is False and "Model code" in panel.last_error  # the window's field, not a flag
+    assert "--" not in panel.last_error and "--" not in panel.status_label.text()
 
 
 def test_registered_as_a_panel() -> None:

@@ -113,11 +113,30 @@ def main(argv: list[str]) -> int:
         for line in lines:
             print(line)
         return 0
+    reason = no_display_reason()
+    if reason is not None:  # Qt would abort with a message about a missing xcb library instead
+        print(f"ckptview: {reason}", file=sys.stderr)
+        return 2
     app = application()
     window = launch(args)
     if window is None:
         return 0
     return finish(int(app.exec()))
+
+
+def no_display_reason(env: dict[str, str] | None = None, platform: str | None = None) -> str | None:
+    """Why the window cannot open here (a Linux/BSD session with no X11 or Wayland display), else None.
+
+    Only when QT_QPA_PLATFORM is unset: a chosen platform (offscreen, vnc, eglfs) needs no display."""
+    env = dict(os.environ) if env is None else env
+    platform = sys.platform if platform is None else platform
+    if env.get("QT_QPA_PLATFORM") or not platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        return None
+    if env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"):
+        return None
+    return ("no display found (neither DISPLAY nor WAYLAND_DISPLAY is set): the window needs a graphical "
+            "session. On a terminal, `ckptview info FILE` lists a checkpoint (also diff, export, run, series); "
+            "QT_QPA_PLATFORM=offscreen runs the window without a screen.")
 
 
 def finish(status: int, timeout_ms: int = 5000) -> int:

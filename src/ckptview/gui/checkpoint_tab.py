@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QStackedWidget,
     QStyle,
@@ -39,6 +40,7 @@ from ckptview.core.perf import paused_gc
 from ckptview.core.text import printable
 from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
+from ckptview.gui.elide import ElidingDelegate, elide_label, elide_to_number
 from ckptview.gui.file_checks import Signature, describe_change, signature, special_file_reason
 from ckptview.gui.formatting import human_bytes, shape_text
 from ckptview.gui.gc_guard import collect_when_deleted, keep_out_of_collections
@@ -57,7 +59,7 @@ HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about
 COLUMN_WIDTHS = (300, 110, 80, 80, 95, 64, 220)
 # Typical content per column: what a column keeps room for before it elides (see _fit_columns).
 COLUMN_SAMPLES = {SHAPE: "1024 × 1024", DTYPE: "bfloat16", SIZE: "99.9 MiB", PARAMS: "1,048,576",
-                  DEVICE: "cuda:0"}
+                  DEVICE: "cuda:0", SHARD: "…00001-of-00002.safet"}
 SUMMARY_COLLAPSED = "tab/summary_collapsed"
 
 
@@ -96,13 +98,19 @@ class CheckpointTab(QWidget):
         layout.addWidget(self.stack)
         self.stack.addWidget(self._loading_page())
 
+    @property
+    def _name(self) -> str:
+        """The file's name as the tab shows it: escaped by printable() (no bidi override, newline, ESC)."""
+        return printable(os.path.basename(self.path.rstrip("/" + os.sep)) or self.path)
+
     # --- loading ---------------------------------------------------------------------------------
     def _loading_page(self) -> QWidget:
         page = QWidget()
         box = QVBoxLayout(page)
         box.addStretch(1)
-        self.loading_label = QLabel(f"Opening {html.escape(os.path.basename(self.path))}…")
+        self.loading_label = QLabel(f"Opening {html.escape(self._name)}…")
         self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        _never_wider(self.loading_label)
         bar = self.loading_bar = QProgressBar()
         bar.setRange(0, 0)
         bar.setMaximumWidth(320)
@@ -142,14 +150,14 @@ class CheckpointTab(QWidget):
     def _on_open_progress(self, step: Progress) -> None:
         if self._stale() or self.state != "loading":
             return
-        name = html.escape(os.path.basename(self.path))
+        name = html.escape(self._name)
         if step.total > 0:
             self.loading_bar.setRange(0, 1000)
             self.loading_bar.setValue(int(step.fraction * 1000))
-            self.loading_label.setText(f"Opening {name}: {html.escape(step.message)} ({step.fraction:.0%})")
+            self.loading_label.setText(f"Opening {name}: {html.escape(printable(step.message))} ({step.fraction:.0%})")
         else:
             self.loading_bar.setRange(0, 0)
-            self.loading_label.setText(f"Opening {name}: {html.escape(step.message)}…")
+            self.loading_label.setText(f"Opening {name}: {html.escape(printable(step.message))}…")
 
     def cancel(self) -> None:
         """Stop waiting for the file (the open stops at its next header piece or step; a result is discarded)."""
@@ -212,7 +220,7 @@ class CheckpointTab(QWidget):
         elapsed = time.perf_counter() - self._started
         transfer = self.checkpoint.metadata.get("_transfer") if self.checkpoint is not None else None
         moved = f", {transfer.bytes:,} bytes in {transfer.requests} requests" if transfer is not None else ""
-        self.status_message.emit(f"Opened {os.path.basename(self.path.split('?')[0])}: {self.top.tensors:,} tensors "
+        self.status_message.emit(f"Opened {printable(os.path.basename(self.path.split('?')[0]))}: {self.top.tensors:,} tensors "
                                  f"in {elapsed:.2f} s{moved}")
         self.loaded.emit()
 
@@ -240,15 +248,17 @@ class CheckpointTab(QWidget):
         icon = QLabel()
         icon.setPixmap(self.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxCritical).pixmap(48, 48))
         icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        title = QLabel(f"<b>Could not open {html.escape(os.path.basename(self.path))}</b>")
+        title = QLabel(f"<b>Could not open {html.escape(self._name)}</b>")
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.error_label = QLabel(text)
+        _never_wider(title)
+        self.error_label = QLabel(printable(text))
         self.error_label.setObjectName("errorLabel")
         self.error_label.setWordWrap(True)
         self.error_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        where = QLabel(html.escape(self.path))
+        where = QLabel(html.escape(printable(self.path)))
         where.setStyleSheet("color: palette(mid);")
+        _never_wider(where)
         where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         for widget in (icon, title, self.error_label, where):
             box.addWidget(widget)
@@ -259,7 +269,7 @@ class CheckpointTab(QWidget):
         box.addLayout(_centered(retry))
         box.addStretch(2)
         self._show_page(page)
-        self.status_message.emit(f"Could not open {os.path.basename(self.path)}: {text}")
+        self.status_message.emit(f"Could not open {self._name}: {printable(text)}")
         self.failed.emit(text)
 
     def _ask_large_header(self, size: int) -> None:
@@ -269,7 +279,7 @@ class CheckpointTab(QWidget):
         box = QVBoxLayout(page)
         box.addStretch(1)
         self.ask_label = QLabel(
-            f"<b>{html.escape(os.path.basename(self.path))}</b> has a {human_bytes(size)} header: metadata "
+            f"<b>{html.escape(self._name)}</b> has a {human_bytes(size)} header: metadata "
             f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
             "a lot of memory (several times the header size); the window stays usable meanwhile. "
             "Open it anyway?")
@@ -285,7 +295,7 @@ class CheckpointTab(QWidget):
         box.addLayout(_centered(self.open_anyway_button, close))
         box.addStretch(2)
         self._show_page(page)
-        self.status_message.emit(f"{os.path.basename(self.path)}: a {human_bytes(size)} header; open it?")
+        self.status_message.emit(f"{self._name}: a {human_bytes(size)} header; open it?")
         self.failed.emit(f"not opened yet: a {human_bytes(size)} header asks first")  # settled, not loading
 
     def open_anyway(self) -> None:
@@ -336,7 +346,7 @@ class CheckpointTab(QWidget):
             self.changed_bar.show()
         if first:  # panels still showing a tensor would read it again on a repaint or scroll: let them go
             self._tell_panels([])
-        self.status_message.emit(f"{os.path.basename(self.path)}: {self._changed_message()}")
+        self.status_message.emit(f"{self._name}: {self._changed_message()}")
 
     @staticmethod
     def _entries(rows: list[Row]) -> list[Node | ModuleGroup]:
@@ -464,6 +474,10 @@ class CheckpointTab(QWidget):
         # Names matter most: long ones are cut in the middle (both the module and the leaf stay), and the
         # Name column keeps at least half the width; the other columns give way first (_fit_columns).
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # Optimizer rows keep "exp_avg of" and cut the parameter's name in the middle; shard names keep
+        # their number. Every cell's whole text is in its tooltip.
+        self.tree.setItemDelegateForColumn(NAME, ElidingDelegate(elide_label, self.tree))
+        self.tree.setItemDelegateForColumn(SHARD, ElidingDelegate(elide_to_number, self.tree))
         self.tree.viewport().installEventFilter(self)
         # The shard column only means something for sharded folders and DCP checkpoints.
         self.tree.setColumnHidden(SHARD, not opened.sharded)
@@ -501,7 +515,8 @@ class CheckpointTab(QWidget):
         self.splitter.addWidget(self.side_tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        self.splitter.setSizes([620, 520])  # the side panels (histograms, tables) need room too
+        # The side panels (histograms, the optimizer's table) need room: at 1024 px they get ~560 of it.
+        self.splitter.setSizes([480, 560])
         box.addWidget(self.splitter, 1)
         self._update_match_label()
         self._show_page(page)
@@ -822,6 +837,15 @@ class PanelScrollArea(QScrollArea):
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self._fit()
         return super().eventFilter(watched, event)
+
+
+def _never_wider(label: QLabel) -> None:
+    """A label naming the file wraps, and a name without spaces is cut rather than widening the window
+    (a 170-character name made the window 1,200 px wide); the whole text is in its tooltip."""
+    label.setWordWrap(True)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    label.setMinimumWidth(1)
+    label.setToolTip(label.text() if "<" not in label.text() else "")
 
 
 def _scrollable(panel: QWidget) -> QScrollArea:

@@ -46,6 +46,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 from ckptview.core.read.open import open_checkpoint
+from ckptview.core.text import printable
 from ckptview.gui import panels
 from ckptview.gui.gc_guard import keep_out_of_collections
 from ckptview.gui.job_header import job_header
@@ -664,7 +665,7 @@ def open_diff(window: Any, path_a: str, path_b: str) -> DiffView:
     """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
     view = DiffView(path_a, path_b)
     title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
-    window.add_tab(view, title, f"A: {view.path_a}\nB: {view.path_b}")
+    window.add_tab(view, title, [f"A: {view.path_a}", f"B: {view.path_b}"])
     view.start()
     return view
 
@@ -676,7 +677,7 @@ def compare_with(window: Any, other: str | None = None) -> DiffView | None:
         window.statusBar().showMessage("Open a checkpoint first: Compare With… compares the current tab.", 8000)
         return None
     if other is None:
-        other, _ = QFileDialog.getOpenFileName(window, f"Compare {os.path.basename(tab.path)} with…",
+        other, _ = QFileDialog.getOpenFileName(window, f"Compare {printable(os.path.basename(tab.path))} with…",
                                                os.path.dirname(tab.path))
         if not other:
             return None
@@ -707,7 +708,7 @@ class TabPairDialog(QDialog):
         self.combo_a, self.combo_b = QComboBox(), QComboBox()
         for combo in (self.combo_a, self.combo_b):
             for path in paths:
-                combo.addItem(os.path.basename(path), path)
+                combo.addItem(printable(os.path.basename(path)), path)
         self.combo_b.setCurrentIndex(1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)

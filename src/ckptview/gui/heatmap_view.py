@@ -12,7 +12,7 @@ from ckptview.core.analyze.grouping import Selected
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
-from ckptview.gui.plots import palette_colors, style_plot
+from ckptview.gui.plots import NONFINITE_COLORS, nonfinite_caption, palette_colors, style_plot
 from ckptview.gui.workers import JobSlot
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
@@ -32,7 +32,8 @@ DEFAULT_PERCENTILE = 99.5
 def display_image(image: np.ndarray, percentile: float = 100.0) -> tuple[np.ndarray, float]:
     """(image ready for ImageItem, m) with levels (-m, m): m is that percentile of |x| over finite pixels.
 
-    A few large weights no longer wash the map out: values beyond ±m saturate. NaN shows as 0.
+    A few large weights no longer wash the map out: values beyond ±m saturate. NaN and ±Inf are drawn
+    over it in colours of their own (`nonfinite_overlay`); here NaN is 0 and an infinity saturates.
     """
     import numpy as np
     finite = np.abs(image[np.isfinite(image)])
@@ -40,6 +41,19 @@ def display_image(image: np.ndarray, percentile: float = 100.0) -> tuple[np.ndar
     m = m or (float(finite.max()) if finite.size else 0.0) or 1.0
     shown = np.where(np.isnan(image), 0.0, np.clip(image, -m, m))
     return shown, m
+
+
+def nonfinite_overlay(image: np.ndarray) -> np.ndarray | None:
+    """RGBA pixels for the NaN, +Inf and -Inf pixels of `image` (transparent elsewhere); None when all finite."""
+    import numpy as np
+    from PySide6.QtGui import QColor
+    if np.isfinite(image).all():
+        return None
+    out = np.zeros(image.shape + (4,), dtype=np.uint8)
+    for name, mask in (("NaN", np.isnan(image)), ("+Inf", np.isposinf(image)), ("-Inf", np.isneginf(image))):
+        color = QColor(NONFINITE_COLORS[name])
+        out[mask] = (color.red(), color.green(), color.blue(), 255)
+    return out
 
 
 class HeatmapView(QWidget):
@@ -81,6 +95,9 @@ class HeatmapView(QWidget):
         self.plot.setAspectLocked(False)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
+        self.marks = pg.ImageItem(axisOrder="row-major")  # NaN / +Inf / -Inf pixels, over the colour map
+        self.marks.setZValue(self.image.zValue() + 1)
+        self.plot.addItem(self.marks)
         self.bar = pg.ColorBarItem(values=(-1, 1), colorMap=pg.colormap.get("CET-D1"), interactive=False)
         self.bar.setImageItem(self.image, insert_in=self.plot)
         layout = QVBoxLayout(self)
@@ -114,6 +131,7 @@ class HeatmapView(QWidget):
     def _restart(self) -> None:
         self.heatmap = None
         self.image.clear()
+        self.marks.clear()
         if self.info is None:
             self.slot.cancel()
             self.status.setText("Select a tensor to see it as a heat-map.")
@@ -137,6 +155,7 @@ class HeatmapView(QWidget):
         self.plot.setLabel("left", f"row (dim {hm.axis})")
         if hm.image.size == 0:
             self.image.clear()
+            self.marks.clear()
             self.status.setText(f"{rows} x {cols}: nothing to draw")
             return
         pct = self.percentile.value()
@@ -147,11 +166,20 @@ class HeatmapView(QWidget):
         # Place pixels in element coordinates so the axes read as matrix row/column indices.
         br, bc = hm.block
         self.image.setRect(0, 0, shown.shape[1] * bc, shown.shape[0] * br)
+        overlay = nonfinite_overlay(hm.image)
+        if overlay is None:
+            self.marks.clear()
+        else:
+            self.marks.setImage(overlay, autoLevels=False)
+            self.marks.setRect(0, 0, shown.shape[1] * bc, shown.shape[0] * br)
         how = f"; each pixel is the max |x| (sign kept) of a {br} x {bc} block" if hm.downsampled else ""
         finite = hm.image[np.isfinite(hm.image)]
         top = float(np.abs(finite).max()) if finite.size else 0.0
+        nonfinite = nonfinite_caption(hm.nan, hm.posinf, hm.neginf)
+        block_words = " (a block holding one shows it)" if nonfinite and hm.downsampled else ""
         self.status.setText(f"{rows:,} x {cols:,} (rows = dim {hm.axis}){how}; colour range ±{m:.4g} "
-                            f"({pct:g}th percentile of |x|), max |x| {top:.6g}")
+                            f"({pct:g}th percentile of |x|), max |x| {top:.6g}"
+                            + (f"; not finite: {nonfinite}{block_words}" if nonfinite else ""))
 
     def value_at(self, row: float, col: float) -> str:
         """The hover text for element coordinates (row, col): position and the pixel's value ('' outside)."""

@@ -36,6 +36,9 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
     from ckptview.core.analyze.histogram import Histogram
 
 
+PLOT_MIN_HEIGHT = 90
+
+
 class HistogramView(QWidget):
     """Step histogram of the selected tensors with bin count, log y, log |x|, hover and PNG export."""
 
@@ -63,23 +66,26 @@ class HistogramView(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.progress = QProgressBar(maximum=1000, textVisible=False)
         self.progress.setMaximumWidth(120)
-        controls = QHBoxLayout()
+        # The hover readout sits in the controls row: a line of its own cost the plot 20 px on short screens.
+        self.hover = QLabel(" ")
+        self.hover.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        controls = self.controls = QHBoxLayout()  # panels put their own choices in front (Optimizer)
         for w in (self.bins, self.log_y, self.log_x, self.progress, self.cancel_button, self.export_button):
             controls.addWidget(w)
-        controls.addStretch(1)
+        controls.addWidget(self.hover, 1)
 
         self.plot = plot_widget("value", "count")
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)  # a histogram shorter than this reads as a line
         self.curves: list[pg.PlotDataItem] = []
         self.status = QLabel()  # the legend (one coloured line per series): preview/exact, NaN/Inf counts
         self.status.setWordWrap(True)
         self.status.setTextFormat(Qt.TextFormat.RichText)
-        self.hover = QLabel(" ")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
         layout.addLayout(controls)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.status)
-        layout.addWidget(self.hover)
 
         self.bins.editingFinished.connect(self._restart)
         self.log_x.toggled.connect(self._restart)

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from ckptview import __version__
 from ckptview.core.model import Node
 from ckptview.core.read.files import is_url
+from ckptview.core.text import printable
 from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
 from ckptview.gui.gc_guard import collect_when_deleted, install_gc_guard
@@ -32,6 +33,7 @@ from ckptview.gui.settings import Settings
 from ckptview.gui.workers import file_events
 from ckptview.resources import resource_path
 
+TITLE_BAR = 32  # pixels a window manager's title bar takes above the window (the frame is not ours)
 FILE_POLL_MS = 1000  # how often open files are compared with the disk (size, mtime, inode)
 FILES_PER_POLL = 8  # background tabs checked per poll, in turn (the current tab is checked every time)
 FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
@@ -64,6 +66,8 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         self.tabs.setTabsClosable(True)
         self.tabs.setMovable(True)
+        self.tabs.setElideMode(Qt.TextElideMode.ElideMiddle)  # a long file name never widens the window
+        self.tabs.tabBar().setUsesScrollButtons(True)
         self.tabs.tabCloseRequested.connect(self.close_tab)
         self.tabs.currentChanged.connect(self._on_current_changed)
         self.setCentralWidget(self.tabs)
@@ -84,9 +88,21 @@ class MainWindow(QMainWindow):
         geometry = self.settings.bytes_value("window/geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
+        self.fit_to_screen()
         state = self.settings.bytes_value("window/state")
         if state is not None:
             self.restoreState(state)
+
+    def fit_to_screen(self) -> None:
+        """Never larger than the screen the window opens on (1280 x 820 is taller than a 1280 x 800 laptop;
+        a saved size may come from a larger monitor); room is left for the title bar."""
+        screen = self.screen()
+        if screen is None:
+            return
+        room = screen.availableGeometry()
+        width, height = min(self.width(), room.width()), min(self.height(), room.height() - TITLE_BAR)
+        if (width, height) != (self.width(), self.height()):
+            self.resize(max(width, 640), max(height, 400))
 
     # --- building --------------------------------------------------------------------------------
     def _icon(self, pixmap: QStyle.StandardPixmap) -> QIcon:
@@ -207,11 +223,12 @@ class MainWindow(QMainWindow):
         self.recent_menu.clear()
         files = self.settings.recent_files()
         for i, path in enumerate(files):
-            label = f"&{i + 1} {os.path.basename(path)}" if i < 9 else os.path.basename(path)
+            name = printable(os.path.basename(path)).replace("&", "&&")
+            label = f"&{i + 1} {name}" if i < 9 else name
             action = self.recent_menu.addAction(label)
             action.triggered.connect(lambda _checked=False, p=path: self.open_paths([p]))
-            action.setToolTip(path)
-            action.setStatusTip(path)
+            action.setToolTip(printable(path))
+            action.setStatusTip(printable(path))
         if files:
             self.recent_menu.addSeparator()
             self.recent_menu.addAction("Clear Recent", self.settings.clear_recent)
@@ -234,8 +251,9 @@ class MainWindow(QMainWindow):
             tab.loaded.connect(lambda tab=tab: self._on_tab_loaded(tab))
             tab.failed.connect(lambda _text, tab=tab: self._on_tab_failed(tab))
             shown = _shown(path)
-            index = self.tabs.addTab(tab, os.path.basename(shown.rstrip("/" + os.sep)) or shown)
-            self.tabs.setTabToolTip(index, shown)
+            # A file's name is text from outside: escaped (no bidi override, newline or ESC), as everywhere.
+            index = self.tabs.addTab(tab, printable(os.path.basename(shown.rstrip("/" + os.sep)) or shown))
+            self.tabs.setTabToolTip(index, printable(shown))
             self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_FileIcon))
             self.tabs.setCurrentIndex(index)
             tab.start()
@@ -246,6 +264,7 @@ class MainWindow(QMainWindow):
 
     def _on_tab_status(self, tab: QWidget, text: str) -> None:
         """A tab's message: kept with the tab, shown only while that tab is the current one."""
+        text = printable(text)  # it names the file, and may quote it
         self._tab_status[tab] = text
         if self.tabs.currentWidget() is tab:
             self.statusBar().showMessage(text)
@@ -360,10 +379,14 @@ class MainWindow(QMainWindow):
         if folder:
             self.open_series([folder])
 
-    def add_tab(self, widget: QWidget, title: str, tooltip: str = "") -> int:
-        """Add a closable main tab that is not a checkpoint (a diff view, a report); returns its index."""
-        index = self.tabs.addTab(widget, title)
-        self.tabs.setTabToolTip(index, tooltip or title)
+    def add_tab(self, widget: QWidget, title: str, tooltip: str | list[str] = "") -> int:
+        """Add a closable main tab that is not a checkpoint (a diff view, a report); returns its index.
+
+        Title and tooltip name files: escaped like every name. A tooltip of several lines comes as a list
+        (a newline inside one file's name is escaped, never a line of its own)."""
+        lines = tooltip if isinstance(tooltip, list) else [tooltip or title]
+        index = self.tabs.addTab(widget, printable(title))
+        self.tabs.setTabToolTip(index, "\n".join(printable(line) for line in lines))
         self.tabs.setCurrentIndex(index)
         return index
 

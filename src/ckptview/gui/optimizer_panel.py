@@ -16,7 +16,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QComboBox,
-    QHBoxLayout,
     QLabel,
     QSplitter,
     QTableWidget,
@@ -49,6 +48,8 @@ if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
 
 GROUP_KEYS_FIRST = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha")
 EFF_MEDIAN, EFF_MAX = "eff. step median", "eff. step max"
+NAME_WIDTH = 150  # pixels of the parameter-name column at most
+SHOWN_TITLES = {EFF_MEDIAN: "eff. step", EFF_MAX: "eff. max"}  # row_texts() keeps the full titles
 
 
 def fmt(value: Any) -> str:
@@ -97,7 +98,7 @@ class OptimizerPanel(QWidget):
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_done)
-        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.slot.errored.connect(lambda exc: self._set_status(f"error: {exc}"))
 
         self.chooser = QComboBox()
         for opt in self.optimizers:
@@ -113,6 +114,7 @@ class OptimizerPanel(QWidget):
             table.verticalHeader().setVisible(False)
         compact(self.groups_table)
         keep_rows_visible(self.params_table, 6)  # the per-parameter table is what people come for
+        self.params_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # names keep module and leaf
         self.params_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.params_table.setSortingEnabled(False)  # rows stay in param_groups order: the order means something
         self.state_choice = QComboBox()
@@ -125,23 +127,19 @@ class OptimizerPanel(QWidget):
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.addWidget(self.chooser)
         top_layout.addWidget(self.summary)
-        top_layout.addWidget(QLabel("Param groups"))
+        self.groups_table.setToolTip("param groups: one row per group (the 'group' column of the table below)")
         top_layout.addWidget(self.groups_table)
-        params_box = QWidget()
-        params_layout = QVBoxLayout(params_box)
-        params_layout.setContentsMargins(0, 0, 0, 0)
-        params_layout.addWidget(self.params_table, 1)
-        row = QHBoxLayout()
-        row.addWidget(self.status, 1)
-        row.addWidget(QLabel("histogram of"))
-        row.addWidget(self.state_choice)
-        params_layout.addLayout(row)
+        top_layout.addWidget(self.status)
+        self.status.hide()  # shown while figures are computed or when some failed: a line costs 20 px
+        # Which state the histogram shows sits in the histogram's own controls row (no line of its own).
+        self.histogram.controls.insertWidget(0, QLabel("histogram of"))
+        self.histogram.controls.insertWidget(1, self.state_choice)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(top)
-        splitter.addWidget(params_box)
+        splitter.addWidget(self.params_table)  # alone: the splitter honours its maximum height
         splitter.addWidget(self.histogram)
         splitter.setStretchFactor(0, 0)
-        splitter.setStretchFactor(1, 3)
+        splitter.setStretchFactor(1, 1)  # the table grows to its rows (see _fit_param_columns)
         splitter.setStretchFactor(2, 2)
         splitter.setChildrenCollapsible(False)
         layout = QVBoxLayout(self)
@@ -224,22 +222,33 @@ class OptimizerPanel(QWidget):
         table.clear()
         table.setRowCount(len(opt.params))
         table.setColumnCount(len(self.columns))
-        table.setHorizontalHeaderLabels(self.columns)
+        # Short titles (the long ones in the tooltips): the figures people come for stay in view at 1024 px.
+        table.setHorizontalHeaderLabels([SHOWN_TITLES.get(c, c) for c in self.columns])
         for c, title in enumerate(self.columns):
             if title.startswith("eff."):
                 set_header_tip(
-                    table, c, "lr / (sqrt(v̂) + eps), v̂ = exp_avg_sq / (1 − beta2^step): median and max over the "
-                    "elements (median from a systematic sample above 2M elements)")
+                    table, c, f"{title}: lr / (sqrt(v̂) + eps), v̂ = exp_avg_sq / (1 − beta2^step): median and "
+                    "max over the elements (median from a systematic sample above 2M elements)")
         for r, p in enumerate(opt.params):
             table.setItem(r, 0, _item(p.name if p.name is not None else "—",
-                                      tip=p.param.name if p.param is not None else None))
+                                      tip=p.param.name if p.param is not None else p.name))
             table.setItem(r, 1, _item(str(p.id), right=True))
             table.setItem(r, 2, _item("—" if p.group is None else str(p.group), right=True))
             table.setItem(r, 3, _item(self._shape(p)))
             pending = "no state" if p.node is None else "…"
             for c in range(4, len(self.columns)):
                 table.setItem(r, c, _item(pending if c == 4 else ("" if p.node is None else "…"), right=True))
+        self._fit_param_columns()
+
+    def _fit_param_columns(self) -> None:
+        """Columns as wide as their contents, the name at most NAME_WIDTH (cut in the middle, whole in its
+        tooltip): on a 1024 px screen the figures to its right stay in view."""
+        table = self.params_table
         table.resizeColumnsToContents()
+        if table.columnWidth(0) > NAME_WIDTH:
+            table.setColumnWidth(0, NAME_WIDTH)
+        # No taller than its rows: a few parameters leave the height to the histogram.
+        table.setMaximumHeight(max(table.minimumHeight(), rows_height(table, table.rowCount())))
 
     @staticmethod
     def _shape(p: ParamState) -> str:
@@ -247,6 +256,11 @@ class OptimizerPanel(QWidget):
             return shape_text(p.param.tensor.shape)
         hint = p.shape_hint()
         return shape_text(hint) if hint is not None else "—"
+
+    def _set_status(self, text: str) -> None:
+        """The status line under the table, shown only while it says something."""
+        self.status.setText(text)
+        self.status.setVisible(bool(text))
 
     # -- figures (worker) ----------------------------------------------------------------------------
     def start_figures(self) -> None:
@@ -256,7 +270,7 @@ class OptimizerPanel(QWidget):
         if opt is None or self._figures_for is opt:
             return
         self._figures_for = opt
-        self.status.setText("computing figures…")
+        self._set_status("computing figures…")
         self.slot.start(partial(iter_figures, opt, summary=self.analysis.summary))
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
@@ -267,7 +281,7 @@ class OptimizerPanel(QWidget):
     def _on_yielded(self, value: object) -> None:
         from ckptview.core.analyze.optimizer_figures import ParamFigures
         if isinstance(value, Progress):
-            self.status.setText(f"computing figures… {value.fraction:.0%}")
+            self._set_status(f"computing figures… {value.fraction:.0%}")
         elif isinstance(value, ParamFigures):
             self.figures[value.index] = value
             self._fill_figures(value)
@@ -291,8 +305,8 @@ class OptimizerPanel(QWidget):
 
     def _on_done(self, _: object) -> None:
         errors = [f for f in self.figures.values() if f.error]
-        self.status.setText(f"{len(errors)} parameters could not be read: {errors[0].error}" if errors else "")
-        self.params_table.resizeColumnsToContents()
+        self._set_status(f"{len(errors)} parameters could not be read: {errors[0].error}" if errors else "")
+        self._fit_param_columns()
         self.figuresReady.emit()
 
     # -- table reading (tests and copy) --------------------------------------------------------------

@@ -17,6 +17,19 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
     import pyqtgraph as pg
 
 
+# Non-finite values have colours of their own in every heat-map and in the values table: none of them is
+# in the diverging blue-white-red map (CET-D1), so a NaN never reads as 0.0 nor an infinity as a large value.
+NONFINITE_COLORS = {"NaN": "#e000e0", "+Inf": "#f0c000", "-Inf": "#00a050"}  # magenta, gold, green
+NONFINITE_WORDS = {"NaN": "magenta", "+Inf": "gold", "-Inf": "green"}
+
+
+def nonfinite_caption(nan: int, posinf: int, neginf: int) -> str:
+    """'1 NaN (magenta), 2 -Inf (green)': the non-finite counts and their colours ('' when all finite)."""
+    parts = [f"{count:,} {name} ({NONFINITE_WORDS[name]})"
+             for name, count in (("NaN", nan), ("+Inf", posinf), ("-Inf", neginf)) if count]
+    return ", ".join(parts)
+
+
 def palette_colors(widget: QWidget | None = None) -> tuple[QColor, QColor]:
     """(background, foreground) of plots: the palette's base and text colours."""
     palette = widget.palette() if widget is not None else QApplication.palette()

@@ -494,6 +494,7 @@ class RunPanel(QWidget):
             self.status_label.setText(f"{runner.phase_words(progress.message)}…")
 
     def _show_error(self, message: str) -> None:
+        message = window_words(message)
         self.last_error = message
         self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>")
         self.status_label.setToolTip(message)
@@ -551,6 +552,32 @@ def summary_text(result: RunResult) -> str:
     if result.compare is not None:
         lines.append(f"Second checkpoint: {os.path.basename(result.compare.path)}")
     return printable_lines(lines)
+
+
+# The core's messages name the command line's flags; in the window the same thing is a field or a dialog.
+# Longest first: `--trust-compare` before `--trust`, the whole model-code advice before `--model`.
+_FLAG_WORDS = (
+    ("give the model code with --model package.module:factory or --model path/to/file.py:ClassName",
+     "give the model code in the Model code field (package.module:factory or path/to/file.py:ClassName, "
+     "or Browse… for a .py file)"),
+    ("pass --input-shape", "fill the Input field"),
+    ("--input-shape", "the Input field"),
+    ("--input-file", "the Input field"),
+    ("without --trust-compare", "without trusting the Compare with file"),
+    ("--trust-compare", "trust for the Compare with file"),
+    ("without --trust", "without trusting the file (Run asks for it)"),
+    ("--trust", "trust (Run asks for it)"),
+    ("--strict: ", "strict: "),
+    ("--model", "the Model code field"),
+    ("--device", "the Device field"),
+)
+
+
+def window_words(message: str) -> str:
+    """A core message with each command-line flag replaced by the window's own field or action."""
+    for flag, words in _FLAG_WORDS:
+        message = message.replace(flag, words)
+    return message
 
 
 def printable_lines(lines: list[str]) -> str:

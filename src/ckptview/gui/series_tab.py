@@ -412,7 +412,7 @@ def open_series_tab(window: Any, paths: list[str]) -> SeriesTab:
     tab = SeriesTab(paths)
     first = tab.paths[0] if tab.paths else ""
     title = f"Run: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Run: {len(tab.paths)} paths"
-    window.add_tab(tab, title, "\n".join(tab.paths))
+    window.add_tab(tab, title, list(tab.paths))
     tab.start()
     return tab
 

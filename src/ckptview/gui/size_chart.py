@@ -15,6 +15,7 @@ from ckptview.gui.formatting import human_bytes
 
 BAR_COLOR = QColor("#3d7ab8")
 TITLE = "Size by top-level module"
+CHART_HEIGHT = 76
 NAME_LIMIT = 28  # characters of a module name kept (its tail: the leaf names differ)
 
 
@@ -31,14 +32,16 @@ class SizeChart(QWidget):
         super().__init__(parent)
         self.setObjectName("sizeChart")
         self.bars = list(bars)
-        self.setMinimumHeight(100)
-        self.setMaximumHeight(140)
+        # As tall as the facts beside it (three rows): the summary must leave a 640 px screen room for the
+        # panels. Bars that do not fit are left out of the drawing (largest first; all in the tooltip).
+        self.setMinimumHeight(CHART_HEIGHT)
+        self.setMaximumHeight(CHART_HEIGHT)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setToolTip("\n".join(f"{printable(name)}: {human_bytes(size)}" for name, size in self.bars))
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        """Room for the title and up to eight bars."""
-        return QSize(360, 140)
+        """Room for the title and the largest bars."""
+        return QSize(360, CHART_HEIGHT)
 
     def labels(self) -> list[str]:
         """The text beside each bar, top to bottom ("name  size")."""
@@ -68,16 +71,18 @@ class SizeChart(QWidget):
         painter.drawText(QRect(area.left(), area.top(), area.width(), line), Qt.AlignmentFlag.AlignHCenter, TITLE)
         if not self.bars:
             return
-        top = area.top() + line + 4
-        row = max(1.0, min((area.bottom() - top) / len(self.bars), line * 2.2))  # few bars stay together
-        names = [short_name(name) for name, _ in self.bars]
-        sizes = [human_bytes(size) for _, size in self.bars]
+        top = area.top() + line + 2
+        fit = max(1, int((area.bottom() - top) // line))  # bars that fit one text line each
+        bars = self.bars[:fit]
+        row = max(1.0, min((area.bottom() - top) / len(bars), line * 2.2))  # few bars stay together
+        names = [short_name(name) for name, _ in bars]
+        sizes = [human_bytes(size) for _, size in bars]
         name_width = min(max(metrics.horizontalAdvance(n) for n in names) + 16, int(area.width() * 0.4))
         size_width = max(metrics.horizontalAdvance(s) for s in sizes) + 6
         bar_left = area.left() + name_width
         bar_room = max(1, area.right() - bar_left - size_width)
-        largest = max(size for _, size in self.bars) or 1
-        for i, ((_, size), name, size_text) in enumerate(zip(self.bars, names, sizes, strict=True)):
+        largest = max(size for _, size in bars) or 1
+        for i, ((_, size), name, size_text) in enumerate(zip(bars, names, sizes, strict=True)):
             y = top + i * row
             text_box = QRectF(area.left(), y, name_width - 6, row)
             shown = metrics.elidedText(name, Qt.TextElideMode.ElideLeft, int(text_box.width()))

@@ -47,6 +47,25 @@ def targets_of(entries: Sequence[Selected]) -> list[Target]:
     return out[:MAX_COLUMNS]
 
 
+def distinct_labels(labels: list[str]) -> list[str]:
+    """Column titles that tell the columns apart: each label's shortest dotted tail that no other label
+    ends with (`hidden.weight`, `output.weight`, never `weight` twice); a single label whole."""
+    if len(labels) < 2:
+        return list(labels)
+    out = []
+    for label in labels:
+        parts = label.split(".")
+        others = [other for other in labels if other is not label]
+        title = label
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if not any(o == tail or o.endswith("." + tail) for o in others):
+                title = tail
+                break
+        out.append(title)
+    return out
+
+
 def format_figure(key: str, value: object, numel: int) -> str:
     """A figure as the panel shows it: thousands separators, 6 significant digits, '—' when absent."""
     if value is None:
@@ -80,6 +99,8 @@ class StatsPanel(QWidget):
         # Columns share the width (one per selected tensor); full names live in the header tooltips.
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.horizontalHeader().setTextElideMode(Qt.TextElideMode.ElideLeft)
+        # Stretched columns never scroll sideways: no room kept for a scroll bar (a 640 px screen needs it).
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         keep_rows_visible(self.table, len(JSON_KEYS))  # every figure, +Inf and −Inf included, always in view
         self.status = QLabel("Select a tensor or a module to see its statistics.")
         self.histogram = HistogramView(analysis=self.analysis)
@@ -103,8 +124,7 @@ class StatsPanel(QWidget):
         from ckptview.core.analyze.stats import JSON_KEYS
         self.targets = targets_of(entries)
         self.table.setColumnCount(len(self.targets))
-        self.table.setHorizontalHeaderLabels([label.rsplit(".", 1)[-1] if len(self.targets) > 1 else label
-                                              for label, _ in self.targets])
+        self.table.setHorizontalHeaderLabels(distinct_labels([label for label, _ in self.targets]))
         for col, (label, _) in enumerate(self.targets):
             set_header_tip(self.table, col, label)
         for col in range(len(self.targets)):

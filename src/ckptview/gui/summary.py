@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
 from ckptview.core.analyze.grouping import Row, chart_rows
 from ckptview.core.analyze.summary import SizeFacts, size_facts
 from ckptview.core.model import Checkpoint
+from ckptview.core.text import printable
 from ckptview.gui.formatting import human_bytes, human_count
 from ckptview.gui.size_chart import SizeChart
+
+FACT_MIN_WIDTH = 140  # pixels a fact keeps before it is cut (its tooltip holds it whole)
 
 
 class SummaryHeader(QWidget):
@@ -37,31 +40,46 @@ class SummaryHeader(QWidget):
         outer.addWidget(self.body)
         layout = QHBoxLayout(self.body)
         layout.setContentsMargins(8, 0, 8, 4)
-        form = QFormLayout()
-        form.setHorizontalSpacing(12)
-        form.setVerticalSpacing(2)
-        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        # Two columns of three facts: the summary stays three lines tall, so a 640 px screen keeps room
+        # for the tree and the panels (histograms) below it.
+        forms = []
+        for _ in range(2):
+            form = QFormLayout()
+            form.setHorizontalSpacing(8)
+            form.setVerticalSpacing(1)
+            form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+            forms.append(form)
         facts = facts or size_facts(checkpoint)  # normally computed by the opening worker
         dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in facts.bytes_by_dtype) or "—"
         params = facts.parameters
         self.facts = {
-            "File": os.path.basename(checkpoint.path) or checkpoint.path,
+            "File": printable(os.path.basename(checkpoint.path) or checkpoint.path),
             "Format": checkpoint.format,
             "File size": f"{human_bytes(checkpoint.file_size)} ({checkpoint.file_size:,} bytes)",
             "Tensors": f"{top.tensors:,}",
             "Parameters": f"{params:,} ({human_count(params)})" if params >= 10_000_000 else f"{params:,}",
             "Bytes by dtype": dtypes,
         }
-        for key, value in self.facts.items():
+        for i, (key, value) in enumerate(self.facts.items()):
+            form = forms[i // 3]
             label = QLabel(value)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             label.setObjectName(f"fact_{key.replace(' ', '_').lower()}")
+            # A long name or many dtypes must not make the window wider than the screen: the label may be
+            # cut, its whole text is in the tooltip.
+            label.setMinimumWidth(min(label.sizeHint().width(), FACT_MIN_WIDTH))
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            label.setToolTip(value)
+            if key == "File":
+                label.setToolTip(printable(checkpoint.path))
             if key == "Parameters":
                 label.setToolTip("elements of the distinct tensors outside optimizer state (tied weights once)")
             caption = QLabel(key + ":")
             caption.setStyleSheet("color: palette(mid);")
             form.addRow(caption, label)
-        layout.addLayout(form, 0)
+        layout.addLayout(forms[0], 0)
+        layout.addSpacing(12)
+        layout.addLayout(forms[1], 0)
         self.bars = chart_rows(top, limit=8)
         self.chart = SizeChart(self.bars)
         layout.addWidget(self.chart, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QTableWidget, QTableWidgetItem
 
 
@@ -23,7 +24,8 @@ def rows_height(table: QTableView, rows: int) -> int:
     header = table.horizontalHeader()
     # A table without columns yet has a header of height 0: count the height it will have.
     head = max(header.sizeHint().height(), row_height(table) + 4) if not header.isHidden() else 0
-    scroll = table.horizontalScrollBar().sizeHint().height()
+    off = table.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+    scroll = 0 if off else table.horizontalScrollBar().sizeHint().height()
     return head + rows * row_height(table) + scroll + 2 * table.frameWidth() + 4
 
 

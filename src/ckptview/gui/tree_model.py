@@ -187,7 +187,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.TextAlignmentRole and column in (SIZE, PARAMS):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(row)
+            return self._tooltip(row, column)
         if role == Qt.ItemDataRole.ForegroundRole:
             info = row.node.tensor if row.node is not None else None
             if info is not None and (info.broken or (info.storage is not None and info.storage.broken)):
@@ -208,14 +208,17 @@ class CheckpointTreeModel(QAbstractItemModel):
                     human_count(row.numel), info.device)[column]
         if node is not None and node.kind == "value":
             if column == SHAPE:
+                if isinstance(node.value, float):  # a loss, a learning rate: readable; exact in the tooltip
+                    return f"{node.value:.5g}"
                 return short_repr(node.value, 60)
             if column == DTYPE:
                 return node.type_name or type(node.value).__name__
             return ""
-        if column == SHAPE and node is not None:
+        if column in (SHAPE, DTYPE) and node is not None:  # a container: its count, and its type apart
+            if column == DTYPE:
+                return (node.type_name or node.kind).rsplit(".", 1)[-1]
             n = len(node.children)
-            kind = (node.type_name or node.kind).rsplit(".", 1)[-1]
-            return f"{kind}, {n:,} item{'s' if n != 1 else ''}"
+            return f"{n:,} item{'s' if n != 1 else ''}"
         if row.tensors and column == SIZE:
             return human_bytes(row.nbytes)
         if row.tensors and column == PARAMS:
@@ -233,14 +236,24 @@ class CheckpointTreeModel(QAbstractItemModel):
             return self._icons["tensor"]
         return self._icons["value" if node.kind == "value" else "container"]
 
-    def _tooltip(self, row: Row) -> str:
+    def _tooltip(self, row: Row, column: int = NAME) -> str:
+        """The cell's whole text (cells are elided), then the row's full name and what it holds."""
         info = row.node.tensor if row.node is not None else None
+        name = printable(row.name)
+        if row.label and row.label != row.name and not row.name.endswith(row.label):
+            name = f"{printable(row.label)}\n{name}"  # an optimizer row named by its parameter: both names
+        node = row.node
+        if column != NAME:
+            whole = (repr(node.value) if node is not None and node.kind == "value" and column == SHAPE
+                     else self._text(row, column))
+            if whole:
+                name = f"{printable(whole[:2000])}\n{name}"
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
         if reason:
-            return f"{printable(row.name)}\nbroken: {printable(reason)}"
+            return f"{name}\nbroken: {printable(reason)}"
         if row.tensors > 1 or row.is_group:
-            return f"{printable(row.name)}\n{row.tensors:,} tensors, {human_count(row.numel)} parameters, {human_bytes(row.nbytes)}"
-        return printable(row.name)
+            return f"{name}\n{row.tensors:,} tensors, {human_count(row.numel)} parameters, {human_bytes(row.nbytes)}"
+        return name
 
     # --- filter and sort -------------------------------------------------------------------------
     def set_query(self, query: Query) -> None:

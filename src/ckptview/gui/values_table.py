@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
-from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtGui import QColor, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QSpinBox,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +32,8 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.model import TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
+from ckptview.gui.plots import NONFINITE_COLORS
+from ckptview.gui.tables import compact
 from ckptview.gui.workers import JobSlot
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
@@ -41,6 +44,12 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
 TILE_ROWS, TILE_COLS = 256, 64
 MAX_TILES = 64  # cached tiles per model (~1M cells)
 MAX_COPY_CELLS = 1_000_000
+# Rows and columns handed to Qt at once. Qt counts sections and header pixels in a C int: a dimension of
+# 2**31 elements overflowed rowCount (SIGSEGV), 20 million columns of ~110 px overflowed the header's pixel
+# length (it then painted every section). A page of 2**20 keeps both far inside (2**20 x 400 px < 2**31);
+# larger slices are shown a page at a time.
+PAGE = (1 << 20, 1 << 20)
+INT_MAX = 2**31 - 1  # Qt's int
 
 
 EXACT = 0  # "digits" value meaning: the shortest text that reads back as exactly the stored value
@@ -65,6 +74,10 @@ def format_cells(block: np.ndarray, digits: int = DEFAULT_DIGITS) -> np.ndarray:
         texts = np.vectorize(lambda z: f"{z.real:.{digits}g}{z.imag:+.{digits}g}j", otypes=[object])(block)
         return texts.astype(str)
     return np.char.mod(f"%.{digits}g", block.astype(np.float64))
+
+
+# A cell's text (as format_cells writes it, lower-cased, without '+') -> its non-finite kind.
+_NONFINITE_TEXT = {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}
 
 
 @dataclass(frozen=True)
@@ -95,13 +108,15 @@ class ValuesModel(QAbstractTableModel):
         self.tiles.errored.connect(self._on_tile_error)
         self._tiles: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._pending: set[tuple[int, int]] = set()
+        self.origin = (0, 0)  # the slice's row and column shown first (the page); tiles keep slice coordinates
 
     def set_view(self, view: LazySlice2D | None) -> None:
-        """Show ``view`` (a lazily read 2-D slice of a tensor; None clears the table)."""
+        """Show ``view`` (a lazily read 2-D slice of a tensor; None clears the table), from its first page."""
         self.beginResetModel()
         self.tiles.cancel()  # tiles of the previous slice still in flight are dropped
         self.widest = 0
         self.view = view
+        self.origin = (0, 0)
         self._tiles.clear()
         self._pending.clear()
         self.endResetModel()
@@ -111,23 +126,47 @@ class ValuesModel(QAbstractTableModel):
         self.digits = digits
         self.set_view(self.view)
 
+    def page_size(self, axis: int) -> int:
+        """Rows (axis 0) or columns (axis 1) on the current page: never more than Qt can count."""
+        if self.view is None:
+            return 0
+        return max(0, min(PAGE[axis], self.view.shape[axis] - self.origin[axis]))
+
+    def paged(self, axis: int) -> bool:
+        """True when the slice has more rows (0) or columns (1) than one page holds."""
+        return self.view is not None and self.view.shape[axis] > PAGE[axis]
+
+    def set_origin(self, axis: int, start: int) -> None:
+        """Show the page of rows (axis 0) or columns (axis 1) that begins at `start` (clamped, page-aligned)."""
+        if self.view is None:
+            return
+        last = max(0, (self.view.shape[axis] - 1) // PAGE[axis] * PAGE[axis])
+        start = min(max(0, start // PAGE[axis] * PAGE[axis]), last)
+        if start == self.origin[axis]:
+            return
+        self.beginResetModel()
+        self.origin = (start, self.origin[1]) if axis == 0 else (self.origin[0], start)
+        self.endResetModel()
+
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if self.view is None or parent.isValid() else self.view.shape[0]
+        return 0 if parent.isValid() else self.page_size(0)
 
     def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if self.view is None or parent.isValid() else self.view.shape[1]
+        return 0 if parent.isValid() else self.page_size(1)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if role == Qt.ItemDataRole.DisplayRole:
-            return str(section)
+            return str(section + self.origin[0 if orientation == Qt.Orientation.Vertical else 1])
         return None
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            return self._mark(index)
         if role != Qt.ItemDataRole.DisplayRole or not index.isValid() or self.view is None:
             return None
-        r, c = index.row(), index.column()
+        r, c = index.row() + self.origin[0], index.column() + self.origin[1]
         key = (r // TILE_ROWS, c // TILE_COLS)
         tile = self._tiles.get(key)
         if tile is None:
@@ -136,8 +175,17 @@ class ValuesModel(QAbstractTableModel):
         self._tiles.move_to_end(key)
         return str(tile[r % TILE_ROWS, c % TILE_COLS])
 
+    def _mark(self, index: QModelIndex | QPersistentModelIndex) -> QColor | None:
+        """The colour of a NaN, +Inf or -Inf cell (the heat-map's colours); None for any other cell."""
+        if not index.isValid() or self.view is None:  # integer cells never read 'nan' or 'inf'
+            return None
+        text = self.cell_text(index.row(), index.column())
+        name = _NONFINITE_TEXT.get(text.lstrip("+").lower() if text else "")
+        return None if name is None else QColor(NONFINITE_COLORS[name])
+
     def cell_text(self, row: int, col: int) -> str | None:
-        """The text of a loaded cell, or None while its tile is being read (tests use this)."""
+        """The text of a loaded cell of the page, or None while its tile is being read (tests use this)."""
+        row, col = row + self.origin[0], col + self.origin[1]
         tile = self._tiles.get((row // TILE_ROWS, col // TILE_COLS))
         return None if tile is None else str(tile[row % TILE_ROWS, col % TILE_COLS])
 
@@ -160,11 +208,11 @@ class ValuesModel(QAbstractTableModel):
             self.widest = max(self.widest, int(np.char.str_len(tile).max()))
         while len(self._tiles) > MAX_TILES:
             self._tiles.popitem(last=False)
-        r0, c0 = key[0] * TILE_ROWS, key[1] * TILE_COLS
-        self.dataChanged.emit(
-            self.index(r0, c0), self.index(r0 + tile.shape[0] - 1, c0 + tile.shape[1] - 1),
-            [Qt.ItemDataRole.DisplayRole],
-        )
+        r0, c0 = key[0] * TILE_ROWS - self.origin[0], key[1] * TILE_COLS - self.origin[1]
+        r1, c1 = min(r0 + tile.shape[0], self.page_size(0)) - 1, min(c0 + tile.shape[1], self.page_size(1)) - 1
+        if r1 >= max(0, r0) and c1 >= max(0, c0):  # a tile of another page repaints nothing here
+            self.dataChanged.emit(self.index(max(0, r0), max(0, c0)), self.index(r1, c1),
+                                  [Qt.ItemDataRole.DisplayRole])
         self.tileLoaded.emit()
 
 
@@ -205,13 +253,37 @@ class ValuesView(QWidget):
             # Fixed sections: Qt must not measure 4,096 columns or 50,000 rows to lay them out.
             header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         self.table.horizontalHeader().setDefaultSectionSize(self._column_width(DEFAULT_DIGITS + 7))
+        compact(self.table)  # rows as tall as their text: more values in view on a 640 px screen
         top = QHBoxLayout()
         top.addWidget(self.spec, 1)
         top.addLayout(self.stepper_row)
         top.addWidget(self.digits)
+        # Pages of rows and of columns, shown only for a slice larger than Qt can count (see PAGE).
+        self.pages = QWidget()
+        pages = QHBoxLayout(self.pages)
+        pages.setContentsMargins(0, 0, 0, 0)
+        self.prev_page: list[QToolButton] = []
+        self.next_page: list[QToolButton] = []
+        self.page_labels: list[QLabel] = []
+        for axis, what in enumerate(("rows", "columns")):
+            prev, page_label, nxt = QToolButton(), QLabel(), QToolButton()
+            prev.setArrowType(Qt.ArrowType.LeftArrow)
+            nxt.setArrowType(Qt.ArrowType.RightArrow)
+            prev.setToolTip(f"previous {PAGE[axis]:,} {what}")
+            nxt.setToolTip(f"next {PAGE[axis]:,} {what}")
+            prev.clicked.connect(lambda _c=False, a=axis: self.turn_page(a, -1))
+            nxt.clicked.connect(lambda _c=False, a=axis: self.turn_page(a, 1))
+            for widget in (prev, page_label, nxt):
+                pages.addWidget(widget)
+            self.prev_page.append(prev)
+            self.next_page.append(nxt)
+            self.page_labels.append(page_label)
+        pages.addStretch(1)
+        self.pages.hide()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
+        layout.addWidget(self.pages)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.status)
         self.spec.returnPressed.connect(self._load)
@@ -242,9 +314,11 @@ class ValuesView(QWidget):
             box.deleteLater()
         self.steppers = []
         for dim, size in enumerate(shape[:-2]):
-            box = QSpinBox(minimum=0, maximum=max(0, size - 1))
+            # A spin box holds a C int: past it, the slice line reaches any index ([3000000000, :, :]).
+            box = QSpinBox(minimum=0, maximum=min(max(0, size - 1), INT_MAX))
             box.setPrefix(f"dim {dim}: ")
-            box.setToolTip(f"index into dimension {dim} (size {size})")
+            box.setToolTip(f"index into dimension {dim} (size {size:,})"
+                           + ("; type a slice for indices past 2,147,483,647" if size - 1 > INT_MAX else ""))
             box.valueChanged.connect(self._step)
             self.stepper_row.addWidget(box)
             self.steppers.append(box)
@@ -266,6 +340,7 @@ class ValuesView(QWidget):
 
     def _load(self) -> None:
         self.model.set_view(None)
+        self.pages.hide()
         if self.info is None:
             self.slot.cancel()
             self.status.setText("Select a tensor to see its values.")
@@ -277,8 +352,43 @@ class ValuesView(QWidget):
         from ckptview.core.read.slicing import LazySlice2D
         assert isinstance(view, LazySlice2D)
         self.model.set_view(view)
-        self.status.setText(f"{view.shape[0]:,} x {view.shape[1]:,} {self.info.dtype if self.info else ''}")
+        self._show_page()
         self.sliceReady.emit()
+
+    @staticmethod
+    def orientation(axis: int) -> Qt.Orientation:
+        """The header that numbers rows (axis 0: vertical) or columns (axis 1: horizontal)."""
+        return Qt.Orientation.Vertical if axis == 0 else Qt.Orientation.Horizontal
+
+    def turn_page(self, axis: int, step: int) -> None:
+        """Show the previous (-1) or next (+1) page of rows (axis 0) or columns (axis 1)."""
+        self.model.set_origin(axis, self.model.origin[axis] + step * PAGE[axis])
+        self._show_page()
+
+    def _show_page(self) -> None:
+        """The status line and the page buttons for the page shown."""
+        view = self.model.view
+        if view is None:
+            return
+        text = f"{view.shape[0]:,} x {view.shape[1]:,} {self.info.dtype if self.info else ''}"
+        shown = []
+        for axis, what in enumerate(("rows", "columns")):
+            paged = self.model.paged(axis)
+            for widget in (self.prev_page[axis], self.page_labels[axis], self.next_page[axis]):
+                widget.setVisible(paged)
+            if not paged:
+                continue
+            first = self.model.origin[axis]
+            last = first + self.model.page_size(axis) - 1
+            self.page_labels[axis].setText(f"{what} {first:,}–{last:,} of {view.shape[axis]:,}")
+            self.prev_page[axis].setEnabled(first > 0)
+            self.next_page[axis].setEnabled(last < view.shape[axis] - 1)
+            shown.append(f"{what} {first:,}–{last:,}")
+        self.pages.setVisible(bool(shown))
+        if shown:
+            text += (f"; more than one page of {PAGE[0]:,}: this page shows {' and '.join(shown)} (the arrows "
+                     "turn pages; a slice such as [1000000:, :] starts elsewhere)")
+        self.status.setText(text)
 
     def _on_error(self, exc: object) -> None:
         from ckptview.core.read.slicing import SliceError
@@ -296,8 +406,8 @@ class ValuesView(QWidget):
         indexes = self.table.selectionModel().selectedIndexes()
         if not indexes:
             return ""
-        rows = [i.row() for i in indexes]
-        cols = [i.column() for i in indexes]
+        rows = [i.row() + self.model.origin[0] for i in indexes]
+        cols = [i.column() + self.model.origin[1] for i in indexes]
         r0, r1, c0, c1 = min(rows), max(rows) + 1, min(cols), max(cols) + 1
         if (r1 - r0) * (c1 - c0) > MAX_COPY_CELLS:
             self.status.setText(f"selection too large to copy (more than {MAX_COPY_CELLS:,} cells)")

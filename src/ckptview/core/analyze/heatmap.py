@@ -3,8 +3,9 @@
 A tensor is viewed as ``shape[axis] x (product of the other dimensions)``: a conv kernel
 ``(out, in, kh, kw)`` with ``axis=0`` is ``out x (in*kh*kw)``. When the matrix is larger than the
 display, each block of ``br x bc`` elements becomes the element of largest magnitude in it, sign kept,
-so a single exploded weight still shows. NaN is ignored inside a block (its count is in the stats);
-a block of NaN only stays NaN.
+so a single exploded weight still shows. Non-finite values are never hidden: a block holding a NaN is
+NaN, one holding an infinity is that infinity (max-abs keeps it, sign kept), and the heat-map counts the
+NaN, +Inf and -Inf elements it read.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class HeatMap:
     block: tuple[int, int]
     matrix_shape: tuple[int, int]
     axis: int
+    nan: int = 0  # elements that are NaN (not pixels)
+    posinf: int = 0  # elements that are +Inf
+    neginf: int = 0  # elements that are -Inf
 
     @property
     def downsampled(self) -> bool:
@@ -119,6 +123,26 @@ def _reduce(x: np.ndarray, br: int, bc: int) -> np.ndarray:
     return np.where(-lo > hi, lo, hi)
 
 
+def _block_any(mask: np.ndarray, br: int, bc: int) -> np.ndarray:
+    """True for each br x bc block holding a True element."""
+    hits = _row_extrema(mask.view(np.uint8), br)[0]
+    return np.asarray(_col_extrema(hits, bc, np.fmax), dtype=bool)
+
+
+def _reduce_counting(x: np.ndarray, br: int, bc: int, counts: list[int]) -> np.ndarray:
+    """`_reduce`, with NaN made to win its block and the NaN, +Inf, -Inf elements added to `counts`."""
+    image = _reduce(x, br, bc)
+    if x.dtype.kind != "f" or np.isfinite(x).all():  # one cheap pass when everything is finite
+        return image
+    nan = np.isnan(x)
+    counts[0] += int(np.count_nonzero(nan))
+    counts[1] += int(np.count_nonzero(np.isposinf(x)))
+    counts[2] += int(np.count_nonzero(np.isneginf(x)))
+    if counts[0]:
+        image[_block_any(nan, br, bc)] = np.nan  # a NaN is never hidden by the block's largest finite value
+    return image
+
+
 def iter_heatmap(
     values: np.ndarray, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE,
     token: CancelToken | None = None, chunk_elems: int = 1 << 21,
@@ -161,13 +185,14 @@ def _iter_rows(rows_view: Any, shape: tuple[int, ...], axis: int, max_shape: tup
     # Whole blocks of rows per read, as many as fit the chunk budget.
     group = br * max(1, chunk_elems // max(1, br * cols))
     parts = []
+    counts = [0, 0, 0]  # NaN, +Inf, -Inf elements
     for r0 in range(0, rows, group):
         if token is not None:
             token.check()
         block = np.asarray(rows_view[r0 : r0 + group]).reshape(-1, cols)
-        parts.append(_reduce(_comparable(block), br, bc))
+        parts.append(_reduce_counting(_comparable(block), br, bc, counts))
         yield Progress(min(rows, r0 + group), rows, "heat-map")
-    return HeatMap(np.concatenate(parts, axis=0), (br, bc), (rows, cols), axis)
+    return HeatMap(np.concatenate(parts, axis=0), (br, bc), (rows, cols), axis, *counts)
 
 
 def heatmap(values: np.ndarray, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE) -> HeatMap:

@@ -103,7 +103,7 @@ def _from_config(config: dict[str, Any], folder: str) -> Architecture | None:
         shown = ", ".join(f"{k}: {v}" for k, v in named.items())[:200] if isinstance(named, dict) else "?"
         raise ArchitectureRefused(
             f"config.json names model code shipped with the weights (auto_map {shown}): ckptview never runs "
-            f"code from a model's folder; pass --model with code you trust")
+            f"code from a model's folder; give model code you trust with --model")
     if isinstance(config.get("_class_name"), str):  # diffusers components
         return Architecture("diffusers", _name(config["_class_name"], "_class_name"), "config.json", config, folder)
     architectures = config.get("architectures")

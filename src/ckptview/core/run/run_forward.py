@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptview.core.run import run_inputs
-from ckptview.core.run.run_inputs import InputSpec
+from ckptview.core.run.run_inputs import InputSpec, conv_input, guess_inputs, token_input
 from ckptview.core.run.run_json import MAX_OUTPUTS
 from ckptview.core.run.run_protocol import WorkerError
 from ckptview.core.run.run_result import InputReport, OtherOutput, OutputInfo, OutputStats
@@ -198,11 +198,18 @@ def forward_call(model: Any, reports: list[InputReport], library_on_meta: bool =
 
 
 def _guess_from_module(model: Any) -> list[InputSpec] | None:
-    for name, param in model.named_parameters():
-        if name.endswith("weight") and param.dim() == 2 and "embed" not in name:
-            return [InputSpec(shape=(2, int(param.shape[1])))]
-        break
-    return None
+    """The input of the first module that takes one (a convolution, an embedding, a linear layer), in
+    registration order; else the weights' guess (`guess_inputs`)."""
+    from torch import nn
+
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            return [token_input(int(module.num_embeddings))]
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            return [conv_input(int(module.in_channels), tuple(int(k) for k in module.kernel_size))]
+        if isinstance(module, nn.Linear):
+            return [InputSpec(shape=(2, int(module.in_features)))]
+    return guess_inputs([(name, tuple(p.shape)) for name, p in model.named_parameters()])
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -216,6 +216,57 @@ def _torch_dtype_of(array: np.ndarray) -> Any:
     return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype
 
 
+GUESS_BATCH = 2
+GUESS_TOKENS = 16
+# Names of token-embedding tables (the model takes integer ids); position/type tables are not inputs.
+_TOKEN_TABLES = ("embed_tokens", "word_embeddings", "tok_embeddings", "token_embedding", "wte", "embed_in",
+                 "embeddings", "embedding", "embed", "shared")
+_NOT_TOKENS = ("pos", "position", "wpe", "type", "class", "time", "label", "rel")
+
+
+def conv_input(in_channels: int, kernel: tuple[int, ...]) -> InputSpec:
+    """A batch for a first convolution: 1 channel -> 28 x 28 (MNIST-like), a kernel of 7+ (ImageNet stems,
+    ViT patches) -> 224, else 32 (CIFAR-like); 1-D convolutions get 128 steps, 3-D ones 8 frames."""
+    big = max(kernel, default=1)
+    if len(kernel) == 1:
+        return InputSpec(shape=(GUESS_BATCH, in_channels, max(128, 4 * big)))
+    side = 28 if in_channels == 1 else 224 if big >= 7 else 32
+    side = max(side, big)
+    frames = (max(8, kernel[0]),) if len(kernel) == 3 else ()
+    return InputSpec(shape=(GUESS_BATCH, in_channels, *frames, side, side))
+
+
+def token_input(num_embeddings: int) -> InputSpec:
+    """A batch of integer ids in [0, num_embeddings) for a model whose first layer is an embedding."""
+    return InputSpec(shape=(GUESS_BATCH, GUESS_TOKENS), dtype=DEFAULT_INT, fill="randint", low=0.0,
+                     high=float(max(1, num_embeddings)))
+
+
+def _is_token_table(name: str) -> bool:
+    module = name.rsplit(".", 1)[0].lower() if "." in name else ""
+    last = module.rsplit(".", 1)[-1]
+    return any(t in last for t in _TOKEN_TABLES) and not any(w in last for w in _NOT_TOKENS)
+
+
+def guess_inputs(weights: list[tuple[str, tuple[int, ...]]]) -> list[InputSpec] | None:
+    """An input for a state dict from its weights (name, shape) in file order, without torch.
+
+    A token-embedding table anywhere means integer ids (sorted safetensors names can put a head first);
+    otherwise the first weight of two or more dimensions is the layer that takes the input: 4-D a Conv2d
+    (N, C, H, W), 3-D a Conv1d, 5-D a Conv3d, 2-D a Linear (N, in_features). Norms and biases are skipped.
+    """
+    named = [(n, s) for n, s in weights if n.rsplit(".", 1)[-1] in ("weight", "weight_orig")]
+    for name, shape in named:
+        if len(shape) == 2 and _is_token_table(name):
+            return [token_input(int(shape[0]))]
+    for _name, shape in named:
+        if 3 <= len(shape) <= 5:
+            return [conv_input(int(shape[1]), tuple(int(k) for k in shape[2:]))]
+        if len(shape) == 2:
+            return [InputSpec(shape=(GUESS_BATCH, int(shape[1])))]
+    return None
+
+
 def describe_inputs(specs: list[InputSpec]) -> str:
     """The specs back in the `--input-shape` syntax."""
     return ";".join(s.text() for s in specs)

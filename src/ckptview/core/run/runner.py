@@ -20,7 +20,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.files import is_url
 from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
-from ckptview.core.run.run_inputs import InputSpec
+from ckptview.core.run.run_inputs import InputSpec, guess_inputs
 from ckptview.core.run.run_json import ProtocolError
 from ckptview.core.run.run_process import (
     RESULT_GRACE,
@@ -258,7 +258,7 @@ def _overlap(keys: Iterable[str], model_set: set[str]) -> int:
 
 
 def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
-    """A guess at the input for a state dict: batch 2 of the first 2-D weight's in-features (no torch)."""
+    """A guess at the input for a state dict from the first layer that takes it (`guess_inputs`; no torch)."""
     own = checkpoint is None
     if own:
         from ckptview.core import open_checkpoint
@@ -269,10 +269,7 @@ def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
             return None
     try:
         _, tensors = find_state_dict(checkpoint)
-        for name, info in tensors.items():
-            if name.endswith("weight") and len(info.shape) == 2 and "embed" not in name:
-                return [InputSpec(shape=(2, int(info.shape[1])))]
-        return None
+        return guess_inputs([(name, tuple(info.shape)) for name, info in tensors.items()])
     finally:
         if own:
             checkpoint.close()
