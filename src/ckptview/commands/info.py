@@ -302,7 +302,8 @@ def print_table(data: dict[str, Any]) -> None:
         count = data["pickles"]
         out.write(f"  {count} pickle{'' if count == 1 else 's'} in the stream, all read by the safe reader\n")
     if tensors:
-        names = [printable(t["name"]) for t in tensors]
+        labels = _state_labels(data.get("optimizers", []))
+        names = [printable(t["name"] + (f" ({labels[t['name']]})" if t["name"] in labels else "")) for t in tensors]
         width = min(max(len(n) for n in names), 70)
         out.write(f"\n{'name':<{width}}  {'dtype':<14} {'shape':<20} {'size':>10}  device\n")
         for name, t in zip(names, tensors, strict=True):
@@ -335,6 +336,20 @@ def print_table(data: dict[str, Any]) -> None:
     if "transfer" in data:
         t = data["transfer"]
         out.write(f"transfer: {human_bytes(t['bytes'])} in {t['requests']} request{'' if t['requests'] == 1 else 's'}\n")
+
+
+def _state_labels(optimizers: list[dict[str, Any]]) -> dict[str, str]:
+    """Tensor name -> "exp_avg of fc.weight" for the state of parameters the optimizer mapping names (as the
+    window's tree labels them)."""
+    out: dict[str, str] = {}
+    for opt in optimizers:
+        base = [*map(str, opt["path"]), "state"]
+        for param in opt["params"]:
+            if param["name"] is None:
+                continue
+            for key in param["state"]:
+                out[".".join([*base, str(param["id"]), str(key)])] = f"{key} of {param['name']}"
+    return out
 
 
 def _fmt(x: Any) -> str:

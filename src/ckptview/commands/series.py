@@ -84,18 +84,24 @@ def print_report(result: SeriesResult) -> None:
         note = f"  [unreadable: {ref.error}]" if ref.error else ""
         out.write(f"{i:>3} {_opt(pos.step):>8} {_opt(pos.epoch):>7}  {ref.format or '-':<12} "
                   f"{printable(ref.path)}{printable(note)}\n")
+        if ref.unsafe_globals:
+            out.write(f"{'':>3} UNSAFE GLOBALS (referenced, not run): "
+                      + ", ".join(map(printable, ref.unsafe_globals)) + "\n")
     rows = list(result.tensors.values())
     if rows:
         width = min(max(len(printable(t.name)) for t in rows), 60)
         out.write(f"\n{'tensor':<{width}}  {'shape':<14} {'norm first':>11} {'norm last':>11} "
-                  f"{'max upd':>10} {'last upd':>10} {'changed':>8}  nan/inf\n")
+                  f"{'max upd':>10} {'last upd':>10} {'changed':>8}  nan/inf (last)\n")
         for t in rows:
             out.write(_tensor_row(t, width) + "\n")
     out.write(f"\n{len(result.findings)} findings\n")
     for f in result.findings:
-        where = result.label(f.index) if f.index < len(result.checkpoints) else "?"
-        tensor = printable(f.tensor) if f.tensor is not None else "(checkpoint)"
-        out.write(f"  {printable(where):<12} {f.kind:<14} {tensor}: {printable(f.detail)}\n")
+        known = f.index < len(result.checkpoints)
+        where = result.label(f.index) if known else "?"
+        # A finding about a whole checkpoint names its file.
+        subject = f.tensor if f.tensor is not None else (
+            result.checkpoints[f.index].file_name if known else f.checkpoint)
+        out.write(f"  {printable(where):<12} {f.kind:<14} {printable(subject)}: {printable(f.detail)}\n")
 
 
 def _tensor_row(t: TensorSeries, width: int) -> str:
@@ -104,12 +110,24 @@ def _tensor_row(t: TensorSeries, width: int) -> str:
     norms = [v for v in t.figure("norm") if v is not None]
     ratios = [v for v in t.update_ratio if v is not None]
     changed = [v for v in t.frac_changed if v is not None]
-    nonfinite = sum((s.nan + s.posinf + s.neginf) for s in t.stats if s is not None)
+    read = [s for s in t.stats if s is not None]
+    # Values, not checkpoints: the NaN and Inf counts of the last checkpoint read ("0/0" when only earlier
+    # ones held some; their findings say where they were first).
+    last = read[-1] if read else None
+    counts = f"{last.nan}/{last.posinf + last.neginf}" if last is not None else "-"
+    nonfinite = counts if any(s.nan or s.posinf or s.neginf for s in read) else "-"
     shape = "[" + ",".join(map(str, t.shape or ())) + "]"
     return (f"{name:<{width}}  {shape:<14} {_fmt(norms[0] if norms else None):>11} "
-            f"{_fmt(norms[-1] if norms else None):>11} {_fmt(max(ratios) if ratios else None):>10} "
+            f"{_norm(last) if last is not None else '-':>11} {_fmt(max(ratios) if ratios else None):>10} "
             f"{_fmt(ratios[-1] if ratios else None):>10} {_pct(changed[-1] if changed else None):>8}  "
-            f"{nonfinite or '-'}")
+            f"{nonfinite}")
+
+
+def _norm(stats: Any) -> str:
+    """The L2 norm of the finite values, or "no finite" when the tensor holds none (not 0: it is not zeroed)."""
+    if stats.numel and stats.nan + stats.posinf + stats.neginf == stats.numel:
+        return "no finite"
+    return _fmt(stats.l2)
 
 
 def _opt(x: Any) -> str:

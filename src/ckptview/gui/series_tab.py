@@ -8,7 +8,9 @@ closing the tab cancels the reading.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ckptview.core import dtypes
 from ckptview.core.analyze.series import (
     SeriesProgress,
     SeriesResult,
@@ -36,17 +39,27 @@ from ckptview.core.analyze.series import (
     module_series,
     plan_series,
 )
+from ckptview.core.analyze.series_cells import cell_kinds
 from ckptview.core.jobs import CancelToken
 from ckptview.core.text import printable
 from ckptview.gui.job_header import job_header
-from ckptview.gui.series_plots import HIST_BINS, HistogramsOverSteps, LinePlots, UpdateHeatMap, histograms_job
+from ckptview.gui.series_plots import (
+    HEAT_FLOOR,
+    HIST_BINS,
+    HistogramsOverSteps,
+    LinePlots,
+    UpdateHeatMap,
+    histograms_job,
+)
 from ckptview.gui.workers import GeneratorWorker
 
 KIND_ROLE = Qt.ItemDataRole.UserRole
 NAME_ROLE = Qt.ItemDataRole.UserRole + 1
+FINDING_ROLE = Qt.ItemDataRole.UserRole + 2
 MAX_LINES = 8
+DEFAULT_MODULES = 4  # selected when the run opens, so the plots are never empty
 FINDING_COLORS = {"nan": "#ffcccc", "inf": "#ffcccc", "explosion": "#ffe0b3", "stalled": "#e0e0ff",
-                  "unreadable": "#ff9999", "appeared": "#d9f2d9", "disappeared": "#eeeeee",
+                  "unreadable": "#ff9999", "unsafe": "#ff9999", "appeared": "#d9f2d9", "disappeared": "#eeeeee",
                   "shape_changed": "#fff5b3", "dtype_changed": "#fff5b3"}
 
 
@@ -91,7 +104,10 @@ class SeriesTab(QWidget):
         self._worker: GeneratorWorker | None = None
         self._hist_worker: GeneratorWorker | None = None
         self._items: dict[str, QTreeWidgetItem] = {}
+        self._module_items: dict[str, QTreeWidgetItem] = {}
         self._tree_names: list[str] = []
+        self._shown_findings: list[Any] = []
+        self._marking = False  # a finding is selecting its tensor: keep its mark
         self._build()
         self._refresh_timer = QTimer(self, singleShot=True, interval=150)
         self._refresh_timer.timeout.connect(self.refresh)
@@ -106,7 +122,7 @@ class SeriesTab(QWidget):
 
         self.tree = QTreeWidget()
         self.tree.setObjectName("seriesTree")
-        self.tree.setHeaderLabels(["Name", "Shape", "Norm (last)", "Update ratio (last)"])
+        self.tree.setHeaderLabels(["Name", "Shape", "Norm (last)", "Update ratio (last)", "NaN/Inf (last)"])
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.tree.setUniformRowHeights(True)
         self.tree.itemSelectionChanged.connect(self._on_selection_changed)
@@ -175,6 +191,7 @@ class SeriesTab(QWidget):
         if isinstance(item, tuple) and item and item[0] == "plan":
             self.result = item[1]
             self._build_tree()
+            self.select_default()
             self._update_summary("reading…")
             self.planned.emit(self.result)
             return
@@ -229,6 +246,9 @@ class SeriesTab(QWidget):
         if sources and r.order_by != "name":
             text += f" (found in: {sources})"
         text += f"; {len(self.current_findings())} findings"
+        unsafe = sum(1 for ref in r.checkpoints if ref.unsafe_globals)
+        if unsafe:
+            text += f"; {unsafe} checkpoint{'' if unsafe == 1 else 's'} reference unsafe globals (not run)"
         self.summary_label.setText(printable(text + (f" — {suffix}" if suffix else "")))
 
     # --- showing ---------------------------------------------------------------------------------
@@ -237,6 +257,7 @@ class SeriesTab(QWidget):
         self.tree.clear()
         self._items = {}
         modules: dict[str, QTreeWidgetItem] = {}
+        self._module_items = modules
         names = list(self.result.tensors)
         for name in names:
             parts = name.split(".")
@@ -280,17 +301,57 @@ class SeriesTab(QWidget):
             return
         if list(r.tensors) != self._tree_names:
             self._build_tree()
+            self.select_default()
         done = self.done_count()
         for name, item in self._items.items():
             s = r.tensors[name]
             last = next((t for t in range(done - 1, -1, -1) if s.stats[t] is not None), None)
             item.setText(1, "[" + ", ".join(map(str, s.shape or ())) + "]")
-            item.setText(2, _fmt(s.stats[last].l2) if last is not None else "-")  # type: ignore[union-attr]
+            item.setText(2, _norm(s.stats[last]) if last is not None else "-")
             ratio = next((s.update_ratio[t] for t in range(done - 1, 0, -1) if s.update_ratio[t] is not None), None)
             item.setText(3, _fmt(ratio))
+            item.setText(4, _nonfinite(s.stats[last]) if last is not None else "-")
         self._fill_findings()
-        self.heatmap.set_ratios([self._upto(s.update_ratio) for s in r.tensors.values()])
+        axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
+        self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
+                               [printable(self._column_label(t)) for t in range(len(r.checkpoints))], axis)
         self._update_lines()
+
+    def _column_label(self, t: int) -> str:
+        assert self.result is not None
+        ref = self.result.checkpoints[t]
+        value = ref.position.step if self.result.order_by == "step" else (
+            ref.position.epoch if self.result.order_by == "epoch" else None)
+        return str(value) if value is not None else ref.file_name
+
+    def select_default(self) -> None:
+        """With nothing selected, select the largest modules (by their floating-point values), so the plots
+        show something: the model's own modules, not optimizer state."""
+        r = self.result
+        if r is None or self.tree.selectedItems():
+            return
+        sizes: dict[str, int] = {}
+        order: list[str] = []
+        for name, s in r.tensors.items():
+            if s.param is not None or _OPTIMIZER_STATE.search(name) or s.dtype is None or s.shape is None:
+                continue
+            if not (dtypes.is_floating(s.dtype) or dtypes.is_complex(s.dtype)):
+                continue
+            module = name.rsplit(".", 1)[0] if "." in name else name
+            if module not in sizes:
+                order.append(module)
+            sizes[module] = sizes.get(module, 0) + math.prod(s.shape)
+        largest = set(sorted(order, key=lambda m: -sizes[m])[:DEFAULT_MODULES])
+        chosen = [m for m in order if m in largest]
+        self.tree.blockSignals(True)
+        try:
+            for module in chosen:
+                item = self._module_items.get(module) or self._items.get(module)
+                if item is not None:
+                    item.setSelected(True)
+        finally:
+            self.tree.blockSignals(False)
+        self._on_selection_changed()
 
     def _upto(self, values: list[Any]) -> list[Any]:
         done = self.done_count()
@@ -300,12 +361,14 @@ class SeriesTab(QWidget):
         assert self.result is not None
         findings = self.current_findings()
         self.findings_list.clear()
-        for f in findings:
+        self._shown_findings = list(findings)
+        for i, f in enumerate(findings):
             where = self.result.label(f.index)
-            tensor = f.tensor if f.tensor is not None else os.path.basename(f.checkpoint)
+            tensor = f.tensor if f.tensor is not None else os.path.basename(os.path.normpath(f.checkpoint))
             item = QListWidgetItem(printable(f"{where}  {f.kind}  {tensor}: {f.detail}"))
             item.setData(NAME_ROLE, f.tensor)
             item.setData(KIND_ROLE, f.kind)
+            item.setData(FINDING_ROLE, i)
             item.setToolTip(printable(f.checkpoint))
             item.setBackground(QBrush(QColor(FINDING_COLORS.get(f.kind, "#ffffff"))))
             self.findings_list.addItem(item)
@@ -327,15 +390,37 @@ class SeriesTab(QWidget):
         return True
 
     def _on_finding_clicked(self, item: QListWidgetItem) -> None:
-        name = item.data(NAME_ROLE)
-        if name:
-            self.select_tensor(name)
+        index = item.data(FINDING_ROLE)
+        if self.result is None or index is None or not 0 <= index < len(self._shown_findings):
+            return
+        finding = self._shown_findings[index]
+        self._marking = True
+        try:
+            if finding.tensor:
+                self.select_tensor(finding.tensor)
+        finally:
+            self._marking = False
+        self.mark_finding(finding)
+
+    def mark_finding(self, finding: Any) -> None:
+        """Mark a finding's checkpoint in the lines and its cell in the heat-map."""
+        r = self.result
+        if r is None or not 0 <= finding.index < len(r.checkpoints):
+            return
+        x = r.x_values()[finding.index]
+        self.lines.mark(x, printable(f"{r.label(finding.index)}: {finding.kind}"))
+        names = list(r.tensors)
+        row = names.index(finding.tensor) if finding.tensor in r.tensors else None
+        self.heatmap.mark(row, finding.index)
 
     def _on_heat_row(self, row: int) -> None:
         if self.result is not None and row < len(self.result.tensors):
             self.select_tensor(list(self.result.tensors)[row])
 
     def _on_selection_changed(self) -> None:
+        if not self._marking:  # a selection of the user's own: the last finding's mark goes
+            self.lines.mark(None)
+            self.heatmap.mark(None)
         self._update_lines()
         self._start_histograms()
 
@@ -344,14 +429,17 @@ class SeriesTab(QWidget):
         if r is None:
             return
         chosen = self.selected()[:MAX_LINES]
-        lines: dict[str, tuple[list[Any], list[Any]]] = {}
+        lines: dict[str, tuple[list[Any], ...]] = {}
         modules = {m.name: m for m in module_series(r, [n for k, n in chosen if k == "module"])}
         for kind, name in chosen:
             if kind == "module" and name in modules:
-                lines[f"{name} (module)"] = (self._upto(modules[name].norm), self._upto(modules[name].update_ratio))
+                m = modules[name]
+                bad = [None if a is None else a + (b or 0) for a, b in zip(m.nan, m.inf, strict=True)]
+                lines[f"{name} (module)"] = (self._upto(m.norm), self._upto(m.update_ratio), self._upto(bad))
             elif kind == "tensor" and name in r.tensors:
                 s = r.tensors[name]
-                lines[name] = (self._upto(s.figure("norm")), self._upto(s.update_ratio))
+                bad = [None if st is None else st.nan + st.posinf + st.neginf for st in s.stats]
+                lines[name] = (self._upto(s.figure("norm")), self._upto(s.update_ratio), self._upto(bad))
         axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
         self.lines.set_lines(r.x_values(), {printable(k): v for k, v in lines.items()}, axis)
 
@@ -404,6 +492,22 @@ class SeriesTab(QWidget):
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def _norm(stats: Any) -> str:
+    """The L2 norm of the finite values, or "no finite" when the tensor holds none (not 0: it is not zeroed)."""
+    if stats.numel and stats.nan + stats.posinf + stats.neginf == stats.numel:
+        return "no finite"
+    return _fmt(stats.l2)
+
+
+def _nonfinite(stats: Any) -> str:
+    """NaN/Inf value counts ("12/0"), "-" when there are none."""
+    inf = stats.posinf + stats.neginf
+    return f"{stats.nan}/{inf}" if stats.nan or inf else "-"
+
+
+_OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state by id (mapping not known)
 
 
 # --- ways in ---------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,15 +46,19 @@ from ckptview.core.analyze.series_model import (
     TensorSeries,
 )
 from ckptview.core.analyze.stats import Summary, iter_summary
-from ckptview.core.errors import CheckpointError
+from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.model import Checkpoint, TensorInfo
+from ckptview.core.model import Checkpoint, TensorInfo, join_path
 from ckptview.core.read.open import open_checkpoint
+
+if TYPE_CHECKING:
+    from ckptview.core.read.files import ReadAhead
 
 SERIES_CHUNK_ELEMS = 1 << 20
 __all__ = [
     "FIGURES", "SERIES_CHUNK_ELEMS", "CheckpointRef", "Finding", "ModuleSeries", "SeriesProgress", "SeriesResult",
-    "TensorSeries", "find_findings", "iter_series", "module_names", "module_series", "plan_series", "run_series",
+    "TensorSeries", "find_findings", "iter_series", "model_tensors", "module_names", "module_series", "plan_series",
+    "run_series", "series_entries", "series_tensor",
 ]
 
 
@@ -67,6 +71,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
     found = find_checkpoints(paths)
     refs: list[CheckpointRef] = []
     names: list[list[TensorInfoRow]] = []
+    params: dict[str, str] = {}
     for path in found:
         if "://" not in path and not os.path.isdir(path) and not os.path.isfile(path):  # a URL: opened below
             refs.append(CheckpointRef(path, _name_position(path), error="not a regular file (a FIFO, socket "
@@ -75,15 +80,24 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             continue
         try:
             ckpt = open_checkpoint(path)
-        except (CheckpointError, OSError) as exc:
+        except Cancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
             refs.append(CheckpointRef(path, _name_position(path), error=_message(exc)))
             names.append([])
             continue
         try:
-            tensors = model_tensors(ckpt)
+            tensors = series_entries(ckpt)
             refs.append(CheckpointRef(path, find_position(ckpt, path), ckpt.format,
-                                      sum(info.nbytes for _, info in tensors)))
-            names.append([(name, tuple(info.shape), info.dtype) for name, info in tensors])
+                                      sum(info.nbytes for _, info, _ in tensors),
+                                      unsafe_globals=list(ckpt.unsafe_globals)))
+            names.append([(name, tuple(info.shape), info.dtype) for name, info, _ in tensors])
+            params.update((name, param) for name, _, param in tensors if param is not None)
+        except Cancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            refs.append(CheckpointRef(path, _name_position(path), error=_message(exc)))
+            names.append([])
         finally:
             ckpt.close()
     readable = [(r, n) for r, n in zip(refs, names, strict=True) if r.error is None]
@@ -102,6 +116,8 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
         order = _merge_names(order, [name for name, _, _ in rows], count)
         for name, shape, dtype in rows:
             order[name].shapes[t], order[name].dtypes[t] = shape, dtype
+    for name, param in params.items():
+        order[name].param = param
     result.tensors = order
     return result
 
@@ -155,73 +171,115 @@ def _merge_names(order: dict[str, TensorSeries], names: list[str], count: int) -
 
 
 class _SideError(Exception):
-    """A read error, tagged with the side ("prev" or "cur") whose file failed."""
+    """A read error, tagged with the side ("prev" or "cur") whose file failed (``changed``: it changed on disk)."""
 
-    def __init__(self, side: str, message: str) -> None:
+    def __init__(self, side: str, message: str, changed: bool = False) -> None:
         super().__init__(message)
         self.side = side
+        self.changed = changed
 
 
 def _tagged(chunks: Iterable[np.ndarray], side: str) -> Iterator[np.ndarray]:
     try:
         yield from chunks
     except (CheckpointError, OSError, ValueError) as exc:
-        raise _SideError(side, _message(exc)) from None
+        raise _SideError(side, _message(exc), isinstance(exc, FileChangedError)) from None
 
 
 def _message(exc: BaseException) -> str:
+    if isinstance(exc, FileChangedError):
+        return _changed_message(exc.what or "rewritten")
     if isinstance(exc, CheckpointError):
         return str(exc)
     if isinstance(exc, OSError):
         return f"cannot read file: {exc.strerror or exc}"
-    return f"cannot read values: {exc}"
+    if isinstance(exc, ValueError):
+        return f"cannot read values: {exc}"
+    return f"cannot read: {type(exc).__name__}: {exc}"
+
+
+def _changed_message(what: str) -> str:
+    return f"changed on disk while the run was read ({what}); reopen the run to read it as it is now"
 
 
 def iter_series(result: SeriesResult, token: CancelToken | None = None,
                 chunk_elems: int = SERIES_CHUNK_ELEMS) -> Generator[SeriesProgress, None, SeriesResult]:
     """Fill in every figure of ``result`` checkpoint by checkpoint; yields progress, returns it with findings.
 
-    Small tensors' bytes come from windows of each file read at once (`read_ahead`)."""
-    from ckptview.core.read.files import read_ahead
+    Small tensors' bytes come from windows of each file read at once (`read_ahead`). A checkpoint that
+    fails, or changes on disk while it is read, becomes an error of that checkpoint (its figures dropped);
+    the others are still read."""
+    from ckptview.core.read.files import ReadAhead
 
-    return read_ahead(_iter_series(result, token, chunk_elems))
+    ahead = ReadAhead()
+    return ahead.run(_iter_series(result, token, chunk_elems, ahead))
 
 
-def _iter_series(result: SeriesResult, token: CancelToken | None,
-                 chunk_elems: int) -> Generator[SeriesProgress, None, SeriesResult]:
+def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: int,
+                 ahead: ReadAhead | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
     total = sum(r.nbytes for r in result.checkpoints)
     done_bytes = 0
     prev: Checkpoint | None = None
     prev_index = -1
+    prev_names: dict[str, TensorInfo] = {}
+
+    def let_go(ckpt: Checkpoint | None) -> None:
+        # Closed checkpoints were checked here (`_check_unchanged`): the read-ahead's final check of
+        # every file it read must not fail the whole run for one of them.
+        if ckpt is not None and ahead is not None:
+            from ckptview.core.read.sources import file_maps
+
+            ahead.seen.difference_update(file_maps(ckpt))
+        _close(ckpt)
+
     yield SeriesProgress(0, total, "reading")
     try:
         for t, ref in enumerate(result.checkpoints):
             if token is not None:
                 token.check()
             if ref.error is not None:
-                _close(prev)
+                let_go(prev)
                 prev, prev_index = None, -1
                 result.done = t + 1
                 yield SeriesProgress(done_bytes, total, ref.path, t)
                 continue
+            opened: Checkpoint | None = None
             try:
-                ckpt = open_checkpoint(ref.path)
-            except (CheckpointError, OSError) as exc:
+                opened = open_checkpoint(ref.path)
+                entries = series_entries(opened)
+            except Cancelled:
+                let_go(opened)
+                raise
+            except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
+                let_go(opened)
                 ref.error = _message(exc)
-                _close(prev)
+                _drop(result, t)
+                let_go(prev)
                 prev, prev_index = None, -1
                 result.done = t + 1
                 yield SeriesProgress(done_bytes, total, ref.path, t)
                 continue
-            prev_infos = _by_name(prev) if prev is not None and prev_index == t - 1 else {}
+            ckpt = opened
+            ref.unsafe_globals = list(ckpt.unsafe_globals)  # as opened now (it may have been re-saved)
+            prev_infos = prev_names if prev is not None and prev_index == t - 1 else {}
+            names_now: dict[str, TensorInfo] = {}
+            for name, info, _ in entries:
+                names_now.setdefault(name, info)  # the first, if a name repeats (as Checkpoint.tensor)
             base = done_bytes
-            label = os.path.basename(os.path.normpath(ref.path))
-            for name, info in _by_name(ckpt).items():
+            label = ref.file_name
+            seen: set[str] = set()
+            broke: str | None = None
+            for name, info, param in entries:
+                if name in seen:
+                    continue  # the first, if a name repeats (as Checkpoint.tensor)
+                seen.add(name)
                 series = result.tensors.get(name)
                 if series is None:  # the file changed since planning: take it as it is now
                     result.tensors = _merge_names(result.tensors, [name], len(result.checkpoints))
                     series = result.tensors[name]
                 series.shapes[t], series.dtypes[t] = tuple(info.shape), info.dtype
+                if param is not None:
+                    series.param = param
                 if info.storage is None and not info.broken:
                     continue  # saved without data (meta): a shape and a dtype, no figures
                 before = prev_infos.get(name)
@@ -235,18 +293,59 @@ def _iter_series(result: SeriesResult, token: CancelToken | None,
                     except StopIteration as stop:
                         measure = stop.value
                         break
+                    except Cancelled:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - any failure of one tensor: that tensor's error
+                        measure = _Measure(error=_message(exc))
+                        break
                     yield SeriesProgress(base + step.done, total, f"{label}: {name}")
+                if measure.changed:
+                    broke = measure.error
+                    break  # this file is no longer the one opened: the whole checkpoint is dropped below
                 _record(series, t, measure)
                 base += info.nbytes
             done_bytes += ref.nbytes
-            _close(prev)
-            prev, prev_index = ckpt, t
+            changed = _check_unchanged(ckpt, ref.path) or broke
+            if changed is not None:
+                ref.error = changed
+                _drop(result, t)
+            if prev is not None and prev_index == t - 1:
+                before_changed = _check_unchanged(prev, result.checkpoints[t - 1].path)
+                if before_changed is not None:  # changed while it was the previous side of this one
+                    result.checkpoints[t - 1].error = before_changed
+                    _drop(result, t - 1)
+            let_go(prev)
+            if ref.error is not None:
+                let_go(ckpt)
+                prev, prev_index = None, -1
+            else:
+                prev, prev_index, prev_names = ckpt, t, names_now
             result.done = t + 1
             yield SeriesProgress(done_bytes, total, ref.path, t)
     finally:
-        _close(prev)
+        let_go(prev)
     result.findings = find_findings(result)
     return result
+
+
+def _check_unchanged(ckpt: Checkpoint, path: str) -> str | None:
+    """The error of a checkpoint whose files changed on disk since it was opened, else None."""
+    what = ckpt.changed_on_disk()
+    if what is None:
+        return None
+    if what.startswith(path + ": "):
+        what = what[len(path) + 2:]
+    return _changed_message(what)
+
+
+def _drop(result: SeriesResult, t: int) -> None:
+    """Forget checkpoint ``t``'s figures, and the update ratios measured against it."""
+    for s in result.tensors.values():
+        s.stats[t] = s.errors[t] = s.shapes[t] = s.dtypes[t] = None
+        for column in (s.update_ratio, s.frac_changed, s.sq_change, s.changed, s.compared):
+            column[t] = None
+            if t + 1 < len(column):
+                column[t + 1] = None
 
 
 def run_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
@@ -269,12 +368,63 @@ def _close(ckpt: Checkpoint | None) -> None:
 
 def model_tensors(ckpt: Checkpoint) -> list[tuple[str, TensorInfo]]:
     """(name, info) of the tensors a run follows: a training folder's model file, named as in that file
-    (its optimizer, scheduler and RNG files are not the weights); any other checkpoint whole."""
+    (its optimizer, scheduler and RNG files are not the weights); any other checkpoint whole, its mapped
+    optimizer state named by parameter (see :func:`series_entries`)."""
+    return [(name, info) for name, info, _ in series_entries(ckpt)]
+
+
+def series_entries(ckpt: Checkpoint) -> list[tuple[str, TensorInfo, str | None]]:
+    """(name, info, parameter) of the tensors a run follows (:func:`model_tensors`).
+
+    The state of an optimizer whose mapping is known (the mapping the window's optimizer panel shows,
+    :func:`ckptview.core.analyze.optimizer.find_optimizers`) is named by its parameter, not by its id:
+    ``optimizer.state.fc.weight.exp_avg`` instead of ``optimizer.state.8.exp_avg``, so a run follows each
+    parameter's state even where an optimizer rebuilt over a grown model numbers its parameters anew. The
+    third item is that parameter's name (None for every other tensor).
+    """
     model = ckpt.metadata.get("model_entry")
-    if not model:
-        return [(e.name, e.info) for e in ckpt.tensors()]
-    prefix = f"{model}."
-    return [(e.name[len(prefix):], e.info) for e in ckpt.tensors() if e.path and e.path[0] == model]
+    if model:
+        prefix = f"{model}."
+        return [(e.name[len(prefix):], e.info, None) for e in ckpt.tensors() if e.path and e.path[0] == model]
+    renamed = _state_by_parameter(ckpt)
+    out: list[tuple[str, TensorInfo, str | None]] = []
+    for e in ckpt.tensors():
+        found = renamed.get(id(e.info))
+        out.append((found[0], e.info, found[1]) if found is not None else (e.name, e.info, None))
+    return out
+
+
+def _state_by_parameter(ckpt: Checkpoint) -> dict[int, tuple[str, str]]:
+    """id(TensorInfo) -> (series name, parameter name) for the state of mapped optimizers."""
+    if not _has_param_groups(ckpt):
+        return {}
+    from ckptview.core.analyze.optimizer import find_optimizers
+
+    out: dict[int, tuple[str, str]] = {}
+    for opt in find_optimizers(ckpt):
+        if opt.mapping not in ("exact", "by-order"):  # names not known: the ids stay
+            continue
+        for p in opt.params:
+            if p.node is None or p.name is None:
+                continue
+            base = p.node.path[:-1]  # (..., "state")
+            for node in p.node.walk():
+                if node.tensor is not None:
+                    rest = node.path[len(p.node.path):]
+                    name = ".".join(part for part in (join_path(base), p.name, join_path(rest)) if part)
+                    out[id(node.tensor)] = (name, p.name)
+    return out
+
+
+def _has_param_groups(ckpt: Checkpoint) -> bool:
+    stack = [ckpt.root]
+    while stack:
+        children = stack.pop().children
+        if children:
+            if any(c.key == "param_groups" for c in children):
+                return True
+            stack.extend(c for c in children if c.children)
+    return False
 
 
 def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
@@ -284,11 +434,17 @@ def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
     return out
 
 
+def series_tensor(ckpt: Checkpoint, name: str) -> TensorInfo | None:
+    """The tensor a run calls ``name`` in ``ckpt`` (optimizer state by parameter), or None."""
+    return _by_name(ckpt).get(name)
+
+
 @dataclass
 class _Measure:
     summary: Summary | None = None
     sums: Sums | None = None
     error: str | None = None
+    changed: bool = False  # the current file changed on disk while it was read
 
 
 def _measure(info: TensorInfo, before: TensorInfo | None, token: CancelToken | None,
@@ -304,12 +460,12 @@ def _measure(info: TensorInfo, before: TensorInfo | None, token: CancelToken | N
             return _Measure(summary, sums)
         except _SideError as exc:
             if exc.side == "cur":
-                return _Measure(error=str(exc))
+                return _Measure(error=str(exc), changed=exc.changed)
             # The previous file failed this time (it changed?): still measure this one, without a ratio.
     try:
         summary = yield from iter_summary(_tagged(iter_chunks(info, chunk_elems), "cur"), info.numel, token)
     except _SideError as exc:
-        return _Measure(error=str(exc))
+        return _Measure(error=str(exc), changed=exc.changed)
     return _Measure(summary)
 
 

@@ -1,4 +1,10 @@
-"""Per-module figures and the findings of a run: first NaN/Inf, stalls, explosions, tensors that come and go."""
+"""Per-module figures and the findings of a run: first NaN/Inf, stalls, explosions, tensors that come and go,
+checkpoints that could not be read or reference unsafe globals.
+
+Findings about values (stalls, explosions) are over floating-point tensors only: an integer buffer or a
+one-element step counter (``num_batches_tracked``, an optimizer's ``step``, ``global_step``) grows by
+design, and 1 -> 12 is training, not an explosion.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,18 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from ckptview.core import dtypes
+from ckptview.core.analyze.diff_sections import STEP_KEYS
 from ckptview.core.analyze.series_model import Finding, ModuleSeries, SeriesResult, TensorSeries
+
+
+def is_counter(s: TensorSeries) -> bool:
+    """True for what counts rather than learns: a tensor not floating-point, or a one-element step counter."""
+    dtype = s.dtype
+    if dtype is not None and not (dtypes.is_floating(dtype) or dtypes.is_complex(dtype)):
+        return True
+    shape = s.shape
+    return shape is not None and math.prod(shape) == 1 and s.name.rsplit(".", 1)[-1] in STEP_KEYS
 
 
 def module_names(names: Iterable[str]) -> dict[str, list[str]]:
@@ -20,7 +37,8 @@ def module_names(names: Iterable[str]) -> dict[str, list[str]]:
 
 
 def module_series(result: SeriesResult, only: Iterable[str] | None = None) -> list[ModuleSeries]:
-    """The figures of every module (dotted prefix; just those in ``only`` when given), tensors taken together."""
+    """The figures of every module (dotted prefix; just those in ``only`` when given), its floating-point
+    tensors other than step counters taken together."""
     from ckptview.core.analyze.stats import merge_stats
 
     count = len(result.checkpoints)
@@ -29,7 +47,8 @@ def module_series(result: SeriesResult, only: Iterable[str] | None = None) -> li
     for module, members in module_names(result.tensors).items():
         if wanted is not None and module not in wanted:
             continue
-        series = [result.tensors[n] for n in members]
+        # Over what learns: a step counter (1 -> 50) would outweigh a BatchNorm's four weights.
+        series = [s for n in members if not is_counter(s := result.tensors[n])]
         columns: list[list[Any]] = [[None] * count for _ in range(8)]
         m = ModuleSeries(module, members, *columns)
         for t in range(count):
@@ -72,9 +91,13 @@ def find_findings(result: SeriesResult) -> list[Finding]:
 
     for t in range(done):
         if refs[t].error is not None:
-            add("unreadable", -1, None, t, refs[t].error or "")
+            add("unreadable", -2, None, t, refs[t].error or "")
+        if refs[t].unsafe_globals:
+            add("unsafe", -1, None, t, "references globals outside the safe set (recorded, never run): "
+                + ", ".join(refs[t].unsafe_globals))
     for order, (name, s) in enumerate(result.tensors.items()):
         first_nan = first_inf = False
+        counter = is_counter(s)
         for t in range(done):
             if refs[t].error is not None:
                 continue
@@ -103,12 +126,12 @@ def find_findings(result: SeriesResult) -> list[Finding]:
             if inf and not first_inf:
                 first_inf = True
                 add("inf", order, name, t, f"first Inf: {inf} of {st.numel} values")
-            before = s.stats[t - 1] if neighbour else None
+            before = s.stats[t - 1] if neighbour and not counter else None
             if before is not None and before.l2 > 0 and st.l2 > result.explode_factor * before.l2:
                 add("explosion", order, name, t,
                     f"norm {_num(before.l2)} -> {_num(st.l2)} (x{_num(st.l2 / before.l2)}, "
                     f"factor {_num(result.explode_factor)})")
-        stall = _stall_start(s, done, result.stall_threshold)
+        stall = None if counter else _stall_start(s, done, result.stall_threshold)
         if stall is not None:
             last = s.update_ratio[done - 1]
             if result.stall_threshold > 0:

@@ -22,14 +22,20 @@ class CheckpointRef:
     position: Position
     format: str = ""
     nbytes: int = 0  # bytes of its tensors (progress)
-    error: str | None = None  # could not be opened or read as a whole
+    error: str | None = None  # could not be opened or read as a whole, or changed on disk while read
+    unsafe_globals: list[str] = field(default_factory=list)  # globals outside the safe set (recorded, never run)
+
+    @property
+    def file_name(self) -> str:
+        """The checkpoint's own name (the last component of its path)."""
+        return os.path.basename(os.path.normpath(self.path)) or self.path
 
     def to_json(self) -> dict[str, Any]:
         """The contract's checkpoint object (with where the step and epoch were found)."""
         p = self.position
         out: dict[str, Any] = {"path": self.path, "step": p.step, "epoch": p.epoch,
                                "step_source": p.step_source, "epoch_source": p.epoch_source,
-                               "format": self.format}
+                               "format": self.format, "unsafe_globals": list(self.unsafe_globals)}
         if self.error:
             out["error"] = self.error
         return out
@@ -49,12 +55,13 @@ class TensorSeries:
     changed: list[int | None]
     compared: list[int | None]  # elements compared with t-1
     errors: list[str | None]
+    param: str | None = None  # optimizer state: the parameter it belongs to (the optimizer mapping's name)
 
     @classmethod
     def empty(cls, name: str, count: int) -> TensorSeries:
         """A tensor absent everywhere so far."""
         columns: list[list[Any]] = [[None] * count for _ in range(9)]
-        return cls(name, *columns)
+        return cls(name, *columns)  # type: ignore[arg-type]  # nine lists, then the defaults
 
     def present(self, t: int) -> bool:
         """True when the tensor exists in checkpoint ``t``."""
@@ -85,6 +92,8 @@ class TensorSeries:
             out[key] = [_json_number(v) for v in self.figure(key)]
         out["shapes"] = [_list(s) for s in self.shapes]
         out["dtypes"] = list(self.dtypes)
+        if self.param is not None:
+            out["param"] = self.param
         return out
 
 
@@ -115,7 +124,8 @@ class ModuleSeries:
 class Finding:
     """Something worth a look, naming the tensor (None for a whole checkpoint) and the checkpoint."""
 
-    kind: str  # nan | inf | stalled | explosion | appeared | disappeared | shape_changed | dtype_changed | unreadable
+    # nan | inf | stalled | explosion | appeared | disappeared | shape_changed | dtype_changed | unreadable | unsafe
+    kind: str
     tensor: str | None
     index: int  # checkpoint index in run order
     checkpoint: str
@@ -151,13 +161,14 @@ class SeriesResult:
         return found
 
     def label(self, t: int) -> str:
-        """How checkpoint ``t`` is called on an axis: 'step 300', 'epoch 2', or its name."""
+        """How checkpoint ``t`` is called on an axis: 'step 300', 'epoch 2', or its name (also when it has no
+        step or epoch, as an unreadable file may not)."""
         pos = self.checkpoints[t].position
-        if self.order_by == "step":
+        if self.order_by == "step" and pos.step is not None:
             return f"step {pos.step}"
-        if self.order_by == "epoch":
+        if self.order_by == "epoch" and pos.epoch is not None:
             return f"epoch {pos.epoch}"
-        return os.path.basename(os.path.normpath(self.checkpoints[t].path))
+        return self.checkpoints[t].file_name
 
     def x_values(self) -> list[float]:
         """The x coordinate of every checkpoint: its step, epoch, or index."""
