@@ -91,9 +91,14 @@ def test_perturbed_copy_figures_match_torch(model_pair):
     assert rows["1.num_batches_tracked"].status == "identical"  # int64 path
     assert result.summary() == {"changed": 4, "identical": 5}
     assert not result.identical
-    # Overall change over everything compared, finite positions only (like the per-tensor figures).
+    # Overall change over the learnable parameters (torch's named_parameters of make_model's model: the
+    # BatchNorm buffers apart), finite positions only (like the per-tensor figures).
+    torch.manual_seed(0)
+    params = [name for name, _ in torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32),
+                                                      torch.nn.ReLU(), torch.nn.Linear(32, 8)).named_parameters()]
+    assert [t.name for t in result.parameters] == params
     dd = aa = 0.0
-    for name in sd:
+    for name in params:
         x, y = sd[name].double().reshape(-1), sd_b[name].double().reshape(-1)
         fin = torch.isfinite(x) & torch.isfinite(y)
         dd += float(((y - x)[fin] ** 2).sum())

@@ -286,18 +286,30 @@ def _pid_gone(pid: int) -> bool:
     return False
 
 
-def test_hang_past_timeout_is_killed(files: dict) -> None:
+def test_hang_past_timeout_is_killed(files: dict, monkeypatch) -> None:
+    """The worker and what it started are gone after the timeout, whichever phase the timeout hits: on a
+    busy machine `import torch` alone can outlast it (the message then says start-up), so neither the phase
+    nor the time it takes is asserted."""
+    from ckptview.core.run import run_process
+
     pid_file = os.path.join(files["folder"], "worker.pid")
-    started = time.monotonic()
-    with pytest.raises(RunError, match=r"timed out after 6 s during the forward pass") as err:
+    workers: list[int] = []
+
+    class Recorded(run_process.WorkerJob):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            workers.append(self.proc.pid)
+
+    monkeypatch.setattr(run_process, "WorkerJob", Recorded)
+    with pytest.raises(RunError, match=r"^timed out after 6 s during .+; the worker was stopped$") as err:
         run(RunRequest(files["sd.pt"], model=f"{MODULE}:Bad", model_kwargs={"mode": "hang"},
                        inputs=parse_input_specs("2,20"), timeout=6, cwd=files["folder"]))
     assert err.value.kind == "timeout"
-    # A deadline far from normal (the kill follows the 6 s timeout within a second or two): a hang, not a timing.
-    assert time.monotonic() - started < 120
-    with open(pid_file) as fh:
-        assert _pid_gone(int(fh.read()))
-    os.unlink(pid_file)
+    assert len(workers) == 1 and _pid_gone(workers[0])
+    if os.path.exists(pid_file):  # it reached the forward pass: the process that hangs there is the worker
+        with open(pid_file) as fh:
+            assert int(fh.read()) == workers[0]
+        os.unlink(pid_file)
 
 
 def test_cancel_kills_the_worker(files: dict) -> None:

@@ -105,7 +105,8 @@ def hf_trainer_folder(tmp_path, monkeypatch, weights: str = "model.safetensors")
 
 
 def check_optimizer(ckpt, opt, order, path, mapping="exact"):
-    """Names against torch's; a safetensors model stores names sorted, so its order is a guess: by-order."""
+    """Names against torch's; a safetensors model stores names sorted, so its order is a guess: the names of
+    parameters whose shape another tensor shares are flagged guessed (here the guess is right)."""
     (found,) = find_optimizers(ckpt)
     assert list(found.path) == path
     assert found.mapping == mapping, found.note
@@ -128,7 +129,9 @@ def test_hf_trainer_checkpoint_folder(tmp_path, monkeypatch) -> None:
     assert same_values(read_values(ckpt.tensor("optimizer.pt.state.0.exp_avg")), exp_avg)
     rng = torch.load(folder / "rng_state.pth", weights_only=False)
     assert same_values(read_values(ckpt.tensor("rng_state.pth.cpu")), rng["cpu"])
-    check_optimizer(ckpt, opt, order, ["optimizer.pt"], mapping="by-order")
+    found = check_optimizer(ckpt, opt, order, ["optimizer.pt"], mapping="guessed")
+    # encoder.0.bias, encoder.1.weight and encoder.1.bias all have shape (8,): only the order tells them apart
+    assert sorted(p.name for p in found.params if p.guessed) == ["encoder.0.bias", "encoder.1.bias", "encoder.1.weight"]
     # training_args.bin is a full pickle: its class is reported, never imported or run
     assert "transformers.training_args.TrainingArguments" in ckpt.unsafe_globals
     assert "transformers.training_args" not in sys.modules and "transformers" not in sys.modules
@@ -176,7 +179,7 @@ def test_accelerate_save_state_folder(tmp_path) -> None:
     ckpt = open_checkpoint(str(folder))
     assert {c.key for c in ckpt.root.children} == {"model.safetensors", "optimizer.bin", "scheduler.bin",
                                                    "random_states_0.pkl", "custom_checkpoint_0.pkl"}
-    check_optimizer(ckpt, opt, order, ["optimizer.bin"], mapping="by-order")
+    check_optimizer(ckpt, opt, order, ["optimizer.bin"], mapping="guessed")
     summary = training_summary(ckpt)
     assert [s.path for s in summary.schedulers] == [("scheduler.bin",)]
     assert dict(summary.scalars)["step"] == 3
@@ -238,7 +241,8 @@ def test_sorted_safetensors_names_still_map_by_shape(tmp_path) -> None:
     torch.save(opt.state_dict(), folder / "optimizer.pt")
     ckpt = open_checkpoint(str(folder))
     (found,) = find_optimizers(ckpt)
-    assert found.mapping == "by-order" and "state shape" in found.note
+    assert found.mapping == "exact" and "state shape" in found.note  # every shape once: names are sure
+    assert not any(p.guessed for p in found.params)
     assert [p.name for p in found.params] == [n for n, _ in net.named_parameters()]
     ckpt.close()
 

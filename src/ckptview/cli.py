@@ -41,9 +41,29 @@ def _subcommand_modules(only: str | None = None) -> dict[str, Subcommand]:
     return modules
 
 
+# The window's usage (gui/app.py parses these), shown by `ckptview --help` beside the subcommands.
+WINDOW_USAGE = """the window:
+  ckptview [FILE ...]               open checkpoint files or folders in the window (none: an example)
+  ckptview --diff A B               compare two checkpoints in the window
+  ckptview --series PATH [PATH ...] a training run (a folder of checkpoints, or several) as a timeline
+  ckptview --new-instance FILE ...  open a new window instead of handing the files to a running one
+  ckptview --install-desktop        register ckptview with the file manager for this user (Linux);
+                                    --uninstall-desktop undoes it
+
+`ckptview COMMAND --help` describes a command."""
+USAGE = ("ckptview [FILE ...] [--diff A B] [--series PATH ...] [--install-desktop]\n"
+         "       ckptview {info,diff,export,run,devices,series} ...")
+# Options of the subcommands that the window does not take: a hint instead of the window's usage error.
+_COMMAND_OPTIONS = {"--json": "info", "--stats": "info", "--out": "export", "--key": "export",
+                    "--format": "export", "--device": "run", "--model": "run", "--input-shape": "run",
+                    "--strict": "run", "--watch": "series"}
+
+
 def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
-    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
+    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.",
+                                     usage=USAGE, epilog=WINDOW_USAGE,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
     # The remote options are taken out of argv by main(), anywhere in it (docs/guide/remote.md).
     parser.add_argument("--download", action="store_true",
@@ -93,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return 2
     if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        hint = _command_option_hint(argv)
+        if hint is not None:
+            print(f"ckptview: {printable(hint)}", file=sys.stderr)
+            return 2
         return _launch_gui(argv)
     modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
     args = build_parser(modules).parse_args(argv)
@@ -128,6 +152,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ckptview: internal error: {type(exc).__name__}: {printable(_redact(str(exc), urls))} (CKPTVIEW_DEBUG=1 "
               "shows the traceback; please report it)", file=sys.stderr)
         return 2  # diff(1)'s "trouble" status, like every other error
+
+
+def _command_option_hint(argv: list[str]) -> str | None:
+    """One line for a window launch given a subcommand's option (`ckptview model.pth --json`), else None."""
+    for arg in argv:
+        option = arg.split("=", 1)[0]
+        command = _COMMAND_OPTIONS.get(option)
+        if command is not None:
+            paths = [a for a in argv if not a.startswith("-")]
+            if "--diff" in argv and option == "--json":  # `ckptview --diff A B --json`
+                command, paths = "diff", [" ".join(paths[:2]) or "A B"]
+            example = f"ckptview {command} {paths[0] if paths else 'PATH'} {arg}"
+            return (f"{option} is an option of `ckptview {command}`, not of the window: `{example}` "
+                    "(`ckptview --help` lists the commands)")
+    return None
 
 
 def _redact(text: str, urls: bool = False) -> str:

@@ -213,3 +213,26 @@ def test_a_comparison_keeps_its_trees_out_of_the_collector_and_closing_it_frees_
         return gone() is None
 
     qtbot.waitUntil(deleted, timeout=5000)
+
+
+def test_buffers_and_counters_stay_out_of_the_headline_and_its_plot(qtbot, tmp_path):
+    """A BatchNorm's step counter going 5 -> 55 (relative change 10) must not be the plot's tallest point
+    nor weigh in the bold figure: both are over the learnable parameters (issue 25)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.BatchNorm1d(4))
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    sd["1.num_batches_tracked"] = torch.tensor(5)
+    torch.save(sd, tmp_path / "a.pth")
+    sd_b = {k: v.clone() for k, v in sd.items()}
+    sd_b["0.weight"] += 0.01
+    sd_b["1.running_mean"] += 1.0
+    sd_b["1.num_batches_tracked"] = torch.tensor(55)
+    torch.save(sd_b, tmp_path / "b.pth")
+    view = open_view(qtbot, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
+    params = [name for name, _ in model.named_parameters()]
+    x, _y = view.rel_series()
+    assert sorted(view.model.rows[int(i)].name for i in x) == sorted(params)
+    dd = float(((sd_b["0.weight"] - sd["0.weight"]) ** 2).sum())
+    aa = sum(float((sd[k] ** 2).sum()) for k in params)
+    assert f"overall relative change <b>{(dd / aa) ** 0.5:.4g}</b>" in view.summary_label.text()
+    assert "3 buffers" in view.summary_label.text()

@@ -45,7 +45,13 @@ def _check_tab(tab, case: corpus.Case) -> list[str]:
     return problems
 
 
-@pytest.mark.timeout(240)  # a frozen window fails here with a stack dump instead of stalling the suite
+# No bound on the whole: its time is the corpus's size times the machine's speed (a busy 2-core machine
+# spent minutes in the collector alone). A frozen window is caught per file instead: each must settle, and
+# a file that never does fails with its name (printed just before) long before the suite would stall.
+SETTLE_MS = 600_000  # a hang, not a timing: one small file never takes minutes to open
+
+
+@pytest.mark.timeout(0)
 def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_path_factory):
     hostile = corpus.shared("hostile", tmp_path_factory)
     malformed = corpus.shared("malformed", tmp_path_factory)
@@ -57,7 +63,7 @@ def test_every_corpus_file_in_one_window(qtbot, window, state_dict_file, tmp_pat
     for case in hostile + malformed:
         print("opening", case.name, flush=True)  # with -s: which file a hang is on
         [tab] = window.open_paths([str(case.path)])
-        wait_settled(qtbot, tab, timeout=20_000)
+        wait_settled(qtbot, tab, timeout=SETTLE_MS)
         failures += [f"{case.name}: {p}" for p in _check_tab(tab, case)]
         if tab.state == "ready" and case.name.startswith("deep"):
             tab.expand_all()  # the deepest tree the reader keeps (1000 levels), expanded by Qt

@@ -55,8 +55,9 @@ def test_open_paths_shows_the_tree(qtbot, window, state_dict_file):
     assert tab.model.index(0, PARAMS).data() == f"{8 * 16 + 8 + 8 * 16 + 32 * 16 + 768 * 16:,}"
     assert tab.model.data(encoder.siblingAtColumn(SIZE)) == "26.0 KiB"  # 264*4 + 512*2 + 12288*2 bytes
     assert tab.summary.facts["Tensors"] == "8"
-    params = 8 * 16 + 8 + 8 * 16 + 32 * 16 + 768 * 16 + 100 * 16 + 1  # lm_head is tied: counted once
+    params = 8 * 16 + 8 + 8 * 16 + 32 * 16 + 768 * 16 + 100 * 16  # lm_head is tied: counted once
     assert tab.summary.facts["Parameters"] == f"{params:,}"
+    assert tab.summary.facts["Buffers"] == "1"  # the int64 step counter: not a parameter
     assert window.settings.recent_files() == [os.path.abspath(state_dict_file)]
     # Opening the same file again switches to its tab instead of opening a second one.
     window.tabs.setCurrentIndex(0)

@@ -14,7 +14,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.perf import paused_gc
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
-from ckptview.core.units import shape_str
+from ckptview.core.units import plural, shape_str
 
 # Table order: what changed first, the identical rows last (and only with --all).
 _ORDER = {"changed": 0, "dtype_mismatch": 1, "shape_mismatch": 2, "only_a": 3, "only_b": 4, "error": 5,
@@ -97,15 +97,23 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         out.write(f"mapped: A {printable(pa)}* -> B {printable(pb)}*\n")
     _write_rows(out, result.weights, show_identical)
     summary = result.summary()
-    counts = ", ".join(f"{summary[s]} {s}" for s in sorted(summary, key=lambda s: _ORDER.get(s, 9)))
     overall = result.overall_rel_l2()
-    out.write(f"\n{len(result.weights)} model weights: {counts or 'none'}")
+    out.write(f"\n{plural(len(result.weights), 'model weight')}: {_counts(summary) or 'none'}")
     if overall is not None:
-        out.write(f"; overall relative change {_fmt(overall)}")
+        out.write(f"; overall relative change {_fmt(overall)} "
+                  f"(over the {plural(len(result.parameters), 'parameter tensor')})")
     out.write("\n")
+    buffers = result.buffers
+    if buffers:
+        out.write(f"{plural(len(buffers), 'buffer')} (running statistics, integer counters; not in the overall "
+                  f"figure): {_counts(result.summary(buffers))}")
+        changed = result.overall_rel_l2(buffers)
+        if changed is not None:
+            out.write(f"; floating-point buffers' relative change {_fmt(changed)}")
+        out.write("\n")
     hidden = summary.get("identical", 0) if not show_identical else 0
     if hidden:
-        out.write(f"({hidden} identical tensors not listed; --all lists them)\n")
+        out.write(f"({plural(hidden, 'identical tensor')} not listed; --all lists them)\n")
     other = result.other
     if other:
         out.write("\nOther entries (optimizer state, sample inputs, step counters: "
@@ -113,14 +121,14 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         _write_rows(out, other, show_identical)
         other_counts = result.summary(other)
         text = ", ".join(f"{other_counts[s]} {s}" for s in sorted(other_counts, key=lambda s: _ORDER.get(s, 9)))
-        out.write(f"\n{len(other)} other entries: {text}")
+        out.write(f"\n{plural(len(other), 'other entry', 'other entries')}: {text}")
         changed = result.overall_rel_l2(other)
         if changed is not None:
             out.write(f"; their relative change {_fmt(changed)}")
         out.write("\n")
     for side, names in (("A", al.not_compared_a), ("B", al.not_compared_b)):
         if names:
-            out.write(f"{len(names)} tensors outside the model weights of {side} not compared "
+            out.write(f"{plural(len(names), 'tensor')} outside the model weights of {side} not compared "
                       f"(the other file has none): {', '.join(map(printable, names[:5]))}{' ...' if len(names) > 5 else ''}\n")
 
 
@@ -137,6 +145,10 @@ def _write_rows(out: Any, rows: list[Any], show_identical: bool) -> None:
         name = name if len(name) <= width else "..." + name[-(width - 3):]
         out.write(f"{name:<{width}}  {t.status:<14} {_fmt(t.rel_l2):>10} {_fmt(t.max_abs_diff):>10} "
                   f"{_fmt(t.cosine):>10} {_pct(t.frac_changed):>8}  {printable(_detail(t))}\n")
+
+
+def _counts(summary: dict[str, int]) -> str:
+    return ", ".join(f"{summary[s]} {s}" for s in sorted(summary, key=lambda s: _ORDER.get(s, 9)))
 
 
 def _detail(t: Any) -> str:

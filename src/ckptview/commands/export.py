@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 from ckptview.core.write.export import FORMATS, ExportResult, plan_export, run_export, select_tensors
 
 
@@ -97,7 +97,7 @@ def _export(args: argparse.Namespace) -> ExportResult:
 
 def print_result(result: ExportResult) -> None:
     """What was written: a summary line, one `name -> file` line per tensor, then the notes (stderr)."""
-    print(f"wrote {len(result.files)} tensors ({human_bytes(result.bytes_written)}) "
+    print(f"wrote {plural(len(result.files), 'tensor')} ({human_bytes(result.bytes_written)}) "
           f"as {result.format} to {printable(result.out)}")
     base = result.out if os.path.isdir(result.out) else None
     for name, target in result.files.items():

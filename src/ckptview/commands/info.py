@@ -23,7 +23,7 @@ from ckptview.core.read.files import read_ahead
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.tree import short_repr
 from ckptview.core.text import printable
-from ckptview.core.units import human_bytes, human_count, shape_str
+from ckptview.core.units import human_bytes, human_count, plural, shape_str
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -105,6 +105,9 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[s
         item["nnz"] = info.extra.get("nnz")
     if "shards" in info.extra:
         item["shards"] = info.extra["shards"]
+    if "global_shape" in info.extra:  # a DTensor: the file holds this rank's local shard
+        item["global_shape"] = info.extra["global_shape"]
+        item["subclass"] = info.extra.get("subclass")
     if stats_for is not None:
         item["stats"] = None
         if not info.broken and info.storage is not None:
@@ -149,7 +152,7 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
             path_text = _path_text(path, quote)
         if (storage is None or info.broken or info.layout != "strided" or known[1] is None
                 or path_text is None or type(dtype) is not str or type(storage.device) is not str
-                or "shards" in info.extra):
+                or "shards" in info.extra or "global_shape" in info.extra):
             yield _dumps(_tensor_item(ckpt, entry, sharing, None))
             continue
         key = (id(shape), dtype, storage.device)
@@ -294,7 +297,8 @@ def print_table(data: dict[str, Any]) -> None:
     total_bytes = sum(t["nbytes"] for t in tensors)
     total_params = sum(math.prod(t["shape"]) for t in tensors)
     out.write(f"{printable(data['path'])}\n  format {printable(data['format'])}, {human_bytes(data['file_size'])} "
-              f"on disk, {len(tensors)} tensors, {human_count(total_params)} elements, {human_bytes(total_bytes)}\n")
+              f"on disk, {plural(len(tensors), 'tensor')}, {human_count(total_params)} elements, "
+              f"{human_bytes(total_bytes)}\n")
     if data["unsafe_globals"]:
         out.write("  UNSAFE GLOBALS (referenced, not run): " + ", ".join(map(printable, data["unsafe_globals"]))
                   + "\n")
@@ -311,6 +315,8 @@ def print_table(data: dict[str, Any]) -> None:
             shared = "  (shares storage)" if t["shares_storage_with"] else ""
             broken = f"  BROKEN: {printable(t['broken'])}" if t.get("broken") else ""
             sparse = f"  {printable(t['layout'])}, {t['nnz']} stored values" if "layout" in t else ""
+            if "global_shape" in t:
+                sparse += f"  local shard of {shape_str(t['global_shape'])}"
             out.write(f"{name:<{width}}  {printable(t['dtype']):<14} {shape_str(t['shape']):<20} "
                       f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{sparse}{broken}\n")
             if "stats" in t and t["stats"]:
@@ -326,16 +332,25 @@ def print_table(data: dict[str, Any]) -> None:
             out.write(f"  {printable(v['name']) or '(root)'} = {text}  ({printable(v['type'])})\n")
     for opt in data.get("optimizers", []):
         named = sum(1 for p in opt["params"] if p["name"] is not None)
+        guessed = sum(1 for p in opt["params"] if p.get("name_guessed"))  # names a guessed order decides
         lrs = sorted({g.get("lr") for g in opt["param_groups"] if isinstance(g.get("lr"), (int, float))})
         out.write(f"\noptimizer {printable('.'.join(map(str, opt['path']))) or '(root)'}: {printable(opt['kind'])}, "
-                  f"{len(opt['params'])} params in {len(opt['param_groups'])} group(s), "
-                  f"{named} mapped to names ({printable(opt['mapping'])})"
+                  f"{plural(len(opt['params']), 'param')} in {plural(len(opt['param_groups']), 'group')}, "
+                  f"{named} mapped to names ({printable(opt['mapping'])}"
+                  + (f", {guessed} of them guessed" if guessed else "") + ")"
                   + (f", lr {', '.join(f'{x:g}' for x in lrs)}" if lrs else "") + "\n")
+        if opt.get("note"):
+            out.write(f"  note: {printable(opt['note'])}\n")
+        unsure = [p for p in opt["params"] if p.get("name_guessed")]
+        for p in unsure[:10]:
+            out.write(f"  {printable(str(p['id']))}: {printable(str(p['name']))} (guessed)\n")
+        if len(unsure) > 10:
+            out.write(f"  ... and {len(unsure) - 10} more guessed (--json lists them)\n")
     for warning in data["warnings"]:
         out.write(f"warning: {printable(warning)}\n")
     if "transfer" in data:
         t = data["transfer"]
-        out.write(f"transfer: {human_bytes(t['bytes'])} in {t['requests']} request{'' if t['requests'] == 1 else 's'}\n")
+        out.write(f"transfer: {human_bytes(t['bytes'])} in {plural(t['requests'], 'request')}\n")
 
 
 def _state_labels(optimizers: list[dict[str, Any]]) -> dict[str, str]:

@@ -14,6 +14,7 @@ from ckptview.core.run.run_inputs import InputSpecError, parse_input_specs
 from ckptview.core.run.run_result import RunResult, finite_json, result_json_text
 from ckptview.core.run.runner import DEFAULT_TIMEOUT, RunError, RunRequest
 from ckptview.core.text import printable
+from ckptview.core.units import human_bytes, plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -96,7 +97,7 @@ def format_result(result: RunResult | Mapping[str, Any]) -> str:
         arch = result.architecture
         lines.append(f"architecture {arch['library']} {arch['class']} from {arch['source']}")
     lines.append(f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
-                 f"{load.tensors} tensors, {load.bytes_moved} bytes")
+                 f"{plural(load.tensors, 'tensor')}, {human_bytes(load.bytes_moved)}")
     if load.tied:
         lines.append(f"  tied ({len(load.tied)}): " + ", ".join(f"{k} -> {v}" for k, v in list(load.tied.items())[:10]))
     for key, names in (("missing", load.missing), ("unexpected", load.unexpected), ("mismatched", load.mismatched)):
@@ -120,7 +121,7 @@ def format_result(result: RunResult | Mapping[str, Any]) -> str:
     lat = result.latency_ms
     lines.append(f"latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}, {lat.runs} runs)")
     if result.peak_memory_bytes is not None:
-        lines.append(f"peak memory {result.peak_memory_bytes} bytes ({result.peak_memory_kind})")
+        lines.append(f"peak memory {human_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
     if result.compare is not None:
         for d in result.compare.diff:
             lines.append(f"vs {result.compare.path}: {d.name} max |diff| {_g(d.max_abs_diff)}"

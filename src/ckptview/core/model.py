@@ -131,6 +131,11 @@ class TensorInfo:
         return True
 
 
+# Where a pickled nn.Module held a tensor, set by the tree builder in `TensorInfo.extra[MODULE_PART]`:
+# "parameter", "buffer" or "non-persistent buffer" (a buffer its module leaves out of `state_dict()`).
+MODULE_PART = "module_part"
+
+
 @dataclass(eq=False, slots=True)
 class Node:
     """One item of the checkpoint tree: a container, a tensor or a plain value."""

@@ -26,3 +26,8 @@ def human_count(n: int) -> str:
 def shape_str(shape: tuple[int, ...] | list[int]) -> str:
     """(768, 3072) -> '768x3072'; a scalar -> '()'."""
     return "x".join(str(s) for s in shape) if len(shape) else "()"
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """1 -> '1 tensor', 2 -> '2 tensors', 1234 -> '1,234 tensors' (``nouns`` for an irregular plural)."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"

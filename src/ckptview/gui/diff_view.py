@@ -557,7 +557,12 @@ class DiffView(QWidget):
         overall = self.result.overall_rel_l2()
         text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
         if overall is not None:
-            text += f" &nbsp; overall relative change <b>{_fmt(overall)}</b>"
+            text += (f" &nbsp; overall relative change <b>{_fmt(overall)}</b> "
+                     f"(over the {len(self.result.parameters)} parameters)")
+        buffers = self.result.buffers
+        if buffers:
+            differ = sum(1 for t in buffers if t.status != "identical")
+            text += f" &nbsp; {len(buffers)} buffers (running statistics, counters), {differ} differ: not in the headline"
         other = self.result.other
         if other:
             differ = sum(1 for t in other if t.status != "identical")
@@ -577,7 +582,10 @@ class DiffView(QWidget):
         """(row index, rel_l2) of every row with a finite relative change, in model order."""
         import numpy as np
         rows = self.model.rows
-        xs = [i for i, r in enumerate(rows) if r.rel_l2 is not None and math.isfinite(r.rel_l2)]
+        # The headline's rows only: a counter going 5 -> 55 (relative change 10) would squash every weight.
+        plotted = set(map(id, self.result.parameters)) if self.result is not None else set()
+        xs = [i for i, r in enumerate(rows)
+              if id(r) in plotted and r.rel_l2 is not None and math.isfinite(r.rel_l2)]
         return np.array(xs, dtype=float), np.array([rows[i].rel_l2 for i in xs], dtype=float)
 
     def update_plot(self) -> None:

@@ -78,7 +78,7 @@ class HeatmapView(QWidget):
         self.percentile = QDoubleSpinBox(minimum=50.0, maximum=100.0, value=DEFAULT_PERCENTILE, decimals=1,
                                          singleStep=0.5)
         self.percentile.setPrefix("colour range: ")
-        self.percentile.setSuffix(" th pct of |x|")
+        self.percentile.setSuffix("th pct of |x|")
         self.percentile.setToolTip("values beyond this percentile of |x| saturate; 100 = the max")
         self.status = QLabel("Select a tensor to see it as a heat-map.")
         self.status.setWordWrap(True)

@@ -230,8 +230,10 @@ class OptimizerPanel(QWidget):
                     table, c, f"{title}: lr / (sqrt(v̂) + eps), v̂ = exp_avg_sq / (1 − beta2^step): median and "
                     "max over the elements (median from a systematic sample above 2M elements)")
         for r, p in enumerate(opt.params):
-            table.setItem(r, 0, _item(p.name if p.name is not None else "—",
-                                      tip=p.param.name if p.param is not None else p.name))
+            tip = p.param.name if p.param is not None else None
+            if p.guessed and tip is not None:
+                tip += "\nguessed: the model file stores names sorted; another tensor has this shape"
+            table.setItem(r, 0, _item(p.display_name or "—", tip=tip))
             table.setItem(r, 1, _item(str(p.id), right=True))
             table.setItem(r, 2, _item("—" if p.group is None else str(p.group), right=True))
             table.setItem(r, 3, _item(self._shape(p)))
@@ -334,7 +336,7 @@ class OptimizerPanel(QWidget):
         if p is None or node is None or node.tensor is None:
             self.histogram.set_tensors([])
             return
-        label = f"{p.name or p.id} {key}"
+        label = f"{p.display_name or p.id} {key}"
         self.histogram.set_tensors([(label, node.tensor)])
 
     def _reveal_in_tree(self, row: int, _column: int) -> None:

@@ -42,13 +42,7 @@ class SummaryHeader(QWidget):
         layout.setContentsMargins(8, 0, 8, 4)
         # Two columns of three facts: the summary stays three lines tall, so a 640 px screen keeps room
         # for the tree and the panels (histograms) below it.
-        forms = []
-        for _ in range(2):
-            form = QFormLayout()
-            form.setHorizontalSpacing(8)
-            form.setVerticalSpacing(1)
-            form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
-            forms.append(form)
+        forms = [_fact_form(), _fact_form()]
         facts = facts or size_facts(checkpoint)  # normally computed by the opening worker
         dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in facts.bytes_by_dtype) or "—"
         params = facts.parameters
@@ -60,6 +54,10 @@ class SummaryHeader(QWidget):
             "Parameters": f"{params:,} ({human_count(params)})" if params >= 10_000_000 else f"{params:,}",
             "Bytes by dtype": dtypes,
         }
+        if facts.buffers:  # running statistics and counters, apart as torch counts them
+            self.facts["Buffers"] = f"{facts.buffers:,}"
+        while len(forms) * 3 < len(self.facts):  # three facts a column: the summary stays three lines tall
+            forms.append(_fact_form())
         for i, (key, value) in enumerate(self.facts.items()):
             form = forms[i // 3]
             label = QLabel(value)
@@ -73,13 +71,18 @@ class SummaryHeader(QWidget):
             if key == "File":
                 label.setToolTip(printable(checkpoint.path))
             if key == "Parameters":
-                label.setToolTip("elements of the distinct tensors outside optimizer state (tied weights once)")
+                label.setToolTip("elements of the learnable parameters, as torch's model.parameters() counts "
+                                 "them (tied weights once; buffers and optimizer state apart)")
+            if key == "Buffers":
+                label.setToolTip("elements of buffers and counters: integer tensors and the buffer names torch "
+                                 "registers (running_mean, running_var, num_batches_tracked, inv_freq, ...)")
             caption = QLabel(key + ":")
             caption.setStyleSheet("color: palette(mid);")
             form.addRow(caption, label)
-        layout.addLayout(forms[0], 0)
-        layout.addSpacing(12)
-        layout.addLayout(forms[1], 0)
+        for i, form in enumerate(forms):
+            if i:
+                layout.addSpacing(12)
+            layout.addLayout(form, 0)
         self.bars = chart_rows(top, limit=8)
         self.chart = SizeChart(self.bars)
         layout.addWidget(self.chart, 1)
@@ -103,3 +106,11 @@ class SummaryHeader(QWidget):
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
         self.toggle.setText("Summary" if expanded else f"Summary: {self.headline}")
         self.collapsedChanged.emit(not expanded)
+
+
+def _fact_form() -> QFormLayout:
+    form = QFormLayout()
+    form.setHorizontalSpacing(8)
+    form.setVerticalSpacing(1)
+    form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+    return form

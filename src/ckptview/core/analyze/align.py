@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from ckptview.core.model import MODULE_PART
+
 # Root dict keys that hold a model's state dict in a training checkpoint, most specific first.
 CONTAINER_KEYS = ("model_state_dict", "state_dict", "model", "model_state", "module", "net", "network")
 # Leading key components that wrappers add (a chain of at most MAX_WRAPPERS of them is tried).
@@ -193,13 +195,32 @@ def _stripped(names: Sequence[str], prefix: str) -> set[str] | None:
 
 
 def find_container(entries: Sequence[Named]) -> str | None:
-    """The root key holding the model state dict of a training checkpoint (or training folder), or None."""
+    """The root key holding the model state dict of a training checkpoint (or training folder), or None.
+
+    A pickled module (``torch.save(model)``) has none: its top-level keys (``model``, ``lm_head``) are
+    its own submodules, the model itself.
+    """
+    if _pickled_module(entries):
+        return None
     roots = {e.path[0] for e in entries if len(e.path) >= 2 and isinstance(e.path[0], str)}
     found = next((k for k in CONTAINER_KEYS if k in roots), None)
     if found is None:  # a training folder: the model's weight file is one top-level entry
         files = sorted(k for k in roots if _MODEL_FILE.match(k))
         found = files[0] if files else None
     return found
+
+
+def _pickled_module(entries: Sequence[Named]) -> bool:
+    """Whether the file's root object is an nn.Module (the reader marks the tensors of a pickled module)."""
+    node = getattr(entries[0], "node", None) if entries else None
+    if node is None:
+        return False
+    while node.parent is not None:
+        node = node.parent
+    if node.kind != "object":
+        return False
+    infos = (getattr(e, "info", None) for e in entries)
+    return any(info is not None and MODULE_PART in info.extra for info in infos)
 
 
 def _split_side(entries: Sequence[Named], strip: str | None) -> tuple[str | None, list[Any], list[Any]]:

@@ -112,6 +112,7 @@ class TensorDiff:
     info_b: TensorInfo | None = field(default=None, repr=False)
     extra: bool = False  # outside the model state dict
     section: str = "weights"  # weights | other (optimizer state, sample inputs, counters: see sections.py)
+    role: str = "parameter"  # parameter | buffer (running statistics, integer counters: see roles.py)
     label: str | None = None  # how a person reads the row ("exp_avg of encoder.0.weight"); None: the name
     tied_to: str | None = None  # matched to the other side's twin over the same storage (a tied weight)
     max_abs_diff: float | None = None
@@ -150,6 +151,7 @@ class TensorDiff:
             out[key] = _finite_or_none(getattr(self, key))
         out["name_a"], out["name_b"] = self.name_a, self.name_b
         out["section"] = self.section
+        out["role"] = self.role
         if self.label:
             out["label"] = self.label
         if self.tied_to:
@@ -182,6 +184,16 @@ class DiffResult:
         weights = set(map(id, self.weights))
         return [t for t in self.tensors if id(t) not in weights]
 
+    @property
+    def parameters(self) -> list[TensorDiff]:
+        """The weight rows the headline is about: the model's learnable parameters (see `roles`)."""
+        return [t for t in self.weights if t.role == "parameter"]
+
+    @property
+    def buffers(self) -> list[TensorDiff]:
+        """The weight rows that are buffers: running statistics, integer counters (their own line)."""
+        return [t for t in self.weights if t.role != "parameter"]
+
     def summary(self, rows: list[TensorDiff] | None = None) -> dict[str, int]:
         """Count per status over the weight rows (or ``rows``; only statuses that occur)."""
         out: dict[str, int] = {}
@@ -195,11 +207,16 @@ class DiffResult:
         return all(t.status == "identical" for t in self.weights)
 
     def overall_rel_l2(self, rows: list[TensorDiff] | None = None) -> float | None:
-        """``||B - A|| / ||A||`` over the weights (or ``rows``) flattened into one vector (None if none)."""
+        """``||B - A|| / ||A||`` over the parameters (or the floating-point ones of ``rows``) flattened
+        into one vector: the headline (None if there is nothing to sum).
+
+        Integer tensors never count: a step counter going 5 -> 55 is a relative change of 10 that would
+        drown every weight. Nor do buffers, unless ``rows`` asks for them (their own line).
+        """
         dd = aa = 0.0
         seen = False
-        for t in self.weights if rows is None else rows:
-            if t.sums is not None:
+        for t in self.parameters if rows is None else rows:
+            if t.sums is not None and _floating_pair(t):
                 seen = True
                 dd += t.sums.dd
                 aa += t.sums.aa
@@ -220,7 +237,10 @@ class DiffResult:
         yield "map", [f"{pa}={pb}" for pa, pb in al.mapping]
         # Every status with its count, zeros included: scripts can index any status.
         yield "summary", {status: self.summary().get(status, 0) for status in STATUSES}
-        yield "overall_rel_l2", _finite_or_none(self.overall_rel_l2())
+        yield "overall_rel_l2", _finite_or_none(self.overall_rel_l2())  # over the parameters only
+        buffers = self.buffers
+        yield "buffers_summary", {status: self.summary(buffers).get(status, 0) for status in STATUSES}
+        yield "buffers_rel_l2", _finite_or_none(self.overall_rel_l2(buffers))  # floating-point buffers
         yield "not_compared", {"a": al.not_compared_a, "b": al.not_compared_b}
         yield "tensors", (t.to_json() for t in self.weights)
         # Entries outside the model weights: same row shape, their own counts, not in the exit status.
@@ -233,6 +253,13 @@ class DiffProgress(Progress):
     """Progress of a comparison; ``index`` is the row whose figures were just completed (-1: none yet)."""
 
     index: int = -1
+
+
+def _floating_pair(t: TensorDiff) -> bool:
+    """Both sides hold values a model learns (floating point, complex, quantized): no integer counters."""
+    from ckptview.core.analyze.roles import learnable_dtype
+
+    return all(d is None or learnable_dtype(d) for d in (t.dtype_a, t.dtype_b))
 
 
 def _finite_or_none(x: float | None) -> float | None:

@@ -9,7 +9,11 @@ them. Rows outside the weights are reported in their own section:
   (``exp_avg of encoder.0.weight``);
 - a ``.pt2``'s example inputs (``sample_inputs``, ...) and constants, the files of a training folder other than the
   model (RNG state, scheduler);
-- one-element step counters at any depth (``step``, ``global_step``, ``epoch``, ...).
+- one-element step counters at any depth (``step``, ``global_step``, ``epoch``, ...);
+- non-persistent buffers of a pickled module (``rotary_emb.inv_freq``): ``state_dict()`` leaves them out.
+
+Each row also has a ``role``: "parameter" or "buffer" (see `roles`). The headline (the overall relative
+change) is over the parameters; buffers and integer counters are reported on their own line.
 
 A tensor present on one side only that shares its storage (same dtype, shape, strides, offset) with a
 tensor matched on both sides is a tied copy (``lm_head.weight`` over the embedding in a ``.bin``; the
@@ -21,11 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 from ckptview.core.analyze.align import Alignment
+from ckptview.core.analyze.roles import COUNTER_NAMES, is_non_persistent, tensor_role
 from ckptview.core.model import Checkpoint, PathKey, TensorInfo
 
 NON_WEIGHT_ROOTS = frozenset({"sample_inputs", "example_inputs", "example_kwarg_inputs", "inputs"})
-STEP_KEYS = frozenset({"step", "global_step", "epoch", "iteration", "iter", "_step_count", "num_updates",
-                       "steps", "current_epoch", "last_epoch"})
+STEP_KEYS = COUNTER_NAMES
 
 
 def _same_view(x: TensorInfo, y: TensorInfo) -> bool:
@@ -66,7 +70,7 @@ def optimizer_labels(ckpt: Checkpoint) -> tuple[dict[int, str], set[int]]:
             if node.tensor is not None:
                 members.add(id(node.tensor))
         for p in opt.params:
-            who = p.name if p.name is not None else f"parameter {p.id}"
+            who = p.display_name if p.name is not None else f"parameter {p.id}"
             for entry in p.entries():
                 if entry.tensor is not None:
                     labels[id(entry.tensor)] = f"{entry.key} of {who}"
@@ -95,6 +99,15 @@ def _outside_weights(ckpt: Checkpoint, path: tuple[PathKey, ...]) -> bool:
     return False
 
 
+def _second_model(ckpt: Checkpoint, path: tuple[PathKey, ...]) -> bool:
+    """A tensor of a training folder's model weights entry (any of them, not only the one aligned)."""
+    if ckpt.format != "training-folder" or len(path) < 2:
+        return False
+    from ckptview.core.read.formats.training_folder import is_weights_entry
+
+    return is_weights_entry(str(path[0]))
+
+
 def classify_rows(rows: list[Any], a: Checkpoint, b: Checkpoint) -> None:
     """Set ``section`` ("weights" | "other") and ``label`` of every diff row (in place)."""
     sides = []
@@ -102,13 +115,22 @@ def classify_rows(rows: list[Any], a: Checkpoint, b: Checkpoint) -> None:
         labels, members = optimizer_labels(ckpt)
         sides.append((ckpt, labels, members, _paths(ckpt)))
     for row in rows:
-        other = bool(row.extra)
+        # A row outside the model container is no weight, except another model of a training folder
+        # (accelerate's `model_1.safetensors` beside `model.safetensors`).
+        other = bool(row.extra) and not all(
+            _second_model(ckpt, paths.get(id(info), ()))
+            for info, (ckpt, _l, _m, paths) in zip((row.info_a, row.info_b), sides, strict=True) if info is not None)
+        role = "parameter"
         for info, (ckpt, labels, members, paths) in zip((row.info_a, row.info_b), sides, strict=True):
             if info is None:
                 continue
             path = paths.get(id(info), ())
-            if id(info) in members or _outside_weights(ckpt, path) or _is_counter(info, path):
+            if (id(info) in members or _outside_weights(ckpt, path) or _is_counter(info, path)
+                    or is_non_persistent(info)):
                 other = True
+            if tensor_role(info, path) == "buffer":
+                role = "buffer"
             if row.label is None and id(info) in labels:
                 row.label = labels[id(info)]
         row.section = "other" if other else "weights"
+        row.role = role

@@ -13,6 +13,10 @@ The result says how sure it is:
 
 - ``exact``: one alignment only, and every parameter with state has that state's shape;
 - ``by-order``: an alignment that fits every known shape, but others would fit too (or nothing to check);
+- ``guessed``: the model file stores names sorted (safetensors, a Hub index), so the model's parameter
+  order is not in it; each parameter whose state shape another model tensor shares is named by a guess of
+  that order and flagged ``guessed`` (the name every view shows ends in "(guessed)"). Parameters of a shape
+  no other tensor has are named for sure;
 - ``none``: no model state dict in the file, or no alignment fits the shapes (names are then null).
 
 Metadata only: finding and mapping reads no tensor bytes; :func:`optimizers_json` reads the 0-d ``step``
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +65,14 @@ class ParamState:
     node: Node | None  # the state[id] container; None when the parameter has no state
     name: str | None = None  # parameter name relative to the model state dict ("0.weight")
     param: Node | None = None  # the model's tensor node
+    guessed: bool = False  # the name rests on a guessed model order (another tensor of its shape could be it)
+
+    @property
+    def display_name(self) -> str | None:
+        """The name as every view shows it: ``"... (guessed)"`` when the order it rests on was guessed."""
+        if self.name is None:
+            return None
+        return f"{self.name} (guessed)" if self.guessed else self.name
 
     def entries(self) -> list[Node]:
         """The state entries (``step``, ``exp_avg``, ...) in file order."""
@@ -244,7 +257,9 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     root = ckpt.root if isinstance(ckpt, Checkpoint) else ckpt
     found = [n for n in root.walk() if is_optimizer_node(n)]
     nodes = [n for n in found if not any(a in found for a in _ancestors(n))]
-    found_opts = [_build(n, set(map(id, nodes))) for n in nodes]
+    # A training folder's config.json may name an architecture an installed transformers defines.
+    folder = ckpt.path if isinstance(ckpt, Checkpoint) and ckpt.format == "training-folder" else None
+    found_opts = [_build(n, set(map(id, nodes)), folder) for n in nodes]
     if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
         beside = model_beside(ckpt.path)
         for opt in found_opts:
@@ -274,7 +289,7 @@ def _ancestors(node: Node) -> Iterable[Node]:
         parent = parent.parent
 
 
-def _build(node: Node, optimizer_ids: set[int]) -> OptimizerState:
+def _build(node: Node, optimizer_ids: set[int], folder: str | None = None) -> OptimizerState:
     state = _child(node, "state")
     groups_node = _child(node, "param_groups")
     assert state is not None and groups_node is not None
@@ -302,7 +317,7 @@ def _build(node: Node, optimizer_ids: set[int]) -> OptimizerState:
     opt = OptimizerState(node, classify(params, groups), "none", groups, params)
     opt.id_kind = _id_kind([p.id for p in params])
     opt.model = find_model(node, optimizer_ids)
-    _map(opt)
+    _map(opt, folder)
     return opt
 
 
@@ -344,11 +359,25 @@ def find_model(opt_node: Node, optimizer_ids: set[int] | None = None) -> Node | 
             named = [c for c in siblings if isinstance(c.key, str) and "model" in c.key.lower()
                      and c.kind in ("dict", "object") and model_entries(c)]
             if named:
-                return named[0]
+                return _same_number(child.key, named)
             if sum(1 for c in anc.children if c.kind == "tensor") >= 2:
                 return anc  # weights flat beside the optimizer: {"fc.weight": ..., "optimizer": {...}}
         child, anc = anc, anc.parent
     return None
+
+
+_NUMBERED = re.compile(r"^[A-Za-z]+(?:_(\d+))?(?:[.-]|$)")
+
+
+def _same_number(key: PathKey, models: list[Node]) -> Node:
+    """The model of the optimizer's number: accelerate saves `optimizer_1.bin` for `model_1.safetensors`
+    (no number: the first), else the first model."""
+    def number(k: PathKey) -> str | None:
+        found = _NUMBERED.match(k) if isinstance(k, str) else None
+        return found.group(1) if found else None
+
+    mine = number(key)
+    return next((m for m in models if number(m.key) == mine), models[0])
 
 
 def _holds_optimizer(node: Node, optimizer_ids: set[int]) -> bool:
@@ -442,8 +471,9 @@ def _greedy(hints: list[Shape | None], shapes: list[Shape]) -> list[int] | None:
     return out
 
 
-def _map(opt: OptimizerState) -> None:
-    """Fill in names and the mapping confidence."""
+def _map(opt: OptimizerState, folder: str | None = None) -> None:
+    """Fill in names and the mapping confidence (`folder`: a training folder whose config.json may tell the
+    model's parameter order through an installed transformers)."""
     entries = model_entries(opt.model) if opt.model is not None else []
     params = [p for p in opt.params if p.group is not None]
     if not entries:
@@ -453,8 +483,15 @@ def _map(opt: OptimizerState) -> None:
         _map_by_name(opt, entries)
         return
     guessed = order_lost(opt.model)
+    library = ""
     if guessed:
         entries = guess_model_order(entries)
+        known = _library_order(folder)
+        if known is not None and {e.name for e in entries} <= set(known):
+            rank = {name: i for i, name in enumerate(known)}
+            entries = sorted(entries, key=lambda e: rank[e.name])
+            guessed = False
+            library = known_from(folder)
     hints = [p.shape_hint() for p in params]
     shapes = [e.shape for e in entries]
     by_group: dict[int | None, list[int]] = {}
@@ -467,9 +504,12 @@ def _map(opt: OptimizerState) -> None:
         if by_shape is not None:  # the guessed order was wrong somewhere: shapes alone still name them
             for p, j in zip(params, by_shape, strict=True):
                 p.name, p.param = entries[j].name, entries[j].node
-            opt.mapping = "by-order"
+            unsure = _flag_guessed(params, hints, shapes)
+            opt.mapping = "guessed" if unsure else "exact"
             opt.note = ("the model file lists names sorted, not in model order, and no guess of that order fits: "
-                        "parameters matched by state shape only (names of same-shaped parameters may be swapped)")
+                        "parameters matched by state shape only"
+                        + (f"; {unsure} of {len(params)} names guessed (another tensor has the same shape)"
+                           if unsure else ""))
             return
     if found.picked is None:
         model_name = opt.model.name if opt.model is not None and opt.model.name else "(root)"
@@ -482,17 +522,58 @@ def _map(opt: OptimizerState) -> None:
     for p, j in zip(params, picked, strict=True):
         p.name, p.param = entries[j].name, entries[j].node
     verified = sum(1 for h in hints if h is not None)
-    opt.mapping = "exact" if found.unique and verified and not guessed else "by-order"
+    unsure = _flag_guessed(params, hints, shapes) if guessed else 0
+    if guessed:
+        opt.mapping = "guessed" if unsure else "exact"
+    else:
+        opt.mapping = "exact" if found.unique and verified else "by-order"
     how = ("parameters in model order" if len(by_group) <= 1
            else f"{len(by_group)} param groups aligned together in model order")
+    if library:
+        how += f" ({library})"
     skipped = len(entries) - len(params)
     doubt = ("" if found.unique else "; other alignments fit too" if found.complete
              else f"; not proven unique (search stopped after {found.states} states)")
     opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
                 + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
                 + doubt
-                + ("; the model file lists names sorted, not in model order: model order guessed from the names"
-                   if guessed else ""))
+                + (f"; the model file lists names sorted, not in model order: {unsure} of {len(params)} names "
+                   "guessed from the usual order of such names (marked guessed; the others have a shape no other "
+                   "tensor has)" if unsure else ""))
+
+
+def _library_order(folder: str | None) -> list[str] | None:
+    from ckptview.core.analyze.hf_order import parameter_order
+
+    return parameter_order(folder) if folder else None
+
+
+def known_from(folder: str | None) -> str:
+    """How the model order was learned, for the note."""
+    from ckptview.core.analyze.hf_order import architecture
+
+    arch = architecture(folder) if folder else None
+    return f"the order of transformers' {arch}, built from config.json on the meta device"
+
+
+def _flag_guessed(params: list[ParamState], hints: list[Shape | None], shapes: list[Shape]) -> int:
+    """Mark the parameters whose name a guessed model order decides; returns how many.
+
+    A parameter is named for sure when its state has a shape that exactly one model tensor has (and no other
+    parameter's state has): whatever the order, that tensor is it. Any other name rests on the order.
+    """
+    tensors: dict[Shape, int] = {}
+    for shape in shapes:
+        tensors[shape] = tensors.get(shape, 0) + 1
+    wanted: dict[Shape, int] = {}
+    for hint in hints:
+        if hint is not None:
+            wanted[hint] = wanted.get(hint, 0) + 1
+    count = 0
+    for p, hint in zip(params, hints, strict=True):
+        p.guessed = hint is None or tensors.get(hint, 0) != 1 or wanted.get(hint, 0) != 1
+        count += p.guessed
+    return count
 
 
 # Where a submodule usually sits among its siblings, by its name: embeddings first (token, then position,
@@ -654,8 +735,9 @@ def optimizers_json(ckpt: Checkpoint) -> list[dict[str, Any]]:
                     state[key] = param_step(p)
                 else:
                     state[key] = plain(entry)
-            params.append({"id": p.id, "name": p.name, "group": p.group, "state": state})
-        out.append({"path": list(opt.path), "kind": opt.kind, "mapping": opt.mapping,
+            params.append({"id": p.id, "name": p.name, "name_guessed": p.guessed, "group": p.group,
+                           "state": state})
+        out.append({"path": list(opt.path), "kind": opt.kind, "mapping": opt.mapping, "note": opt.note,
                     "param_groups": opt.groups, "params": params})
     return out
 
@@ -672,9 +754,9 @@ def state_labels(ckpt: Checkpoint | Node) -> dict[int, str]:
         for p in opt.params:
             if p.node is None or p.name is None:
                 continue
-            labels[id(p.node)] = f"{p.id} · {p.name}"
+            labels[id(p.node)] = f"{p.id} · {p.display_name}"
             for entry in p.entries():
-                labels[id(entry)] = f"{entry.key} of {p.name}"
+                labels[id(entry)] = f"{entry.key} of {p.display_name}"
     return labels
 
 

@@ -6,13 +6,15 @@ from collections import Counter
 from typing import NamedTuple
 
 from ckptview.core import dtypes
+from ckptview.core.analyze.roles import tensor_role
 from ckptview.core.model import Checkpoint, TensorEntry, TensorInfo
 
 
 class SizeFacts(NamedTuple):
     """The size facts the summary header shows."""
-    parameters: int  # elements of the distinct tensors outside optimizer state
+    parameters: int  # elements of the distinct parameters outside optimizer state (as torch counts them)
     bytes_by_dtype: list[tuple[str, int]]  # (dtype, logical bytes) over the distinct tensors, largest first
+    buffers: int = 0  # elements of the distinct buffers and integer counters outside optimizer state
 
 
 def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
@@ -40,8 +42,12 @@ def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
 
 
 def size_facts(checkpoint: Checkpoint) -> SizeFacts:
-    """Both facts in one pass over the distinct tensors (O(tensors): computed off the GUI thread)."""
-    total = 0
+    """The facts in one pass over the distinct tensors (O(tensors): computed off the GUI thread).
+
+    Parameters are counted as ``sum(p.numel() for p in model.parameters())`` counts them, buffers apart,
+    by the rules of `roles` (what a pickled module says, integer dtypes, known buffer names).
+    """
+    total = buffers = 0
     sizes: Counter[str] = Counter()
     itemsizes: dict[str, int] = {}
     heads: dict[object, bool] = {}  # top-level key -> names optimizer state ("optimizer", "optim_state", ...)
@@ -63,5 +69,8 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
                 optimizer = heads[path[0]] = "optim" in str(path[0]).lower()
             if optimizer:
                 continue
-        total += known[1]
-    return SizeFacts(total, sizes.most_common())
+        if tensor_role(info, path) == "parameter":
+            total += known[1]
+        else:
+            buffers += known[1]
+    return SizeFacts(total, sizes.most_common(), buffers)

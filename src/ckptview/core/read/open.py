@@ -38,8 +38,24 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     else:
         identities[path] = FileIdentity.of(st)
         head = _read_head(path, st)
-    ckpt = _open_with_readers(path, head)
+    try:
+        ckpt = _open_with_readers(path, head)
+    except NotACheckpointError as exc:
+        if stat.S_ISDIR(st.st_mode) and str(exc) == describe_unknown(path, head):  # nothing more specific
+            from ckptview.core.read.folder_contents import run_folder_message
+
+            message = run_folder_message(path)
+            if message is not None:  # a run folder: say what it holds and what opens it
+                raise NotACheckpointError(message) from None
+        raise
     ckpt.metadata.setdefault("_identities", identities)
+    if stat.S_ISDIR(st.st_mode) and ckpt.format.startswith("hf-sharded"):
+        from ckptview.core.read.folder_contents import others_note
+
+        used = set(ckpt.metadata.get("shards") or ())
+        note = others_note(path, used, list(ckpt.warnings))
+        if note is not None:
+            ckpt.warnings.append(note)
     return ckpt
 
 

@@ -154,6 +154,24 @@ TORCH_WEIGHTS_ONLY_GLOBALS = frozenset({
     "torch.uint8",
 })
 
+# Classes torch's own modules register with `torch.serialization.add_safe_globals` when imported (torch
+# 2.13.0: torch/distributed/tensor/__init__.py, torch/distributed/device_mesh.py): the DTensors of FSDP2 and
+# tensor parallelism. `torch.load(weights_only=True)` accepts a file naming them in any program that uses
+# DTensors (it asks for the import otherwise), so they are no unsafe globals.
+TORCH_REGISTERED_GLOBALS = frozenset({
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed._mesh_layout._FlatLayout",
+    "torch.distributed._mesh_layout._MeshLayout",
+    "torch.distributed.tensor.DTensor",
+    "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+    "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
+    "torch.distributed.tensor._dtensor_spec.TensorMeta",
+    "torch.distributed.tensor.placement_types.Partial",
+    "torch.distributed.tensor.placement_types.Replicate",
+    "torch.distributed.tensor.placement_types.Shard",
+    "torch.distributed.tensor.placement_types._StridedShard",
+})
+
 # TorchScript archives (torch.jit.save) name these helpers of `torch/jit/_pickle.py` (torch 2.13.0: the
 # whole module) to tag list types. Each returns its argument; torch.jit.load's C++ unpickler handles
 # them itself. Safe in a TorchScript archive only: torch.load(weights_only=True) refuses them elsewhere.

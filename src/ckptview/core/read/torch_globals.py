@@ -14,7 +14,11 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.model import Storage, TensorInfo
 from ckptview.core.read.pickle_reader import Emulator, GlobalRef, StubObject
-from ckptview.core.read.safe_globals import TORCH_WEIGHTS_ONLY_GLOBALS, TORCHSCRIPT_GLOBALS
+from ckptview.core.read.safe_globals import (
+    TORCH_REGISTERED_GLOBALS,
+    TORCH_WEIGHTS_ONLY_GLOBALS,
+    TORCHSCRIPT_GLOBALS,
+)
 
 MAX_DIMS = 64
 
@@ -228,12 +232,60 @@ def _rebuild_from_type_v2(ref: GlobalRef, args: tuple[Any, ...]) -> Any:
         raise ValueError("rebuild function is not a global")
     emulate = EMULATORS.get(func.dotted)
     result = emulate(func, tuple(func_args)) if emulate else StubObject(func.dotted, tuple(func_args))
+    if (isinstance(result, TensorInfo) and result.storage is None and isinstance(new_type, GlobalRef)
+            and func.dotted == "torch._utils._rebuild_wrapper_subclass"):
+        held = _wrapper_data(result, new_type.dotted, _members(state))
+        if held is not None:
+            return held
     if isinstance(result, TensorInfo) and isinstance(new_type, GlobalRef):
         if new_type.dotted == "torch.nn.parameter.Parameter":
             result.is_parameter = True
         elif new_type.dotted not in ("torch.Tensor", "torch._tensor.Tensor"):
             result.set_extra("subclass", new_type.dotted)
     return result
+
+
+def _members(state: Any) -> dict[Any, Any]:
+    """An object's pickled state as one dict (``__dict__``, or ``(__dict__, slots)``; a ShardedTensor's
+    ``__getstate__`` tuple starts with its local shards)."""
+    if isinstance(state, dict):
+        return state
+    if isinstance(state, tuple) and len(state) > 2 and isinstance(state[0], list):
+        return {"_local_shards": state[0]}
+    if isinstance(state, tuple) and len(state) == 2:
+        out: dict[Any, Any] = {}
+        for part in state:
+            if isinstance(part, dict):
+                out.update(part)
+        return out
+    return {}
+
+
+def _wrapper_data(logical: TensorInfo, cls: str, members: dict[Any, Any]) -> Any:
+    """What a wrapper tensor subclass's file holds, in place of its storage-less shell, or None.
+
+    - a DTensor (FSDP2, tensor parallelism) or a ShardedTensor with one local shard (FSDP1's local
+      `_flat_param`): this rank's local shard, its values readable, the global shape and class in `extra`;
+    - a wrapper holding inner tensors (torchao's qdata/scale/zero_point, ...): an object of its class with
+      those tensors (and its other attributes) as members, beside the logical shape and dtype.
+    """
+    local = members.get("_local_tensor")
+    shards = members.get("_local_shards")  # a ShardedTensor (FSDP1's local `_flat_param`): this rank's shards
+    if isinstance(shards, list):
+        held = [_members(st.state).get("tensor") for st in shards if isinstance(st, StubObject)]
+        if len(held) == 1 and isinstance(held[0], TensorInfo):
+            local = held[0]
+    if isinstance(local, TensorInfo):
+        local.set_extra("subclass", cls)
+        local.set_extra("global_shape", list(logical.shape))
+        local.requires_grad = logical.requires_grad
+        return local
+    if not any(isinstance(v, TensorInfo) for v in members.values()):
+        return None
+    stub = StubObject(cls)
+    stub.state = {"shape": SizeValue(logical.shape), "dtype": DtypeValue(logical.dtype), **members}
+    stub.has_state = True
+    return stub
 
 
 def _ordered_dict(ref: GlobalRef, args: tuple[Any, ...]) -> collections.OrderedDict[Any, Any]:
@@ -439,7 +491,7 @@ EMULATORS: dict[str, Emulator] = {
 }
 
 # Globals that are safe to reference: exactly what torch's weights-only unpickler accepts by default.
-SAFE_GLOBALS: frozenset[str] = TORCH_WEIGHTS_ONLY_GLOBALS
+SAFE_GLOBALS: frozenset[str] = TORCH_WEIGHTS_ONLY_GLOBALS | TORCH_REGISTERED_GLOBALS
 
 
 def is_safe_global(dotted: str, *, torchscript: bool = False) -> bool:

@@ -10,7 +10,7 @@ import collections
 from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.model import Node, NodeKind, PathKey, ReprKey, TensorInfo
+from ckptview.core.model import MODULE_PART, Node, NodeKind, PathKey, ReprKey, TensorInfo
 from ckptview.core.perf import paused_gc
 from ckptview.core.read.pickle_reader import GlobalRef, StubObject
 
@@ -84,12 +84,35 @@ def _module_state(stub: StubObject) -> list[tuple[Any, Any]] | None:
     if not isinstance(state, dict) or not any(k in state for k in _MODULE_PARTS):
         return None
     items: list[tuple[Any, Any]] = []
+    non_persistent = state.get("_non_persistent_buffers_set")
+    if not isinstance(non_persistent, (set, frozenset, list, tuple)):
+        non_persistent = ()
     for part in _MODULE_PARTS:
         sub = state.get(part)
         if isinstance(sub, dict):
             items.extend((k, v) for k, v in sub.items() if v is not None)
+            if part != "_modules":
+                _mark_module_part(sub, part, non_persistent)
     items.extend((k, v) for k, v in state.items() if isinstance(k, str) and not k.startswith("_"))
     return items
+
+
+def _mark_module_part(members: dict[Any, Any], part: str, non_persistent: Any) -> None:
+    """Say on each tensor of a module's `_parameters` or `_buffers` which it was (see `MODULE_PART`)."""
+    for key, value in members.items():
+        if isinstance(value, TensorInfo) and MODULE_PART not in value.extra:
+            if part == "_parameters":
+                role = "parameter"
+            else:
+                role = "non-persistent buffer" if _member(key, non_persistent) else "buffer"
+            value.set_extra(MODULE_PART, role)
+
+
+def _member(key: Any, collection: Any) -> bool:
+    try:
+        return key in collection
+    except TypeError:  # an unhashable stub in a set the file built
+        return False
 
 
 def object_items(stub: StubObject) -> list[tuple[Any, Any]]:

@@ -98,35 +98,6 @@ def tie(model: Any) -> None:
         tie_weights()
 
 
-def tied_keys(model: Any, loaded: set[str], missing: list[str]) -> dict[str, str]:
-    """{missing key: loaded key it shares its storage with}: tied weights, loaded through their twin."""
-    state = model.state_dict(keep_vars=True)
-    by_storage: dict[tuple[str, int], str] = {}
-    for key in loaded:
-        tensor = state.get(key)
-        if tensor is not None and tensor.device.type != "meta":
-            by_storage.setdefault((str(tensor.device), tensor.untyped_storage().data_ptr()), key)
-    out = {}
-    for key in missing:
-        tensor = state.get(key)
-        if tensor is None:
-            continue
-        if tensor.device.type == "meta":
-            twin = _meta_twin(model, key, loaded)
-        else:
-            twin = by_storage.get((str(tensor.device), tensor.untyped_storage().data_ptr()))
-        if twin is not None:
-            out[key] = twin
-    return out
-
-
-def _meta_twin(model: Any, key: str, loaded: set[str]) -> str | None:
-    """On meta nothing has storage: a parameter object registered under two names is one tensor."""
-    params = dict(model.named_parameters(remove_duplicate=False))
-    target = params.get(key)
-    return next((k for k in sorted(loaded) if params.get(k) is target), None) if target is not None else None
-
-
 def next_tokens(model: Any, folder: str, device: str) -> dict[str, Any] | None:
     """The top-k next tokens after a short prompt, when the folder has a tokenizer.json (read as data)."""
     import os

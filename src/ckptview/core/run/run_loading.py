@@ -42,16 +42,16 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
 
 def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
     """A model its library builds from config.json, then the checkpoint's weights, tensor by tensor."""
-    from ckptview.core.run.run_library import build, tie, tied_keys
+    from ckptview.core.run.run_library import build, tie
 
     job.enter("building the model")
     model = build(job.request["architecture"], device, checkpoint_float_dtype(path))
     job.enter("loading")
     report = load_weights(model, path, device)
-    tie(model)
-    tied = tied_keys(model, set(model.state_dict()) - set(report.missing), report.missing)
+    tie(model)  # as the library does after loading: the head may share the embedding only from now on
+    tied = tied_to(model, report.missing, set(model.state_dict()) - set(report.missing))
     if tied:
-        report.tied = tied
+        report.tied = {**(report.tied or {}), **tied}
         report.missing = [k for k in report.missing if k not in tied]
     return model, report
 
@@ -157,6 +157,8 @@ def load_weights(model: Any, path: str, device: str) -> LoadReport:
         model_state = model.state_dict()
         mapping, stripped = strip_prefixes(infos, model_state)
         missing = [k for k in model_state if k not in set(mapping.values())]
+        tied = tied_to(model, missing, {k for k in mapping.values() if k in model_state})
+        missing = [k for k in missing if k not in tied]
         unexpected: list[str] = []
         mismatched: list[str] = []
         shapes: dict[str, ShapeMismatch] = {}
@@ -187,7 +189,7 @@ def load_weights(model: Any, path: str, device: str) -> LoadReport:
                 batch_bytes = 0
         _load_batch(model, to_load, device)
         return LoadReport(missing=missing, unexpected=unexpected, mismatched=mismatched, mismatched_shapes=shapes,
-                          stripped_prefixes=stripped, state_dict_key=found_under, tensors=loaded,
+                          stripped_prefixes=stripped, state_dict_key=found_under, tensors=loaded, tied=tied or None,
                           bytes_moved=bytes_moved, unplaced=unplaced, loader="ckptview reader")
     finally:
         checkpoint.close()
@@ -233,6 +235,8 @@ def _load_torch_state_dict(model: Any, state: Mapping[str, Any], found_under: st
     mapping, stripped = strip_prefixes(list(state), model_state)
     loaded_keys = set(mapping.values())
     missing = [k for k in model_state if k not in loaded_keys]
+    tied = tied_to(model, missing, loaded_keys & set(model_state))
+    missing = [k for k in missing if k not in tied]
     unexpected: list[str] = []
     mismatched: list[str] = []
     shapes: dict[str, ShapeMismatch] = {}
@@ -254,8 +258,25 @@ def _load_torch_state_dict(model: Any, state: Mapping[str, Any], found_under: st
     tensors = [t for v in to_load.values() for t in _tensors_in(v)]
     return LoadReport(missing=missing, unexpected=unexpected, mismatched=mismatched, mismatched_shapes=shapes,
                       stripped_prefixes=stripped, state_dict_key=found_under, tensors=len(tensors),
-                      bytes_moved=sum(t.numel() * t.element_size() for t in tensors),
+                      tied=tied or None, bytes_moved=sum(t.numel() * t.element_size() for t in tensors),
                       loader="torch.load(weights_only=True) after the safe check")
+
+
+def tied_to(model: Any, missing: list[str], loaded: set[str]) -> dict[str, str]:
+    """{missing key: the loaded key it is tied to}: `lm_head.weight` is the embedding's own Parameter (a
+    safetensors file keeps one name of the two), so loading the embedding loads it too. By identity, so
+    it holds on `meta` as well."""
+    if not missing:
+        return {}
+    holders: dict[int, list[str]] = {}
+    for key, value in model.state_dict(keep_vars=True).items():
+        holders.setdefault(id(value), []).append(key)
+    wanted, out = set(missing), dict[str, str]()
+    for group in holders.values():
+        twin = next((k for k in group if k in loaded), None)
+        if twin is not None:
+            out.update((k, twin) for k in group if k in wanted)
+    return out
 
 
 def _strip(key: str, prefixes: list[str]) -> str:

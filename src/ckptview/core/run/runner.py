@@ -207,8 +207,20 @@ def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
 
 
 def state_dict_node(checkpoint: Any) -> Any:
-    """The node holding a checkpoint's model weights: the root, or the first of STATE_DICT_KEYS with tensors."""
+    """The node holding a checkpoint's model weights: the root, or the first of STATE_DICT_KEYS with tensors;
+    in a training folder (Trainer, accelerate) its model's weight file, whose name is no part of the keys.
+    A pickled module's own children (`model`, `lm_head`) are the model's, never a container."""
     base = checkpoint.root
+    entry = checkpoint.metadata.get("model_entry") if checkpoint.format == "training-folder" else None
+    if entry is not None:
+        child = next((c for c in base.children if c.key == entry), None)
+        if child is not None:
+            return child
+    if base.kind == "object":
+        from ckptview.core.model import MODULE_PART
+
+        if any(MODULE_PART in e.info.extra for e in checkpoint.tensors()):
+            return base
     for key in STATE_DICT_KEYS:
         child = next((c for c in base.children if c.key == key and c.kind in ("dict", "object")), None)
         if child is not None and any(n.kind == "tensor" for n in child.walk()):

@@ -17,7 +17,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import Checkpoint, Node, OpenFiles, Storage, TensorInfo
+from ckptview.core.model import MODULE_PART, Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.formats.torch_zip import ZipArchive
 from ckptview.core.read.sources import ZipMember
@@ -79,19 +79,60 @@ class _Archive(ZipArchive):
 
 
 def _int(value: Any) -> int | str:
-    """A serialized SymInt: its int, or the symbol's name for a dynamic size."""
+    """A serialized SymInt: its int, or the size's expression as torch prints it (`s0`, `2*s94`)."""
     if isinstance(value, dict):
         as_int = value.get("as_int")
         if isinstance(as_int, int):
             return as_int
         expr = value.get("as_expr")
         if isinstance(expr, dict):
-            text = str(expr.get("expr_str", "?"))
-            match = _SYMBOL.search(text)
-            return match.group(1) if match else text
+            return sympy_text(str(expr.get("expr_str", "?")))
     if isinstance(value, int):
         return value
     return "?"
+
+
+_MAX_EXPR = 2_000  # characters of an expression parsed; a longer one is shown as its symbols
+_OPERATORS = {"Mul": "*", "Add": " + ", "Pow": "**", "FloorDiv": "//", "Mod": " % "}
+
+
+def sympy_text(expr: str) -> str:
+    """A size expression written by sympy's srepr (``Mul(Integer(2), Symbol('s94', positive=True))``) as torch
+    prints it (``2*s94``). Parsed as syntax only (`ast.parse`: nothing is evaluated); unknown forms keep
+    their call syntax, and text that does not parse shows its symbols."""
+    import ast
+
+    try:
+        if len(expr) > _MAX_EXPR:
+            raise ValueError(expr)
+        tree = ast.parse(expr, mode="eval").body
+        return _expr_text(tree, 0)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        symbols = _SYMBOL.findall(expr[:_MAX_EXPR])
+        return ", ".join(dict.fromkeys(symbols)) if symbols else expr[:200]
+
+
+def _expr_text(node: Any, depth: int) -> str:
+    import ast
+
+    if depth > 50:
+        raise ValueError("nested too deep")
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str)) and not isinstance(node.value, bool):
+        return str(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return "-" + _expr_text(node.operand, depth + 1)
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        raise ValueError("not an expression of sympy's")
+    name, args = node.func.id, [_expr_text(a, depth + 1) for a in node.args]
+    if name in ("Integer", "Symbol") and len(args) == 1:
+        return args[0]
+    if name == "Rational" and len(args) == 2:
+        return f"{args[0]}/{args[1]}"
+    if name in _OPERATORS and len(args) >= 2:
+        parts = [f"({a})" if (" " in a and name != "Add") else a for a in args]
+        text = _OPERATORS[name].join(parts)
+        return text.replace("+ -", "- ") if name == "Add" else text
+    return f"{name}({', '.join(args)})"
 
 
 def _concrete(values: Any, what: str) -> tuple[int, ...]:
@@ -138,6 +179,8 @@ def _payload_tensor(archive: _Archive, folder: str, fqn: str, entry: dict[str, A
                       stride=_concrete(meta.get("strides"), f"strides of '{fqn}'"),
                       offset=int(_int(meta.get("storage_offset", {"as_int": 0}))), storage=storage,
                       requires_grad=meta.get("requires_grad") is True, is_parameter=entry.get("is_param") is True)
+    if isinstance(entry.get("is_param"), bool):  # the program's signature says parameter or buffer
+        info.set_extra(MODULE_PART, "parameter" if entry["is_param"] else "buffer")
     source = storage.source
     if isinstance(source, ZipMember) and info.numel and len(info.shape) == len(info.stride):
         last = info.offset + sum((n - 1) * st for n, st in zip(info.shape, info.stride, strict=True))

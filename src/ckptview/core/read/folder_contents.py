@@ -1,0 +1,83 @@
+"""What a local folder holds, for messages that say what to do with it (Qt-free, no torch).
+
+A folder of several checkpoints (a training run) is no checkpoint: opening it says how many it holds and
+that `ckptview series` shows them as a timeline. A folder that opens as one checkpoint (a Hub folder) but
+also holds other checkpoint files says which.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ckptview.core.read import files
+
+MAX_SNIFFED = 200  # entries of a folder looked at; a bigger folder is described by its first ones
+_HEAD_BYTES = 4096
+
+
+def sniffs(path: str) -> bool:
+    """True when some reader recognises ``path`` (a file's first bytes, or a folder's content)."""
+    from ckptview.core.read.formats import readers
+
+    head = b""
+    try:
+        if os.path.isfile(path):
+            with files.open_regular(path) as fh:
+                head = fh.read(_HEAD_BYTES)
+        elif not os.path.isdir(path):
+            return False
+    except Exception:  # noqa: BLE001 - a file that cannot be read (a FIFO, no permission) is not listed
+        return False
+    for reader in readers():
+        try:
+            if reader.sniff(path, head):
+                return True
+        except Exception:  # noqa: BLE001 - a sniffer that chokes on odd bytes does not claim the file
+            continue
+    return False
+
+
+def checkpoint_names(folder: str, skip: set[str] | None = None) -> list[str]:
+    """The names of the entries of a local ``folder`` that some reader recognises, sorted (not ``skip``)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if not n.startswith("."))
+    except OSError:
+        return []
+    skip = skip or set()
+    return [n for n in names[:MAX_SNIFFED]
+            if n not in skip and not n.endswith(".json") and sniffs(os.path.join(folder, n))]
+
+
+def listed(names: list[str], limit: int = 4) -> str:
+    """'a.pth, b.pth, c.pth and 3 more'."""
+    head = ", ".join(names[:limit])
+    return head + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def run_folder_message(folder: str) -> str | None:
+    """'not a checkpoint: folder X holds 6 checkpoints (...), not one: ...' or None when it holds none."""
+    if files.is_url(folder):
+        return None
+    names = checkpoint_names(folder)
+    if not names:
+        return None
+    if len(names) == 1:
+        return (f"not a checkpoint: folder {folder} is none, it holds one: `ckptview info "
+                f"{os.path.join(folder, names[0])}` lists it")
+    what = f"{len(names)} checkpoints"
+    return (f"not a checkpoint: folder {folder} holds {what} ({listed(names)}), not one: "
+            f"`ckptview series {folder}` shows them as a training run; `ckptview info "
+            f"{os.path.join(folder, names[0])}` lists one")
+
+
+def others_note(folder: str, used: set[str], warnings: list[str] | None = None) -> str | None:
+    """A warning naming the checkpoints of ``folder`` that are no part of the one opened (nor named by
+    one of its ``warnings`` already, as a Hub folder's variants are), or None."""
+    if files.is_url(folder) or not os.path.isdir(folder):
+        return None
+    names = [n for n in checkpoint_names(folder, used) if not any(n in w for w in warnings or ())]
+    if not names:
+        return None
+    what = "1 other checkpoint" if len(names) == 1 else f"{len(names)} other checkpoints"
+    return (f"the folder also holds {what}, not part of this one: {listed(names)} "
+            f"(open them by name; `ckptview series {folder}` shows a run)")
