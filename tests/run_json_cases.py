@@ -93,7 +93,7 @@ def cases(f: dict[str, str]) -> dict[str, list[str]]:
         "no_weights": ["run", f["sd"], "--model", f"{f['code']}:Renamed", "--input-shape", "2,20", "--runs", "1"],
         "nested_outputs": ["run", f["sd"], "--model", f"{f['code']}:Pair", "--input-file", f["npy"],
                            "--runs", "1"],
-        "torchscript_graph": ["run", f["ts"], "--runs", "1", "--compare", f["ts"]],
+        "torchscript_graph": ["run", f["ts"], "--runs", "1", "--compare", f["ts"], "--trust", "--trust-compare"],
     }
 
 

@@ -219,7 +219,7 @@ def test_run_downloads_a_url_to_a_private_copy_and_runs_it_like_the_local_file(s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.jit.save(torch.jit.trace(model, torch.randn(2, 20)), str(served / "traced.pt"))
-    args = ["--input-shape", "2,20", "--runs", "1", "--warmup", "0", "--json"]
+    args = ["--input-shape", "2,20", "--runs", "1", "--warmup", "0", "--trust", "--json"]
     assert main(["run", str(served / "traced.pt"), *args]) == 0
     local = json.loads(capsys.readouterr().out)
     assert main(["run", f"{server.url}/traced.pt", *args]) == 0

@@ -82,11 +82,10 @@ def test_pt2_pickled_record_is_listed_and_refused(record: str, tmp_path: pathlib
     assert "UNSAFE GLOBALS (referenced, not run): posix.system" in capsys.readouterr().out
     assert cli.main(["run", path]) == 2
     err = capsys.readouterr().err
-    assert err == ("ckptview: refusing to load this .pt2 program without --trust: torch would unpickle records "
-                   "that import and run posix.system\n")
-    with pytest.raises(RunError, match="without --trust") as refused:
-        inspect_inputs(path)  # the Run tab's input-signature probe
-    assert refused.value.kind == "refused"
+    assert err == ("ckptview: refusing to load this .pt2 program without --trust: loading it runs code from the "
+                   "file: exported program models/model.json; torch would unpickle records that import and run "
+                   "posix.system\n")
+    inspect_inputs(path)  # the Run tab's input signature: read from the JSON, nothing loaded
     assert not marker.exists()
 
 
@@ -105,7 +104,7 @@ def test_pt2_payload_inside_a_nested_torch_save_or_a_deflated_archive_is_listed(
             zout.writestr(info.filename, zin.read(info))
     for candidate in (path, deflated):
         assert load_gate.census(candidate).unsafe == ["posix.system"]
-        assert runner.classify_source(candidate).findings == ["posix.system"]
+        assert runner.classify_source(candidate).findings == ["exported program models/model.json", "posix.system"]
     assert "posix.system" in open_checkpoint(path).unsafe_globals
     assert not marker.exists()
 
@@ -115,7 +114,7 @@ def test_worker_gate_refuses_a_pt2_even_when_the_parent_is_bypassed(tmp_path: pa
     marker = tmp_path / "ran.marker"
     path = crafted_pt2(tmp_path, "weight", str(marker))
     with pytest.raises(RunError, match=r"refusing to load evil_weight\.pt2 with torch without trust: it would "
-                                       r"import and run posix\.system") as err:
+                                       r"import and run exported program models/model\.json, posix\.system") as err:
         drain(execute(_request(path, "export", inputs=[{"shape": [2, 4]}]), timeout=120))
     assert err.value.kind == "refused"
     job = Job({"source": "export", "consent": {"main": None}}, emit=lambda event: None)
@@ -136,7 +135,7 @@ def test_trust_covers_exactly_the_findings_that_were_shown(tmp_path: pathlib.Pat
     found = load_gate.census(path)
     with pytest.raises(FileChangedError):
         load_gate.check(found, path, consent=["builtins.eval"])
-    load_gate.check(found, path, consent=["posix.system"])  # what was shown is what is allowed
+    load_gate.check(found, path, consent=["exported program models/model.json", "posix.system"])  # as shown
 
 
 def test_a_file_swapped_after_the_parents_check_is_refused_by_the_worker(tmp_path: pathlib.Path, clean: dict,
@@ -153,9 +152,10 @@ def test_a_file_swapped_after_the_parents_check_is_refused_by_the_worker(tmp_pat
         return real_execute(*args, **kwargs)
 
     monkeypatch.setattr(runner, "execute", swap_then_execute)
-    with pytest.raises(RunError, match="refusing to load model.pt with torch without trust") as err:
-        run(RunRequest(str(target), inputs=parse_input_specs("2,4"), runs=1))
-    assert err.value.kind == "refused"
+    ts_code = runner.classify_source(str(target)).findings  # the user consented to the clean program only
+    with pytest.raises(RunError, match=r"changed on disk .*posix\.system, which was not trusted") as err:
+        run(RunRequest(str(target), inputs=parse_input_specs("2,4"), runs=1, trust=True, trusted_findings=ts_code))
+    assert err.value.kind == "changed"
     assert not marker.exists()
 
 
@@ -185,11 +185,14 @@ def test_torchscript_pickled_record_is_refused(record: str, tmp_path: pathlib.Pa
 
 
 def test_clean_archives_need_no_consent(clean: dict) -> None:
-    """TorchScript's own helpers (torch.jit._pickle.*) and a plain .pt2 pass the census: no false alarm."""
+    """TorchScript's own helpers (torch.jit._pickle.*) and a plain .pt2 pass the census: no false alarm about
+    pickles; only the program itself, which running always needs consent for."""
     ts = load_gate.census(clean["ts"])
-    assert ts.findings() == [] and "torch.jit._pickle.build_intlist" in ts.globals and ts.pickles >= 4
-    assert load_gate.census(clean["pt2"]).findings() == []
-    assert runner.classify_source(clean["ts"]).findings == []
+    assert ts.unsafe == ts.unreadable == ts.ambiguous == [] and ts.pickles >= 4
+    assert "torch.jit._pickle.build_intlist" in ts.globals
+    assert ts.findings() == ts.programs and ts.programs[0].startswith("TorchScript code (")
+    assert load_gate.census(clean["pt2"]).findings() == ["exported program models/model.json"]
+    assert runner.classify_source(clean["ts"]).findings == ts.programs
 
 
 def test_legacy_stream_payload_in_any_header_pickle_is_found(tmp_path: pathlib.Path) -> None:
@@ -230,8 +233,9 @@ def test_compare_needs_its_own_consent(tmp_path: pathlib.Path, clean: dict, caps
 def test_worker_refuses_an_untrusted_second_checkpoint(tmp_path: pathlib.Path, clean: dict) -> None:
     marker = tmp_path / "ran.marker"
     evil_ts = crafted_torchscript(tmp_path, "data.pkl", str(marker))
-    request = _request(clean["ts"], "torchscript", compare_path=evil_ts, consent={"main": [], "compare": None})
-    with pytest.raises(RunError, match="without trust: it would import and run posix.system") as err:
+    main = runner.classify_source(clean["ts"]).findings
+    request = _request(clean["ts"], "torchscript", compare_path=evil_ts, consent={"main": main, "compare": None})
+    with pytest.raises(RunError, match=r"without trust: it would import and run TorchScript code .*posix.system") as err:
         drain(execute(request, timeout=120))
     assert err.value.kind == "refused"
     assert not marker.exists()
@@ -286,8 +290,9 @@ def test_worker_imports_nothing_from_the_callers_folder(tmp_path: pathlib.Path, 
     assert not {"", ".", str(caller), str(code)} & set(seen["path"])
     devices = runner.probe_devices(timeout=120)
     assert devices[0].name == "cpu"
-    (spec,) = inspect_inputs(clean["ts"], timeout=120) or []
-    assert spec.shape == (2, 4)
+    (spec,) = inspect_inputs(clean["pt2"]) or []  # read from the program's JSON: no worker, no torch load
+    assert spec.shape == (2, 4) and spec.dtype == "float32"
+    assert inspect_inputs(clean["ts"]) is None  # TorchScript code declares no shapes: left for the run
     assert not marker.exists(), marker.read_text()
 
 
@@ -387,7 +392,7 @@ def test_a_model_printing_a_huge_line_does_not_grow_the_parent(tmp_path: pathlib
         jobs.append(self)
 
     monkeypatch.setattr(runner.WorkerJob, "__init__", keep)
-    result = run(RunRequest(str(tmp_path / "loud.pt"), inputs=parse_input_specs("2,4"), runs=1, warmup=0))
+    result = run(RunRequest(str(tmp_path / "loud.pt"), inputs=parse_input_specs("2,4"), runs=1, warmup=0, trust=True))
     assert result.outputs[0].shape == [2, 2]
     (job,) = jobs
     assert job.stderr_tail and max(len(line) for line in job.stderr_tail) <= runner.MAX_STDERR_LINE + 10
@@ -441,7 +446,7 @@ def test_pt2_with_a_dynamic_batch_runs_with_inputs_in_its_range(tmp_path: pathli
     batch = torch.export.Dim("batch", min=2, max=64)
     program = torch.export.export(model, (torch.randn(4, 6),), dynamic_shapes=({0: batch},))
     torch.export.save(program, tmp_path / "dyn.pt2")
-    result = run(RunRequest(str(tmp_path / "dyn.pt2"), runs=1))
+    result = run(RunRequest(str(tmp_path / "dyn.pt2"), runs=1, trust=True))
     assert result.inputs[0].shape == [4, 6] and result.outputs[0].shape == [4, 2]
 
 

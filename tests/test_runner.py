@@ -197,7 +197,7 @@ def test_state_dict_with_model_file_via_cli_json(files: dict, capsys: pytest.Cap
 
 def test_torchscript_graph_input_and_compare_with_pt2(files: dict) -> None:
     """TorchScript runs with the traced input signature; a .pt2 of the same weights gives the same output."""
-    result = run(RunRequest(files["ts.pt"], runs=2, compare_path=files["m.pt2"]))
+    result = run(RunRequest(files["ts.pt"], runs=2, compare_path=files["m.pt2"], trust=True, trust_compare=True))
     assert result.source == TORCHSCRIPT
     (inp,) = result.inputs
     assert inp.shape == [2, 20] and inp.dtype == "float32" and inp.origin == "graph"
@@ -210,7 +210,7 @@ def test_torchscript_graph_input_and_compare_with_pt2(files: dict) -> None:
 
 def test_pt2_on_meta(files: dict) -> None:
     """`.pt2` on meta: the input shape comes from the exported graph; outputs have shapes, no values."""
-    result = run(RunRequest(files["m.pt2"], device="meta", runs=1))
+    result = run(RunRequest(files["m.pt2"], device="meta", runs=1, trust=True))
     assert result.source == EXPORT and result.device == "meta"
     assert result.inputs[0].origin == "graph" and result.inputs[0].shape == [2, 20]
     (out,) = result.outputs
@@ -356,6 +356,10 @@ def test_classify_sources_and_trust(files: dict) -> None:
     with pytest.raises(RunError, match="state dict .* --model"):
         check_trust(classify_source(files["sd.pt"]), trust=False, has_model=False)
     check_trust(pickled, trust=True, has_model=False)
+    for graph in ("ts.pt", "m.pt2"):  # a graph's program runs when it loads: consent, always
+        with pytest.raises(RunError, match="without --trust: loading it runs code from the file") as refused:
+            check_trust(classify_source(files[graph]), trust=False, has_model=False)
+        assert refused.value.kind == "refused"
 
 
 def test_worker_itself_refuses_untrusted_pickle(files: dict) -> None:

@@ -64,6 +64,8 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False) 
     yield "unsafe_globals", list(ckpt.unsafe_globals)
     if "pickles" in ckpt.metadata:  # pickle streams: how many pickles were read (all of them)
         yield "pickles", ckpt.metadata["pickles"]
+    if ckpt.metadata.get("native_code"):  # compiled libraries (.pt2 AOTInductor): code torch would load
+        yield "native_code", list(ckpt.metadata["native_code"])
     yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some
     yield "optimizers", _optimizers(ckpt)  # metadata only (reads nothing but 0-d step tensors)
     if (transfer := ckpt.metadata.get("_transfer")) is not None:  # a URL: what the network cost, last
@@ -302,6 +304,9 @@ def print_table(data: dict[str, Any]) -> None:
     if data["unsafe_globals"]:
         out.write("  UNSAFE GLOBALS (referenced, not run): " + ", ".join(map(printable, data["unsafe_globals"]))
                   + "\n")
+    if data.get("native_code"):
+        out.write("  NATIVE CODE (compiled libraries, run if torch loads the file): "
+                  + ", ".join(map(printable, data["native_code"])) + "\n")
     if "pickles" in data:
         count = data["pickles"]
         out.write(f"  {count} pickle{'' if count == 1 else 's'} in the stream, all read by the safe reader\n")

@@ -34,8 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "installed library)")
     p.add_argument("--model-kwargs", metavar="JSON", default="{}", help="keyword arguments for the factory")
     p.add_argument("--trust", action="store_true",
-                   help="allow torch to load PATH though its pickles name code (a full-model pickle, or an "
-                        "archive with unsafe records): runs the code it names")
+                   help="allow torch to load PATH though it runs code from the file: a TorchScript or .pt2 "
+                        "program (and compiled libraries in it), or pickles that name code (a full-model pickle, "
+                        "an archive with unsafe records)")
     p.add_argument("--trust-compare", action="store_true",
                    help="the same consent for the --compare file (never implied by --trust)")
     p.add_argument("--strict", action="store_true",

@@ -92,13 +92,17 @@ SOURCE_WORDS = {runner.TORCHSCRIPT: "TorchScript archive: runs its own graph",
                 runner.PICKLE: "full-model pickle: running it imports code named in the file"}
 
 
+def _shown(found: list[str]) -> str:
+    return ", ".join(found[:4]) + (" …" if len(found) > 4 else "")
+
+
 def consent_text(items: list[tuple[str, list[str]]]) -> str:
     """The consent question: every file torch would load, each with what loading it imports and runs."""
     parts = []
     for path, found in items:
-        names = "\n".join(f"  • {name}" for name in found[:30])
+        names = "\n".join(f"  • {printable(name)}" for name in found[:30])  # record names come from the file
         more = f"\n  … and {len(found) - 30} more" if len(found) > 30 else ""
-        parts.append(f"{path}\nLoading it imports and runs:\n{names}{more}")
+        parts.append(f"{printable(path)}\nLoading it imports and runs:\n{names}{more}")
     return ("\n\n".join(parts) + "\n\nOnly continue if you trust where "
             + ("these files come" if len(items) > 1 else "this file comes")
             + " from. It runs in a separate process, with your permissions.")
@@ -322,9 +326,12 @@ class RunPanel(QWidget):
                      f"(or give model code below)")
         elif refused:
             words = f"state dict: {refused}"
-        if self._source.findings and self._source.kind != runner.PICKLE:
-            shown = ", ".join(self._source.findings[:4]) + (" …" if len(self._source.findings) > 4 else "")
-            words += f"; its pickles name code ({printable(shown)}): it runs only if you trust it"
+        programs = self._source.programs
+        if programs:  # TorchScript code, an exported program, compiled libraries: asked once per file
+            words += f"; loading it runs code from the file ({printable(_shown(programs))}), only if you trust it"
+        found = [f for f in self._source.findings if f not in programs]
+        if found and self._source.kind != runner.PICKLE:
+            words += f"; its pickles name code ({printable(_shown(found))}): it runs only if you trust it"
         self.source_label.setText(words)
         needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE)
         self.model_edit.setEnabled(needs_code)
@@ -354,10 +361,8 @@ class RunPanel(QWidget):
         if self.input_edit.text() or not self.path or self._source is None:
             return
         if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
-            trusted = self.trusted.get(self.path)
-            if self._source.findings and trusted is None:
-                return  # loading the graph to read its signature would run what it names: not before consent
-            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path, trusted=trusted)
+            # ckptview's own reading of the graph (the .pt2's JSON); nothing is loaded, nothing from the file runs.
+            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path)
             self._inspect.signals.returned.connect(self._set_prefill)
             _start(self._inspect)
         elif self._arch is not None:

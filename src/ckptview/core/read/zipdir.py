@@ -1,14 +1,17 @@
 """A zip central-directory reader: one pass over the directory bytes, no per-entry objects.
 
 `zipfile.ZipFile` builds a ZipInfo object per member, which dominated opening checkpoints with
-100,000 storages. This reads the same records (ZIP64 included) into plain tuples. Offsets are
-adjusted for bytes prepended to the archive, as `zipfile` does.
+100,000 storages. This reads the same records (ZIP64 included) into plain tuples, the way torch's
+own archive reader (miniz) does: offsets are taken as written. Python's `zipfile` adjusts them for bytes
+prepended to the archive and torch does not, so an archive whose directory only makes sense with that
+adjustment (a zip written twice, a zip behind other bytes) would be two different archives to the two
+readers: it is refused, as is a ZIP64 locator pointing elsewhere than where its record lies.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.read.files import getsize, open_regular
@@ -31,11 +34,28 @@ class ZipEntry(NamedTuple):
     crc: int
 
 
-def read_central_directory(path: str, start: int = 0, length: int | None = None) -> list[ZipEntry]:
+class ByteSource(Protocol):
+    """Bytes read by position (the byte layer's FileMap, or a record held in memory)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def read(self, offset: int, length: int) -> bytes: ...
+
+
+AMBIGUOUS = "ambiguous zip"
+
+
+def read_central_directory(path: str, start: int = 0, length: int | None = None,
+                           source: ByteSource | None = None) -> list[ZipEntry]:
     """Every member of the zip at `path` (or of the zip stored in bytes [start, start+length) of it),
-    in directory order, with header offsets counted from the start of the file."""
-    size = getsize(path) - start if length is None else length
-    with _Window(path, start) as fh:
+    in directory order, with header offsets counted from the start of the file.
+
+    `source` (the byte layer's open file, local or remote) is read instead of opening `path` again."""
+    if length is None:
+        length = (source.size if source is not None else getsize(path)) - start
+    size = length
+    with _Window(path, start, source) as fh:
         tail_len = min(size, _EOCD.size + _MAX_COMMENT)
         fh.seek(size - tail_len)
         tail = fh.read(tail_len)
@@ -54,6 +74,10 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None)
         concat = dir_end - cd_size - cd_offset  # bytes prepended to the archive
         if concat < 0 or cd_size > size or n_total > MAX_ENTRIES:
             raise CheckpointFormatError("truncated or corrupt zip: central directory out of range")
+        if concat:  # zipfile would shift every offset by this much, torch reads them as written
+            raise CheckpointFormatError(
+                f"{AMBIGUOUS}: its directory is {concat} bytes from where its offsets say (bytes before the "
+                "archive, or an archive written twice); torch and zipfile would read different records")
         fh.seek(cd_offset + concat)
         directory = fh.read(cd_size)
     if len(directory) != cd_size:
@@ -64,21 +88,31 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None)
 class _Window:
     """An open file whose seek() positions are counted from `start` (a zip stored inside a file)."""
 
-    def __init__(self, path: str, start: int) -> None:
-        self.fh = open_regular(path)  # never blocks on a FIFO; closed by __exit__
+    def __init__(self, path: str, start: int, source: ByteSource | None = None) -> None:
+        self.source = source
+        self.fh = open_regular(path) if source is None else None  # never blocks on a FIFO; closed by __exit__
         self.start = start
+        self.pos = start
 
     def __enter__(self) -> _Window:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.fh.close()
+        if self.fh is not None:
+            self.fh.close()
 
     def seek(self, pos: int) -> None:
-        self.fh.seek(self.start + pos)
+        self.pos = self.start + pos
+        if self.fh is not None:
+            self.fh.seek(self.pos)
 
     def read(self, n: int) -> bytes:
-        return self.fh.read(n)
+        if self.fh is not None:
+            return self.fh.read(n)
+        assert self.source is not None
+        data = self.source.read(self.pos, n)
+        self.pos += len(data)
+        return data
 
 
 def _zip64_end(fh: _Window, tail: bytes, pos: int, eocd_at: int) -> tuple[int, int, int, int]:
@@ -86,7 +120,10 @@ def _zip64_end(fh: _Window, tail: bytes, pos: int, eocd_at: int) -> tuple[int, i
     if loc_at < 0 or tail[loc_at : loc_at + 4] != b"PK\x06\x07":
         raise CheckpointFormatError("corrupt zip: ZIP64 locator missing")
     _, _disk, rec_offset, _disks = _EOCD64_LOCATOR.unpack_from(tail, loc_at)
-    rec_at = eocd_at - _EOCD64_LOCATOR.size - _EOCD64.size  # where the record must be, whatever prefix
+    rec_at = eocd_at - _EOCD64_LOCATOR.size - _EOCD64.size  # where the record must be
+    if rec_offset != rec_at:  # torch follows the locator, zipfile looks where the record must be
+        raise CheckpointFormatError(f"{AMBIGUOUS}: its ZIP64 locator points to byte {rec_offset}, the record "
+                                    f"lies at {rec_at}; torch and zipfile would read different directories")
     fh.seek(rec_at)
     rec = fh.read(_EOCD64.size)
     if len(rec) != _EOCD64.size or rec[:4] != b"PK\x06\x06":
@@ -144,3 +181,25 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int
             offset = values.pop(0)
         return usize, csize, offset
     raise CheckpointFormatError("corrupt zip: ZIP64 sizes missing")
+
+
+def case_collision(names: list[str]) -> tuple[str, str] | None:
+    """Two names that torch's reader, which finds names in any case, takes for one; None when there are none.
+
+    Fast for what torch writes (one root folder, lower-case names below it): one pass over one string."""
+    if not names:
+        return None
+    joined = "\0".join(names)
+    root = names[0].partition("/")[0] + "/"
+    if joined.startswith(root) and joined.count("\0" + root) == len(names) - 1:
+        below = joined.replace("\0" + root, "\0")[len(root):]
+        if below == below.lower():
+            return None  # one root, nothing below it in upper case: only exact repeats, found elsewhere
+    elif joined == joined.lower():
+        return None
+    seen: dict[str, str] = {}
+    for name in names:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            return other, name
+    return None

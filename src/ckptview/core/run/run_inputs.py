@@ -270,3 +270,22 @@ def guess_inputs(weights: list[tuple[str, tuple[int, ...]]]) -> list[InputSpec] 
 def describe_inputs(specs: list[InputSpec]) -> str:
     """The specs back in the `--input-shape` syntax."""
     return ";".join(s.text() for s in specs)
+
+
+def program_inputs(signature: Any) -> list[InputSpec] | None:
+    """The user inputs of a .pt2 signature (`torch_export.signature`) as input specs, or None when one is not a
+    tensor of concrete shape and known dtype (several programs: the one named 'model', which torch loads)."""
+    if isinstance(signature, dict) and "inputs" not in signature:
+        signature = signature.get("model")
+    if not isinstance(signature, dict):
+        return None
+    specs = []
+    for item in signature.get("inputs") or []:
+        if not isinstance(item, dict) or item.get("kind") != "user_input":
+            continue
+        shape, dtype = item.get("shape"), item.get("dtype")
+        if not isinstance(dtype, str) or not isinstance(shape, list) or not all(
+                type(s) is int and s >= 0 for s in shape):
+            return None
+        specs.append(InputSpec(shape=tuple(shape), dtype=dtype, name=str(item.get("name") or "")))
+    return specs or None

@@ -328,7 +328,7 @@ def numpy_to_torch(array: Any, dtype_name: str) -> Any:
         bits = np.ascontiguousarray(array).view(f"uint{array.dtype.itemsize * 8}")
         return torch.from_numpy(bits).view(target)
     with warnings.catch_warnings():
-        # Read-only mmap views are fine: load_state_dict copies into the parameters, never writes here.
+        # Read-only array views are fine: load_state_dict copies into the parameters, never writes here.
         warnings.simplefilter("ignore", UserWarning)
         tensor = torch.from_numpy(array)
     return tensor if tensor.dtype == target else tensor.to(target)

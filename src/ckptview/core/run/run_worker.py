@@ -21,7 +21,6 @@ from ckptview.core.run.run_forward import (
     describe_outputs,
     flatten_outputs,
     forward_call,
-    graph_inputs,
     make_inputs,
     peak_memory,
     reset_peak,
@@ -109,11 +108,6 @@ def handle(job: Job) -> dict[str, Any]:
         from ckptview.core.run.devices import list_devices
 
         return {"devices": [d.to_json() for d in list_devices()]}
-    if op == "inspect":
-        job.enter("loading")
-        model = load_graph(job, job.request["source"], job.request["path"], "cpu", "main")
-        specs = graph_inputs(model, job.request["source"])
-        return {"inputs": None if specs is None else [s.to_json() for s in specs]}
     if op == "run":
         return run_job(job).to_json()
     raise WorkerError(f"unknown request '{op}'", kind="protocol")

@@ -20,7 +20,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.files import is_url
 from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
-from ckptview.core.run.run_inputs import InputSpec, guess_inputs
+from ckptview.core.run.run_inputs import InputSpec, guess_inputs, program_inputs
 from ckptview.core.run.run_json import ProtocolError
 from ckptview.core.run.run_process import (
     RESULT_GRACE,
@@ -39,7 +39,8 @@ from ckptview.core.run.run_protocol import (
     STDERR_TAIL,
     bounded_lines,
 )
-from ckptview.core.run.run_result import LoadReport, RunResult
+from ckptview.core.run.run_result import RunResult
+from ckptview.core.run.run_weights import check_weights, weight_warnings
 
 # The worker process and its protocol stay importable from here, as before they had modules of their own.
 __all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STDERR_LINE", "PICKLE", "RESULT_GRACE",
@@ -116,19 +117,19 @@ class SourceInfo:
     kind: str
     unsafe_globals: list[str] = field(default_factory=list)
     format: str = ""
-    # What torch would run from the file if the worker loaded it with torch (load_gate census findings):
-    # unsafe globals and pickles the safe reader could not read. Empty: no consent needed.
-    findings: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)  # what torch would run (census findings); []: no consent
+    programs: list[str] = field(default_factory=list)  # the findings that are code from the file
 
 
 GRAPH_FORMATS = {"torchscript": TORCHSCRIPT, "torch-export": EXPORT}
+PROGRAM_WORDS = {TORCHSCRIPT: "its TorchScript code", EXPORT: "its exported program"}
 
 
 def classify_source(path: str, model: str | None = None, checkpoint: Any = None) -> SourceInfo:
     """Decide how the worker will build the model: graph archive, state dict + code, or a full pickle.
 
     The reader registry tells the formats apart (`checkpoint`, when the caller already opened `path`, saves
-    reading its metadata again). Sources the worker hands to torch carry the census of every pickle in them.
+    reading its metadata again). Sources torch loads carry the census findings; a graph always needs consent.
     """
     own = checkpoint is None
     if own:
@@ -142,22 +143,28 @@ def classify_source(path: str, model: str | None = None, checkpoint: Any = None)
             if model or not unsafe:
                 return SourceInfo(STATE_DICT, unsafe, checkpoint.format)
             kind = PICKLE
-        found = torch_findings(path, torchscript=kind == TORCHSCRIPT)
-        unsafe += [f for f in found if f not in unsafe and not f.startswith("unreadable pickle ")]
-        return SourceInfo(kind, unsafe, checkpoint.format, found)
+        found = _census(path, torchscript=kind == TORCHSCRIPT)
+        unsafe += [g for g in found.unsafe if g not in unsafe]
+        programs = list(found.programs) or ([PROGRAM_WORDS[kind]] if kind in PROGRAM_WORDS else [])
+        findings = programs + [f for f in found.findings() if f not in programs]
+        return SourceInfo(kind, unsafe, checkpoint.format, findings, programs)
     finally:
         if own:
             checkpoint.close()
 
 
-def torch_findings(path: str, torchscript: bool = False) -> list[str]:
-    """What torch would run from `path`: the load gate's census findings (no torch, nothing run)."""
-    from ckptview.core.run.load_gate import census
+def _census(path: str, torchscript: bool = False) -> Any:
+    from ckptview.core.read.census import census
 
     try:
-        return census(path, torchscript=torchscript or None).findings()
+        return census(path, torchscript=torchscript or None)
     except OSError as exc:
         raise RunError(f"cannot read {path}: {exc.strerror or exc}", kind="input") from None
+
+
+def torch_findings(path: str, torchscript: bool = False) -> list[str]:
+    """What torch would run from `path`: the load gate's census findings (no torch, nothing run)."""
+    return list(_census(path, torchscript).findings())
 
 
 _KIND_WORDS = {TORCHSCRIPT: "TorchScript archive", EXPORT: ".pt2 program", PICKLE: "full-model pickle"}
@@ -170,19 +177,27 @@ def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
                        "architecture (no config.json beside it): give the model code with "
                        "--model package.module:factory or --model path/to/file.py:ClassName", kind="refused")
     if source.findings and not trust:
-        names = _names(source.findings)
-        if source.kind == PICKLE:
+        if source.kind == PICKLE and not source.programs:
             raise RunError(f"refusing to run a full-model pickle without --trust: loading it imports and runs "
-                           f"{names}", kind="refused")
-        raise RunError(f"refusing to load this {_KIND_WORDS[source.kind]} without --trust: torch would unpickle "
-                       f"records that import and run {names}", kind="refused")
+                           f"{_names(source.findings)}", kind="refused")
+        raise RunError(f"refusing to load this {_KIND_WORDS[source.kind]} without --trust: {_what_runs(source)}",
+                       kind="refused")
+
+
+def _what_runs(source: SourceInfo) -> str:
+    """One line: the programs loading the file runs, then what its pickles import and run."""
+    rest = [f for f in source.findings if f not in source.programs]
+    return "; ".join([*([f"loading it runs code from the file: {_names(source.programs)}"] if source.programs
+                        else []),
+                      *([f"torch would unpickle records that import and run {_names(rest)}"] if rest else [])])
 
 
 def check_compare_trust(compare: SourceInfo | None, trust_compare: bool) -> None:
     """Refuse a second checkpoint that torch would load and that needs its own consent (--trust-compare)."""
     if compare is not None and compare.findings and not trust_compare:
-        raise RunError(f"refusing to load the second checkpoint without --trust-compare: loading it imports "
-                       f"and runs {_names(compare.findings)}", kind="refused")
+        verb = "runs" if compare.programs else "imports and runs"
+        raise RunError(f"refusing to load the second checkpoint without --trust-compare: loading it {verb} "
+                       f"{_names(compare.findings)}", kind="refused")
 
 
 def _names(found: list[str]) -> str:
@@ -202,7 +217,8 @@ def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
     if main.kind in (TORCHSCRIPT, EXPORT) and source.kind not in (TORCHSCRIPT, EXPORT):
         raise RunError("the second checkpoint is not a TorchScript or .pt2 archive", kind="input")
     if source.kind == STATE_DICT:  # a full-pickle run loads the second file with torch.load as well
-        source.findings = torch_findings(path)
+        found = _census(path)
+        source.findings, source.programs = found.findings(), list(found.programs)
     return source
 
 
@@ -377,48 +393,6 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
 
 
 
-MAX_NAMED = 5
-
-
-def _first(names: list[str]) -> str:
-    more = f" ... and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
-    return ", ".join(names[:MAX_NAMED]) + more
-
-
-def weight_warnings(load: LoadReport, device: str) -> list[str]:
-    """One line per kind of weight that did not load as it should: its count and the first names."""
-    out = []
-    if load.missing:
-        out.append(f"{len(load.missing)} missing keys (in the model, not in the checkpoint; left at their "
-                   f"initial values): {_first(load.missing)}")
-    if load.unexpected:
-        out.append(f"{len(load.unexpected)} unexpected keys (in the checkpoint, not in the model; not "
-                   f"loaded): {_first(load.unexpected)}")
-    if load.mismatched:
-        shapes = load.mismatched_shapes
-        named = [f"{k} (checkpoint {shapes[k].checkpoint}, model {shapes[k].model})" if k in shapes else k
-                 for k in load.mismatched]
-        out.append(f"{len(named)} keys with mismatched shapes (not loaded): {_first(named)}")
-    if load.unplaced:
-        named = [f"{u.name} ({u.reason})" for u in load.unplaced]
-        out.append(f"{len(named)} tensors could not be placed on {device} (not loaded): {_first(named)}")
-    return out
-
-
-def check_weights(result: RunResult, kind: str, strict: bool) -> None:
-    """RunError 'weights' when a state dict loaded no tensor, or (strict) when any weight did not load."""
-    if kind not in (STATE_DICT, LIBRARY):
-        return  # graphs and pickled modules carry their own weights
-    load = result.load
-    if not load.tensors:
-        total = len(load.unexpected) + len(load.mismatched) + len(load.unplaced)
-        raise RunError(f"no weights loaded: none of the checkpoint's {total} tensors fit the model "
-                       f"({'; '.join(result.warnings) or 'the checkpoint holds no tensors'})",
-                       kind="weights", result=result)
-    if strict and result.warnings:
-        raise RunError(f"--strict: {'; '.join(result.warnings)}", kind="weights", result=result)
-
-
 def run(request: RunRequest, token: Cancellable | None = None,
         on_progress: Callable[[Progress], None] | None = None) -> RunResult:
     """Load and run in a worker; the typed result (see README) or RunError with a one-line message."""
@@ -435,22 +409,24 @@ def probe_devices(timeout: float = 60.0, token: Cancellable | None = None) -> li
 
 def inspect_inputs(path: str, timeout: float = 60.0, token: Cancellable | None = None,
                    trusted: list[str] | None = None) -> list[InputSpec] | None:
-    """The input signature a TorchScript/.pt2 graph declares (loaded in a worker), else a guess, else None.
+    """The input signature as ckptview reads it, for the Run tab: nothing is loaded by torch, nothing runs.
 
-    A graph whose pickles name anything unsafe is not loaded unless `trusted` (the findings the user
-    accepted) covers them: RunError 'refused'.
-    """
+    A .pt2's user inputs come from its program JSON; TorchScript code declares no shapes: None (the run reads
+    them from the graph, after consent); a state dict: a guess from its first layer. No worker is started, so
+    `timeout`, `token` and `trusted` (kept for callers) change nothing."""
+    del timeout, token, trusted
     if is_url(path):
-        return None  # not worth a download before the user asks for a run: the input shape is typed
+        return None  # not worth reading a remote file before the user asks for a run: the input shape is typed
+    from ckptview.core import open_checkpoint
     try:
-        source = classify_source(path)
+        checkpoint = open_checkpoint(path)
     except CheckpointError:
         return None
-    if source.kind not in (TORCHSCRIPT, EXPORT):
-        return suggest_inputs(path)
-    check_trust(source, trusted is not None, has_model=False)
-    request = {"op": "inspect", "path": os.path.abspath(path), "source": source.kind,
-               "consent": {"main": trusted}}
-    result = drain(execute(request, timeout, token))
-    specs = result.get("inputs")
-    return None if not specs else [InputSpec.from_json(s) for s in specs]
+    try:
+        if checkpoint.format == "torch-export":
+            return program_inputs(checkpoint.metadata.get("signature"))
+        if checkpoint.format == "torchscript":
+            return None
+        return suggest_inputs(path, checkpoint)
+    finally:
+        checkpoint.close()

@@ -60,6 +60,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     from ckptview.core.read.formats import torch_legacy
 
     fmap = FileMap(path)
+    torch_legacy.refuse_tar(fmap)
     stream = PickleStream(fmap.read_all())
     first = stream.read("pickle")
     if torch_legacy.is_magic(first):  # a legacy torch.save whose magic number is written unusually

@@ -19,12 +19,12 @@ from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import MODULE_PART, Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
+from ckptview.core.read.census import census
 from ckptview.core.read.formats.torch_zip import ZipArchive
 from ckptview.core.read.sources import ZipMember
 from ckptview.core.read.torch_globals import check_view
 from ckptview.core.read.torch_pickle import unsafe_of
 from ckptview.core.read.tree import build_tree
-from ckptview.core.run.load_gate import census
 
 NAME = "torch-export"
 PRIORITY = 120  # above torch-zip, which declines a .pt2 (no data.pkl)
@@ -318,7 +318,9 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     models = sorted(n[len(archive.prefix) + len("models/"):-len(".json")] for n in archive.infos
                     if n.startswith(archive.prefix + "models/") and n.endswith(".json"))
     if not models:
-        raise CheckpointFormatError("pt2 archive holds no models/*.json program (an AOTInductor-only package?)")
+        native = census(archive.fmap).native
+        raise CheckpointFormatError("pt2 archive holds no models/*.json program (an AOTInductor-only package?)"
+                                    + (f"; its native code: {', '.join(native[:3])}" if native else ""))
     root = Node(key="", kind="dict", type_name="ExportedProgram")
     globals_seen: list[str] = []
     warnings: list[str] = []
@@ -351,14 +353,17 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
         info_meta[model] = {k: program.get(k) for k in ("torch_version", "schema_version") if k in program}
     # Every record torch.export.load would unpickle (pickled weights and constants whatever their encoding,
     # opaque objects, sample inputs, legacy payload files), read by the same census the run gate uses.
-    pickles = census(path)
+    pickles = census(archive.fmap)
     globals_seen += [g for g in pickles.globals if g not in globals_seen]
     for record in pickles.unreadable:
         warnings.append(f"pickle {record} is unreadable: torch.export.load would unpickle it unchecked")
+    warnings += [f"not checked: {a}" for a in pickles.ambiguous]
+    # Compiled libraries (AOTInductor): torch.export.load loads them, and loading a library runs its code.
+    warnings[:0] = [f"native code: {n} (a compiled library; loading the .pt2 runs it)" for n in pickles.native]
     unsafe = unsafe_of(globals_seen)
     if unsafe:
         warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))
     return Checkpoint(path=path, format=NAME, file_size=cfiles.getsize(path), root=root, globals=globals_seen,
                       unsafe_globals=unsafe, warnings=warnings, files=OpenFiles([archive.fmap]),
-                      metadata={"models": models, "program_info": info_meta,
+                      metadata={"models": models, "program_info": info_meta, "native_code": pickles.native,
                                 "signature": signatures[models[0]] if len(models) == 1 else signatures})

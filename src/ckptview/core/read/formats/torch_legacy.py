@@ -40,6 +40,15 @@ def sniff(path: str, head: bytes) -> bool:
     return MAGIC_LONG in head[:32] or head.startswith(MAGIC_TEXT)
 
 
+def refuse_tar(fmap: FileMap) -> None:
+    """Refuse a file torch.load would read as its oldest (tar) format: what ckptview lists is not what it loads."""
+    from ckptview.core.read.census import is_torch_tar
+
+    if is_torch_tar(fmap):
+        raise CheckpointFormatError("ambiguous file: torch.load reads it as a tar archive (torch's oldest format), "
+                                    "not as the pickles ckptview reads; refusing to list what torch would not load")
+
+
 def is_magic(value: Any) -> bool:
     """True for the value torch.load compares with its magic number (any encoding gives the same int)."""
     return type(value) is int and value == MAGIC_NUMBER
@@ -48,6 +57,7 @@ def is_magic(value: Any) -> bool:
 def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
+    refuse_tar(fmap)
     # The pickles sit at the start, the storages after them: parse a prefix (never the whole file, and
     # never through a map that a shrinking file would turn into SIGBUS), longer until the pickles fit.
     length = min(fmap.size, FIRST_PREFIX)

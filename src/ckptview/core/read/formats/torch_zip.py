@@ -13,12 +13,12 @@ from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.model import Checkpoint, Storage
 from ckptview.core.read import files as cfiles
+from ckptview.core.read.census import census
 from ckptview.core.read.pickle_reader import StubObject
 from ckptview.core.read.sources import FileMap, ZipMember
 from ckptview.core.read.torch_globals import StorageClass
 from ckptview.core.read.torch_pickle import load_torch_pickle, make_checkpoint
-from ckptview.core.read.zipdir import ZipEntry, read_central_directory
-from ckptview.core.run.load_gate import census
+from ckptview.core.read.zipdir import ZipEntry, case_collision, read_central_directory
 
 NAME = "torch-zip"
 PRIORITY = 100
@@ -44,7 +44,7 @@ class ZipArchive:
         self.fmap = fmap or FileMap(path)
         if start < 0 or (length is not None and (length < 0 or start + length > self.fmap.size)):
             raise TensorDataError(f"record {what} runs past the end of the file ({self.fmap.size} bytes)")
-        entries = read_central_directory(path, start, length)
+        entries = read_central_directory(path, start, length, source=self.fmap)
         self.infos: dict[str, ZipEntry] = {entry.name: entry for entry in entries}  # the last of a repeated name
         duplicates: set[str] = set()
         if len(self.infos) != len(entries):
@@ -52,6 +52,10 @@ class ZipArchive:
             for entry in entries:
                 (duplicates if entry.name in seen else seen).add(entry.name)
         marker = self.MARKER
+        if not duplicates and (pair := case_collision(list(self.infos))) is not None:
+            # torch's reader finds record names in any case: which of two it would read is not known.
+            raise CheckpointFormatError(f"ambiguous {what}: records '{pair[0][:80]}' and '{pair[1][:80]}' differ "
+                                        "only in case, one name to torch's reader; refusing to guess")
         roots = [n for n in self.infos if n.endswith("/" + marker) and n.count("/") == 1] + (
             [marker] if marker in self.infos else [])
         if duplicates & set(roots) or len(roots) > 1:
@@ -173,10 +177,13 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
                                         if n.startswith(archive.prefix + "code/") and n.endswith(".py"))
         # torch.jit.load unpickles more than data.pkl and constants.pkl (traced_inputs.pkl, *.debug_pkl):
         # the run gate's census reads every one of them, and what it finds is listed like the rest.
-        found = census(path, torchscript=True)
+        found = census(archive.fmap, torchscript=True)
         globals_seen += [g for g in found.globals if g not in globals_seen]
-        unreadable = [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
-                      for u in found.unreadable]
+        unreadable = [f"native code: {n} (a compiled library; loading the file runs it)" for n in found.native]
+        unreadable += [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
+                       for u in found.unreadable] + [f"not checked: {a}" for a in found.ambiguous]
+        if found.native:
+            metadata["native_code"] = found.native
     ckpt = make_checkpoint(path, fmt, cfiles.getsize(path), obj, globals_seen, files=[archive.fmap], **metadata)
     if is_script:
         ckpt.warnings += unreadable
