@@ -6,3 +6,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+# The series cache (platformdirs' user cache folder) goes to a folder of this session, never the user's.
+_CACHE_HOME = __import__("tempfile").mkdtemp(prefix="ckptview-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
+__import__("atexit").register(__import__("shutil").rmtree, _CACHE_HOME, True)

@@ -7,14 +7,8 @@ import json
 import sys
 from typing import Any
 
-from ckptview.core.analyze.series import (
-    SERIES_CHUNK_ELEMS,
-    SeriesResult,
-    TensorSeries,
-    iter_series,
-    plan_series,
-)
-from ckptview.core.jobs import drain
+from ckptview.commands import series_live
+from ckptview.core.analyze.series import SERIES_CHUNK_ELEMS, SeriesResult, TensorSeries
 from ckptview.core.text import printable
 
 MAX_ERROR_LINES = 20
@@ -27,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "NaN/Inf, update ratio, fraction changed) and what stands out. PATH is a "
                                    "run folder, or several checkpoints/globs. Exit status 0, or 2 when a "
                                    "checkpoint or tensor could not be read.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="a run folder, checkpoints, or globs")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="a run folder, checkpoints, or globs")
     p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
     p.add_argument("--stall-threshold", type=_non_negative, default=0.0, metavar="RATIO",
                    help="a tensor whose update ratio stays below RATIO to the end of the run has stalled "
@@ -35,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explode-factor", type=_factor, default=10.0, metavar="FACTOR",
                    help="a norm that grows more than FACTOR times between two checkpoints exploded (default 10)")
     p.add_argument("--chunk-elems", type=int, default=SERIES_CHUNK_ELEMS, help=argparse.SUPPRESS)
+    series_live.add_arguments(p)
 
 
 def _non_negative(text: str) -> float:
@@ -56,8 +51,14 @@ def _factor(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run `ckptview series`; returns the exit status."""
-    result = plan_series(args.paths, args.stall_threshold, args.explode_factor)
-    result = drain(iter_series(result, chunk_elems=max(1, args.chunk_elems)))
+    if args.clear_cache:
+        return series_live.clear_cache()
+    if not args.paths:
+        print("ckptview: series: give a run folder, checkpoints or globs (PATH)", file=sys.stderr)
+        return 2
+    if args.watch:
+        return series_live.watch(args)
+    result = series_live.read_run(args)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")

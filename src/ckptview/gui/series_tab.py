@@ -18,6 +18,7 @@ from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QFileDialog,
     QLabel,
     QListWidget,
@@ -43,6 +44,7 @@ from ckptview.core.analyze.series_cells import cell_kinds
 from ckptview.core.jobs import CancelToken
 from ckptview.core.text import printable
 from ckptview.gui.job_header import job_header
+from ckptview.gui.series_follow import Follow
 from ckptview.gui.series_plots import (
     HEAT_FLOOR,
     HIST_BINS,
@@ -119,6 +121,11 @@ class SeriesTab(QWidget):
         self.summary_label.setTextFormat(Qt.TextFormat.PlainText)
         self.summary_label.setWordWrap(True)
         top, self.progress, self.cancel_button = job_header(self.summary_label, self.cancel)
+        self.follow_box = QCheckBox("Follow")
+        self.follow_box.setObjectName("seriesFollow")
+        self.follow_box.setToolTip("Keep reading the run as checkpoints are written, changed or deleted")
+        top.addWidget(self.follow_box)
+        self.follow = Follow(self)
 
         self.tree = QTreeWidget()
         self.tree.setObjectName("seriesTree")
