@@ -10,10 +10,10 @@ from pathlib import Path
 
 
 def signal_while_writing(script: str, src: Path, out: Path, marker: Path, sig: int,
-                         before_signal: Callable[[], None]) -> tuple[int, str]:
-    """Start `script` (argv: src, out, marker), wait until it creates `marker` (a .part file is open and it
-    waits), run `before_signal`, send `sig`; (exit status, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-c", script, str(src), str(out), str(marker)],
+                         before_signal: Callable[[], None], *extra: str) -> tuple[int, str]:
+    """Start `script` (argv: src, out, marker, *extra), wait until it creates `marker` (a .part file is open
+    and it waits), run `before_signal`, send `sig`; (exit status, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(src), str(out), str(marker), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120  # far above normal: only a broken export gets near it

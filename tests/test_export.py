@@ -48,6 +48,17 @@ def _sample(dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     return x.to(dtype)
 
 
+@pytest.fixture(autouse=True)
+def _every_chunk_reports(monkeypatch):
+    """Progress comes at most every 50 ms (issue 24); here a clock a second ahead per reading makes every
+    chunk report, so the tests can step an export chunk by chunk."""
+    import itertools
+
+    from ckptview.core.write import export as export_mod
+
+    monkeypatch.setattr(export_mod, "_clock", itertools.count().__next__)
+
+
 def _run(job):
     """Drive an export generator to the end; return (progress list, result)."""
     seen = []
@@ -291,7 +302,8 @@ def test_streams_one_chunk_at_a_time(tmp_path):
     src = tmp_path / "s.pt"
     torch.save({"w": torch.randn(1000, 10).t()}, src)  # non-contiguous, streamed through nditer
     progress, result = _run(export_tensors(select_tensors(open_checkpoint(src)), tmp_path / "o", chunk_elems=1000))
-    assert len(progress) == 10 and progress[-1].done == progress[-1].total == 40_000
+    writing = [p for p in progress if p.message.startswith("writing")]
+    assert len(writing) == 10 and progress[-1].done == progress[-1].total == 40_000
     np.testing.assert_array_equal(np.load(result.files["w"]), torch.load(src)["w"].numpy())
 
 
@@ -387,14 +399,31 @@ def slow(info, chunk_elems):
                 time.sleep(0.1)  # reaches the main thread's handler within 0.1 s
 
 ex.iter_chunks = slow
+if len(sys.argv) > 4:  # a signal Python ignores at start (SIGPIPE, SIGXFSZ), set back to its default by a parent
+    import signal
+    signal.signal(getattr(signal, sys.argv[4]), signal.SIG_DFL)
 sys.exit(cli.main(["export", path, "--out", out]))
 """
 
+# Every catchable signal whose default ends the process: a batch scheduler's warning (SIGUSR1, SIGUSR2,
+# SIGXCPU), `timeout -s ALRM`, profiling timers, Ctrl-\, and SIGPIPE/SIGXFSZ where a parent restored them.
+_OTHER_TERMINATING = ["SIGUSR2", "SIGXCPU", "SIGVTALRM", "SIGPROF", "SIGQUIT", "SIGPIPE", "SIGXFSZ", "SIGRTMIN"]
+
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP", "SIGINT"])
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP", "SIGINT", "SIGUSR1", "SIGALRM"])
 @pytest.mark.parametrize("out_name", ["out", "out.npz", "out.safetensors"])
 def test_signal_during_export_removes_part_files(tmp_path, signame, out_name):
+    _signal_during_export(tmp_path, signame, out_name)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signame", _OTHER_TERMINATING)
+def test_every_terminating_signal_removes_part_files(tmp_path, signame):
+    _signal_during_export(tmp_path, signame, "out.npz")
+
+
+def _signal_during_export(tmp_path, signame, out_name):
     import signal
 
     from tests.export_signals import signal_while_writing
@@ -409,8 +438,9 @@ def test_signal_during_export_removes_part_files(tmp_path, signame, out_name):
     def part_file_open() -> None:
         assert any(name.endswith(".part") for _, _, files in os.walk(work) for name in files)
 
+    restored = [signame] if signame in ("SIGPIPE", "SIGXFSZ") else []
     returncode, err = signal_while_writing(SLOW_EXPORT, src, work / out_name, tmp_path / "marker", sig,
-                                           part_file_open)
+                                           part_file_open, *restored)
     assert returncode == (130 if signame == "SIGINT" else 128 + sig), err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err

@@ -311,7 +311,7 @@ sys.exit(cli.main(["export", path, "--out", out]))
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGALRM"])
 @pytest.mark.parametrize("out_name", ["w.npy", "w.safetensors"])
 def test_signal_during_block_writes_removes_part_files(tmp_path, signame, out_name):
     from tests.export_signals import signal_while_writing

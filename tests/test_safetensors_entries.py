@@ -60,7 +60,8 @@ def test_the_reader_loop_gives_what_the_full_checks_give(entry, piece_bytes, tmp
     from ckptview.core.read.formats import safetensors_file
 
     monkeypatch.setattr(safetensors_file, "PIECE_BYTES", piece_bytes)
-    header = json.dumps({"first": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}, "w": entry}).encode()
+    # An empty first entry: "w" is not the header's first member, and shares no byte with it.
+    header = json.dumps({"first": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}, "w": entry}).encode()
     header += b" " * (-len(header) % 8)
     path = tmp_path / "x.safetensors"
     path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(92))

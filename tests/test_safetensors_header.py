@@ -25,8 +25,6 @@ from ckptview.core.read.formats.safetensors_header import NotInPieces, header_pi
 from ckptview.core.read.values import read_values
 from tests.torch_compare import same_values
 
-ENTRY = {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}
-
 
 def _members(raw: bytes, piece_bytes: int) -> list[tuple[str, object]]:
     """Every member the pieces hold, in order (NotInPieces propagates)."""
@@ -146,13 +144,14 @@ def _cases() -> dict[str, tuple[dict | bytes, int]]:
     metadata_middle.update(list(_entries(30).items())[15:])
     bad_metadata = {**_entries(30), "__metadata__": ["not", "an", "object"]}
     # JSON keeps the last value of a repeated name, at the place of the first.
-    repeat_bad_then_good = (json.dumps(_entries(30))[:-1] + ', "layers.2.weight": ' + json.dumps(ENTRY) + "}")
+    own = json.dumps({"dtype": "F32", "shape": [1], "data_offsets": [8, 12]})  # layers.2's own bytes
+    repeat_bad_then_good = (json.dumps(_entries(30))[:-1] + ', "layers.2.weight": ' + own + "}")
     repeat_bad_then_good = repeat_bad_then_good.replace(
         '"layers.2.weight": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}',
         '"layers.2.weight": {"dtype": "Q9", "shape": [1], "data_offsets": [8, 12]}', 1)
     repeat_good_then_bad = (json.dumps(_entries(30))[:-1] + ', "layers.2.weight": '
                             + json.dumps({"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}) + "}")
-    repeat_good_then_good = json.dumps(_entries(30))[:-1] + ', "layers.2.weight": ' + json.dumps(ENTRY) + "}"
+    repeat_good_then_good = json.dumps(_entries(30))[:-1] + ', "layers.2.weight": ' + own + "}"
     repeat_metadata = '{"__metadata__": {"a": "1"}, ' + json.dumps(_entries(30))[1:-1] + ', "__metadata__": {"b": "2"}}'
     unknown_dtype = {**_entries(30), "z": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}
     not_object = {**_entries(30), "z": [1, 2]}
@@ -178,8 +177,10 @@ def test_the_listing_in_pieces_is_the_listing_of_the_whole_header(monkeypatch, t
     pieces, whole = _in_pieces_and_whole(monkeypatch, path)
     assert pieces == whole
     rc, out, err = whole
-    if case in ("unknown-dtype", "not-object", "bool-shape", "repeat-good-then-bad", "trailing-comma"):
+    if case in ("unknown-dtype", "not-object", "bool-shape", "repeat-good-then-bad", "trailing-comma",
+                "overlapping", "shuffled-overlapping"):  # overlaps: refused as safetensors refuses them
         assert rc == 2 and out == "" and err.count("\n") == 1
+        assert ("overlap" in err) == ("overlapping" in case)
         return
     assert rc == 0, err
     data = json.loads(out)

@@ -53,20 +53,45 @@ def _files() -> dict[str, dict]:
             "unknown_dtype": {**_entries(), "z": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}}
 
 
+# The entries that share bytes with others: files holding them are refused since issue 24 (as the
+# safetensors library refuses them); without them, the listing is the one recorded before, less them.
+OVERLAPPING = {"mixed": ("overlap", "early"), "in_order": ("b", "e"), "unordered": ("same_start",)}
+
+
+def _info(path: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["info", path, "--json"])
+    return status, out.getvalue().replace(json.dumps(path)[1:-1], "PATH"), err.getvalue().replace(path, "PATH")
+
+
+def _write(path: str, header: dict) -> int:
+    raw = json.dumps(header).encode()
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw + bytes(range(96)))
+    return 8 + len(raw) + 96
+
+
 @pytest.mark.parametrize(("piece_bytes", "sort_run"), [(8, 2), (100, 3), (1 << 40, 1 << 15)])
 @pytest.mark.parametrize("name", list(_files()))
 def test_info_json_is_what_it_was_before_pieces(tmp_path, monkeypatch, name, piece_bytes, sort_run):
     monkeypatch.setattr(safetensors_file, "PIECE_BYTES", piece_bytes)
     monkeypatch.setattr(safetensors_file, "SORT_RUN", sort_run)  # ranges out of order: sorted in runs, merged
     path = str(tmp_path / f"{name}.safetensors")
-    raw = json.dumps(_files()[name]).encode()
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)) + raw + bytes(range(96)))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(["info", path, "--json"])
+    header = _files()[name]
+    _write(path, header)
+    status, out, err = _info(path)
     with open(BEFORE, encoding="utf-8") as fh:
         before = json.load(fh)[name]
-    assert status == before["status"]
-    assert out.getvalue().replace(json.dumps(path)[1:-1], "PATH") == before["stdout"]
-    assert err.getvalue().replace(path, "PATH") == before["stderr"]
+    if name not in OVERLAPPING:
+        assert (status, out, err) == (before["status"], before["stdout"], before["stderr"])
+        return
+    assert status == 2 and out == "" and err.count("\n") == 1 and "overlap in the file" in err
+    dropped = OVERLAPPING[name]
+    size = _write(path, {k: v for k, v in header.items() if k not in dropped})
+    status, out, err = _info(path)
+    want = json.loads(before["stdout"])
+    want["file_size"] = size
+    want["tensors"] = [t for t in want["tensors"] if t["name"] not in dropped]
+    want["warnings"] = [w for w in want["warnings"] if "overlap" not in w]
+    assert (status, json.loads(out), err) == (before["status"], want, before["stderr"])

@@ -581,7 +581,7 @@ def make_malformed(folder: Path) -> list[Case]:
        good={"good": four})
     st("st_overlap.safetensors", (b'{"good": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},'
                                   b' "also": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}'),
-       four.tobytes(), good={"good": four, "also": four[2:]}, warning="overlap")
+       four.tobytes(), error=("overlap",))  # refused, as the safetensors library refuses it
     st("st_elements_1e15.safetensors", (b'{"good": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},'
                                         b' "bad": {"dtype": "F32", "shape": [1000000000000000],'
                                         b' "data_offsets": [0, 16]}}'), four.tobytes(),

@@ -14,6 +14,21 @@ def _escape_char(char: str) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+def elide(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, the middle replaced by an ellipsis (head and tail kept).
+
+    A string from a file may be megabytes long (a tensor name, a metadata value); what shows it to a
+    person (an error line, a label, a tree row) needs a bounded piece, and cutting first keeps escaping,
+    layout and drawing bounded too.
+    """
+    if len(text) <= limit:
+        return text
+    marker = f"\u2026[{len(text) - limit:,} more characters]\u2026"
+    keep = max(limit - len(marker), 2)
+    head = keep - keep // 3
+    return text[:head] + marker + text[len(text) - (keep - head):]
+
+
 def printable(text: object) -> str:
     """`text` as str with every non-printable character written as an escape (`\\x1b`, `\\n`, `\\u202e`).
 

@@ -42,7 +42,7 @@ from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
 from ckptview.gui.elide import ElidingDelegate, elide_label, elide_to_number
 from ckptview.gui.file_checks import Signature, describe_change, signature, special_file_reason
-from ckptview.gui.formatting import human_bytes, shape_text
+from ckptview.gui.formatting import human_bytes, shape_text, shown
 from ckptview.gui.gc_guard import collect_when_deleted, keep_out_of_collections
 from ckptview.gui.opening import LargeHeader, Opened, open_and_prepare, prepare
 from ckptview.gui.query import Query, QueryError, parse_query, visible_rows
@@ -737,7 +737,7 @@ class CheckpointTab(QWidget):
             return False
         row = find_row(self.top, name)
         if row is None:
-            self.status_message.emit(f"no entry named {name}")
+            self.status_message.emit(f"no entry named {shown(name)}")
             return False
         index = self.model.index_of(row)
         if not index.isValid():  # hidden by the filter
@@ -774,7 +774,7 @@ class CheckpointTab(QWidget):
     def copy_text(self, text: str) -> None:
         """Put `text` on the clipboard."""
         QGuiApplication.clipboard().setText(text)
-        self.status_message.emit(f"Copied {text}")
+        self.status_message.emit(f"Copied {shown(text)}")  # the whole text on the clipboard, a bounded line shown
 
     def expand_all(self) -> None:
         """Expand every row (fine on big trees: rows come in chunks)."""
@@ -897,14 +897,14 @@ def _safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
     parts = []
     if unsafe:
-        names = ", ".join(f"<code>{html.escape(printable(g))}</code>" for g in unsafe[:12])
+        names = ", ".join(f"<code>{html.escape(shown(g))}</code>" for g in unsafe[:12])
         more = f" and {len(unsafe) - 12} more" if len(unsafe) > 12 else ""
         parts.append(f"<b>This file references code outside the safe set:</b> {names}{more}. ckptview did not "
                      "import or run any of it; <code>torch.load(weights_only=False)</code> would.")
     # The reader also reports unsafe globals as a warning; the sentence above already names them.
     warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
     for warning in warnings[:5]:
-        parts.append(html.escape(printable(warning)))
+        parts.append(html.escape(shown(warning)))
     if len(warnings) > 5:
         parts.append(f"… and {len(warnings) - 5} more warnings")
     text = QLabel("<br>".join(parts))

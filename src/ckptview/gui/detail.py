@@ -10,15 +10,14 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from ckptview.core.analyze.grouping import Row
 from ckptview.core.model import Checkpoint, TensorInfo
-from ckptview.core.text import printable
-from ckptview.gui.formatting import human_bytes, human_count, shape_text
+from ckptview.gui.formatting import human_bytes, human_count, shape_text, shown
 
 LINK_SCHEME = "tensor"
 REPR_LIMIT = 200_000  # characters of a value shown in full; beyond that the text says how much was cut
 
 
 def _esc(value: Any) -> str:
-    return html.escape(printable(value))  # text from the file: no bidi override, no control character
+    return html.escape(shown(value))  # text from the file: bounded, no bidi override, no control character
 
 
 def _table(rows: list[tuple[str, str]]) -> str:

@@ -35,7 +35,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry
 from ckptview.core.text import printable
 from ckptview.gui import panels
-from ckptview.gui.formatting import human_bytes
+from ckptview.gui.formatting import human_bytes, shown
 from ckptview.gui.workers import GeneratorWorker
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
@@ -223,8 +223,8 @@ class ExportDialog(QDialog):
     # --- running ---------------------------------------------------------------------------------
     def confirm_overwrite(self, paths: list[str]) -> bool:
         """Ask before replacing existing files (QFileDialog has asked already for a chosen file name)."""
-        shown = "\n".join(printable(p) for p in paths[:8]) + (f"\n… and {len(paths) - 8} more" if len(paths) > 8 else "")
-        answer = QMessageBox.question(self, "Replace files?", f"{len(paths)} file(s) exist already:\n{shown}\n\n"
+        listed = "\n".join(printable(p) for p in paths[:8]) + (f"\n… and {len(paths) - 8} more" if len(paths) > 8 else "")
+        answer = QMessageBox.question(self, "Replace files?", f"{len(paths)} file(s) exist already:\n{listed}\n\n"
                                       "Replace them?", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
                                       QMessageBox.StandardButton.No)
         return answer == QMessageBox.StandardButton.Yes
@@ -270,7 +270,7 @@ class ExportDialog(QDialog):
 
     def _on_progress(self, progress: Progress) -> None:
         self.progress.setValue(int(progress.fraction * 1000))
-        self.status.setText(printable(progress.message))
+        self.status.setText(shown(progress.message))
 
     def _on_done(self, result: ExportResult) -> None:
         self.result = result
@@ -286,7 +286,7 @@ class ExportDialog(QDialog):
 
     def _show_error(self, message: str) -> None:
         self.status.setStyleSheet("color: #b00020")
-        self.status.setText(printable(message))
+        self.status.setText(shown(message))
 
     def result_folder(self) -> str | None:
         """The folder holding what was written (the .npy folder, or the file's folder)."""
@@ -326,12 +326,12 @@ def preview_text(plan: ExportPlan, existing: set[str]) -> str:
     if plan.format == "npy" and not plan.single_file:
         for item in plan.items[:MAX_PREVIEW_LINES]:
             path = os.path.join(plan.out, item.target)
-            lines.append(f"{printable(item.target)}  <-  {printable(item.name)} ({item.dtype}){mark(path)}")
+            lines.append(f"{shown(item.target)}  <-  {shown(item.name)} ({item.dtype}){mark(path)}")
         lines.append(f"{MANIFEST}{mark(os.path.join(plan.out, MANIFEST))}")
     else:
         lines.append(f"{printable(plan.out)}{mark(plan.out)}")
         for item in plan.items[:MAX_PREVIEW_LINES]:
-            lines.append(f"  {printable(item.target)}  <-  {printable(item.name)} ({item.dtype})")
+            lines.append(f"  {shown(item.target)}  <-  {shown(item.name)} ({item.dtype})")
     if len(plan.items) > MAX_PREVIEW_LINES:
         lines.append(f"… and {len(plan.items) - MAX_PREVIEW_LINES:,} more")
     return "\n".join(lines)

@@ -5,9 +5,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ckptview.core.text import elide, printable
 from ckptview.core.units import human_bytes
 
-__all__ = ["human_bytes", "human_count", "natural_key", "shape_text", "short_repr"]
+__all__ = ["SHOWN_CHARS", "human_bytes", "human_count", "natural_key", "shape_text", "short_repr", "shown"]
+
+# The longest text from a file the window hands to Qt in one piece. Qt lays out a string whole (column
+# widths, label sizes, tooltips): a 90 MB tensor name stopped the event loop for 95 s. Names of real
+# tensors are under 300 characters.
+SHOWN_CHARS = 1000
+
+
+def shown(text: object, limit: int = SHOWN_CHARS) -> str:
+    """Text from a file as the window shows it: elided to `limit` characters, then escaped by `printable`."""
+    return printable(elide(text if isinstance(text, str) else str(text), limit))
 
 
 def human_count(n: int) -> str:
@@ -26,6 +37,8 @@ def shape_text(shape: tuple[int, ...]) -> str:
 
 def short_repr(value: Any, limit: int = 80) -> str:
     """A one-line repr cut to `limit` characters."""
+    if isinstance(value, str | bytes) and len(value) > 4 * limit:  # a 90 MB value: cut before repr and split
+        value = value[: 4 * limit]
     text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -10,8 +10,7 @@ from PySide6.QtCore import QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from ckptview.core.text import printable
-from ckptview.gui.formatting import human_bytes
+from ckptview.gui.formatting import human_bytes, shown
 
 BAR_COLOR = QColor("#3d7ab8")
 TITLE = "Size by top-level module"
@@ -21,7 +20,7 @@ NAME_LIMIT = 28  # characters of a module name kept (its tail: the leaf names di
 
 def short_name(name: str, limit: int = NAME_LIMIT) -> str:
     """`name` cut to its last `limit` characters, with an ellipsis where it was cut."""
-    name = printable(name)
+    name = shown(name)
     return name if len(name) <= limit else "…" + name[-(limit - 1):]
 
 
@@ -37,7 +36,7 @@ class SizeChart(QWidget):
         self.setMinimumHeight(CHART_HEIGHT)
         self.setMaximumHeight(CHART_HEIGHT)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setToolTip("\n".join(f"{printable(name)}: {human_bytes(size)}" for name, size in self.bars))
+        self.setToolTip("\n".join(f"{shown(name)}: {human_bytes(size)}" for name, size in self.bars))
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         """Room for the title and the largest bars."""

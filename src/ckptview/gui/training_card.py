@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QTableWidget, QTableWidgetIte
 from ckptview.core.analyze.optimizer import OptimizerState, find_optimizers
 from ckptview.core.analyze.training import TrainingSummary, training_summary
 from ckptview.core.model import Checkpoint
+from ckptview.gui.formatting import shown
 from ckptview.gui.panels import CheckpointContext
 from ckptview.gui.tables import cell_text
 from ckptview.gui.workers import JobSlot
@@ -42,6 +43,7 @@ def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:
     table.horizontalHeader().setStretchLastSection(True)
     for r, row in enumerate(rows):
         for c, text in enumerate(row):
+            text = shown(text)  # names and values from the file: bounded (Qt sizes the column to it), escaped
             item = QTableWidgetItem(text)
             item.setToolTip(text if len(text) > 40 else "")
             table.setItem(r, c, item)

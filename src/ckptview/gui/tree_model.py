@@ -15,8 +15,15 @@ from PySide6.QtGui import QColor, QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
 from ckptview.core.analyze.grouping import Row
-from ckptview.core.text import printable
-from ckptview.gui.formatting import human_bytes, human_count, natural_key, shape_text, short_repr
+from ckptview.gui.formatting import (
+    SHOWN_CHARS,
+    human_bytes,
+    human_count,
+    natural_key,
+    shape_text,
+    short_repr,
+    shown,
+)
 from ckptview.gui.query import Query, visible_rows
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
@@ -44,7 +51,9 @@ def _sort_key(column: int) -> Any:
         return row.node.tensor if row.node is not None else None
 
     keys = {
-        NAME: lambda r: natural_key(r.label),
+        # The natural key of a name's first characters (splitting a 90 MB name held the GUI thread), then
+        # the rest as it is: names up to SHOWN_CHARS sort as before.
+        NAME: lambda r: (natural_key(r.label[:SHOWN_CHARS]), r.label[SHOWN_CHARS:]),
         SHAPE: lambda r: (len(tensor(r).shape), tensor(r).shape) if tensor(r) else (-1, ()),
         DTYPE: lambda r: tensor(r).dtype if tensor(r) else "",
         SIZE: lambda r: r.nbytes,
@@ -179,7 +188,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         row: Row = index.internalPointer()
         column = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
-            return printable(self._text(row, column))  # names from the file: no bidi override or newline
+            return shown(self._text(row, column))  # names from the file: bounded, no bidi override or newline
         if role == ROW_ROLE:
             return row
         if role == Qt.ItemDataRole.DecorationRole and column == NAME:
@@ -239,18 +248,18 @@ class CheckpointTreeModel(QAbstractItemModel):
     def _tooltip(self, row: Row, column: int = NAME) -> str:
         """The cell's whole text (cells are elided), then the row's full name and what it holds."""
         info = row.node.tensor if row.node is not None else None
-        name = printable(row.name)
+        name = shown(row.name)
         if row.label and row.label != row.name and not row.name.endswith(row.label):
-            name = f"{printable(row.label)}\n{name}"  # an optimizer row named by its parameter: both names
+            name = f"{shown(row.label)}\n{name}"  # an optimizer row named by its parameter: both names
         node = row.node
         if column != NAME:
             whole = (repr(node.value) if node is not None and node.kind == "value" and column == SHAPE
                      else self._text(row, column))
             if whole:
-                name = f"{printable(whole[:2000])}\n{name}"
+                name = f"{shown(whole)}\n{name}"
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
         if reason:
-            return f"{name}\nbroken: {printable(reason)}"
+            return f"{name}\nbroken: {shown(reason)}"
         if row.tensors > 1 or row.is_group:
             return f"{name}\n{row.tensors:,} tensors, {human_count(row.numel)} parameters, {human_bytes(row.nbytes)}"
         return name

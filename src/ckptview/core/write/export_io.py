@@ -68,8 +68,8 @@ class BlockWriter:
         """Write to `fd` a file of about `size` bytes (blocks no larger than it needs); `direct`: try O_DIRECT."""
         self.fd = fd
         block = max(ALIGN, min(BLOCK_BYTES, size + ALIGN - 1) // ALIGN * ALIGN)
-        try:
-            self._blocks = [_aligned_block(block), _aligned_block(block)]
+        try:  # the second block is made when the first is handed to the writer thread (never, for a small file)
+            self._blocks = [_aligned_block(block)]
         except BaseException:  # MemoryError, Ctrl-C: the descriptor is ours to close
             os.close(fd)
             raise
@@ -129,6 +129,8 @@ class BlockWriter:
         """Hand the full part of the current block to the writer thread; switch to the other block."""
         self._wait()
         view = self._blocks[self._cur].data[: self._fill]
+        if len(self._blocks) == 1:
+            self._blocks.append(_aligned_block(self._blocks[0].size))
         self._cur ^= 1
         self._fill = 0
         self._thread = threading.Thread(target=self._run, args=(view,), name="ckptview-export-write", daemon=True)
@@ -181,10 +183,16 @@ class BlockWriter:
         _set_direct(self.fd, False)
 
     def flush(self) -> None:
-        """Write everything appended so far and wait for it."""
-        if self._fill:
-            self._submit()
+        """Write everything appended so far and wait for it.
+
+        The rest is written by this thread: a file that fits in one block (most of a folder of tiny
+        tensors) starts no writer thread at all (one started and joined per file cost more than its write).
+        """
         self._wait()
+        if self._fill:
+            view = self._blocks[self._cur].data[: self._fill]
+            self._fill = 0
+            self._write_all(view)
 
     def close(self) -> None:
         """Write the rest, fsync and close: the bytes are on disk before the file is renamed into place."""
@@ -193,6 +201,17 @@ class BlockWriter:
             os.fsync(self.fd)
         finally:
             self.abort()
+
+    def finish(self) -> int:
+        """Write the rest and hand over the descriptor, not yet synced (the caller fsyncs and closes it)."""
+        try:
+            self.flush()
+        except BaseException:
+            self.abort()
+            raise
+        fd, self.fd = self.fd, -1
+        self._thread = None
+        return fd
 
     def abort(self) -> None:
         """Wait for a write in flight (never leave one running on a closed descriptor) and close."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import io
 import zipfile
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -31,11 +33,20 @@ def header_descr(dtype: np.dtype, torch_name: str) -> str:
 
 def write_header(fh: IO[bytes], descr: str, shape: tuple[int, ...]) -> None:
     """Write a .npy header (version 1.0, or 2.0 when the header is too long for 1.0)."""
-    header = {"descr": descr, "fortran_order": False, "shape": tuple(int(s) for s in shape)}
+    fh.write(_header(descr, tuple(int(s) for s in shape)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _header(descr: str, shape: tuple[int, ...]) -> bytes:
+    """The header bytes NumPy writes; kept for the next tensor of that dtype and shape (most tiny ones share)."""
+    out = io.BytesIO()
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
     try:
-        np.lib.format.write_array_header_1_0(fh, header)
+        np.lib.format.write_array_header_1_0(out, header)
     except ValueError:  # header over 64 KiB (a shape with thousands of dimensions)
-        np.lib.format.write_array_header_2_0(fh, header)
+        out = io.BytesIO()
+        np.lib.format.write_array_header_2_0(out, header)
+    return out.getvalue()
 
 
 def write_npy(fh: IO[bytes], descr: str, shape: tuple[int, ...], chunks: Iterable[np.ndarray]) -> Iterator[int]:

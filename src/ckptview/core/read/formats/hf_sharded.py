@@ -23,6 +23,15 @@ from ckptview.core.read.files import open_regular
 NAME = "hf-sharded"
 PRIORITY = 60
 MAX_INDEX_BYTES = 256 << 20
+# How many names an index may map, before its JSON is parsed (parsed whole, each name costs ~100 bytes
+# of Python objects: 21 million tiny names under the byte limit took 2.7-4.3 GB). Up to MIN_INDEX_ENTRIES
+# always (an index downloaded with one shard of many); past it, as many as the shard files beside it can
+# hold (every tensor costs its shard at least SHARD_BYTES_PER_TENSOR bytes of header), never past
+# MAX_INDEX_ENTRIES (the safetensors reader's limit for one file; real models hold ~100k tensors).
+MIN_INDEX_ENTRIES = 100_000
+MAX_INDEX_ENTRIES = 1_000_000
+SHARD_BYTES_PER_TENSOR = 24
+INDEX_PIECE = 16 << 20  # bytes read and counted at a time
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _nesting = threading.local()  # set while an index's shards are opened
 # Weight file bases the libraries write (transformers, diffusers, peft, ...), preferred in this order.
@@ -96,8 +105,7 @@ def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
     size = cfiles.getsize(path)
     if size > MAX_INDEX_BYTES:
         raise CheckpointFormatError(f"index file is {size} bytes, more than the {MAX_INDEX_BYTES} allowed")
-    with open_regular(path) as fh:  # never blocks on a FIFO named like an index
-        raw = fh.read(MAX_INDEX_BYTES + 1)
+    raw = _read_counted(path)
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -111,6 +119,57 @@ def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
             raise CheckpointFormatError(f"index: weight_map['{key}'] is not a file name")
     meta = index.get("metadata")
     return weight_map, meta if isinstance(meta, dict) else {}
+
+
+def _read_counted(path: str) -> bytes:
+    """The index's bytes, read in pieces and refused as soon as they hold more names than allowed.
+
+    Every JSON value after the first follows a ',', ':' or '[', and every object starts with '{': their
+    count (taken in C, no allocation) bounds how many values and names a parse would build. An index
+    past the limit of what the shard files beside it can describe is refused before it is parsed, and
+    before more of it than the piece that crossed the limit is held.
+    """
+    pieces: list[bytes] = []
+    held = values = 0
+    limit: int | None = None
+    with open_regular(path) as fh:  # never blocks on a FIFO named like an index
+        while piece := fh.read(INDEX_PIECE):
+            held += len(piece)
+            if held > MAX_INDEX_BYTES:  # it grew while read
+                raise CheckpointFormatError(f"index file is over the {MAX_INDEX_BYTES} bytes allowed")
+            values += piece.count(b",") + piece.count(b":") + piece.count(b"[") + piece.count(b"{")
+            entries = values // 2  # each weight_map entry is a name and a value
+            if entries > MIN_INDEX_ENTRIES:
+                if limit is None:
+                    shard_bytes = _shard_bytes(path)
+                    limit = MAX_INDEX_ENTRIES if shard_bytes is None else min(
+                        MAX_INDEX_ENTRIES, max(MIN_INDEX_ENTRIES, shard_bytes // SHARD_BYTES_PER_TENSOR))
+                if entries > limit:
+                    name, seen = os.path.basename(path), f"{entries:,} in its first {held:,} bytes"
+                    if shard_bytes is None:
+                        raise CheckpointFormatError(f"index {name} lists more entries than a remote index may "
+                                                    f"({limit:,}; {seen}); refused before parsing")
+                    raise CheckpointFormatError(
+                        f"index {name} lists more entries than the shard files beside it can hold (at most "
+                        f"{limit:,} for their {shard_bytes:,} bytes; {seen}); refused before parsing")
+            pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _shard_bytes(path: str) -> int | None:
+    """Total size of the files beside a local index (its shards and anything else), or None for a URL."""
+    if cfiles.is_url(path):
+        return None  # one request per file to find out: a remote index gets the fixed limit
+    folder = os.path.dirname(os.path.abspath(path))
+    total = 0
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if not entry.name.endswith(".json") and entry.is_file():
+                    total += entry.stat().st_size
+    except OSError:
+        return 0
+    return total
 
 
 def _shard_path(folder: str, name: str) -> str:
