@@ -1,4 +1,4 @@
-"""`ckptview info PATH [--json] [--stats]`: list everything inside a checkpoint."""
+"""`ckptview info PATH [--json] [--stats] [--spectral]`: list everything inside a checkpoint."""
 
 from __future__ import annotations
 
@@ -32,13 +32,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help="checkpoint file or folder, or a URL (https://, hf://, s3://)")
     p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
     p.add_argument("--stats", action="store_true", help="add per-tensor statistics (reads the values)")
+    p.add_argument("--spectral", action="store_true",
+                   help="add the weight spectrum of every 2-D weight and conv kernel (alpha, norms, ranks)")
 
 
-def info_dict(ckpt: Checkpoint, *, stats: bool = False) -> dict[str, Any]:
+def info_dict(ckpt: Checkpoint, *, stats: bool = False, spectral: bool = False) -> dict[str, Any]:
     """The `info --json` object of the command-line contract."""
     with paused_gc():
         return {key: list(value) if isinstance(value, Iterator) else value
-                for key, value in info_items(ckpt, stats=stats)}
+                for key, value in info_items(ckpt, stats=stats, spectral=spectral)}
 
 
 class JsonTexts:
@@ -48,7 +50,8 @@ class JsonTexts:
         self.texts = texts
 
 
-def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False) -> Iterator[tuple[str, Any]]:
+def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
+               spectral: bool = False) -> Iterator[tuple[str, Any]]:
     """The contract's (key, value) pairs in order; `tensors` and `values` come as iterators, so a
     writer can stream a million entries without holding them all (see `write_json_stream`).
 
@@ -57,7 +60,8 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False) 
     yield "path", ckpt.path
     yield "format", ckpt.format
     yield "file_size", ckpt.file_size
-    yield "tensors", JsonTexts(_tensor_texts(ckpt, stats)) if encoded else _tensor_items(ckpt, stats)
+    yield "tensors", (JsonTexts(_tensor_texts(ckpt, stats, spectral)) if encoded
+                      else _tensor_items(ckpt, stats, spectral))
     yield "values", ({"name": name, "path": list(path), "type": node.type_name, "repr": short_repr(node.value)}
                      for name, path, node in ckpt.value_entries())
     yield "globals", list(ckpt.globals)
@@ -72,11 +76,26 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False) 
         yield "transfer", transfer.as_dict()
 
 
-def _tensor_items(ckpt: Checkpoint, stats: bool) -> Iterator[dict[str, Any]]:
+def _tensor_items(ckpt: Checkpoint, stats: bool, spectral: bool = False) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
     stats_for = _stats_function(stats)
     for entry in ckpt.tensors():
-        yield _tensor_item(ckpt, entry, sharing, stats_for)
+        yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), spectral)
+
+
+def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], spectral: bool) -> dict[str, Any]:
+    """The row with its `"spectral"` object when asked for and the tensor is a weight matrix (else no key)."""
+    if not spectral:
+        return item
+    from ckptview.core.analyze.spectral import matrix_of, spectrum
+
+    if matrix_of(entry.info) is None or entry.info.storage is None:
+        return item
+    try:
+        item["spectral"] = spectrum(entry.info).to_json()
+    except TensorDataError as exc:  # unreadable values or NaN: the listing still completes, without the key
+        ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
+    return item
 
 
 def _stats_function(stats: bool) -> Any:
@@ -120,7 +139,7 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[s
     return item
 
 
-def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
+def _tensor_texts(ckpt: Checkpoint, stats: bool, spectral: bool = False) -> Iterator[str]:
     """The rows of `_tensor_items` as the text `json.dumps` writes for each, a row at a time.
 
     A plain row (no statistics, not broken, strided, one file) is formatted directly: a third of the
@@ -130,6 +149,10 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool) -> Iterator[str]:
     """
     sharing = ckpt.sharing()
     stats_for = _stats_function(stats)
+    if spectral:
+        yield from (_dumps(_with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), True))
+                    for entry in ckpt.tensors())
+        return
     if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
         yield from read_ahead(_dumps(_tensor_item(ckpt, entry, sharing, stats_for)) for entry in ckpt.tensors())
         return
@@ -268,11 +291,12 @@ def _list(args: argparse.Namespace) -> int:
             # copied to stdout only once complete, so an error half-way leaves stdout empty.
             with tempfile.SpooledTemporaryFile(4 << 20, mode="w+", encoding="utf-8") as spool:
                 with paused_gc(), contextlib.redirect_stdout(spool):
-                    write_json_stream(info_items(ckpt, stats=args.stats, encoded=True))
+                    write_json_stream(info_items(ckpt, stats=args.stats, encoded=True,
+                                                 spectral=getattr(args, "spectral", False)))
                 spool.seek(0)
                 shutil.copyfileobj(spool, sys.stdout, 1 << 20)
             return 0
-        data = info_dict(ckpt, stats=args.stats)
+        data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False))
     finally:
         ckpt.close()
         _let_go(ckpt)
@@ -351,6 +375,7 @@ def print_table(data: dict[str, Any]) -> None:
             out.write(f"  {printable(str(p['id']))}: {printable(str(p['name']))} (guessed)\n")
         if len(unsure) > 10:
             out.write(f"  ... and {len(unsure) - 10} more guessed (--json lists them)\n")
+    _print_spectral_table(out, tensors)
     for warning in data["warnings"]:
         out.write(f"warning: {printable(warning)}\n")
     if "transfer" in data:
@@ -372,5 +397,27 @@ def _state_labels(optimizers: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _fmt(x: Any) -> str:
-    return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
+def _fmt(x: Any, spec: str = ".4g") -> str:
+    return "-" if x is None else f"{x:{spec}}" if isinstance(x, float) else str(x)
+
+
+def _print_spectral_table(out: Any, tensors: list[dict[str, Any]]) -> None:
+    """`--spectral`: one line per analysed weight (alpha, KS distance, norms, ranks, flags)."""
+    rows = [t for t in tensors if "spectral" in t]
+    if not rows:
+        return
+    names = [printable(t["name"]) for t in rows]
+    width = min(max(len(n) for n in names), 60)
+    out.write(f"\nweight spectra (ESD of W^T W; alpha well trained in [2, 6])\n"
+              f"{'name':<{width}}  {'matrix':<12} {'alpha':>7} {'xmin':>9} {'KS':>6} {'spec norm':>10} "
+              f"{'stable rk':>9} {'rank':>11}  method      flags\n")
+    for name, t in zip(names, rows, strict=True):
+        s = t["spectral"]
+        name = name if len(name) <= width else "..." + name[-(width - 3):]
+        shape = t["shape"]
+        matrix = f"{shape[0]}x{math.prod(shape[1:])}"
+        rank = "-" if s["rank"] is None else f"{s['rank']}/{s['num_singular_values']}"
+        flags = ", ".join(s["flags"]) or "-"
+        out.write(f"{name:<{width}}  {matrix:<12} {_fmt(s['alpha'], '.3f'):>7} {_fmt(s['xmin'], '.4g'):>9} "
+                  f"{_fmt(s['ks_distance'], '.3f'):>6} {_fmt(s['spectral_norm'], '.4g'):>10} "
+                  f"{_fmt(s['stable_rank'], '.4g'):>9} {rank:>11}  {s['method']:<11} {flags}\n")

@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 # The modules that add panels and actions, imported once at start-up in this order.
 PANEL_MODULES = ("stats_panel", "heatmap_view", "values_table", "optimizer_panel", "run_panel", "diff_view",
-                 "export_dialog")
+                 "export_dialog", "spectrum_view")
 
 
 @dataclass

@@ -21,6 +21,7 @@ from ckptview.core.model import TensorInfo
 
 if TYPE_CHECKING:  # both import numpy: at run time only when a job computes something
     from ckptview.core.analyze.histogram import Histogram
+    from ckptview.core.analyze.spectral import Spectrum
     from ckptview.core.analyze.stats import Summary, TensorStats
 
 T = TypeVar("T")
@@ -56,6 +57,14 @@ class PreviewReady:
 
     index: int
     histogram: Histogram
+
+
+@dataclass(frozen=True)
+class SpectrumReady:
+    """The spectrum of target ``index`` of a spectral job is known."""
+
+    index: int
+    spectrum: Spectrum
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -142,6 +151,9 @@ class Analysis:
         self.passes = 0  # streamed passes over tensor values started so far (tests and benchmarks count)
         # The values of the last small tensor summarised, for its histogram's counting pass (one at a time).
         self._kept: tuple[TensorInfo, list[Any]] | None = None
+        self._spectra: weakref.WeakKeyDictionary[TensorInfo, Spectrum] = weakref.WeakKeyDictionary()
+        self._spectrum_flights: _SingleFlight[Spectrum] = _SingleFlight()
+        self.spectral_passes = 0  # spectra computed (each reads its matrix once; cached ones read nothing)
 
     # -- summaries -----------------------------------------------------------------------------------
     def cached_summary(self, info: TensorInfo) -> Summary | None:
@@ -258,6 +270,50 @@ class Analysis:
         for hist, info in zip(cached, infos, strict=True):
             exact.append(hist if hist is not None else (yield from self.histogram(info, bins, log_x, token)))
         return exact
+
+    # -- spectra -------------------------------------------------------------------------------------
+    def cached_spectrum(self, info: TensorInfo) -> Spectrum | None:
+        """The Spectrum computed earlier for ``info``, if any (reopening a weight is immediate)."""
+        with self._lock:
+            return self._spectra.get(info)
+
+    def spectrum(self, info: TensorInfo, token: CancelToken | None = None) -> Generator[Progress, None, Spectrum]:
+        """A weight's spectrum (:mod:`ckptview.core.analyze.spectral`): cached, computed once per tensor."""
+        cached = self.cached_spectrum(info)
+        if cached is not None:
+            return cached
+        return (yield from self._spectrum_flights.run(id(info), lambda: self._compute_spectrum(info, token), token))
+
+    def _compute_spectrum(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Spectrum]:
+        from ckptview.core.analyze.spectral import iter_spectrum
+
+        with self._lock:
+            self.spectral_passes += 1
+        result = yield from iter_spectrum(info, token)
+        with self._lock:
+            self._spectra[info] = result
+        return result
+
+    def spectral_job(self, infos: Sequence[TensorInfo], token: CancelToken | None = None
+                     ) -> Generator[Progress | SpectrumReady | TargetFailed, None, list[Spectrum | None]]:
+        """Spectra of several weights in turn (a module's table); progress over all, errors stay per target."""
+        from ckptview.core.jobs import relay
+
+        results: list[Spectrum | None] = []
+        total = len(infos)
+        for i, info in enumerate(infos):
+            def rebased(p: Progress, i: int = i) -> Progress:
+                return Progress(i * 1000 + int(p.fraction * 1000), total * 1000, p.message)
+
+            try:
+                found = yield from relay(self.spectrum(info, token), rebased)
+            except CheckpointError as exc:
+                yield TargetFailed(i, str(exc))
+                results.append(None)
+                continue
+            yield SpectrumReady(i, found)
+            results.append(found)
+        return results
 
     # -- internals -----------------------------------------------------------------------------------
     def _chunks(self, info: TensorInfo) -> Callable[[], Iterable[Any]]:
