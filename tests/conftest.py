@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 # The series cache (platformdirs' user cache folder) goes to a folder of this session, never the user's.
 _CACHE_HOME = __import__("tempfile").mkdtemp(prefix="ckptview-test-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
 __import__("atexit").register(__import__("shutil").rmtree, _CACHE_HOME, True)
+
+
+@pytest.fixture
+def transformers_unimported(monkeypatch):
+    """transformers out of sys.modules for this test (restored after): a test that checks ckptview never
+    imports it must not depend on whether an earlier test imported it for a reference."""
+    import sys
+
+    for name in [n for n in sys.modules if n == "transformers" or n.startswith("transformers.")]:
+        monkeypatch.delitem(sys.modules, name)

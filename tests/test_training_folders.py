@@ -115,7 +115,7 @@ def check_optimizer(ckpt, opt, order, path, mapping="exact"):
     return found
 
 
-def test_hf_trainer_checkpoint_folder(tmp_path, monkeypatch) -> None:
+def test_hf_trainer_checkpoint_folder(tmp_path, monkeypatch, transformers_unimported) -> None:
     folder, net, opt, sched, order = hf_trainer_folder(tmp_path, monkeypatch)
     ckpt = open_checkpoint(str(folder))
     assert ckpt.format == "training-folder"
