@@ -1,4 +1,4 @@
-"""The executor, cache and watch options of `ckptview series` (see docs/series-live.md)."""
+"""The executor, cache and watch options of `ckptview series` (see docs/guide/series-live.md)."""
 
 from __future__ import annotations
 
