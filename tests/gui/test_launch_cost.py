@@ -109,7 +109,7 @@ def test_size_chart_names_each_module_with_its_size(qtbot, window, tmp_path):
     expected = {"encoder": 8 * 16 * 4 * 2 + 8 * 4 + 32 * 16 * 2 + 768 * 16 * 2, "decoder": 100 * 16 * 4,
                 "lm_head": 100 * 16 * 4, "step": 8}
     assert dict(chart.bars) == expected
-    from ckptview.gui.formatting import human_bytes
+    from ckptview.core.units import human_bytes
 
     assert chart.labels()[0] == f"encoder  {human_bytes(expected['encoder'])}"  # largest first
     assert not chart.grab().isNull()

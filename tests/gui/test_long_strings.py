@@ -126,8 +126,8 @@ def test_no_string_from_the_file_reaches_qt_whole(qtbot, window, settings, tmp_p
 
 def test_sorting_by_name_reads_a_bounded_key(qtbot, window, settings, tmp_path, monkeypatch):
     """Sorting by name on the GUI thread splits each name into a natural key: only its first characters."""
+    from ckptview.core.text import SHOWN_CHARS
     from ckptview.gui import tree_model
-    from ckptview.gui.formatting import SHOWN_CHARS
 
     lengths: list[int] = []
     real = tree_model.natural_key

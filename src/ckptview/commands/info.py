@@ -32,15 +32,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help="checkpoint file or folder, or a URL (https://, hf://, s3://)")
     p.add_argument("--json", action="store_true", help="print one JSON object (stable contract)")
     p.add_argument("--stats", action="store_true", help="add per-tensor statistics (reads the values)")
+    p.add_argument("--filter", metavar="EXPR",
+                   help="list only the entries the window's filter would show: words that must all match, "
+                        "e.g. 'attn bf16 >10MB', '*.q_proj.weight', '/layers\\.1\\d\\./', '768x3072'")
     p.add_argument("--spectral", action="store_true",
                    help="add the weight spectrum of every 2-D weight and conv kernel (alpha, norms, ranks)")
 
 
-def info_dict(ckpt: Checkpoint, *, stats: bool = False, spectral: bool = False) -> dict[str, Any]:
-    """The `info --json` object of the command-line contract."""
+def info_dict(ckpt: Checkpoint, *, stats: bool = False, spectral: bool = False,
+              only: set[str] | None = None) -> dict[str, Any]:
+    """The `info --json` object of the command-line contract (`only`: the names a filter kept)."""
     with paused_gc():
         return {key: list(value) if isinstance(value, Iterator) else value
-                for key, value in info_items(ckpt, stats=stats, spectral=spectral)}
+                for key, value in info_items(ckpt, stats=stats, spectral=spectral, only=only)}
 
 
 class JsonTexts:
@@ -51,7 +55,7 @@ class JsonTexts:
 
 
 def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
-               spectral: bool = False) -> Iterator[tuple[str, Any]]:
+               spectral: bool = False, only: set[str] | None = None) -> Iterator[tuple[str, Any]]:
     """The contract's (key, value) pairs in order; `tensors` and `values` come as iterators, so a
     writer can stream a million entries without holding them all (see `write_json_stream`).
 
@@ -60,10 +64,10 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
     yield "path", ckpt.path
     yield "format", ckpt.format
     yield "file_size", ckpt.file_size
-    yield "tensors", (JsonTexts(_tensor_texts(ckpt, stats, spectral)) if encoded
-                      else _tensor_items(ckpt, stats, spectral))
+    yield "tensors", (JsonTexts(_tensor_texts(ckpt, stats, spectral)) if encoded and only is None
+                      else _tensor_items(ckpt, stats, spectral, only))
     yield "values", ({"name": name, "path": list(path), "type": node.type_name, "repr": short_repr(node.value)}
-                     for name, path, node in ckpt.value_entries())
+                     for name, path, node in ckpt.value_entries() if only is None or name in only)
     yield "globals", list(ckpt.globals)
     yield "unsafe_globals", list(ckpt.unsafe_globals)
     if "pickles" in ckpt.metadata:  # pickle streams: how many pickles were read (all of them)
@@ -76,10 +80,13 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
         yield "transfer", transfer.as_dict()
 
 
-def _tensor_items(ckpt: Checkpoint, stats: bool, spectral: bool = False) -> Iterator[dict[str, Any]]:
+def _tensor_items(ckpt: Checkpoint, stats: bool, spectral: bool = False,
+                  only: set[str] | None = None) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
     stats_for = _stats_function(stats)
     for entry in ckpt.tensors():
+        if only is not None and entry.name not in only:
+            continue
         yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), spectral)
 
 
@@ -284,19 +291,34 @@ def run(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     """`run`, inside one pause of the cyclic GC."""
+    query = None
+    if getattr(args, "filter", None):
+        from ckptview.core.analyze.query import QueryError, parse_query
+
+        try:
+            query = parse_query(args.filter)
+        except QueryError as exc:
+            print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
+            return 2
     ckpt = open_checkpoint(args.path)
     try:
+        only = None
+        if query is not None and not query.empty:
+            from ckptview.core.analyze.grouping import group_tree
+            from ckptview.core.analyze.query import matching_names
+
+            only = matching_names(group_tree(ckpt.root), query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
             # copied to stdout only once complete, so an error half-way leaves stdout empty.
             with tempfile.SpooledTemporaryFile(4 << 20, mode="w+", encoding="utf-8") as spool:
                 with paused_gc(), contextlib.redirect_stdout(spool):
                     write_json_stream(info_items(ckpt, stats=args.stats, encoded=True,
-                                                 spectral=getattr(args, "spectral", False)))
+                                                 spectral=getattr(args, "spectral", False), only=only))
                 spool.seek(0)
                 shutil.copyfileobj(spool, sys.stdout, 1 << 20)
             return 0
-        data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False))
+        data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False), only=only)
     finally:
         ckpt.close()
         _let_go(ckpt)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # What str.isprintable() refuses is escaped: C0/C1 controls, DEL, format characters (bidi overrides and
 # isolates, zero-width marks), line/paragraph separators, unassigned code points. Letters of every script
 # stay readable. Tab is escaped too: it would shift table columns.
@@ -39,3 +41,22 @@ def printable(text: object) -> str:
     if s.isprintable():
         return s
     return "".join(c if c.isprintable() else _escape_char(c) for c in s)
+
+
+# The longest text from a file the window hands to Qt in one piece. Qt lays out a string whole (column
+# widths, label sizes, tooltips): a 90 MB tensor name stopped the event loop for 95 s. Names of real
+# tensors are under 300 characters.
+SHOWN_CHARS = 1000
+
+
+def shown(text: object, limit: int = SHOWN_CHARS) -> str:
+    """Text from a file as the window shows it: elided to `limit` characters, then escaped by `printable`."""
+    return printable(elide(text if isinstance(text, str) else str(text), limit))
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A one-line repr cut to `limit` characters."""
+    if isinstance(value, str | bytes) and len(value) > 4 * limit:  # a 90 MB value: cut before repr and split
+        value = value[: 4 * limit]
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

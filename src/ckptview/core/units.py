@@ -1,6 +1,8 @@
-"""Human-readable numbers shared by the CLI and the window."""
+"""Human-readable numbers, shapes and orderings shared by the CLI and the window (the one formatting module)."""
 
 from __future__ import annotations
+
+import re
 
 _IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -31,3 +33,26 @@ def shape_str(shape: tuple[int, ...] | list[int]) -> str:
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
     """1 -> '1 tensor', 2 -> '2 tensors', 1234 -> '1,234 tensors' (``nouns`` for an irregular plural)."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def count_text(n: int) -> str:
+    """`5130` -> `"5,130"` (exact), `12345678` -> `"12.3 M"`: a count in a table cell, exact while it fits."""
+    if n >= 10_000_000_000:
+        return f"{n / 1e9:.1f} B"
+    if n >= 10_000_000:
+        return f"{n / 1e6:.1f} M"
+    return f"{n:,}"
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """`(768, 3072)` -> `"768 × 3072"`; a 0-d tensor reads `"scalar"`."""
+    return " × ".join(str(d) for d in shape) if shape else "scalar"
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that puts `layers.2` before `layers.10`."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part.lower())
+                 for part in _DIGITS.split(text) if part)

@@ -10,7 +10,8 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from ckptview.core.analyze.grouping import Row
 from ckptview.core.model import Checkpoint, TensorInfo
-from ckptview.gui.formatting import human_bytes, human_count, shape_text, shown
+from ckptview.core.text import shown
+from ckptview.core.units import count_text, human_bytes, shape_text
 
 LINK_SCHEME = "tensor"
 REPR_LIMIT = 200_000  # characters of a value shown in full; beyond that the text says how much was cut
@@ -91,7 +92,7 @@ class DetailPanel(QTextBrowser):
             ("Shape", f"{_esc(shape_text(info.shape))} &nbsp; <span style='color:#888'>{_esc(list(info.shape))}</span>"),
             ("Stride", _esc(list(info.stride))),
             ("Dtype", _esc(info.dtype)),
-            ("Elements", f"{info.numel:,}" + (f" ({human_count(info.numel)})" if info.numel >= 10_000_000 else "")),
+            ("Elements", f"{info.numel:,}" + (f" ({count_text(info.numel)})" if info.numel >= 10_000_000 else "")),
             ("Size", f"{human_bytes(info.nbytes)} ({info.nbytes:,} bytes)"),
             ("Saved device", _esc(info.device)),
             ("Contiguous", "yes" if info.is_contiguous else "no"),

@@ -33,9 +33,9 @@ from PySide6.QtWidgets import (
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node, TensorEntry
-from ckptview.core.text import printable
+from ckptview.core.text import printable, shown
+from ckptview.core.units import human_bytes
 from ckptview.gui import panels
-from ckptview.gui.formatting import human_bytes, shown
 from ckptview.gui.workers import GeneratorWorker
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)

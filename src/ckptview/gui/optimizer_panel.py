@@ -29,7 +29,7 @@ from ckptview.core.analyze.grouping import Selected
 from ckptview.core.analyze.optimizer import OptimizerState, ParamState, find_optimizers
 from ckptview.core.jobs import Progress
 from ckptview.core.model import Checkpoint
-from ckptview.gui.formatting import shape_text
+from ckptview.core.units import shape_text
 from ckptview.gui.histogram_view import HistogramView
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.tables import (

@@ -10,7 +10,8 @@ from PySide6.QtCore import QRect, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from ckptview.gui.formatting import human_bytes, shown
+from ckptview.core.text import shown
+from ckptview.core.units import human_bytes
 
 BAR_COLOR = QColor("#3d7ab8")
 TITLE = "Size by top-level module"

@@ -11,7 +11,7 @@ from ckptview.core.analyze.grouping import Row, chart_rows
 from ckptview.core.analyze.summary import SizeFacts, size_facts
 from ckptview.core.model import Checkpoint
 from ckptview.core.text import printable
-from ckptview.gui.formatting import human_bytes, human_count
+from ckptview.core.units import count_text, human_bytes
 from ckptview.gui.size_chart import SizeChart
 
 FACT_MIN_WIDTH = 140  # pixels a fact keeps before it is cut (its tooltip holds it whole)
@@ -51,7 +51,7 @@ class SummaryHeader(QWidget):
             "Format": checkpoint.format,
             "File size": f"{human_bytes(checkpoint.file_size)} ({checkpoint.file_size:,} bytes)",
             "Tensors": f"{top.tensors:,}",
-            "Parameters": f"{params:,} ({human_count(params)})" if params >= 10_000_000 else f"{params:,}",
+            "Parameters": f"{params:,} ({count_text(params)})" if params >= 10_000_000 else f"{params:,}",
             "Bytes by dtype": dtypes,
         }
         if facts.buffers:  # running statistics and counters, apart as torch counts them

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QTableWidget, QTableWidgetIte
 from ckptview.core.analyze.optimizer import OptimizerState, find_optimizers
 from ckptview.core.analyze.training import TrainingSummary, training_summary
 from ckptview.core.model import Checkpoint
-from ckptview.gui.formatting import shown
+from ckptview.core.text import shown
 from ckptview.gui.panels import CheckpointContext
 from ckptview.gui.tables import cell_text
 from ckptview.gui.workers import JobSlot

@@ -15,16 +15,9 @@ from PySide6.QtGui import QColor, QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
 from ckptview.core.analyze.grouping import Row
-from ckptview.gui.formatting import (
-    SHOWN_CHARS,
-    human_bytes,
-    human_count,
-    natural_key,
-    shape_text,
-    short_repr,
-    shown,
-)
-from ckptview.gui.query import Query, visible_rows
+from ckptview.core.analyze.query import Query, visible_rows
+from ckptview.core.text import SHOWN_CHARS, short_repr, shown
+from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
 NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE, SHARD = range(7)
@@ -214,7 +207,7 @@ class CheckpointTreeModel(QAbstractItemModel):
             if column == SHARD:
                 return shard_text(info)
             return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
-                    human_count(row.numel), info.device)[column]
+                    count_text(row.numel), info.device)[column]
         if node is not None and node.kind == "value":
             if column == SHAPE:
                 if isinstance(node.value, float):  # a loss, a learning rate: readable; exact in the tooltip
@@ -231,7 +224,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         if row.tensors and column == SIZE:
             return human_bytes(row.nbytes)
         if row.tensors and column == PARAMS:
-            return human_count(row.numel)
+            return count_text(row.numel)
         return ""
 
     def _icon(self, row: Row) -> QIcon:
@@ -261,7 +254,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         if reason:
             return f"{name}\nbroken: {shown(reason)}"
         if row.tensors > 1 or row.is_group:
-            return f"{name}\n{row.tensors:,} tensors, {human_count(row.numel)} parameters, {human_bytes(row.nbytes)}"
+            return f"{name}\n{row.tensors:,} tensors, {count_text(row.numel)} parameters, {human_bytes(row.nbytes)}"
         return name
 
     # --- filter and sort -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The filter box's little language (Qt-free): words narrow the tree, all must match.
+"""The filter language of the window's filter box and `ckptview info --filter`: all words must match.
 
 - ``attn``            substring of the full name (case-insensitive)
 - ``*.q_proj.weight`` glob over the full name or a dotted tail of it (``* ? [..]``)
@@ -168,3 +168,9 @@ def visible_rows(top: Row, query: Query, rows: list[Row] | None = None) -> tuple
             visible.add(id(up))
             up = up.parent
     return visible, count
+
+
+def matching_names(top: Row, query: Query) -> set[str]:
+    """The names of the tensors and values under `top` that `query` matches (groups are not entries)."""
+    return {row.name for row in top.walk() if row.node is not None and row.node.kind in ("tensor", "value")
+            and query.matches(row)}
