@@ -40,7 +40,7 @@ def steps(monkeypatch) -> list[tuple[Progress, str, int, int]]:
 
 
 def test_open_anyway_shows_the_header_read_piece_by_piece(qtbot, window, tmp_path, steps, monkeypatch):
-    import ckptview.gui.opening as opening
+    import ckptview.core.analyze.opening as opening
 
     monkeypatch.setattr(opening, "PROGRESS_INTERVAL", 0.0)  # every piece's step reaches the tab
     window.settings.set_header_ask_bytes(2000)
@@ -61,7 +61,7 @@ def test_open_anyway_shows_the_header_read_piece_by_piece(qtbot, window, tmp_pat
 
 def test_progress_reaches_the_gui_thread_at_a_bounded_rate(qtbot, window, tmp_path, steps, monkeypatch):
     """One queued step per piece kept the GUI thread waiting for the interpreter lock: steps are spaced."""
-    import ckptview.gui.opening as opening
+    import ckptview.core.analyze.opening as opening
 
     monkeypatch.setattr(opening, "PROGRESS_INTERVAL", 1e9)  # nothing but the first and the last step
     window.settings.set_header_ask_bytes(None)
@@ -101,7 +101,7 @@ def test_cancel_stops_reading_the_header_between_two_pieces(qtbot, window, tmp_p
 
 
 def test_cancel_while_arranging_stops_before_the_next_step(qtbot, window, tmp_path, steps, monkeypatch):
-    import ckptview.gui.opening as opening
+    import ckptview.core.analyze.opening as opening
 
     grouped, labelled, closed = threading.Event(), [], []
     go_on = threading.Event()

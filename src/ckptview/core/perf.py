@@ -39,3 +39,12 @@ def paused_gc() -> Iterator[None]:
 def gc_paused() -> bool:
     """True while some thread is inside `paused_gc` (a collector on another thread should wait)."""
     return _depth > 0
+
+
+def keep_out_of_collections() -> None:
+    """Move everything alive now (an opened checkpoint's tree) out of the collector's view.
+
+    A 100,000-tensor tree is a million long-lived objects; every full pass would walk them again
+    (about half a second, on the GUI thread). Frozen objects are skipped until `allow_collection`.
+    """
+    gc.freeze()

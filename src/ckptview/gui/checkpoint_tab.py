@@ -33,19 +33,19 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.analyze.grouping import ModuleGroup, Row, find_row
+from ckptview.core.analyze.opening import LargeHeader, Opened, open_and_prepare, prepare
 from ckptview.core.analyze.query import Query, QueryError, parse_query, visible_rows
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node
-from ckptview.core.perf import paused_gc
+from ckptview.core.perf import keep_out_of_collections, paused_gc
+from ckptview.core.read.file_checks import Signature, describe_change, signature, special_file_reason
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes, shape_text
 from ckptview.gui import panels
 from ckptview.gui.detail import DetailPanel
 from ckptview.gui.elide import ElidingDelegate, elide_label, elide_to_number
-from ckptview.gui.file_checks import Signature, describe_change, signature, special_file_reason
-from ckptview.gui.gc_guard import collect_when_deleted, keep_out_of_collections
-from ckptview.gui.opening import LargeHeader, Opened, open_and_prepare, prepare
+from ckptview.gui.gc_guard import collect_when_deleted
 from ckptview.gui.summary import SummaryHeader
 from ckptview.gui.tree_model import DEVICE, DTYPE, NAME, PARAMS, SHAPE, SHARD, SIZE, CheckpointTreeModel
 from ckptview.gui.tree_place import restore_place, save_place

@@ -45,10 +45,10 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
+from ckptview.core.perf import keep_out_of_collections
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.gui import panels
-from ckptview.gui.gc_guard import keep_out_of_collections
 from ckptview.gui.job_header import job_header
 from ckptview.gui.plots import legend_html, plot_widget
 from ckptview.gui.tables import keep_rows_visible

@@ -63,15 +63,6 @@ def install_gc_guard() -> None:
     _guard.moveToThread(app.thread())
 
 
-def keep_out_of_collections() -> None:
-    """Move everything alive now (an opened checkpoint's tree) out of the collector's view.
-
-    A 100,000-tensor tree is a million long-lived objects; every full pass would walk them again
-    (about half a second, on the GUI thread). Frozen objects are skipped until `allow_collection`.
-    """
-    gc.freeze()
-
-
 def collect_when_deleted(widget: QObject, trees: list[Any] | None = None) -> None:
     """Once `widget` (a closed or reloaded tab's page) is deleted, collect what it left and freeze again.
 

@@ -10,19 +10,15 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from typing import Any
 
+from ckptview.core.read.files import special_kind
 from ckptview.core.text import printable
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys")
 FOLDER_ENTRIES_WATCHED = 512  # a folder checkpoint's files whose size/mtime/inode are compared
-Signature = tuple
+Signature = tuple[Any, ...]  # (dev, ino, size, mtime_ns), or for a folder ((dev, ino), its files)
 
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
 
 
 def special_file_reason(path: str) -> str | None:
@@ -34,11 +30,11 @@ def special_file_reason(path: str) -> str | None:
         st = os.stat(path)
     except (OSError, ValueError):
         return None
-    for test, kind in _KINDS:
-        if test(st.st_mode):
-            return f"not a regular file: {printable(path)} is {kind}; ckptview opens regular files and folders only"
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+    kind = special_kind(st.st_mode)  # the byte layer's own test: one list of what is not opened
+    if kind == "not a regular file":
         return f"not a regular file: {printable(path)}; ckptview opens regular files and folders only"
+    if kind is not None:
+        return f"not a regular file: {printable(path)} is {kind}; ckptview opens regular files and folders only"
     real = os.path.realpath(path)
     for root in PSEUDO_FILESYSTEMS:
         if real == root or real.startswith(root + os.sep):

@@ -15,9 +15,9 @@ from ckptview.core.analyze.summary import SizeFacts, size_facts
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint
+from ckptview.core.perf import keep_out_of_collections
+from ckptview.core.read.file_checks import Signature, safetensors_header_size, signature
 from ckptview.core.read.formats import safetensors_file
-from ckptview.gui.file_checks import Signature, safetensors_header_size, signature
-from ckptview.gui.gc_guard import keep_out_of_collections
 
 
 @dataclass
