@@ -119,6 +119,8 @@ def _line(event: dict[str, Any]) -> str:
     where = f"step {ck['step']}" if ck.get("step") is not None else f"#{ck.get('index')}"
     detail = f"unreadable: {ck['error']}" if ck.get("error") else \
         f"{_count_of(len(event['tensors']), 'tensor')}, {_count_of(len(event['findings']), 'finding')}"
+    if ck.get("unsafe_globals"):  # as the table's line under the checkpoint's row
+        detail += "; UNSAFE GLOBALS (referenced, not run): " + ", ".join(ck["unsafe_globals"])
     return printable(f"{event['event']:<8} {where:<12} {ck['path']}  ({detail})")
 
 

@@ -49,7 +49,6 @@ from ckptview.core.analyze.stats import Summary, iter_summary
 from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, TensorInfo, join_path
-from ckptview.core.read.open import open_checkpoint
 
 if TYPE_CHECKING:
     from ckptview.core.read.files import ReadAhead
@@ -57,9 +56,18 @@ if TYPE_CHECKING:
 SERIES_CHUNK_ELEMS = 1 << 20
 __all__ = [
     "FIGURES", "SERIES_CHUNK_ELEMS", "CheckpointRef", "Finding", "ModuleSeries", "SeriesProgress", "SeriesResult",
-    "TensorSeries", "find_findings", "iter_series", "model_tensors", "module_names", "module_series", "plan_series",
+    "TensorSeries", "find_findings", "iter_series", "model_tensors", "module_names", "module_series", "none_readable",
+    "plan_series",
     "run_series", "series_entries", "series_tensor",
 ]
+
+
+def open_checkpoint(path: str) -> Checkpoint:
+    """Open one checkpoint of a run (metadata only): the one opener of planning, iter_series and the
+    executor's tasks (:mod:`ckptview.core.analyze.series_executor`), so every path opens files alike."""
+    from ckptview.core.read import open as opening
+
+    return opening.open_checkpoint(path)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -102,10 +110,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             ckpt.close()
     readable = [(r, n) for r, n in zip(refs, names, strict=True) if r.error is None]
     if not readable:
-        if len(refs) == 1:
-            raise CheckpointError(f"{refs[0].path}: {refs[0].error}")
-        raise CheckpointError(f"none of the {len(refs)} checkpoints could be read (first: {refs[0].path}: "
-                              f"{refs[0].error})")
+        raise none_readable(refs)
     order_by = choose_order([r.position for r, _ in readable])
     pairs = sorted(zip(refs, names, strict=True), key=lambda rn: _sort_key(rn[0], order_by))
     result = SeriesResult([r for r, _ in pairs], order_by, stall_threshold=stall_threshold,
@@ -123,6 +128,14 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
 
 
 TensorInfoRow = tuple[str, tuple[int, ...], str]
+
+
+def none_readable(refs: list[CheckpointRef]) -> CheckpointError:
+    """The one error of a run none of whose checkpoints could be planned (the only fatal case)."""
+    if len(refs) == 1:
+        return CheckpointError(f"{refs[0].path}: {refs[0].error}")
+    return CheckpointError(f"none of the {len(refs)} checkpoints could be read (first: {refs[0].path}: "
+                           f"{refs[0].error})")
 
 
 def _sort_key(ref: CheckpointRef, order_by: str) -> tuple[Any, ...]:

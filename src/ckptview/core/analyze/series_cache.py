@@ -30,7 +30,7 @@ from ckptview.core.analyze.series_executor import TensorFigures
 from ckptview.core.analyze.stats import TensorStats
 from ckptview.core.errors import CheckpointError
 
-VERSION = 1  # of the figures and of the schema: a new version starts a new database file
+VERSION = 2  # of the figures and of the schema: a new version starts a new database file
 EDGE_BYTES = 64 << 10
 DB_NAME = f"series-v{VERSION}.sqlite3"
 _SCHEMA = """

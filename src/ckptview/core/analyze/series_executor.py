@@ -29,7 +29,7 @@ import numpy as np
 
 from ckptview.core.analyze.diff import Sums, compare_arrays
 from ckptview.core.analyze.stats import Summary, TensorStats, iter_summary
-from ckptview.core.errors import Cancelled, CheckpointError
+from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.model import Checkpoint, TensorInfo
 
@@ -64,7 +64,8 @@ class CheckpointFigures:
     path: str
     key_before: str | None = None  # the file's identity (series_cache.file_key) before and after reading
     key_after: str | None = None
-    error: str | None = None
+    error: str | None = None  # it could not be opened (or read at all), and why
+    changed: str | None = None  # it changed on disk while it was read (the message), its figures not to be used
     tensors: dict[str, TensorFigures] = field(default_factory=dict)
 
 
@@ -86,8 +87,12 @@ def measure_chain(task: ChainTask, token: CancelToken | None = None,
 
 def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
                        key_of: Callable[[str], str | None] | None = None) -> Generator[int, None, TaskResult]:
-    """:func:`measure_chain` as a generator that yields the number of bytes read since its last yield."""
-    from ckptview.core.read.open import open_checkpoint
+    """:func:`measure_chain` as a generator that yields the number of bytes read since its last yield.
+
+    Checkpoints are opened, named and checked as :func:`ckptview.core.analyze.series.iter_series` does
+    (its ``open_checkpoint``, ``series_entries``, messages and changed-on-disk check): one checkpoint that
+    fails to open, or changes while it is read, is that checkpoint's error; the others are still read."""
+    from ckptview.core.analyze import series
 
     if key_of is None:
         from ckptview.core.analyze.series_cache import file_key
@@ -97,25 +102,42 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
 
     out = [CheckpointFigures(p) for p in task.paths]
     opened: list[Checkpoint | None] = []
+    infos: list[dict[str, TensorInfo]] = []
     try:
         for fig in out:
             fig.key_before = _safe_key(key_of, fig.path)
+            ckpt: Checkpoint | None = None
             try:
-                opened.append(open_checkpoint(fig.path))
-            except (CheckpointError, OSError) as exc:
-                fig.error = _message(exc)
-                opened.append(None)
-        infos = [_by_name(c) if c is not None else {} for c in opened]
+                ckpt = series.open_checkpoint(fig.path)
+                infos.append(_by_name(ckpt))
+            except Cancelled:
+                if ckpt is not None:
+                    ckpt.close()
+                raise
+            except Exception as exc:  # noqa: BLE001 - one checkpoint failing is its error, the rest still read
+                if ckpt is not None:
+                    ckpt.close()
+                    ckpt = None
+                fig.error = series._message(exc)
+                infos.append({})
+            opened.append(ckpt)
         names: Iterable[str] = task.names if task.names is not None else _union(infos)
         # Not through read_ahead: its windows (a megabyte after each small read, four files at a time)
         # would be read for every tensor of a chain longer than four, and re-read the tensors' bytes.
         yield from _measure_all(names, infos, out, token, task.chunk_elems)
+        for fig, ckpt in zip(out, opened, strict=True):
+            if ckpt is not None and fig.changed is None:
+                fig.changed = series._check_unchanged(ckpt, fig.path)
     finally:
         for ckpt in opened:
             if ckpt is not None:
                 ckpt.close()
     for fig in out:
         fig.key_after = _safe_key(key_of, fig.path)
+        if fig.changed is None and fig.error is None and fig.key_after != fig.key_before:
+            fig.changed = series._changed_message("rewritten")
+        if fig.changed is not None:
+            fig.tensors = {}  # not the file that was opened: none of its figures is kept
     if task.first_is_previous and out:
         out[0].tensors = {}  # its own figures are known; only the pair sums of out[1] were wanted
     return out
@@ -137,20 +159,18 @@ def _union(infos: list[dict[str, TensorInfo]]) -> list[str]:
 
 
 def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
-    from ckptview.core.analyze.series import model_tensors
+    from ckptview.core.analyze.series import series_entries
 
     out: dict[str, TensorInfo] = {}
-    for name, info in model_tensors(ckpt):
-        out.setdefault(name, info)
+    for name, info, _ in series_entries(ckpt):
+        out.setdefault(name, info)  # the first, if a name repeats (as Checkpoint.tensor)
     return out
 
 
 def _message(exc: BaseException) -> str:
-    if isinstance(exc, CheckpointError):
-        return str(exc)
-    if isinstance(exc, OSError):
-        return f"cannot read file: {exc.strerror or exc}"
-    return f"cannot read values: {exc}"
+    from ckptview.core.analyze.series import _message as series_message
+
+    return series_message(exc)
 
 
 def _measure_all(names: Iterable[str], infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
@@ -170,6 +190,7 @@ class _Lane:
         self.info = info
         self.shape = tuple(info.shape)
         self.error: str | None = None
+        self.changed = False  # its file changed on disk while it was read
         self.summary: Summary | None = None
         # Read in blocks smaller than a piece: a suspended reader holds its last block, and a chain has a
         # reader per checkpoint. The pieces are always cut at chunk_elems (the figures do not change).
@@ -190,6 +211,7 @@ class _Lane:
             piece = next(self._pieces, None)
         except (CheckpointError, OSError, ValueError) as exc:
             self.error, self.done = _message(exc), True
+            self.changed = isinstance(exc, FileChangedError)
             return None
         if piece is None:
             self._finish()
@@ -274,6 +296,8 @@ def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[Che
         if lane is None:
             continue
         before = lanes[i - 1] if i > 0 else None
+        if lane.changed and out[i].changed is None:
+            out[i].changed = lane.error
         if lane.error is not None or lane.summary is None:
             out[i].tensors[name] = TensorFigures(error=lane.error or "cannot read values")
             continue

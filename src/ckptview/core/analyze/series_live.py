@@ -20,11 +20,14 @@ from typing import Any
 from ckptview.core.analyze.diff import Sums
 from ckptview.core.analyze.series import (
     SERIES_CHUNK_ELEMS,
+    _changed_message,
     _Measure,
     _merge_names,
+    _message,
     _record,
     _sort_key,
-    model_tensors,
+    none_readable,
+    series_entries,
 )
 from ckptview.core.analyze.series_cache import SeriesCache, file_key, location
 from ckptview.core.analyze.series_discover import Position, choose_order, find_checkpoints, find_position
@@ -40,10 +43,10 @@ from ckptview.core.analyze.series_executor import (
 from ckptview.core.analyze.series_findings import find_findings
 from ckptview.core.analyze.series_model import CheckpointRef, SeriesProgress, SeriesResult, TensorSeries
 from ckptview.core.analyze.stats import Summary
-from ckptview.core.errors import CheckpointError
+from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, drain
 
-Row = tuple[str, tuple[int, ...], str]
+Row = tuple[str, tuple[int, ...], str, str | None]  # name, shape, dtype, parameter (optimizer state)
 POOL_MIN_BYTES = 32 << 20  # a run needing fewer bytes read is read in this process
 
 
@@ -78,6 +81,9 @@ class LiveRun:
         self.result: SeriesResult | None = None
         self._order: list[Entry] = []
         self._emitted: dict[str, dict[str, Any]] = {}
+        # Locations of checkpoints that changed on disk while the last update read them: their error
+        # stands in that update's result, but a watch reads them again instead of reporting them.
+        self.retry: set[str] = set()
         self.pool: LocalPool | None = None  # set (keep_workers) to keep worker processes between updates
         self._client: Any = None  # a Dask client this run connected itself
 
@@ -131,6 +137,7 @@ class LiveRun:
     # --- measuring --------------------------------------------------------------------------------
     def update(self, token: CancelToken | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
         """Plan every present checkpoint, measure what is missing; yields progress, returns the result."""
+        self.retry = set()
         present = [e for e in self.entries.values() if not e.gone]
         for entry in present:
             if token is not None:
@@ -142,10 +149,7 @@ class LiveRun:
             refs = [e.ref for e in self.entries.values() if e.ref is not None]
             if not refs:
                 raise CheckpointError("no checkpoint found")
-            if len(refs) == 1:
-                raise CheckpointError(f"{refs[0].path}: {refs[0].error}")
-            raise CheckpointError(f"none of the {len(refs)} checkpoints could be read (first: {refs[0].path}: "
-                                  f"{refs[0].error})")
+            raise none_readable(refs)
         order_by = choose_order([e.ref.position for e in readable])  # type: ignore[union-attr]
         ordered = sorted((e for e in self.entries.values() if e.ref is not None),
                          key=lambda e: _sort_key(e.ref, order_by))  # type: ignore[arg-type]
@@ -218,7 +222,7 @@ class LiveRun:
             return
         sizes: dict[str, int] = {}
         for e in ordered:
-            for name, shape, _ in e.rows:
+            for name, shape, _, _ in e.rows:
                 sizes[name] = max(sizes.get(name, 0), math.prod(shape))
         first_prev = [c[0] not in own and c[0] + 1 in pair for c in chains]
         total = sum(_nbytes(ordered[t]) for t in reads) or 1
@@ -245,10 +249,20 @@ class LiveRun:
             task, indexes = tasks[i], task_chain[i]
             for j, (t, fig) in enumerate(zip(indexes, figures, strict=True)):
                 entry = ordered[t]
-                if fig.key_before != entry.key or fig.key_after != entry.key:
-                    bad.add(t)  # it changed while read (see below)
-                if fig.error is not None and entry.ref is not None:
-                    entry.ref.error = fig.error
+                changed = fig.changed
+                if changed is None and fig.error is None and (fig.key_before != entry.key
+                                                              or fig.key_after != entry.key):
+                    changed = _changed_message("rewritten")  # since it was planned
+                error = fig.error or changed
+                if changed is not None and fig.error is None:
+                    self.retry.add(location(entry.path))
+                if error is not None:
+                    # As iter_series: that checkpoint's error (a finding), its figures and the update
+                    # measured against it dropped; it is planned and read again by the next update.
+                    bad.add(t)
+                    if entry.ref is not None and entry.ref.error is None:
+                        entry.ref.error = error
+                    continue
                 if not (j == 0 and task.first_is_previous):
                     fresh_own.setdefault(t, {}).update(fig.tensors)
                 if j > 0:
@@ -275,6 +289,7 @@ class LiveRun:
                     self.cache.put_pair(prev_key, key, entry.pair)  # type: ignore[arg-type]
         for t in bad:
             ordered[t].key = None
+            ordered[t].own, ordered[t].pair, ordered[t].pair_prev = None, None, None
 
     # --- the result -------------------------------------------------------------------------------
     def _assemble(self, ordered: list[Entry], order_by: str) -> SeriesResult:
@@ -284,12 +299,16 @@ class LiveRun:
         count = len(ordered)
         tensors: dict[str, TensorSeries] = {}
         for t, e in enumerate(ordered):
-            tensors = _merge_names(tensors, [name for name, _, _ in e.rows], count)
-            for name, shape, dtype in e.rows:
+            tensors = _merge_names(tensors, [name for name, _, _, _ in e.rows], count)
+            if e.ref is not None and e.ref.error is not None:
+                continue  # unreadable, or changed while read: its names kept, no shapes (as iter_series)
+            for name, shape, dtype, param in e.rows:
                 tensors[name].shapes[t], tensors[name].dtypes[t] = shape, dtype
+                if param is not None:
+                    tensors[name].param = param
         result.tensors = tensors
         for t, e in enumerate(ordered):
-            if e.own is None:
+            if e.own is None or e.ref is None or e.ref.error is not None:
                 continue
             for name, tf in e.own.items():
                 series = result.tensors.get(name)
@@ -315,8 +334,10 @@ class LiveRun:
             return []
         out: list[dict[str, Any]] = []
         for t, e in enumerate(self._order):
-            body = checkpoint_event(r, t, e.gone)
             loc = location(e.path)
+            if loc in self.retry:
+                continue  # changed while read: reported once read again as it is now
+            body = checkpoint_event(r, t, e.gone)
             before = self._emitted.get(loc)
             if before is None:
                 if e.gone:
@@ -374,14 +395,6 @@ def _num(v: Any) -> Any:
     return v
 
 
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, CheckpointError):
-        return str(exc)
-    if isinstance(exc, OSError):
-        return f"cannot read file: {exc.strerror or exc}"
-    return f"cannot read: {exc}"
-
-
 def _error_ref(path: str, error: str) -> CheckpointRef:
     from ckptview.core.analyze.series import _name_position
 
@@ -399,7 +412,7 @@ def _open_meta(path: str) -> tuple[CheckpointRef, list[Row]]:
         return _error_ref(path, message[len(prefix):] if message.startswith(prefix) else message), []
     if len(planned.checkpoints) != 1:  # a checkpoint folder that, named alone, reads as a run
         return _open_one(path)
-    rows = [(name, s.shapes[0], s.dtypes[0] or "") for name, s in planned.tensors.items()
+    rows = [(name, s.shapes[0], s.dtypes[0] or "", s.param) for name, s in planned.tensors.items()
             if s.shapes[0] is not None]
     return planned.checkpoints[0], rows
 
@@ -409,12 +422,15 @@ def _open_one(path: str) -> tuple[CheckpointRef, list[Row]]:
 
     try:
         ckpt = open_checkpoint(path)
-    except (CheckpointError, OSError) as exc:
+    except Cancelled:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
         return _error_ref(path, _message(exc)), []
     try:
-        tensors = model_tensors(ckpt)
-        ref = CheckpointRef(path, find_position(ckpt, path), ckpt.format, sum(info.nbytes for _, info in tensors))
-        return ref, [(name, tuple(info.shape), info.dtype) for name, info in tensors]
+        tensors = series_entries(ckpt)
+        ref = CheckpointRef(path, find_position(ckpt, path), ckpt.format, sum(info.nbytes for _, info, _ in tensors),
+                            unsafe_globals=list(ckpt.unsafe_globals))
+        return ref, [(name, tuple(info.shape), info.dtype, param) for name, info, param in tensors]
     finally:
         ckpt.close()
 
@@ -422,14 +438,15 @@ def _open_one(path: str) -> tuple[CheckpointRef, list[Row]]:
 def _to_meta(ref: CheckpointRef, rows: list[Row]) -> dict[str, Any]:
     meta = dataclasses.asdict(ref)  # every field plan_series fills in, whatever they are
     del meta["path"]
-    meta["rows"] = [[name, list(shape), dtype] for name, shape, dtype in rows]
+    meta["rows"] = [[name, list(shape), dtype, param] for name, shape, dtype, param in rows]
     return meta
 
 
 def _from_meta(path: str, meta: dict[str, Any]) -> tuple[CheckpointRef, list[Row]] | None:
     try:
         fields = dict(meta)
-        rows = [(str(n), tuple(int(d) for d in s), str(dt)) for n, s, dt in fields.pop("rows")]
+        rows: list[Row] = [(str(n), tuple(int(d) for d in s), str(dt), None if p is None else str(p))
+                           for n, s, dt, p in fields.pop("rows")]
         position = Position(**fields.pop("position"))
         ref = CheckpointRef(path=path, position=position, **fields)
     except (KeyError, TypeError, ValueError):

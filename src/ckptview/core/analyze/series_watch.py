@@ -122,6 +122,8 @@ def watch_run(run: LiveRun, *, interval: float = 10.0, settle: float = 1.0, toke
                 else:
                     for loc in ready_locs:
                         read_as[loc] = seen[loc][0]
+                    for loc in run.retry:  # changed while read: read again (not reported until then)
+                        read_as.pop(loc, None)
                     events = run.events()
                     if events:
                         yield events
