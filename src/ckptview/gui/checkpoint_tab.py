@@ -40,6 +40,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, Node
 from ckptview.core.perf import keep_out_of_collections, paused_gc
 from ckptview.core.read.file_checks import Signature, describe_change, signature, special_file_reason
+from ckptview.core.read.files import is_url
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes, shape_text
 from ckptview.gui import panels
@@ -241,6 +242,10 @@ class CheckpointTab(QWidget):
         self._show_error(text)
 
     def _show_error(self, text: str) -> None:
+        if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
+            from ckptview.core.redaction import redact
+
+            text = redact(text)
         self.state, self.error_text = "error", text
         page = QWidget()
         box = QVBoxLayout(page)
