@@ -14,7 +14,8 @@ from ckptview.core.text import printable
 from ckptview.core.units import count_text, human_bytes
 from ckptview.gui.size_chart import SizeChart
 
-FACT_MIN_WIDTH = 140  # pixels a fact keeps before it is cut (its tooltip holds it whole)
+FACT_MIN_WIDTH = 140
+FACT_MAX_WIDTH = 300  # and at most this many: the rest of a long name is in the tooltip  # pixels a fact keeps before it is cut (its tooltip holds it whole)
 
 
 class SummaryHeader(QWidget):
@@ -65,8 +66,10 @@ class SummaryHeader(QWidget):
             label.setObjectName(f"fact_{key.replace(' ', '_').lower()}")
             # A long name or many dtypes must not make the window wider than the screen: the label may be
             # cut, its whole text is in the tooltip.
+            # (Preferred, not Ignored: a form whose fields ignore their size hints reports a hint below its
+            # minimum, and the box layout then squeezed the captions to nothing and the columns over each other.)
             label.setMinimumWidth(min(label.sizeHint().width(), FACT_MIN_WIDTH))
-            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            label.setMaximumWidth(FACT_MAX_WIDTH)
             label.setToolTip(value)
             if key == "File":
                 label.setToolTip(printable(checkpoint.path))
