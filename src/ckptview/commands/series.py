@@ -28,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default 0: only tensors that do not change at all)")
     p.add_argument("--explode-factor", type=_factor, default=10.0, metavar="FACTOR",
                    help="a norm that grows more than FACTOR times between two checkpoints exploded (default 10)")
+    p.add_argument("--spectral", action="store_true",
+                   help="also the power-law alpha and stable rank of every 2-D weight in every checkpoint, "
+                        "and where a layer's alpha leaves [2, 6] (slower: one spectrum per weight)")
     p.add_argument("--chunk-elems", type=int, default=SERIES_CHUNK_ELEMS, help=argparse.SUPPRESS)
     series_live.add_arguments(p)
 
@@ -92,9 +95,10 @@ def print_report(result: SeriesResult) -> None:
     if rows:
         width = min(max(len(printable(t.name)) for t in rows), 60)
         out.write(f"\n{'tensor':<{width}}  {'shape':<14} {'norm first':>11} {'norm last':>11} "
-                  f"{'max upd':>10} {'last upd':>10} {'changed':>8}  nan/inf (last)\n")
+                  f"{'max upd':>10} {'last upd':>10} {'changed':>8}  nan/inf (last)"
+                  + ("  alpha (last)  stable rank (last)" if result.spectral else "") + "\n")
         for t in rows:
-            out.write(_tensor_row(t, width) + "\n")
+            out.write(_tensor_row(t, width) + (_spectral_cells(t) if result.spectral else "") + "\n")
     out.write(f"\n{len(result.findings)} findings\n")
     for f in result.findings:
         known = f.index < len(result.checkpoints)
@@ -122,6 +126,13 @@ def _tensor_row(t: TensorSeries, width: int) -> str:
             f"{_norm(last) if last is not None else '-':>11} {_fmt(max(ratios) if ratios else None):>10} "
             f"{_fmt(ratios[-1] if ratios else None):>10} {_pct(changed[-1] if changed else None):>8}  "
             f"{nonfinite}")
+
+
+def _spectral_cells(t: TensorSeries) -> str:
+    """The last alpha and stable rank fitted ("-" for what is not a 2-D weight), under the header's columns."""
+    alpha = next((v for v in reversed(t.spectral("alpha")) if v is not None), None)
+    rank = next((v for v in reversed(t.spectral("stable_rank")) if v is not None), None)
+    return f"  {_fmt(alpha):>12}  {_fmt(rank):>18}"
 
 
 def _norm(stats: Any) -> str:

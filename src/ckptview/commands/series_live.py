@@ -64,7 +64,7 @@ def _live_run(args: argparse.Namespace) -> Any:
 
     return LiveRun(args.paths, cache=_cache(args), workers=args.workers, scheduler=args.scheduler,
                    chunk_elems=max(1, args.chunk_elems), stall_threshold=args.stall_threshold,
-                   explode_factor=args.explode_factor)
+                   explode_factor=args.explode_factor, spectral=getattr(args, "spectral", False))
 
 
 def clear_cache() -> int:

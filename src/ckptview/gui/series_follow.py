@@ -92,6 +92,7 @@ class Follow(QObject):
         tab.progress.hide()
         tab.result = result
         tab.state = "ready"
+        tab.forget_spectra([e["checkpoint"]["path"] for e in events])  # rewritten, gone or new: fitted again
         tab.refresh()
         tab._update_summary("following" + (f", {self.gone} gone" if self.gone else ""))
         self.updated.emit(events)

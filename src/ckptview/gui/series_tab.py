@@ -37,10 +37,12 @@ from ckptview.core.analyze.series import (
     SeriesResult,
     find_findings,
     iter_series,
+    module_names,
     module_series,
     plan_series,
 )
 from ckptview.core.analyze.series_cells import cell_kinds
+from ckptview.core.analyze.series_spectra import is_matrix, iter_spectra
 from ckptview.core.jobs import CancelToken
 from ckptview.core.text import printable
 from ckptview.gui.job_header import job_header
@@ -53,6 +55,7 @@ from ckptview.gui.series_plots import (
     UpdateHeatMap,
     histograms_job,
 )
+from ckptview.gui.series_spectral import SpectralLines
 from ckptview.gui.workers import GeneratorWorker
 
 KIND_ROLE = Qt.ItemDataRole.UserRole
@@ -62,7 +65,7 @@ MAX_LINES = 8
 DEFAULT_MODULES = 4  # selected when the run opens, so the plots are never empty
 FINDING_COLORS = {"nan": "#ffcccc", "inf": "#ffcccc", "explosion": "#ffe0b3", "stalled": "#e0e0ff",
                   "unreadable": "#ff9999", "unsafe": "#ff9999", "appeared": "#d9f2d9", "disappeared": "#eeeeee",
-                  "shape_changed": "#fff5b3", "dtype_changed": "#fff5b3"}
+                  "shape_changed": "#fff5b3", "dtype_changed": "#fff5b3", "alpha": "#e0f0ff"}
 
 
 def series_job(paths: list[str], stall_threshold: float, explode_factor: float,
@@ -93,6 +96,7 @@ class SeriesTab(QWidget):
     finished = Signal(object)  # the complete SeriesResult
     failed = Signal(str)
     histograms_ready = Signal(object)  # (tensor name, [Histogram | None per checkpoint])
+    spectra_ready = Signal(object)  # [tensor names drawn in the Spectra view]
 
     def __init__(self, paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
                  parent: QWidget | None = None) -> None:
@@ -105,6 +109,8 @@ class SeriesTab(QWidget):
         self.destroyed.connect(self._res.release)
         self._worker: GeneratorWorker | None = None
         self._hist_worker: GeneratorWorker | None = None
+        self._spectra_worker: GeneratorWorker | None = None
+        self._spectra: dict[tuple[str, str], tuple[float | None, float | None]] = {}  # (path, name) -> figures
         self._items: dict[str, QTreeWidgetItem] = {}
         self._module_items: dict[str, QTreeWidgetItem] = {}
         self._tree_names: list[str] = []
@@ -125,6 +131,12 @@ class SeriesTab(QWidget):
         self.follow_box.setObjectName("seriesFollow")
         self.follow_box.setToolTip("Keep reading the run as checkpoints are written, changed or deleted")
         top.addWidget(self.follow_box)
+        self.spectral_box = QCheckBox("Spectral")
+        self.spectral_box.setObjectName("seriesSpectral")
+        self.spectral_box.setToolTip("Fit the spectrum of each selected weight in every checkpoint: its power-law "
+                                     "alpha and stable rank over the steps")
+        self.spectral_box.toggled.connect(self._on_spectral_toggled)
+        top.addWidget(self.spectral_box)
         self.follow = Follow(self)
 
         self.tree = QTreeWidget()
@@ -156,6 +168,7 @@ class SeriesTab(QWidget):
         self.views.addTab(self.lines, "Lines")
         self.views.addTab(self.heatmap, "Update heat-map")
         self.views.addTab(self.histograms, "Histograms")
+        self.spectra = SpectralLines()  # a tab while Spectral is checked
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(left)
@@ -323,6 +336,7 @@ class SeriesTab(QWidget):
         self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
                                [printable(self._column_label(t)) for t in range(len(r.checkpoints))], axis)
         self._update_lines()
+        self._start_spectra(restart=False)
 
     def _column_label(self, t: int) -> str:
         assert self.result is not None
@@ -430,6 +444,7 @@ class SeriesTab(QWidget):
             self.heatmap.mark(None)
         self._update_lines()
         self._start_histograms()
+        self._start_spectra(restart=True)
 
     def _update_lines(self) -> None:
         r = self.result
@@ -495,6 +510,102 @@ class SeriesTab(QWidget):
     def _on_histograms_error(self, exc: BaseException) -> None:
         if self._current_histograms() is not None:
             self.histograms.clear(f"error: {printable(exc)}")
+
+
+    # --- weight spectra over the run ----------------------------------------------------------------
+    def _on_spectral_toggled(self, on: bool) -> None:
+        if on:
+            self.views.addTab(self.spectra, "Spectra")
+            self.views.setCurrentWidget(self.spectra)
+            self._start_spectra(restart=True)
+        else:
+            self._stop_spectra()
+            index = self.views.indexOf(self.spectra)
+            if index >= 0:
+                self.views.removeTab(index)
+
+    def spectral_names(self) -> list[str]:
+        """The weights the Spectra view draws: the selected tensors and the tensors of the selected modules
+        that are analysed (2-D floating weights, conv kernels), at most MAX_LINES."""
+        r = self.result
+        if r is None:
+            return []
+        chosen: list[str] = []
+        members = module_names(r.tensors)
+        for kind, name in self.selected():
+            for tensor in (members.get(name, []) if kind == "module" else [name]):
+                s = r.tensors.get(tensor)
+                if s is not None and tensor not in chosen and is_matrix(s.shape, s.dtype):
+                    chosen.append(tensor)
+        return chosen[:MAX_LINES]
+
+    def forget_spectra(self, paths: list[str]) -> None:
+        """Drop the fitted figures of checkpoints that changed (Follow): they are fitted again as they are now."""
+        gone = set(paths)
+        stale = [key for key in self._spectra if key[0] in gone]
+        for key in stale:
+            del self._spectra[key]
+        if gone and self._spectra_worker is not None:
+            self._stop_spectra()  # it may be reading the old contents; refresh() starts it again
+
+    def _stop_spectra(self) -> None:
+        if self._spectra_worker is not None:
+            self._spectra_worker.quit()
+            self._spectra_worker = None
+
+    def _start_spectra(self, restart: bool) -> None:
+        """Fit what the Spectra view lacks in a worker (restart: drop a fit of another selection)."""
+        r = self.result
+        if not self.spectral_box.isChecked() or r is None:
+            return
+        busy = self._spectra_worker is not None and not self._spectra_worker.is_done
+        if busy and not restart:
+            return  # it picks up what is new when it ends
+        self._stop_spectra()
+        names = self.spectral_names()
+        done = self.done_count()
+        wanted = [(r.checkpoints[t].path, name) for t in range(done) if r.checkpoints[t].error is None
+                  for name in names if r.tensors[name].present(t)
+                  and (r.checkpoints[t].path, name) not in self._spectra]
+        if not wanted:
+            self._draw_spectra(names)
+            return
+        self.spectra.set_message(f"fitting {len(wanted)} spectr{'um' if len(wanted) == 1 else 'a'}…")
+        worker = GeneratorWorker(iter_spectra, wanted)
+        worker.signals.returned.connect(self._on_spectra)
+        worker.signals.errored.connect(self._on_spectra_error)
+        self._spectra_worker = worker
+        self._res.workers = [w for w in self._res.workers if not w.is_done] + [worker]
+        worker.start()
+
+    def _current_spectra(self) -> bool:
+        w = self._spectra_worker
+        return w is not None and self.sender() is w.signals
+
+    def _on_spectra(self, found: dict[tuple[str, str], tuple[float | None, float | None]]) -> None:
+        if not self._current_spectra():
+            return
+        self._spectra.update(found)
+        self._spectra_worker = None
+        self._start_spectra(restart=False)  # checkpoints read (or a selection made) meanwhile
+
+    def _on_spectra_error(self, exc: BaseException) -> None:
+        if self._current_spectra():
+            self._spectra_worker = None
+            self.spectra.set_message(f"error: {printable(exc)}")
+
+    def _draw_spectra(self, names: list[str]) -> None:
+        r = self.result
+        assert r is not None
+        done = self.done_count()
+        lines: dict[str, tuple[list[float | None], list[float | None]]] = {}
+        for name in names:
+            figures = [self._spectra.get((ref.path, name), (None, None)) if t < done else (None, None)
+                       for t, ref in enumerate(r.checkpoints)]
+            lines[printable(name)] = ([a for a, _ in figures], [sr for _, sr in figures])
+        axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
+        self.spectra.set_lines(r.x_values(), lines, axis)
+        self.spectra_ready.emit(names)
 
 
 def _fmt(x: float | None) -> str:

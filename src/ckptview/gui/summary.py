@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from ckptview.core.analyze.grouping import Row, chart_rows
 from ckptview.core.analyze.summary import SizeFacts, size_facts

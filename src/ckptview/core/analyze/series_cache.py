@@ -204,7 +204,9 @@ class SeriesCache:
         raw = _loads(rows[0][0])
         if not isinstance(raw, dict):
             return None
-        return {name: TensorFigures(_stats(v.get("stats")), v.get("error")) for name, v in raw.items()}
+        return {name: TensorFigures(_stats(v.get("stats")), v.get("error"), alpha=_float(v.get("alpha")),
+                                    stable_rank=_float(v.get("stable_rank")), spectral=v.get("spectral") is True)
+                for name, v in raw.items()}
 
     def pair(self, prev: str, cur: str) -> dict[str, Sums] | None:
         """The update sums per tensor between two checkpoints, or None when not cached."""
@@ -226,7 +228,8 @@ class SeriesCache:
 
     def put_figures(self, key: str, path: str, figures: dict[str, TensorFigures]) -> None:
         """Keep a checkpoint's own figures."""
-        raw = {name: {"stats": dataclasses.asdict(f.stats) if f.stats is not None else None, "error": f.error}
+        raw = {name: {"stats": dataclasses.asdict(f.stats) if f.stats is not None else None, "error": f.error,
+                      **({"spectral": True, "alpha": f.alpha, "stable_rank": f.stable_rank} if f.spectral else {})}
                for name, f in figures.items()}
         self._put(key, path, "figures", raw)
 
@@ -289,3 +292,7 @@ def _stats(raw: Any) -> TensorStats | None:
         return TensorStats(**raw)
     except TypeError:
         return None
+
+
+def _float(raw: Any) -> float | None:
+    return float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None

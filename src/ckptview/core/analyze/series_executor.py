@@ -45,6 +45,7 @@ class ChainTask:
     names: tuple[str, ...] | None
     chunk_elems: int
     first_is_previous: bool = False  # paths[0] is only there as the "previous" side of paths[1]
+    spectral: bool = False  # also the alpha and stable rank of each 2-D weight (spectral.matrix_of)
 
 
 @dataclass
@@ -55,6 +56,9 @@ class TensorFigures:
     stats: TensorStats | None = None
     error: str | None = None
     sums: Sums | None = None
+    alpha: float | None = None  # with ChainTask.spectral: of a 2-D weight whose spectrum could be fitted
+    stable_rank: float | None = None
+    spectral: bool = False  # its spectrum was looked at (a cache entry without it is read again)
 
 
 @dataclass
@@ -121,10 +125,13 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
                 fig.error = series._message(exc)
                 infos.append({})
             opened.append(ckpt)
-        names: Iterable[str] = task.names if task.names is not None else _union(infos)
+        names: list[str] = list(task.names) if task.names is not None else _union(infos)
         # Not through read_ahead: its windows (a megabyte after each small read, four files at a time)
         # would be read for every tensor of a chain longer than four, and re-read the tensors' bytes.
         yield from _measure_all(names, infos, out, token, task.chunk_elems)
+        if task.spectral:
+            skip = 1 if task.first_is_previous else 0
+            yield from _measure_spectra(names, infos[skip:], out[skip:], token)
         for fig, ckpt in zip(out, opened, strict=True):
             if ckpt is not None and fig.changed is None:
                 fig.changed = series._check_unchanged(ckpt, fig.path)
@@ -305,6 +312,32 @@ def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[Che
         out[i].tensors[name] = TensorFigures(lane.summary.stats, sums=sums[i] if ok_before else None)
 
 
+def _measure_spectra(names: list[str], infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
+                     token: CancelToken | None) -> Generator[int, None, None]:
+    """The alpha and stable rank of every 2-D weight read without error (``spectral.spectrum`` of the
+    tensor alone: the same numbers whichever executor runs the task). A spectrum that cannot be computed
+    (NaN values, a matrix too large) leaves both None; the tensor's own figures say what is wrong."""
+    from ckptview.core.analyze.spectral import iter_spectrum, matrix_of
+    from ckptview.core.errors import TensorDataError
+    from ckptview.core.jobs import drain
+
+    for fig, by_name in zip(out, infos, strict=True):
+        if fig.error is not None or fig.changed is not None:
+            continue
+        for name in names:
+            info, tf = by_name.get(name), fig.tensors.get(name)
+            if info is None or tf is None or tf.stats is None:
+                continue
+            tf.spectral = True
+            if matrix_of(info) is not None:
+                try:
+                    found = drain(iter_spectrum(info, token))
+                    tf.alpha, tf.stable_rank = found.alpha, found.stable_rank
+                except (TensorDataError, CheckpointError, OSError, ValueError, np.linalg.LinAlgError):
+                    pass
+            yield info.nbytes  # progress: a spectral run counts each tensor's bytes twice (read, fitted)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Cutting a run into tasks.
 
@@ -314,7 +347,7 @@ MIN_BLOCK = 1 << 14  # elements per read of a lane (64 KiB of float32)
 
 
 def plan_tasks(chains: list[list[str]], first_is_previous: list[bool], names: list[tuple[str, int]],
-               workers: int, chunk_elems: int) -> list[tuple[int, int, ChainTask]]:
+               workers: int, chunk_elems: int, spectral: bool = False) -> list[tuple[int, int, ChainTask]]:
     """Tasks for ``chains`` (runs of consecutive checkpoints still to measure) on ``workers`` workers.
 
     ``names`` are the run's tensors with their sizes in bytes. A long chain is cut into segments of at
@@ -335,7 +368,7 @@ def plan_tasks(chains: list[list[str]], first_is_previous: list[bool], names: li
             offset = start - 1 if prev else start
             for group in groups:
                 tasks.append((c, offset, ChainTask(tuple(chain[offset:stop]), group, chunk_elems,
-                                                   prev or first_prev and start == 0)))
+                                                   prev or first_prev and start == 0, spectral)))
     return tasks
 
 

@@ -1,5 +1,6 @@
 """Per-module figures and the findings of a run: first NaN/Inf, stalls, explosions, tensors that come and go,
-checkpoints that could not be read or reference unsafe globals.
+checkpoints that could not be read or reference unsafe globals; with spectra, weights whose power-law alpha
+leaves [2, 6].
 
 Findings about values (stalls, explosions) are over floating-point tensors only: an integer buffer or a
 one-element step counter (``num_batches_tracked``, an optimizer's ``step``, ``global_step``) grows by
@@ -140,8 +141,30 @@ def find_findings(result: SeriesResult) -> list[Finding]:
             else:
                 detail = f"no change from here on ({done - stall} of {done} checkpoints)"
             add("stalled", order, name, stall, detail)
+        if result.spectral and not counter:
+            for t, detail in _alpha_exits(s, done, refs):
+                add("alpha", order, name, t, detail)
     found.sort(key=lambda item: (item[0], item[1]))
     return [f for _, _, f in found]
+
+
+def _alpha_exits(s: TensorSeries, done: int, refs: list[Any]) -> list[tuple[int, str]]:
+    """Where a weight's alpha first falls below 2, and where it first rises above 6 (WeightWatcher's
+    well-trained range): each at most once per tensor, over the checkpoints read."""
+    from ckptview.core.analyze.spectral import ALPHA_HIGH, ALPHA_LOW
+
+    out: list[tuple[int, str]] = []
+    below = above = False
+    for t, alpha in enumerate(s.spectral("alpha")[:done]):
+        if alpha is None or refs[t].error is not None:
+            continue
+        if alpha < ALPHA_LOW and not below:
+            below = True
+            out.append((t, f"alpha fell below {ALPHA_LOW:g} ({alpha:.3g})"))
+        elif alpha > ALPHA_HIGH and not above:
+            above = True
+            out.append((t, f"alpha rose above {ALPHA_HIGH:g} ({alpha:.3g})"))
+    return out
 
 
 def _stall_start(s: TensorSeries, done: int, threshold: float) -> int | None:

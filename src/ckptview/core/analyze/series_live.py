@@ -70,8 +70,9 @@ class LiveRun:
 
     def __init__(self, paths: list[str], *, cache: SeriesCache | None = None, workers: int | None = None,
                  scheduler: Any = None, chunk_elems: int = SERIES_CHUNK_ELEMS, stall_threshold: float = 0.0,
-                 explode_factor: float = 10.0) -> None:
+                 explode_factor: float = 10.0, spectral: bool = False) -> None:
         self.paths = list(paths)
+        self.spectral = spectral  # also each 2-D weight's alpha and stable rank (series --spectral)
         self.cache = cache
         self.workers = workers if workers is not None else default_workers()
         self.scheduler = scheduler
@@ -192,6 +193,9 @@ class LiveRun:
                 continue
             if e.own is None and self.cache is not None:
                 e.own = self.cache.figures(e.key)
+            if e.own is not None and self.spectral and any(tf.stats is not None and not tf.spectral
+                                                           for tf in e.own.values()):
+                e.own = None  # known without spectra: read again with them
             if e.own is None:
                 own.add(t)
             before = ordered[t - 1] if t > 0 else None
@@ -225,12 +229,14 @@ class LiveRun:
             for name, shape, _, _ in e.rows:
                 sizes[name] = max(sizes.get(name, 0), math.prod(shape))
         first_prev = [c[0] not in own and c[0] + 1 in pair for c in chains]
-        total = sum(_nbytes(ordered[t]) for t in reads) or 1
+        passes = 2 if self.spectral else 1  # progress: the bytes read, then (--spectral) those fitted
+        total = passes * sum(_nbytes(ordered[t]) for t in reads) or 1
         client, workers = self._executor()
         if client is None and total < POOL_MIN_BYTES:
             workers = 1  # starting worker processes costs more than reading a small run here
         planned = plan_tasks([[ordered[t].path for t in c] for c in chains], first_prev, list(sizes.items()),
-                             1 if client is None and workers <= 1 else max(workers, 2), self.chunk_elems)
+                             1 if client is None and workers <= 1 else max(workers, 2), self.chunk_elems,
+                             self.spectral)
         tasks = [task for _, _, task in planned]
         task_chain = [chains[c][offset:offset + len(task.paths)] for c, offset, task in planned]
         shares = {id(task): sum(1 for _, _, other in planned if other.paths == task.paths) for task in tasks}
@@ -270,7 +276,7 @@ class LiveRun:
                     for name, tf in fig.tensors.items():
                         if tf.sums is not None:
                             sums[name] = tf.sums
-            done += sum(_nbytes(ordered[t]) for t in indexes) // shares[id(task)]
+            done += passes * sum(_nbytes(ordered[t]) for t in indexes) // shares[id(task)]
             yield SeriesProgress(min(max(done, streamed), total), total, os.path.basename(ordered[indexes[-1]].path))
         keys = {t: ordered[t].key for t in reads}  # what each file was when planned
         for t in reads:
@@ -295,7 +301,7 @@ class LiveRun:
     def _assemble(self, ordered: list[Entry], order_by: str) -> SeriesResult:
         refs = [dataclasses.replace(e.ref) for e in ordered if e.ref is not None]
         result = SeriesResult(refs, order_by, stall_threshold=self.stall_threshold,
-                              explode_factor=self.explode_factor)
+                              explode_factor=self.explode_factor, spectral=self.spectral)
         count = len(ordered)
         tensors: dict[str, TensorSeries] = {}
         for t, e in enumerate(ordered):
@@ -319,6 +325,8 @@ class LiveRun:
                     sums = None
                 measure = _Measure(Summary(tf.stats) if tf.stats is not None else None, sums, tf.error)
                 _record(series, t, measure)
+                if self.spectral:
+                    series.set_spectral(t, tf.alpha, tf.stable_rank)
         result.done = count
         result.findings = find_findings(result)
         return result
@@ -378,6 +386,9 @@ def checkpoint_event(result: SeriesResult, t: int, gone: bool = False) -> dict[s
             "update_ratio": _num(s.update_ratio[t]),
             "frac_changed": _num(s.frac_changed[t]),
         }
+        if result.spectral:
+            fig["alpha"] = _num(s.spectral("alpha")[t])
+            fig["stable_rank"] = _num(s.spectral("stable_rank")[t])
         if s.errors[t]:
             fig["error"] = s.errors[t]
         tensors[name] = fig
@@ -456,10 +467,10 @@ def _from_meta(path: str, meta: dict[str, Any]) -> tuple[CheckpointRef, list[Row
 
 def run_live(paths: list[str], *, cache: SeriesCache | None = None, workers: int | None = None,
              scheduler: Any = None, chunk_elems: int = SERIES_CHUNK_ELEMS, stall_threshold: float = 0.0,
-             explode_factor: float = 10.0, token: CancelToken | None = None) -> SeriesResult:
+             explode_factor: float = 10.0, token: CancelToken | None = None, spectral: bool = False) -> SeriesResult:
     """A whole run read once through the executor and the cache (plain-function form)."""
     run = LiveRun(paths, cache=cache, workers=workers, scheduler=scheduler, chunk_elems=chunk_elems,
-                  stall_threshold=stall_threshold, explode_factor=explode_factor)
+                  stall_threshold=stall_threshold, explode_factor=explode_factor, spectral=spectral)
     try:
         run.discover()
         return drain(run.update(token))

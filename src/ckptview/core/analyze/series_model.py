@@ -12,6 +12,7 @@ from ckptview.core.analyze.stats import TensorStats
 from ckptview.core.jobs import Progress
 
 FIGURES = ("norm", "mean", "std", "abs_max", "nan", "inf", "update_ratio", "frac_changed")
+SPECTRAL_FIGURES = ("alpha", "stable_rank")  # with --spectral: of 2-D weights (spectral.matrix_of)
 
 
 @dataclass
@@ -56,6 +57,10 @@ class TensorSeries:
     compared: list[int | None]  # elements compared with t-1
     errors: list[str | None]
     param: str | None = None  # optimizer state: the parameter it belongs to (the optimizer mapping's name)
+    # Weight spectra (``series --spectral``): per checkpoint, None where absent or not analysed; empty
+    # lists when the run was read without spectra.
+    alpha: list[float | None] = field(default_factory=list)
+    stable_rank: list[float | None] = field(default_factory=list)
 
     @classmethod
     def empty(cls, name: str, count: int) -> TensorSeries:
@@ -85,11 +90,26 @@ class TensorSeries:
             return list(self.frac_changed)
         return [None if s is None else _stat(s, key) for s in self.stats]
 
-    def to_json(self) -> dict[str, Any]:
-        """The contract's tensor object."""
+    def set_spectral(self, t: int, alpha: float | None, stable_rank: float | None) -> None:
+        """Record checkpoint ``t``'s alpha and stable rank (the lists grow to the run's length)."""
+        count = len(self.shapes)
+        for column, value in ((self.alpha, alpha), (self.stable_rank, stable_rank)):
+            column.extend([None] * (count - len(column)))
+            column[t] = value
+
+    def spectral(self, key: str) -> list[float | None]:
+        """``alpha`` or ``stable_rank`` over the run (None where absent or not analysed)."""
+        column = self.alpha if key == "alpha" else self.stable_rank
+        return list(column) + [None] * (len(self.shapes) - len(column))
+
+    def to_json(self, spectral: bool = False) -> dict[str, Any]:
+        """The contract's tensor object (with ``alpha`` and ``stable_rank`` when ``spectral``)."""
         out: dict[str, Any] = {"name": self.name, "shape": _list(self.shape), "dtype": self.dtype}
         for key in FIGURES:
             out[key] = [_json_number(v) for v in self.figure(key)]
+        if spectral:
+            for key in SPECTRAL_FIGURES:
+                out[key] = [_json_number(v) for v in self.spectral(key)]
         out["shapes"] = [_list(s) for s in self.shapes]
         out["dtypes"] = list(self.dtypes)
         if self.param is not None:
@@ -125,6 +145,7 @@ class Finding:
     """Something worth a look, naming the tensor (None for a whole checkpoint) and the checkpoint."""
 
     # nan | inf | stalled | explosion | appeared | disappeared | shape_changed | dtype_changed | unreadable | unsafe
+    # | alpha (--spectral)
     kind: str
     tensor: str | None
     index: int  # checkpoint index in run order
@@ -148,6 +169,7 @@ class SeriesResult:
     done: int = 0  # checkpoints whose figures are complete
     stall_threshold: float = 0.0
     explode_factor: float = 10.0
+    spectral: bool = False  # read with weight spectra (alpha, stable rank)
 
     @property
     def order_sources(self) -> list[str]:
@@ -184,7 +206,7 @@ class SeriesResult:
         return {
             "checkpoints": [r.to_json() for r in self.checkpoints],
             "order": {"by": self.order_by, "sources": self.order_sources},
-            "tensors": [t.to_json() for t in self.tensors.values()],
+            "tensors": [t.to_json(self.spectral) for t in self.tensors.values()],
             "modules": [m.to_json() for m in _module_series(self)],
             "findings": [f.to_json(self.checkpoints) for f in self.findings],
             "thresholds": {"stall_threshold": self.stall_threshold, "explode_factor": self.explode_factor},
