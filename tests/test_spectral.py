@@ -341,3 +341,24 @@ def test_info_spectral_human_table(linear_model, capsys) -> None:
     lines = [line for line in table if line.startswith("0.weight ")]
     assert len(lines) == 1 and "200x300" in lines[0] and "exact" in lines[0] and "200/200" in lines[0]
     assert not [line for line in table if line.startswith("0.bias")]
+
+
+def test_info_spectral_analyses_weights_not_optimizer_moments(tmp_path, capsys, monkeypatch) -> None:
+    """Adam's moments have their weight's shape, but their spectrum judges nothing: no "spectral" key."""
+    from ckptview.cli import main
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Linear(16, 4))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(3, 12)).sum().backward()
+    opt.step()
+    path = tmp_path / "train.pt"
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path)
+    import sys
+
+    for terminal in (False, True):  # the streamed rows (a pipe) and the whole object (a terminal) alike
+        monkeypatch.setattr(sys.stdout, "isatty", lambda terminal=terminal: terminal)
+        assert main(["info", str(path), "--spectral", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        analysed = sorted(t["name"] for t in data["tensors"] if "spectral" in t)
+        assert analysed == ["model.0.weight", "model.1.weight"]

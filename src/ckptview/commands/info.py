@@ -84,10 +84,21 @@ def _tensor_items(ckpt: Checkpoint, stats: bool, spectral: bool = False,
                   only: set[str] | None = None) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
     stats_for = _stats_function(stats)
+    optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
     for entry in ckpt.tensors():
         if only is not None and entry.name not in only:
             continue
-        yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), spectral)
+        weight = spectral and not any(entry.path[:len(p)] == p for p in optimizer_state)
+        yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), weight)
+
+
+def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
+    """Where optimizer state sits: its moments have a weight's shape but no spectrum worth judging."""
+    if not _has_key(ckpt.root, "param_groups"):
+        return ()
+    from ckptview.core.analyze.optimizer import find_optimizers
+
+    return tuple((*opt.path, "state") for opt in find_optimizers(ckpt))
 
 
 def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], spectral: bool) -> dict[str, Any]:
@@ -156,9 +167,8 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool, spectral: bool = False) -> Iter
     """
     sharing = ckpt.sharing()
     stats_for = _stats_function(stats)
-    if spectral:
-        yield from (_dumps(_with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), True))
-                    for entry in ckpt.tensors())
+    if spectral:  # the rows of `_tensor_items`, which knows which tensors are weights
+        yield from (_dumps(item) for item in _tensor_items(ckpt, stats, spectral))
         return
     if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
         yield from read_ahead(_dumps(_tensor_item(ckpt, entry, sharing, stats_for)) for entry in ckpt.tensors())
