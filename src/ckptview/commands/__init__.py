@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gc
+from ckptview.core.perf import keep_out_of_collections
 
 # Set by the console script (`cli.entry`) for the commands whose process ends right after their output
 # (`info`, `diff`): what they built is then kept, out of the collector's view, instead of being freed
@@ -16,5 +16,5 @@ def keep_until_exit(*objects: object) -> bool:
     if not KEEP_UNTIL_EXIT:
         return False
     _kept.extend(objects)
-    gc.freeze()  # no collection walks them again; the exit frees nothing one by one
+    keep_out_of_collections()  # no collection walks them again; the exit frees nothing one by one
     return True
