@@ -26,3 +26,19 @@ def test_no_executing_loads_outside_the_trusted_worker():
         code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
         offenders += [f"{path.name}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
     assert offenders == []
+
+
+def test_the_window_package_holds_only_qt_code():
+    """Logic without Qt belongs to the core, where the command line can use it too."""
+    qt = re.compile(r"^\s*(from|import)\s+(PySide6|pyqtgraph|shiboken6)", re.M)
+    offenders = [p.name for p in (SRC / "gui").glob("*.py") if p.name != "__init__.py" and not qt.search(p.read_text())]
+    assert offenders == []
+
+
+def test_one_module_changes_the_collector():
+    """The process's collector state (freeze, disable, collect) is changed by core/perf.py, and on the GUI
+    thread by gui/gc_guard.py; everything else goes through them."""
+    pattern = re.compile(r"^\s*(import gc\b|from gc import)", re.M)
+    allowed = {SRC / "core" / "perf.py", SRC / "gui" / "gc_guard.py"}
+    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p not in allowed and pattern.search(p.read_text())]
+    assert offenders == []
