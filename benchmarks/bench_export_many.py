@@ -16,22 +16,10 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "_data")
-
-_MEASURE = r"""
-import json, resource, subprocess, sys, time
-t0 = time.perf_counter()
-proc = subprocess.run(json.loads(sys.argv[1]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-elapsed = time.perf_counter() - t0
-peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"seconds": elapsed, "peak_mb": peak_kb / 1024, "rc": proc.returncode,
-                  "stderr": proc.stderr.decode()[-300:]}))
-"""
+from common import DATA, measure
 
 
 def source(count: int) -> str:
@@ -51,9 +39,7 @@ def source(count: int) -> str:
 
 
 def run(cmd: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(cmd)], capture_output=True, text=True,
-                         check=True)
-    return json.loads(out.stdout)
+    return measure(cmd, repeat=1, check=False)
 
 
 def main() -> None:

@@ -17,12 +17,10 @@ import json
 import os
 import resource
 import struct
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "_data")
+from common import DATA, measure
 
 
 def _shard(path: str, keys: list[str]) -> None:
@@ -77,22 +75,11 @@ def real_folder(keys: int = 100_000) -> str:
     return folder
 
 
-_MEASURE = r"""
-import json, resource, subprocess, sys, time
-t0 = time.perf_counter()
-proc = subprocess.run(json.loads(sys.argv[1]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-elapsed = time.perf_counter() - t0
-peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"seconds": elapsed, "peak_mb": peak_kb / 1024, "rc": proc.returncode,
-                  "stderr": proc.stderr.decode()[-300:]}))
-"""
 
 
 def run(folder: str) -> dict:
     cmd = [sys.executable, "-m", "ckptview", "info", folder]
-    out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(cmd)], capture_output=True, text=True,
-                         check=True)
-    return json.loads(out.stdout)
+    return measure(cmd, repeat=1, check=False)
 
 
 def main() -> None:
