@@ -232,3 +232,29 @@ def test_torchvision_resnets_are_recognised_by_keys_and_shapes():
     assert arch.config == {"num_classes": 10, "in_channels": 3}
     tensors["layer1.0.conv3.weight"] = info(256, 64, 1, 1)  # a bottleneck with 2-2-2-2 blocks: no ResNet
     assert recognize("/nonexistent/weights.pth", tensors) is None
+
+
+def test_a_remote_model_folder_runs_from_its_config_and_weights_only(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("fsspec")
+    from tests.remote_server import RangeServer
+
+    torch.manual_seed(4)
+    config = transformers.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16)
+    root = tmp_path / "served"
+    folder = root / "bert"
+    transformers.BertModel(config).save_pretrained(folder)
+    (folder / "modeling_evil.py").write_text("raise SystemExit('never fetched, never run')\n")
+    (folder / "optimizer.bin").write_bytes(b"\0" * (1 << 20))  # not a model file: not downloaded
+    server = RangeServer(str(root))
+    try:
+        status, result, err = run_json(capsys, f"{server.url}/bert/")
+        fetched = {path.rsplit("/", 1)[-1] for path in server.counters.paths}
+    finally:
+        server.stop()
+    assert status == 0, err
+    assert result["architecture"] == {"library": "transformers", "class": "BertModel", "source": "config.json"}
+    assert {o["name"] for o in result["outputs"]} == {"last_hidden_state", "pooler_output"}
+    assert "modeling_evil.py" not in fetched and "optimizer.bin" not in fetched
+    assert {"config.json", "model.safetensors"} <= fetched

@@ -20,6 +20,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.files import is_url
 from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
+from ckptview.core.run.run_fetch import fetch
 from ckptview.core.run.run_inputs import InputSpec, guess_inputs, program_inputs
 from ckptview.core.run.run_json import ProtocolError
 from ckptview.core.run.run_process import (
@@ -62,7 +63,6 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
 # Path components of a pickled nn.Module's own state that a state_dict() key leaves out.
 _MODULE_INTERNALS = ("_modules", "_parameters", "_buffers")
 DEFAULT_TIMEOUT = 300.0
-FETCH_BLOCK = 16 << 20  # bytes per range read when a URL is downloaded to run it
 
 
 @dataclass
@@ -307,8 +307,9 @@ def run_iter(request: RunRequest, token: Cancellable | None = None
              ) -> Generator[Progress, None, RunResult]:
     """The forward-pass job as a core generator (for GUI workers): yields phases, returns the result.
 
-    A URL (PATH or the compare file) is downloaded first into a private folder removed afterwards: the
-    worker loads a local file, and checks that copy like any other before torch sees it.
+    A URL (PATH or the compare file) is downloaded first into a private folder removed afterwards (a model
+    folder: its config, tokenizer and weights): the worker loads local files, and checks them like any
+    other before torch sees them.
     """
     urls = [p for p in (request.path, request.compare_path) if p and is_url(p)]
     if not urls:
@@ -316,42 +317,10 @@ def run_iter(request: RunRequest, token: Cancellable | None = None
     with tempfile.TemporaryDirectory(prefix="ckptview-fetch-") as folder:
         local = {}
         for i, url in enumerate(urls):
-            local[url] = yield from _fetch(url, os.path.join(folder, str(i)), token)
+            local[url] = yield from fetch(url, os.path.join(folder, str(i)), token)
         request = dataclasses.replace(request, path=local.get(request.path, request.path),
                                       compare_path=local.get(request.compare_path or "", request.compare_path))
         return (yield from _run_local(request, token))
-
-
-def _fetch(url: str, folder: str, token: Cancellable | None) -> Generator[Progress, None, str]:
-    """Download `url` (one file) into `folder` in 16 MiB range reads; returns the local path."""
-    from ckptview.core.read.files import FileMap
-
-    os.makedirs(folder, mode=0o700)
-    fmap = FileMap(url)
-    try:
-        size = fmap.size
-        target = os.path.join(folder, os.path.basename(url.split("?", 1)[0].rstrip("/")) or "checkpoint")
-        block = bytearray(min(size, FETCH_BLOCK) or 1)
-        done = 0
-        with open(target, "wb") as out:
-            while done < size:
-                if token is not None and token.cancelled:
-                    raise RunError("cancelled", kind="cancelled")
-                view = memoryview(block)[: min(len(block), size - done)]
-                fmap.readinto(done, view)
-                out.write(view)
-                done += len(view)
-                yield Progress(done, size, f"downloading {shown_url(url)}")
-        return target
-    finally:
-        fmap.close()
-
-
-def shown_url(url: str) -> str:
-    """A URL as output may show it (no credentials, no query)."""
-    from ckptview.core.read.remote import shown
-
-    return str(shown(url))
 
 
 def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Progress, None, RunResult]:
