@@ -106,7 +106,7 @@ def test_clicking_a_row_draws_its_spectrum_and_reopening_is_immediate(qtbot, ckp
     np.testing.assert_allclose(sv.yData, s.singular_values, rtol=1e-12)
 
     passes = panel.analysis.spectral_passes
-    with qtbot.waitSignal(panel.tableReady, timeout=1_000):  # every spectrum cached: filled at once
+    with qtbot.waitSignal(panel.tableReady, timeout=30_000):  # every spectrum cached: no pass below
         panel.set_selection([module(ck, "enc")])
     flagged = sum(1 for e in ck.tensors() if e.name.startswith("enc.")
                   and len(e.info.shape) > 1 and spectrum(e.info).flags)
@@ -165,3 +165,28 @@ def test_in_the_window_the_panel_computes_when_shown(qtbot, ckpt) -> None:
         tab.show_panel("Spectrum")
     assert panel.column_texts(0) == ["enc.mlp.weight"]
     assert panel.figures.text().startswith("enc.mlp.weight: 120 x 80")
+
+
+def test_log_axes_label_their_ticks_apart_in_a_short_plot(qtbot, ckpt) -> None:
+    """At 1024x640 the ESD is about 120 px tall: pyqtgraph's own log axis drew its minor labels over each
+    other there; every labelled tick must sit at least a text line from the next."""
+    from ckptview.gui.log_axis import tick_font_metrics
+
+    ck, _path = ckpt
+    panel = SpectrumPanel()
+    qtbot.addWidget(panel)
+    panel.resize(480, 360)
+    panel.show()
+    with qtbot.waitSignals([panel.tableReady, panel.ready], timeout=60_000):
+        panel.set_selection([module(ck, "enc")])
+    for plot, side in ((panel.esd_plot, "left"), (panel.esd_plot, "bottom"), (panel.sv_plot, "left")):
+        axis = plot.getAxis(side)
+        (lo, hi) = plot.viewRange()[1 if side == "left" else 0]
+        size = axis.height() if side == "left" else axis.width()
+        ticks = [v for _spacing, values in axis.tickValues(lo, hi, size) for v in values]
+        assert ticks, side
+        pixels = sorted((v - lo) / (hi - lo) * size for v in ticks)
+        gap = tick_font_metrics(axis).height()
+        assert all(b - a >= gap for a, b in zip(pixels, pixels[1:], strict=False)), (side, pixels)
+        labels = axis.tickStrings(ticks, 1.0, 1.0)
+        assert len(set(labels)) == len(labels), labels

@@ -9,7 +9,7 @@ from html import escape
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from ckptview.core.analyze.histogram import Histogram, iter_tensor_histogram
@@ -18,6 +18,7 @@ from ckptview.core.analyze.series_cells import KIND_NAMES, VALUE, Cells
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.open import open_checkpoint
+from ckptview.gui.log_axis import LogTickAxis, tick_font_metrics
 from ckptview.gui.plots import palette_colors, style_plot
 
 HIST_BINS = 64
@@ -38,62 +39,6 @@ def _style(owner: QWidget, graphics: pg.GraphicsLayoutWidget, *plots: pg.PlotIte
         style_plot(plot, widget=owner)
 
 
-def _tick_font_metrics(axis: pg.AxisItem) -> QFontMetrics:
-    font = axis.style.get("tickFont") or QFont()
-    return QFontMetrics(font)
-
-
-def _nice_values(lo: float, hi: float, count: int) -> list[float]:
-    """About ``count`` round numbers (1, 2, 5 x 10^k apart) from ``lo`` to ``hi``."""
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
-        return [lo] if math.isfinite(lo) else []
-    raw = (hi - lo) / max(count, 1)
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    first = math.ceil(lo / step) * step
-    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
-
-
-class LogTickAxis(pg.AxisItem):
-    """A value axis whose log mode labels its ticks at every range: decades when two or more are in view,
-    else round values between them (pyqtgraph labels only the decades, so a range within one decade had
-    none); ticks are kept at least two text lines apart, so labels never overlap."""
-
-    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:  # noqa: N802,N803
-        if not self.logMode:
-            return super().tickValues(minVal, maxVal, size)
-        lo, hi = sorted((minVal, maxVal))
-        if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or size <= 0:
-            return []
-        gap = 2.0 * _tick_font_metrics(self).height()
-        most = max(2, int(size / gap))
-        decades = list(range(math.ceil(lo), math.floor(hi) + 1))
-        if len(decades) >= 2:
-            stride = math.ceil(len(decades) / most)
-            return [(float(stride), [float(d) for d in decades[::stride]])]
-        if hi - lo > math.log10(3):  # a wide part of a decade: 1, 2, 5 x 10^k spread evenly on a log axis
-            values = [m * 10.0 ** k for k in range(math.floor(lo), math.ceil(hi) + 1) for m in (1, 2, 5)
-                      if lo <= math.log10(m * 10.0 ** k) <= hi]
-        else:
-            values = [v for v in _nice_values(10 ** lo, 10 ** hi, most) if v > 0]
-        kept: list[float] = []
-        for v in values:  # linear values on a log axis crowd at the top: keep each a gap from the last
-            pos = math.log10(v)
-            if not kept or (pos - kept[-1]) / (hi - lo) * size >= gap:
-                kept.append(pos)
-        return [(0.0, kept)]
-
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
-        if not self.logMode:
-            return super().tickStrings(values, scale, spacing)
-        numbers = [10 ** v for v in values]
-        for digits in range(3, 10):  # as many significant digits as tell neighbouring ticks apart
-            out = [f"{x:.{digits}g}" for x in numbers]
-            if len(set(out)) == len(out):
-                return out
-        return out
-
-
 class LabelAxis(pg.AxisItem):
     """An axis naming rows or columns of an image (cell ``i`` spans [i, i+1)): as many labels as fit without
     overlapping, long ones elided at the start."""
@@ -111,13 +56,13 @@ class LabelAxis(pg.AxisItem):
 
     def _shown(self, label: str) -> str:
         # The end of a name tells tensors apart ("…conv1.weight.exp_avg"): elide its start.
-        return _tick_font_metrics(self).elidedText(label, Qt.TextElideMode.ElideLeft, self.max_width)
+        return tick_font_metrics(self).elidedText(label, Qt.TextElideMode.ElideLeft, self.max_width)
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:  # noqa: N802,N803
         n = len(self.labels)
         if not n or size <= 0:
             return []
-        fm = _tick_font_metrics(self)
+        fm = tick_font_metrics(self)
         if self.orientation in ("left", "right"):
             need = fm.height() + 2
         else:

@@ -16,6 +16,7 @@ from ckptview.core.analyze.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
 from ckptview.core.text import printable
+from ckptview.gui.log_axis import LogTickAxis
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.plots import palette_colors, style_plot
 from ckptview.gui.workers import JobSlot
@@ -135,10 +136,11 @@ class SpectrumPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground(palette_colors(self)[0])
-        self.esd_plot = self.graphics.addPlot()
+        self.esd_plot = self.graphics.addPlot(axisItems={"left": LogTickAxis("left"),
+                                                         "bottom": LogTickAxis("bottom")})
         style_plot(self.esd_plot, "eigenvalue of W^T W", "density", widget=self)
         self.esd_plot.setLogMode(x=True, y=True)
-        self.sv_plot = self.graphics.addPlot()
+        self.sv_plot = self.graphics.addPlot(axisItems={"left": LogTickAxis("left")})
         style_plot(self.sv_plot, "index", "singular value", widget=self)
         self.sv_plot.setLogMode(x=False, y=True)
         self.figures = QLabel("")
