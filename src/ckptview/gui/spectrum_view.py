@@ -16,7 +16,6 @@ from ckptview.core.analyze.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
 from ckptview.core.text import printable
-from ckptview.gui.log_axis import LogTickAxis
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.plots import palette_colors, style_plot
 from ckptview.gui.workers import JobSlot
@@ -122,6 +121,8 @@ class SpectrumPanel(QWidget):
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         import pyqtgraph as pg
+
+        from ckptview.gui.log_axis import LogTickAxis  # pyqtgraph: first needed here, not at launch
         super().__init__(parent)
         self.analysis = context.analysis if context is not None else Analysis()
         self.weights: list[tuple[str, TensorInfo]] = []
