@@ -23,6 +23,26 @@ def make_state_dict(path: str) -> str:
     return path
 
 
+def make_sharded_folder(folder) -> str:
+    """An HF sharded safetensors folder: two shards and their index (`folder` is created)."""
+    import json
+    import os
+
+    import torch
+    from safetensors.torch import save_file
+
+    os.makedirs(folder)
+    shards = {"model-00001-of-00002.safetensors": {"a.weight": torch.ones(2, 3)},
+              "model-00002-of-00002.safetensors": {"b.weight": torch.zeros(4)}}
+    weight_map = {}
+    for file, tensors in shards.items():
+        save_file(tensors, os.path.join(folder, file))
+        weight_map.update({name: file for name in tensors})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as fh:
+        json.dump({"metadata": {}, "weight_map": weight_map}, fh)
+    return str(folder)
+
+
 def wait_settled(qtbot, tab, timeout: int = 10_000) -> None:
     """Wait until a tab has finished opening (ready or error)."""
     qtbot.waitUntil(lambda: tab.state != "loading", timeout=timeout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from guihelpers import make_state_dict, wait_settled
+from guihelpers import make_sharded_folder, make_state_dict, wait_settled
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QFileOpenEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QWidget
@@ -359,20 +359,7 @@ def test_cancel_and_close_while_loading(qtbot, window, state_dict_file, tmp_path
 
 
 def test_shard_column_only_for_sharded_checkpoints(qtbot, window, tmp_path, state_dict_file):
-    import json
-
-    import torch
-    from safetensors.torch import save_file
-
-    folder = tmp_path / "sharded"
-    folder.mkdir()
-    shards = {"model-00001-of-00002.safetensors": {"a.weight": torch.ones(2, 3)},
-              "model-00002-of-00002.safetensors": {"b.weight": torch.zeros(4)}}
-    weight_map = {}
-    for file, tensors in shards.items():
-        save_file(tensors, folder / file)
-        weight_map.update({name: file for name in tensors})
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    folder = make_sharded_folder(tmp_path / "sharded")
     from ckptview.gui.tree_model import SHARD
 
     tab = open_one(qtbot, window, str(folder))

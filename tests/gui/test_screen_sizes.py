@@ -8,11 +8,9 @@ selected tensors gave two Statistics columns titled `weight`; the loss read `2.3
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from guihelpers import wait_settled
+from guihelpers import make_sharded_folder, wait_settled
 from PySide6.QtCore import QPoint, QRect, Qt
 from torch import nn
 
@@ -161,24 +159,16 @@ def test_two_selected_tensors_have_distinct_statistics_columns(qtbot, window, tr
 
 
 def test_shard_names_stay_distinct_in_a_narrow_column(qtbot, window, tmp_path):
-    from safetensors.torch import save_file
 
     from ckptview.gui.tree_model import SHARD
 
-    folder = tmp_path / "sharded"
-    folder.mkdir()
-    shards = {"model-00001-of-00002.safetensors": {"a.weight": torch.ones(2, 3)},
-              "model-00002-of-00002.safetensors": {"b.weight": torch.zeros(4)}}
-    weight_map = {}
-    for file, tensors in shards.items():
-        save_file(tensors, folder / file)
-        weight_map.update({name: file for name in tensors})
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    folder = make_sharded_folder(tmp_path / "sharded")
     tab = opened(qtbot, window, str(folder), (1024, 640))
     delegate = tab.tree.itemDelegateForColumn(SHARD)
     assert delegate is not None
     metrics = tab.tree.fontMetrics()
     width = tab.tree.columnWidth(SHARD)
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]  # make_sharded_folder's
     shown = {delegate.elided(name, metrics, width) for name in shards}
     assert len(shown) == 2, shown
     assert tab.select_name("a.weight")

@@ -154,18 +154,11 @@ def _torchvision_by_keys(tensors: dict[str, Any]) -> Architecture | None:
 def recognize_checkpoint(path: str) -> Architecture | None:
     """`recognize` for a checkpoint on disk, its keys read by the safe reader; ArchitectureRefused also when
     the architecture's library is not installed."""
-    from ckptview.core import open_checkpoint
-    from ckptview.core.errors import CheckpointError
-    from ckptview.core.run.runner import find_state_dict
+    from ckptview.core.run.runner import state_dict_tensors
 
-    try:
-        checkpoint = open_checkpoint(path)
-    except CheckpointError:
+    tensors = state_dict_tensors(path)
+    if tensors is None:
         return None
-    try:
-        _, tensors = find_state_dict(checkpoint)
-    finally:
-        checkpoint.close()
     arch = recognize(path, tensors)
     if arch is not None and (missing := missing_library(arch)):
         raise ArchitectureRefused(missing)

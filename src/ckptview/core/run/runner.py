@@ -285,22 +285,27 @@ def _overlap(keys: Iterable[str], model_set: set[str]) -> int:
     return sum(1 for k in keys if k in model_set)
 
 
+def state_dict_tensors(path: str, checkpoint: Any = None) -> dict[str, Any] | None:
+    """{state_dict key: TensorInfo} of the model weights at `path` (or of `checkpoint`, already open);
+    None when the file does not open. No torch, nothing from the file runs."""
+    if checkpoint is not None:
+        return find_state_dict(checkpoint)[1]
+    from ckptview.core import open_checkpoint
+
+    try:
+        checkpoint = open_checkpoint(path)
+    except CheckpointError:
+        return None
+    try:
+        return find_state_dict(checkpoint)[1]
+    finally:
+        checkpoint.close()
+
+
 def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
     """A guess at the input for a state dict from the first layer that takes it (`guess_inputs`; no torch)."""
-    own = checkpoint is None
-    if own:
-        from ckptview.core import open_checkpoint
-
-        try:
-            checkpoint = open_checkpoint(path)
-        except CheckpointError:
-            return None
-    try:
-        _, tensors = find_state_dict(checkpoint)
-        return guess_inputs([(name, tuple(info.shape)) for name, info in tensors.items()])
-    finally:
-        if own:
-            checkpoint.close()
+    tensors = state_dict_tensors(path, checkpoint)
+    return None if tensors is None else guess_inputs([(name, tuple(i.shape)) for name, i in tensors.items()])
 
 
 def run_iter(request: RunRequest, token: Cancellable | None = None
