@@ -16,10 +16,8 @@ def signal_while_writing(script: str, src: Path, out: Path, marker: Path, sig: i
     proc = subprocess.Popen([sys.executable, "-c", script, str(src), str(out), str(marker), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120  # far above normal: only a broken export gets near it
-        while not marker.exists():
+        while not marker.exists():  # a hung child is pytest-timeout's to stop; an exited one fails here
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "export never started writing"
             time.sleep(0.02)
         before_signal()
         proc.send_signal(sig)

@@ -48,8 +48,7 @@ def test_window_process_never_imports_torch(tmp_path):
         app = application()
         window = launch(parse_args([{path!r}, "--new-instance"]), Settings({str(tmp_path / "s.ini")!r}))
         tab = window.current_tab()
-        deadline = time.time() + 30
-        while tab.state == "loading" and time.time() < deadline:
+        while tab.state == "loading":  # the test's own timeout stops a hang
             app.processEvents()
             time.sleep(0.01)
         tab.select_name("decoder.embed.weight")
@@ -57,6 +56,6 @@ def test_window_process_never_imports_torch(tmp_path):
         print(tab.state, "torch" in sys.modules)
         window.close()
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=270)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-2:] == ["ready", "False"], result.stdout + result.stderr
