@@ -52,3 +52,33 @@ PYEOF
   $PY -m ckptview run "$work/llama" --device cuda:0 --json | tee "$OUT/run_llama_cuda.json"
   $PY -m pytest -q -p no:cacheprovider tests/test_run_architectures.py 2>&1 | tee "$OUT/architectures.txt"
 fi
+# 5. A Lightning .ckpt (issue 27) written by Lightning, run on cuda:0 by the user's class with init arguments
+#    from hyper_parameters (needs lightning; skipped without it).
+if $PY -c 'import lightning' 2>/dev/null; then
+  cat > "$work/lit.py" <<'PYEOF'
+import sys
+import torch
+import lightning as L
+
+
+class Net(L.LightningModule):
+    def __init__(self, hidden: int = 64):
+        super().__init__()
+        self.save_hyperparameters()
+        self.l1, self.l2 = torch.nn.Linear(20, hidden), torch.nn.Linear(hidden, 10)
+        self.example_input_array = torch.zeros(64, 20)
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x)))
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu")
+    trainer.strategy.connect(Net(hidden=96))
+    trainer.save_checkpoint(sys.argv[1])
+PYEOF
+  $PY "$work/lit.py" "$work/lit.ckpt" 2>/dev/null
+  $PY -m ckptview run "$work/lit.ckpt" --model "$work/lit.py:Net" --device "${LIT_DEVICE:-cuda:0}" --runs 100 \
+      --json | tee "$OUT/run_lightning_cuda.json"
+fi

@@ -89,7 +89,8 @@ def _remember_devices(devices: list[DeviceInfo]) -> None:
 SOURCE_WORDS = {runner.TORCHSCRIPT: "TorchScript archive: runs its own graph",
                 runner.EXPORT: "torch.export program (.pt2): runs its own graph",
                 runner.STATE_DICT: "state dict: give the model code below",
-                runner.PICKLE: "full-model pickle: running it imports code named in the file"}
+                runner.PICKLE: "full-model pickle: running it imports code named in the file",
+                runner.LIGHTNING: "Lightning checkpoint"}
 
 
 def _shown(found: list[str]) -> str:
@@ -320,6 +321,8 @@ class RunPanel(QWidget):
             self.source_label.setText(str(exc))
             return
         words = SOURCE_WORDS[self._source.kind]
+        if self._source.lightning is not None:
+            words = printable(lightning_words(self._source))  # its version and class come from the file
         self._arch, refused = self._architecture()
         if self._arch is not None:
             words = (f"state dict: {self._arch.describe()}, built by the installed library "
@@ -327,13 +330,13 @@ class RunPanel(QWidget):
         elif refused:
             words = f"state dict: {refused}"
         programs = self._source.programs
-        if programs:  # TorchScript code, an exported program, compiled libraries: asked once per file
+        if programs and self._source.kind != runner.LIGHTNING:  # TorchScript, .pt2 programs, libraries: asked once
             words += f"; loading it runs code from the file ({printable(_shown(programs))}), only if you trust it"
         found = [f for f in self._source.findings if f not in programs]
-        if found and self._source.kind != runner.PICKLE:
+        if found and self._source.kind not in (runner.PICKLE, runner.LIGHTNING):
             words += f"; its pickles name code ({printable(_shown(found))}): it runs only if you trust it"
         self.source_label.setText(words)
-        needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE)
+        needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE, runner.LIGHTNING)
         self.model_edit.setEnabled(needs_code)
         self.model_browse.setEnabled(needs_code)
         self.kwargs_edit.setEnabled(needs_code)
@@ -529,6 +532,17 @@ class RunPanel(QWidget):
                 self.table.setItem(row, col, QTableWidgetItem(printable(text)))
         self.table.resizeColumnsToContents()
         self.runFinished.emit(result)
+
+
+def lightning_words(source: runner.SourceInfo) -> str:
+    """The Model line of a Lightning checkpoint: the class the file names and that importing it needs consent."""
+    lightning = source.lightning
+    assert lightning is not None
+    if not lightning.class_path:
+        return (f"Lightning {lightning.version} checkpoint naming no LightningModule class: give it in the Model "
+                f"code field (its init arguments come from hyper_parameters)")
+    return (f"Lightning checkpoint: {lightning.describe()}; importing that class runs code chosen by the file, "
+            f"only if you trust it (Run asks), or give your own class in the Model code field")
 
 
 def summary_text(result: RunResult) -> str:

@@ -18,7 +18,7 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
     req = job.request
     path = req["compare_path"]
     source = req.get("source")
-    if source in ("state_dict", "library"):
+    if source in ("state_dict", "library", "lightning"):
         second = model  # the same architecture (called by keyword where the first run was)
         load = load_weights(getattr(model, "module", model), path, device)
     elif source in ("torchscript", "export"):

@@ -145,7 +145,9 @@ def make_inputs(req: dict[str, Any], model: Any, device: str) -> tuple[list[Any]
     specs = [InputSpec.from_json(s) for s in req["inputs"]] if req.get("inputs") else None
     if specs is None and req.get("source") in ("torchscript", "export"):
         specs, origin = graph_inputs(model, req["source"]), "graph"
-    if specs is None and req.get("source") in ("state_dict", "pickle"):
+    if specs is None and req.get("source") == "lightning":
+        specs, origin = example_inputs(model), "example_input_array"
+    if specs is None and req.get("source") in ("state_dict", "pickle", "lightning"):
         specs, origin = _guess_from_module(model), "guessed from the first layer"
     if not specs:
         raise WorkerError("no input shape: pass --input-shape, e.g. 2,20 (the model does not declare one)",
@@ -155,6 +157,22 @@ def make_inputs(req: dict[str, Any], model: Any, device: str) -> tuple[list[Any]
                for i, s in enumerate(specs)]
     return tensors, [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=origin, fill=s.fill,
                                  low=s.low, high=s.high, spec=s.text()) for s in specs]
+
+
+def example_inputs(model: Any) -> list[InputSpec] | None:
+    """Shapes and dtypes of a LightningModule's `example_input_array` (a tensor or a tuple of them), if set."""
+    import torch
+
+    try:
+        example = getattr(model, "example_input_array", None)
+    except Exception:  # noqa: BLE001 - a property of the user's class that fails: guess instead
+        return None
+    tensors = [example] if isinstance(example, torch.Tensor) else list(example) \
+        if isinstance(example, (tuple, list)) else []
+    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None
+    return [InputSpec(shape=tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."),
+                      fill=_default_fill(str(t.dtype))) for t in tensors]
 
 
 # numpy's names for arrays saved without names (np.savez(f, a, b)): those stay positional.

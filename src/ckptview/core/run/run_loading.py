@@ -37,6 +37,10 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
         return model, report
     if source == "library":
         return load_library_model(job, path, device)
+    if source == "lightning":
+        from ckptview.core.run.run_lightning import load_lightning_model
+
+        return load_lightning_model(job, path, device)
     raise WorkerError(f"unknown model source '{source}'", kind="protocol")
 
 

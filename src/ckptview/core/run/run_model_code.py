@@ -73,8 +73,22 @@ def build_user_model(spec: str, kwargs: dict[str, Any], caller_dir: str | None =
     While the user's module is imported, its folder (the file's, or for a module spec the caller's
     folder when the module is found there) answers the imports nothing installed answers.
     """
+    return call_user_model(spec, import_user_object(spec, caller_dir), kwargs)
+
+
+def call_user_model(spec: str, factory: Any, kwargs: dict[str, Any]) -> Any:
+    """`factory(**kwargs)`, checked to be an nn.Module, in eval mode."""
     import torch
 
+    model = factory(**kwargs)
+    if not isinstance(model, torch.nn.Module):
+        raise WorkerError(f"model spec '{spec}' returned a {type(model).__name__}, not an nn.Module",
+                          kind="input")
+    return model.eval()
+
+
+def import_user_object(spec: str, caller_dir: str | None = None) -> Any:
+    """The object a `package.module:factory` or `path/file.py:Name` spec names (its module imported)."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise WorkerError(f"model spec '{spec}' must be package.module:factory or path/to/file.py:ClassName",
@@ -102,10 +116,4 @@ def build_user_model(spec: str, kwargs: dict[str, Any], caller_dir: str | None =
         if not hasattr(obj, part):
             raise WorkerError(f"model spec '{spec}': {target} has no '{attr}'", kind="input")
         obj = getattr(obj, part)
-    model = obj(**kwargs)
-    if not isinstance(model, torch.nn.Module):
-        raise WorkerError(f"model spec '{spec}' returned a {type(model).__name__}, not an nn.Module",
-                          kind="input")
-    return model.eval()
-
-
+    return obj

@@ -6,7 +6,7 @@ from ckptview.core.run.run_process import RunError
 from ckptview.core.run.run_result import LoadReport, RunResult
 
 # Source kinds whose weights come from the checkpoint into a model built without them (runner's names).
-_LOADS_WEIGHTS = ("state_dict", "library")
+_LOADS_WEIGHTS = ("state_dict", "library", "lightning")
 
 MAX_NAMED = 5
 

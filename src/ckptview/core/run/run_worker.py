@@ -161,7 +161,8 @@ def run_job(job: Job) -> RunResult:
                      inputs=input_report, outputs=outputs, other_outputs=others,
                      latency_ms=Latency.from_times(times, warmup), peak_memory_bytes=peak,
                      peak_memory_kind=peak_kind, torch_version=torch.__version__,
-                     worker_seconds=time.perf_counter() - started, compare=compare, next_tokens=tokens)
+                     worker_seconds=time.perf_counter() - started, compare=compare, next_tokens=tokens,
+                     architecture=job.report.get("architecture"))
 
 
 def _check_device(name: str) -> str:

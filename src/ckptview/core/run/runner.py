@@ -20,6 +20,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.files import is_url
 from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
+from ckptview.core.run.lightning import LightningCheckpoint, LightningRefused, recognize_lightning
 from ckptview.core.run.run_fetch import fetch
 from ckptview.core.run.run_inputs import InputSpec, guess_inputs, program_inputs
 from ckptview.core.run.run_json import ProtocolError
@@ -55,6 +56,8 @@ __all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STD
 TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"
 # A state dict whose architecture an installed library knows (config.json, or keys and shapes): no code needed.
 LIBRARY = "library"
+# A Lightning .ckpt: the LightningModule its file names (consent) or the user gives, built from hyper_parameters.
+LIGHTNING = "lightning"
 # Keys under which training checkpoints keep the model's weights (Lightning, common scripts, HF trainers).
 STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "module", "net", "network",
                    "weights", "params", "ema_state_dict")
@@ -119,6 +122,7 @@ class SourceInfo:
     format: str = ""
     findings: list[str] = field(default_factory=list)  # what torch would run (census findings); []: no consent
     programs: list[str] = field(default_factory=list)  # the findings that are code from the file
+    lightning: LightningCheckpoint | None = None  # a Lightning .ckpt's class path and hyper-parameters
 
 
 GRAPH_FORMATS = {"torchscript": TORCHSCRIPT, "torch-export": EXPORT}
@@ -140,6 +144,10 @@ def classify_source(path: str, model: str | None = None, checkpoint: Any = None)
         kind = GRAPH_FORMATS.get(checkpoint.format)
         unsafe = list(checkpoint.unsafe_globals)
         if kind is None:
+            lightning = _lightning(checkpoint, path)
+            if lightning is not None:  # the class the file names is code it chooses: consent, unless --model
+                named = [lightning.class_path] if lightning.class_path and not model else []
+                return SourceInfo(LIGHTNING, unsafe, checkpoint.format, named, list(named), lightning)
             if model or not unsafe:
                 return SourceInfo(STATE_DICT, unsafe, checkpoint.format)
             kind = PICKLE
@@ -151,6 +159,13 @@ def classify_source(path: str, model: str | None = None, checkpoint: Any = None)
     finally:
         if own:
             checkpoint.close()
+
+
+def _lightning(checkpoint: Any, path: str) -> LightningCheckpoint | None:
+    try:
+        return recognize_lightning(checkpoint, path)
+    except LightningRefused as exc:
+        raise RunError(str(exc), kind="refused") from None
 
 
 def _census(path: str, torchscript: bool = False) -> Any:
@@ -172,6 +187,12 @@ _KIND_WORDS = {TORCHSCRIPT: "TorchScript archive", EXPORT: ".pt2 program", PICKL
 
 def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
     """Refuse (RunError 'refused') what needs consent or code the user has not given."""
+    if source.lightning is not None:
+        if not source.lightning.class_path and not has_model:
+            raise RunError(source.lightning.no_class_line(), kind="refused")
+        if source.findings and not trust:
+            raise RunError(source.lightning.consent_line(), kind="refused")
+        return
     if source.kind == STATE_DICT and not has_model:
         raise RunError("this file is a state dict (weights only) and no installed library names its "
                        "architecture (no config.json beside it): give the model code with "
@@ -206,7 +227,7 @@ def _names(found: list[str]) -> str:
 
 def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
     """What the worker does with the second checkpoint: None when it is read by the safe reader only."""
-    if not path or main.kind == STATE_DICT:
+    if not path or main.kind in (STATE_DICT, LIGHTNING):
         return None  # its weights go through the same gated state-dict loader as the main file's
     if not os.path.exists(path):
         raise RunError(f"no such file: {path}", kind="input")
@@ -352,6 +373,8 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
                           "compare": second_consent if request.trust_compare else None}
     if arch is not None:
         payload.update(arch.payload(with_inputs=request.inputs is None and not request.input_file))
+    if source.lightning is not None:
+        payload["lightning"] = source.lightning.payload()
     data = yield from execute(payload, request.timeout, token)
     try:
         result = RunResult.from_json(data)
