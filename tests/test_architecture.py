@@ -42,3 +42,15 @@ def test_one_module_changes_the_collector():
     allowed = {SRC / "core" / "perf.py", SRC / "gui" / "gc_guard.py"}
     offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p not in allowed and pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_tabs_reach_their_window_only_through_its_typed_interface():
+    """A checkpoint tab asks its window through `TabHost` (gui/tab_host.py), whose members mypy checks
+    against MainWindow; a getattr on the window would be a member nobody declared."""
+    pattern = re.compile(r"\b(getattr|hasattr)\(\s*(self\.)?_?(window_?|host)\s*,")
+    offenders = []
+    for path in (SRC / "gui").glob("*.py"):
+        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
+        offenders += [f"{path.name}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
+    assert offenders == []

@@ -49,7 +49,7 @@ def test_100k_tensors_stay_responsive(qtbot, window):
     t_group, opened = timed(prepare, checkpoint)  # runs in the worker when opening a real file
     tab = CheckpointTab(checkpoint.path, window=window)
     window.add_tab(tab, "big.pth")
-    t_build, _ = timed(tab._on_opened, opened)
+    t_build, _ = timed(tab.opener.accept, opened)  # as the opening worker hands it over
     assert tab.state == "ready"
     times = {}
     for text, expected in (("q_proj", LAYERS), ("layers.99*.norm.*", 2 * 111), ("256x64", LAYERS),
@@ -84,4 +84,4 @@ def test_100k_tensors_stay_responsive(qtbot, window):
         assert tab.side_tabs.widget(1).objectName() == "panelPlaceholder"
         tab.side_tabs.setCurrentIndex(1)
         assert tab.side_tabs.widget(1).objectName() != "panelPlaceholder"
-        assert tab.panel(tab.side_tabs.tabText(1)) in tab.panel_widgets and tab.side_tabs.currentIndex() == 1
+        assert tab.panel(tab.side_tabs.tabText(1)) in tab.side_panels.widgets and tab.side_tabs.currentIndex() == 1

@@ -34,10 +34,10 @@ def _pile_up_young_objects() -> list:
 
 
 def test_no_collection_while_a_tab_opens_its_file(qtbot, window, tmp_path, monkeypatch, collections):
-    import ckptview.gui.checkpoint_tab as checkpoint_tab
+    import ckptview.gui.tab_opener as tab_opener
     from ckptview.gui import gc_guard
 
-    real = checkpoint_tab.open_and_prepare
+    real = tab_opener.open_and_prepare
     inside, release = threading.Event(), threading.Event()
 
     def slow_open(path, header_limit=None):
@@ -46,7 +46,7 @@ def test_no_collection_while_a_tab_opens_its_file(qtbot, window, tmp_path, monke
         assert release.wait(60)
         return opened
 
-    monkeypatch.setattr(checkpoint_tab, "open_and_prepare", slow_open)
+    monkeypatch.setattr(tab_opener, "open_and_prepare", slow_open)
     (tab,) = window.open_paths([make_state_dict(str(tmp_path / "model.pth"))])
     assert inside.wait(60)
     young = _pile_up_young_objects()

@@ -116,7 +116,7 @@ def test_no_string_from_the_file_reaches_qt_whole(qtbot, window, settings, tmp_p
         QApplication.processEvents()
     wait_for_workers(60_000)  # what the panels read in workers (the Training card's facts) is shown too
     QApplication.processEvents()
-    tab.copy_text(huge)  # the context menu's "Copy name": the status bar says what was copied
+    tab.tree.copy_text(huge)  # the context menu's "Copy name": the status bar says what was copied
     assert QApplication.clipboard().text() == huge
     texts = shown_texts(window)
     too_long = sorted({re.sub(r"\d+$", "", where) for where, text in texts.items() if len(text) > BOUND})

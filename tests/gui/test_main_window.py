@@ -207,7 +207,7 @@ def test_detail_panel_and_sharing_links(qtbot, window, state_dict_file):
 def test_context_menu_copies_name_and_shape(qtbot, window, state_dict_file):
     tab = open_one(qtbot, window, state_dict_file)
     tab.select_name("encoder.layers.10.mlp.fc.weight")
-    menu = tab.build_context_menu(tab.tree.currentIndex())
+    menu = tab.tree.build_context_menu(tab.tree.currentIndex())
     actions = {a.text(): a for a in menu.actions()}
     actions["Copy name"].trigger()
     assert QGuiApplication.clipboard().text() == "encoder.layers.10.mlp.fc.weight"
@@ -378,11 +378,11 @@ def test_a_banner_of_warnings_only_shows_quotes_not_entities(qtbot) -> None:
     from PySide6.QtWidgets import QLabel
 
     from ckptview.core.model import Checkpoint, Node
-    from ckptview.gui.checkpoint_tab import _safety_banner
+    from ckptview.gui.tab_pages import safety_banner
 
     ckpt = Checkpoint(path="/x/it's.pth", format="torch-zip", file_size=0, root=Node(key="", kind="dict"))
     ckpt.warnings.append("tensor 'enc.w' is broken: <shape larger than storage> & more")
-    frame = _safety_banner(ckpt)
+    frame = safety_banner(ckpt)
     qtbot.addWidget(frame)
     label = frame.findChild(QLabel, "bannerText")
     assert label.textFormat() == Qt.TextFormat.RichText

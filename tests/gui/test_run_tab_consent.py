@@ -59,12 +59,12 @@ def test_the_window_shows_a_compiled_library_as_native_code(qtbot, tmp_path) -> 
     from PySide6.QtWidgets import QLabel
 
     from ckptview.core import open_checkpoint
-    from ckptview.gui.checkpoint_tab import _safety_banner
+    from ckptview.gui.tab_pages import safety_banner
 
     path, marker, _ = _hostile("aoti", tmp_path)
     checkpoint = open_checkpoint(path)
     try:
-        banner = _safety_banner(checkpoint)
+        banner = safety_banner(checkpoint)
         assert banner is not None
         qtbot.addWidget(banner)
         text = " ".join(label.text() for label in banner.findChildren(QLabel))

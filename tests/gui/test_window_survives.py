@@ -46,7 +46,7 @@ def select(tab: CheckpointTab, name: str) -> None:
 
 def keeps_state(tab: CheckpointTab, name: str) -> None:
     """`tab` is still open, ready, without a changed bar, with `name` selected."""
-    assert tab.state == "ready" and not tab.changed_text
+    assert tab.state == "ready" and not tab.changed_bar.changed_text
     assert tab.changed_bar.isHidden()  # (isVisible is False for any tab in the background)
     assert [r.name for r in tab.selected_rows()] == [name]
 
@@ -156,9 +156,9 @@ def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, ot
     settle_reads(qtbot)  # a read in flight while the file is rewritten faults until the core checks it
     _resave(path, new=__import__("torch").zeros(5))  # a training loop saving over the same path
     window.poll_files()
-    assert tab.changed_text and tab.changed_bar.isVisible()
-    assert "changed on disk" in tab.changed_label.text()
-    assert "size" in tab.changed_label.text() or "rewritten" in tab.changed_label.text()
+    assert tab.changed_bar.changed_text and tab.changed_bar.isVisible()
+    assert "changed on disk" in tab.changed_bar.label.text()
+    assert "size" in tab.changed_bar.label.text() or "rewritten" in tab.changed_bar.label.text()
     assert tab.changed_bar.findChild(QPushButton, "reloadButton").text() == "Reload"
     keeps_state(other, "decoder.embed.weight")  # polled too, but its file did not change
 
@@ -167,7 +167,7 @@ def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, ot
     window.tabs.setCurrentWidget(tab)
     window.reload_action.trigger()
     wait_settled(qtbot, tab)
-    assert tab.state == "ready" and not tab.changed_text and not tab.changed_bar.isVisible()
+    assert tab.state == "ready" and not tab.changed_bar.changed_text and not tab.changed_bar.isVisible()
     assert [r.name for r in tab.selected_rows()] == ["encoder.layers.0.attn.q_proj.weight"]
     assert "4 × 4" in tab.detail.toPlainText()  # the new file's shape, not the old 8 × 16
     assert tab.model.index_of(find_row(tab.top, "new")).isValid()
@@ -190,7 +190,7 @@ def test_selecting_after_the_file_shrank_shows_the_bar_instead_of_reading(qtbot,
     settle_reads(qtbot)  # no event runs between the truncation and select(): nothing reads meanwhile
     os.truncate(path, 1000)  # pages past the new end now fault when touched
     select(tab, "b.weight")
-    assert tab.changed_bar.isVisible() and "size" in tab.changed_label.text()
+    assert tab.changed_bar.isVisible() and "size" in tab.changed_bar.label.text()
     assert wait_for_workers(60_000)
     qtbot.wait(10)
     assert window.isVisible() and tab.state == "ready"
@@ -209,8 +209,8 @@ def test_deleted_and_replaced_files_show_the_bar(qtbot, window, other, tmp_path)
     for tab in (gone, replaced):
         window.tabs.setCurrentWidget(tab)  # switching to a tab checks its file at once
         assert tab.changed_bar.isVisible(), tab.path
-    assert "deleted" in gone.changed_label.text()
-    assert "replaced" in replaced.changed_label.text()
+    assert "deleted" in gone.changed_bar.label.text()
+    assert "replaced" in replaced.changed_bar.label.text()
     gone.reload()  # the file is gone: the tab says so in place, nothing else changes
     wait_settled(qtbot, gone)
     assert gone.state == "error" and "no such file" in gone.error_text
@@ -229,7 +229,7 @@ def test_a_worker_that_finds_the_file_changed_offers_the_reload(qtbot, window, o
     with qtbot.waitSignal(worker.signals.errored, timeout=20_000):
         worker.start()
     qtbot.waitUntil(lambda: tab.changed_bar.isVisible(), timeout=20_000)
-    assert "changed on disk" in tab.changed_label.text()
+    assert "changed on disk" in tab.changed_bar.label.text()
     keeps_state(other, "decoder.embed.weight")
 
     # The core may name the file through a symlink, or a shard inside a folder checkpoint.
@@ -242,7 +242,7 @@ def test_a_worker_that_finds_the_file_changed_offers_the_reload(qtbot, window, o
     worker = GeneratorWorker(read_through_link)
     with qtbot.waitSignal(worker.signals.errored, timeout=20_000):
         worker.start()
-    qtbot.waitUntil(lambda: bool(other.changed_text), timeout=20_000)
+    qtbot.waitUntil(lambda: bool(other.changed_bar.changed_text), timeout=20_000)
     assert not other.changed_bar.isHidden()  # shown as soon as its tab is (it is in the background now)
 
 
@@ -250,12 +250,12 @@ def test_a_worker_that_finds_the_file_changed_offers_the_reload(qtbot, window, o
                                    CheckpointFormatError("truncated zip: central directory missing"),
                                    OSError(5, "Input/output error"), RuntimeError("reader bug")])
 def test_any_error_from_the_opening_worker_stays_in_its_tab(qtbot, window, other, tmp_path, monkeypatch, error):
-    import ckptview.gui.checkpoint_tab as checkpoint_tab
+    import ckptview.gui.tab_opener as tab_opener
 
     def failing(path, header_limit=None):
         raise error
 
-    monkeypatch.setattr(checkpoint_tab, "open_and_prepare", failing)
+    monkeypatch.setattr(tab_opener, "open_and_prepare", failing)
     (tab,) = window.open_paths([make_state_dict(str(tmp_path / "model.pth"))])
     wait_settled(qtbot, tab)
     assert tab.state == "error" and tab.error_label.text() == tab.error_text
@@ -343,7 +343,7 @@ def test_closing_a_tab_waiting_for_its_build_releases_its_file(qtbot, window, tm
     qtbot.waitUntil(lambda: tab_a.build_pending, timeout=20_000)
     assert tab_a.state == "loading"
     closed = []
-    tab_a._opened.checkpoint.close = lambda: closed.append(True)
+    tab_a.opener.pending.checkpoint.close = lambda: closed.append(True)
     window.close_tab(window.tabs.indexOf(tab_a))
     assert closed == [True]
     wait_settled(qtbot, tab_b)

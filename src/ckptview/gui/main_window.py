@@ -30,6 +30,7 @@ from ckptview.gui import panels
 from ckptview.gui.checkpoint_tab import CheckpointTab
 from ckptview.gui.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.settings import Settings
+from ckptview.gui.tab_host import TabHost
 from ckptview.gui.workers import file_events
 from ckptview.resources import resource_path
 
@@ -246,7 +247,8 @@ class MainWindow(QMainWindow):
                 self.tabs.setCurrentWidget(existing)
                 opened.append(existing)
                 continue
-            tab = CheckpointTab(path, window=self)
+            host: TabHost = self  # mypy checks here that the window gives a tab what it needs
+            tab = CheckpointTab(path, window=host)
             tab.status_message.connect(lambda text, tab=tab: self._on_tab_status(tab, text))
             tab.loaded.connect(lambda tab=tab: self._on_tab_loaded(tab))
             tab.failed.connect(lambda _text, tab=tab: self._on_tab_failed(tab))
@@ -422,6 +424,16 @@ class MainWindow(QMainWindow):
         """The nodes selected in the current tab's tree."""
         tab = self.current_tab()
         return tab.selected_nodes() if tab is not None else []
+
+    def is_current(self, widget: QWidget) -> bool:
+        """True when `widget` is the main tab the user sees (`TabHost`)."""
+        return self.tabs.currentWidget() is widget
+
+    def close_page(self, widget: QWidget) -> None:
+        """Close the main tab holding `widget`, if one does (`TabHost`: a tab's own Close button)."""
+        index = self.tabs.indexOf(widget)
+        if index >= 0:
+            self.close_tab(index)
 
     def close_tab(self, index: int) -> None:
         """Close the tab at `index` and release its file."""

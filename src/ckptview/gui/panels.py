@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
     from ckptview.core.model import Checkpoint
-    from ckptview.gui.main_window import MainWindow
+    from ckptview.gui.tab_host import TabHost
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class CheckpointContext:
 
     checkpoint: Checkpoint
     path: str
-    window: MainWindow | None = None
+    window: TabHost | None = None  # the window the tab is in (None outside one)
     # Select the tree row of the tensor/value called `name` (contract name, e.g. "model.fc.weight").
     select_name: Callable[[str], object] = field(default=lambda name: None)
     # Show a transient message in the status bar.

@@ -77,7 +77,7 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
         tab = window.current_tab()
         assert tab is not None  # launched with a path: its tab is open
         opened_at = time.perf_counter()
-        worker = tab._worker  # noqa: SLF001 (measuring: when the worker hands its result over)
+        worker = tab.opener.worker  # measuring: when the worker hands its result over
         if worker is not None:  # a direct connection: runs in the worker as it emits, before the GUI sees it
             worker.signals.returned.connect(lambda *_: marks.setdefault("handed", time.perf_counter()),
                                             Qt.ConnectionType.DirectConnection)
