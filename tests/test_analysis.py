@@ -195,3 +195,35 @@ def test_an_expanded_tensor_is_read_as_what_it_stores(tmp_path, monkeypatch) -> 
         assert sum(read) == 6  # the six stored values, not the 30,000 the tensor declares
     finally:
         ck.close()
+
+
+def test_heat_maps_come_from_the_analysis_computed_once_per_tensor_and_axis(ckpt, monkeypatch) -> None:
+    from ckptview.core.analyze import analysis as analysis_module
+    from ckptview.core.analyze.heatmap import iter_tensor_heatmap
+
+    ck, ref = ckpt
+    analysis = Analysis()
+    info = info_of(ck, "w")
+    first = run_job(analysis.matrix_preview(info, 0))
+    assert np.array_equal(first.image, run_job(iter_tensor_heatmap(info, 0)).image)
+    assert first.matrix_shape == tuple(ref["w"].shape) and np.array_equal(first.image, ref["w"].double().numpy())
+    assert run_job(analysis.matrix_preview(info, 0)) is first and analysis.heatmap_passes == 1
+    by_columns = run_job(analysis.matrix_preview(info, 1))  # another axis: another picture
+    assert np.array_equal(by_columns.image, ref["w"].double().numpy().T) and analysis.heatmap_passes == 2
+    monkeypatch.setattr(analysis_module, "KEEP_HEATMAPS", 2)  # only the last few are kept
+    h = info_of(ck, "h")
+    run_job(analysis.matrix_preview(h, 0))
+    assert analysis.cached_matrix_preview(info, 0) is None and analysis.cached_matrix_preview(h, 0) is not None
+
+
+def test_values_pages_read_only_their_bytes_and_equal_torch(ckpt) -> None:
+    from ckptview.core.read.slicing import SliceError
+
+    ck, ref = ckpt
+    analysis = Analysis()
+    view = analysis.values_slice(info_of(ck, "w"), "[10:, :]")
+    assert view.shape == (290, 70)
+    page = analysis.values_page(view, slice(5, 9), slice(60, 70))
+    assert np.array_equal(page, ref["w"][15:19, 60:70].numpy())
+    with pytest.raises(SliceError):
+        analysis.values_slice(info_of(ck, "w"), "[0, 0, 0]")

@@ -252,19 +252,18 @@ def test_checkpoint_resaved_while_the_tab_reads_it_is_reported_and_the_rest_show
     run = tmp_path / "run"
     shutil.copytree(run_folder, run)
     victim = str(run / "step_30.pt")
-    real_open = series_mod.open_checkpoint
-    opened: list[str] = []
+    real_entries = series_mod.series_entries
+    listed: list[str] = []
 
-    def opening(path):
-        ckpt = real_open(path)
-        opened.append(path)
-        if path == victim and opened.count(path) == 2:  # the worker opened it to read its values
+    def listing(ckpt):
+        listed.append(ckpt.path)
+        if ckpt.path == victim and listed.count(victim) == 2:  # planned; now the worker reads its values
             with open(victim, "r+b") as fh:
                 fh.truncate(0)
             torch.save({"step": 30, "w": torch.ones(3)}, victim)
-        return ckpt
+        return real_entries(ckpt)
 
-    monkeypatch.setattr(series_mod, "open_checkpoint", opening)
+    monkeypatch.setattr(series_mod, "series_entries", listing)
     tab = open_tab(qtbot, [run])
     assert tab.state == "ready"
     texts_ = [tab.findings_list.item(i).text() for i in range(tab.findings_list.count())]

@@ -99,7 +99,7 @@ def test_a_huge_header_asks_and_reports_progress_when_read(qtbot, owner, tmp_pat
     assert steps and all(isinstance(s, Progress) for s in steps)
     opened = opener.take()
     assert opened is not None and opened.top.tensors == 200
-    opened.checkpoint.close()
+    opened.release()
 
 
 def test_abandoned_results_are_released_never_handed_over(qtbot, owner, tmp_path, monkeypatch):
@@ -134,7 +134,8 @@ def test_abandoned_results_are_released_never_handed_over(qtbot, owner, tmp_path
     pending = opener.pending
     assert pending is not None
     released: list[bool] = []
-    pending.checkpoint.close = lambda: released.append(True)
+    real_release = pending.release
+    pending.release = lambda: (released.append(True), real_release())  # type: ignore[method-assign]
     opener.close()
     assert released == [True] and opener.pending is None
     opener.accept(pending)  # a result queued before the close: released again, not shown

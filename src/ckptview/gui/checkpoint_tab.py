@@ -121,6 +121,7 @@ class CheckpointTab(QWidget):
         if opened is None:
             return
         self.checkpoint, self.top = opened.checkpoint, opened.top
+        self._release_checkpoint = opened.held.release  # the window's workspace may share it: released, not closed
         try:
             self._build_ready_page(opened)
         except Exception as exc:  # a bug in a view must not take the other tabs down
@@ -247,7 +248,7 @@ class CheckpointTab(QWidget):
         self.detail.tensor_link_activated.connect(self.select_name)
         self.context = panels.CheckpointContext(
             checkpoint=checkpoint, path=self.path, window=self._window,
-            select_name=self.select_name, show_status=self.status_message.emit)
+            select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis)
         # A tab in the background, or a huge checkpoint, builds its panels later (see SidePanels).
         eager = top.tensors <= LAZY_PANELS_ABOVE and (self.isVisible() or self.host.is_current(self))
         self.side_panels = SidePanels(self.detail, self.context, eager, lambda: entries_of(self.selected_rows()),
@@ -360,4 +361,4 @@ class CheckpointTab(QWidget):
         for stop in stops:  # the filter's job and the panels' jobs
             stop()
         if self.checkpoint is not None:
-            self.checkpoint.close()
+            self._release_checkpoint()

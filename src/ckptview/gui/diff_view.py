@@ -1,9 +1,11 @@
 """The comparison tab: summary, a sortable filterable table, relative change per tensor, overlaid histograms.
 
 Ways in (registered at import, see :mod:`ckptview.gui.panels`): ``ckptview --diff A B``, Tools > Compare
-With… (the current tab against a file) and Tools > Compare Two Open Tabs…. The view opens its own
-copies of both files (metadata only), so closing a checkpoint tab never pulls the bytes from under a
-running comparison. All reading and arithmetic runs in workers (``ckptview.core.analyze.diff``).
+With… (the current tab against a file) and Tools > Compare Two Open Tabs…. The view holds both files
+through the window's workspace (:mod:`ckptview.core.analyze.workspace`): a file open in a tab and unchanged
+is not opened again, and closing that tab leaves the comparison's hold. A tensor's statistics come from its
+checkpoint's Analysis, shared with the tab. All reading and arithmetic runs in workers
+(``ckptview.core.analyze.diff``).
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ckptview.core.analyze.workspace import Lease, Workspace, window_workspace
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 from ckptview.core.perf import keep_out_of_collections
-from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.gui import panels
 from ckptview.gui.job_header import job_header
@@ -57,6 +59,7 @@ from ckptview.gui.workers import JobSlot
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
 
+    from ckptview.core.analyze.analysis import Analysis
     from ckptview.core.analyze.diff import DiffResult, TensorDiff
     from ckptview.core.analyze.histogram import Histogram
 
@@ -248,22 +251,25 @@ class DiffTableModel(QAbstractTableModel):
 
 @dataclass(frozen=True)
 class DiffPlanned:
-    """The comparison's plan (statuses known, figures pending) and the two checkpoints it opened."""
+    """The comparison's plan (statuses known, figures pending) and its holds on the two checkpoints."""
 
     result: DiffResult
-    checkpoints: tuple[Any, ...]
+    leases: tuple[Lease, ...]
 
 
 def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
-             mapping: Sequence[tuple[str, str]], token: CancelToken) -> Generator[Any, None, DiffResult]:
-    """Open both files, yield the plan (with the opened checkpoints), then the comparison's progress."""
+             mapping: Sequence[tuple[str, str]], workspace: Workspace | None = None,
+             token: CancelToken | None = None) -> Generator[Any, None, DiffResult]:
+    """Take both files from the window's workspace (opened only when not open there already, or changed),
+    yield the plan (with the leases), then the comparison's progress."""
     from ckptview.core.analyze.diff import iter_compare, plan_diff
-    a = open_checkpoint(path_a)
+    workspace = workspace or window_workspace()
+    a = workspace.acquire(path_a)
     handed = False
     try:
-        b = open_checkpoint(path_b)
+        b = workspace.acquire(path_b)
         try:
-            result = plan_diff(a, b, strip_a, strip_b, mapping)
+            result = plan_diff(a.checkpoint, b.checkpoint, strip_a, strip_b, mapping)
             # Both trees live as long as the tab: out of the collector's view, as an opened tab's tree is
             # (the window thaws and collects them when the tab closes: `trees`).
             keep_out_of_collections()
@@ -271,10 +277,10 @@ def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
             yield DiffPlanned(result, (a, b))
         finally:
             if not handed:
-                b.close()
+                b.release()
     finally:
         if not handed:
-            a.close()
+            a.release()
     return (yield from _coalesced(iter_compare(result, token)))
 
 
@@ -306,15 +312,19 @@ def _coalesced(steps: Generator[Any, None, DiffResult]) -> Generator[Any, None, 
 
 
 def histogram_job(ia: TensorInfo | None, ib: TensorInfo | None,
-                  token: CancelToken) -> Generator[Progress, None, dict[str, Histogram | None]]:
-    """Histograms of A and B over one common range, and of B − A when the shapes agree."""
+                  analyses: tuple[Analysis | None, Analysis | None] = (None, None),
+                  token: CancelToken | None = None) -> Generator[Progress, None, dict[str, Histogram | None]]:
+    """Histograms of A and B over one common range, and of B − A when the shapes agree.
+
+    The range comes from each side's statistics, asked of its checkpoint's Analysis (`analyses`, A's and
+    B's): a tensor whose statistics a tab already has is not read for them again."""
+    from ckptview.core.analyze.analysis import Analysis
     from ckptview.core.analyze.diff import diff_chunks
     from ckptview.core.analyze.histogram import iter_exact_histogram, iter_tensor_histogram
-    from ckptview.core.analyze.stats import iter_tensor_summary
     summaries = {}
-    for side, info in (("a", ia), ("b", ib)):
+    for side, info, analysis in (("a", ia, analyses[0]), ("b", ib, analyses[1])):
         if info is not None:
-            summaries[side] = yield from iter_tensor_summary(info, token)
+            summaries[side] = yield from (analysis or Analysis()).summary(info, token)
     lows = [s.stats.min for s in summaries.values() if s.stats.min is not None]
     highs = [s.stats.max for s in summaries.values() if s.stats.max is not None]
     value_range = (float(min(lows)), float(max(highs))) if lows else None
@@ -333,12 +343,16 @@ class _Resources:
     """What a view must release when Qt deletes it (a plain object: the widget may already be gone)."""
 
     def __init__(self) -> None:
-        self.checkpoints: tuple[Any, ...] = ()
+        self.leases: tuple[Lease, ...] = ()
+
+    def hold(self, leases: tuple[Lease, ...]) -> None:
+        """Hold `leases` from now on (a comparison started again lets go of the previous ones)."""
+        old, self.leases = self.leases, leases
+        for lease in old:
+            lease.release()
 
     def release(self, *_args: Any) -> None:
-        for ckpt in self.checkpoints:
-            ckpt.close()
-        self.checkpoints = ()
+        self.hold(())
 
 
 class DiffView(QWidget):
@@ -350,8 +364,10 @@ class DiffView(QWidget):
     histograms_ready = Signal(object)  # {"a": Histogram|None, "b": ..., "diff": ...}
 
     def __init__(self, path_a: str, path_b: str, strip_a: str | None = None, strip_b: str | None = None,
-                 mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None) -> None:
+                 mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None,
+                 workspace: Workspace | None = None) -> None:
         super().__init__(parent)
+        self.workspace = workspace or window_workspace()
         self.path_a, self.path_b = os.path.abspath(path_a), os.path.abspath(path_b)
         self.strip_a, self.strip_b, self.mapping = strip_a, strip_b, list(mapping)
         self.result: DiffResult | None = None
@@ -472,7 +488,8 @@ class DiffView(QWidget):
         self._comparing = True
         self.cancel_button.setEnabled(True)
         self.progress.show()
-        self.job.start(diff_job, self.path_a, self.path_b, self.strip_a, self.strip_b, self.mapping)
+        self.job.start(diff_job, self.path_a, self.path_b, self.strip_a, self.strip_b, self.mapping,
+                       self.workspace)
 
     def cancel(self) -> None:
         """Stop the running comparison; rows already compared keep their figures."""
@@ -490,7 +507,7 @@ class DiffView(QWidget):
         from ckptview.core.analyze.diff import DiffProgress
         if isinstance(item, DiffPlanned):
             result = item.result
-            self._res.checkpoints = item.checkpoints
+            self._res.hold(item.leases)
             self.result = result
             self.model.set_result(result)
             self._shown_upto = -1
@@ -514,8 +531,14 @@ class DiffView(QWidget):
                     self._plot_timer.start()
 
     def trees(self) -> list[Any]:
-        """The roots of the trees this view holds (the two checkpoints), for `gc_guard.collect_when_deleted`."""
-        return [ckpt.root for ckpt in self._res.checkpoints]
+        """The two checkpoints this view holds, for `gc_guard.collect_when_deleted` (which leaves one that a
+        tab still shows)."""
+        return [lease.checkpoint for lease in self._res.leases]
+
+    def analyses(self) -> tuple[Analysis | None, Analysis | None]:
+        """A's and B's Analysis (None before the plan)."""
+        leases = self._res.leases
+        return (leases[0].analysis, leases[1].analysis) if len(leases) == 2 else (None, None)
 
     def _visible_rows(self) -> tuple[int, int]:
         """(first, last) display rows the table shows now."""
@@ -626,7 +649,8 @@ class DiffView(QWidget):
         self.hist_label.setText(html.escape(f"{row.name}: computing histograms…"))
         self.histograms = {}
         self._hist_row = row
-        self.hist_job.start(histogram_job, row.info_a, row.info_b)  # a newer selection drops this one
+        # A newer selection drops this one.
+        self.hist_job.start(histogram_job, row.info_a, row.info_b, self.analyses())
 
     def _on_histograms(self, hists: dict[str, Histogram | None]) -> None:
         import pyqtgraph as pg

@@ -70,7 +70,8 @@ def collect_when_deleted(widget: QObject, trees: list[Any] | None = None) -> Non
     the deletion (before it, the closed tree is not garbage yet), one pass collects it, and everything
     still alive (the other tabs' trees) goes straight back out of the collector's view.
 
-    `trees`: the roots of the tab's trees (the checkpoint's nodes, the display rows). Their parent links
+    `trees`: the tab's trees (its checkpoints, the display rows); a checkpoint still held by a lease of the
+    window's workspace (shown by another tab or a comparison) is left alone. Their parent links
     are cut first, a slice per turn of the event loop, so reference counting frees them as it goes and
     the collector's pass no longer walks them: at 900,000 tensors that pass stopped the window for
     seconds.
@@ -91,6 +92,7 @@ def _release_then_collect(stack: list[Any]) -> None:
     is emptied from the end; a checkpoint drops its listing caches (their lists go on the stack). What
     no longer has a referrer is freed by reference counting as this goes.
     """
+    from ckptview.core.analyze.workspace import in_use
     from ckptview.core.model import Checkpoint
 
     budget = RELEASE_SLICE
@@ -105,8 +107,9 @@ def _release_then_collect(stack: list[Any]) -> None:
             continue
         budget -= 1
         if isinstance(item, Checkpoint):
-            stack.append(item.root)
-            stack.extend(item.drop_caches())
+            if not in_use(item):  # another tab or a comparison still shows it (the window's workspace)
+                stack.append(item.root)
+                stack.extend(item.drop_caches())
             continue
         children = item.children
         if children:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
+from ckptview.core.analyze.analysis import Analysis
 from ckptview.core.analyze.grouping import Selected
-from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.jobs import Progress
 from ckptview.core.model import TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.plots import NONFINITE_COLORS, nonfinite_caption, palette_colors, style_plot
@@ -19,11 +20,6 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
     import numpy as np
 
     from ckptview.core.analyze.heatmap import HeatMap
-
-
-def _heatmap_job(info: TensorInfo, axis: int, token: CancelToken) -> Generator[Progress, None, HeatMap]:
-    from ckptview.core.analyze.heatmap import iter_tensor_heatmap
-    return (yield from iter_tensor_heatmap(info, axis, token=token))  # one group of rows in memory at a time
 
 
 DEFAULT_PERCENTILE = 99.5
@@ -65,6 +61,8 @@ class HeatmapView(QWidget):
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         import pyqtgraph as pg
         super().__init__(parent)
+        # The picture comes from the checkpoint's Analysis: read once per tensor and axis, the last few kept.
+        self.analysis = context.analysis if context is not None else Analysis()
         self.info: TensorInfo | None = None
         self.heatmap: HeatMap | None = None
         self.levels: tuple[float, float] = (-1.0, 1.0)
@@ -137,7 +135,7 @@ class HeatmapView(QWidget):
             self.status.setText("Select a tensor to see it as a heat-map.")
             return
         self.status.setText("reading…")
-        self.slot.start(_heatmap_job, self.info, self.axis.value())
+        self.slot.start(self.analysis.matrix_preview, self.info, self.axis.value())
 
     def _on_result(self, hm: object) -> None:
         from ckptview.core.analyze.heatmap import HeatMap

@@ -68,7 +68,8 @@ class CheckpointContext:
     select_name: Callable[[str], object] = field(default=lambda name: None)
     # Show a transient message in the status bar.
     show_status: Callable[[str], None] = field(default=lambda text: None)
-    # Statistics and histograms of this checkpoint: every panel asks here, so each tensor is read once.
+    # Figures and values of this checkpoint (statistics, histograms, spectra, heat-maps, values pages): every
+    # panel asks here, so each tensor is read once; shared with whatever else holds the checkpoint.
     analysis: Analysis = field(default_factory=Analysis)
 
 

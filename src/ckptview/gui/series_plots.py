@@ -15,9 +15,9 @@ from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QHBoxLayout, QLabel,
 from ckptview.core.analyze.histogram import Histogram, iter_tensor_histogram
 from ckptview.core.analyze.series import series_tensor
 from ckptview.core.analyze.series_cells import KIND_NAMES, VALUE, Cells
+from ckptview.core.analyze.workspace import Holdings
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.read.open import open_checkpoint
 from ckptview.gui.log_axis import LogTickAxis, tick_font_metrics
 from ckptview.gui.plots import palette_colors, style_plot
 
@@ -355,13 +355,20 @@ class UpdateHeatMap(QWidget):
 
 
 def histograms_job(paths: list[str], name: str, value_range: tuple[float, float], bins: int,
-                   token: CancelToken) -> Generator[Progress, None, list[Histogram | None]]:
-    """Exact histograms of tensor ``name`` in each checkpoint over one common range (None where absent)."""
+                   holdings: Holdings | None = None,
+                   token: CancelToken | None = None) -> Generator[Progress, None, list[Histogram | None]]:
+    """Exact histograms of tensor ``name`` in each checkpoint over one common range (None where absent).
+
+    Checkpoints come from `holdings`, the run's own opens (a file changed since is opened again); without,
+    each is opened for this job and closed."""
+    from ckptview.core.analyze.series import open_checkpoint
+
     out: list[Histogram | None] = []
     for i, path in enumerate(paths):
-        token.check()
+        if token is not None:
+            token.check()
         try:
-            ckpt = open_checkpoint(path)
+            ckpt = holdings.checkpoint(path) if holdings is not None else open_checkpoint(path)
         except (CheckpointError, OSError):  # a gap in the picture; the run's findings say why
             out.append(None)
             continue
@@ -377,7 +384,8 @@ def histograms_job(paths: list[str], name: str, value_range: tuple[float, float]
                 hist = None  # unreadable here: the run's findings say why
             out.append(hist)
         finally:
-            ckpt.close()
+            if holdings is None:
+                ckpt.close()
         yield Progress(i + 1, len(paths), "histograms")
     return out
 

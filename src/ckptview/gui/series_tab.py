@@ -39,10 +39,12 @@ from ckptview.core.analyze.series import (
     iter_series,
     module_names,
     module_series,
+    open_for_run,
     plan_series,
 )
 from ckptview.core.analyze.series_cells import cell_kinds
 from ckptview.core.analyze.series_spectra import is_matrix, iter_spectra
+from ckptview.core.analyze.workspace import Holdings
 from ckptview.core.jobs import CancelToken
 from ckptview.core.text import printable
 from ckptview.gui.job_header import job_header
@@ -68,12 +70,14 @@ FINDING_COLORS = {"nan": "#ffcccc", "inf": "#ffcccc", "explosion": "#ffe0b3", "s
                   "shape_changed": "#fff5b3", "dtype_changed": "#fff5b3", "alpha": "#e0f0ff"}
 
 
-def series_job(paths: list[str], stall_threshold: float, explode_factor: float,
-               token: CancelToken) -> Generator[Any, None, SeriesResult]:
-    """Find and order the checkpoints, yield the plan, then the reading's progress; returns the result."""
-    result = plan_series(paths, stall_threshold, explode_factor)
+def series_job(paths: list[str], stall_threshold: float, explode_factor: float, holdings: Holdings | None = None,
+               token: CancelToken | None = None) -> Generator[Any, None, SeriesResult]:
+    """Find and order the checkpoints, yield the plan, then the reading's progress; returns the result.
+
+    Each checkpoint is opened once, into `holdings` (the tab's), and read and plotted from there."""
+    result = plan_series(paths, stall_threshold, explode_factor, holdings)
     yield ("plan", result)
-    return (yield from iter_series(result, token))
+    return (yield from iter_series(result, token, holdings=holdings))
 
 
 class _Resources:
@@ -81,11 +85,15 @@ class _Resources:
 
     def __init__(self) -> None:
         self.workers: list[GeneratorWorker] = []
+        # The run's checkpoints, each opened once (through the window's workspace) for the reading and
+        # the plots; let go when the tab goes.
+        self.holdings = Holdings(opener=open_for_run)
 
     def release(self, *_args: Any) -> None:
         for worker in self.workers:
             worker.quit()
         self.workers = []
+        self.holdings.release()
 
 
 class SeriesTab(QWidget):
@@ -181,7 +189,8 @@ class SeriesTab(QWidget):
     # --- the reading -----------------------------------------------------------------------------
     def start(self) -> None:
         """Find, order and read the run's checkpoints in a worker."""
-        worker = GeneratorWorker(series_job, self.paths, self.stall_threshold, self.explode_factor)
+        worker = GeneratorWorker(series_job, self.paths, self.stall_threshold, self.explode_factor,
+                                 self._res.holdings)
         worker.signals.yielded.connect(self._on_yielded)
         worker.signals.returned.connect(self._on_returned)
         worker.signals.errored.connect(self._on_errored)
@@ -486,7 +495,7 @@ class SeriesTab(QWidget):
         value_range = (float(min(lows)), float(max(highs)))
         paths = [ref.path for ref in r.checkpoints[:done]]
         self.histograms.clear(f"{printable(name)}: reading…")
-        worker = GeneratorWorker(histograms_job, paths, name, value_range, HIST_BINS)
+        worker = GeneratorWorker(histograms_job, paths, name, value_range, HIST_BINS, self._res.holdings)
         worker.request = (name, value_range)  # type: ignore[attr-defined]
         # Bound methods, not lambdas: Qt drops these connections when the tab is deleted.
         worker.signals.returned.connect(self._on_histograms)
@@ -571,7 +580,7 @@ class SeriesTab(QWidget):
             self._draw_spectra(names)
             return
         self.spectra.set_message(f"fitting {len(wanted)} spectr{'um' if len(wanted) == 1 else 'a'}…")
-        worker = GeneratorWorker(iter_spectra, wanted)
+        worker = GeneratorWorker(iter_spectra, wanted, self._res.holdings)
         worker.signals.returned.connect(self._on_spectra)
         worker.signals.errored.connect(self._on_spectra_error)
         self._spectra_worker = worker

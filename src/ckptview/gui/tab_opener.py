@@ -82,7 +82,7 @@ class TabOpener(QObject):
     def accept(self, opened: Opened) -> None:
         """Hold `opened` as the result and emit `opened` (the worker's result arrives here)."""
         if self._stale():  # closed, cancelled or restarted while its result was queued: release the file
-            opened.checkpoint.close()
+            opened.release()
             return
         self._worker = None
         self._pending = opened
@@ -101,7 +101,7 @@ class TabOpener(QObject):
         """Stop waiting: a result not taken yet is released, a worker still reading releases its own."""
         opened, self._pending = self._pending, None
         if opened is not None:  # opened but never shown
-            opened.checkpoint.close()
+            opened.release()
         worker, self._worker = self._worker, None
         if worker is not None and not worker.is_done:
             worker.quit()  # the open stops at its next header piece or step
@@ -145,7 +145,7 @@ class TabOpener(QObject):
 def _release(made: list[Opened]) -> None:
     """Close what a worker opened for nobody."""
     for opened in made:
-        opened.checkpoint.close()
+        opened.release()
 
 
 def _open_without_collections(path: str, ask_above: int | None, made: list[Opened],

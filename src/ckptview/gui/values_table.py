@@ -27,9 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ckptview.core.analyze.analysis import Analysis
 from ckptview.core.analyze.grouping import Selected
 from ckptview.core.errors import CheckpointError
-from ckptview.core.jobs import CancelToken
 from ckptview.core.model import TensorInfo
 from ckptview.gui.panels import CheckpointContext, register_panel
 from ckptview.gui.plots import NONFINITE_COLORS
@@ -88,9 +88,10 @@ class Tile:
     cells: np.ndarray
 
 
-def _read_tile(view: LazySlice2D, key: tuple[int, int], digits: int) -> Tile:
+def _read_tile(analysis: Analysis, view: LazySlice2D, key: tuple[int, int], digits: int) -> Tile:
     r0, c0 = key[0] * TILE_ROWS, key[1] * TILE_COLS
-    return Tile(key, format_cells(view[r0 : r0 + TILE_ROWS, c0 : c0 + TILE_COLS], digits))
+    page = analysis.values_page(view, slice(r0, r0 + TILE_ROWS), slice(c0, c0 + TILE_COLS))
+    return Tile(key, format_cells(page, digits))
 
 
 class ValuesModel(QAbstractTableModel):
@@ -98,8 +99,9 @@ class ValuesModel(QAbstractTableModel):
 
     tileLoaded = Signal()
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, analysis: Analysis | None = None) -> None:
         super().__init__(parent)
+        self.analysis = analysis if analysis is not None else Analysis()  # reads the tiles' values
         self.view: LazySlice2D | None = None
         self.digits = DEFAULT_DIGITS
         self.widest = 0  # characters of the widest cell text loaded so far (columns size to it)
@@ -193,7 +195,7 @@ class ValuesModel(QAbstractTableModel):
         if key in self._pending or self.view is None:
             return
         self._pending.add(key)
-        self.tiles.start(_read_tile, self.view, key, self.digits)
+        self.tiles.start(_read_tile, self.analysis, self.view, key, self.digits)
 
     def _on_tile_error(self, _exc: object) -> None:
         self._pending.clear()  # which tile failed is unknown: let every pending tile be asked for again
@@ -216,12 +218,6 @@ class ValuesModel(QAbstractTableModel):
         self.tileLoaded.emit()
 
 
-def _open_slice(info: TensorInfo, spec: str, token: CancelToken) -> LazySlice2D:
-    from ckptview.core.read.slicing import LazySlice2D
-    token.check()
-    return LazySlice2D(info, spec)  # checks the spec; tiles read only their own bytes, in workers
-
-
 class ValuesView(QWidget):
     """Slice spec line edit above the virtual table; Ctrl+C copies the selection as tab-separated text."""
 
@@ -229,6 +225,8 @@ class ValuesView(QWidget):
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        # Values come from the checkpoint's Analysis (slices checked, pages read only where shown).
+        self.analysis = context.analysis if context is not None else Analysis()
         self.info: TensorInfo | None = None
         self.slot = JobSlot(self)
         self.slot.returned.connect(self._on_slice)
@@ -246,7 +244,7 @@ class ValuesView(QWidget):
         self.digits.setToolTip("significant digits shown for floats; copy always copies exact values")
         self.status = QLabel("Select a tensor to see its values.")
         self.status.setWordWrap(True)
-        self.model = ValuesModel(self)
+        self.model = ValuesModel(self, self.analysis)
         self.table = QTableView()
         self.table.setModel(self.model)
         for header in (self.table.horizontalHeader(), self.table.verticalHeader()):
@@ -346,7 +344,8 @@ class ValuesView(QWidget):
             self.status.setText("Select a tensor to see its values.")
             return
         self.status.setText("opening…")
-        self.slot.start(_open_slice, self.info, self.spec.text())
+        # Checks the spec in a worker; tiles read only their own bytes, in workers too.
+        self.slot.start(self.analysis.values_slice, self.info, self.spec.text())
 
     def _on_slice(self, view: object) -> None:
         from ckptview.core.read.slicing import LazySlice2D
@@ -412,7 +411,7 @@ class ValuesView(QWidget):
         if (r1 - r0) * (c1 - c0) > MAX_COPY_CELLS:
             self.status.setText(f"selection too large to copy (more than {MAX_COPY_CELLS:,} cells)")
             return ""
-        cells = format_cells(view[r0:r1, c0:c1], EXACT)  # what is copied is the stored value, not its rounding
+        cells = format_cells(self.analysis.values_page(view, slice(r0, r1), slice(c0, c1)), EXACT)  # what is copied is the stored value, not its rounding
         return "\n".join("\t".join(row) for row in cells.tolist())
 
     def copy_selection(self) -> None:

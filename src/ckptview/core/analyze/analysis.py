@@ -1,7 +1,8 @@
 """One analysis object per open checkpoint: result caches and single-flight streamed reads (Qt-free).
 
-Every panel that needs figures of a tensor (statistics, histogram, optimizer figures, diff histograms)
-asks the checkpoint's :class:`Analysis`. A tensor's summary pass runs once: a second request for the same
+Every panel that needs figures or values of a tensor (statistics, histogram, spectrum, heat-map, the values
+table, optimizer figures, diff histograms) asks the checkpoint's :class:`Analysis`; the window's workspace
+(:mod:`ckptview.core.analyze.workspace`) keeps one per open checkpoint. A tensor's summary pass runs once: a second request for the same
 tensor while the first pass is running waits for that pass instead of streaming the tensor again, and
 later requests are answered from the cache. Jobs report typed events (the dataclasses below), never
 tagged tuples, so a widget can tell them apart with ``isinstance``.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -20,15 +22,22 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import TensorInfo
 
 if TYPE_CHECKING:  # both import numpy: at run time only when a job computes something
+    import numpy as np
+
+    from ckptview.core.analyze.heatmap import HeatMap
     from ckptview.core.analyze.histogram import Histogram
     from ckptview.core.analyze.spectral import Spectrum
     from ckptview.core.analyze.stats import Summary, TensorStats
+    from ckptview.core.read.slicing import LazySlice2D
 
 T = TypeVar("T")
 _WAIT_SLICE = 0.05  # seconds a follower waits between checks of its own cancel token
 # A tensor up to this size keeps its values from the statistics pass, so its exact histogram (which needs
 # the range that pass finds) is counted from memory instead of a second read of the file.
 KEEP_VALUES_BYTES = 64 << 20
+# Heat-maps kept per checkpoint (each up to 512 x 512 float64, 2 MiB): going back to a tensor just seen is
+# immediate, and clicking through a thousand tensors does not keep a thousand pictures.
+KEEP_HEATMAPS = 8
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -154,6 +163,10 @@ class Analysis:
         self._spectra: weakref.WeakKeyDictionary[TensorInfo, Spectrum] = weakref.WeakKeyDictionary()
         self._spectrum_flights: _SingleFlight[Spectrum] = _SingleFlight()
         self.spectral_passes = 0  # spectra computed (each reads its matrix once; cached ones read nothing)
+        # (tensor, axis) -> its heat-map, the most recent last (the key holds the tensor: bounded by the count).
+        self._heatmaps: OrderedDict[tuple[TensorInfo, int], HeatMap] = OrderedDict()
+        self._heatmap_flights: _SingleFlight[HeatMap] = _SingleFlight()
+        self.heatmap_passes = 0  # heat-maps computed (each reads its tensor once; cached ones read nothing)
 
     # -- summaries -----------------------------------------------------------------------------------
     def cached_summary(self, info: TensorInfo) -> Summary | None:
@@ -314,6 +327,55 @@ class Analysis:
             yield SpectrumReady(i, found)
             results.append(found)
         return results
+
+    # -- heat-maps -----------------------------------------------------------------------------------
+    def cached_matrix_preview(self, info: TensorInfo, axis: int = 0) -> HeatMap | None:
+        """The heat-map computed earlier for ``info`` viewed with rows along ``axis``, if kept."""
+        with self._lock:
+            found = self._heatmaps.get((info, axis))
+            if found is not None:
+                self._heatmaps.move_to_end((info, axis))
+            return found
+
+    def matrix_preview(self, info: TensorInfo, axis: int = 0,
+                       token: CancelToken | None = None) -> Generator[Progress, None, HeatMap]:
+        """A tensor as a 2-D picture, block max-abs downsampled (:mod:`ckptview.core.analyze.heatmap`):
+        read a group of rows at a time, computed once per (tensor, axis), the last few kept."""
+        cached = self.cached_matrix_preview(info, axis)
+        if cached is not None:
+            return cached
+        return (yield from self._heatmap_flights.run(
+            (id(info), axis), lambda: self._compute_heatmap(info, axis, token), token))
+
+    def _compute_heatmap(self, info: TensorInfo, axis: int,
+                         token: CancelToken | None) -> Generator[Progress, None, HeatMap]:
+        from ckptview.core.analyze.heatmap import iter_tensor_heatmap
+
+        with self._lock:
+            self.heatmap_passes += 1
+        result = yield from iter_tensor_heatmap(info, axis, token=token)  # one group of rows in memory at a time
+        with self._lock:
+            self._heatmaps[(info, axis)] = result
+            while len(self._heatmaps) > KEEP_HEATMAPS:
+                self._heatmaps.popitem(last=False)
+        return result
+
+    # -- values ----------------------------------------------------------------------------------------
+    def values_slice(self, info: TensorInfo, spec: str, token: CancelToken | None = None) -> LazySlice2D:
+        """The 2-D slice ``spec`` selects of ``info`` (``[0, :, :]``), checked, nothing read yet: its pages
+        come from :meth:`values_page`. Raises SliceError for a spec that does not fit the tensor."""
+        from ckptview.core.read.slicing import LazySlice2D
+
+        if token is not None:
+            token.check()
+        return LazySlice2D(info, spec)
+
+    def values_page(self, view: LazySlice2D, rows: slice, cols: slice) -> np.ndarray:
+        """The values of ``rows`` x ``cols`` of a slice, reading only their bytes (never the whole tensor).
+
+        Not cached here: a table keeps the pages it shows, and a value read again is read from the file as
+        it is (a changed file raises `FileChangedError`)."""
+        return view[rows, cols]
 
     # -- internals -----------------------------------------------------------------------------------
     def _chunks(self, info: TensorInfo) -> Callable[[], Iterable[Any]]:

@@ -10,8 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ckptview.core.analyze.analysis import Analysis
 from ckptview.core.analyze.grouping import Row, group_tree
 from ckptview.core.analyze.summary import SizeFacts, size_facts
+from ckptview.core.analyze.workspace import Lease, Workspace, window_workspace
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint
@@ -33,6 +35,28 @@ class Opened:
     devices: frozenset[str] = frozenset({"cpu"})  # where the tensors were saved
     flat: list[Row] | None = None  # every row, for the filter index
     signature: Signature | None = None  # the file as it was when opened
+    # The tab's hold on the checkpoint (the window's workspace shares it with comparisons and other
+    # tabs): released, never closed, when the tab lets it go. Without one, the checkpoint is this tab's.
+    lease: Lease | None = None
+
+    def __post_init__(self) -> None:
+        if self.lease is None:
+            self.lease = Lease.private(self.checkpoint)
+
+    @property
+    def held(self) -> Lease:
+        """The hold on the checkpoint: its Analysis, and `release()` (closed when nothing else holds it)."""
+        assert self.lease is not None  # set in __post_init__
+        return self.lease
+
+    @property
+    def analysis(self) -> Analysis:
+        """The checkpoint's Analysis (shared by everything that holds the checkpoint)."""
+        return self.held.analysis
+
+    def release(self) -> None:
+        """Let go of the checkpoint (closed when nothing else holds it); once."""
+        self.held.release()
 
 
 PROGRESS_INTERVAL = 0.1  # seconds between two progress steps handed to the GUI thread
@@ -46,7 +70,7 @@ class LargeHeader(Exception):
         self.size = size
 
 
-def prepare(checkpoint: Checkpoint, token: CancelToken | None = None) -> Opened:
+def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lease | None = None) -> Opened:
     """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread).
 
     `token` is checked between the steps (each takes seconds at a million tensors).
@@ -65,12 +89,16 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None) -> Opened:
     sharded = any("shards" in e.info.extra for e in tensors)
     devices = frozenset(e.info.device for e in tensors)
     return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
-                  devices=devices)
+                  devices=devices, lease=lease)
 
 
 def open_and_prepare(path: str, header_limit: int | None = None, token: CancelToken | None = None,
-                     progress: Callable[[Progress], None] | None = None) -> Opened:
+                     progress: Callable[[Progress], None] | None = None,
+                     workspace: Workspace | None = None) -> Opened:
     """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
+
+    The checkpoint comes from `workspace` (default: the window's): a file already open in the window and
+    unchanged is not read again; the caller releases `Opened.lease` when done.
 
     Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes. A
     safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
@@ -100,17 +128,18 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
     try:
         with safetensors_file.reporting(report):
-            checkpoint = open_checkpoint(path)
+            lease = (workspace or window_workspace()).acquire(path, open_checkpoint)
     except CheckpointError:
         if token is not None and token.cancelled:  # the reader turns every exception into one line
             raise Cancelled("cancelled") from None
         raise
+    checkpoint = lease.checkpoint
     if progress is not None:
         progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
     try:
-        opened = prepare(checkpoint, token)
-    except Cancelled:
-        checkpoint.close()
+        opened = prepare(checkpoint, token, lease)
+    except BaseException:
+        lease.release()
         raise
     opened.signature = before
     # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI

@@ -51,6 +51,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint, TensorInfo, join_path
 
 if TYPE_CHECKING:
+    from ckptview.core.analyze.workspace import Holdings
     from ckptview.core.read.files import ReadAhead
 
 SERIES_CHUNK_ELEMS = 1 << 20
@@ -70,12 +71,32 @@ def open_checkpoint(path: str) -> Checkpoint:
     return opening.open_checkpoint(path)
 
 
+def open_for_run(path: str) -> Checkpoint:
+    """`open_checkpoint`, looked up when called: the opener a run's `Holdings` open files with."""
+    return open_checkpoint(path)
+
+
+def _open(path: str, holdings: Holdings | None) -> Checkpoint:
+    """The checkpoint at `path`: the run's own open when it holds one and the file is unchanged."""
+    return holdings.checkpoint(path) if holdings is not None else open_checkpoint(path)
+
+
+def _let_go(ckpt: Checkpoint | None, holdings: Holdings | None) -> None:
+    """Close a checkpoint this run opened for itself (one it holds stays open for its plots)."""
+    if ckpt is not None and holdings is None:
+        ckpt.close()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Planning: find, open (metadata only), order.
 
 
-def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0) -> SeriesResult:
-    """Find the run's checkpoints, read each one's step/epoch and tensor list, and order them."""
+def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
+                holdings: Holdings | None = None) -> SeriesResult:
+    """Find the run's checkpoints, read each one's step/epoch and tensor list, and order them.
+
+    With `holdings` (the window's run tab), each checkpoint stays open there for the reading and the
+    plots; without, each is closed once planned."""
     found = find_checkpoints(paths)
     refs: list[CheckpointRef] = []
     names: list[list[TensorInfoRow]] = []
@@ -87,7 +108,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             names.append([])
             continue
         try:
-            ckpt = open_checkpoint(path)
+            ckpt = _open(path, holdings)
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
@@ -107,7 +128,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             refs.append(CheckpointRef(path, _name_position(path), error=_message(exc)))
             names.append([])
         finally:
-            ckpt.close()
+            _let_go(ckpt, holdings)
     readable = [(r, n) for r, n in zip(refs, names, strict=True) if r.error is None]
     if not readable:
         raise none_readable(refs)
@@ -216,20 +237,22 @@ def _changed_message(what: str) -> str:
 
 
 def iter_series(result: SeriesResult, token: CancelToken | None = None,
-                chunk_elems: int = SERIES_CHUNK_ELEMS) -> Generator[SeriesProgress, None, SeriesResult]:
+                chunk_elems: int = SERIES_CHUNK_ELEMS,
+                holdings: Holdings | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
     """Fill in every figure of ``result`` checkpoint by checkpoint; yields progress, returns it with findings.
 
     Small tensors' bytes come from windows of each file read at once (`read_ahead`). A checkpoint that
     fails, or changes on disk while it is read, becomes an error of that checkpoint (its figures dropped);
-    the others are still read."""
+    the others are still read. With `holdings`, checkpoints come from (and stay in) the run's own opens."""
     from ckptview.core.read.files import ReadAhead
 
     ahead = ReadAhead()
-    return ahead.run(_iter_series(result, token, chunk_elems, ahead))
+    return ahead.run(_iter_series(result, token, chunk_elems, ahead, holdings))
 
 
 def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: int,
-                 ahead: ReadAhead | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
+                 ahead: ReadAhead | None = None,
+                 holdings: Holdings | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
     total = sum(r.nbytes for r in result.checkpoints)
     done_bytes = 0
     prev: Checkpoint | None = None
@@ -243,7 +266,7 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
             from ckptview.core.read.sources import file_maps
 
             ahead.seen.difference_update(file_maps(ckpt))
-        _close(ckpt)
+        _let_go(ckpt, holdings)
 
     yield SeriesProgress(0, total, "reading")
     try:
@@ -258,7 +281,7 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
                 continue
             opened: Checkpoint | None = None
             try:
-                opened = open_checkpoint(ref.path)
+                opened = _open(ref.path, holdings)
                 entries = series_entries(opened)
             except Cancelled:
                 let_go(opened)
@@ -372,11 +395,6 @@ def run_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: f
         except StopIteration as stop:
             done: SeriesResult = stop.value
             return done
-
-
-def _close(ckpt: Checkpoint | None) -> None:
-    if ckpt is not None:
-        ckpt.close()
 
 
 def model_tensors(ckpt: Checkpoint) -> list[tuple[str, TensorInfo]]:

@@ -18,7 +18,9 @@ from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress, drain
 
 if TYPE_CHECKING:
-    from ckptview.core.model import TensorInfo
+    from ckptview.core.analyze.analysis import Analysis
+    from ckptview.core.analyze.workspace import Holdings
+    from ckptview.core.model import Checkpoint, TensorInfo
 
 Figures = tuple[float | None, float | None]  # (alpha, stable rank)
 
@@ -33,10 +35,13 @@ def is_matrix(shape: tuple[int, ...] | None, dtype: str | None) -> bool:
     return min(shape[0], math.prod(shape[1:])) >= MIN_DIM
 
 
-def iter_spectra(wanted: list[tuple[str, str]], token: CancelToken | None = None
-                 ) -> Generator[Progress, None, dict[tuple[str, str], Figures]]:
+def iter_spectra(wanted: list[tuple[str, str]], holdings: Holdings | None = None,
+                 token: CancelToken | None = None) -> Generator[Progress, None, dict[tuple[str, str], Figures]]:
     """(alpha, stable rank) of each (checkpoint path, tensor name) in ``wanted``; (None, None) where the
-    tensor is absent, not a matrix, or its spectrum cannot be computed (the run's findings say why)."""
+    tensor is absent, not a matrix, or its spectrum cannot be computed (the run's findings say why).
+
+    With `holdings` (the run tab's), checkpoints are the run's own opens and each spectrum is asked of its
+    checkpoint's Analysis (computed once, shared with a tab showing that file)."""
     from ckptview.core.analyze.series import open_checkpoint, series_entries
 
     by_path: dict[str, list[str]] = {}
@@ -47,8 +52,14 @@ def iter_spectra(wanted: list[tuple[str, str]], token: CancelToken | None = None
     for path, names in by_path.items():
         if token is not None:
             token.check()
+        analysis: Analysis | None = None
         try:
-            ckpt = open_checkpoint(path)
+            if holdings is not None:
+                lease = holdings.lease(path)
+                ckpt: Checkpoint = lease.checkpoint
+                analysis = lease.analysis
+            else:
+                ckpt = open_checkpoint(path)
         except Cancelled:
             raise
         except (CheckpointError, OSError, ValueError):
@@ -64,7 +75,8 @@ def iter_spectra(wanted: list[tuple[str, str]], token: CancelToken | None = None
                 figures: Figures = (None, None)
                 if info is not None and matrix_of(info) is not None:
                     try:
-                        found = drain(iter_spectrum(info, token))  # checks the token
+                        steps = analysis.spectrum(info, token) if analysis is not None else iter_spectrum(info, token)
+                        found = drain(steps)  # checks the token
                         figures = (found.alpha, found.stable_rank)
                     except Cancelled:
                         raise
@@ -74,5 +86,6 @@ def iter_spectra(wanted: list[tuple[str, str]], token: CancelToken | None = None
                 done += 1
                 yield Progress(done, len(wanted), f"spectrum of {name}")
         finally:
-            ckpt.close()
+            if holdings is None:
+                ckpt.close()
     return out
