@@ -5,6 +5,7 @@
 #   1. the runner's device tests (cuda runs, cpu/meta for comparison);
 #   2. `ckptview devices --json`;
 #   3. `ckptview run` of the README's MLP on cuda:0 (load report, latency, peak memory) as JSON.
+#   4-5. a forward pass with no code (transformers; timm and torchvision when importable), on cuda:0.
 # Results also go to $OUT when the device tool sets it. Not yet run on a GPU: no task so far drew one.
 set -uo pipefail
 OUT=${OUT:-/tmp/ckptview-gpu}
@@ -81,4 +82,39 @@ PYEOF
   $PY "$work/lit.py" "$work/lit.ckpt" 2>/dev/null
   $PY -m ckptview run "$work/lit.ckpt" --model "$work/lit.py:Net" --device "${LIT_DEVICE:-cuda:0}" --runs 100 \
       --json | tee "$OUT/run_lightning_cuda.json"
+fi
+# 6. timm and torchvision (issue 27), when the machine's torch has a torchvision built for it and timm: a
+#    timm folder as save_for_hf writes it and a torchvision resnet18 .pth, run on cuda:0 by ckptview, and the
+#    library's own model on cuda:0 with the same image (the mean of the logits, side by side); then the CPU
+#    tests that check both against the libraries bit for bit.
+if $PY -c 'import torchvision, timm' 2>/dev/null; then
+  $PY - "$work" <<'PYEOF'
+import sys, torch, timm, torchvision
+torch.manual_seed(0)
+timm.models.save_for_hf(timm.create_model("resnet10t", num_classes=7), f"{sys.argv[1]}/timm",
+                        safe_serialization=True)
+torch.save(torchvision.models.resnet18(num_classes=10).state_dict(), f"{sys.argv[1]}/resnet18.pth")
+PYEOF
+  $PY -m ckptview run "$work/timm" --device cuda:0 --runs 20 --json | tee "$OUT/run_timm_cuda.json"
+  $PY -m ckptview run "$work/resnet18.pth" --device cuda:0 --runs 20 --json | tee "$OUT/run_torchvision_cuda.json"
+  $PY - "$work" "$OUT" <<'PYEOF' 2>&1 | tee "$OUT/vision_reference.txt"
+import json, sys, torch, timm, torchvision
+from safetensors.torch import load_file
+from ckptview.core.run.architectures import recognize, default_inputs
+from ckptview.core.run.run_inputs import make_array, to_torch
+work, out = sys.argv[1:]
+ref_timm = timm.create_model(f"local-dir:{work}/timm")
+ref_timm.load_state_dict(load_file(f"{work}/timm/model.safetensors"))
+ref_tv = torchvision.models.resnet18(num_classes=10)
+ref_tv.load_state_dict(torch.load(f"{work}/resnet18.pth", weights_only=True))
+for name, path, model in (("timm", f"{work}/timm", ref_timm), ("torchvision", f"{work}/resnet18.pth", ref_tv)):
+    from ckptview.core.run.runner import state_dict_tensors
+    (spec,) = default_inputs(recognize(path, state_dict_tensors(path)))
+    x = to_torch(make_array(spec, 0, 0), spec.dtype, "cuda:0")
+    with torch.no_grad():
+        expected = model.eval().to("cuda:0")(x).double()
+    got = json.load(open(f"{out}/run_{name}_cuda.json"))["outputs"][0]["stats"]["mean"]
+    print(name, "ckptview mean", got, "library mean", float(expected.mean()))
+PYEOF
+  $PY -m pytest -q -p no:cacheprovider tests/test_run_vision.py 2>&1 | tee "$OUT/vision_tests.txt"
 fi

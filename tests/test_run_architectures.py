@@ -192,7 +192,8 @@ def test_a_library_that_is_not_installed_says_how_to_get_it(tmp_path, capsys, mo
     torch.save({"fc.weight": torch.zeros(10, 512)}, folder / "pytorch_model.bin")
     status, _, err = run_json(capsys, str(folder))
     assert status == 2 and err.count("\n") == 1
-    assert "timm resnet18 from config.json: timm is not installed (pip install 'ckptview[models]'" in err
+    # timm and torchvision are not in the models extra: the advice names the one that brings them.
+    assert "timm resnet18 from config.json: timm is not installed (pip install 'ckptview[vision]'" in err
 
 
 def test_recognition_reads_configs_as_data(tmp_path):

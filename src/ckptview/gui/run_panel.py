@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
 from ckptview.core.read.files import is_url
+from ckptview.core.redaction import redact
 from ckptview.core.run import runner
 from ckptview.core.run.architectures import (
     Architecture,
@@ -46,6 +47,7 @@ from ckptview.core.run.architectures import (
 )
 from ckptview.core.run.devices import DeviceInfo, parse_device
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
+from ckptview.core.run.run_fetch import recognize_url
 from ckptview.core.run.run_inputs import InputSpecError, describe_inputs, parse_input_specs
 from ckptview.core.run.run_result import RunResult, result_json_text
 from ckptview.core.text import printable
@@ -93,6 +95,9 @@ SOURCE_WORDS = {runner.TORCHSCRIPT: "TorchScript archive: runs its own graph",
                 runner.LIGHTNING: "Lightning checkpoint"}
 
 
+CANCELLED_CONFIG = "its config.json was not read (cancelled): give model code below"
+
+
 def _shown(found: list[str]) -> str:
     return ", ".join(found[:4]) + (" …" if len(found) > 4 else "")
 
@@ -133,6 +138,8 @@ class RunPanel(QWidget):
     runFinished = Signal(object)  # the RunResult
     runFailed = Signal(str)  # the one-line error
     devicesChanged = Signal()
+    # A URL's architecture was looked for (its config.json fetched in a worker): the Model line's new text.
+    recognitionFinished = Signal(str)
 
     def __init__(self, context: CheckpointContext | None = None, path: str | None = None,
                  devices: list[DeviceInfo] | None = None,
@@ -152,10 +159,13 @@ class RunPanel(QWidget):
         self._worker: GeneratorWorker | None = None
         self._probe: GeneratorWorker | None = None
         self._inspect: GeneratorWorker | None = None
+        self._recognize: GeneratorWorker | None = None  # a URL's config.json, fetched off the GUI thread
+        self._recognizing = False  # until its result (or error) has reached this thread
         self._probe_wanted = devices is None
         self._prefill_wanted = True
         self._source: runner.SourceInfo | None = None
         self._arch: Architecture | None = None  # a state dict's architecture, named by its config.json
+        self._refused = ""  # why a state dict's folder names no architecture ckptview builds
         self._build()
         self.set_devices(devices or DEFAULT_DEVICES)
         self._describe_source()
@@ -306,6 +316,7 @@ class RunPanel(QWidget):
                 _start(self._probe)
         if self._prefill_wanted:
             self._prefill_wanted = False
+            self.recognize_remote()
             self.prefill_inputs()
 
     # ------------------------------------------------------------------------------------ source and inputs
@@ -320,15 +331,27 @@ class RunPanel(QWidget):
             self._source = None
             self.source_label.setText(str(exc))
             return
+        self._arch, self._refused = self._architecture()
+        self._show_source()
+        needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE, runner.LIGHTNING)
+        self.model_edit.setEnabled(needs_code)
+        self.model_browse.setEnabled(needs_code)
+        self.kwargs_edit.setEnabled(needs_code)
+
+    def _show_source(self, pending: str = "") -> None:
+        """The Model line: what the file is, the architecture its library names (or why none), what runs."""
+        if self._source is None:
+            return
         words = SOURCE_WORDS[self._source.kind]
         if self._source.lightning is not None:
             words = printable(lightning_words(self._source))  # its version and class come from the file
-        self._arch, refused = self._architecture()
-        if self._arch is not None:
+        if pending:
+            words = f"state dict: {pending}"
+        elif self._arch is not None:
             words = (f"state dict: {self._arch.describe()}, built by the installed library "
                      f"(or give model code below)")
-        elif refused:
-            words = f"state dict: {refused}"
+        elif self._refused:
+            words = f"state dict: {self._refused}"
         programs = self._source.programs
         if programs and self._source.kind != runner.LIGHTNING:  # TorchScript, .pt2 programs, libraries: asked once
             words += f"; loading it runs code from the file ({printable(_shown(programs))}), only if you trust it"
@@ -336,10 +359,6 @@ class RunPanel(QWidget):
         if found and self._source.kind not in (runner.PICKLE, runner.LIGHTNING):
             words += f"; its pickles name code ({printable(_shown(found))}): it runs only if you trust it"
         self.source_label.setText(words)
-        needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE, runner.LIGHTNING)
-        self.model_edit.setEnabled(needs_code)
-        self.model_browse.setEnabled(needs_code)
-        self.kwargs_edit.setEnabled(needs_code)
 
     def _architecture(self) -> tuple[Architecture | None, str]:
         """The architecture a state dict's config.json names (read as data), or the reason it cannot run."""
@@ -354,6 +373,56 @@ class RunPanel(QWidget):
             return arch, ""
         except ArchitectureRefused as exc:
             return None, str(exc)
+
+    def _remote_state_dict(self) -> bool:
+        return self._source is not None and self._source.kind == runner.STATE_DICT and is_url(self.path)
+
+    def recognize_remote(self) -> bool:
+        """A URL's architecture, as for a local folder, but its config.json is fetched in a worker (progress
+        in the status line, Cancel stops it); on the way Run waits. False when there is nothing to fetch."""
+        if not self._remote_state_dict() or self._busy():
+            return False
+        checkpoint = self._checkpoint()  # the open tab's keys and shapes (metadata in memory, no I/O)
+        tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
+        worker = GeneratorWorker(recognize_url, self.path, tensors)
+        worker.signals.yielded.connect(self._on_recognize_progress)
+        worker.signals.returned.connect(self._on_recognized)
+        worker.signals.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
+        worker.signals.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
+        worker.signals.finished.connect(lambda: self._set_running(False))
+        self._recognize, self._recognizing = worker, True
+        self._show_source(pending="reading the model's config.json…")
+        self.status_label.setText("reading the model's config.json…")
+        self._set_running(True)
+        _start(worker)
+        return True
+
+    def _on_recognize_progress(self, progress: object) -> None:
+        if isinstance(progress, Progress) and progress.message:
+            done = f" ({_bytes(progress.done)} of {_bytes(progress.total)})" if progress.total else ""
+            self.status_label.setText(_escape(printable(redact(progress.message) + done)) + "…")
+
+    def _on_recognized(self, arch: Architecture | None) -> None:
+        self._arch, self._refused, self._recognizing = arch, "", False
+        self._show_source()
+        self.status_label.setText("")
+        if arch is not None:
+            self._set_prefill(default_inputs(arch))
+        elif self._checkpoint() is not None:  # no config names one: the first layer's guess, as for a local file
+            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+        self.recognitionFinished.emit(self.source_label.text())
+
+    def _recognition_failed(self, message: str, error: bool = False) -> None:
+        """A refusal (auto_map, library missing) or a config that cannot be read: one line, no URL secrets."""
+        if error and self._recognize is not None and self._recognize.token.cancelled:
+            message, error = CANCELLED_CONFIG, False  # the request Cancel cut short failed on its way out
+        message = window_words(redact(message.splitlines()[0] if message else "unknown error"))
+        self._arch, self._refused, self._recognizing = None, message, False
+        self._show_source()
+        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>" if error
+                                  else "")
+        self.status_label.setToolTip(message if error else "")
+        self.recognitionFinished.emit(self.source_label.text())
 
     def _checkpoint(self) -> Any:
         """The tab's already-opened checkpoint (saves re-reading its metadata on the GUI thread)."""
@@ -370,6 +439,8 @@ class RunPanel(QWidget):
             _start(self._inspect)
         elif self._arch is not None:
             self._set_prefill(default_inputs(self._arch))
+        elif self._recognizing:
+            pass  # the architecture's inputs, or the guess, when its config.json has been read
         else:
             self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
 
@@ -428,7 +499,7 @@ class RunPanel(QWidget):
 
     def start_run(self) -> bool:
         """Start the job off the GUI thread; False (with the reason shown) when it cannot start."""
-        if self.is_running():
+        if self._busy():
             return False
         try:
             request = self.build_request()
@@ -477,14 +548,19 @@ class RunPanel(QWidget):
         return True
 
     def cancel_run(self) -> None:
-        """Kill the worker process (the job notices within a poll interval)."""
-        if self._worker is not None and not self._worker.is_done:
-            self.status_label.setText("cancelling…")
-            self._worker.quit()
+        """Kill the worker process (the job notices within a poll interval), or stop reading a URL's config."""
+        for worker in (self._worker, self._recognize):
+            if worker is not None and not worker.is_done:
+                self.status_label.setText("cancelling…")
+                worker.quit()
 
     def is_running(self) -> bool:
         """True while a job is in flight."""
         return self._worker is not None and not self._worker.is_done
+
+    def _busy(self) -> bool:
+        """A run, or the reading of a URL's config.json, is in flight: Run waits for it."""
+        return self.is_running() or self._recognizing
 
     def _set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)
@@ -493,7 +569,7 @@ class RunPanel(QWidget):
             self._worker = None
 
     def _stop_workers_on_destroy(self) -> None:
-        for worker in (self._worker, self._probe, self._inspect):
+        for worker in (self._worker, self._probe, self._inspect, self._recognize):
             if worker is not None:
                 worker.quit()
 

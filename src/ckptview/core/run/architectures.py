@@ -19,6 +19,8 @@ from ckptview.core.run.run_inputs import InputSpec
 
 MAX_CONFIG_BYTES = 4 << 20  # a config.json larger than this is not a model config
 EXTRA = "pip install 'ckptview[models]'"
+# timm and torchvision are an extra of their own: torchvision must be the build made for the installed torch.
+VISION_EXTRA = "pip install 'ckptview[vision]'"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Sizes of the inputs made from a config: small, so that a test forward pass is quick on any model.
 TEXT_TOKENS = 8
@@ -66,13 +68,25 @@ def config_path(path: str) -> str | None:
 def read_config(path: str) -> dict[str, Any]:
     """A config.json as data; ArchitectureRefused when it is not one JSON object of bounded size."""
     try:
-        size = os.path.getsize(path)
-        if size > MAX_CONFIG_BYTES:
-            raise ArchitectureRefused(f"config.json is {size:,} bytes: too large for a model config")
+        check_config_size(os.path.getsize(path))
         with open(path, "rb") as fh:
-            data = json.loads(fh.read(MAX_CONFIG_BYTES + 1))
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ArchitectureRefused(f"cannot read config.json: {exc.strerror or exc}") from None
+    return parse_config(raw)
+
+
+def check_config_size(size: int) -> None:
+    """ArchitectureRefused when a config.json of `size` bytes is too large to be a model config."""
+    if size > MAX_CONFIG_BYTES:
+        raise ArchitectureRefused(f"config.json is {size:,} bytes: too large for a model config")
+
+
+def parse_config(raw: bytes) -> dict[str, Any]:
+    """config.json's bytes as data; ArchitectureRefused when they are not one JSON object of bounded size."""
+    check_config_size(len(raw))
+    try:
+        data = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ArchitectureRefused(f"config.json is not valid JSON: {type(exc).__name__}") from None
     if not isinstance(data, dict):
@@ -89,15 +103,14 @@ def recognize(path: str, tensors: dict[str, Any] | None = None) -> Architecture 
     found = config_path(path)
     if found is not None:
         config = read_config(found)
-        arch = _from_config(config, os.path.dirname(found))
+        arch = recognize_config(config, os.path.dirname(found))
         if arch is not None:
             return arch
-    if tensors:
-        return _torchvision_by_keys(tensors)
-    return None
+    return recognize_by_keys(tensors) if tensors else None
 
 
-def _from_config(config: dict[str, Any], folder: str) -> Architecture | None:
+def recognize_config(config: dict[str, Any], folder: str = "") -> Architecture | None:
+    """The architecture a config.json (read as data) names; ArchitectureRefused for `auto_map` or odd names."""
     if "auto_map" in config:
         named = config["auto_map"]
         shown = ", ".join(f"{k}: {v}" for k, v in named.items())[:200] if isinstance(named, dict) else "?"
@@ -132,7 +145,7 @@ _RESNETS = {(2, 2, 2, 2, False): "resnet18", (3, 4, 6, 3, False): "resnet34", (3
             (3, 4, 23, 3, True): "resnet101", (3, 8, 36, 3, True): "resnet152"}
 
 
-def _torchvision_by_keys(tensors: dict[str, Any]) -> Architecture | None:
+def recognize_by_keys(tensors: dict[str, Any]) -> Architecture | None:
     """A torchvision ResNet recognised by its state-dict keys and shapes (`torchvision resnet18`)."""
     conv1, fc = tensors.get("conv1.weight"), tensors.get("fc.weight")
     if conv1 is None or fc is None or len(conv1.shape) != 4 or len(fc.shape) != 2:
@@ -168,6 +181,9 @@ def recognize_checkpoint(path: str) -> Architecture | None:
 def missing_library(arch: Architecture) -> str | None:
     """The refusal line when the architecture's library is not installed (no import, a spec lookup)."""
     if importlib.util.find_spec(arch.library) is None:
+        if arch.library in ("timm", "torchvision"):
+            return (f"{arch.describe()}: {arch.library} is not installed ({VISION_EXTRA} brings it, with a "
+                    f"torchvision built for your torch)")
         return f"{arch.describe()}: {arch.library} is not installed ({EXTRA} brings it)"
     return None
 
@@ -186,11 +202,9 @@ def default_inputs(arch: Architecture) -> list[InputSpec]:
                 dim = dim[0] if isinstance(dim, list) and dim else dim
                 specs.append(InputSpec(shape=(1, TEXT_TOKENS, _int(dim, 32)), name="encoder_hidden_states"))
         return specs
-    if arch.library in ("timm", "torchvision"):
-        cfg = c["pretrained_cfg"] if isinstance(c.get("pretrained_cfg"), dict) else {}
-        input_size = cfg.get("input_size")
-        if isinstance(input_size, list) and len(input_size) == 3:
-            return [InputSpec(shape=(1, *(_int(s, DEFAULT_IMAGE) for s in input_size)), name="x")]
+    if arch.library == "timm":
+        return [InputSpec(shape=(1, *timm_input_size(c)), name="x")]
+    if arch.library == "torchvision":
         channels = _int(c.get("in_chans", c.get("in_channels")), 3)
         return [InputSpec(shape=(1, channels, DEFAULT_IMAGE, DEFAULT_IMAGE), name="x")]
     # transformers: vision configs name an image size; text ones a vocabulary.
@@ -206,6 +220,40 @@ def default_inputs(arch: Architecture) -> list[InputSpec]:
                           name="input_ids"),
                 InputSpec(shape=(1, TEXT_TOKENS), dtype="int64", fill="ones", name="attention_mask")]
     return []
+
+
+def timm_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pretrained_cfg, model_args) of a timm config.json, split as timm's own folder loader splits it.
+
+    timm builds a folder's model from `model_args` (keyword arguments of the model, e.g. `img_size`, `depth`)
+    and `pretrained_cfg` (its default `num_classes`, and `in_chans` from `input_size`), with the top-level
+    `num_classes` over the pretrained one. A legacy config is one flat dict: the pretrained_cfg itself.
+    """
+    if isinstance(config.get("pretrained_cfg"), dict):
+        pretrained = dict(config["pretrained_cfg"])
+    else:
+        pretrained = {k: v for k, v in config.items() if k not in ("architecture", "num_features", "model_args")}
+    if "num_classes" in config:
+        pretrained["num_classes"] = config["num_classes"]
+    args = config.get("model_args")
+    return pretrained, (dict(args) if isinstance(args, dict) else {})
+
+
+def timm_input_size(config: dict[str, Any]) -> tuple[int, int, int]:
+    """(channels, height, width) of a timm model's image: `model_args` as built, else `pretrained_cfg`."""
+    pretrained, args = timm_config(config)
+    input_size = pretrained.get("input_size")
+    channels, height, width = 3, DEFAULT_IMAGE, DEFAULT_IMAGE
+    if isinstance(input_size, list) and len(input_size) == 3:
+        channels, height, width = (_int(s, d) for s, d in zip(input_size, (3, DEFAULT_IMAGE, DEFAULT_IMAGE),
+                                                              strict=True))
+    channels = _int(args.get("in_chans"), channels)
+    img_size = args.get("img_size")
+    if isinstance(img_size, list) and len(img_size) == 2:
+        height, width = _int(img_size[0], height), _int(img_size[1], width)
+    elif img_size is not None:
+        height = width = _int(img_size, height)
+    return channels, height, width
 
 
 def _int(value: Any, default: int) -> int:

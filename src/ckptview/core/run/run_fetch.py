@@ -9,11 +9,25 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Generator
+from typing import Any
 
+from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.redaction import redact
+from ckptview.core.run.architectures import (
+    MAX_CONFIG_BYTES,
+    Architecture,
+    ArchitectureRefused,
+    check_config_size,
+    missing_library,
+    parse_config,
+    recognize_by_keys,
+    recognize_config,
+)
 from ckptview.core.run.run_process import Cancellable, RunError
 
 FETCH_BLOCK = 16 << 20  # bytes per range read
+CONFIG_BLOCK = 256 << 10  # bytes per range read of a remote config.json: progress and cancel in between
 # What a forward pass with no code needs of a model folder: its config, a tokenizer, and the weights (any
 # library's names, shards and their index). Nothing else is downloaded (no code, no README, no images).
 _WEIGHTS = r"(model|pytorch_model|diffusion_pytorch_model|adapter_model)(\.[A-Za-z0-9_-]+)?"
@@ -70,5 +84,64 @@ def fetch_file(url: str, target: str, token: Cancellable | None) -> Generator[Pr
                 out.write(view)
                 done += len(view)
                 yield Progress(done, size, f"downloading {shown_url(url)}")
+    finally:
+        fmap.close()
+
+
+def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancellable | None = None
+                  ) -> Generator[Progress, None, Architecture | None]:
+    """The architecture a run of `url` would find, as `recognize` finds a local one: a folder URL by its
+    config.json (listed and read through the byte layer, as data, at most 4 MB), a file URL (downloaded
+    alone for a run, no config beside it) by its keys and shapes (`tensors`, from the open checkpoint).
+
+    For the Run tab's worker: progress and cancel between reads. Raises ArchitectureRefused (auto_map, an
+    odd config, the library not installed) or RunError ('input': the config cannot be read); every message
+    is one line with the URL redacted.
+    """
+    from ckptview.core.read.remote.paths import exists_kind, listdir
+
+    base = url.split("?", 1)[0].rstrip("/")
+    try:
+        yield Progress(0, 0, f"looking at {shown_url(url)}")
+        arch = None
+        if exists_kind(url) == "dir":
+            if token is not None and token.cancelled:
+                raise RunError("cancelled", kind="cancelled")
+            if "config.json" in listdir(url):
+                raw = yield from _read_config(f"{base}/config.json", token)
+                arch = recognize_config(parse_config(raw))
+        if arch is None and tensors:
+            arch = recognize_by_keys(tensors)
+    except ArchitectureRefused as exc:
+        raise ArchitectureRefused(redact(str(exc))) from None
+    except RunError:
+        raise
+    except (CheckpointError, OSError) as exc:  # RemoteError, not found, a deadline: one line
+        if token is not None and token.cancelled:
+            raise RunError("cancelled", kind="cancelled") from None
+        raise RunError(redact(f"config.json of {shown_url(url)} not read: {exc}"), kind="input") from None
+    if arch is not None and (missing := missing_library(arch)):
+        raise ArchitectureRefused(missing)
+    return arch
+
+
+def _read_config(url: str, token: Cancellable | None) -> Generator[Progress, None, bytes]:
+    """A remote config.json's bytes, refused before any is read when its size is too large for a config."""
+    from ckptview.core.read.files import FileMap
+
+    fmap = FileMap(url)
+    try:
+        size = fmap.size
+        check_config_size(size)
+        data = bytearray(size)
+        done = 0
+        while done < size:
+            if token is not None and token.cancelled:
+                raise RunError("cancelled", kind="cancelled")
+            view = memoryview(data)[done: min(size, done + CONFIG_BLOCK)]
+            fmap.readinto(done, view)
+            done += len(view)
+            yield Progress(done, size, f"reading {shown_url(url)}")
+        return bytes(data[:MAX_CONFIG_BYTES])
     finally:
         fmap.close()

@@ -75,10 +75,28 @@ def _diffusers(diffusers: Any, name: str, config: dict[str, Any]) -> Any:
 
 
 def _timm(timm: Any, name: str, config: dict[str, Any]) -> Any:
+    """As `timm.create_model("local-dir:FOLDER", pretrained=False)` builds it: the model's keyword arguments
+    from `model_args`, its defaults (classes, channels) from `pretrained_cfg`; never a download."""
+    import dataclasses
+    import inspect
+
+    from ckptview.core.run.architectures import timm_config
+
     if not timm.is_model(name):
         raise WorkerError(f"timm does not know the architecture {name}", kind="refused")
-    kwargs = {k: config[k] for k in ("num_classes", "in_chans", "global_pool") if k in config}
-    return timm.create_model(name, pretrained=False, **kwargs)
+    pretrained, args = timm_config(config)
+    if not all(isinstance(k, str) and k.isidentifier() for k in args):
+        raise WorkerError("config.json's model_args are not keyword arguments", kind="input")
+    # timm hands model_args to the model's constructor, after create_model has taken its own arguments; given
+    # to create_model here, `checkpoint_path` would torch.load a file the config names, `pretrained` download.
+    own = sorted((set(inspect.signature(timm.create_model).parameters) - {"model_name", "kwargs"}) & set(args))
+    if own:
+        raise WorkerError(f"config.json's model_args name {', '.join(own)}: arguments of timm.create_model "
+                          f"itself (loading, downloading), never taken from a model's folder", kind="refused")
+    # Fields this timm does not know (a config written by another release) are left out, not an error.
+    known = {f.name for f in dataclasses.fields(timm.models.PretrainedCfg)}
+    pretrained = {k: v for k, v in pretrained.items() if k in known}
+    return timm.create_model(name, pretrained=False, pretrained_cfg=pretrained or None, **args)
 
 
 def _torchvision(torchvision: Any, name: str, config: dict[str, Any]) -> Any:
