@@ -87,8 +87,17 @@ def test_redaction_keeps_ordinary_text():
     from ckptview.core.read.remote import redact
 
     for text in ("not a checkpoint: file is 812 bytes of text", "is this a checkpoint? no",
-                 "storage 'data/7' missing", "cannot open https://host/model.pt: not found (HTTP 404)"):
+                 "storage 'data/7' missing", "cannot open https://host/model.pt: not found (HTTP 404)",
+                 "https://host/m.pt ended after 10 of 20 bytes of a 20-byte range (connection cut?)",
+                 "a question mark in brackets [cut?] or at the end?"):
         assert redact(text) == text
+
+
+def test_a_query_after_closing_brackets_is_still_a_query():
+    from ckptview.core.read.remote import redact
+
+    for text in (f"https://h/m.pt?){SECRET}", f"(url: /m.pt?]x={SECRET})", f"/m.pt?)sig={SECRET} failed"):
+        assert SECRET not in redact(text), redact(text)
 
 
 def test_a_failed_tls_handshake_does_not_show_the_token(raw_server, capsys):

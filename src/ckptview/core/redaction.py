@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 
 # '?' right after a non-space character and followed by one: a query string (of a URL or a bare path),
-# up to the next space or quote. Ordinary questions ('a checkpoint? no') have a space after the '?'.
-_QUERY = re.compile(r"(?<=\S)\?[^\s'\"<>]+")
+# up to the next space or quote. Ordinary questions ('a checkpoint? no') have a space after the '?', and
+# one in brackets ('(connection cut?)') only closing brackets; a query after brackets ('?)sig=') is one.
+_QUERY = re.compile(r"(?<=\S)\?(?![)\]}]+(?:\s|$))[^\s'\"<>]+")
 # A fragment of a URL with a scheme ('https://host/m.pt#token').
 _FRAGMENT = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s#'\"<>]*)#[^\s'\"<>]*")
 # userinfo after '//' (with or without a scheme): 'https://user:pw@host' -> 'https://host'.
