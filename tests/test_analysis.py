@@ -67,7 +67,7 @@ def test_a_failed_read_reaches_every_waiting_request_as_one_line(ckpt, monkeypat
     analysis = Analysis()
     info = info_of(ck, "w")
 
-    def broken_chunks(_info):
+    def broken_chunks(_info, _ahead=None):
         def chunks():
             yield np.zeros(4, dtype=np.float32)
             raise TensorDataError("storage 'data/0' missing")

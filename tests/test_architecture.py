@@ -54,3 +54,27 @@ def test_tabs_reach_their_window_only_through_its_typed_interface():
         code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
         offenders += [f"{path.name}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
     assert offenders == []
+
+
+def test_no_thread_local_carries_context_in_the_read_layer():
+    """Readers and reads get their context explicitly (`ReaderContext`, a walk's `ReadAhead`, a request's
+    deadline on its timeout): a thread-local (or a ContextVar, one by another name) makes what a read does
+    depend on which thread runs it, and hides from a maintainer what the read depends on."""
+    pattern = re.compile(r"threading\.local|\blocal\(\)|contextvars|ContextVar")
+    offenders = []
+    for path in (SRC / "core" / "read").rglob("*.py"):
+        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
+        offenders += [f"{path.relative_to(SRC)}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
+    assert offenders == []
+
+
+def test_readers_are_registered_with_their_declared_priority():
+    """The registry lists every reader module, highest declared priority first (no getattr defaults)."""
+    from ckptview.core.read.formats import readers
+
+    found = readers()
+    modules = {p.stem for p in (SRC / "core" / "read" / "formats").glob("*.py")} - {"__init__", "safetensors_header"}
+    assert {r.__name__.rsplit(".", 1)[-1] for r in found} == modules  # type: ignore[attr-defined]
+    assert [r.PRIORITY for r in found] == sorted((r.PRIORITY for r in found), reverse=True)
+    assert all(isinstance(r.NAME, str) and r.NAME for r in found)

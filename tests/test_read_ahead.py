@@ -1,4 +1,5 @@
-"""ReadAhead: small reads from windows while a walk runs, and only then; the walk behaves as `yield from` would."""
+"""ReadAhead: small reads handed it come from windows while a walk runs, and only then; the walk behaves as
+`yield from` would. The read-ahead is an object passed to the reads, never a thread's state."""
 
 from __future__ import annotations
 
@@ -17,12 +18,16 @@ def _file(tmp_path, name: str, size: int = 3 << 20) -> FileMap:
     return FileMap(str(path))
 
 
-def _active() -> object:
-    return files._ahead.__dict__.get("active")
-
-
 def test_the_walk_sees_sent_values_thrown_errors_and_close_as_with_yield_from():
     log = []
+    holder: list[ReadAhead] = []
+
+    def _active() -> object:
+        return holder[0].active if holder else None
+
+    def make(ahead: ReadAhead):
+        holder[:] = [ahead]
+        return walk()
 
     def walk():
         try:
@@ -35,11 +40,11 @@ def test_the_walk_sees_sent_values_thrown_errors_and_close_as_with_yield_from():
                 yield 3
             yield 4
         finally:
-            log.append(("active in finally", _active() is not None))
+            log.append(("active in finally", _active() is True))
         return "done"
 
-    steps = read_ahead(walk())
-    assert next(steps) == 1 and _active() is None
+    steps = read_ahead(make)
+    assert next(steps) == 1 and _active() is False
     assert steps.send("x") == 2
     assert steps.throw(KeyError("k")) == 3
     assert next(steps) == 4
@@ -49,10 +54,10 @@ def test_the_walk_sees_sent_values_thrown_errors_and_close_as_with_yield_from():
     assert log == [("sent", "x"), ("thrown", "k"), ("active in finally", True)]
 
     log.clear()
-    steps = read_ahead(walk())
+    steps = read_ahead(make)
     next(steps)
     steps.close()  # a cancelled walk: its own cleanup runs now, in this thread
-    assert log == [("active in finally", True)] and _active() is None
+    assert log == [("active in finally", True)] and _active() is False
 
 
 def test_reads_come_from_windows_only_while_the_walk_runs(tmp_path, monkeypatch):
@@ -61,16 +66,73 @@ def test_reads_come_from_windows_only_while_the_walk_runs(tmp_path, monkeypatch)
     real = files._fill
     monkeypatch.setattr(files, "_fill", lambda fd, view, offset: calls.append(offset) or real(fd, view, offset))
 
-    def walk():
-        for offset in range(0, 1 << 20, 4096):  # 256 small reads inside one window
-            yield fmap.read(offset, 100)
+    kept: list[ReadAhead] = []
 
-    chunks = list(read_ahead(walk()))
+    def walk(ahead: ReadAhead):
+        kept.append(ahead)
+        for offset in range(0, 1 << 20, 4096):  # 256 small reads inside one window
+            yield fmap.read(offset, 100, ahead)
+
+    chunks = list(read_ahead(walk))
     assert len(calls) == 1 and chunks[5] == bytes((5 * 4096 + i) % 256 for i in range(100))
     calls.clear()
     fmap.read(0, 100)
     fmap.read(4096, 100)
-    assert len(calls) == 2  # outside the walk: every read goes to the file
+    assert len(calls) == 2  # reads not handed the read-ahead: every read goes to the file
+    calls.clear()
+    fmap.read(0, 100, kept[0])
+    fmap.read(4096, 100, kept[0])
+    assert len(calls) == 2  # the walk has ended: its read-ahead is not active any more
+    fmap.close()
+
+
+def test_a_suspended_walk_leaves_its_read_ahead_inactive(tmp_path, monkeypatch):
+    fmap = _file(tmp_path, "a.bin")
+    calls = []
+    real = files._fill
+    monkeypatch.setattr(files, "_fill", lambda fd, view, offset: calls.append(offset) or real(fd, view, offset))
+    kept: list[ReadAhead] = []
+
+    def walk(ahead: ReadAhead):
+        kept.append(ahead)
+        yield fmap.read(0, 100, ahead)
+        yield fmap.read(4096, 100, ahead)
+
+    steps = read_ahead(walk)
+    next(steps)
+    assert len(calls) == 1  # the window
+    fmap.read(8192, 100, kept[0])  # while the walk is suspended at its yield: straight to the file
+    assert len(calls) == 2
+    next(steps)
+    assert len(calls) == 2  # back inside the walk: from the window
+    steps.close()
+    fmap.close()
+
+
+def test_a_walk_in_another_thread_does_not_change_this_threads_reads(tmp_path, monkeypatch):
+    """The read-ahead belongs to the walk: a walk running in one thread leaves other threads' reads alone."""
+    import threading
+
+    fmap = _file(tmp_path, "a.bin")
+    calls = []
+    real = files._fill
+    monkeypatch.setattr(files, "_fill", lambda fd, view, offset: calls.append(offset) or real(fd, view, offset))
+    inside, release = threading.Event(), threading.Event()
+
+    def walk(ahead: ReadAhead):
+        yield fmap.read(0, 100, ahead)
+        inside.set()  # the walk is active (inside a step) while this thread waits
+        release.wait(30)
+        yield fmap.read(4096, 100, ahead)
+
+    worker = threading.Thread(target=lambda: list(read_ahead(walk)))
+    worker.start()
+    assert inside.wait(30)
+    before = len(calls)
+    fmap.read(200_000, 100)  # this thread, during the other's walk: to the file
+    assert len(calls) == before + 1
+    release.set()
+    worker.join(30)
     fmap.close()
 
 
@@ -80,7 +142,7 @@ def test_windows_are_bounded_and_every_file_read_is_checked_at_the_end(tmp_path)
 
     def walk():
         for fmap in maps:
-            yield fmap.read(10, 10)
+            yield fmap.read(10, 10, ahead)
             assert len(ahead.windows) <= ReadAhead.MAX_WINDOWS
 
     steps = ahead.run(walk())

@@ -130,6 +130,64 @@ def test_a_dripping_server_is_stopped_by_the_deadline(raw_server, monkeypatch, c
     assert url in err and "no complete answer within" in err and "--deadline" in err, err
 
 
+def test_a_requests_deadline_cuts_only_its_own_connection(raw_server):
+    """Two threads reading one remote file at once (the window's workers): the deadline travels with each
+    request, so one request's deadline expiring never cuts the other's connection, and never applies to it."""
+    from ckptview.core.read.remote.cache import Transfer
+    from ckptview.core.read.remote.deadline import Deadline
+    from ckptview.core.read.remote.http import HttpBackend
+    from tests.hostile_server import read_request
+
+    ok = (b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-15/16\r\nContent-Length: 16\r\n\r\n"
+          + bytes(range(16)))
+    first_in, first_cut = threading.Event(), threading.Event()
+    order: list[int] = []
+
+    def answer(conn, server) -> None:
+        order.append(len(order))
+        if order[-1] == 0:  # the short deadline's request: headers drip until it is cut (or 20 s)
+            read_request(conn)
+            conn.sendall(DRIP_ANSWER[:20])
+            first_in.set()
+            for i in range(20, 420):
+                if server.wait(0.05):
+                    return
+                conn.sendall(DRIP_ANSWER[i : i + 1])
+        else:  # the other request: answered in full once the first was cut
+            read_request(conn)
+            first_cut.wait(20)
+            conn.sendall(ok)
+
+    srv = raw_server(answer)
+    backend = HttpBackend(f"{srv.url}/model.safetensors", Transfer())
+    outcome: dict[str, object] = {}
+
+    def short() -> None:
+        with Deadline(0.3) as limit:
+            try:
+                backend._body(backend._get({"Range": "bytes=0-15"}, limit), 16)
+                outcome["short"] = "answered"
+            except RemoteError:  # its connection cut: the headers it had, no body
+                outcome["short"] = "cut" if limit.passed() else "failed before its deadline"
+        first_cut.set()
+
+    def long() -> None:
+        with Deadline(60) as limit:
+            resp = backend._get({"Range": "bytes=0-15"}, limit)
+            outcome["long"] = backend._body(resp, 16)
+
+    a = threading.Thread(target=short)
+    a.start()
+    assert first_in.wait(20)
+    b = threading.Thread(target=long)  # in flight, on its own connection, while the first one's deadline fires
+    b.start()
+    a.join(30)
+    b.join(30)
+    assert outcome["short"] == "cut", outcome  # by its own deadline
+    assert outcome["long"] == bytes(range(16)), outcome  # untouched by the other's
+    backend.close()
+
+
 def test_a_dripping_tls_handshake_is_stopped_by_the_deadline(raw_server, monkeypatch, capsys):
     def tls_drip(conn, server) -> None:
         conn.recv(4096)  # the client hello

@@ -19,7 +19,8 @@ from safetensors.torch import load_file, save_file
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import Cancelled, CheckpointError, CheckpointFormatError
-from ckptview.core.jobs import Progress
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.formats import safetensors_file
 from ckptview.core.read.formats.safetensors_header import NotInPieces, header_pieces, parse_whole
 from ckptview.core.read.values import read_values
@@ -113,10 +114,13 @@ def _info(path: str) -> tuple[int, str, str]:
 def _in_pieces_and_whole(monkeypatch, path: str) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
     """`info --json` (status, stdout, stderr) read in pieces of 16 bytes, and read whole."""
     monkeypatch.setattr(safetensors_file, "PIECE_BYTES", 16)
-    steps: list[Progress] = []
-    with safetensors_file.reporting(steps.append):
-        pieces = _info(path)
-    assert len(steps) > 1 or _header_len(path) < 200  # a header of many pieces was read in pieces
+    split: list[int] = []  # pieces the header was cut into
+    real_pieces = safetensors_file.header_pieces
+    monkeypatch.setattr(safetensors_file, "header_pieces",
+                        lambda raw, size: (split.append(1), (p for p in real_pieces(raw, size)))[1])
+    pieces = _info(path)
+    monkeypatch.setattr(safetensors_file, "header_pieces", real_pieces)
+    assert split or _header_len(path) < 200  # a header of many pieces was read in pieces
     monkeypatch.setattr(safetensors_file, "PIECE_BYTES", 1 << 40)
     whole = _info(path)
     return pieces, whole
@@ -226,8 +230,7 @@ def test_the_reader_reports_progress_and_stops_when_told(monkeypatch, tmp_path):
     path = _write(tmp_path / "p.safetensors", _entries(200), bytes(800))
     monkeypatch.setattr(safetensors_file, "PIECE_BYTES", 256)
     steps: list[Progress] = []
-    with safetensors_file.reporting(steps.append):
-        ckpt = open_checkpoint(path)
+    ckpt = open_checkpoint(path, ReaderContext(progress=steps.append))
     ckpt.close()
     assert len(steps) > 10 and steps[-1].done == steps[-1].total
     assert [s.done for s in steps] == sorted(s.done for s in steps)
@@ -242,6 +245,12 @@ def test_the_reader_reports_progress_and_stops_when_told(monkeypatch, tmp_path):
     closed: list[object] = []
     real_close = safetensors_file.FileMap.close
     monkeypatch.setattr(safetensors_file.FileMap, "close", lambda self: (closed.append(self), real_close(self)))
-    with safetensors_file.reporting(stop_after_three), pytest.raises((Cancelled, CheckpointError)):
-        open_checkpoint(path)
+    with pytest.raises((Cancelled, CheckpointError)):
+        open_checkpoint(path, ReaderContext(progress=stop_after_three))
     assert len(seen) == 3 and len(closed) == 1  # stopped at the third piece; its file let go
+
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises((Cancelled, CheckpointError)):  # the context's cancel token stops it at the first piece
+        open_checkpoint(path, ReaderContext(cancel=token, progress=seen.append))
+    assert len(seen) == 3

@@ -232,7 +232,7 @@ def test_huge_expanded_tensor_costs_what_it_stores(tmp_path, monkeypatch) -> Non
     info = open_checkpoint(path).tensor("h")
     read = []
     real = values.iter_chunks
-    monkeypatch.setattr(values, "iter_chunks", lambda i, n=1 << 22: (read.append(c.size) or c for c in real(i, n)))
+    monkeypatch.setattr(values, "iter_chunks", lambda i, n=1 << 22, ahead=None: (read.append(c.size) or c for c in real(i, n, ahead)))
     s = tensor_stats(info)
     assert sum(read) == 1000  # a counter, not a clock: the work is the bytes stored
     n = rows * 1000

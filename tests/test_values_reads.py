@@ -18,9 +18,9 @@ def counted(monkeypatch):
     total = {"bytes": 0}
     real = FileMap.readinto
 
-    def readinto(self, offset, buf, check=True):
+    def readinto(self, offset, buf, check=True, ahead=None):
         total["bytes"] += memoryview(buf).nbytes
-        return real(self, offset, buf, check)
+        return real(self, offset, buf, check, ahead)
 
     monkeypatch.setattr(FileMap, "readinto", readinto)
     return total
@@ -87,9 +87,9 @@ def test_strided_slice_streams_in_small_reads(tmp_path, monkeypatch):
     sizes = []
     real = FileMap.readinto
 
-    def readinto(self, offset, buf, check=True):
+    def readinto(self, offset, buf, check=True, ahead=None):
         sizes.append(memoryview(buf).nbytes)
-        return real(self, offset, buf, check)
+        return real(self, offset, buf, check, ahead)
 
     monkeypatch.setattr(FileMap, "readinto", readinto)
     for name in ("q", "v"):

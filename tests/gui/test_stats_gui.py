@@ -84,8 +84,8 @@ def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, mon
     real = values.iter_chunks
     big_info = ck.tensor("big")
 
-    def slow_chunks(info, chunk_elems=1 << 22):
-        for chunk in real(info, 10_000):
+    def slow_chunks(info, chunk_elems=1 << 22, ahead=None):
+        for chunk in real(info, 10_000, ahead):
             if info is big_info:
                 time.sleep(0.02)  # the big tensor takes ~0.4 s: long enough to switch away
             yield chunk

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import math
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import Any
 
@@ -19,7 +20,7 @@ from ckptview.core import dtypes
 from ckptview.core.errors import TensorDataError
 from ckptview.core.model import Checkpoint, Node, TensorEntry
 from ckptview.core.perf import paused_gc
-from ckptview.core.read.files import read_ahead
+from ckptview.core.read.files import ReadAhead, read_ahead
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.tree import short_repr
 from ckptview.core.text import printable
@@ -171,7 +172,12 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool, spectral: bool = False) -> Iter
         yield from (_dumps(item) for item in _tensor_items(ckpt, stats, spectral))
         return
     if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
-        yield from read_ahead(_dumps(_tensor_item(ckpt, entry, sharing, stats_for)) for entry in ckpt.tensors())
+        def rows(ahead: ReadAhead) -> Generator[str, None, None]:
+            with_ahead = functools.partial(stats_for, ahead=ahead)
+            for entry in ckpt.tensors():
+                yield _dumps(_tensor_item(ckpt, entry, sharing, with_ahead))
+
+        yield from read_ahead(rows)
         return
     quote = encode_basestring_ascii
     # id(shape) -> (the shape, kept alive so the id stays its own; its text or None; numel)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # both import numpy: at run time only when a job computes som
     from ckptview.core.analyze.histogram import Histogram
     from ckptview.core.analyze.spectral import Spectrum
     from ckptview.core.analyze.stats import Summary, TensorStats
+    from ckptview.core.read.files import ReadAhead
     from ckptview.core.read.slicing import LazySlice2D
 
 T = TypeVar("T")
@@ -174,18 +175,23 @@ class Analysis:
         with self._lock:
             return self._summaries.get(info)
 
-    def summary(self, info: TensorInfo, token: CancelToken | None = None) -> Generator[Progress, None, Summary]:
-        """A tensor's Summary (statistics, and the value table of small dtypes): cached, read once."""
+    def summary(self, info: TensorInfo, token: CancelToken | None = None,
+                ahead: ReadAhead | None = None) -> Generator[Progress, None, Summary]:
+        """A tensor's Summary (statistics, and the value table of small dtypes): cached, read once.
+
+        `ahead`: the read-ahead of the walk asking (its small reads come from windows of the file)."""
         cached = self.cached_summary(info)
         if cached is not None:
             return cached
-        return (yield from self._summary_flights.run(id(info), lambda: self._stream_summary(info, token), token))
+        return (yield from self._summary_flights.run(id(info), lambda: self._stream_summary(info, token, ahead),
+                                                     token))
 
-    def _stream_summary(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Summary]:
+    def _stream_summary(self, info: TensorInfo, token: CancelToken | None,
+                        ahead: ReadAhead | None = None) -> Generator[Progress, None, Summary]:
         from ckptview.core.analyze.stats import iter_summary, stored_part
 
         part, weight = stored_part(info)  # an expanded (stride-0) tensor: only what it stores, counted
-        chunks: Iterable[Any] = self._chunks(part)()
+        chunks: Iterable[Any] = self._chunks(part, ahead)()
         kept: list[Any] | None = None
         if part.nbytes <= KEEP_VALUES_BYTES:  # small enough to keep: the histogram needs no second read
             kept = []
@@ -197,14 +203,14 @@ class Analysis:
                 self._kept = (info, kept)
         return summary
 
-    def stats(self, infos: Sequence[TensorInfo],
-              token: CancelToken | None = None) -> Generator[Progress, None, TensorStats]:
+    def stats(self, infos: Sequence[TensorInfo], token: CancelToken | None = None,
+              ahead: ReadAhead | None = None) -> Generator[Progress, None, TensorStats]:
         """Statistics of one tensor, or the aggregate over several (a module), from cached summaries."""
         from ckptview.core.analyze.stats import merge_stats
 
         parts = []
         for info in infos:
-            summary = yield from self.summary(info, token)
+            summary = yield from self.summary(info, token, ahead)
             parts.append(summary.stats)
         return parts[0] if len(parts) == 1 else merge_stats(parts)
 
@@ -254,14 +260,15 @@ class Analysis:
         A module's small tensors come from windows of the file read at once (`read_ahead`)."""
         from ckptview.core.read.files import read_ahead
 
-        return read_ahead(self._stats_steps(targets, token))
+        return read_ahead(lambda ahead: self._stats_steps(targets, token, ahead))
 
-    def _stats_steps(self, targets: Sequence[Sequence[TensorInfo]], token: CancelToken | None
+    def _stats_steps(self, targets: Sequence[Sequence[TensorInfo]], token: CancelToken | None,
+                     ahead: ReadAhead | None = None
                      ) -> Generator[Progress | StatsReady | TargetFailed, None, list[TensorStats | None]]:
         results: list[TensorStats | None] = []
         for i, infos in enumerate(targets):
             try:
-                stats = yield from self.stats(infos, token)
+                stats = yield from self.stats(infos, token, ahead)
             except CheckpointError as exc:
                 yield TargetFailed(i, str(exc))
                 results.append(None)
@@ -378,10 +385,11 @@ class Analysis:
         return view[rows, cols]
 
     # -- internals -----------------------------------------------------------------------------------
-    def _chunks(self, info: TensorInfo) -> Callable[[], Iterable[Any]]:
+    def _chunks(self, info: TensorInfo, ahead: ReadAhead | None = None) -> Callable[[], Iterable[Any]]:
         from ckptview.core.analyze.stats import chunk_source
 
-        source = chunk_source(info) if self.chunk_elems is None else chunk_source(info, self.chunk_elems)
+        source = chunk_source(info, ahead=ahead) if self.chunk_elems is None \
+            else chunk_source(info, self.chunk_elems, ahead)
 
         def counted() -> Iterable[Any]:
             with self._lock:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from ckptview.core.analyze.align import Alignment, align
 from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
 from ckptview.core.model import Checkpoint, TensorInfo
+
+if TYPE_CHECKING:
+    from ckptview.core.read.files import ReadAhead
 
 # Values are read 256 Ki elements at a time (1 MiB of fp32: sequential reads whose buffers the
 # allocator reuses; 16 MiB reads cost a fresh mapping and its page faults each time, twice as slow)
@@ -317,11 +320,11 @@ def iter_compare(result: DiffResult, token: CancelToken | None = None,
     """
     from ckptview.core.read.files import read_ahead
 
-    return read_ahead(_iter_compare(result, token, chunk_elems))
+    return read_ahead(lambda ahead: _iter_compare(result, token, chunk_elems, ahead))
 
 
-def _iter_compare(result: DiffResult, token: CancelToken | None,
-                  chunk_elems: int) -> Generator[DiffProgress, None, DiffResult]:
+def _iter_compare(result: DiffResult, token: CancelToken | None, chunk_elems: int,
+                  ahead: ReadAhead | None = None) -> Generator[DiffProgress, None, DiffResult]:
     pending = [i for i, t in enumerate(result.tensors) if not t.done]
     sizes = [_pair_bytes(result.tensors[i]) for i in pending]
     total = sum(sizes)
@@ -333,12 +336,12 @@ def _iter_compare(result: DiffResult, token: CancelToken | None,
         ia, ib = row.info_a, row.info_b
         assert ia is not None and ib is not None
         try:
-            sums = _compare_small(ia, ib, token, chunk_elems, works)
+            sums = _compare_small(ia, ib, token, chunk_elems, works, ahead)
             if sums is None:
                 def rebase(step: Progress, base: int = done, name: str = row.name) -> DiffProgress:
                     return DiffProgress(base + step.done, total, name)
 
-                sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems), rebase)
+                sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems, ahead), rebase)
         except FileChangedError:
             raise  # every figure after this would compare another file: the whole diff fails
         except CheckpointError as exc:
@@ -374,8 +377,10 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint, **kwargs: Any) -> DiffResult:
 
 
 def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None = None,
-                         chunk_elems: int = DIFF_CHUNK_ELEMS) -> Generator[Progress, None, Sums]:
-    """Sums over two same-shape tensors, streamed; yields Progress in bytes of both sides."""
+                         chunk_elems: int = DIFF_CHUNK_ELEMS,
+                         ahead: ReadAhead | None = None) -> Generator[Progress, None, Sums]:
+    """Sums over two same-shape tensors, streamed; yields Progress in bytes of both sides (`ahead`: the
+    read-ahead of the walk reading them)."""
     from ckptview.core.read.values import common_expansion, iter_chunks
 
     weight = 1
@@ -387,7 +392,7 @@ def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | No
     sums = Sums()
     done = 0
     per_elem = dtypes.itemsize(ia.dtype) + dtypes.itemsize(ib.dtype)
-    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems), iter_chunks(ib, chunk_elems)):
+    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems, ahead), iter_chunks(ib, chunk_elems, ahead)):
         if token is not None:
             token.check()
         part = compare_chunk(ca, cb, work, same_bytes_possible)
@@ -400,14 +405,14 @@ def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | No
 
 
 def _compare_small(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None, chunk_elems: int,
-                   works: dict[np.dtype, _Work]) -> Sums | None:
+                   works: dict[np.dtype, _Work], ahead: ReadAhead | None = None) -> Sums | None:
     """`iter_compare_tensors` in one step for two small contiguous tensors stored plainly in files (the
     same chunk compared by the same code, without the streaming around it); None for any other pair."""
     from ckptview.core.read.values import read_small
 
     limit = min(chunk_elems, BLOCK_ELEMS)  # one chunk, one block: exactly what the streamed path computes
-    ca = read_small(ia, limit)
-    cb = read_small(ib, limit) if ca is not None else None
+    ca = read_small(ia, limit, ahead)
+    cb = read_small(ib, limit, ahead) if ca is not None else None
     if ca is None or cb is None or ca.size != cb.size:
         return None
     if token is not None:

@@ -18,8 +18,8 @@ from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.model import Checkpoint
 from ckptview.core.perf import keep_out_of_collections
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.file_checks import Signature, safetensors_header_size, signature
-from ckptview.core.read.formats import safetensors_file
 
 
 @dataclass
@@ -114,8 +114,6 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     shown = [0.0]  # when a step was last handed on
 
     def report(step: Progress) -> None:
-        if token is not None:
-            token.check()
         # At most ten steps a second: each is a queued call into Python on the GUI thread, and one per
         # piece (every few ms) kept that thread busy waiting for the interpreter lock (1.6 s, no timer ran).
         now = time.monotonic()
@@ -127,8 +125,8 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     # The caller holds the GUI thread's collector off meanwhile (checkpoint_tab: a pass over a growing tree,
     # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
     try:
-        with safetensors_file.reporting(report):
-            lease = (workspace or window_workspace()).acquire(path, open_checkpoint)
+        context = ReaderContext(cancel=token, progress=report)
+        lease = (workspace or window_workspace()).acquire(path, lambda p: open_checkpoint(p, context))
     except CheckpointError:
         if token is not None and token.cancelled:  # the reader turns every exception into one line
             raise Cancelled("cancelled") from None

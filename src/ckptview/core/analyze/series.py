@@ -246,7 +246,7 @@ def iter_series(result: SeriesResult, token: CancelToken | None = None,
     the others are still read. With `holdings`, checkpoints come from (and stay in) the run's own opens."""
     from ckptview.core.read.files import ReadAhead
 
-    ahead = ReadAhead()
+    ahead = ReadAhead()  # handed to every value read of the walk
     return ahead.run(_iter_series(result, token, chunk_elems, ahead, holdings))
 
 
@@ -322,7 +322,7 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
                 if before is not None and (tuple(before.shape) != tuple(info.shape) or t == 0
                                            or result.tensors[name].stats[t - 1] is None):
                     before = None
-                gen = _measure(info, before, token, chunk_elems)
+                gen = _measure(info, before, token, chunk_elems, ahead)
                 while True:
                     try:
                         step = next(gen)
@@ -479,14 +479,15 @@ class _Measure:
 
 
 def _measure(info: TensorInfo, before: TensorInfo | None, token: CancelToken | None,
-             chunk_elems: int) -> Generator[Progress, None, _Measure]:
+             chunk_elems: int, ahead: ReadAhead | None = None) -> Generator[Progress, None, _Measure]:
     """One streamed pass over ``info`` (paired with ``before`` chunk by chunk when given)."""
     from ckptview.core.read.values import iter_chunks
 
     if before is not None:
         sums = Sums()
         try:
-            summary = yield from _paired_pass(iter_chunks(before, chunk_elems), iter_chunks(info, chunk_elems),
+            summary = yield from _paired_pass(iter_chunks(before, chunk_elems, ahead),
+                                              iter_chunks(info, chunk_elems, ahead),
                                               sums, info.numel, token)
             return _Measure(summary, sums)
         except _SideError as exc:
@@ -494,7 +495,7 @@ def _measure(info: TensorInfo, before: TensorInfo | None, token: CancelToken | N
                 return _Measure(error=str(exc), changed=exc.changed)
             # The previous file failed this time (it changed?): still measure this one, without a ratio.
     try:
-        summary = yield from iter_summary(_tagged(iter_chunks(info, chunk_elems), "cur"), info.numel, token)
+        summary = yield from iter_summary(_tagged(iter_chunks(info, chunk_elems, ahead), "cur"), info.numel, token)
     except _SideError as exc:
         return _Measure(error=str(exc), changed=exc.changed)
     return _Measure(summary)

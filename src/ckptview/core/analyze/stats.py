@@ -30,6 +30,7 @@ from ckptview.core.jobs import drain as run_job  # noqa: F401 (kept under its ol
 
 if TYPE_CHECKING:
     from ckptview.core.model import TensorInfo
+    from ckptview.core.read.files import ReadAhead
 
 DEFAULT_CHUNK_ELEMS = 1 << 22
 _BINCOUNT_SLICE = 1 << 19
@@ -289,11 +290,13 @@ def compute_stats(chunks: Iterable[np.ndarray], token: CancelToken | None = None
 # Convenience over TensorInfo (values read lazily by ckptview.core.read.values).
 
 
-def chunk_source(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Callable[[], Iterable[np.ndarray]]:
-    """A factory of fresh chunk iterators over ``info``'s values (multi-pass jobs call it again)."""
+def chunk_source(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+                 ahead: ReadAhead | None = None) -> Callable[[], Iterable[np.ndarray]]:
+    """A factory of fresh chunk iterators over ``info``'s values (multi-pass jobs call it again);
+    `ahead`: the read-ahead of the walk reading them."""
     from ckptview.core.read.values import iter_chunks
 
-    return lambda: iter_chunks(info, chunk_elems)
+    return lambda: iter_chunks(info, chunk_elems, ahead)
 
 
 MAX_COUNTED = 1 << 62  # element counts are int64 in the value tables
@@ -311,23 +314,26 @@ def stored_part(info: TensorInfo) -> tuple[TensorInfo, int]:
 
 
 def iter_tensor_summary(
-    info: TensorInfo, token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS
+    info: TensorInfo, token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+    ahead: ReadAhead | None = None,
 ) -> Generator[Progress, None, Summary]:
     """Progress-yielding one-pass Summary of a tensor's values (an expanded tensor's: of what it stores)."""
     part, weight = stored_part(info)
-    return iter_summary(chunk_source(part, chunk_elems)(), total=part.numel, token=token, weight=weight)
+    return iter_summary(chunk_source(part, chunk_elems, ahead)(), total=part.numel, token=token, weight=weight)
 
 
 def tensor_stats(
-    info: TensorInfo, token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS
+    info: TensorInfo, token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+    ahead: ReadAhead | None = None,
 ) -> TensorStats:
     """Exact statistics of one tensor."""
-    return run_job(iter_tensor_summary(info, token, chunk_elems)).stats
+    return run_job(iter_tensor_summary(info, token, chunk_elems, ahead)).stats
 
 
-def stats_json_for(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> dict[str, Any]:
+def stats_json_for(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+                   ahead: ReadAhead | None = None) -> dict[str, Any]:
     """The ``"stats"`` object of ``ckptview info --stats`` for one tensor."""
-    return tensor_stats(info, chunk_elems=chunk_elems).to_json()
+    return tensor_stats(info, chunk_elems=chunk_elems, ahead=ahead).to_json()
 
 
 def group_stats(infos: Sequence[TensorInfo], token: CancelToken | None = None) -> TensorStats:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
+    from ckptview.core.read.files import ReadAhead
+
 from ckptview.core.errors import CheckpointError, FileChangedError, TensorDataError
 from ckptview.core.model import TensorInfo
 
@@ -95,7 +97,7 @@ class AssembledSource:
 
         return np.ascontiguousarray(self.logical_values()).reshape(-1).view(np.uint8).data
 
-    def logical_values(self) -> np.ndarray:
+    def logical_values(self, ahead: ReadAhead | None = None) -> np.ndarray:
         """The whole global tensor (allocates it; chunks are copied into place)."""
         import numpy as np
 
@@ -105,7 +107,7 @@ class AssembledSource:
             raise TensorDataError("cannot read values: the tensor has no stored chunks")
         out: np.ndarray | None = None
         for chunk in self.chunks:
-            part = read_values(chunk.info())
+            part = read_values(chunk.info(), ahead)
             if out is None:
                 out = np.empty(self.shape, dtype=part.dtype)
             out[tuple(slice(o, o + s) for o, s in zip(chunk.offsets, chunk.sizes, strict=True))] = part
@@ -113,7 +115,7 @@ class AssembledSource:
         out.flags.writeable = False
         return out
 
-    def iter_logical_chunks(self, chunk_elems: int) -> Iterator[np.ndarray]:
+    def iter_logical_chunks(self, chunk_elems: int, ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
         """The values in C order as 1-D arrays, one row-block (see the module docstring) at a time."""
         import numpy as np
 
@@ -123,7 +125,7 @@ class AssembledSource:
                 raise TensorDataError("cannot read values: the tensor has no stored chunks")
             return
         if len(self.shape) == 0:
-            yield np.asarray(self.logical_values()).reshape(1).copy()
+            yield np.asarray(self.logical_values(ahead)).reshape(1).copy()
             return
         rows = self.shape[0]
         row_elems = math.prod(self.shape[1:])
@@ -140,7 +142,7 @@ class AssembledSource:
                 lo, hi = max(r0, c0), min(r1, c0 + chunk.sizes[0])
                 if lo >= hi or chunk.numel == 0:
                     continue
-                part = _chunk_rows(chunk.info(), lo - c0, hi - c0)
+                part = _chunk_rows(chunk.info(), lo - c0, hi - c0, ahead)
                 if block is None:
                     block = np.empty((r1 - r0,) + self.shape[1:], dtype=part.dtype)
                 index = (slice(lo - r0, hi - r0),) + tuple(
@@ -153,7 +155,7 @@ class AssembledSource:
                 yield flat[start : start + max(chunk_elems, row_elems)]
 
 
-def _chunk_rows(info: TensorInfo, a: int, b: int) -> np.ndarray:
+def _chunk_rows(info: TensorInfo, a: int, b: int, ahead: ReadAhead | None = None) -> np.ndarray:
     """Rows a..b (dimension 0) of a chunk's stored tensor, read without mapping the whole chunk."""
     import numpy as np
 
@@ -161,6 +163,6 @@ def _chunk_rows(info: TensorInfo, a: int, b: int) -> np.ndarray:
 
     sub = TensorInfo(dtype=info.dtype, shape=(b - a,) + tuple(info.shape[1:]), stride=info.stride,
                      offset=info.offset + a * (info.stride[0] if info.stride else 0), storage=info.storage)
-    parts = list(iter_chunks(sub, chunk_elems=max(sub.numel, 1)))
+    parts = list(iter_chunks(sub, chunk_elems=max(sub.numel, 1), ahead=ahead))
     flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return flat.reshape(sub.shape)

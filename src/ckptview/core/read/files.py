@@ -15,7 +15,7 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
 
 from ckptview.core.errors import (
@@ -153,25 +153,26 @@ def _fill(fd: int, view: memoryview, offset: int) -> int:
 
 _HAS_PREADV = hasattr(os, "preadv")
 
-# While a `ReadAhead` is active, reads of at most SMALL_READ bytes come from windows of WINDOW bytes.
+# While a `ReadAhead` is active, reads of at most SMALL_READ bytes given it come from windows of WINDOW bytes.
 SMALL_READ = 64 << 10
 WINDOW = 1 << 20
-_ahead = threading.local()
 _Y = TypeVar("_Y")
 _R = TypeVar("_R")
 
 
 class ReadAhead:
-    """Small reads of local files served from windows read at once, while this is active in a thread.
+    """Small reads of local files served from windows read at once, for the reads that are handed it.
 
     A walk over many small tensors (a diff of 100,000 of them: a local header and the bytes of each, in
-    each file) makes one read and one identity check per megabyte instead of two per tensor. Every window
-    is checked against the file's identity after it is read, so only bytes of the file as opened are ever
-    served; and `finish()` checks every file read from again, so a file that changed during the walk fails
-    it (FileChangedError) even where its bytes came from a window read before the change.
+    each file) makes one read and one identity check per megabyte instead of two per tensor. The walk
+    makes one and passes it to its value reads (`values.iter_chunks(info, ahead=...)`, down to
+    `FileMap.readinto(..., ahead=...)`); no other read ever sees it. Every window is checked against the
+    file's identity after it is read, so only bytes of the file as opened are ever served; and `finish()`
+    checks every file read from again, so a file that changed during the walk fails it (FileChangedError)
+    even where its bytes came from a window read before the change.
 
     Active only inside `with` or while `run` steps a generator, never across its yields: a suspended or
-    abandoned walk leaves no window behind for other reads in that thread.
+    abandoned walk's reads (were anything to make them meanwhile) go to the file.
     """
 
     MAX_WINDOWS = 4  # files read from at once (a diff: 2); a walk over 500 checkpoints keeps the last few
@@ -179,15 +180,19 @@ class ReadAhead:
     def __init__(self) -> None:
         self.windows: dict[FileMap, tuple[int, bytearray]] = {}  # the most recently read last
         self.seen: set[FileMap] = set()
-        self._outer: ReadAhead | None = None
+        self._depth = 0  # `with` blocks (and `run` steps) in progress
+
+    @property
+    def active(self) -> bool:
+        """True inside `with` (and while `run` steps its generator)."""
+        return self._depth > 0
 
     def __enter__(self) -> ReadAhead:
-        self._outer = getattr(_ahead, "active", None)
-        _ahead.active = self
+        self._depth += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _ahead.active = self._outer
+        self._depth -= 1
 
     def window(self, fmap: FileMap, offset: int, length: int) -> tuple[int, bytearray]:
         """The window of `fmap` holding [offset, offset + length), read (and checked) when there is none."""
@@ -236,9 +241,11 @@ class ReadAhead:
                 thrown = exc
 
 
-def read_ahead(steps: Generator[_Y, Any, _R]) -> Generator[_Y, Any, _R]:
-    """`steps` (a walk over many tensors) with its small reads served from windows: see `ReadAhead`."""
-    return ReadAhead().run(steps)
+def read_ahead(walk: Callable[[ReadAhead], Generator[_Y, Any, _R]]) -> Generator[_Y, Any, _R]:
+    """`walk(ahead)` (a walk over many tensors, handing `ahead` to its value reads), run with its small
+    reads served from windows: see `ReadAhead`."""
+    ahead = ReadAhead()
+    return ahead.run(walk(ahead))
 
 
 class FileMap:
@@ -323,11 +330,13 @@ class FileMap:
             self._fd = None
         self._closing = False
 
-    def readinto(self, offset: int, buf: memoryview | bytearray, check: bool = True) -> None:
+    def readinto(self, offset: int, buf: memoryview | bytearray, check: bool = True,
+                 ahead: ReadAhead | None = None) -> None:
         """Fill `buf` with the file's bytes at `offset`, or raise (changed file, I/O error, past the end).
 
         `check=False` leaves the identity check after the read to the caller (one `check()` after many
-        small reads); a short read is still refused.
+        small reads); a short read is still refused. A small read given an active `ahead` (a walk's) comes
+        from its window of the file.
         """
         view = memoryview(buf).cast("B")
         total = len(view)
@@ -335,8 +344,7 @@ class FileMap:
             self.check()
             raise TensorDataError(f"bytes {offset}..{offset + total} lie beyond the end of "
                                   f"{os.path.basename(self.path)} ({self.size} bytes)")
-        ahead = getattr(_ahead, "active", None)
-        if ahead is not None and total <= SMALL_READ:
+        if ahead is not None and ahead._depth and total <= SMALL_READ:  # active (a plain field: per read)
             start, data = ahead.window(self, offset, total)
             view[:] = data[offset - start : offset - start + total]
             return
@@ -366,13 +374,13 @@ class FileMap:
         finally:
             self._release()
 
-    def read(self, offset: int, length: int) -> bytes:
+    def read(self, offset: int, length: int, ahead: ReadAhead | None = None) -> bytes:
         """Up to `length` bytes at `offset` (fewer only where the file, as opened, ends)."""
         length = max(0, min(length, self.size - offset))
         if offset < 0 or length == 0:
             return b""
         buf = bytearray(length)
-        self.readinto(offset, buf)
+        self.readinto(offset, buf, ahead=ahead)
         return bytes(buf)
 
     def read_all(self) -> bytes:
@@ -437,8 +445,10 @@ class RemoteFileMap(FileMap):
         """What a response showed changed since the file was opened (asks the server nothing)."""
         return self.remote.changed()
 
-    def readinto(self, offset: int, buf: memoryview | bytearray, check: bool = True) -> None:
-        """Fill `buf` with the file's bytes at `offset` (range requests), or raise."""
+    def readinto(self, offset: int, buf: memoryview | bytearray, check: bool = True,
+                 ahead: ReadAhead | None = None) -> None:
+        """Fill `buf` with the file's bytes at `offset` (range requests through the block cache, which
+        reads ahead itself: `ahead` is not used), or raise."""
         view = memoryview(buf).cast("B")
         total = len(view)
         if offset < 0 or offset + total > self.size:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import BoundedWarnings, Checkpoint
 from ckptview.core.read import files
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.files import (
     FileIdentity,
     folder_identities,
@@ -25,11 +26,16 @@ if TYPE_CHECKING:
 HEAD_BYTES = 4096
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Read a checkpoint's metadata (never its tensor bytes, never running its code)."""
+def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = None) -> Checkpoint:
+    """Read a checkpoint's metadata (never its tensor bytes, never running its code).
+
+    `ctx` (cancel, progress, the remote session of an enclosing open, nesting) goes to the reader; a
+    nested open (an index's shards) passes the context its reader was given, derived.
+    """
     path = os.fspath(path)
+    ctx = DEFAULT if ctx is None else ctx
     if is_url(path):
-        return _open_url(path)
+        return _open_url(path, ctx)
     st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
     head = b""
     identities: dict[str, FileIdentity] = {}
@@ -39,7 +45,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         identities[path] = FileIdentity.of(st)
         head = _read_head(path, st)
     try:
-        ckpt = _open_with_readers(path, head)
+        ckpt = _open_with_readers(path, head, ctx)
     except NotACheckpointError as exc:
         if stat.S_ISDIR(st.st_mode) and str(exc) == describe_unknown(path, head):  # nothing more specific
             from ckptview.core.read.folder_contents import run_folder_message
@@ -59,16 +65,20 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     return ckpt
 
 
-def _open_url(url: str) -> Checkpoint:
-    """A remote checkpoint: the same readers over range requests; `metadata["_transfer"]` counts them."""
+def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
+    """A remote checkpoint: the same readers over range requests; `metadata["_transfer"]` counts them.
+
+    It reads through the session of the enclosing open (`ctx.session`) when `url` lies below its root
+    (the shards of an index, the parts of a folder): one transfer counts them all.
+    """
     from ckptview.core.read import remote
 
     remote.require_extra(url)
-    with remote.opening(url) as session:
-        return _open_url_in(url, session)
+    session = remote.opening(url, ctx.session)
+    return _open_url_in(url, session, ctx.with_session(session))
 
 
-def _open_url_in(url: str, session: Session) -> Checkpoint:
+def _open_url_in(url: str, session: Session, ctx: ReaderContext) -> Checkpoint:
     from ckptview.core.read import remote
 
     try:
@@ -80,7 +90,8 @@ def _open_url_in(url: str, session: Session) -> Checkpoint:
         if kind == "file":
             with open_regular(url) as fh:
                 head = fh.read(HEAD_BYTES)
-        ckpt = _open_with_readers(remote.shown(url) if kind == "file" else remote.folder_url(remote.shown(url)), head)
+        shown = remote.shown(url) if kind == "file" else remote.folder_url(remote.shown(url))
+        ckpt = _open_with_readers(shown, head, ctx)
     except CheckpointError as exc:
         raise type(exc)(remote.redact(str(exc))) if type(exc).__init__ is CheckpointError.__init__ else exc from None
     ckpt.path = remote.shown(ckpt.path)
@@ -114,12 +125,12 @@ def _is_pseudo(path: str) -> bool:
     return real.startswith(("/proc/", "/sys/")) or real in ("/proc", "/sys")
 
 
-def _open_with_readers(path: str, head: bytes) -> Checkpoint:
+def _open_with_readers(path: str, head: bytes, ctx: ReaderContext) -> Checkpoint:
     declined: NotACheckpointError | None = None
     for reader in readers():
         if reader.sniff(path, head):
             try:
-                return _compact_warnings(reader.open(path))
+                return _compact_warnings(reader.open(path, ctx))
             except NotACheckpointError as exc:  # looked like this format, is not: let others try
                 declined = declined or exc
             except CheckpointError:

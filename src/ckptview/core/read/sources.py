@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckptview.core.errors import CheckpointFormatError, TensorDataError
-from ckptview.core.read.files import FileIdentity, FileMap
+from ckptview.core.read.files import FileIdentity, FileMap, ReadAhead
 
 __all__ = ["FileMap", "FileSlice", "MemorySource", "ZipMember", "changed_on_disk", "close_all", "file_maps"]
 
@@ -39,7 +39,7 @@ class FileSlice:
         """(path, offset, length) of the bytes in the file."""
         return self.fmap.path, self.offset, self.length
 
-    def file_span(self) -> tuple[FileMap, int, int]:
+    def file_span(self, ahead: ReadAhead | None = None) -> tuple[FileMap, int, int]:
         """(file, offset, length) of the bytes, for chunked reads."""
         return self.fmap, self.offset, self.length
 
@@ -50,13 +50,13 @@ class FileSlice:
                 f"({self.fmap.size} bytes)"
             )
 
-    def read_range(self, start: int, length: int) -> bytes | bytearray:
+    def read_range(self, start: int, length: int, ahead: ReadAhead | None = None) -> bytes | bytearray:
         """`length` bytes from `start` of the slice (a fresh, writable buffer)."""
         self._check_bounds()
         if start < 0 or start + length > self.length:
             raise TensorDataError(f"bytes {start}..{start + length} lie outside the storage ({self.length} bytes)")
         buf = bytearray(length)
-        self.fmap.readinto(self.offset + start, buf)
+        self.fmap.readinto(self.offset + start, buf, ahead=ahead)
         return buf
 
     def open_buffer(self) -> memoryview:
@@ -75,7 +75,7 @@ class MemorySource:
     def describe(self) -> str:
         return f"{len(self.data)} bytes inside the pickle"
 
-    def read_range(self, start: int, length: int) -> bytes:
+    def read_range(self, start: int, length: int, ahead: ReadAhead | None = None) -> bytes:
         """`length` bytes from `start`."""
         if start < 0 or start + length > len(self.data):
             raise TensorDataError(f"bytes {start}..{start + length} lie outside the storage ({len(self.data)} bytes)")
@@ -122,10 +122,10 @@ class ZipMember:
     def describe(self) -> str:
         return f"{self.name} in {os.path.basename(self.fmap.path)}"
 
-    def data_offset(self) -> int:
+    def data_offset(self, ahead: ReadAhead | None = None) -> int:
         """Offset of the member's bytes: after its local header (read once, 30 bytes plus names)."""
         if self._data_offset is None:
-            head = self.fmap.read(self.header_offset, 30)
+            head = self.fmap.read(self.header_offset, 30, ahead)
             if len(head) < 30 or head[:4] != b"PK\x03\x04":
                 raise CheckpointFormatError(f"corrupt zip: local header of '{self.name}' is missing")
             name_len, extra_len = struct.unpack("<HH", head[26:30])
@@ -138,14 +138,14 @@ class ZipMember:
             return None
         return self.fmap.path, self.data_offset(), self.compress_size
 
-    def file_span(self) -> tuple[FileMap, int, int] | None:
+    def file_span(self, ahead: ReadAhead | None = None) -> tuple[FileMap, int, int] | None:
         """(file, offset, length) when the member is stored uncompressed, else None."""
         if self.compress_type != 0:
             return None
-        return self.fmap, self._raw_bounds(), self.compress_size
+        return self.fmap, self._raw_bounds(ahead), self.compress_size
 
-    def _raw_bounds(self) -> int:
-        start = self.data_offset()
+    def _raw_bounds(self, ahead: ReadAhead | None = None) -> int:
+        start = self.data_offset(ahead)
         if start + self.compress_size > self.fmap.size:
             raise TensorDataError(f"truncated zip: record '{self.name}' runs past the end of the file")
         if self.compress_type not in (0, 8):
@@ -155,15 +155,15 @@ class ZipMember:
     def _wanted(self) -> int:
         return self.file_size if self.max_bytes is None else min(self.file_size, self.max_bytes)
 
-    def read_range(self, start: int, length: int) -> bytes | bytearray:
+    def read_range(self, start: int, length: int, ahead: ReadAhead | None = None) -> bytes | bytearray:
         """`length` bytes from `start` of the member's (inflated) content."""
         if self.compress_type != 0:
-            return b"".join(self.iter_inflated(start, length, max(length, 1)))
-        data_start = self._raw_bounds()
+            return b"".join(self.iter_inflated(start, length, max(length, 1), ahead))
+        data_start = self._raw_bounds(ahead)
         if start < 0 or start + length > self.compress_size:
             raise TensorDataError(f"record '{self.name}' is shorter than the view needs")
         buf = bytearray(length)
-        self.fmap.readinto(data_start + start, buf)
+        self.fmap.readinto(data_start + start, buf, ahead=ahead)
         return buf
 
     def open_buffer(self) -> memoryview:
@@ -179,19 +179,20 @@ class ZipMember:
                                   f"declared {self.file_size}")
         return memoryview(out)
 
-    def iter_inflated(self, start: int, length: int, block: int) -> Iterator[bytes]:
+    def iter_inflated(self, start: int, length: int, block: int, ahead: ReadAhead | None = None) -> Iterator[bytes]:
         """`length` bytes from `start` of a compressed member, inflated `block` bytes at a time."""
-        self._raw_bounds()
+        self._raw_bounds(ahead)
         if start < 0 or start + length > self._wanted():
             raise TensorDataError(f"record '{self.name}' is shorter than the view needs")
-        return self._inflate(start, length, block, exact=True)
+        return self._inflate(start, length, block, exact=True, ahead=ahead)
 
-    def _inflate(self, start: int, length: int, block: int, exact: bool) -> Iterator[bytes]:
+    def _inflate(self, start: int, length: int, block: int, exact: bool,
+                 ahead: ReadAhead | None = None) -> Iterator[bytes]:
         """Inflate the compressed bytes, read from the file 1 MiB at a time; yields `block`-sized pieces.
 
         Pieces are handed on as zlib made them whenever one is exactly a block (the usual case): no copy.
         """
-        raw_start = self._raw_bounds()
+        raw_start = self._raw_bounds(ahead)
         inflater = zlib.decompressobj(-15)
         fed, step, skip = 0, 1 << 20, start
         pieces: list[bytes] = []
@@ -203,7 +204,7 @@ class ZipMember:
                     if inflater.unconsumed_tail:
                         chunk = inflater.decompress(inflater.unconsumed_tail, block)
                     elif fed < self.compress_size and not inflater.eof:
-                        raw = self.fmap.read(raw_start + fed, min(step, self.compress_size - fed))
+                        raw = self.fmap.read(raw_start + fed, min(step, self.compress_size - fed), ahead)
                         chunk = inflater.decompress(raw, block)
                         fed += step
                     elif exact:

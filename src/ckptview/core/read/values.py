@@ -5,6 +5,9 @@ memory map: a mapped file that shrinks kills the process with SIGBUS). `iter_chu
 logical values in C order with memory bounded by the chunk size. A file that changed on disk since it
 was opened raises `FileChangedError` (see `ckptview.core.read.sources`).
 
+A walk over many tensors passes its `ReadAhead` (`ahead=`) to every read it makes: their small reads
+then come from windows of the file read at once (see `ckptview.core.read.files.ReadAhead`).
+
 Expanded tensors (`t.expand(...)`: stride 0 along some dimensions) can declare far more elements than
 they store. `expanded_parts` gives the stored part and how many times each stored element repeats, so
 figures scale with the bytes stored; `iter_chunks` refuses to materialise more than `MAX_EXPANSION`
@@ -25,7 +28,7 @@ from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.model import ByteSource, Storage, TensorInfo
 
 if TYPE_CHECKING:
-    from ckptview.core.read.files import FileMap
+    from ckptview.core.read.files import FileMap, ReadAhead
 
 DEFAULT_CHUNK_ELEMS = 1 << 22
 MAX_EXPANDED_ELEMS = 1 << 31  # logical elements materialised from an expanded tensor, at most...
@@ -88,12 +91,22 @@ def _span(info: TensorInfo) -> tuple[int, int]:
     return lo, hi
 
 
-def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int) -> bytes | memoryview:
+def _file_span(source: ByteSource, ahead: ReadAhead | None) -> tuple[FileMap, int, int] | None:
+    """(file, offset, length) of a source stored plainly in a file, else None."""
+    file_span = getattr(source, "file_span", None)
+    if file_span is None:
+        return None
+    span: tuple[FileMap, int, int] | None = file_span(ahead)
+    return span
+
+
+def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int,
+                ahead: ReadAhead | None = None) -> bytes | memoryview:
     """`length` bytes from `start` of the storage's data (only those bytes are read)."""
     try:
         reader = getattr(source, "read_range", None)
         if reader is not None:
-            data: bytes | memoryview = reader(start, length)
+            data: bytes | memoryview = reader(start, length, ahead)
             return data
         return source.open_buffer()[start : start + length]
     except CheckpointError:
@@ -102,12 +115,12 @@ def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int) -
         raise TensorDataError(f"cannot read storage '{storage.key}': {exc}") from None
 
 
-def read_values(info: TensorInfo) -> np.ndarray:
+def read_values(info: TensorInfo, ahead: ReadAhead | None = None) -> np.ndarray:
     """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans)."""
     storage, source = _readable(info)
     assembled = getattr(source, "logical_values", None)
     if assembled is not None:  # a tensor assembled from chunks (DCP shards) reads itself
-        values: np.ndarray = assembled()
+        values: np.ndarray = assembled(ahead)
         return values
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
@@ -119,7 +132,7 @@ def read_values(info: TensorInfo) -> np.ndarray:
     lo, hi = _span(info)
     if lo < 0 or hi >= count:
         raise TensorDataError(f"cannot read values: view needs element {hi if lo >= 0 else lo}, storage holds {count}")
-    raw_bytes = _read_bytes(storage, source, lo * itemsize, (hi - lo + 1) * itemsize)
+    raw_bytes = _read_bytes(storage, source, lo * itemsize, (hi - lo + 1) * itemsize, ahead)
     if len(raw_bytes) != (hi - lo + 1) * itemsize:
         raise TensorDataError(f"cannot read values: storage '{storage.key}' is shorter than its view")
     flat = np.frombuffer(raw_bytes, dtype=base_dtype)
@@ -155,22 +168,22 @@ def region_info(info: TensorInfo, index: tuple[int | slice, ...]) -> TensorInfo:
                       storage=info.storage, extra=info.extra, broken=info.broken)
 
 
-def read_region(info: TensorInfo, index: tuple[int | slice, ...]) -> np.ndarray:
+def read_region(info: TensorInfo, index: tuple[int | slice, ...], ahead: ReadAhead | None = None) -> np.ndarray:
     """`info[index]` read alone: only the bytes the region spans (a tile of a huge matrix stays small)."""
     source = info.storage.source if info.storage is not None else None
     if source is not None and hasattr(source, "logical_values"):
-        return read_values(info)[index]  # assembled from chunks: the assembly reads itself
-    return read_values(region_info(info, index))
+        return read_values(info, ahead)[index]  # assembled from chunks: the assembly reads itself
+    return read_values(region_info(info, index), ahead)
 
 
-def read_flat(info: TensorInfo, flat: np.ndarray) -> np.ndarray | None:
+def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None) -> np.ndarray | None:
     """Values at sorted flat positions of a contiguous tensor, reading only the runs they form.
 
     None when the storage cannot be read by range (then read the values whole).
     """
     storage, source = _readable(info)
     # Only stored file ranges: a compressed member would inflate from its start again for every run.
-    span = getattr(source, "file_span", lambda: None)()
+    span = _file_span(source, ahead)
     if not info.is_contiguous or flat.size == 0 or span is None:
         return None
     fmap, base, length = span
@@ -183,7 +196,8 @@ def read_flat(info: TensorInfo, flat: np.ndarray) -> np.ndarray | None:
     starts = np.concatenate(([0], np.flatnonzero(np.diff(flat) != 1) + 1, [flat.size]))
     for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
         first = int(flat[a])
-        fmap.readinto(base + (info.offset + first) * itemsize, raw[a * itemsize : b * itemsize], check=False)
+        fmap.readinto(base + (info.offset + first) * itemsize, raw[a * itemsize : b * itemsize].data, check=False,
+                      ahead=ahead)
     fmap.check()  # once for all the runs: none of them comes from a changed file
     return _finish(out, info)
 
@@ -238,7 +252,8 @@ def check_expansion(info: TensorInfo) -> None:
             f"repeats {stored:,} stored elements; refusing to materialise it")
 
 
-def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Iterator[np.ndarray]:
+def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+                ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
     """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements."""
     storage, source = _readable(info)
     chunk_elems = max(int(chunk_elems), 1)
@@ -247,25 +262,25 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
         return
     streamed = getattr(source, "iter_logical_chunks", None)
     if streamed is not None:  # assembled from chunks: streams row-blocks (ckptview.core.read.assembled)
-        yield from streamed(chunk_elems)
+        yield from streamed(chunk_elems, ahead)
         return
     check_expansion(info)
-    span = getattr(source, "file_span", lambda: None)() if info.is_contiguous else None
+    span = _file_span(source, ahead) if info.is_contiguous else None
     if span is not None:
-        yield from _read_contiguous(info, span, chunk_elems)
+        yield from _read_contiguous(info, span, chunk_elems, ahead=ahead)
         return
     inflate = getattr(source, "iter_inflated", None)
     if info.is_contiguous and inflate is not None:
         # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
-        yield from _inflate_contiguous(info, storage, inflate, chunk_elems)
+        yield from _inflate_contiguous(info, storage, inflate, chunk_elems, ahead)
         return
-    stored = getattr(source, "file_span", lambda: None)() is not None  # not a compressed member
+    stored = _file_span(source, ahead) is not None  # not a compressed member
     if stored and info.shape and not info.is_contiguous and _blocks_stay_small(info, chunk_elems):
         # A strided view (a slice of a fused matrix): whole rows at a time, each block reading only the
         # bytes its rows span, so memory stays near the chunk size rather than the storage's.
-        yield from _iter_row_blocks(info, chunk_elems)
+        yield from _iter_row_blocks(info, chunk_elems, ahead)
         return
-    arr = read_values(info)
+    arr = read_values(info, ahead)
     if arr.ndim == 0:
         yield arr.reshape(1).copy()
         return
@@ -283,7 +298,7 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Ite
         yield block.copy()  # type: ignore[attr-defined]
 
 
-def read_small(info: TensorInfo, max_elems: int) -> np.ndarray | None:
+def read_small(info: TensorInfo, max_elems: int, ahead: ReadAhead | None = None) -> np.ndarray | None:
     """The values of a contiguous tensor of 1 to `max_elems` elements stored plainly in a file, as one
     1-D array read at once (what `iter_chunks` would yield as its only chunk, with less work per tensor);
     None for any other tensor. Errors are the ones `iter_chunks` raises."""
@@ -294,10 +309,10 @@ def read_small(info: TensorInfo, max_elems: int) -> np.ndarray | None:
     file_span = getattr(source, "file_span", None)
     if file_span is None or getattr(source, "iter_logical_chunks", None) is not None:
         return None
-    span = file_span()
+    span = file_span(ahead)
     if span is None:  # a compressed member
         return None
-    return next(_read_contiguous(info, span, numel, numel))
+    return next(_read_contiguous(info, span, numel, numel, ahead))
 
 
 SPAN_FACTOR = 8  # a block of rows may read at most this many times its own elements
@@ -316,17 +331,17 @@ def _blocks_stay_small(info: TensorInfo, chunk_elems: int) -> bool:
     return block.numel > 0 and hi - lo + 1 <= SPAN_FACTOR * block.numel and info.numel > block.numel
 
 
-def _iter_row_blocks(info: TensorInfo, chunk_elems: int) -> Iterator[np.ndarray]:
+def _iter_row_blocks(info: TensorInfo, chunk_elems: int, ahead: ReadAhead | None) -> Iterator[np.ndarray]:
     step = _rows_per_block(info, chunk_elems)
     for r0 in range(0, info.shape[0], step):
-        block = read_values(region_info(info, (slice(r0, min(r0 + step, info.shape[0])),)))
+        block = read_values(region_info(info, (slice(r0, min(r0 + step, info.shape[0])),)), ahead)
         flat = np.ascontiguousarray(block).reshape(-1)
         for start in range(0, flat.size, chunk_elems):
             yield flat[start : start + chunk_elems]
 
 
 def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int,
-                     numel: int | None = None) -> Iterator[np.ndarray]:
+                     numel: int | None = None, ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
     """A contiguous view of a stored file range, read chunk by chunk straight into arrays."""
     fmap, offset, length = span
     base_dtype = _base_dtype(info)
@@ -340,19 +355,20 @@ def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_ele
     while remaining:
         n = min(chunk_elems, remaining)
         out = np.empty(n, dtype=base_dtype)
-        fmap.readinto(pos, out.view(np.uint8).data)
+        fmap.readinto(pos, out.view(np.uint8).data, ahead=ahead)
         yield _finish(out, info)
         pos += n * itemsize
         remaining -= n
 
 
-def _inflate_contiguous(info: TensorInfo, storage: Storage, inflate: Callable[[int, int, int], Iterator[bytes]],
-                        chunk_elems: int) -> Iterator[np.ndarray]:
-    """A contiguous view of a compressed member, `inflate(start, length, block)` giving its bytes."""
+def _inflate_contiguous(info: TensorInfo, storage: Storage,
+                        inflate: Callable[[int, int, int, ReadAhead | None], Iterator[bytes]],
+                        chunk_elems: int, ahead: ReadAhead | None) -> Iterator[np.ndarray]:
+    """A contiguous view of a compressed member, `inflate(start, length, block, ahead)` giving its bytes."""
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
     if info.offset < 0 or (info.offset + info.numel) * itemsize > storage.nbytes:
         raise TensorDataError("cannot read values: view runs past its storage")
-    blocks = inflate(info.offset * itemsize, info.numel * itemsize, chunk_elems * itemsize)
+    blocks = inflate(info.offset * itemsize, info.numel * itemsize, chunk_elems * itemsize, ahead)
     for raw in blocks:
         yield _finish(np.frombuffer(raw, dtype=base_dtype), info)

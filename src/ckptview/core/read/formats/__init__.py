@@ -1,35 +1,54 @@
 """Format readers, chosen by sniffing bytes (or a folder's content), never by extension.
 
-Each reader module provides `NAME`, `PRIORITY` (higher is tried first), `sniff(path, head) -> bool`
-and `open(path) -> Checkpoint`. `head` is the file's first bytes (b"" for a folder). Adding a format is
-adding a module and listing it in `READER_MODULES`.
+Each reader is a module that satisfies `Reader`: `NAME`, `PRIORITY` (higher is tried first),
+`sniff(path, head) -> bool` and `open(path, ctx) -> Checkpoint`. `head` is the file's first bytes (b""
+for a folder); `path` is what the byte layer opens (a local path or a URL: `ckptview.core.read.files`);
+`ctx` is the open's `ReaderContext` (cancel, progress, remote session, nesting), passed explicitly.
+Adding a format is adding a module and listing it in `readers()`, where mypy checks it against `Reader`.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+import functools
+from typing import TYPE_CHECKING, Protocol
 
-READER_MODULES = (
-    "ckptview.core.read.formats.torch_zip",
-    "ckptview.core.read.formats.torch_legacy",
-    "ckptview.core.read.formats.safetensors_file",
-    "ckptview.core.read.formats.plain_pickle",
-    # folder and multi-file formats (sharded, distributed, exported programs)
-    "ckptview.core.read.formats.training_folder",
-    "ckptview.core.read.formats.hf_sharded",
-    "ckptview.core.read.formats.dcp",
-    "ckptview.core.read.formats.torch_export",
-)
+if TYPE_CHECKING:
+    from ckptview.core.model import Checkpoint
+    from ckptview.core.read.context import ReaderContext
 
 
-def readers() -> list[ModuleType]:
-    """Every available reader, highest priority first."""
-    found = []
-    for name in READER_MODULES:
-        try:
-            found.append(importlib.import_module(name))
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return sorted(found, key=lambda m: -getattr(m, "PRIORITY", 0))
+class Reader(Protocol):
+    """The interface of a format reader (a module: its constants and two functions)."""
+
+    NAME: str
+    PRIORITY: int
+
+    def sniff(self, path: str, head: bytes) -> bool:
+        """True when the path or its first bytes (`head`; b"" for a folder) look like this format."""
+        ...
+
+    def open(self, path: str, ctx: ReaderContext) -> Checkpoint:  # noqa: A003 - the protocol's name
+        """The checkpoint's metadata (never its tensor bytes, never running its code)."""
+        ...
+
+
+@functools.cache
+def readers() -> tuple[Reader, ...]:
+    """Every reader, highest declared priority first."""
+    from ckptview.core.read.formats import (
+        dcp,
+        hf_sharded,
+        plain_pickle,
+        safetensors_file,
+        torch_export,
+        torch_legacy,
+        torch_zip,
+        training_folder,
+    )
+
+    registered: tuple[Reader, ...] = (
+        torch_zip, torch_legacy, safetensors_file, plain_pickle,
+        # folder and multi-file formats (sharded, distributed, exported programs)
+        training_folder, hf_sharded, dcp, torch_export,
+    )
+    return tuple(sorted(registered, key=lambda r: -r.PRIORITY))

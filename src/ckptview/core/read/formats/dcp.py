@@ -28,6 +28,7 @@ from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, Ten
 from ckptview.core.model import Checkpoint, Node, NodeKind, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.assembled import AssembledSource, Chunk, coverage_problem
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.files import FileMap, folder_identities, open_regular
 from ckptview.core.read.formats.torch_zip import load_embedded
 from ckptview.core.read.pickle_reader import StubObject
@@ -267,7 +268,7 @@ def _read_bytes_item(files: _Files, loc: Location) -> tuple[Any, list[str]]:
     return load_embedded(files.get(loc.file), loc.offset, loc.length, loc.where())
 
 
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a torch.distributed.checkpoint folder into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     folder = _folder_of(path) or cfiles.dirname(path)
     meta_path = cfiles.join(folder, METADATA_FILE)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import BoundedWarnings, Checkpoint, Node, OpenFiles
 from ckptview.core.read import files as cfiles
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.files import open_regular
 
 NAME = "hf-sharded"
@@ -33,7 +33,6 @@ MAX_INDEX_ENTRIES = 1_000_000
 SHARD_BYTES_PER_TENSOR = 24
 INDEX_PIECE = 16 << 20  # bytes read and counted at a time
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-_nesting = threading.local()  # set while an index's shards are opened
 # Weight file bases the libraries write (transformers, diffusers, peft, ...), preferred in this order.
 LIBRARY_BASES = ("model", "diffusion_pytorch_model", "pytorch_model", "adapter_model", "pytorch_lora_weights")
 # `{base}[.{variant}][-00001-of-00002].{safetensors|bin}` and `{base}.{ext}.index[.{variant}].json`
@@ -200,30 +199,28 @@ def choose_set(folder: str) -> tuple[WeightSet | None, list[str]]:
     return chosen, notes
 
 
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a Hugging Face sharded folder or index file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    if getattr(_nesting, "active", False):
+    if ctx.inside_index:
         # A shard that is itself an index (the index naming itself, or a cycle): one line, no recursion.
         raise CheckpointFormatError(f"{os.path.basename(path)} is an index file, named as a shard by another index")
-    _nesting.active = True
-    try:
-        if cfiles.isdir(path):
-            chosen, others = choose_set(path)
-            if chosen is None:
-                raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
-            return open_set(path, chosen, others)
-        return _open_files(path, cfiles.dirname(path), path, [], [])
-    finally:
-        _nesting.active = False
+    if cfiles.isdir(path):
+        chosen, others = choose_set(path)
+        if chosen is None:
+            raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
+        return open_set(path, chosen, others, ctx)
+    return _open_files(path, cfiles.dirname(path), path, [], [], ctx)
 
 
-def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None) -> Checkpoint:
+def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None,
+             ctx: ReaderContext = DEFAULT) -> Checkpoint:
     """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint."""
     index_path = cfiles.join(folder, chosen.index) if chosen.index is not None else None
-    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []))
+    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []), ctx)
 
 
-def _open_files(path: str, folder: str, index_path: str | None, files: list[str], notes: list[str]) -> Checkpoint:
+def _open_files(path: str, folder: str, index_path: str | None, files: list[str], notes: list[str],
+                ctx: ReaderContext) -> Checkpoint:
     from ckptview.core.read.open import open_checkpoint
 
     warnings: list[str] = BoundedWarnings()
@@ -235,13 +232,14 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
         weight_map, index_meta = {}, {}
         shard_names = files
     shards: dict[str, Checkpoint] = {}
+    shard_ctx = ctx.in_index()  # the shards join this open's session; an index among them is refused
     for name in shard_names:
         shard_path = _shard_path(folder, name)
         if not cfiles.isfile(shard_path):
             warnings.append(f"shard '{name}' is missing")
             continue
         try:
-            shards[name] = open_checkpoint(shard_path)
+            shards[name] = open_checkpoint(shard_path, shard_ctx)
         except UNRECOVERABLE:  # a network failure or a changed file: never a partial set shown whole
             raise
         except CheckpointError as exc:

@@ -8,6 +8,7 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.model import Checkpoint
 from ckptview.core.read import files as cfiles
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.pickle_reader import unpickle
 from ckptview.core.read.pickle_stream import PickleStream, inert_persistent_id
 from ckptview.core.read.sources import FileMap
@@ -55,7 +56,7 @@ def _opcodes_throughout(path: str, head: bytes) -> bool:
     return True
 
 
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a plain pickle into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     from ckptview.core.read.formats import torch_legacy
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-import threading
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from ckptview.core import dtypes
@@ -14,6 +12,7 @@ from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.model import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.formats.safetensors_header import (
     MAX_HEADER,  # noqa: F401 - part of this reader's limits
     PIECE_BYTES,
@@ -117,23 +116,12 @@ class _Restart(Exception):
     """Reading piece by piece met something only the whole header decides (a repeated name, an error)."""
 
 
-_reporting = threading.local()
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+    """Read a safetensors file into a Checkpoint: metadata only, no tensor bytes, nothing run.
 
-
-@contextmanager
-def reporting(on_progress: Callable[[Progress], None]) -> Iterator[None]:
-    """Hand `on_progress` each Progress of a safetensors open in this thread; it may raise to stop it."""
-    before = getattr(_reporting, "callback", None)
-    _reporting.callback = on_progress
-    try:
-        yield
-    finally:
-        _reporting.callback = before
-
-
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
-    """Read a safetensors file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    return drain(iter_open(path), getattr(_reporting, "callback", None))
+    A header read in pieces hands each piece's Progress to `ctx.report` (which checks `ctx.cancel`
+    first, and may raise to stop the open)."""
+    return drain(iter_open(path), ctx.report if ctx.reports else None)
 
 
 def iter_open(path: str) -> Generator[Progress, None, Checkpoint]:

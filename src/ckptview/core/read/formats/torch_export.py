@@ -20,6 +20,7 @@ from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotAChe
 from ckptview.core.model import MODULE_PART, Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.census import census
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.formats.torch_zip import ZipArchive
 from ckptview.core.read.sources import ZipMember
 from ckptview.core.read.torch_globals import check_view
@@ -309,7 +310,7 @@ def _signature_node(sig: dict[str, Any]) -> Node:
     return node
 
 
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a torch.export .pt2 archive into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     archive = _Archive(path)
     fmt_value = (archive.text("archive_format") or "").strip()

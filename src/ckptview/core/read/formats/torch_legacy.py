@@ -16,6 +16,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.model import Checkpoint, Storage
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.formats import plain_pickle
 from ckptview.core.read.pickle_reader import StubObject
 from ckptview.core.read.pickle_stream import PickleStream
@@ -54,7 +55,7 @@ def is_magic(value: Any) -> bool:
     return type(value) is int and value == MAGIC_NUMBER
 
 
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     fmap = FileMap(path)
     refuse_tar(fmap)

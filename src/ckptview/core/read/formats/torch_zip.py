@@ -14,6 +14,7 @@ from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, Ten
 from ckptview.core.model import Checkpoint, Storage
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.census import census
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.pickle_reader import StubObject
 from ckptview.core.read.sources import FileMap, ZipMember
 from ckptview.core.read.torch_globals import StorageClass
@@ -150,7 +151,7 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
     return load
 
 
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a zip archive (torch.save, TorchScript) into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     archive = ZipArchive(path)
     byteorder = archive.byteorder()

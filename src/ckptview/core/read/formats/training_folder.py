@@ -26,6 +26,7 @@ from typing import Any
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import Checkpoint, Node, OpenFiles
 from ckptview.core.read import files as cfiles
+from ckptview.core.read.context import DEFAULT, ReaderContext
 from ckptview.core.read.tree import build_tree
 
 NAME = "training-folder"
@@ -82,7 +83,7 @@ def _json_node(path: str) -> Node:
     return build_tree(value)
 
 
-def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a training step folder into one Checkpoint: every file a top-level entry, metadata only, nothing run."""
     from ckptview.core.read.formats import dcp, hf_sharded
     from ckptview.core.read.open import open_checkpoint
@@ -128,14 +129,14 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             continue
         key = ws.index or (ws.files[0] if len(ws.files) == 1 else f"{ws.base}-*.{ws.ext}")
         if ws.index is None and len(ws.files) == 1:  # one file: its own reader (and its own key order)
-            add_part(key, lambda ws=ws: open_checkpoint(cfiles.join(folder, ws.files[0])))
+            add_part(key, lambda ws=ws: open_checkpoint(cfiles.join(folder, ws.files[0]), ctx))
         else:
-            add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws))
+            add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws, ctx=ctx))
     if cfiles.isfile(cfiles.join(folder, ".metadata")):
         used.update(n for n in files if n == ".metadata" or n.endswith(".distcp"))
-        add_part(".metadata", lambda: dcp.open(folder))  # not open_checkpoint: that would come back here
+        add_part(".metadata", lambda: dcp.open(folder, ctx))  # not open_checkpoint: that would come back here
     for sub in _dcp_subfolders(folder):
-        add_part(sub, lambda sub=sub: dcp.open(cfiles.join(folder, sub)))
+        add_part(sub, lambda sub=sub: dcp.open(cfiles.join(folder, sub), ctx))
     rest = [n for n in files if n not in used]
     if len(rest) > MAX_FILES:
         warnings.append(f"{len(rest) - MAX_FILES} more files not listed")
@@ -148,7 +149,7 @@ def open(path: str) -> Checkpoint:  # noqa: A001 - the reader protocol's name
             root.add(node)
             continue
         try:
-            ckpt = open_checkpoint(full)
+            ckpt = open_checkpoint(full, ctx)
         except NotACheckpointError:
             size = cfiles.getsize(full)
             root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))

@@ -4,7 +4,10 @@ A socket timeout bounds each wait, not a request: a server sending one byte per 
 forever. So every request of the http backend runs under a `Deadline`: the connections it uses are
 registered with it (the `watched_adapter` of its requests session), and when its time is up a timer
 shuts their sockets down; the blocked read returns at once and the request fails with one line naming
-the deadline. Connecting (and the TLS handshake, whose socket timeout CPython applies to the whole
+the deadline. The deadline travels with its request, never with the thread: requests hands the
+request's timeout object (`request_timeout`, which carries the deadline) down to the connection pool,
+and the pool gives it to the connection the request holds while the response is awaited; two threads
+reading one remote file at once each get their own. Connecting (and the TLS handshake, whose socket timeout CPython applies to the whole
 handshake) waits at most the time left. The fsspec protocols get the same deadline from fsspec's own
 `timeout` (async filesystems, which cancel the request) or from a waiting caller (the others).
 """
@@ -22,8 +25,6 @@ from ckptview.core.errors import RemoteError
 from ckptview.core.read.remote.urls import deadline
 
 MIN_RATE = 128 << 10  # bytes per second: a request's allowance grows by one second per 128 KiB it carries
-
-_CURRENT = threading.local()  # the deadline of the request this thread is making (requests calls back here)
 
 
 def allowance(nbytes: int) -> float:
@@ -48,7 +49,6 @@ class Deadline:
         self._lock = threading.Lock()
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
-        self._outer: Deadline | None = None
 
     def remaining(self) -> float:
         """Seconds left (at least a little: a wait of 0 would mean 'no timeout' to some libraries)."""
@@ -76,14 +76,11 @@ class Deadline:
             _shut(sock)
 
     def __enter__(self) -> Deadline:
-        self._outer = getattr(_CURRENT, "deadline", None)
-        _CURRENT.deadline = self
         self._timer.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
-        _CURRENT.deadline = self._outer
         with self._lock:
             self._socks = []
 
@@ -93,35 +90,79 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-def _watch_current(sock: Any) -> None:
-    current: Deadline | None = getattr(_CURRENT, "deadline", None)
-    if current is not None and isinstance(sock, socket.socket):
-        current.watch(sock)
+def _watch(deadline: Deadline | None, sock: Any) -> None:
+    if deadline is not None and isinstance(sock, socket.socket):
+        deadline.watch(sock)
+
+
+def request_timeout(connect: float, read: float, deadline: Deadline) -> Any:
+    """requests' `timeout=` for one request: (connect, read) seconds, carrying the request's `deadline`
+    (a urllib3 Timeout, which requests hands to the pool as it is, redirects included)."""
+    return _timeout_class()(connect=connect, read=read, deadline=deadline)
+
+
+@functools.cache
+def _timeout_class() -> Any:
+    from urllib3.util.timeout import Timeout
+
+    class DeadlineTimeout(Timeout):
+        """A urllib3 Timeout that carries its request's Deadline through the pool's copies of it."""
+
+        def __init__(self, *args: Any, deadline: Deadline | None = None, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.deadline = deadline
+
+        def clone(self) -> Timeout:
+            return DeadlineTimeout(connect=self._connect, read=self._read, total=self.total, deadline=self.deadline)
+
+    return DeadlineTimeout
 
 
 @functools.cache
 def watched_adapter() -> Any:
-    """A requests transport adapter whose connections register their socket with the thread's deadline
-    when a response is awaited (new and reused connections alike, redirects included)."""
+    """A requests transport adapter whose connections register their socket with their request's deadline
+    when a response is awaited (new and reused connections alike, redirects included).
+
+    The deadline comes with the request's timeout (`request_timeout`); the pool hands it to the
+    connection the request holds (a pooled connection serves one request at a time), never to a thread.
+    """
     from requests.adapters import HTTPAdapter
     from urllib3.connection import HTTPConnection, HTTPSConnection
     from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
     class WatchedHTTPConnection(HTTPConnection):
+        deadline: Deadline | None = None  # of the request holding this connection, set by its pool
+
         def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-            _watch_current(self.sock)
+            _watch(self.deadline, self.sock)
             return super().getresponse(*args, **kwargs)
 
     class WatchedHTTPSConnection(HTTPSConnection):
+        deadline: Deadline | None = None
+
         def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-            _watch_current(self.sock)
+            _watch(self.deadline, self.sock)
             return super().getresponse(*args, **kwargs)
+
+    def make_request(pool: Any, base: Any, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        """The pool's `_make_request` with the request's deadline on the connection it holds meanwhile."""
+        conn.deadline = getattr(kwargs.get("timeout"), "deadline", None)
+        try:
+            return base._make_request(pool, conn, *args, **kwargs)
+        finally:
+            conn.deadline = None
 
     class WatchedHTTPPool(HTTPConnectionPool):
         ConnectionCls = WatchedHTTPConnection
 
+        def _make_request(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+            return make_request(self, HTTPConnectionPool, conn, *args, **kwargs)
+
     class WatchedHTTPSPool(HTTPSConnectionPool):
         ConnectionCls = WatchedHTTPSConnection
+
+        def _make_request(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+            return make_request(self, HTTPSConnectionPool, conn, *args, **kwargs)
 
     # urllib3 names the pool's class in its messages: keep the names people know.
     WatchedHTTPPool.__name__, WatchedHTTPSPool.__name__ = HTTPConnectionPool.__name__, HTTPSConnectionPool.__name__

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from ckptview.core.errors import FileChangedError, RemoteError
 from ckptview.core.read.remote.cache import Transfer
 from ckptview.core.read.remote.causes import missing_error, network_cause, status_cause
-from ckptview.core.read.remote.deadline import Deadline, allowance, late, watched_adapter
+from ckptview.core.read.remote.deadline import Deadline, allowance, late, request_timeout, watched_adapter
 from ckptview.core.read.remote.urls import shown, timeout
 
 MAX_LISTING = 4 << 20  # an HTML folder listing larger than this is not read
@@ -54,8 +54,8 @@ class HttpBackend:
     def _get(self, headers: dict[str, str], limit: Deadline) -> Any:
         self.transfer.add(0)  # one request; the body's bytes are counted as they are read
         try:
-            return self.http.get(self.url, headers=headers, timeout=(min(timeout(), limit.remaining()), timeout()),
-                                 stream=True, allow_redirects=True)
+            return self.http.get(self.url, headers=headers, stream=True, allow_redirects=True,
+                                 timeout=request_timeout(min(timeout(), limit.remaining()), timeout(), limit))
         except self.requests.RequestException as exc:
             if limit.passed():
                 raise late(shown(self.url), limit.seconds) from None

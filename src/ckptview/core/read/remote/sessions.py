@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 
 from ckptview.core.read.remote.cache import CACHE, Transfer
 from ckptview.core.read.remote.file import FIRST, RemoteFile
@@ -48,23 +46,13 @@ class Session:
 
 _SESSIONS: OrderedDict[str, Session] = OrderedDict()
 _REG_LOCK = threading.Lock()
-_OPENING = threading.local()  # the session of the open in progress on this thread (shards join it)
-
-
-@contextlib.contextmanager
-def opening(url: str) -> Iterator[Session]:
-    """The session an `open_checkpoint(url)` reads through: a new one, or the enclosing open's when
-    `url` lies below it (the shards of an index, the parts of a folder), so one transfer counts them all."""
-    outer: Session | None = getattr(_OPENING, "session", None)
+def opening(url: str, outer: Session | None = None) -> Session:
+    """The session an `open_checkpoint(url)` reads through: the enclosing open's (`outer`, from the
+    reader's context) when `url` lies below its root (the shards of an index, the parts of a folder), so
+    one transfer counts them all; else a new one."""
     if outer is not None and strip_userinfo(url).startswith(outer.root):
-        yield outer
-        return
-    session = begin_session(url)
-    _OPENING.session = session
-    try:
-        yield session
-    finally:
-        _OPENING.session = outer
+        return outer
+    return begin_session(url)
 
 
 def begin_session(url: str) -> Session:
