@@ -78,3 +78,24 @@ def test_readers_are_registered_with_their_declared_priority():
     assert {r.__name__.rsplit(".", 1)[-1] for r in found} == modules  # type: ignore[attr-defined]
     assert [r.PRIORITY for r in found] == sorted((r.PRIORITY for r in found), reverse=True)
     assert all(isinstance(r.NAME, str) and r.NAME for r in found)
+
+
+def test_files_are_read_only_through_the_byte_layer():
+    """Every read of a file in the core goes through `core/read/files.py` (`open_regular`, `FileMap`): it
+    never blocks on a FIFO, refuses special files, checks identities. A plain `open()` for reading elsewhere
+    is a second way in (a FIFO named config.json once hung the run's worker and fed it)."""
+    import ast
+
+    offenders = []
+    for path in (SRC / "core").rglob("*.py"):
+        if path == SRC / "core" / "read" / "files.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open"):
+                continue
+            mode = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), ast.Constant("r"))
+            writes = isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wxa")
+            if not writes:
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert offenders == []

@@ -49,12 +49,16 @@ def available() -> bool:
 def architecture(folder: str) -> str | None:
     """The class `config.json` names, when transformers itself defines it (no auto_map, a plain name)."""
     path = os.path.join(folder, "config.json")
+    from ckptview.core.errors import CheckpointError
+    from ckptview.core.read.files import open_regular
+
     try:
-        if os.path.getsize(path) > MAX_CONFIG_BYTES:
+        with open_regular(path) as fh:  # the byte layer: a FIFO named config.json is refused, never read
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
             return None
-        with open(path, encoding="utf-8") as fh:
-            config = json.load(fh)
-    except (OSError, ValueError, RecursionError):
+        config = json.loads(raw)
+    except (OSError, ValueError, RecursionError, CheckpointError):
         return None
     if not isinstance(config, dict) or "auto_map" in config:
         return None  # code of its own: never run

@@ -103,7 +103,9 @@ def file_key(path: str, chunk_elems: int) -> str:
 
 
 def _local_edges(path: str) -> str:
-    with open(path, "rb") as fh:
+    from ckptview.core.read.files import open_regular
+
+    with open_regular(path) as fh:  # never blocks on a FIFO swapped in after the stat
         head = fh.read(EDGE_BYTES)
         size = fh.seek(0, os.SEEK_END)
         fh.seek(max(0, size - EDGE_BYTES))

@@ -12,7 +12,8 @@ import stat
 import struct
 from typing import Any
 
-from ckptview.core.read.files import special_kind
+from ckptview.core.errors import CheckpointError
+from ckptview.core.read.files import open_regular, special_kind
 from ckptview.core.text import printable
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys")
@@ -98,9 +99,9 @@ def safetensors_header_size(path: str) -> int | None:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
             return None
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # never blocks on a FIFO swapped in after the stat
             head = fh.read(9)
-    except OSError:
+    except (OSError, CheckpointError):
         return None
     if len(head) < 9 or head[8:9] != b"{":
         return None

@@ -67,12 +67,20 @@ def config_path(path: str) -> str | None:
 
 def read_config(path: str) -> dict[str, Any]:
     """A config.json as data; ArchitectureRefused when it is not one JSON object of bounded size."""
+    from ckptview.core.errors import CheckpointError
+    from ckptview.core.read.files import open_regular, special_kind
+
     try:
-        check_config_size(os.path.getsize(path))
-        with open(path, "rb") as fh:
+        st = os.stat(path)
+        if (kind := special_kind(st.st_mode)) is not None:  # a FIFO would block a plain open(), then feed it
+            raise ArchitectureRefused(f"config.json is {kind}, not a regular file: not read")
+        check_config_size(st.st_size)
+        with open_regular(path) as fh:  # the byte layer: a FIFO swapped in after the stat is refused too
             raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ArchitectureRefused(f"cannot read config.json: {exc.strerror or exc}") from None
+    except CheckpointError as exc:
+        raise ArchitectureRefused(f"cannot read config.json: {exc}") from None
     return parse_config(raw)
 
 

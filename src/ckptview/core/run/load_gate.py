@@ -92,7 +92,9 @@ def private_copy(path: str, folder: str) -> str:
     os.chmod(folder, 0o700)
     base = os.path.basename(path) or "file"
     target = os.path.join(folder, f"{len(os.listdir(folder))}-{base}")
-    with open(path, "rb") as src, open(target, "xb") as dst:
+    from ckptview.core.read.files import open_regular
+
+    with open_regular(path) as src, open(target, "xb") as dst:  # the bytes the gate read, through the byte layer
         if hasattr(os, "fchmod"):  # POSIX; elsewhere the private folder is what keeps it private
             os.fchmod(dst.fileno(), 0o600)
         shutil.copyfileobj(src, dst, 1 << 20)

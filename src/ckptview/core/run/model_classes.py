@@ -24,14 +24,19 @@ class ModelClass:
 
 def classes_in_file(path: str) -> list[ModelClass]:
     """Top-level classes of a Python file in source order; nothing in the file runs."""
+    from ckptview.core.errors import CheckpointError
+    from ckptview.core.read.files import open_regular
+
     try:
         size = os.path.getsize(path)
         if size > MAX_SOURCE_BYTES:
             raise ModelCodeError(f"{os.path.basename(path)} is {size} bytes: too large for model code")
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # a FIFO is refused, never waited on
             source = fh.read(MAX_SOURCE_BYTES + 1)
     except OSError as exc:
         raise ModelCodeError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except CheckpointError as exc:
+        raise ModelCodeError(f"cannot read {path}: {exc}") from None
     try:
         tree = ast.parse(source, filename=os.path.basename(path))
     except SyntaxError as exc:
