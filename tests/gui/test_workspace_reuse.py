@@ -23,9 +23,9 @@ def count_opens(monkeypatch) -> list[str]:
     opened: list[str] = []
     real = open_module._open_with_readers  # noqa: SLF001 (the one step every open of a file takes)
 
-    def counting(path, head):
+    def counting(path, *rest):
         opened.append(path)
-        return real(path, head)
+        return real(path, *rest)
 
     monkeypatch.setattr(open_module, "_open_with_readers", counting)
     return opened

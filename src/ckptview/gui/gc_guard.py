@@ -8,13 +8,12 @@ switch automatic collection off and collect generation by generation from a GUI-
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer
 
-from ckptview.core.perf import gc_paused
+from ckptview.core import perf
 
 _guard: GuiThreadCollector | None = None
 # How long a worker's `paused_gc` may hold collections off: an open blocked on a dead mount must not
@@ -27,8 +26,7 @@ class GuiThreadCollector(QObject):
 
     def __init__(self, interval_ms: int = 250) -> None:
         super().__init__()
-        self.thresholds = gc.get_threshold()
-        gc.disable()
+        self.thresholds = perf.stop_automatic_collection()
         self.paused_since: float | None = None
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.check)
@@ -36,21 +34,16 @@ class GuiThreadCollector(QObject):
 
     def check(self) -> None:
         """Collect the generations whose counts crossed their thresholds, as gc itself would."""
-        if gc_paused():  # a worker is building a checkpoint's objects: a pass now would only stall it
+        if perf.take_park_request():  # a worker opened a tree: parked here, before any pass walks it
+            return
+        if perf.gc_paused():  # a worker is building a checkpoint's objects: a pass now would only stall it
             now = time.monotonic()
             self.paused_since = self.paused_since if self.paused_since is not None else now
             if now - self.paused_since < MAX_DEFER_S:
                 return
         else:
             self.paused_since = None
-        count0, count1, count2 = gc.get_count()
-        t0, t1, t2 = self.thresholds
-        if count0 > t0:
-            gc.collect(0)
-            if count1 > t1:
-                gc.collect(1)
-                if count2 > t2:
-                    gc.collect(2)
+        perf.collect_due(self.thresholds)
 
 
 def install_gc_guard() -> None:
@@ -123,6 +116,4 @@ def _release_then_collect(stack: list[Any]) -> None:
 
 
 def _collect_and_refreeze() -> None:
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    perf.release_parked()
