@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import pathlib
 import re
@@ -78,6 +79,37 @@ def test_readers_are_registered_with_their_declared_priority():
     assert {r.__name__.rsplit(".", 1)[-1] for r in found} == modules  # type: ignore[attr-defined]
     assert [r.PRIORITY for r in found] == sorted((r.PRIORITY for r in found), reverse=True)
     assert all(isinstance(r.NAME, str) and r.NAME for r in found)
+    # The interface: a typed Source (what the open found) and an explicit context, never a bare path.
+    for reader in found:
+        sniff, opener = inspect.signature(reader.sniff), inspect.signature(reader.open)
+        assert list(sniff.parameters) == ["source"] and list(opener.parameters) == ["source", "ctx"], reader
+        assert sniff.parameters["source"].annotation == "Source", reader
+        assert opener.parameters["source"].annotation == "Source", reader
+
+
+def test_readers_open_files_as_the_open_found_them():
+    """A reader opens its source through `source.file_map()` / `source.open_file()`, and a folder's files
+    with the identity the open took (`Source.child_identity`, DCP's `opened_as`): a `FileMap(path)` or
+    `open_regular(path)` without one in a reader would read whatever file the path names by then."""
+    import ast
+
+    allowed = {
+        ("torch_zip.py", "ZipArchive.__init__"),  # `fmap or FileMap(path)`: for callers outside the readers
+        ("training_folder.py", "_json_node"),  # a JSON side file: no identity is taken for it
+    }
+    offenders = []
+    for path in (SRC / "core" / "read" / "formats").glob("*.py"):
+        for top in ast.parse(path.read_text()).body:
+            funcs = [(f"{top.name}.{f.name}", f) for f in top.body if isinstance(f, ast.FunctionDef)] \
+                if isinstance(top, ast.ClassDef) else [(top.name, top)] if isinstance(top, ast.FunctionDef) else []
+            for where, func in funcs:
+                for node in ast.walk(func):
+                    if not (isinstance(node, ast.Call) and len(node.args) + len(node.keywords) < 2):
+                        continue
+                    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                    if name in ("FileMap", "open_regular") and (path.name, where) not in allowed:
+                        offenders.append(f"{path.name}:{node.lineno} {where}")
+    assert sorted(set(offenders)) == []
 
 
 def test_files_are_read_only_through_the_byte_layer():

@@ -110,20 +110,23 @@ def _is_checkpoint_folder(folder: str) -> bool:
 
 def _sniffs(path: str) -> bool:
     """True when some reader recognises ``path`` (a file's first bytes, or a folder's content)."""
+    from ckptview.core.read.context import Source
     from ckptview.core.read.formats import readers
 
     head = b""
+    is_dir = False
     try:
         if cfiles.isfile(path):
             with cfiles.open_regular(path) as fh:
                 head = fh.read(_HEAD_BYTES)
-        elif not cfiles.isdir(path):
+        elif not (is_dir := cfiles.isdir(path)):
             return False
     except (OSError, CheckpointError):
         return True  # unreadable: let opening it say why
+    source = Source(path, head, is_dir)
     for reader in readers():
         try:
-            if reader.sniff(path, head):
+            if reader.sniff(source):
                 return True
         except Exception:  # a sniffer that chokes on odd bytes just does not claim the file
             continue

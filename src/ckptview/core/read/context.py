@@ -1,6 +1,12 @@
-"""What an open needs to know, handed to every reader explicitly: `ReaderContext`.
+"""What a reader is handed, explicitly: the `Source` it reads and the `ReaderContext` of the open.
 
-No thread-local carries context in `ckptview.core.read`: a reader's `open(path, ctx)` gets the cancel
+A reader's `sniff(source)` and `open(source, ctx)` get the file (or folder) as the byte layer found it
+when the open began: its path (local or URL), its first bytes, whether it is a folder, and the identity
+(device, inode, size, mtime) taken then. A reader reads the source through `source.file_map()` or
+`source.open_file()`, which refuse a file that is no longer that one (FileChangedError): a file renamed
+over the path after its head chose the reader is never listed in its place.
+
+No thread-local carries context in `ckptview.core.read`: a reader's `open(source, ctx)` gets the cancel
 token, the progress callback, the remote session of the open in progress (the shards of an index join
 it, so one transfer counts them all) and whether it runs inside an index's open (a shard that is itself
 an index is refused, not recursed into). A nested open (an index's shards, a training folder's parts,
@@ -12,16 +18,68 @@ to the value reads (`values.iter_chunks(info, ahead=...)`); see `ckptview.core.r
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, BinaryIO
 
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read import files
+from ckptview.core.read.files import FileIdentity, FileMap
 
 if TYPE_CHECKING:
     from ckptview.core.read.remote import Session
 
-__all__ = ["DEFAULT", "ReaderContext"]
+__all__ = ["DEFAULT", "ReaderContext", "Source"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a reader reads, as the byte layer found it when the open began. Immutable.
+
+    Built once per open by `open_checkpoint`; a nested open builds its own (an index's shards through
+    `open_checkpoint`, a training folder's DCP parts with `Source.folder`). Readers read the source
+    only through these methods.
+    """
+
+    path: str
+    """A local path or a URL (as shown: no credentials), what the byte layer opens."""
+    head: bytes = field(default=b"", repr=False)
+    """The file's first bytes (b"" for a folder)."""
+    is_dir: bool = False
+    """True for a folder (sharded, distributed, a training step)."""
+    identity: FileIdentity | None = None
+    """The file's identity when the open began; None for a URL (its validator is checked instead), a
+    folder, or a source nobody stat'ed (a sniff outside an open)."""
+    identities: Mapping[str, FileIdentity] | None = field(default=None, repr=False)
+    """A local folder's checkpoint files and their identities when the open began (keyed by
+    `files.join(path, name)`), or None when not taken."""
+
+    @classmethod
+    def folder(cls, path: str, identities: Mapping[str, FileIdentity] | None = None) -> Source:
+        """A folder as a source (its files' identities when known)."""
+        return cls(path, b"", True, None, identities)
+
+    def file_map(self) -> FileMap:
+        """The source file's FileMap, refused (FileChangedError) when it is no longer the file opened."""
+        return FileMap(self.path, self.identity)
+
+    def open_file(self) -> BinaryIO:
+        """The source file opened for reading (never blocking), refused when it is no longer the file opened."""
+        return files.open_regular(self.path, self.identity)
+
+    @property
+    def size(self) -> int:
+        """The file's size when the open began (asked of the byte layer when no identity was taken)."""
+        return self.identity.size if self.identity is not None else files.getsize(self.path)
+
+    def child_identity(self, path: str) -> FileIdentity | None:
+        """The identity, when the open began, of `path` (a file directly in this local folder), or None."""
+        if not self.identities or files.is_url(path):
+            return None
+        if os.path.dirname(os.path.abspath(path)) != os.path.abspath(self.path):
+            return None
+        return self.identities.get(os.path.join(self.path, os.path.basename(path)))
 
 
 @dataclass(frozen=True)

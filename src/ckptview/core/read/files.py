@@ -90,10 +90,12 @@ def stat_checked(path: str) -> os.stat_result:
     return st
 
 
-def open_regular(path: str) -> BinaryIO:
+def open_regular(path: str, expected: FileIdentity | None = None) -> BinaryIO:
     """Open a regular file for reading without ever blocking (a FIFO swapped in after a stat is refused).
 
-    A URL opens its remote file (`ckptview.core.read.remote`): reads become range requests.
+    With `expected` (the identity taken when an open began: `Source.open_file`), a file that is no longer
+    that one raises FileChangedError. A URL opens its remote file (`ckptview.core.read.remote`): reads
+    become range requests (its identity is its validator, checked on every response).
     """
     if is_url(path):
         # Not a full BinaryIO: seek/tell/read/close and the context manager, all the header readers use.
@@ -107,6 +109,8 @@ def open_regular(path: str) -> BinaryIO:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotACheckpointError(f"not a checkpoint: {path} is {special_kind(st.st_mode) or 'a folder'}")
+        if expected is not None and (what := expected.difference(FileIdentity.of(st))) is not None:
+            raise FileChangedError(path, what)
     except BaseException:
         os.close(fd)
         raise

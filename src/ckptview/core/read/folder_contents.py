@@ -17,20 +17,23 @@ _HEAD_BYTES = 4096
 
 def sniffs(path: str) -> bool:
     """True when some reader recognises ``path`` (a file's first bytes, or a folder's content)."""
+    from ckptview.core.read.context import Source
     from ckptview.core.read.formats import readers
 
     head = b""
+    is_dir = False
     try:
         if os.path.isfile(path):
             with files.open_regular(path) as fh:
                 head = fh.read(_HEAD_BYTES)
-        elif not os.path.isdir(path):
+        elif not (is_dir := os.path.isdir(path)):
             return False
     except Exception:  # noqa: BLE001 - a file that cannot be read (a FIFO, no permission) is not listed
         return False
+    source = Source(path, head, is_dir)
     for reader in readers():
         try:
-            if reader.sniff(path, head):
+            if reader.sniff(source):
                 return True
         except Exception:  # noqa: BLE001 - a sniffer that chokes on odd bytes does not claim the file
             continue

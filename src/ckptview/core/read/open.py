@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import BoundedWarnings, Checkpoint
 from ckptview.core.read import files
-from ckptview.core.read.context import DEFAULT, ReaderContext
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.files import (
     FileIdentity,
     folder_identities,
@@ -37,17 +37,17 @@ def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = No
     if is_url(path):
         return _open_url(path, ctx)
     st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
-    head = b""
-    identities: dict[str, FileIdentity] = {}
     if stat.S_ISDIR(st.st_mode):
         identities = folder_identities(path)
+        source = Source.folder(path, identities)
     else:
-        identities[path] = FileIdentity.of(st)
-        head = _read_head(path, st)
+        identity = FileIdentity.of(st)
+        identities = {path: identity}
+        source = Source(path, _read_head(path, st), False, identity)  # the readers open it as this file
     try:
-        ckpt = _open_with_readers(path, head, ctx)
+        ckpt = _open_with_readers(source, ctx)
     except NotACheckpointError as exc:
-        if stat.S_ISDIR(st.st_mode) and str(exc) == describe_unknown(path, head):  # nothing more specific
+        if source.is_dir and str(exc) == describe_unknown(path, source.head):  # nothing more specific
             from ckptview.core.read.folder_contents import run_folder_message
 
             message = run_folder_message(path)
@@ -91,7 +91,7 @@ def _open_url_in(url: str, session: Session, ctx: ReaderContext) -> Checkpoint:
             with open_regular(url) as fh:
                 head = fh.read(HEAD_BYTES)
         shown = remote.shown(url) if kind == "file" else remote.folder_url(remote.shown(url))
-        ckpt = _open_with_readers(shown, head, ctx)
+        ckpt = _open_with_readers(Source(shown, head, kind == "dir"), ctx)
     except CheckpointError as exc:
         raise type(exc)(remote.redact(str(exc))) if type(exc).__init__ is CheckpointError.__init__ else exc from None
     ckpt.path = remote.shown(ckpt.path)
@@ -125,12 +125,12 @@ def _is_pseudo(path: str) -> bool:
     return real.startswith(("/proc/", "/sys/")) or real in ("/proc", "/sys")
 
 
-def _open_with_readers(path: str, head: bytes, ctx: ReaderContext) -> Checkpoint:
+def _open_with_readers(source: Source, ctx: ReaderContext) -> Checkpoint:
     declined: NotACheckpointError | None = None
     for reader in readers():
-        if reader.sniff(path, head):
+        if reader.sniff(source):
             try:
-                return _compact_warnings(reader.open(path, ctx))
+                return _compact_warnings(reader.open(source, ctx))
             except NotACheckpointError as exc:  # looked like this format, is not: let others try
                 declined = declined or exc
             except CheckpointError:
@@ -138,10 +138,10 @@ def _open_with_readers(path: str, head: bytes, ctx: ReaderContext) -> Checkpoint
             except (MemoryError, RecursionError) as exc:
                 raise CheckpointFormatError(f"{reader.NAME}: file is too large or too deeply nested ({type(exc).__name__})") from None
             except OSError as exc:
-                raise io_error(path, exc) from None
+                raise io_error(source.path, exc) from None
             except Exception as exc:  # a reader bug must still reach the user as one line
                 raise CheckpointFormatError(f"{reader.NAME}: malformed file ({type(exc).__name__}: {exc})") from None
-    raise declined or NotACheckpointError(describe_unknown(path, head))
+    raise declined or NotACheckpointError(describe_unknown(source.path, source.head))
 
 
 MAX_BROKEN_LISTED = 20

@@ -1,10 +1,13 @@
 """Format readers, chosen by sniffing bytes (or a folder's content), never by extension.
 
 Each reader is a module that satisfies `Reader`: `NAME`, `PRIORITY` (higher is tried first),
-`sniff(path, head) -> bool` and `open(path, ctx) -> Checkpoint`. `head` is the file's first bytes (b""
-for a folder); `path` is what the byte layer opens (a local path or a URL: `ckptview.core.read.files`);
-`ctx` is the open's `ReaderContext` (cancel, progress, remote session, nesting), passed explicitly.
-Adding a format is adding a module and listing it in `readers()`, where mypy checks it against `Reader`.
+`sniff(source) -> bool` and `open(source, ctx) -> Checkpoint`. `source` is a `context.Source`: the file
+or folder as the byte layer found it when the open began (`path`, local or URL; `head`, its first bytes,
+b"" for a folder; `is_dir`; `identity`). A reader reads its source only through `source.file_map()` or
+`source.open_file()`, which refuse a file swapped in since (FileChangedError); what it opens beside it
+(shards, parts) it opens through `open_checkpoint` or the byte layer. `ctx` is the open's
+`ReaderContext` (cancel, progress, remote session, nesting), passed explicitly. Adding a format is
+adding a module and listing it in `readers()`, where mypy checks it against `Reader`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ckptview.core.model import Checkpoint
-    from ckptview.core.read.context import ReaderContext
+    from ckptview.core.read.context import ReaderContext, Source
 
 
 class Reader(Protocol):
@@ -23,11 +26,11 @@ class Reader(Protocol):
     NAME: str
     PRIORITY: int
 
-    def sniff(self, path: str, head: bytes) -> bool:
-        """True when the path or its first bytes (`head`; b"" for a folder) look like this format."""
+    def sniff(self, source: Source) -> bool:
+        """True when the source (its path, its first bytes, a folder's content) looks like this format."""
         ...
 
-    def open(self, path: str, ctx: ReaderContext) -> Checkpoint:  # noqa: A003 - the protocol's name
+    def open(self, source: Source, ctx: ReaderContext) -> Checkpoint:  # noqa: A003 - the protocol's name
         """The checkpoint's metadata (never its tensor bytes, never running its code)."""
         ...
 

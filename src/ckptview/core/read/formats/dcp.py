@@ -28,8 +28,8 @@ from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, Ten
 from ckptview.core.model import Checkpoint, Node, NodeKind, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.assembled import AssembledSource, Chunk, coverage_problem
-from ckptview.core.read.context import DEFAULT, ReaderContext
-from ckptview.core.read.files import FileMap, folder_identities, open_regular
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.read.files import FileIdentity, FileMap, folder_identities, open_regular
 from ckptview.core.read.formats.torch_zip import load_embedded
 from ckptview.core.read.pickle_reader import StubObject
 from ckptview.core.read.torch_pickle import load_torch_pickle, unsafe_of
@@ -62,9 +62,10 @@ def _folder_of(path: str) -> str | None:
     return None
 
 
-def sniff(path: str, head: bytes) -> bool:
-    """True when the path or its first bytes (`head`; b"" for a folder) look like a torch.distributed.checkpoint folder."""
-    if cfiles.isdir(path):
+def sniff(source: Source) -> bool:
+    """True when the source (a folder, its .metadata or one of its .distcp files) looks like a torch.distributed.checkpoint folder."""
+    path, head = source.path, source.head
+    if source.is_dir:
         return _folder_of(path) is not None
     if head.startswith(b"\x80") and b"torch.distributed.checkpoint" in head:
         return True  # a `.metadata` pickle, whatever its file name
@@ -153,10 +154,10 @@ def _locations(storage_data: Any) -> dict[tuple[str, tuple[int, ...] | None], Lo
 class _Files:
     """The folder's .distcp files, each mapped once and only when first read."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, opened_as: dict[str, FileIdentity]) -> None:
         self.folder = folder
         self.maps: dict[str, FileMap] = {}
-        self.opened_as = folder_identities(cfiles.abspath(folder))  # a file read later must be this one
+        self.opened_as = opened_as  # by absolute path: a file read later must be this one
 
     def get(self, rel: str) -> FileMap:
         if rel not in self.maps:
@@ -268,8 +269,20 @@ def _read_bytes_item(files: _Files, loc: Location) -> tuple[Any, list[str]]:
     return load_embedded(files.get(loc.file), loc.offset, loc.length, loc.where())
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def _opened_as(source: Source, folder: str) -> dict[str, FileIdentity]:
+    """The identities of the folder's files (by absolute path) as the open found them: the source's own
+    when the source is the folder or one of its files, a scan of the folder for the rest."""
+    if source.is_dir and source.identities is not None and cfiles.abspath(source.path) == cfiles.abspath(folder):
+        return {cfiles.abspath(p): identity for p, identity in source.identities.items()}
+    found = folder_identities(cfiles.abspath(folder))
+    if source.identity is not None:  # the file the open began with: as it was then
+        found[cfiles.abspath(source.path)] = source.identity
+    return found
+
+
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a torch.distributed.checkpoint folder into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    path = source.path
     folder = _folder_of(path) or cfiles.dirname(path)
     meta_path = cfiles.join(folder, METADATA_FILE)
     if not cfiles.isfile(meta_path):
@@ -277,7 +290,8 @@ def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 -
     size = cfiles.getsize(meta_path)
     if size > MAX_METADATA_BYTES:
         raise CheckpointFormatError(f"DCP .metadata is {size} bytes, more than the {MAX_METADATA_BYTES} allowed")
-    with open_regular(meta_path) as fh:  # never blocks on a FIFO
+    files = _Files(folder, _opened_as(source, folder))
+    with open_regular(meta_path, files.opened_as.get(cfiles.abspath(meta_path))) as fh:  # never blocks on a FIFO
         data = fh.read()
     obj, globals_seen, _ = load_torch_pickle(data, None, what=".metadata")
     if not isinstance(obj, StubObject) or not obj.cls.endswith("checkpoint.metadata.Metadata"):
@@ -288,7 +302,6 @@ def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 -
     if not isinstance(items, dict):
         raise CheckpointFormatError("DCP metadata: state_dict_metadata is not a mapping")
     locs = _locations(top.get("storage_data"))
-    files = _Files(folder)
     builder = _TreeBuilder()
     warnings: list[str] = []
     bytes_read = 0

@@ -17,8 +17,8 @@ from typing import Any
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import BoundedWarnings, Checkpoint, Node, OpenFiles
 from ckptview.core.read import files as cfiles
-from ckptview.core.read.context import DEFAULT, ReaderContext
-from ckptview.core.read.files import open_regular
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.read.files import FileIdentity, open_regular
 
 NAME = "hf-sharded"
 PRIORITY = 60
@@ -88,9 +88,10 @@ def _index_files(folder: str) -> list[str]:
                                         ".bin." in n, n))
 
 
-def sniff(path: str, head: bytes) -> bool:
-    """True when the path or its first bytes (`head`; b"" for a folder) look like a Hugging Face sharded folder or index file."""
-    if cfiles.isdir(path):
+def sniff(source: Source) -> bool:
+    """True when the source (a folder's content, a file's name and first bytes) looks like a Hugging Face sharded folder or index file."""
+    path, head = source.path, source.head
+    if source.is_dir:
         try:
             return bool(_index_files(path) or weight_sets(path))
         except OSError:
@@ -99,12 +100,12 @@ def sniff(path: str, head: bytes) -> bool:
     return stripped.startswith(b"{") and (b'"weight_map"' in head or path.endswith(".index.json"))
 
 
-def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
-    """(weight_map, index metadata) of an index file, validated."""
+def read_index(path: str, expected: FileIdentity | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(weight_map, index metadata) of an index file, validated (refused when it is no longer `expected`)."""
     size = cfiles.getsize(path)
     if size > MAX_INDEX_BYTES:
         raise CheckpointFormatError(f"index file is {size} bytes, more than the {MAX_INDEX_BYTES} allowed")
-    raw = _read_counted(path)
+    raw = _read_counted(path, expected)
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -120,7 +121,7 @@ def read_index(path: str) -> tuple[dict[str, str], dict[str, Any]]:
     return weight_map, meta if isinstance(meta, dict) else {}
 
 
-def _read_counted(path: str) -> bytes:
+def _read_counted(path: str, expected: FileIdentity | None = None) -> bytes:
     """The index's bytes, read in pieces and refused as soon as they hold more names than allowed.
 
     Every JSON value after the first follows a ',', ':' or '[', and every object starts with '{': their
@@ -131,7 +132,7 @@ def _read_counted(path: str) -> bytes:
     pieces: list[bytes] = []
     held = values = 0
     limit: int | None = None
-    with open_regular(path) as fh:  # never blocks on a FIFO named like an index
+    with open_regular(path, expected) as fh:  # never blocks on a FIFO named like an index
         while piece := fh.read(INDEX_PIECE):
             held += len(piece)
             if held > MAX_INDEX_BYTES:  # it grew while read
@@ -199,34 +200,38 @@ def choose_set(folder: str) -> tuple[WeightSet | None, list[str]]:
     return chosen, notes
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a Hugging Face sharded folder or index file into a Checkpoint: metadata only, no tensor bytes, nothing run."""
+    path = source.path
     if ctx.inside_index:
         # A shard that is itself an index (the index naming itself, or a cycle): one line, no recursion.
         raise CheckpointFormatError(f"{os.path.basename(path)} is an index file, named as a shard by another index")
-    if cfiles.isdir(path):
+    if source.is_dir:
         chosen, others = choose_set(path)
         if chosen is None:
             raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
-        return open_set(path, chosen, others, ctx)
-    return _open_files(path, cfiles.dirname(path), path, [], [], ctx)
+        return open_set(path, chosen, others, ctx, source)
+    return _open_files(path, cfiles.dirname(path), path, [], [], ctx, source.identity)
 
 
 def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None,
-             ctx: ReaderContext = DEFAULT) -> Checkpoint:
-    """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint."""
+             ctx: ReaderContext = DEFAULT, source: Source | None = None) -> Checkpoint:
+    """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint.
+
+    `source` is the folder's, when it is what the open began with: its index is read as the file found then."""
     index_path = cfiles.join(folder, chosen.index) if chosen.index is not None else None
-    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []), ctx)
+    expected = source.child_identity(index_path) if source is not None and index_path is not None else None
+    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []), ctx, expected)
 
 
 def _open_files(path: str, folder: str, index_path: str | None, files: list[str], notes: list[str],
-                ctx: ReaderContext) -> Checkpoint:
+                ctx: ReaderContext, index_identity: FileIdentity | None = None) -> Checkpoint:
     from ckptview.core.read.open import open_checkpoint
 
     warnings: list[str] = BoundedWarnings()
     warnings.extend(notes)
     if index_path is not None:
-        weight_map, index_meta = read_index(index_path)
+        weight_map, index_meta = read_index(index_path, index_identity)
         shard_names = list(dict.fromkeys(weight_map.values()))
     else:
         weight_map, index_meta = {}, {}

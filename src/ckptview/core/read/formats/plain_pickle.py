@@ -7,8 +7,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.model import Checkpoint
-from ckptview.core.read import files as cfiles
-from ckptview.core.read.context import DEFAULT, ReaderContext
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.pickle_reader import unpickle
 from ckptview.core.read.pickle_stream import PickleStream, inert_persistent_id
 from ckptview.core.read.sources import FileMap
@@ -27,21 +26,23 @@ _PROTOCOL0_OPENINGS = (b"(dp0", b"(lp0", b"}q", b"]q", b"(d", b"(l", b"(t", b"(V
                        b"(N", b"(((")
 
 
-def sniff(path: str, head: bytes) -> bool:
-    """True when the path or its first bytes (`head`; b"" for a folder) look like a plain pickle."""
+def sniff(source: Source) -> bool:
+    """True when the source's first bytes look like a plain pickle."""
+    head = source.head
     if len(head) >= 2 and head[0] == 0x80 and head[1] <= 5:
         return True
     if head.startswith(_PROTOCOL0_OPENINGS) or _PROTOCOL0_GLOBAL.match(head) is not None:
         return True
-    return _opcodes_throughout(path, head)
+    return _opcodes_throughout(source)
 
 
-def _opcodes_throughout(path: str, head: bytes) -> bool:
+def _opcodes_throughout(source: Source) -> bool:
     """True when `head` is a whole pickle, or valid opcodes up to where the head cuts a longer file.
 
     This catches pickles with any opening (a magic number padded with NONE/POP pairs, written as hex):
     torch.load would run them, so they must be read and their globals reported, not called text.
     """
+    head = source.head
     if not head or head[0] not in _OPCODES:
         return False
     try:
@@ -50,17 +51,18 @@ def _opcodes_throughout(path: str, head: bytes) -> bool:
         # The head ends inside the pickle: valid opcodes all the way. A long text line fails otherwise.
         cut = "no STOP opcode" in str(exc) or "ends inside an opcode" in str(exc)
         try:
-            return cut and cfiles.getsize(path) > len(head)
+            return cut and source.size > len(head)
         except OSError:
             return False
     return True
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a plain pickle into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     from ckptview.core.read.formats import torch_legacy
 
-    fmap = FileMap(path)
+    path = source.path
+    fmap = source.file_map()
     torch_legacy.refuse_tar(fmap)
     stream = PickleStream(fmap.read_all())
     first = stream.read("pickle")

@@ -11,8 +11,7 @@ from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.model import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
-from ckptview.core.read import files as cfiles
-from ckptview.core.read.context import DEFAULT, ReaderContext
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats.safetensors_header import (
     MAX_HEADER,  # noqa: F401 - part of this reader's limits
     PIECE_BYTES,
@@ -35,9 +34,10 @@ _ST_DTYPES = dtypes.SAFETENSORS_DTYPES
 _ITEMSIZES = {name: dtypes.itemsize(name) for name in _ST_DTYPES.values()}
 
 
-def sniff(path: str, head: bytes) -> bool:
-    """True when the path or its first bytes (`head`; b"" for a folder) look like a safetensors file."""
-    if len(head) < 10 or cfiles.isdir(path):
+def sniff(source: Source) -> bool:
+    """True when the source's first bytes look like a safetensors file."""
+    head = source.head
+    if len(head) < 10 or source.is_dir:
         return False
     (length,) = struct.unpack("<Q", head[:8])
     return head[8:9] == b"{" and length > 1
@@ -116,18 +116,19 @@ class _Restart(Exception):
     """Reading piece by piece met something only the whole header decides (a repeated name, an error)."""
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a safetensors file into a Checkpoint: metadata only, no tensor bytes, nothing run.
 
     A header read in pieces hands each piece's Progress to `ctx.report` (which checks `ctx.cancel`
     first, and may raise to stop the open)."""
-    return drain(iter_open(path), ctx.report if ctx.reports else None)
+    return drain(iter_open(source), ctx.report if ctx.reports else None)
 
 
-def iter_open(path: str) -> Generator[Progress, None, Checkpoint]:
+def iter_open(source: Source) -> Generator[Progress, None, Checkpoint]:
     """`open`, yielding Progress (header bytes read) between pieces of the header."""
-    raw, data_start, size = read_header_bytes(path)
-    fmap = FileMap(path)
+    path = source.path
+    raw, data_start, size = read_header_bytes(path, source.identity)
+    fmap = source.file_map()
     try:
         if len(raw) > PIECE_BYTES:
             try:

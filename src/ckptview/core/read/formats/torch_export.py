@@ -20,7 +20,7 @@ from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotAChe
 from ckptview.core.model import MODULE_PART, Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.census import census
-from ckptview.core.read.context import DEFAULT, ReaderContext
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats.torch_zip import ZipArchive
 from ckptview.core.read.sources import ZipMember
 from ckptview.core.read.torch_globals import check_view
@@ -42,8 +42,9 @@ SCALAR_TYPES = {
 _SYMBOL = re.compile(r"Symbol\('([^']+)'")
 
 
-def sniff(path: str, head: bytes) -> bool:
-    """True when the path or its first bytes (`head`; b"" for a folder) look like a torch.export .pt2 archive."""
+def sniff(source: Source) -> bool:
+    """True when the source's first bytes look like a torch.export .pt2 archive."""
+    head = source.head
     return head.startswith(b"PK\x03\x04") and any(h in head for h in _HINTS)
 
 
@@ -310,9 +311,10 @@ def _signature_node(sig: dict[str, Any]) -> Node:
     return node
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a torch.export .pt2 archive into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    archive = _Archive(path)
+    path = source.path
+    archive = _Archive(path, fmap=source.file_map())
     fmt_value = (archive.text("archive_format") or "").strip()
     if fmt_value != "pt2":
         raise NotACheckpointError(f"not a checkpoint: archive_format is {fmt_value[:20]!r}, not 'pt2'")

@@ -16,7 +16,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.model import Checkpoint, Storage
-from ckptview.core.read.context import DEFAULT, ReaderContext
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats import plain_pickle
 from ckptview.core.read.pickle_reader import StubObject
 from ckptview.core.read.pickle_stream import PickleStream
@@ -34,8 +34,9 @@ PROTOCOL_VERSION = 1001
 FIRST_PREFIX = 64 << 20  # the pickles of any real legacy file fit: one read, one parse (grown if not)
 
 
-def sniff(path: str, head: bytes) -> bool:
-    """True when the path or its first bytes (`head`; b"" for a folder) look like torch.save's legacy format."""
+def sniff(source: Source) -> bool:
+    """True when the source's first bytes look like torch.save's legacy format."""
+    head = source.head
     # Protocols 2-5: a binary LONG1 after PROTO (and, from protocol 4, a FRAME header);
     # protocols 0-1 write the magic number as text.
     return MAGIC_LONG in head[:32] or head.startswith(MAGIC_TEXT)
@@ -55,9 +56,10 @@ def is_magic(value: Any) -> bool:
     return type(value) is int and value == MAGIC_NUMBER
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    fmap = FileMap(path)
+    path = source.path
+    fmap = source.file_map()
     refuse_tar(fmap)
     # The pickles sit at the start, the storages after them: parse a prefix (never the whole file, and
     # never through a map that a shrinking file would turn into SIGBUS), longer until the pickles fit.

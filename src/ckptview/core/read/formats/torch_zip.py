@@ -14,7 +14,7 @@ from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, Ten
 from ckptview.core.model import Checkpoint, Storage
 from ckptview.core.read import files as cfiles
 from ckptview.core.read.census import census
-from ckptview.core.read.context import DEFAULT, ReaderContext
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.pickle_reader import StubObject
 from ckptview.core.read.sources import FileMap, ZipMember
 from ckptview.core.read.torch_globals import StorageClass
@@ -28,9 +28,9 @@ MAX_PICKLE_BYTES = 2 << 30  # data.pkl of 100k tensors is ~10 MB; refuse absurd 
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
-def sniff(path: str, head: bytes) -> bool:
-    """True when the path or its first bytes (`head`; b"" for a folder) look like a zip archive (torch.save, TorchScript)."""
-    return head.startswith(ZIP_MAGICS)
+def sniff(source: Source) -> bool:
+    """True when the source's first bytes look like a zip archive (torch.save, TorchScript)."""
+    return source.head.startswith(ZIP_MAGICS)
 
 
 class ZipArchive:
@@ -151,9 +151,10 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
     return load
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a zip archive (torch.save, TorchScript) into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    archive = ZipArchive(path)
+    path = source.path
+    archive = ZipArchive(path, fmap=source.file_map())
     byteorder = archive.byteorder()
     is_script = archive.has("constants.pkl") and any(
         n.startswith(archive.prefix + "code/") for n in archive.infos)

@@ -26,7 +26,7 @@ from typing import Any
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.model import Checkpoint, Node, OpenFiles
 from ckptview.core.read import files as cfiles
-from ckptview.core.read.context import DEFAULT, ReaderContext
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.tree import build_tree
 
 NAME = "training-folder"
@@ -60,12 +60,12 @@ def training_files(folder: str) -> list[str]:
     return [n for n in _files(folder) if _TRAINING_FILE.match(n)]
 
 
-def sniff(path: str, head: bytes) -> bool:
+def sniff(source: Source) -> bool:
     """True for a folder holding a training step's files (optimizer, scheduler, RNG, trainer state) or DCP subfolders."""
-    if not cfiles.isdir(path):
+    if not source.is_dir:
         return False
     try:
-        return bool(training_files(path) or _dcp_subfolders(path))
+        return bool(training_files(source.path) or _dcp_subfolders(source.path))
     except OSError:
         return False
 
@@ -83,12 +83,12 @@ def _json_node(path: str) -> Node:
     return build_tree(value)
 
 
-def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
+def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a training step folder into one Checkpoint: every file a top-level entry, metadata only, nothing run."""
     from ckptview.core.read.formats import dcp, hf_sharded
     from ckptview.core.read.open import open_checkpoint
 
-    folder = path
+    folder = source.path
     root = Node(key="", kind="dict", type_name=NAME)
     parts: list[tuple[str, Checkpoint]] = []
     warnings: list[str] = []
@@ -119,7 +119,8 @@ def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 -
         members = [*ws.files, *([ws.index] if ws.index else [])]
         if ws.index:
             try:
-                weight_map, _ = hf_sharded.read_index(cfiles.join(folder, ws.index))
+                index_path = cfiles.join(folder, ws.index)
+                weight_map, _ = hf_sharded.read_index(index_path, source.child_identity(index_path))
                 members += list(dict.fromkeys(weight_map.values()))
             except CheckpointError:
                 pass
@@ -131,12 +132,12 @@ def open(path: str, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 -
         if ws.index is None and len(ws.files) == 1:  # one file: its own reader (and its own key order)
             add_part(key, lambda ws=ws: open_checkpoint(cfiles.join(folder, ws.files[0]), ctx))
         else:
-            add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws, ctx=ctx))
+            add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws, ctx=ctx, source=source))
     if cfiles.isfile(cfiles.join(folder, ".metadata")):
         used.update(n for n in files if n == ".metadata" or n.endswith(".distcp"))
-        add_part(".metadata", lambda: dcp.open(folder, ctx))  # not open_checkpoint: that would come back here
+        add_part(".metadata", lambda: dcp.open(source, ctx))  # not open_checkpoint: that would come back here
     for sub in _dcp_subfolders(folder):
-        add_part(sub, lambda sub=sub: dcp.open(cfiles.join(folder, sub), ctx))
+        add_part(sub, lambda sub=sub: dcp.open(Source.folder(cfiles.join(folder, sub)), ctx))
     rest = [n for n in files if n not in used]
     if len(rest) > MAX_FILES:
         warnings.append(f"{len(rest) - MAX_FILES} more files not listed")
