@@ -22,6 +22,11 @@ class RecordingGc:
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool]] = []
 
+    def changes(self) -> list[tuple[str, bool]]:
+        """The calls, less the window's timer collecting on the main thread: a window left by an earlier test
+        collects whenever pytest-qt lets events run (after each setup), which is the policy, not a breach."""
+        return [call for call in self.calls if call != ("collect", True)]
+
     def __getattr__(self, name: str):
         real = getattr(gc, name)
         if name not in self.CHANGES:
@@ -74,15 +79,15 @@ def test_a_worker_builds_and_parks_without_touching_the_collector(recording):
 
     _in_worker(build_and_park)
     assert seen == {"paused": True, "after": False}
-    assert recording.calls == []  # no switch, no freeze, from the worker
+    assert recording.changes() == []  # no switch, no freeze, from the worker
     assert perf.take_park_request() is True  # the main thread carries the park out
-    assert recording.calls == [("freeze", True)]
+    assert recording.changes() == [("freeze", True)]
     assert perf.take_park_request() is False  # once
 
 
 def test_a_worker_cannot_take_a_park_request_or_release(recording):
     perf.keep_out_of_collections()  # the main thread parks at once
-    assert recording.calls == [("freeze", True)]
+    assert recording.changes() == [("freeze", True)]
 
     def try_all() -> None:
         assert perf.take_park_request() is False
@@ -93,7 +98,7 @@ def test_a_worker_cannot_take_a_park_request_or_release(recording):
             perf.stop_automatic_collection()
 
     _in_worker(try_all)
-    assert recording.calls == [("freeze", True)]
+    assert recording.changes() == [("freeze", True)]
 
 
 def test_the_main_thread_pauses_and_restores_the_collector_around_nested_builds(recording):
@@ -104,7 +109,7 @@ def test_the_main_thread_pauses_and_restores_the_collector_around_nested_builds(
             assert not gc.isenabled()
         assert not gc.isenabled()  # the outer build still runs
     assert gc.isenabled()
-    assert [name for name, _ in recording.calls] == ["disable", "enable"]
+    assert [name for name, _ in recording.changes()] == ["disable", "enable"]
     assert all(main for _, main in recording.calls)
 
 

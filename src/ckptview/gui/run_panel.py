@@ -389,7 +389,8 @@ class RunPanel(QWidget):
         worker.signals.returned.connect(self._on_recognized)
         worker.signals.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
         worker.signals.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
-        worker.signals.finished.connect(lambda: self._set_running(False))
+        # No `finished` hook: each of the three ends above offers Run again, and a late `finished` would end a
+        # run the user started meanwhile.
         self._recognize, self._recognizing = worker, True
         self._show_source(pending="reading the model's config.json…")
         self.status_label.setText("reading the model's config.json…")
@@ -410,6 +411,7 @@ class RunPanel(QWidget):
             self._set_prefill(default_inputs(arch))
         elif self._checkpoint() is not None:  # no config names one: the first layer's guess, as for a local file
             self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+        self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
         self.recognitionFinished.emit(self.source_label.text())
 
     def _recognition_failed(self, message: str, error: bool = False) -> None:
@@ -422,6 +424,7 @@ class RunPanel(QWidget):
         self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>" if error
                                   else "")
         self.status_label.setToolTip(message if error else "")
+        self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
         self.recognitionFinished.emit(self.source_label.text())
 
     def _checkpoint(self) -> Any:
