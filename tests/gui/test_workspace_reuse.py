@@ -23,9 +23,9 @@ def count_opens(monkeypatch) -> list[str]:
     opened: list[str] = []
     real = open_module._open_with_readers  # noqa: SLF001 (the one step every open of a file takes)
 
-    def counting(path, *rest):
-        opened.append(path)
-        return real(path, *rest)
+    def counting(source, ctx):
+        opened.append(source.path)
+        return real(source, ctx)
 
     monkeypatch.setattr(open_module, "_open_with_readers", counting)
     return opened
