@@ -259,3 +259,53 @@ def test_a_remote_model_folder_runs_from_its_config_and_weights_only(tmp_path, c
     assert {o["name"] for o in result["outputs"]} == {"last_hidden_state", "pooler_output"}
     assert "modeling_evil.py" not in fetched and "optimizer.bin" not in fetched
     assert {"config.json", "model.safetensors"} <= fetched
+
+
+def _load_in_process(folder: str, monkeypatch) -> tuple[object, int]:
+    """The worker's load of a transformers folder, in this process; the elements random-initialised meanwhile."""
+    from transformers import initialization
+
+    from ckptview.core.run.architectures import recognize
+    from ckptview.core.run.run_loading import load_library_model
+    from ckptview.core.run.run_protocol import Job
+
+    initialised = [0]
+    for name, real in list(initialization.TORCH_INIT_FUNCTIONS.items()):  # what transformers' init calls
+        def counting(tensor, *args, _real=real, **kwargs):
+            initialised[0] += tensor.numel()
+            return _real(tensor, *args, **kwargs)
+        monkeypatch.setitem(initialization.TORCH_INIT_FUNCTIONS, name, counting)
+    job = Job({"architecture": recognize(folder).payload(False)["architecture"]}, lambda event: None)
+    model, _report = load_library_model(job, os.path.join(folder, "model.safetensors"), "cpu")
+    return model, initialised[0]
+
+
+def test_weights_the_checkpoint_holds_are_never_random_initialised(llama, monkeypatch):
+    """As from_pretrained: building skips the random initialisation the checkpoint overwrites (a 1.1 B model
+    spent 11 s on it); only what the file lacks is initialised, by the library (counted, not timed)."""
+    model, initialised = _load_in_process(llama, monkeypatch)
+    total = sum(p.numel() for p in model.parameters())
+    assert initialised < total // 20, (initialised, total)
+    from safetensors.torch import load_file
+
+    saved = load_file(os.path.join(llama, "model.safetensors"))
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in saved.items())
+
+
+def test_a_weight_the_checkpoint_lacks_is_initialised_by_the_library(llama, tmp_path, monkeypatch):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "partial"
+    shutil.copytree(llama, folder)
+    saved = load_file(str(folder / "model.safetensors"))
+    gone = "model.layers.0.mlp.up_proj.weight"
+    del saved[gone]
+    save_file(saved, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    model, _ = _load_in_process(str(folder), monkeypatch)
+    weight = model.state_dict()[gone]
+    # The library's init (normal, std = initializer_range 0.02), not whatever memory held.
+    assert torch.isfinite(weight).all() and abs(float(weight.float().std()) - 0.02) < 0.006
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())

@@ -46,10 +46,10 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
 
 def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
     """A model its library builds from config.json, then the checkpoint's weights, tensor by tensor."""
-    from ckptview.core.run.run_library import build, tie
+    from ckptview.core.run.run_library import build, finish_init, tie
 
     job.enter("building the model")
-    model = build(job.request["architecture"], device, checkpoint_float_dtype(path))
+    model = build(job.request["architecture"], device, checkpoint_float_dtype(path), defer_init=True)
     job.enter("loading")
     report = load_weights(model, path, device)
     tie(model)  # as the library does after loading: the head may share the embedding only from now on
@@ -57,6 +57,8 @@ def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadRepor
     if tied:
         report.tied = {**(report.tied or {}), **tied}
         report.missing = [k for k in report.missing if k not in tied]
+    not_loaded = {*report.missing, *report.mismatched, *(u.name for u in report.unplaced or ())}
+    finish_init(model, set(model.state_dict()) - not_loaded)
     return model, report
 
 
