@@ -261,7 +261,7 @@ def test_a_remote_model_folder_runs_from_its_config_and_weights_only(tmp_path, c
     assert {"config.json", "model.safetensors"} <= fetched
 
 
-def _load_in_process(folder: str, monkeypatch) -> tuple[object, int]:
+def _load_in_process(folder: str, monkeypatch) -> tuple[object, int, object]:
     """The worker's load of a transformers folder, in this process; the elements random-initialised meanwhile."""
     from transformers import initialization
 
@@ -276,14 +276,14 @@ def _load_in_process(folder: str, monkeypatch) -> tuple[object, int]:
             return _real(tensor, *args, **kwargs)
         monkeypatch.setitem(initialization.TORCH_INIT_FUNCTIONS, name, counting)
     job = Job({"architecture": recognize(folder).payload(False)["architecture"]}, lambda event: None)
-    model, _report = load_library_model(job, os.path.join(folder, "model.safetensors"), "cpu")
-    return model, initialised[0]
+    model, report = load_library_model(job, os.path.join(folder, "model.safetensors"), "cpu")
+    return model, initialised[0], report
 
 
 def test_weights_the_checkpoint_holds_are_never_random_initialised(llama, monkeypatch):
     """As from_pretrained: building skips the random initialisation the checkpoint overwrites (a 1.1 B model
     spent 11 s on it); only what the file lacks is initialised, by the library (counted, not timed)."""
-    model, initialised = _load_in_process(llama, monkeypatch)
+    model, initialised, _ = _load_in_process(llama, monkeypatch)
     total = sum(p.numel() for p in model.parameters())
     assert initialised < total // 20, (initialised, total)
     from safetensors.torch import load_file
@@ -304,8 +304,13 @@ def test_a_weight_the_checkpoint_lacks_is_initialised_by_the_library(llama, tmp_
     gone = "model.layers.0.mlp.up_proj.weight"
     del saved[gone]
     save_file(saved, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    model, _ = _load_in_process(str(folder), monkeypatch)
+    model, _, report = _load_in_process(str(folder), monkeypatch)
     weight = model.state_dict()[gone]
+    import transformers
+
+    _, info = transformers.LlamaForCausalLM.from_pretrained(str(folder), output_loading_info=True)
+    assert report.missing == sorted(info["missing_keys"]) == [gone]  # reported as the library reports it
+    assert report.tied == {"lm_head.weight": "model.embed_tokens.weight"} and not info["unexpected_keys"]
     # The library's init (normal, std = initializer_range 0.02), not whatever memory held.
     assert torch.isfinite(weight).all() and abs(float(weight.float().std()) - 0.02) < 0.006
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
