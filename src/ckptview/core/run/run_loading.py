@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptview.core.run.run_model_code import build_user_model
 from ckptview.core.run.run_protocol import Job, WorkerError, one_line
 from ckptview.core.run.run_result import LoadReport, ShapeMismatch, Unplaced
+
+if TYPE_CHECKING:
+    from ckptview.core.model import Checkpoint
 
 
 def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
@@ -46,12 +49,17 @@ def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
 
 def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
     """A model its library builds from config.json, then the checkpoint's weights, tensor by tensor."""
+    from ckptview.core import open_checkpoint
     from ckptview.core.run.run_library import build, finish_init, tie
 
-    job.enter("building the model")
-    model = build(job.request["architecture"], device, checkpoint_float_dtype(path), defer_init=True)
-    job.enter("loading")
-    report = load_weights(model, path, device)
+    checkpoint = open_checkpoint(path)  # once: its dtypes choose the build's, its tensors fill the model
+    try:
+        job.enter("building the model")
+        model = build(job.request["architecture"], device, checkpoint_float_dtype(checkpoint), defer_init=True)
+        job.enter("loading")
+        report = load_weights(model, path, device, checkpoint)
+    finally:
+        checkpoint.close()
     tie(model)  # as the library does after loading: the head may share the embedding only from now on
     tied = tied_to(model, report.missing, set(model.state_dict()) - set(report.missing))
     if tied:
@@ -62,20 +70,14 @@ def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadRepor
     return model, report
 
 
-def checkpoint_float_dtype(path: str) -> str | None:
+def checkpoint_float_dtype(checkpoint: Checkpoint) -> str | None:
     """The floating-point dtype holding most of the checkpoint's bytes (`from_pretrained(dtype="auto")`)."""
-    from ckptview.core import open_checkpoint
-
-    checkpoint = open_checkpoint(path)
-    try:
-        totals: dict[str, int] = {}
-        for entry in checkpoint.tensors():
-            dtype = entry.info.dtype
-            if dtype in ("float32", "float16", "bfloat16", "float64"):
-                totals[dtype] = totals.get(dtype, 0) + entry.info.nbytes
-        return max(totals, key=lambda d: totals[d]) if totals else None
-    finally:
-        checkpoint.close()
+    totals: dict[str, int] = {}
+    for entry in checkpoint.tensors():
+        dtype = entry.info.dtype
+        if dtype in ("float32", "float16", "bfloat16", "float64"):
+            totals[dtype] = totals.get(dtype, 0) + entry.info.nbytes
+    return max(totals, key=lambda d: totals[d]) if totals else None
 
 
 def _consent(job: Job, role: str) -> list[str] | None:
@@ -147,12 +149,14 @@ TORCH_LOADABLE = ("torch-zip", "torch-legacy")
 TORCH_LOAD_MAX_BYTES = 2 << 30
 
 
-def load_weights(model: Any, path: str, device: str) -> LoadReport:
-    """Load the checkpoint's state dict into `model` non-strictly: by torch when checked safe, else by ckptview."""
+def load_weights(model: Any, path: str, device: str, opened: Checkpoint | None = None) -> LoadReport:
+    """Load the checkpoint's state dict into `model` non-strictly: by torch when checked safe, else by ckptview.
+
+    `opened`: the checkpoint at `path`, already open (the caller closes it); else it is opened here."""
     from ckptview.core import open_checkpoint
     from ckptview.core.run.runner import find_state_dict, state_dict_node, strip_prefixes
 
-    checkpoint = open_checkpoint(path)
+    checkpoint = opened if opened is not None else open_checkpoint(path)
     try:
         found_under, infos = find_state_dict(checkpoint)
         if (device != "meta" and checkpoint.format in TORCH_LOADABLE and not checkpoint.unsafe_globals
@@ -198,7 +202,8 @@ def load_weights(model: Any, path: str, device: str) -> LoadReport:
                           stripped_prefixes=stripped, state_dict_key=found_under, tensors=loaded, tied=tied or None,
                           bytes_moved=bytes_moved, unplaced=unplaced, loader="ckptview reader")
     finally:
-        checkpoint.close()
+        if opened is None:
+            checkpoint.close()
 
 
 # Tensors read by ckptview go into the model in batches of about this many bytes, so that loading holds the
