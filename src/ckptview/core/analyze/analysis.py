@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # both import numpy: at run time only when a job computes som
     from ckptview.core.read.slicing import LazySlice2D
 
 T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
 _WAIT_SLICE = 0.05  # seconds a follower waits between checks of its own cancel token
 # A tensor up to this size keeps its values from the statistics pass, so its exact histogram (which needs
 # the range that pass finds) is counted from memory instead of a second read of the file.
@@ -265,17 +267,7 @@ class Analysis:
     def _stats_steps(self, targets: Sequence[Sequence[TensorInfo]], token: CancelToken | None,
                      ahead: ReadAhead | None = None
                      ) -> Generator[Progress | StatsReady | TargetFailed, None, list[TensorStats | None]]:
-        results: list[TensorStats | None] = []
-        for i, infos in enumerate(targets):
-            try:
-                stats = yield from self.stats(infos, token, ahead)
-            except CheckpointError as exc:
-                yield TargetFailed(i, str(exc))
-                results.append(None)
-                continue
-            yield StatsReady(i, stats)
-            results.append(stats)
-        return results
+        return (yield from _per_target(targets, lambda i, infos: self.stats(infos, token, ahead), StatsReady))
 
     def histogram_job(self, infos: Sequence[TensorInfo], bins: int, log_x: bool,
                       token: CancelToken | None = None) -> Generator[Progress | PreviewReady, None, list[Histogram]]:
@@ -319,21 +311,15 @@ class Analysis:
         """Spectra of several weights in turn (a module's table); progress over all, errors stay per target."""
         from ckptview.core.jobs import relay
 
-        results: list[Spectrum | None] = []
         total = len(infos)
-        for i, info in enumerate(infos):
-            def rebased(p: Progress, i: int = i) -> Progress:
+
+        def one(i: int, info: TensorInfo) -> Generator[Progress, None, Spectrum]:
+            def rebased(p: Progress) -> Progress:
                 return Progress(i * 1000 + int(p.fraction * 1000), total * 1000, p.message)
 
-            try:
-                found = yield from relay(self.spectrum(info, token), rebased)
-            except CheckpointError as exc:
-                yield TargetFailed(i, str(exc))
-                results.append(None)
-                continue
-            yield SpectrumReady(i, found)
-            results.append(found)
-        return results
+            return relay(self.spectrum(info, token), rebased)
+
+        return (yield from _per_target(infos, one, SpectrumReady))
 
     # -- heat-maps -----------------------------------------------------------------------------------
     def cached_matrix_preview(self, info: TensorInfo, axis: int = 0) -> HeatMap | None:
@@ -412,3 +398,20 @@ _shared = Analysis()
 def shared_analysis() -> Analysis:
     """The process-wide Analysis for views that are not tied to one open checkpoint."""
     return _shared
+
+
+def _per_target(targets: Sequence[A], compute: Callable[[int, A], Generator[Progress, None, R]],
+                ready: Callable[[int, R], Any]) -> Generator[Any, None, list[R | None]]:
+    """Each target in turn: its progress, then `ready(i, result)`; a target that fails is a `TargetFailed`
+    (its result None) and the others still run."""
+    results: list[R | None] = []
+    for i, target in enumerate(targets):
+        try:
+            found = yield from compute(i, target)
+        except CheckpointError as exc:
+            yield TargetFailed(i, str(exc))
+            results.append(None)
+            continue
+        yield ready(i, found)
+        results.append(found)
+    return results
