@@ -12,6 +12,14 @@ from ckptview.core.errors import FileChangedError
 from ckptview.core.read.files import FileMap, ReadAhead, read_ahead
 
 
+def file_reads(monkeypatch) -> list[int]:
+    """The offsets of the reads that reach the file from now on (a window is one read)."""
+    calls: list[int] = []
+    real = files._fill
+    monkeypatch.setattr(files, "_fill", lambda fd, view, offset: calls.append(offset) or real(fd, view, offset))
+    return calls
+
+
 def _file(tmp_path, name: str, size: int = 3 << 20) -> FileMap:
     path = tmp_path / name
     path.write_bytes(bytes(range(256)) * (size // 256))
@@ -62,9 +70,7 @@ def test_the_walk_sees_sent_values_thrown_errors_and_close_as_with_yield_from():
 
 def test_reads_come_from_windows_only_while_the_walk_runs(tmp_path, monkeypatch):
     fmap = _file(tmp_path, "a.bin")
-    calls = []
-    real = files._fill
-    monkeypatch.setattr(files, "_fill", lambda fd, view, offset: calls.append(offset) or real(fd, view, offset))
+    calls = file_reads(monkeypatch)
 
     kept: list[ReadAhead] = []
 
@@ -88,9 +94,7 @@ def test_reads_come_from_windows_only_while_the_walk_runs(tmp_path, monkeypatch)
 
 def test_a_suspended_walk_leaves_its_read_ahead_inactive(tmp_path, monkeypatch):
     fmap = _file(tmp_path, "a.bin")
-    calls = []
-    real = files._fill
-    monkeypatch.setattr(files, "_fill", lambda fd, view, offset: calls.append(offset) or real(fd, view, offset))
+    calls = file_reads(monkeypatch)
     kept: list[ReadAhead] = []
 
     def walk(ahead: ReadAhead):
@@ -114,9 +118,7 @@ def test_a_walk_in_another_thread_does_not_change_this_threads_reads(tmp_path, m
     import threading
 
     fmap = _file(tmp_path, "a.bin")
-    calls = []
-    real = files._fill
-    monkeypatch.setattr(files, "_fill", lambda fd, view, offset: calls.append(offset) or real(fd, view, offset))
+    calls = file_reads(monkeypatch)
     inside, release = threading.Event(), threading.Event()
 
     def walk(ahead: ReadAhead):
