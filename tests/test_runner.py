@@ -526,3 +526,20 @@ def test_run_on_mps(files: dict) -> None:
 def test_run_on_xla(files: dict) -> None:
     pytest.importorskip("torch_xla", reason="torch_xla is not installed")
     _real_run_on("xla:0", files)
+
+
+def test_an_input_file_goes_in_as_the_forward_takes_it(files: dict, tmp_path) -> None:
+    """A `.npy` is one positional input whatever the file is called; an `.npz`'s arrays go by name only where
+    the names are the forward's parameters, else in file order (`batch.npy` once became `forward(batch=...)`)."""
+    x = np.linspace(-1, 1, 60, dtype=np.float32).reshape(3, 20)
+    np.save(tmp_path / "batch.npy", x)
+    np.savez(tmp_path / "named.npz", batch=x)  # not a parameter of forward(x): positional
+    np.savez(tmp_path / "byname.npz", x=x)  # forward's own name: by keyword
+    with torch.no_grad():
+        expected = files["mlp"](torch.from_numpy(x))
+    for name in ("batch.npy", "named.npz", "byname.npz"):
+        result = run(RunRequest(files["sd.pt"], model=f"{files['code']}:MLP", input_file=str(tmp_path / name),
+                                runs=1))
+        (report,) = result.inputs
+        assert report.origin == "file" and report.shape == [3, 20], name
+        assert_stats_match(result.outputs[0], expected)

@@ -134,13 +134,17 @@ def _scalar_type_name(scalar: str | None) -> str:
     return names.get(scalar or "Float", "float32")
 
 
-def make_inputs(req: dict[str, Any], model: Any, device: str) -> tuple[list[Any], list[InputReport]]:
-    """Input tensors on `device` from a file, the spec, the graph or a guess; with a report of each."""
+def make_inputs(req: dict[str, Any], model: Any,
+                device: str) -> tuple[list[Any], list[InputReport], list[str] | None]:
+    """Input tensors on `device` from a file, the spec, the graph or a guess; a report of each; and the
+    names to pass them by, where they go in by keyword (see `keyword_names`)."""
     if req.get("input_file"):
         arrays = run_inputs.load_input_file(req["input_file"])
         tensors = [run_inputs.to_torch(a, None, device) for _, a in arrays]
-        return tensors, [InputReport(name=n, shape=list(a.shape), dtype=str(t.dtype).removeprefix("torch."),
-                                     origin="file") for (n, a), t in zip(arrays, tensors, strict=True)]
+        reports = [InputReport(name=n, shape=list(a.shape), dtype=str(t.dtype).removeprefix("torch."),
+                               origin="file") for (n, a), t in zip(arrays, tensors, strict=True)]
+        named = not str(req["input_file"]).lower().endswith(".npy")  # a .npy holds one unnamed array
+        return tensors, reports, keyword_names(model, [n for n, _ in arrays]) if named else None
     origin = str(req.get("input_origin") or "spec")
     specs = [InputSpec.from_json(s) for s in req["inputs"]] if req.get("inputs") else None
     if specs is None and req.get("source") in ("torchscript", "export"):
@@ -155,8 +159,10 @@ def make_inputs(req: dict[str, Any], model: Any, device: str) -> tuple[list[Any]
     seed = int(req.get("seed", 0))
     tensors = [run_inputs.to_torch(run_inputs.make_array(s, seed, i), s.dtype, device)
                for i, s in enumerate(specs)]
-    return tensors, [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=origin, fill=s.fill,
-                                 low=s.low, high=s.high, spec=s.text()) for s in specs]
+    reports = [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=origin, fill=s.fill,
+                           low=s.low, high=s.high, spec=s.text()) for s in specs]
+    by_config = origin == "config.json"  # a library config's inputs are named for its forward
+    return tensors, reports, keyword_names(model, [s.name or "" for s in specs]) if by_config else None
 
 
 def example_inputs(model: Any) -> list[InputSpec] | None:
@@ -205,13 +211,30 @@ class ShapesOnly:
             return self.call(*tensors)
 
 
-def forward_call(model: Any, reports: list[InputReport], library_on_meta: bool = False) -> Any:
-    """The model, or a call by keyword when every input is named by a file's arrays or a config."""
-    names = [r.name or "" for r in reports]
-    call = model
-    if reports and all(r.origin in ("file", "config.json") for r in reports) and all(names) \
-            and not any(_UNNAMED.fullmatch(n) for n in names):
-        call = KeywordCall(model, names)
+def keyword_names(model: Any, names: list[str]) -> list[str] | None:
+    """`names` when every one is a parameter the model's forward declares by name (not a `**kwargs`
+    catch-all, not numpy's `arr_0` for an unnamed array); None (by position, in order) otherwise."""
+    import inspect
+
+    if not names or not all(names) or any(_UNNAMED.fullmatch(n) for n in names):
+        return None
+    forward = getattr(model, "forward", model)
+    schema = getattr(forward, "schema", None)
+    if schema is not None:  # a TorchScript method: `self` first, then the declared inputs
+        declared = {a.name for a in schema.arguments[1:]}
+    else:
+        try:
+            parameters = inspect.signature(forward).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        declared = {p.name for p in parameters
+                    if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return names if set(names) <= declared else None
+
+
+def forward_call(model: Any, by_name: list[str] | None, library_on_meta: bool = False) -> Any:
+    """The model, or a call by keyword when `make_inputs` named the inputs for the forward."""
+    call = KeywordCall(model, by_name) if by_name else model
     return ShapesOnly(call) if library_on_meta else call
 
 

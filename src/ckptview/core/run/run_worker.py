@@ -131,9 +131,9 @@ def run_job(job: Job) -> RunResult:
     job.report["load_seconds"] = load.seconds
 
     job.enter("inputs")
-    inputs, input_report = make_inputs(req, model, device)
+    inputs, input_report, by_name = make_inputs(req, model, device)
     job.report["inputs"] = input_report
-    module, model = model, forward_call(model, input_report,
+    module, model = model, forward_call(model, by_name,
                                         library_on_meta=device == "meta" and req.get("source") == "library")
 
     first_n = int(req.get("first_values", 8))
