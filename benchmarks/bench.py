@@ -16,6 +16,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import DATA, measure, python  # noqa: E402
 
+LAUNCH_TIMING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_timing.py")
+
 LIST_WITH_TORCH = (
     "import sys, torch\n"
     "sd = torch.load(sys.argv[1], weights_only=True, map_location='cpu')\n"
@@ -116,7 +118,7 @@ def report_window(path: str) -> None:
     import json
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "ckptview.gui.timing", path], capture_output=True,
+    out = subprocess.run([sys.executable, str(LAUNCH_TIMING), path], capture_output=True,
                          text=True, timeout=600)
     if out.returncode != 0:
         print(f"  window launch -> tree : failed ({out.stderr.strip()[-200:]})")

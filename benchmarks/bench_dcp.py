@@ -36,7 +36,7 @@ STREAM = """
 import json, resource, sys, time
 import numpy as np
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import iter_chunks
+from ckptview.core.read.values.reading import iter_chunks
 ckpt = open_checkpoint(sys.argv[1])
 info = max((e.info for e in ckpt.tensors()), key=lambda i: i.nbytes)
 t0 = time.perf_counter()

@@ -32,7 +32,7 @@ def peak_kb():
 OURS = PRELUDE + r"""
 t0 = time.perf_counter()
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.diff import diff_checkpoints
+from ckptview.core.compare.diff import diff_checkpoints
 a, b = open_checkpoint(sys.argv[1]), open_checkpoint(sys.argv[2])
 result = diff_checkpoints(a, b)
 seconds = time.perf_counter() - t0

@@ -25,9 +25,9 @@ import json, os, sys, tempfile, time
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["CKPTVIEW_SERVER_NAME"] = f"bench-header-{os.getpid()}"
 from PySide6.QtCore import QEventLoop, QTimer
-from ckptview.gui.app import application
-from ckptview.gui.main_window import MainWindow
-from ckptview.gui.settings import Settings
+from ckptview.gui.app.launch import application
+from ckptview.gui.app.main_window import MainWindow
+from ckptview.gui.base.settings import Settings
 
 app = application()
 ticks = []

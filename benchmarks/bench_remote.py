@@ -51,7 +51,7 @@ def main() -> None:
             transfer = json.loads(out.stdout)["transfer"]
             print(f"info --json over HTTP of a {os.path.getsize(path) / 1e9:.2f} GB zip: {listing:.2f} s, "
                   f"{transfer['bytes']:,} bytes in {transfer['requests']} requests")
-            from ckptview.core.analyze.stats import stats_json_for
+            from ckptview.core.figures.stats import stats_json_for
             from ckptview.core.read.open import open_checkpoint
 
             for where in (path, url):

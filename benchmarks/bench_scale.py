@@ -24,6 +24,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "_data")
+LAUNCH_TIMING = os.path.join(HERE, "launch_timing.py")
 
 # Runs a command and reports its wall time and peak RSS (VmHWM of the child, read just before it
 # is reaped via wait4's rusage, which is per child: no inherited high-water mark).
@@ -91,9 +92,9 @@ os.close(fd)
 HEATMAP_IN_CKPTVIEW = r"""
 import sys, time
 t0 = time.perf_counter()
-from ckptview.core.analyze.heatmap import heatmap
+from ckptview.core.figures.heatmap import heatmap
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 ckpt = open_checkpoint(sys.argv[1])
 info = ckpt.tensors()[0].info
 hm = heatmap(read_values(info))
@@ -248,7 +249,7 @@ def main() -> None:
         runs = []
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as run_once: .pyc cached
         for _ in range(args.repeat):
-            out = subprocess.run([sys.executable, "-m", "ckptview.gui.timing", keys], capture_output=True,
+            out = subprocess.run([sys.executable, str(LAUNCH_TIMING), keys], capture_output=True,
                                  text=True, timeout=900, env=env)
             if out.returncode == 0:
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -56,7 +56,7 @@ import json, resource, sys, time
 path = sys.argv[1]
 t0 = time.perf_counter()
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.spectral import matrix_of, spectrum
+from ckptview.core.figures.spectral import matrix_of, spectrum
 ck = open_checkpoint(path)
 rows = {}
 for entry in ck.tensors():

@@ -36,8 +36,8 @@ def bench(path: str, bins: int) -> dict[str, float]:
     import torch
 
     from ckptview.core import open_checkpoint
-    from ckptview.core.analyze.histogram import iter_tensor_histogram, tensor_sample_histogram
-    from ckptview.core.analyze.stats import DEFAULT_CHUNK_ELEMS, run_job
+    from ckptview.core.figures.histogram import iter_tensor_histogram, tensor_sample_histogram
+    from ckptview.core.figures.stats import DEFAULT_CHUNK_ELEMS, run_job
 
     ckpt = open_checkpoint(path)
     entry = max(ckpt.tensors(), key=lambda e: e.info.nbytes)

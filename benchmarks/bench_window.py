@@ -101,10 +101,10 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QEventLoop, QTimer
 
-    from ckptview.gui.app import application
-    from ckptview.gui.main_window import MainWindow
-    from ckptview.gui.settings import Settings
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.app.launch import application
+    from ckptview.gui.app.main_window import MainWindow
+    from ckptview.gui.base.settings import Settings
+    from ckptview.gui.base.workers import wait_for_workers
 
     app = application()
 

@@ -101,14 +101,14 @@ PYEOF
 import json, sys, torch, timm, torchvision
 from safetensors.torch import load_file
 from ckptview.core.run.architectures import recognize, default_inputs
-from ckptview.core.run.run_inputs import make_array, to_torch
+from ckptview.core.run.input_specs import make_array, to_torch
 work, out = sys.argv[1:]
 ref_timm = timm.create_model(f"local-dir:{work}/timm")
 ref_timm.load_state_dict(load_file(f"{work}/timm/model.safetensors"))
 ref_tv = torchvision.models.resnet18(num_classes=10)
 ref_tv.load_state_dict(torch.load(f"{work}/resnet18.pth", weights_only=True))
 for name, path, model in (("timm", f"{work}/timm", ref_timm), ("torchvision", f"{work}/resnet18.pth", ref_tv)):
-    from ckptview.core.run.runner import state_dict_tensors
+    from ckptview.core.run.request import state_dict_tensors
     (spec,) = default_inputs(recognize(path, state_dict_tensors(path)))
     x = to_torch(make_array(spec, 0, 0), spec.dtype, "cuda:0")
     with torch.no_grad():

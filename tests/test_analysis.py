@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.analysis import Analysis, PreviewReady, StatsReady, TargetFailed
-from ckptview.core.analyze.stats import run_job
 from ckptview.core.errors import Cancelled, TensorDataError
+from ckptview.core.figures.analysis import Analysis, PreviewReady, StatsReady, TargetFailed
+from ckptview.core.figures.stats import run_job
 from ckptview.core.jobs import CancelToken
 
 
@@ -161,7 +161,7 @@ def test_a_closed_leader_is_not_a_failure_for_the_waiting_request(ckpt) -> None:
 
 
 def test_a_tensor_too_large_to_keep_is_read_again_for_its_exact_bins(ckpt, monkeypatch) -> None:
-    from ckptview.core.analyze import analysis as module
+    from ckptview.core.figures import analysis as module
 
     ck, ref = ckpt
     monkeypatch.setattr(module, "KEEP_VALUES_BYTES", 1000)  # "w" (84 KB) is now too large to keep
@@ -175,7 +175,7 @@ def test_a_tensor_too_large_to_keep_is_read_again_for_its_exact_bins(ckpt, monke
 
 
 def test_an_expanded_tensor_is_read_as_what_it_stores(tmp_path, monkeypatch) -> None:
-    from ckptview.core.read import values
+    from ckptview.core.read.values import reading as values
 
     read = []
     real = values.iter_chunks
@@ -198,8 +198,8 @@ def test_an_expanded_tensor_is_read_as_what_it_stores(tmp_path, monkeypatch) -> 
 
 
 def test_heat_maps_come_from_the_analysis_computed_once_per_tensor_and_axis(ckpt, monkeypatch) -> None:
-    from ckptview.core.analyze import analysis as analysis_module
-    from ckptview.core.analyze.heatmap import iter_tensor_heatmap
+    from ckptview.core.figures import analysis as analysis_module
+    from ckptview.core.figures.heatmap import iter_tensor_heatmap
 
     ck, ref = ckpt
     analysis = Analysis()
@@ -217,7 +217,7 @@ def test_heat_maps_come_from_the_analysis_computed_once_per_tensor_and_axis(ckpt
 
 
 def test_values_pages_read_only_their_bytes_and_equal_torch(ckpt) -> None:
-    from ckptview.core.read.slicing import SliceError
+    from ckptview.core.read.values.slicing import SliceError
 
     ck, ref = ckpt
     analysis = Analysis()

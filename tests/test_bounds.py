@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from ckptview.core.checkpoint import MAX_WARNINGS, BoundedWarnings
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.model import MAX_WARNINGS, BoundedWarnings
 from ckptview.core.read.open import open_checkpoint
 
 
@@ -88,8 +88,8 @@ def _figures(a: torch.Tensor, b: torch.Tensor) -> dict:
 
 
 def test_diff_of_expanded_tensors_reads_what_is_stored(tmp_path, monkeypatch):
-    from ckptview.core.analyze.diff import diff_checkpoints
-    from ckptview.core.read import values
+    from ckptview.core.compare.diff import diff_checkpoints
+    from ckptview.core.read.values import reading as values
 
     base_a = torch.randn(5, 1, 3, generator=torch.Generator().manual_seed(0))
     base_b = base_a.clone()

@@ -1,4 +1,4 @@
-"""The collector policy (core/perf.py): only the main thread changes the collector's state.
+"""The collector policy (core/gc_policy.py): only the main thread changes the collector's state.
 
 A worker's bulk build is counted (the window's collector waits for it) and a worker's park is a request
 the main thread carries out; nothing a worker does switches the collector, freezes or collects.
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from ckptview.core import perf
+from ckptview.core import gc_policy as perf
 
 
 class RecordingGc:

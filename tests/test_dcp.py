@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.analyze.diff import diff_checkpoints
+from ckptview.core.compare.diff import diff_checkpoints
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.read.values.reading import iter_chunks, read_values
 from tests.torch_compare import get_path, same_values
 
 
@@ -274,7 +274,7 @@ def test_dcp_int_keyed_optimizer_state(tmp_path) -> None:
     folder = tmp_path / "dcp"
     _save_dcp(single_process_state(), folder)
     ckpt = open_checkpoint(str(folder))
-    from ckptview.core.analyze.optimizer import find_optimizers
+    from ckptview.core.inspect.optimizer import find_optimizers
 
     (found,) = find_optimizers(ckpt)
     assert found.params[0].node is not None and found.params[0].name == "hidden.weight"

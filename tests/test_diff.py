@@ -1,4 +1,4 @@
-"""ckptview.core.analyze.diff / align and `ckptview diff`: every figure checked against torch on the same tensors."""
+"""ckptview.core.compare.diff / align and `ckptview diff`: every figure checked against torch on the same tensors."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import torch
 
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.align import (
+from ckptview.core.compare.align import (
     align,
     common_wrapper_prefix,
     match_prefixes,
     parse_mapping,
     strip_prefixes,
 )
-from ckptview.core.analyze.diff import compare_arrays, diff_checkpoints, iter_diff, paired_chunks
+from ckptview.core.compare.diff import compare_arrays, diff_checkpoints, iter_diff, paired_chunks
 from ckptview.core.errors import Cancelled
 from ckptview.core.jobs import CancelToken
 

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ckptview.core.analyze.diff import BLOCK_ELEMS, compare_arrays
+from ckptview.core.compare.diff import BLOCK_ELEMS, compare_arrays
 
 
 def _figures(a: np.ndarray, b: np.ndarray) -> dict[str, float]:

@@ -12,8 +12,8 @@ from torch import nn
 
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.diff import diff_checkpoints
-from ckptview.core.analyze.summary import size_facts
+from ckptview.core.compare.diff import diff_checkpoints
+from ckptview.core.inspect.summary import size_facts
 
 
 def _cnn() -> nn.Module:

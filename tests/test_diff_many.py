@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-import ckptview.core.read.files as files
+import ckptview.core.read.bytes.files as files
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.diff import diff_checkpoints, iter_diff
+from ckptview.core.compare.diff import diff_checkpoints, iter_diff
 from ckptview.core.errors import FileChangedError
 from tests.test_diff import assert_figures
 
@@ -65,7 +65,7 @@ def test_many_small_tensors_match_torch_with_a_read_per_window(tmp_path, fills):
         else:
             assert_figures(row, ta, tb)
             assert row.status == ("identical" if torch.equal(ta, tb) else "changed"), name
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
 
     before = fills["n"]
     read_values(ca.tensor("layers.1.weight"))
@@ -97,7 +97,7 @@ def test_a_file_changed_during_the_diff_fails_it_even_when_its_bytes_came_from_a
 
 
 def test_a_suspended_or_abandoned_diff_leaves_no_window_behind(tmp_path, fills):
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
 
     pb, ca, cb, steps = _diff_until(tmp_path, 3)
     before = fills["n"]

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.diff import diff_checkpoints
+from ckptview.core.compare.diff import diff_checkpoints
 
 
 class TiedLM(torch.nn.Module):

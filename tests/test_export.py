@@ -18,8 +18,7 @@ from hypothesis import strategies as hs
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import Cancelled
-from ckptview.core.jobs import CancelToken
-from ckptview.core.write.export import (
+from ckptview.core.export.plan import (
     MANIFEST,
     ExportError,
     ExportExistsError,
@@ -28,7 +27,8 @@ from ckptview.core.write.export import (
     plan_export,
     select_tensors,
 )
-from ckptview.core.write.safe_names import Deduplicator, is_safe_member, safe_file_stem
+from ckptview.core.export.safe_names import Deduplicator, is_safe_member, safe_file_stem
+from ckptview.core.jobs import CancelToken
 
 ML_DTYPES = {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
              torch.float8_e5m2fnuz, torch.float8_e8m0fnu}
@@ -54,7 +54,7 @@ def _every_chunk_reports(monkeypatch):
     chunk report, so the tests can step an export chunk by chunk."""
     import itertools
 
-    from ckptview.core.write import export as export_mod
+    from ckptview.core.export import plan as export_mod
 
     monkeypatch.setattr(export_mod, "_clock", itertools.count().__next__)
 
@@ -259,7 +259,7 @@ def test_cli_escapes_hostile_names(hostile, tmp_path, capsys):
 
 
 def _expected_values(entry) -> np.ndarray:
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
 
     return np.array(read_values(entry.info))
 
@@ -382,7 +382,7 @@ def test_safetensors_input_round_trips(tmp_path):
 
 SLOW_EXPORT = r"""
 import os, sys, time
-import ckptview.core.write.export as ex
+import ckptview.core.export.plan as ex
 from ckptview import cli
 
 path, out, marker = sys.argv[1:4]

@@ -23,9 +23,9 @@ from safetensors.torch import load_file
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import FileChangedError
-from ckptview.core.write import export_io
-from ckptview.core.write.export import export_tensors, select_tensors
-from ckptview.core.write.export_io import ALIGN, BlockWriter
+from ckptview.core.export import blocks as export_io
+from ckptview.core.export.blocks import ALIGN, BlockWriter
+from ckptview.core.export.plan import export_tensors, select_tensors
 
 
 def _run(job):
@@ -289,7 +289,7 @@ def test_memory_stays_near_two_blocks(tmp_path):
 
 SLOW_DIRECT = r"""
 import os, sys, time
-import ckptview.core.write.export as ex
+import ckptview.core.export.plan as ex
 from ckptview.core.write import export_io
 from ckptview import cli
 

@@ -21,10 +21,10 @@ from safetensors import safe_open
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import Cancelled
+from ckptview.core.export import blocks as export_io
+from ckptview.core.export import plan as export_mod
+from ckptview.core.export.plan import MANIFEST, export_tensors, select_tensors
 from ckptview.core.jobs import CancelToken
-from ckptview.core.write import export as export_mod
-from ckptview.core.write import export_io
-from ckptview.core.write.export import MANIFEST, export_tensors, select_tensors
 
 COUNT = 3000
 

@@ -21,7 +21,7 @@ import torch
 
 from ckptview.core.errors import FileChangedError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 
 MUTATIONS = ("truncate", "rewrite", "rename", "grow", "delete")
 
@@ -31,8 +31,8 @@ import contextlib, io, json, os, shutil, sys
 from ckptview import cli
 from ckptview.core.errors import FileChangedError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.analyze.stats import tensor_stats
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.figures.stats import tensor_stats
+from ckptview.core.read.values.reading import iter_chunks, read_values
 
 fmt, mutation, original, replacement, work = sys.argv[1:6]
 is_dir = os.path.isdir(original)

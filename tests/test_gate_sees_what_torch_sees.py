@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ckptview import cli
-from ckptview.core.run import runner
-from ckptview.core.run.load_gate import census
+from ckptview.core.run import request as runner
+from ckptview.core.run.worker.load_gate import census
 from tests.crafted import payload_pickle, rewrite_zip
 from tests.remote_server import RangeServer
 
@@ -222,7 +222,7 @@ def test_payload_config_names_and_nested_programs_are_read_as_torch_reads_them(t
 
 def test_compiled_code_anywhere_in_an_archive_is_a_program() -> None:
     """An AOTInductor folder with sources only (torch compiles and loads them), a library outside it."""
-    from ckptview.core.run.load_gate import census_bytes
+    from ckptview.core.run.worker.load_gate import census_bytes
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as z:
@@ -237,7 +237,7 @@ def test_compiled_code_anywhere_in_an_archive_is_a_program() -> None:
 def test_records_torch_exports_fallback_reader_unpickles_are_checked(tmp_path: pathlib.Path) -> None:
     """torch.export.load falls back to Python's zipfile for older archives: serialized_state_dict.json and
     serialized_constants.json go to torch.load (then with weights_only=False): they are pickles to the census."""
-    from ckptview.core.run.load_gate import census_bytes
+    from ckptview.core.run.worker.load_gate import census_bytes
 
     for record in ("serialized_state_dict.json", "serialized_constants.json", "m/serialized_example_inputs.pt"):
         buffer = io.BytesIO()
@@ -334,7 +334,7 @@ def test_a_tar_torch_would_read_is_refused(tmp_path: pathlib.Path, capsys: pytes
 def test_the_worker_checks_the_census_against_torchs_own_archive_reader(tmp_path: pathlib.Path) -> None:
     """In the worker, torch's reader (bytes only) must list the records the census saw and return the bytes it
     checked: a census of one archive does not pass for another."""
-    from ckptview.core.run.load_gate import LoadRefused, same_records_as_torch
+    from ckptview.core.run.worker.load_gate import LoadRefused, same_records_as_torch
 
     paths = {}
     for name, obj in (("a", {"w": torch.ones(2), "v": 1}), ("b", {"w": torch.ones(2), "v": 2}),

@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from ckptview.core.analyze.grouping import group_tree
+from ckptview.core.inspect.grouping import group_tree
 from ckptview.core.read.open import open_checkpoint
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.analyze.heatmap import heatmap, iter_heatmap
-from ckptview.core.analyze.stats import run_job
+from ckptview.core.figures.heatmap import heatmap, iter_heatmap
+from ckptview.core.figures.stats import run_job
 
 
 def _reference(m: np.ndarray, br: int, bc: int) -> np.ndarray:
@@ -73,9 +73,9 @@ def test_a_tensor_heatmap_reads_groups_of_rows_never_the_whole_tensor(tmp_path, 
     import torch
 
     from ckptview.core import open_checkpoint
-    from ckptview.core.analyze.heatmap import iter_heatmap, iter_tensor_heatmap
+    from ckptview.core.figures.heatmap import iter_heatmap, iter_tensor_heatmap
     from ckptview.core.jobs import drain
-    from ckptview.core.read import values
+    from ckptview.core.read.values import reading as values
 
     g = torch.Generator().manual_seed(5)
     t = torch.randn(300, 7, 9, generator=g).to(torch.bfloat16)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.analyze.heatmap import heatmap, iter_heatmap
-from ckptview.core.analyze.stats import run_job
+from ckptview.core.figures.heatmap import heatmap, iter_heatmap
+from ckptview.core.figures.stats import run_job
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])

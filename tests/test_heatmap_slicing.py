@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.analyze.heatmap import heatmap, iter_heatmap, matrix_shape
-from ckptview.core.analyze.stats import run_job
 from ckptview.core.errors import Cancelled
+from ckptview.core.figures.heatmap import heatmap, iter_heatmap, matrix_shape
+from ckptview.core.figures.stats import run_job
 from ckptview.core.jobs import CancelToken
-from ckptview.core.read.slicing import SliceError, default_spec, parse_slice, resolve, view_2d
+from ckptview.core.read.values.slicing import SliceError, default_spec, parse_slice, resolve, view_2d
 
 
 def test_parse_slice_specs() -> None:

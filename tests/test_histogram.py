@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.analyze.histogram import (
+from ckptview.core.figures.histogram import (
     histogram_of_array,
     iter_exact_histogram,
     sample_histogram,
     sample_values,
 )
-from ckptview.core.analyze.stats import iter_summary, run_job
+from ckptview.core.figures.stats import iter_summary, run_job
 from tests.test_stats import chunked, make, to_numpy
 
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.torch_compare import same_values
 
 

@@ -134,7 +134,7 @@ def test_one_byte_format_for_the_cli_and_the_window() -> None:
     # One formatting module: the window and the commands import it from the core, and no module of the
     # window defines a byte, count or shape format of its own.
     gui = pathlib.Path(__file__).parents[1] / "src" / "ckptview" / "gui"
-    for module in gui.glob("*.py"):
+    for module in gui.rglob("*.py"):
         source = module.read_text()
         assert not any(f"def {name}(" in source for name in ("human_bytes", "human_count", "count_text",
                                                              "shape_text")), module.name

@@ -50,8 +50,8 @@ def test_filter_keeps_what_the_expression_names(model_file, capsys, expr, keep) 
 
 def test_filter_matches_the_window_and_the_table_is_filtered_too(model_file, capsys) -> None:
     from ckptview.core import open_checkpoint
-    from ckptview.core.analyze.grouping import group_tree
-    from ckptview.core.analyze.query import parse_query, visible_rows
+    from ckptview.core.inspect.grouping import group_tree
+    from ckptview.core.inspect.query import parse_query, visible_rows
 
     path, _ = model_file
     ckpt = open_checkpoint(path)

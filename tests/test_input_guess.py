@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core.run.run_forward import _guess_from_module
-from ckptview.core.run.run_inputs import InputSpec, make_array, to_torch
-from ckptview.core.run.runner import suggest_inputs
+from ckptview.core.run.input_specs import InputSpec, make_array, to_torch
+from ckptview.core.run.request import suggest_inputs
+from ckptview.core.run.worker.forward import _guess_from_module
 
 
 class CNN(nn.Module):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.model import join_path
+from ckptview.core.checkpoint import join_path
 
 
 def plain_walk(root):

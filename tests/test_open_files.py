@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from ckptview.core import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.descriptors import HAVE_PROC_FDS, fds_under
 
 

@@ -12,10 +12,10 @@ from torch import nn
 
 from ckptview.commands.info import info_dict
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.optimizer import align, find_optimizers, optimizers_json
-from ckptview.core.analyze.optimizer_figures import iter_effective_step, iter_figures
-from ckptview.core.analyze.stats import run_job
-from ckptview.core.analyze.training import training_summary
+from ckptview.core.figures.stats import run_job
+from ckptview.core.inspect.optimizer import align, find_optimizers, optimizers_json
+from ckptview.core.inspect.optimizer_figures import iter_effective_step, iter_figures
+from ckptview.core.inspect.training import training_summary
 
 
 class Net(nn.Module):

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.optimizer import find_optimizers
-from ckptview.core.analyze.optimizer_align import align_groups
+from ckptview.core.inspect.optimizer import find_optimizers
+from ckptview.core.inspect.optimizer_align import align_groups
 
 
 def step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, steps: int = 2) -> None:
@@ -213,8 +213,8 @@ def test_no_fit_says_which_shape(tmp_path) -> None:
 
 
 def test_tree_rows_named_by_parameter(tmp_path) -> None:
-    from ckptview.core.analyze.grouping import find_row, group_tree
-    from ckptview.core.analyze.optimizer import label_state_rows
+    from ckptview.core.inspect.grouping import find_row, group_tree
+    from ckptview.core.inspect.optimizer import label_state_rows
 
     torch.manual_seed(0)
     model = FrozenUnused()

@@ -12,8 +12,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from ckptview.cli import main
-from ckptview.core.analyze.diff_sections import optimizer_labels
-from ckptview.core.analyze.optimizer import find_optimizers, state_labels
+from ckptview.core.compare.sections import optimizer_labels
+from ckptview.core.inspect.optimizer import find_optimizers, state_labels
 from ckptview.core.read.open import open_checkpoint
 
 

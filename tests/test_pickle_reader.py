@@ -9,8 +9,8 @@ import pickle
 import pytest
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.read.pickle_reader import StubObject, unpickle
-from ckptview.core.read.tree import build_tree
+from ckptview.core.read.pickle.to_tree import build_tree
+from ckptview.core.read.pickle.vm import StubObject, unpickle
 
 
 class Payload:
@@ -51,7 +51,7 @@ def test_payload_never_runs_and_is_recorded(tmp_path, protocol):
 
 @pytest.mark.parametrize("protocol", range(6))
 def test_unknown_class_instance_becomes_stub_with_state(protocol):
-    from ckptview.core.read.torch_globals import EMULATORS, resolve_constant
+    from ckptview.core.read.pickle.torch_globals import EMULATORS, resolve_constant
 
     result, globals_seen, _ = unpickle(pickle.dumps({"args": Namespace()}, protocol=protocol),
                                        emulators=EMULATORS, resolve_global=resolve_constant)
@@ -65,7 +65,7 @@ def test_unknown_class_instance_becomes_stub_with_state(protocol):
 
 
 def test_ordered_dict_is_built_by_emulation():
-    from ckptview.core.read.torch_globals import EMULATORS, resolve_constant
+    from ckptview.core.read.pickle.torch_globals import EMULATORS, resolve_constant
 
     data = pickle.dumps(collections.OrderedDict([("x", 1), ("y", 2)]), protocol=2)
     result, globals_seen, _ = unpickle(data, emulators=EMULATORS, resolve_global=resolve_constant)

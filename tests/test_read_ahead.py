@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-import ckptview.core.read.files as files
+import ckptview.core.read.bytes.files as files
 from ckptview.core.errors import FileChangedError
-from ckptview.core.read.files import FileMap, ReadAhead, read_ahead
+from ckptview.core.read.bytes.files import FileMap, ReadAhead, read_ahead
 
 
 def file_reads(monkeypatch) -> list[int]:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ckptview.core import CheckpointError, open_checkpoint
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.read.values.reading import iter_chunks, read_values
 from tests.torch_compare import get_path, same_values
 
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.summary import size_facts
+from ckptview.core.inspect.summary import size_facts
 
 
 class Rotary(nn.Module):
@@ -86,7 +86,7 @@ def _accelerate_two_models(folder, first: nn.Module, second: nn.Module) -> None:
 
 
 def test_accelerate_second_optimizer_is_named_by_the_second_model(tmp_path):
-    from ckptview.core.analyze.optimizer import find_optimizers
+    from ckptview.core.inspect.optimizer import find_optimizers
 
     torch.manual_seed(0)
     first, second = Small(), Small(width=5)
@@ -123,7 +123,7 @@ def test_run_loads_a_training_folder_model_without_its_file_prefix(tmp_path):
     """`run` on an accelerate or Trainer folder: the weights file's name is no part of the state dict keys."""
     from safetensors.torch import save_file
 
-    from ckptview.core.run.run_loading import load_weights
+    from ckptview.core.run.worker.loading import load_weights
 
     torch.manual_seed(0)
     trained = Small()
@@ -180,7 +180,7 @@ def test_tied_weight_is_not_reported_left_at_its_initial_value(tmp_path):
     """safetensors keeps one name of a tied pair; loading it loads both (the model's own Parameter)."""
     from safetensors.torch import save_model
 
-    from ckptview.core.run.run_loading import load_weights
+    from ckptview.core.run.worker.loading import load_weights
 
     torch.manual_seed(0)
     trained = TiedLM()
@@ -210,7 +210,7 @@ class Packed(torch.Tensor):
 
 
 def test_wrapper_subclass_is_listed_with_the_tensors_the_file_holds(tmp_path):
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
     from tests.torch_compare import same_values
 
     g = torch.Generator().manual_seed(0)
@@ -262,7 +262,7 @@ def test_dtensor_file_shows_its_local_shard_and_is_not_unsafe(tmp_path, capsys):
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), str(out), str(ref)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
     from tests.torch_compare import same_values
 
     local = torch.load(ref, weights_only=True)
@@ -301,7 +301,7 @@ def test_fsdp1_flat_param_shard_is_listed_with_its_values(tmp_path):
     import pytest
     import torch.distributed as dist
 
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
     from tests.torch_compare import same_values
 
     if not dist.is_available() or not dist.is_gloo_available():

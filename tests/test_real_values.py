@@ -14,7 +14,7 @@ from ckptview.cli import main
 from ckptview.commands.info import info_dict
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import TensorDataError
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.torch_compare import same_values
 
 

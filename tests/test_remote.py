@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from ckptview.cli import main
-from ckptview.core.analyze.stats import stats_json_for
 from ckptview.core.errors import CheckpointError, FileChangedError
+from ckptview.core.figures.stats import stats_json_for
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.remote_server import RangeServer
 
 pytest.importorskip("fsspec")
@@ -401,8 +401,8 @@ def _reset_hf(monkeypatch, endpoint: str) -> None:
 
 
 def test_cancel_stops_the_reads(served, server):
-    from ckptview.core.analyze.stats import iter_tensor_summary
     from ckptview.core.errors import Cancelled
+    from ckptview.core.figures.stats import iter_tensor_summary
     from ckptview.core.jobs import CancelToken
 
     ckpt = open_checkpoint(f"{server.url}/small.pt")
@@ -418,7 +418,7 @@ def test_cancel_stops_the_reads(served, server):
 
 
 def test_the_block_cache_is_bounded():
-    from ckptview.core.read.remote import BlockCache
+    from ckptview.core.read.bytes.remote import BlockCache
 
     cache = BlockCache(limit=10)
     for i in range(100):

@@ -18,7 +18,7 @@ import torch
 from ckptview.cli import main
 from ckptview.core.errors import RemoteError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.hostile_server import RawServer, drip, endless, garbage
 from tests.remote_server import RangeServer
 
@@ -76,7 +76,7 @@ URLLIB3_SHAPES = [
 
 @pytest.mark.parametrize("text", URLLIB3_SHAPES)
 def test_redaction_removes_query_strings_and_userinfo_wherever_they_are(text):
-    from ckptview.core.read.remote import redact
+    from ckptview.core.read.bytes.remote import redact
 
     out = redact(text)
     assert SECRET not in out, out
@@ -84,7 +84,7 @@ def test_redaction_removes_query_strings_and_userinfo_wherever_they_are(text):
 
 
 def test_redaction_keeps_ordinary_text():
-    from ckptview.core.read.remote import redact
+    from ckptview.core.read.bytes.remote import redact
 
     for text in ("not a checkpoint: file is 812 bytes of text", "is this a checkpoint? no",
                  "storage 'data/7' missing", "cannot open https://host/model.pt: not found (HTTP 404)",
@@ -94,7 +94,7 @@ def test_redaction_keeps_ordinary_text():
 
 
 def test_a_query_after_closing_brackets_is_still_a_query():
-    from ckptview.core.read.remote import redact
+    from ckptview.core.read.bytes.remote import redact
 
     for text in (f"https://h/m.pt?){SECRET}", f"(url: /m.pt?]x={SECRET})", f"/m.pt?)sig={SECRET} failed"):
         assert SECRET not in redact(text), redact(text)
@@ -133,9 +133,9 @@ def test_a_dripping_server_is_stopped_by_the_deadline(raw_server, monkeypatch, c
 def test_a_requests_deadline_cuts_only_its_own_connection(raw_server):
     """Two threads reading one remote file at once (the window's workers): the deadline travels with each
     request, so one request's deadline expiring never cuts the other's connection, and never applies to it."""
-    from ckptview.core.read.remote.cache import Transfer
-    from ckptview.core.read.remote.deadline import Deadline
-    from ckptview.core.read.remote.http import HttpBackend
+    from ckptview.core.read.bytes.remote.cache import Transfer
+    from ckptview.core.read.bytes.remote.deadline import Deadline
+    from ckptview.core.read.bytes.remote.http import HttpBackend
     from tests.hostile_server import read_request
 
     ok = (b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-15/16\r\nContent-Length: 16\r\n\r\n"
@@ -454,7 +454,7 @@ def test_a_redirect_to_a_local_file_is_not_followed(raw_server, tmp_path, capsys
 
 
 def test_which_urls_are_accepted():
-    from ckptview.core.read.remote.urls import check_accepted, is_url
+    from ckptview.core.read.bytes.remote.urls import check_accepted, is_url
 
     for url in ("https://h/m.pt", "http://[::1]:8000/m.pt", "http://u:p@[fe80::1%25eth0]:80/m.pt?x=1",
                 "hf://org/repo/m.safetensors", "s3://bucket/key.pt", "gs://b/k", "memory://x/m.pt"):
@@ -467,7 +467,7 @@ def test_which_urls_are_accepted():
 
 
 def test_sizes_and_deadlines_parse():
-    from ckptview.core.read.remote.urls import parse_size
+    from ckptview.core.read.bytes.remote.urls import parse_size
 
     assert parse_size("1M") == parse_size("1MiB") == parse_size("1 mb") == 1 << 20
     assert parse_size("2G") == 2 << 30 and parse_size("100") == 100 and parse_size("1.5K") == 1536

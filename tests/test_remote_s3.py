@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")

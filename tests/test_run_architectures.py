@@ -22,8 +22,8 @@ from ckptview.core.run.architectures import (
     default_inputs,
     recognize,
 )
-from ckptview.core.run.run_forward import output_stats
-from ckptview.core.run.run_inputs import make_array, to_torch
+from ckptview.core.run.input_specs import make_array, to_torch
+from ckptview.core.run.worker.forward import output_stats
 
 
 def run_json(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, dict | None, str]:
@@ -266,8 +266,8 @@ def _load_in_process(folder: str, monkeypatch) -> tuple[object, int, object]:
     from transformers import initialization
 
     from ckptview.core.run.architectures import recognize
-    from ckptview.core.run.run_loading import load_library_model
-    from ckptview.core.run.run_protocol import Job
+    from ckptview.core.run.protocol import Job
+    from ckptview.core.run.worker.loading import load_library_model
 
     initialised = [0]
     for name, real in list(initialization.TORCH_INIT_FUNCTIONS.items()):  # what transformers' init calls

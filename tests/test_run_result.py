@@ -8,8 +8,8 @@ import pathlib
 
 import pytest
 
-from ckptview.core.run.run_protocol import PhaseEvent, ResultMessage, parse_message
-from ckptview.core.run.run_result import (
+from ckptview.core.run.protocol import PhaseEvent, ResultMessage, parse_message
+from ckptview.core.run.result import (
     InputReport,
     LoadReport,
     OutputDiff,

@@ -25,13 +25,14 @@ from ckptview import cli
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import FileChangedError
 from ckptview.core.jobs import drain
-from ckptview.core.run import load_gate, runner
-from ckptview.core.run.run_forward import _concrete_size
-from ckptview.core.run.run_inputs import InputSpec, make_array, parse_input_specs, to_torch
-from ckptview.core.run.run_loading import load_graph
-from ckptview.core.run.run_model_code import allow_caller_imports, build_user_model
-from ckptview.core.run.run_protocol import Job, WorkerError
-from ckptview.core.run.runner import RunError, RunRequest, bounded_lines, execute, inspect_inputs, run
+from ckptview.core.run import request as runner
+from ckptview.core.run.input_specs import InputSpec, make_array, parse_input_specs, to_torch
+from ckptview.core.run.protocol import Job, WorkerError
+from ckptview.core.run.request import RunError, RunRequest, bounded_lines, execute, inspect_inputs, run
+from ckptview.core.run.worker import load_gate
+from ckptview.core.run.worker.forward import _concrete_size
+from ckptview.core.run.worker.loading import load_graph
+from ckptview.core.run.worker.model_code import allow_caller_imports, build_user_model
 from tests.crafted import (
     Payload,
     crafted_pt2,
@@ -475,7 +476,7 @@ LOADERS = {("torch", "load"), ("jit", "load"), ("export", "load"), ("pickle", "l
 
 
 def test_torch_loads_happen_in_the_load_gate_only() -> None:
-    """No module but core/run/load_gate.py calls torch.load, jit.load, export.load or pickle.load(s)."""
+    """No module but core/run/worker/load_gate.py calls torch.load, jit.load, export.load or pickle.load(s)."""
     root = pathlib.Path(load_gate.__file__).parents[2]
     callers = []
     for path in sorted(root.rglob("*.py")):
@@ -485,7 +486,7 @@ def test_torch_loads_happen_in_the_load_gate_only() -> None:
                 owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
                 if (owner_name, node.func.attr) in LOADERS:
                     callers.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert callers and all(c.startswith("core/run/load_gate.py:") for c in callers), callers
+    assert callers and all(c.startswith("core/run/worker/load_gate.py:") for c in callers), callers
 
 
 def test_private_copy_is_owner_only(tmp_path: pathlib.Path) -> None:

@@ -12,14 +12,14 @@ import textwrap
 import pytest
 
 from ckptview.core.jobs import drain
-from ckptview.core.run import runner
+from ckptview.core.run import request as runner
 from ckptview.core.run.model_classes import ModelCodeError, classes_in_file
-from ckptview.core.run.run_protocol import PhaseEvent, ResultMessage, parse_message
-from ckptview.core.run.runner import RunError, execute
+from ckptview.core.run.protocol import PhaseEvent, ResultMessage, parse_message
+from ckptview.core.run.request import RunError, execute
 
 CORE = pathlib.Path(__file__).resolve().parents[1] / "src" / "ckptview" / "core" / "run"
-PARTS = ("runner", "run_process", "run_worker", "run_protocol", "run_result", "run_json", "run_loading",
-         "run_model_code", "run_forward", "run_compare")
+PARTS = ("request", "process", "worker/entry", "protocol", "result", "json_checks", "worker/loading",
+         "worker/model_code", "worker/forward", "worker/compare")
 
 
 def test_each_part_is_a_small_module_with_one_job() -> None:
@@ -28,9 +28,9 @@ def test_each_part_is_a_small_module_with_one_job() -> None:
         assert lines < 450, f"{name}.py has {lines} lines"
 
 
-@pytest.mark.parametrize("module", ["ckptview.core.run.runner", "ckptview.core.run.run_process", "ckptview.core.run.run_protocol",
-                                    "ckptview.core.run.run_result",
-                                    "ckptview.core.run.run_worker", "ckptview.commands.run",
+@pytest.mark.parametrize("module", ["ckptview.core.run.request", "ckptview.core.run.process", "ckptview.core.run.protocol",
+                                    "ckptview.core.run.result",
+                                    "ckptview.core.run.worker.entry", "ckptview.commands.run",
                                     "ckptview.core.run.model_classes"])
 def test_importing_a_part_imports_neither_torch_nor_numpy(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
@@ -43,8 +43,8 @@ def _messages(stdout: bytes) -> list[PhaseEvent | ResultMessage]:
 
 
 def test_python_dash_m_run_worker_still_answers() -> None:
-    """`python -m ckptview.core.run.run_worker`: phase events then one result, on stdout, for a request on stdin."""
-    proc = subprocess.run([sys.executable, "-m", "ckptview.core.run.run_worker"], input=b'{"op": "devices"}',
+    """`python -m ckptview.core.run.worker.entry`: phase events then one result, on stdout, for a request on stdin."""
+    proc = subprocess.run([sys.executable, "-m", "ckptview.core.run.worker.entry"], input=b'{"op": "devices"}',
                           capture_output=True, timeout=120)
     messages = _messages(proc.stdout)
     assert proc.returncode == 0 and messages[0] == PhaseEvent("importing torch")

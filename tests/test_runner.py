@@ -21,8 +21,7 @@ import torch
 from ckptview import cli
 from ckptview.core import open_checkpoint
 from ckptview.core.jobs import CancelToken
-from ckptview.core.run.run_forward import describe_outputs
-from ckptview.core.run.run_inputs import (
+from ckptview.core.run.input_specs import (
     InputSpec,
     InputSpecError,
     load_input_file,
@@ -30,10 +29,8 @@ from ckptview.core.run.run_inputs import (
     parse_input_specs,
     to_torch,
 )
-from ckptview.core.run.run_loading import load_model, numpy_to_torch, place_tensor
-from ckptview.core.run.run_protocol import Job, WorkerError, error_kind
-from ckptview.core.run.run_result import OtherOutput, OutputInfo, RunResult, ShapeMismatch
-from ckptview.core.run.runner import (
+from ckptview.core.run.protocol import Job, WorkerError, error_kind
+from ckptview.core.run.request import (
     EXPORT,
     PICKLE,
     STATE_DICT,
@@ -48,6 +45,9 @@ from ckptview.core.run.runner import (
     strip_prefixes,
     suggest_inputs,
 )
+from ckptview.core.run.result import OtherOutput, OutputInfo, RunResult, ShapeMismatch
+from ckptview.core.run.worker.forward import describe_outputs
+from ckptview.core.run.worker.loading import load_model, numpy_to_torch, place_tensor
 
 MODULE = "ckv_test_models"
 MODEL_CODE = textwrap.dedent('''
@@ -290,7 +290,7 @@ def test_hang_past_timeout_is_killed(files: dict, monkeypatch) -> None:
     """The worker and what it started are gone after the timeout, whichever phase the timeout hits: on a
     busy machine `import torch` alone can outlast it (the message then says start-up), so neither the phase
     nor the time it takes is asserted."""
-    from ckptview.core.run import run_process
+    from ckptview.core.run import process as run_process
 
     pid_file = os.path.join(files["folder"], "worker.pid")
     workers: list[int] = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.read.bytes.sources import FileMap
 from ckptview.core.read.formats.safetensors_file import tensor_from_entry
-from ckptview.core.read.sources import FileMap
 
 
 class _Entry(dict):

@@ -23,7 +23,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.formats import safetensors_file
 from ckptview.core.read.formats.safetensors_header import NotInPieces, header_pieces, parse_whole
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.torch_compare import same_values
 
 

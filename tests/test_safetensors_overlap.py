@@ -75,7 +75,7 @@ def test_touching_and_empty_entries_at_a_boundary_still_open(tmp_path):
     path = _write(tmp_path / "t.safetensors", header, np.arange(4, dtype=np.float32).tobytes())
     with safe_open(path, "np") as f:
         want = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
 
     ckpt = open_checkpoint(path)
     got = {e.name: read_values(e.info) for e in ckpt.tensors()}

@@ -1,4 +1,4 @@
-"""ckptview.core.analyze.series and `ckptview series`: a run trained here, every figure checked against torch in float64."""
+"""ckptview.core.series.timeline and `ckptview series`: a run trained here, every figure checked against torch in float64."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from ckptview.cli import main
-from ckptview.core.analyze.series import iter_series, module_series, plan_series, run_series
-from ckptview.core.analyze.series_discover import find_checkpoints
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken
+from ckptview.core.series.discover import find_checkpoints
+from ckptview.core.series.timeline import iter_series, module_series, plan_series, run_series
 
 STEPS = 6
 

@@ -11,12 +11,13 @@ import shutil
 import pytest
 import torch
 
-from ckptview.core.analyze import series as series_mod
-from ckptview.core.analyze import series_executor, series_live
-from ckptview.core.analyze.series import run_series
-from ckptview.core.analyze.series_cache import SeriesCache, file_key
-from ckptview.core.analyze.series_live import LiveRun, checkpoint_event, run_live
 from ckptview.core.jobs import drain
+from ckptview.core.series import executor as series_executor
+from ckptview.core.series import live as series_live
+from ckptview.core.series import timeline as series_mod
+from ckptview.core.series.cache import SeriesCache, file_key
+from ckptview.core.series.live import LiveRun, checkpoint_event, run_live
+from ckptview.core.series.timeline import run_series
 from tests.series_run import STEPS, make_run
 from tests.test_series_truth import Exec
 
@@ -111,7 +112,7 @@ def test_watch_events_carry_the_serial_figures_and_findings(run):
             assert set(got) == {"norm", "mean", "std", "abs_max", "nan", "inf", "update_ratio", "frac_changed"}
             assert got == {k: tensor[k][t] for k in got}
     assert [f["kind"] for f in events[2]["findings"]].count("unsafe") == 1
-    from ckptview.commands.series_live import _line  # the --watch line without --json
+    from ckptview.commands.series_options import _line  # the --watch line without --json
 
     assert _line(events[2]).endswith("; UNSAFE GLOBALS (referenced, not run): builtins.exec)")
     assert "UNSAFE" not in _line(events[1])

@@ -15,13 +15,14 @@ import time
 import pytest
 import torch
 
-from ckptview.core.analyze import series_executor, series_live
-from ckptview.core.analyze.series import run_series
-from ckptview.core.analyze.series_cache import SeriesCache, default_path, file_key
-from ckptview.core.analyze.series_executor import ChainTask, measure_chain, plan_tasks
-from ckptview.core.analyze.series_live import LiveRun, run_live
-from ckptview.core.analyze.series_watch import candidates, is_temporary
 from ckptview.core.jobs import drain
+from ckptview.core.series import executor as series_executor
+from ckptview.core.series import live as series_live
+from ckptview.core.series.cache import SeriesCache, default_path, file_key
+from ckptview.core.series.executor import ChainTask, measure_chain, plan_tasks
+from ckptview.core.series.live import LiveRun, run_live
+from ckptview.core.series.timeline import run_series
+from ckptview.core.series.watch import candidates, is_temporary
 from tests.test_series import train_run
 
 CHUNK = 37  # small pieces: many per tensor, cut mid-row, so pairing and re-cutting are exercised
@@ -194,10 +195,10 @@ def test_a_broken_database_is_set_aside(tmp_path, run_dir):
 
 WRITER = r"""
 import sys
-from ckptview.core.analyze.diff import Sums
-from ckptview.core.analyze.series_cache import SeriesCache
-from ckptview.core.analyze.series_executor import TensorFigures
-from ckptview.core.analyze.stats import TensorStats
+from ckptview.core.compare.diff import Sums
+from ckptview.core.series.cache import SeriesCache
+from ckptview.core.series.executor import TensorFigures
+from ckptview.core.figures.stats import TensorStats
 c = SeriesCache(sys.argv[1])
 figures = {f"layer{i}.weight": TensorFigures(TensorStats(numel=i, mean=0.5, l2=float(i))) for i in range(2000)}
 n = 0
@@ -382,8 +383,8 @@ def _events_until(gen, match, token, timeout: float = 120.0) -> list[dict]:
 
 def test_watch_polls_a_remote_folder(tmp_path):
     pytest.importorskip("requests")
-    from ckptview.core.analyze.series_watch import watch_run
     from ckptview.core.jobs import CancelToken
+    from ckptview.core.series.watch import watch_run
     from tests.remote_server import RangeServer
 
     run = tmp_path / "run"
@@ -496,8 +497,8 @@ def test_the_cache_never_stores_a_url(cache):
 
 
 def test_watch_reports_a_rewritten_checkpoint_as_changed(tmp_path):
-    from ckptview.core.analyze.series_watch import watch_run
     from ckptview.core.jobs import CancelToken
+    from ckptview.core.series.watch import watch_run
 
     run = tmp_path / "run"
     run.mkdir()

@@ -12,13 +12,14 @@ import torch
 
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze import series_executor, series_live
-from ckptview.core.analyze.series_cache import SeriesCache
-from ckptview.core.analyze.series_findings import find_findings
-from ckptview.core.analyze.series_live import LiveRun, checkpoint_event, run_live
-from ckptview.core.analyze.series_model import SeriesResult, TensorSeries
-from ckptview.core.analyze.spectral import spectrum
+from ckptview.core.figures.spectral import spectrum
 from ckptview.core.jobs import drain
+from ckptview.core.series import executor as series_executor
+from ckptview.core.series import live as series_live
+from ckptview.core.series.cache import SeriesCache
+from ckptview.core.series.findings import find_findings
+from ckptview.core.series.live import LiveRun, checkpoint_event, run_live
+from ckptview.core.series.model import SeriesResult, TensorSeries
 
 CHUNK = 37
 STEPS = (1000, 2000, 3000, 4000, 5000)
@@ -115,8 +116,8 @@ def test_a_layer_whose_alpha_falls_below_2_is_a_finding(run_dir):
 
 
 def _result(alphas: list[float | None], dtype: str = "float32", spectral: bool = True) -> SeriesResult:
-    from ckptview.core.analyze.series_discover import Position
-    from ckptview.core.analyze.series_model import CheckpointRef
+    from ckptview.core.series.discover import Position
+    from ckptview.core.series.model import CheckpointRef
 
     count = len(alphas)
     refs = [CheckpointRef(f"/run/step_{i}.pt", Position(step=i)) for i in range(count)]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from ckptview.cli import main
-from ckptview.core.analyze import series as series_mod
-from ckptview.core.analyze.series import run_series
+from ckptview.core.series import timeline as series_mod
+from ckptview.core.series.timeline import run_series
 from tests.series_run import CNN, GROW_AT, STEPS, make_run
 from tests.test_series import flat, torch_figures
 
@@ -222,7 +222,7 @@ def test_info_names_optimizer_state_by_parameter(run_folder, capsys):
 
 
 def test_a_tensor_whose_reading_fails_unexpectedly_is_its_error_only(run_folder, monkeypatch):
-    from ckptview.core.read import values
+    from ckptview.core.read.values import reading as values
 
     real = values.iter_chunks
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.read.values.reading import iter_chunks, read_values
 from tests.torch_compare import same_values
 
 

@@ -59,7 +59,7 @@ def fifo_folder(tmp_path):
 
 @needs_fifo
 def test_the_trainer_folder_order_never_reads_a_fifo_config(fifo_folder):
-    from ckptview.core.analyze.hf_order import architecture
+    from ckptview.core.inspect.hf_order import architecture
 
     assert architecture(str(fifo_folder)) is None
 
@@ -74,7 +74,7 @@ def test_a_run_never_reads_a_fifo_config(fifo_folder):
 
 @needs_fifo
 def test_the_safetensors_header_check_never_reads_a_fifo(tmp_path):
-    from ckptview.core.read.file_checks import safetensors_header_size
+    from ckptview.core.session.file_checks import safetensors_header_size
 
     os.mkfifo(tmp_path / "model.safetensors")
     writer = FifoWriter(str(tmp_path / "model.safetensors"))

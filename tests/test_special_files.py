@@ -20,7 +20,7 @@ import torch
 from ckptview import cli
 from ckptview.core.errors import CheckpointError, NotACheckpointError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 
 needs_posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
 
@@ -118,7 +118,7 @@ def test_info_json_is_whole_or_absent(tmp_path, monkeypatch, capsys):
     """A failure after some tensors were listed leaves stdout empty, not half a JSON document."""
     path = tmp_path / "model.pt"
     torch.save({f"t{i}": torch.full((10,), float(i)) for i in range(50)}, path)
-    from ckptview.core.analyze import stats
+    from ckptview.core.figures import stats
 
     calls = {"n": 0}
     real = stats.stats_json_for

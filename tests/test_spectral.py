@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.analysis import Analysis, SpectrumReady, TargetFailed
-from ckptview.core.analyze.spectral import iter_spectrum, matrix_of, spectrum, trap_threshold
-from ckptview.core.analyze.spectral_fit import EVALS_THRESH, power_law_fit
 from ckptview.core.errors import Cancelled, TensorDataError
+from ckptview.core.figures.analysis import Analysis, SpectrumReady, TargetFailed
+from ckptview.core.figures.spectral import iter_spectrum, matrix_of, spectrum, trap_threshold
+from ckptview.core.figures.spectral_fit import EVALS_THRESH, power_law_fit
 from ckptview.core.jobs import CancelToken, drain
 
 
@@ -235,7 +235,7 @@ def test_what_is_analysed_and_what_is_refused(tmp_path) -> None:
 def test_tall_matrices_stream_in_blocks_of_rows(tmp_path, monkeypatch) -> None:
     """The Gram matrix of a tall weight is summed a block of rows at a time: the same figures, and a
     NaN anywhere is counted whole."""
-    from ckptview.core.analyze import spectral
+    from ckptview.core.figures import spectral
 
     g = torch.Generator().manual_seed(9)
     w = torch.randn(301, 40, generator=g)
@@ -257,7 +257,7 @@ def test_tall_matrices_stream_in_blocks_of_rows(tmp_path, monkeypatch) -> None:
 
 def test_a_shape_larger_than_its_storage_fails_before_anything_is_allocated(tmp_path) -> None:
     """A file may declare a 200,000 x 300,000 matrix over 64 bytes: one clear error, no 480 GB allocation."""
-    from ckptview.core.model import TensorInfo
+    from ckptview.core.checkpoint import TensorInfo
 
     torch.save({"w": torch.ones(4, 4)}, tmp_path / "m.pt")
     ck = open_checkpoint(str(tmp_path / "m.pt"))

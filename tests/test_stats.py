@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.analyze.stats import JSON_KEYS, compute_stats, iter_summary, merge_stats, run_job
 from ckptview.core.errors import Cancelled
+from ckptview.core.figures.stats import JSON_KEYS, compute_stats, iter_summary, merge_stats, run_job
 from ckptview.core.jobs import CancelToken
 
 _ML = {
@@ -22,7 +22,7 @@ _ML = {
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """The logical values as ckptview.core.read.values yields them (ml_dtypes for bf16/fp8)."""
+    """The logical values as ckptview.core.read.values.reading yields them (ml_dtypes for bf16/fp8)."""
     t = t.contiguous()
     if t.dtype in _ML:
         carrier, np_type = _ML[t.dtype]
@@ -169,9 +169,9 @@ def test_progress_and_cancel() -> None:
 
 
 def test_stats_of_a_saved_file_match_torch_load(tmp_path) -> None:
-    pytest.importorskip("ckptview.core.read.values")
+    pytest.importorskip("ckptview.core.read.values.reading")
     from ckptview.core import open_checkpoint
-    from ckptview.core.analyze.stats import tensor_stats
+    from ckptview.core.figures.stats import tensor_stats
 
     sd = {
         "w": make(torch.bfloat16, (40, 30), True),
@@ -196,8 +196,8 @@ def test_stats_of_a_saved_file_match_torch_load(tmp_path) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.float16], ids=str)
 def test_expanded_tensor_stats_and_histogram_match_torch(tmp_path, dtype) -> None:
     from ckptview.core import open_checkpoint
-    from ckptview.core.analyze.histogram import iter_tensor_histogram
-    from ckptview.core.analyze.stats import tensor_stats
+    from ckptview.core.figures.histogram import iter_tensor_histogram
+    from ckptview.core.figures.stats import tensor_stats
 
     base = make(dtype, (6, 1, 5), special=dtype.is_floating_point)
     expanded = base.expand(6, 300, 5)  # stride 0 along dim 1: 9,000 elements from 30 stored
@@ -222,9 +222,9 @@ def test_huge_expanded_tensor_costs_what_it_stores(tmp_path, monkeypatch) -> Non
     """1e12 declared elements over 1000 stored: exact figures, reading 1000 elements once."""
     from ckptview import cli
     from ckptview.core import open_checkpoint
-    from ckptview.core.analyze.histogram import iter_tensor_histogram, tensor_sample_histogram
-    from ckptview.core.analyze.stats import tensor_stats
-    from ckptview.core.read import values
+    from ckptview.core.figures.histogram import iter_tensor_histogram, tensor_sample_histogram
+    from ckptview.core.figures.stats import tensor_stats
+    from ckptview.core.read.values import reading as values
 
     rows = 10**9
     path = tmp_path / "huge.pt"

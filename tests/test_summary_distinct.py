@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.summary import size_facts
+from ckptview.core.inspect.summary import size_facts
 
 
 def _reference(ckpt) -> tuple[int, dict[str, int]]:

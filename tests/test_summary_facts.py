@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.summary import size_facts
+from ckptview.core.inspect.summary import size_facts
 
 
 def test_tied_weights_views_and_optimizer_state(tmp_path) -> None:

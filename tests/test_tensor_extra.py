@@ -2,7 +2,7 @@
 
 import pytest
 
-from ckptview.core.model import Storage, TensorInfo
+from ckptview.core.checkpoint import Storage, TensorInfo
 
 
 def _info(**kw: object) -> TensorInfo:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.torch_compare import same_values
 
 
@@ -95,7 +95,7 @@ def test_pt2_zip_bomb_record_inflates_only_what_the_view_needs(pt2_path, tmp_pat
     import zipfile
     import zlib
 
-    from ckptview.core.read import sources
+    from ckptview.core.read.bytes import sources
 
     with zipfile.ZipFile(pt2_path) as zin:
         infos = zin.infolist()

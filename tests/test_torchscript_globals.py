@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.safe_globals import TORCHSCRIPT_GLOBALS
-from ckptview.core.read.values import read_values
+from ckptview.core.read.pickle.safe_globals import TORCHSCRIPT_GLOBALS
+from ckptview.core.read.values.reading import read_values
 
 
 class Attributes(torch.nn.Module):

@@ -17,10 +17,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ckptview.commands.info import info_dict
-from ckptview.core.analyze.optimizer import find_optimizers
-from ckptview.core.analyze.training import training_summary
+from ckptview.core.inspect.optimizer import find_optimizers
+from ckptview.core.inspect.training import training_summary
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
 from tests.torch_compare import same_values
 
 

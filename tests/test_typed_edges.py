@@ -9,11 +9,11 @@ import os
 import pytest
 
 from ckptview import desktop
-from ckptview.core.analyze.series import module_series
-from ckptview.core.analyze.series_discover import Position
-from ckptview.core.analyze.series_model import CheckpointRef, SeriesResult, TensorSeries
-from ckptview.core.analyze.stats import TensorStats
-from ckptview.core.read.slicing import parse_slice, resolve
+from ckptview.core.figures.stats import TensorStats
+from ckptview.core.read.values.slicing import parse_slice, resolve
+from ckptview.core.series.discover import Position
+from ckptview.core.series.model import CheckpointRef, SeriesResult, TensorSeries
+from ckptview.core.series.timeline import module_series
 
 
 @pytest.fixture(autouse=True)

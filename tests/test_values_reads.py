@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.read.sources import FileMap
-from ckptview.core.read.values import iter_chunks, read_region, read_values
+from ckptview.core.read.bytes.sources import FileMap
+from ckptview.core.read.values.reading import iter_chunks, read_region, read_values
 from tests.descriptors import HAVE_PROC_FDS, fds_under
 
 
@@ -27,9 +27,9 @@ def counted(monkeypatch):
 
 
 def test_no_memory_map_anywhere():
-    import ckptview.core.read.files as files
-    import ckptview.core.read.sources as sources
-    import ckptview.core.read.values as values
+    import ckptview.core.read.bytes.files as files
+    import ckptview.core.read.bytes.sources as sources
+    import ckptview.core.read.values.reading as values
 
     for module in (files, sources, values):
         assert "mmap" not in vars(module)
@@ -67,7 +67,7 @@ def test_read_region_matches_torch_and_reads_only_its_bytes(tmp_path, counted, f
 
 
 def test_preview_histogram_reads_only_sampled_runs(tmp_path, counted):
-    from ckptview.core.analyze.histogram import PREVIEW_SAMPLES, tensor_sample_histogram
+    from ckptview.core.figures.histogram import PREVIEW_SAMPLES, tensor_sample_histogram
 
     path = tmp_path / "big.pt"
     torch.save({"w": torch.randn(2000, 1000)}, path)  # 8 MB

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from ckptview.core.analyze.workspace import Holdings, Lease, Workspace, in_use
 from ckptview.core.errors import Cancelled, NotACheckpointError
 from ckptview.core.read import open as open_module
-from ckptview.core.read.values import read_values
+from ckptview.core.read.values.reading import read_values
+from ckptview.core.session.workspace import Holdings, Lease, Workspace, in_use
 
 
 def save(path, seed: int) -> dict[str, torch.Tensor]:

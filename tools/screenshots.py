@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     width, height = (int(v) for v in args.size.lower().split("x"))
     os.makedirs(args.out, exist_ok=True)
 
-    from ckptview.gui.app import application
-    from ckptview.gui.diff_view import open_diff
-    from ckptview.gui.main_window import MainWindow
-    from ckptview.gui.settings import Settings
+    from ckptview.gui.app.launch import application
+    from ckptview.gui.app.main_window import MainWindow
+    from ckptview.gui.base.settings import Settings
+    from ckptview.gui.compare.tab import open_diff
 
     app = application()
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         shoot("diff")
         window.close()
         app.processEvents()
-        from ckptview.gui.workers import wait_for_workers
+        from ckptview.gui.base.workers import wait_for_workers
 
         wait_for_workers(30_000, quit_first=True)
     return 0

@@ -41,7 +41,7 @@ def _subcommand_modules(only: str | None = None) -> dict[str, Subcommand]:
     return modules
 
 
-# The window's usage (gui/app.py parses these), shown by `ckptview --help` beside the subcommands.
+# The window's usage (gui/app/launch.py parses these), shown by `ckptview --help` beside the subcommands.
 WINDOW_USAGE = """the window:
   ckptview [FILE ...]               open checkpoint files or folders in the window (none: an example)
   ckptview --diff A B               compare two checkpoints in the window
@@ -199,7 +199,7 @@ def _remote_options(argv: list[str]) -> list[str]:
         if not eq:
             value = next(rest, "")
         if name == "--max-download":
-            from ckptview.core.read.remote.urls import parse_size
+            from ckptview.core.read.bytes.remote.urls import parse_size
 
             try:
                 os.environ["CKPTVIEW_MAX_DOWNLOAD"] = str(parse_size(value))
@@ -218,7 +218,7 @@ def _remote_options(argv: list[str]) -> list[str]:
 
 def _launch_gui(argv: list[str]) -> int:
     try:
-        from ckptview.gui.app import main as gui_main
+        from ckptview.gui.app.launch import main as gui_main
     except ImportError as exc:  # PySide6 missing: the CLI still works
         print(f"ckptview: the window needs PySide6 and pyqtgraph ({printable(exc)})", file=sys.stderr)
         return 2

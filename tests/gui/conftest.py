@@ -29,7 +29,7 @@ def state_dict_file(tmp_path) -> str:
 
 @pytest.fixture
 def settings(tmp_path):
-    from ckptview.gui.settings import Settings
+    from ckptview.gui.base.settings import Settings
 
     return Settings(str(tmp_path / "settings.ini"))
 
@@ -41,8 +41,8 @@ def server_name() -> str:
 
 @pytest.fixture
 def window(qtbot, settings):
-    from ckptview.gui.main_window import MainWindow
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.app.main_window import MainWindow
+    from ckptview.gui.base.workers import wait_for_workers
 
     win = MainWindow(settings)
     qtbot.addWidget(win)
@@ -62,7 +62,7 @@ def pytest_runtest_call(item):
     if "qtbot" in getattr(item, "fixturenames", ()):
         from PySide6.QtWidgets import QApplication
 
-        from ckptview.gui.workers import wait_for_workers
+        from ckptview.gui.base.workers import wait_for_workers
 
         wait_for_workers(30_000)
         QApplication.processEvents()  # deliver their queued signals now

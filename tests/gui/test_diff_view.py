@@ -8,8 +8,8 @@ import torch
 from guihelpers import wait_settled
 from PySide6.QtCore import Qt
 
-from ckptview.gui import panels
-from ckptview.gui.diff_view import COLUMN, DiffView, compare_open_tabs, compare_with
+from ckptview.gui.compare.tab import COLUMN, DiffView, compare_open_tabs, compare_with
+from ckptview.gui.panels import registry as panels
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -142,7 +142,7 @@ def test_a_diff_of_thousands_of_rows_reaches_the_window_in_a_few_updates(qtbot, 
     """Rows finish far faster than a window can show them: progress is coalesced in the worker (clock
     faked: one millisecond per reading) and the summary is redrawn on a timer, not once per row (each
     redraw counts every row: per row, a 100,000-tensor diff froze the window)."""
-    import ckptview.gui.diff_view as diff_view
+    import ckptview.gui.compare.tab as diff_view
 
     g = torch.Generator().manual_seed(1)
     sd = {f"layers.{i}.w": torch.randn(3, generator=g) for i in range(3000)}

@@ -13,8 +13,8 @@ from guihelpers import wait_settled
 from PySide6.QtCore import QItemSelectionModel
 from PySide6.QtGui import QDesktopServices
 
-from ckptview.gui import export_dialog
-from ckptview.gui.export_dialog import ExportDialog
+from ckptview.gui.export import dialog as export_dialog
+from ckptview.gui.export.dialog import ExportDialog
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]  # offscreen platform

@@ -64,7 +64,7 @@ def test_a_file_that_fails_to_open_is_named_escaped(qtbot, window, tmp_path):
 
 
 def test_a_comparison_tab_names_its_files_escaped(qtbot, window, tmp_path):
-    from ckptview.gui.diff_view import open_diff
+    from ckptview.gui.compare.tab import open_diff
 
     a, b = tmp_path / "a\u202egnp.safetensors", tmp_path / "b\nforged.safetensors"
     a.write_bytes(safetensors_bytes())

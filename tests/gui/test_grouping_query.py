@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ckptview.core.analyze.grouping import chart_rows, find_row, group_tree
-from ckptview.core.analyze.query import QueryError, parse_query, visible_rows
-from ckptview.core.model import Node, Storage, TensorInfo
+from ckptview.core.checkpoint import Node, Storage, TensorInfo
+from ckptview.core.inspect.grouping import chart_rows, find_row, group_tree
+from ckptview.core.inspect.query import QueryError, parse_query, visible_rows
 from ckptview.core.units import human_bytes, natural_key
 
 

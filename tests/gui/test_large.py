@@ -7,9 +7,9 @@ import time
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from ckptview.core.analyze.grouping import find_row
-from ckptview.core.model import Checkpoint, Node, Storage, TensorInfo
-from ckptview.gui.checkpoint_tab import CheckpointTab, prepare
+from ckptview.core.checkpoint import Checkpoint, Node, Storage, TensorInfo
+from ckptview.core.inspect.grouping import find_row
+from ckptview.gui.checkpoint.tab import CheckpointTab, prepare
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

@@ -12,8 +12,8 @@ from safetensors.torch import save_file
 
 from ckptview.core.jobs import Progress
 from ckptview.core.read.formats import safetensors_file
-from ckptview.gui.checkpoint_tab import CheckpointTab
-from ckptview.gui.workers import wait_for_workers
+from ckptview.gui.base.workers import wait_for_workers
+from ckptview.gui.checkpoint.tab import CheckpointTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -40,7 +40,7 @@ def steps(monkeypatch) -> list[tuple[Progress, str, int, int]]:
 
 
 def test_open_anyway_shows_the_header_read_piece_by_piece(qtbot, window, tmp_path, steps, monkeypatch):
-    import ckptview.core.analyze.opening as opening
+    import ckptview.core.session.opening as opening
 
     monkeypatch.setattr(opening, "PROGRESS_INTERVAL", 0.0)  # every piece's step reaches the tab
     window.settings.set_header_ask_bytes(2000)
@@ -61,7 +61,7 @@ def test_open_anyway_shows_the_header_read_piece_by_piece(qtbot, window, tmp_pat
 
 def test_progress_reaches_the_gui_thread_at_a_bounded_rate(qtbot, window, tmp_path, steps, monkeypatch):
     """One queued step per piece kept the GUI thread waiting for the interpreter lock: steps are spaced."""
-    import ckptview.core.analyze.opening as opening
+    import ckptview.core.session.opening as opening
 
     monkeypatch.setattr(opening, "PROGRESS_INTERVAL", 1e9)  # nothing but the first and the last step
     window.settings.set_header_ask_bytes(None)
@@ -101,7 +101,7 @@ def test_cancel_stops_reading_the_header_between_two_pieces(qtbot, window, tmp_p
 
 
 def test_cancel_while_arranging_stops_before_the_next_step(qtbot, window, tmp_path, steps, monkeypatch):
-    import ckptview.core.analyze.opening as opening
+    import ckptview.core.session.opening as opening
 
     grouped, labelled, closed = threading.Event(), [], []
     go_on = threading.Event()
@@ -115,7 +115,7 @@ def test_cancel_while_arranging_stops_before_the_next_step(qtbot, window, tmp_pa
 
     real_close = opening.Checkpoint.close
     monkeypatch.setattr(opening, "group_tree", held_grouping)
-    monkeypatch.setattr("ckptview.core.analyze.optimizer.label_state_rows", lambda *a: labelled.append(a))
+    monkeypatch.setattr("ckptview.core.inspect.optimizer.label_state_rows", lambda *a: labelled.append(a))
     monkeypatch.setattr(opening.Checkpoint, "close", lambda self: (closed.append(self), real_close(self)))
     window.settings.set_header_ask_bytes(None)
     (tab,) = window.open_paths([_wide(str(tmp_path / "wide.safetensors"), 200)])

@@ -6,9 +6,12 @@ from __future__ import annotations
 import gc
 import os
 import threading
+from pathlib import Path
 
 import pytest
 from guihelpers import make_state_dict, wait_settled
+
+LAUNCH_TIMING = next(p for p in Path(__file__).resolve().parents if (p / "benchmarks").is_dir()) / "benchmarks" / "launch_timing.py"
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -34,8 +37,8 @@ def _pile_up_young_objects() -> list:
 
 
 def test_no_collection_while_a_tab_opens_its_file(qtbot, window, tmp_path, monkeypatch, collections):
-    import ckptview.gui.tab_opener as tab_opener
-    from ckptview.gui import gc_guard
+    import ckptview.gui.checkpoint.opener as tab_opener
+    from ckptview.gui.base import gc_guard
 
     real = tab_opener.open_and_prepare
     inside, release = threading.Event(), threading.Event()
@@ -64,8 +67,8 @@ def test_no_collection_while_a_tab_opens_its_file(qtbot, window, tmp_path, monke
 
 
 def test_a_stuck_open_holds_collections_off_only_for_a_while(qtbot, window, monkeypatch, collections):
-    from ckptview.core.perf import paused_gc
-    from ckptview.gui import gc_guard
+    from ckptview.core.gc_policy import paused_gc
+    from ckptview.gui.base import gc_guard
 
     guard = gc_guard._guard
     with paused_gc():  # as a worker opening a file on a dead mount would, forever
@@ -89,7 +92,7 @@ def test_launch_to_tree_imports_no_plotting_or_array_library(tmp_path):
 
     path = tmp_path / "wide.pt"
     torch.save({f"blocks.{i // 10}.part{i % 10}.weight": torch.zeros(2) for i in range(20_010)}, path)
-    out = subprocess.run([sys.executable, "-m", "ckptview.gui.timing", str(path)], capture_output=True,
+    out = subprocess.run([sys.executable, str(LAUNCH_TIMING), str(path)], capture_output=True,
                          text=True, timeout=300, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -116,7 +119,7 @@ def test_size_chart_names_each_module_with_its_size(qtbot, window, tmp_path):
 
 
 def test_size_chart_shows_hostile_names_escaped(qtbot):
-    from ckptview.gui.size_chart import SizeChart, short_name
+    from ckptview.gui.base.size_chart import SizeChart, short_name
 
     chart = SizeChart([("evil\u202e\nname", 10), ("x" * 100, 5)])
     qtbot.addWidget(chart)
@@ -128,7 +131,7 @@ def test_size_chart_shows_hostile_names_escaped(qtbot):
 
 def test_expanders_follow_the_filter(qtbot, window, tmp_path):
     """A matched group whose children all fail the filter shows no expander; without a filter it does."""
-    from ckptview.core.analyze.grouping import find_row
+    from ckptview.core.inspect.grouping import find_row
 
     (tab,) = window.open_paths([make_state_dict(str(tmp_path / "model.pth"))])
     wait_settled(qtbot, tab)

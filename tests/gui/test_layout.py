@@ -81,7 +81,7 @@ def test_statistics_and_optimizer_tables_keep_their_rows(qtbot, window, trained,
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_the_comparison_table_keeps_eight_rows(qtbot, window, trained, size) -> None:
-    from ckptview.gui.diff_view import open_diff
+    from ckptview.gui.compare.tab import open_diff
 
     window.resize(*size)
     view = open_diff(window, trained[0], trained[1])

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.gui.workers import wait_for_workers
+from ckptview.gui.base.workers import wait_for_workers
 
 pytestmark = pytest.mark.gui
 
@@ -127,7 +127,7 @@ def test_no_string_from_the_file_reaches_qt_whole(qtbot, window, settings, tmp_p
 def test_sorting_by_name_reads_a_bounded_key(qtbot, window, settings, tmp_path, monkeypatch):
     """Sorting by name on the GUI thread splits each name into a natural key: only its first characters."""
     from ckptview.core.text import SHOWN_CHARS
-    from ckptview.gui import tree_model
+    from ckptview.gui.checkpoint import tree_model
 
     lengths: list[int] = []
     real = tree_model.natural_key

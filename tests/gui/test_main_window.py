@@ -10,12 +10,12 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QFileOpenEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QWidget
 
-from ckptview.gui import panels
-from ckptview.gui.app import launch, parse_args
-from ckptview.gui.checkpoint_tab import CheckpointTab
-from ckptview.gui.main_window import MainWindow, example_path
-from ckptview.gui.single_instance import send_to_running
-from ckptview.gui.tree_model import DTYPE, NAME, PARAMS, SIZE
+from ckptview.gui.app.launch import launch, parse_args
+from ckptview.gui.app.main_window import MainWindow, example_path
+from ckptview.gui.app.single_instance import send_to_running
+from ckptview.gui.checkpoint.tab import CheckpointTab
+from ckptview.gui.checkpoint.tree_model import DTYPE, NAME, PARAMS, SIZE
+from ckptview.gui.panels import registry as panels
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]  # offscreen platform
@@ -114,7 +114,7 @@ def test_drop_and_file_open_event(qtbot, window, state_dict_file, tmp_path):
     wait_settled(qtbot, window.current_tab())
     assert window.current_tab().path == os.path.abspath(state_dict_file)
 
-    from ckptview.gui.app import FileOpenFilter
+    from ckptview.gui.app.launch import FileOpenFilter
 
     other = make_state_dict(str(tmp_path / "mac.pth"))
     file_filter = FileOpenFilter(window)
@@ -269,7 +269,7 @@ def test_keyboard_tabs_and_close(qtbot, window, state_dict_file, tmp_path):
 
 
 def test_recent_files_persist(qtbot, settings, state_dict_file):
-    from ckptview.gui.settings import Settings
+    from ckptview.gui.base.settings import Settings
 
     win = MainWindow(settings)
     qtbot.addWidget(win)
@@ -352,7 +352,7 @@ def test_cancel_and_close_while_loading(qtbot, window, state_dict_file, tmp_path
     (closing,) = window.open_paths([other])
     window.close_current_tab()  # closed before the worker answers: its result is dropped, nothing breaks
     assert window.tab_for(other) is None
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.base.workers import wait_for_workers
 
     assert wait_for_workers(10_000)
     qtbot.waitUntil(lambda: not window.progress.isVisibleTo(window), timeout=30_000)
@@ -360,7 +360,7 @@ def test_cancel_and_close_while_loading(qtbot, window, state_dict_file, tmp_path
 
 def test_shard_column_only_for_sharded_checkpoints(qtbot, window, tmp_path, state_dict_file):
     folder = make_sharded_folder(tmp_path / "sharded")
-    from ckptview.gui.tree_model import SHARD
+    from ckptview.gui.checkpoint.tree_model import SHARD
 
     tab = open_one(qtbot, window, str(folder))
     assert tab.state == "ready", tab.error_text
@@ -377,8 +377,8 @@ def test_a_banner_of_warnings_only_shows_quotes_not_entities(qtbot) -> None:
     from PySide6.QtGui import QTextDocumentFragment
     from PySide6.QtWidgets import QLabel
 
-    from ckptview.core.model import Checkpoint, Node
-    from ckptview.gui.tab_pages import safety_banner
+    from ckptview.core.checkpoint import Checkpoint, Node
+    from ckptview.gui.checkpoint.pages import safety_banner
 
     ckpt = Checkpoint(path="/x/it's.pth", format="torch-zip", file_size=0, root=Node(key="", kind="dict"))
     ckpt.warnings.append("tensor 'enc.w' is broken: <shape larger than storage> & more")

@@ -35,7 +35,7 @@ def test_help_needs_no_display():
 
 
 def test_a_chosen_platform_or_a_display_is_enough():
-    from ckptview.gui.app import no_display_reason
+    from ckptview.gui.app.launch import no_display_reason
 
     assert no_display_reason({}, "linux") is not None
     assert no_display_reason({"QT_QPA_PLATFORM": "offscreen"}, "linux") is None

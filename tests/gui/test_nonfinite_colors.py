@@ -34,7 +34,7 @@ def pixel(view, row: int, col: int) -> QColor:
 
 
 def test_heatmap_draws_nan_and_infinities_in_their_own_colours(qtbot, window, nonfinite_file):
-    from ckptview.gui.plots import NONFINITE_COLORS
+    from ckptview.gui.base.plots import NONFINITE_COLORS
 
     tab = window.open_paths([nonfinite_file])[0]
     wait_settled(qtbot, tab)
@@ -53,7 +53,7 @@ def test_heatmap_draws_nan_and_infinities_in_their_own_colours(qtbot, window, no
 
 
 def test_values_table_marks_nan_and_infinities(qtbot, window, nonfinite_file):
-    from ckptview.gui.plots import NONFINITE_COLORS
+    from ckptview.gui.base.plots import NONFINITE_COLORS
 
     tab = window.open_paths([nonfinite_file])[0]
     wait_settled(qtbot, tab)

@@ -12,8 +12,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from ckptview.core import open_checkpoint  # noqa: E402
-from ckptview.gui.optimizer_panel import OptimizerPanel  # noqa: E402
-from ckptview.gui.training_card import TrainingCard  # noqa: E402
+from ckptview.gui.panels.optimizer import OptimizerPanel  # noqa: E402
+from ckptview.gui.panels.training import TrainingCard  # noqa: E402
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]  # offscreen platform
@@ -139,7 +139,7 @@ def test_plain_state_dict_says_so(qtbot, tmp_path) -> None:
 
 
 def test_panels_are_registered() -> None:
-    from ckptview.gui import panels
+    from ckptview.gui.panels import registry as panels
 
     panels.load_plugins()
     titles = [p.title for p in panels.panels()]
@@ -167,8 +167,8 @@ def test_in_the_window(qtbot, window, trained) -> None:
 
 def test_tree_names_optimizer_state_by_parameter(tmp_path):
     from ckptview.core import open_checkpoint
-    from ckptview.core.analyze.grouping import find_row
-    from ckptview.gui.checkpoint_tab import prepare
+    from ckptview.core.inspect.grouping import find_row
+    from ckptview.gui.checkpoint.tab import prepare
 
     net = torch.nn.Linear(4, 3)
     opt = torch.optim.Adam(net.parameters(), lr=0.1)

@@ -86,8 +86,8 @@ def test_void_qt_methods_keep_none(qtbot):
 @pytest.mark.slow
 def test_selecting_2000_rows_keeps_the_window_alive(qtbot, window, tmp_path):
     """A soak: 2,000 selections drive the detail panel and every registered panel (signals, tables, tips)."""
-    from ckptview.gui.main_window import example_path
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.app.main_window import example_path
+    from ckptview.gui.base.workers import wait_for_workers
 
     [example] = window.open_paths([example_path()])
     [model_tab] = window.open_paths([make_state_dict(str(tmp_path / "model.pth"))])

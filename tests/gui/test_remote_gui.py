@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtGui import QKeySequence
 from tests.remote_server import RangeServer
 
-from ckptview.gui.main_window import _local_paths
+from ckptview.gui.app.main_window import _local_paths
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

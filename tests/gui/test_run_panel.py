@@ -12,10 +12,10 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.core.run.devices import DeviceInfo, list_devices
+from ckptview.core.run.input_specs import InputSpec, make_array, to_torch
 from ckptview.core.run.model_classes import ModelClass
-from ckptview.core.run.run_inputs import InputSpec, make_array, to_torch
-from ckptview.core.run.run_result import RunResult, result_json_text
+from ckptview.core.run.result import RunResult, result_json_text
+from ckptview.core.run.worker.devices import DeviceInfo, list_devices
 
 MODULE = "ckv_panel_models"
 CODE = textwrap.dedent('''
@@ -75,7 +75,7 @@ def devices_with_missing_cuda() -> list[DeviceInfo]:
 
 
 def test_device_choice_to_result(qtbot, mlp_files) -> None:
-    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
 
     panel = RunPanel(path=mlp_files["sd"], devices=devices_with_missing_cuda())
     qtbot.addWidget(panel)
@@ -115,7 +115,7 @@ def test_device_choice_to_result(qtbot, mlp_files) -> None:
 
 
 def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> None:
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.panels.run import RunPanel
 
     asked: list[list[tuple[str, list[str]]]] = []
 
@@ -137,7 +137,7 @@ def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> 
 
 
 def test_bad_input_is_shown_without_starting_a_worker(qtbot, mlp_files) -> None:
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.panels.run import RunPanel
 
     panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
     qtbot.addWidget(panel)
@@ -152,15 +152,15 @@ def test_bad_input_is_shown_without_starting_a_worker(qtbot, mlp_files) -> None:
 
 
 def test_registered_as_a_panel() -> None:
-    import ckptview.gui.run_panel  # noqa: F401 - registering happens at import
-    from ckptview.gui.panels import panels
+    import ckptview.gui.panels.run  # noqa: F401 - registering happens at import
+    from ckptview.gui.panels.registry import panels
 
     assert any(p.title == "Run" for p in panels())
 
 
 def test_compare_needs_its_own_consent_naming_both_files(qtbot, mlp_files, tmp_path) -> None:
     """A trusted main file does not launder the second one: the dialog names both files and their imports."""
-    from ckptview.gui.run_panel import RunPanel, consent_text
+    from ckptview.gui.panels.run import RunPanel, consent_text
 
     stranger = tmp_path / "stranger.pth"
     torch.save(_Payload(str(tmp_path / "stranger.marker")), stranger)
@@ -204,8 +204,8 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
     input signature comes from the program's JSON."""
     from tests.crafted import crafted_pt2
 
-    from ckptview.core.run import runner
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.core.run import request as runner
+    from ckptview.gui.panels.run import RunPanel
 
     marker = tmp_path / "probe.marker"
     path = crafted_pt2(tmp_path, "sample", str(marker))
@@ -223,7 +223,7 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
 
 def test_no_weights_loaded_is_an_error_state(qtbot, mlp_files) -> None:
     """The wrong model class loads nothing: the panel shows a red error naming the keys, not 'done'."""
-    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
 
     panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
     qtbot.addWidget(panel)
@@ -266,7 +266,7 @@ def test_browse_picks_the_file_then_a_class_without_running_it(qtbot, mlp_files,
     """Browse… lists the file's classes (nn.Module subclasses first) read with ast; nothing in the file runs."""
     from PySide6.QtWidgets import QFileDialog
 
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.panels.run import RunPanel
 
     code = tmp_path / "models" / "net.py"
     code.parent.mkdir()
@@ -299,7 +299,7 @@ def test_browse_picks_the_file_then_a_class_without_running_it(qtbot, mlp_files,
 
 
 def test_browse_is_off_for_graphs_that_need_no_code(qtbot, tmp_path) -> None:
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.panels.run import RunPanel
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated; such files still exist
@@ -315,7 +315,7 @@ def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files
     from tests.run_json_cases import skeleton
 
     from ckptview import cli
-    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
 
     panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
     qtbot.addWidget(panel)
@@ -349,7 +349,7 @@ def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files
 
 def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
     """Keyboard: Escape in the panel stops a run that hangs in the model's forward pass."""
-    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
 
     code = tmp_path / "slow.py"
     code.write_text(CODE + "\nimport time\n\nclass Slow(MLP):\n    def forward(self, x):\n"
@@ -374,7 +374,7 @@ def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
 
 def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_path) -> None:
     transformers = pytest.importorskip("transformers")
-    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
 
     torch.manual_seed(3)
     config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -398,7 +398,7 @@ def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_p
 
 
 def test_a_folder_that_ships_its_own_code_says_so_and_does_not_run(qtbot, tmp_path) -> None:
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.panels.run import RunPanel
 
     folder = tmp_path / "remote-code"
     folder.mkdir()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core.run.devices import list_devices
+from ckptview.core.run.worker.devices import list_devices
 
 pytestmark = pytest.mark.gui
 
@@ -21,7 +21,7 @@ def cnn_state_dict(path) -> str:
 
 
 def test_cnn_prefills_an_image_batch_and_errors_name_the_fields(qtbot, tmp_path):
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.panels.run import RunPanel
 
     panel = RunPanel(path=cnn_state_dict(tmp_path / "cnn.pth"), devices=list_devices())
     qtbot.addWidget(panel)
@@ -40,7 +40,7 @@ def test_cnn_prefills_an_image_batch_and_errors_name_the_fields(qtbot, tmp_path)
     ("--strict: lm_head.weight left at its initial value", "strict"),
 ])
 def test_core_messages_speak_of_the_window(core, window):
-    from ckptview.gui.run_panel import window_words
+    from ckptview.gui.panels.run import window_words
 
     words = window_words(core)
     assert window in words and "--" not in words

@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 from tests.test_run_lightning import CLASS_PATH, PACKAGE, _cli_checkpoint, _imported_elsewhere, lit
 
-from ckptview.core.run.devices import list_devices
+from ckptview.core.run.worker.devices import list_devices
 
 pytestmark = [pytest.mark.gui,
               pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed")]
@@ -16,8 +16,8 @@ __all__ = ["lit"]  # the fixture, used by name
 
 
 def test_the_run_tab_names_the_class_and_asks_before_importing_it(lit, qtbot, tmp_path, monkeypatch) -> None:
-    from ckptview.core.run import runner
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.core.run import request as runner
+    from ckptview.gui.panels.run import RunPanel
 
     path = _cli_checkpoint(lit, tmp_path / "x.ckpt", hidden=6)
     started: list[dict] = []

@@ -13,7 +13,7 @@ import torch
 from PySide6.QtCore import Qt
 from tests.remote_server import RangeServer
 
-from ckptview.core.run.devices import list_devices
+from ckptview.core.run.worker.devices import list_devices
 
 pytestmark = pytest.mark.gui
 
@@ -43,8 +43,8 @@ def served(tmp_path):
 def remote_panel(qtbot, url: str):
     """The Run panel as a URL's tab builds it: over the checkpoint the tab opened (in the test's thread)."""
     from ckptview.core import open_checkpoint
-    from ckptview.gui.panels import CheckpointContext
-    from ckptview.gui.run_panel import RunPanel
+    from ckptview.gui.panels.registry import CheckpointContext
+    from ckptview.gui.panels.run import RunPanel
 
     checkpoint = open_checkpoint(url)
     panel = RunPanel(CheckpointContext(checkpoint=checkpoint, path=url), devices=list_devices())
@@ -53,8 +53,8 @@ def remote_panel(qtbot, url: str):
 
 
 def test_a_remote_folder_is_recognised_in_a_worker_and_runs_with_one_click(qtbot, served, monkeypatch) -> None:
-    from ckptview.core.run import run_fetch
-    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+    from ckptview.core.run import fetch as run_fetch
+    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
 
     gui_thread = threading.get_ident()
     reads: list[int] = []
@@ -128,7 +128,7 @@ def test_an_unreadable_config_is_one_line_without_credentials(qtbot, served) -> 
 
 
 def test_cancel_stops_reading_the_config(qtbot, served) -> None:
-    from ckptview.gui.run_panel import wait_for_run_jobs
+    from ckptview.gui.panels.run import wait_for_run_jobs
 
     panel, checkpoint = remote_panel(qtbot, f"{served.url}/bert/")
     served.hang = threading.Event()  # the server answers nothing until released
@@ -184,7 +184,7 @@ def test_the_window_s_run_tab_of_a_url_recognises_its_folder(qtbot, window, serv
     """The same through the window: a folder URL opened as a tab, its Run side tab shown."""
     from guihelpers import wait_settled
 
-    from ckptview.gui.run_panel import RunPanel, wait_for_run_jobs
+    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
 
     (tab,) = window.open_paths([f"{served.url}/bert/"])
     wait_settled(qtbot, tab, timeout=60_000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tests.test_gate_sees_what_torch_sees import GCC, _aoti_pt2, from_file_archive
 
-from ckptview.core.run.devices import list_devices
+from ckptview.core.run.worker.devices import list_devices
 
 pytestmark = pytest.mark.gui
 
@@ -28,8 +28,8 @@ def _hostile(kind: str, tmp_path) -> tuple[str, object, str]:
 
 @pytest.mark.parametrize("kind", ["aoti", "torchscript"])
 def test_showing_the_run_tab_runs_nothing_and_running_asks_first(kind, qtbot, tmp_path, monkeypatch) -> None:
-    from ckptview.core.run import runner
-    from ckptview.gui.run_panel import RunPanel, consent_text, wait_for_run_jobs
+    from ckptview.core.run import request as runner
+    from ckptview.gui.panels.run import RunPanel, consent_text, wait_for_run_jobs
 
     path, marker, named = _hostile(kind, tmp_path)
     started: list[object] = []
@@ -59,7 +59,7 @@ def test_the_window_shows_a_compiled_library_as_native_code(qtbot, tmp_path) -> 
     from PySide6.QtWidgets import QLabel
 
     from ckptview.core import open_checkpoint
-    from ckptview.gui.tab_pages import safety_banner
+    from ckptview.gui.checkpoint.pages import safety_banner
 
     path, marker, _ = _hostile("aoti", tmp_path)
     checkpoint = open_checkpoint(path)

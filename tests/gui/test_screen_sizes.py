@@ -87,7 +87,7 @@ def test_statistics_histogram_is_on_screen_with_the_summary_open(qtbot, window, 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_optimizer_histogram_is_tall_and_the_effective_step_is_in_view(qtbot, window, training_file, size):
-    from ckptview.gui.optimizer_panel import EFF_MEDIAN
+    from ckptview.gui.panels.optimizer import EFF_MEDIAN
 
     tab = opened(qtbot, window, training_file, size)
     panel = tab.show_panel("Optimizer")
@@ -106,7 +106,7 @@ def test_optimizer_histogram_is_tall_and_the_effective_step_is_in_view(qtbot, wi
 
 
 def test_the_first_window_fits_the_screen_it_opens_on(qtbot, settings):
-    from ckptview.gui.main_window import MainWindow
+    from ckptview.gui.app.main_window import MainWindow
 
     win = MainWindow(settings)
     qtbot.addWidget(win)
@@ -117,7 +117,7 @@ def test_the_first_window_fits_the_screen_it_opens_on(qtbot, settings):
 
 
 def test_texts_are_elided_where_they_do_not_differ_and_whole_in_tooltips(qtbot, window, training_file):
-    from ckptview.gui.tree_model import DTYPE, NAME, SHAPE
+    from ckptview.gui.checkpoint.tree_model import DTYPE, NAME, SHAPE
 
     tab = opened(qtbot, window, training_file, (1024, 640))
     model = tab.model
@@ -160,7 +160,7 @@ def test_two_selected_tensors_have_distinct_statistics_columns(qtbot, window, tr
 
 def test_shard_names_stay_distinct_in_a_narrow_column(qtbot, window, tmp_path):
 
-    from ckptview.gui.tree_model import SHARD
+    from ckptview.gui.checkpoint.tree_model import SHARD
 
     folder = make_sharded_folder(tmp_path / "sharded")
     tab = opened(qtbot, window, str(folder), (1024, 640))

@@ -11,7 +11,7 @@ import pytest
 from guihelpers import make_state_dict, wait_settled
 from PySide6.QtGui import QImage
 
-from ckptview.gui.main_window import example_path
+from ckptview.gui.app.main_window import example_path
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -43,8 +43,8 @@ def test_window_process_never_imports_torch(tmp_path):
         import os, sys, time
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         os.environ["CKPTVIEW_SERVER_NAME"] = "ckptview-notorch-{os.getpid()}"
-        from ckptview.gui.app import application, launch, parse_args
-        from ckptview.gui.settings import Settings
+        from ckptview.gui.app.launch import application, launch, parse_args
+        from ckptview.gui.base.settings import Settings
         app = application()
         window = launch(parse_args([{path!r}, "--new-instance"]), Settings({str(tmp_path / "s.ini")!r}))
         tab = window.current_tab()

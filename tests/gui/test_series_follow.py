@@ -11,8 +11,8 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.gui.series_follow import Follow
-from ckptview.gui.series_tab import SeriesTab
+from ckptview.gui.series.follow import Follow
+from ckptview.gui.series.tab import SeriesTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

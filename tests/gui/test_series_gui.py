@@ -8,10 +8,10 @@ import torch
 from PySide6.QtCore import Qt
 from tests.test_series import STEPS, flat, torch_figures, torch_update, train_run
 
-from ckptview.gui.app import launch, parse_args
-from ckptview.gui.series_plots import HEAT_FLOOR
-from ckptview.gui.series_tab import SeriesTab
-from ckptview.gui.workers import wait_for_workers
+from ckptview.gui.app.launch import launch, parse_args
+from ckptview.gui.base.workers import wait_for_workers
+from ckptview.gui.series.plots import HEAT_FLOOR
+from ckptview.gui.series.tab import SeriesTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

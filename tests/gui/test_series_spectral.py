@@ -10,8 +10,8 @@ import pytest
 from tests.test_series_spectral import STEPS, WEIGHT, save_run
 
 from ckptview.core import open_checkpoint
-from ckptview.core.analyze.spectral import spectrum
-from ckptview.gui.series_tab import SeriesTab
+from ckptview.core.figures.spectral import spectrum
+from ckptview.gui.series.tab import SeriesTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

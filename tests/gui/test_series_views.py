@@ -14,8 +14,8 @@ from PySide6.QtGui import QColor, QImage, QPainter
 from tests.series_run import STEPS, make_run
 from tests.test_series import flat
 
-from ckptview.gui.series_plots import HEAT_FLOOR
-from ckptview.gui.series_tab import SeriesTab
+from ckptview.gui.series.plots import HEAT_FLOOR
+from ckptview.gui.series.tab import SeriesTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -246,8 +246,8 @@ def test_checkpoint_resaved_while_the_tab_reads_it_is_reported_and_the_rest_show
                                                                                  monkeypatch):
     import shutil
 
-    from ckptview.core.analyze import series as series_mod
-    from ckptview.core.analyze.series_cells import UNREADABLE
+    from ckptview.core.series import timeline as series_mod
+    from ckptview.core.series.cells import UNREADABLE
 
     run = tmp_path / "run"
     shutil.copytree(run_folder, run)

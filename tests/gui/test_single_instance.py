@@ -11,9 +11,9 @@ import threading
 import pytest
 from guihelpers import make_state_dict
 
-from ckptview.gui import single_instance
-from ckptview.gui.app import launch, parse_args
-from ckptview.gui.single_instance import InstanceServer, decode_message, send_to_running
+from ckptview.gui.app import single_instance
+from ckptview.gui.app.launch import launch, parse_args
+from ckptview.gui.app.single_instance import InstanceServer, decode_message, send_to_running
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def _send_raw(name: str, payload: bytes) -> dict:
 ])
 def test_malformed_messages_open_nothing(qtbot, server, caplog, payload):
     srv, name, received = server
-    with caplog.at_level(logging.WARNING, logger="ckptview.gui.single_instance"):
+    with caplog.at_level(logging.WARNING, logger="ckptview.gui.app.single_instance"):
         sent = _send_raw(name, payload)
         qtbot.waitUntil(lambda: sent.get("done", False), timeout=10_000)
     assert received == [] and sent["reply"] == b""
@@ -86,7 +86,7 @@ def test_malformed_messages_open_nothing(qtbot, server, caplog, payload):
 
 def test_an_oversized_message_without_newline_is_cut_off(qtbot, server, caplog):
     srv, name, received = server
-    with caplog.at_level(logging.WARNING, logger="ckptview.gui.single_instance"):
+    with caplog.at_level(logging.WARNING, logger="ckptview.gui.app.single_instance"):
         sent = _send_raw(name, b"x" * (8 * single_instance.MAX_MESSAGE))
         qtbot.waitUntil(lambda: sent.get("done", False), timeout=20_000)
     assert received == [] and "error" in sent  # the server hung up long before 8 MiB
@@ -96,7 +96,7 @@ def test_an_oversized_message_without_newline_is_cut_off(qtbot, server, caplog):
 def test_a_message_that_never_ends_is_dropped_at_the_deadline(qtbot, server, caplog, monkeypatch):
     monkeypatch.setattr(single_instance, "READ_DEADLINE_MS", 200)
     srv, name, received = server
-    with caplog.at_level(logging.WARNING, logger="ckptview.gui.single_instance"), \
+    with caplog.at_level(logging.WARNING, logger="ckptview.gui.app.single_instance"), \
             socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(name)
         s.sendall(b'{"paths": ["/x"')  # and then nothing, connection kept open

@@ -12,8 +12,8 @@ from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from tests.gui.guihelpers import wait_settled  # noqa: E402
 
 from ckptview.core import open_checkpoint  # noqa: E402
-from ckptview.core.analyze.spectral import spectrum  # noqa: E402
-from ckptview.gui.spectrum_view import SpectrumPanel  # noqa: E402
+from ckptview.core.figures.spectral import spectrum  # noqa: E402
+from ckptview.gui.panels.spectrum import SpectrumPanel  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -40,7 +40,7 @@ def ckpt(tmp_path):
 
 def module(ck, prefix):
     """The module-group row the tree shows for dotted keys (the file has no such key)."""
-    from ckptview.core.analyze.grouping import ModuleGroup
+    from ckptview.core.inspect.grouping import ModuleGroup
 
     return ModuleGroup(prefix, [n for n in ck.root.walk() if n.kind == "tensor" and n.name.startswith(prefix + ".")])
 
@@ -150,7 +150,7 @@ def test_a_new_selection_cancels_the_running_job(qtbot, tmp_path) -> None:
 
 
 def test_in_the_window_the_panel_computes_when_shown(qtbot, ckpt) -> None:
-    from ckptview.gui.main_window import MainWindow
+    from ckptview.gui.app.main_window import MainWindow
 
     _ck, path = ckpt
     window = MainWindow()
@@ -170,7 +170,7 @@ def test_in_the_window_the_panel_computes_when_shown(qtbot, ckpt) -> None:
 def test_log_axes_label_their_ticks_apart_in_a_short_plot(qtbot, ckpt) -> None:
     """At 1024x640 the ESD is about 120 px tall: pyqtgraph's own log axis drew its minor labels over each
     other there; every labelled tick must sit at least a text line from the next."""
-    from ckptview.gui.log_axis import tick_font_metrics
+    from ckptview.gui.base.log_axis import tick_font_metrics
 
     ck, _path = ckpt
     panel = SpectrumPanel()

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("pytestqt")
 
 from ckptview.core import open_checkpoint  # noqa: E402
-from ckptview.gui.stats_panel import StatsPanel, format_figure  # noqa: E402
+from ckptview.gui.panels.statistics import StatsPanel, format_figure  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -79,7 +79,7 @@ def test_module_row_shows_aggregate_figures(qtbot, ckpt) -> None:
 
 def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, monkeypatch) -> None:
     ck, ref = ckpt
-    import ckptview.core.read.values as values
+    import ckptview.core.read.values.reading as values
 
     real = values.iter_chunks
     big_info = ck.tensor("big")
@@ -100,7 +100,7 @@ def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, mon
     # Let the stale job end and deliver whatever it queued: it must not replace the figures shown.
     from PySide6.QtCore import QCoreApplication
 
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.base.workers import wait_for_workers
 
     assert wait_for_workers(60_000)
     QCoreApplication.sendPostedEvents()
@@ -144,7 +144,7 @@ def test_log_x_and_export_png(qtbot, ckpt, tmp_path) -> None:
 
 
 def test_heatmap_view_draws_the_matrix_with_a_symmetric_range(qtbot, ckpt) -> None:
-    from ckptview.gui.heatmap_view import HeatmapView
+    from ckptview.gui.panels.heatmap import HeatmapView
 
     ck, ref = ckpt
     view = HeatmapView()
@@ -169,8 +169,8 @@ def test_heatmap_view_draws_the_matrix_with_a_symmetric_range(qtbot, ckpt) -> No
 
 
 def test_values_table_reads_only_the_tiles_it_shows(qtbot, tmp_path) -> None:
-    from ckptview.gui import values_table
-    from ckptview.gui.values_table import ValuesView
+    from ckptview.gui.panels import values as values_table
+    from ckptview.gui.panels.values import ValuesView
 
     t = torch.randn(20_000, 600)
     path = tmp_path / "big.pt"
@@ -227,7 +227,7 @@ def test_one_selection_reads_the_tensor_once_for_statistics_and_histogram(qtbot,
 
 
 def test_values_precision_exact_copy_steppers_and_column_width(qtbot, tmp_path) -> None:
-    from ckptview.gui.values_table import EXACT, ValuesView
+    from ckptview.gui.panels.values import EXACT, ValuesView
 
     g = torch.Generator().manual_seed(3)
     conv = torch.randn(4, 3, 5, 5, generator=g) * 1e-3 - 123.456789  # long texts, negatives

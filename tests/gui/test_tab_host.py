@@ -7,9 +7,9 @@ import pytest
 from guihelpers import make_state_dict, wait_settled
 from PySide6.QtWidgets import QPushButton, QWidget
 
-from ckptview.gui import panels
-from ckptview.gui.checkpoint_tab import SUMMARY_COLLAPSED, CheckpointTab
-from ckptview.gui.tab_host import NullHost, NullSettings
+from ckptview.gui.checkpoint.host import NullHost, NullSettings
+from ckptview.gui.checkpoint.tab import SUMMARY_COLLAPSED, CheckpointTab
+from ckptview.gui.panels import registry as panels
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

@@ -12,9 +12,9 @@ from guihelpers import make_state_dict
 from PySide6.QtCore import QObject
 
 from ckptview.core.jobs import Progress
-from ckptview.gui import tab_opener
-from ckptview.gui.tab_opener import TabOpener
-from ckptview.gui.workers import wait_for_workers
+from ckptview.gui.base.workers import wait_for_workers
+from ckptview.gui.checkpoint import opener as tab_opener
+from ckptview.gui.checkpoint.opener import TabOpener
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -81,7 +81,7 @@ def test_a_reader_bug_is_one_line_for_a_person(qtbot, owner, tmp_path, monkeypat
 def test_a_huge_header_asks_and_reports_progress_when_read(qtbot, owner, tmp_path, monkeypatch):
     from safetensors.torch import save_file
 
-    import ckptview.core.analyze.opening as opening
+    import ckptview.core.session.opening as opening
 
     monkeypatch.setattr(opening, "PROGRESS_INTERVAL", 0.0)
     path = str(tmp_path / "wide.safetensors")

@@ -11,17 +11,18 @@ from guihelpers import make_state_dict
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel, QPushButton, QWidget
 
-from ckptview.core.analyze.grouping import ModuleGroup, find_row
-from ckptview.core.analyze.opening import Opened, open_and_prepare
+from ckptview.core.inspect.grouping import ModuleGroup, find_row
 from ckptview.core.jobs import Progress
-from ckptview.core.read.file_checks import signature
-from ckptview.gui import panels, tree_filter
-from ckptview.gui.checkpoint_tree import CheckpointTreeView
-from ckptview.gui.file_change_bar import FileChangeBar
-from ckptview.gui.panel_builder import PanelScrollArea, SidePanels, entries_of
-from ckptview.gui.tab_pages import AskPage, ErrorPage, LoadingPage
-from ckptview.gui.tree_filter import TreeFilter
-from ckptview.gui.tree_model import NAME, CheckpointTreeModel
+from ckptview.core.session.file_checks import signature
+from ckptview.core.session.opening import Opened, open_and_prepare
+from ckptview.gui.checkpoint import filter as tree_filter
+from ckptview.gui.checkpoint.change_bar import FileChangeBar
+from ckptview.gui.checkpoint.filter import TreeFilter
+from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage
+from ckptview.gui.checkpoint.side_panels import PanelScrollArea, SidePanels, entries_of
+from ckptview.gui.checkpoint.tree_model import NAME, CheckpointTreeModel
+from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
+from ckptview.gui.panels import registry as panels
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

@@ -18,7 +18,7 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton
 
 from ckptview.core.errors import CheckpointFormatError, FileChangedError
-from ckptview.gui.checkpoint_tab import CheckpointTab
+from ckptview.gui.checkpoint.tab import CheckpointTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]
@@ -35,7 +35,7 @@ def select(tab: CheckpointTab, name: str) -> None:
     """Select only `name`, as a click does (explicitly: a modifier key left down elsewhere must not toggle)."""
     from PySide6.QtCore import QItemSelectionModel
 
-    from ckptview.core.analyze.grouping import find_row
+    from ckptview.core.inspect.grouping import find_row
 
     index = tab.model.index_of(find_row(tab.top, name))
     assert index.isValid()
@@ -86,7 +86,7 @@ def test_special_files_fail_at_once_in_their_tab(qtbot, window, other):
             assert tab.findChild(QPushButton, "reloadButton") is not None
         assert window.isVisible()
         keeps_state(other, "decoder.embed.weight")
-        from ckptview.gui.workers import wait_for_workers
+        from ckptview.gui.base.workers import wait_for_workers
 
         assert wait_for_workers(30_000)  # no worker is blocked in open() on the FIFO
     finally:
@@ -103,7 +103,7 @@ def test_process_with_a_fifo_tab_exits(tmp_path):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         from PySide6.QtCore import QTimer
         from ckptview.gui import app
-        from ckptview.gui.settings import Settings
+        from ckptview.gui.base.settings import Settings
         qapp = app.application()
         window = app.launch(app.parse_args(["--new-instance", {fifo!r}]), Settings({str(tmp_path / "s.ini")!r}),
                             name="ckptview-test-fifo-{os.getpid()}")
@@ -111,7 +111,7 @@ def test_process_with_a_fifo_tab_exits(tmp_path):
         print(tab.state, tab.error_text, flush=True)
         QTimer.singleShot(200, window.close)
         qapp.exec()
-        from ckptview.gui.workers import wait_for_workers
+        from ckptview.gui.base.workers import wait_for_workers
         print("workers done", wait_for_workers(20_000), flush=True)
     """)
     # The deadline is far from normal (about a second): it only turns a hang into a failure.
@@ -125,7 +125,7 @@ def test_process_with_a_fifo_tab_exits(tmp_path):
 # --- files that change on disk -----------------------------------------------------------------------
 def settle_reads(qtbot) -> None:
     """Let the panels' reads of the current selection finish (including those a repaint starts)."""
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.base.workers import wait_for_workers
 
     assert wait_for_workers(60_000)
     qtbot.wait(10)
@@ -143,7 +143,7 @@ def _resave(path: str, **extra) -> None:
 
 def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, other, tmp_path):
     path = make_state_dict(str(tmp_path / "model.pth"))
-    from ckptview.core.analyze.grouping import find_row
+    from ckptview.core.inspect.grouping import find_row
 
     tab = open_ready(qtbot, window, path)
     tab.tree.collapseAll()
@@ -181,7 +181,7 @@ def test_selecting_after_the_file_shrank_shows_the_bar_instead_of_reading(qtbot,
     """The window used to die (SIGBUS) when a tensor was selected after its file was truncated or re-saved."""
     import torch
 
-    from ckptview.gui.workers import wait_for_workers
+    from ckptview.gui.base.workers import wait_for_workers
 
     path = str(tmp_path / "big.pth")
     torch.save({"a.weight": torch.randn(256, 256), "b.weight": torch.randn(256, 256)}, path)
@@ -218,7 +218,7 @@ def test_deleted_and_replaced_files_show_the_bar(qtbot, window, other, tmp_path)
 
 
 def test_a_worker_that_finds_the_file_changed_offers_the_reload(qtbot, window, other, tmp_path):
-    from ckptview.gui.workers import GeneratorWorker
+    from ckptview.gui.base.workers import GeneratorWorker
 
     tab = open_ready(qtbot, window, make_state_dict(str(tmp_path / "model.pth")))
 
@@ -250,7 +250,7 @@ def test_a_worker_that_finds_the_file_changed_offers_the_reload(qtbot, window, o
                                    CheckpointFormatError("truncated zip: central directory missing"),
                                    OSError(5, "Input/output error"), RuntimeError("reader bug")])
 def test_any_error_from_the_opening_worker_stays_in_its_tab(qtbot, window, other, tmp_path, monkeypatch, error):
-    import ckptview.gui.tab_opener as tab_opener
+    import ckptview.gui.checkpoint.opener as tab_opener
 
     def failing(path, header_limit=None):
         raise error
@@ -334,7 +334,7 @@ def test_150_files_build_one_tab_per_event_loop_turn(qtbot, window, tmp_path, mo
 
 
 def test_closing_a_tab_waiting_for_its_build_releases_its_file(qtbot, window, tmp_path, monkeypatch):
-    from ckptview.gui.main_window import MainWindow
+    from ckptview.gui.app.main_window import MainWindow
 
     monkeypatch.setattr(MainWindow, "_build_next", lambda self: None)  # the queue never gets its turn
     a = make_state_dict(str(tmp_path / "a.pth"))
@@ -362,7 +362,7 @@ def test_a_stuck_background_read_does_not_keep_the_process_alive(tmp_path):
         import os, threading
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         from ckptview.gui import app
-        from ckptview.gui.workers import GeneratorWorker
+        from ckptview.gui.base.workers import GeneratorWorker
         qapp = app.application()
         GeneratorWorker(threading.Event().wait).start()  # never returns
         print("closing", flush=True)
@@ -411,7 +411,7 @@ def test_a_closed_tab_is_released_a_slice_per_turn_and_collected_once(qtbot, win
     from guihelpers import make_state_dict
     from PySide6.QtCore import QCoreApplication, QEvent
 
-    from ckptview.gui import gc_guard
+    from ckptview.gui.base import gc_guard
 
     big = tmp_path / "big.pt"
     torch.save({f"layers.{i}.block.{i % 7}.weight": torch.zeros(2) for i in range(3000)}, big)

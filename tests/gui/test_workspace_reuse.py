@@ -9,10 +9,10 @@ import pytest
 import torch
 from guihelpers import wait_settled
 
-from ckptview.core.analyze.workspace import window_workspace
 from ckptview.core.read import open as open_module
-from ckptview.gui.diff_view import compare_open_tabs
-from ckptview.gui.series_tab import SeriesTab
+from ckptview.core.session.workspace import window_workspace
+from ckptview.gui.compare.tab import compare_open_tabs
+from ckptview.gui.series.tab import SeriesTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

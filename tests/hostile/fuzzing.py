@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ckptview.commands.info import info_dict
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.read.values.reading import iter_chunks, read_values
 
 MEMORY_LIMIT = 256 << 20  # bytes traced per example; the seeds are a few KB
 EDGE = 600  # headers (pickles, zip local headers) sit at the start, the zip central directory at the end

@@ -19,13 +19,13 @@ from pathlib import Path
 import corpus
 import pytest
 
+from ckptview.core.checkpoint import Storage, TensorInfo
 from ckptview.core.errors import CheckpointError
-from ckptview.core.model import Storage, TensorInfo
-from ckptview.core.read import torch_pickle
-from ckptview.core.read.fast_pickle import fast_unpickle, scan
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.pickle_reader import StubObject, unpickle
-from ckptview.core.read.torch_globals import EMULATORS, resolve_constant
+from ckptview.core.read.pickle import torch_tree as torch_pickle
+from ckptview.core.read.pickle.fast import fast_unpickle, scan
+from ckptview.core.read.pickle.torch_globals import EMULATORS, resolve_constant
+from ckptview.core.read.pickle.vm import StubObject, unpickle
 
 
 def _snapshot(path: Path) -> tuple:
@@ -127,7 +127,7 @@ def test_torch_state_dicts_take_the_fast_path(tmp_path, monkeypatch):
     assert type(ckpt.tensors()[0].info.storage) is Storage
     ckpt.close()
     # Values are those torch reads.
-    from ckptview.core.read.values import read_values
+    from ckptview.core.read.values.reading import read_values
 
     ckpt = open_checkpoint(str(path))
     loaded = torch.load(path, weights_only=True)

@@ -21,7 +21,7 @@ from ckptview import cli
 from ckptview.commands.info import info_dict
 from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.read.values.reading import iter_chunks, read_values
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from ckptview import cli
 from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.read.values.reading import iter_chunks, read_values
 
 # Work bound per file, in CPU seconds of this process (not wall time: a busy CI machine does not move it).
 # Every file opens in well under half a second; a file that made the reader loop or re-expand data would
@@ -158,7 +158,7 @@ MEMORY_SCRIPT = """
 import json, resource, sys, time
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values import iter_chunks, read_values
+from ckptview.core.read.values.reading import iter_chunks, read_values
 
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

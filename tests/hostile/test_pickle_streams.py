@@ -18,8 +18,8 @@ from ckptview import cli
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.formats.torch_legacy import MAGIC_NUMBER
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.pickle_stream import MAX_PICKLES
-from ckptview.core.read.values import read_values
+from ckptview.core.read.pickle.stream import MAX_PICKLES
+from ckptview.core.read.values.reading import read_values
 
 torch = pytest.importorskip("torch")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ckptview.core.perf import keep_out_of_collections
+from ckptview.core.gc_policy import keep_out_of_collections
 
 # Set by the console script (`cli.entry`) for the commands whose process ends right after their output
 # (`info`, `diff`): what they built is then kept, out of the collector's view, instead of being freed

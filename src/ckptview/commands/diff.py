@@ -8,10 +8,10 @@ from typing import Any
 
 from ckptview.commands import keep_until_exit
 from ckptview.commands.info import write_json, write_json_stream
-from ckptview.core.analyze.align import parse_mapping
-from ckptview.core.analyze.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
+from ckptview.core.compare.align import parse_mapping
+from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
 from ckptview.core.errors import CheckpointError
-from ckptview.core.perf import paused_gc
+from ckptview.core.gc_policy import paused_gc
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.core.units import plural, shape_str

@@ -10,10 +10,10 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, run_export, select_tensors
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, plural
-from ckptview.core.write.export import FORMATS, ExportResult, plan_export, run_export, select_tensors
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
-from ckptview.commands import series_live
-from ckptview.core.analyze.series import SERIES_CHUNK_ELEMS, SeriesResult, TensorSeries
+from ckptview.commands import series_options as series_live
+from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS, SeriesResult, TensorSeries
 from ckptview.core.text import printable
 
 MAX_ERROR_LINES = 20

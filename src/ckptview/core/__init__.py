@@ -1,5 +1,6 @@
 """The Qt-free core of ckptview: readers, tree, values, statistics, diff, export, runner."""
 
+from ckptview.core.checkpoint import Checkpoint, Node, Storage, TensorEntry, TensorInfo
 from ckptview.core.errors import (
     Cancelled,
     CheckpointError,
@@ -7,7 +8,6 @@ from ckptview.core.errors import (
     NotACheckpointError,
     TensorDataError,
 )
-from ckptview.core.model import Checkpoint, Node, Storage, TensorEntry, TensorInfo
 from ckptview.core.read.open import open_checkpoint
 
 __all__ = [

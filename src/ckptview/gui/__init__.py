@@ -1,1 +1,1 @@
-"""The PySide6 window: a thin layer over `ckptview.core` (extension points in `ckptview.gui.panels`)."""
+"""The PySide6 window: a thin layer over `ckptview.core` (extension points in `ckptview.gui.panels.registry`)."""

@@ -13,7 +13,7 @@ an index is refused, not recursed into). A nested open (an index's shards, a tra
 a DCP folder) passes a context derived from its own (`in_index`, `with_session`).
 
 Reads of tensor values get their read-ahead the same way: a walk makes a `files.ReadAhead` and hands it
-to the value reads (`values.iter_chunks(info, ahead=...)`); see `ckptview.core.read.files`.
+to the value reads (`values.iter_chunks(info, ahead=...)`); see `ckptview.core.read.bytes.files`.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, BinaryIO
 
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.read import files
-from ckptview.core.read.files import FileIdentity, FileMap
+from ckptview.core.read.bytes import files
+from ckptview.core.read.bytes.files import FileIdentity, FileMap
 
 if TYPE_CHECKING:
-    from ckptview.core.read.remote import Session
+    from ckptview.core.read.bytes.remote import Session
 
 __all__ = ["DEFAULT", "ReaderContext", "Source"]
 

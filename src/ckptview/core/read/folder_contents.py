@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ckptview.core.read import files
+from ckptview.core.read.bytes import files
 
 MAX_SNIFFED = 200  # entries of a folder looked at; a bigger folder is described by its first ones
 _HEAD_BYTES = 4096

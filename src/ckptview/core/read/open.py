@@ -6,11 +6,10 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
+from ckptview.core.checkpoint import BoundedWarnings, Checkpoint
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import BoundedWarnings, Checkpoint
-from ckptview.core.read import files
-from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.files import (
+from ckptview.core.read.bytes import files
+from ckptview.core.read.bytes.files import (
     FileIdentity,
     folder_identities,
     io_error,
@@ -18,10 +17,11 @@ from ckptview.core.read.files import (
     open_regular,
     stat_checked,
 )
+from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats import readers
 
 if TYPE_CHECKING:
-    from ckptview.core.read.remote import Session
+    from ckptview.core.read.bytes.remote import Session
 
 HEAD_BYTES = 4096
 
@@ -71,7 +71,7 @@ def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
     It reads through the session of the enclosing open (`ctx.session`) when `url` lies below its root
     (the shards of an index, the parts of a folder): one transfer counts them all.
     """
-    from ckptview.core.read import remote
+    from ckptview.core.read.bytes import remote
 
     remote.require_extra(url)
     session = remote.opening(url, ctx.session)
@@ -79,7 +79,7 @@ def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
 
 
 def _open_url_in(url: str, session: Session, ctx: ReaderContext) -> Checkpoint:
-    from ckptview.core.read import remote
+    from ckptview.core.read.bytes import remote
 
     try:
         try:

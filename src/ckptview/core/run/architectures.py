@@ -3,7 +3,7 @@
 A forward pass with no code of the user's own needs the model's class. It comes from an installed library
 (transformers, diffusers, timm, torchvision), never from the file's folder: `config.json` is read as JSON,
 and a config that names code shipped beside the weights (`auto_map`) is refused. The worker builds the class
-by name from the library's own registry (`core/run/run_library.py`).
+by name from the library's own registry (`core/run/worker/library.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptview.core.run.run_inputs import InputSpec
+from ckptview.core.run.input_specs import InputSpec
 
 MAX_CONFIG_BYTES = 4 << 20  # a config.json larger than this is not a model config
 EXTRA = "pip install 'ckptview[models]'"
@@ -68,7 +68,7 @@ def config_path(path: str) -> str | None:
 def read_config(path: str) -> dict[str, Any]:
     """A config.json as data; ArchitectureRefused when it is not one JSON object of bounded size."""
     from ckptview.core.errors import CheckpointError
-    from ckptview.core.read.files import open_regular, special_kind
+    from ckptview.core.read.bytes.files import open_regular, special_kind
 
     try:
         st = os.stat(path)
@@ -175,7 +175,7 @@ def recognize_by_keys(tensors: dict[str, Any]) -> Architecture | None:
 def recognize_checkpoint(path: str) -> Architecture | None:
     """`recognize` for a checkpoint on disk, its keys read by the safe reader; ArchitectureRefused also when
     the architecture's library is not installed."""
-    from ckptview.core.run.runner import state_dict_tensors
+    from ckptview.core.run.request import state_dict_tensors
 
     tensors = state_dict_tensors(path)
     if tensors is None:

@@ -25,7 +25,7 @@ class ModelClass:
 def classes_in_file(path: str) -> list[ModelClass]:
     """Top-level classes of a Python file in source order; nothing in the file runs."""
     from ckptview.core.errors import CheckpointError
-    from ckptview.core.read.files import open_regular
+    from ckptview.core.read.bytes.files import open_regular
 
     try:
         size = os.path.getsize(path)

@@ -16,7 +16,7 @@ import functools
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ckptview.core.model import Checkpoint
+    from ckptview.core.checkpoint import Checkpoint
     from ckptview.core.read.context import ReaderContext, Source
 
 

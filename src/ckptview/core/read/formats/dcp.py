@@ -8,7 +8,7 @@ What torch (2.x, FileSystemWriter default) writes into a `.distcp` file: one rec
 back. A tensor chunk's record is a complete `torch.save(chunk)` zip archive; a non-tensor item's
 record is the `torch.save(obj)` zip of that object. The metadata's `_StorageInfo(relative_path,
 offset, length)` locates each record. A tensor's value is assembled from its chunk records on demand
-(`ckptview.core.read.assembled`).
+(`ckptview.core.read.values.assembled`).
 
 Each tensor's `info.extra["shards"]` lists its chunks: `{"file", "offsets", "sizes", "byte_offset",
 "byte_length"}`; offsets/sizes are the chunk's place in the global tensor, byte_offset/byte_length the
@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.checkpoint import Checkpoint, Node, NodeKind, OpenFiles, Storage, TensorInfo
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
-from ckptview.core.model import Checkpoint, Node, NodeKind, OpenFiles, Storage, TensorInfo
-from ckptview.core.read import files as cfiles
-from ckptview.core.read.assembled import AssembledSource, Chunk, coverage_problem
+from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.files import FileIdentity, FileMap, folder_identities, open_regular
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.files import FileIdentity, FileMap, folder_identities, open_regular
 from ckptview.core.read.formats.torch_zip import load_embedded
-from ckptview.core.read.pickle_reader import StubObject
-from ckptview.core.read.torch_pickle import load_torch_pickle, unsafe_of
-from ckptview.core.read.tree import build_tree
+from ckptview.core.read.pickle.to_tree import build_tree
+from ckptview.core.read.pickle.torch_tree import load_torch_pickle, unsafe_of
+from ckptview.core.read.pickle.vm import StubObject
+from ckptview.core.read.values.assembled import AssembledSource, Chunk, coverage_problem
 
 NAME = "dcp"
 PRIORITY = 110  # above torch-zip: a `.distcp` file is a run of zips that torch-zip would half-read

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ckptview.core.checkpoint import BoundedWarnings, Checkpoint, Node, OpenFiles
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import BoundedWarnings, Checkpoint, Node, OpenFiles
-from ckptview.core.read import files as cfiles
+from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.files import FileIdentity, open_regular
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.files import FileIdentity, open_regular
 
 NAME = "hf-sharded"
 PRIORITY = 60

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointError
-from ckptview.core.model import Checkpoint
+from ckptview.core.read.bytes.sources import FileMap
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.pickle_reader import unpickle
-from ckptview.core.read.pickle_stream import PickleStream, inert_persistent_id
-from ckptview.core.read.sources import FileMap
-from ckptview.core.read.torch_pickle import make_checkpoint
+from ckptview.core.read.pickle.stream import PickleStream, inert_persistent_id
+from ckptview.core.read.pickle.torch_tree import make_checkpoint
+from ckptview.core.read.pickle.vm import unpickle
 
 NAME = "pickle"
 PRIORITY = 10

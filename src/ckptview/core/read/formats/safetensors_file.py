@@ -8,9 +8,10 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.checkpoint import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.jobs import Progress, drain
-from ckptview.core.model import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
+from ckptview.core.read.bytes.sources import FileMap, FileSlice
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats.safetensors_header import (
     MAX_HEADER,  # noqa: F401 - part of this reader's limits
@@ -20,8 +21,7 @@ from ckptview.core.read.formats.safetensors_header import (
     parse_whole,
     read_header_bytes,
 )
-from ckptview.core.read.sources import FileMap, FileSlice
-from ckptview.core.read.torch_globals import check_view
+from ckptview.core.read.pickle.torch_globals import check_view
 from ckptview.core.text import elide
 
 NAME = "safetensors"

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.read import files as cfiles
-from ckptview.core.read.files import FileIdentity, open_regular
+from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.files import FileIdentity, open_regular
 
 MAX_HEADER = 100 << 20  # the safetensors library refuses headers over 100 MB too
 PIECE_BYTES = 256 << 10  # ~3 ms of parsing: other threads wait no longer than that for the lock

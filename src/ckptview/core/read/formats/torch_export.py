@@ -16,16 +16,16 @@ import re
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import MODULE_PART, Checkpoint, Node, OpenFiles, Storage, TensorInfo
-from ckptview.core.read import files as cfiles
-from ckptview.core.read.census import census
+from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.sources import ZipMember
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats.torch_zip import ZipArchive
-from ckptview.core.read.sources import ZipMember
-from ckptview.core.read.torch_globals import check_view
-from ckptview.core.read.torch_pickle import unsafe_of
-from ckptview.core.read.tree import build_tree
+from ckptview.core.read.pickle.census import census
+from ckptview.core.read.pickle.to_tree import build_tree
+from ckptview.core.read.pickle.torch_globals import check_view
+from ckptview.core.read.pickle.torch_tree import unsafe_of
 
 NAME = "torch-export"
 PRIORITY = 120  # above torch-zip, which declines a .pt2 (no data.pkl)

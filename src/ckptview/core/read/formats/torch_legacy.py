@@ -14,15 +14,15 @@ import struct
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.model import Checkpoint, Storage
+from ckptview.core.read.bytes.sources import FileMap, FileSlice
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats import plain_pickle
-from ckptview.core.read.pickle_reader import StubObject
-from ckptview.core.read.pickle_stream import PickleStream
-from ckptview.core.read.sources import FileMap, FileSlice
-from ckptview.core.read.torch_globals import StorageClass
-from ckptview.core.read.torch_pickle import make_checkpoint
+from ckptview.core.read.pickle.stream import PickleStream
+from ckptview.core.read.pickle.torch_globals import StorageClass
+from ckptview.core.read.pickle.torch_tree import make_checkpoint
+from ckptview.core.read.pickle.vm import StubObject
 from ckptview.core.text import printable
 
 NAME = "torch-legacy"
@@ -44,7 +44,7 @@ def sniff(source: Source) -> bool:
 
 def refuse_tar(fmap: FileMap) -> None:
     """Refuse a file torch.load would read as its oldest (tar) format: what ckptview lists is not what it loads."""
-    from ckptview.core.read.census import is_torch_tar
+    from ckptview.core.read.pickle.census import is_torch_tar
 
     if is_torch_tar(fmap):
         raise CheckpointFormatError("ambiguous file: torch.load reads it as a tar archive (torch's oldest format), "

@@ -10,16 +10,16 @@ import zlib
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
-from ckptview.core.model import Checkpoint, Storage
-from ckptview.core.read import files as cfiles
-from ckptview.core.read.census import census
+from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.sources import FileMap, ZipMember
+from ckptview.core.read.bytes.zipdir import ZipEntry, case_collision, read_central_directory
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.pickle_reader import StubObject
-from ckptview.core.read.sources import FileMap, ZipMember
-from ckptview.core.read.torch_globals import StorageClass
-from ckptview.core.read.torch_pickle import load_torch_pickle, make_checkpoint
-from ckptview.core.read.zipdir import ZipEntry, case_collision, read_central_directory
+from ckptview.core.read.pickle.census import census
+from ckptview.core.read.pickle.torch_globals import StorageClass
+from ckptview.core.read.pickle.torch_tree import load_torch_pickle, make_checkpoint
+from ckptview.core.read.pickle.vm import StubObject
 
 NAME = "torch-zip"
 PRIORITY = 100

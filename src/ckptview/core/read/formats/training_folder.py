@@ -23,11 +23,11 @@ import json
 import re
 from typing import Any
 
+from ckptview.core.checkpoint import Checkpoint, Node, OpenFiles
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.model import Checkpoint, Node, OpenFiles
-from ckptview.core.read import files as cfiles
+from ckptview.core.read.bytes import files as cfiles
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.tree import build_tree
+from ckptview.core.read.pickle.to_tree import build_tree
 
 NAME = "training-folder"
 PRIORITY = 120  # above DCP and Hub folders: a step folder holds one of those and more

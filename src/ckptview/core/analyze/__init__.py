@@ -1,1 +1,0 @@
-"""Figures over what was read: statistics, histograms, heat-maps, optimizer mapping, training summaries, diffs and runs of checkpoints; the analysis object panels share."""

@@ -1,0 +1,412 @@
+"""The inert description of a checkpoint: a tree of nodes, tensors and the storages behind them.
+
+Nothing here reads tensor bytes; `ckptview.core.read.values.reading` does that on demand.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, Protocol, SupportsIndex
+
+from ckptview.core import dtypes
+
+PathKey = str | int
+
+
+class ReprKey(str):
+    """A path component written as the repr() of a key that was neither a str nor an int in the file
+    (2.5, ('a', 1)): it reads and prints as that text, but is no module path (no split at its dots)."""
+
+    __slots__ = ()
+NodeKind = Literal["dict", "list", "tuple", "set", "object", "tensor", "value"]
+
+
+class ByteSource(Protocol):
+    """Where a storage's bytes live; `open_buffer` maps or reads them only when called."""
+
+    def describe(self) -> str: ...
+
+    def open_buffer(self) -> memoryview: ...
+
+
+@dataclass(eq=False, slots=True, repr=False)
+class Storage:
+    """One storage record: a flat run of `numel` elements of `dtype` saved from `device`."""
+
+    key: str
+    dtype: str
+    numel: int
+    device: str = "cpu"
+    source: ByteSource | None = None
+    byteorder: str = "little"
+    # Set by the reader when the record is absent or cannot hold `nbytes`.
+    broken: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtypes.itemsize(self.dtype)
+
+    def __repr__(self) -> str:
+        # Shown as a value when a file saves a storage itself (torch.save(t.untyped_storage())).
+        broken = f", broken: {self.broken}" if self.broken else ""
+        return (f"storage '{self.key}' of {self.numel} x {self.dtype} ({self.nbytes} bytes) "
+                f"saved on {self.device}{broken}")
+
+
+_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+
+
+class TensorInfo:
+    """A tensor as the file describes it: a strided view over a Storage.
+
+    Written out rather than a dataclass: slots keep it ~300 bytes smaller (a listing holds 100,000 of
+    them), and `__weakref__` stays, because the window caches results in weak dictionaries keyed by it
+    (`dataclass(slots=True, weakref_slot=True)` needs Python 3.11). Equality is identity.
+    """
+
+    __slots__ = ("__weakref__", "_extra", "broken", "dtype", "is_parameter", "layout", "offset",
+                 "requires_grad", "shape", "storage", "stride")
+
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int  # storage offset, in elements of `dtype`
+    storage: Storage | None
+    requires_grad: bool
+    is_parameter: bool
+    layout: str
+    broken: str | None
+
+    def __init__(self, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
+                 storage: Storage | None, requires_grad: bool = False, is_parameter: bool = False,
+                 layout: str = "strided", extra: Mapping[str, Any] | None = None, broken: str | None = None) -> None:
+        self.dtype, self.shape, self.stride, self.offset, self.storage = dtype, shape, stride, offset, storage
+        self.requires_grad, self.is_parameter, self.layout = requires_grad, is_parameter, layout
+        # Most tensors have none: no empty dict each (8 MB at 100,000); a given mapping is copied.
+        self._extra: dict[str, Any] | None = dict(extra) if extra else None
+        self.broken = broken
+
+    @property
+    def extra(self) -> Mapping[str, Any]:
+        """Anything else the reader learned (quantization scale/zero point, shard layout, rebuild
+        function); read-only: `set_extra` adds to it."""
+        extra = self._extra
+        return _NO_EXTRA if extra is None else MappingProxyType(extra)
+
+    def set_extra(self, key: str, value: Any) -> None:
+        if self._extra is None:
+            self._extra = {}
+        self._extra[key] = value
+
+    def __repr__(self) -> str:
+        return (f"TensorInfo(dtype={self.dtype!r}, shape={self.shape!r}, stride={self.stride!r}, "
+                f"offset={self.offset!r}, storage={self.storage!r}, requires_grad={self.requires_grad!r}, "
+                f"is_parameter={self.is_parameter!r}, layout={self.layout!r}, extra={dict(self.extra)!r}, "
+                f"broken={self.broken!r})")
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the logical tensor (numel x itemsize), whatever the storage holds."""
+        return self.numel * dtypes.itemsize(self.dtype)
+
+    @property
+    def device(self) -> str:
+        return self.storage.device if self.storage is not None else self.extra.get("device", "meta")
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.stride), strict=False):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+
+# Where a pickled nn.Module held a tensor, set by the tree builder in `TensorInfo.extra[MODULE_PART]`:
+# "parameter", "buffer" or "non-persistent buffer" (a buffer its module leaves out of `state_dict()`).
+MODULE_PART = "module_part"
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    """One item of the checkpoint tree: a container, a tensor or a plain value."""
+
+    key: PathKey
+    kind: NodeKind
+    type_name: str = ""
+    # Leaves (most nodes) share one empty tuple; `add` gives a node its own list on the first child.
+    children: list[Node] | tuple[()] = ()
+    tensor: TensorInfo | None = None
+    value: Any = None
+    parent: Node | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> tuple[PathKey, ...]:
+        parts: list[PathKey] = []
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            parts.append(node.key)
+            node = node.parent
+        return tuple(reversed(parts))
+
+    @property
+    def name(self) -> str:
+        return join_path(self.path)
+
+    def add(self, child: Node) -> Node:
+        child.parent = self
+        if self.children:
+            self.children.append(child)
+        else:
+            self.children = [child]
+        return child
+
+    def walk(self) -> Iterator[Node]:
+        """This node and every descendant, depth first, in file order (iterative: no recursion limit)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+
+def join_path(path: tuple[PathKey, ...] | list[PathKey]) -> str:
+    """The contract's tensor name: path components joined by '.'."""
+    return ".".join(map(str, path))
+
+
+@dataclass(eq=False, slots=True)  # not frozen: a frozen dataclass costs 4x to build, 100,000 times per listing
+class TensorEntry:
+    """A tensor with its contract name and path, as `Checkpoint.tensors()` lists it (read-only by convention)."""
+    name: str
+    path: tuple[PathKey, ...]
+    info: TensorInfo
+    node: Node
+
+
+MAX_WARNINGS = 100
+
+
+class BoundedWarnings(list[str]):
+    """A checkpoint's warnings: the first MAX_WARNINGS kept, the rest counted in a last "... and N more".
+
+    A hostile file can produce a million warnings (one per broken entry); the list stays small whatever
+    a reader appends, and every reader gets the same bound by appending to `Checkpoint.warnings`.
+    """
+
+    def __init__(self, items: Any = (), limit: int = MAX_WARNINGS) -> None:
+        super().__init__()
+        self.limit = limit
+        self.dropped = 0
+        self.dropped_broken = 0  # of those, "tensor '...' is broken: ..." lines (counted apart on open)
+        self.extend(items)
+
+    def kept(self) -> list[str]:
+        """The warnings kept, without the "... and N more" line."""
+        return list(self[:-1] if self.dropped else self)
+
+    def _summary(self) -> str:
+        return f"... and {self.dropped} more warning{'s' if self.dropped != 1 else ''}"
+
+    def append(self, item: str) -> None:
+        """Keep `item` while under the limit, else count it."""
+        kept = len(self) - (1 if self.dropped else 0)
+        if kept < self.limit:
+            if self.dropped:
+                super().insert(kept, item)
+            else:
+                super().append(item)
+            return
+        self.dropped += 1
+        if item.startswith("tensor '") and " is broken: " in item:
+            self.dropped_broken += 1
+        if self.dropped == 1:
+            super().append(self._summary())
+        else:
+            self[-1] = self._summary()
+
+    def extend(self, items: Any) -> None:
+        """Append each of `items` (bounded)."""
+        for item in items:
+            self.append(item)
+
+    def insert(self, index: SupportsIndex, item: str) -> None:
+        """Insert `item` (a leading summary line); the last kept warning is counted instead when full."""
+        kept = len(self) - (1 if self.dropped else 0)
+        super().insert(min(operator.index(index), kept), item)
+        if kept + 1 > self.limit:
+            super().pop(kept)
+            self.dropped += 1
+            if self.dropped == 1:
+                super().append(self._summary())
+            else:
+                self[-1] = self._summary()
+
+    # list.__iadd__ takes any iterable where list.__add__ takes only lists: typeshed silences the same.
+    def __iadd__(self, items: Iterable[str]) -> BoundedWarnings:  # type: ignore[override,misc]
+        self.extend(items)
+        return self
+
+
+class OpenFiles:
+    """The files a checkpoint holds open: their one owner, closed with the checkpoint.
+
+    Readers hand over what they opened (a list of file maps, or an iterable evaluated when needed: a DCP
+    folder opens its files on first read); composite readers (sharded folders, training folders) hand over
+    their parts' OpenFiles. Iterating gives every file opened so far.
+    """
+
+    def __init__(self, *sources: Iterable[Any]) -> None:
+        self._sources = list(sources)
+
+    def add(self, source: Iterable[Any]) -> None:
+        """Own the files of `source` too (a list of file maps, or another OpenFiles)."""
+        self._sources.append(source)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([fmap for source in self._sources for fmap in source])
+
+    def close(self) -> None:
+        """Close every file (a map still viewed closes when the view goes)."""
+        for fmap in self:
+            fmap.close()
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """What a reader found in a file: the tree plus what the file referenced and what looked wrong."""
+
+    path: str
+    format: str
+    file_size: int
+    root: Node
+    globals: list[str] = field(default_factory=list)
+    unsafe_globals: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    files: OpenFiles = field(default_factory=OpenFiles, repr=False)  # what the reader opened, to close
+    _tensors: list[TensorEntry] | None = field(default=None, repr=False)
+    _by_name: dict[str, TensorInfo] | None = field(default=None, repr=False)
+    _sharing: dict[str, list[str]] | None = field(default=None, repr=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "warnings" and not isinstance(value, BoundedWarnings):
+            value = BoundedWarnings(value)  # one bound for every reader, whatever list it built
+        object.__setattr__(self, name, value)
+
+    def changed_on_disk(self) -> str | None:
+        """What changed on disk since this checkpoint was opened ("PATH: size 10 -> 0 bytes"), else None.
+
+        Cheap (one stat per file), so a window can poll it; reading values of a changed file raises
+        `FileChangedError` whether or not anyone asked.
+        """
+        from ckptview.core.read.bytes.sources import changed_on_disk
+
+        return changed_on_disk(self)
+
+    def tensors(self) -> list[TensorEntry]:
+        """Every tensor in file order, with its contract name and path."""
+        if self._tensors is None:
+            from ckptview.core.gc_policy import paused_gc
+
+            entries: list[TensorEntry] = []
+            append = entries.append
+            root = self.root
+            if root.kind == "tensor" and root.tensor is not None:
+                append(TensorEntry("", (), root.tensor, root))
+            # Depth first in file order: a stack of (children left, path, name prefix) per open container,
+            # so names and paths grow by one key instead of being joined from the root for every tensor.
+            stack: list[tuple[Iterator[Node], tuple[PathKey, ...], str]] = [(iter(root.children), (), "")]
+            with paused_gc():
+                while stack:
+                    children, path, prefix = stack[-1]
+                    for child in children:
+                        key = child.key
+                        if child.kind == "tensor" and child.tensor is not None:
+                            append(TensorEntry(prefix + str(key), (*path, key), child.tensor, child))
+                        if child.children:
+                            stack.append((iter(child.children), (*path, key), f"{prefix}{key}."))
+                            break
+                    else:
+                        stack.pop()
+            self._tensors = entries
+        return self._tensors
+
+    def value_entries(self) -> Iterator[tuple[str, tuple[PathKey, ...], Node]]:
+        """(name, path, node) of every non-tensor leaf, in file order, paths built during one walk."""
+        root = self.root
+        if root.kind == "value":  # the whole file is one value: torch.save(5)
+            yield "", (), root
+            return
+        # As tensors(): (children left, path, name prefix) per open container; tensor leaves cost a check.
+        stack: list[tuple[Iterator[Node], tuple[PathKey, ...], str]] = [(iter(root.children), (), "")]
+        while stack:
+            children, path, prefix = stack[-1]
+            for child in children:
+                if child.kind == "value":
+                    yield prefix + str(child.key), (*path, child.key), child
+                elif child.children:
+                    key = child.key
+                    stack.append((iter(child.children), (*path, key), f"{prefix}{key}."))
+                    break
+            else:
+                stack.pop()
+
+    def values(self) -> list[Node]:
+        """Every non-tensor leaf (numbers, strings, None, bools, stubs without state)."""
+        return [n for n in self.root.walk() if n.kind == "value"]  # the root too: torch.save(5)
+
+    def tensor(self, name: str) -> TensorInfo:
+        """The tensor called `name`; KeyError when absent."""
+        if self._by_name is None:
+            self._by_name = {}
+            for entry in self.tensors():
+                self._by_name.setdefault(entry.name, entry.info)  # the first, if a name repeats
+        return self._by_name[name]
+
+    def sharing(self) -> dict[str, list[str]]:
+        """name -> names of the other tensors over the same storage (only tensors that share one)."""
+        if self._sharing is None:
+            from ckptview.core.gc_policy import paused_gc
+
+            first: dict[int, str] = {}  # id(storage) -> the first tensor over it
+            groups: dict[int, list[str]] = {}  # only storages with two tensors or more get a list
+            with paused_gc():
+                entries = self.tensors()
+                if len({id(e.info.storage) for e in entries}) == len(entries):
+                    # Every tensor over a storage of its own (safetensors always; at most one without one).
+                    self._sharing = {}
+                    return self._sharing
+                for entry in entries:
+                    storage = entry.info.storage
+                    if storage is not None:
+                        key = id(storage)
+                        if key in first:
+                            groups.setdefault(key, [first[key]]).append(entry.name)
+                        else:
+                            first[key] = entry.name
+                self._sharing = {name: [n for n in names if n != name]
+                                 for names in groups.values() if len(names) > 1 for name in names}
+        return self._sharing
+
+    def drop_caches(self) -> list[Any]:
+        """Forget the listing caches (tensors, names, sharing) and return what they held, for a caller that
+        frees it a slice at a time (the window closing a tab of 900,000 tensors)."""
+        held: list[Any] = [self._tensors] if self._tensors is not None else []
+        self._tensors = self._by_name = self._sharing = None
+        return held
+
+    def close(self) -> None:
+        """Release mapped files."""
+        from ckptview.core.read.bytes.sources import close_all
+
+        close_all(self)

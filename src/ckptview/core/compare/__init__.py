@@ -1,0 +1,1 @@
+"""Comparing two checkpoints: tensors aligned by name, figures of their differences, sections."""

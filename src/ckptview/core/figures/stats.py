@@ -1,0 +1,341 @@
+"""Exact statistics of tensor values, streamed in chunks so memory stays bounded (Qt-free, no torch).
+
+Conventions (the same in the GUI, ``ckptview info --stats`` and the tests):
+
+- NaN, +Inf and -Inf are counted exactly and never poison the other figures: mean, std, min, max,
+  abs_max and l2 are computed over the *finite* values only.
+- ``std`` is the sample standard deviation (Bessel's correction, ``torch.std``'s default
+  ``correction=1``); it is ``None`` for fewer than two finite values.
+- ``mean``/``std``/``min``/``max``/``abs_max`` are ``None`` when there is no finite value; ``l2`` is
+  then ``0.0`` (the norm of nothing).
+- Integer tensors give integer ``min``/``max``/``abs_max``; their sums accumulate in float64.
+  Bool tensors are read as 0/1, so ``mean`` is the fraction of ``True``.
+- Complex tensors are summarised by their magnitude ``|z|`` (so ``neginf`` is always 0).
+- Every floating dtype is accumulated in float64. Dtypes of at most 16 bits (bf16, fp16, fp8, int8,
+  int16, bool, ...) are counted per bit pattern instead: one fast pass gives a table of exact
+  value counts from which the statistics and any histogram follow without reading the tensor again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.jobs import drain as run_job  # noqa: F401 (kept under its old name: callers use it)
+
+if TYPE_CHECKING:
+    from ckptview.core.checkpoint import TensorInfo
+    from ckptview.core.read.bytes.files import ReadAhead
+
+DEFAULT_CHUNK_ELEMS = 1 << 22
+_BINCOUNT_SLICE = 1 << 19
+JSON_KEYS = ("numel", "mean", "std", "min", "max", "abs_max", "l2", "zeros", "nan", "posinf", "neginf")
+
+Number = int | float
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Exact figures of one tensor (or the merge of several); see the module docstring."""
+
+    numel: int = 0
+    mean: float | None = None
+    std: float | None = None
+    min: Number | None = None
+    max: Number | None = None
+    abs_max: Number | None = None
+    l2: float = 0.0
+    zeros: int = 0
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    # Kept so that partial results merge exactly (group rows): finite count and sum of squared deviations.
+    finite: int = field(default=0, repr=False)
+    m2: float = field(default=0.0, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract's ``"stats"`` object: exactly JSON_KEYS, floats as numbers, None as null."""
+        out: dict[str, Any] = {}
+        for key in JSON_KEYS:
+            value = getattr(self, key)
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None  # JSON has no NaN/Inf; only reachable on float64 overflow
+            out[key] = value
+        return out
+
+
+def _finish(
+    numel: int, finite: int, total: float, m2: float, lo: Number | None, hi: Number | None,
+    zeros: int, nan: int, posinf: int, neginf: int,
+) -> TensorStats:
+    if finite == 0:
+        return TensorStats(numel=numel, zeros=zeros, nan=nan, posinf=posinf, neginf=neginf)
+    mean = total / finite
+    m2 = max(m2, 0.0)
+    std = math.sqrt(m2 / (finite - 1)) if finite > 1 else None
+    assert lo is not None and hi is not None
+    return TensorStats(
+        numel=numel, mean=float(mean), std=std, min=lo, max=hi, abs_max=max(abs(lo), abs(hi)),
+        l2=math.sqrt(m2 + finite * mean * mean), zeros=zeros, nan=nan, posinf=posinf, neginf=neginf,
+        finite=finite, m2=m2,
+    )
+
+
+def merge_stats(parts: Iterable[TensorStats]) -> TensorStats:
+    """Aggregate figures of several tensors (a module's subtree) as if they were one flat tensor."""
+    numel = zeros = nan = posinf = neginf = finite = 0
+    mean = m2 = 0.0
+    lo: Number | None = None
+    hi: Number | None = None
+    for s in parts:
+        numel += s.numel
+        zeros += s.zeros
+        nan += s.nan
+        posinf += s.posinf
+        neginf += s.neginf
+        if s.finite == 0 or s.mean is None:
+            continue
+        n = finite + s.finite
+        delta = s.mean - mean
+        # Chan et al. pairwise merge: stable whatever the sizes of the parts.
+        m2 = m2 + s.m2 + delta * delta * finite * s.finite / n
+        mean = mean + delta * s.finite / n
+        finite = n
+        assert s.min is not None and s.max is not None
+        lo = s.min if lo is None else min(lo, s.min)
+        hi = s.max if hi is None else max(hi, s.max)
+    return _finish(numel, finite, mean * finite, m2, lo, hi, zeros, nan, posinf, neginf)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Value tables: exact counts per bit pattern for dtypes of at most 16 bits.
+
+
+@dataclass(frozen=True)
+class ValueTable:
+    """Exact multiset of a small-dtype tensor: the distinct ``values`` (float64) and their ``counts``."""
+
+    values: np.ndarray
+    counts: np.ndarray
+    integer: bool
+
+    def stats(self) -> TensorStats:
+        """Statistics of the multiset, with the same conventions as the streamed path."""
+        v, c = self.values, self.counts
+        numel = int(c.sum())
+        nan = int(c[np.isnan(v)].sum())
+        posinf = int(c[v == np.inf].sum())
+        neginf = int(c[v == -np.inf].sum())
+        keep = np.isfinite(v) & (c > 0)
+        v, c = v[keep], c[keep].astype(np.float64)
+        finite = int(c.sum())
+        zeros = int(c[v == 0].sum())
+        if finite == 0:
+            return _finish(numel, 0, 0.0, 0.0, None, None, zeros, nan, posinf, neginf)
+        total = float(np.dot(c, v))
+        mean = total / finite
+        d = v - mean
+        m2 = float(np.dot(c, d * d))
+        lo, hi = float(v.min()), float(v.max())
+        if self.integer:
+            lo, hi = int(lo), int(hi)
+        return _finish(numel, finite, total, m2, lo, hi, zeros, nan, posinf, neginf)
+
+
+def _table_dtype(dtype: np.dtype) -> np.dtype | None:
+    """Unsigned view type whose bit patterns index a value table, or None when too wide or complex."""
+    if dtype.kind == "c" or dtype.itemsize > 2:
+        return None
+    if dtype.kind in "fiubV":
+        return np.dtype(np.uint8 if dtype.itemsize == 1 else np.uint16)
+    return None
+
+
+def _pattern_values(dtype: np.dtype) -> np.ndarray:
+    """float64 value of every bit pattern of a <=16-bit dtype."""
+    bits: np.ndarray = np.arange(1 << (8 * dtype.itemsize), dtype=_table_dtype(dtype))
+    if dtype.kind == "b":
+        nonzero: np.ndarray = bits != 0
+        return nonzero.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # NaN bit patterns are expected here
+        return bits.view(dtype).astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The streamed pass.
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Result of one pass over a tensor: its statistics and, for small dtypes, the exact value table."""
+
+    stats: TensorStats
+    table: ValueTable | None = None
+
+
+class _Moments:
+    """Running figures of the wide-dtype path, merged chunk by chunk in float64."""
+
+    def __init__(self, integer: bool) -> None:
+        self.integer = integer
+        self.numel = self.zeros = self.nan = self.posinf = self.neginf = 0
+        self.part: TensorStats = TensorStats()
+
+    def add(self, chunk: np.ndarray, weight: int = 1) -> None:
+        """Add the values of `chunk`, each counted `weight` times."""
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in a sum is handled below
+            self._add(chunk.reshape(-1), weight)
+
+    def _add(self, chunk: np.ndarray, weight: int) -> None:
+        self.numel += chunk.size * weight
+        if chunk.size == 0:
+            return
+        if chunk.dtype.kind == "c":
+            # Magnitude computed in double precision; NaN/Inf parts stay NaN/Inf.
+            chunk = np.abs(chunk.astype(np.complex128, copy=False))
+        lo: Number | None
+        hi: Number | None
+        if self.integer:
+            lo, hi = int(chunk.min()), int(chunk.max())
+            x = chunk.astype(np.float64)
+            finite = x
+        else:
+            x = chunk.astype(np.float64, copy=False)
+            lo = hi = None
+            total = float(x.sum())
+            finite = x
+            if not math.isfinite(total):  # any NaN/Inf (or float64 overflow): take the careful path
+                self.nan += int(np.count_nonzero(np.isnan(x))) * weight
+                self.posinf += int(np.count_nonzero(x == np.inf)) * weight
+                self.neginf += int(np.count_nonzero(x == -np.inf)) * weight
+                finite = x[np.isfinite(x)]
+        self.zeros += (finite.size - int(np.count_nonzero(finite))) * weight
+        n = finite.size
+        if n == 0:
+            return
+        mean = float(finite.sum()) / n
+        d = finite - mean
+        m2 = float(np.dot(d, d))
+        if lo is None:
+            lo, hi = float(finite.min()), float(finite.max())
+        # Each value repeated `weight` times: same mean, `weight` times the squared deviations.
+        chunk_stats = TensorStats(numel=n * weight, mean=mean, min=lo, max=hi, finite=n * weight, m2=m2 * weight)
+        self.part = merge_stats([self.part, chunk_stats])
+
+    def stats(self) -> TensorStats:
+        p = self.part
+        return _finish(
+            self.numel, p.finite, (p.mean or 0.0) * p.finite, p.m2, p.min, p.max,
+            self.zeros, self.nan, self.posinf, self.neginf,
+        )
+
+
+def iter_summary(
+    chunks: Iterable[np.ndarray], total: int = 0, token: CancelToken | None = None, weight: int = 1
+) -> Generator[Progress, None, Summary]:
+    """One pass over the chunks of a tensor's logical values; yields Progress, returns a Summary.
+
+    ``total`` is the number of elements expected (for progress only). Each value counts ``weight``
+    times (an expanded tensor's stored values: see ``ckptview.core.read.values.reading.expanded_parts``). Raises
+    ``Cancelled`` when ``token`` is cancelled between chunks.
+    """
+    counts: np.ndarray | None = None
+    view: np.dtype | None = None
+    first_dtype: np.dtype | None = None
+    moments: _Moments | None = None
+    done = 0
+    for chunk in chunks:
+        if token is not None:
+            token.check()
+        chunk = np.asarray(chunk)
+        if first_dtype is None:
+            first_dtype = chunk.dtype
+            view = _table_dtype(chunk.dtype)
+            if view is not None:
+                counts = np.zeros(1 << (8 * view.itemsize), dtype=np.int64)
+            else:
+                moments = _Moments(integer=chunk.dtype.kind in "iub")
+        if counts is not None:
+            assert view is not None  # counts are kept only for a dtype with a bit-pattern view
+            bits = chunk.reshape(-1).view(view)
+            # bincount copies its input as intp (4x a 16-bit chunk): feed it slices to bound that copy.
+            for start in range(0, bits.size, _BINCOUNT_SLICE):
+                part = np.bincount(bits[start : start + _BINCOUNT_SLICE], minlength=counts.size)
+                counts += part if weight == 1 else part * weight
+        else:
+            assert moments is not None
+            moments.add(chunk, weight)
+        done += chunk.size
+        yield Progress(done, max(total, done), "statistics")
+    if first_dtype is None:  # no chunk at all: an empty tensor
+        return Summary(TensorStats())
+    if counts is not None:
+        table = ValueTable(_pattern_values(first_dtype), counts, integer=first_dtype.kind in "iub")
+        return Summary(table.stats(), table)
+    assert moments is not None
+    return Summary(moments.stats())
+
+
+def compute_stats(chunks: Iterable[np.ndarray], token: CancelToken | None = None) -> TensorStats:
+    """Statistics of the values in ``chunks`` (plain-function form of :func:`iter_summary`)."""
+    return run_job(iter_summary(chunks, token=token)).stats
+
+
+# ---------------------------------------------------------------------------------------------------
+# Convenience over TensorInfo (values read lazily by ckptview.core.read.values.reading).
+
+
+def chunk_source(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+                 ahead: ReadAhead | None = None) -> Callable[[], Iterable[np.ndarray]]:
+    """A factory of fresh chunk iterators over ``info``'s values (multi-pass jobs call it again);
+    `ahead`: the read-ahead of the walk reading them."""
+    from ckptview.core.read.values.reading import iter_chunks
+
+    return lambda: iter_chunks(info, chunk_elems, ahead)
+
+
+MAX_COUNTED = 1 << 62  # element counts are int64 in the value tables
+
+
+def stored_part(info: TensorInfo) -> tuple[TensorInfo, int]:
+    """(what to read, how many times each value read counts): an expanded tensor's stored values only."""
+    from ckptview.core.errors import TensorDataError
+    from ckptview.core.read.values.reading import expanded_parts
+
+    if info.numel >= MAX_COUNTED:
+        raise TensorDataError(f"cannot compute figures: the tensor declares {info.numel} elements")
+    parts = expanded_parts(info)
+    return parts if parts is not None else (info, 1)
+
+
+def iter_tensor_summary(
+    info: TensorInfo, token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+    ahead: ReadAhead | None = None,
+) -> Generator[Progress, None, Summary]:
+    """Progress-yielding one-pass Summary of a tensor's values (an expanded tensor's: of what it stores)."""
+    part, weight = stored_part(info)
+    return iter_summary(chunk_source(part, chunk_elems, ahead)(), total=part.numel, token=token, weight=weight)
+
+
+def tensor_stats(
+    info: TensorInfo, token: CancelToken | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+    ahead: ReadAhead | None = None,
+) -> TensorStats:
+    """Exact statistics of one tensor."""
+    return run_job(iter_tensor_summary(info, token, chunk_elems, ahead)).stats
+
+
+def stats_json_for(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+                   ahead: ReadAhead | None = None) -> dict[str, Any]:
+    """The ``"stats"`` object of ``ckptview info --stats`` for one tensor."""
+    return tensor_stats(info, chunk_elems=chunk_elems, ahead=ahead).to_json()
+
+
+def group_stats(infos: Sequence[TensorInfo], token: CancelToken | None = None) -> TensorStats:
+    """Aggregate statistics over several tensors (a module)."""
+    return merge_stats(tensor_stats(info, token) for info in infos)

@@ -1,0 +1,181 @@
+"""Group a checkpoint tree by module path for display (Qt-free).
+
+A state dict stores ``encoder.layers.3.attn.q_proj.weight`` as one flat key; people think of it as the
+``weight`` of ``q_proj`` inside ``encoder > layers > 3 > attn``. :func:`group_tree` turns the core tree into
+rows where dotted keys are nested under synthetic *group* rows, and every row carries the totals (tensors,
+elements, bytes) of its subtree. The GUI's tree model is a thin adapter over these rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ckptview.core.checkpoint import Node
+from ckptview.core.gc_policy import paused_gc
+
+
+class Row:
+    """One display row: a core node (container, tensor, value) or a synthetic module group."""
+
+    __slots__ = ("label", "node", "name", "kind", "parent", "children", "tensors", "numel", "nbytes",
+                 "search_name")
+
+    def __init__(self, label: str, node: Node | None, name: str, kind: str, parent: Row | None) -> None:
+        self.label = label
+        self.node = node
+        self.name = name  # the contract name ("a.b.c"); for a group, the dotted prefix it stands for
+        self.kind = kind  # "group" for a synthetic module group, else the node's kind
+        self.parent = parent
+        self.children: list[Row] = []
+        self.tensors = 0
+        self.numel = 0
+        self.nbytes = 0
+        lowered = name.lower()
+        self.search_name = name if lowered == name else lowered  # one string, not two, for most names
+
+    @property
+    def is_group(self) -> bool:
+        """True for a synthetic module-path group (no node of its own)."""
+        return self.node is None
+
+    def walk(self) -> Iterator[Row]:
+        """This row and every row below it, depth first (iterative)."""
+        stack = [self]
+        while stack:
+            row = stack.pop()
+            yield row
+            stack.extend(reversed(row.children))
+
+    def __repr__(self) -> str:
+        return f"Row({self.name!r}, {self.kind}, {len(self.children)} children)"
+
+
+class ModuleGroup:
+    """A selected module-group row (``encoder > layers > 0``) as panels see it: a name and its tensors.
+
+    Group rows have no node of their own (the file stores flat dotted keys); this stands in for one in a
+    selection, so module rows are first-class wherever a tensor is (statistics and histogram over every
+    tensor below, export), and other panels can say why they show one tensor at a time.
+    """
+
+    kind = "module"
+    tensor = None
+    value = None
+    parent = None
+    children: tuple[Node, ...] = ()
+
+    def __init__(self, name: str, nodes: list[Node]) -> None:
+        self.name = name
+        self.key = name.rsplit(".", 1)[-1]
+        self.nodes = nodes  # the tensor nodes below the group, in display order
+
+    @classmethod
+    def of_row(cls, row: Row) -> ModuleGroup:
+        """The group standing for `row` (a synthetic group row)."""
+        return cls(row.name, [r.node for r in row.walk() if r.node is not None and r.node.kind == "tensor"])
+
+    def walk(self) -> Iterator[Node]:
+        """The tensor nodes below the group (a group has no node of its own)."""
+        return iter(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"ModuleGroup({self.name!r}, {len(self.nodes)} tensors)"
+
+
+# One selected row as the panels receive it: a node of the file, or a module group standing for one.
+Selected = Node | ModuleGroup
+
+
+def group_tree(root: Node) -> Row:
+    """The display rows of `root`, dotted string keys nested by module path, with subtree totals."""
+    with paused_gc():  # hundreds of thousands of rows and no garbage: skip the collector's passes
+        return _group_tree(root)
+
+
+def _group_tree(root: Node) -> Row:
+    top = Row("", root, "", root.kind, None)
+    if not root.children and root.kind in ("value", "object", "tensor"):
+        # The whole file is one value, e.g. a pickle whose top object is a call `os.system('...')`: show
+        # it as a row, so what the file would run is visible in the tree and the details.
+        top.children.append(Row("(root)", root, "", root.kind, top))
+        if root.kind == "tensor" and root.tensor is not None:
+            _add_totals(top, top.children)
+        return top
+    stack: list[tuple[Node, Row]] = [(root, top)]
+    tensors: list[Row] = []
+    while stack:
+        node, row = stack.pop()
+        groups: dict[str, Row] = {}
+        prefix_name = f"{row.name}." if row.name else ""
+        for child in node.children:
+            key = child.key
+            if type(key) is str and "." in key:  # a ReprKey (2.5, a tuple) is one row
+                prefix, _, label = key.rpartition(".")
+                parent = groups.get(prefix) or _group_for(row, prefix, groups)
+            else:
+                label, parent = str(key), row
+            child_row = Row(label, child, f"{prefix_name}{key}", child.kind, parent)
+            parent.children.append(child_row)
+            if child.children:
+                stack.append((child, child_row))
+            if child.kind == "tensor" and child.tensor is not None:
+                tensors.append(child_row)
+    _add_totals(top, tensors)
+    return top
+
+
+def _group_for(row: Row, prefix: str, groups: dict[str, Row]) -> Row:
+    """The group row for the dotted `prefix` under `row`, creating missing levels in first-seen order."""
+    found = groups.get(prefix)
+    if found is not None:
+        return found
+    head, _, label = prefix.rpartition(".")
+    parent = _group_for(row, head, groups) if head else row
+    group = Row(label, None, f"{parent.name}.{label}" if parent.name else label, "group", parent)
+    parent.children.append(group)
+    groups[prefix] = group
+    return group
+
+
+def _add_totals(top: Row, tensors: list[Row]) -> None:
+    # Push each tensor's numbers up its ancestor chain: no recursion (checkpoints may nest deeply),
+    # and the work is proportional to tensors x depth rather than to a full post-order pass.
+    for row in tensors:
+        node = row.node
+        assert node is not None and node.tensor is not None  # only tensor rows are passed here
+        info = node.tensor
+        numel, nbytes = info.numel, info.nbytes
+        up: Row | None = row
+        while up is not None:
+            up.tensors += 1
+            up.numel += numel
+            up.nbytes += nbytes
+            up = up.parent
+
+
+def find_row(top: Row, name: str) -> Row | None:
+    """The row whose contract name is `name` (a tensor, value, container or group), or None."""
+    for row in top.walk():
+        if row.name == name:
+            return row
+    return None
+
+
+def chart_rows(top: Row, limit: int = 12) -> list[tuple[str, int]]:
+    """(name, bytes) of the top-level modules, for a size-by-module chart.
+
+    Descends while a single child holds all the bytes (``{"state_dict": {...}}``, a lone ``model`` group),
+    so the chart shows the level where the file's bulk actually splits. Beyond `limit` the rest is summed.
+    """
+    row = top
+    while True:
+        heavy = [c for c in row.children if c.nbytes > 0]
+        if len(heavy) == 1 and heavy[0].children:
+            row = heavy[0]
+            continue
+        break
+    bars = sorted(((c.name, c.nbytes) for c in row.children if c.nbytes > 0), key=lambda b: -b[1])
+    if len(bars) > limit:
+        rest = sum(b for _, b in bars[limit - 1:])
+        bars = bars[: limit - 1] + [(f"{len(bars) - limit + 1} others", rest)]
+    return bars

@@ -1,0 +1,186 @@
+"""A remote file opened for positioned reads: the first request records its size and validator."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import tempfile
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ckptview.core.errors import FileChangedError, RemoteError
+from ckptview.core.read.bytes.remote.fsspec_backend import FsspecBackend
+from ckptview.core.read.bytes.remote.http import HttpBackend
+from ckptview.core.read.bytes.remote.urls import (
+    download_allowed,
+    max_download,
+    protocol,
+    remember,
+    require_extra,
+    shown,
+)
+
+if TYPE_CHECKING:
+    from ckptview.core.read.bytes.remote.cache import Transfer
+    from ckptview.core.read.bytes.remote.sessions import Session
+
+BLOCK = 256 << 10            # read-ahead: a small read fetches the aligned 256 KiB blocks around it
+FIRST = 64 << 10             # the first request of a file (its size, validator and first bytes)
+LARGE_REQUEST = 16 << 20     # values are fetched in requests of at most this many bytes
+_SERIALS = itertools.count()
+
+
+def backend_for(url: str, transfer: Transfer) -> HttpBackend | FsspecBackend:
+    require_extra(url)
+    if protocol(url) in ("http", "https"):
+        return HttpBackend(url, transfer)
+    return FsspecBackend(url, transfer)
+
+
+class RemoteFile:
+    """A remote file opened for positioned reads: size and validator recorded by the first request."""
+
+    def __init__(self, url: str, session: Session, first: int = FIRST) -> None:
+        self.url, self.shown, self.session = url, shown(url), session
+        self.serial = next(_SERIALS)  # the cache's key (an id() could be reused by a later file)
+        remember(url)
+        self.backend = backend_for(url, session.transfer)
+        self._changed: str | None = None
+        self._head = b""
+        self._listing: list[tuple[str, bool, int | None]] | None = None
+        self._local: Any = None  # a downloaded copy (server without Range support, --download)
+        self._lock = threading.Lock()
+        size, self.validator, head, self.is_dir = self.backend.stat(first)
+        if size < 0:  # the server ignored Range
+            size = self._download(-2 - size if size <= -2 else None)
+        self.size = size
+        self._head = head  # kept beside the cache: most headers (safetensors, zip data.pkl) lie in it
+
+    def _download(self, full: int | None) -> int:
+        """The whole file (`full` bytes announced, or None) into a temporary file read from then on; its size.
+
+        Only with --download, and never more than announced (or than --max-download when nothing was):
+        a body without end is stopped, and the temporary file (unnamed, or removed at once) goes with it.
+        """
+        cap = max_download()
+        what = f"{full} bytes ({_human(full)})" if full is not None else "the whole file (size unknown)"
+        if not download_allowed():
+            raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests; reading "
+                              f"it means downloading {what}: pass --download to do that")
+        if full is None and cap is None:
+            raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests and announces "
+                              "no size: pass --max-download SIZE (e.g. 2G) to download at most SIZE")
+        if full is not None and cap is not None and full > cap:
+            raise RemoteError(f"cannot open {self.shown}: downloading it means {what}, more than --max-download "
+                              f"{_human(cap)}")
+        limit = full if full is not None else (cap or 0)
+        local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
+        try:
+            self.backend.download(local, limit, full is not None)
+        except BaseException:
+            local.close()
+            raise
+        self._local = local
+        return os.fstat(local.fileno()).st_size
+
+    def changed(self) -> str | None:
+        """What a response showed changed since the file was opened, else None (asks the server nothing)."""
+        return self._changed
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        try:
+            data = self.backend.fetch(start, end, self.size, self.validator)
+        except FileChangedError as exc:
+            self._changed = getattr(exc, "what", "") or "changed since it was opened"  # later reads refused too
+            raise
+        return data
+
+    def readinto(self, offset: int, view: memoryview) -> None:
+        """Fill `view` with the bytes at `offset` (the caller checked the bounds)."""
+        n = len(view)
+        if n == 0:
+            return
+        if self._changed is not None:
+            raise FileChangedError(self.shown, self._changed)
+        if self._local is not None:
+            with self._lock:
+                self._local.seek(offset)
+                got = self._local.readinto(view)
+            if got != n:
+                raise FileChangedError(self.shown, "downloaded copy is short")
+            return
+        if offset + n <= len(self._head):
+            view[:] = self._head[offset : offset + n]
+            return
+        if n >= 4 * BLOCK:  # values: large requests of their own, not through the block cache
+            done = 0
+            while done < n:
+                step = min(LARGE_REQUEST, n - done)
+                view[done : done + step] = self._fetch(offset + done, offset + done + step)
+                done += step
+            return
+        first, last = offset // BLOCK, (offset + n - 1) // BLOCK
+        blocks: dict[int, bytes] = {}
+        missing: list[int] = []
+        for b in range(first, last + 1):
+            data = self.session.cache.get((self.serial, b))
+            if data is None:
+                missing.append(b)
+            else:
+                blocks[b] = data
+        # One request per run of consecutive missing blocks (merged reads).
+        runs: list[list[int]] = []
+        for b in missing:
+            if runs and runs[-1][-1] == b - 1:
+                runs[-1].append(b)
+            else:
+                runs.append([b])
+        for run in runs:
+            start, end = run[0] * BLOCK, min((run[-1] + 1) * BLOCK, self.size)
+            data = self._fetch(start, end)
+            for b in run:
+                piece = data[(b - run[0]) * BLOCK : (b - run[0] + 1) * BLOCK]
+                blocks[b] = piece
+                self.session.cache.put((self.serial, b), piece)
+        joined = b"".join(blocks[b] for b in range(first, last + 1))
+        skip = offset - first * BLOCK
+        view[:] = joined[skip : skip + n]
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Up to `length` bytes at `offset`."""
+        length = max(0, min(length, self.size - offset))
+        buf = bytearray(length)
+        self.readinto(offset, memoryview(buf))
+        return bytes(buf)
+
+    def listdir(self) -> list[str]:
+        """Names in a folder URL (a trailing '/' marks sub-folders); listed once per open, remembered."""
+        if self._listing is None:
+            self._listing = self.backend.listdir()
+        entries = self._listing
+        base = self.url.split("?", 1)[0].rstrip("/")
+        with self.session.lock:
+            for name, is_dir, size in entries:
+                self.session.known.setdefault(base + "/" + name, (is_dir, size))
+        return [name + ("/" if is_dir else "") for name, is_dir, _ in entries]
+
+    def close(self) -> None:
+        """Drop a downloaded copy and the backend's pooled connections."""
+        local, self._local = getattr(self, "_local", None), None
+        if local is not None:
+            with contextlib.suppress(OSError):
+                local.close()
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _human(n: int | None) -> str:
+    from ckptview.core.units import human_bytes
+
+    return human_bytes(n or 0)

@@ -1,0 +1,225 @@
+"""https:// and http:// through `requests`: ranged GETs, each within a deadline, every answer checked.
+
+Each request runs under an overall deadline (`deadline.Deadline`: connect, first byte, whole body);
+every 206 answer's Content-Range must be the range asked for (first byte, last byte, and the size when
+the file's size is known); a whole-file download writes at most the size it was given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote
+
+from ckptview.core.errors import FileChangedError, RemoteError
+from ckptview.core.read.bytes.remote.cache import Transfer
+from ckptview.core.read.bytes.remote.causes import missing_error, network_cause, status_cause
+from ckptview.core.read.bytes.remote.deadline import (
+    Deadline,
+    allowance,
+    late,
+    request_timeout,
+    watched_adapter,
+)
+from ckptview.core.read.bytes.remote.urls import shown, timeout
+
+MAX_LISTING = 4 << 20  # an HTML folder listing larger than this is not read
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+
+
+class HttpBackend:
+    """https:// and http:// through `requests`: ranged GETs, redirects followed, a deadline on each."""
+
+    def __init__(self, url: str, transfer: Transfer) -> None:
+        import requests
+
+        self.url, self.requests, self.transfer = url, requests, transfer
+        self.http = requests.Session()
+        adapter = watched_adapter()
+        self.http.mount("http://", adapter())
+        self.http.mount("https://", adapter())
+        self.http.headers["User-Agent"] = "ckptview"
+        self.http.headers["Accept-Encoding"] = "identity"  # byte ranges of the file, never of a gzip of it
+
+    @contextlib.contextmanager
+    def _within(self, nbytes: int) -> Iterator[Deadline]:
+        """A deadline for one request carrying about `nbytes`: past it, one line naming the deadline."""
+        limit = Deadline(allowance(nbytes))
+        try:
+            with limit:
+                yield limit
+        except Exception:
+            if limit.passed():  # whatever the cut connection looked like to the library
+                raise late(shown(self.url), limit.seconds) from None
+            raise
+        if limit.passed():  # a body cut short may have looked complete (a listing)
+            raise late(shown(self.url), limit.seconds)
+
+    def _get(self, headers: dict[str, str], limit: Deadline) -> Any:
+        self.transfer.add(0)  # one request; the body's bytes are counted as they are read
+        try:
+            return self.http.get(self.url, headers=headers, stream=True, allow_redirects=True,
+                                 timeout=request_timeout(min(timeout(), limit.remaining()), timeout(), limit))
+        except self.requests.RequestException as exc:
+            if limit.passed():
+                raise late(shown(self.url), limit.seconds) from None
+            raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc)}") from None
+
+    def stat(self, first: int) -> tuple[int, str, bytes, bool]:
+        """(size, validator, the first `first` bytes, is a folder) from one ranged GET.
+
+        A server that ignores Range answers the whole file: the size is then -1 (not announced) or
+        -2 - N (N bytes announced), and nothing of the body is read.
+        """
+        with self._within(first) as limit:
+            resp = self._get({"Range": f"bytes=0-{first - 1}"}, limit)
+            with contextlib.closing(resp):
+                return self._stat(resp, first)
+
+    def _stat(self, resp: Any, first: int) -> tuple[int, str, bytes, bool]:
+        final = resp.url or self.url
+        if resp.status_code == 416:  # an empty file
+            return 0, self._validator(resp), b"", False
+        if resp.status_code in (403, 404) and self.url.split("?", 1)[0].endswith("/"):
+            return 0, "", b"", True  # a folder the server does not list (object stores, CDNs)
+        if resp.status_code == 404:
+            raise missing_error(f"cannot open {shown(self.url)}: {status_cause(404)}")
+        if resp.status_code >= 400:
+            raise RemoteError(f"cannot open {shown(self.url)}: {status_cause(resp.status_code)}")
+        if final.split("?", 1)[0].endswith("/") or self.url.split("?", 1)[0].endswith("/"):
+            return 0, "", b"", True  # a folder (servers redirect 'folder' to 'folder/')
+        if resp.status_code == 200:  # Range ignored: the whole file is coming
+            length = resp.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) <= first:
+                # No more than was asked for: some servers answer a range covering the whole file so.
+                return int(length), self._validator(resp), self._body(resp, int(length)), False
+            return -1 if length is None or not length.isdigit() else -2 - int(length), self._validator(resp), b"", False
+        if resp.status_code != 206:
+            raise RemoteError(f"cannot open {shown(self.url)}: HTTP {resp.status_code} for a range request")
+        start, last, total = self._range(resp)
+        if total is None:
+            raise RemoteError(f"cannot read {shown(self.url)}: the server answered a range request without the "
+                              f"file's size in its Content-Range ({self._header(resp)!r})")
+        self._check_range(resp, 0, min(first, total) - 1, first - 1, (start, last, total))
+        return total, self._validator(resp), self._body(resp, last + 1), False
+
+    @staticmethod
+    def _validator(resp: Any) -> str:
+        etag: str = resp.headers.get("ETag", "")
+        if etag.startswith("W/"):
+            etag = etag[2:]
+        modified: str = resp.headers.get("Last-Modified", "")
+        return etag or modified
+
+    @staticmethod
+    def _header(resp: Any) -> str:
+        return str(resp.headers.get("Content-Range", ""))[:80]
+
+    def _range(self, resp: Any) -> tuple[int, int, int | None]:
+        """(first byte, last byte, size or None) of a 206 answer's Content-Range; one line if it has none."""
+        m = _CONTENT_RANGE.match(str(resp.headers.get("Content-Range", "")))
+        if not m or int(m.group(1)) > int(m.group(2)):
+            raise RemoteError(f"cannot read {shown(self.url)}: the server answered a range request without a "
+                              f"usable Content-Range ({self._header(resp)!r})")
+        total = None if m.group(3) == "*" else int(m.group(3))
+        return int(m.group(1)), int(m.group(2)), total
+
+    def _check_range(self, resp: Any, start: int, last: int, asked_last: int,
+                     got: tuple[int, int, int | None]) -> None:
+        """The answered range must be the one asked for: bytes start..last, within the file's size."""
+        if got[0] != start or got[1] != last or (got[2] is not None and got[1] >= got[2]):
+            raise RemoteError(f"cannot read {shown(self.url)}: asked for bytes {start}-{asked_last}, the server "
+                              f"answered Content-Range {self._header(resp)!r} (not the range asked for)")
+
+    def _body(self, resp: Any, expect: int) -> bytes:
+        try:
+            data: bytes = resp.raw.read(expect + 1, decode_content=False)
+        except Exception as exc:  # a timeout or reset in the middle of the body
+            raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc)}") from None
+        self.transfer.add(len(data), 0)
+        if len(data) != expect:
+            raise RemoteError(f"cannot read {shown(self.url)}: the server sent {len(data)} bytes for a "
+                              f"{expect}-byte range (connection cut?)")
+        return data
+
+    def fetch(self, start: int, end: int, size: int, validator: str) -> bytes:
+        """Bytes [start, end) of the file; FileChangedError when the file is no longer the one opened."""
+        with self._within(end - start) as limit:
+            resp = self._get({"Range": f"bytes={start}-{end - 1}"}, limit)
+            with contextlib.closing(resp):
+                if resp.status_code >= 400:
+                    raise RemoteError(f"cannot read {shown(self.url)}: {status_cause(resp.status_code)}")
+                now = self._validator(resp)
+                if validator and now and now != validator:
+                    raise FileChangedError(shown(self.url), f"ETag/Last-Modified {validator} -> {now}")
+                if resp.status_code != 206:
+                    raise FileChangedError(shown(self.url), f"the server stopped honouring range requests "
+                                                            f"(HTTP {resp.status_code})")
+                got = self._range(resp)
+                if got[2] is not None and got[2] != size:
+                    raise FileChangedError(shown(self.url), f"size {size} -> {got[2]} bytes")
+                self._check_range(resp, start, end - 1, end - 1, got)
+                return self._body(resp, end - start)
+
+    def download(self, into: Any, limit: int, announced: bool) -> None:
+        """The whole file into the open binary file `into` (a server that ignores Range; opted in), at most
+        `limit` bytes: the size the server announced (`announced`), else `--max-download`."""
+        from ckptview.core.units import human_bytes
+
+        with self._within(limit) as within:
+            resp = self._get({}, within)
+            with contextlib.closing(resp):
+                if resp.status_code >= 400:
+                    raise RemoteError(f"cannot read {shown(self.url)}: {status_cause(resp.status_code)}")
+                if resp.status_code != 200:  # a part of the file, or no file at all
+                    raise RemoteError(f"cannot read {shown(self.url)}: HTTP {resp.status_code} for the whole file")
+                total = 0
+                try:
+                    for chunk in resp.iter_content(1 << 20):
+                        if total + len(chunk) > limit:
+                            why = ("than the size it announced" if announced
+                                   else "(--max-download; the server announced no size)")
+                            raise RemoteError(f"cannot read {shown(self.url)}: the server sent more than {limit} "
+                                              f"bytes ({human_bytes(limit)}) {why}; download stopped")
+                        into.write(chunk)
+                        total += len(chunk)
+                        self.transfer.add(len(chunk), 0)
+                except RemoteError:
+                    raise
+                except OSError:  # the temporary folder's disk (ENOSPC): the caller's one line
+                    raise
+                except Exception as exc:
+                    if within.passed():
+                        raise late(shown(self.url), within.seconds) from None
+                    raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc)}") from None
+                if announced and total != limit:
+                    raise RemoteError(f"cannot read {shown(self.url)}: the server sent {total} of the {limit} bytes "
+                                      "it announced (connection cut?)")
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.http.close()
+
+    def listdir(self) -> list[tuple[str, bool, int | None]]:
+        """(name, is a folder, None) for each name linked from the folder's HTML listing."""
+        with self._within(MAX_LISTING) as limit:
+            resp = self._get({}, limit)
+            with contextlib.closing(resp):
+                if resp.status_code in (403, 404):  # not listed: its files are reached by name only
+                    return []
+                if resp.status_code >= 400:
+                    raise RemoteError(f"cannot list {shown(self.url)}: {status_cause(resp.status_code)}")
+                try:
+                    raw = resp.raw.read(MAX_LISTING, decode_content=True)
+                except Exception as exc:
+                    raise RemoteError(f"cannot list {shown(self.url)}: {network_cause(exc)}") from None
+                self.transfer.add(len(raw), 0)
+                text = raw.decode("utf-8", "replace")
+        names: dict[str, tuple[str, bool, int | None]] = {}
+        for href in re.findall(r'href="([^"?#]+)"', text):
+            name = unquote(href.rstrip("/").rsplit("/", 1)[-1])
+            if name and name not in (".", "..") and not href.startswith(("http:", "https:")):
+                names.setdefault(name, (name, href.endswith("/"), None))
+        return list(names.values())

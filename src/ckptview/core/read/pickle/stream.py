@@ -1,0 +1,90 @@
+"""A file as a stream of pickles, read one after another with the safe VM.
+
+`torch.load(weights_only=False)` of a non-zip file runs up to five pickles in a row (magic number,
+protocol version, sys info, the object, the storage keys), and `pickle.load` in a loop runs as many as
+follow each other. A pickle's opcodes take effect as they are read, so even a pickle that fails halfway
+has run what came before the failure. Judging a file by its first pickle would miss the payload in the
+next one: `PickleStream` reads them all and keeps the union of every global they name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.read.pickle.torch_globals import EMULATORS, is_safe_global, resolve_constant
+from ckptview.core.read.pickle.vm import SafeUnpickler, StubObject
+
+# An honest stream holds one (pickle.dump) or five (legacy torch.save) pickles; a file of a million
+# tiny pickles is refused rather than read for minutes.
+MAX_PICKLES = 1000
+
+
+def inert_persistent_id(pid: Any) -> StubObject:
+    """A persistent id in a pickle that no reader resolves: recorded, so reading goes on past it."""
+    return StubObject("persistent id", (pid,))
+
+
+class PickleStream:
+    """The pickles of one buffer in order, with the union of every global they reference."""
+
+    def __init__(self, data: bytes | memoryview, pos: int = 0, emulate: bool = True) -> None:
+        self.data = memoryview(data)
+        # emulate=False: every global stays an inert stub, torch's rebuild functions too (a census of
+        # globals needs no tensors, and a persistent id it does not resolve cannot rebuild one).
+        self.emulators = EMULATORS if emulate else None
+        self.pos = pos
+        self.count = 0  # whole pickles read
+        self._globals: dict[str, None] = {}
+        self._copied = 0  # one copy budget for the whole stream, not one per pickle
+
+    @property
+    def globals(self) -> list[str]:
+        """Every global referenced so far, in order of first reference."""
+        return list(self._globals)
+
+    @property
+    def unsafe(self) -> list[str]:
+        """The referenced globals outside the safe set."""
+        return [g for g in self._globals if not is_safe_global(g)]
+
+    def at_end(self) -> bool:
+        """True when no byte follows the last pickle read."""
+        return self.pos >= len(self.data)
+
+    def read(self, what: str, persistent_load: Callable[[Any], Any] | None = None) -> Any:
+        """The next pickle's inert object; a failure is raised with the unsafe globals it already named."""
+        vm = SafeUnpickler(self.data, pos=self.pos, emulators=self.emulators, persistent_load=persistent_load,
+                           resolve_global=resolve_constant if self.emulators else None, what=what)
+        vm.copied = self._copied
+        try:
+            obj = vm.load()
+        except CheckpointFormatError as exc:
+            self._globals.update(vm.globals_seen)  # what ran before the failure still ran
+            raise self.error(str(exc)) from None
+        finally:
+            self._copied = vm.copied
+        self._globals.update(vm.globals_seen)
+        self.pos = vm.pos
+        self.count += 1
+        return obj
+
+    def read_rest(self, what: str) -> int:
+        """Read every further pickle to the end; returns how many trailing bytes are not a whole pickle."""
+        while not self.at_end():
+            if self.count >= MAX_PICKLES:
+                raise self.error(f"invalid {what}: the file is a stream of more than {MAX_PICKLES} pickles")
+            try:
+                self.read(what, inert_persistent_id)
+            except CheckpointFormatError:
+                return len(self.data) - self.pos
+        return 0
+
+    def error(self, message: str) -> CheckpointFormatError:
+        """`message` as an error that also names the unsafe globals the stream referenced before it."""
+        unsafe = self.unsafe
+        if unsafe:
+            message += "; before that point it references globals outside the safe set (nothing was run): "
+            message += ", ".join(unsafe)
+        return CheckpointFormatError(message)

@@ -1,0 +1,374 @@
+"""Read a tensor's values lazily: the bytes its view spans, or bounded chunks, with positioned reads.
+
+`read_values` reads only the bytes the tensor's view spans in its storage, into memory (never a
+memory map: a mapped file that shrinks kills the process with SIGBUS). `iter_chunks` streams the
+logical values in C order with memory bounded by the chunk size. A file that changed on disk since it
+was opened raises `FileChangedError` (see `ckptview.core.read.bytes.sources`).
+
+A walk over many tensors passes its `ReadAhead` (`ahead=`) to every read it makes: their small reads
+then come from windows of the file read at once (see `ckptview.core.read.bytes.files.ReadAhead`).
+
+Expanded tensors (`t.expand(...)`: stride 0 along some dimensions) can declare far more elements than
+they store. `expanded_parts` gives the stored part and how many times each stored element repeats, so
+figures scale with the bytes stored; `iter_chunks` refuses to materialise more than `MAX_EXPANSION`
+times the stored elements beyond `MAX_EXPANDED_ELEMS`, rather than running for hours.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ckptview.core import dtypes
+from ckptview.core.checkpoint import ByteSource, Storage, TensorInfo
+from ckptview.core.errors import CheckpointError, TensorDataError
+
+if TYPE_CHECKING:
+    from ckptview.core.read.bytes.files import FileMap, ReadAhead
+
+DEFAULT_CHUNK_ELEMS = 1 << 22
+MAX_EXPANDED_ELEMS = 1 << 31  # logical elements materialised from an expanded tensor, at most...
+MAX_EXPANSION = 64  # ...when they exceed its stored elements this many times
+
+_COMPLEX32 = np.dtype([("re", "<f2"), ("im", "<f2")])
+
+
+def _base_dtype(info: TensorInfo) -> np.dtype:
+    return _numpy_base(info.dtype, info.storage is not None and info.storage.byteorder == "big")
+
+
+@functools.lru_cache(maxsize=256)
+def _numpy_base(dtype: str, big_endian: bool) -> np.dtype:
+    """The NumPy dtype of a storage's raw elements (a handful of dtypes, 100,000 tensors: cached)."""
+    name = dtypes.canonical(dtype)
+    base = _COMPLEX32 if name == "complex32" else dtypes.storage_numpy_dtype(name)
+    if big_endian and base.itemsize > 1:
+        base = base.newbyteorder(">")
+    return base
+
+
+def _readable(info: TensorInfo) -> tuple[Storage, ByteSource]:
+    """The tensor's storage and where its bytes live, or TensorDataError saying why they cannot be read."""
+    if info.broken:
+        raise TensorDataError(f"cannot read values: {info.broken}")
+    if info.layout != "strided" and info.storage is None:
+        raise TensorDataError(f"cannot read values: a {info.layout} tensor ({info.extra.get('nnz', '?')} stored "
+                              "values); its components are not densified")
+    if info.storage is None:
+        raise TensorDataError("cannot read values: the tensor was saved without data")
+    if info.storage.broken:
+        raise TensorDataError(f"cannot read values: {info.storage.broken}")
+    if info.storage.source is None:
+        raise TensorDataError(f"cannot read values: storage '{info.storage.key}' has no data")
+    if not dtypes.is_known(info.dtype):
+        raise TensorDataError(f"cannot read values: unknown dtype {info.dtype}")
+    return info.storage, info.storage.source
+
+
+def _finish(arr: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """Native byte order and complex32 decoded; other arrays are returned as they are (views)."""
+    if arr.dtype.names is None and arr.dtype.isnative:  # the common case: nothing to do
+        return arr
+    if arr.dtype == _COMPLEX32 or arr.dtype == _COMPLEX32.newbyteorder(">"):
+        out = arr["re"].astype(np.complex64)
+        out.imag = arr["im"]
+        return out
+    if not arr.dtype.isnative:
+        return arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
+def _span(info: TensorInfo) -> tuple[int, int]:
+    """(first, last) storage element the view touches; (0, -1) for an empty tensor."""
+    if info.numel == 0:
+        return 0, -1
+    lo = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True) if st < 0)
+    hi = info.offset + sum((s - 1) * st for s, st in zip(info.shape, info.stride, strict=True) if st > 0)
+    return lo, hi
+
+
+def _file_span(source: ByteSource, ahead: ReadAhead | None) -> tuple[FileMap, int, int] | None:
+    """(file, offset, length) of a source stored plainly in a file, else None."""
+    file_span = getattr(source, "file_span", None)
+    if file_span is None:
+        return None
+    span: tuple[FileMap, int, int] | None = file_span(ahead)
+    return span
+
+
+def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int,
+                ahead: ReadAhead | None = None) -> bytes | memoryview:
+    """`length` bytes from `start` of the storage's data (only those bytes are read)."""
+    try:
+        reader = getattr(source, "read_range", None)
+        if reader is not None:
+            data: bytes | memoryview = reader(start, length, ahead)
+            return data
+        return source.open_buffer()[start : start + length]
+    except CheckpointError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise TensorDataError(f"cannot read storage '{storage.key}': {exc}") from None
+
+
+def read_values(info: TensorInfo, ahead: ReadAhead | None = None) -> np.ndarray:
+    """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans)."""
+    storage, source = _readable(info)
+    assembled = getattr(source, "logical_values", None)
+    if assembled is not None:  # a tensor assembled from chunks (DCP shards) reads itself
+        values: np.ndarray = assembled(ahead)
+        return values
+    base_dtype = _base_dtype(info)
+    itemsize = base_dtype.itemsize
+    if len(info.shape) != len(info.stride):
+        raise TensorDataError(f"cannot read values: {len(info.shape)} sizes but {len(info.stride)} strides")
+    if info.numel == 0:
+        return _finish(np.empty(info.shape, dtype=base_dtype), info)
+    count = storage.nbytes // itemsize  # the storage may be typed differently (untyped)
+    lo, hi = _span(info)
+    if lo < 0 or hi >= count:
+        raise TensorDataError(f"cannot read values: view needs element {hi if lo >= 0 else lo}, storage holds {count}")
+    raw_bytes = _read_bytes(storage, source, lo * itemsize, (hi - lo + 1) * itemsize, ahead)
+    if len(raw_bytes) != (hi - lo + 1) * itemsize:
+        raise TensorDataError(f"cannot read values: storage '{storage.key}' is shorter than its view")
+    flat = np.frombuffer(raw_bytes, dtype=base_dtype)
+    # as_strided goes through __array_interface__, which loses ml_dtypes and structured dtypes:
+    # stride over same-width raw integers, then view them back as the real dtype.
+    raw = flat[info.offset - lo :].view(np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else base_dtype)
+    arr = np.lib.stride_tricks.as_strided(
+        raw, shape=info.shape, strides=tuple(s * itemsize for s in info.stride), writeable=False)
+    return _finish(arr.view(base_dtype), info)
+
+
+def region_info(info: TensorInfo, index: tuple[int | slice, ...]) -> TensorInfo:
+    """The view `info[index]` (ints and slices, as NumPy reads them) as a TensorInfo over the same storage."""
+    if len(index) > len(info.shape):
+        raise IndexError(f"{len(index)} indices for {len(info.shape)} dimensions")
+    offset = info.offset
+    shape: list[int] = []
+    stride: list[int] = []
+    for dim, (size, st) in enumerate(zip(info.shape, info.stride, strict=True)):
+        item = index[dim] if dim < len(index) else slice(None)
+        if isinstance(item, slice):
+            start, _stop, step = item.indices(size)
+            length = len(range(*item.indices(size)))
+            offset += (start if length else 0) * st
+            shape.append(length)
+            stride.append(st * step)
+        else:
+            i = int(item) + (size if int(item) < 0 else 0)
+            if not 0 <= i < size:
+                raise IndexError(f"index {item} is out of range for dimension {dim} of size {size}")
+            offset += i * st
+    return TensorInfo(dtype=info.dtype, shape=tuple(shape), stride=tuple(stride), offset=offset,
+                      storage=info.storage, extra=info.extra, broken=info.broken)
+
+
+def read_region(info: TensorInfo, index: tuple[int | slice, ...], ahead: ReadAhead | None = None) -> np.ndarray:
+    """`info[index]` read alone: only the bytes the region spans (a tile of a huge matrix stays small)."""
+    source = info.storage.source if info.storage is not None else None
+    if source is not None and hasattr(source, "logical_values"):
+        return read_values(info, ahead)[index]  # assembled from chunks: the assembly reads itself
+    return read_values(region_info(info, index), ahead)
+
+
+def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None) -> np.ndarray | None:
+    """Values at sorted flat positions of a contiguous tensor, reading only the runs they form.
+
+    None when the storage cannot be read by range (then read the values whole).
+    """
+    storage, source = _readable(info)
+    # Only stored file ranges: a compressed member would inflate from its start again for every run.
+    span = _file_span(source, ahead)
+    if not info.is_contiguous or flat.size == 0 or span is None:
+        return None
+    fmap, base, length = span
+    base_dtype = _base_dtype(info)
+    itemsize = base_dtype.itemsize
+    if info.offset < 0 or (info.offset + info.numel) * itemsize > min(length, storage.nbytes):
+        raise TensorDataError("cannot read values: view runs past its storage")
+    out = np.empty(flat.size, dtype=base_dtype)
+    raw = out.view(np.uint8)
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(flat) != 1) + 1, [flat.size]))
+    for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+        first = int(flat[a])
+        fmap.readinto(base + (info.offset + first) * itemsize, raw[a * itemsize : b * itemsize].data, check=False,
+                      ahead=ahead)
+    fmap.check()  # once for all the runs: none of them comes from a changed file
+    return _finish(out, info)
+
+
+def expanded_parts(info: TensorInfo) -> tuple[TensorInfo, int] | None:
+    """(the stored part, how many times each of its elements repeats) of an expanded tensor, else None.
+
+    Dimensions of stride 0 and size > 1 are collapsed to size 1: the logical values are the stored
+    part's values each repeated `multiplicity` times (in another order, which no statistic sees).
+    """
+    if len(info.shape) != len(info.stride) or info.numel == 0:
+        return None
+    repeated = [i for i, (size, st) in enumerate(zip(info.shape, info.stride, strict=True)) if st == 0 and size > 1]
+    if not repeated:
+        return None
+    shape = tuple(1 if i in repeated else size for i, size in enumerate(info.shape))
+    multiplicity = math.prod(info.shape[i] for i in repeated)
+    part = TensorInfo(dtype=info.dtype, shape=shape, stride=info.stride, offset=info.offset,
+                      storage=info.storage, extra=info.extra, broken=info.broken)
+    return part, multiplicity
+
+
+def common_expansion(a: TensorInfo, b: TensorInfo) -> tuple[TensorInfo, TensorInfo, int] | None:
+    """Two same-shape tensors both expanded along the same dimensions: (stored part of a, of b, multiplicity).
+
+    Position by position, the pair repeats exactly as each side does, so comparing the stored parts with
+    each position counted `multiplicity` times gives the figures of the whole tensors.
+    """
+    if tuple(a.shape) != tuple(b.shape) or len(a.shape) != len(a.stride) or len(b.shape) != len(b.stride):
+        return None
+    repeated = {i for i, size in enumerate(a.shape) if size > 1 and a.stride[i] == 0 and b.stride[i] == 0}
+    if not repeated:
+        return None
+
+    def collapse(info: TensorInfo) -> TensorInfo:
+        shape = tuple(1 if i in repeated else size for i, size in enumerate(info.shape))
+        return TensorInfo(dtype=info.dtype, shape=shape, stride=info.stride, offset=info.offset,
+                          storage=info.storage, extra=info.extra, broken=info.broken)
+
+    return collapse(a), collapse(b), math.prod(a.shape[i] for i in repeated)
+
+
+def check_expansion(info: TensorInfo) -> None:
+    """Refuse to materialise an expanded tensor far larger than what it stores."""
+    parts = expanded_parts(info)
+    if parts is None:
+        return
+    stored = parts[0].numel
+    if info.numel > MAX_EXPANDED_ELEMS and info.numel > MAX_EXPANSION * stored:
+        raise TensorDataError(
+            f"cannot read values one by one: an expanded tensor (stride 0) of {info.numel:,} elements "
+            f"repeats {stored:,} stored elements; refusing to materialise it")
+
+
+def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+                ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
+    """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements."""
+    storage, source = _readable(info)
+    chunk_elems = max(int(chunk_elems), 1)
+    numel = info.numel
+    if numel == 0:
+        return
+    streamed = getattr(source, "iter_logical_chunks", None)
+    if streamed is not None:  # assembled from chunks: streams row-blocks (ckptview.core.read.values.assembled)
+        yield from streamed(chunk_elems, ahead)
+        return
+    check_expansion(info)
+    span = _file_span(source, ahead) if info.is_contiguous else None
+    if span is not None:
+        yield from _read_contiguous(info, span, chunk_elems, ahead=ahead)
+        return
+    inflate = getattr(source, "iter_inflated", None)
+    if info.is_contiguous and inflate is not None:
+        # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
+        yield from _inflate_contiguous(info, storage, inflate, chunk_elems, ahead)
+        return
+    stored = _file_span(source, ahead) is not None  # not a compressed member
+    if stored and info.shape and not info.is_contiguous and _blocks_stay_small(info, chunk_elems):
+        # A strided view (a slice of a fused matrix): whole rows at a time, each block reading only the
+        # bytes its rows span, so memory stays near the chunk size rather than the storage's.
+        yield from _iter_row_blocks(info, chunk_elems, ahead)
+        return
+    arr = read_values(info, ahead)
+    if arr.ndim == 0:
+        yield arr.reshape(1).copy()
+        return
+    flat_ok = arr.flags.c_contiguous
+    if flat_ok:
+        flat = arr.reshape(-1)
+        for start in range(0, numel, chunk_elems):
+            yield flat[start : start + chunk_elems]
+        return
+    # Non-contiguous view: a buffered iterator copies at most `chunk_elems` values at a time.
+    it = np.nditer(arr, flags=["external_loop", "buffered", "zerosize_ok", "refs_ok"],
+                   op_flags=["readonly"], order="C", buffersize=chunk_elems)
+    for block in it:
+        # numpy's stubs type every nditer item as a tuple of arrays; with one operand it is the array.
+        yield block.copy()  # type: ignore[attr-defined]
+
+
+def read_small(info: TensorInfo, max_elems: int, ahead: ReadAhead | None = None) -> np.ndarray | None:
+    """The values of a contiguous tensor of 1 to `max_elems` elements stored plainly in a file, as one
+    1-D array read at once (what `iter_chunks` would yield as its only chunk, with less work per tensor);
+    None for any other tensor. Errors are the ones `iter_chunks` raises."""
+    numel = info.numel
+    if not 0 < numel <= max_elems or not info.is_contiguous:
+        return None
+    _storage, source = _readable(info)
+    file_span = getattr(source, "file_span", None)
+    if file_span is None or getattr(source, "iter_logical_chunks", None) is not None:
+        return None
+    span = file_span(ahead)
+    if span is None:  # a compressed member
+        return None
+    return next(_read_contiguous(info, span, numel, numel, ahead))
+
+
+SPAN_FACTOR = 8  # a block of rows may read at most this many times its own elements
+
+
+def _rows_per_block(info: TensorInfo, chunk_elems: int) -> int:
+    row_elems = math.prod(info.shape[1:])
+    return max(1, chunk_elems // max(row_elems, 1))
+
+
+def _blocks_stay_small(info: TensorInfo, chunk_elems: int) -> bool:
+    """Whether reading `info` a block of rows at a time reads little more than the rows themselves."""
+    rows = min(info.shape[0], _rows_per_block(info, chunk_elems))
+    block = region_info(info, (slice(0, rows),))
+    lo, hi = _span(block)
+    return block.numel > 0 and hi - lo + 1 <= SPAN_FACTOR * block.numel and info.numel > block.numel
+
+
+def _iter_row_blocks(info: TensorInfo, chunk_elems: int, ahead: ReadAhead | None) -> Iterator[np.ndarray]:
+    step = _rows_per_block(info, chunk_elems)
+    for r0 in range(0, info.shape[0], step):
+        block = read_values(region_info(info, (slice(r0, min(r0 + step, info.shape[0])),)), ahead)
+        flat = np.ascontiguousarray(block).reshape(-1)
+        for start in range(0, flat.size, chunk_elems):
+            yield flat[start : start + chunk_elems]
+
+
+def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int,
+                     numel: int | None = None, ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
+    """A contiguous view of a stored file range, read chunk by chunk straight into arrays."""
+    fmap, offset, length = span
+    base_dtype = _base_dtype(info)
+    itemsize = base_dtype.itemsize
+    numel = info.numel if numel is None else numel
+    start = offset + info.offset * itemsize
+    end = start + numel * itemsize
+    if info.offset < 0 or end > offset + length:
+        raise TensorDataError("cannot read values: view runs past its storage")
+    pos, remaining = start, numel
+    while remaining:
+        n = min(chunk_elems, remaining)
+        out = np.empty(n, dtype=base_dtype)
+        fmap.readinto(pos, out.view(np.uint8).data, ahead=ahead)
+        yield _finish(out, info)
+        pos += n * itemsize
+        remaining -= n
+
+
+def _inflate_contiguous(info: TensorInfo, storage: Storage,
+                        inflate: Callable[[int, int, int, ReadAhead | None], Iterator[bytes]],
+                        chunk_elems: int, ahead: ReadAhead | None) -> Iterator[np.ndarray]:
+    """A contiguous view of a compressed member, `inflate(start, length, block, ahead)` giving its bytes."""
+    base_dtype = _base_dtype(info)
+    itemsize = base_dtype.itemsize
+    if info.offset < 0 or (info.offset + info.numel) * itemsize > storage.nbytes:
+        raise TensorDataError("cannot read values: view runs past its storage")
+    blocks = inflate(info.offset * itemsize, info.numel * itemsize, chunk_elems * itemsize, ahead)
+    for raw in blocks:
+        yield _finish(np.frombuffer(raw, dtype=base_dtype), info)

@@ -1,0 +1,423 @@
+"""Load a checkpoint onto a device and run a forward pass, in a worker process started for the job.
+
+The parent side: it decides where the model comes from (without torch and without running anything from
+the file), refuses what needs consent the user has not given, runs the request in a worker process
+(`core.run_process`), and checks the typed result (`core.run_result`): weights that did not load become
+warnings, or an error when none loaded. The worker's own stdout is its stderr, so prints in user code
+cannot corrupt the result stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import Progress, drain
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
+from ckptview.core.run.fetch import fetch
+from ckptview.core.run.input_specs import InputSpec, guess_inputs, program_inputs
+from ckptview.core.run.json_checks import ProtocolError
+from ckptview.core.run.lightning import LightningCheckpoint, LightningRefused, recognize_lightning
+from ckptview.core.run.process import (
+    RESULT_GRACE,
+    Cancellable,
+    RunError,
+    WorkerJob,
+    _death_message,
+    execute,
+    phase_words,
+    worker_command,
+)
+from ckptview.core.run.protocol import MAX_EVENT_LINE, MAX_EVENTS, MAX_STDERR_LINE, STDERR_TAIL, bounded_lines
+from ckptview.core.run.result import RunResult
+from ckptview.core.run.weights import check_weights, weight_warnings
+
+# The worker process and its protocol stay importable from here, as before they had modules of their own.
+__all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STDERR_LINE", "PICKLE", "RESULT_GRACE",
+           "STATE_DICT", "STDERR_TAIL", "TORCHSCRIPT", "Cancellable", "RunError", "RunRequest", "SourceInfo",
+           "WorkerJob", "_death_message", "bounded_lines", "check_compare_trust", "check_trust", "check_weights",
+           "classify_source", "compare_source", "execute", "find_state_dict", "inspect_inputs", "phase_words",
+           "probe_devices", "run", "run_iter", "state_dict_node", "strip_prefixes", "suggest_inputs",
+           "torch_findings", "weight_warnings", "worker_command"]
+
+# Source kinds, in order of how much trust they need.
+TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"
+# A state dict whose architecture an installed library knows (config.json, or keys and shapes): no code needed.
+LIBRARY = "library"
+# A Lightning .ckpt: the LightningModule its file names (consent) or the user gives, built from hyper_parameters.
+LIGHTNING = "lightning"
+# Keys under which training checkpoints keep the model's weights (Lightning, common scripts, HF trainers).
+STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "module", "net", "network",
+                   "weights", "params", "ema_state_dict")
+# Wrapper prefixes: DataParallel/DDP, torch.compile, Lightning/HF wrappers.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
+# Path components of a pickled nn.Module's own state that a state_dict() key leaves out.
+_MODULE_INTERNALS = ("_modules", "_parameters", "_buffers")
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass
+class RunRequest:
+    """Everything the worker needs; `to_json` is what travels on its stdin."""
+
+    path: str
+    device: str = "cpu"
+    model: str | None = None  # "package.module:factory" or "path/to/file.py:ClassName"
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    trust: bool = False
+    inputs: list[InputSpec] | None = None  # None: read from the graph, or guessed from the first layer
+    input_file: str | None = None  # .npy / .npz values (overrides `inputs`)
+    seed: int = 0
+    runs: int = 10
+    warmup: int = 2
+    compare_path: str | None = None  # "run with another checkpoint": same input, second weights
+    trust_compare: bool = False  # the second checkpoint's own consent (--trust-compare)
+    # The findings the user was shown and accepted (the consent dialog); None: those found when the run starts
+    # (--trust). The worker refuses a file that shows anything beyond them.
+    trusted_findings: list[str] | None = None
+    compare_trusted_findings: list[str] | None = None
+    strict: bool = False  # missing, unexpected, mismatched or unplaced weights fail the run
+    first_values: int = 8
+    # The caller's folder (default: the current directory). The worker never runs there and never puts it on
+    # sys.path: only the top-level module a `package.module:factory` spec names, and the modules whose classes
+    # a trusted pickle names, are looked up here, after the installed packages.
+    cwd: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON-able data."""
+        data = asdict(self)
+        data["inputs"] = None if self.inputs is None else [s.to_json() for s in self.inputs]
+        data["cwd"] = self.cwd or os.getcwd()
+        for key in ("path", "input_file", "compare_path", "cwd"):
+            if data[key]:
+                data[key] = os.path.abspath(data[key])
+        if data["model"] and ".py:" in data["model"] and not os.path.isabs(data["model"]):
+            data["model"] = os.path.abspath(data["model"])
+        return data
+
+
+# ---------------------------------------------------------------------------------------------------
+# Where the model comes from (no torch, nothing from the file runs)
+
+
+@dataclass
+class SourceInfo:
+    """What kind of model a file holds, what trusting it would import, and what consent must cover."""
+
+    kind: str
+    unsafe_globals: list[str] = field(default_factory=list)
+    format: str = ""
+    findings: list[str] = field(default_factory=list)  # what torch would run (census findings); []: no consent
+    programs: list[str] = field(default_factory=list)  # the findings that are code from the file
+    lightning: LightningCheckpoint | None = None  # a Lightning .ckpt's class path and hyper-parameters
+
+
+GRAPH_FORMATS = {"torchscript": TORCHSCRIPT, "torch-export": EXPORT}
+PROGRAM_WORDS = {TORCHSCRIPT: "its TorchScript code", EXPORT: "its exported program"}
+
+
+def classify_source(path: str, model: str | None = None, checkpoint: Any = None) -> SourceInfo:
+    """Decide how the worker will build the model: graph archive, state dict + code, or a full pickle.
+
+    The reader registry tells the formats apart (`checkpoint`, when the caller already opened `path`, saves
+    reading its metadata again). Sources torch loads carry the census findings; a graph always needs consent.
+    """
+    own = checkpoint is None
+    if own:
+        from ckptview.core import open_checkpoint
+
+        checkpoint = open_checkpoint(path)
+    try:
+        kind = GRAPH_FORMATS.get(checkpoint.format)
+        unsafe = list(checkpoint.unsafe_globals)
+        if kind is None:
+            lightning = _lightning(checkpoint, path)
+            if lightning is not None:  # the class the file names is code it chooses: consent, unless --model
+                named = [lightning.class_path] if lightning.class_path and not model else []
+                return SourceInfo(LIGHTNING, unsafe, checkpoint.format, named, list(named), lightning)
+            if model or not unsafe:
+                return SourceInfo(STATE_DICT, unsafe, checkpoint.format)
+            kind = PICKLE
+        found = _census(path, torchscript=kind == TORCHSCRIPT)
+        unsafe += [g for g in found.unsafe if g not in unsafe]
+        programs = list(found.programs) or ([PROGRAM_WORDS[kind]] if kind in PROGRAM_WORDS else [])
+        findings = programs + [f for f in found.findings() if f not in programs]
+        return SourceInfo(kind, unsafe, checkpoint.format, findings, programs)
+    finally:
+        if own:
+            checkpoint.close()
+
+
+def _lightning(checkpoint: Any, path: str) -> LightningCheckpoint | None:
+    try:
+        return recognize_lightning(checkpoint, path)
+    except LightningRefused as exc:
+        raise RunError(str(exc), kind="refused") from None
+
+
+def _census(path: str, torchscript: bool = False) -> Any:
+    from ckptview.core.read.pickle.census import census
+
+    try:
+        return census(path, torchscript=torchscript or None)
+    except OSError as exc:
+        raise RunError(f"cannot read {path}: {exc.strerror or exc}", kind="input") from None
+
+
+def torch_findings(path: str, torchscript: bool = False) -> list[str]:
+    """What torch would run from `path`: the load gate's census findings (no torch, nothing run)."""
+    return list(_census(path, torchscript).findings())
+
+
+_KIND_WORDS = {TORCHSCRIPT: "TorchScript archive", EXPORT: ".pt2 program", PICKLE: "full-model pickle"}
+
+
+def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
+    """Refuse (RunError 'refused') what needs consent or code the user has not given."""
+    if source.lightning is not None:
+        if not source.lightning.class_path and not has_model:
+            raise RunError(source.lightning.no_class_line(), kind="refused")
+        if source.findings and not trust:
+            raise RunError(source.lightning.consent_line(), kind="refused")
+        return
+    if source.kind == STATE_DICT and not has_model:
+        raise RunError("this file is a state dict (weights only) and no installed library names its "
+                       "architecture (no config.json beside it): give the model code with "
+                       "--model package.module:factory or --model path/to/file.py:ClassName", kind="refused")
+    if source.findings and not trust:
+        if source.kind == PICKLE and not source.programs:
+            raise RunError(f"refusing to run a full-model pickle without --trust: loading it imports and runs "
+                           f"{_names(source.findings)}", kind="refused")
+        raise RunError(f"refusing to load this {_KIND_WORDS[source.kind]} without --trust: {_what_runs(source)}",
+                       kind="refused")
+
+
+def _what_runs(source: SourceInfo) -> str:
+    """One line: the programs loading the file runs, then what its pickles import and run."""
+    rest = [f for f in source.findings if f not in source.programs]
+    return "; ".join([*([f"loading it runs code from the file: {_names(source.programs)}"] if source.programs
+                        else []),
+                      *([f"torch would unpickle records that import and run {_names(rest)}"] if rest else [])])
+
+
+def check_compare_trust(compare: SourceInfo | None, trust_compare: bool) -> None:
+    """Refuse a second checkpoint that torch would load and that needs its own consent (--trust-compare)."""
+    if compare is not None and compare.findings and not trust_compare:
+        verb = "runs" if compare.programs else "imports and runs"
+        raise RunError(f"refusing to load the second checkpoint without --trust-compare: loading it {verb} "
+                       f"{_names(compare.findings)}", kind="refused")
+
+
+def _names(found: list[str]) -> str:
+    return ", ".join(found[:6]) + (" ..." if len(found) > 6 else "")
+
+
+def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
+    """What the worker does with the second checkpoint: None when it is read by the safe reader only."""
+    if not path or main.kind in (STATE_DICT, LIGHTNING):
+        return None  # its weights go through the same gated state-dict loader as the main file's
+    if not os.path.exists(path):
+        raise RunError(f"no such file: {path}", kind="input")
+    try:
+        source = classify_source(path)
+    except CheckpointError as exc:
+        raise RunError(f"second checkpoint: {exc}", kind="input") from None
+    if main.kind in (TORCHSCRIPT, EXPORT) and source.kind not in (TORCHSCRIPT, EXPORT):
+        raise RunError("the second checkpoint is not a TorchScript or .pt2 archive", kind="input")
+    if source.kind == STATE_DICT:  # a full-pickle run loads the second file with torch.load as well
+        found = _census(path)
+        source.findings, source.programs = found.findings(), list(found.programs)
+    return source
+
+
+def state_dict_node(checkpoint: Any) -> Any:
+    """The node holding a checkpoint's model weights: the root, or the first of STATE_DICT_KEYS with tensors;
+    in a training folder (Trainer, accelerate) its model's weight file, whose name is no part of the keys.
+    A pickled module's own children (`model`, `lm_head`) are the model's, never a container."""
+    base = checkpoint.root
+    entry = checkpoint.metadata.get("model_entry") if checkpoint.format == "training-folder" else None
+    if entry is not None:
+        child = next((c for c in base.children if c.key == entry), None)
+        if child is not None:
+            return child
+    if base.kind == "object":
+        from ckptview.core.checkpoint import MODULE_PART
+
+        if any(MODULE_PART in e.info.extra for e in checkpoint.tensors()):
+            return base
+    for key in STATE_DICT_KEYS:
+        child = next((c for c in base.children if c.key == key and c.kind in ("dict", "object")), None)
+        if child is not None and any(n.kind == "tensor" for n in child.walk()):
+            return child
+    return base
+
+
+def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
+    """(key it was found under or '', {state_dict key: TensorInfo}) of a checkpoint's model weights."""
+    base = state_dict_node(checkpoint)
+    depth = len(base.path)
+    found: dict[str, Any] = {}
+    for entry in checkpoint.tensors():
+        if entry.path[:depth] != base.path:
+            continue
+        parts = [str(p) for p in entry.path[depth:] if p not in _MODULE_INTERNALS]
+        found[".".join(parts)] = entry.info
+    return (base.name if base is not checkpoint.root else ""), found
+
+
+def strip_prefixes(keys: Iterable[str], model_keys: Iterable[str],
+                   prefixes: tuple[str, ...] = WRAPPER_PREFIXES) -> tuple[dict[str, str], list[str]]:
+    """Map checkpoint keys to model keys by peeling wrapper prefixes, keeping the peel that matches most.
+
+    Returns ({checkpoint key: model key}, prefixes stripped in order). `module._orig_mod.x` peels twice;
+    a model whose own keys start with `model.` keeps them (peeling would match fewer keys).
+    """
+    model_set = set(model_keys)
+    mapping = {k: k for k in keys}
+    best, best_seq, best_score = mapping, [], _overlap(mapping.values(), model_set)
+    seq: list[str] = []
+    for _ in range(8):  # wrappers nest a few levels at most
+        counts = {p: sum(1 for v in mapping.values() if v.startswith(p)) for p in prefixes}
+        prefix = max(counts, key=lambda p: counts[p])
+        if counts[prefix] == 0:
+            break
+        mapping = {k: v.removeprefix(prefix) for k, v in mapping.items()}
+        seq = [*seq, prefix]
+        score = _overlap(mapping.values(), model_set)
+        if score > best_score:
+            best, best_seq, best_score = mapping, seq, score
+    return best, best_seq
+
+
+def _overlap(keys: Iterable[str], model_set: set[str]) -> int:
+    return sum(1 for k in keys if k in model_set)
+
+
+def state_dict_tensors(path: str, checkpoint: Any = None) -> dict[str, Any] | None:
+    """{state_dict key: TensorInfo} of the model weights at `path` (or of `checkpoint`, already open);
+    None when the file does not open. No torch, nothing from the file runs."""
+    if checkpoint is not None:
+        return find_state_dict(checkpoint)[1]
+    from ckptview.core import open_checkpoint
+
+    try:
+        checkpoint = open_checkpoint(path)
+    except CheckpointError:
+        return None
+    try:
+        return find_state_dict(checkpoint)[1]
+    finally:
+        checkpoint.close()
+
+
+def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
+    """A guess at the input for a state dict from the first layer that takes it (`guess_inputs`; no torch)."""
+    tensors = state_dict_tensors(path, checkpoint)
+    return None if tensors is None else guess_inputs([(name, tuple(i.shape)) for name, i in tensors.items()])
+
+
+def run_iter(request: RunRequest, token: Cancellable | None = None
+             ) -> Generator[Progress, None, RunResult]:
+    """The forward-pass job as a core generator (for GUI workers): yields phases, returns the result.
+
+    A URL (PATH or the compare file) is downloaded first into a private folder removed afterwards (a model
+    folder: its config, tokenizer and weights): the worker loads local files, and checks them like any
+    other before torch sees them.
+    """
+    urls = [p for p in (request.path, request.compare_path) if p and is_url(p)]
+    if not urls:
+        return (yield from _run_local(request, token))
+    with tempfile.TemporaryDirectory(prefix="ckptview-fetch-") as folder:
+        local = {}
+        for i, url in enumerate(urls):
+            local[url] = yield from fetch(url, os.path.join(folder, str(i)), token)
+        request = dataclasses.replace(request, path=local.get(request.path, request.path),
+                                      compare_path=local.get(request.compare_path or "", request.compare_path))
+        return (yield from _run_local(request, token))
+
+
+def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Progress, None, RunResult]:
+    if not os.path.exists(request.path):
+        raise RunError(f"no such file: {request.path}", kind="input")
+    source = classify_source(request.path, request.model)
+    try:  # a state dict with no code: the architecture its installed library names (config.json)
+        arch = recognize_checkpoint(request.path) if source.kind == STATE_DICT and not request.model else None
+    except ArchitectureRefused as exc:  # code shipped with the weights, or the library is missing
+        raise RunError(str(exc), kind="refused") from None
+    if arch is not None:
+        source.kind = LIBRARY
+    check_trust(source, request.trust, bool(request.model))
+    second = compare_source(source, request.compare_path)
+    check_compare_trust(second, request.trust_compare)
+    payload = request.to_json()
+    payload["op"] = "run"
+    payload["source"] = source.kind
+    # What the user accepted, file by file; the worker's gate refuses anything beyond it.
+    main_consent = request.trusted_findings if request.trusted_findings is not None else source.findings
+    second_consent = (request.compare_trusted_findings if request.compare_trusted_findings is not None
+                      else second.findings if second is not None else [])
+    payload["consent"] = {"main": main_consent if request.trust else None,
+                          "compare": second_consent if request.trust_compare else None}
+    if arch is not None:
+        payload.update(arch.payload(with_inputs=request.inputs is None and not request.input_file))
+    if source.lightning is not None:
+        payload["lightning"] = source.lightning.payload()
+    data = yield from execute(payload, request.timeout, token)
+    try:
+        result = RunResult.from_json(data)
+    except ProtocolError as exc:
+        raise RunError(f"the worker sent a malformed result: {exc}", kind="protocol") from None
+    result.warnings = weight_warnings(result.load, result.device)
+    if result.compare is not None:
+        result.warnings += [f"second checkpoint: {w}" for w in weight_warnings(result.compare.load, result.device)]
+    check_weights(result, source.kind, request.strict)
+    if arch is not None:
+        result.architecture = arch.to_json()
+    return result
+
+
+
+def run(request: RunRequest, token: Cancellable | None = None,
+        on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+    """Load and run in a worker; the typed result (see README) or RunError with a one-line message."""
+    return drain(run_iter(request, token), on_progress)
+
+
+def probe_devices(timeout: float = 60.0, token: Cancellable | None = None) -> list[Any]:
+    """`list_devices()` measured in a worker, so CUDA contexts and driver faults stay out of this process."""
+    from ckptview.core.run.worker.devices import DeviceInfo
+
+    result = drain(execute({"op": "devices"}, timeout, token))
+    return [DeviceInfo.from_json(d) for d in result["devices"]]
+
+
+def inspect_inputs(path: str, timeout: float = 60.0, token: Cancellable | None = None,
+                   trusted: list[str] | None = None) -> list[InputSpec] | None:
+    """The input signature as ckptview reads it, for the Run tab: nothing is loaded by torch, nothing runs.
+
+    A .pt2's user inputs come from its program JSON; TorchScript code declares no shapes: None (the run reads
+    them from the graph, after consent); a state dict: a guess from its first layer. No worker is started, so
+    `timeout`, `token` and `trusted` (kept for callers) change nothing."""
+    del timeout, token, trusted
+    if is_url(path):
+        return None  # not worth reading a remote file before the user asks for a run: the input shape is typed
+    from ckptview.core import open_checkpoint
+    try:
+        checkpoint = open_checkpoint(path)
+    except CheckpointError:
+        return None
+    try:
+        if checkpoint.format == "torch-export":
+            return program_inputs(checkpoint.metadata.get("signature"))
+        if checkpoint.format == "torchscript":
+            return None
+        return suggest_inputs(path, checkpoint)
+    finally:
+        checkpoint.close()

@@ -1,0 +1,2 @@
+"""The isolated worker process of a forward pass: the only place ckptview imports torch. It loads
+only what the load gate checked, builds the model, runs it, and reports typed results on its stdout."""

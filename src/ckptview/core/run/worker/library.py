@@ -1,0 +1,179 @@
+"""In the run worker: build a model class an installed library knows, from a config read as data.
+
+Classes are looked up by name in the library's own registry (transformers' auto mappings, diffusers'
+model classes, timm's and torchvision's model registries), never imported from the checkpoint's folder;
+no `trust_remote_code`, no `from_pretrained` (which may fetch or run what a repository ships). The model
+is built directly on the device (`meta` builds shapes only), in the checkpoint's floating-point dtype as
+`from_pretrained(dtype="auto")` would, and its weights are then loaded by ckptview's loader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckptview.core.run.protocol import WorkerError, one_line
+
+PROMPT = "The capital of France is"
+TOP_K = 5
+
+
+def build(arch: dict[str, Any], device: str, dtype_name: str | None, defer_init: bool = False) -> Any:
+    """The model named by `arch` (see `core.run.architectures.Architecture.request`) on `device`, in eval mode.
+
+    `defer_init`: where the library can (transformers), skip the random initialisation of weights the
+    checkpoint is about to overwrite, as `from_pretrained` does; `finish_init` then initialises what the
+    checkpoint did not hold. (A 1.1 B-parameter Llama: 11 s of random numbers nobody keeps.)"""
+    import contextlib
+
+    import torch
+
+    library, name, config = arch["library"], arch["class"], arch.get("config") or {}
+    try:
+        module = __import__(library)
+    except Exception as exc:  # noqa: BLE001 - an install that cannot import is one line, not a traceback
+        raise WorkerError(f"{library} is installed but cannot be imported: {one_line(exc)}", kind="input") from None
+    dtype = getattr(torch, dtype_name) if dtype_name else None
+    previous = torch.get_default_dtype()
+    try:
+        if dtype is not None and dtype.is_floating_point:
+            torch.set_default_dtype(dtype)
+        skip = _no_init(library) if defer_init and device != "meta" else None
+        with torch.device(device), skip if skip is not None else contextlib.nullcontext():
+            model = _BUILDERS[library](module, name, config)
+        if skip is not None:
+            model._ckptview_deferred_init = True
+    except WorkerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a config the class refuses: one line naming it
+        raise WorkerError(f"cannot build {library} {name} from config.json: {one_line(exc)}", kind="input") from None
+    finally:
+        torch.set_default_dtype(previous)
+    return model.eval()
+
+
+def _transformers(transformers: Any, name: str, config: dict[str, Any]) -> Any:
+    from transformers.models.auto import configuration_auto, modeling_auto
+
+    known: set[str] = set()
+    for attr in dir(modeling_auto):
+        if attr.startswith("MODEL") and attr.endswith("_MAPPING_NAMES"):
+            for value in getattr(modeling_auto, attr).values():
+                known.update([value] if isinstance(value, str) else value)
+    if name not in known:
+        raise WorkerError(f"transformers does not know the model class {name}", kind="refused")
+    model_type = config.get("model_type")
+    try:  # the lazy mapping imports the config module on access; its get() does not
+        config_class = configuration_auto.CONFIG_MAPPING[model_type] if isinstance(model_type, str) else None
+    except KeyError:
+        config_class = None
+    if config_class is None:
+        raise WorkerError(f"transformers does not know model_type {str(model_type)[:60]!r}", kind="refused")
+    cls = getattr(transformers, name)
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        raise WorkerError(f"transformers' {name} is not a model class", kind="input")
+    # No key-value cache: a test pass returns the model's outputs, not a cache object to carry on.
+    cfg = config_class.from_dict({**{k: v for k, v in config.items() if k != "auto_map"}, "use_cache": False})
+    return cls(cfg)
+
+
+def _diffusers(diffusers: Any, name: str, config: dict[str, Any]) -> Any:
+    cls = getattr(diffusers, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, diffusers.ModelMixin)):
+        raise WorkerError(f"diffusers does not know the model class {name}", kind="refused")
+    return cls.from_config(config)  # type: ignore[attr-defined]  # ModelMixin's, via ConfigMixin
+
+
+def _timm(timm: Any, name: str, config: dict[str, Any]) -> Any:
+    """As `timm.create_model("local-dir:FOLDER", pretrained=False)` builds it: the model's keyword arguments
+    from `model_args`, its defaults (classes, channels) from `pretrained_cfg`; never a download."""
+    import dataclasses
+    import inspect
+
+    from ckptview.core.run.architectures import timm_config
+
+    if not timm.is_model(name):
+        raise WorkerError(f"timm does not know the architecture {name}", kind="refused")
+    pretrained, args = timm_config(config)
+    if not all(isinstance(k, str) and k.isidentifier() for k in args):
+        raise WorkerError("config.json's model_args are not keyword arguments", kind="input")
+    # timm hands model_args to the model's constructor, after create_model has taken its own arguments; given
+    # to create_model here, `checkpoint_path` would torch.load a file the config names, `pretrained` download.
+    own = sorted((set(inspect.signature(timm.create_model).parameters) - {"model_name", "kwargs"}) & set(args))
+    if own:
+        raise WorkerError(f"config.json's model_args name {', '.join(own)}: arguments of timm.create_model "
+                          f"itself (loading, downloading), never taken from a model's folder", kind="refused")
+    # Fields this timm does not know (a config written by another release) are left out, not an error.
+    known = {f.name for f in dataclasses.fields(timm.models.PretrainedCfg)}
+    pretrained = {k: v for k, v in pretrained.items() if k in known}
+    return timm.create_model(name, pretrained=False, pretrained_cfg=pretrained or None, **args)
+
+
+def _torchvision(torchvision: Any, name: str, config: dict[str, Any]) -> Any:
+    models = torchvision.models
+    if name not in models.list_models(module=models):
+        raise WorkerError(f"torchvision does not know the model {name}", kind="refused")
+    return models.get_model(name, weights=None, num_classes=int(config.get("num_classes", 1000)))
+
+
+_BUILDERS = {"transformers": _transformers, "diffusers": _diffusers, "timm": _timm, "torchvision": _torchvision}
+
+
+def _no_init(library: str) -> Any:
+    """The library's own context that skips weight initialisation, when it has one and can finish it later."""
+    if library != "transformers":
+        return None
+    try:
+        from transformers.initialization import no_init_weights  # transformers 5
+        from transformers.modeling_utils import PreTrainedModel
+    except ImportError:
+        return None
+    return no_init_weights() if hasattr(PreTrainedModel, "initialize_weights") else None
+
+
+def finish_init(model: Any, loaded: set[str]) -> None:
+    """After loading a model built with `defer_init`: mark what the checkpoint filled in and let the library
+    initialise the rest (weights the checkpoint lacks, buffers no checkpoint holds), as `from_pretrained`
+    does (`_is_hf_initialized` on loaded tensors, then `initialize_weights`)."""
+    import torch
+
+    if not getattr(model, "_ckptview_deferred_init", False):
+        return
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        if key in loaded:
+            tensor._is_hf_initialized = True
+    with torch.no_grad():
+        model.initialize_weights()
+    del model._ckptview_deferred_init
+
+
+def tie(model: Any) -> None:
+    """Tie shared weights as the library does after loading (an LM head over the embedding)."""
+    tie_weights = getattr(model, "tie_weights", None)
+    if callable(tie_weights):
+        tie_weights()
+
+
+def next_tokens(model: Any, folder: str, device: str) -> dict[str, Any] | None:
+    """The top-k next tokens after a short prompt, when the folder has a tokenizer.json (read as data)."""
+    import os
+
+    import torch
+
+    path = os.path.join(folder, "tokenizer.json") if folder else ""
+    if device == "meta" or not path or not os.path.isfile(path):
+        return None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    tokenizer = Tokenizer.from_file(path)
+    ids = tokenizer.encode(PROMPT).ids
+    if not ids:
+        return None
+    with torch.no_grad():
+        output = model(input_ids=torch.tensor([ids], device=device))
+    logits = output["logits"] if isinstance(output, dict) or hasattr(output, "keys") else output[0]
+    probs = torch.softmax(logits[0, -1].double(), dim=-1)
+    top = torch.topk(probs, min(TOP_K, probs.numel()))
+    return {"prompt": PROMPT, "top": [{"id": int(i), "token": tokenizer.decode([int(i)]), "prob": float(p)}
+                                      for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True)]}

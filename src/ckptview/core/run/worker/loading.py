@@ -1,0 +1,364 @@
+"""Loading in the run worker: the model from its source, the checkpoint's weights into it, the load report.
+
+Every torch load goes through `core.load_gate` (private copy, census of every pickle, the user's consent);
+nothing here reads a file with torch any other way.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ckptview.core.run.protocol import Job, WorkerError, one_line
+from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
+from ckptview.core.run.worker.model_code import build_user_model
+
+if TYPE_CHECKING:
+    from ckptview.core.checkpoint import Checkpoint
+
+
+def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
+    """The model on `device` and the load report, by source kind."""
+    source = job.request.get("source")
+    if source in ("torchscript", "export"):
+        model = load_graph(job, source, path, device, "main")
+        return model, module_report(model, device)
+    if source == "pickle":
+        if not job.request.get("trust"):
+            raise WorkerError("refusing to unpickle a full model without trust", kind="refused")
+        model = load_trusted_pickle(job, path, device, "main")
+        return model, module_report(model, device)
+    if source == "state_dict":
+        job.enter("model code")
+        model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {},
+                                 job.request.get("cwd"))
+        job.enter("loading")
+        model = _place_module(model, device)
+        report = load_weights(model, path, device)
+        return model, report
+    if source == "library":
+        return load_library_model(job, path, device)
+    if source == "lightning":
+        from ckptview.core.run.worker.lightning import load_lightning_model
+
+        return load_lightning_model(job, path, device)
+    raise WorkerError(f"unknown model source '{source}'", kind="protocol")
+
+
+def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
+    """A model its library builds from config.json, then the checkpoint's weights, tensor by tensor."""
+    from ckptview.core import open_checkpoint
+    from ckptview.core.run.worker.library import build, finish_init, tie
+
+    checkpoint = open_checkpoint(path)  # once: its dtypes choose the build's, its tensors fill the model
+    try:
+        job.enter("building the model")
+        model = build(job.request["architecture"], device, checkpoint_float_dtype(checkpoint), defer_init=True)
+        job.enter("loading")
+        report = load_weights(model, path, device, checkpoint)
+    finally:
+        checkpoint.close()
+    tie(model)  # as the library does after loading: the head may share the embedding only from now on
+    tied = tied_to(model, report.missing, set(model.state_dict()) - set(report.missing))
+    if tied:
+        report.tied = {**(report.tied or {}), **tied}
+        report.missing = [k for k in report.missing if k not in tied]
+    not_loaded = {*report.missing, *report.mismatched, *(u.name for u in report.unplaced or ())}
+    finish_init(model, set(model.state_dict()) - not_loaded)
+    return model, report
+
+
+def checkpoint_float_dtype(checkpoint: Checkpoint) -> str | None:
+    """The floating-point dtype holding most of the checkpoint's bytes (`from_pretrained(dtype="auto")`)."""
+    totals: dict[str, int] = {}
+    for entry in checkpoint.tensors():
+        dtype = entry.info.dtype
+        if dtype in ("float32", "float16", "bfloat16", "float64"):
+            totals[dtype] = totals.get(dtype, 0) + entry.info.nbytes
+    return max(totals, key=lambda d: totals[d]) if totals else None
+
+
+def _consent(job: Job, role: str) -> list[str] | None:
+    """The findings the user accepted for the main or the second file; None: not trusted."""
+    consent = job.request.get("consent") or {}
+    value = consent.get(role) if isinstance(consent, dict) else None
+    return [str(v) for v in value] if isinstance(value, list) else None
+
+
+def torch_load(job: Job | None, path: str, how: str, device: str, role: str) -> Any:
+    """Every torch load of the worker goes through the load gate (private copy, census, consent)."""
+    from ckptview.core.errors import CheckpointError
+    from ckptview.core.run.worker.load_gate import LoadRefused, load_with_torch
+
+    consent = _consent(job, role) if job is not None else None
+    try:
+        return load_with_torch(path, how, device=device, consent=consent, folder=os.path.join(os.getcwd(), "gate"))
+    except LoadRefused as exc:
+        raise WorkerError(str(exc), kind="refused") from None
+    except CheckpointError as exc:  # FileChangedError: not what the user trusted
+        raise WorkerError(str(exc), kind="changed") from None
+
+
+def load_graph(job: Job | None, source: str, path: str, device: str, role: str) -> Any:
+    """A TorchScript module or an exported program's module on `device`, loaded through the gate."""
+    if source == "torchscript":
+        return torch_load(job, path, "torchscript", device, role).eval()
+    program = torch_load(job, path, "export", device, role)
+    # An exported program's module refuses .eval(): its graph was captured in the mode it was exported in.
+    module = program.module().to(device)
+    module._ckptview_program = program  # sample inputs and range constraints, for the inputs
+    return module
+
+
+def load_trusted_pickle(job: Job, path: str, device: str, role: str) -> Any:
+    """The nn.Module in a full-model pickle the user trusted (loaded through the gate), in eval mode."""
+    obj = torch_load(job, path, "pickle", device, role)  # the user trusted exactly these findings
+    model = _find_module(obj)
+    if model is None:
+        raise WorkerError(f"the file holds a {type(obj).__name__}, not an nn.Module", kind="input")
+    return model.eval()
+
+
+def _find_module(obj: Any, depth: int = 0) -> Any:
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return obj
+    if depth < 3 and isinstance(obj, Mapping):
+        for value in obj.values():
+            found = _find_module(value, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _place_module(model: Any, device: str) -> Any:
+    try:
+        return model.to(device)
+    except (RuntimeError, TypeError) as exc:
+        raise WorkerError(f"cannot move the model to {device}: {one_line(exc)}", kind="device") from None
+
+
+# Formats torch.load reads: a state dict in one of them whose pickles are all safe is loaded by torch
+# (weights_only, through the gate), so that it loads exactly as model.load_state_dict(torch.load(...)) would:
+# module versions (`_metadata`), quantized tensors, packed parameters and other non-tensor entries included.
+TORCH_LOADABLE = ("torch-zip", "torch-legacy")
+# Above this size the gate's private copy costs more than exactness buys: ckptview's reader maps the values.
+TORCH_LOAD_MAX_BYTES = 2 << 30
+
+
+def load_weights(model: Any, path: str, device: str, opened: Checkpoint | None = None) -> LoadReport:
+    """Load the checkpoint's state dict into `model` non-strictly: by torch when checked safe, else by ckptview.
+
+    `opened`: the checkpoint at `path`, already open (the caller closes it); else it is opened here."""
+    from ckptview.core import open_checkpoint
+    from ckptview.core.run.request import find_state_dict, state_dict_node, strip_prefixes
+
+    checkpoint = opened if opened is not None else open_checkpoint(path)
+    try:
+        found_under, infos = find_state_dict(checkpoint)
+        if (device != "meta" and checkpoint.format in TORCH_LOADABLE and not checkpoint.unsafe_globals
+                and os.path.getsize(path) <= TORCH_LOAD_MAX_BYTES):
+            state = _torch_state_dict(path, state_dict_node(checkpoint).path)
+            if state is not None:
+                return _load_torch_state_dict(model, state, found_under)
+        model_state = model.state_dict()
+        mapping, stripped = strip_prefixes(infos, model_state)
+        missing = [k for k in model_state if k not in set(mapping.values())]
+        tied = tied_to(model, missing, {k for k in mapping.values() if k in model_state})
+        missing = [k for k in missing if k not in tied]
+        unexpected: list[str] = []
+        mismatched: list[str] = []
+        shapes: dict[str, ShapeMismatch] = {}
+        to_load: dict[str, Any] = {}
+        batch_bytes = loaded = 0
+        unplaced: list[Unplaced] = []
+        bytes_moved = 0
+        for ckpt_key, key in mapping.items():
+            info = infos[ckpt_key]
+            if key not in model_state:
+                unexpected.append(ckpt_key)
+                continue
+            want = tuple(model_state[key].shape)
+            if tuple(info.shape) != want:
+                mismatched.append(key)
+                shapes[key] = ShapeMismatch(list(info.shape), list(want))
+                continue
+            tensor, reason = place_tensor(info, device)
+            if tensor is None:
+                unplaced.append(Unplaced(key, reason))
+                continue
+            to_load[key] = tensor
+            loaded += 1
+            bytes_moved += info.nbytes if device != "meta" else 0  # meta tensors hold no bytes
+            batch_bytes += info.nbytes
+            if batch_bytes >= LOAD_BATCH_BYTES:  # into the model now: never a second copy of all weights
+                _load_batch(model, to_load, device)
+                batch_bytes = 0
+        _load_batch(model, to_load, device)
+        return LoadReport(missing=missing, unexpected=unexpected, mismatched=mismatched, mismatched_shapes=shapes,
+                          stripped_prefixes=stripped, state_dict_key=found_under, tensors=loaded, tied=tied or None,
+                          bytes_moved=bytes_moved, unplaced=unplaced, loader="ckptview reader")
+    finally:
+        if opened is None:
+            checkpoint.close()
+
+
+# Tensors read by ckptview go into the model in batches of about this many bytes, so that loading holds the
+# model and one batch, not the model and a second copy of every weight.
+LOAD_BATCH_BYTES = 256 << 20
+
+
+def _load_batch(model: Any, batch: dict[str, Any], device: str) -> None:
+    if batch and device != "meta":
+        model.load_state_dict(batch, strict=False)
+    batch.clear()
+
+
+def _torch_state_dict(path: str, base: tuple[Any, ...]) -> Any:
+    """The state dict as torch.load(weights_only=True) returns it (through the gate), or None to read it safely."""
+    try:
+        obj = torch_load(None, path, "weights", "cpu", "main")
+    except WorkerError:
+        return None  # the gate found something: the safe reader path runs nothing
+    except Exception:  # noqa: BLE001 - weights_only refused a construct the safe reader handles
+        return None
+    for key in base:
+        if not isinstance(obj, Mapping) or key not in obj:
+            return None
+        obj = obj[key]
+    if not isinstance(obj, Mapping) or not all(isinstance(k, str) for k in obj):
+        return None
+    return obj
+
+
+def _load_torch_state_dict(model: Any, state: Mapping[str, Any], found_under: str) -> LoadReport:
+    """load_state_dict(strict=False) of a torch-loaded state dict, keeping its module versions; the report."""
+    from collections import OrderedDict
+
+    import torch
+
+    from ckptview.core.run.request import strip_prefixes
+
+    model_state = model.state_dict()
+    mapping, stripped = strip_prefixes(list(state), model_state)
+    loaded_keys = set(mapping.values())
+    missing = [k for k in model_state if k not in loaded_keys]
+    tied = tied_to(model, missing, loaded_keys & set(model_state))
+    missing = [k for k in missing if k not in tied]
+    unexpected: list[str] = []
+    mismatched: list[str] = []
+    shapes: dict[str, ShapeMismatch] = {}
+    to_load: OrderedDict[str, Any] = OrderedDict()
+    for ckpt_key, key in mapping.items():
+        value, want = state[ckpt_key], model_state.get(key)
+        if key not in model_state:
+            unexpected.append(ckpt_key)
+            continue
+        if isinstance(value, torch.Tensor) and isinstance(want, torch.Tensor) and value.shape != want.shape:
+            mismatched.append(key)
+            shapes[key] = ShapeMismatch(list(value.shape), list(want.shape))
+            continue
+        to_load[key] = value
+    metadata = getattr(state, "_metadata", None)
+    if isinstance(metadata, Mapping):
+        to_load._metadata = OrderedDict((_strip(k, stripped), v) for k, v in metadata.items())  # type: ignore[attr-defined]
+    model.load_state_dict(to_load, strict=False)
+    tensors = [t for v in to_load.values() for t in _tensors_in(v)]
+    return LoadReport(missing=missing, unexpected=unexpected, mismatched=mismatched, mismatched_shapes=shapes,
+                      stripped_prefixes=stripped, state_dict_key=found_under, tensors=len(tensors),
+                      tied=tied or None, bytes_moved=sum(t.numel() * t.element_size() for t in tensors),
+                      loader="torch.load(weights_only=True) after the safe check")
+
+
+def tied_to(model: Any, missing: list[str], loaded: set[str]) -> dict[str, str]:
+    """{missing key: the loaded key it is tied to}: `lm_head.weight` is the embedding's own Parameter (a
+    safetensors file keeps one name of the two), so loading the embedding loads it too. By identity, so
+    it holds on `meta` as well."""
+    if not missing:
+        return {}
+    holders: dict[int, list[str]] = {}
+    for key, value in model.state_dict(keep_vars=True).items():
+        holders.setdefault(id(value), []).append(key)
+    wanted, out = set(missing), dict[str, str]()
+    for group in holders.values():
+        twin = next((k for k in group if k in loaded), None)
+        if twin is not None:
+            out.update((k, twin) for k in group if k in wanted)
+    return out
+
+
+def _strip(key: str, prefixes: list[str]) -> str:
+    for prefix in prefixes:
+        key = key.removeprefix(prefix)
+    return key
+
+
+def _tensors_in(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
+
+
+def place_tensor(info: Any, device: str) -> tuple[Any, str]:
+    """(tensor on `device`, '') from the safe reader's values, or (None, why it could not be placed)."""
+    import torch
+
+    dtype = getattr(torch, info.dtype, None)
+    if dtype is None:
+        return None, f"dtype {info.dtype} is unknown to this torch"
+    if device == "meta":
+        return torch.empty(tuple(info.shape), dtype=dtype, device="meta"), ""
+    try:
+        array = _read_values(info)
+        tensor = numpy_to_torch(array, info.dtype)
+        return tensor.to(device), ""
+    except Exception as exc:  # noqa: BLE001 - e.g. float64 on mps, a broken record: report and go on
+        return None, f"{info.dtype} on {device}: {one_line(exc)}"
+
+
+def _read_values(info: Any) -> Any:
+    from ckptview.core.read.values.reading import read_values
+
+    return read_values(info)
+
+
+def numpy_to_torch(array: Any, dtype_name: str) -> Any:
+    """A CPU tensor over `array`'s values (bf16/fp8 through their bit patterns, without a float detour)."""
+    import numpy as np
+    import torch
+
+    target = getattr(torch, dtype_name)
+    if array.dtype.type.__module__ != "numpy":  # ml_dtypes: reinterpret the bits
+        bits = np.ascontiguousarray(array).view(f"uint{array.dtype.itemsize * 8}")
+        return torch.from_numpy(bits).view(target)
+    with warnings.catch_warnings():
+        # Read-only array views are fine: load_state_dict copies into the parameters, never writes here.
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(array)
+    return tensor if tensor.dtype == target else tensor.to(target)
+
+
+def module_report(model: Any, device: str) -> LoadReport:
+    """The load report of a module that carries its own weights (a graph or a pickled module)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    return LoadReport(tensors=len(tensors), bytes_moved=0 if device == "meta" else nbytes, tensor_bytes=nbytes)
+
+
+def note_memory_after_load(report: LoadReport, device: str) -> None:
+    """Add the device's allocated (and reserved) memory after loading to the report."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+        report.cuda_allocated = int(torch.cuda.memory_allocated(device))
+        report.cuda_reserved = int(torch.cuda.memory_reserved(device))
+    elif device == "mps":
+        report.mps_allocated = int(torch.mps.current_allocated_memory())

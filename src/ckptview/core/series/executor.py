@@ -1,0 +1,525 @@
+"""The per-checkpoint work of a run's timeline as plain tasks, run on an executor (Qt-free, no torch).
+
+A task is a *chain* of consecutive checkpoints (in run order) and a group of tensor names. It is a pure
+function of its arguments (:func:`measure_chain`): it opens each checkpoint itself (a local path on
+shared storage or a URL) and sends back only the figures, so it runs unchanged in this process, in a
+local process pool or on a Dask worker.
+
+Each checkpoint's bytes are read once. For one tensor, the chain is walked *piece by piece*: piece k of
+checkpoint 0, then piece k of checkpoint 1 (compared with the piece of checkpoint 0 still in hand), ...,
+then piece k+1. Every checkpoint's figures and the sums of its update from the one before come out of
+that one pass, holding two pieces at a time whatever the chain's length. Only a chain's first checkpoint
+may be read twice: when it is there only as the "previous" side of a pair whose own figures are known
+(a run split into segments for parallel workers, or a new checkpoint of a live run compared with the last
+one). The figures do not depend on how the run was cut: pieces are always cut at the same element
+boundaries, so every executor returns the same numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckptview.core.checkpoint import Checkpoint, TensorInfo
+from ckptview.core.compare.diff import Sums, compare_arrays
+from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
+from ckptview.core.figures.stats import Summary, TensorStats, iter_summary
+from ckptview.core.jobs import CancelToken
+
+TaskResult = list["CheckpointFigures"]
+Submit = Callable[["ChainTask"], Any]
+
+
+@dataclass(frozen=True)
+class ChainTask:
+    """Consecutive checkpoints of a run, and the tensors to measure in them (None: every tensor)."""
+
+    paths: tuple[str, ...]
+    names: tuple[str, ...] | None
+    chunk_elems: int
+    first_is_previous: bool = False  # paths[0] is only there as the "previous" side of paths[1]
+    spectral: bool = False  # also the alpha and stable rank of each 2-D weight (spectral.matrix_of)
+
+
+@dataclass
+class TensorFigures:
+    """One tensor in one checkpoint: its statistics (or why not), and the sums of its update from the
+    previous checkpoint of the chain (None when there is no comparable previous tensor)."""
+
+    stats: TensorStats | None = None
+    error: str | None = None
+    sums: Sums | None = None
+    alpha: float | None = None  # with ChainTask.spectral: of a 2-D weight whose spectrum could be fitted
+    stable_rank: float | None = None
+    spectral: bool = False  # its spectrum was looked at (a cache entry without it is read again)
+
+
+@dataclass
+class CheckpointFigures:
+    """What a task found for one checkpoint of its chain."""
+
+    path: str
+    key_before: str | None = None  # the file's identity (series_cache.file_key) before and after reading
+    key_after: str | None = None
+    error: str | None = None  # it could not be opened (or read at all), and why
+    changed: str | None = None  # it changed on disk while it was read (the message), its figures not to be used
+    tensors: dict[str, TensorFigures] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The pure function.
+
+
+def measure_chain(task: ChainTask, token: CancelToken | None = None,
+                  key_of: Callable[[str], str | None] | None = None) -> TaskResult:
+    """Figures of every tensor of ``task`` in every checkpoint of its chain (see the module docstring)."""
+    gen = iter_measure_chain(task, token, key_of)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            result: TaskResult = stop.value
+            return result
+
+
+def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
+                       key_of: Callable[[str], str | None] | None = None) -> Generator[int, None, TaskResult]:
+    """:func:`measure_chain` as a generator that yields the number of bytes read since its last yield.
+
+    Checkpoints are opened, named and checked as :func:`ckptview.core.series.timeline.iter_series` does
+    (its ``open_checkpoint``, ``series_entries``, messages and changed-on-disk check): one checkpoint that
+    fails to open, or changes while it is read, is that checkpoint's error; the others are still read."""
+    from ckptview.core.series import timeline as series
+
+    if key_of is None:
+        from ckptview.core.series.cache import file_key
+
+        def key_of(path: str) -> str | None:
+            return file_key(path, task.chunk_elems)
+
+    out = [CheckpointFigures(p) for p in task.paths]
+    opened: list[Checkpoint | None] = []
+    infos: list[dict[str, TensorInfo]] = []
+    try:
+        for fig in out:
+            fig.key_before = _safe_key(key_of, fig.path)
+            ckpt: Checkpoint | None = None
+            try:
+                ckpt = series.open_checkpoint(fig.path)
+                infos.append(_by_name(ckpt))
+            except Cancelled:
+                if ckpt is not None:
+                    ckpt.close()
+                raise
+            except Exception as exc:  # noqa: BLE001 - one checkpoint failing is its error, the rest still read
+                if ckpt is not None:
+                    ckpt.close()
+                    ckpt = None
+                fig.error = series._message(exc)
+                infos.append({})
+            opened.append(ckpt)
+        names: list[str] = list(task.names) if task.names is not None else _union(infos)
+        # Not through read_ahead: its windows (a megabyte after each small read, four files at a time)
+        # would be read for every tensor of a chain longer than four, and re-read the tensors' bytes.
+        yield from _measure_all(names, infos, out, token, task.chunk_elems)
+        if task.spectral:
+            skip = 1 if task.first_is_previous else 0
+            yield from _measure_spectra(names, infos[skip:], out[skip:], token)
+        for fig, ckpt in zip(out, opened, strict=True):
+            if ckpt is not None and fig.changed is None:
+                fig.changed = series._check_unchanged(ckpt, fig.path)
+    finally:
+        for ckpt in opened:
+            if ckpt is not None:
+                ckpt.close()
+    for fig in out:
+        fig.key_after = _safe_key(key_of, fig.path)
+        if fig.changed is None and fig.error is None and fig.key_after != fig.key_before:
+            fig.changed = series._changed_message("rewritten")
+        if fig.changed is not None:
+            fig.tensors = {}  # not the file that was opened: none of its figures is kept
+    if task.first_is_previous and out:
+        out[0].tensors = {}  # its own figures are known; only the pair sums of out[1] were wanted
+    return out
+
+
+def _safe_key(key_of: Callable[[str], str | None], path: str) -> str | None:
+    try:
+        return key_of(path)
+    except (CheckpointError, OSError):
+        return None
+
+
+def _union(infos: list[dict[str, TensorInfo]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for by_name in infos:
+        for name in by_name:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
+    from ckptview.core.series.timeline import series_entries
+
+    out: dict[str, TensorInfo] = {}
+    for name, info, _ in series_entries(ckpt):
+        out.setdefault(name, info)  # the first, if a name repeats (as Checkpoint.tensor)
+    return out
+
+
+def _message(exc: BaseException) -> str:
+    from ckptview.core.series.timeline import _message as series_message
+
+    return series_message(exc)
+
+
+def _measure_all(names: Iterable[str], infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
+                 token: CancelToken | None, chunk_elems: int) -> Generator[int, None, None]:
+    for name in names:
+        if token is not None:
+            token.check()
+        yield from _measure_tensor(name, infos, out, token, chunk_elems)
+
+
+class _Lane:
+    """One checkpoint's copy of a tensor: fixed-size pieces in, a streamed Summary out."""
+
+    def __init__(self, info: TensorInfo, chunk_elems: int, block: int, token: CancelToken | None) -> None:
+        from ckptview.core.read.values.reading import iter_chunks
+
+        self.info = info
+        self.shape = tuple(info.shape)
+        self.error: str | None = None
+        self.changed = False  # its file changed on disk while it was read
+        self.summary: Summary | None = None
+        # Read in blocks smaller than a piece: a suspended reader holds its last block, and a chain has a
+        # reader per checkpoint. The pieces are always cut at chunk_elems (the figures do not change).
+        self._pieces = _recut(iter_chunks(info, block), chunk_elems)
+        self._box: deque[np.ndarray] = deque()
+        self._stats = iter_summary(self._fed(), info.numel, token)
+        self.done = False
+
+    def _fed(self) -> Iterator[np.ndarray]:
+        while self._box:
+            yield self._box.popleft()
+
+    def next_piece(self) -> np.ndarray | None:
+        """The next piece of values (already counted in this lane's statistics), or None at the end."""
+        if self.done:
+            return None
+        try:
+            piece = next(self._pieces, None)
+        except (CheckpointError, OSError, ValueError) as exc:
+            self.error, self.done = _message(exc), True
+            self.changed = isinstance(exc, FileChangedError)
+            return None
+        if piece is None:
+            self._finish()
+            return None
+        self._box.append(piece)
+        # The summary's frame holds the last value it saw: hand it an empty one (no change to any figure)
+        # so that no lane keeps a piece while the others are read.
+        self._box.append(piece[:0].copy())
+        with contextlib.suppress(StopIteration):  # not raised: the summary ends only on an empty box
+            next(self._stats)
+            next(self._stats)
+        return piece
+
+    def _finish(self) -> None:
+        self.done = True
+        try:
+            next(self._stats)
+        except StopIteration as stop:
+            self.summary = stop.value
+
+
+def _recut(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
+    """The values of ``chunks`` as 1-D pieces of exactly ``size`` elements (the last may be shorter)."""
+    held: list[np.ndarray] = []
+    count = 0
+    for chunk in chunks:
+        flat = np.asarray(chunk).reshape(-1)
+        del chunk  # while suspended, hold no more than the rest of this block
+        while flat.size:
+            take = min(size - count, flat.size)
+            held.append(flat[:take])
+            count += take
+            flat = flat[take:]
+            if count == size:
+                count = 0
+                yield _take(held)  # no local keeps the piece while this generator is suspended
+    if count:
+        yield _take(held)
+
+
+def _take(held: list[np.ndarray]) -> np.ndarray:
+    """The parts in ``held`` as one array; ``held`` is left empty."""
+    piece = held[0] if len(held) == 1 else np.concatenate(held)
+    held.clear()
+    return piece
+
+
+def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
+                    token: CancelToken | None, chunk_elems: int) -> Generator[int, None, None]:
+    lanes: list[_Lane | None] = []
+    block = min(chunk_elems, max(MIN_BLOCK, chunk_elems // max(1, len(infos))))
+    for i, by_name in enumerate(infos):
+        info = by_name.get(name)
+        if info is None or out[i].error is not None or info.storage is None and not info.broken:
+            lanes.append(None)  # absent, unreadable checkpoint, or saved without data (meta)
+            continue
+        try:
+            lanes.append(_Lane(info, chunk_elems, block, token))
+        except (CheckpointError, OSError, ValueError) as exc:
+            out[i].tensors[name] = TensorFigures(error=_message(exc))
+            lanes.append(None)
+    paired = [i > 0 and lanes[i] is not None and lanes[i - 1] is not None
+              and lanes[i].shape == lanes[i - 1].shape for i, _ in enumerate(lanes)]  # type: ignore[union-attr]
+    sums = [Sums() if p else None for p in paired]
+    while any(lane is not None and not lane.done for lane in lanes):
+        if token is not None:
+            token.check()
+        previous: np.ndarray | None = None
+        nbytes = 0
+        for i, lane in enumerate(lanes):
+            piece = lane.next_piece() if lane is not None else None
+            nbytes += piece.nbytes if piece is not None else 0
+            pair = sums[i]
+            if pair is not None:
+                if piece is not None and previous is not None and piece.size == previous.size:
+                    pair.add(compare_arrays(previous, piece, max(piece.size, 1)))
+                elif piece is not None or previous is not None:  # one side ended early or failed
+                    sums[i] = None
+            previous = piece
+        yield nbytes
+    for i, lane in enumerate(lanes):
+        if lane is None:
+            continue
+        before = lanes[i - 1] if i > 0 else None
+        if lane.changed and out[i].changed is None:
+            out[i].changed = lane.error
+        if lane.error is not None or lane.summary is None:
+            out[i].tensors[name] = TensorFigures(error=lane.error or "cannot read values")
+            continue
+        ok_before = before is not None and before.error is None and before.summary is not None
+        out[i].tensors[name] = TensorFigures(lane.summary.stats, sums=sums[i] if ok_before else None)
+
+
+def _measure_spectra(names: list[str], infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
+                     token: CancelToken | None) -> Generator[int, None, None]:
+    """The alpha and stable rank of every 2-D weight read without error (``spectral.spectrum`` of the
+    tensor alone: the same numbers whichever executor runs the task). A spectrum that cannot be computed
+    (NaN values, a matrix too large) leaves both None; the tensor's own figures say what is wrong."""
+    from ckptview.core.errors import TensorDataError
+    from ckptview.core.figures.spectral import iter_spectrum, matrix_of
+    from ckptview.core.jobs import drain
+
+    for fig, by_name in zip(out, infos, strict=True):
+        if fig.error is not None or fig.changed is not None:
+            continue
+        for name in names:
+            info, tf = by_name.get(name), fig.tensors.get(name)
+            if info is None or tf is None or tf.stats is None:
+                continue
+            tf.spectral = True
+            if matrix_of(info) is not None:
+                try:
+                    found = drain(iter_spectrum(info, token))
+                    tf.alpha, tf.stable_rank = found.alpha, found.stable_rank
+                except (TensorDataError, CheckpointError, OSError, ValueError, np.linalg.LinAlgError):
+                    pass
+            yield info.nbytes  # progress: a spectral run counts each tensor's bytes twice (read, fitted)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cutting a run into tasks.
+
+MIN_SEGMENT = 16  # checkpoints per segment when a run is cut along its length: at most 1/16 read twice
+MAX_CHAIN = 64  # checkpoints per task: each holds a reader and a summary (a 16-bit one: a 512 KiB table)
+MIN_BLOCK = 1 << 14  # elements per read of a lane (64 KiB of float32)
+
+
+def plan_tasks(chains: list[list[str]], first_is_previous: list[bool], names: list[tuple[str, int]],
+               workers: int, chunk_elems: int, spectral: bool = False) -> list[tuple[int, int, ChainTask]]:
+    """Tasks for ``chains`` (runs of consecutive checkpoints still to measure) on ``workers`` workers.
+
+    ``names`` are the run's tensors with their sizes in bytes. A long chain is cut into segments of at
+    least MIN_SEGMENT checkpoints; the tensors are cut into groups of similar size so that every worker
+    has work. One worker: one task per chain, every byte read once. Returns (chain number, offset of the
+    task's first path in that chain, task).
+    """
+    target = max(1, workers * 2) if workers > 1 else 1
+    tasks: list[tuple[int, int, ChainTask]] = []
+    for c, (chain, first_prev) in enumerate(zip(chains, first_is_previous, strict=True)):
+        segments = max(1, min(target, len(chain) // MIN_SEGMENT)) if workers > 1 else 1
+        segments = max(segments, math.ceil(len(chain) / MAX_CHAIN))
+        groups = _groups(names, max(1, math.ceil(target / segments))) if workers > 1 else [None]
+        bounds = [round(k * len(chain) / segments) for k in range(segments + 1)]
+        for k in range(segments):
+            start, stop = bounds[k], bounds[k + 1]
+            prev = start > 0
+            offset = start - 1 if prev else start
+            for group in groups:
+                tasks.append((c, offset, ChainTask(tuple(chain[offset:stop]), group, chunk_elems,
+                                                   prev or first_prev and start == 0, spectral)))
+    return tasks
+
+
+def _groups(names: list[tuple[str, int]], count: int) -> list[tuple[str, ...] | None]:
+    """Tensor names cut into at most ``count`` groups of similar total size (largest first)."""
+    if count <= 1 or len(names) <= 1:
+        return [None]
+    count = min(count, len(names))
+    bins: list[list[str]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for name, size in sorted(names, key=lambda ns: -ns[1]):
+        k = loads.index(min(loads))
+        bins[k].append(name)
+        loads[k] += max(size, 1)
+    return [tuple(b) for b in bins if b]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Executors.
+
+
+def default_workers() -> int:
+    """The local pool's size: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def run_tasks(tasks: list[ChainTask], workers: int = 1, scheduler: Any = None,
+              token: CancelToken | None = None,
+              pool: LocalPool | None = None) -> Generator[tuple[int, TaskResult] | int, None, None]:
+    """Run ``tasks``; yields (task index, result) as each finishes (any order), and, for tasks run in this
+    process, the bytes read as they are read (an int).
+
+    ``scheduler`` ("tcp://HOST:PORT" or a ``distributed.Client``) runs them on a Dask cluster; else a local
+    process pool of ``workers`` processes (in this process when ``workers`` is 1 or there is one task):
+    ``pool`` when given (kept for the next call), else one made for this call.
+    """
+    if not tasks:
+        return
+    if scheduler is not None:
+        yield from _run_dask(tasks, scheduler, token)
+    elif workers <= 1 or len(tasks) == 1:
+        for i, task in enumerate(tasks):
+            result = yield from iter_measure_chain(task, token)
+            yield i, result
+    elif pool is not None:
+        yield from pool.run(tasks, token)
+    else:
+        own = LocalPool(min(workers, len(tasks)))
+        try:
+            yield from own.run(tasks, token)
+        finally:
+            own.close()
+
+
+class LocalPool:
+    """Worker processes kept between runs (a watch reads a new checkpoint without starting them again).
+
+    spawn, not fork: a forked child of a threaded parent (the GUI, a watchdog observer) may deadlock.
+    A cancelled or failed run stops the workers at once; the next run starts new ones.
+    """
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self._pool: Any = None
+
+    def run(self, tasks: list[ChainTask], token: CancelToken | None) -> Generator[tuple[int, TaskResult], None, None]:
+        """Run ``tasks`` on the workers; yields (task index, result) as each finishes."""
+        import concurrent.futures as cf
+        import multiprocessing
+
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_worker_init)
+        finished = False
+        try:
+            futures = {self._pool.submit(measure_chain, task): i for i, task in enumerate(tasks)}
+            pending = set(futures)
+            while pending:
+                if token is not None:
+                    token.check()
+                done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+                for fut in done:
+                    try:
+                        result = fut.result()
+                    except cf.process.BrokenProcessPool:
+                        raise CheckpointError("a worker process died while reading (out of memory?)") from None
+                    yield futures[fut], result
+            finished = True
+        finally:
+            if not finished:  # cancelled or failed: stop the workers now rather than wait for their tasks
+                processes = getattr(self._pool, "_processes", None) or {}
+                for proc in list(processes.values()):
+                    proc.terminate()
+                self.close()
+
+    def close(self) -> None:
+        """Stop the workers (waits for them to exit)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _worker_init() -> None:
+    """A pool worker leaves Ctrl+C to its parent, which stops it (no traceback from every worker)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def connect(scheduler: str) -> Any:
+    """A ``distributed.Client`` of the Dask scheduler at ``scheduler`` (tcp://HOST:PORT), or one clear error."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise CheckpointError("--scheduler needs Dask: pip install 'ckptview[series]'") from None
+    try:
+        return Client(scheduler, timeout=30)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise CheckpointError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+
+
+def cluster_threads(client: Any) -> int:
+    """How many tasks a Dask cluster runs at once (its workers' threads)."""
+    try:
+        return max(1, int(sum(client.nthreads().values())))
+    except (OSError, TimeoutError, AttributeError):
+        return 1
+
+
+def _run_dask(tasks: list[ChainTask], scheduler: Any,
+              token: CancelToken | None) -> Generator[tuple[int, TaskResult], None, None]:
+    from distributed import as_completed
+
+    own = isinstance(scheduler, str)
+    client = connect(scheduler) if own else scheduler
+    try:
+        futures = client.map(measure_chain, tasks, pure=False)
+        index = {fut.key: i for i, fut in enumerate(futures)}
+        finished = False
+        try:
+            for fut in as_completed(futures):  # type: ignore[no-untyped-call]
+                if token is not None and token.cancelled:
+                    raise Cancelled("cancelled")
+                yield index[fut.key], fut.result()
+            finished = True
+        finally:
+            if not finished:
+                client.cancel(futures)
+    finally:
+        if own:
+            client.close()

@@ -1,0 +1,244 @@
+"""The figures of a training run, per tensor and checkpoint, and what stands out (plain data, Qt-free)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptview.core.figures.stats import TensorStats
+from ckptview.core.jobs import Progress
+from ckptview.core.series.discover import Position
+
+FIGURES = ("norm", "mean", "std", "abs_max", "nan", "inf", "update_ratio", "frac_changed")
+SPECTRAL_FIGURES = ("alpha", "stable_rank")  # with --spectral: of 2-D weights (spectral.matrix_of)
+
+
+@dataclass
+class CheckpointRef:
+    """One checkpoint of the run, in run order."""
+
+    path: str
+    position: Position
+    format: str = ""
+    nbytes: int = 0  # bytes of its tensors (progress)
+    error: str | None = None  # could not be opened or read as a whole, or changed on disk while read
+    unsafe_globals: list[str] = field(default_factory=list)  # globals outside the safe set (recorded, never run)
+
+    @property
+    def file_name(self) -> str:
+        """The checkpoint's own name (the last component of its path)."""
+        return os.path.basename(os.path.normpath(self.path)) or self.path
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract's checkpoint object (with where the step and epoch were found)."""
+        p = self.position
+        out: dict[str, Any] = {"path": self.path, "step": p.step, "epoch": p.epoch,
+                               "step_source": p.step_source, "epoch_source": p.epoch_source,
+                               "format": self.format, "unsafe_globals": list(self.unsafe_globals)}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class TensorSeries:
+    """The figures of one tensor over the run: one entry per checkpoint, None where it is absent."""
+
+    name: str
+    shapes: list[tuple[int, ...] | None]
+    dtypes: list[str | None]
+    stats: list[TensorStats | None]
+    update_ratio: list[float | None]
+    frac_changed: list[float | None]
+    sq_change: list[float | None]  # ||w_t - w_{t-1}||^2 (module aggregation)
+    changed: list[int | None]
+    compared: list[int | None]  # elements compared with t-1
+    errors: list[str | None]
+    param: str | None = None  # optimizer state: the parameter it belongs to (the optimizer mapping's name)
+    # Weight spectra (``series --spectral``): per checkpoint, None where absent or not analysed; empty
+    # lists when the run was read without spectra.
+    alpha: list[float | None] = field(default_factory=list)
+    stable_rank: list[float | None] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, name: str, count: int) -> TensorSeries:
+        """A tensor absent everywhere so far."""
+        columns: list[list[Any]] = [[None] * count for _ in range(9)]
+        return cls(name, *columns)  # type: ignore[arg-type]  # nine lists, then the defaults
+
+    def present(self, t: int) -> bool:
+        """True when the tensor exists in checkpoint ``t``."""
+        return self.shapes[t] is not None
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Its shape in the last checkpoint that has it."""
+        return next((s for s in reversed(self.shapes) if s is not None), None)
+
+    @property
+    def dtype(self) -> str | None:
+        """Its dtype in the last checkpoint that has it."""
+        return next((d for d in reversed(self.dtypes) if d is not None), None)
+
+    def figure(self, key: str) -> list[Any]:
+        """One figure over the run (see FIGURES); None where absent or unreadable."""
+        if key == "update_ratio":
+            return list(self.update_ratio)
+        if key == "frac_changed":
+            return list(self.frac_changed)
+        return [None if s is None else _stat(s, key) for s in self.stats]
+
+    def set_spectral(self, t: int, alpha: float | None, stable_rank: float | None) -> None:
+        """Record checkpoint ``t``'s alpha and stable rank (the lists grow to the run's length)."""
+        count = len(self.shapes)
+        for column, value in ((self.alpha, alpha), (self.stable_rank, stable_rank)):
+            column.extend([None] * (count - len(column)))
+            column[t] = value
+
+    def spectral(self, key: str) -> list[float | None]:
+        """``alpha`` or ``stable_rank`` over the run (None where absent or not analysed)."""
+        column = self.alpha if key == "alpha" else self.stable_rank
+        return list(column) + [None] * (len(self.shapes) - len(column))
+
+    def to_json(self, spectral: bool = False) -> dict[str, Any]:
+        """The contract's tensor object (with ``alpha`` and ``stable_rank`` when ``spectral``)."""
+        out: dict[str, Any] = {"name": self.name, "shape": _list(self.shape), "dtype": self.dtype}
+        for key in FIGURES:
+            out[key] = [_json_number(v) for v in self.figure(key)]
+        if spectral:
+            for key in SPECTRAL_FIGURES:
+                out[key] = [_json_number(v) for v in self.spectral(key)]
+        out["shapes"] = [_list(s) for s in self.shapes]
+        out["dtypes"] = list(self.dtypes)
+        if self.param is not None:
+            out["param"] = self.param
+        return out
+
+
+@dataclass
+class ModuleSeries:
+    """A module's figures over the run: its tensors taken together as one flat vector."""
+
+    name: str
+    tensors: list[str]
+    norm: list[float | None]
+    mean: list[float | None]
+    std: list[float | None]
+    abs_max: list[float | None]
+    nan: list[int | None]
+    inf: list[int | None]
+    update_ratio: list[float | None]
+    frac_changed: list[float | None]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``"modules"`` entry of ``ckptview series --json``."""
+        out: dict[str, Any] = {"name": self.name, "tensors": len(self.tensors)}
+        for key in FIGURES:
+            out[key] = [_json_number(v) for v in getattr(self, key)]
+        return out
+
+
+@dataclass
+class Finding:
+    """Something worth a look, naming the tensor (None for a whole checkpoint) and the checkpoint."""
+
+    # nan | inf | stalled | explosion | appeared | disappeared | shape_changed | dtype_changed | unreadable | unsafe
+    # | alpha (--spectral)
+    kind: str
+    tensor: str | None
+    index: int  # checkpoint index in run order
+    checkpoint: str
+    detail: str
+
+    def to_json(self, refs: list[CheckpointRef]) -> dict[str, Any]:
+        """The contract's finding object (plus the checkpoint's index and step)."""
+        return {"kind": self.kind, "tensor": self.tensor, "checkpoint": self.checkpoint, "detail": self.detail,
+                "index": self.index, "step": refs[self.index].position.step if self.index < len(refs) else None}
+
+
+@dataclass
+class SeriesResult:
+    """A run: its checkpoints in order, one TensorSeries per tensor name, and the findings."""
+
+    checkpoints: list[CheckpointRef]
+    order_by: str  # "step", "epoch" or "name"
+    tensors: dict[str, TensorSeries] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    done: int = 0  # checkpoints whose figures are complete
+    stall_threshold: float = 0.0
+    explode_factor: float = 10.0
+    spectral: bool = False  # read with weight spectra (alpha, stable rank)
+
+    @property
+    def order_sources(self) -> list[str]:
+        """Where the ordering key was found, each source once ("file: global_step", "name", ...)."""
+        key = "step_source" if self.order_by == "step" else "epoch_source"
+        found: list[str] = []
+        for ref in self.checkpoints:
+            source = getattr(ref.position, key) if self.order_by != "name" else "name"
+            if source and source not in found:
+                found.append(source)
+        return found
+
+    def label(self, t: int) -> str:
+        """How checkpoint ``t`` is called on an axis: 'step 300', 'epoch 2', or its name (also when it has no
+        step or epoch, as an unreadable file may not)."""
+        pos = self.checkpoints[t].position
+        if self.order_by == "step" and pos.step is not None:
+            return f"step {pos.step}"
+        if self.order_by == "epoch" and pos.epoch is not None:
+            return f"epoch {pos.epoch}"
+        return self.checkpoints[t].file_name
+
+    def x_values(self) -> list[float]:
+        """The x coordinate of every checkpoint: its step, epoch, or index."""
+        out = []
+        for i, ref in enumerate(self.checkpoints):
+            pos = ref.position
+            value = pos.step if self.order_by == "step" else pos.epoch if self.order_by == "epoch" else None
+            out.append(float(value) if value is not None else float(i))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``ckptview series --json`` object."""
+        return {
+            "checkpoints": [r.to_json() for r in self.checkpoints],
+            "order": {"by": self.order_by, "sources": self.order_sources},
+            "tensors": [t.to_json(self.spectral) for t in self.tensors.values()],
+            "modules": [m.to_json() for m in _module_series(self)],
+            "findings": [f.to_json(self.checkpoints) for f in self.findings],
+            "thresholds": {"stall_threshold": self.stall_threshold, "explode_factor": self.explode_factor},
+        }
+
+
+@dataclass(frozen=True)
+class SeriesProgress(Progress):
+    """Progress of a run; ``checkpoint`` is the index whose figures were just completed (-1: none)."""
+
+    checkpoint: int = -1
+
+
+def _module_series(result: SeriesResult) -> list[ModuleSeries]:
+    from ckptview.core.series.findings import module_series
+
+    return module_series(result)
+
+
+def _stat(s: TensorStats, key: str) -> Any:
+    if key == "norm":
+        return s.l2
+    if key == "inf":
+        return s.posinf + s.neginf
+    return getattr(s, key)
+
+
+def _json_number(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _list(shape: tuple[int, ...] | None) -> list[int] | None:
+    return None if shape is None else list(shape)

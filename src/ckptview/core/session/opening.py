@@ -1,0 +1,146 @@
+"""The worker side of opening a checkpoint for a tab: read the metadata and derive what costs time.
+
+Everything here runs in a worker thread, never on the GUI thread: parsing, grouping rows, sharing, counts,
+the filter index and the summary figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ckptview.core.checkpoint import Checkpoint
+from ckptview.core.errors import Cancelled, CheckpointError
+from ckptview.core.figures.analysis import Analysis
+from ckptview.core.gc_policy import keep_out_of_collections
+from ckptview.core.inspect.grouping import Row, group_tree
+from ckptview.core.inspect.summary import SizeFacts, size_facts
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.context import ReaderContext
+from ckptview.core.session.file_checks import Signature, safetensors_header_size, signature
+from ckptview.core.session.workspace import Lease, Workspace, window_workspace
+
+
+@dataclass
+class Opened:
+    """What the worker hands the tab: the checkpoint and everything derived from it that costs time."""
+
+    checkpoint: Checkpoint
+    top: Row
+    sharing: dict[str, list[str]]
+    leaf_count: int
+    facts: SizeFacts
+    sharded: bool = False
+    devices: frozenset[str] = frozenset({"cpu"})  # where the tensors were saved
+    flat: list[Row] | None = None  # every row, for the filter index
+    signature: Signature | None = None  # the file as it was when opened
+    # The tab's hold on the checkpoint (the window's workspace shares it with comparisons and other
+    # tabs): released, never closed, when the tab lets it go. Without one, the checkpoint is this tab's.
+    lease: Lease | None = None
+
+    def __post_init__(self) -> None:
+        if self.lease is None:
+            self.lease = Lease.private(self.checkpoint)
+
+    @property
+    def held(self) -> Lease:
+        """The hold on the checkpoint: its Analysis, and `release()` (closed when nothing else holds it)."""
+        assert self.lease is not None  # set in __post_init__
+        return self.lease
+
+    @property
+    def analysis(self) -> Analysis:
+        """The checkpoint's Analysis (shared by everything that holds the checkpoint)."""
+        return self.held.analysis
+
+    def release(self) -> None:
+        """Let go of the checkpoint (closed when nothing else holds it); once."""
+        self.held.release()
+
+
+PROGRESS_INTERVAL = 0.1  # seconds between two progress steps handed to the GUI thread
+
+
+class LargeHeader(Exception):
+    """The file's header is larger than the window opens without asking (not an error: a question)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"header of {size:,} bytes")
+        self.size = size
+
+
+def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lease | None = None) -> Opened:
+    """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread).
+
+    `token` is checked between the steps (each takes seconds at a million tensors).
+    """
+    from ckptview.core.inspect.optimizer import label_state_rows
+
+    check = token.check if token is not None else lambda: None
+    top = group_tree(checkpoint.root)
+    check()
+    label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
+    check()
+    flat = list(top.walk())
+    leaves = sum(1 for r in flat if not r.children and r is not top)
+    tensors = checkpoint.tensors()
+    check()
+    sharded = any("shards" in e.info.extra for e in tensors)
+    devices = frozenset(e.info.device for e in tensors)
+    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
+                  devices=devices, lease=lease)
+
+
+def open_and_prepare(path: str, header_limit: int | None = None, token: CancelToken | None = None,
+                     progress: Callable[[Progress], None] | None = None,
+                     workspace: Workspace | None = None) -> Opened:
+    """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
+
+    The checkpoint comes from `workspace` (default: the window's): a file already open in the window and
+    unchanged is not read again; the caller releases `Opened.lease` when done.
+
+    Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes. A
+    safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
+    read between two pieces (Cancelled).
+    """
+    from ckptview.core import open_checkpoint
+
+    if header_limit is not None:
+        size = safetensors_header_size(path)
+        if size is not None and size > header_limit:
+            raise LargeHeader(size)
+
+    shown = [0.0]  # when a step was last handed on
+
+    def report(step: Progress) -> None:
+        # At most ten steps a second: each is a queued call into Python on the GUI thread, and one per
+        # piece (every few ms) kept that thread busy waiting for the interpreter lock (1.6 s, no timer ran).
+        now = time.monotonic()
+        if progress is not None and (now - shown[0] >= PROGRESS_INTERVAL or step.done >= step.total):
+            shown[0] = now
+            progress(step)
+
+    before = signature(path)  # taken first: a change during the open still shows as a change later
+    # The caller holds the GUI thread's collector off meanwhile (checkpoint_tab: a pass over a growing tree,
+    # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
+    try:
+        context = ReaderContext(cancel=token, progress=report)
+        lease = (workspace or window_workspace()).acquire(path, lambda p: open_checkpoint(p, context))
+    except CheckpointError:
+        if token is not None and token.cancelled:  # the reader turns every exception into one line
+            raise Cancelled("cancelled") from None
+        raise
+    checkpoint = lease.checkpoint
+    if progress is not None:
+        progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
+    try:
+        opened = prepare(checkpoint, token, lease)
+    except BaseException:
+        lease.release()
+        raise
+    opened.signature = before
+    # Freeze the new tree here, in the worker: millions of fresh objects would otherwise make the GUI
+    # thread's next collection (gc_guard) walk them all before the page is built (2 s at 900,000 tensors).
+    keep_out_of_collections()
+    return opened

@@ -1,0 +1,541 @@
+"""The main window: menus, toolbar, one tab per checkpoint, drag and drop, recent files, status bar."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QStyle,
+    QTabWidget,
+    QToolBar,
+    QWidget,
+)
+
+from ckptview import __version__
+from ckptview.core.checkpoint import Node
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.text import printable
+from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
+from ckptview.gui.base.settings import Settings
+from ckptview.gui.base.workers import file_events
+from ckptview.gui.checkpoint.host import TabHost
+from ckptview.gui.checkpoint.tab import CheckpointTab
+from ckptview.gui.panels import registry as panels
+from ckptview.resources import resource_path
+
+TITLE_BAR = 32  # pixels a window manager's title bar takes above the window (the frame is not ours)
+FILE_POLL_MS = 1000  # how often open files are compared with the disk (size, mtime, inode)
+FILES_PER_POLL = 8  # background tabs checked per poll, in turn (the current tab is checked every time)
+FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
+               "All files (*)")
+
+
+def example_path() -> str:
+    """The bundled example checkpoint, opened when the app starts without a file."""
+    return resource_path("example.pth")
+
+
+class MainWindow(QMainWindow):
+    """Every way of opening a file ends in `open_paths`."""
+
+    tab_opened = Signal(object)  # the new CheckpointTab
+
+    def __init__(self, settings: Settings | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        install_gc_guard()  # garbage (closed tabs, plots) is collected on this thread, never a worker's
+        self.settings = settings or Settings()
+        self.plugin_errors = panels.load_plugins()
+        self.setWindowTitle("ckptview")
+        icon_file = resource_path("ckptview.svg")
+        if os.path.exists(icon_file):
+            self.setWindowIcon(QIcon(icon_file))
+        self.setAcceptDrops(True)
+        self._tab_status: weakref.WeakKeyDictionary[QWidget, str] = weakref.WeakKeyDictionary()
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("checkpointTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.setTabsClosable(True)
+        self.tabs.setMovable(True)
+        self.tabs.setElideMode(Qt.TextElideMode.ElideMiddle)  # a long file name never widens the window
+        self.tabs.tabBar().setUsesScrollButtons(True)
+        self.tabs.tabCloseRequested.connect(self.close_tab)
+        self.tabs.currentChanged.connect(self._on_current_changed)
+        self.setCentralWidget(self.tabs)
+        self._build_status_bar()
+        self._build_actions()
+        self._build_menus()
+        self._build_toolbar()
+        # Opened files whose tab is in the background wait here and are built one per event-loop turn.
+        self._build_queue: list[CheckpointTab] = []
+        self._build_timer = QTimer(self, singleShot=True, interval=0)
+        self._build_timer.timeout.connect(self._build_next)
+        self._poll_turn = 0
+        self._poll_timer = QTimer(self, interval=FILE_POLL_MS)
+        self._poll_timer.timeout.connect(self.poll_files)
+        self._poll_timer.start()
+        file_events().file_changed.connect(self._on_file_changed)
+        self.resize(1280, 820)
+        geometry = self.settings.bytes_value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        self.fit_to_screen()
+        state = self.settings.bytes_value("window/state")
+        if state is not None:
+            self.restoreState(state)
+
+    def fit_to_screen(self) -> None:
+        """Never larger than the screen the window opens on (1280 x 820 is taller than a 1280 x 800 laptop;
+        a saved size may come from a larger monitor); room is left for the title bar."""
+        screen = self.screen()
+        if screen is None:
+            return
+        room = screen.availableGeometry()
+        width, height = min(self.width(), room.width()), min(self.height(), room.height() - TITLE_BAR)
+        if (width, height) != (self.width(), self.height()):
+            self.resize(max(width, 640), max(height, 400))
+
+    # --- building --------------------------------------------------------------------------------
+    def _icon(self, pixmap: QStyle.StandardPixmap) -> QIcon:
+        return self.style().standardIcon(pixmap)
+
+    def _build_status_bar(self) -> None:
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(160)
+        self.progress.setMaximumHeight(14)
+        self.progress.hide()
+        self.status_label = QLabel()
+        self.statusBar().addPermanentWidget(self.status_label)
+        self.statusBar().addPermanentWidget(self.progress)
+        # A URL's tab: bytes and requests so far, refreshed while values are read (cheap: two counters).
+        self.transfer_label = QLabel()
+        self.statusBar().addPermanentWidget(self.transfer_label)
+        from PySide6.QtCore import QTimer
+
+        self._transfer_timer = QTimer(self, interval=500)
+        self._transfer_timer.timeout.connect(self._show_transfer)
+        self._transfer_timer.start()
+
+    def _show_transfer(self) -> None:
+        tab = self.current_tab()
+        ckpt = getattr(tab, "checkpoint", None)
+        transfer = ckpt.metadata.get("_transfer") if ckpt is not None else None
+        text = (f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests"
+                if transfer is not None else "")
+        if self.transfer_label.text() != text:
+            self.transfer_label.setText(text)
+
+    def _action(self, text: str, slot: Any, shortcut: Any = None, icon: QIcon | None = None) -> QAction:
+        action = QAction(text, self)
+        if icon is not None:
+            action.setIcon(icon)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(lambda _checked=False: slot())
+        self.addAction(action)  # shortcuts work even while the menu bar is hidden
+        return action
+
+    def _build_actions(self) -> None:
+        sp = QStyle.StandardPixmap
+        self.open_action = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
+                                        self._icon(sp.SP_DialogOpenButton))
+        self.example_action = self._action("Open &Example", self.open_example)
+        self.open_run_action = self._action("Open &Run…", self.open_run_dialog)
+        self.open_url_action = self._action("Open &URL…", self.open_url_dialog, "Ctrl+L")
+        self.reload_action = self._action("&Reload", self.reload_current_tab, "Ctrl+R",
+                                          self._icon(sp.SP_BrowserReload))
+        self.reload_action.setStatusTip("Open the current tab's file again, keeping the selection")
+        self.close_action = self._action("&Close Tab", self.close_current_tab, "Ctrl+W",
+                                         self._icon(sp.SP_DialogCloseButton))
+        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.find_action = self._action("&Find…", self.focus_filter, "Ctrl+F",
+                                        self._icon(sp.SP_FileDialogContentsView))
+        self.expand_action = self._action("&Expand All", lambda: self._on_tab("expand_all"), "Ctrl+E",
+                                          self._icon(sp.SP_ArrowDown))
+        self.collapse_action = self._action("Co&llapse All", lambda: self._on_tab("collapse_all"),
+                                            "Ctrl+Shift+E", self._icon(sp.SP_ArrowUp))
+        self.next_tab_action = self._action("&Next Tab", lambda: self._cycle_tab(1), "Ctrl+Tab")
+        self.prev_tab_action = self._action("&Previous Tab", lambda: self._cycle_tab(-1), "Ctrl+Shift+Tab")
+        self.about_action = self._action("&About ckptview", self.about)
+
+    def _build_menus(self) -> None:
+        self.menus: dict[str, QMenu] = {}
+        file_menu = self.menu("File")
+        file_menu.addAction(self.open_action)
+        file_menu.addAction(self.open_url_action)
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self._fill_recent_menu()
+        file_menu.addAction(self.example_action)
+        file_menu.addAction(self.open_run_action)
+        file_menu.addAction(self.reload_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.close_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        self.menu("Edit").addAction(self.find_action)
+        view = self.menu("View")
+        for action in (self.expand_action, self.collapse_action, None, self.next_tab_action,
+                       self.prev_tab_action):
+            view.addSeparator() if action is None else view.addAction(action)
+        for spec in panels.actions():
+            action = self._action(spec.text, lambda spec=spec: spec.callback(self), spec.shortcut)
+            if spec.menu.replace("&", "") == "File":  # keep Close and Quit at the bottom of File
+                file_menu.insertAction(self.close_action, action)
+            else:
+                self.menu(spec.menu).addAction(action)
+        self.menu("Help").addAction(self.about_action)
+
+    def menu(self, title: str) -> QMenu:
+        """The menu called `title` ("File", "Tools", ...), created when missing (Help stays last)."""
+        key = title.replace("&", "")
+        if key not in self.menus:
+            menu = QMenu(f"&{key}", self)
+            help_menu = self.menus.get("Help")
+            if help_menu is not None:
+                self.menuBar().insertMenu(help_menu.menuAction(), menu)
+            else:
+                self.menuBar().addMenu(menu)
+            self.menus[key] = menu
+        return self.menus[key]
+
+    def _build_toolbar(self) -> None:
+        bar = QToolBar("Main")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        for action in (self.open_action, None, self.expand_action, self.collapse_action, None, self.find_action):
+            bar.addSeparator() if action is None else bar.addAction(action)
+        self.addToolBar(bar)
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        files = self.settings.recent_files()
+        for i, path in enumerate(files):
+            name = printable(os.path.basename(path)).replace("&", "&&")
+            label = f"&{i + 1} {name}" if i < 9 else name
+            action = self.recent_menu.addAction(label)
+            action.triggered.connect(lambda _checked=False, p=path: self.open_paths([p]))
+            action.setToolTip(printable(path))
+            action.setStatusTip(printable(path))
+        if files:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear Recent", self.settings.clear_recent)
+        else:
+            self.recent_menu.addAction("No recent files").setEnabled(False)
+
+    # --- opening ---------------------------------------------------------------------------------
+    def open_paths(self, paths: Iterable[str]) -> list[CheckpointTab]:
+        """Open each path in its own tab (or switch to its tab when already open); the one way in."""
+        opened = []
+        for raw in paths:
+            path = _normalized(str(raw))
+            existing = self.tab_for(path)
+            if existing is not None:
+                self.tabs.setCurrentWidget(existing)
+                opened.append(existing)
+                continue
+            host: TabHost = self  # mypy checks here that the window gives a tab what it needs
+            tab = CheckpointTab(path, window=host)
+            tab.status_message.connect(lambda text, tab=tab: self._on_tab_status(tab, text))
+            tab.loaded.connect(lambda tab=tab: self._on_tab_loaded(tab))
+            tab.failed.connect(lambda _text, tab=tab: self._on_tab_failed(tab))
+            shown = _shown(path)
+            # A file's name is text from outside: escaped (no bidi override, newline or ESC), as everywhere.
+            index = self.tabs.addTab(tab, printable(os.path.basename(shown.rstrip("/" + os.sep)) or shown))
+            self.tabs.setTabToolTip(index, printable(shown))
+            self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_FileIcon))
+            self.tabs.setCurrentIndex(index)
+            tab.start()
+            opened.append(tab)
+            self.tab_opened.emit(tab)
+        self._update_busy()
+        return opened
+
+    def _on_tab_status(self, tab: QWidget, text: str) -> None:
+        """A tab's message: kept with the tab, shown only while that tab is the current one."""
+        text = printable(text)  # it names the file, and may quote it
+        self._tab_status[tab] = text
+        if self.tabs.currentWidget() is tab:
+            self.statusBar().showMessage(text)
+
+    def _on_tab_failed(self, tab: CheckpointTab) -> None:
+        index = self.tabs.indexOf(tab)
+        if index >= 0:  # a failed tab must not look like a good one
+            self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_MessageBoxCritical))
+        self._update_busy()
+
+    def queue_build(self, tab: CheckpointTab) -> None:
+        """Build `tab`'s page on a later event-loop turn (one tab per turn, the current tab first)."""
+        if tab not in self._build_queue:
+            self._build_queue.append(tab)
+        self._build_timer.start()
+
+    def _build_next(self) -> None:
+        self._build_queue = [t for t in self._build_queue if t.build_pending and self.tabs.indexOf(t) >= 0]
+        if not self._build_queue:
+            return
+        current = self.current_tab()
+        tab = current if current in self._build_queue else self._build_queue[0]
+        self._build_queue.remove(tab)
+        tab.finish_open()
+        if self._build_queue:
+            self._build_timer.start()
+
+    def reload_current_tab(self) -> None:
+        """File > Reload (Ctrl+R): open the current tab's file again; the other tabs keep their state."""
+        tab = self.current_tab()
+        if tab is not None:
+            tab.reload()
+            self._update_busy()
+
+    def poll_files(self) -> None:
+        """Compare open files with the disk: the current tab every time, the others a few at a time."""
+        tabs = self.checkpoint_tabs()
+        if not tabs:
+            return
+        current = self.current_tab()
+        if current is not None:
+            current.check_file()
+        for _ in range(min(FILES_PER_POLL, len(tabs))):
+            self._poll_turn = (self._poll_turn + 1) % len(tabs)
+            if tabs[self._poll_turn] is not current:
+                tabs[self._poll_turn].check_file()
+
+    def _on_file_changed(self, path: str, message: str) -> None:
+        """A worker's read found `path` changed on disk: the tab holding it offers the reload."""
+        names = {os.path.abspath(path), os.path.realpath(path)}
+        for tab in self.checkpoint_tabs():
+            roots = {tab.path, os.path.realpath(tab.path)}
+            inside = any(n == r or n.startswith(r.rstrip(os.sep) + os.sep) for n in names for r in roots)
+            if inside and not tab.check_file():  # the core saw a change the stat did not (same size, mtime)
+                tab.mark_changed("a read found it different from what was opened")
+
+    def _on_tab_loaded(self, tab: CheckpointTab) -> None:
+        if tab.path != os.path.abspath(example_path()):
+            self.settings.add_recent(_shown(tab.path))  # a URL without user:password or tokens
+        splitter = self.settings.bytes_value("tab/splitter")
+        if splitter is not None:
+            tab.splitter.restoreState(splitter)
+        tab.splitter.splitterMoved.connect(
+            lambda *_: self.settings.set_bytes_value("tab/splitter", tab.splitter.saveState()))
+        self._update_busy()
+
+    def _update_busy(self) -> None:
+        loading = [t for t in self.checkpoint_tabs() if t.state == "loading"]
+        self.progress.setVisible(bool(loading))
+        self.status_label.setText(f"opening {len(loading)} file{'s' if len(loading) > 1 else ''}…"
+                                  if loading else "")
+
+    def open_dialog(self) -> None:
+        """File > Open: pick one or more files."""
+        start = os.path.dirname(self.settings.recent_files()[0]) if self.settings.recent_files() else ""
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open checkpoints", start, FILE_FILTER)
+        if paths:
+            self.open_paths(paths)
+
+    def open_url_dialog(self) -> None:
+        """File > Open URL: https://, hf://ORG/REPO[@REV]/PATH, s3://BUCKET/KEY, any fsspec protocol."""
+        from PySide6.QtWidgets import QInputDialog
+
+        text, ok = QInputDialog.getText(self, "Open URL", "URL (https://, hf://org/repo/file, s3://bucket/key):")
+        if ok and text.strip():
+            self.open_paths([text.strip()])
+
+    def open_example(self) -> None:
+        """Open the bundled example checkpoint."""
+        self.open_paths([example_path()])
+
+    def open_diff(self, a: str, b: str) -> None:
+        """`--diff A B`: the registered diff view, or both files side by side as tabs."""
+        handler = panels.diff_handler()
+        if handler is None:
+            self.statusBar().showMessage("The comparison view is not available; opened both files.", 8000)
+            self.open_paths([a, b])
+        else:
+            handler(self, a, b)
+
+    def open_series(self, paths: list[str]) -> QWidget:
+        """A run tab: the checkpoints of a training run as a timeline (`--series`, File > Open Run…)."""
+        from ckptview.gui.series.tab import open_series_tab
+
+        return open_series_tab(self, list(paths))
+
+    def open_run_dialog(self) -> None:
+        """File > Open Run…: pick a folder of checkpoints."""
+        from ckptview.gui.series.tab import choose_run_folder
+
+        folder = choose_run_folder(self)
+        if folder:
+            self.open_series([folder])
+
+    def add_tab(self, widget: QWidget, title: str, tooltip: str | list[str] = "") -> int:
+        """Add a closable main tab that is not a checkpoint (a diff view, a report); returns its index.
+
+        Title and tooltip name files: escaped like every name. A tooltip of several lines comes as a list
+        (a newline inside one file's name is escaped, never a line of its own)."""
+        lines = tooltip if isinstance(tooltip, list) else [tooltip or title]
+        index = self.tabs.addTab(widget, printable(title))
+        self.tabs.setTabToolTip(index, "\n".join(printable(line) for line in lines))
+        self.tabs.setCurrentIndex(index)
+        return index
+
+    def raise_window(self) -> None:
+        """Bring the window to the front (a second launch handed us files)."""
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
+    # --- tabs ------------------------------------------------------------------------------------
+    def checkpoint_tabs(self) -> list[CheckpointTab]:
+        """Every checkpoint tab, in tab order."""
+        return [w for w in (self.tabs.widget(i) for i in range(self.tabs.count())) if isinstance(w, CheckpointTab)]
+
+    def tab_for(self, path: str) -> CheckpointTab | None:
+        """The tab showing `path`, if any."""
+        path = _normalized(path)
+        return next((t for t in self.checkpoint_tabs() if t.path == path), None)
+
+    def current_tab(self) -> CheckpointTab | None:
+        """The current tab when it shows a checkpoint."""
+        widget = self.tabs.currentWidget()
+        return widget if isinstance(widget, CheckpointTab) else None
+
+    def current_context(self) -> panels.CheckpointContext | None:
+        """The panel context of the current tab (None while loading or on an error)."""
+        tab = self.current_tab()
+        return tab.context if tab is not None else None
+
+    def current_selection(self) -> list[Node]:
+        """The nodes selected in the current tab's tree."""
+        tab = self.current_tab()
+        return tab.selected_nodes() if tab is not None else []
+
+    def is_current(self, widget: QWidget) -> bool:
+        """True when `widget` is the main tab the user sees (`TabHost`)."""
+        return self.tabs.currentWidget() is widget
+
+    def close_page(self, widget: QWidget) -> None:
+        """Close the main tab holding `widget`, if one does (`TabHost`: a tab's own Close button)."""
+        index = self.tabs.indexOf(widget)
+        if index >= 0:
+            self.close_tab(index)
+
+    def close_tab(self, index: int) -> None:
+        """Close the tab at `index` and release its file."""
+        widget = self.tabs.widget(index)
+        if widget is None:
+            return
+        if isinstance(widget, CheckpointTab):
+            widget.close_checkpoint()
+        trees = getattr(widget, "trees", None)
+        if trees is not None:  # a tab's trees (a checkpoint's, a comparison's two) were frozen out of the
+            collect_when_deleted(widget, trees())  # collector: free them, not the others
+        self.tabs.removeTab(index)
+        widget.deleteLater()
+        self._update_busy()
+
+    def close_current_tab(self) -> None:
+        """Ctrl+W."""
+        if self.tabs.count():
+            self.close_tab(self.tabs.currentIndex())
+
+    def _cycle_tab(self, step: int) -> None:
+        if self.tabs.count() > 1:
+            self.tabs.setCurrentIndex((self.tabs.currentIndex() + step) % self.tabs.count())
+
+    def _on_current_changed(self, index: int) -> None:
+        widget = self.tabs.widget(index)
+        if isinstance(widget, CheckpointTab):
+            if widget.build_pending:  # the user is looking at it: build it now, ahead of the queue
+                widget.finish_open()
+            widget.check_file()
+        title = self.tabs.tabText(index) if widget is not None else ""
+        self.setWindowTitle(f"{title} — ckptview" if title else "ckptview")
+        # The status bar speaks for the current tab only: another tab's message must not linger there.
+        self.statusBar().showMessage(self._tab_status.get(widget, "") if widget is not None else "")
+
+    def _on_tab(self, method: str) -> None:
+        tab = self.current_tab()
+        if tab is not None:
+            getattr(tab, method)()
+
+    def focus_filter(self) -> None:
+        """Ctrl+F: the current tab's filter box."""
+        self._on_tab("focus_filter")
+
+    def about(self) -> None:
+        """Help > About."""
+        QMessageBox.about(self, "About ckptview",
+                          f"<b>ckptview {__version__}</b><p>Browse PyTorch checkpoints without executing them.</p>")
+
+    # --- drag and drop, closing --------------------------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if _local_paths(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: Any) -> None:
+        if _local_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = _local_paths(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.open_paths(paths)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.settings.set_bytes_value("window/geometry", self.saveGeometry())
+        self.settings.set_bytes_value("window/state", self.saveState())
+        tab = self.current_tab()
+        if tab is not None and tab.state == "ready":
+            self.settings.set_bytes_value("tab/splitter", tab.splitter.saveState())
+        self.settings.sync()
+        self._poll_timer.stop()
+        self._build_timer.stop()
+        self._build_queue.clear()
+        for tab in self.checkpoint_tabs():
+            tab.close_checkpoint()
+        super().closeEvent(event)
+
+
+def _local_paths(mime: Any) -> list[str]:
+    if mime is None or not mime.hasUrls():
+        return []
+    return [url.toLocalFile() if url.isLocalFile() else url.toString() for url in mime.urls()
+            if url.isLocalFile() or is_url(url.toString())]  # dropped links open as URLs
+
+
+def _normalized(path: str) -> str:
+    """A local path made absolute; a URL in its shown form (no credentials or tokens: tabs and logs
+    carry that form, reads map it back to the URL given)."""
+    if is_url(path.strip()):
+        from ckptview.core.read.bytes.remote import remember
+
+        return remember(path.strip())
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _shown(path: str) -> str:
+    """What a person sees of a path: a URL without user:password or query tokens."""
+    if not is_url(path):
+        return path
+    from ckptview.core.read.bytes.remote import shown
+
+    return shown(path)

@@ -1,0 +1,1 @@
+"""A checkpoint's tab: its opening, pages, tree, filter, summary, detail and side panels."""

@@ -1,0 +1,122 @@
+"""The detail panel: everything the core knows about the selected row, as rich text with links."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from PySide6.QtCore import QUrl, Signal
+from PySide6.QtWidgets import QTextBrowser, QWidget
+
+from ckptview.core.checkpoint import Checkpoint, TensorInfo
+from ckptview.core.inspect.grouping import Row
+from ckptview.core.text import shown
+from ckptview.core.units import count_text, human_bytes, shape_text
+
+LINK_SCHEME = "tensor"
+REPR_LIMIT = 200_000  # characters of a value shown in full; beyond that the text says how much was cut
+
+
+def _esc(value: Any) -> str:
+    return html.escape(shown(value))  # text from the file: bounded, no bidi override, no control character
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    cells = "".join(f"<tr><td class='k'>{_esc(k)}</td><td>{v}</td></tr>" for k, v in rows)
+    return f"<table cellspacing='0' cellpadding='3'>{cells}</table>"
+
+
+_CSS = """<style>
+td.k { color: #666; padding-right: 14px; white-space: nowrap; }
+h3 { margin-bottom: 2px; } .broken { color: #c0392b; font-weight: bold; }
+pre { white-space: pre-wrap; }
+</style>"""
+
+
+class DetailPanel(QTextBrowser):
+    """Shows the selected row; `tensor_link_activated(name)` when a sharing link is clicked."""
+
+    tensor_link_activated = Signal(str)
+
+    def __init__(self, checkpoint: Checkpoint, sharing: dict[str, list[str]] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.checkpoint = checkpoint
+        self._sharing = sharing
+        self.setOpenLinks(False)
+        self.anchorClicked.connect(self._on_anchor)
+        self.setObjectName("detailPanel")
+        self.show_row(None)
+
+    def _on_anchor(self, url: QUrl) -> None:
+        if url.scheme() == LINK_SCHEME:
+            self.tensor_link_activated.emit(url.path() or url.toString()[len(LINK_SCHEME) + 1:])
+
+    def sharing(self) -> dict[str, list[str]]:
+        """name -> other tensors over the same storage (computed on first use)."""
+        if self._sharing is None:
+            self._sharing = self.checkpoint.sharing()
+        return self._sharing
+
+    def show_row(self, row: Row | None) -> None:
+        """Describe `row` (None: a hint)."""
+        if row is None:
+            self.setHtml(_CSS + "<p style='color:#888'>Select a tensor or value to see its details.</p>")
+            return
+        node = row.node
+        title = f"<h3>{_esc(row.name or '(root)')}</h3>"
+        if node is not None and node.kind == "tensor" and node.tensor is not None:
+            body = self._tensor_html(row.name, node.tensor)
+        elif node is not None and node.kind == "value":
+            text = repr(node.value) if not isinstance(node.value, str) else node.value
+            cut = ""
+            if len(text) > REPR_LIMIT:
+                cut = f"<p>(first {REPR_LIMIT:,} of {len(text):,} characters)</p>"
+                text = text[:REPR_LIMIT]
+            lines = "\n".join(map(_esc, text.split("\n")))  # a text keeps its lines, nothing else raw
+            body = _table([("Type", _esc(node.type_name or type(node.value).__name__))]) + \
+                f"<pre>{lines}</pre>{cut}"
+        else:
+            kind = "module group" if node is None else (node.type_name or node.kind)
+            rows = [("Kind", _esc(kind))]
+            if node is not None:
+                rows.append(("Items", f"{len(node.children):,}"))
+            rows += [("Tensors", f"{row.tensors:,}"), ("Parameters", f"{row.numel:,}"),
+                     ("Size", f"{human_bytes(row.nbytes)} ({row.nbytes:,} bytes)")]
+            body = _table(rows)
+        self.setHtml(_CSS + title + body)
+
+    def _tensor_html(self, name: str, info: TensorInfo) -> str:
+        storage = info.storage
+        rows = [
+            ("Shape", f"{_esc(shape_text(info.shape))} &nbsp; <span style='color:#888'>{_esc(list(info.shape))}</span>"),
+            ("Stride", _esc(list(info.stride))),
+            ("Dtype", _esc(info.dtype)),
+            ("Elements", f"{info.numel:,}" + (f" ({count_text(info.numel)})" if info.numel >= 10_000_000 else "")),
+            ("Size", f"{human_bytes(info.nbytes)} ({info.nbytes:,} bytes)"),
+            ("Saved device", _esc(info.device)),
+            ("Contiguous", "yes" if info.is_contiguous else "no"),
+            ("Requires grad", "yes" if info.requires_grad else "no"),
+            ("Parameter", "yes" if info.is_parameter else "no"),
+        ]
+        if info.layout != "strided":
+            rows.append(("Layout", _esc(info.layout)))
+        if storage is not None:
+            rows += [
+                ("Storage key", _esc(storage.key)),
+                ("Storage", f"{storage.numel:,} × {_esc(storage.dtype)} = {human_bytes(storage.nbytes)}"),
+                ("Storage offset", f"{info.offset:,} elements"),
+            ]
+            if storage.source is not None:
+                rows.append(("Bytes in", _esc(storage.source.describe())))
+        for key, value in info.extra.items():
+            rows.append((str(key), _esc(value)))
+        broken = info.broken or (storage.broken if storage is not None else None)
+        if broken:
+            rows.append(("Broken", f"<span class='broken'>{_esc(broken)}</span>"))
+        others = self.sharing().get(name, [])
+        if others:
+            links = "<br>".join(f"<a href='{LINK_SCHEME}:{html.escape(o)}'>{_esc(o)}</a>" for o in others[:200])
+            more = f"<br>… and {len(others) - 200:,} more" if len(others) > 200 else ""
+            rows.append(("Shares storage with", links + more))
+        return _table(rows)

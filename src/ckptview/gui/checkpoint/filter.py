@@ -1,0 +1,134 @@
+"""The filter box above a checkpoint's tree and its wiring: typing filters (in a worker on big trees),
+the count of matches beside it, and the tree expanded to show them."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtWidgets import QLabel, QLineEdit, QTreeView
+
+from ckptview.core.inspect.grouping import Row
+from ckptview.core.inspect.query import Query, QueryError, parse_query, visible_rows
+from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
+
+__all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
+log = logging.getLogger(__name__)
+EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
+WORKER_ABOVE = 20_000  # tensors above which typing filters in a worker (and waits longer between keys)
+ERROR_STYLE = "color: #c0392b;"
+PLACEHOLDER = "Filter: name, *glob*, /regex/, 768x3072, *x768, float16, >10MB, device:cuda   (Ctrl+F)"
+
+
+class TreeFilter(QObject):
+    """`edit` (the box) and `match_label` (how many match) for `tree`, which shows `model` of `top`."""
+
+    def __init__(self, model: CheckpointTreeModel, tree: QTreeView, top: Row, leaf_count: int,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.model, self.tree, self.top, self.leaf_count = model, tree, top, leaf_count
+        self.edit = QLineEdit()
+        self.edit.setObjectName("filterEdit")
+        self.edit.setClearButtonEnabled(True)
+        self.edit.setPlaceholderText(PLACEHOLDER)
+        self.match_label = QLabel()
+        self.match_label.setObjectName("matchLabel")
+        self.match_label.setMinimumWidth(170)
+        self.match_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self._worker: GeneratorWorker | None = None  # the typed filter's job, on large trees
+        # Typing fires a timer, not a filter: a burst of keystrokes on 100,000 rows filters once.
+        self._timer = QTimer(self, singleShot=True, interval=150 if top.tensors > WORKER_ABOVE else 40)
+        self._timer.timeout.connect(self._typed)
+        self.edit.textChanged.connect(lambda _text: self._timer.start())
+        self.edit.returnPressed.connect(self._typed)
+        self._show_count()
+
+    def apply(self) -> None:
+        """Filter the tree by the text in the box now, on this thread (typing filters big trees in a worker)."""
+        query = self._parsed()
+        if query is not None:
+            self.model.set_query(query)
+            self._after_filter()
+
+    def set_text(self, text: str) -> None:
+        """Put `text` in the box and filter by it now."""
+        self.edit.setText(text)
+        self.apply()
+
+    def focus(self) -> None:
+        """Put the cursor in the box, its text selected."""
+        self.edit.setFocus()
+        self.edit.selectAll()
+
+    def stop(self) -> None:
+        """Forget a filter still typed or computed (the tab reloads or closes)."""
+        self._timer.stop()
+        self._worker = None
+
+    def _parsed(self) -> Query | None:
+        self.stop()  # a result still on its way is now stale
+        try:
+            query = parse_query(self.edit.text())
+        except QueryError as exc:
+            self._say_error(str(exc))
+            return None
+        self.match_label.setStyleSheet("")
+        return query
+
+    def _typed(self) -> None:
+        """The user typed or pressed Enter: on a big tree the matching runs in a worker."""
+        if self.top.tensors <= WORKER_ABOVE:
+            self.apply()
+            return
+        query = self._parsed()
+        if query is None:
+            return
+        if query.empty:
+            self.model.show_rows(None, self.top.tensors)
+            self._after_filter()
+            return
+        self.match_label.setText("filtering…")
+        worker = GeneratorWorker(visible_rows, self.top, query, self.model.flat_rows())
+        worker.signals.returned.connect(self._on_filtered)
+        worker.signals.errored.connect(self._on_error)
+        self._worker = worker
+        worker.start()
+
+    def _current(self) -> bool:
+        """True when the signal being handled comes from the filter's current worker."""
+        return self._worker is not None and self.sender() is self._worker.signals
+
+    def _on_filtered(self, result: tuple[set[int], int]) -> None:
+        if not self._current():
+            return  # typed again, reloaded or closed meanwhile
+        self._worker = None
+        self.model.show_rows(*result)
+        self._after_filter()
+
+    def _on_error(self, exc: BaseException) -> None:
+        if not self._current():
+            return
+        self._worker = None
+        log.error("filtering the tree failed", exc_info=exc)
+        self._say_error(f"filter failed: {type(exc).__name__}: {exc}")
+
+    def _say_error(self, text: str) -> None:
+        self.match_label.setText(text)
+        self.match_label.setStyleSheet(ERROR_STYLE)
+
+    def _after_filter(self) -> None:
+        if self.model.filtered:
+            if self.model.match_count <= EXPAND_ALL_LIMIT:
+                self.tree.expandAll()
+            else:
+                self.tree.expandToDepth(1)
+        else:
+            self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
+        self._show_count()
+
+    def _show_count(self) -> None:
+        if self.model.filtered:
+            self.match_label.setText(f"{self.model.match_count:,} of {self.leaf_count:,} match")
+        else:
+            self.match_label.setText(f"{self.leaf_count:,} entries")

@@ -1,0 +1,202 @@
+"""The pages a checkpoint tab shows before its tree: opening (with progress), could not open, and the
+question before a huge header; and the safety banner above a tree. Widgets only: the tab wires them."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QStackedWidget,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core.checkpoint import Checkpoint
+from ckptview.core.jobs import Progress
+from ckptview.core.text import printable, shown
+from ckptview.core.units import human_bytes
+
+__all__ = ["AskPage", "ErrorPage", "LoadingPage", "PageStack", "safety_banner"]
+HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking
+
+
+class PageStack(QStackedWidget):
+    """The tab's one page at a time: loading, error, question or the tree."""
+
+    def show_only(self, page: QWidget) -> None:
+        """Make `page` the only page (earlier ones are deleted: a reload must not pile pages up)."""
+        while self.count():
+            old = self.widget(0)
+            assert old is not None  # count() > 0
+            self.removeWidget(old)
+            old.deleteLater()
+        self.addWidget(page)
+        self.setCurrentWidget(page)
+
+
+class LoadingPage(QWidget):
+    """"Opening NAME…" with a progress bar (busy until the reader reports a fraction) and Cancel."""
+
+    cancel_clicked = Signal()
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        box = QVBoxLayout(self)
+        box.addStretch(1)
+        self.label = QLabel(f"Opening {html.escape(name)}…")
+        self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        never_wider(self.label)
+        bar = self.bar = QProgressBar()
+        bar.setRange(0, 0)
+        bar.setMaximumWidth(320)
+        cancel = QPushButton("Cancel")
+        cancel.clicked.connect(self.cancel_clicked)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(bar)
+        row.addWidget(cancel)
+        row.addStretch(1)
+        box.addWidget(self.label)
+        box.addLayout(row)
+        box.addStretch(2)
+
+    def show_progress(self, step: Progress) -> None:
+        """Show how far the open got: a fraction when the reader knows one, else what it is doing."""
+        name = html.escape(self.name)
+        message = html.escape(printable(step.message))
+        if step.total > 0:
+            self.bar.setRange(0, 1000)
+            self.bar.setValue(int(step.fraction * 1000))
+            self.label.setText(f"Opening {name}: {message} ({step.fraction:.0%})")
+        else:
+            self.bar.setRange(0, 0)
+            self.label.setText(f"Opening {name}: {message}…")
+
+
+class ErrorPage(QWidget):
+    """"Could not open NAME", the reason (selectable), where the file is, and Reload."""
+
+    reload_clicked = Signal()
+
+    def __init__(self, name: str, path: str, text: str) -> None:
+        super().__init__()
+        box = QVBoxLayout(self)
+        box.addStretch(1)
+        icon = QLabel()
+        icon.setPixmap(self.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxCritical).pixmap(48, 48))
+        icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        title = QLabel(f"<b>Could not open {html.escape(name)}</b>")
+        title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        never_wider(title)
+        self.label = QLabel(printable(text))
+        self.label.setObjectName("errorLabel")
+        self.label.setWordWrap(True)
+        self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        where = QLabel(html.escape(printable(path)))
+        where.setStyleSheet("color: palette(mid);")
+        never_wider(where)
+        where.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        for widget in (icon, title, self.label, where):
+            box.addWidget(widget)
+        retry = QPushButton("Reload")
+        retry.setObjectName("reloadButton")
+        retry.setToolTip("Open the file again (Ctrl+R)")
+        retry.clicked.connect(self.reload_clicked)
+        box.addLayout(centered(retry))
+        box.addStretch(2)
+
+
+class AskPage(QWidget):
+    """A header this large takes seconds and gigabytes to read: "Open anyway" or "Close tab"."""
+
+    open_clicked = Signal()
+    close_clicked = Signal()
+
+    def __init__(self, name: str, size: int) -> None:
+        super().__init__()
+        self.size_text = human_bytes(size)
+        box = QVBoxLayout(self)
+        box.addStretch(1)
+        self.label = QLabel(
+            f"<b>{html.escape(name)}</b> has a {self.size_text} header: metadata "
+            f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
+            "a lot of memory (several times the header size); the window stays usable meanwhile. "
+            "Open it anyway?")
+        self.label.setObjectName("askLabel")
+        self.label.setWordWrap(True)
+        self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        box.addWidget(self.label)
+        self.open_button = QPushButton("Open anyway")
+        self.open_button.setObjectName("openAnywayButton")
+        self.open_button.clicked.connect(self.open_clicked)
+        close = QPushButton("Close tab")
+        close.clicked.connect(self.close_clicked)
+        box.addLayout(centered(self.open_button, close))
+        box.addStretch(2)
+
+
+def never_wider(label: QLabel) -> None:
+    """A label naming the file wraps, and a name without spaces is cut rather than widening the window
+    (a 170-character name made the window 1,200 px wide); the whole text is in its tooltip."""
+    label.setWordWrap(True)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    label.setMinimumWidth(1)
+    label.setToolTip(label.text() if "<" not in label.text() else "")
+
+
+def centered(*widgets: QWidget) -> QHBoxLayout:
+    """A row with `widgets` in its middle."""
+    row = QHBoxLayout()
+    row.addStretch(1)
+    for widget in widgets:
+        row.addWidget(widget)
+    row.addStretch(1)
+    return row
+
+
+def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
+    """The banner naming globals outside the safe set and the reader's warnings (None when there are none)."""
+    unsafe, warnings = checkpoint.unsafe_globals, checkpoint.warnings
+    if not unsafe and not warnings:
+        return None
+    frame = QFrame()
+    frame.setObjectName("safetyBanner")
+    color = "#fff4ce" if unsafe else "#eef3fb"
+    border = "#e0b400" if unsafe else "#9bb5dd"
+    frame.setStyleSheet(f"#safetyBanner {{ background: {color}; border: 1px solid {border}; border-radius: 4px; }}"
+                        " #safetyBanner QLabel { color: #333; }")
+    row = QHBoxLayout(frame)
+    row.setContentsMargins(8, 6, 8, 6)
+    icon = QLabel()
+    pixmap = QStyle.StandardPixmap.SP_MessageBoxWarning if unsafe else QStyle.StandardPixmap.SP_MessageBoxInformation
+    icon.setPixmap(frame.style().standardIcon(pixmap).pixmap(24, 24))
+    row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
+    parts = []
+    if unsafe:
+        names = ", ".join(f"<code>{html.escape(shown(g))}</code>" for g in unsafe[:12])
+        more = f" and {len(unsafe) - 12} more" if len(unsafe) > 12 else ""
+        parts.append(f"<b>This file references code outside the safe set:</b> {names}{more}. ckptview did not "
+                     "import or run any of it; <code>torch.load(weights_only=False)</code> would.")
+    # The reader also reports unsafe globals as a warning; the sentence above already names them.
+    warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
+    for warning in warnings[:5]:
+        parts.append(html.escape(shown(warning)))
+    if len(warnings) > 5:
+        parts.append(f"… and {len(warnings) - 5} more warnings")
+    text = QLabel("<br>".join(parts))
+    text.setTextFormat(Qt.TextFormat.RichText)  # always: the parts are escaped here, never guessed at by Qt
+    text.setObjectName("bannerText")
+    text.setWordWrap(True)
+    text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    row.addWidget(text, 1)
+    return frame

@@ -1,0 +1,163 @@
+"""The side tabs of a checkpoint tab: "Details" and every registered panel, built when first needed.
+
+Panels cost tens of milliseconds each (plots), some O(tensors): a tab in the background builds them when
+it is first shown, a huge checkpoint builds each one when its side tab is first shown. A panel that fails to
+build, or fails on a selection, is logged and leaves the others working.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QTabWidget, QWidget
+
+from ckptview.core.checkpoint import Node
+from ckptview.core.inspect.grouping import ModuleGroup, Row
+from ckptview.gui.panels import registry as panels
+
+__all__ = ["PanelScrollArea", "SidePanels", "entries_of"]
+log = logging.getLogger(__name__)
+Entries = list[Node | ModuleGroup]
+
+
+def entries_of(rows: Sequence[Row]) -> Entries:
+    """What panels get for selected rows: nodes, and module-group rows as the tensors below them."""
+    return [r.node if r.node is not None else ModuleGroup.of_row(r) for r in rows]
+
+
+class SidePanels(QObject):
+    """`tabs`: "Details" first, then the registered panels by their order; `widgets`: the panels built."""
+
+    def __init__(self, detail: QWidget, context: panels.CheckpointContext, eager: bool,
+                 selection: Callable[[], Entries], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.context = context
+        self._selection = selection  # the entries selected now, for a panel built late
+        self.widgets: list[QWidget] = []
+        self._pending: dict[int, panels.PanelSpec] = {}  # side-tab index -> panel not built yet
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("sideTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(detail, "Details")
+        for spec in panels.panels():
+            if eager:
+                self.tabs.addTab(PanelScrollArea(self._make(spec)), spec.title)
+            else:
+                placeholder = QLabel(f"Preparing {spec.title}…")
+                placeholder.setObjectName("panelPlaceholder")
+                placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+                self._pending[self.tabs.addTab(placeholder, spec.title)] = spec
+        self.tabs.currentChanged.connect(self.build)
+
+    def build_waiting(self, every: bool) -> None:
+        """Build the panels still waiting: all of them (`every`), or the one whose side tab is current."""
+        if every:
+            for index in sorted(self._pending):
+                self.build(index)
+        elif self._pending:
+            self.build(self.tabs.currentIndex())
+
+    def build(self, index: int) -> None:
+        """Replace the placeholder at side-tab `index` with its panel, given the current selection."""
+        spec = self._pending.pop(index, None)
+        if spec is None:
+            return
+        widget = self._make(spec)
+        page = PanelScrollArea(widget)
+        current = self.tabs.currentIndex()
+        self.tabs.blockSignals(True)  # swapping a page must not build the neighbours' panels too
+        try:
+            old = self.tabs.widget(index)
+            self.tabs.removeTab(index)
+            self.tabs.insertTab(index, page, spec.title)
+            self.tabs.setCurrentIndex(current)
+        finally:
+            self.tabs.blockSignals(False)
+        if old is not None:
+            old.deleteLater()
+        entries = self._selection()
+        if entries:
+            _tell(widget, entries)
+
+    def tell(self, entries: Entries) -> None:
+        """Give every built panel the selected entries (an empty list: let go of what they show)."""
+        for widget in self.widgets:
+            _tell(widget, entries)
+
+    def panel(self, title: str) -> QWidget | None:
+        """The side panel titled `title` (the widget itself, not the scroll area around it)."""
+        for i in range(self.tabs.count()):
+            if self.tabs.tabText(i) == title:
+                page = self.tabs.widget(i)
+                return page.widget() if isinstance(page, QScrollArea) else page
+        return None
+
+    def show_panel(self, title: str) -> QWidget | None:
+        """Bring the side panel titled `title` to the front; returns it."""
+        for i in range(self.tabs.count()):
+            if self.tabs.tabText(i) == title:
+                self.tabs.setCurrentIndex(i)
+                return self.panel(title)
+        return None
+
+    def close(self) -> None:
+        """Close every panel (their jobs stop); nothing more is built."""
+        self._pending = {}
+        for widget in self.widgets:
+            widget.close()
+
+    def _make(self, spec: panels.PanelSpec) -> QWidget:
+        try:
+            widget = spec.factory(self.context)
+        except Exception as exc:  # one broken panel must not break the tab
+            log.exception("panel %r failed to build", spec.title)
+            widget = QLabel(f"This panel failed to start: {type(exc).__name__}: {exc}")
+            widget.setWordWrap(True)
+        self.widgets.append(widget)
+        return widget
+
+
+def _tell(widget: QWidget, entries: Entries) -> None:
+    setter = getattr(widget, "set_selection", None)  # optional: a panel may not follow the selection
+    if setter is not None:
+        try:
+            setter(entries)
+        except Exception:
+            log.exception("panel %r failed in set_selection", type(widget).__name__)
+
+
+class PanelScrollArea(QScrollArea):
+    """A side panel's frame: the panel fills the height it is given and scrolls only below its minimum.
+
+    On a short screen it scrolls instead of making the whole window taller than the screen (the Run
+    panel's form alone needs ~370 px). QScrollArea's own resizing follows heightForWidth, which
+    word-wrapped labels make as tall as the panel's *preferred* size: plots then scrolled at any window
+    height. Here the panel gets the viewport's height, or its minimum when that is more, never more.
+    """
+
+    def __init__(self, panel: QWidget) -> None:
+        super().__init__()
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidgetResizable(False)
+        self.setWidget(panel)
+        panel.installEventFilter(self)
+
+    def _fit(self) -> None:
+        panel = self.widget()
+        if panel is not None:
+            viewport = self.viewport().size()
+            panel.resize(viewport.width(), max(viewport.height(), panel.minimumSizeHint().height()))
+
+    def resizeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        """Fit the panel to the new size."""
+        super().resizeEvent(event)  # type: ignore[arg-type]
+        self._fit()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        """Refit when the panel's layout changes what it needs."""
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self._fit()
+        return super().eventFilter(watched, event)

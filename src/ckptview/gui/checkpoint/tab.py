@@ -1,0 +1,364 @@
+"""One tab per checkpoint: opens the file in a worker, then shows banner, summary, filter, tree and panels.
+
+The tab composes parts that each hold one job: `TabOpener` (the worker that opens the file), the pages
+shown before the tree (`tab_pages`), `FileChangeBar`, `TreeFilter`, `CheckpointTreeView` and `SidePanels`
+(the side tabs and their lazy building). It sees its window only through `TabHost`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QItemSelection, Qt, Signal
+from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QSplitter, QVBoxLayout, QWidget
+
+from ckptview.core.checkpoint import Checkpoint, Node
+from ckptview.core.gc_policy import keep_out_of_collections
+from ckptview.core.inspect.grouping import Row, find_row
+from ckptview.core.jobs import Progress
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.session.opening import Opened, prepare
+from ckptview.core.text import printable, shown
+from ckptview.gui.base.gc_guard import collect_when_deleted
+from ckptview.gui.checkpoint.change_bar import FileChangeBar
+from ckptview.gui.checkpoint.detail import DetailPanel
+from ckptview.gui.checkpoint.filter import TreeFilter
+from ckptview.gui.checkpoint.host import NullHost, TabHost
+from ckptview.gui.checkpoint.opener import TabOpener
+from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage, PageStack, safety_banner
+from ckptview.gui.checkpoint.side_panels import SidePanels, entries_of
+from ckptview.gui.checkpoint.summary import SummaryHeader
+from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
+from ckptview.gui.checkpoint.tree_place import restore_place, save_place
+from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
+from ckptview.gui.panels import registry as panels
+
+__all__ = ["CheckpointTab", "Opened", "prepare"]  # the last two live in core/session/opening.py
+log = logging.getLogger(__name__)
+LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
+SUMMARY_COLLAPSED = "tab/summary_collapsed"
+
+
+class CheckpointTab(QWidget):
+    """A checkpoint's page; states: "loading", "ready", "error", "asking" (a huge header: open it?)."""
+
+    loaded = Signal()
+    failed = Signal(str)
+    selection_changed = Signal(list)  # list[Node]
+    status_message = Signal(str)
+
+    # The ready page's parts (set when the file is open and its page built).
+    tree: CheckpointTreeView
+    filter: TreeFilter
+    side_panels: SidePanels
+    changed_bar: FileChangeBar | None
+
+    def __init__(self, path: str, window: TabHost | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path = path if "://" in path else os.path.abspath(path)
+        self._window = window  # what panels see (None outside a window); the tab itself asks `host`
+        self.host: TabHost = window if window is not None else NullHost()
+        self.state = "loading"
+        self.error_text = ""
+        self.checkpoint: Checkpoint | None = None
+        self.top: Row | None = None
+        self.model: CheckpointTreeModel | None = None
+        self.context: panels.CheckpointContext | None = None
+        self.changed_bar = None
+        self._stops: list[Callable[[], None]] = []  # what stops the ready page's jobs (filter, panels)
+        self._place: dict[str, Any] | None = None  # what to restore after a reload
+        self.opener = TabOpener(self.path, self)
+        self.opener.progress.connect(self._on_open_progress)
+        self.opener.opened.connect(self._on_opened)
+        self.opener.failed.connect(self._show_error)
+        self.opener.asks.connect(self._ask)
+        self.stack = PageStack(self)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.stack)
+        self._show_loading()
+
+    @property
+    def _name(self) -> str:
+        """The file's name as the tab shows it: escaped by printable() (no bidi override, newline, ESC)."""
+        return printable(os.path.basename(self.path.rstrip("/" + os.sep)) or self.path)
+
+    # --- opening ---------------------------------------------------------------------------------
+    def start(self, ask_above: int | None = -1) -> None:
+        """Open the file in a worker thread (a FIFO, socket, device or /proc file is refused at once).
+
+        `ask_above`: header bytes above which to ask first (-1: the window's setting, None: never ask).
+        """
+        self.opener.start(self.host.settings.header_ask_bytes() if ask_above == -1 else ask_above)
+
+    def _on_open_progress(self, step: Progress) -> None:
+        if self.state == "loading":
+            self._loading.show_progress(step)
+
+    def cancel(self) -> None:
+        """Stop waiting for the file (the open stops at its next header piece or step; a result is discarded)."""
+        if self.state == "loading":
+            self.opener.abandon()
+            self._show_error("Opening was cancelled.")
+
+    def _on_opened(self) -> None:
+        if self.isVisible():
+            self.finish_open()
+        else:  # a tab in the background waits its turn: 150 files do not build 150 pages in one go
+            self.host.queue_build(self)
+
+    @property
+    def build_pending(self) -> bool:
+        """True while the file is open and the page waits for its turn to be built."""
+        return self.opener.pending is not None
+
+    def finish_open(self) -> None:
+        """Build the page of an opened file (the only part of opening that runs on the GUI thread)."""
+        opened = self.opener.take()
+        if opened is None:
+            return
+        self.checkpoint, self.top = opened.checkpoint, opened.top
+        self._release_checkpoint = opened.held.release  # the window's workspace may share it: released, not closed
+        try:
+            self._build_ready_page(opened)
+        except Exception as exc:  # a bug in a view must not take the other tabs down
+            log.exception("building the view of %s failed", self.path)
+            self._show_error(f"internal error while showing the file: {type(exc).__name__}: {exc}")
+            return
+        self.state = "ready"
+        place, self._place = self._place, None
+        if place:
+            if place["filter"]:
+                self.filter.set_text(place["filter"])
+            restore_place(self.tree, self.tree.tree_model, opened.top, place)
+            if 0 <= place["side_tab"] < self.side_tabs.count():
+                self.side_tabs.setCurrentIndex(place["side_tab"])
+        keep_out_of_collections()
+        transfer = opened.checkpoint.metadata.get("_transfer")
+        moved = f", {transfer.bytes:,} bytes in {transfer.requests} requests" if transfer is not None else ""
+        self.status_message.emit(f"Opened {printable(os.path.basename(self.path.split('?')[0]))}: "
+                                 f"{opened.top.tensors:,} tensors in {self.opener.elapsed():.2f} s{moved}")
+        self.loaded.emit()
+
+    def _show_error(self, text: str) -> None:
+        if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
+            from ckptview.core.redaction import redact
+
+            text = redact(text)
+        self.state, self.error_text = "error", text
+        page = ErrorPage(self._name, self.path, text)
+        page.reload_clicked.connect(self.reload)
+        self.error_label = page.label
+        self.stack.show_only(page)
+        self.status_message.emit(f"Could not open {self._name}: {printable(text)}")
+        self.failed.emit(text)
+
+    def _ask(self, size: int) -> None:
+        """A header this large takes seconds and gigabytes to read: open it only when asked to."""
+        self.state = "asking"
+        page = AskPage(self._name, size)
+        page.open_clicked.connect(self.open_anyway)
+        page.close_clicked.connect(lambda: self.host.close_page(self))
+        self.ask_label, self.open_anyway_button = page.label, page.open_button
+        self.stack.show_only(page)
+        self.status_message.emit(f"{self._name}: a {page.size_text} header; open it?")
+        self.failed.emit(f"not opened yet: a {page.size_text} header asks first")  # settled, not loading
+
+    def open_anyway(self) -> None:
+        """The user accepted a huge header: open the file without asking again."""
+        if self.state == "asking":
+            self._show_loading()
+            self.start(ask_above=None)
+
+    def reload(self) -> None:
+        """Open the file again (File > Reload, Ctrl+R), keeping the selection, expansion and filter."""
+        if self.state == "loading" and not self.opener.busy:
+            return
+        if self.state == "ready" and self.model is not None and self.top is not None:
+            self._place = save_place(self.tree, self.model, self.top, self.filter_edit.text(),
+                                     self.side_tabs.currentIndex())
+        self._release()
+        trees = self.trees()
+        self.checkpoint = self.top = self.model = self.context = None
+        old_page = self.stack.currentWidget()
+        if old_page is not None:  # the old tree was frozen out of the collector: free it with its page
+            collect_when_deleted(old_page, trees)
+        self._show_loading()
+        self.start()
+
+    def _show_loading(self) -> None:
+        self.state, self.error_text, self.changed_bar = "loading", "", None
+        self._loading = LoadingPage(self._name)
+        self._loading.cancel_clicked.connect(self.cancel)
+        self.loading_label, self.loading_bar = self._loading.label, self._loading.bar
+        self.stack.show_only(self._loading)
+
+    # --- the file on disk --------------------------------------------------------------------------
+    def check_file(self) -> bool:
+        """Compare the file on disk with the one opened; show the reload bar when it changed."""
+        return self.state == "ready" and self.changed_bar is not None and self.changed_bar.check()
+
+    def mark_changed(self, what: str = "") -> None:
+        """Show the bar "the file changed on disk: Reload" (a read failed on it, or the poll saw it)."""
+        if self.state == "ready" and self.changed_bar is not None:
+            self.changed_bar.mark(what)
+
+    def _on_file_changed(self, message: str, first: bool) -> None:
+        if first:  # panels still showing a tensor would read it again on a repaint or scroll: let them go
+            self.side_panels.tell([])
+        self.status_message.emit(f"{self._name}: {message}")
+
+    # --- the ready page --------------------------------------------------------------------------
+    def _build_ready_page(self, opened: Opened) -> None:
+        checkpoint, top = opened.checkpoint, opened.top
+        page = QWidget()
+        box = QVBoxLayout(page)
+        box.setContentsMargins(4, 4, 4, 0)
+        box.setSpacing(4)
+        self.changed_bar = FileChangeBar(self.path, opened.signature)
+        self.changed_bar.reload_clicked.connect(self.reload)
+        self.changed_bar.changed.connect(self._on_file_changed)
+        box.addWidget(self.changed_bar)
+        self.banner = safety_banner(checkpoint)
+        if self.banner is not None:
+            box.addWidget(self.banner)
+        settings = self.host.settings  # the summary's choice holds for every tab, now and next time
+        self.summary = SummaryHeader(checkpoint, top, opened.facts, collapsed=settings.flag(SUMMARY_COLLAPSED))
+        self.summary.collapsedChanged.connect(lambda collapsed: settings.set_flag(SUMMARY_COLLAPSED, collapsed))
+        box.addWidget(self.summary)
+
+        self.model = CheckpointTreeModel(top, self, flat=opened.flat)
+        self.tree = CheckpointTreeView(self.model, opened.sharded, opened.devices)
+        self.tree.status_message.connect(self.status_message)
+        self.filter = TreeFilter(self.model, self.tree, top, opened.leaf_count, self)
+        self.filter_edit, self.match_label = self.filter.edit, self.filter.match_label
+        self._stops.append(self.filter.stop)
+        filter_row = QHBoxLayout()
+        filter_row.addWidget(self.summary.toggle)
+        filter_row.addWidget(self.filter_edit, 1)
+        filter_row.addWidget(self.match_label)
+        box.addLayout(filter_row)
+        self.tree.selectionModel().selectionChanged.connect(self._on_selection)
+        self.tree.expandToDepth(0 if len(self.model.kids(top)) > 1 else 1)
+
+        self.detail = DetailPanel(checkpoint, opened.sharing)
+        self.detail.tensor_link_activated.connect(self.select_name)
+        self.context = panels.CheckpointContext(
+            checkpoint=checkpoint, path=self.path, window=self._window,
+            select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis)
+        # A tab in the background, or a huge checkpoint, builds its panels later (see SidePanels).
+        eager = top.tensors <= LAZY_PANELS_ABOVE and (self.isVisible() or self.host.is_current(self))
+        self.side_panels = SidePanels(self.detail, self.context, eager, lambda: entries_of(self.selected_rows()),
+                                      self)
+        self.side_tabs = self.side_panels.tabs
+        self._stops.append(self.side_panels.close)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("treeSplitter")
+        self.splitter.addWidget(self.tree)
+        self.splitter.addWidget(self.side_tabs)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        # The side panels (histograms, the optimizer's table) need room: at 1024 px they get ~560 of it.
+        self.splitter.setSizes([480, 560])
+        box.addWidget(self.splitter, 1)
+        self.stack.show_only(page)
+
+    def showEvent(self, event: Any) -> None:
+        """Build what waited for the tab to be seen: its page, then its panels."""
+        super().showEvent(event)
+        if self.build_pending:  # the user switched to it before its turn in the build queue
+            self.finish_open()
+        if self.top is not None and self.state == "ready":
+            self.side_panels.build_waiting(every=self.top.tensors <= LAZY_PANELS_ABOVE)
+
+    def panel(self, title: str) -> QWidget | None:
+        """The side panel titled `title` (the widget itself, not the scroll area around it)."""
+        return self.side_panels.panel(title) if self.state == "ready" else None
+
+    def show_panel(self, title: str) -> QWidget | None:
+        """Bring the side panel titled `title` to the front; returns it."""
+        return self.side_panels.show_panel(title) if self.state == "ready" else None
+
+    # --- filter and selection ----------------------------------------------------------------------
+    def apply_filter(self) -> None:
+        """Filter the tree by the text in the filter box now (typing filters big trees in a worker)."""
+        if self.model is not None:
+            self.filter.apply()
+
+    def focus_filter(self) -> None:
+        """Put the cursor in the filter box (Ctrl+F)."""
+        if self.state == "ready":
+            self.filter.focus()
+
+    def selected_rows(self) -> list[Row]:
+        """The selected rows, in selection order."""
+        if self.model is None:
+            return []
+        return [self.model.row_of(i) for i in self.tree.selectionModel().selectedRows(0)]
+
+    def selected_nodes(self) -> list[Node]:
+        """The core nodes of the selected rows (module groups have none and are left out)."""
+        return [r.node for r in self.selected_rows() if r.node is not None]
+
+    def _on_selection(self, _selected: QItemSelection, _deselected: QItemSelection) -> None:
+        assert self.model is not None
+        current = self.tree.currentIndex()
+        rows = self.selected_rows()
+        row = self.model.row_of(current) if current.isValid() and current.internalPointer() in rows else (
+            rows[-1] if rows else None)
+        self.detail.show_row(row)
+        # After a change on disk the panels would read values of a file that has since shrunk or been
+        # rewritten; the bar offers the reload instead.
+        if not self.check_file():
+            self.side_panels.tell(entries_of(rows))
+        self.selection_changed.emit(self.selected_nodes())
+
+    def select_name(self, name: str) -> bool:
+        """Select and show the row called `name` (clearing a filter that hides it)."""
+        if self.model is None or self.top is None:
+            return False
+        row = find_row(self.top, name)
+        if row is None:
+            self.status_message.emit(f"no entry named {shown(name)}")
+            return False
+        index = self.model.index_of(row)
+        if not index.isValid():  # hidden by the filter
+            self.filter.set_text("")
+            index = self.model.index_of(row)
+        self.tree.setCurrentIndex(index)
+        self.tree.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+        return True
+
+    def expand_all(self) -> None:
+        """Expand every row (fine on big trees: rows come in chunks)."""
+        if self.state == "ready":
+            self.tree.expandAll()
+
+    def collapse_all(self) -> None:
+        """Collapse every row."""
+        if self.state == "ready":
+            self.tree.collapseAll()
+
+    # --- closing ---------------------------------------------------------------------------------
+    def trees(self) -> list[Any]:
+        """What holds this tab's trees (the checkpoint, the display rows, the filter's list of them), to
+        release when the tab goes (`gc_guard.collect_when_deleted`)."""
+        flat = self.model.flat_rows_if_built() if self.model is not None else None
+        return [t for t in (self.checkpoint, self.top, flat) if t is not None]
+
+    def close_checkpoint(self) -> None:
+        """Release the file and stop pending work (the tab is closing)."""
+        self.opener.close()
+        self._release()
+
+    def _release(self) -> None:
+        self.opener.abandon()
+        stops, self._stops = self._stops, []
+        for stop in stops:  # the filter's job and the panels' jobs
+            stop()
+        if self.checkpoint is not None:
+            self._release_checkpoint()

@@ -1,0 +1,205 @@
+"""Histogram of one or several tensors (pyqtgraph), drawn from the checkpoint's analysis layer.
+
+A sampled preview is drawn first; the exact streamed histogram replaces it when the worker finishes.
+Every computation runs on the thread pool through a JobSlot: a new request cancels the old one and a
+stale result is dropped, so a slow tensor never overwrites a newer selection.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.figures.analysis import Analysis, PreviewReady, shared_analysis
+from ckptview.core.jobs import Progress
+from ckptview.gui.base.plots import legend_html, plot_widget, series_color
+from ckptview.gui.base.workers import JobSlot
+
+if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
+    import numpy as np
+    import pyqtgraph as pg
+
+    from ckptview.core.figures.histogram import Histogram
+
+
+PLOT_MIN_HEIGHT = 90
+
+
+class HistogramView(QWidget):
+    """Step histogram of the selected tensors with bin count, log y, log |x|, hover and PNG export."""
+
+    exactReady = Signal()  # the exact histograms of the current request are drawn
+    previewReady = Signal()
+    status: QLabel  # made below the job slot whose error handler writes to it
+
+    def __init__(self, parent: QWidget | None = None, analysis: Analysis | None = None) -> None:
+        from ckptview.core.figures.histogram import DEFAULT_BINS
+        super().__init__(parent)
+        self.analysis = analysis or shared_analysis()
+        self.items: list[tuple[str, TensorInfo]] = []
+        self.histograms: list[Histogram | None] = []  # None: that tensor's preview is not in yet
+        self.slot = JobSlot(self)
+        self.slot.yielded.connect(self._on_yielded)
+        self.slot.returned.connect(self._on_exact)
+        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {html.escape(str(exc))}"))
+        self.slot.busy.connect(self._on_busy)
+
+        self.bins = QSpinBox(minimum=1, maximum=10_000, value=DEFAULT_BINS)
+        self.bins.setPrefix("bins ")
+        self.log_y = QCheckBox("log y")
+        self.log_x = QCheckBox("log |x|")
+        self.export_button = QPushButton("Export PNG…")
+        self.cancel_button = QPushButton("Cancel")
+        self.progress = QProgressBar(maximum=1000, textVisible=False)
+        self.progress.setMaximumWidth(120)
+        # The hover readout sits in the controls row: a line of its own cost the plot 20 px on short screens.
+        self.hover = QLabel(" ")
+        self.hover.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        controls = self.controls = QHBoxLayout()  # panels put their own choices in front (Optimizer)
+        for w in (self.bins, self.log_y, self.log_x, self.progress, self.cancel_button, self.export_button):
+            controls.addWidget(w)
+        controls.addWidget(self.hover, 1)
+
+        self.plot = plot_widget("value", "count")
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)  # a histogram shorter than this reads as a line
+        self.curves: list[pg.PlotDataItem] = []
+        self.status = QLabel()  # the legend (one coloured line per series): preview/exact, NaN/Inf counts
+        self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.RichText)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(controls)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.status)
+
+        self.bins.editingFinished.connect(self._restart)
+        self.log_x.toggled.connect(self._restart)
+        self.log_y.toggled.connect(self._apply_log_y)
+        self.cancel_button.clicked.connect(self.slot.cancel)
+        self.export_button.clicked.connect(self._ask_export)
+        self.plot.scene().sigMouseMoved.connect(self._on_mouse)
+        self._on_busy(False)
+
+    # -- requests ------------------------------------------------------------------------------------
+    def set_tensors(self, items: list[tuple[str, TensorInfo]]) -> None:
+        """Show the histograms of ``items`` (name, info); several are overlaid with a legend."""
+        self.items = list(items)
+        self._restart()
+
+    def _restart(self) -> None:
+        self.slot.cancel()
+        self.histograms = []
+        self._draw([])
+        if not self.items:
+            self.status.setText("Select a tensor to see its histogram.")
+            return
+        self.status.setText("computing…")
+        infos = [info for _, info in self.items]
+        self.slot.start(self.analysis.histogram_job, infos, self.bins.value(), self.log_x.isChecked())
+
+    # -- results -------------------------------------------------------------------------------------
+    def _on_yielded(self, value: object) -> None:
+        if isinstance(value, Progress):
+            self.progress.setValue(int(value.fraction * 1000))
+        elif isinstance(value, PreviewReady):
+            i, hist = value.index, value.histogram
+            shown = list(self.histograms) + [None] * (len(self.items) - len(self.histograms))
+            shown[i] = hist
+            self.histograms = shown
+            ready = [h for h in shown if h is not None]
+            if len(ready) == len(shown):
+                self._draw(ready)
+                self.previewReady.emit()
+
+    def _on_exact(self, hists: object) -> None:
+        assert isinstance(hists, list)
+        self.histograms = hists
+        self._draw(hists)
+        self.exactReady.emit()
+
+    def _on_busy(self, busy: bool) -> None:
+        self.progress.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        if not busy:
+            self.progress.setValue(0)
+
+    # -- drawing -------------------------------------------------------------------------------------
+    def _draw(self, hists: list[Histogram]) -> None:
+        import pyqtgraph as pg
+        for curve in self.curves:
+            self.plot.removeItem(curve)
+        self.curves = []
+        many = len(hists) > 1
+        legend = []
+        for i, (hist, (name, _)) in enumerate(zip(hists, self.items, strict=False)):
+            color = series_color(i, len(hists))
+            brush = pg.mkBrush(color.red(), color.green(), color.blue(), 60 if many else 120)
+            curve = self.plot.plot(
+                hist.edges, hist.counts, stepMode="center", fillLevel=0 if not self.log_y.isChecked() else None,
+                brush=brush, pen=pg.mkPen(color),
+            )
+            self.curves.append(curve)
+            kind = "exact" if hist.exact else f"preview from {hist.looked_at:,} sampled values"
+            extra = f", zeros {hist.zeros:,} (not on a log axis)" if hist.log_x else ""
+            legend.append((color, f"{name}: {kind}; NaN {hist.nan:,}, +Inf {hist.posinf:,}, "
+                                  f"−Inf {hist.neginf:,}{extra}"))
+        self.plot.setLabel("bottom", "log10 |x|" if self.log_x.isChecked() else "value")
+        self.plot.setVisible(bool(hists))  # no empty 0..1 axes while nothing is drawn
+        if hists:
+            self.status.setText(legend_html(legend))
+        self._apply_log_y()
+
+    def _apply_log_y(self) -> None:
+        log_y = self.log_y.isChecked()
+        for curve in self.curves:
+            curve.setFillLevel(None if log_y else 0)
+        self.plot.setLogMode(x=False, y=log_y)
+
+    def plotted_counts(self) -> list[np.ndarray]:
+        """The counts currently drawn, one array per curve (tests read the plot through this)."""
+        import numpy as np
+        return [np.asarray(curve.yData) for curve in self.curves]
+
+    def hover_text(self, x: float) -> str:
+        """'[lo, hi): count' of the bin under ``x`` for every drawn histogram ('' when outside)."""
+        import numpy as np
+        parts = []
+        for hist, (name, _) in zip(self.histograms, self.items, strict=False):
+            if hist is None or not hist.edges[0] <= x <= hist.edges[-1]:
+                continue
+            i = min(int(np.searchsorted(hist.edges, x, side="right")) - 1, hist.counts.size - 1)
+            lo, hi = hist.edges[i], hist.edges[i + 1]
+            label = f"{name}: " if len(self.items) > 1 else ""
+            parts.append(f"{label}[{lo:.6g}, {hi:.6g}) count {int(hist.counts[i]):,}")
+        return "; ".join(parts)
+
+    def _on_mouse(self, pos: object) -> None:
+        vb = self.plot.plotItem.vb
+        if self.plot.sceneBoundingRect().contains(pos):
+            self.hover.setText(self.hover_text(vb.mapSceneToView(pos).x()) or " ")
+
+    def export_png(self, path: str) -> None:
+        """Write the plot as a PNG image."""
+        from pyqtgraph.exporters import ImageExporter
+
+        ImageExporter(self.plot.plotItem).export(path)
+
+    def _ask_export(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export histogram", "histogram.png", "PNG image (*.png)")
+        if path:
+            self.export_png(path)

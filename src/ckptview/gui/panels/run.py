@@ -1,0 +1,708 @@
+"""The "Run" side panel: pick a device, load the checkpoint there and run a test forward pass.
+
+The job is the core's `runner.run_iter` generator on a pool thread; that generator drives a separate
+worker process, so a crash, a hang or an OOM in the model never reaches the window. Cancel kills the process.
+Ctrl+Return runs, Escape cancels; "Browse…" picks the model file and then one of the classes it defines
+(read with `ast`, never imported here); "Copy result as JSON" copies what `ckptview run --json` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import Qt, QThreadPool, Signal
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut, QShowEvent, QStandardItemModel
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.jobs import Progress
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.redaction import redact
+from ckptview.core.run import request as runner
+from ckptview.core.run.architectures import (
+    Architecture,
+    ArchitectureRefused,
+    default_inputs,
+    missing_library,
+    recognize,
+)
+from ckptview.core.run.fetch import recognize_url
+from ckptview.core.run.input_specs import InputSpecError, describe_inputs, parse_input_specs
+from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
+from ckptview.core.run.result import RunResult, result_json_text
+from ckptview.core.run.worker.devices import DeviceInfo, parse_device
+from ckptview.core.text import printable
+from ckptview.gui.base.gc_guard import install_gc_guard
+from ckptview.gui.base.workers import GeneratorWorker, keep_until_finished
+from ckptview.gui.panels.registry import CheckpointContext, register_panel
+
+COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
+           "max |Δ| vs second")
+# Before the worker has listed the machine's devices, these two always exist.
+DEFAULT_DEVICES = [DeviceInfo("cpu", "cpu", True, description="CPU"),
+                   DeviceInfo("meta", "meta", True, description="shape-only dry run: no memory, no values")]
+# Run jobs mostly wait on their worker process, for as long as a run takes: they get a pool of their own so
+# they never hold the global pool's few threads that statistics and histograms need.
+_pool: QThreadPool | None = None
+# Devices probed once per session (a probe starts a worker process); panels share it.
+_probed_devices: list[DeviceInfo] | None = None
+
+
+def _start(worker: GeneratorWorker) -> GeneratorWorker:
+    global _pool
+    if _pool is None:
+        _pool = QThreadPool()
+        _pool.setMaxThreadCount(4)
+    install_gc_guard()
+    keep_until_finished(worker, worker.signals)  # released on the GUI thread when it finishes
+    _pool.start(worker)
+    return worker
+
+
+def wait_for_run_jobs(timeout_ms: int = 30_000) -> bool:
+    """Block until every Run-panel job has finished (shutdown and tests)."""
+    return _pool is None or _pool.waitForDone(timeout_ms)
+
+
+def _remember_devices(devices: list[DeviceInfo]) -> None:
+    global _probed_devices
+    _probed_devices = devices
+
+
+SOURCE_WORDS = {runner.TORCHSCRIPT: "TorchScript archive: runs its own graph",
+                runner.EXPORT: "torch.export program (.pt2): runs its own graph",
+                runner.STATE_DICT: "state dict: give the model code below",
+                runner.PICKLE: "full-model pickle: running it imports code named in the file",
+                runner.LIGHTNING: "Lightning checkpoint"}
+
+
+CANCELLED_CONFIG = "its config.json was not read (cancelled): give model code below"
+
+
+def _shown(found: list[str]) -> str:
+    return ", ".join(found[:4]) + (" …" if len(found) > 4 else "")
+
+
+def consent_text(items: list[tuple[str, list[str]]]) -> str:
+    """The consent question: every file torch would load, each with what loading it imports and runs."""
+    parts = []
+    for path, found in items:
+        names = "\n".join(f"  • {printable(name)}" for name in found[:30])  # record names come from the file
+        more = f"\n  … and {len(found) - 30} more" if len(found) > 30 else ""
+        parts.append(f"{printable(path)}\nLoading it imports and runs:\n{names}{more}")
+    return ("\n\n".join(parts) + "\n\nOnly continue if you trust where "
+            + ("these files come" if len(items) > 1 else "this file comes")
+            + " from. It runs in a separate process, with your permissions.")
+
+
+def ask_trust(parent: QWidget, items: list[tuple[str, list[str]]]) -> bool:
+    """The confirmation dialog naming every file that needs consent and what loading each would import."""
+    title = "Run code from these files?" if len(items) > 1 else "Run code from this file?"
+    box = QMessageBox(QMessageBox.Icon.Warning, title, consent_text(items),
+                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, parent)
+    box.setTextFormat(Qt.TextFormat.PlainText)  # names come from the files
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    return box.exec() == QMessageBox.StandardButton.Yes
+
+
+def ask_model_class(parent: QWidget, path: str, classes: list[ModelClass]) -> str | None:
+    """The class the user picks among those a model file defines (nn.Module subclasses first); None: cancelled."""
+    names = [c.name for c in classes]
+    name, ok = QInputDialog.getItem(parent, "Model class", f"Classes defined in {os.path.basename(path)}:",
+                                    names, 0, False)
+    return name if ok and name in names else None
+
+
+class RunPanel(QWidget):
+    """Device, model source, input, runs and timeout; Run/Cancel; a table of the outputs."""
+
+    runFinished = Signal(object)  # the RunResult
+    runFailed = Signal(str)  # the one-line error
+    devicesChanged = Signal()
+    # A URL's architecture was looked for (its config.json fetched in a worker): the Model line's new text.
+    recognitionFinished = Signal(str)
+
+    def __init__(self, context: CheckpointContext | None = None, path: str | None = None,
+                 devices: list[DeviceInfo] | None = None,
+                 confirm_trust: Callable[[list[tuple[str, list[str]]]], bool] | None = None,
+                 pick_class: Callable[[str, list[ModelClass]], str | None] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.context = context
+        self.path = path or (context.path if context is not None else "")
+        # Asked with [(path, findings), ...] for every file torch would load that needs consent.
+        self.confirm_trust = confirm_trust or (lambda items: ask_trust(self, items))
+        # Asked with (model file, its classes) when the file defines more than one candidate.
+        self.pick_class = pick_class or (lambda file, classes: ask_model_class(self, file, classes))
+        self.trusted: dict[str, list[str]] = {}  # path -> the findings the user accepted for it
+        self.result: RunResult | None = None
+        self.last_error = ""
+        self._worker: GeneratorWorker | None = None
+        self._probe: GeneratorWorker | None = None
+        self._inspect: GeneratorWorker | None = None
+        self._recognize: GeneratorWorker | None = None  # a URL's config.json, fetched off the GUI thread
+        self._recognizing = False  # until its result (or error) has reached this thread
+        self._probe_wanted = devices is None
+        self._prefill_wanted = True
+        self._source: runner.SourceInfo | None = None
+        self._arch: Architecture | None = None  # a state dict's architecture, named by its config.json
+        self._refused = ""  # why a state dict's folder names no architecture ckptview builds
+        self._build()
+        self.set_devices(devices or DEFAULT_DEVICES)
+        self._describe_source()
+        self.destroyed.connect(self._stop_workers_on_destroy)
+
+    # ------------------------------------------------------------------------------------ layout
+
+    def _build(self) -> None:
+        self.device_combo = QComboBox()
+        self.source_label = QLabel()
+        self.source_label.setTextFormat(Qt.TextFormat.PlainText)  # names come from the file
+        self.source_label.setWordWrap(True)
+        self.model_edit = QLineEdit()
+        self.model_edit.setPlaceholderText("package.module:factory  or  path/to/file.py:ClassName")
+        self.model_browse = QPushButton("Browse…")
+        self.model_browse.setToolTip("Pick the Python file of the model, then the class (the file is read, not run)")
+        self.model_browse.clicked.connect(self._browse_model)
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model_edit)
+        model_row.addWidget(self.model_browse)
+        self.kwargs_edit = QLineEdit()
+        self.kwargs_edit.setPlaceholderText('keyword arguments as JSON, e.g. {"width": 256}')
+        self.input_edit = QLineEdit()
+        self.input_edit.setPlaceholderText("2,20   or   2,3,224,224;2@int64=randint:0:10")
+        self.input_edit.setToolTip("inputs separated by ';', each SHAPE[@DTYPE][=FILL]; fills: normal, zeros, "
+                                   "ones, full:V, uniform:LO:HI, randint:LO:HI")
+        self.runs_spin = QSpinBox()
+        self.runs_spin.setRange(1, 10_000)
+        self.runs_spin.setValue(10)
+        self.timeout_spin = QDoubleSpinBox()
+        self.timeout_spin.setRange(1, 24 * 3600)
+        self.timeout_spin.setDecimals(0)
+        self.timeout_spin.setSuffix(" s")
+        self.timeout_spin.setValue(runner.DEFAULT_TIMEOUT)
+        self.compare_edit = QLineEdit()
+        self.compare_edit.setPlaceholderText("optional: a second checkpoint of the same architecture")
+        browse = QPushButton("…")
+        browse.setToolTip("Run with another checkpoint: same input, shows the output difference")
+        browse.clicked.connect(self._browse_compare)
+        compare_row = QHBoxLayout()
+        compare_row.addWidget(self.compare_edit)
+        compare_row.addWidget(browse)
+
+        form = QFormLayout()
+        form.addRow("Device", self.device_combo)
+        form.addRow("Model", self.source_label)
+        form.addRow("Model code", model_row)
+        form.addRow("Arguments", self.kwargs_edit)
+        form.addRow("Input", self.input_edit)
+        form.addRow("Timed runs", self.runs_spin)
+        form.addRow("Timeout", self.timeout_spin)
+        form.addRow("Compare with", compare_row)
+
+        self.run_button = QPushButton("Run")
+        self.run_button.setToolTip("Run the forward pass (Ctrl+Return)")
+        self.run_button.clicked.connect(self.start_run)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the worker process (Escape)")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel_run)
+        self.copy_button = QPushButton("Copy result as JSON")
+        self.copy_button.setToolTip("Copy the result as `ckptview run --json` prints it")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(self.copy_result)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.copy_button)
+        context = Qt.ShortcutContext.WidgetWithChildrenShortcut  # only while focus is in this panel
+        self.shortcuts: list[QShortcut] = []
+        for key, slot in (("Ctrl+Return", self.start_run), ("Ctrl+Enter", self.start_run), ("Escape", self.cancel_run)):
+            shortcut = QShortcut(QKeySequence(key), self)
+            shortcut.setContext(context)
+            shortcut.activated.connect(slot)
+            self.shortcuts.append(shortcut)
+
+        self.status_label = QLabel("")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.summary_label = QLabel("")
+        self.summary_label.setTextFormat(Qt.TextFormat.PlainText)  # key names come from the file
+        self.summary_label.setWordWrap(True)
+        self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status_label)
+        layout.addWidget(self.summary_label)
+        layout.addWidget(self.table, 1)
+
+    # ------------------------------------------------------------------------------------ devices
+
+    def set_devices(self, devices: list[DeviceInfo]) -> None:
+        """Fill the device combo; unavailable devices are greyed out with the reason as tooltip."""
+        current = self.device_combo.currentData()
+        self.device_combo.clear()
+        model = self.device_combo.model()
+        for dev in devices:
+            label = dev.name if dev.available else f"{dev.name} (unavailable)"
+            self.device_combo.addItem(label, dev.name)
+            row = self.device_combo.count() - 1
+            tip = dev.reason if not dev.available else ", ".join(
+                p for p in (dev.description, f"capability {dev.capability}" if dev.capability else "",
+                            f"{dev.free_memory / 2**30:.1f} GiB free" if dev.free_memory else "") if p)
+            self.device_combo.setItemData(row, tip, Qt.ItemDataRole.ToolTipRole)
+            if not dev.available and isinstance(model, QStandardItemModel):
+                item = model.item(row)
+                item.setEnabled(False)
+        names = [d.name for d in devices if d.available]
+        self.select_device(current if current in names else names[0] if names else "cpu")
+        self.devicesChanged.emit()
+
+    def select_device(self, name: str) -> bool:
+        """Select `name` when it is listed and available."""
+        index = self.device_combo.findData(name)
+        if index < 0 or not self._item_enabled(index):
+            return False
+        self.device_combo.setCurrentIndex(index)
+        return True
+
+    def _item_enabled(self, index: int) -> bool:
+        model = self.device_combo.model()
+        if isinstance(model, QStandardItemModel):
+            return model.item(index).isEnabled()
+        return True
+
+    def device(self) -> str:
+        """The chosen device name."""
+        return str(self.device_combo.currentData() or "cpu")
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        """Probe devices and read the input signature once, when the panel is first shown."""
+        super().showEvent(event)
+        if self._probe_wanted:
+            self._probe_wanted = False
+            if _probed_devices is not None:
+                self.set_devices(_probed_devices)
+            else:
+                self._probe = GeneratorWorker(runner.probe_devices)
+                self._probe.signals.returned.connect(_remember_devices)
+                self._probe.signals.returned.connect(self.set_devices)
+                self._probe.signals.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
+                _start(self._probe)
+        if self._prefill_wanted:
+            self._prefill_wanted = False
+            self.recognize_remote()
+            self.prefill_inputs()
+
+    # ------------------------------------------------------------------------------------ source and inputs
+
+    def _describe_source(self) -> None:
+        if not self.path:
+            self.source_label.setText("no checkpoint")
+            return
+        try:
+            self._source = runner.classify_source(self.path, checkpoint=self._checkpoint())
+        except CheckpointError as exc:
+            self._source = None
+            self.source_label.setText(str(exc))
+            return
+        self._arch, self._refused = self._architecture()
+        self._show_source()
+        needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE, runner.LIGHTNING)
+        self.model_edit.setEnabled(needs_code)
+        self.model_browse.setEnabled(needs_code)
+        self.kwargs_edit.setEnabled(needs_code)
+
+    def _show_source(self, pending: str = "") -> None:
+        """The Model line: what the file is, the architecture its library names (or why none), what runs."""
+        if self._source is None:
+            return
+        words = SOURCE_WORDS[self._source.kind]
+        if self._source.lightning is not None:
+            words = printable(lightning_words(self._source))  # its version and class come from the file
+        if pending:
+            words = f"state dict: {pending}"
+        elif self._arch is not None:
+            words = (f"state dict: {self._arch.describe()}, built by the installed library "
+                     f"(or give model code below)")
+        elif self._refused:
+            words = f"state dict: {self._refused}"
+        programs = self._source.programs
+        if programs and self._source.kind != runner.LIGHTNING:  # TorchScript, .pt2 programs, libraries: asked once
+            words += f"; loading it runs code from the file ({printable(_shown(programs))}), only if you trust it"
+        found = [f for f in self._source.findings if f not in programs]
+        if found and self._source.kind not in (runner.PICKLE, runner.LIGHTNING):
+            words += f"; its pickles name code ({printable(_shown(found))}): it runs only if you trust it"
+        self.source_label.setText(words)
+
+    def _architecture(self) -> tuple[Architecture | None, str]:
+        """The architecture a state dict's config.json names (read as data), or the reason it cannot run."""
+        if self._source is None or self._source.kind != runner.STATE_DICT or not self.path or is_url(self.path):
+            return None, ""
+        try:
+            checkpoint = self._checkpoint()
+            tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
+            arch = recognize(self.path, tensors)
+            if arch is not None and (missing := missing_library(arch)):
+                return None, missing
+            return arch, ""
+        except ArchitectureRefused as exc:
+            return None, str(exc)
+
+    def _remote_state_dict(self) -> bool:
+        return self._source is not None and self._source.kind == runner.STATE_DICT and is_url(self.path)
+
+    def recognize_remote(self) -> bool:
+        """A URL's architecture, as for a local folder, but its config.json is fetched in a worker (progress
+        in the status line, Cancel stops it); on the way Run waits. False when there is nothing to fetch."""
+        if not self._remote_state_dict() or self._busy():
+            return False
+        checkpoint = self._checkpoint()  # the open tab's keys and shapes (metadata in memory, no I/O)
+        tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
+        worker = GeneratorWorker(recognize_url, self.path, tensors)
+        worker.signals.yielded.connect(self._on_recognize_progress)
+        worker.signals.returned.connect(self._on_recognized)
+        worker.signals.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
+        worker.signals.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
+        # No `finished` hook: each of the three ends above offers Run again, and a late `finished` would end a
+        # run the user started meanwhile.
+        self._recognize, self._recognizing = worker, True
+        self._show_source(pending="reading the model's config.json…")
+        self.status_label.setText("reading the model's config.json…")
+        self._set_running(True)
+        _start(worker)
+        return True
+
+    def _on_recognize_progress(self, progress: object) -> None:
+        if isinstance(progress, Progress) and progress.message:
+            done = f" ({_bytes(progress.done)} of {_bytes(progress.total)})" if progress.total else ""
+            self.status_label.setText(_escape(printable(redact(progress.message) + done)) + "…")
+
+    def _on_recognized(self, arch: Architecture | None) -> None:
+        self._arch, self._refused, self._recognizing = arch, "", False
+        self._show_source()
+        self.status_label.setText("")
+        if arch is not None:
+            self._set_prefill(default_inputs(arch))
+        elif self._checkpoint() is not None:  # no config names one: the first layer's guess, as for a local file
+            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+        self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
+        self.recognitionFinished.emit(self.source_label.text())
+
+    def _recognition_failed(self, message: str, error: bool = False) -> None:
+        """A refusal (auto_map, library missing) or a config that cannot be read: one line, no URL secrets."""
+        if error and self._recognize is not None and self._recognize.token.cancelled:
+            message, error = CANCELLED_CONFIG, False  # the request Cancel cut short failed on its way out
+        message = window_words(redact(message.splitlines()[0] if message else "unknown error"))
+        self._arch, self._refused, self._recognizing = None, message, False
+        self._show_source()
+        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>" if error
+                                  else "")
+        self.status_label.setToolTip(message if error else "")
+        self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
+        self.recognitionFinished.emit(self.source_label.text())
+
+    def _checkpoint(self) -> Any:
+        """The tab's already-opened checkpoint (saves re-reading its metadata on the GUI thread)."""
+        return self.context.checkpoint if self.context is not None and self.context.path == self.path else None
+
+    def prefill_inputs(self) -> None:
+        """Fill the input field from the graph (TorchScript/.pt2, read in a worker) or a first-layer guess."""
+        if self.input_edit.text() or not self.path or self._source is None:
+            return
+        if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
+            # ckptview's own reading of the graph (the .pt2's JSON); nothing is loaded, nothing from the file runs.
+            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path)
+            self._inspect.signals.returned.connect(self._set_prefill)
+            _start(self._inspect)
+        elif self._arch is not None:
+            self._set_prefill(default_inputs(self._arch))
+        elif self._recognizing:
+            pass  # the architecture's inputs, or the guess, when its config.json has been read
+        else:
+            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+
+    def _set_prefill(self, specs: Any) -> None:
+        if specs and not self.input_edit.text():
+            self.input_edit.setText(describe_inputs(specs))
+
+    def _browse_model(self) -> None:
+        start = os.path.dirname(self.model_edit.text().rpartition(":")[0]) or os.path.dirname(self.path)
+        path, _ = QFileDialog.getOpenFileName(self, "Model code", start, "Python files (*.py);;All files (*)")
+        if path:
+            self.choose_model_class(path)
+
+    def choose_model_class(self, path: str) -> bool:
+        """Fill the model field with `path:Class`, the class picked among those the file defines (never run)."""
+        try:
+            classes = classes_in_file(path)
+        except ModelCodeError as exc:
+            self._show_error(str(exc))
+            return False
+        modules = [c for c in classes if c.is_module]
+        candidates = modules + [c for c in classes if not c.is_module]
+        if not candidates:
+            self._show_error(f"{os.path.basename(path)} defines no class")
+            return False
+        name = candidates[0].name if len(modules) == 1 or len(candidates) == 1 else self.pick_class(path, candidates)
+        if not name:
+            return False
+        self.model_edit.setText(f"{path}:{name}")
+        self.status_label.setText("")
+        return True
+
+    def _browse_compare(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Second checkpoint", os.path.dirname(self.path))
+        if path:
+            self.compare_edit.setText(path)
+
+    # ------------------------------------------------------------------------------------ running
+
+    def build_request(self) -> runner.RunRequest:
+        """The request from the fields; RunError (kind 'input') naming the bad field."""
+        try:
+            kwargs = json.loads(self.kwargs_edit.text() or "{}")
+        except ValueError as exc:
+            raise runner.RunError(f"arguments are not JSON: {exc}", kind="input") from None
+        if not isinstance(kwargs, dict):
+            raise runner.RunError("arguments must be a JSON object", kind="input")
+        try:
+            inputs = parse_input_specs(self.input_edit.text()) if self.input_edit.text().strip() else None
+        except InputSpecError as exc:
+            raise runner.RunError(f"input: {exc}", kind="input") from None
+        return runner.RunRequest(
+            path=self.path, device=parse_device(self.device()), model=self.model_edit.text().strip() or None,
+            model_kwargs=kwargs, inputs=inputs, runs=self.runs_spin.value(),
+            timeout=float(self.timeout_spin.value()), compare_path=self.compare_edit.text().strip() or None)
+
+    def start_run(self) -> bool:
+        """Start the job off the GUI thread; False (with the reason shown) when it cannot start."""
+        if self._busy():
+            return False
+        try:
+            request = self.build_request()
+            source = runner.classify_source(request.path, request.model, self._checkpoint())
+            # model code (or an architecture its library knows) first; consent below
+            runner.check_trust(source, True, bool(request.model) or self._arch is not None)
+            second = runner.compare_source(source, request.compare_path)
+            wanted = [(p, found) for p, found in ((request.path, source.findings),
+                                                  (request.compare_path, second.findings if second else []))
+                      if p and found and self.trusted.get(p) != found]
+            if wanted:
+                if not self.confirm_trust(wanted):
+                    self._show_error("not run: " + ("the files were" if len(wanted) > 1 else "the file was")
+                                     + " not trusted")
+                    return False
+                self.trusted.update(dict(wanted))
+            if source.findings:
+                request.trust, request.trusted_findings = True, self.trusted[request.path]
+            if second is not None and second.findings and request.compare_path:
+                request.trust_compare = True
+                request.compare_trusted_findings = self.trusted[request.compare_path]
+        except CheckpointError as exc:
+            self._show_error(str(exc))
+            return False
+        self.result = None
+        self.copy_button.setEnabled(False)
+        self.table.setRowCount(0)
+        self.summary_label.setText("")
+        self.status_label.setText("starting the worker…")
+        self._set_running(True)
+        worker = GeneratorWorker(runner.run_iter, request)
+        worker.signals.yielded.connect(self._on_progress)
+        worker.signals.returned.connect(self._on_result)
+        worker.signals.errored.connect(lambda exc: self._show_error(str(exc)))
+        worker.signals.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
+        worker.signals.finished.connect(lambda: self._set_running(False))
+        self._worker = worker
+        _start(worker)
+        return True
+
+    def copy_result(self) -> bool:
+        """Put the last result on the clipboard as `ckptview run --json` prints it; False when there is none."""
+        if self.result is None:
+            return False
+        QGuiApplication.clipboard().setText(result_json_text(self.result))
+        return True
+
+    def cancel_run(self) -> None:
+        """Kill the worker process (the job notices within a poll interval), or stop reading a URL's config."""
+        for worker in (self._worker, self._recognize):
+            if worker is not None and not worker.is_done:
+                self.status_label.setText("cancelling…")
+                worker.quit()
+
+    def is_running(self) -> bool:
+        """True while a job is in flight."""
+        return self._worker is not None and not self._worker.is_done
+
+    def _busy(self) -> bool:
+        """A run, or the reading of a URL's config.json, is in flight: Run waits for it."""
+        return self.is_running() or self._recognizing
+
+    def _set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        if not running:
+            self._worker = None
+
+    def _stop_workers_on_destroy(self) -> None:
+        for worker in (self._worker, self._probe, self._inspect, self._recognize):
+            if worker is not None:
+                worker.quit()
+
+    def _on_progress(self, progress: object) -> None:
+        if isinstance(progress, Progress) and progress.message:
+            self.status_label.setText(f"{runner.phase_words(progress.message)}…")
+
+    def _show_error(self, message: str) -> None:
+        message = window_words(message)
+        self.last_error = message
+        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>")
+        self.status_label.setToolTip(message)
+        self.runFailed.emit(message)
+
+    def _on_result(self, result: RunResult) -> None:
+        self.result = result
+        self.copy_button.setEnabled(True)
+        device = _escape(printable(result.device))
+        if result.warnings:
+            self.status_label.setText(f"<span style='color:#b26a00'>done on {device}, but "
+                                      f"{len(result.warnings)} kind(s) of weights did not load (see below)</span>")
+        else:
+            self.status_label.setText(f"done on {device}")
+        self.summary_label.setText(summary_text(result))
+        diffs = {d.name: d for d in result.compare.diff} if result.compare is not None else {}
+        self.table.setRowCount(len(result.outputs))
+        for row, out in enumerate(result.outputs):
+            stats = out.stats
+            diff = diffs.get(out.name)
+            cells = [out.name, "×".join(str(s) for s in out.shape) or "scalar", out.dtype, out.device,
+                     *(_num(v) for v in ((stats.mean, stats.std, stats.min, stats.max) if stats else (None,) * 4)),
+                     str(stats.nan) if stats else "—", str(stats.inf) if stats else "—",
+                     ", ".join(_num(v) for v in (out.first or [])),
+                     _num(diff.max_abs_diff) if diff is not None else ""]
+            for col, text in enumerate(cells):
+                self.table.setItem(row, col, QTableWidgetItem(printable(text)))
+        self.table.resizeColumnsToContents()
+        self.runFinished.emit(result)
+
+
+def lightning_words(source: runner.SourceInfo) -> str:
+    """The Model line of a Lightning checkpoint: the class the file names and that importing it needs consent."""
+    lightning = source.lightning
+    assert lightning is not None
+    if not lightning.class_path:
+        return (f"Lightning {lightning.version} checkpoint naming no LightningModule class: give it in the Model "
+                f"code field (its init arguments come from hyper_parameters)")
+    return (f"Lightning checkpoint: {lightning.describe()}; importing that class runs code chosen by the file, "
+            f"only if you trust it (Run asks), or give your own class in the Model code field")
+
+
+def summary_text(result: RunResult) -> str:
+    """Load report, latency and memory as a few lines."""
+    load = result.load
+    lines = [f"Loaded {load.tensors} tensors ({_bytes(load.bytes_moved)}) onto "
+             f"{result.device} in {result.load_seconds * 1000:.1f} ms"]
+    if load.cuda_allocated is not None:
+        lines[0] += f"; CUDA allocated {_bytes(load.cuda_allocated)}, reserved {_bytes(load.cuda_reserved)}"
+    if result.architecture is not None:
+        arch = result.architecture
+        lines.insert(0, f"Model {arch['library']} {arch['class']} from {arch['source']}")
+    lines += [f"Warning: {w}" for w in result.warnings]
+    if load.tied:
+        lines.append(f"Tied ({len(load.tied)}): " + ", ".join(f"{k} → {v}" for k, v in list(load.tied.items())[:5]))
+    if load.stripped_prefixes:
+        lines.append(f"Stripped prefixes: {' '.join(load.stripped_prefixes)}")
+    lat = result.latency_ms
+    lines.append(f"Latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}; "
+                 f"{lat.runs} runs after {lat.warmup} warm-up)")
+    if result.peak_memory_bytes is not None:
+        lines.append(f"Peak memory {_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
+    if result.next_tokens is not None:
+        top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
+        lines.append(f"Next token after {result.next_tokens['prompt']!r}: {top}")
+    if result.compare is not None:
+        lines.append(f"Second checkpoint: {os.path.basename(result.compare.path)}")
+    return printable_lines(lines)
+
+
+# The core's messages name the command line's flags; in the window the same thing is a field or a dialog.
+# Longest first: `--trust-compare` before `--trust`, the whole model-code advice before `--model`.
+_FLAG_WORDS = (
+    ("give the model code with --model package.module:factory or --model path/to/file.py:ClassName",
+     "give the model code in the Model code field (package.module:factory or path/to/file.py:ClassName, "
+     "or Browse… for a .py file)"),
+    ("pass --input-shape", "fill the Input field"),
+    ("--input-shape", "the Input field"),
+    ("--input-file", "the Input field"),
+    ("without --trust-compare", "without trusting the Compare with file"),
+    ("--trust-compare", "trust for the Compare with file"),
+    ("without --trust", "without trusting the file (Run asks for it)"),
+    ("--trust", "trust (Run asks for it)"),
+    ("--strict: ", "strict: "),
+    ("--model", "the Model code field"),
+    ("--device", "the Device field"),
+)
+
+
+def window_words(message: str) -> str:
+    """A core message with each command-line flag replaced by the window's own field or action."""
+    for flag, words in _FLAG_WORDS:
+        message = message.replace(flag, words)
+    return message
+
+
+def printable_lines(lines: list[str]) -> str:
+    """Lines joined by newlines, each with control characters escaped (names come from files)."""
+    return "\n".join(printable(line) for line in lines)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _bytes(value: Any) -> str:
+    if value is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(value)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+register_panel("Run", RunPanel, order=60)

@@ -1,0 +1,172 @@
+"""The "Statistics" side panel: exact figures of the selected tensors or modules, and their histogram."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.figures.analysis import Analysis, StatsReady, TargetFailed
+from ckptview.core.inspect.grouping import Selected
+from ckptview.core.jobs import Progress
+from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
+from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.panels.histogram import HistogramView
+from ckptview.gui.panels.registry import CheckpointContext, register_panel
+
+MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
+LABELS = {
+    "numel": "elements", "mean": "mean", "std": "std (n−1)", "min": "min", "max": "max",
+    "abs_max": "abs max", "l2": "L2 norm", "zeros": "zeros", "nan": "NaN", "posinf": "+Inf",
+    "neginf": "−Inf",
+}
+
+Target = tuple[str, list[TensorInfo]]
+
+
+def targets_of(entries: Sequence[Selected]) -> list[Target]:
+    """(label, tensors) per selected node: a tensor alone, or every tensor under a container."""
+    out: list[Target] = []
+    for node in entries:
+        if node.kind == "tensor" and node.tensor is not None:
+            out.append((node.name or "(root)", [node.tensor]))
+        elif node.children or node.kind == "module":  # a container, or a module-group row
+            infos = [n.tensor for n in node.walk() if n.kind == "tensor" and n.tensor is not None]
+            if infos:
+                out.append((f"{node.name or '(root)'} ({len(infos)} tensors)", infos))
+    return out[:MAX_COLUMNS]
+
+
+def distinct_labels(labels: list[str]) -> list[str]:
+    """Column titles that tell the columns apart: each label's shortest dotted tail that no other label
+    ends with (`hidden.weight`, `output.weight`, never `weight` twice); a single label whole."""
+    if len(labels) < 2:
+        return list(labels)
+    out = []
+    for label in labels:
+        parts = label.split(".")
+        others = [other for other in labels if other is not label]
+        title = label
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if not any(o == tail or o.endswith("." + tail) for o in others):
+                title = tail
+                break
+        out.append(title)
+    return out
+
+
+def format_figure(key: str, value: object, numel: int) -> str:
+    """A figure as the panel shows it: thousands separators, 6 significant digits, '—' when absent."""
+    if value is None:
+        return "—"
+    if key in ("zeros", "nan", "posinf", "neginf") and numel:
+        return f"{value:,} ({100 * value / numel:.3g}%)"  # type: ignore[operator]
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.6g}"
+
+
+class StatsPanel(QWidget):
+    """Figures table (one column per selected row) above the histogram of the selected tensors."""
+
+    statsReady = Signal()  # every figure of the current selection is shown
+    status: QLabel  # made below the job slot whose handlers write to it
+
+    def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
+        from ckptview.core.figures.stats import JSON_KEYS
+        super().__init__(parent)
+        self.context = context
+        self.analysis = context.analysis if context is not None else Analysis()
+        self.targets: list[Target] = []
+        self.slot = JobSlot(self)
+        self.slot.yielded.connect(self._on_yielded)
+        self.slot.returned.connect(self._on_returned)
+        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.table = QTableWidget(len(JSON_KEYS), 0)
+        self.table.setVerticalHeaderLabels([LABELS[k] for k in JSON_KEYS])
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        # Columns share the width (one per selected tensor); full names live in the header tooltips.
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setTextElideMode(Qt.TextElideMode.ElideLeft)
+        # Stretched columns never scroll sideways: no room kept for a scroll bar (a 640 px screen needs it).
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        keep_rows_visible(self.table, len(JSON_KEYS))  # every figure, +Inf and −Inf included, always in view
+        self.status = QLabel("Select a tensor or a module to see its statistics.")
+        self.histogram = HistogramView(analysis=self.analysis)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(self.table)
+        top_layout.addWidget(self.status)
+        splitter.addWidget(top)
+        splitter.addWidget(self.histogram)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+        splitter.setStretchFactor(0, 0)  # the figures keep their height; the histogram takes what is left
+        splitter.setStretchFactor(1, 1)
+        splitter.setChildrenCollapsible(False)
+
+    def set_selection(self, entries: Sequence[Selected]) -> None:
+        """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
+        from ckptview.core.figures.stats import JSON_KEYS
+        self.targets = targets_of(entries)
+        self.table.setColumnCount(len(self.targets))
+        self.table.setHorizontalHeaderLabels(distinct_labels([label for label, _ in self.targets]))
+        for col, (label, _) in enumerate(self.targets):
+            set_header_tip(self.table, col, label)
+        for col in range(len(self.targets)):
+            for row in range(len(JSON_KEYS)):
+                self.table.setItem(row, col, QTableWidgetItem("…"))
+        singles = [(label, infos[0]) for label, infos in self.targets if len(infos) == 1]
+        self.histogram.set_tensors(singles)
+        if self.targets:
+            self.status.setText("computing…")
+            self.slot.start(self.analysis.stats_job, [infos for _, infos in self.targets])
+        else:
+            self.slot.cancel()
+            self.status.setText("Select a tensor or a module to see its statistics.")
+
+    def figures(self, column: int = 0) -> dict[str, str]:
+        """The texts shown in one column, by JSON key (tests read the panel through this)."""
+        from ckptview.core.figures.stats import JSON_KEYS
+        return {key: cell_text(self.table, row, column) for row, key in enumerate(JSON_KEYS)}
+
+    def _on_returned(self, _results: object) -> None:
+        self.status.setText("")
+        self.statsReady.emit()
+
+    def _on_yielded(self, value: object) -> None:
+        from ckptview.core.figures.stats import JSON_KEYS
+        if isinstance(value, Progress):
+            self.status.setText(f"computing… {value.fraction:.0%}")
+            return
+        if isinstance(value, TargetFailed):
+            cells = [QTableWidgetItem("—") for _ in JSON_KEYS]
+            for row, cell in enumerate(cells):
+                self.table.setItem(row, value.index, cell)
+            cells[0].setToolTip(value.message)
+            self.status.setText(value.message)
+            return
+        if not isinstance(value, StatsReady):
+            return
+        col, stats = value.index, value.stats
+        for row, key in enumerate(JSON_KEYS):
+            item = QTableWidgetItem(format_figure(key, getattr(stats, key), stats.numel))
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(row, col, item)
+
+
+register_panel("Statistics", StatsPanel, order=10)

@@ -1,0 +1,146 @@
+"""The "Training" side panel: epoch, step, loss and other facts, schedulers, hyper-parameters, versions.
+
+The card is filled from metadata at once; one-element tensors (a saved ``loss``) are read in a worker
+the first time the card is shown, then the card is refilled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import QLabel, QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+
+from ckptview.core.checkpoint import Checkpoint
+from ckptview.core.inspect.optimizer import OptimizerState, find_optimizers
+from ckptview.core.inspect.training import TrainingSummary, training_summary
+from ckptview.core.text import shown
+from ckptview.gui.base.tables import cell_text
+from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.panels.registry import CheckpointContext
+
+# Shown first, in this order, when present; the other facts follow in file order.
+FIRST_FACTS = ("epoch", "global_step", "step", "iteration", "iter", "loss", "best_loss", "val_loss")
+
+
+def value_text(value: Any) -> str:
+    """A fact as the card shows it."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return "[" + ", ".join(value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:
+    table = QTableWidget(len(rows), len(headers))
+    table.setHorizontalHeaderLabels(headers)
+    table.verticalHeader().setVisible(False)
+    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    table.horizontalHeader().setStretchLastSection(True)
+    for r, row in enumerate(rows):
+        for c, text in enumerate(row):
+            text = shown(text)  # names and values from the file: bounded (Qt sizes the column to it), escaped
+            item = QTableWidgetItem(text)
+            item.setToolTip(text if len(text) > 40 else "")
+            table.setItem(r, c, item)
+    table.resizeColumnsToContents()
+    # As tall as its rows (up to a limit): the card scrolls as a whole, not table by table.
+    height = table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(min(len(rows), 25))) + 4
+    table.setFixedHeight(height)
+    return table
+
+
+class TrainingCard(QWidget):
+    """Facts of a training checkpoint, one table per section; sections without content are left out."""
+
+    summaryReady = Signal()  # the card shows the read values of one-element tensors
+
+    def __init__(self, context: CheckpointContext | None = None, checkpoint: Checkpoint | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.checkpoint = checkpoint if checkpoint is not None else context.checkpoint if context else None
+        self.optimizers: list[OptimizerState] = find_optimizers(self.checkpoint) if self.checkpoint else []
+        self.summary = training_summary(self.checkpoint, read_scalars=False) if self.checkpoint else TrainingSummary()
+        self.tables: dict[str, QTableWidget] = {}
+        self._read = False
+        self.slot = JobSlot(self)
+        self.slot.returned.connect(self._on_read)
+        self.body = QWidget()
+        self.body_layout = QVBoxLayout(self.body)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.body)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(scroll)
+        self._fill()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        """Read the one-element tensors the first time the card is seen."""
+        super().showEvent(event)
+        if not self._read and self.checkpoint is not None:
+            self._read = True
+            self.slot.start(training_summary, self.checkpoint)
+
+    def _on_read(self, summary: object) -> None:
+        assert isinstance(summary, TrainingSummary)
+        self.summary = summary
+        self._fill()
+        self.summaryReady.emit()
+
+    def _fill(self) -> None:
+        while self.body_layout.count():
+            item = self.body_layout.takeAt(0)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
+        self.tables = {}
+        s = self.summary
+        if s.is_empty and not self.optimizers:
+            self._add_label("No training state in this checkpoint: no epoch, step, optimizer, scheduler or "
+                            "hyper-parameters.")
+        facts = sorted(s.scalars, key=lambda kv: FIRST_FACTS.index(kv[0]) if kv[0] in FIRST_FACTS else len(FIRST_FACTS))
+        self._section("Run", [(k, value_text(v)) for k, v in facts], ["fact", "value"])
+        self._section("Optimizers", [self._optimizer_row(o) for o in self.optimizers],
+                      ["where", "kind", "groups", "lr", "params", "mapping"])
+        self._section("Schedulers", [(sch.name, sch.kind, key, value_text(v)) for sch in s.schedulers
+                                     for key, v in sch.fields], ["where", "kind", "field", "value"])
+        self._section("Hyper-parameters", list(s.hyper_parameters), ["name", "value"])
+        self._section("Versions", list(s.versions), ["package", "version"])
+        self.body_layout.addStretch(1)
+
+    @staticmethod
+    def _optimizer_row(opt: OptimizerState) -> tuple[str, ...]:
+        lrs = ", ".join(value_text(g.get("lr")) for g in opt.groups)
+        with_state = sum(1 for p in opt.params if p.node is not None)
+        return (opt.label, opt.kind, str(len(opt.groups)), lrs, f"{with_state} of {len(opt.params)} with state",
+                opt.mapping)
+
+    def _add_label(self, text: str) -> None:
+        label = QLabel(text)
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.body_layout.addWidget(label)
+
+    def _section(self, title: str, rows: list[tuple[str, ...]], headers: list[str]) -> None:
+        if not rows:
+            return
+        self._add_label(f"<b>{title}</b>")
+        table = _table(rows, headers)
+        self.tables[title] = table
+        self.body_layout.addWidget(table)
+
+    def section_rows(self, title: str) -> list[list[str]]:
+        """The texts of one section's table, row by row (tests read the card through this)."""
+        table = self.tables.get(title)
+        if table is None:
+            return []
+        return [[cell_text(table, r, c) for c in range(table.columnCount())] for r in range(table.rowCount())]
+
+    def facts(self) -> dict[str, str]:
+        """Run facts as shown: name -> text."""
+        return {row[0]: row[1] for row in self.section_rows("Run")}

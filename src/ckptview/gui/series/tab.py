@@ -1,0 +1,654 @@
+"""The run tab: a training run's checkpoints as a timeline (File > Open Run…, ``ckptview --series DIR``).
+
+A module tree and the findings on the left; on the right, lines of norm and update ratio over the steps,
+the update-ratio heat-map (tensors x steps) and a selected tensor's histograms over the steps. The files
+are read in a worker (:mod:`ckptview.core.series.timeline`); results appear as each checkpoint is done, and
+closing the tab cancels the reading.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Generator
+from typing import Any
+
+from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QFileDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QSplitter,
+    QTabWidget,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ckptview.core import dtypes
+from ckptview.core.jobs import CancelToken
+from ckptview.core.series.cells import cell_kinds
+from ckptview.core.series.spectra import is_matrix, iter_spectra
+from ckptview.core.series.timeline import (
+    SeriesProgress,
+    SeriesResult,
+    find_findings,
+    iter_series,
+    module_names,
+    module_series,
+    open_for_run,
+    plan_series,
+)
+from ckptview.core.session.workspace import Holdings
+from ckptview.core.text import printable
+from ckptview.gui.base.job_header import job_header
+from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.gui.series.follow import Follow
+from ckptview.gui.series.plots import (
+    HEAT_FLOOR,
+    HIST_BINS,
+    HistogramsOverSteps,
+    LinePlots,
+    UpdateHeatMap,
+    histograms_job,
+)
+from ckptview.gui.series.spectra import SpectralLines
+
+KIND_ROLE = Qt.ItemDataRole.UserRole
+NAME_ROLE = Qt.ItemDataRole.UserRole + 1
+FINDING_ROLE = Qt.ItemDataRole.UserRole + 2
+MAX_LINES = 8
+DEFAULT_MODULES = 4  # selected when the run opens, so the plots are never empty
+FINDING_COLORS = {"nan": "#ffcccc", "inf": "#ffcccc", "explosion": "#ffe0b3", "stalled": "#e0e0ff",
+                  "unreadable": "#ff9999", "unsafe": "#ff9999", "appeared": "#d9f2d9", "disappeared": "#eeeeee",
+                  "shape_changed": "#fff5b3", "dtype_changed": "#fff5b3", "alpha": "#e0f0ff"}
+
+
+def series_job(paths: list[str], stall_threshold: float, explode_factor: float, holdings: Holdings | None = None,
+               token: CancelToken | None = None) -> Generator[Any, None, SeriesResult]:
+    """Find and order the checkpoints, yield the plan, then the reading's progress; returns the result.
+
+    Each checkpoint is opened once, into `holdings` (the tab's), and read and plotted from there."""
+    result = plan_series(paths, stall_threshold, explode_factor, holdings)
+    yield ("plan", result)
+    return (yield from iter_series(result, token, holdings=holdings))
+
+
+class _Resources:
+    """What the tab must stop when Qt deletes it (a plain object: the widget may already be gone)."""
+
+    def __init__(self) -> None:
+        self.workers: list[GeneratorWorker] = []
+        # The run's checkpoints, each opened once (through the window's workspace) for the reading and
+        # the plots; let go when the tab goes.
+        self.holdings = Holdings(opener=open_for_run)
+
+    def release(self, *_args: Any) -> None:
+        for worker in self.workers:
+            worker.quit()
+        self.workers = []
+        self.holdings.release()
+
+
+class SeriesTab(QWidget):
+    """One training run: reading progress, module tree, findings and the plots."""
+
+    planned = Signal(object)  # SeriesResult, figures pending
+    checkpoint_done = Signal(int)  # index of the checkpoint whose figures are now shown
+    finished = Signal(object)  # the complete SeriesResult
+    failed = Signal(str)
+    histograms_ready = Signal(object)  # (tensor name, [Histogram | None per checkpoint])
+    spectra_ready = Signal(object)  # [tensor names drawn in the Spectra view]
+
+    def __init__(self, paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.paths = [os.path.abspath(os.path.expanduser(p)) for p in paths]
+        self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
+        self.result: SeriesResult | None = None
+        self.state = "loading"
+        self._res = _Resources()
+        self.destroyed.connect(self._res.release)
+        self._worker: GeneratorWorker | None = None
+        self._hist_worker: GeneratorWorker | None = None
+        self._spectra_worker: GeneratorWorker | None = None
+        self._spectra: dict[tuple[str, str], tuple[float | None, float | None]] = {}  # (path, name) -> figures
+        self._items: dict[str, QTreeWidgetItem] = {}
+        self._module_items: dict[str, QTreeWidgetItem] = {}
+        self._tree_names: list[str] = []
+        self._shown_findings: list[Any] = []
+        self._marking = False  # a finding is selecting its tensor: keep its mark
+        self._build()
+        self._refresh_timer = QTimer(self, singleShot=True, interval=150)
+        self._refresh_timer.timeout.connect(self.refresh)
+
+    # --- building --------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.summary_label = QLabel("finding checkpoints…")
+        self.summary_label.setObjectName("seriesSummary")
+        self.summary_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.summary_label.setWordWrap(True)
+        top, self.progress, self.cancel_button = job_header(self.summary_label, self.cancel)
+        self.follow_box = QCheckBox("Follow")
+        self.follow_box.setObjectName("seriesFollow")
+        self.follow_box.setToolTip("Keep reading the run as checkpoints are written, changed or deleted")
+        top.addWidget(self.follow_box)
+        self.spectral_box = QCheckBox("Spectral")
+        self.spectral_box.setObjectName("seriesSpectral")
+        self.spectral_box.setToolTip("Fit the spectrum of each selected weight in every checkpoint: its power-law "
+                                     "alpha and stable rank over the steps")
+        self.spectral_box.toggled.connect(self._on_spectral_toggled)
+        top.addWidget(self.spectral_box)
+        self.follow = Follow(self)
+
+        self.tree = QTreeWidget()
+        self.tree.setObjectName("seriesTree")
+        self.tree.setHeaderLabels(["Name", "Shape", "Norm (last)", "Update ratio (last)", "NaN/Inf (last)"])
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.tree.setUniformRowHeights(True)
+        self.tree.itemSelectionChanged.connect(self._on_selection_changed)
+        self.findings_list = QListWidget()
+        self.findings_list.setObjectName("seriesFindings")
+        self.findings_list.itemClicked.connect(self._on_finding_clicked)
+        self.findings_list.itemActivated.connect(self._on_finding_clicked)
+        self.findings_label = QLabel("Findings")
+        findings_box = QWidget()
+        box = QVBoxLayout(findings_box)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(self.findings_label)
+        box.addWidget(self.findings_list, 1)
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(self.tree)
+        left.addWidget(findings_box)
+        left.setSizes([500, 250])
+
+        self.lines = LinePlots()
+        self.heatmap = UpdateHeatMap()
+        self.heatmap.row_clicked.connect(self._on_heat_row)
+        self.histograms = HistogramsOverSteps()
+        self.views = QTabWidget()
+        self.views.addTab(self.lines, "Lines")
+        self.views.addTab(self.heatmap, "Update heat-map")
+        self.views.addTab(self.histograms, "Histograms")
+        self.spectra = SpectralLines()  # a tab while Spectral is checked
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.views)
+        self.splitter.setSizes([420, 760])
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.splitter, 1)
+
+    # --- the reading -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Find, order and read the run's checkpoints in a worker."""
+        worker = GeneratorWorker(series_job, self.paths, self.stall_threshold, self.explode_factor,
+                                 self._res.holdings)
+        worker.signals.yielded.connect(self._on_yielded)
+        worker.signals.returned.connect(self._on_returned)
+        worker.signals.errored.connect(self._on_errored)
+        worker.signals.aborted.connect(self._on_aborted)
+        self._worker = worker
+        self._res.workers.append(worker)
+        app = QCoreApplication.instance()
+        if app is not None:  # quitting the app stops the reading too, not only closing the tab
+            app.aboutToQuit.connect(self._res.release)
+        worker.start()
+
+    def cancel(self) -> None:
+        """Stop reading (what is done stays shown)."""
+        if self._worker is not None and not self._worker.is_done:
+            self._worker.quit()
+
+    def busy(self) -> bool:
+        """True while the files are being read."""
+        return self._worker is not None and not self._worker.is_done
+
+    def _mine(self) -> bool:
+        return self._worker is not None and self.sender() is self._worker.signals
+
+    def _on_yielded(self, item: Any) -> None:
+        if not self._mine():
+            return
+        if isinstance(item, tuple) and item and item[0] == "plan":
+            self.result = item[1]
+            self._build_tree()
+            self.select_default()
+            self._update_summary("reading…")
+            self.planned.emit(self.result)
+            return
+        if isinstance(item, SeriesProgress):
+            self.progress.setValue(int(item.fraction * 1000))
+            if item.checkpoint >= 0 and self.result is not None:
+                self._update_summary(f"read {item.checkpoint + 1} of {len(self.result.checkpoints)}")
+                self._refresh_timer.start()
+                self.checkpoint_done.emit(item.checkpoint)
+            elif item.message:
+                self.progress.setToolTip(printable(item.message))
+
+    def _on_returned(self, result: SeriesResult) -> None:
+        if not self._mine():
+            return
+        self.result = result
+        self.state = "ready"
+        self._refresh_timer.stop()
+        self.refresh()
+        self._done()
+        self._update_summary()
+        self.finished.emit(result)
+
+    def _on_errored(self, exc: BaseException) -> None:
+        if not self._mine():
+            return
+        self.state = "error"
+        self._done()
+        message = printable(str(exc) or type(exc).__name__)
+        self.summary_label.setText(f"error: {message}")
+        self.failed.emit(message)
+
+    def _on_aborted(self) -> None:
+        if not self._mine():
+            return
+        self.state = "cancelled"
+        self._done()
+        self.refresh()
+        self._update_summary("cancelled")
+
+    def _done(self) -> None:
+        self.progress.hide()
+        self.cancel_button.hide()
+
+    def _update_summary(self, suffix: str = "") -> None:
+        r = self.result
+        if r is None:
+            return
+        by = {"step": "step", "epoch": "epoch", "name": "numbers in their names"}[r.order_by]
+        sources = ", ".join(r.order_sources)
+        text = f"{len(r.checkpoints)} checkpoints, {len(r.tensors)} tensors, ordered by {by}"
+        if sources and r.order_by != "name":
+            text += f" (found in: {sources})"
+        text += f"; {len(self.current_findings())} findings"
+        unsafe = sum(1 for ref in r.checkpoints if ref.unsafe_globals)
+        if unsafe:
+            text += f"; {unsafe} checkpoint{'' if unsafe == 1 else 's'} reference unsafe globals (not run)"
+        self.summary_label.setText(printable(text + (f" — {suffix}" if suffix else "")))
+
+    # --- showing ---------------------------------------------------------------------------------
+    def _build_tree(self) -> None:
+        assert self.result is not None
+        self.tree.clear()
+        self._items = {}
+        modules: dict[str, QTreeWidgetItem] = {}
+        self._module_items = modules
+        names = list(self.result.tensors)
+        for name in names:
+            parts = name.split(".")
+            parent: QTreeWidgetItem | None = None
+            for depth in range(1, len(parts)):
+                prefix = ".".join(parts[:depth])
+                item = modules.get(prefix)
+                if item is None:
+                    item = QTreeWidgetItem([printable(parts[depth - 1])])
+                    item.setData(0, KIND_ROLE, "module")
+                    item.setData(0, NAME_ROLE, prefix)
+                    (parent.addChild(item) if parent is not None else self.tree.addTopLevelItem(item))
+                    modules[prefix] = item
+                parent = item
+            leaf = QTreeWidgetItem([printable(parts[-1])])
+            leaf.setData(0, KIND_ROLE, "tensor")
+            leaf.setData(0, NAME_ROLE, name)
+            leaf.setToolTip(0, printable(name))
+            (parent.addChild(leaf) if parent is not None else self.tree.addTopLevelItem(leaf))
+            self._items[name] = leaf
+        self._tree_names = names
+        self.tree.expandToDepth(1)
+        self.tree.resizeColumnToContents(0)
+
+    def done_count(self) -> int:
+        """Checkpoints whose figures are complete."""
+        return self.result.done if self.result is not None else 0
+
+    def current_findings(self) -> list[Any]:
+        """The findings over the checkpoints read so far."""
+        if self.result is None:
+            return []
+        if self.state == "ready":
+            return self.result.findings
+        return find_findings(self.result)
+
+    def refresh(self) -> None:
+        """Show the figures of every checkpoint read so far."""
+        r = self.result
+        if r is None:
+            return
+        if list(r.tensors) != self._tree_names:
+            self._build_tree()
+            self.select_default()
+        done = self.done_count()
+        for name, item in self._items.items():
+            s = r.tensors[name]
+            last = next((t for t in range(done - 1, -1, -1) if s.stats[t] is not None), None)
+            item.setText(1, "[" + ", ".join(map(str, s.shape or ())) + "]")
+            item.setText(2, _norm(s.stats[last]) if last is not None else "-")
+            ratio = next((s.update_ratio[t] for t in range(done - 1, 0, -1) if s.update_ratio[t] is not None), None)
+            item.setText(3, _fmt(ratio))
+            item.setText(4, _nonfinite(s.stats[last]) if last is not None else "-")
+        self._fill_findings()
+        axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
+        self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
+                               [printable(self._column_label(t)) for t in range(len(r.checkpoints))], axis)
+        self._update_lines()
+        self._start_spectra(restart=False)
+
+    def _column_label(self, t: int) -> str:
+        assert self.result is not None
+        ref = self.result.checkpoints[t]
+        value = ref.position.step if self.result.order_by == "step" else (
+            ref.position.epoch if self.result.order_by == "epoch" else None)
+        return str(value) if value is not None else ref.file_name
+
+    def select_default(self) -> None:
+        """With nothing selected, select the largest modules (by their floating-point values), so the plots
+        show something: the model's own modules, not optimizer state."""
+        r = self.result
+        if r is None or self.tree.selectedItems():
+            return
+        sizes: dict[str, int] = {}
+        order: list[str] = []
+        for name, s in r.tensors.items():
+            if s.param is not None or _OPTIMIZER_STATE.search(name) or s.dtype is None or s.shape is None:
+                continue
+            if not (dtypes.is_floating(s.dtype) or dtypes.is_complex(s.dtype)):
+                continue
+            module = name.rsplit(".", 1)[0] if "." in name else name
+            if module not in sizes:
+                order.append(module)
+            sizes[module] = sizes.get(module, 0) + math.prod(s.shape)
+        largest = set(sorted(order, key=lambda m: -sizes[m])[:DEFAULT_MODULES])
+        chosen = [m for m in order if m in largest]
+        self.tree.blockSignals(True)
+        try:
+            for module in chosen:
+                item = self._module_items.get(module) or self._items.get(module)
+                if item is not None:
+                    item.setSelected(True)
+        finally:
+            self.tree.blockSignals(False)
+        self._on_selection_changed()
+
+    def _upto(self, values: list[Any]) -> list[Any]:
+        done = self.done_count()
+        return [v if t < done else None for t, v in enumerate(values)]
+
+    def _fill_findings(self) -> None:
+        assert self.result is not None
+        findings = self.current_findings()
+        self.findings_list.clear()
+        self._shown_findings = list(findings)
+        for i, f in enumerate(findings):
+            where = self.result.label(f.index)
+            tensor = f.tensor if f.tensor is not None else os.path.basename(os.path.normpath(f.checkpoint))
+            item = QListWidgetItem(printable(f"{where}  {f.kind}  {tensor}: {f.detail}"))
+            item.setData(NAME_ROLE, f.tensor)
+            item.setData(KIND_ROLE, f.kind)
+            item.setData(FINDING_ROLE, i)
+            item.setToolTip(printable(f.checkpoint))
+            item.setBackground(QBrush(QColor(FINDING_COLORS.get(f.kind, "#ffffff"))))
+            self.findings_list.addItem(item)
+        self.findings_label.setText(f"Findings ({len(findings)})")
+
+    def selected(self) -> list[tuple[str, str]]:
+        """(kind, name) of the selected tree rows: 'tensor' or 'module'."""
+        return [(i.data(0, KIND_ROLE), i.data(0, NAME_ROLE)) for i in self.tree.selectedItems()]
+
+    def select_tensor(self, name: str) -> bool:
+        """Select the tree row of tensor ``name`` (and show it); False when there is none."""
+        item = self._items.get(name)
+        if item is None:
+            return False
+        self.tree.clearSelection()
+        self.tree.setCurrentItem(item)
+        item.setSelected(True)
+        self.tree.scrollToItem(item)
+        return True
+
+    def _on_finding_clicked(self, item: QListWidgetItem) -> None:
+        index = item.data(FINDING_ROLE)
+        if self.result is None or index is None or not 0 <= index < len(self._shown_findings):
+            return
+        finding = self._shown_findings[index]
+        self._marking = True
+        try:
+            if finding.tensor:
+                self.select_tensor(finding.tensor)
+        finally:
+            self._marking = False
+        self.mark_finding(finding)
+
+    def mark_finding(self, finding: Any) -> None:
+        """Mark a finding's checkpoint in the lines and its cell in the heat-map."""
+        r = self.result
+        if r is None or not 0 <= finding.index < len(r.checkpoints):
+            return
+        x = r.x_values()[finding.index]
+        self.lines.mark(x, printable(f"{r.label(finding.index)}: {finding.kind}"))
+        names = list(r.tensors)
+        row = names.index(finding.tensor) if finding.tensor in r.tensors else None
+        self.heatmap.mark(row, finding.index)
+
+    def _on_heat_row(self, row: int) -> None:
+        if self.result is not None and row < len(self.result.tensors):
+            self.select_tensor(list(self.result.tensors)[row])
+
+    def _on_selection_changed(self) -> None:
+        if not self._marking:  # a selection of the user's own: the last finding's mark goes
+            self.lines.mark(None)
+            self.heatmap.mark(None)
+        self._update_lines()
+        self._start_histograms()
+        self._start_spectra(restart=True)
+
+    def _update_lines(self) -> None:
+        r = self.result
+        if r is None:
+            return
+        chosen = self.selected()[:MAX_LINES]
+        lines: dict[str, tuple[list[Any], ...]] = {}
+        modules = {m.name: m for m in module_series(r, [n for k, n in chosen if k == "module"])}
+        for kind, name in chosen:
+            if kind == "module" and name in modules:
+                m = modules[name]
+                bad = [None if a is None else a + (b or 0) for a, b in zip(m.nan, m.inf, strict=True)]
+                lines[f"{name} (module)"] = (self._upto(m.norm), self._upto(m.update_ratio), self._upto(bad))
+            elif kind == "tensor" and name in r.tensors:
+                s = r.tensors[name]
+                bad = [None if st is None else st.nan + st.posinf + st.neginf for st in s.stats]
+                lines[name] = (self._upto(s.figure("norm")), self._upto(s.update_ratio), self._upto(bad))
+        axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
+        self.lines.set_lines(r.x_values(), {printable(k): v for k, v in lines.items()}, axis)
+
+    # --- histograms over the run -------------------------------------------------------------------
+    def _start_histograms(self) -> None:
+        if self._hist_worker is not None:
+            self._hist_worker.quit()
+            self._hist_worker = None
+        tensors = [n for k, n in self.selected() if k == "tensor"]
+        r = self.result
+        if not tensors or r is None or self.done_count() == 0:
+            self.histograms.clear("Select a tensor to see its values over the run.")
+            return
+        name = tensors[0]
+        s = r.tensors[name]
+        done = self.done_count()
+        lows = [st.min for st in s.stats[:done] if st is not None and st.min is not None]
+        highs = [st.max for st in s.stats[:done] if st is not None and st.max is not None]
+        if not lows:
+            self.histograms.clear(f"{printable(name)}: no finite value to draw")
+            return
+        value_range = (float(min(lows)), float(max(highs)))
+        paths = [ref.path for ref in r.checkpoints[:done]]
+        self.histograms.clear(f"{printable(name)}: reading…")
+        worker = GeneratorWorker(histograms_job, paths, name, value_range, HIST_BINS, self._res.holdings)
+        worker.request = (name, value_range)  # type: ignore[attr-defined]
+        # Bound methods, not lambdas: Qt drops these connections when the tab is deleted.
+        worker.signals.returned.connect(self._on_histograms)
+        worker.signals.errored.connect(self._on_histograms_error)
+        self._hist_worker = worker
+        self._res.workers = [w for w in self._res.workers if not w.is_done] + [worker]
+        worker.start()
+
+    def _current_histograms(self) -> GeneratorWorker | None:
+        w = self._hist_worker
+        return w if w is not None and self.sender() is w.signals else None
+
+    def _on_histograms(self, hists: list[Any]) -> None:
+        worker = self._current_histograms()
+        if worker is None:
+            return
+        name, value_range = worker.request  # type: ignore[attr-defined]
+        self.histograms.set_histograms(printable(name), hists, value_range)
+        self.histograms_ready.emit((name, hists))
+
+    def _on_histograms_error(self, exc: BaseException) -> None:
+        if self._current_histograms() is not None:
+            self.histograms.clear(f"error: {printable(exc)}")
+
+
+    # --- weight spectra over the run ----------------------------------------------------------------
+    def _on_spectral_toggled(self, on: bool) -> None:
+        if on:
+            self.views.addTab(self.spectra, "Spectra")
+            self.views.setCurrentWidget(self.spectra)
+            self._start_spectra(restart=True)
+        else:
+            self._stop_spectra()
+            index = self.views.indexOf(self.spectra)
+            if index >= 0:
+                self.views.removeTab(index)
+
+    def spectral_names(self) -> list[str]:
+        """The weights the Spectra view draws: the selected tensors and the tensors of the selected modules
+        that are analysed (2-D floating weights, conv kernels), at most MAX_LINES."""
+        r = self.result
+        if r is None:
+            return []
+        chosen: list[str] = []
+        members = module_names(r.tensors)
+        for kind, name in self.selected():
+            for tensor in (members.get(name, []) if kind == "module" else [name]):
+                s = r.tensors.get(tensor)
+                if s is not None and tensor not in chosen and is_matrix(s.shape, s.dtype):
+                    chosen.append(tensor)
+        return chosen[:MAX_LINES]
+
+    def forget_spectra(self, paths: list[str]) -> None:
+        """Drop the fitted figures of checkpoints that changed (Follow): they are fitted again as they are now."""
+        gone = set(paths)
+        stale = [key for key in self._spectra if key[0] in gone]
+        for key in stale:
+            del self._spectra[key]
+        if gone and self._spectra_worker is not None:
+            self._stop_spectra()  # it may be reading the old contents; refresh() starts it again
+
+    def _stop_spectra(self) -> None:
+        if self._spectra_worker is not None:
+            self._spectra_worker.quit()
+            self._spectra_worker = None
+
+    def _start_spectra(self, restart: bool) -> None:
+        """Fit what the Spectra view lacks in a worker (restart: drop a fit of another selection)."""
+        r = self.result
+        if not self.spectral_box.isChecked() or r is None:
+            return
+        busy = self._spectra_worker is not None and not self._spectra_worker.is_done
+        if busy and not restart:
+            return  # it picks up what is new when it ends
+        self._stop_spectra()
+        names = self.spectral_names()
+        done = self.done_count()
+        wanted = [(r.checkpoints[t].path, name) for t in range(done) if r.checkpoints[t].error is None
+                  for name in names if r.tensors[name].present(t)
+                  and (r.checkpoints[t].path, name) not in self._spectra]
+        if not wanted:
+            self._draw_spectra(names)
+            return
+        self.spectra.set_message(f"fitting {len(wanted)} spectr{'um' if len(wanted) == 1 else 'a'}…")
+        worker = GeneratorWorker(iter_spectra, wanted, self._res.holdings)
+        worker.signals.returned.connect(self._on_spectra)
+        worker.signals.errored.connect(self._on_spectra_error)
+        self._spectra_worker = worker
+        self._res.workers = [w for w in self._res.workers if not w.is_done] + [worker]
+        worker.start()
+
+    def _current_spectra(self) -> bool:
+        w = self._spectra_worker
+        return w is not None and self.sender() is w.signals
+
+    def _on_spectra(self, found: dict[tuple[str, str], tuple[float | None, float | None]]) -> None:
+        if not self._current_spectra():
+            return
+        self._spectra.update(found)
+        self._spectra_worker = None
+        self._start_spectra(restart=False)  # checkpoints read (or a selection made) meanwhile
+
+    def _on_spectra_error(self, exc: BaseException) -> None:
+        if self._current_spectra():
+            self._spectra_worker = None
+            self.spectra.set_message(f"error: {printable(exc)}")
+
+    def _draw_spectra(self, names: list[str]) -> None:
+        r = self.result
+        assert r is not None
+        done = self.done_count()
+        lines: dict[str, tuple[list[float | None], list[float | None]]] = {}
+        for name in names:
+            figures = [self._spectra.get((ref.path, name), (None, None)) if t < done else (None, None)
+                       for t, ref in enumerate(r.checkpoints)]
+            lines[printable(name)] = ([a for a, _ in figures], [sr for _, sr in figures])
+        axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
+        self.spectra.set_lines(r.x_values(), lines, axis)
+        self.spectra_ready.emit(names)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _norm(stats: Any) -> str:
+    """The L2 norm of the finite values, or "no finite" when the tensor holds none (not 0: it is not zeroed)."""
+    if stats.numel and stats.nan + stats.posinf + stats.neginf == stats.numel:
+        return "no finite"
+    return _fmt(stats.l2)
+
+
+def _nonfinite(stats: Any) -> str:
+    """NaN/Inf value counts ("12/0"), "-" when there are none."""
+    inf = stats.posinf + stats.neginf
+    return f"{stats.nan}/{inf}" if stats.nan or inf else "-"
+
+
+_OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state by id (mapping not known)
+
+
+# --- ways in ---------------------------------------------------------------------------------------
+def open_series_tab(window: Any, paths: list[str]) -> SeriesTab:
+    """Open a run tab in ``window`` and start reading (File > Open Run…, ``--series``)."""
+    tab = SeriesTab(paths)
+    first = tab.paths[0] if tab.paths else ""
+    title = f"Run: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Run: {len(tab.paths)} paths"
+    window.add_tab(tab, title, list(tab.paths))
+    tab.start()
+    return tab
+
+
+def choose_run_folder(window: Any) -> str | None:
+    """File > Open Run…: pick the folder that holds a run's checkpoints."""
+    folder = QFileDialog.getExistingDirectory(window, "Open a training run (folder of checkpoints)")
+    return folder or None
