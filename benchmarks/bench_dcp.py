@@ -5,7 +5,7 @@
 
 The folder is written by one process with `FileSystemWriter(thread_count=8)`, which spreads the
 records over 8 `.distcp` files as 8 writers would (each tensor is one chunk record; multi-rank chunking
-is covered by tests/test_dcp.py). Every measurement runs in a fresh process started from this small
+is covered by tests/core/read/formats/test_dcp.py). Every measurement runs in a fresh process started from this small
 one (Linux keeps ru_maxrss across exec, so the parent must not have loaded torch or the data).
 """
 

@@ -19,7 +19,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from tests.remote_server import RangeServer  # noqa: E402
+from tests.support.remote_server import RangeServer  # noqa: E402
 
 SIZE = 1 << 30
 

@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "hostile"))
+sys.path.insert(0, str(ROOT))  # the repository, for tests.support
 
-import corpus  # noqa: E402
-import fuzzing  # noqa: E402
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+from tests.support import corpus, fuzzing  # noqa: E402
 
 FORMATS = ("torch-zip", "torch-legacy", "torchscript", "safetensors", "pickle", "torch-zip:data.pkl",
            "torchscript:data.pkl")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import inspect
 import io
-import pathlib
 import re
 import tokenize
 
-SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "ckptview"
+from tests.support.paths import SRC
 
 
 def test_core_never_imports_qt():

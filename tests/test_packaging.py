@@ -6,7 +6,7 @@ import pathlib
 
 import tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO as ROOT
 
 
 def test_every_package_under_src_is_listed_for_the_wheel() -> None:

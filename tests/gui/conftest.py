@@ -6,7 +6,8 @@ import os
 import uuid
 
 import pytest
-from guihelpers import make_state_dict
+
+from tests.support.guihelpers import make_state_dict
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
@@ -18,7 +19,7 @@ def pytest_collection_modifyitems(config, items):
     """Every test under tests/gui drives Qt: it carries the `gui` marker whether or not its module says so
     (`-m "not gui"` must leave out all of them, also a new file that forgets the marker)."""
     for item in items:
-        if os.path.dirname(os.path.abspath(str(item.fspath))) == _GUI_DIR:
+        if os.path.abspath(str(item.fspath)).startswith(_GUI_DIR + os.sep):
             item.add_marker(pytest.mark.gui)
 
 

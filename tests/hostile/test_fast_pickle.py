@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import corpus
 import pytest
 
 from ckptview.core.checkpoint import Storage, TensorInfo
@@ -26,6 +25,7 @@ from ckptview.core.read.pickle import torch_tree as torch_pickle
 from ckptview.core.read.pickle.fast import fast_unpickle, scan
 from ckptview.core.read.pickle.torch_globals import EMULATORS, resolve_constant
 from ckptview.core.read.pickle.vm import StubObject, unpickle
+from tests.support import corpus
 
 
 def _snapshot(path: Path) -> tuple:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import corpus
-import fuzzing
 import pytest
 from hypothesis import HealthCheck, given, settings
+
+from tests.support import corpus, fuzzing
 
 FORMATS = ("torch-zip", "torch-legacy", "torchscript", "safetensors", "pickle")
 _counter = itertools.count()

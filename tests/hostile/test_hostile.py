@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import corpus
 import numpy as np
 import pytest
 
@@ -22,6 +21,7 @@ from ckptview.commands.info import info_dict
 from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import iter_chunks, read_values
+from tests.support import corpus
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import corpus
 import numpy as np
 import pytest
 
@@ -16,6 +15,7 @@ from ckptview import cli
 from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import iter_chunks, read_values
+from tests.support import corpus
 
 # Work bound per file, in CPU seconds of this process (not wall time: a busy CI machine does not move it).
 # Every file opens in well under half a second; a file that made the reader loop or re-expand data would

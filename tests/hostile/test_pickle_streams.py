@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import Call, G, emit, py_touch, shell_touch
 
 from ckptview import cli
 from ckptview.core.errors import CheckpointError
@@ -20,6 +19,7 @@ from ckptview.core.read.formats.torch_legacy import MAGIC_NUMBER
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.stream import MAX_PICKLES
 from ckptview.core.read.values.reading import read_values
+from tests.support.corpus import Call, G, emit, py_touch, shell_touch
 
 torch = pytest.importorskip("torch")
 

@@ -1,0 +1,69 @@
+"""The window and URLs: File > Open URL (Ctrl+L), links dropped on the window, recent files, status bar."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QMimeData, QUrl
+from PySide6.QtGui import QKeySequence
+
+from ckptview.gui.app.main_window import _local_paths
+from tests.support.guihelpers import make_state_dict, wait_settled
+from tests.support.remote_server import RangeServer
+
+pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("This plugin does not support")]
+
+pytest.importorskip("fsspec")
+pytest.importorskip("requests")
+
+
+@pytest.fixture
+def server(tmp_path):
+    make_state_dict(str(tmp_path / "model.pth"))
+    srv = RangeServer(str(tmp_path))
+    yield srv
+    srv.stop()
+
+
+def test_open_url_shows_tree_transfer_and_recent_without_tokens(qtbot, window, server, monkeypatch):
+    assert window.open_url_action.shortcut() == QKeySequence("Ctrl+L")
+    host = server.url.split("://", 1)[1]
+    from PySide6.QtWidgets import QInputDialog
+
+    monkeypatch.setattr(QInputDialog, "getText",
+                        staticmethod(lambda *a, **k: (f"http://me:pw@{host}/model.pth?token=hf_SECRET", True)))
+    window.open_url_action.trigger()
+    (tab,) = window.checkpoint_tabs()
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready", tab.error_text
+    assert window.tabs.tabText(window.tabs.indexOf(tab)) == "model.pth"
+    assert window.settings.recent_files() == [f"{server.url}/model.pth"]
+    status = window.statusBar().currentMessage()
+    assert "requests" in status and "bytes" in status
+    transfer = tab.checkpoint.metadata["_transfer"]
+    qtbot.waitUntil(lambda: window.transfer_label.text() ==
+                    f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests", timeout=10_000)
+    assert "SECRET" not in window.tabs.tabToolTip(0) and "pw" not in window.tabs.tabToolTip(0)
+    assert tab.path == f"{server.url}/model.pth"  # what the tab logs and shows carries no token
+    assert all("token=hf_SECRET" in p for p in server.counters.paths)  # ... yet every request carried it
+
+
+def test_a_url_token_never_reaches_the_log_or_the_error_page(qtbot, window, server, caplog):
+    host = server.url.split("://", 1)[1]
+    (tab,) = window.open_paths([f"http://me:pw@{host}/missing.pth?token=hf_SECRET"])
+    wait_settled(qtbot, tab)
+    assert tab.state != "ready"
+    assert "SECRET" not in caplog.text and "me:pw" not in caplog.text
+    assert "SECRET" not in tab.error_text and "pw@" not in tab.error_text
+
+
+def test_a_dropped_link_opens_and_a_404_is_a_message_in_its_tab(qtbot, window, server):
+    mime = QMimeData()
+    mime.setUrls([QUrl(f"{server.url}/missing.pth")])
+    paths = _local_paths(mime)
+    assert paths == [f"{server.url}/missing.pth"]
+    (tab,) = window.open_paths(paths)
+    wait_settled(qtbot, tab)
+    assert tab.state != "ready"
+    assert "missing.pth" in tab.error_text and ("not found" in tab.error_text or "no such file" in tab.error_text)
+    assert window.isVisible()

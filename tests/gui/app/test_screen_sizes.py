@@ -1,0 +1,193 @@
+"""Every screen is usable at 1024x640 and 1280x800 (issue 25, finding 6).
+
+At 1024x640 the Statistics histogram was below the visible area with the Summary open; the Optimizer
+histogram was ~30 px tall at 1280x800 and the `eff. step` column off-screen at both sizes; the first window
+was a fixed 1280x820; shard names, optimizer rows and container shapes were cut where they differ; two
+selected tensors gave two Statistics columns titled `weight`; the loss read `2.3796…442688`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PySide6.QtCore import QPoint, QRect, Qt
+from torch import nn
+
+from tests.support.guihelpers import make_sharded_folder, wait_settled
+
+pytestmark = pytest.mark.gui
+
+SIZES = [(1024, 640), (1280, 800)]
+MIN_PLOT = {(1024, 640): 90, (1280, 800): 150}  # pixels of histogram a person can read
+
+
+@pytest.fixture
+def training_file(tmp_path) -> str:
+    """The README's MLP after a few Adam steps, saved as a training checkpoint."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("hidden", nn.Linear(20, 256))
+    model.add_module("act", nn.ReLU())
+    model.add_module("output", nn.Linear(256, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 20), torch.randint(0, 10, (64,))
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+    path = tmp_path / "mlp.pth"
+    torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict(),
+                "epoch": 5, "loss": 2.379629373550415}, path)
+    return str(path)
+
+
+def visible_rect(widget, window) -> QRect:
+    """The part of `widget` a person sees: clipped by every ancestor up to the window (scroll areas too)."""
+    rect = QRect(widget.mapTo(window, QPoint(0, 0)), widget.size())
+    parent = widget.parentWidget()
+    while parent is not None and parent is not window:
+        rect = rect.intersected(QRect(parent.mapTo(window, QPoint(0, 0)), parent.size()))
+        parent = parent.parentWidget()
+    return rect.intersected(window.rect())
+
+
+def settled(qtbot) -> None:
+    """Deliver the layout requests that results posted (a table that grew, a label that changed)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QApplication
+
+    for _ in range(3):
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        QApplication.processEvents()
+
+
+def opened(qtbot, window, path, size):
+    window.resize(*size)
+    qtbot.waitUntil(lambda: window.size().width() == size[0] and window.size().height() == size[1])
+    tab = window.open_paths([path])[0]
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready", tab.error_text
+    assert not tab.summary.collapsed  # the default: the Summary open
+    return tab
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_statistics_histogram_is_on_screen_with_the_summary_open(qtbot, window, training_file, size):
+    tab = opened(qtbot, window, training_file, size)
+    stats = tab.show_panel("Statistics")
+    with qtbot.waitSignal(stats.statsReady, timeout=20_000):
+        assert tab.select_name("model_state_dict.hidden.weight")
+    qtbot.waitUntil(lambda: not stats.histogram.slot.running, timeout=20_000)
+    settled(qtbot)
+    plot = visible_rect(stats.histogram.plot, window)
+    assert plot.height() >= MIN_PLOT[size], (plot, size)
+    assert visible_rect(stats.table, window).height() == stats.table.height()  # every figure too
+    assert plot.bottom() < window.statusBar().mapTo(window, QPoint(0, 0)).y()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_optimizer_histogram_is_tall_and_the_effective_step_is_in_view(qtbot, window, training_file, size):
+    from ckptview.gui.panels.optimizer import EFF_MEDIAN
+
+    tab = opened(qtbot, window, training_file, size)
+    panel = tab.show_panel("Optimizer")
+    qtbot.waitUntil(lambda: panel._figures_for is not None and not panel.slot.running, timeout=20_000)
+    panel.params_table.selectRow(0)
+    qtbot.waitUntil(lambda: not panel.histogram.slot.running, timeout=20_000)
+    settled(qtbot)
+    plot = visible_rect(panel.histogram.plot, window)
+    assert plot.height() >= MIN_PLOT[size], (plot, size)
+    table = panel.params_table
+    column = panel.columns.index(EFF_MEDIAN)
+    left = table.horizontalHeader().sectionViewportPosition(column)
+    right = left + table.columnWidth(column)
+    assert left >= 0 and right <= table.viewport().width(), (left, right, table.viewport().width())
+    assert visible_rect(table.viewport(), window).width() == table.viewport().width()
+
+
+def test_the_first_window_fits_the_screen_it_opens_on(qtbot, settings):
+    from ckptview.gui.app.main_window import MainWindow
+
+    win = MainWindow(settings)
+    qtbot.addWidget(win)
+    screen = win.screen().availableGeometry()
+    assert win.width() <= screen.width() and win.height() <= screen.height() - 24  # room for a title bar
+    win.show()
+    assert screen.contains(win.frameGeometry()) or win.frameGeometry().height() <= screen.height()
+
+
+def test_texts_are_elided_where_they_do_not_differ_and_whole_in_tooltips(qtbot, window, training_file):
+    from ckptview.gui.checkpoint.tree_model import DTYPE, NAME, SHAPE
+
+    tab = opened(qtbot, window, training_file, (1024, 640))
+    model = tab.model
+
+    def index_of(name, column):
+        assert tab.select_name(name)
+        return tab.tree.selectionModel().selectedRows(column)[0]
+
+    shape = index_of("model_state_dict", SHAPE)
+    assert shape.data() == "4 items"  # the count where it is read; the container's type in Dtype
+    assert model.index(shape.row(), DTYPE, shape.parent()).data() == "OrderedDict"
+    loss = index_of("loss", SHAPE)
+    assert loss.data() == "2.3796"
+    assert "2.379629373550415" in loss.data(Qt.ItemDataRole.ToolTipRole)
+    state = index_of("optimizer_state_dict.state.0.step", NAME)
+    assert state.data().startswith("step of ") and "hidden.weight" in state.data()
+    tip = state.data(Qt.ItemDataRole.ToolTipRole)
+    assert "step of hidden.weight" in tip and "optimizer_state_dict.state.0.step" in tip
+    delegate = tab.tree.itemDelegateForColumn(NAME)
+    assert delegate is not None
+    metrics = tab.tree.fontMetrics()
+    shown = delegate.elided(state.data(), metrics, metrics.horizontalAdvance("step of hidden.w…"))
+    assert shown.startswith("step of ") and "…" in shown
+
+
+def test_two_selected_tensors_have_distinct_statistics_columns(qtbot, window, training_file):
+    tab = opened(qtbot, window, training_file, (1280, 800))
+    stats = tab.show_panel("Statistics")
+    tab.select_name("model_state_dict.hidden.weight")
+    first = tab.tree.selectionModel().selectedRows()[0]
+    assert tab.select_name("model_state_dict.output.weight")
+    second = tab.tree.selectionModel().selectedRows()[0]
+    with qtbot.waitSignal(stats.statsReady, timeout=20_000):
+        tab.tree.selectionModel().select(first, tab.tree.selectionModel().SelectionFlag.Select
+                                         | tab.tree.selectionModel().SelectionFlag.Rows)
+    titles = [stats.table.horizontalHeaderItem(c).text() for c in range(stats.table.columnCount())]
+    assert sorted(titles) == ["hidden.weight", "output.weight"], titles
+    assert second.isValid()
+
+
+def test_shard_names_stay_distinct_in_a_narrow_column(qtbot, window, tmp_path):
+
+    from ckptview.gui.checkpoint.tree_model import SHARD
+
+    folder = make_sharded_folder(tmp_path / "sharded")
+    tab = opened(qtbot, window, str(folder), (1024, 640))
+    delegate = tab.tree.itemDelegateForColumn(SHARD)
+    assert delegate is not None
+    metrics = tab.tree.fontMetrics()
+    width = tab.tree.columnWidth(SHARD)
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]  # make_sharded_folder's
+    shown = {delegate.elided(name, metrics, width) for name in shards}
+    assert len(shown) == 2, shown
+    assert tab.select_name("a.weight")
+    index = tab.tree.selectionModel().selectedRows(SHARD)[0]
+    assert index.data(Qt.ItemDataRole.ToolTipRole).splitlines()[0] == "model-00001-of-00002.safetensors"
+
+
+def test_long_facts_never_make_the_window_wider_than_1024(qtbot, window, tmp_path):
+    from PySide6.QtWidgets import QLabel
+
+    state = {f"t{i}": torch.ones(3, dtype=d) for i, d in enumerate(
+        (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int8, torch.uint8,
+         torch.float64, torch.complex64, torch.bool))}
+    path = tmp_path / ("a_very_long_checkpoint_name_" * 6 + ".pth")
+    torch.save(state, path)
+    tab = opened(qtbot, window, str(path), (1024, 640))
+    settled(qtbot)
+    assert window.minimumSizeHint().width() <= 1024
+    assert window.width() == 1024
+    dtypes = tab.findChild(QLabel, "fact_bytes_by_dtype")
+    assert "complex64" in dtypes.toolTip() and "bool" in dtypes.toolTip()  # whole where it is cut
