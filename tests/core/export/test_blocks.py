@@ -290,7 +290,7 @@ def test_memory_stays_near_two_blocks(tmp_path):
 SLOW_DIRECT = r"""
 import os, sys, time
 import ckptview.core.export.plan as ex
-from ckptview.core.write import export_io
+from ckptview.core.export import blocks as export_io
 from ckptview import cli
 
 export_io.BLOCK_BYTES, export_io.DIRECT_MIN = 8192, 0
