@@ -232,6 +232,20 @@ def _payloads(archive: _Archive, folder: str, config_name: str, parent: Node, gl
         parent.add(node)
 
 
+def read_program(checkpoint: Checkpoint, model: str) -> dict[str, Any]:
+    """The serialized program `models/<model>.json` of an opened .pt2, read again as data (the graph's reader).
+
+    Read through the file map the open made, so a file that changed since it was opened is refused
+    (FileChangedError), never read in its place; nothing is unpickled."""
+    fmap = next((f for f in checkpoint.files if isinstance(f, cfiles.FileMap) and f.path == checkpoint.path), None)
+    if fmap is None:
+        raise CheckpointFormatError(f"{checkpoint.path}: the archive is no longer open")
+    program = _Archive(checkpoint.path, fmap=fmap).json(f"models/{model}.json")
+    if not isinstance(program, dict):
+        raise CheckpointFormatError(f"record 'models/{model}.json' is not a serialized program")
+    return program
+
+
 class _Opaque:
     def __init__(self, text: str) -> None:
         self.text = text
