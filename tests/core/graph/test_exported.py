@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import operator
-from collections import Counter
 
 import pytest
 import torch

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 
+from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.exported import exported_graph
 from ckptview.core.graph.model import ModelGraph
 from ckptview.core.jobs import CancelToken, Progress, drain
-from ckptview.core.model import Checkpoint
 
 
 def graph_job(checkpoint: Checkpoint, token: CancelToken | None = None) -> Generator[Progress, None, ModelGraph]:

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
+from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.graph.limits import MAX_ARG_DEPTH, MAX_GRAPH_NODES, GraphRefused
 from ckptview.core.graph.model import INPUT_OP, OUTPUT_OP, GraphNode, ModelGraph
 from ckptview.core.graph.placing import aliases, unread_keys, with_params
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.model import Checkpoint
 from ckptview.core.read.formats.torch_export import SCALAR_TYPES, read_program, sympy_text
 
 SOURCE = "exported-program"

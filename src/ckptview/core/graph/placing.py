@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.model import GraphNode, ModelGraph
-from ckptview.core.model import Checkpoint
 
 
 def aliases(checkpoint: Checkpoint) -> dict[str, list[str]]:
