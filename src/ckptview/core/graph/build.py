@@ -7,6 +7,7 @@ from collections.abc import Callable, Generator
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.exported import exported_graph
 from ckptview.core.graph.model import ModelGraph
+from ckptview.core.graph.torchscript import torchscript_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
 
 
@@ -14,6 +15,8 @@ def graph_job(checkpoint: Checkpoint, token: CancelToken | None = None) -> Gener
     """The graph of an opened checkpoint, as a job: yields progress, checks `token`, returns the graph."""
     if checkpoint.format == "torch-export":
         return (yield from exported_graph(checkpoint, token))
+    if checkpoint.format == "torchscript":
+        return (yield from torchscript_graph(checkpoint, token))
     raise NotImplementedError(checkpoint.format)
 
 

@@ -307,7 +307,7 @@ def _clean_path(path: str) -> str:
     if "(" not in path and "[" not in path:
         return path
     parts = []
-    depth, part = 0, []
+    depth, part = 0, list[str]()
     for char in path:
         if char in "[(":
             depth += 1

@@ -21,7 +21,7 @@ from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotAChe
 from ckptview.core.read.bytes import files as cfiles
 from ckptview.core.read.bytes.sources import ZipMember
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.formats.torch_zip import ZipArchive
+from ckptview.core.read.formats.torch_zip import ZipArchive, opened_archive
 from ckptview.core.read.pickle.census import census
 from ckptview.core.read.pickle.to_tree import build_tree
 from ckptview.core.read.pickle.torch_globals import check_view
@@ -237,10 +237,9 @@ def read_program(checkpoint: Checkpoint, model: str) -> dict[str, Any]:
 
     Read through the file map the open made, so a file that changed since it was opened is refused
     (FileChangedError), never read in its place; nothing is unpickled."""
-    fmap = next((f for f in checkpoint.files if isinstance(f, cfiles.FileMap) and f.path == checkpoint.path), None)
-    if fmap is None:
-        raise CheckpointFormatError(f"{checkpoint.path}: the archive is no longer open")
-    program = _Archive(checkpoint.path, fmap=fmap).json(f"models/{model}.json")
+    archive = opened_archive(checkpoint, _Archive)
+    assert isinstance(archive, _Archive)
+    program = archive.json(f"models/{model}.json")
     if not isinstance(program, dict):
         raise CheckpointFormatError(f"record 'models/{model}.json' is not a serialized program")
     return program
