@@ -284,7 +284,7 @@ def _module_path(stack: Any) -> str:
         return ""
     last = stack[stack.rfind(";") + 1:]
     parts = _split_top(last)
-    return _clean_path(parts[1]) if len(parts) == 3 else ""
+    return clean_path(parts[1]) if len(parts) == 3 else ""
 
 
 def _split_top(text: str) -> list[str]:
@@ -302,7 +302,7 @@ def _split_top(text: str) -> list[str]:
     return out
 
 
-def _clean_path(path: str) -> str:
+def clean_path(path: str) -> str:
     """A module path as the checkpoint's keys spell it: `layers.slice(None, 2, None).0` -> `layers.0`."""
     if "(" not in path and "[" not in path:
         return path
