@@ -30,7 +30,9 @@ from ckptview.core.read.pickle.torch_tree import unsafe_of
 NAME = "torch-export"
 PRIORITY = 120  # above torch-zip, which declines a .pt2 (no data.pkl)
 MAX_JSON_BYTES = 512 << 20
-_HINTS = (b"archive_format", b"data/weights/", b"data/constants/", b"models/", b"serialized_exported_program")
+# `data/aotinductor/`: an AOTInductor package starts with its generated sources, the other records come later.
+_HINTS = (b"archive_format", b"data/weights/", b"data/constants/", b"models/", b"serialized_exported_program",
+          b"data/aotinductor/")
 
 # torch._export.serde.schema.ScalarType
 SCALAR_TYPES = {
