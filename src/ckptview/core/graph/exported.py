@@ -84,15 +84,18 @@ class _Builder:
         self.ids: dict[str, str] = {}  # value name -> id of the node that makes it
         self.keys: dict[str, str] = {}  # placeholder name -> checkpoint key
         self.taken = {n.id for n in graph.nodes}
+        self.next: dict[str, int] = {}
         self.output_counts: dict[str, int] = {}
 
     def _unique(self, name: str) -> str:
         """`name` (with the model's prefix), made unique the way torch.fx makes names unique (`x_1`)."""
         base = self.prefix + name
-        candidate, n = base, 0
+        n = self.next.get(base, 0)  # a counter per base: a million getitems cost a million steps
+        candidate = base if n == 0 else f"{base}_{n}"
         while candidate in self.taken:
             n += 1
             candidate = f"{base}_{n}"
+        self.next[base] = n + 1
         self.taken.add(candidate)
         return candidate
 

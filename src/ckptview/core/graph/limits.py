@@ -22,7 +22,7 @@ MAX_SYNTAX_DEPTH = 200
 MAX_INLINE_DEPTH = 64
 # Statements and expressions evaluated over the whole inlining: a call tree that doubles at every level
 # of a short file would otherwise cost 2**depth.
-MAX_STEPS = 5_000_000
+MAX_STEPS = 2_000_000
 # Nesting of one argument of a serialized program node (lists of optional tensors are three deep).
 MAX_ARG_DEPTH = 32
 # Notes kept on one graph (the rest are counted).

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ckptview.core.errors import CheckpointError
 from ckptview.core.graph.limits import MAX_CODE_RECORD, MAX_CODE_TOTAL, GraphRefused
 from ckptview.core.read.formats.torch_zip import ZipArchive
+from ckptview.core.units import human_bytes
 
 
 @dataclass
@@ -46,9 +47,9 @@ class ScriptCode:
             return None
         if member.file_size > MAX_CODE_RECORD:
             raise GraphRefused(f"TorchScript code record '{name[:120]}' is {member.file_size:,} bytes, more than "
-                               f"the {MAX_CODE_RECORD >> 20} MiB a record of code is read")
+                               f"the {human_bytes(MAX_CODE_RECORD)} a record of code is read")
         if self.bytes_read + member.file_size > MAX_CODE_TOTAL:
-            raise GraphRefused(f"TorchScript code records hold more than the {MAX_CODE_TOTAL >> 20} MiB of code "
+            raise GraphRefused(f"TorchScript code records hold more than the {human_bytes(MAX_CODE_TOTAL)} of code "
                                "one archive's graph reads")
         try:
             data = self.archive.read_small(name, MAX_CODE_RECORD)

@@ -78,6 +78,7 @@ class ScriptGraph:
         self.depth = 0
         self.calls: list[tuple[str, str]] = []  # (class or function, method) of the calls being inlined
         self._taken: set[str] = set()
+        self._next: dict[str, int] = {}
         self._children: dict[int, dict[Any, Node]] = {}
 
     # -------------------------------------------------------------------------------------------- entry
@@ -101,10 +102,14 @@ class ScriptGraph:
     # ------------------------------------------------------------------------------------------- nodes
 
     def _unique(self, base: str) -> str:
-        candidate, n = base, 0
+        """`base`, or `base_N` with the next N not taken (torch.fx's naming; a counter per base, so a
+        million nodes of one op cost a million steps, not a million squared)."""
+        n = self._next.get(base, 0)
+        candidate = base if n == 0 else f"{base}_{n}"
         while candidate in self._taken:
             n += 1
             candidate = f"{base}_{n}"
+        self._next[base] = n + 1
         self._taken.add(candidate)
         return candidate
 
