@@ -231,3 +231,24 @@ def test_a_malformed_answer_of_the_worker_is_one_line(llama: str, tmp_path, monk
     with pytest.raises(CheckpointError, match=re.escape("malformed graph: traced graph.nodes[0].op: expected a string")):
         list(graph_library.library_graph(checkpoint, arch, cache=GraphCache(str(tmp_path / "c.sqlite3"))))
     checkpoint.close()
+
+
+@pytest.mark.slow
+def test_a_diffusers_unet_gets_its_graph_with_every_key_placed(tmp_path) -> None:
+    """A UNet2DConditionModel folder: traced with a latent, a timestep and text states of its config's sizes."""
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    unet = diffusers.UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=32, attention_head_dim=8, norm_num_groups=8)
+    unet.save_pretrained(tmp_path / "unet")
+    cache = GraphCache(str(tmp_path / "c.sqlite3"))
+    graph = _graph(str(tmp_path / "unet"), cache)
+    cache.close()
+    assert graph.source == "diffusers:UNet2DConditionModel"
+    assert [(n.id, n.shape) for n in graph.nodes if n.op == "input"] == [
+        ("sample", (1, 4, 8, 8)), ("timestep", ()), ("encoder_hidden_states", (1, 8, 32))]
+    assert set(graph.placed()) == set(unet.state_dict()) and graph.unread == []
+    assert Counter(n.op for n in graph.nodes)["aten.conv2d.default"] == sum(
+        isinstance(m, torch.nn.Conv2d) for m in unet.modules())
