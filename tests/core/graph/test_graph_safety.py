@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+import zipfile
 
 import pytest
 import torch
@@ -102,9 +103,8 @@ def base_pt2(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path
 
 
-@pytest.mark.skipif(GCC is None, reason="needs gcc to build the compiled library")
-def test_a_pt2_with_a_compiled_library_draws_with_nothing_loaded(tmp_path, base_pt2, no_loaders) -> None:
-    marker = tmp_path / "so.marker"
+def _evil_library(tmp_path: pathlib.Path, marker: pathlib.Path) -> pathlib.Path:
+    """A shared library whose constructor writes `marker` the moment anything loads it."""
     source = tmp_path / "evil.c"
     source.write_text(textwrap.dedent(f'''
         #include <stdio.h>
@@ -115,6 +115,13 @@ def test_a_pt2_with_a_compiled_library_draws_with_nothing_loaded(tmp_path, base_
     '''))
     library = tmp_path / "evil.so"
     subprocess.run([GCC, "-shared", "-fPIC", "-o", str(library), str(source)], check=True, capture_output=True)
+    return library
+
+
+@pytest.mark.skipif(GCC is None, reason="needs gcc to build the compiled library")
+def test_a_pt2_with_a_compiled_library_draws_with_nothing_loaded(tmp_path, base_pt2, no_loaders) -> None:
+    marker = tmp_path / "so.marker"
+    library = _evil_library(tmp_path, marker)
     metadata = json.dumps({"AOTI_DEVICE_KEY": "cpu"}).encode()
     path = rewrite_zip(base_pt2, str(tmp_path / "aoti.pt2"), {}, add={
         "data/aotinductor/model/evil.so": library.read_bytes(),
@@ -126,6 +133,28 @@ def test_a_pt2_with_a_compiled_library_draws_with_nothing_loaded(tmp_path, base_
                            "program; never loaded, the graph is the program's JSON)"]
     assert not marker.exists()
     assert _torch_runs(f"import torch\ntry:\n    torch.export.load({path!r})\nexcept Exception:\n    pass", marker)
+
+
+@pytest.mark.skipif(GCC is None, reason="needs gcc to build the compiled library")
+def test_a_package_of_only_a_compiled_library_is_one_line_naming_it(tmp_path, no_loaders, capsys) -> None:
+    """The layout `aoti_compile_and_package` writes (its generated sources first, no models/*.json): crafted
+    here, as compiling one takes a minute. No program to draw: one line naming the library, nothing loaded."""
+    from ckptview import cli
+
+    marker = tmp_path / "only.marker"
+    library = _evil_library(tmp_path, marker)
+    path = tmp_path / "aoti_only.pt2"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("pkg/data/aotinductor/model/wrapper.cpp", "// generated\n" * 400)
+        z.writestr("pkg/data/aotinductor/model/evil.so", library.read_bytes())
+        z.writestr("pkg/archive_format", "pt2")
+        z.writestr("pkg/archive_version", "1")
+        z.writestr("pkg/byteorder", "little")
+    assert cli.main(["graph", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no models/*.json program" in err
+    assert "its native code: data/aotinductor/model/evil.so" in err
+    assert not marker.exists()
 
 
 def test_torchscript_code_that_writes_a_file_when_loaded_draws_with_nothing_run(tmp_path, no_loaders) -> None:
