@@ -105,3 +105,17 @@ def test_a_training_mode_program_reads_every_key(tmp_path) -> None:
     assert set(graph.placed()) == set(model.state_dict())
     assert [n.op for n in graph.nodes if n.op not in ("input", "output")] == _targets(torch.export.load(path).graph)
     assert {n.module for n in graph.nodes if n.params} == {"0", "1", "3"}
+
+
+def test_a_cancelled_job_stops_with_cancelled(tied_pt2: str) -> None:
+    from ckptview.core.errors import Cancelled
+    from ckptview.core.jobs import CancelToken
+
+    token = CancelToken()
+    token.cancel()
+    checkpoint = open_checkpoint(tied_pt2)
+    try:
+        with pytest.raises(Cancelled):
+            read_graph(checkpoint, token)
+    finally:
+        checkpoint.close()

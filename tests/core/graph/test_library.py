@@ -252,3 +252,26 @@ def test_a_diffusers_unet_gets_its_graph_with_every_key_placed(tmp_path) -> None
     assert set(graph.placed()) == set(unet.state_dict()) and graph.unread == []
     assert Counter(n.op for n in graph.nodes)["aten.conv2d.default"] == sum(
         isinstance(m, torch.nn.Conv2d) for m in unet.modules())
+
+
+def test_cancelling_a_trace_stops_its_worker(llama: str, tmp_path) -> None:
+    from ckptview.core.errors import Cancelled
+    from ckptview.core.jobs import CancelToken
+
+    token = CancelToken()
+    steps = []
+
+    def cancel_once_started(step) -> None:
+        steps.append(step)
+        if step.message == "starting the worker to trace the architecture":
+            token.cancel()
+
+    cache = GraphCache(str(tmp_path / "c.sqlite3"))
+    checkpoint = open_checkpoint(llama)
+    try:
+        with pytest.raises(Cancelled, match="cancelled during"):
+            read_graph(checkpoint, token, on_progress=cancel_once_started, cache=cache)
+    finally:
+        checkpoint.close()
+        cache.close()
+    assert steps[0].message == "starting the worker to trace the architecture"
