@@ -8,9 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from ckptview.core.graph import ModelGraph, read_graph
-from ckptview.core.graph.build import graph_source
-from ckptview.core.graph.dot import to_dot
+from ckptview.core.graph import ModelGraph, graph_source, read_graph, to_dot
 from ckptview.core.jobs import Progress
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable

@@ -19,9 +19,8 @@ import torch
 from safetensors.torch import save_file
 
 from ckptview.core.errors import CheckpointError
-from ckptview.core.graph import ModelGraph, read_graph
+from ckptview.core.graph import ModelGraph, graph_source, read_graph
 from ckptview.core.graph import library as graph_library
-from ckptview.core.graph.build import graph_source
 from ckptview.core.graph.cache import GraphCache
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.architectures import recognize
