@@ -129,7 +129,7 @@ class _Builder:
             shape, dtype = self._meta(name)
             node_id = self._unique(name)
             self.ids[name] = node_id
-            self.graph.nodes.append(GraphNode(node_id, INPUT_OP, shape=shape, dtype=dtype))
+            self._add(GraphNode(node_id, INPUT_OP, shape=shape, dtype=dtype))
 
     def _key(self, fqn: str, kind: str, names: set[str]) -> str | None:
         """The checkpoint's name for a placeholder's state: weights at the top, constants under `constants`."""

@@ -93,7 +93,7 @@ class ScriptGraph:
         args: list[Any] = []
         for arg in method.args.args[1:]:
             node_id = self._unique(arg.arg)
-            self.nodes.append(GraphNode(node_id, INPUT_OP))
+            self._append(GraphNode(node_id, INPUT_OP))
             args.append(Flow((node_id,)))
         result = self._call(method, top, args, {}, top.path, top.cls)
         flow = flow_of([result])
