@@ -43,7 +43,7 @@ test: lint
 
 # timm and torchvision forward passes checked against the libraries (tests marked `vision`), in .venv-vision.
 test-vision: $(VSTAMP)
-	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests/core/run/test_vision.py $(PYTEST_ARGS)
+	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests/core/run/test_vision.py tests/core/graph/test_library_vision.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools resources

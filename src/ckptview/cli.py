@@ -18,7 +18,7 @@ from ckptview import __version__
 from ckptview.core.errors import CheckpointError
 from ckptview.core.text import printable
 
-SUBCOMMANDS = ("info", "diff", "export", "run", "devices", "series")
+SUBCOMMANDS = ("info", "diff", "export", "run", "devices", "series", "graph")
 
 
 class Subcommand(Protocol):
@@ -52,11 +52,11 @@ WINDOW_USAGE = """the window:
 
 `ckptview COMMAND --help` describes a command."""
 USAGE = ("ckptview [FILE ...] [--diff A B] [--series PATH ...] [--install-desktop]\n"
-         "       ckptview {info,diff,export,run,devices,series} ...")
+         "       ckptview {info,diff,export,run,devices,series,graph} ...")
 # Options of the subcommands that the window does not take: a hint instead of the window's usage error.
 _COMMAND_OPTIONS = {"--json": "info", "--stats": "info", "--out": "export", "--key": "export",
                     "--format": "export", "--device": "run", "--model": "run", "--input-shape": "run",
-                    "--strict": "run", "--watch": "series"}
+                    "--strict": "run", "--watch": "series", "--dot": "graph"}
 
 
 def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:

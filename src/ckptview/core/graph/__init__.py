@@ -1,6 +1,14 @@
 """A model's graph, read as data: a `.pt2`'s program, TorchScript code, a library's traced architecture, or
-the module tree of a state dict. Nothing here runs the file (see `docs/guide/graph.md`)."""
+the module tree of a state dict. Nothing here runs the file (see `docs/guide/graph.md`).
 
-from ckptview.core.graph.model import GraphNode, ModelGraph
+`graph_job(checkpoint, token)` is the work as a generator (progress, cancel); `read_graph` runs it to its end;
+`graph_source` says cheaply where a checkpoint's graph will come from; `to_dot` writes Graphviz DOT.
+"""
 
-__all__ = ["GraphNode", "ModelGraph"]
+from ckptview.core.graph.build import graph_job, graph_source, read_graph
+from ckptview.core.graph.dot import to_dot
+from ckptview.core.graph.limits import GraphRefused
+from ckptview.core.graph.model import INPUT_OP, MODULE_OP, OUTPUT_OP, GraphDataError, GraphNode, ModelGraph
+
+__all__ = ["INPUT_OP", "MODULE_OP", "OUTPUT_OP", "GraphDataError", "GraphNode", "GraphRefused", "ModelGraph",
+           "graph_job", "graph_source", "read_graph", "to_dot"]

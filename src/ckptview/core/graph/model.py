@@ -2,11 +2,13 @@
 
 One node per computation (an ATen call, a graph input or output, or a module where no data flow is known);
 `inputs` names other nodes' ids, `params` the checkpoint keys the node reads. The JSON form is the
-`ckptview graph --json` contract in `docs/cli.md`.
+`ckptview graph --json` contract in `docs/cli.md`; `from_json` reads it back, checked (a graph another process
+sent, or the cache kept), so a malformed one is one `GraphDataError` line, never a half-built graph.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,16 @@ from typing import Any
 MODULE_OP = "module"
 INPUT_OP = "input"
 OUTPUT_OP = "output"
+
+# What `from_json` keeps of a graph it did not make: nodes, characters of one text, entries of one list.
+MAX_NODES = 500_000
+MAX_TEXT = 10_000
+MAX_LIST = 10_000_000
+MAX_RANK = 64
+
+
+class GraphDataError(ValueError):
+    """A graph's JSON form does not have the contract's shape; the message says where."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,24 @@ class GraphNode:
                 "params": list(self.params), "shape": None if self.shape is None else list(self.shape),
                 "dtype": self.dtype}
 
+    @classmethod
+    def from_json(cls, data: Any, where: str = "node") -> GraphNode:
+        """A node from its JSON form; GraphDataError when it is not one."""
+        if not isinstance(data, Mapping):
+            raise GraphDataError(f"{where}: expected an object")
+        shape = data.get("shape")
+        if shape is not None:
+            if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(
+                    isinstance(s, str) or (isinstance(s, int) and not isinstance(s, bool)) for s in shape):
+                raise GraphDataError(f"{where}.shape: expected a list of sizes or null")
+            shape = tuple(s[:MAX_TEXT] if isinstance(s, str) else s for s in shape)
+        dtype = data.get("dtype")
+        if dtype is not None and not isinstance(dtype, str):
+            raise GraphDataError(f"{where}.dtype: expected a string or null")
+        return cls(id=_text(data, "id", where), op=_text(data, "op", where), module=_text(data, "module", where, ""),
+                   inputs=tuple(_texts(data, "inputs", where)), params=tuple(_texts(data, "params", where)),
+                   shape=shape, dtype=None if dtype is None else dtype[:MAX_TEXT])
+
 
 @dataclass
 class ModelGraph:
@@ -48,3 +78,56 @@ class ModelGraph:
         """The `graph --json` object."""
         return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unread": list(self.unread),
                 "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "graph") -> ModelGraph:
+        """A graph from its JSON form, checked: node ids unique, every input an earlier node's id."""
+        if not isinstance(data, Mapping):
+            raise GraphDataError(f"{where}: expected an object")
+        raw = data.get("nodes", [])
+        if not isinstance(raw, list):
+            raise GraphDataError(f"{where}.nodes: expected a list")
+        if len(raw) > MAX_NODES:
+            raise GraphDataError(f"{where}: {len(raw):,} nodes, more than the {MAX_NODES:,} a graph may hold")
+        nodes: list[GraphNode] = []
+        seen: set[str] = set()
+        for i, item in enumerate(raw):
+            node = GraphNode.from_json(item, f"{where}.nodes[{i}]")
+            if node.id in seen:
+                raise GraphDataError(f"{where}.nodes[{i}]: id {node.id[:80]!r} repeats")
+            missing = next((n for n in node.inputs if n not in seen), None)
+            if missing is not None:
+                raise GraphDataError(f"{where}.nodes[{i}]: input {missing[:80]!r} is no earlier node's id")
+            seen.add(node.id)
+            nodes.append(node)
+        return cls(source=_text(data, "source", where), nodes=nodes, unread=_texts(data, "unread", where),
+                   notes=_texts(data, "notes", where))
+
+    def node(self, node_id: str) -> GraphNode:
+        """The node with id `node_id`; KeyError when there is none."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def placed(self) -> dict[str, list[str]]:
+        """{checkpoint key: ids of the nodes that read it}, in node order."""
+        out: dict[str, list[str]] = {}
+        for node in self.nodes:
+            for key in node.params:
+                out.setdefault(key, []).append(node.id)
+        return out
+
+
+def _text(data: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise GraphDataError(f"{where}.{key}: expected a string")
+    return value[:MAX_TEXT]
+
+
+def _texts(data: Mapping[str, Any], key: str, where: str) -> list[str]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or len(value) > MAX_LIST or not all(isinstance(v, str) for v in value):
+        raise GraphDataError(f"{where}.{key}: expected a list of strings")
+    return [v[:MAX_TEXT] for v in value]

@@ -43,7 +43,7 @@ __all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STD
            "STATE_DICT", "STDERR_TAIL", "TORCHSCRIPT", "Cancellable", "RunError", "RunRequest", "SourceInfo",
            "WorkerJob", "_death_message", "bounded_lines", "check_compare_trust", "check_trust", "check_weights",
            "classify_source", "compare_source", "execute", "find_state_dict", "inspect_inputs", "phase_words",
-           "probe_devices", "run", "run_iter", "state_dict_node", "strip_prefixes", "suggest_inputs",
+           "probe_devices", "run", "run_iter", "state_dict_entries", "state_dict_node", "strip_prefixes", "suggest_inputs",
            "torch_findings", "weight_warnings", "worker_command"]
 
 # Source kinds, in order of how much trust they need.
@@ -261,6 +261,13 @@ def state_dict_node(checkpoint: Any) -> Any:
 
 def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
     """(key it was found under or '', {state_dict key: TensorInfo}) of a checkpoint's model weights."""
+    found_under, entries = state_dict_entries(checkpoint)
+    return found_under, {key: entry.info for key, entry in entries.items()}
+
+
+def state_dict_entries(checkpoint: Any) -> tuple[str, dict[str, Any]]:
+    """(key it was found under or '', {state_dict key: TensorEntry}): the model weights with their names in
+    the checkpoint (`state_dict.fc.weight` of a training checkpoint is state-dict key `fc.weight`)."""
     base = state_dict_node(checkpoint)
     depth = len(base.path)
     found: dict[str, Any] = {}
@@ -268,7 +275,7 @@ def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
         if entry.path[:depth] != base.path:
             continue
         parts = [str(p) for p in entry.path[depth:] if p not in _MODULE_INTERNALS]
-        found[".".join(parts)] = entry.info
+        found[".".join(parts)] = entry
     return (base.name if base is not checkpoint.root else ""), found
 
 

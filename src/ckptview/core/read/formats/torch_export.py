@@ -21,7 +21,7 @@ from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotAChe
 from ckptview.core.read.bytes import files as cfiles
 from ckptview.core.read.bytes.sources import ZipMember
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.formats.torch_zip import ZipArchive
+from ckptview.core.read.formats.torch_zip import ZipArchive, opened_archive
 from ckptview.core.read.pickle.census import census
 from ckptview.core.read.pickle.to_tree import build_tree
 from ckptview.core.read.pickle.torch_globals import check_view
@@ -30,7 +30,9 @@ from ckptview.core.read.pickle.torch_tree import unsafe_of
 NAME = "torch-export"
 PRIORITY = 120  # above torch-zip, which declines a .pt2 (no data.pkl)
 MAX_JSON_BYTES = 512 << 20
-_HINTS = (b"archive_format", b"data/weights/", b"data/constants/", b"models/", b"serialized_exported_program")
+# `data/aotinductor/`: an AOTInductor package starts with its generated sources, the other records come later.
+_HINTS = (b"archive_format", b"data/weights/", b"data/constants/", b"models/", b"serialized_exported_program",
+          b"data/aotinductor/")
 
 # torch._export.serde.schema.ScalarType
 SCALAR_TYPES = {
@@ -230,6 +232,19 @@ def _payloads(archive: _Archive, folder: str, config_name: str, parent: Node, gl
         node = build_tree(value)
         node.key = fqn
         parent.add(node)
+
+
+def read_program(checkpoint: Checkpoint, model: str) -> dict[str, Any]:
+    """The serialized program `models/<model>.json` of an opened .pt2, read again as data (the graph's reader).
+
+    Read through the file map the open made, so a file that changed since it was opened is refused
+    (FileChangedError), never read in its place; nothing is unpickled."""
+    archive = opened_archive(checkpoint, _Archive)
+    assert isinstance(archive, _Archive)
+    program = archive.json(f"models/{model}.json")
+    if not isinstance(program, dict):
+        raise CheckpointFormatError(f"record 'models/{model}.json' is not a serialized program")
+    return program
 
 
 class _Opaque:

@@ -106,6 +106,15 @@ class ZipArchive:
         return obj, globals_seen
 
 
+def opened_archive(checkpoint: Checkpoint, cls: type[ZipArchive] = ZipArchive) -> ZipArchive:
+    """The archive of an opened checkpoint, read again through the file map its open made (a file changed
+    since is refused, never read in its place): for readers of its other records (code, programs)."""
+    fmap = next((f for f in checkpoint.files if isinstance(f, FileMap) and f.path == checkpoint.path), None)
+    if fmap is None:
+        raise CheckpointFormatError(f"{checkpoint.path}: the archive is no longer open")
+    return cls(checkpoint.path, fmap=fmap)
+
+
 def load_embedded(fmap: FileMap, offset: int, length: int, what: str) -> tuple[Any, list[str]]:
     """A torch.save archive stored inside a larger file (DCP chunks, .pt2 records): (object, globals)."""
     try:

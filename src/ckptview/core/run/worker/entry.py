@@ -110,6 +110,10 @@ def handle(job: Job) -> dict[str, Any]:
         return {"devices": [d.to_json() for d in list_devices()]}
     if op == "run":
         return run_job(job).to_json()
+    if op == "graph":  # a library's architecture traced on meta: no file is named, none is read
+        from ckptview.core.run.worker.graph import graph_job
+
+        return graph_job(job)
     raise WorkerError(f"unknown request '{op}'", kind="protocol")
 
 

@@ -1,0 +1,169 @@
+"""The graph of the architecture an installed library names: traced in the worker, cached, placed on the keys.
+
+The parent reads nothing of the file but what the run reads to recognise the architecture (`config.json`
+beside it, as data; the checkpoint's key names and shapes, from the safe reader). The worker gets the
+architecture and the shapes of the inputs a forward pass would feed, never the file's path: it builds the
+class on `meta` and traces it (`core/run/worker/graph.py`). The traced graph names the model's own
+`state_dict()` keys; placing it on a checkpoint maps those to the checkpoint's names (wrapper prefixes
+peeled as a run's loader peels them, tied weights found by identity), and the checkpoint's keys no node
+reads are listed as unread. The traced graph is cached (`cache.py`) by what was traced.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptview.core.checkpoint import Checkpoint
+from ckptview.core.errors import Cancelled
+from ckptview.core.graph.cache import GraphCache, shared_cache, trace_key
+from ckptview.core.graph.exported import clean_path
+from ckptview.core.graph.model import GraphDataError, GraphNode, ModelGraph
+from ckptview.core.graph.placing import unread_keys
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.run.architectures import Architecture, default_inputs
+from ckptview.core.run.process import RunError, execute
+from ckptview.core.run.request import state_dict_entries, strip_prefixes
+
+TIMEOUT = 900.0  # seconds a worker may take to build and trace (a 70B-parameter program takes minutes)
+_MAX_KEYS = 10_000_000
+_FLOATS = ("float32", "float16", "bfloat16", "float64")
+
+
+@dataclass
+class Traced:
+    """What the worker traced: the graph over the model's own state-dict names, those names, the tied groups."""
+
+    graph: ModelGraph
+    model_keys: list[str] = field(default_factory=list)
+    aliases: list[list[str]] = field(default_factory=list)
+    tracer: str = "torch.export"
+
+    def to_json(self) -> dict[str, Any]:
+        """The form the worker sends and the cache keeps."""
+        return {"graph": self.graph.to_json(), "model_keys": list(self.model_keys),
+                "aliases": [list(g) for g in self.aliases], "tracer": self.tracer}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Traced:
+        """Read back what the worker sent or the cache kept; GraphDataError when it is not that."""
+        if not isinstance(data, Mapping):
+            raise GraphDataError("traced graph: expected an object")
+        keys = data.get("model_keys")
+        aliases = data.get("aliases", [])
+        tracer = data.get("tracer", "torch.export")
+        if not isinstance(keys, list) or len(keys) > _MAX_KEYS or not all(isinstance(k, str) for k in keys):
+            raise GraphDataError("traced graph: model_keys is not a list of names")
+        if not isinstance(aliases, list) or not all(
+                isinstance(g, list) and all(isinstance(k, str) for k in g) for g in aliases):
+            raise GraphDataError("traced graph: aliases is not a list of groups of names")
+        if not isinstance(tracer, str):
+            raise GraphDataError("traced graph: tracer is not a name")
+        return cls(ModelGraph.from_json(data.get("graph"), "traced graph"), keys, aliases, tracer[:40])
+
+
+def float_dtype(checkpoint: Checkpoint) -> str | None:
+    """The floating-point dtype holding most of the checkpoint's bytes: the model is traced in it, as a run
+    builds it (`from_pretrained(dtype="auto")`)."""
+    totals: dict[str, int] = {}
+    for entry in checkpoint.tensors():
+        if entry.info.dtype in _FLOATS:
+            totals[entry.info.dtype] = totals.get(entry.info.dtype, 0) + entry.info.nbytes
+    return max(totals, key=lambda d: totals[d]) if totals else None
+
+
+def trace_request(arch: Architecture, dtype: str | None) -> dict[str, Any]:
+    """The worker's `graph` request: the architecture and input shapes only (no path: nothing to read)."""
+    return {"op": "graph", "architecture": {"library": arch.library, "class": arch.cls, "source": arch.source,
+                                            "config": arch.config},
+            "inputs": [s.to_json() for s in default_inputs(arch)], "dtype": dtype}
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def request_key(request: dict[str, Any]) -> str:
+    """The cache key of a trace request: what it traces, the library's and torch's versions."""
+    library = str(request["architecture"]["library"])
+    return trace_key({"request": request, "library": _version(library), "torch": _version("torch")})
+
+
+def traced_architecture(request: dict[str, Any], token: CancelToken | None = None, cache: GraphCache | None = None,
+                        timeout: float = TIMEOUT) -> Generator[Progress, None, Traced]:
+    """The traced graph of a request: from the cache, else from a worker (then kept in the cache)."""
+    cache = shared_cache() if cache is None else cache
+    key = request_key(request)
+    kept = cache.get(key)
+    if kept is not None:
+        try:
+            return Traced.from_json(kept)
+        except GraphDataError:
+            cache.drop(key)
+    yield Progress(0, 0, "starting the worker to trace the architecture")
+    try:
+        payload = yield from execute(request, timeout, token)
+    except RunError as exc:
+        if exc.kind == "cancelled":
+            raise Cancelled(str(exc)) from None
+        raise
+    try:
+        traced = Traced.from_json(payload)
+    except GraphDataError as exc:
+        raise RunError(f"the worker sent a malformed graph: {exc}", kind="protocol") from None
+    cache.put(key, traced.to_json())
+    return traced
+
+
+def library_graph(checkpoint: Checkpoint, arch: Architecture, token: CancelToken | None = None,
+                  cache: GraphCache | None = None) -> Generator[Progress, None, ModelGraph]:
+    """The graph of `arch` placed on an opened checkpoint's keys (a worker traces it unless it is cached)."""
+    traced = yield from traced_architecture(trace_request(arch, float_dtype(checkpoint)), token, cache)
+    return place(traced, checkpoint, f"{arch.library}:{arch.cls}")
+
+
+def place(traced: Traced, checkpoint: Checkpoint, source: str) -> ModelGraph:
+    """The traced graph with every node reading the checkpoint's names for its tensors."""
+    _, entries = state_dict_entries(checkpoint)
+    model_set = set(traced.model_keys)
+    mapping, stripped = strip_prefixes(entries, traced.model_keys)
+    by_model: dict[str, str] = {}
+    for ckpt_key, model_key in mapping.items():
+        if model_key in model_set:
+            by_model.setdefault(model_key, entries[ckpt_key].name)
+    twins = {name: group for group in traced.aliases for name in group}
+    missing: set[str] = set()
+    nodes = []
+    for node in traced.graph.nodes:
+        module = clean_path(node.module)
+        params: list[str] = []
+        for key in node.params:
+            hit = next((by_model[k] for k in _preferred(twins.get(key, [key]), key, module) if k in by_model), None)
+            if hit is not None:
+                params.append(hit)
+            elif key in model_set:
+                missing.add(key)
+        nodes.append(GraphNode(node.id, node.op, module, node.inputs, tuple(dict.fromkeys(params)), node.shape,
+                               node.dtype))
+    graph = ModelGraph(source, nodes)
+    graph.unread = unread_keys(graph, (e.name for e in entries.values()))
+    if traced.tracer != "torch.export":
+        graph.notes.append(f"traced by {traced.tracer} (torch.export could not trace it): nodes are module and "
+                           "function calls, without shapes")
+    if stripped:
+        graph.notes.append(f"the checkpoint's keys carry the prefix {''.join(stripped)!r}, which the model's do not")
+    if missing:
+        shown = ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
+        graph.notes.append(f"{len(missing)} tensors the model reads are not in the checkpoint: {shown}")
+    return graph
+
+
+def _preferred(group: list[str], key: str, module: str) -> list[str]:
+    """A tied group's names, the one in the node's module first (an LM head reads `lm_head.weight`), then the
+    one the program named."""
+    return sorted(group, key=lambda k: (not (module and k.startswith(module + ".")), k != key))

@@ -1,0 +1,116 @@
+"""A TorchScript archive's `code/` records as Python syntax trees: parsed, never compiled or run.
+
+TorchScript serializes every class and function it compiled as Python source under `code/`, one record per
+qualified prefix: `__torch__.torch.nn.modules.linear.___torch_mangle_4.Linear` is class `Linear` of
+`code/__torch__/torch/nn/modules/linear/___torch_mangle_4.py`. A record is read (CRC-checked, bounded)
+and parsed with `ast` the first time a definition in it is asked for; nothing is imported, compiled or run.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.graph.limits import MAX_CODE_RECORD, MAX_CODE_TOTAL, GraphRefused
+from ckptview.core.read.formats.torch_zip import ZipArchive
+from ckptview.core.units import human_bytes
+
+
+@dataclass
+class ClassCode:
+    """A class of the archive's code: its methods and the constants its body declares (`x : Final[int] = 4`)."""
+
+    qualname: str
+    methods: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    constants: dict[str, ast.expr] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)  # attribute -> the qualified class it names
+
+
+class ScriptCode:
+    """The definitions of one archive's code records, parsed on demand; every read and parse is bounded."""
+
+    def __init__(self, archive: ZipArchive) -> None:
+        self.archive = archive
+        self._modules: dict[str, dict[str, ast.stmt] | None] = {}
+        self._classes: dict[str, ClassCode | None] = {}
+        self.bytes_read = 0
+
+    def _record(self, prefix: str) -> dict[str, ast.stmt] | None:
+        """{top-level name: definition} of the record for a qualified prefix (`__torch__.a.b`), None if absent."""
+        if prefix in self._modules:
+            return self._modules[prefix]
+        name = "code/" + prefix.replace(".", "/") + ".py"
+        member = self.archive.member(name)
+        if member is None:
+            self._modules[prefix] = None
+            return None
+        if member.file_size > MAX_CODE_RECORD:
+            raise GraphRefused(f"TorchScript code record '{name[:120]}' is {member.file_size:,} bytes, more than "
+                               f"the {human_bytes(MAX_CODE_RECORD)} a record of code is read")
+        if self.bytes_read + member.file_size > MAX_CODE_TOTAL:
+            raise GraphRefused(f"TorchScript code records hold more than the {human_bytes(MAX_CODE_TOTAL)} of code "
+                               "one archive's graph reads")
+        try:
+            data = self.archive.read_small(name, MAX_CODE_RECORD)
+        except CheckpointError as exc:
+            raise GraphRefused(f"TorchScript code record '{name[:120]}': {exc}") from None
+        self.bytes_read += len(data)
+        try:
+            tree = ast.parse(data.decode("utf-8", "replace"), filename=name, mode="exec")
+        except SyntaxError as exc:
+            raise GraphRefused(f"TorchScript code record '{name[:120]}' is not Python syntax: {exc.msg} "
+                               f"(line {exc.lineno})") from None
+        except (ValueError, RecursionError, MemoryError) as exc:
+            raise GraphRefused(f"TorchScript code record '{name[:120]}' cannot be parsed: "
+                               f"{type(exc).__name__}") from None
+        found = {stmt.name: stmt for stmt in tree.body if isinstance(stmt, (ast.ClassDef, ast.FunctionDef))}
+        self._modules[prefix] = dict(found)
+        return self._modules[prefix]
+
+    def _definition(self, qualname: str) -> ast.stmt | None:
+        prefix, _, name = qualname.rpartition(".")
+        if not prefix or not qualname.startswith("__torch__"):
+            return None
+        record = self._record(prefix)
+        return None if record is None else record.get(name)
+
+    def cls(self, qualname: str) -> ClassCode | None:
+        """The class `qualname` of the archive's code, None when no record defines it."""
+        if qualname in self._classes:
+            return self._classes[qualname]
+        node = self._definition(qualname)
+        found = None
+        if isinstance(node, ast.ClassDef):
+            found = ClassCode(qualname)
+            for stmt in node.body:
+                if isinstance(stmt, ast.FunctionDef):
+                    found.methods[stmt.name] = stmt
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    if stmt.value is not None and _is_final(stmt.annotation):
+                        found.constants[stmt.target.id] = stmt.value
+                    elif (dotted := dotted_name(stmt.annotation)) is not None and dotted.startswith("__torch__."):
+                        found.annotations[stmt.target.id] = dotted
+        self._classes[qualname] = found
+        return found
+
+    def function(self, qualname: str) -> ast.FunctionDef | None:
+        """The free function `qualname` (`__torch__.torch.nn.functional.relu`), None when none is defined."""
+        node = self._definition(qualname)
+        return node if isinstance(node, ast.FunctionDef) else None
+
+
+def dotted_name(node: ast.expr) -> str | None:
+    """`a.b.c` of a chain of attributes over a name, else None (iterative: a chain may be long)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _is_final(annotation: ast.expr) -> bool:
+    return isinstance(annotation, ast.Subscript) and dotted_name(annotation.value) in ("Final", "typing.Final")

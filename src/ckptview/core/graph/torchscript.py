@@ -1,0 +1,39 @@
+"""A TorchScript archive's graph, from its `code/` records parsed as text and its module tree (nothing run).
+
+The module tree, class names and constants come from `data.pkl` and `constants.pkl` as the safe VM read them
+at open (the checkpoint's tree); the code records are read through the same archive and parsed with `ast`
+(`script_code`), then walked with every call inlined (`script_eval`). Node ops are named as torch's inlined
+graph names them, without overloads (`aten.linear`): the code does not say which overload runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+from ckptview.core.checkpoint import Checkpoint
+from ckptview.core.graph.model import ModelGraph
+from ckptview.core.graph.placing import unread_keys
+from ckptview.core.graph.script_code import ScriptCode
+from ckptview.core.graph.script_eval import ScriptGraph
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.formats.torch_zip import opened_archive
+
+SOURCE = "torchscript"
+
+
+def torchscript_graph(checkpoint: Checkpoint, token: CancelToken | None = None
+                      ) -> Generator[Progress, None, ModelGraph]:
+    """The graph of an opened TorchScript archive (format `torchscript`); checks `token` as it walks."""
+    yield Progress(0, 0, "reading the TorchScript code")
+    root = checkpoint.root
+    constants = next((c for c in root.children if c.key == "__constants__"), None)
+    walk = ScriptGraph(ScriptCode(opened_archive(checkpoint)), root, constants,
+                       None if token is None else token.check)
+    walk.forward()
+    graph = ModelGraph(SOURCE, walk.nodes, notes=list(walk.notes))
+    graph.unread = unread_keys(graph, (e.name for e in checkpoint.tensors()))
+    native = checkpoint.metadata.get("native_code") or []
+    if native:
+        graph.notes.append(f"native code present: {', '.join(str(n) for n in native[:3])} (never loaded)")
+    yield Progress(1, 1, "read the TorchScript code")
+    return graph
