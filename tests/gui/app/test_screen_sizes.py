@@ -125,7 +125,9 @@ def test_texts_are_elided_where_they_do_not_differ_and_whole_in_tooltips(qtbot, 
 
     def index_of(name, column):
         assert tab.select_name(name)
-        return tab.tree.selectionModel().selectedRows(column)[0]
+        rows = tab.tree.selectionModel().selectedRows(column)
+        assert len(rows) == 1, [row.data() for row in rows]  # exactly the row asked for
+        return rows[0]
 
     shape = index_of("model_state_dict", SHAPE)
     assert shape.data() == "4 items"  # the count where it is read; the container's type in Dtype

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, Qt, Signal
+from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QSplitter, QVBoxLayout, QWidget
 
 from ckptview.core.checkpoint import Checkpoint, Node
@@ -329,7 +329,10 @@ class CheckpointTab(QWidget):
         if not index.isValid():  # hidden by the filter
             self.filter.set_text("")
             index = self.model.index_of(row)
-        self.tree.setCurrentIndex(index)
+        # Select exactly this row, whatever modifier keys the user holds (setCurrentIndex
+        # on the view would add to the selection under Ctrl or Shift).
+        flags = QItemSelectionModel.SelectionFlag
+        self.tree.selectionModel().setCurrentIndex(index, flags.ClearAndSelect | flags.Rows)
         self.tree.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
         return True
 
