@@ -147,7 +147,7 @@ def test_run_summary_escapes_names():
 
 
 def test_devices_table_escapes_driver_text(monkeypatch, capsys):
-    from ckptview.core.run.worker import devices
+    from ckptview.core.run.worker import device_probe as devices
 
     fake = [devices.DeviceInfo("cpu", "cpu", True, description=f"cpu{OSC_TITLE}"),
             devices.DeviceInfo("cuda", "cuda", False, reason=f"driver said\n{CLEAR}no")]

@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the device list; exit 0 (cpu and meta are always there)."""
-    from ckptview.core.run.worker.devices import format_table, list_devices
+    from ckptview.core.run.worker.device_probe import format_table, list_devices
 
     devices = list_devices()
     if args.json:

@@ -12,7 +12,7 @@ from ckptview.core.run import request as runner
 from ckptview.core.run.input_specs import InputSpecError, parse_input_specs
 from ckptview.core.run.request import DEFAULT_TIMEOUT, RunError, RunRequest
 from ckptview.core.run.result import RunResult, finite_json, result_json_text
-from ckptview.core.run.worker.devices import parse_device
+from ckptview.core.run.worker.device_probe import parse_device
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, plural
 

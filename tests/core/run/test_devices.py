@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ckptview import cli
-from ckptview.core.run.worker.devices import (
+from ckptview.core.run.worker.device_probe import (
     DeviceError,
     DeviceInfo,
     find_device,

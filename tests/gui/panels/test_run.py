@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from ckptview.core.run.input_specs import InputSpec, make_array, to_torch
 from ckptview.core.run.model_classes import ModelClass
 from ckptview.core.run.result import RunResult, result_json_text
-from ckptview.core.run.worker.devices import DeviceInfo, list_devices
+from ckptview.core.run.worker.device_probe import DeviceInfo, list_devices
 
 MODULE = "ckv_panel_models"
 CODE = textwrap.dedent('''

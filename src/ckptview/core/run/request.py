@@ -399,7 +399,7 @@ def run(request: RunRequest, token: Cancellable | None = None,
 
 def probe_devices(timeout: float = 60.0, token: Cancellable | None = None) -> list[Any]:
     """`list_devices()` measured in a worker, so CUDA contexts and driver faults stay out of this process."""
-    from ckptview.core.run.worker.devices import DeviceInfo
+    from ckptview.core.run.worker.device_probe import DeviceInfo
 
     result = drain(execute({"op": "devices"}, timeout, token))
     return [DeviceInfo.from_json(d) for d in result["devices"]]

@@ -49,7 +49,7 @@ from ckptview.core.run.fetch import recognize_url
 from ckptview.core.run.input_specs import InputSpecError, describe_inputs, parse_input_specs
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
 from ckptview.core.run.result import RunResult, result_json_text
-from ckptview.core.run.worker.devices import DeviceInfo, parse_device
+from ckptview.core.run.worker.device_probe import DeviceInfo, parse_device
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import install_gc_guard
 from ckptview.gui.base.workers import GeneratorWorker, keep_until_finished

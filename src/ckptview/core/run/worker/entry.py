@@ -105,7 +105,7 @@ def handle(job: Job) -> dict[str, Any]:
     import torch  # noqa: F401 - imported here so the time shows as its own phase
 
     if op == "devices":
-        from ckptview.core.run.worker.devices import list_devices
+        from ckptview.core.run.worker.device_probe import list_devices
 
         return {"devices": [d.to_json() for d in list_devices()]}
     if op == "run":
@@ -170,7 +170,7 @@ def run_job(job: Job) -> RunResult:
 
 
 def _check_device(name: str) -> str:
-    from ckptview.core.run.worker.devices import DeviceError, find_device, list_devices
+    from ckptview.core.run.worker.device_probe import DeviceError, find_device, list_devices
 
     try:
         return find_device(name, list_devices()).name
