@@ -130,3 +130,234 @@ def test_files_are_read_only_through_the_byte_layer():
             if not writes:
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert offenders == []
+
+
+# --- The shape of the code: imports flow one way, folders stay small, names do not stutter -----------------
+# Each rule below is the "Done when" of issue 36; docs/architecture.md says why each holds.
+
+def _module_name(path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_in(node, importer: str, package: str, modules: set[str], where: str = "module"):
+    """(imported ckptview module, line, where) of every import below `node` (see `_import_graph`)."""
+    import ast
+
+    for child in ast.iter_child_nodes(node):
+        inner = where
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inner = "function"
+        elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test) and where == "module":
+            inner = "type"
+        if isinstance(child, ast.Import):
+            names = [a.name for a in child.names]
+        elif isinstance(child, ast.ImportFrom):
+            base = child.module or ""
+            if child.level:
+                up = package.split(".")[: len(package.split(".")) - child.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in child.names]
+        else:
+            yield from _imports_in(child, importer, package, modules, inner)
+            continue
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != importer:
+                yield name, child.lineno, where
+
+
+def _import_graph():
+    """Every import of a ckptview module by a ckptview module, as the AST has it: (importer, imported,
+    line, where) with `where` "function" inside a def or lambda, "type" under `if TYPE_CHECKING:`,
+    else "module". `from pkg import mod` counts as an import of `pkg.mod`."""
+    import ast
+
+    files = {_module_name(p): p for p in SRC.rglob("*.py")}
+    modules = set(files)
+    edges = []
+    for importer, path in files.items():
+        package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+        for imported, line, where in _imports_in(ast.parse(path.read_text()), importer, package, modules):
+            edges.append((importer, imported, line, where))
+    return modules, edges
+
+
+def _strongly_connected(modules, edges) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module (iterative: no recursion limit)."""
+    graph = {m: sorted({b for a, b, *_ in edges if a == m}) for m in sorted(modules)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            for j in range(i, len(graph[node])):
+                nxt = graph[node][j]
+                if nxt not in index:
+                    work += [(node, j + 1), (nxt, 0)]
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+    return found
+
+
+def test_tarjan_finds_a_cycle_and_only_cycles():
+    """The cycle finder itself: a loop of three is one component, a chain is none."""
+    edges = [("a", "b", 1, "module"), ("b", "c", 1, "function"), ("c", "a", 1, "type"), ("c", "d", 1, "module")]
+    assert _strongly_connected({"a", "b", "c", "d"}, edges) == [["a", "b", "c"]]
+    assert _strongly_connected({"a", "b", "c", "d"}, edges[:2] + edges[3:]) == []
+
+
+def test_no_import_cycle_among_modules():
+    """Imports flow one way: no strongly connected component in the graph of every import (inside
+    functions and under TYPE_CHECKING too, where a cycle would otherwise hide)."""
+    modules, edges = _import_graph()
+    assert _strongly_connected(modules, edges) == []
+
+
+def test_no_ckptview_module_is_imported_inside_a_function():
+    """A function-level import of a ckptview module hides a dependency (usually a cycle): code moves
+    instead. Only heavy or optional third-party libraries (numpy, torch, pyqtgraph, transformers) are
+    imported inside functions, so that the window appears before they load."""
+    _, edges = _import_graph()
+    assert sorted(f"{a}:{line} imports {b}" for a, b, line, where in edges if where == "function") == []
+
+
+def _top_level_names(path) -> tuple[set[str], list[str] | None]:
+    """The names a module defines at its top level (not those it imports), and its `__all__` if any."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    defined: set[str] = set()
+    exported = None
+    body = list(tree.body)
+    while body:
+        node = body.pop(0)
+        if isinstance(node, (ast.If, ast.Try)):
+            body += node.body + node.orelse + [n for h in getattr(node, "handlers", []) for n in h.body]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                defined.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                if isinstance(target, ast.Name) and target.id == "__all__":
+                    exported = list(ast.literal_eval(node.value))
+    return defined, exported
+
+
+def test_names_are_imported_from_where_they_live():
+    """`from ckptview.x import name` names what x defines, or what package x names in its `__all__` (its
+    public API): never a name x only imports (a re-export that hides where the code lives)."""
+    import ast
+
+    files = {_module_name(p): p for p in SRC.rglob("*.py")}
+    offenders = []
+    for importer, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in files):
+                continue
+            defined, exported = _top_level_names(files[node.module])
+            package = files[node.module].name == "__init__.py"
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in files or alias.name in defined:
+                    continue
+                if package and exported is not None and alias.name in exported:
+                    continue
+                offenders.append(f"{importer}:{node.lineno} {node.module}.{alias.name}")
+    assert offenders == []
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A `_name` is its module's own; what another module needs is public (and so part of an interface)."""
+    import ast
+
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ckptview"):
+                offenders += [f"{_module_name(path)}:{node.lineno} {a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert offenders == []
+
+
+def test_modules_define_no_aliases_of_old_names():
+    """No `old = new` kept for callers: a module-level assignment of a bare name to another name it
+    imported or defined (`_finite = finite_json`), or an import under an alias that only renames a
+    function of the core (`drain as run_job`)."""
+    import ast
+
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        callables = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom):
+                callables.update(a.asname or a.name for a in node.names)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Tuple)):
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                if values and all(isinstance(v, ast.Name) and v.id in callables and v.id[0].islower() for v in values):
+                    offenders.append(f"{_module_name(path)}:{node.lineno} {ast.unparse(node)}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ckptview"):
+                offenders += [f"{_module_name(path)}:{node.lineno} {a.name} as {a.asname}" for a in node.names
+                              if a.asname and a.asname != a.name and a.name[0].islower() and a.asname[0] != "_"
+                              and f"{node.module}.{a.name}" not in {_module_name(p) for p in SRC.rglob("*.py")}]
+    assert offenders == []
+
+
+def _imported_roots(path) -> set[str]:
+    """The top-level names of everything a module imports, anywhere in it (functions included)."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_run_worker_imports_torch():
+    """torch (and the libraries that run models) load only in the forward-pass worker process, whose
+    modules are core/run/worker/: everything else reads checkpoints without it."""
+    worker = SRC / "core" / "run" / "worker"
+    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                 if worker not in p.parents and _imported_roots(p) & {"torch", "transformers", "diffusers", "timm",
+                                                                       "torchvision", "lightning", "pytorch_lightning"}]
+    assert offenders == []
+
+
+def test_the_run_parent_never_imports_its_worker():
+    """core/run/ starts the worker process and reads its messages; it never imports core/run/worker/
+    (whose modules run torch and model code), so nothing of the child runs in the parent."""
+    _, edges = _import_graph()
+    offenders = [f"{a}:{line}" for a, b, line, _ in edges
+                 if a.startswith("ckptview.core.run.") and not a.startswith("ckptview.core.run.worker")
+                 and b.startswith("ckptview.core.run.worker")]
+    assert offenders == []
