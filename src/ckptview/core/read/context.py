@@ -9,8 +9,11 @@ over the path after its head chose the reader is never listed in its place.
 No thread-local carries context in `ckptview.core.read`: a reader's `open(source, ctx)` gets the cancel
 token, the progress callback, the remote session of the open in progress (the shards of an index join
 it, so one transfer counts them all) and whether it runs inside an index's open (a shard that is itself
-an index is refused, not recursed into). A nested open (an index's shards, a training folder's parts,
-a DCP folder) passes a context derived from its own (`in_index`, `with_session`).
+an index is refused, not recursed into). A nested open (an index's shards, a training folder's parts)
+goes through `ctx.open_child(path)`: the same open that began it (`open_checkpoint`, which binds itself
+to the context it hands the readers), with a context derived from its own (`in_index`, `with_session`).
+So the readers never import the entry point that imports them (netron's readers open nested entries
+through their context the same way).
 
 Reads of tensor values get their read-ahead the same way: a walk makes a `files.ReadAhead` and hands it
 to the value reads (`values.iter_chunks(info, ahead=...)`); see `ckptview.core.read.bytes.files`.
@@ -21,16 +24,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes import files
 from ckptview.core.read.bytes.files import FileIdentity, FileMap
 
 if TYPE_CHECKING:
+    from ckptview.core.checkpoint import Checkpoint
     from ckptview.core.read.bytes.remote import Session
 
-__all__ = ["DEFAULT", "ReaderContext", "Source"]
+__all__ = ["DEFAULT", "Opener", "ReaderContext", "Source"]
+
+
+class Opener(Protocol):
+    """`open_checkpoint`'s signature: what a context opens a nested checkpoint with."""
+
+    def __call__(self, path: str, ctx: ReaderContext | None = None, /) -> Checkpoint: ...
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,8 @@ class ReaderContext:
     """The remote session of the open in progress (None for a local open or before the first URL)."""
     inside_index: bool = False
     """True while an index's shards are opened: a shard that is itself an index is refused."""
+    opener: Opener | None = field(default=None, compare=False, repr=False)
+    """The open this context belongs to (`open_checkpoint` sets itself here); `open_child` calls it."""
 
     @property
     def reports(self) -> bool:
@@ -106,6 +118,16 @@ class ReaderContext:
             self.cancel.check()
         if self.progress is not None:
             self.progress(step)
+
+    def open_child(self, path: str) -> Checkpoint:
+        """Open `path` (a shard, a part of a folder) as the open this context belongs to, in this context."""
+        if self.opener is None:
+            raise RuntimeError("this context belongs to no open: readers are run by open_checkpoint")
+        return self.opener(path, self)
+
+    def opened_by(self, opener: Opener) -> ReaderContext:
+        """This context, its nested opens going through `opener`."""
+        return self if self.opener is opener else replace(self, opener=opener)
 
     def in_index(self) -> ReaderContext:
         """This context for the shards of an index."""

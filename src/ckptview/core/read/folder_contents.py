@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 
 from ckptview.core.read.bytes import files
+from ckptview.core.read.context import Source
+from ckptview.core.read.formats import readers
 
 MAX_SNIFFED = 200  # entries of a folder looked at; a bigger folder is described by its first ones
 _HEAD_BYTES = 4096
@@ -17,9 +19,6 @@ _HEAD_BYTES = 4096
 
 def sniffs(path: str) -> bool:
     """True when some reader recognises ``path`` (a file's first bytes, or a folder's content)."""
-    from ckptview.core.read.context import Source
-    from ckptview.core.read.formats import readers
-
     head = b""
     is_dir = False
     try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.read.bytes import files
+from ckptview.core.read.bytes import files, remote
 from ckptview.core.read.bytes.files import (
     FileIdentity,
     folder_identities,
@@ -18,6 +18,7 @@ from ckptview.core.read.bytes.files import (
     stat_checked,
 )
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.read.folder_contents import others_note, run_folder_message
 from ckptview.core.read.formats import readers
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = No
     nested open (an index's shards) passes the context its reader was given, derived.
     """
     path = os.fspath(path)
-    ctx = DEFAULT if ctx is None else ctx
+    ctx = (DEFAULT if ctx is None else ctx).opened_by(open_checkpoint)
     if is_url(path):
         return _open_url(path, ctx)
     st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
@@ -48,16 +49,12 @@ def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = No
         ckpt = _open_with_readers(source, ctx)
     except NotACheckpointError as exc:
         if source.is_dir and str(exc) == describe_unknown(path, source.head):  # nothing more specific
-            from ckptview.core.read.folder_contents import run_folder_message
-
             message = run_folder_message(path)
             if message is not None:  # a run folder: say what it holds and what opens it
                 raise NotACheckpointError(message) from None
         raise
     ckpt.metadata.setdefault("_identities", identities)
     if stat.S_ISDIR(st.st_mode) and ckpt.format.startswith("hf-sharded"):
-        from ckptview.core.read.folder_contents import others_note
-
         used = set(ckpt.metadata.get("shards") or ())
         note = others_note(path, used, list(ckpt.warnings))
         if note is not None:
@@ -71,16 +68,12 @@ def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
     It reads through the session of the enclosing open (`ctx.session`) when `url` lies below its root
     (the shards of an index, the parts of a folder): one transfer counts them all.
     """
-    from ckptview.core.read.bytes import remote
-
     remote.require_extra(url)
     session = remote.opening(url, ctx.session)
     return _open_url_in(url, session, ctx.with_session(session))
 
 
 def _open_url_in(url: str, session: Session, ctx: ReaderContext) -> Checkpoint:
-    from ckptview.core.read.bytes import remote
-
     try:
         try:
             kind = "dir" if remote.remote_file(url).is_dir else "file"

@@ -25,6 +25,7 @@ from ckptview.core.errors import (
     NotACheckpointError,
     TensorDataError,
 )
+from ckptview.core.read.bytes import remote
 
 if TYPE_CHECKING:
     from ckptview.core.read.bytes.remote import RemoteFile
@@ -55,6 +56,16 @@ class FileIdentity(NamedTuple):
         if now.mtime_ns != self.mtime_ns:
             return "rewritten (modification time changed)"
         return None
+
+    def changed_at(self, path: str) -> str | None:
+        """What changed on disk at `path` since this identity was taken ('deleted', ...), or None."""
+        try:
+            now = FileIdentity.of(os.stat(path))
+        except FileNotFoundError:
+            return "deleted"
+        except OSError as exc:
+            return f"cannot be checked: {exc.strerror or exc}"
+        return self.difference(now)
 
 
 _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
@@ -287,13 +298,7 @@ class FileMap:
 
     def changed(self) -> str | None:
         """What changed on disk since the file was opened ('replaced by another file', ...), or None."""
-        try:
-            now = FileIdentity.of(os.stat(self.path))
-        except FileNotFoundError:
-            return "deleted"
-        except OSError as exc:
-            return f"cannot be checked: {exc.strerror or exc}"
-        return self.identity.difference(now)
+        return self.identity.changed_at(self.path)
 
     def check(self) -> None:
         """Raise FileChangedError when the file on disk is no longer the one that was opened."""
@@ -415,15 +420,11 @@ def is_url(path: object) -> bool:
     """True for 'scheme://...' paths (https, hf, s3, any fsspec protocol)."""
     if not (isinstance(path, str) and "://" in path):
         return False
-    from ckptview.core.read.bytes import remote
-
     return remote.is_url(path)
 
 
 def _remote_file(url: str) -> RemoteFile:
     """The remote file at `url` (`ckptview.core.read.bytes.remote` is imported on first use of a URL)."""
-    from ckptview.core.read.bytes import remote
-
     return remote.remote_file(url)
 
 
@@ -503,8 +504,6 @@ class _RemoteReader:
 def isdir(path: str) -> bool:
     """os.path.isdir, also for URLs (a folder of a repo or bucket, a listed HTTP folder)."""
     if is_url(path):
-        from ckptview.core.read.bytes import remote
-
         return remote.exists_kind(path) == "dir"
     return os.path.isdir(path)
 
@@ -512,8 +511,6 @@ def isdir(path: str) -> bool:
 def isfile(path: str) -> bool:
     """os.path.isfile, also for URLs."""
     if is_url(path):
-        from ckptview.core.read.bytes import remote
-
         return remote.exists_kind(path) == "file"
     return os.path.isfile(path)
 
@@ -521,8 +518,6 @@ def isfile(path: str) -> bool:
 def getsize(path: str) -> int:
     """os.path.getsize, also for URLs."""
     if is_url(path):
-        from ckptview.core.read.bytes import remote
-
         return remote.size_of(path)
     return os.path.getsize(path)
 
@@ -530,8 +525,6 @@ def getsize(path: str) -> int:
 def listdir(path: str) -> list[str]:
     """os.listdir, also for URLs (names only)."""
     if is_url(path):
-        from ckptview.core.read.bytes import remote
-
         return remote.listdir(path)
     return os.listdir(path)
 
@@ -542,8 +535,6 @@ def list_files(folder: str, special: bool = False) -> list[str]:
     `special=True` keeps local FIFOs, sockets and devices (to be refused when read, not skipped).
     """
     if is_url(folder):
-        from ckptview.core.read.bytes import remote
-
         return [n for n in _remote_file(remote.folder_url(folder)).listdir() if not n.endswith("/")]
     if special:
         return [n for n in os.listdir(folder) if not os.path.isdir(os.path.join(folder, n))]
@@ -553,8 +544,6 @@ def list_files(folder: str, special: bool = False) -> list[str]:
 def abspath(path: str) -> str:
     """os.path.abspath; a URL has its '.' and '..' resolved."""
     if is_url(path):
-        from ckptview.core.read.bytes import remote
-
         return remote.normalize(path.rstrip("/"))
     return os.path.abspath(path)
 
@@ -562,8 +551,6 @@ def abspath(path: str) -> str:
 def join(path: str, *names: str) -> str:
     """os.path.join, also for URLs."""
     if is_url(path):
-        from ckptview.core.read.bytes import remote
-
         return remote.join(path, *names)
     return os.path.join(path, *names)
 
@@ -571,8 +558,6 @@ def join(path: str, *names: str) -> str:
 def dirname(path: str) -> str:
     """os.path.dirname of the absolute path, also for URLs."""
     if is_url(path):
-        from ckptview.core.read.bytes import remote
-
         return remote.dirname(path)
     return os.path.dirname(os.path.abspath(path))
 

@@ -226,8 +226,6 @@ def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None,
 
 def _open_files(path: str, folder: str, index_path: str | None, files: list[str], notes: list[str],
                 ctx: ReaderContext, index_identity: FileIdentity | None = None) -> Checkpoint:
-    from ckptview.core.read.open import open_checkpoint
-
     warnings: list[str] = BoundedWarnings()
     warnings.extend(notes)
     if index_path is not None:
@@ -244,7 +242,7 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
             warnings.append(f"shard '{name}' is missing")
             continue
         try:
-            shards[name] = open_checkpoint(shard_path, shard_ctx)
+            shards[name] = shard_ctx.open_child(shard_path)
         except UNRECOVERABLE:  # a network failure or a changed file: never a partial set shown whole
             raise
         except CheckpointError as exc:

@@ -21,7 +21,7 @@ from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotAChe
 from ckptview.core.read.bytes import files as cfiles
 from ckptview.core.read.bytes.sources import ZipMember
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.formats.torch_zip import ZipArchive, opened_archive
+from ckptview.core.read.formats.torch_zip import ZipArchive, load_embedded, opened_archive
 from ckptview.core.read.pickle.census import census
 from ckptview.core.read.pickle.to_tree import build_tree
 from ckptview.core.read.pickle.torch_globals import check_view
@@ -70,8 +70,6 @@ class _Archive(ZipArchive):
 
     def pickled(self, name: str) -> tuple[Any, list[str]]:
         """A torch.save'd member read with the safe pickle VM (it must be stored uncompressed)."""
-        from ckptview.core.read.formats.torch_zip import load_embedded
-
         member = self.member(name)
         if member is None:
             raise CheckpointFormatError(f"record '{name}' missing")

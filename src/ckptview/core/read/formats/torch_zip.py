@@ -13,7 +13,8 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.read.bytes import files as cfiles
-from ckptview.core.read.bytes.sources import FileMap, ZipMember
+from ckptview.core.read.bytes.files import FileMap
+from ckptview.core.read.bytes.sources import ZipMember
 from ckptview.core.read.bytes.zipdir import ZipEntry, case_collision, read_central_directory
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.pickle.census import census

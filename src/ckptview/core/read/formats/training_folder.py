@@ -27,6 +27,7 @@ from ckptview.core.checkpoint import Checkpoint, Node, OpenFiles
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.read.bytes import files as cfiles
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.read.formats import dcp, hf_sharded
 from ckptview.core.read.pickle.to_tree import build_tree
 
 NAME = "training-folder"
@@ -85,9 +86,6 @@ def _json_node(path: str) -> Node:
 
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a training step folder into one Checkpoint: every file a top-level entry, metadata only, nothing run."""
-    from ckptview.core.read.formats import dcp, hf_sharded
-    from ckptview.core.read.open import open_checkpoint
-
     folder = source.path
     root = Node(key="", kind="dict", type_name=NAME)
     parts: list[tuple[str, Checkpoint]] = []
@@ -130,12 +128,12 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
             continue
         key = ws.index or (ws.files[0] if len(ws.files) == 1 else f"{ws.base}-*.{ws.ext}")
         if ws.index is None and len(ws.files) == 1:  # one file: its own reader (and its own key order)
-            add_part(key, lambda ws=ws: open_checkpoint(cfiles.join(folder, ws.files[0]), ctx))
+            add_part(key, lambda ws=ws: ctx.open_child(cfiles.join(folder, ws.files[0])))
         else:
             add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws, ctx=ctx, source=source))
     if cfiles.isfile(cfiles.join(folder, ".metadata")):
         used.update(n for n in files if n == ".metadata" or n.endswith(".distcp"))
-        add_part(".metadata", lambda: dcp.open(source, ctx))  # not open_checkpoint: that would come back here
+        add_part(".metadata", lambda: dcp.open(source, ctx))  # not ctx.open_child: that would come back here
     for sub in _dcp_subfolders(folder):
         add_part(sub, lambda sub=sub: dcp.open(Source.folder(cfiles.join(folder, sub)), ctx))
     rest = [n for n in files if n not in used]
@@ -150,7 +148,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
             root.add(node)
             continue
         try:
-            ckpt = open_checkpoint(full, ctx)
+            ckpt = ctx.open_child(full)
         except NotACheckpointError:
             size = cfiles.getsize(full)
             root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))

@@ -26,9 +26,9 @@ their transfer), `file` (positioned reads through the block cache of `cache`), `
 from ckptview.core.errors import RemoteError
 from ckptview.core.read.bytes.remote.cache import BlockCache, Transfer
 from ckptview.core.read.bytes.remote.causes import is_missing
-from ckptview.core.read.bytes.remote.file import BLOCK, FIRST, RemoteFile
+from ckptview.core.read.bytes.remote.file import BLOCK, FIRST, RemoteFile, Session
 from ckptview.core.read.bytes.remote.paths import exists_kind, listdir, not_found, size_of
-from ckptview.core.read.bytes.remote.sessions import Session, begin_session, opening, remote_file, session_for
+from ckptview.core.read.bytes.remote.sessions import begin_session, opening, remote_file, session_for
 from ckptview.core.read.bytes.remote.urls import (
     EXTRA_HINT,
     dirname,

@@ -1,4 +1,5 @@
-"""A remote file opened for positioned reads: the first request records its size and validator."""
+"""A remote file opened for positioned reads (the first request records its size and validator), and the
+session of the remote files one opened checkpoint reads, with the transfer that counts them."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import itertools
 import os
 import tempfile
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptview.core.errors import FileChangedError, RemoteError
+from ckptview.core.read.bytes.remote.cache import CACHE, Transfer
 from ckptview.core.read.bytes.remote.fsspec_backend import FsspecBackend
 from ckptview.core.read.bytes.remote.http import HttpBackend
 from ckptview.core.read.bytes.remote.urls import (
@@ -20,10 +22,7 @@ from ckptview.core.read.bytes.remote.urls import (
     require_extra,
     shown,
 )
-
-if TYPE_CHECKING:
-    from ckptview.core.read.bytes.remote.cache import Transfer
-    from ckptview.core.read.bytes.remote.sessions import Session
+from ckptview.core.units import human_bytes
 
 BLOCK = 256 << 10            # read-ahead: a small read fetches the aligned 256 KiB blocks around it
 FIRST = 64 << 10             # the first request of a file (its size, validator and first bytes)
@@ -181,6 +180,36 @@ class RemoteFile:
 
 
 def _human(n: int | None) -> str:
-    from ckptview.core.units import human_bytes
-
     return human_bytes(n or 0)
+
+
+class Session:
+    """The remote files one opened checkpoint reads, their shared cache and transfer counters."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.transfer = Transfer()
+        self.cache = CACHE
+        self.files: dict[str, RemoteFile] = {}
+        # What folder listings said: URL -> (is a folder, size or None); spares a request per file.
+        self.known: dict[str, tuple[bool, int | None]] = {}
+        self.lock = threading.Lock()
+
+    def file(self, url: str, first: int = 0) -> RemoteFile:
+        """The RemoteFile of `url` in this session (opened, i.e. stat'ed, on first use).
+
+        The first request also fetches the first `first` bytes (default FIRST: a file about to be read);
+        a size or existence check asks for one byte.
+        """
+        with self.lock:
+            found = self.files.get(url)
+        if found is None:
+            found = RemoteFile(url, self, first or FIRST)
+            with self.lock:
+                found = self.files.setdefault(url, found)
+        return found
+
+    def close(self) -> None:
+        """Forget cached blocks and any downloaded copies."""
+        for f in list(self.files.values()):
+            f.close()

@@ -24,6 +24,7 @@ from ckptview.core.read.bytes.remote.deadline import (
     watched_adapter,
 )
 from ckptview.core.read.bytes.remote.urls import shown, timeout
+from ckptview.core.units import human_bytes
 
 MAX_LISTING = 4 << 20  # an HTML folder listing larger than this is not read
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
@@ -166,8 +167,6 @@ class HttpBackend:
     def download(self, into: Any, limit: int, announced: bool) -> None:
         """The whole file into the open binary file `into` (a server that ignores Range; opted in), at most
         `limit` bytes: the size the server announced (`announced`), else `--max-download`."""
-        from ckptview.core.units import human_bytes
-
         with self._within(limit) as within:
             resp = self._get({}, within)
             with contextlib.closing(resp):
