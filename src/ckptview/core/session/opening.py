@@ -10,11 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ckptview.core import open_checkpoint
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, group_tree
+from ckptview.core.inspect.optimizer import label_state_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.context import ReaderContext
@@ -75,8 +77,6 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
 
     `token` is checked between the steps (each takes seconds at a million tensors).
     """
-    from ckptview.core.inspect.optimizer import label_state_rows
-
     check = token.check if token is not None else lambda: None
     top = group_tree(checkpoint.root)
     check()
@@ -104,8 +104,6 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
     read between two pieces (Cancelled).
     """
-    from ckptview.core import open_checkpoint
-
     if header_limit is not None:
         size = safetensors_header_size(path)
         if size is not None and size > header_limit:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ckptview.core.errors import Cancelled
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.read import open as opening
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.session.file_checks import Signature, signature
 
@@ -46,8 +47,6 @@ def in_use(checkpoint: Checkpoint) -> bool:
 
 
 def _default_opener(path: str) -> Checkpoint:
-    from ckptview.core.read import open as opening  # looked up per call: tests and timing wrap it
-
     return opening.open_checkpoint(path)
 
 
