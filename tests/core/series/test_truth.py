@@ -231,7 +231,10 @@ def test_a_tensor_whose_reading_fails_unexpectedly_is_its_error_only(run_folder,
             raise IndexError("reader bug")
         return real(info, *args, **kwargs)
 
-    monkeypatch.setattr(values, "iter_chunks", flaky)
+    from ckptview.core.series import executor, timeline
+
+    monkeypatch.setattr(timeline, "iter_chunks", flaky)  # as the series reads values, in process
+    monkeypatch.setattr(executor, "iter_chunks", flaky)
     result = run_series([str(run_folder)])
     bad = {(f.tensor, f.index) for f in result.findings if f.kind == "unreadable"}
     assert ("model.conv2.weight", 2) in bad and all(ref.error is None for ref in result.checkpoints)

@@ -28,7 +28,10 @@ from typing import Any
 from ckptview.core.compare.diff import Sums
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.stats import TensorStats
-from ckptview.core.series.executor import TensorFigures
+from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes import remote
+from ckptview.core.read.bytes.files import open_regular
+from ckptview.core.series.model import TensorFigures
 
 VERSION = 2  # of the figures and of the schema: a new version starts a new database file
 EDGE_BYTES = 64 << 10
@@ -63,8 +66,6 @@ def default_path() -> str:
 
 def location(path: str) -> str:
     """The path as the cache knows it: a URL as shown, a local path resolved."""
-    from ckptview.core.read.bytes import files as cfiles
-
     return path if cfiles.is_url(path) else os.path.realpath(path)
 
 
@@ -78,12 +79,8 @@ def stored_location(path: str) -> str:
 
 def file_key(path: str, chunk_elems: int) -> str:
     """The cache key of ``path`` as it is now (raises OSError/CheckpointError when it cannot be read)."""
-    from ckptview.core.read.bytes import files as cfiles
-
     parts: list[Any] = [VERSION, chunk_elems, location(path)]
     if cfiles.is_url(path):
-        from ckptview.core.read.bytes import remote
-
         rf = remote.remote_file(path)
         if rf.is_dir:
             parts.append(sorted(cfiles.listdir(path)))
@@ -103,8 +100,6 @@ def file_key(path: str, chunk_elems: int) -> str:
 
 
 def _local_edges(path: str) -> str:
-    from ckptview.core.read.bytes.files import open_regular
-
     with open_regular(path) as fh:  # never blocks on a FIFO swapped in after the stat
         head = fh.read(EDGE_BYTES)
         size = fh.seek(0, os.SEEK_END)

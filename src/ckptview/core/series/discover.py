@@ -18,7 +18,10 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, Node
 from ckptview.core.errors import CheckpointError, NotACheckpointError
+from ckptview.core.inspect.optimizer import scalar_value
 from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.context import Source
+from ckptview.core.read.formats import readers
 
 # Keys whose integer value is the training step / epoch, most specific first.
 STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_steps", "steps")
@@ -110,9 +113,6 @@ def _is_checkpoint_folder(folder: str) -> bool:
 
 def _sniffs(path: str) -> bool:
     """True when some reader recognises ``path`` (a file's first bytes, or a folder's content)."""
-    from ckptview.core.read.context import Source
-    from ckptview.core.read.formats import readers
-
     head = b""
     is_dir = False
     try:
@@ -156,7 +156,7 @@ def find_position(ckpt: Checkpoint, path: str) -> Position:
     if pos.step is None or pos.epoch is None:
         _from_trainer_state(path, pos)
     if pos.step is None or pos.epoch is None:
-        _from_name(path, pos)
+        position_from_name(path, pos)
     return pos
 
 
@@ -194,8 +194,6 @@ def _number(node: Node) -> int | float | None:
     if node.kind == "value":
         value = node.value
     elif node.kind == "tensor" and node.tensor is not None and node.tensor.numel == 1:
-        from ckptview.core.inspect.optimizer import scalar_value
-
         value = scalar_value(node.tensor)
     return _whole(value)
 
@@ -230,7 +228,7 @@ def _from_trainer_state(path: str, pos: Position) -> None:
         pos.epoch, pos.epoch_source = epoch, TRAINER_STATE
 
 
-def _from_name(path: str, pos: Position) -> None:
+def position_from_name(path: str, pos: Position) -> None:
     norm = os.path.normpath(os.path.abspath(path))
     # The file's own name first, then its folder's (checkpoint-500/model.safetensors).
     for name in (os.path.basename(norm), os.path.basename(os.path.dirname(norm))):

@@ -21,11 +21,11 @@ from ckptview.core.compare.diff import Sums
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.stats import Summary
 from ckptview.core.jobs import CancelToken, drain
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.series.cache import SeriesCache, file_key, location
 from ckptview.core.series.discover import Position, choose_order, find_checkpoints, find_position
 from ckptview.core.series.executor import (
     LocalPool,
-    TensorFigures,
     cluster_threads,
     connect,
     default_workers,
@@ -33,17 +33,25 @@ from ckptview.core.series.executor import (
     run_tasks,
 )
 from ckptview.core.series.findings import find_findings
-from ckptview.core.series.model import CheckpointRef, SeriesProgress, SeriesResult, TensorSeries
+from ckptview.core.series.model import (
+    CheckpointRef,
+    SeriesProgress,
+    SeriesResult,
+    TensorFigures,
+    TensorSeries,
+)
 from ckptview.core.series.timeline import (
     SERIES_CHUNK_ELEMS,
-    _changed_message,
-    _Measure,
-    _merge_names,
-    _message,
-    _record,
-    _sort_key,
+    Measure,
+    changed_message,
+    error_message,
+    merge_names,
+    name_position,
     none_readable,
+    plan_series,
+    record_figures,
     series_entries,
+    sort_key,
 )
 
 Row = tuple[str, tuple[int, ...], str, str | None]  # name, shape, dtype, parameter (optimizer state)
@@ -153,7 +161,7 @@ class LiveRun:
             raise none_readable(refs)
         order_by = choose_order([e.ref.position for e in readable])  # type: ignore[union-attr]
         ordered = sorted((e for e in self.entries.values() if e.ref is not None),
-                         key=lambda e: _sort_key(e.ref, order_by))  # type: ignore[arg-type]
+                         key=lambda e: sort_key(e.ref, order_by))  # type: ignore[arg-type]
         self._order = ordered
         yield from self._measure(ordered, token)
         result = self._assemble(ordered, order_by)
@@ -169,7 +177,7 @@ class LiveRun:
         try:
             key = file_key(path, self.chunk_elems)
         except (CheckpointError, OSError) as exc:
-            entry.key, entry.ref, entry.rows = None, _error_ref(path, _message(exc)), []
+            entry.key, entry.ref, entry.rows = None, _error_ref(path, error_message(exc)), []
             return
         if key == entry.key and entry.ref is not None:
             return
@@ -258,7 +266,7 @@ class LiveRun:
                 changed = fig.changed
                 if changed is None and fig.error is None and (fig.key_before != entry.key
                                                               or fig.key_after != entry.key):
-                    changed = _changed_message("rewritten")  # since it was planned
+                    changed = changed_message("rewritten")  # since it was planned
                 error = fig.error or changed
                 if changed is not None and fig.error is None:
                     self.retry.add(location(entry.path))
@@ -305,7 +313,7 @@ class LiveRun:
         count = len(ordered)
         tensors: dict[str, TensorSeries] = {}
         for t, e in enumerate(ordered):
-            tensors = _merge_names(tensors, [name for name, _, _, _ in e.rows], count)
+            tensors = merge_names(tensors, [name for name, _, _, _ in e.rows], count)
             if e.ref is not None and e.ref.error is not None:
                 continue  # unreadable, or changed while read: its names kept, no shapes (as iter_series)
             for name, shape, dtype, param in e.rows:
@@ -323,8 +331,8 @@ class LiveRun:
                 sums = e.pair.get(name) if e.pair is not None and e.pair_prev is not None else None
                 if sums is not None and (t == 0 or series.stats[t - 1] is None):
                     sums = None
-                measure = _Measure(Summary(tf.stats) if tf.stats is not None else None, sums, tf.error)
-                _record(series, t, measure)
+                measure = Measure(Summary(tf.stats) if tf.stats is not None else None, sums, tf.error)
+                record_figures(series, t, measure)
                 if self.spectral:
                     series.set_spectral(t, tf.alpha, tf.stable_rank)
         result.done = count
@@ -407,19 +415,15 @@ def _num(v: Any) -> Any:
 
 
 def _error_ref(path: str, error: str) -> CheckpointRef:
-    from ckptview.core.series.timeline import _name_position
-
-    return CheckpointRef(path, _name_position(path), error=error)
+    return CheckpointRef(path, name_position(path), error=error)
 
 
 def _open_meta(path: str) -> tuple[CheckpointRef, list[Row]]:
     """A checkpoint's planning facts, as plan_series records them (whatever it keeps of a checkpoint)."""
-    from ckptview.core.series.timeline import plan_series
-
     try:
         planned = plan_series([path])
     except (CheckpointError, OSError) as exc:
-        message, prefix = _message(exc), f"{path}: "
+        message, prefix = error_message(exc), f"{path}: "
         return _error_ref(path, message[len(prefix):] if message.startswith(prefix) else message), []
     if len(planned.checkpoints) != 1:  # a checkpoint folder that, named alone, reads as a run
         return _open_one(path)
@@ -429,14 +433,12 @@ def _open_meta(path: str) -> tuple[CheckpointRef, list[Row]]:
 
 
 def _open_one(path: str) -> tuple[CheckpointRef, list[Row]]:
-    from ckptview.core.read.open import open_checkpoint
-
     try:
         ckpt = open_checkpoint(path)
     except Cancelled:
         raise
     except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
-        return _error_ref(path, _message(exc)), []
+        return _error_ref(path, error_message(exc)), []
     try:
         tensors = series_entries(ckpt)
         ref = CheckpointRef(path, find_position(ckpt, path), ckpt.format, sum(info.nbytes for _, info, _ in tensors),

@@ -16,6 +16,7 @@ from ckptview.core import dtypes
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.spectral import MAX_NDIM, MIN_DIM, iter_spectrum, matrix_of
 from ckptview.core.jobs import CancelToken, Progress, drain
+from ckptview.core.series.timeline import open_checkpoint, series_entries
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint, TensorInfo
@@ -42,8 +43,6 @@ def iter_spectra(wanted: list[tuple[str, str]], holdings: Holdings | None = None
 
     With `holdings` (the run tab's), checkpoints are the run's own opens and each spectrum is asked of its
     checkpoint's Analysis (computed once, shared with a tab showing that file)."""
-    from ckptview.core.series.timeline import open_checkpoint, series_entries
-
     by_path: dict[str, list[str]] = {}
     for path, name in wanted:
         by_path.setdefault(path, []).append(name)

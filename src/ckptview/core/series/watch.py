@@ -25,6 +25,7 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.series.cache import file_key, location
 from ckptview.core.series.discover import expand_folder
 from ckptview.core.series.live import LiveRun
@@ -81,8 +82,6 @@ def observe(path: str) -> Any:
 
 def opens(path: str) -> str | None:
     """None when ``path`` opens as a checkpoint now, else why not."""
-    from ckptview.core.read.open import open_checkpoint
-
     try:
         open_checkpoint(path).close()
     except (CheckpointError, OSError) as exc:
