@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptview.core.run import request as runner
+from ckptview.core.run.devices import parse_device
 from ckptview.core.run.input_specs import InputSpecError, parse_input_specs
-from ckptview.core.run.request import DEFAULT_TIMEOUT, RunError, RunRequest
-from ckptview.core.run.result import RunResult, finite_json, result_json_text
-from ckptview.core.run.worker.device_probe import parse_device
+from ckptview.core.run.process import RunError
+from ckptview.core.run.request import DEFAULT_TIMEOUT, RunRequest
+from ckptview.core.run.result import RunResult, result_json_text
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, plural
 
@@ -133,5 +134,3 @@ def format_result(result: RunResult | Mapping[str, Any]) -> str:
 def _g(value: Any) -> str:
     return "-" if value is None else f"{value:.6g}"
 
-
-_finite = finite_json  # the name this module had for it

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core.run.input_specs import InputSpec, make_array, to_torch
-from ckptview.core.run.request import suggest_inputs
-from ckptview.core.run.worker.forward import _guess_from_module
+from ckptview.core.run.input_specs import InputSpec, make_array
+from ckptview.core.run.state_dict import suggest_inputs
+from ckptview.core.run.worker.forward import _guess_from_module, to_torch
 
 
 class CNN(nn.Module):

@@ -7,6 +7,7 @@ import importlib.util
 
 import pytest
 
+from ckptview.core.run.process import RunError
 from ckptview.core.run.worker.device_probe import list_devices
 from tests.core.run.test_lightning import CLASS_PATH, PACKAGE, _cli_checkpoint, _imported_elsewhere, lit
 
@@ -25,7 +26,7 @@ def test_the_run_tab_names_the_class_and_asks_before_importing_it(lit, qtbot, tm
     def fake_execute(payload: dict, timeout: float, token: object = None):  # noqa: ANN202 - a generator
         started.append(payload)
         yield from ()
-        raise runner.RunError("stopped here", kind="input")
+        raise RunError("stopped here", kind="input")
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     answers = [False, True]

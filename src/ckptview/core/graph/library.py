@@ -25,7 +25,7 @@ from ckptview.core.graph.placing import unread_keys
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.run.architectures import Architecture, default_inputs
 from ckptview.core.run.process import RunError, execute
-from ckptview.core.run.request import state_dict_entries, strip_prefixes
+from ckptview.core.run.state_dict import state_dict_entries, strip_prefixes
 
 TIMEOUT = 900.0  # seconds a worker may take to build and trace (a 70B-parameter program takes minutes)
 _MAX_KEYS = 10_000_000

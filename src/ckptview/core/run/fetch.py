@@ -13,6 +13,9 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.read.bytes.files import FileMap
+from ckptview.core.read.bytes.remote import shown
+from ckptview.core.read.bytes.remote.paths import exists_kind, listdir
 from ckptview.core.redaction import redact
 from ckptview.core.run.architectures import (
     MAX_CONFIG_BYTES,
@@ -39,15 +42,11 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
 
 def shown_url(url: str) -> str:
     """A URL as output may show it (no credentials, no query)."""
-    from ckptview.core.read.bytes.remote import shown
-
     return str(shown(url))
 
 
 def fetch(url: str, folder: str, token: Cancellable | None) -> Generator[Progress, None, str]:
     """Download `url` into `folder` (created private); returns the local file, or the local model folder."""
-    from ckptview.core.read.bytes.remote.paths import exists_kind, listdir
-
     os.makedirs(folder, mode=0o700)
     if exists_kind(url) != "dir":
         target = os.path.join(folder, os.path.basename(url.split("?", 1)[0].rstrip("/")) or "checkpoint")
@@ -68,8 +67,6 @@ def fetch(url: str, folder: str, token: Cancellable | None) -> Generator[Progres
 
 def fetch_file(url: str, target: str, token: Cancellable | None) -> Generator[Progress, None, None]:
     """Download one file in 16 MiB range reads, with progress and cancel."""
-    from ckptview.core.read.bytes.files import FileMap
-
     fmap = FileMap(url)
     try:
         size = fmap.size
@@ -98,8 +95,6 @@ def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancel
     odd config, the library not installed) or RunError ('input': the config cannot be read); every message
     is one line with the URL redacted.
     """
-    from ckptview.core.read.bytes.remote.paths import exists_kind, listdir
-
     base = url.split("?", 1)[0].rstrip("/")
     try:
         yield Progress(0, 0, f"looking at {shown_url(url)}")
@@ -127,8 +122,6 @@ def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancel
 
 def _read_config(url: str, token: Cancellable | None) -> Generator[Progress, None, bytes]:
     """A remote config.json's bytes, refused before any is read when its size is too large for a config."""
-    from ckptview.core.read.bytes.files import FileMap
-
     fmap = FileMap(url)
     try:
         size = fmap.size

@@ -195,27 +195,6 @@ def load_input_file(path: str) -> list[tuple[str, np.ndarray]]:
         return [(name, loaded[name]) for name in loaded.files]
 
 
-def to_torch(array: np.ndarray, dtype_name: str | None, device: str) -> Any:
-    """A torch tensor of `array` cast to `dtype_name` on `device` (meta: an empty tensor of that shape)."""
-    import numpy as np
-    import torch
-
-    target = getattr(torch, dtypes.canonical(dtype_name)) if dtype_name else None
-    if device == "meta":
-        return torch.empty(array.shape, dtype=target or _torch_dtype_of(array), device="meta")
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
-    if target is not None and tensor.dtype != target:
-        tensor = tensor.to(target)
-    return tensor.to(device)
-
-
-def _torch_dtype_of(array: np.ndarray) -> Any:
-    import numpy as np
-    import torch
-
-    return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype
-
-
 GUESS_BATCH = 2
 GUESS_TOKENS = 16
 # Names of token-embedding tables (the model takes integer ids); position/type tables are not inputs.

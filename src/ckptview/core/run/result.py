@@ -33,8 +33,8 @@ from ckptview.core.run.json_checks import (
     get_strs,
 )
 
-__all__ = ["MAX_ITEMS", "MAX_OUTPUTS", "MAX_TEXT", "CompareResult", "InputReport", "Latency", "LoadReport",
-           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun", "ProtocolError", "Record",
+__all__ = ["CompareResult", "InputReport", "Latency", "LoadReport",
+           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun", "Record",
            "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "result_json_text"]
 
 

@@ -45,11 +45,13 @@ from ckptview.core.run.architectures import (
     missing_library,
     recognize,
 )
+from ckptview.core.run.devices import DeviceInfo, parse_device
 from ckptview.core.run.fetch import recognize_url
 from ckptview.core.run.input_specs import InputSpecError, describe_inputs, parse_input_specs
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
+from ckptview.core.run.process import RunError, phase_words
 from ckptview.core.run.result import RunResult, result_json_text
-from ckptview.core.run.worker.device_probe import DeviceInfo, parse_device
+from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import install_gc_guard
 from ckptview.gui.base.workers import GeneratorWorker, keep_until_finished
@@ -366,7 +368,7 @@ class RunPanel(QWidget):
             return None, ""
         try:
             checkpoint = self._checkpoint()
-            tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
+            tensors = find_state_dict(checkpoint)[1] if checkpoint is not None else None
             arch = recognize(self.path, tensors)
             if arch is not None and (missing := missing_library(arch)):
                 return None, missing
@@ -383,7 +385,7 @@ class RunPanel(QWidget):
         if not self._remote_state_dict() or self._busy():
             return False
         checkpoint = self._checkpoint()  # the open tab's keys and shapes (metadata in memory, no I/O)
-        tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
+        tensors = find_state_dict(checkpoint)[1] if checkpoint is not None else None
         worker = GeneratorWorker(recognize_url, self.path, tensors)
         worker.signals.yielded.connect(self._on_recognize_progress)
         worker.signals.returned.connect(self._on_recognized)
@@ -410,7 +412,7 @@ class RunPanel(QWidget):
         if arch is not None:
             self._set_prefill(default_inputs(arch))
         elif self._checkpoint() is not None:  # no config names one: the first layer's guess, as for a local file
-            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+            self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
         self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
         self.recognitionFinished.emit(self.source_label.text())
 
@@ -445,7 +447,7 @@ class RunPanel(QWidget):
         elif self._recognizing:
             pass  # the architecture's inputs, or the guess, when its config.json has been read
         else:
-            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+            self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
 
     def _set_prefill(self, specs: Any) -> None:
         if specs and not self.input_edit.text():
@@ -488,13 +490,13 @@ class RunPanel(QWidget):
         try:
             kwargs = json.loads(self.kwargs_edit.text() or "{}")
         except ValueError as exc:
-            raise runner.RunError(f"arguments are not JSON: {exc}", kind="input") from None
+            raise RunError(f"arguments are not JSON: {exc}", kind="input") from None
         if not isinstance(kwargs, dict):
-            raise runner.RunError("arguments must be a JSON object", kind="input")
+            raise RunError("arguments must be a JSON object", kind="input")
         try:
             inputs = parse_input_specs(self.input_edit.text()) if self.input_edit.text().strip() else None
         except InputSpecError as exc:
-            raise runner.RunError(f"input: {exc}", kind="input") from None
+            raise RunError(f"input: {exc}", kind="input") from None
         return runner.RunRequest(
             path=self.path, device=parse_device(self.device()), model=self.model_edit.text().strip() or None,
             model_kwargs=kwargs, inputs=inputs, runs=self.runs_spin.value(),
@@ -578,7 +580,7 @@ class RunPanel(QWidget):
 
     def _on_progress(self, progress: object) -> None:
         if isinstance(progress, Progress) and progress.message:
-            self.status_label.setText(f"{runner.phase_words(progress.message)}…")
+            self.status_label.setText(f"{phase_words(progress.message)}…")
 
     def _show_error(self, message: str) -> None:
         message = window_words(message)
