@@ -1,7 +1,10 @@
 """Command line: `ckptview [PATH ...]` opens the window; subcommands share the Qt-free core.
 
 Each subcommand lives in `ckptview.commands.<name>` with `add_parser(subparsers)` and `run(args) -> int`.
-Nothing here imports torch or Qt at module level: `info`, `diff` and `export` stay fast.
+The front ends are loaded by name from one table, `FRONT_ENDS` (as a console script names its entry
+point): `info` does not pay for `run`'s imports, and no command pays for Qt (nor fails without PySide6).
+This is the one place in the package that loads a ckptview module at run time; everywhere else imports
+sit at the top of their module (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from ckptview import __version__
+from ckptview import __version__, commands
 from ckptview.core.errors import CheckpointError
+from ckptview.core.read.bytes.remote.urls import parse_size
+from ckptview.core.redaction import redact
 from ckptview.core.text import printable
 
 SUBCOMMANDS = ("info", "diff", "export", "run", "devices", "series", "graph")
+FRONT_ENDS = {**{name: f"ckptview.commands.{name}" for name in SUBCOMMANDS}, "window": "ckptview.gui.app.launch"}
+"""Each front end's module: a subcommand's (`add_parser`, `run`) and the window's (`main`)."""
 
 
 class Subcommand(Protocol):
@@ -34,9 +41,9 @@ def _subcommand_modules(only: str | None = None) -> dict[str, Subcommand]:
     modules: dict[str, Subcommand] = {}
     for name in SUBCOMMANDS if only is None else (only,):
         try:
-            modules[name] = cast(Subcommand, importlib.import_module(f"ckptview.commands.{name}"))
+            modules[name] = cast(Subcommand, importlib.import_module(FRONT_ENDS[name]))
         except ModuleNotFoundError as exc:
-            if exc.name != f"ckptview.commands.{name}":
+            if exc.name != FRONT_ENDS[name]:
                 raise
     return modules
 
@@ -90,8 +97,6 @@ def entry() -> None:
     argv = sys.argv[1:]
     listing = bool(argv) and argv[0] in ("info", "diff")
     if listing:
-        from ckptview import commands
-
         commands.KEEP_UNTIL_EXIT = True
     code = main()
     if not listing:
@@ -174,8 +179,6 @@ def _redact(text: str, urls: bool = False) -> str:
     (tokens), wherever a library put them (urllib3 prints bare paths with their query)."""
     if not urls and "://" not in text:
         return text  # a local file's name may hold a '?'
-    from ckptview.core.redaction import redact
-
     return redact(text)
 
 
@@ -199,8 +202,6 @@ def _remote_options(argv: list[str]) -> list[str]:
         if not eq:
             value = next(rest, "")
         if name == "--max-download":
-            from ckptview.core.read.bytes.remote.urls import parse_size
-
             try:
                 os.environ["CKPTVIEW_MAX_DOWNLOAD"] = str(parse_size(value))
             except ValueError:
@@ -218,8 +219,8 @@ def _remote_options(argv: list[str]) -> list[str]:
 
 def _launch_gui(argv: list[str]) -> int:
     try:
-        from ckptview.gui.app.launch import main as gui_main
+        window = importlib.import_module(FRONT_ENDS["window"])
     except ImportError as exc:  # PySide6 missing: the CLI still works
         print(f"ckptview: the window needs PySide6 and pyqtgraph ({printable(exc)})", file=sys.stderr)
         return 2
-    return int(gui_main(argv))
+    return int(window.main(argv))

@@ -19,10 +19,15 @@ from ckptview.commands import keep_until_exit
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
 from ckptview.core.errors import TensorDataError
+from ckptview.core.figures.spectral import matrix_of, spectrum
+from ckptview.core.figures.stats import stats_json_for
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.inspect.grouping import group_tree
+from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
+from ckptview.core.inspect.query import QueryError, matching_names, parse_query
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, human_count, plural, shape_str
 
@@ -97,8 +102,6 @@ def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
     """Where optimizer state sits: its moments have a weight's shape but no spectrum worth judging."""
     if not _has_key(ckpt.root, "param_groups"):
         return ()
-    from ckptview.core.inspect.optimizer import find_optimizers
-
     return tuple((*opt.path, "state") for opt in find_optimizers(ckpt))
 
 
@@ -106,8 +109,6 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
     """The row with its `"spectral"` object when asked for and the tensor is a weight matrix (else no key)."""
     if not spectral:
         return item
-    from ckptview.core.figures.spectral import matrix_of, spectrum
-
     if matrix_of(entry.info) is None or entry.info.storage is None:
         return item
     try:
@@ -120,8 +121,6 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
 def _stats_function(stats: bool) -> Any:
     if not stats:
         return None
-    from ckptview.core.figures.stats import stats_json_for
-
     return stats_json_for
 
 
@@ -242,8 +241,6 @@ def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
     """The optimizers section; the optimizer module is imported only when something could be one."""
     if not _has_key(ckpt.root, "param_groups"):
         return []
-    from ckptview.core.inspect.optimizer import optimizers_json
-
     return optimizers_json(ckpt)
 
 
@@ -309,8 +306,6 @@ def _list(args: argparse.Namespace) -> int:
     """`run`, inside one pause of the cyclic GC."""
     query = None
     if getattr(args, "filter", None):
-        from ckptview.core.inspect.query import QueryError, parse_query
-
         try:
             query = parse_query(args.filter)
         except QueryError as exc:
@@ -320,9 +315,6 @@ def _list(args: argparse.Namespace) -> int:
     try:
         only = None
         if query is not None and not query.empty:
-            from ckptview.core.inspect.grouping import group_tree
-            from ckptview.core.inspect.query import matching_names
-
             only = matching_names(group_tree(ckpt.root), query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
@@ -349,8 +341,6 @@ def _let_go(ckpt: Checkpoint) -> None:
     """Free the checkpoint's tree now, or, when the process ends next, keep it out of the collector."""
     if keep_until_exit(ckpt):
         return
-    from ckptview.core.read.pickle.to_tree import release_tree
-
     release_tree(ckpt.root)  # only plain data is used below: parents unlinked, reference counting frees it
 
 

@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from ckptview.commands import series_options as series_live
-from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS, SeriesResult, TensorSeries
+from ckptview.core.series.model import SeriesResult, TensorSeries
+from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS
 from ckptview.core.text import printable
 
 MAX_ERROR_LINES = 20

@@ -168,7 +168,7 @@ def test_in_the_window(qtbot, window, trained) -> None:
 def test_tree_names_optimizer_state_by_parameter(tmp_path):
     from ckptview.core import open_checkpoint
     from ckptview.core.inspect.grouping import find_row
-    from ckptview.gui.checkpoint.tab import prepare
+    from ckptview.core.session.opening import prepare
 
     net = torch.nn.Linear(4, 3)
     opt = torch.optim.Adam(net.parameters(), lr=0.1)

@@ -90,7 +90,9 @@ def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, mon
                 time.sleep(0.02)  # the big tensor takes ~0.4 s: long enough to switch away
             yield chunk
 
-    monkeypatch.setattr(values, "iter_chunks", slow_chunks)
+    from ckptview.core.figures import stats
+
+    monkeypatch.setattr(stats, "iter_chunks", slow_chunks)  # as the panel's statistics read values
     panel = StatsPanel()
     qtbot.addWidget(panel)
     panel.set_selection([node(ck, "big")])

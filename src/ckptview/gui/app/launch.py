@@ -10,10 +10,12 @@ from PySide6.QtCore import QEvent, QObject, Signal
 from PySide6.QtGui import QFileOpenEvent, QIcon
 from PySide6.QtWidgets import QApplication
 
-from ckptview import __version__
-from ckptview.gui.app.main_window import MainWindow, resource_path
+from ckptview import __version__, desktop
+from ckptview.gui.app.main_window import MainWindow
 from ckptview.gui.app.single_instance import InstanceServer, send_to_running, server_name
 from ckptview.gui.base.settings import Settings
+from ckptview.gui.base.workers import wait_for_workers
+from ckptview.resources import resource_path
 
 
 class FileOpenFilter(QObject):
@@ -103,8 +105,6 @@ def main(argv: list[str]) -> int:
     """Entry point of the window (cli.py passes the non-subcommand arguments)."""
     args = parse_args(list(argv))
     if args.install_desktop or args.uninstall_desktop:
-        from ckptview import desktop
-
         try:
             lines = desktop.install() if args.install_desktop else desktop.uninstall()
         except OSError as exc:
@@ -141,8 +141,6 @@ def no_display_reason(env: dict[str, str] | None = None, platform: str | None = 
 
 def finish(status: int, timeout_ms: int = 5000) -> int:
     """Wait for background jobs after the window closed; one stuck in a read must not keep the process alive."""
-    from ckptview.gui.base.workers import wait_for_workers
-
     if wait_for_workers(timeout_ms, quit_first=True):  # ask every job to stop, then wait
         return status
     # Python would wait for the pool's thread forever at exit (a read blocked on a FIFO or a dead mount).

@@ -25,13 +25,15 @@ from PySide6.QtWidgets import (
 from ckptview import __version__
 from ckptview.core.checkpoint import Node
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.settings import Settings
 from ckptview.gui.base.workers import file_events
-from ckptview.gui.checkpoint.host import TabHost
+from ckptview.gui.checkpoint.host import Buildable, TabHost
 from ckptview.gui.checkpoint.tab import CheckpointTab
 from ckptview.gui.panels import registry as panels
+from ckptview.gui.series.tab import choose_run_folder, open_series_tab
 from ckptview.resources import resource_path
 
 TITLE_BAR = 32  # pixels a window manager's title bar takes above the window (the frame is not ours)
@@ -277,8 +279,11 @@ class MainWindow(QMainWindow):
             self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_MessageBoxCritical))
         self._update_busy()
 
-    def queue_build(self, tab: CheckpointTab) -> None:
+    def queue_build(self, tab: Buildable) -> None:
         """Build `tab`'s page on a later event-loop turn (one tab per turn, the current tab first)."""
+        if not isinstance(tab, CheckpointTab):  # only the window's own tabs wait in its queue
+            tab.finish_open()
+            return
         if tab not in self._build_queue:
             self._build_queue.append(tab)
         self._build_timer.start()
@@ -369,14 +374,10 @@ class MainWindow(QMainWindow):
 
     def open_series(self, paths: list[str]) -> QWidget:
         """A run tab: the checkpoints of a training run as a timeline (`--series`, File > Open Run…)."""
-        from ckptview.gui.series.tab import open_series_tab
-
         return open_series_tab(self, list(paths))
 
     def open_run_dialog(self) -> None:
         """File > Open Run…: pick a folder of checkpoints."""
-        from ckptview.gui.series.tab import choose_run_folder
-
         folder = choose_run_folder(self)
         if folder:
             self.open_series([folder])
@@ -526,8 +527,6 @@ def _normalized(path: str) -> str:
     """A local path made absolute; a URL in its shown form (no credentials or tokens: tabs and logs
     carry that form, reads map it back to the URL given)."""
     if is_url(path.strip()):
-        from ckptview.core.read.bytes.remote import remember
-
         return remember(path.strip())
     return os.path.abspath(os.path.expanduser(path))
 
@@ -536,6 +535,4 @@ def _shown(path: str) -> str:
     """What a person sees of a path: a URL without user:password or query tokens."""
     if not is_url(path):
         return path
-    from ckptview.core.read.bytes.remote import shown
-
     return shown(path)

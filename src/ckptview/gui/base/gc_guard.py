@@ -14,6 +14,8 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer
 
 from ckptview.core import gc_policy as perf
+from ckptview.core.checkpoint import Checkpoint
+from ckptview.core.session.workspace import in_use
 
 _guard: GuiThreadCollector | None = None
 # How long a worker's `paused_gc` may hold collections off: an open blocked on a dead mount must not
@@ -85,9 +87,6 @@ def _release_then_collect(stack: list[Any]) -> None:
     is emptied from the end; a checkpoint drops its listing caches (their lists go on the stack). What
     no longer has a referrer is freed by reference counting as this goes.
     """
-    from ckptview.core.checkpoint import Checkpoint
-    from ckptview.core.session.workspace import in_use
-
     budget = RELEASE_SLICE
     while stack and budget > 0:
         item = stack.pop()

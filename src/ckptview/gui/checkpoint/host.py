@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
-    from ckptview.gui.checkpoint.tab import CheckpointTab
-
 
 class TabSettings(Protocol):
     """The settings a tab reads and writes (`ckptview.gui.base.settings.Settings` has them)."""
@@ -31,6 +29,14 @@ class TabSettings(Protocol):
         ...
 
 
+class Buildable(Protocol):
+    """A tab whose page the window builds when its turn in the queue comes."""
+
+    def finish_open(self) -> None:
+        """Build the page of the checkpoint opened (on the GUI thread, after the opening worker)."""
+        ...
+
+
 class TabHost(Protocol):
     """The window a checkpoint tab lives in, as far as the tab may see it."""
 
@@ -39,7 +45,7 @@ class TabHost(Protocol):
         """The user's settings."""
         ...
 
-    def queue_build(self, tab: CheckpointTab) -> None:
+    def queue_build(self, tab: Buildable) -> None:
         """Build `tab`'s page on a later event-loop turn (a tab in the background waits its turn)."""
         ...
 
@@ -78,7 +84,7 @@ class NullHost:
         """Settings that ask nothing and remember nothing."""
         return self._settings
 
-    def queue_build(self, tab: CheckpointTab) -> None:
+    def queue_build(self, tab: Buildable) -> None:
         """No queue outside a window: build now."""
         tab.finish_open()
 

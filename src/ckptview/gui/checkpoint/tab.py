@@ -20,7 +20,8 @@ from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, find_row
 from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
-from ckptview.core.session.opening import Opened, prepare
+from ckptview.core.redaction import redact
+from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
 from ckptview.gui.base.gc_guard import collect_when_deleted
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
@@ -36,7 +37,6 @@ from ckptview.gui.checkpoint.tree_place import restore_place, save_place
 from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
 from ckptview.gui.panels import registry as panels
 
-__all__ = ["CheckpointTab", "Opened", "prepare"]  # the last two live in core/session/opening.py
 log = logging.getLogger(__name__)
 LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
 SUMMARY_COLLAPSED = "tab/summary_collapsed"
@@ -145,8 +145,6 @@ class CheckpointTab(QWidget):
 
     def _show_error(self, text: str) -> None:
         if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
-            from ckptview.core.redaction import redact
-
             text = redact(text)
         self.state, self.error_text = "error", text
         page = ErrorPage(self._name, self.path, text)

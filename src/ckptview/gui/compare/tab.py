@@ -46,6 +46,9 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.compare.diff import DiffProgress, diff_chunks, iter_compare, plan_diff
+from ckptview.core.figures.analysis import Analysis
+from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace, window_workspace
@@ -262,7 +265,6 @@ def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
              token: CancelToken | None = None) -> Generator[Any, None, DiffResult]:
     """Take both files from the window's workspace (opened only when not open there already, or changed),
     yield the plan (with the leases), then the comparison's progress."""
-    from ckptview.core.compare.diff import iter_compare, plan_diff
     workspace = workspace or window_workspace()
     a = workspace.acquire(path_a)
     handed = False
@@ -318,9 +320,6 @@ def histogram_job(ia: TensorInfo | None, ib: TensorInfo | None,
 
     The range comes from each side's statistics, asked of its checkpoint's Analysis (`analyses`, A's and
     B's): a tensor whose statistics a tab already has is not read for them again."""
-    from ckptview.core.compare.diff import diff_chunks
-    from ckptview.core.figures.analysis import Analysis
-    from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
     summaries = {}
     for side, info, analysis in (("a", ia, analyses[0]), ("b", ib, analyses[1])):
         if info is not None:
@@ -504,7 +503,6 @@ class DiffView(QWidget):
         return self._comparing
 
     def _on_yielded(self, item: Any) -> None:
-        from ckptview.core.compare.diff import DiffProgress
         if isinstance(item, DiffPlanned):
             result = item.result
             self._res.hold(item.leases)

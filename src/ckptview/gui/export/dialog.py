@@ -32,6 +32,8 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
 from ckptview.core.errors import CheckpointError
+from ckptview.core.export import plan as export
+from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
@@ -45,8 +47,6 @@ if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
 def run_export(plan: ExportPlan, *, token: CancelToken | None = None, **options: Any,
                ) -> Generator[Progress, None, ExportResult]:
     """The core's `run_export` (its module imports numpy: imported when an export starts, not at launch)."""
-    from ckptview.core.export import plan as export
-
     return export.run_export(plan, token=token, **options)
 
 
@@ -65,7 +65,6 @@ class ExportDialog(QDialog):
 
     def __init__(self, checkpoint: Checkpoint, selection: list[Node] | None = None,
                  parent: QWidget | None = None) -> None:
-        from ckptview.core.export.plan import entries_below
         super().__init__(parent)
         self.setWindowTitle("Export tensors")
         self.setObjectName("exportDialog")
@@ -179,7 +178,6 @@ class ExportDialog(QDialog):
 
     def plan(self) -> ExportPlan:
         """The export as currently chosen (metadata only); ExportError when it cannot be done."""
-        from ckptview.core.export.plan import plan_export
         return plan_export(self.entries(), self.path_edit.text().strip(), self.format(),
                            exact_dtypes=self.exact_box.isChecked() and self.exact_choice_applies())
 
@@ -318,7 +316,6 @@ MAX_PREVIEW_LINES = 500
 
 def preview_text(plan: ExportPlan, existing: set[str]) -> str:
     """One line per file (npy folder) or per key (npz, safetensors), existing targets marked."""
-    from ckptview.core.export.plan import MANIFEST
     def mark(path: str) -> str:
         return "   [exists: will be replaced]" if path in existing else ""
 

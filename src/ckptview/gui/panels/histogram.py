@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, PreviewReady, shared_analysis
+from ckptview.core.figures.histogram import DEFAULT_BINS
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.plots import legend_html, plot_widget, series_color
 from ckptview.gui.base.workers import JobSlot
@@ -47,7 +48,6 @@ class HistogramView(QWidget):
     status: QLabel  # made below the job slot whose error handler writes to it
 
     def __init__(self, parent: QWidget | None = None, analysis: Analysis | None = None) -> None:
-        from ckptview.core.figures.histogram import DEFAULT_BINS
         super().__init__(parent)
         self.analysis = analysis or shared_analysis()
         self.items: list[tuple[str, TensorInfo]] = []

@@ -28,6 +28,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.inspect.optimizer import OptimizerState, ParamState, find_optimizers
+from ckptview.core.inspect.optimizer_figures import ParamFigures, iter_figures
 from ckptview.core.jobs import Progress
 from ckptview.core.units import shape_text
 from ckptview.gui.base.tables import (
@@ -267,7 +268,6 @@ class OptimizerPanel(QWidget):
     # -- figures (worker) ----------------------------------------------------------------------------
     def start_figures(self) -> None:
         """Compute steps, norms and effective steps of the shown optimizer off the GUI thread."""
-        from ckptview.core.inspect.optimizer_figures import iter_figures
         opt = self.current
         if opt is None or self._figures_for is opt:
             return
@@ -281,7 +281,6 @@ class OptimizerPanel(QWidget):
         self.start_figures()
 
     def _on_yielded(self, value: object) -> None:
-        from ckptview.core.inspect.optimizer_figures import ParamFigures
         if isinstance(value, Progress):
             self._set_status(f"computing figures… {value.fraction:.0%}")
         elif isinstance(value, ParamFigures):

@@ -13,10 +13,14 @@ from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem,
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, SpectrumReady, TargetFailed
+from ckptview.core.figures.spectral import matrix_of
+from ckptview.core.figures.spectral_fit import power_law_pdf
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
+from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.plots import palette_colors, style_plot
+from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.panels.registry import CheckpointContext, register_panel
 
@@ -36,8 +40,6 @@ FLAG_TIPS = {
 
 def weights_of(entries: Sequence[Selected]) -> list[tuple[str, TensorInfo]]:
     """(name, tensor) of every weight matrix in the selection, in tree order, each once."""
-    from ckptview.core.figures.spectral import matrix_of
-
     seen: set[int] = set()
     out: list[tuple[str, TensorInfo]] = []
     for entry in entries:
@@ -94,8 +96,6 @@ def esd_curve(s: Spectrum, bins: int = 60) -> tuple[Any, Any, Any, Any]:
     """(bin centres, density) of the ESD on log-spaced bins, and (x, density) of the fitted tail."""
     import numpy as np
 
-    from ckptview.core.figures.spectral_fit import power_law_pdf
-
     evals = s.eigenvalues
     evals = evals[evals > 0]
     if evals.size < 2 or evals[0] == evals[-1]:
@@ -122,7 +122,6 @@ class SpectrumPanel(QWidget):
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         import pyqtgraph as pg
 
-        from ckptview.gui.base.log_axis import LogTickAxis  # pyqtgraph: first needed here, not at launch
         super().__init__(parent)
         self.analysis = context.analysis if context is not None else Analysis()
         self.weights: list[tuple[str, TensorInfo]] = []
@@ -137,11 +136,11 @@ class SpectrumPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground(palette_colors(self)[0])
-        self.esd_plot = self.graphics.addPlot(axisItems={"left": LogTickAxis("left"),
-                                                         "bottom": LogTickAxis("bottom")})
+        self.esd_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
+                                                         "bottom": log_tick_axis("bottom")})
         style_plot(self.esd_plot, "eigenvalue of W^T W", "density", widget=self)
         self.esd_plot.setLogMode(x=True, y=True)
-        self.sv_plot = self.graphics.addPlot(axisItems={"left": LogTickAxis("left")})
+        self.sv_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left")})
         style_plot(self.sv_plot, "index", "singular value", widget=self)
         self.sv_plot.setLogMode(x=False, y=True)
         self.figures = QLabel("")
@@ -239,8 +238,6 @@ class SpectrumPanel(QWidget):
 
     # -- table --------------------------------------------------------------------------------------
     def _fill_row(self, row: int, index: int, name: str, info: TensorInfo, s: Spectrum | None) -> None:
-        from ckptview.core.figures.spectral import matrix_of
-
         rows, cols = matrix_of(info) or (0, 0)
         label = QTableWidgetItem(printable(name))
         label.setData(Qt.ItemDataRole.UserRole, index)
@@ -304,7 +301,6 @@ class SpectrumPanel(QWidget):
 
     def column_texts(self, column: int) -> list[str]:
         """The texts of one column, top to bottom."""
-        from ckptview.gui.base.tables import cell_text
         return [cell_text(self.table, row, column) for row in range(self.table.rowCount())]
 
     # -- job events ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, StatsReady, TargetFailed
+from ckptview.core.figures.stats import JSON_KEYS
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
@@ -84,7 +85,6 @@ class StatsPanel(QWidget):
     status: QLabel  # made below the job slot whose handlers write to it
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
-        from ckptview.core.figures.stats import JSON_KEYS
         super().__init__(parent)
         self.context = context
         self.analysis = context.analysis if context is not None else Analysis()
@@ -121,7 +121,6 @@ class StatsPanel(QWidget):
 
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
-        from ckptview.core.figures.stats import JSON_KEYS
         self.targets = targets_of(entries)
         self.table.setColumnCount(len(self.targets))
         self.table.setHorizontalHeaderLabels(distinct_labels([label for label, _ in self.targets]))
@@ -141,7 +140,6 @@ class StatsPanel(QWidget):
 
     def figures(self, column: int = 0) -> dict[str, str]:
         """The texts shown in one column, by JSON key (tests read the panel through this)."""
-        from ckptview.core.figures.stats import JSON_KEYS
         return {key: cell_text(self.table, row, column) for row, key in enumerate(JSON_KEYS)}
 
     def _on_returned(self, _results: object) -> None:
@@ -149,7 +147,6 @@ class StatsPanel(QWidget):
         self.statsReady.emit()
 
     def _on_yielded(self, value: object) -> None:
-        from ckptview.core.figures.stats import JSON_KEYS
         if isinstance(value, Progress):
             self.status.setText(f"computing… {value.fraction:.0%}")
             return

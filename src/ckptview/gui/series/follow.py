@@ -13,7 +13,10 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ckptview.core.jobs import CancelToken
+from ckptview.core.series.cache import SeriesCache
+from ckptview.core.series.live import LiveRun
 from ckptview.core.series.model import SeriesProgress
+from ckptview.core.series.watch import watch_run
 from ckptview.core.text import printable
 from ckptview.gui.base.workers import GeneratorWorker
 
@@ -21,10 +24,6 @@ from ckptview.gui.base.workers import GeneratorWorker
 def follow_job(paths: list[str], stall_threshold: float, explode_factor: float, settle: float,
                token: CancelToken) -> Generator[Any, None, None]:
     """Watch the run until cancelled: yields progress, and ("update", result, events, gone count)."""
-    from ckptview.core.series.cache import SeriesCache
-    from ckptview.core.series.live import LiveRun
-    from ckptview.core.series.watch import watch_run
-
     cache = SeriesCache()
     run = LiveRun(paths, cache=cache, stall_threshold=stall_threshold, explode_factor=explode_factor)
     try:

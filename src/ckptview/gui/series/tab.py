@@ -34,17 +34,10 @@ from PySide6.QtWidgets import (
 from ckptview.core import dtypes
 from ckptview.core.jobs import CancelToken
 from ckptview.core.series.cells import cell_kinds
+from ckptview.core.series.findings import find_findings
+from ckptview.core.series.model import SeriesProgress, SeriesResult, module_names, module_series
 from ckptview.core.series.spectra import is_matrix, iter_spectra
-from ckptview.core.series.timeline import (
-    SeriesProgress,
-    SeriesResult,
-    find_findings,
-    iter_series,
-    module_names,
-    module_series,
-    open_for_run,
-    plan_series,
-)
+from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
 from ckptview.core.session.workspace import Holdings
 from ckptview.core.text import printable
 from ckptview.gui.base.job_header import job_header
