@@ -10,7 +10,8 @@ Prints one JSON object:
 - "build_seconds": from there to the tree painted (the hand-over, building the page, the first paint);
 - "gui_seconds": "seconds" less "read_seconds" (what the window adds to the core's open);
 - "open_seconds": window shown to tree shown (the read, the preparation and the build);
-- "tensors", "rows_shown", "torch_imported", "numpy_imported", "pyqtgraph_imported".
+- "tensors", "rows_shown", "torch_imported", "numpy_imported", "pyqtgraph_imported", "superqt_widgets_imported"
+  (superqt's widgets and qtpy's QtWidgets: the window's workers need superqt's thread module only).
 
 Runs offscreen unless QT_QPA_PLATFORM says otherwise.
 """
@@ -104,7 +105,8 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
                   "rows_shown": tab.model.rowCount() if tab.model is not None else 0,
                   "torch_imported": "torch" in sys.modules,
                   "numpy_imported": "numpy" in sys.modules,
-                  "pyqtgraph_imported": "pyqtgraph" in sys.modules}
+                  "pyqtgraph_imported": "pyqtgraph" in sys.modules,
+                  "superqt_widgets_imported": "superqt" in sys.modules or "qtpy.QtWidgets" in sys.modules}
         window.close()
     return result
 

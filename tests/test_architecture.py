@@ -361,3 +361,28 @@ def test_the_run_parent_never_imports_its_worker():
                  if a.startswith("ckptview.core.run.") and not a.startswith("ckptview.core.run.worker")
                  and b.startswith("ckptview.core.run.worker")]
     assert offenders == []
+
+
+def test_only_the_workers_module_starts_threads_in_the_window():
+    """GUI jobs go through `JobSlot` (gui/base/workers.py, over superqt's workers): no other module of gui/
+    builds a worker, a runnable, a thread or a pool of its own, or imports superqt's thread helpers."""
+    import ast
+
+    makers = {"GeneratorWorker", "FunctionWorker", "WorkerBase", "create_worker", "thread_worker",
+              "new_worker_qthread", "QThreadPool", "QRunnable", "QThread", "Thread", "ThreadPoolExecutor"}
+    allowed = SRC / "gui" / "base" / "workers.py"
+    offenders = []
+    for path in (SRC / "gui").rglob("*.py"):
+        if path == allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            named = node.func if isinstance(node, ast.Call) else None
+            name = named.attr if isinstance(named, ast.Attribute) else getattr(named, "id", None)
+            if name in makers and name != "QThread":  # QThread.currentThread() asks, it starts nothing
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {name}(...)")
+            if isinstance(node, ast.ClassDef):
+                bases = {b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases}
+                offenders += [f"{path.relative_to(SRC)}:{node.lineno} class {node.name}({b})" for b in bases & makers]
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("superqt.utils", "concurrent")):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} from {node.module} import ...")
+    assert offenders == []

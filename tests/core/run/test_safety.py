@@ -28,8 +28,8 @@ from ckptview.core.jobs import drain
 from ckptview.core.read.pickle.census import census, census_bytes
 from ckptview.core.run import request as runner
 from ckptview.core.run.input_specs import InputSpec, make_array, parse_input_specs
-from ckptview.core.run.process import RunError, execute
-from ckptview.core.run.protocol import Job, WorkerError, bounded_lines
+from ckptview.core.run.process import RunError, WorkerJob, execute
+from ckptview.core.run.protocol import MAX_STDERR_LINE, Job, WorkerError, bounded_lines
 from ckptview.core.run.request import RunRequest, inspect_inputs, run
 from ckptview.core.run.worker import load_gate
 from ckptview.core.run.worker.forward import _concrete_size, to_torch
@@ -387,18 +387,18 @@ def test_a_model_printing_a_huge_line_does_not_grow_the_parent(tmp_path: pathlib
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.jit.save(torch.jit.script(Loud()), tmp_path / "loud.pt")
-    jobs: list[runner.WorkerJob] = []
-    original = runner.WorkerJob.__init__
+    jobs: list[WorkerJob] = []
+    original = WorkerJob.__init__
 
-    def keep(self: runner.WorkerJob, request: dict) -> None:
+    def keep(self: WorkerJob, request: dict) -> None:
         original(self, request)
         jobs.append(self)
 
-    monkeypatch.setattr(runner.WorkerJob, "__init__", keep)
+    monkeypatch.setattr(WorkerJob, "__init__", keep)
     result = run(RunRequest(str(tmp_path / "loud.pt"), inputs=parse_input_specs("2,4"), runs=1, warmup=0, trust=True))
     assert result.outputs[0].shape == [2, 2]
     (job,) = jobs
-    assert job.stderr_tail and max(len(line) for line in job.stderr_tail) <= runner.MAX_STDERR_LINE + 10
+    assert job.stderr_tail and max(len(line) for line in job.stderr_tail) <= MAX_STDERR_LINE + 10
     assert any(line.startswith("xxxx") and line.endswith("[...]") for line in job.stderr_tail)
 
 

@@ -77,7 +77,8 @@ def devices_with_missing_cuda() -> list[DeviceInfo]:
 
 
 def test_device_choice_to_result(qtbot, mlp_files) -> None:
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     panel = RunPanel(path=mlp_files["sd"], devices=devices_with_missing_cuda())
     qtbot.addWidget(panel)
@@ -113,7 +114,7 @@ def test_device_choice_to_result(qtbot, mlp_files) -> None:
     assert "Loaded 4 tensors" in panel.summary_label.text() and "Latency" in panel.summary_label.text()
     qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=5_000)
     assert not panel.cancel_button.isEnabled()
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> None:
@@ -224,7 +225,8 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
 
 def test_no_weights_loaded_is_an_error_state(qtbot, mlp_files) -> None:
     """The wrong model class loads nothing: the panel shows a red error naming the keys, not 'done'."""
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
     qtbot.addWidget(panel)
@@ -237,7 +239,7 @@ def test_no_weights_loaded_is_an_error_state(qtbot, mlp_files) -> None:
     assert "2 missing keys" in blocker.args[0] and "body.weight" in blocker.args[0]
     assert "color:#b00020" in panel.status_label.text() and "done" not in panel.status_label.text()
     assert panel.result is None and panel.table.rowCount() == 0
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 MODEL_FILE = textwrap.dedent('''
@@ -315,7 +317,8 @@ def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files
     from PySide6.QtGui import QGuiApplication
 
     from ckptview import cli
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
     from tests.support.run_json_cases import skeleton
 
     panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
@@ -345,12 +348,13 @@ def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files
     assert status == 0
     printed = json.loads(capsys.readouterr().out)
     assert skeleton(data, "") == skeleton(printed, "")  # same keys, same order, same names and counts
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
     """Keyboard: Escape in the panel stops a run that hangs in the model's forward pass."""
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     code = tmp_path / "slow.py"
     code.write_text(CODE + "\nimport time\n\nclass Slow(MLP):\n    def forward(self, x):\n"
@@ -370,12 +374,13 @@ def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
         qtbot.keyClick(panel.input_edit, Qt.Key.Key_Escape)
     assert "cancelled" in blocker.args[0] and panel.result is None
     qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=10_000)
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_path) -> None:
     transformers = pytest.importorskip("transformers")
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     torch.manual_seed(3)
     config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -395,7 +400,7 @@ def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_p
     assert names == ["last_hidden_state", "pooler_output"]
     assert "Model transformers BertModel from config.json" in panel.summary_label.text()
     assert result.warnings == []
-    assert wait_for_run_jobs(30_000)
+    assert wait_for_workers(30_000)
 
 
 def test_a_folder_that_ships_its_own_code_says_so_and_does_not_run(qtbot, tmp_path) -> None:

@@ -37,7 +37,7 @@ from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
-from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.panels import registry as panels
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
@@ -71,7 +71,13 @@ class ExportDialog(QDialog):
         self.checkpoint = checkpoint
         self.selected = entries_below(checkpoint, selection or [])
         self.everything = checkpoint.tensors()
-        self.worker: GeneratorWorker | None = None
+        self.slot = JobSlot(self)
+        self.slot.yielded.connect(self._on_progress)
+        self.slot.returned.connect(self._on_done)
+        self.slot.errored.connect(lambda exc: self._show_error(str(exc)))
+        self.slot.aborted.connect(lambda: self.status.setText("Cancelled: nothing was written."))
+        self.slot.busy.connect(self._on_busy)
+        self.worker: GeneratorWorker | None = None  # the running export's job (None when none runs)
         # The export's outcome (tests and callers read it); it shadows QDialog.result(), which nobody calls.
         self.result: ExportResult | None = None  # type: ignore[assignment]
         self._build()
@@ -244,19 +250,13 @@ class ExportDialog(QDialog):
         self.status.setStyleSheet("")
         self.status.setText(f"Writing {len(plan.items)} tensors to {printable(plan.out)} …")
         self._set_running(True)
-        self.worker = GeneratorWorker(run_export, plan, force=bool(existing))
-        self.worker.signals.yielded.connect(self._on_progress)
-        self.worker.signals.returned.connect(self._on_done)
-        self.worker.signals.errored.connect(lambda exc: self._show_error(str(exc)))
-        self.worker.signals.aborted.connect(lambda: self.status.setText("Cancelled: nothing was written."))
-        self.worker.signals.finished.connect(self._on_finished)
-        self.worker.start()
+        self.worker = self.slot.start(run_export, plan, force=bool(existing))
 
     def cancel(self) -> None:
         """Stop a running export; the core removes its temporary files."""
         if self.worker is not None:
             self.status.setText("Cancelling…")
-            self.worker.quit()
+            self.slot.stop()
 
     def _set_running(self, running: bool) -> None:
         for widget in (self.export_button, self.format_box, self.path_edit, self.browse_button,
@@ -276,6 +276,10 @@ class ExportDialog(QDialog):
         text = f"Wrote {len(result.files)} tensors ({human_bytes(result.bytes_written)}) to {printable(result.out)}"
         self.status.setText(text)
         self.open_button.setVisible(True)
+
+    def _on_busy(self, busy: bool) -> None:
+        if not busy:  # the export ended: written, failed or cancelled
+            self._on_finished()
 
     def _on_finished(self) -> None:
         self.worker = None
@@ -301,13 +305,11 @@ class ExportDialog(QDialog):
 
     def reject(self) -> None:
         """Close (Escape, Close button): a running export is cancelled first."""
-        if self.worker is not None:
-            self.worker.quit()
+        self.slot.stop()
         super().reject()
 
     def closeEvent(self, event: Any) -> None:
-        if self.worker is not None:
-            self.worker.quit()
+        self.slot.stop()
         super().closeEvent(event)
 
 

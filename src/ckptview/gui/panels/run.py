@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, QThreadPool, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut, QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
@@ -53,8 +53,7 @@ from ckptview.core.run.process import RunError, phase_words
 from ckptview.core.run.result import RunResult, result_json_text
 from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
-from ckptview.gui.base.gc_guard import install_gc_guard
-from ckptview.gui.base.workers import GeneratorWorker, keep_until_finished
+from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.panels.registry import CheckpointContext, register_panel
 
 COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
@@ -62,27 +61,8 @@ COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "N
 # Before the worker has listed the machine's devices, these two always exist.
 DEFAULT_DEVICES = [DeviceInfo("cpu", "cpu", True, description="CPU"),
                    DeviceInfo("meta", "meta", True, description="shape-only dry run: no memory, no values")]
-# Run jobs mostly wait on their worker process, for as long as a run takes: they get a pool of their own so
-# they never hold the global pool's few threads that statistics and histograms need.
-_pool: QThreadPool | None = None
 # Devices probed once per session (a probe starts a worker process); panels share it.
 _probed_devices: list[DeviceInfo] | None = None
-
-
-def _start(worker: GeneratorWorker) -> GeneratorWorker:
-    global _pool
-    if _pool is None:
-        _pool = QThreadPool()
-        _pool.setMaxThreadCount(4)
-    install_gc_guard()
-    keep_until_finished(worker, worker.signals)  # released on the GUI thread when it finishes
-    _pool.start(worker)
-    return worker
-
-
-def wait_for_run_jobs(timeout_ms: int = 30_000) -> bool:
-    """Block until every Run-panel job has finished (shutdown and tests)."""
-    return _pool is None or _pool.waitForDone(timeout_ms)
 
 
 def _remember_devices(devices: list[DeviceInfo]) -> None:
@@ -158,10 +138,30 @@ class RunPanel(QWidget):
         self.trusted: dict[str, list[str]] = {}  # path -> the findings the user accepted for it
         self.result: RunResult | None = None
         self.last_error = ""
-        self._worker: GeneratorWorker | None = None
-        self._probe: GeneratorWorker | None = None
+        # Run jobs mostly wait on a worker process, for as long as a run takes: `waits` slots run them in a
+        # pool of their own, so they never hold the threads that statistics and histograms need.
+        self.run_job = JobSlot(self, waits=True)
+        self.run_job.yielded.connect(self._on_progress)
+        self.run_job.returned.connect(self._on_result)
+        self.run_job.errored.connect(lambda exc: self._show_error(str(exc)))
+        self.run_job.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
+        self.run_job.busy.connect(lambda busy: None if busy else self._set_running(False))
+        self.probe_job = JobSlot(self, waits=True)  # the devices, listed in a worker process
+        self.probe_job.returned.connect(_remember_devices)
+        self.probe_job.returned.connect(self.set_devices)
+        self.probe_job.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
+        self.inspect_job = JobSlot(self, waits=True)  # the input signature of a graph archive
+        self.inspect_job.returned.connect(self._set_prefill)
+        self.recognize_job = JobSlot(self, waits=True)  # a URL's config.json, fetched off the GUI thread
+        self.recognize_job.yielded.connect(self._on_recognize_progress)
+        self.recognize_job.returned.connect(self._on_recognized)
+        self.recognize_job.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
+        self.recognize_job.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
+        # No hook on its end: each of the three above offers Run again, and a late one would end a run the
+        # user started meanwhile.
+        self._worker: GeneratorWorker | None = None  # the run in flight
         self._inspect: GeneratorWorker | None = None
-        self._recognize: GeneratorWorker | None = None  # a URL's config.json, fetched off the GUI thread
+        self._recognize: GeneratorWorker | None = None
         self._recognizing = False  # until its result (or error) has reached this thread
         self._probe_wanted = devices is None
         self._prefill_wanted = True
@@ -171,7 +171,6 @@ class RunPanel(QWidget):
         self._build()
         self.set_devices(devices or DEFAULT_DEVICES)
         self._describe_source()
-        self.destroyed.connect(self._stop_workers_on_destroy)
 
     # ------------------------------------------------------------------------------------ layout
 
@@ -311,11 +310,7 @@ class RunPanel(QWidget):
             if _probed_devices is not None:
                 self.set_devices(_probed_devices)
             else:
-                self._probe = GeneratorWorker(runner.probe_devices)
-                self._probe.signals.returned.connect(_remember_devices)
-                self._probe.signals.returned.connect(self.set_devices)
-                self._probe.signals.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
-                _start(self._probe)
+                self.probe_job.start(runner.probe_devices)
         if self._prefill_wanted:
             self._prefill_wanted = False
             self.recognize_remote()
@@ -386,18 +381,11 @@ class RunPanel(QWidget):
             return False
         checkpoint = self._checkpoint()  # the open tab's keys and shapes (metadata in memory, no I/O)
         tensors = find_state_dict(checkpoint)[1] if checkpoint is not None else None
-        worker = GeneratorWorker(recognize_url, self.path, tensors)
-        worker.signals.yielded.connect(self._on_recognize_progress)
-        worker.signals.returned.connect(self._on_recognized)
-        worker.signals.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
-        worker.signals.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
-        # No `finished` hook: each of the three ends above offers Run again, and a late `finished` would end a
-        # run the user started meanwhile.
-        self._recognize, self._recognizing = worker, True
+        self._recognizing = True
         self._show_source(pending="reading the model's config.json…")
         self.status_label.setText("reading the model's config.json…")
         self._set_running(True)
-        _start(worker)
+        self._recognize = self.recognize_job.start(recognize_url, self.path, tensors)
         return True
 
     def _on_recognize_progress(self, progress: object) -> None:
@@ -439,9 +427,7 @@ class RunPanel(QWidget):
             return
         if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
             # ckptview's own reading of the graph (the .pt2's JSON); nothing is loaded, nothing from the file runs.
-            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path)
-            self._inspect.signals.returned.connect(self._set_prefill)
-            _start(self._inspect)
+            self._inspect = self.inspect_job.start(runner.inspect_inputs, self.path)
         elif self._arch is not None:
             self._set_prefill(default_inputs(self._arch))
         elif self._recognizing:
@@ -535,14 +521,7 @@ class RunPanel(QWidget):
         self.summary_label.setText("")
         self.status_label.setText("starting the worker…")
         self._set_running(True)
-        worker = GeneratorWorker(runner.run_iter, request)
-        worker.signals.yielded.connect(self._on_progress)
-        worker.signals.returned.connect(self._on_result)
-        worker.signals.errored.connect(lambda exc: self._show_error(str(exc)))
-        worker.signals.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
-        worker.signals.finished.connect(lambda: self._set_running(False))
-        self._worker = worker
-        _start(worker)
+        self._worker = self.run_job.start(runner.run_iter, request)
         return True
 
     def copy_result(self) -> bool:
@@ -554,10 +533,10 @@ class RunPanel(QWidget):
 
     def cancel_run(self) -> None:
         """Kill the worker process (the job notices within a poll interval), or stop reading a URL's config."""
-        for worker in (self._worker, self._recognize):
-            if worker is not None and not worker.is_done:
+        for job in (self.run_job, self.recognize_job):
+            if job.running:
                 self.status_label.setText("cancelling…")
-                worker.quit()
+                job.stop()
 
     def is_running(self) -> bool:
         """True while a job is in flight."""
@@ -572,11 +551,6 @@ class RunPanel(QWidget):
         self.cancel_button.setEnabled(running)
         if not running:
             self._worker = None
-
-    def _stop_workers_on_destroy(self) -> None:
-        for worker in (self._worker, self._probe, self._inspect, self._recognize):
-            if worker is not None:
-                worker.quit()
 
     def _on_progress(self, progress: object) -> None:
         if isinstance(progress, Progress) and progress.message:

@@ -41,7 +41,7 @@ from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
 from ckptview.core.session.workspace import Holdings
 from ckptview.core.text import printable
 from ckptview.gui.base.job_header import job_header
-from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.plots import (
     HEAT_FLOOR,
@@ -74,18 +74,15 @@ def series_job(paths: list[str], stall_threshold: float, explode_factor: float, 
 
 
 class _Resources:
-    """What the tab must stop when Qt deletes it (a plain object: the widget may already be gone)."""
+    """What the tab must let go when Qt deletes it (a plain object: the widget may already be gone). Its
+    jobs stop with their JobSlots, which are the tab's children."""
 
     def __init__(self) -> None:
-        self.workers: list[GeneratorWorker] = []
         # The run's checkpoints, each opened once (through the window's workspace) for the reading and
         # the plots; let go when the tab goes.
         self.holdings = Holdings(opener=open_for_run)
 
     def release(self, *_args: Any) -> None:
-        for worker in self.workers:
-            worker.quit()
-        self.workers = []
         self.holdings.release()
 
 
@@ -108,9 +105,20 @@ class SeriesTab(QWidget):
         self.state = "loading"
         self._res = _Resources()
         self.destroyed.connect(self._res.release)
-        self._worker: GeneratorWorker | None = None
-        self._hist_worker: GeneratorWorker | None = None
-        self._spectra_worker: GeneratorWorker | None = None
+        self.reading = JobSlot(self)  # finding, ordering and reading the checkpoints
+        self.reading.yielded.connect(self._on_yielded)
+        self.reading.returned.connect(self._on_returned)
+        self.reading.errored.connect(self._on_errored)
+        self.reading.aborted.connect(self._on_aborted)
+        self._worker: GeneratorWorker | None = None  # the reading's job
+        self.histogram_job = JobSlot(self)  # one tensor's histograms over the run
+        # Bound methods, not lambdas: Qt drops these connections when the tab is deleted.
+        self.histogram_job.returned.connect(self._on_histograms)
+        self.histogram_job.errored.connect(self._on_histograms_error)
+        self._hist_request: tuple[str, tuple[float, float]] | None = None  # what the current histograms show
+        self.spectra_job = JobSlot(self)  # the weights' spectra the Spectra view lacks
+        self.spectra_job.returned.connect(self._on_spectra)
+        self.spectra_job.errored.connect(self._on_spectra_error)
         self._spectra: dict[tuple[str, str], tuple[float | None, float | None]] = {}  # (path, name) -> figures
         self._items: dict[str, QTreeWidgetItem] = {}
         self._module_items: dict[str, QTreeWidgetItem] = {}
@@ -182,34 +190,21 @@ class SeriesTab(QWidget):
     # --- the reading -----------------------------------------------------------------------------
     def start(self) -> None:
         """Find, order and read the run's checkpoints in a worker."""
-        worker = GeneratorWorker(series_job, self.paths, self.stall_threshold, self.explode_factor,
-                                 self._res.holdings)
-        worker.signals.yielded.connect(self._on_yielded)
-        worker.signals.returned.connect(self._on_returned)
-        worker.signals.errored.connect(self._on_errored)
-        worker.signals.aborted.connect(self._on_aborted)
-        self._worker = worker
-        self._res.workers.append(worker)
         app = QCoreApplication.instance()
-        if app is not None:  # quitting the app stops the reading too, not only closing the tab
+        if app is not None:  # quitting the app lets the run's files go too, not only closing the tab
             app.aboutToQuit.connect(self._res.release)
-        worker.start()
+        self._worker = self.reading.start(series_job, self.paths, self.stall_threshold, self.explode_factor,
+                                          self._res.holdings)
 
     def cancel(self) -> None:
         """Stop reading (what is done stays shown)."""
-        if self._worker is not None and not self._worker.is_done:
-            self._worker.quit()
+        self.reading.stop()
 
     def busy(self) -> bool:
         """True while the files are being read."""
         return self._worker is not None and not self._worker.is_done
 
-    def _mine(self) -> bool:
-        return self._worker is not None and self.sender() is self._worker.signals
-
     def _on_yielded(self, item: Any) -> None:
-        if not self._mine():
-            return
         if isinstance(item, tuple) and item and item[0] == "plan":
             self.result = item[1]
             self._build_tree()
@@ -227,8 +222,6 @@ class SeriesTab(QWidget):
                 self.progress.setToolTip(printable(item.message))
 
     def _on_returned(self, result: SeriesResult) -> None:
-        if not self._mine():
-            return
         self.result = result
         self.state = "ready"
         self._refresh_timer.stop()
@@ -238,8 +231,6 @@ class SeriesTab(QWidget):
         self.finished.emit(result)
 
     def _on_errored(self, exc: BaseException) -> None:
-        if not self._mine():
-            return
         self.state = "error"
         self._done()
         message = printable(str(exc) or type(exc).__name__)
@@ -247,8 +238,6 @@ class SeriesTab(QWidget):
         self.failed.emit(message)
 
     def _on_aborted(self) -> None:
-        if not self._mine():
-            return
         self.state = "cancelled"
         self._done()
         self.refresh()
@@ -469,9 +458,7 @@ class SeriesTab(QWidget):
 
     # --- histograms over the run -------------------------------------------------------------------
     def _start_histograms(self) -> None:
-        if self._hist_worker is not None:
-            self._hist_worker.quit()
-            self._hist_worker = None
+        self.histogram_job.cancel()
         tensors = [n for k, n in self.selected() if k == "tensor"]
         r = self.result
         if not tensors or r is None or self.done_count() == 0:
@@ -488,30 +475,18 @@ class SeriesTab(QWidget):
         value_range = (float(min(lows)), float(max(highs)))
         paths = [ref.path for ref in r.checkpoints[:done]]
         self.histograms.clear(f"{printable(name)}: reading…")
-        worker = GeneratorWorker(histograms_job, paths, name, value_range, HIST_BINS, self._res.holdings)
-        worker.request = (name, value_range)  # type: ignore[attr-defined]
-        # Bound methods, not lambdas: Qt drops these connections when the tab is deleted.
-        worker.signals.returned.connect(self._on_histograms)
-        worker.signals.errored.connect(self._on_histograms_error)
-        self._hist_worker = worker
-        self._res.workers = [w for w in self._res.workers if not w.is_done] + [worker]
-        worker.start()
-
-    def _current_histograms(self) -> GeneratorWorker | None:
-        w = self._hist_worker
-        return w if w is not None and self.sender() is w.signals else None
+        self._hist_request = (name, value_range)
+        self.histogram_job.start(histograms_job, paths, name, value_range, HIST_BINS, self._res.holdings)
 
     def _on_histograms(self, hists: list[Any]) -> None:
-        worker = self._current_histograms()
-        if worker is None:
+        if self._hist_request is None:
             return
-        name, value_range = worker.request  # type: ignore[attr-defined]
+        name, value_range = self._hist_request  # the slot forwards the current job's result only
         self.histograms.set_histograms(printable(name), hists, value_range)
         self.histograms_ready.emit((name, hists))
 
     def _on_histograms_error(self, exc: BaseException) -> None:
-        if self._current_histograms() is not None:
-            self.histograms.clear(f"error: {printable(exc)}")
+        self.histograms.clear(f"error: {printable(exc)}")
 
 
     # --- weight spectra over the run ----------------------------------------------------------------
@@ -547,21 +522,18 @@ class SeriesTab(QWidget):
         stale = [key for key in self._spectra if key[0] in gone]
         for key in stale:
             del self._spectra[key]
-        if gone and self._spectra_worker is not None:
+        if gone and self.spectra_job.running:
             self._stop_spectra()  # it may be reading the old contents; refresh() starts it again
 
     def _stop_spectra(self) -> None:
-        if self._spectra_worker is not None:
-            self._spectra_worker.quit()
-            self._spectra_worker = None
+        self.spectra_job.cancel()
 
     def _start_spectra(self, restart: bool) -> None:
         """Fit what the Spectra view lacks in a worker (restart: drop a fit of another selection)."""
         r = self.result
         if not self.spectral_box.isChecked() or r is None:
             return
-        busy = self._spectra_worker is not None and not self._spectra_worker.is_done
-        if busy and not restart:
+        if self.spectra_job.running and not restart:
             return  # it picks up what is new when it ends
         self._stop_spectra()
         names = self.spectral_names()
@@ -573,28 +545,15 @@ class SeriesTab(QWidget):
             self._draw_spectra(names)
             return
         self.spectra.set_message(f"fitting {len(wanted)} spectr{'um' if len(wanted) == 1 else 'a'}…")
-        worker = GeneratorWorker(iter_spectra, wanted, self._res.holdings)
-        worker.signals.returned.connect(self._on_spectra)
-        worker.signals.errored.connect(self._on_spectra_error)
-        self._spectra_worker = worker
-        self._res.workers = [w for w in self._res.workers if not w.is_done] + [worker]
-        worker.start()
-
-    def _current_spectra(self) -> bool:
-        w = self._spectra_worker
-        return w is not None and self.sender() is w.signals
+        self.spectra_job.start(iter_spectra, wanted, self._res.holdings)
 
     def _on_spectra(self, found: dict[tuple[str, str], tuple[float | None, float | None]]) -> None:
-        if not self._current_spectra():
-            return
         self._spectra.update(found)
-        self._spectra_worker = None
-        self._start_spectra(restart=False)  # checkpoints read (or a selection made) meanwhile
+        self._start_spectra(restart=True)  # what was read (or selected) meanwhile: its job has ended
 
     def _on_spectra_error(self, exc: BaseException) -> None:
-        if self._current_spectra():
-            self._spectra_worker = None
-            self.spectra.set_message(f"error: {printable(exc)}")
+        self.spectra_job.cancel()
+        self.spectra.set_message(f"error: {printable(exc)}")
 
     def _draw_spectra(self, names: list[str]) -> None:
         r = self.result
