@@ -364,7 +364,7 @@ class MainWindow(QMainWindow):
         self.open_paths([example_path()])
 
     def open_diff(self, a: str, b: str) -> None:
-        """`--diff A B`: the registered diff view, or both files side by side as tabs."""
+        """`--diff A B`: the comparison tab, or both files side by side as tabs."""
         handler = panels.diff_handler()
         if handler is None:
             self.statusBar().showMessage("The comparison view is not available; opened both files.", 8000)
@@ -383,7 +383,7 @@ class MainWindow(QMainWindow):
             self.open_series([folder])
 
     def add_tab(self, widget: QWidget, title: str, tooltip: str | list[str] = "") -> int:
-        """Add a closable main tab that is not a checkpoint (a diff view, a report); returns its index.
+        """Add a closable main tab that is not a checkpoint (a comparison, a report); returns its index.
 
         Title and tooltip name files: escaped like every name. A tooltip of several lines comes as a list
         (a newline inside one file's name is escaped, never a line of its own)."""

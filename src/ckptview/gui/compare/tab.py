@@ -354,7 +354,7 @@ class _Resources:
         self.hold(())
 
 
-class DiffView(QWidget):
+class CompareTab(QWidget):
     """A comparison of two checkpoint files, computed in a worker with progress and cancel."""
 
     planned = Signal(object)  # DiffResult with statuses, figures pending
@@ -691,16 +691,16 @@ def _status_rank(status: str) -> int:
 
 
 # --- ways in ---------------------------------------------------------------------------------------
-def open_diff(window: Any, path_a: str, path_b: str) -> DiffView:
+def open_diff(window: Any, path_a: str, path_b: str) -> CompareTab:
     """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
-    view = DiffView(path_a, path_b)
+    view = CompareTab(path_a, path_b)
     title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
     window.add_tab(view, title, [f"A: {view.path_a}", f"B: {view.path_b}"])
     view.start()
     return view
 
 
-def compare_with(window: Any, other: str | None = None) -> DiffView | None:
+def compare_with(window: Any, other: str | None = None) -> CompareTab | None:
     """Tools > Compare With…: the current checkpoint tab (A) against a file picked by the user (B)."""
     tab = window.current_tab()
     if tab is None:
@@ -714,7 +714,7 @@ def compare_with(window: Any, other: str | None = None) -> DiffView | None:
     return open_diff(window, tab.path, other)
 
 
-def compare_open_tabs(window: Any) -> DiffView | None:
+def compare_open_tabs(window: Any) -> CompareTab | None:
     """Tools > Compare Two Open Tabs…: the two tabs when there are two, else pick them in a dialog."""
     tabs = window.checkpoint_tabs()
     if len(tabs) < 2:

@@ -54,7 +54,7 @@ def nonfinite_overlay(image: np.ndarray) -> np.ndarray | None:
     return out
 
 
-class HeatmapView(QWidget):
+class HeatmapPanel(QWidget):
     """ImageItem with a diverging colour bar centred on zero; the axis picks which dimension is rows."""
 
     ready = Signal()
@@ -202,4 +202,4 @@ class HeatmapView(QWidget):
             self.hover.setText(self.value_at(point.y(), point.x()) or " ")
 
 
-register_panel("Heat-map", HeatmapView, order=20)
+register_panel("Heat-map", HeatmapPanel, order=20)

@@ -42,7 +42,7 @@ from ckptview.gui.base.tables import (
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.panels.histogram import HistogramView
 from ckptview.gui.panels.registry import CheckpointContext, register_panel
-from ckptview.gui.panels.training import TrainingCard
+from ckptview.gui.panels.training import TrainingPanel
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.inspect.optimizer_figures import ParamFigures
@@ -367,4 +367,4 @@ class OptimizerPanel(QWidget):
 
 
 register_panel("Optimizer", OptimizerPanel, order=40)
-register_panel("Training", TrainingCard, order=50)
+register_panel("Training", TrainingPanel, order=50)

@@ -54,7 +54,7 @@ def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:
     return table
 
 
-class TrainingCard(QWidget):
+class TrainingPanel(QWidget):
     """Facts of a training checkpoint, one table per section; sections without content are left out."""
 
     summaryReady = Signal()  # the card shows the read values of one-element tensors

@@ -219,7 +219,7 @@ class ValuesModel(QAbstractTableModel):
         self.tileLoaded.emit()
 
 
-class ValuesView(QWidget):
+class ValuesPanel(QWidget):
     """Slice spec line edit above the virtual table; Ctrl+C copies the selection as tab-separated text."""
 
     sliceReady = Signal()
@@ -419,4 +419,4 @@ class ValuesView(QWidget):
             QGuiApplication.clipboard().setText(text)
 
 
-register_panel("Values", ValuesView, order=30)
+register_panel("Values", ValuesPanel, order=30)
