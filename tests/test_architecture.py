@@ -386,3 +386,28 @@ def test_only_the_workers_module_starts_threads_in_the_window():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("superqt.utils", "concurrent")):
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno} from {node.module} import ...")
     assert offenders == []
+
+
+def test_the_window_declares_what_it_asks_of_tabs_and_panels():
+    """The main tabs share the `Tab` protocol, panels that follow the selection `SupportsSelection`; the
+    window and the side panels never probe a widget with getattr/hasattr or call a method by its name."""
+    import ast
+
+    from ckptview.gui.base.tab import Tab
+    from ckptview.gui.checkpoint.host import SupportsSelection
+    from ckptview.gui.checkpoint.tab import CheckpointTab
+    from ckptview.gui.compare.tab import CompareTab
+    from ckptview.gui.series.tab import SeriesTab
+
+    assert all(issubclass(kind, Tab) for kind in (CheckpointTab, CompareTab, SeriesTab))
+    from ckptview.gui.app.main_window import PANELS
+
+    followers = {p.title for p in PANELS if isinstance(p.factory, type) and issubclass(p.factory, SupportsSelection)}
+    assert {"Statistics", "Heat-map", "Values", "Spectrum"} <= followers
+    offenders = []
+    for path in (SRC / "gui" / "app" / "main_window.py", SRC / "gui" / "checkpoint" / "side_panels.py",
+                 SRC / "gui" / "export" / "dialog.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []

@@ -8,7 +8,6 @@ import torch
 from PySide6.QtCore import Qt
 
 from ckptview.gui.compare.tab import COLUMN, CompareTab, compare_open_tabs, compare_with
-from ckptview.gui.panels import registry as panels
 from tests.support.guihelpers import wait_settled
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
@@ -94,7 +93,6 @@ def test_error_is_shown_in_place(qtbot, tmp_path, pair):
 
 def test_ways_in_from_the_window(qtbot, window, pair):
     a, b, _, _ = pair
-    assert panels.diff_handler() is not None
     window.open_diff(a, b)  # what `ckptview --diff A B` calls
     view = window.tabs.currentWidget()
     assert isinstance(view, CompareTab)

@@ -154,11 +154,11 @@ def test_bad_input_is_shown_without_starting_a_worker(qtbot, mlp_files) -> None:
     assert "--" not in panel.last_error and "--" not in panel.status_label.text()
 
 
-def test_registered_as_a_panel() -> None:
-    import ckptview.gui.panels.run  # noqa: F401 - registering happens at import
-    from ckptview.gui.panels.registry import panels
+def test_listed_as_a_panel() -> None:
+    from ckptview.gui.app.main_window import PANELS
+    from ckptview.gui.panels.run import RunPanel
 
-    assert any(p.title == "Run" for p in panels())
+    assert [p.factory for p in PANELS if p.title == "Run"] == [RunPanel]
 
 
 def test_compare_needs_its_own_consent_naming_both_files(qtbot, mlp_files, tmp_path) -> None:

@@ -43,7 +43,7 @@ def served(tmp_path):
 def remote_panel(qtbot, url: str):
     """The Run panel as a URL's tab builds it: over the checkpoint the tab opened (in the test's thread)."""
     from ckptview.core import open_checkpoint
-    from ckptview.gui.panels.registry import CheckpointContext
+    from ckptview.gui.checkpoint.host import CheckpointContext
     from ckptview.gui.panels.run import RunPanel
 
     checkpoint = open_checkpoint(url)

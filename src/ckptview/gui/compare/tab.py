@@ -1,6 +1,6 @@
 """The comparison tab: summary, a sortable filterable table, relative change per tensor, overlaid histograms.
 
-Ways in (registered at import, see :mod:`ckptview.gui.panels.registry`): ``ckptview --diff A B``, Tools > Compare
+Ways in (the window's `open_diff` and its table `gui/app/main_window.py`): ``ckptview --diff A B``, Tools > Compare
 With… (the current tab against a file) and Tools > Compare Two Open Tabs…. The view holds both files
 through the window's workspace (:mod:`ckptview.core.session.workspace`): a file open in a tab and unchanged
 is not opened again, and closing that tab leaves the comparison's hold. A tensor's statistics come from its
@@ -57,7 +57,6 @@ from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels import registry as panels
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -528,6 +527,12 @@ class CompareTab(QWidget):
                 if not self._plot_timer.isActive():
                     self._plot_timer.start()
 
+    def release(self) -> None:
+        """Stop the comparison and let go of both files (the window is closing the tab: `Tab`)."""
+        self.job.cancel()
+        self.hist_job.cancel()
+        self._res.release()
+
     def trees(self) -> list[Any]:
         """The two checkpoints this view holds, for `gc_guard.collect_when_deleted` (which leaves one that a
         tab still shows)."""
@@ -751,8 +756,3 @@ class TabPairDialog(QDialog):
     def paths(self) -> tuple[str, str]:
         """The chosen (A, B)."""
         return self.combo_a.currentData(), self.combo_b.currentData()
-
-
-panels.set_diff_handler(open_diff)
-panels.register_action("Tools", "Compare With…", compare_with)
-panels.register_action("Tools", "Compare Two Open Tabs…", compare_open_tabs)

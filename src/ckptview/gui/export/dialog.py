@@ -38,7 +38,6 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
-from ckptview.gui.panels import registry as panels
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult
@@ -339,7 +338,7 @@ def preview_text(plan: ExportPlan, existing: set[str]) -> str:
 def selection_nodes(window: Any) -> list[Node]:
     """The tree selection as core nodes, module-group rows included (through the rows below them)."""
     tab = window.current_tab()
-    rows = tab.selected_rows() if tab is not None and hasattr(tab, "selected_rows") else None
+    rows = tab.selected_rows() if tab is not None else None
     if rows is None:
         return list(window.current_selection())
     return [r.node for row in rows for r in row.walk() if r.node is not None]
@@ -355,6 +354,3 @@ def export_nodes(window: Any, nodes: list[Node] | None = None) -> ExportDialog |
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.open()
     return dialog
-
-
-panels.register_action("File", "Export…", export_nodes, SHORTCUT)

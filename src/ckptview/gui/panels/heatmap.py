@@ -15,7 +15,7 @@ from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.plots import NONFINITE_COLORS, nonfinite_caption, palette_colors, style_plot
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -200,6 +200,3 @@ class HeatmapPanel(QWidget):
         if self.plot.sceneBoundingRect().contains(pos):
             point = self.plot.vb.mapSceneToView(pos)
             self.hover.setText(self.value_at(point.y(), point.x()) or " ")
-
-
-register_panel("Heat-map", HeatmapPanel, order=20)

@@ -40,9 +40,8 @@ from ckptview.gui.base.tables import (
     set_header_tip,
 )
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.checkpoint.host import CheckpointContext
 from ckptview.gui.panels.histogram import HistogramView
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
-from ckptview.gui.panels.training import TrainingPanel
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.inspect.optimizer_figures import ParamFigures
@@ -364,7 +363,3 @@ class OptimizerPanel(QWidget):
                             self.show_optimizer(i)
                         self.params_table.selectRow(r)
                         return
-
-
-register_panel("Optimizer", OptimizerPanel, order=40)
-register_panel("Training", TrainingPanel, order=50)

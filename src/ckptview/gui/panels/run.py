@@ -54,7 +54,7 @@ from ckptview.core.run.result import RunResult, result_json_text
 from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
            "max |Δ| vs second")
@@ -679,6 +679,3 @@ def _bytes(value: Any) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-register_panel("Run", RunPanel, order=60)

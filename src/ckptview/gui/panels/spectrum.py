@@ -22,7 +22,7 @@ from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.plots import palette_colors, style_plot
 from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 if TYPE_CHECKING:
     from ckptview.core.figures.spectral import Spectrum
@@ -358,6 +358,3 @@ class SpectrumPanel(QWidget):
             self.sv_plot.plot(np.arange(1, sv.size + 1), sv, pen=pg.mkPen(fg))
         self.figures.setText(figures_text(name, s))
         self.ready.emit()
-
-
-register_panel("Spectrum", SpectrumPanel, order=25)

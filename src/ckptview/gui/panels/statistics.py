@@ -22,8 +22,8 @@ from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.checkpoint.host import CheckpointContext
 from ckptview.gui.panels.histogram import HistogramView
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
 
 MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
 LABELS = {
@@ -164,6 +164,3 @@ class StatsPanel(QWidget):
             item = QTableWidgetItem(format_figure(key, getattr(stats, key), stats.numel))
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(row, col, item)
-
-
-register_panel("Statistics", StatsPanel, order=10)

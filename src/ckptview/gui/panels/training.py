@@ -18,7 +18,7 @@ from ckptview.core.inspect.training import TrainingSummary, training_summary
 from ckptview.core.text import shown
 from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 # Shown first, in this order, when present; the other facts follow in file order.
 FIRST_FACTS = ("epoch", "global_step", "step", "iteration", "iter", "loss", "best_loss", "val_loss")

@@ -35,7 +35,7 @@ from ckptview.core.read.values.slicing import LazySlice2D, SliceError, default_s
 from ckptview.gui.base.plots import NONFINITE_COLORS
 from ckptview.gui.base.tables import compact
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -417,6 +417,3 @@ class ValuesPanel(QWidget):
         text = self.selection_text()
         if text:
             QGuiApplication.clipboard().setText(text)
-
-
-register_panel("Values", ValuesPanel, order=30)

@@ -196,6 +196,16 @@ class SeriesTab(QWidget):
         self._worker = self.reading.start(series_job, self.paths, self.stall_threshold, self.explode_factor,
                                           self._res.holdings)
 
+    def release(self) -> None:
+        """Stop every job and let go of the run's checkpoints (the window is closing the tab: `Tab`)."""
+        for job in (self.reading, self.histogram_job, self.spectra_job, self.follow.slot):
+            job.cancel()
+        self._res.release()
+
+    def trees(self) -> list[Any]:
+        """Nothing kept out of the collector (`Tab`): the run's checkpoints are its holdings', let go above."""
+        return []
+
     def cancel(self) -> None:
         """Stop reading (what is done stays shown)."""
         self.reading.stop()
