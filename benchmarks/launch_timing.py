@@ -43,9 +43,9 @@ def process_start() -> float:
 
 
 def _time_the_read(marks: dict[str, float]) -> None:
-    """Record when the worker's `open_checkpoint` starts and returns (the opening worker looks it up in
-    `ckptview.core` at call time)."""
-    import ckptview.core as core
+    """Record when the worker's `open_checkpoint` starts and returns (as the opening worker calls it:
+    `ckptview.core.session.opening.open_checkpoint`, looked up there at call time)."""
+    from ckptview.core.session import opening as core
 
     real = core.open_checkpoint
 

@@ -411,3 +411,62 @@ def test_the_window_declares_what_it_asks_of_tabs_and_panels():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
+
+
+def _package_folders():
+    return [SRC, *sorted(p for p in SRC.rglob("*") if p.is_dir() and (p / "__init__.py").exists())]
+
+
+def test_no_folder_holds_more_than_twenty_modules():
+    """A folder past twenty modules hides features in it: split it into folders that name them."""
+    crowded = {str(d.relative_to(SRC.parent)): n for d in _package_folders()
+               if (n := len([p for p in d.glob("*.py") if p.name != "__init__.py"])) > 20}
+    assert crowded == {}
+
+
+def test_no_family_of_modules_shares_a_name_prefix():
+    """Four modules or more named `series_*` are a folder named `series`: a prefix stands for a folder."""
+    from collections import Counter
+
+    families = {}
+    for d in _package_folders():
+        prefixes = Counter(p.stem.split("_")[0] for p in d.glob("*.py") if p.name != "__init__.py")
+        families.update({f"{d.relative_to(SRC.parent)}/{prefix}_*": n for prefix, n in prefixes.items() if n >= 4})
+    assert families == {}
+
+
+def test_no_module_repeats_its_folders_name():
+    """`run/run_loading.py` says "run" twice: in a feature's folder, a module is named for its part only."""
+    stutters = [str(p.relative_to(SRC.parent)) for d in _package_folders() for p in d.glob("*.py")
+                if p.name != "__init__.py" and d.name in p.stem.split("_")]
+    assert stutters == []
+
+
+def test_every_package_names_its_public_api():
+    """Each package's `__init__.py` lists its public API in `__all__` (every name bound there), and no
+    module imports from a package it is inside (the package's API is for other packages; from inside it
+    would run the package's imports before the module's own)."""
+    import ast
+
+    missing, unbound, inward = [], [], []
+    for init in SRC.rglob("__init__.py"):
+        package = _module_name(init)
+        tree = ast.parse(init.read_text())
+        defined, exported = _top_level_names(init)
+        bound = defined | {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+        if exported is None:
+            missing.append(package)
+        else:
+            unbound += [f"{package}.{name}" for name in exported if name not in bound]
+    for path in SRC.rglob("*.py"):
+        importer = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and importer.startswith(node.module + ".")):
+                continue
+            defined, _ = _top_level_names(SRC.parent / node.module.replace(".", "/") / "__init__.py")
+            inward += [f"{importer}:{node.lineno} from {node.module} import {a.name}" for a in node.names
+                       if a.name not in defined  # what the package re-exports from its modules, not its own
+                       and not (SRC.parent / node.module.replace(".", "/") / a.name).exists()
+                       and not (SRC.parent / node.module.replace(".", "/") / f"{a.name}.py").exists()]
+    assert (missing, unbound, inward) == ([], [], [])

@@ -16,10 +16,10 @@ from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ckptview.core import open_checkpoint
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.census import census
 from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
 from ckptview.core.run.devices import DeviceInfo

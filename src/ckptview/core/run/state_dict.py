@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ckptview.core import open_checkpoint
 from ckptview.core.checkpoint import MODULE_PART
 from ckptview.core.errors import CheckpointError
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.input_specs import InputSpec, guess_inputs
 
 # Keys under which training checkpoints keep the model's weights (Lightning, common scripts, HF trainers).

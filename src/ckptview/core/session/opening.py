@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ckptview.core import open_checkpoint
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.analysis import Analysis
@@ -20,6 +19,7 @@ from ckptview.core.inspect.optimizer import label_state_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.context import ReaderContext
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.session.file_checks import Signature, safetensors_header_size, signature
 from ckptview.core.session.workspace import Lease, Workspace, window_workspace
 

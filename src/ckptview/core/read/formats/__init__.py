@@ -26,6 +26,8 @@ from ckptview.core.read.formats import (
     training_folder,
 )
 
+__all__ = ["Reader", "readers"]
+
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint
     from ckptview.core.read.context import ReaderContext, Source

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckptview.core import open_checkpoint
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job, WorkerError
 from ckptview.core.run.result import CompareResult, OutputDiff
 from ckptview.core.run.worker.forward import describe_outputs, flatten_outputs, stat_dtype

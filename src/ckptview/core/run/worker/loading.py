@@ -11,8 +11,8 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ckptview.core import open_checkpoint
 from ckptview.core.errors import CheckpointError
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import read_values
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
