@@ -427,8 +427,8 @@ def test_a_closed_tab_is_released_a_slice_per_turn_and_collected_once(qtbot, win
     monkeypatch.setattr(gc_guard, "RELEASE_SLICE", 500)
     slices, collections = [], []
     real_release, real_collect = gc_guard._release_then_collect, gc_guard._collect_and_refreeze
-    monkeypatch.setattr(gc_guard, "_release_then_collect", lambda stack: (slices.append(len(stack)),
-                                                                           real_release(stack)))
+    monkeypatch.setattr(gc_guard, "_release_then_collect", lambda stack, in_use: (slices.append(len(stack)),
+                                                                                   real_release(stack, in_use)))
     monkeypatch.setattr(gc_guard, "_collect_and_refreeze", lambda: (collections.append(1), real_collect()))
     gone = weakref.ref(tab.checkpoint.tensors()[-1].info)
     window.close_tab(window.tabs.indexOf(tab))

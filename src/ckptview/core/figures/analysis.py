@@ -377,14 +377,6 @@ def _keeping(chunks: Iterable[Any], kept: list[Any]) -> Iterator[Any]:
         yield chunk
 
 
-_shared = Analysis()
-
-
-def shared_analysis() -> Analysis:
-    """The process-wide Analysis for views that are not tied to one open checkpoint."""
-    return _shared
-
-
 def _per_target(targets: Sequence[A], compute: Callable[[int, A], Generator[Progress, None, R]],
                 ready: Callable[[int, R], Any]) -> Generator[Any, None, list[R | None]]:
     """Each target in turn: its progress, then `ready(i, result)`; a target that fails is a `TargetFailed`

@@ -21,7 +21,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.session.file_checks import Signature, safetensors_header_size, signature
-from ckptview.core.session.workspace import Lease, Workspace, window_workspace
+from ckptview.core.session.workspace import Lease, Workspace
 
 
 @dataclass
@@ -97,8 +97,9 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
                      workspace: Workspace | None = None) -> Opened:
     """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
 
-    The checkpoint comes from `workspace` (default: the window's): a file already open in the window and
-    unchanged is not read again; the caller releases `Opened.lease` when done.
+    The checkpoint comes from `workspace` (the window's): a file already open in the window and unchanged
+    is not read again; without one it is opened for the caller alone. The caller releases `Opened.lease`
+    when done.
 
     Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes. A
     safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
@@ -124,7 +125,8 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
     try:
         context = ReaderContext(cancel=token, progress=report)
-        lease = (workspace or window_workspace()).acquire(path, lambda p: open_checkpoint(p, context))
+        lease = (workspace.acquire(path, lambda p: open_checkpoint(p, context)) if workspace is not None
+                 else Lease.private(open_checkpoint(path, context)))
     except CheckpointError:
         if token is not None and token.cancelled:  # the reader turns every exception into one line
             raise Cancelled("cancelled") from None

@@ -35,17 +35,6 @@ if TYPE_CHECKING:
 
 Opener = Callable[[str], "Checkpoint"]
 
-# Checkpoints held by a lease of any workspace: what a window must not take apart when one holder goes.
-_held: weakref.WeakSet[Checkpoint] = weakref.WeakSet()
-_held_lock = threading.Lock()
-
-
-def in_use(checkpoint: Checkpoint) -> bool:
-    """True while some lease still holds `checkpoint` (a closed tab's tree may be shown by another)."""
-    with _held_lock:
-        return checkpoint in _held
-
-
 def _default_opener(path: str) -> Checkpoint:
     return opening.open_checkpoint(path)
 
@@ -109,13 +98,23 @@ class Lease:
 
 
 class Workspace:
-    """The open checkpoints of one window, by path, each held while a lease on it is held."""
+    """The open checkpoints of one window, by path, each held while a lease on it is held.
+
+    The window (or a command) makes one and hands it to whatever opens files for it: its tabs, its
+    comparisons, its runs. Nothing in the core keeps one of its own."""
 
     def __init__(self, opener: Opener | None = None) -> None:
         self._opener = opener
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
+        # Checkpoints held by a lease: what the window must not take apart when one of their holders goes.
+        self._held: weakref.WeakSet[Checkpoint] = weakref.WeakSet()
         self.opens = 0  # files opened so far (tests and benchmarks count)
+
+    def in_use(self, checkpoint: Checkpoint) -> bool:
+        """True while a lease still holds `checkpoint` (a closed tab's tree may be shown by another)."""
+        with self._lock:
+            return checkpoint in self._held
 
     def acquire(self, path: str, opener: Opener | None = None) -> Lease:
         """A lease on the checkpoint at `path`: the one open already when the file is unchanged, else a new open.
@@ -177,8 +176,7 @@ class Workspace:
         with self._lock:
             self.opens += 1
             entry.checkpoint = checkpoint
-        with _held_lock:
-            _held.add(checkpoint)
+            self._held.add(checkpoint)
         entry.ready.set()
         return self._lease(entry)
 
@@ -207,19 +205,10 @@ class Workspace:
         checkpoint = entry.checkpoint
         if not last or checkpoint is None:
             return False
-        with _held_lock:
-            _held.discard(checkpoint)
+        with self._lock:
+            self._held.discard(checkpoint)
         checkpoint.close()
         return True
-
-
-_window = Workspace()
-
-
-def window_workspace() -> Workspace:
-    """The window's workspace (one per process: a process shows one window; the command line opens
-    files itself)."""
-    return _window
 
 
 HOLD_CHECKPOINTS = 32  # a run tab keeps at most this many checkpoints open ...
@@ -236,9 +225,9 @@ class Holdings:
     checkpoint is opened again when it is needed again.
     """
 
-    def __init__(self, workspace: Workspace | None = None, limit: int = HOLD_CHECKPOINTS,
+    def __init__(self, workspace: Workspace, limit: int = HOLD_CHECKPOINTS,
                  opener: Opener | None = None, max_tensors: int = HOLD_TENSORS) -> None:
-        self.workspace = workspace if workspace is not None else window_workspace()
+        self.workspace = workspace
         self.limit = limit
         self.max_tensors = max_tensors
         self.opener = opener

@@ -27,6 +27,7 @@ from ckptview import __version__
 from ckptview.core.checkpoint import Node
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
+from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.settings import Settings
@@ -105,6 +106,7 @@ class MainWindow(QMainWindow):
         self.settings = settings or Settings()
         self._panels = sorted(panels, key=lambda p: p.order)  # every tab's side panels (`TabHost.panels`)
         self._actions = list(actions)
+        self._workspace = Workspace()  # this window's open checkpoints, shared by its tabs (`TabHost`)
         self.setWindowTitle("ckptview")
         icon_file = resource_path("ckptview.svg")
         if os.path.exists(icon_file):
@@ -463,6 +465,11 @@ class MainWindow(QMainWindow):
         """The side panels every checkpoint tab shows, by their order (`TabHost`)."""
         return self._panels
 
+    @property
+    def workspace(self) -> Workspace:
+        """This window's open checkpoints: each file opened once, shared by its tabs (`TabHost`)."""
+        return self._workspace
+
     def current_context(self) -> CheckpointContext | None:
         """The panel context of the current tab (None while loading or on an error)."""
         tab = self.current_tab()
@@ -491,7 +498,7 @@ class MainWindow(QMainWindow):
         if isinstance(widget, Tab):
             trees = widget.trees()  # a tab's trees (a checkpoint's, a comparison's two) were frozen out of
             widget.release()  # the collector: free them once it is gone, not the others
-            collect_when_deleted(widget, trees)
+            collect_when_deleted(widget, trees, self.workspace.in_use)
         self.tabs.removeTab(index)
         widget.deleteLater()
         self._update_busy()

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.session.workspace import Workspace
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
@@ -77,6 +78,11 @@ class TabHost(Protocol):
         """The side panels every checkpoint tab shows, by their order."""
         ...
 
+    @property
+    def workspace(self) -> Workspace:
+        """The window's open checkpoints, shared by its tabs (a file open in one is not read again)."""
+        ...
+
     def queue_build(self, tab: Buildable) -> None:
         """Build `tab`'s page on a later event-loop turn (a tab in the background waits its turn)."""
         ...
@@ -112,6 +118,7 @@ class NullHost:
     def __init__(self, panels: Sequence[PanelSpec] = ()) -> None:
         self._settings = NullSettings()
         self._panels = sorted(panels, key=lambda p: p.order)
+        self._workspace = Workspace()
 
     @property
     def settings(self) -> TabSettings:
@@ -122,6 +129,11 @@ class NullHost:
     def panels(self) -> Sequence[PanelSpec]:
         """The panels it was given, by their order."""
         return self._panels
+
+    @property
+    def workspace(self) -> Workspace:
+        """A workspace of its own: what this tab opens is shared with no window."""
+        return self._workspace
 
     def queue_build(self, tab: Buildable) -> None:
         """No queue outside a window: build now."""

@@ -21,6 +21,7 @@ from ckptview.core.gc_policy import paused_gc
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.file_checks import special_file_reason
 from ckptview.core.session.opening import LargeHeader, Opened, open_and_prepare
+from ckptview.core.session.workspace import Workspace
 from ckptview.gui.base.workers import REPORT, GeneratorWorker, JobSlot
 
 __all__ = ["TabOpener"]
@@ -35,9 +36,10 @@ class TabOpener(QObject):
     failed = Signal(str)  # why it did not open, one line
     asks = Signal(int)  # the header's size in bytes: too large to read without the user's yes
 
-    def __init__(self, path: str, parent: QObject | None = None) -> None:
+    def __init__(self, path: str, parent: QObject | None = None, workspace: Workspace | None = None) -> None:
         super().__init__(parent)
         self.path = path
+        self.workspace = workspace  # the window's, where the open checkpoints are shared (None: opened alone)
         self.started_at = 0.0
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_progress)  # a huge header's pieces, the arranging steps
@@ -75,7 +77,8 @@ class TabOpener(QObject):
             self.failed.emit(reason)
             return
         self._made = []  # what this worker opened, also when a cancel keeps it from handing it over
-        self._worker = self.slot.start(_open_without_collections, self.path, ask_above, self._made, progress=REPORT)
+        self._worker = self.slot.start(_open_without_collections, self.path, ask_above, self._made, self.workspace,
+                                       progress=REPORT)
 
     def accept(self, opened: Opened) -> None:
         """Hold `opened` as the result and emit `opened` (the worker's result arrives here)."""
@@ -143,7 +146,7 @@ def _release(made: list[Opened]) -> None:
         opened.release()
 
 
-def _open_without_collections(path: str, ask_above: int | None, made: list[Opened],
+def _open_without_collections(path: str, ask_above: int | None, made: list[Opened], workspace: Workspace | None,
                               token: CancelToken | None = None,
                               progress: Callable[[Progress], None] | None = None) -> Opened:
     """`open_and_prepare` with the GUI thread's collector held off until the new tree is frozen.
@@ -155,7 +158,8 @@ def _open_without_collections(path: str, ask_above: int | None, made: list[Opene
     also put in `made`, for the opener to release when a cancel keeps the worker from handing it over.
     """
     accepted = inspect.signature(open_and_prepare).parameters
-    extra: dict[str, Any] = {name: value for name, value in (("token", token), ("progress", progress))
+    extra: dict[str, Any] = {name: value for name, value in (("token", token), ("progress", progress),
+                                                             ("workspace", workspace))
                              if name in accepted and value is not None}
     with paused_gc():
         opened = open_and_prepare(path, ask_above, **extra)

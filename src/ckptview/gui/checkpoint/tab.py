@@ -69,7 +69,7 @@ class CheckpointTab(QWidget):
         self.changed_bar = None
         self._stops: list[Callable[[], None]] = []  # what stops the ready page's jobs (filter, panels)
         self._place: dict[str, Any] | None = None  # what to restore after a reload
-        self.opener = TabOpener(self.path, self)
+        self.opener = TabOpener(self.path, self, self.host.workspace)
         self.opener.progress.connect(self._on_open_progress)
         self.opener.opened.connect(self._on_opened)
         self.opener.failed.connect(self._show_error)
@@ -182,7 +182,7 @@ class CheckpointTab(QWidget):
         self.checkpoint = self.top = self.model = self.context = None
         old_page = self.stack.currentWidget()
         if old_page is not None:  # the old tree was frozen out of the collector: free it with its page
-            collect_when_deleted(old_page, trees)
+            collect_when_deleted(old_page, trees, self.host.workspace.in_use)
         self._show_loading()
         self.start()
 

@@ -51,7 +51,7 @@ from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.session.workspace import Lease, Workspace, window_workspace
+from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.plots import legend_html, plot_widget
@@ -260,11 +260,10 @@ class DiffPlanned:
 
 
 def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
-             mapping: Sequence[tuple[str, str]], workspace: Workspace | None = None,
+             mapping: Sequence[tuple[str, str]], workspace: Workspace,
              token: CancelToken | None = None) -> Generator[Any, None, DiffResult]:
     """Take both files from the window's workspace (opened only when not open there already, or changed),
     yield the plan (with the leases), then the comparison's progress."""
-    workspace = workspace or window_workspace()
     a = workspace.acquire(path_a)
     handed = False
     try:
@@ -365,7 +364,8 @@ class CompareTab(QWidget):
                  mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None,
                  workspace: Workspace | None = None) -> None:
         super().__init__(parent)
-        self.workspace = workspace or window_workspace()
+        # The window's (a file open in a tab is not opened again); a view outside a window has its own.
+        self.workspace = workspace if workspace is not None else Workspace()
         self.path_a, self.path_b = os.path.abspath(path_a), os.path.abspath(path_b)
         self.strip_a, self.strip_b, self.mapping = strip_a, strip_b, list(mapping)
         self.result: DiffResult | None = None
@@ -698,7 +698,7 @@ def _status_rank(status: str) -> int:
 # --- ways in ---------------------------------------------------------------------------------------
 def open_diff(window: Any, path_a: str, path_b: str) -> CompareTab:
     """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
-    view = CompareTab(path_a, path_b)
+    view = CompareTab(path_a, path_b, workspace=window.workspace)
     title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
     window.add_tab(view, title, [f"A: {view.path_a}", f"B: {view.path_b}"])
     view.start()

@@ -38,7 +38,7 @@ from ckptview.core.series.findings import find_findings
 from ckptview.core.series.model import SeriesProgress, SeriesResult, module_names, module_series
 from ckptview.core.series.spectra import is_matrix, iter_spectra
 from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
-from ckptview.core.session.workspace import Holdings
+from ckptview.core.session.workspace import Holdings, Workspace
 from ckptview.core.text import printable
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
@@ -77,10 +77,10 @@ class _Resources:
     """What the tab must let go when Qt deletes it (a plain object: the widget may already be gone). Its
     jobs stop with their JobSlots, which are the tab's children."""
 
-    def __init__(self) -> None:
+    def __init__(self, workspace: Workspace) -> None:
         # The run's checkpoints, each opened once (through the window's workspace) for the reading and
         # the plots; let go when the tab goes.
-        self.holdings = Holdings(opener=open_for_run)
+        self.holdings = Holdings(workspace, opener=open_for_run)
 
     def release(self, *_args: Any) -> None:
         self.holdings.release()
@@ -97,13 +97,14 @@ class SeriesTab(QWidget):
     spectra_ready = Signal(object)  # [tensor names drawn in the Spectra view]
 
     def __init__(self, paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, workspace: Workspace | None = None) -> None:
         super().__init__(parent)
         self.paths = [os.path.abspath(os.path.expanduser(p)) for p in paths]
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
         self.result: SeriesResult | None = None
         self.state = "loading"
-        self._res = _Resources()
+        # The window's workspace (a checkpoint open in a tab is not opened again); a tab outside one has its own.
+        self._res = _Resources(workspace if workspace is not None else Workspace())
         self.destroyed.connect(self._res.release)
         self.reading = JobSlot(self)  # finding, ordering and reading the checkpoints
         self.reading.yielded.connect(self._on_yielded)
@@ -602,7 +603,7 @@ _OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state
 # --- ways in ---------------------------------------------------------------------------------------
 def open_series_tab(window: Any, paths: list[str]) -> SeriesTab:
     """Open a run tab in ``window`` and start reading (File > Open Run…, ``--series``)."""
-    tab = SeriesTab(paths)
+    tab = SeriesTab(paths, workspace=window.workspace)
     first = tab.paths[0] if tab.paths else ""
     title = f"Run: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Run: {len(tab.paths)} paths"
     window.add_tab(tab, title, list(tab.paths))
