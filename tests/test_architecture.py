@@ -470,3 +470,22 @@ def test_every_package_names_its_public_api():
                        and not (SRC.parent / node.module.replace(".", "/") / a.name).exists()
                        and not (SRC.parent / node.module.replace(".", "/") / f"{a.name}.py").exists()]
     assert (missing, unbound, inward) == ([], [], [])
+
+
+def test_the_core_keeps_no_workspace_analysis_or_session_of_its_own():
+    """The window or the command makes the workspace, each checkpoint's Analysis and the remote sessions
+    and hands them down (no `window_workspace()`, `shared_analysis()` or registry of sessions by URL):
+    two windows, or two tests, in one process share nothing they did not share on purpose."""
+    import ast
+
+    owned = {"Workspace", "Analysis", "Session", "Holdings"}
+    offenders = []
+    for path in (SRC / "core").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)] if value is not None else []
+            made = {c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", "") for c in calls}
+            annotation = ast.unparse(node.annotation) if isinstance(node, ast.AnnAssign) else ""
+            if made & owned or any(name in annotation for name in owned):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(node)[:60]}")
+    assert offenders == []

@@ -29,6 +29,7 @@ from ckptview.core.run.worker.forward import (
     reset_peak,
     time_runs,
 )
+from ckptview.core.run.worker.graph import graph_job
 from ckptview.core.run.worker.library import next_tokens
 from ckptview.core.run.worker.lightning import load_lightning_model
 from ckptview.core.run.worker.loading import (
@@ -131,8 +132,6 @@ def handle(job: Job) -> dict[str, Any]:
     if op == "run":
         return run_job(job).to_json()
     if op == "graph":  # a library's architecture traced on meta: no file is named, none is read
-        from ckptview.core.run.worker.graph import graph_job
-
         return graph_job(job)
     raise WorkerError(f"unknown request '{op}'", kind="protocol")
 
