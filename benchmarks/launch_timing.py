@@ -68,12 +68,13 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
     _time_the_read(marks)
     from PySide6.QtCore import QEventLoop, Qt, QTimer
 
-    from ckptview.gui.app.launch import application, launch, parse_args
+    from ckptview.cli import window_args
+    from ckptview.gui.app.launch import application, launch
     from ckptview.gui.base.settings import Settings
 
     app = application()
     with tempfile.TemporaryDirectory() as tmp:
-        window = launch(parse_args([path, "--new-instance"]), Settings(os.path.join(tmp, "s.ini")))
+        window = launch(window_args([path, "--new-instance"]), Settings(os.path.join(tmp, "s.ini")))
         assert window is not None
         tab = window.current_tab()
         assert tab is not None  # launched with a path: its tab is open

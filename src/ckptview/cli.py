@@ -14,11 +14,12 @@ import errno
 import importlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import Protocol, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, cast
 
 from ckptview import __version__, commands
 from ckptview.core.errors import CheckpointError
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.bytes.remote.urls import parse_size
 from ckptview.core.redaction import redact
 from ckptview.core.text import printable
@@ -66,24 +67,54 @@ _COMMAND_OPTIONS = {"--json": "info", "--stats": "info", "--out": "export", "--k
                     "--strict": "run", "--watch": "series", "--dot": "graph"}
 
 
+def remote_parent() -> argparse.ArgumentParser:
+    """The options of remote reads, shared by every parser here (the commands' and the window's): main()
+    takes them out of argv wherever they are (docs/guide/remote.md) and builds one `RemoteOptions`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("remote files (any command and the window)")
+    group.add_argument("--download", action="store_true",
+                       help="a URL whose server ignores range requests may be downloaded whole")
+    group.add_argument("--max-download", metavar="SIZE",
+                       help="with --download: write at most SIZE (e.g. 2G) when the server announces no size")
+    group.add_argument("--deadline", metavar="SECONDS",
+                       help="the most one request to a URL may take, connect to last byte (default 120, "
+                            "plus 1 s per 128 KiB it carries)")
+    return parser
+
+
 def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.",
-                                     usage=USAGE, epilog=WINDOW_USAGE,
+                                     usage=USAGE, epilog=WINDOW_USAGE, parents=[remote_parent()],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
-    # The remote options are taken out of argv by main(), anywhere in it (docs/guide/remote.md).
-    parser.add_argument("--download", action="store_true",
-                        help="a URL whose server ignores range requests may be downloaded whole")
-    parser.add_argument("--max-download", metavar="SIZE",
-                        help="with --download: write at most SIZE (e.g. 2G) when the server announces no size")
-    parser.add_argument("--deadline", metavar="SECONDS",
-                        help="the most one request to a URL may take, connect to last byte (default 120, "
-                             "plus 1 s per 128 KiB it carries)")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
     for module in modules.values():
         module.add_parser(sub)
     return parser
+
+
+def window_parser() -> argparse.ArgumentParser:
+    """The window's options (`ckptview [FILE ...]`, `--diff A B`, `--series PATH ...`)."""
+    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.",
+                                     parents=[remote_parent()])
+    parser.add_argument("paths", nargs="*", help="checkpoint files or folders to open")
+    parser.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two checkpoints")
+    parser.add_argument("--series", nargs="+", metavar="PATH",
+                        help="a training run as a timeline: a folder of checkpoints, or several checkpoints")
+    parser.add_argument("--new-instance", action="store_true", help="do not hand the files to a running window")
+    parser.add_argument("--install-desktop", action="store_true",
+                        help="register ckptview with the file manager for this user (Linux)")
+    parser.add_argument("--uninstall-desktop", action="store_true", help="undo --install-desktop")
+    parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
+    return parser
+
+
+def window_args(argv: Sequence[str], remote: RemoteOptions | None = None) -> argparse.Namespace:
+    """The window's arguments, with the remote options they are read with (`remote`)."""
+    args = window_parser().parse_args(list(argv))
+    args.remote = remote if remote is not None else RemoteOptions()
+    return args
 
 
 def entry() -> None:
@@ -113,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ckptview` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        argv = _remote_options(argv)
+        remote, argv = remote_options(argv, os.environ)
     except ValueError as exc:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return 2
@@ -122,9 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hint is not None:
             print(f"ckptview: {printable(hint)}", file=sys.stderr)
             return 2
-        return _launch_gui(argv)
+        return _launch_gui(argv, remote)
     modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
     args = build_parser(modules).parse_args(argv)
+    args.remote = remote  # what every command's reads of URLs go by
     urls = any("://" in a for a in argv)
     try:
         return int(modules[args.command].run(args))
@@ -182,9 +214,15 @@ def _redact(text: str, urls: bool = False) -> str:
     return redact(text)
 
 
-def _remote_options(argv: list[str]) -> list[str]:
-    """argv without --download, --max-download SIZE and --deadline SECONDS (anywhere in it, any command and
-    the window), which become CKPTVIEW_DOWNLOAD, CKPTVIEW_MAX_DOWNLOAD (bytes) and CKPTVIEW_DEADLINE."""
+def remote_options(argv: list[str], env: Mapping[str, str]) -> tuple[RemoteOptions, list[str]]:
+    """The `RemoteOptions` of this invocation, and argv without --download, --max-download SIZE and
+    --deadline SECONDS (anywhere in it, any command and the window). The environment gives defaults, read
+    here and nowhere else: CKPTVIEW_DOWNLOAD=1, CKPTVIEW_MAX_DOWNLOAD (bytes), CKPTVIEW_DEADLINE and
+    CKPTVIEW_TIMEOUT (seconds)."""
+    download = env.get("CKPTVIEW_DOWNLOAD", "") not in ("", "0")
+    max_download = _env_number(env, "CKPTVIEW_MAX_DOWNLOAD", int)
+    deadline = _env_number(env, "CKPTVIEW_DEADLINE", float)
+    timeout = _env_number(env, "CKPTVIEW_TIMEOUT", float)
     out: list[str] = []
     rest = iter(argv)
     for arg in rest:
@@ -193,7 +231,7 @@ def _remote_options(argv: list[str]) -> list[str]:
             out.extend(rest)
             break
         if arg == "--download":
-            os.environ["CKPTVIEW_DOWNLOAD"] = "1"
+            download = True
             continue
         name, eq, value = arg.partition("=")
         if name not in ("--max-download", "--deadline"):
@@ -203,7 +241,7 @@ def _remote_options(argv: list[str]) -> list[str]:
             value = next(rest, "")
         if name == "--max-download":
             try:
-                os.environ["CKPTVIEW_MAX_DOWNLOAD"] = str(parse_size(value))
+                max_download = parse_size(value)
             except ValueError:
                 raise ValueError(f"--max-download: not a size: {value!r} (say 500M, 2G or a number of bytes)") from None
         else:
@@ -213,14 +251,30 @@ def _remote_options(argv: list[str]) -> list[str]:
                 seconds = -1.0
             if not 0 < seconds < float("inf"):
                 raise ValueError(f"--deadline: not a number of seconds: {value!r}")
-            os.environ["CKPTVIEW_DEADLINE"] = repr(seconds)
-    return out
+            deadline = seconds
+    defaults = RemoteOptions()
+    options = RemoteOptions(download=download, max_download=max_download,
+                            deadline=max(0.01, deadline) if deadline is not None else defaults.deadline,
+                            timeout=max(0.01, timeout) if timeout is not None else defaults.timeout)
+    return options, out
 
 
-def _launch_gui(argv: list[str]) -> int:
+def _env_number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
+    """The number in `env[name]` (a malformed one is no setting), or None."""
+    text = env.get(name, "")
+    if not text:
+        return None
+    try:
+        return parse_size(text) if kind is int else float(text)
+    except ValueError:
+        return None
+
+
+def _launch_gui(argv: list[str], remote: RemoteOptions) -> int:
+    args = window_args(argv, remote)
     try:
         window = importlib.import_module(FRONT_ENDS["window"])
     except ImportError as exc:  # PySide6 missing: the CLI still works
         print(f"ckptview: the window needs PySide6 and pyqtgraph ({printable(exc)})", file=sys.stderr)
         return 2
-    return int(window.main(argv))
+    return int(window.main(args))

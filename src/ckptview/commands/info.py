@@ -26,6 +26,7 @@ from ckptview.core.inspect.grouping import group_tree
 from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
 from ckptview.core.inspect.query import QueryError, matching_names, parse_query
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.text import printable
@@ -311,7 +312,7 @@ def _list(args: argparse.Namespace) -> int:
         except QueryError as exc:
             print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
             return 2
-    ckpt = open_checkpoint(args.path)
+    ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
     try:
         only = None
         if query is not None and not query.empty:

@@ -9,7 +9,8 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QFileOpenEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QWidget
 
-from ckptview.gui.app.launch import launch, parse_args
+from ckptview.cli import window_args
+from ckptview.gui.app.launch import launch
 from ckptview.gui.app.main_window import ACTIONS, PANELS, ActionSpec, MainWindow, example_path
 from ckptview.gui.app.single_instance import send_to_running
 from ckptview.gui.checkpoint.host import CheckpointContext, PanelSpec
@@ -66,14 +67,14 @@ def test_open_paths_shows_the_tree(qtbot, window, state_dict_file):
 
 
 def test_open_by_argument_and_second_instance(qtbot, settings, server_name, state_dict_file, tmp_path):
-    window = launch(parse_args([state_dict_file]), settings, server_name)
+    window = launch(window_args([state_dict_file]), settings, server_name)
     assert window is not None
     qtbot.addWidget(window)
     wait_settled(qtbot, window.current_tab())
     assert window.current_tab().state == "ready"
     other = make_state_dict(str(tmp_path / "second.pt"))
     # A second launch with the same server name hands its path over and exits.
-    assert launch(parse_args([other]), settings, server_name) is None
+    assert launch(window_args([other]), settings, server_name) is None
     qtbot.waitUntil(lambda: window.tabs.count() == 2, timeout=5000)
     assert window.current_tab().path == os.path.abspath(other)
     wait_settled(qtbot, window.current_tab())
@@ -82,7 +83,7 @@ def test_open_by_argument_and_second_instance(qtbot, settings, server_name, stat
 
 
 def test_no_file_opens_the_bundled_example(qtbot, settings, server_name):
-    window = launch(parse_args([]), settings, server_name)
+    window = launch(window_args([]), settings, server_name)
     qtbot.addWidget(window)
     tab = window.current_tab()
     wait_settled(qtbot, tab)
@@ -320,7 +321,7 @@ def test_listed_panels_actions_and_tabs(qtbot, settings, state_dict_file):
 
 def test_diff_flag_opens_a_comparison(qtbot, settings, server_name, state_dict_file, tmp_path):
     other = make_state_dict(str(tmp_path / "other.pth"))
-    window = launch(parse_args(["--diff", state_dict_file, other]), settings, server_name)
+    window = launch(window_args(["--diff", state_dict_file, other]), settings, server_name)
     qtbot.addWidget(window)
     view = window.tabs.currentWidget()
     assert isinstance(view, CompareTab) and (view.path_a, view.path_b) == (state_dict_file, other)

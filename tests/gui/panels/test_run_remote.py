@@ -61,9 +61,9 @@ def test_a_remote_folder_is_recognised_in_a_worker_and_runs_with_one_click(qtbot
     reads: list[int] = []
     real_read, real_progress = run_fetch._read_config, RunPanel._on_recognize_progress
 
-    def watched(url, token):
+    def watched(fs, url, token):
         reads.append(threading.get_ident())
-        return (yield from real_read(url, token))
+        return (yield from real_read(fs, url, token))
 
     shown: list[str] = []
 

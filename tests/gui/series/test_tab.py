@@ -7,7 +7,8 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.gui.app.launch import launch, parse_args
+from ckptview.cli import window_args
+from ckptview.gui.app.launch import launch
 from ckptview.gui.base.workers import wait_for_workers
 from ckptview.gui.series.plots import HEAT_FLOOR
 from ckptview.gui.series.tab import SeriesTab
@@ -118,7 +119,7 @@ def test_not_a_run_is_one_message_in_the_tab(qtbot, tmp_path):
 
 def test_window_opens_a_run_from_the_command_line_and_closing_cancels(qtbot, settings, server_name, tmp_path):
     train_run(tmp_path / "run", steps=3)
-    window = launch(parse_args(["--series", str(tmp_path / "run")]), settings, server_name)
+    window = launch(window_args(["--series", str(tmp_path / "run")]), settings, server_name)
     qtbot.addWidget(window)
     tab = window.tabs.currentWidget()
     assert isinstance(tab, SeriesTab) and window.tabs.tabText(window.tabs.currentIndex()) == "Run: run"

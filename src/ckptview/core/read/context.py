@@ -8,7 +8,7 @@ over the path after its head chose the reader is never listed in its place.
 
 No thread-local carries context in `ckptview.core.read`: a reader's `open(source, ctx)` gets the cancel
 token, the progress callback, the remote session of the open in progress (the shards of an index join
-it, so one transfer counts them all) and whether it runs inside an index's open (a shard that is itself
+it, so one transfer counts them all) with the options it reads with (`RemoteOptions`) and whether it runs inside an index's open (a shard that is itself
 an index is refused, not recursed into). A nested open (an index's shards, a training folder's parts)
 goes through `ctx.open_child(path)`: the same open that began it (`open_checkpoint`, which binds itself
 to the context it hands the readers), with a context derived from its own (`in_index`, `with_session`).
@@ -27,8 +27,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.read.bytes import files
 from ckptview.core.read.bytes.files import FileIdentity, FileMap
+from ckptview.core.read.bytes.fs import LOCAL, FileSystem
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint
@@ -63,29 +65,33 @@ class Source:
     folder, or a source nobody stat'ed (a sniff outside an open)."""
     identities: Mapping[str, FileIdentity] | None = field(default=None, repr=False)
     """A local folder's checkpoint files and their identities when the open began (keyed by
-    `files.join(path, name)`), or None when not taken."""
+    `fs.join(path, name)`), or None when not taken."""
+    fs: FileSystem = field(default=LOCAL, repr=False)
+    """Where its files are (`LOCAL`, or the remote session of the open): chosen once, when the open began;
+    what lies beside the source (shards, parts, side files) is asked of it too."""
 
     @classmethod
-    def folder(cls, path: str, identities: Mapping[str, FileIdentity] | None = None) -> Source:
+    def folder(cls, path: str, identities: Mapping[str, FileIdentity] | None = None,
+               fs: FileSystem = LOCAL) -> Source:
         """A folder as a source (its files' identities when known)."""
-        return cls(path, b"", True, None, identities)
+        return cls(path, b"", True, None, identities, fs)
 
     def file_map(self) -> FileMap:
         """The source file's FileMap, refused (FileChangedError) when it is no longer the file opened."""
-        return FileMap(self.path, self.identity)
+        return self.fs.file_map(self.path, self.identity)
 
     def open_file(self) -> BinaryIO:
         """The source file opened for reading (never blocking), refused when it is no longer the file opened."""
-        return files.open_regular(self.path, self.identity)
+        return self.fs.open_regular(self.path, self.identity)
 
     @property
     def size(self) -> int:
         """The file's size when the open began (asked of the byte layer when no identity was taken)."""
-        return self.identity.size if self.identity is not None else files.getsize(self.path)
+        return self.identity.size if self.identity is not None else self.fs.getsize(self.path)
 
     def child_identity(self, path: str) -> FileIdentity | None:
         """The identity, when the open began, of `path` (a file directly in this local folder), or None."""
-        if not self.identities or files.is_url(path):
+        if not self.identities or self.fs.remote:
             return None
         if os.path.dirname(os.path.abspath(path)) != os.path.abspath(self.path):
             return None
@@ -104,6 +110,9 @@ class ReaderContext:
     """The remote session of the open in progress (None for a local open or before the first URL)."""
     inside_index: bool = False
     """True while an index's shards are opened: a shard that is itself an index is refused."""
+    remote: RemoteOptions = DEFAULT_REMOTE
+    """What the user allowed for remote reads (`--download`, `--deadline`, ...): the session of a URL's open
+    reads with it. The entry point (cli.py, the window) builds it once."""
     opener: Opener | None = field(default=None, compare=False, repr=False)
     """The open this context belongs to (`open_checkpoint` sets itself here); `open_child` calls it."""
 

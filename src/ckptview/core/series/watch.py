@@ -24,7 +24,8 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
-from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.fs import filesystem
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.series.cache import file_key, location
 from ckptview.core.series.discover import expand_folder
@@ -50,9 +51,10 @@ def candidates(paths: list[str]) -> list[str]:
     for raw in paths:
         raw = os.path.expanduser(raw)
         try:
-            if cfiles.isdir(raw):
-                found = expand_folder(raw)
-            elif cfiles.is_url(raw) or os.path.exists(raw):
+            fs = filesystem(raw)
+            if fs.isdir(raw):
+                found = expand_folder(raw, fs)
+            elif fs.remote or os.path.exists(raw):
                 found = [raw]
             else:
                 found = []
@@ -64,7 +66,7 @@ def candidates(paths: list[str]) -> list[str]:
 
 def observe(path: str) -> Any:
     """What says a file is still being written: (size, mtime) of it, or of every file of a folder."""
-    if cfiles.is_url(path):
+    if is_url(path):
         return file_key(path, 0)
     st = os.stat(path)
     if not os.path.isdir(path):
@@ -94,7 +96,7 @@ def watch_run(run: LiveRun, *, interval: float = 10.0, settle: float = 1.0, toke
     """Follow ``run`` until cancelled: yields progress, and the events each time the timeline changed."""
     wake = threading.Event()
     observer = _start_observer(run.paths, wake)
-    remote = observer is None or any(cfiles.is_url(p) for p in run.paths)
+    remote = observer is None or any(is_url(p) for p in run.paths)
     seen: dict[str, tuple[Any, float]] = {}  # location -> (observation, when it was first seen so)
     read_as: dict[str, Any] = {}  # location -> the observation of the file when it was last read
     run.keep_workers()
@@ -185,7 +187,7 @@ def _start_observer(paths: list[str], wake: threading.Event) -> Any:
     folders = set()
     for raw in paths:
         raw = os.path.expanduser(raw)
-        if cfiles.is_url(raw):
+        if is_url(raw):
             continue
         folder = raw if os.path.isdir(raw) else os.path.dirname(os.path.abspath(raw))
         if os.path.isdir(folder):

@@ -18,6 +18,7 @@ from ckptview.core.inspect.grouping import Row, group_tree
 from ckptview.core.inspect.optimizer import label_state_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.session.file_checks import Signature, safetensors_header_size, signature
@@ -124,7 +125,8 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     # The caller holds the GUI thread's collector off meanwhile (checkpoint_tab: a pass over a growing tree,
     # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
     try:
-        context = ReaderContext(cancel=token, progress=report)
+        context = ReaderContext(cancel=token, progress=report,
+                                remote=workspace.remote if workspace is not None else RemoteOptions())
         lease = (workspace.acquire(path, lambda p: open_checkpoint(p, context)) if workspace is not None
                  else Lease.private(open_checkpoint(path, context)))
     except CheckpointError:

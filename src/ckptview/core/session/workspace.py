@@ -28,16 +28,14 @@ from ckptview.core.errors import Cancelled
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.read import open as opening
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.session.file_checks import Signature, signature
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint
 
 Opener = Callable[[str], "Checkpoint"]
-
-def _default_opener(path: str) -> Checkpoint:
-    return opening.open_checkpoint(path)
-
 
 @dataclass(eq=False)
 class _Entry:
@@ -101,10 +99,12 @@ class Workspace:
     """The open checkpoints of one window, by path, each held while a lease on it is held.
 
     The window (or a command) makes one and hands it to whatever opens files for it: its tabs, its
-    comparisons, its runs. Nothing in the core keeps one of its own."""
+    comparisons, its runs, with the `RemoteOptions` its URLs are read with. Nothing in the core keeps one
+    of its own."""
 
-    def __init__(self, opener: Opener | None = None) -> None:
+    def __init__(self, opener: Opener | None = None, remote: RemoteOptions | None = None) -> None:
         self._opener = opener
+        self.remote = remote if remote is not None else RemoteOptions()  # how its URLs are read
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         # Checkpoints held by a lease: what the window must not take apart when one of their holders goes.
@@ -122,7 +122,7 @@ class Workspace:
         `opener` opens the file when it must be (default: the workspace's, else `open_checkpoint`). Runs in
         a worker: it stats the file, and may read its metadata. Errors are the opener's.
         """
-        open_file = opener or self._opener or _default_opener
+        open_file = opener or self._opener or self._open_checkpoint
         if is_url(path):  # not shared: see the module docstring
             return self._private(open_file(path))
         key = os.path.abspath(path)
@@ -150,6 +150,9 @@ class Workspace:
                 self._drop(entry)
                 continue
             return self._lease(entry)
+
+    def _open_checkpoint(self, path: str) -> Checkpoint:
+        return opening.open_checkpoint(path, ReaderContext(remote=self.remote))
 
     def holders(self, path: str) -> int:
         """How many leases hold (or wait for) the checkpoint served for `path` now (tests and diagnostics)."""

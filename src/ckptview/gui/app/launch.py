@@ -1,4 +1,5 @@
-"""`ckptview [PATH ...]`: the QApplication, single instance, file-open events, and main()."""
+"""`ckptview [PATH ...]`: the QApplication, single instance, file-open events, and main() (cli.py parses the
+arguments: one argparse for the commands and the window)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from PySide6.QtCore import QEvent, QObject, Signal
 from PySide6.QtGui import QFileOpenEvent, QIcon
 from PySide6.QtWidgets import QApplication
 
-from ckptview import __version__, desktop
+from ckptview import desktop
 from ckptview.gui.app.main_window import MainWindow
 from ckptview.gui.app.single_instance import InstanceServer, send_to_running, server_name
 from ckptview.gui.base.settings import Settings
@@ -30,21 +31,6 @@ class FileOpenFilter(QObject):
                 self.paths_received.emit([path])
                 return True
         return super().eventFilter(watched, event)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The window's own options (subcommands are handled by cli.py before we get here)."""
-    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
-    parser.add_argument("paths", nargs="*", help="checkpoint files or folders to open")
-    parser.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two checkpoints")
-    parser.add_argument("--series", nargs="+", metavar="PATH",
-                        help="a training run as a timeline: a folder of checkpoints, or several checkpoints")
-    parser.add_argument("--new-instance", action="store_true", help="do not hand the files to a running window")
-    parser.add_argument("--install-desktop", action="store_true",
-                        help="register ckptview with the file manager for this user (Linux)")
-    parser.add_argument("--uninstall-desktop", action="store_true", help="undo --install-desktop")
-    parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
-    return parser.parse_args(argv)
 
 
 def application() -> QApplication:
@@ -73,7 +59,7 @@ def launch(args: argparse.Namespace, settings: Settings | None = None, name: str
     wanted = paths + [_absolute(p) for p in (args.diff or [])]
     if not args.new_instance and not args.diff and not args.series and send_to_running(wanted, name):
         return None
-    window = MainWindow(settings)
+    window = MainWindow(settings, remote=args.remote)
     server = InstanceServer(window)
     server.listen(name)
     server.paths_received.connect(lambda received: _hand_over(window, received))
@@ -101,9 +87,8 @@ def _hand_over(window: MainWindow, paths: list[str]) -> None:
     window.raise_window()
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of the window (cli.py passes the non-subcommand arguments)."""
-    args = parse_args(list(argv))
+def main(args: argparse.Namespace) -> int:
+    """Entry point of the window: `args` as cli.py parsed them (`cli.window_args`), with their remote options."""
     if args.install_desktop or args.uninstall_desktop:
         try:
             lines = desktop.install() if args.install_desktop else desktop.uninstall()

@@ -27,6 +27,7 @@ from ckptview import __version__
 from ckptview.core.checkpoint import Node
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
@@ -100,13 +101,16 @@ class MainWindow(QMainWindow):
     tab_opened = Signal(object)  # the new CheckpointTab
 
     def __init__(self, settings: Settings | None = None, parent: QWidget | None = None,
-                 panels: Sequence[PanelSpec] = PANELS, actions: Sequence[ActionSpec] = ACTIONS) -> None:
+                 panels: Sequence[PanelSpec] = PANELS, actions: Sequence[ActionSpec] = ACTIONS,
+                 remote: RemoteOptions | None = None) -> None:
         super().__init__(parent)
         install_gc_guard()  # garbage (closed tabs, plots) is collected on this thread, never a worker's
         self.settings = settings or Settings()
         self._panels = sorted(panels, key=lambda p: p.order)  # every tab's side panels (`TabHost.panels`)
         self._actions = list(actions)
-        self._workspace = Workspace()  # this window's open checkpoints, shared by its tabs (`TabHost`)
+        # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
+        # command line's --download, --deadline, ...).
+        self._workspace = Workspace(remote=remote)
         self.setWindowTitle("ckptview")
         icon_file = resource_path("ckptview.svg")
         if os.path.exists(icon_file):

@@ -385,7 +385,9 @@ class RunPanel(QWidget):
         self._show_source(pending="reading the model's config.json…")
         self.status_label.setText("reading the model's config.json…")
         self._set_running(True)
-        self._recognize = self.recognize_job.start(recognize_url, self.path, tensors)
+        window = self.context.window if self.context is not None else None
+        options = window.workspace.remote if window is not None else None  # the window's --download, ...
+        self._recognize = self.recognize_job.start(recognize_url, self.path, tensors, options=options)
         return True
 
     def _on_recognize_progress(self, progress: object) -> None:

@@ -128,7 +128,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
 def iter_open(source: Source) -> Generator[Progress, None, Checkpoint]:
     """`open`, yielding Progress (header bytes read) between pieces of the header."""
     path = source.path
-    raw, data_start, size = read_header_bytes(path, source.identity)
+    raw, data_start, size = read_header_bytes(path, source.identity, source.fs)
     fmap = source.file_map()
     try:
         if len(raw) > PIECE_BYTES:
