@@ -489,3 +489,35 @@ def test_the_core_keeps_no_workspace_analysis_or_session_of_its_own():
             if made & owned or any(name in annotation for name in owned):
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(node)[:60]}")
     assert offenders == []
+
+
+def test_figures_are_formatted_in_one_module():
+    """Every figure a person reads is formatted by core/units.py (`figure`, `number`, `percent`,
+    `human_bytes`, ...), and a figure there is none of shows its one marker, `units.MISSING`: no module
+    keeps a private number formatter of its own, or writes a missing figure as a dash of its own."""
+    import ast
+
+    from ckptview.core.units import MISSING
+
+    markers = {"-", "—", "–", "n/a", "N/A", MISSING}
+    formatters = {"_fmt", "_num", "_g", "_pct", "_bytes", "_human", "_gib", "_format_number"}
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if path == SRC / "core" / "units.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in formatters:
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} def {node.name}")
+            shown = []  # expressions whose value is what a cell or a line shows
+            if isinstance(node, ast.IfExp):
+                shown = [node.body, node.orelse]
+            elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+                shown = node.values[-1:]
+            elif isinstance(node, ast.Return) and node.value is not None:
+                shown = [node.value]
+            elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+                name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                shown = node.args[:1] if name in ("QTableWidgetItem", "setText", "setItem") else []
+            offenders += [f"{path.relative_to(SRC)}:{node.lineno} {e.value!r}" for e in shown
+                          if isinstance(e, ast.Constant) and e.value in markers]
+    assert offenders == []

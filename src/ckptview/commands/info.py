@@ -30,7 +30,7 @@ from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.text import printable
-from ckptview.core.units import human_bytes, human_count, plural, shape_str
+from ckptview.core.units import MISSING, figure_or_text, human_bytes, human_count, plural, shape_str
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -379,8 +379,8 @@ def print_table(data: dict[str, Any]) -> None:
                       f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{sparse}{broken}\n")
             if "stats" in t and t["stats"]:
                 s = t["stats"]
-                out.write(f"{'':<{width}}  mean {_fmt(s.get('mean'))} std {_fmt(s.get('std'))} "
-                          f"min {_fmt(s.get('min'))} max {_fmt(s.get('max'))} nan {s.get('nan')} "
+                out.write(f"{'':<{width}}  mean {figure_or_text(s.get('mean'))} std {figure_or_text(s.get('std'))} "
+                          f"min {figure_or_text(s.get('min'))} max {figure_or_text(s.get('max'))} nan {s.get('nan')} "
                           f"inf {(s.get('posinf') or 0) + (s.get('neginf') or 0)}\n")
     if data["values"]:
         out.write("\nvalues\n")
@@ -426,10 +426,6 @@ def _state_labels(optimizers: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _fmt(x: Any, spec: str = ".4g") -> str:
-    return "-" if x is None else f"{x:{spec}}" if isinstance(x, float) else str(x)
-
-
 def _print_spectral_table(out: Any, tensors: list[dict[str, Any]]) -> None:
     """`--spectral`: one line per analysed weight (alpha, KS distance, norms, ranks, flags)."""
     rows = [t for t in tensors if "spectral" in t]
@@ -445,8 +441,8 @@ def _print_spectral_table(out: Any, tensors: list[dict[str, Any]]) -> None:
         name = name if len(name) <= width else "..." + name[-(width - 3):]
         shape = t["shape"]
         matrix = f"{shape[0]}x{math.prod(shape[1:])}"
-        rank = "-" if s["rank"] is None else f"{s['rank']}/{s['num_singular_values']}"
-        flags = ", ".join(s["flags"]) or "-"
-        out.write(f"{name:<{width}}  {matrix:<12} {_fmt(s['alpha'], '.3f'):>7} {_fmt(s['xmin'], '.4g'):>9} "
-                  f"{_fmt(s['ks_distance'], '.3f'):>6} {_fmt(s['spectral_norm'], '.4g'):>10} "
-                  f"{_fmt(s['stable_rank'], '.4g'):>9} {rank:>11}  {s['method']:<11} {flags}\n")
+        rank = MISSING if s["rank"] is None else f"{s['rank']}/{s['num_singular_values']}"
+        flags = ", ".join(s["flags"]) or MISSING
+        out.write(f"{name:<{width}}  {matrix:<12} {figure_or_text(s['alpha'], '.3f'):>7} {figure_or_text(s['xmin'], '.4g'):>9} "
+                  f"{figure_or_text(s['ks_distance'], '.3f'):>6} {figure_or_text(s['spectral_norm'], '.4g'):>10} "
+                  f"{figure_or_text(s['stable_rank'], '.4g'):>9} {rank:>11}  {s['method']:<11} {flags}\n")

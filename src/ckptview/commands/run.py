@@ -15,7 +15,7 @@ from ckptview.core.run.process import RunError
 from ckptview.core.run.request import DEFAULT_TIMEOUT, RunRequest
 from ckptview.core.run.result import RunResult, result_json_text
 from ckptview.core.text import printable
-from ckptview.core.units import human_bytes, plural
+from ckptview.core.units import figure, human_bytes, plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -114,7 +114,7 @@ def format_result(result: RunResult | Mapping[str, Any]) -> str:
     for out in result.outputs:
         s = out.stats
         stats = "no values (meta)" if s is None else (
-            f"mean {_g(s.mean)} std {_g(s.std)} min {_g(s.min)} max {_g(s.max)}"
+            "mean {} std {} min {} max {}".format(*(figure(v, ".6g") for v in (s.mean, s.std, s.min, s.max)))
             + (f" nan {s.nan}" if s.nan else "") + (f" inf {s.inf}" if s.inf else ""))
         lines.append(f"output {out.name}: {out.shape} {out.dtype} on {out.device}: {stats}")
     if result.next_tokens is not None:
@@ -126,11 +126,6 @@ def format_result(result: RunResult | Mapping[str, Any]) -> str:
         lines.append(f"peak memory {human_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
     if result.compare is not None:
         for d in result.compare.diff:
-            lines.append(f"vs {result.compare.path}: {d.name} max |diff| {_g(d.max_abs_diff)}"
+            lines.append(f"vs {result.compare.path}: {d.name} max |diff| {figure(d.max_abs_diff, '.6g')}"
                          f"{' (identical)' if d.equal else ''}")
     return "\n".join(map(printable, lines))  # names and reasons come from the file
-
-
-def _g(value: Any) -> str:
-    return "-" if value is None else f"{value:.6g}"
-

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ckptview.core.errors import CheckpointError
+from ckptview.core.units import gib
 
 KINDS = ("cpu", "cuda", "mps", "xla", "meta")
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps|xla|meta)(?::(\d+))?$")
@@ -81,13 +82,9 @@ def format_table(devices: list[DeviceInfo]) -> str:
         if dev.capability:
             parts.append(f"capability {dev.capability}")
         if dev.total_memory:
-            mem = f"{_gib(dev.total_memory)} total"
+            mem = f"{gib(dev.total_memory)} total"
             if dev.free_memory is not None:
-                mem = f"{_gib(dev.free_memory)} free of {mem}"
+                mem = f"{gib(dev.free_memory)} free of {mem}"
             parts.append(mem)
         lines.append(f"{dev.name:<8} " + ", ".join(parts))
     return "\n".join(lines)
-
-
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB"

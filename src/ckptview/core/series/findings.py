@@ -13,14 +13,11 @@ from typing import Any
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
 from ckptview.core.series.model import Finding, SeriesResult, TensorSeries, is_counter
+from ckptview.core.units import figure
 
 
 def _shape_text(shape: tuple[int, ...] | None) -> str:
     return "[" + ", ".join(map(str, shape or ())) + "]"
-
-
-def _num(x: float) -> str:
-    return f"{x:.4g}"
 
 
 def find_findings(result: SeriesResult) -> list[Finding]:
@@ -72,14 +69,14 @@ def find_findings(result: SeriesResult) -> list[Finding]:
             before = s.stats[t - 1] if neighbour and not counter else None
             if before is not None and before.l2 > 0 and st.l2 > result.explode_factor * before.l2:
                 add("explosion", order, name, t,
-                    f"norm {_num(before.l2)} -> {_num(st.l2)} (x{_num(st.l2 / before.l2)}, "
-                    f"factor {_num(result.explode_factor)})")
+                    f"norm {figure(before.l2)} -> {figure(st.l2)} (x{figure(st.l2 / before.l2)}, "
+                    f"factor {figure(result.explode_factor)})")
         stall = None if counter else _stall_start(s, done, result.stall_threshold)
         if stall is not None:
             last = s.update_ratio[done - 1]
             if result.stall_threshold > 0:
-                detail = (f"update ratio below {_num(result.stall_threshold)} from here on "
-                          f"({done - stall} of {done} checkpoints; last {_num(last or 0.0)})")
+                detail = (f"update ratio below {figure(result.stall_threshold)} from here on "
+                          f"({done - stall} of {done} checkpoints; last {figure(last or 0.0)})")
             else:
                 detail = f"no change from here on ({done - stall} of {done} checkpoints)"
             add("stalled", order, name, stall, detail)

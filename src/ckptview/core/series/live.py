@@ -385,18 +385,18 @@ def checkpoint_event(result: SeriesResult, t: int, gone: bool = False) -> dict[s
             continue
         st = s.stats[t]
         fig: dict[str, Any] = {
-            "norm": _num(st.l2) if st is not None else None,
-            "mean": _num(st.mean) if st is not None else None,
-            "std": _num(st.std) if st is not None else None,
-            "abs_max": _num(st.abs_max) if st is not None else None,
+            "norm": _finite_or_none(st.l2) if st is not None else None,
+            "mean": _finite_or_none(st.mean) if st is not None else None,
+            "std": _finite_or_none(st.std) if st is not None else None,
+            "abs_max": _finite_or_none(st.abs_max) if st is not None else None,
             "nan": st.nan if st is not None else None,
             "inf": st.posinf + st.neginf if st is not None else None,
-            "update_ratio": _num(s.update_ratio[t]),
-            "frac_changed": _num(s.frac_changed[t]),
+            "update_ratio": _finite_or_none(s.update_ratio[t]),
+            "frac_changed": _finite_or_none(s.frac_changed[t]),
         }
         if result.spectral:
-            fig["alpha"] = _num(s.spectral("alpha")[t])
-            fig["stable_rank"] = _num(s.spectral("stable_rank")[t])
+            fig["alpha"] = _finite_or_none(s.spectral("alpha")[t])
+            fig["stable_rank"] = _finite_or_none(s.spectral("stable_rank")[t])
         if s.errors[t]:
             fig["error"] = s.errors[t]
         tensors[name] = fig
@@ -408,7 +408,7 @@ def _nbytes(entry: Entry) -> int:
     return entry.ref.nbytes if entry.ref is not None else 0
 
 
-def _num(v: Any) -> Any:
+def _finite_or_none(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v

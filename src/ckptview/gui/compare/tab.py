@@ -53,6 +53,7 @@ from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
@@ -79,10 +80,6 @@ COLUMNS = (
 )
 COLUMN = {key: i for i, (key, _) in enumerate(COLUMNS)}
 HIST_BINS = 100
-
-
-def _fmt(x: float | None) -> str:
-    return "" if x is None else f"{x:.4g}"
 
 
 def _shape(s: list[int] | None) -> str:
@@ -205,7 +202,7 @@ class DiffTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ForegroundRole and key == "status":
             return QBrush(QColor("#000000"))
         if role == Qt.ItemDataRole.ToolTipRole:
-            parts = [f"A: {row.name_a or '—'}", f"B: {row.name_b or '—'}"]
+            parts = [f"A: {row.name_a or MISSING}", f"B: {row.name_b or MISSING}"]
             if row.tied_to:
                 parts.append(f"tied copy: compared with B's twin {row.tied_to}")
             if row.section == "other":
@@ -248,7 +245,7 @@ class DiffTableModel(QAbstractTableModel):
             return _shape(getattr(row, key))
         if key == "frac_changed":
             return "" if row.frac_changed is None else f"{100 * row.frac_changed:.2f}%"
-        return _fmt(getattr(row, key))
+        return figure(getattr(row, key))
 
 
 @dataclass(frozen=True)
@@ -583,7 +580,7 @@ class CompareTab(QWidget):
         overall = self.result.overall_rel_l2()
         text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
         if overall is not None:
-            text += (f" &nbsp; overall relative change <b>{_fmt(overall)}</b> "
+            text += (f" &nbsp; overall relative change <b>{figure(overall)}</b> "
                      f"(over the {len(self.result.parameters)} parameters)")
         buffers = self.result.buffers
         if buffers:

@@ -7,7 +7,6 @@ the tensor summaries are shared with the Statistics panel's cache.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from ckptview.core.inspect.grouping import Selected
 from ckptview.core.inspect.optimizer import OptimizerState, ParamState, find_optimizers
 from ckptview.core.inspect.optimizer_figures import ParamFigures, iter_figures
 from ckptview.core.jobs import Progress
-from ckptview.core.units import shape_text
+from ckptview.core.units import MISSING, number, shape_text
 from ckptview.gui.base.tables import (
     cell_text,
     compact,
@@ -53,20 +52,12 @@ SHOWN_TITLES = {EFF_MEDIAN: "eff. step", EFF_MAX: "eff. max"}  # row_texts() kee
 
 
 def fmt(value: Any) -> str:
-    """A figure in a table cell: ints with separators, floats to 4 significant digits, '—' when absent."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    """A figure in a table cell: ints with separators, floats to 4 significant digits, `MISSING` when absent."""
     if isinstance(value, list):
         return "(" + ", ".join(fmt(v) for v in value) + ")"
     if isinstance(value, dict) and set(value) == {"shape", "dtype"}:
         return f"tensor {value['dtype']} {value['shape']}"
-    return str(value)
+    return number(value)
 
 
 def _item(text: str, right: bool = False, tip: str | None = None) -> QTableWidgetItem:
@@ -233,9 +224,9 @@ class OptimizerPanel(QWidget):
             tip = p.param.name if p.param is not None else None
             if p.guessed and tip is not None:
                 tip += "\nguessed: the model file stores names sorted; another tensor has this shape"
-            table.setItem(r, 0, _item(p.display_name or "—", tip=tip))
+            table.setItem(r, 0, _item(p.display_name or MISSING, tip=tip))
             table.setItem(r, 1, _item(str(p.id), right=True))
-            table.setItem(r, 2, _item("—" if p.group is None else str(p.group), right=True))
+            table.setItem(r, 2, _item(MISSING if p.group is None else str(p.group), right=True))
             table.setItem(r, 3, _item(self._shape(p)))
             pending = "no state" if p.node is None else "…"
             for c in range(4, len(self.columns)):
@@ -257,7 +248,7 @@ class OptimizerPanel(QWidget):
         if p.param is not None and p.param.tensor is not None:
             return shape_text(p.param.tensor.shape)
         hint = p.shape_hint()
-        return shape_text(hint) if hint is not None else "—"
+        return shape_text(hint) if hint is not None else MISSING
 
     def _set_status(self, text: str) -> None:
         """The status line under the table, shown only while it says something."""

@@ -53,6 +53,7 @@ from ckptview.core.run.process import RunError, phase_words
 from ckptview.core.run.result import RunResult, result_json_text
 from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure_or_text, human_bytes
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
 
@@ -392,7 +393,7 @@ class RunPanel(QWidget):
 
     def _on_recognize_progress(self, progress: object) -> None:
         if isinstance(progress, Progress) and progress.message:
-            done = f" ({_bytes(progress.done)} of {_bytes(progress.total)})" if progress.total else ""
+            done = f" ({human_bytes(progress.done)} of {human_bytes(progress.total)})" if progress.total else ""
             self.status_label.setText(_escape(printable(redact(progress.message) + done)) + "…")
 
     def _on_recognized(self, arch: Architecture | None) -> None:
@@ -581,10 +582,10 @@ class RunPanel(QWidget):
             stats = out.stats
             diff = diffs.get(out.name)
             cells = [out.name, "×".join(str(s) for s in out.shape) or "scalar", out.dtype, out.device,
-                     *(_num(v) for v in ((stats.mean, stats.std, stats.min, stats.max) if stats else (None,) * 4)),
-                     str(stats.nan) if stats else "—", str(stats.inf) if stats else "—",
-                     ", ".join(_num(v) for v in (out.first or [])),
-                     _num(diff.max_abs_diff) if diff is not None else ""]
+                     *(figure_or_text(v, ".6g") for v in ((stats.mean, stats.std, stats.min, stats.max) if stats else (None,) * 4)),
+                     str(stats.nan) if stats else MISSING, str(stats.inf) if stats else MISSING,
+                     ", ".join(figure_or_text(v, ".6g") for v in (out.first or [])),
+                     figure_or_text(diff.max_abs_diff, ".6g") if diff is not None else ""]
             for col, text in enumerate(cells):
                 self.table.setItem(row, col, QTableWidgetItem(printable(text)))
         self.table.resizeColumnsToContents()
@@ -605,10 +606,10 @@ def lightning_words(source: runner.SourceInfo) -> str:
 def summary_text(result: RunResult) -> str:
     """Load report, latency and memory as a few lines."""
     load = result.load
-    lines = [f"Loaded {load.tensors} tensors ({_bytes(load.bytes_moved)}) onto "
+    lines = [f"Loaded {load.tensors} tensors ({human_bytes(load.bytes_moved)}) onto "
              f"{result.device} in {result.load_seconds * 1000:.1f} ms"]
     if load.cuda_allocated is not None:
-        lines[0] += f"; CUDA allocated {_bytes(load.cuda_allocated)}, reserved {_bytes(load.cuda_reserved)}"
+        lines[0] += f"; CUDA allocated {human_bytes(load.cuda_allocated)}, reserved {human_bytes(load.cuda_reserved)}"
     if result.architecture is not None:
         arch = result.architecture
         lines.insert(0, f"Model {arch['library']} {arch['class']} from {arch['source']}")
@@ -621,7 +622,7 @@ def summary_text(result: RunResult) -> str:
     lines.append(f"Latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}; "
                  f"{lat.runs} runs after {lat.warmup} warm-up)")
     if result.peak_memory_bytes is not None:
-        lines.append(f"Peak memory {_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
+        lines.append(f"Peak memory {human_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
     if result.next_tokens is not None:
         top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
         lines.append(f"Next token after {result.next_tokens['prompt']!r}: {top}")
@@ -659,24 +660,6 @@ def window_words(message: str) -> str:
 def printable_lines(lines: list[str]) -> str:
     """Lines joined by newlines, each with control characters escaped (names come from files)."""
     return "\n".join(printable(line) for line in lines)
-
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _bytes(value: Any) -> str:
-    if value is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(value)
 
 
 def _escape(text: str) -> str:

@@ -18,6 +18,7 @@ from ckptview.core.figures.spectral_fit import power_law_pdf
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.plots import palette_colors, style_plot
 from ckptview.gui.base.tables import cell_text
@@ -67,10 +68,6 @@ class _Number(QTableWidgetItem):
         return mine < theirs
 
 
-def _fmt(value: float | None, spec: str = ".4g") -> str:
-    return "—" if value is None else f"{value:{spec}}"
-
-
 def figures_text(name: str, s: Spectrum) -> str:
     """The figures of one spectrum, as the panel shows them under the plots."""
     rows, cols = s.shape
@@ -79,14 +76,14 @@ def figures_text(name: str, s: Spectrum) -> str:
         lines[0] += (f" (top {s.singular_values.size} of {min(rows, cols):,} singular values; each eigenvalue "
                      f"may be low by at most {s.eigenvalue_error:.3g})")
     fit = s.fit
-    lines.append(f"alpha {_fmt(s.alpha, '.3f')}, xmin {_fmt(fit.xmin if fit else None)}, "
-                 f"KS distance {_fmt(fit.ks_distance if fit else None, '.3f')}, "
+    lines.append(f"alpha {figure(s.alpha, '.3f')}, xmin {figure(fit.xmin if fit else None)}, "
+                 f"KS distance {figure(fit.ks_distance if fit else None, '.3f')}, "
                  f"tail {fit.tail_size if fit else 0} eigenvalues")
-    rank = "—" if s.rank is None else f"{s.rank:,} of {min(rows, cols):,}"
+    rank = MISSING if s.rank is None else f"{s.rank:,} of {min(rows, cols):,}"
     lines.append(f"spectral norm {s.spectral_norm:.6g}, Frobenius norm {s.frobenius_norm:.6g}, stable rank "
-                 f"{_fmt(s.stable_rank)}, numerical rank {rank}")
-    lines.append(f"lambda max {s.lambda_max:.6g}, log10 lambda max {_fmt(s.log_spectral_norm)}, "
-                 f"alpha weighted {_fmt(s.alpha_weighted)}, correlation traps {s.traps}")
+                 f"{figure(s.stable_rank)}, numerical rank {rank}")
+    lines.append(f"lambda max {s.lambda_max:.6g}, log10 lambda max {figure(s.log_spectral_norm)}, "
+                 f"alpha weighted {figure(s.alpha_weighted)}, correlation traps {s.traps}")
     if s.flags:
         lines.append("flags: " + "; ".join(FLAG_TIPS.get(f, f) for f in s.flags))
     return "\n".join(lines)
@@ -245,13 +242,13 @@ class SpectrumPanel(QWidget):
         cells: list[QTableWidgetItem] = [label, _Number(f"{rows} x {cols}", float(rows * cols))]
         if s is None:
             error = self.errors.get(index)
-            cells += [_Number("—" if error else "…", None) for _ in range(3)]
+            cells += [_Number(MISSING if error else "…", None) for _ in range(3)]
             flag = QTableWidgetItem(error or "")
             if error:
                 flag.setToolTip(error)
             cells.append(flag)
         else:
-            cells += [_Number(_fmt(s.alpha, ".3f"), s.alpha), _Number(_fmt(s.stable_rank), s.stable_rank),
+            cells += [_Number(figure(s.alpha, ".3f"), s.alpha), _Number(figure(s.stable_rank), s.stable_rank),
                       _Number(f"{s.spectral_norm:.4g}", s.spectral_norm)]
             flag = QTableWidgetItem(("⚠ " + ", ".join(s.flags)) if s.flags else "")
             flag.setToolTip("\n".join(FLAG_TIPS.get(f, f) for f in s.flags))

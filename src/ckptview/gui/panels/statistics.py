@@ -20,6 +20,7 @@ from ckptview.core.figures.analysis import Analysis, StatsReady, TargetFailed
 from ckptview.core.figures.stats import JSON_KEYS
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
+from ckptview.core.units import MISSING, number
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -68,14 +69,10 @@ def distinct_labels(labels: list[str]) -> list[str]:
 
 
 def format_figure(key: str, value: object, numel: int) -> str:
-    """A figure as the panel shows it: thousands separators, 6 significant digits, '—' when absent."""
-    if value is None:
-        return "—"
-    if key in ("zeros", "nan", "posinf", "neginf") and numel:
+    """A figure as the panel shows it: thousands separators, 6 significant digits, `MISSING` when absent."""
+    if value is not None and key in ("zeros", "nan", "posinf", "neginf") and numel:
         return f"{value:,} ({100 * value / numel:.3g}%)"  # type: ignore[operator]
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:.6g}"
+    return number(value, ".6g")
 
 
 class StatsPanel(QWidget):
@@ -151,7 +148,7 @@ class StatsPanel(QWidget):
             self.status.setText(f"computing… {value.fraction:.0%}")
             return
         if isinstance(value, TargetFailed):
-            cells = [QTableWidgetItem("—") for _ in JSON_KEYS]
+            cells = [QTableWidgetItem(MISSING) for _ in JSON_KEYS]
             for row, cell in enumerate(cells):
                 self.table.setItem(row, value.index, cell)
             cells[0].setToolTip(value.message)

@@ -16,6 +16,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.inspect.optimizer import OptimizerState, find_optimizers
 from ckptview.core.inspect.training import TrainingSummary, training_summary
 from ckptview.core.text import shown
+from ckptview.core.units import number
 from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -26,13 +27,9 @@ FIRST_FACTS = ("epoch", "global_step", "step", "iteration", "iter", "loss", "bes
 
 def value_text(value: Any) -> str:
     """A fact as the panel shows it."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
     if isinstance(value, list):
         return "[" + ", ".join(value_text(v) for v in value) + "]"
-    return str(value)
+    return number(value, ".6g")
 
 
 def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:

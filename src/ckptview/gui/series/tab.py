@@ -40,6 +40,7 @@ from ckptview.core.series.spectra import is_matrix, iter_spectra
 from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
 from ckptview.core.session.workspace import Holdings, Workspace
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.series.follow import Follow
@@ -329,10 +330,10 @@ class SeriesTab(QWidget):
             s = r.tensors[name]
             last = next((t for t in range(done - 1, -1, -1) if s.stats[t] is not None), None)
             item.setText(1, "[" + ", ".join(map(str, s.shape or ())) + "]")
-            item.setText(2, _norm(s.stats[last]) if last is not None else "-")
+            item.setText(2, _norm(s.stats[last]) if last is not None else MISSING)
             ratio = next((s.update_ratio[t] for t in range(done - 1, 0, -1) if s.update_ratio[t] is not None), None)
-            item.setText(3, _fmt(ratio))
-            item.setText(4, _nonfinite(s.stats[last]) if last is not None else "-")
+            item.setText(3, figure(ratio))
+            item.setText(4, _nonfinite(s.stats[last]) if last is not None else MISSING)
         self._fill_findings()
         axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
         self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
@@ -580,21 +581,17 @@ class SeriesTab(QWidget):
         self.spectra_ready.emit(names)
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
 def _norm(stats: Any) -> str:
     """The L2 norm of the finite values, or "no finite" when the tensor holds none (not 0: it is not zeroed)."""
     if stats.numel and stats.nan + stats.posinf + stats.neginf == stats.numel:
         return "no finite"
-    return _fmt(stats.l2)
+    return figure(stats.l2)
 
 
 def _nonfinite(stats: Any) -> str:
-    """NaN/Inf value counts ("12/0"), "-" when there are none."""
+    """NaN/Inf value counts ("12/0"), `MISSING` when there are none."""
     inf = stats.posinf + stats.neginf
-    return f"{stats.nan}/{inf}" if stats.nan or inf else "-"
+    return f"{stats.nan}/{inf}" if stats.nan or inf else MISSING
 
 
 _OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state by id (mapping not known)
