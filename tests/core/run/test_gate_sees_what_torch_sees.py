@@ -94,7 +94,7 @@ def test_a_pt2_with_a_compiled_library_is_listed_and_never_loaded_without_consen
     err = _one_line_refusal(capsys, ["run", path, "--input-shape", "2,4"])
     assert err.startswith("ckptview: refusing to load this .pt2 program without --trust: loading it runs code from "
                           "the file: exported program models/model.json, native library data/aotinductor/model/evil.so")
-    assert runner.inspect_inputs(path)[0].shape == (2, 4)  # the Run tab's signature: the JSON, nothing loaded
+    assert runner.inspect_inputs(path)[0].shape == (2, 4)  # the run panel's signature: the JSON, nothing loaded
     assert not marker.exists()
     assert torch_runs(f"import torch\ntry:\n    torch.export.load({path!r})\nexcept Exception:\n    pass", marker)
 

@@ -1,4 +1,4 @@
-"""The Run tab's input guess comes from the first layer that takes the input (issue 25, finding 7).
+"""The run panel's input guess comes from the first layer that takes the input (issue 25, finding 7).
 
 Before, the guess was the first 2-D weight: a CNN got `2,128@float32` from its classifier and the run
 failed in conv2d. Each guess here is checked by running the model on it."""

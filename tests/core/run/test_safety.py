@@ -88,7 +88,7 @@ def test_pt2_pickled_record_is_listed_and_refused(record: str, tmp_path: pathlib
     assert err == ("ckptview: refusing to load this .pt2 program without --trust: loading it runs code from the "
                    "file: exported program models/model.json; torch would unpickle records that import and run "
                    "posix.system\n")
-    inspect_inputs(path)  # the Run tab's input signature: read from the JSON, nothing loaded
+    inspect_inputs(path)  # the run panel's input signature: read from the JSON, nothing loaded
     assert not marker.exists()
 
 

@@ -1,4 +1,4 @@
-"""One open per checkpoint per window (issue 26.5): the comparison reuses the tabs' checkpoints, a run tab
+"""One open per checkpoint per window (issue 26.5): the comparison reuses the tabs' checkpoints, a series tab
 opens each of its checkpoints once for its reading and its plots, and closing one holder never takes a tree
 apart under another."""
 

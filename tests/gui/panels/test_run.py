@@ -203,7 +203,7 @@ class _Payload:
 
 
 def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch) -> None:
-    """Showing the Run tab of a .pt2 whose sample inputs hold a payload starts no worker and runs nothing: its
+    """Showing the run panel of a .pt2 whose sample inputs hold a payload starts no worker and runs nothing: its
     input signature comes from the program's JSON."""
     from ckptview.core.run import request as runner
     from ckptview.gui.panels.run import RunPanel

@@ -1,4 +1,4 @@
-"""Issue 24, finding 2 (and 3 in the window): showing the Run tab runs nothing from the file; running a graph
+"""Issue 24, finding 2 (and 3 in the window): showing the run panel runs nothing from the file; running a graph
 asks once per file, in a dialog naming the code that would run."""
 
 from __future__ import annotations

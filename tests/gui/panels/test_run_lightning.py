@@ -1,4 +1,4 @@
-"""The Run tab on a Lightning checkpoint: the class the file names is shown with the consent it needs, and Run
+"""The run panel on a Lightning checkpoint: the class the file names is shown with the consent it needs, and Run
 asks for it (naming the class) before any worker starts; the user's own class needs none."""
 
 from __future__ import annotations

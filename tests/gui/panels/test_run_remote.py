@@ -1,4 +1,4 @@
-"""The Run tab of a URL's tab: the remote folder's config.json is fetched in a worker (never on the window's
+"""The run panel of a URL's tab: the remote folder's config.json is fetched in a worker (never on the window's
 thread), the architecture pre-filled as for a local folder, with progress, Cancel and one-line errors that
 carry no credentials."""
 

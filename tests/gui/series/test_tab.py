@@ -1,4 +1,4 @@
-"""The run tab driven with qtbot: read a trained run, read back its lines, findings, heat-map and histograms."""
+"""The series tab driven with qtbot: read a trained run, read back its lines, findings, heat-map and histograms."""
 
 from __future__ import annotations
 
@@ -122,11 +122,11 @@ def test_window_opens_a_run_from_the_command_line_and_closing_cancels(qtbot, set
     window = launch(window_args(["--series", str(tmp_path / "run")]), settings, server_name)
     qtbot.addWidget(window)
     tab = window.tabs.currentWidget()
-    assert isinstance(tab, SeriesTab) and window.tabs.tabText(window.tabs.currentIndex()) == "Run: run"
-    assert window.open_run_action in window.menus["File"].actions()
+    assert isinstance(tab, SeriesTab) and window.tabs.tabText(window.tabs.currentIndex()) == "Series: run"
+    assert window.open_series_action in window.menus["File"].actions()
     qtbot.waitUntil(lambda: tab.state != "loading", timeout=60_000)
     assert tab.result is not None and tab.result.done == 3
-    # A second run tab, closed at once: its reading stops and nothing fires into the deleted tab.
+    # A second series tab, closed at once: its reading stops and nothing fires into the deleted tab.
     second = window.open_series([str(tmp_path / "run")])
     worker = second._worker
     window.close_tab(window.tabs.indexOf(second))

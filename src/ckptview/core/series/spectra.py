@@ -1,4 +1,4 @@
-"""Weight spectra of chosen tensors over a run's checkpoints, on demand (the run tab's Spectral lines; Qt-free).
+"""Weight spectra of chosen tensors over a run's checkpoints, on demand (the series tab's Spectral lines; Qt-free).
 
 ``series --spectral`` fits every 2-D weight in the per-checkpoint task
 (:mod:`ckptview.core.series.executor`); the window fits only the tensors it draws, one checkpoint
@@ -41,7 +41,7 @@ def iter_spectra(wanted: list[tuple[str, str]], holdings: Holdings | None = None
     """(alpha, stable rank) of each (checkpoint path, tensor name) in ``wanted``; (None, None) where the
     tensor is absent, not a matrix, or its spectrum cannot be computed (the run's findings say why).
 
-    With `holdings` (the run tab's), checkpoints are the run's own opens and each spectrum is asked of its
+    With `holdings` (the series tab's), checkpoints are the run's own opens and each spectrum is asked of its
     checkpoint's Analysis (computed once, shared with a tab showing that file)."""
     by_path: dict[str, list[str]] = {}
     for path, name in wanted:

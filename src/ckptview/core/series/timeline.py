@@ -89,7 +89,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
                 holdings: Holdings | None = None) -> SeriesResult:
     """Find the run's checkpoints, read each one's step/epoch and tensor list, and order them.
 
-    With `holdings` (the window's run tab), each checkpoint stays open there for the reading and the
+    With `holdings` (the window's series tab), each checkpoint stays open there for the reading and the
     plots; without, each is closed once planned."""
     found = find_checkpoints(paths)
     refs: list[CheckpointRef] = []

@@ -214,7 +214,7 @@ class Workspace:
         return True
 
 
-HOLD_CHECKPOINTS = 32  # a run tab keeps at most this many checkpoints open ...
+HOLD_CHECKPOINTS = 32  # a series tab keeps at most this many checkpoints open ...
 HOLD_TENSORS = 1_000_000  # ... holding at most about this many tensors together (beyond the last two)
 
 

@@ -46,7 +46,7 @@ from ckptview.gui.panels.spectrum import SpectrumPanel
 from ckptview.gui.panels.statistics import StatsPanel
 from ckptview.gui.panels.training import TrainingPanel
 from ckptview.gui.panels.values import ValuesPanel
-from ckptview.gui.series.tab import choose_run_folder, open_series_tab
+from ckptview.gui.series.tab import choose_series_folder, open_series_tab
 from ckptview.resources import resource_path
 
 TITLE_BAR = 32  # pixels a window manager's title bar takes above the window (the frame is not ours)
@@ -206,7 +206,7 @@ class MainWindow(QMainWindow):
         self.open_action = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
                                         self._icon(sp.SP_DialogOpenButton))
         self.example_action = self._action("Open &Example", self.open_example)
-        self.open_run_action = self._action("Open &Run…", self.open_run_dialog)
+        self.open_series_action = self._action("Open &Series…", self.open_series_dialog)
         self.open_url_action = self._action("Open &URL…", self.open_url_dialog, "Ctrl+L")
         self.reload_action = self._action("&Reload", self.reload_current_tab, "Ctrl+R",
                                           self._icon(sp.SP_BrowserReload))
@@ -233,7 +233,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         self._fill_recent_menu()
         file_menu.addAction(self.example_action)
-        file_menu.addAction(self.open_run_action)
+        file_menu.addAction(self.open_series_action)
         file_menu.addAction(self.reload_action)
         file_menu.addSeparator()
         file_menu.addAction(self.close_action)
@@ -421,12 +421,12 @@ class MainWindow(QMainWindow):
         open_diff(self, a, b)
 
     def open_series(self, paths: list[str]) -> QWidget:
-        """A run tab: the checkpoints of a training run as a timeline (`--series`, File > Open Run…)."""
+        """A series tab: the checkpoints of a training run as a timeline (`--series`, File > Open Series…)."""
         return open_series_tab(self, list(paths))
 
-    def open_run_dialog(self) -> None:
-        """File > Open Run…: pick a folder of checkpoints."""
-        folder = choose_run_folder(self)
+    def open_series_dialog(self) -> None:
+        """File > Open Series…: pick a folder of checkpoints."""
+        folder = choose_series_folder(self)
         if folder:
             self.open_series([folder])
 

@@ -1,4 +1,4 @@
-"""The run tab's Follow switch: keep the timeline up to date while the run writes checkpoints.
+"""The series tab's Follow switch: keep the timeline up to date while the run writes checkpoints.
 
 A worker runs :func:`ckptview.core.series.watch.watch_run` (cache and executor as the command's);
 each time the timeline changed it hands the tab a new :class:`SeriesResult` (never one it still changes),
@@ -38,7 +38,7 @@ def follow_job(paths: list[str], stall_threshold: float, explode_factor: float, 
 
 
 class Follow(QObject):
-    """Starts and stops following for one run tab (``tab.follow_box`` toggles it)."""
+    """Starts and stops following for one series tab (``tab.follow_box`` toggles it)."""
 
     updated = Signal(object)  # the --watch events of one update
 

@@ -1,4 +1,4 @@
-"""The plots of the run tab: lines over steps, the update-ratio heat-map, and a tensor's histograms over steps."""
+"""The plots of the series tab: lines over steps, the update-ratio heat-map, and a tensor's histograms over steps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The run tab's Spectra view: each selected weight's power-law alpha and stable rank over the steps.
+"""The series tab's Spectra view: each selected weight's power-law alpha and stable rank over the steps.
 
 Drawn as the Lines view draws norms (:class:`ckptview.gui.series.plots.LinePlots`: one colour per tensor,
 the legend above the plots); the alpha plot shades WeightWatcher's well-trained range [2, 6]. The figures

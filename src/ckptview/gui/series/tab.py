@@ -1,4 +1,4 @@
-"""The run tab: a training run's checkpoints as a timeline (File > Open Run…, ``ckptview --series DIR``).
+"""The series tab: a training run's checkpoints as a timeline (File > Open Series…, ``ckptview --series DIR``).
 
 A module tree and the findings on the left; on the right, lines of norm and update ratio over the steps,
 the update-ratio heat-map (tensors x steps) and a selected tensor's histograms over the steps. The files
@@ -599,16 +599,16 @@ _OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state
 
 # --- ways in ---------------------------------------------------------------------------------------
 def open_series_tab(window: Any, paths: list[str]) -> SeriesTab:
-    """Open a run tab in ``window`` and start reading (File > Open Run…, ``--series``)."""
+    """Open a series tab in ``window`` and start reading (File > Open Series…, ``--series``)."""
     tab = SeriesTab(paths, workspace=window.workspace)
     first = tab.paths[0] if tab.paths else ""
-    title = f"Run: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Run: {len(tab.paths)} paths"
+    title = f"Series: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Series: {len(tab.paths)} paths"
     window.add_tab(tab, title, list(tab.paths))
     tab.start()
     return tab
 
 
-def choose_run_folder(window: Any) -> str | None:
-    """File > Open Run…: pick the folder that holds a run's checkpoints."""
+def choose_series_folder(window: Any) -> str | None:
+    """File > Open Series…: pick the folder that holds a run's checkpoints."""
     folder = QFileDialog.getExistingDirectory(window, "Open a training run (folder of checkpoints)")
     return folder or None
