@@ -491,6 +491,14 @@ def test_the_core_keeps_no_workspace_analysis_or_session_of_its_own():
     assert offenders == []
 
 
+def test_the_architecture_page_names_every_package():
+    """docs/architecture.md maps the code: every package of src has its row there."""
+    page = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in page.splitlines() if line.startswith("| `ckptview")}
+    packages = {_module_name(p) for p in SRC.rglob("__init__.py")} - {"ckptview.resources"}
+    assert sorted(packages - rows) == []
+
+
 def test_figures_are_formatted_in_one_module():
     """Every figure a person reads is formatted by core/units.py (`figure`, `number`, `percent`,
     `human_bytes`, ...), and a figure there is none of shows its one marker, `units.MISSING`: no module
