@@ -111,9 +111,12 @@ def window_parser() -> argparse.ArgumentParser:
 
 
 def window_args(argv: Sequence[str], remote: RemoteOptions | None = None) -> argparse.Namespace:
-    """The window's arguments, with the remote options they are read with (`remote`)."""
+    """The window's arguments, with the remote options its URLs are read with: `remote` (what main()
+    built), else those `argv` gives (`--download`, ...; tests and tools)."""
+    if remote is None:
+        remote, argv = remote_options(list(argv), {})
     args = window_parser().parse_args(list(argv))
-    args.remote = remote if remote is not None else RemoteOptions()
+    args.remote = remote
     return args
 
 

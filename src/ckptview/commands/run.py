@@ -76,7 +76,7 @@ REFUSED = ("refused", "changed")
 def run(args: argparse.Namespace) -> int:
     """Run the job; print JSON or a summary; errors are one line on stderr, exit 2 when refused, else 1."""
     try:
-        result = runner.run(build_request(args))
+        result = runner.run(build_request(args), remote=args.remote)
     except RunError as exc:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return 2 if exc.kind in REFUSED else 1

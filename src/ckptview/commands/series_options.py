@@ -63,7 +63,8 @@ def _cache(args: argparse.Namespace) -> Any:
 def _live_run(args: argparse.Namespace) -> Any:
     return LiveRun(args.paths, cache=_cache(args), workers=args.workers, scheduler=args.scheduler,
                    chunk_elems=max(1, args.chunk_elems), stall_threshold=args.stall_threshold,
-                   explode_factor=args.explode_factor, spectral=getattr(args, "spectral", False))
+                   explode_factor=args.explode_factor, spectral=getattr(args, "spectral", False),
+                   remote=args.remote)
 
 
 def clear_cache() -> int:

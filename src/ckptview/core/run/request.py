@@ -19,6 +19,7 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.census import census
 from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
@@ -212,13 +213,13 @@ def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
     return source
 
 
-def run_iter(request: RunRequest, token: Cancellable | None = None
+def run_iter(request: RunRequest, token: Cancellable | None = None, remote: RemoteOptions | None = None
              ) -> Generator[Progress, None, RunResult]:
     """The forward-pass job as a core generator (for GUI workers): yields phases, returns the result.
 
     A URL (PATH or the compare file) is downloaded first into a private folder removed afterwards (a model
     folder: its config, tokenizer and weights): the worker loads local files, and checks them like any
-    other before torch sees them.
+    other before torch sees them; `remote` is what the user allowed for those reads (`--download`, ...).
     """
     urls = [p for p in (request.path, request.compare_path) if p and is_url(p)]
     if not urls:
@@ -226,7 +227,7 @@ def run_iter(request: RunRequest, token: Cancellable | None = None
     with tempfile.TemporaryDirectory(prefix="ckptview-fetch-") as folder:
         local = {}
         for i, url in enumerate(urls):
-            local[url] = yield from fetch(url, os.path.join(folder, str(i)), token)
+            local[url] = yield from fetch(url, os.path.join(folder, str(i)), token, remote)
         request = dataclasses.replace(request, path=local.get(request.path, request.path),
                                       compare_path=local.get(request.compare_path or "", request.compare_path))
         return (yield from _run_local(request, token))
@@ -274,9 +275,9 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
 
 
 def run(request: RunRequest, token: Cancellable | None = None,
-        on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+        on_progress: Callable[[Progress], None] | None = None, remote: RemoteOptions | None = None) -> RunResult:
     """Load and run in a worker; the typed result (see README) or RunError with a one-line message."""
-    return drain(run_iter(request, token), on_progress)
+    return drain(run_iter(request, token, remote), on_progress)
 
 
 def probe_devices(timeout: float = 60.0, token: Cancellable | None = None) -> list[Any]:

@@ -30,6 +30,8 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.stats import TensorStats
 from ckptview.core.read.bytes.files import folder_identities, is_url, open_regular
 from ckptview.core.read.bytes.remote.fs import RemoteFS, begin_session
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.model import TensorFigures
 
 VERSION = 2  # of the figures and of the schema: a new version starts a new database file
@@ -76,11 +78,12 @@ def stored_location(path: str) -> str:
     return "url:" + hashlib.blake2b(loc.encode(), digest_size=20).hexdigest()
 
 
-def file_key(path: str, chunk_elems: int) -> str:
-    """The cache key of ``path`` as it is now (raises OSError/CheckpointError when it cannot be read)."""
+def file_key(path: str, chunk_elems: int, remote: RemoteOptions = DEFAULT_REMOTE) -> str:
+    """The cache key of ``path`` as it is now (raises OSError/CheckpointError when it cannot be read; a
+    URL is asked with `remote`)."""
     parts: list[Any] = [VERSION, chunk_elems, location(path)]
     if is_url(path):  # asked through a session of its own: what the server says now
-        fs = RemoteFS(begin_session(path))
+        fs = RemoteFS(begin_session(path, remote))
         rf = fs.file(path)
         if rf.is_dir:
             parts.append(sorted(fs.listdir(path)))

@@ -21,6 +21,8 @@ from ckptview.core.errors import CheckpointError, NotACheckpointError
 from ckptview.core.inspect.optimizer import scalar_value
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem, filesystem
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import Source
 from ckptview.core.read.formats import readers
 
@@ -53,13 +55,13 @@ class Position:
 # Finding the checkpoints.
 
 
-def find_checkpoints(paths: list[str]) -> list[str]:
+def find_checkpoints(paths: list[str], remote: RemoteOptions = DEFAULT_REMOTE) -> list[str]:
     """The checkpoint paths named by ``paths`` (folders expanded, globs matched), without duplicates."""
     out: list[str] = []
     for raw in paths:
         raw = os.path.expanduser(str(raw))
         if is_url(raw):  # a URL: a remote run folder is listed like a local one, through a session of its own
-            fs = filesystem(raw)
+            fs = filesystem(raw, options=remote)
             out += expand_folder(raw, fs) if fs.isdir(raw) and not _is_checkpoint_folder(raw, fs) else [raw]
             continue
         if not os.path.exists(raw) and _GLOB_CHARS.search(raw):
@@ -146,8 +148,9 @@ def natural_key(path: str) -> tuple[Any, ...]:
 # Step and epoch.
 
 
-def find_position(ckpt: Checkpoint, path: str) -> Position:
-    """Step and epoch of one checkpoint: from the file, a trainer_state.json, or the name."""
+def find_position(ckpt: Checkpoint, path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Position:
+    """Step and epoch of one checkpoint: from the file, a trainer_state.json (a URL's read with `remote`),
+    or the name."""
     pos = Position()
     step = _from_file(ckpt.root, STEP_KEYS)
     if step is not None:
@@ -156,7 +159,7 @@ def find_position(ckpt: Checkpoint, path: str) -> Position:
     if epoch is not None:
         pos.epoch, pos.epoch_source = epoch[1], _source(epoch[0])
     if pos.step is None or pos.epoch is None:
-        _from_trainer_state(path, pos)
+        _from_trainer_state(path, pos, remote)
     if pos.step is None or pos.epoch is None:
         position_from_name(path, pos)
     return pos
@@ -210,8 +213,8 @@ def _whole(value: Any) -> int | float | None:
     return value if value >= 0 else None
 
 
-def _from_trainer_state(path: str, pos: Position) -> None:
-    fs = filesystem(path)
+def _from_trainer_state(path: str, pos: Position, remote: RemoteOptions) -> None:
+    fs = filesystem(path, options=remote)
     folder = path if fs.isdir(path) else fs.dirname(path)
     state_file = fs.join(folder, TRAINER_STATE)
     try:

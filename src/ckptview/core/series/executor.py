@@ -31,6 +31,8 @@ from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError, T
 from ckptview.core.figures.spectral import iter_spectrum, matrix_of
 from ckptview.core.figures.stats import Summary, iter_summary
 from ckptview.core.jobs import CancelToken, drain
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.values.reading import iter_chunks
 from ckptview.core.series import timeline as series
 from ckptview.core.series.cache import file_key
@@ -52,6 +54,7 @@ class ChainTask:
     chunk_elems: int
     first_is_previous: bool = False  # paths[0] is only there as the "previous" side of paths[1]
     spectral: bool = False  # also the alpha and stable rank of each 2-D weight (spectral.matrix_of)
+    remote: RemoteOptions = DEFAULT_REMOTE  # how URLs are read (travels with the task to its worker)
 
 
 @dataclass
@@ -91,7 +94,7 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
     fails to open, or changes while it is read, is that checkpoint's error; the others are still read."""
     if key_of is None:
         def key_of(path: str) -> str | None:
-            return file_key(path, task.chunk_elems)
+            return file_key(path, task.chunk_elems, task.remote)
 
     out = [CheckpointFigures(p) for p in task.paths]
     opened: list[Checkpoint | None] = []
@@ -101,7 +104,7 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
             fig.key_before = _safe_key(key_of, fig.path)
             ckpt: Checkpoint | None = None
             try:
-                ckpt = series.open_checkpoint(fig.path)
+                ckpt = series.open_checkpoint(fig.path, task.remote)
                 infos.append(_by_name(ckpt))
             except Cancelled:
                 if ckpt is not None:
@@ -328,7 +331,8 @@ MIN_BLOCK = 1 << 14  # elements per read of a lane (64 KiB of float32)
 
 
 def plan_tasks(chains: list[list[str]], first_is_previous: list[bool], names: list[tuple[str, int]],
-               workers: int, chunk_elems: int, spectral: bool = False) -> list[tuple[int, int, ChainTask]]:
+               workers: int, chunk_elems: int, spectral: bool = False,
+               remote: RemoteOptions = DEFAULT_REMOTE) -> list[tuple[int, int, ChainTask]]:
     """Tasks for ``chains`` (runs of consecutive checkpoints still to measure) on ``workers`` workers.
 
     ``names`` are the run's tensors with their sizes in bytes. A long chain is cut into segments of at
@@ -349,7 +353,7 @@ def plan_tasks(chains: list[list[str]], first_is_previous: list[bool], names: li
             offset = start - 1 if prev else start
             for group in groups:
                 tasks.append((c, offset, ChainTask(tuple(chain[offset:stop]), group, chunk_elems,
-                                                   prev or first_prev and start == 0, spectral)))
+                                                   prev or first_prev and start == 0, spectral, remote)))
     return tasks
 
 

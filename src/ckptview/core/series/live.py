@@ -21,7 +21,8 @@ from ckptview.core.compare.diff import Sums
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.stats import Summary
 from ckptview.core.jobs import CancelToken, drain
-from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cache import SeriesCache, file_key, location
 from ckptview.core.series.discover import Position, choose_order, find_checkpoints, find_position
 from ckptview.core.series.executor import (
@@ -48,6 +49,7 @@ from ckptview.core.series.timeline import (
     merge_names,
     name_position,
     none_readable,
+    open_checkpoint,
     plan_series,
     record_figures,
     series_entries,
@@ -78,8 +80,10 @@ class LiveRun:
 
     def __init__(self, paths: list[str], *, cache: SeriesCache | None = None, workers: int | None = None,
                  scheduler: Any = None, chunk_elems: int = SERIES_CHUNK_ELEMS, stall_threshold: float = 0.0,
-                 explode_factor: float = 10.0, spectral: bool = False) -> None:
+                 explode_factor: float = 10.0, spectral: bool = False,
+                 remote: RemoteOptions = DEFAULT_REMOTE) -> None:
         self.paths = list(paths)
+        self.remote = remote  # how its URLs are listed and read (the command line's --download, ...)
         self.spectral = spectral  # also each 2-D weight's alpha and stable rank (series --spectral)
         self.cache = cache
         self.workers = workers if workers is not None else default_workers()
@@ -141,7 +145,7 @@ class LiveRun:
 
     def discover(self) -> None:
         """Find the checkpoints named by the run's paths (folders expanded, globs matched)."""
-        self.set_present(find_checkpoints(self.paths))
+        self.set_present(find_checkpoints(self.paths, self.remote))
 
     # --- measuring --------------------------------------------------------------------------------
     def update(self, token: CancelToken | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
@@ -175,7 +179,7 @@ class LiveRun:
                                                                        "device is never opened)"), []
             return
         try:
-            key = file_key(path, self.chunk_elems)
+            key = file_key(path, self.chunk_elems, self.remote)
         except (CheckpointError, OSError) as exc:
             entry.key, entry.ref, entry.rows = None, _error_ref(path, error_message(exc)), []
             return
@@ -188,7 +192,7 @@ class LiveRun:
             if loaded is not None:
                 entry.ref, entry.rows = loaded
                 return
-        entry.ref, entry.rows = _open_meta(path)
+        entry.ref, entry.rows = _open_meta(path, self.remote)
         if self.cache is not None and entry.ref.error is None:
             self.cache.put_meta(key, path, _to_meta(entry.ref, entry.rows))
 
@@ -244,7 +248,7 @@ class LiveRun:
             workers = 1  # starting worker processes costs more than reading a small run here
         planned = plan_tasks([[ordered[t].path for t in c] for c in chains], first_prev, list(sizes.items()),
                              1 if client is None and workers <= 1 else max(workers, 2), self.chunk_elems,
-                             self.spectral)
+                             self.spectral, self.remote)
         tasks = [task for _, _, task in planned]
         task_chain = [chains[c][offset:offset + len(task.paths)] for c, offset, task in planned]
         shares = {id(task): sum(1 for _, _, other in planned if other.paths == task.paths) for task in tasks}
@@ -418,30 +422,30 @@ def _error_ref(path: str, error: str) -> CheckpointRef:
     return CheckpointRef(path, name_position(path), error=error)
 
 
-def _open_meta(path: str) -> tuple[CheckpointRef, list[Row]]:
+def _open_meta(path: str, remote: RemoteOptions) -> tuple[CheckpointRef, list[Row]]:
     """A checkpoint's planning facts, as plan_series records them (whatever it keeps of a checkpoint)."""
     try:
-        planned = plan_series([path])
+        planned = plan_series([path], remote=remote)
     except (CheckpointError, OSError) as exc:
         message, prefix = error_message(exc), f"{path}: "
         return _error_ref(path, message[len(prefix):] if message.startswith(prefix) else message), []
     if len(planned.checkpoints) != 1:  # a checkpoint folder that, named alone, reads as a run
-        return _open_one(path)
+        return _open_one(path, remote)
     rows = [(name, s.shapes[0], s.dtypes[0] or "", s.param) for name, s in planned.tensors.items()
             if s.shapes[0] is not None]
     return planned.checkpoints[0], rows
 
 
-def _open_one(path: str) -> tuple[CheckpointRef, list[Row]]:
+def _open_one(path: str, remote: RemoteOptions) -> tuple[CheckpointRef, list[Row]]:
     try:
-        ckpt = open_checkpoint(path)
+        ckpt = open_checkpoint(path, remote)
     except Cancelled:
         raise
     except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
         return _error_ref(path, error_message(exc)), []
     try:
         tensors = series_entries(ckpt)
-        ref = CheckpointRef(path, find_position(ckpt, path), ckpt.format, sum(info.nbytes for _, info, _ in tensors),
+        ref = CheckpointRef(path, find_position(ckpt, path, remote), ckpt.format, sum(info.nbytes for _, info, _ in tensors),
                             unsafe_globals=list(ckpt.unsafe_globals))
         return ref, [(name, tuple(info.shape), info.dtype, param) for name, info, param in tensors]
     finally:

@@ -33,6 +33,9 @@ from ckptview.core.inspect.optimizer import find_optimizers
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read import open as opening
 from ckptview.core.read.bytes.files import ReadAhead
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.values.reading import iter_chunks
 from ckptview.core.series.discover import (
     Position,
@@ -53,26 +56,26 @@ from ckptview.core.series.model import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from ckptview.core.read.bytes.files import ReadAhead
     from ckptview.core.session.workspace import Holdings
 
 SERIES_CHUNK_ELEMS = 1 << 20
 
 
-def open_checkpoint(path: str) -> Checkpoint:
+def open_checkpoint(path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Checkpoint:
     """Open one checkpoint of a run (metadata only): the one opener of planning, iter_series and the
-    executor's tasks (:mod:`ckptview.core.series.executor`), so every path opens files alike."""
-    return opening.open_checkpoint(path)
+    executor's tasks (:mod:`ckptview.core.series.executor`), so every path opens files alike. A URL is
+    read with `remote` (what the user allowed: `--download`, ...)."""
+    return opening.open_checkpoint(path, ReaderContext(remote=remote))
 
 
-def open_for_run(path: str) -> Checkpoint:
+def open_for_run(path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Checkpoint:
     """`open_checkpoint`, looked up when called: the opener a run's `Holdings` open files with."""
-    return open_checkpoint(path)
+    return open_checkpoint(path, remote)
 
 
-def _open(path: str, holdings: Holdings | None) -> Checkpoint:
+def _open(path: str, holdings: Holdings | None, remote: RemoteOptions) -> Checkpoint:
     """The checkpoint at `path`: the run's own open when it holds one and the file is unchanged."""
-    return holdings.checkpoint(path) if holdings is not None else open_checkpoint(path)
+    return holdings.checkpoint(path) if holdings is not None else open_checkpoint(path, remote)
 
 
 def _let_go(ckpt: Checkpoint | None, holdings: Holdings | None) -> None:
@@ -86,12 +89,12 @@ def _let_go(ckpt: Checkpoint | None, holdings: Holdings | None) -> None:
 
 
 def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-                holdings: Holdings | None = None) -> SeriesResult:
+                holdings: Holdings | None = None, remote: RemoteOptions = DEFAULT_REMOTE) -> SeriesResult:
     """Find the run's checkpoints, read each one's step/epoch and tensor list, and order them.
 
     With `holdings` (the window's series tab), each checkpoint stays open there for the reading and the
-    plots; without, each is closed once planned."""
-    found = find_checkpoints(paths)
+    plots; without, each is closed once planned. URLs are listed and read with `remote`."""
+    found = find_checkpoints(paths, remote)
     refs: list[CheckpointRef] = []
     names: list[list[TensorInfoRow]] = []
     params: dict[str, str] = {}
@@ -102,7 +105,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             names.append([])
             continue
         try:
-            ckpt = _open(path, holdings)
+            ckpt = _open(path, holdings, remote)
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
@@ -111,7 +114,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             continue
         try:
             tensors = series_entries(ckpt)
-            refs.append(CheckpointRef(path, find_position(ckpt, path), ckpt.format,
+            refs.append(CheckpointRef(path, find_position(ckpt, path, remote), ckpt.format,
                                       sum(info.nbytes for _, info, _ in tensors),
                                       unsafe_globals=list(ckpt.unsafe_globals)))
             names.append([(name, tuple(info.shape), info.dtype) for name, info, _ in tensors])
@@ -229,20 +232,21 @@ def changed_message(what: str) -> str:
 
 
 def iter_series(result: SeriesResult, token: CancelToken | None = None,
-                chunk_elems: int = SERIES_CHUNK_ELEMS,
-                holdings: Holdings | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
+                chunk_elems: int = SERIES_CHUNK_ELEMS, holdings: Holdings | None = None,
+                remote: RemoteOptions = DEFAULT_REMOTE) -> Generator[SeriesProgress, None, SeriesResult]:
     """Fill in every figure of ``result`` checkpoint by checkpoint; yields progress, returns it with findings.
 
     Small tensors' bytes come from windows of each file read at once (`read_ahead`). A checkpoint that
     fails, or changes on disk while it is read, becomes an error of that checkpoint (its figures dropped);
-    the others are still read. With `holdings`, checkpoints come from (and stay in) the run's own opens."""
+    the others are still read. With `holdings`, checkpoints come from (and stay in) the run's own opens;
+    without, URLs are read with `remote`."""
     ahead = ReadAhead()  # handed to every value read of the walk
-    return ahead.run(_iter_series(result, token, chunk_elems, ahead, holdings))
+    return ahead.run(_iter_series(result, token, chunk_elems, ahead, holdings, remote))
 
 
 def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: int,
-                 ahead: ReadAhead | None = None,
-                 holdings: Holdings | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
+                 ahead: ReadAhead | None = None, holdings: Holdings | None = None,
+                 remote: RemoteOptions = DEFAULT_REMOTE) -> Generator[SeriesProgress, None, SeriesResult]:
     total = sum(r.nbytes for r in result.checkpoints)
     done_bytes = 0
     prev: Checkpoint | None = None
@@ -269,7 +273,7 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
                 continue
             opened: Checkpoint | None = None
             try:
-                opened = _open(ref.path, holdings)
+                opened = _open(ref.path, holdings, remote)
                 entries = series_entries(opened)
             except Cancelled:
                 let_go(opened)
@@ -373,10 +377,11 @@ def _drop(result: SeriesResult, t: int) -> None:
 
 
 def run_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-               token: CancelToken | None = None, chunk_elems: int = SERIES_CHUNK_ELEMS) -> SeriesResult:
+               token: CancelToken | None = None, chunk_elems: int = SERIES_CHUNK_ELEMS,
+               remote: RemoteOptions = DEFAULT_REMOTE) -> SeriesResult:
     """Plan and read a whole run (plain-function form of :func:`plan_series` + :func:`iter_series`)."""
-    result = plan_series(paths, stall_threshold, explode_factor)
-    gen = iter_series(result, token, chunk_elems)
+    result = plan_series(paths, stall_threshold, explode_factor, remote=remote)
+    gen = iter_series(result, token, chunk_elems, remote=remote)
     while True:
         try:
             next(gen)

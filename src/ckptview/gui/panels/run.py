@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
 from ckptview.core.run import request as runner
 from ckptview.core.run.architectures import (
@@ -386,9 +387,7 @@ class RunPanel(QWidget):
         self._show_source(pending="reading the model's config.json…")
         self.status_label.setText("reading the model's config.json…")
         self._set_running(True)
-        window = self.context.window if self.context is not None else None
-        options = window.workspace.remote if window is not None else None  # the window's --download, ...
-        self._recognize = self.recognize_job.start(recognize_url, self.path, tensors, options=options)
+        self._recognize = self.recognize_job.start(recognize_url, self.path, tensors, options=self._remote())
         return True
 
     def _on_recognize_progress(self, progress: object) -> None:
@@ -524,8 +523,13 @@ class RunPanel(QWidget):
         self.summary_label.setText("")
         self.status_label.setText("starting the worker…")
         self._set_running(True)
-        self._worker = self.run_job.start(runner.run_iter, request)
+        self._worker = self.run_job.start(runner.run_iter, request, remote=self._remote())
         return True
+
+    def _remote(self) -> RemoteOptions | None:
+        """How this window reads URLs (its command line's --download, --deadline, ...): its workspace's."""
+        window = self.context.window if self.context is not None else None
+        return window.workspace.remote if window is not None else None
 
     def copy_result(self) -> bool:
         """Put the last result on the clipboard as `ckptview run --json` prints it; False when there is none."""

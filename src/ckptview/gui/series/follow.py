@@ -13,6 +13,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ckptview.core.jobs import CancelToken
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cache import SeriesCache
 from ckptview.core.series.live import LiveRun
 from ckptview.core.series.model import SeriesProgress
@@ -22,10 +23,12 @@ from ckptview.gui.base.workers import JobSlot
 
 
 def follow_job(paths: list[str], stall_threshold: float, explode_factor: float, settle: float,
-               token: CancelToken) -> Generator[Any, None, None]:
-    """Watch the run until cancelled: yields progress, and ("update", result, events, gone count)."""
+               remote: RemoteOptions, token: CancelToken) -> Generator[Any, None, None]:
+    """Watch the run until cancelled: yields progress, and ("update", result, events, gone count). URLs
+    are read with `remote` (the window's)."""
     cache = SeriesCache()
-    run = LiveRun(paths, cache=cache, stall_threshold=stall_threshold, explode_factor=explode_factor)
+    run = LiveRun(paths, cache=cache, stall_threshold=stall_threshold, explode_factor=explode_factor,
+                  remote=remote)
     try:
         for item in watch_run(run, settle=settle, token=token):
             if isinstance(item, SeriesProgress):
@@ -69,7 +72,8 @@ class Follow(QObject):
         self.tab.cancel()  # the first read: following reads everything that is still missing
         tab = self.tab
         tab.summary_label.setText(printable(tab.summary_label.text() + " — following…"))
-        self.slot.start(follow_job, tab.paths, tab.stall_threshold, tab.explode_factor, self.settle)
+        self.slot.start(follow_job, tab.paths, tab.stall_threshold, tab.explode_factor, self.settle,
+                        tab.workspace.remote)
 
     def _on_yielded(self, item: Any) -> None:
         tab = self.tab

@@ -12,6 +12,7 @@ import math
 import os
 import re
 from collections.abc import Generator
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
@@ -33,6 +34,8 @@ from PySide6.QtWidgets import (
 
 from ckptview.core import dtypes
 from ckptview.core.jobs import CancelToken
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cells import cell_kinds
 from ckptview.core.series.findings import find_findings
 from ckptview.core.series.model import SeriesProgress, SeriesResult, module_names, module_series
@@ -68,8 +71,10 @@ def series_job(paths: list[str], stall_threshold: float, explode_factor: float, 
                token: CancelToken | None = None) -> Generator[Any, None, SeriesResult]:
     """Find and order the checkpoints, yield the plan, then the reading's progress; returns the result.
 
-    Each checkpoint is opened once, into `holdings` (the tab's), and read and plotted from there."""
-    result = plan_series(paths, stall_threshold, explode_factor, holdings)
+    Each checkpoint is opened once, into `holdings` (the tab's), and read and plotted from there; URLs
+    are listed and read as the window reads them (its workspace's remote options)."""
+    remote = holdings.workspace.remote if holdings is not None else RemoteOptions()
+    result = plan_series(paths, stall_threshold, explode_factor, holdings, remote)
     yield ("plan", result)
     return (yield from iter_series(result, token, holdings=holdings))
 
@@ -81,7 +86,7 @@ class _Resources:
     def __init__(self, workspace: Workspace) -> None:
         # The run's checkpoints, each opened once (through the window's workspace) for the reading and
         # the plots; let go when the tab goes.
-        self.holdings = Holdings(workspace, opener=open_for_run)
+        self.holdings = Holdings(workspace, opener=partial(open_for_run, remote=workspace.remote))
 
     def release(self, *_args: Any) -> None:
         self.holdings.release()
@@ -100,7 +105,7 @@ class SeriesTab(QWidget):
     def __init__(self, paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
                  parent: QWidget | None = None, workspace: Workspace | None = None) -> None:
         super().__init__(parent)
-        self.paths = [os.path.abspath(os.path.expanduser(p)) for p in paths]
+        self.paths = [p if is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
         self.result: SeriesResult | None = None
         self.state = "loading"
@@ -190,6 +195,12 @@ class SeriesTab(QWidget):
         layout.addWidget(self.splitter, 1)
 
     # --- the reading -----------------------------------------------------------------------------
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace its checkpoints are opened in (the window's), with the remote options its URLs
+        are read with."""
+        return self._res.holdings.workspace
+
     def start(self) -> None:
         """Find, order and read the run's checkpoints in a worker."""
         app = QCoreApplication.instance()
@@ -557,7 +568,7 @@ class SeriesTab(QWidget):
             self._draw_spectra(names)
             return
         self.spectra.set_message(f"fitting {len(wanted)} spectr{'um' if len(wanted) == 1 else 'a'}…")
-        self.spectra_job.start(iter_spectra, wanted, self._res.holdings)
+        self.spectra_job.start(iter_spectra, wanted, self._res.holdings, remote=self.workspace.remote)
 
     def _on_spectra(self, found: dict[tuple[str, str], tuple[float | None, float | None]]) -> None:
         self._spectra.update(found)
