@@ -18,7 +18,7 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import Cancelled
-from ckptview.core.graph.cache import GraphCache, shared_cache, trace_key
+from ckptview.core.graph.cache import GraphCache, trace_key
 from ckptview.core.graph.exported import clean_path
 from ckptview.core.graph.model import GraphDataError, GraphNode, ModelGraph
 from ckptview.core.graph.placing import unread_keys
@@ -96,8 +96,14 @@ def request_key(request: dict[str, Any]) -> str:
 
 def traced_architecture(request: dict[str, Any], token: CancelToken | None = None, cache: GraphCache | None = None,
                         timeout: float = TIMEOUT) -> Generator[Progress, None, Traced]:
-    """The traced graph of a request: from the cache, else from a worker (then kept in the cache)."""
-    cache = shared_cache() if cache is None else cache
+    """The traced graph of a request: from the cache, else from a worker (then kept in the cache). `cache`:
+    the caller's (the window keeps one); without, the user's cache file is opened for this call only."""
+    if cache is None:
+        own = GraphCache()
+        try:
+            return (yield from traced_architecture(request, token, own, timeout))
+        finally:
+            own.close()
     key = request_key(request)
     kept = cache.get(key)
     if kept is not None:
