@@ -534,3 +534,38 @@ def test_figures_are_formatted_in_one_module():
             offenders += [f"{path.relative_to(SRC)}:{node.lineno} {e.value!r}" for e in shown
                           if isinstance(e, ast.Constant) and e.value in markers]
     assert offenders == []
+
+
+def test_settings_are_read_from_the_environment_once_in_cli():
+    """ckptview's own settings (CKPTVIEW_*: remote defaults, the single-instance name) are read by cli.py
+    alone, once, and handed down (`RemoteOptions`, `args.server_name`); the core reads no environment
+    variable but the platform's folder conventions (XDG_*), and passes the environment whole to the
+    child processes it starts."""
+    import ast
+
+    def environ(node) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        if path != SRC / "cli.py":
+            offenders += [f"{path.relative_to(SRC)}:{n.lineno} {n.value}" for n in ast.walk(tree)
+                          if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+                          and n.value.startswith("CKPTVIEW_")]
+        if SRC / "core" not in path.parents:
+            continue
+        for node in ast.walk(tree):
+            key = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args and (
+                    (node.func.attr == "get" and environ(node.func.value)) or node.func.attr == "getenv"):
+                key = node.args[0]
+            elif isinstance(node, ast.Subscript) and environ(node.value):
+                key = node.slice
+            elif isinstance(node, ast.Compare) and any(environ(c) for c in node.comparators):
+                key = node.left
+            if key is not None and not (isinstance(key, ast.Constant) and str(key.value).startswith("XDG_")):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(node)[:60]}")
+    assert offenders == []
+

@@ -110,13 +110,18 @@ def window_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SERVER_NAME_ENV = "CKPTVIEW_SERVER_NAME"  # the single-instance server's name (tests: never a developer's window)
+
+
 def window_args(argv: Sequence[str], remote: RemoteOptions | None = None) -> argparse.Namespace:
     """The window's arguments, with the remote options its URLs are read with: `remote` (what main()
-    built), else those `argv` gives (`--download`, ...; tests and tools)."""
+    built), else those `argv` gives (`--download`, ...; tests and tools); and the name of the running
+    window to hand files to (`server_name`: $CKPTVIEW_SERVER_NAME, else None for the user's own)."""
     if remote is None:
         remote, argv = remote_options(list(argv), {})
     args = window_parser().parse_args(list(argv))
     args.remote = remote
+    args.server_name = os.environ.get(SERVER_NAME_ENV) or None
     return args
 
 

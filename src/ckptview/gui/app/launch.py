@@ -54,7 +54,7 @@ def launch(args: argparse.Namespace, settings: Settings | None = None, name: str
            ) -> MainWindow | None:
     """Show the window and open the files; None when a running instance took them instead."""
     app = application()
-    name = name or server_name()
+    name = name or args.server_name or server_name()
     paths = [_absolute(p) for p in args.paths]
     wanted = paths + [_absolute(p) for p in (args.diff or [])]
     if not args.new_instance and not args.diff and not args.series and send_to_running(wanted, name):
