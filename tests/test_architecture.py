@@ -569,3 +569,29 @@ def test_settings_are_read_from_the_environment_once_in_cli():
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {ast.unparse(node)[:60]}")
     assert offenders == []
 
+
+def test_local_or_remote_is_decided_once_per_open():
+    """`open_checkpoint` decides whether a path is a URL, once, and its `Source` carries the file system it
+    reads through (`source.fs`); code outside an open that is given a path chooses once too
+    (`bytes/fs.py`'s `filesystem`). No reader, pickle or value module asks again, and no function of the
+    byte layer's local files does."""
+    import ast
+
+    deciders = {SRC / "core" / "read" / "open.py", SRC / "core" / "read" / "bytes" / "fs.py"}
+    remote = SRC / "core" / "read" / "bytes" / "remote"
+    offenders = []
+    for path in (SRC / "core" / "read").rglob("*.py"):
+        if path in deciders or remote in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        defined = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "is_url"]  # files.py's own
+        for node in ast.walk(tree):
+            if any(node in ast.walk(d) for d in defined):
+                continue
+            name = node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else \
+                getattr(getattr(node, "func", None), "id", None)
+            if isinstance(node, ast.Call) and name == "is_url":
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} is_url(...)")
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and node.left.value == "://":
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} '://' in ...")
+    assert offenders == []
