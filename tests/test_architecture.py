@@ -595,3 +595,18 @@ def test_local_or_remote_is_decided_once_per_open():
             if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and node.left.value == "://":
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno} '://' in ...")
     assert offenders == []
+
+
+def test_a_run_result_is_worded_in_one_place():
+    """`core/run/result.py`'s `result_lines` is the one rendering of a `RunResult` (the CLI prints it, the
+    run panel shows it above its table): no other module words a result's load, latency or memory."""
+    import ast
+
+    fields = {"load_seconds", "latency_ms", "peak_memory_bytes", "peak_memory_kind"}
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if path == SRC / "core" / "run" / "result.py" or SRC / "core" / "run" / "worker" in path.parents:
+            continue
+        offenders += [f"{path.relative_to(SRC)}:{n.lineno} .{n.attr}" for n in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(n, ast.Attribute) and n.attr in fields]
+    assert offenders == []

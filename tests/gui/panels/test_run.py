@@ -111,7 +111,7 @@ def test_device_choice_to_result(qtbot, mlp_files) -> None:
     assert cells[:4] == ["output", "2×10", "float32", "cpu"]
     assert cells[4] == f"{float(expected.mean()):.6g}" and cells[7] == f"{float(expected.max()):.6g}"
     assert cells[8:10] == ["0", "0"]
-    assert "Loaded 4 tensors" in panel.summary_label.text() and "Latency" in panel.summary_label.text()
+    assert "4 tensors" in panel.summary_label.text() and "latency" in panel.summary_label.text()
     qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=5_000)
     assert not panel.cancel_button.isEnabled()
     assert wait_for_workers(10_000)
@@ -398,7 +398,7 @@ def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_p
     assert result.architecture == {"library": "transformers", "class": "BertModel", "source": "config.json"}
     names = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
     assert names == ["last_hidden_state", "pooler_output"]
-    assert "Model transformers BertModel from config.json" in panel.summary_label.text()
+    assert "architecture transformers BertModel from config.json" in panel.summary_label.text()
     assert result.warnings == []
     assert wait_for_workers(30_000)
 

@@ -51,7 +51,7 @@ from ckptview.core.run.fetch import recognize_url
 from ckptview.core.run.input_specs import InputSpecError, describe_inputs, parse_input_specs
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
 from ckptview.core.run.process import RunError, phase_words
-from ckptview.core.run.result import RunResult, result_json_text
+from ckptview.core.run.result import RunResult, result_json_text, result_lines
 from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
@@ -608,31 +608,9 @@ def lightning_words(source: runner.SourceInfo) -> str:
 
 
 def summary_text(result: RunResult) -> str:
-    """Load report, latency and memory as a few lines."""
-    load = result.load
-    lines = [f"Loaded {load.tensors} tensors ({human_bytes(load.bytes_moved)}) onto "
-             f"{result.device} in {result.load_seconds * 1000:.1f} ms"]
-    if load.cuda_allocated is not None:
-        lines[0] += f"; CUDA allocated {human_bytes(load.cuda_allocated)}, reserved {human_bytes(load.cuda_reserved)}"
-    if result.architecture is not None:
-        arch = result.architecture
-        lines.insert(0, f"Model {arch['library']} {arch['class']} from {arch['source']}")
-    lines += [f"Warning: {w}" for w in result.warnings]
-    if load.tied:
-        lines.append(f"Tied ({len(load.tied)}): " + ", ".join(f"{k} → {v}" for k, v in list(load.tied.items())[:5]))
-    if load.stripped_prefixes:
-        lines.append(f"Stripped prefixes: {' '.join(load.stripped_prefixes)}")
-    lat = result.latency_ms
-    lines.append(f"Latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}; "
-                 f"{lat.runs} runs after {lat.warmup} warm-up)")
-    if result.peak_memory_bytes is not None:
-        lines.append(f"Peak memory {human_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
-    if result.next_tokens is not None:
-        top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
-        lines.append(f"Next token after {result.next_tokens['prompt']!r}: {top}")
-    if result.compare is not None:
-        lines.append(f"Second checkpoint: {os.path.basename(result.compare.path)}")
-    return printable_lines(lines)
+    """What the run found, above the table of outputs: the core's lines of a result (`result_lines`, as
+    the CLI prints them) and its warnings."""
+    return printable_lines(result_lines(result, outputs=False) + [f"warning: {w}" for w in result.warnings])
 
 
 # The core's messages name the command line's flags; in the window the same thing is a field or a dialog.
