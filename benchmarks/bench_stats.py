@@ -37,13 +37,14 @@ def bench(path: str, bins: int) -> dict[str, float]:
 
     from ckptview.core import open_checkpoint
     from ckptview.core.figures.histogram import iter_tensor_histogram, tensor_sample_histogram
-    from ckptview.core.figures.stats import DEFAULT_CHUNK_ELEMS, run_job
+    from ckptview.core.figures.stats import DEFAULT_CHUNK_ELEMS
+    from ckptview.core.jobs import drain
 
     ckpt = open_checkpoint(path)
     entry = max(ckpt.tensors(), key=lambda e: e.info.nbytes)
     info = entry.info
     t_prev, _, preview = measure(lambda: tensor_sample_histogram(info, bins))
-    t_ours, peak_ours, hist = measure(lambda: run_job(iter_tensor_histogram(info, bins)))
+    t_ours, peak_ours, hist = measure(lambda: drain(iter_tensor_histogram(info, bins)))
     loaded = torch.load(path, weights_only=True, mmap=False)
     tensor = loaded
     for key in entry.path:

@@ -10,7 +10,8 @@ Prints one JSON object:
 - "build_seconds": from there to the tree painted (the hand-over, building the page, the first paint);
 - "gui_seconds": "seconds" less "read_seconds" (what the window adds to the core's open);
 - "open_seconds": window shown to tree shown (the read, the preparation and the build);
-- "tensors", "rows_shown", "torch_imported", "numpy_imported", "pyqtgraph_imported".
+- "tensors", "rows_shown", "torch_imported", "numpy_imported", "pyqtgraph_imported", "superqt_widgets_imported"
+  (superqt's widgets and qtpy's QtWidgets: the window's workers need superqt's thread module only).
 
 Runs offscreen unless QT_QPA_PLATFORM says otherwise.
 """
@@ -42,9 +43,9 @@ def process_start() -> float:
 
 
 def _time_the_read(marks: dict[str, float]) -> None:
-    """Record when the worker's `open_checkpoint` starts and returns (the opening worker looks it up in
-    `ckptview.core` at call time)."""
-    import ckptview.core as core
+    """Record when the worker's `open_checkpoint` starts and returns (as the opening worker calls it:
+    `ckptview.core.session.opening.open_checkpoint`, looked up there at call time)."""
+    from ckptview.core.session import opening as core
 
     real = core.open_checkpoint
 
@@ -67,12 +68,13 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
     _time_the_read(marks)
     from PySide6.QtCore import QEventLoop, Qt, QTimer
 
-    from ckptview.gui.app.launch import application, launch, parse_args
+    from ckptview.cli import window_args
+    from ckptview.gui.app.launch import application, launch
     from ckptview.gui.base.settings import Settings
 
     app = application()
     with tempfile.TemporaryDirectory() as tmp:
-        window = launch(parse_args([path, "--new-instance"]), Settings(os.path.join(tmp, "s.ini")))
+        window = launch(window_args([path, "--new-instance"]), Settings(os.path.join(tmp, "s.ini")))
         assert window is not None
         tab = window.current_tab()
         assert tab is not None  # launched with a path: its tab is open
@@ -104,7 +106,8 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
                   "rows_shown": tab.model.rowCount() if tab.model is not None else 0,
                   "torch_imported": "torch" in sys.modules,
                   "numpy_imported": "numpy" in sys.modules,
-                  "pyqtgraph_imported": "pyqtgraph" in sys.modules}
+                  "pyqtgraph_imported": "pyqtgraph" in sys.modules,
+                  "superqt_widgets_imported": "superqt" in sys.modules or "qtpy.QtWidgets" in sys.modules}
         window.close()
     return result
 

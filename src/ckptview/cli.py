@@ -1,7 +1,10 @@
 """Command line: `ckptview [PATH ...]` opens the window; subcommands share the Qt-free core.
 
 Each subcommand lives in `ckptview.commands.<name>` with `add_parser(subparsers)` and `run(args) -> int`.
-Nothing here imports torch or Qt at module level: `info`, `diff` and `export` stay fast.
+The front ends are loaded by name from one table, `FRONT_ENDS` (as a console script names its entry
+point): `info` does not pay for `run`'s imports, and no command pays for Qt (nor fails without PySide6).
+This is the one place in the package that loads a ckptview module at run time; everywhere else imports
+sit at the top of their module (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -11,14 +14,19 @@ import errno
 import importlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import Protocol, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, cast
 
-from ckptview import __version__
+from ckptview import __version__, commands
 from ckptview.core.errors import CheckpointError
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.remote.urls import parse_size
+from ckptview.core.redaction import redact
 from ckptview.core.text import printable
 
 SUBCOMMANDS = ("info", "diff", "export", "run", "devices", "series", "graph")
+FRONT_ENDS = {**{name: f"ckptview.commands.{name}" for name in SUBCOMMANDS}, "window": "ckptview.gui.app.launch"}
+"""Each front end's module: a subcommand's (`add_parser`, `run`) and the window's (`main`)."""
 
 
 class Subcommand(Protocol):
@@ -34,9 +42,9 @@ def _subcommand_modules(only: str | None = None) -> dict[str, Subcommand]:
     modules: dict[str, Subcommand] = {}
     for name in SUBCOMMANDS if only is None else (only,):
         try:
-            modules[name] = cast(Subcommand, importlib.import_module(f"ckptview.commands.{name}"))
+            modules[name] = cast(Subcommand, importlib.import_module(FRONT_ENDS[name]))
         except ModuleNotFoundError as exc:
-            if exc.name != f"ckptview.commands.{name}":
+            if exc.name != FRONT_ENDS[name]:
                 raise
     return modules
 
@@ -59,24 +67,62 @@ _COMMAND_OPTIONS = {"--json": "info", "--stats": "info", "--out": "export", "--k
                     "--strict": "run", "--watch": "series", "--dot": "graph"}
 
 
+def remote_parent() -> argparse.ArgumentParser:
+    """The options of remote reads, shared by every parser here (the commands' and the window's): main()
+    takes them out of argv wherever they are (docs/guide/remote.md) and builds one `RemoteOptions`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("remote files (any command and the window)")
+    group.add_argument("--download", action="store_true",
+                       help="a URL whose server ignores range requests may be downloaded whole")
+    group.add_argument("--max-download", metavar="SIZE",
+                       help="with --download: write at most SIZE (e.g. 2G) when the server announces no size")
+    group.add_argument("--deadline", metavar="SECONDS",
+                       help="the most one request to a URL may take, connect to last byte (default 120, "
+                            "plus 1 s per 128 KiB it carries)")
+    return parser
+
+
 def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
     """The argument parser over the given subcommand modules."""
     parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.",
-                                     usage=USAGE, epilog=WINDOW_USAGE,
+                                     usage=USAGE, epilog=WINDOW_USAGE, parents=[remote_parent()],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
-    # The remote options are taken out of argv by main(), anywhere in it (docs/guide/remote.md).
-    parser.add_argument("--download", action="store_true",
-                        help="a URL whose server ignores range requests may be downloaded whole")
-    parser.add_argument("--max-download", metavar="SIZE",
-                        help="with --download: write at most SIZE (e.g. 2G) when the server announces no size")
-    parser.add_argument("--deadline", metavar="SECONDS",
-                        help="the most one request to a URL may take, connect to last byte (default 120, "
-                             "plus 1 s per 128 KiB it carries)")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
     for module in modules.values():
         module.add_parser(sub)
     return parser
+
+
+def window_parser() -> argparse.ArgumentParser:
+    """The window's options (`ckptview [FILE ...]`, `--diff A B`, `--series PATH ...`)."""
+    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.",
+                                     parents=[remote_parent()])
+    parser.add_argument("paths", nargs="*", help="checkpoint files or folders to open")
+    parser.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two checkpoints")
+    parser.add_argument("--series", nargs="+", metavar="PATH",
+                        help="a training run as a timeline: a folder of checkpoints, or several checkpoints")
+    parser.add_argument("--new-instance", action="store_true", help="do not hand the files to a running window")
+    parser.add_argument("--install-desktop", action="store_true",
+                        help="register ckptview with the file manager for this user (Linux)")
+    parser.add_argument("--uninstall-desktop", action="store_true", help="undo --install-desktop")
+    parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
+    return parser
+
+
+SERVER_NAME_ENV = "CKPTVIEW_SERVER_NAME"  # the single-instance server's name (tests: never a developer's window)
+
+
+def window_args(argv: Sequence[str], remote: RemoteOptions | None = None) -> argparse.Namespace:
+    """The window's arguments, with the remote options its URLs are read with: `remote` (what main()
+    built), else those `argv` gives (`--download`, ...; tests and tools); and the name of the running
+    window to hand files to (`server_name`: $CKPTVIEW_SERVER_NAME, else None for the user's own)."""
+    if remote is None:
+        remote, argv = remote_options(list(argv), {})
+    args = window_parser().parse_args(list(argv))
+    args.remote = remote
+    args.server_name = os.environ.get(SERVER_NAME_ENV) or None
+    return args
 
 
 def entry() -> None:
@@ -90,8 +136,6 @@ def entry() -> None:
     argv = sys.argv[1:]
     listing = bool(argv) and argv[0] in ("info", "diff")
     if listing:
-        from ckptview import commands
-
         commands.KEEP_UNTIL_EXIT = True
     code = main()
     if not listing:
@@ -108,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ckptview` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        argv = _remote_options(argv)
+        remote, argv = remote_options(argv, os.environ)
     except ValueError as exc:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return 2
@@ -117,9 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hint is not None:
             print(f"ckptview: {printable(hint)}", file=sys.stderr)
             return 2
-        return _launch_gui(argv)
+        return _launch_gui(argv, remote)
     modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
     args = build_parser(modules).parse_args(argv)
+    args.remote = remote  # what every command's reads of URLs go by
     urls = any("://" in a for a in argv)
     try:
         return int(modules[args.command].run(args))
@@ -174,14 +219,18 @@ def _redact(text: str, urls: bool = False) -> str:
     (tokens), wherever a library put them (urllib3 prints bare paths with their query)."""
     if not urls and "://" not in text:
         return text  # a local file's name may hold a '?'
-    from ckptview.core.redaction import redact
-
     return redact(text)
 
 
-def _remote_options(argv: list[str]) -> list[str]:
-    """argv without --download, --max-download SIZE and --deadline SECONDS (anywhere in it, any command and
-    the window), which become CKPTVIEW_DOWNLOAD, CKPTVIEW_MAX_DOWNLOAD (bytes) and CKPTVIEW_DEADLINE."""
+def remote_options(argv: list[str], env: Mapping[str, str]) -> tuple[RemoteOptions, list[str]]:
+    """The `RemoteOptions` of this invocation, and argv without --download, --max-download SIZE and
+    --deadline SECONDS (anywhere in it, any command and the window). The environment gives defaults, read
+    here and nowhere else: CKPTVIEW_DOWNLOAD=1, CKPTVIEW_MAX_DOWNLOAD (bytes), CKPTVIEW_DEADLINE and
+    CKPTVIEW_TIMEOUT (seconds)."""
+    download = env.get("CKPTVIEW_DOWNLOAD", "") not in ("", "0")
+    max_download = _env_number(env, "CKPTVIEW_MAX_DOWNLOAD", int)
+    deadline = _env_number(env, "CKPTVIEW_DEADLINE", float)
+    timeout = _env_number(env, "CKPTVIEW_TIMEOUT", float)
     out: list[str] = []
     rest = iter(argv)
     for arg in rest:
@@ -190,7 +239,7 @@ def _remote_options(argv: list[str]) -> list[str]:
             out.extend(rest)
             break
         if arg == "--download":
-            os.environ["CKPTVIEW_DOWNLOAD"] = "1"
+            download = True
             continue
         name, eq, value = arg.partition("=")
         if name not in ("--max-download", "--deadline"):
@@ -199,10 +248,8 @@ def _remote_options(argv: list[str]) -> list[str]:
         if not eq:
             value = next(rest, "")
         if name == "--max-download":
-            from ckptview.core.read.bytes.remote.urls import parse_size
-
             try:
-                os.environ["CKPTVIEW_MAX_DOWNLOAD"] = str(parse_size(value))
+                max_download = parse_size(value)
             except ValueError:
                 raise ValueError(f"--max-download: not a size: {value!r} (say 500M, 2G or a number of bytes)") from None
         else:
@@ -212,14 +259,30 @@ def _remote_options(argv: list[str]) -> list[str]:
                 seconds = -1.0
             if not 0 < seconds < float("inf"):
                 raise ValueError(f"--deadline: not a number of seconds: {value!r}")
-            os.environ["CKPTVIEW_DEADLINE"] = repr(seconds)
-    return out
+            deadline = seconds
+    defaults = RemoteOptions()
+    options = RemoteOptions(download=download, max_download=max_download,
+                            deadline=max(0.01, deadline) if deadline is not None else defaults.deadline,
+                            timeout=max(0.01, timeout) if timeout is not None else defaults.timeout)
+    return options, out
 
 
-def _launch_gui(argv: list[str]) -> int:
+def _env_number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
+    """The number in `env[name]` (a malformed one is no setting), or None."""
+    text = env.get(name, "")
+    if not text:
+        return None
     try:
-        from ckptview.gui.app.launch import main as gui_main
+        return parse_size(text) if kind is int else float(text)
+    except ValueError:
+        return None
+
+
+def _launch_gui(argv: list[str], remote: RemoteOptions) -> int:
+    args = window_args(argv, remote)
+    try:
+        window = importlib.import_module(FRONT_ENDS["window"])
     except ImportError as exc:  # PySide6 missing: the CLI still works
         print(f"ckptview: the window needs PySide6 and pyqtgraph ({printable(exc)})", file=sys.stderr)
         return 2
-    return int(gui_main(argv))
+    return int(window.main(args))

@@ -147,10 +147,11 @@ def test_run_summary_escapes_names():
 
 
 def test_devices_table_escapes_driver_text(monkeypatch, capsys):
-    from ckptview.core.run.worker import devices
+    from ckptview.commands import devices
+    from ckptview.core.run.devices import DeviceInfo
 
-    fake = [devices.DeviceInfo("cpu", "cpu", True, description=f"cpu{OSC_TITLE}"),
-            devices.DeviceInfo("cuda", "cuda", False, reason=f"driver said\n{CLEAR}no")]
+    fake = [DeviceInfo("cpu", "cpu", True, description=f"cpu{OSC_TITLE}"),
+            DeviceInfo("cuda", "cuda", False, reason=f"driver said\n{CLEAR}no")]
     monkeypatch.setattr(devices, "list_devices", lambda: fake)
     assert cli.main(["devices"]) == 0
     out = capsys.readouterr().out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ckptview.core.gc_policy import keep_out_of_collections
 
+__all__ = ["KEEP_UNTIL_EXIT", "keep_until_exit"]
+
 # Set by the console script (`cli.entry`) for the commands whose process ends right after their output
 # (`info`, `diff`): what they built is then kept, out of the collector's view, instead of being freed
 # object by object (a quarter of a second per 100,000 tensors) just before the process ends anyway.

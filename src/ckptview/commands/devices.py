@@ -6,6 +6,8 @@ import argparse
 import json
 from dataclasses import replace
 
+from ckptview.core.run.devices import format_table
+from ckptview.core.run.worker.device_probe import list_devices
 from ckptview.core.text import printable
 
 
@@ -17,8 +19,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the device list; exit 0 (cpu and meta are always there)."""
-    from ckptview.core.run.worker.devices import format_table, list_devices
-
     devices = list_devices()
     if args.json:
         print(json.dumps([d.to_json() for d in devices], indent=2))

@@ -12,9 +12,10 @@ from ckptview.core.compare.align import parse_mapping
 from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
 from ckptview.core.errors import CheckpointError
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
-from ckptview.core.units import plural, shape_str
+from ckptview.core.units import figure, percent, plural, shape_str
 
 # Table order: what changed first, the identical rows last (and only with --all).
 _ORDER = {"changed": 0, "dtype_mismatch": 1, "shape_mismatch": 2, "only_a": 3, "only_b": 4, "error": 5,
@@ -54,9 +55,9 @@ def _diff(args: argparse.Namespace) -> int:
         mapping = parse_mapping(args.map)
     except ValueError as exc:
         raise CheckpointError(str(exc)) from None
-    a = open_checkpoint(args.a)
+    a = open_checkpoint(args.a, ReaderContext(remote=args.remote))
     try:
-        b = open_checkpoint(args.b)
+        b = open_checkpoint(args.b, ReaderContext(remote=args.remote))
         try:
             result = diff_checkpoints(a, b, strip_a=args.strip_a, strip_b=args.strip_b, mapping=mapping,
                                       chunk_elems=args.chunk_elems)
@@ -100,7 +101,7 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
     overall = result.overall_rel_l2()
     out.write(f"\n{plural(len(result.weights), 'model weight')}: {_counts(summary) or 'none'}")
     if overall is not None:
-        out.write(f"; overall relative change {_fmt(overall)} "
+        out.write(f"; overall relative change {figure(overall)} "
                   f"(over the {plural(len(result.parameters), 'parameter tensor')})")
     out.write("\n")
     buffers = result.buffers
@@ -109,7 +110,7 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
                   f"figure): {_counts(result.summary(buffers))}")
         changed = result.overall_rel_l2(buffers)
         if changed is not None:
-            out.write(f"; floating-point buffers' relative change {_fmt(changed)}")
+            out.write(f"; floating-point buffers' relative change {figure(changed)}")
         out.write("\n")
     hidden = summary.get("identical", 0) if not show_identical else 0
     if hidden:
@@ -124,7 +125,7 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         out.write(f"\n{plural(len(other), 'other entry', 'other entries')}: {text}")
         changed = result.overall_rel_l2(other)
         if changed is not None:
-            out.write(f"; their relative change {_fmt(changed)}")
+            out.write(f"; their relative change {figure(changed)}")
         out.write("\n")
     for side, names in (("A", al.not_compared_a), ("B", al.not_compared_b)):
         if names:
@@ -143,8 +144,8 @@ def _write_rows(out: Any, rows: list[Any], show_identical: bool) -> None:
               f"{'changed':>8}  detail\n")
     for t, name in zip(listed, names, strict=True):
         name = name if len(name) <= width else "..." + name[-(width - 3):]
-        out.write(f"{name:<{width}}  {t.status:<14} {_fmt(t.rel_l2):>10} {_fmt(t.max_abs_diff):>10} "
-                  f"{_fmt(t.cosine):>10} {_pct(t.frac_changed):>8}  {printable(_detail(t))}\n")
+        out.write(f"{name:<{width}}  {t.status:<14} {figure(t.rel_l2):>10} {figure(t.max_abs_diff):>10} "
+                  f"{figure(t.cosine):>10} {percent(t.frac_changed):>8}  {printable(_detail(t))}\n")
 
 
 def _counts(summary: dict[str, int]) -> str:
@@ -167,11 +168,3 @@ def _detail(t: Any) -> str:
     if t.nonfinite_changed:
         return f"{t.nonfinite_changed} NaN/Inf positions differ"
     return ""
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"

@@ -19,12 +19,18 @@ from ckptview.commands import keep_until_exit
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
 from ckptview.core.errors import TensorDataError
+from ckptview.core.figures.spectral import matrix_of, spectrum
+from ckptview.core.figures.stats import stats_json_for
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.inspect.grouping import group_tree
+from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
+from ckptview.core.inspect.query import QueryError, matching_names, parse_query
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.text import printable
-from ckptview.core.units import human_bytes, human_count, plural, shape_str
+from ckptview.core.units import MISSING, figure_or_text, human_bytes, human_count, plural, shape_str
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -97,8 +103,6 @@ def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
     """Where optimizer state sits: its moments have a weight's shape but no spectrum worth judging."""
     if not _has_key(ckpt.root, "param_groups"):
         return ()
-    from ckptview.core.inspect.optimizer import find_optimizers
-
     return tuple((*opt.path, "state") for opt in find_optimizers(ckpt))
 
 
@@ -106,8 +110,6 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
     """The row with its `"spectral"` object when asked for and the tensor is a weight matrix (else no key)."""
     if not spectral:
         return item
-    from ckptview.core.figures.spectral import matrix_of, spectrum
-
     if matrix_of(entry.info) is None or entry.info.storage is None:
         return item
     try:
@@ -120,8 +122,6 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
 def _stats_function(stats: bool) -> Any:
     if not stats:
         return None
-    from ckptview.core.figures.stats import stats_json_for
-
     return stats_json_for
 
 
@@ -242,8 +242,6 @@ def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
     """The optimizers section; the optimizer module is imported only when something could be one."""
     if not _has_key(ckpt.root, "param_groups"):
         return []
-    from ckptview.core.inspect.optimizer import optimizers_json
-
     return optimizers_json(ckpt)
 
 
@@ -309,20 +307,15 @@ def _list(args: argparse.Namespace) -> int:
     """`run`, inside one pause of the cyclic GC."""
     query = None
     if getattr(args, "filter", None):
-        from ckptview.core.inspect.query import QueryError, parse_query
-
         try:
             query = parse_query(args.filter)
         except QueryError as exc:
             print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
             return 2
-    ckpt = open_checkpoint(args.path)
+    ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
     try:
         only = None
         if query is not None and not query.empty:
-            from ckptview.core.inspect.grouping import group_tree
-            from ckptview.core.inspect.query import matching_names
-
             only = matching_names(group_tree(ckpt.root), query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
@@ -349,8 +342,6 @@ def _let_go(ckpt: Checkpoint) -> None:
     """Free the checkpoint's tree now, or, when the process ends next, keep it out of the collector."""
     if keep_until_exit(ckpt):
         return
-    from ckptview.core.read.pickle.to_tree import release_tree
-
     release_tree(ckpt.root)  # only plain data is used below: parents unlinked, reference counting frees it
 
 
@@ -388,8 +379,8 @@ def print_table(data: dict[str, Any]) -> None:
                       f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{sparse}{broken}\n")
             if "stats" in t and t["stats"]:
                 s = t["stats"]
-                out.write(f"{'':<{width}}  mean {_fmt(s.get('mean'))} std {_fmt(s.get('std'))} "
-                          f"min {_fmt(s.get('min'))} max {_fmt(s.get('max'))} nan {s.get('nan')} "
+                out.write(f"{'':<{width}}  mean {figure_or_text(s.get('mean'))} std {figure_or_text(s.get('std'))} "
+                          f"min {figure_or_text(s.get('min'))} max {figure_or_text(s.get('max'))} nan {s.get('nan')} "
                           f"inf {(s.get('posinf') or 0) + (s.get('neginf') or 0)}\n")
     if data["values"]:
         out.write("\nvalues\n")
@@ -435,10 +426,6 @@ def _state_labels(optimizers: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _fmt(x: Any, spec: str = ".4g") -> str:
-    return "-" if x is None else f"{x:{spec}}" if isinstance(x, float) else str(x)
-
-
 def _print_spectral_table(out: Any, tensors: list[dict[str, Any]]) -> None:
     """`--spectral`: one line per analysed weight (alpha, KS distance, norms, ranks, flags)."""
     rows = [t for t in tensors if "spectral" in t]
@@ -454,8 +441,8 @@ def _print_spectral_table(out: Any, tensors: list[dict[str, Any]]) -> None:
         name = name if len(name) <= width else "..." + name[-(width - 3):]
         shape = t["shape"]
         matrix = f"{shape[0]}x{math.prod(shape[1:])}"
-        rank = "-" if s["rank"] is None else f"{s['rank']}/{s['num_singular_values']}"
-        flags = ", ".join(s["flags"]) or "-"
-        out.write(f"{name:<{width}}  {matrix:<12} {_fmt(s['alpha'], '.3f'):>7} {_fmt(s['xmin'], '.4g'):>9} "
-                  f"{_fmt(s['ks_distance'], '.3f'):>6} {_fmt(s['spectral_norm'], '.4g'):>10} "
-                  f"{_fmt(s['stable_rank'], '.4g'):>9} {rank:>11}  {s['method']:<11} {flags}\n")
+        rank = MISSING if s["rank"] is None else f"{s['rank']}/{s['num_singular_values']}"
+        flags = ", ".join(s["flags"]) or MISSING
+        out.write(f"{name:<{width}}  {matrix:<12} {figure_or_text(s['alpha'], '.3f'):>7} {figure_or_text(s['xmin'], '.4g'):>9} "
+                  f"{figure_or_text(s['ks_distance'], '.3f'):>6} {figure_or_text(s['spectral_norm'], '.4g'):>10} "
+                  f"{figure_or_text(s['stable_rank'], '.4g'):>9} {rank:>11}  {s['method']:<11} {flags}\n")

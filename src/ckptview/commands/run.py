@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptview.core.run import request as runner
+from ckptview.core.run.devices import parse_device
 from ckptview.core.run.input_specs import InputSpecError, parse_input_specs
-from ckptview.core.run.request import DEFAULT_TIMEOUT, RunError, RunRequest
-from ckptview.core.run.result import RunResult, finite_json, result_json_text
-from ckptview.core.run.worker.devices import parse_device
+from ckptview.core.run.process import RunError
+from ckptview.core.run.request import DEFAULT_TIMEOUT, RunRequest
+from ckptview.core.run.result import RunResult, result_json_text, result_lines
 from ckptview.core.text import printable
-from ckptview.core.units import human_bytes, plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,7 +75,7 @@ REFUSED = ("refused", "changed")
 def run(args: argparse.Namespace) -> int:
     """Run the job; print JSON or a summary; errors are one line on stderr, exit 2 when refused, else 1."""
     try:
-        result = runner.run(build_request(args))
+        result = runner.run(build_request(args), remote=args.remote)
     except RunError as exc:
         print(f"ckptview: {printable(exc)}", file=sys.stderr)
         return 2 if exc.kind in REFUSED else 1
@@ -89,49 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_result(result: RunResult | Mapping[str, Any]) -> str:
-    """A short human summary of a run result (or of its JSON form)."""
+    """A short human summary of a run result (or of its JSON form): `result_lines`, escaped."""
     if not isinstance(result, RunResult):
         result = RunResult.from_json(result)
-    load = result.load
-    lines = []
-    if result.architecture is not None:
-        arch = result.architecture
-        lines.append(f"architecture {arch['library']} {arch['class']} from {arch['source']}")
-    lines.append(f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
-                 f"{plural(load.tensors, 'tensor')}, {human_bytes(load.bytes_moved)}")
-    if load.tied:
-        lines.append(f"  tied ({len(load.tied)}): " + ", ".join(f"{k} -> {v}" for k, v in list(load.tied.items())[:10]))
-    for key, names in (("missing", load.missing), ("unexpected", load.unexpected), ("mismatched", load.mismatched)):
-        if names:
-            lines.append(f"  {key} ({len(names)}): {', '.join(names[:10])}" + (" ..." if len(names) > 10 else ""))
-    if load.stripped_prefixes:
-        lines.append(f"  stripped prefixes: {' '.join(load.stripped_prefixes)}")
-    for item in load.unplaced:
-        lines.append(f"  not placed: {item.name} ({item.reason})")
-    for inp in result.inputs:
-        lines.append(f"input {inp.name or ''} {inp.shape} {inp.dtype} ({inp.origin})")
-    for out in result.outputs:
-        s = out.stats
-        stats = "no values (meta)" if s is None else (
-            f"mean {_g(s.mean)} std {_g(s.std)} min {_g(s.min)} max {_g(s.max)}"
-            + (f" nan {s.nan}" if s.nan else "") + (f" inf {s.inf}" if s.inf else ""))
-        lines.append(f"output {out.name}: {out.shape} {out.dtype} on {out.device}: {stats}")
-    if result.next_tokens is not None:
-        top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
-        lines.append(f"next token after {result.next_tokens['prompt']!r}: {top}")
-    lat = result.latency_ms
-    lines.append(f"latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}, {lat.runs} runs)")
-    if result.peak_memory_bytes is not None:
-        lines.append(f"peak memory {human_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
-    if result.compare is not None:
-        for d in result.compare.diff:
-            lines.append(f"vs {result.compare.path}: {d.name} max |diff| {_g(d.max_abs_diff)}"
-                         f"{' (identical)' if d.equal else ''}")
-    return "\n".join(map(printable, lines))  # names and reasons come from the file
-
-
-def _g(value: Any) -> str:
-    return "-" if value is None else f"{value:.6g}"
-
-
-_finite = finite_json  # the name this module had for it
+    return "\n".join(map(printable, result_lines(result)))  # names and reasons come from the file

@@ -8,8 +8,10 @@ import sys
 from typing import Any
 
 from ckptview.commands import series_options as series_live
-from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS, SeriesResult, TensorSeries
+from ckptview.core.series.model import SeriesResult, TensorSeries
+from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure, percent
 
 MAX_ERROR_LINES = 20
 
@@ -79,14 +81,14 @@ def run(args: argparse.Namespace) -> int:
 def print_report(result: SeriesResult) -> None:
     """The human-readable timeline: checkpoints, per-tensor figures first -> last, findings."""
     out = sys.stdout
-    sources = ", ".join(result.order_sources) or "-"
+    sources = ", ".join(result.order_sources) or MISSING
     by = {"step": "step", "epoch": "epoch", "name": "the numbers in their names"}[result.order_by]
     out.write(f"{len(result.checkpoints)} checkpoints, ordered by {by} (found in: {printable(sources)})\n")
     out.write(f"{'#':>3} {'step':>8} {'epoch':>7}  {'format':<12} path\n")
     for i, ref in enumerate(result.checkpoints):
         pos = ref.position
         note = f"  [unreadable: {ref.error}]" if ref.error else ""
-        out.write(f"{i:>3} {_opt(pos.step):>8} {_opt(pos.epoch):>7}  {ref.format or '-':<12} "
+        out.write(f"{i:>3} {_opt(pos.step):>8} {_opt(pos.epoch):>7}  {ref.format or MISSING:<12} "
                   f"{printable(ref.path)}{printable(note)}\n")
         if ref.unsafe_globals:
             out.write(f"{'':>3} UNSAFE GLOBALS (referenced, not run): "
@@ -119,37 +121,28 @@ def _tensor_row(t: TensorSeries, width: int) -> str:
     # Values, not checkpoints: the NaN and Inf counts of the last checkpoint read ("0/0" when only earlier
     # ones held some; their findings say where they were first).
     last = read[-1] if read else None
-    counts = f"{last.nan}/{last.posinf + last.neginf}" if last is not None else "-"
-    nonfinite = counts if any(s.nan or s.posinf or s.neginf for s in read) else "-"
+    counts = f"{last.nan}/{last.posinf + last.neginf}" if last is not None else MISSING
+    nonfinite = counts if any(s.nan or s.posinf or s.neginf for s in read) else MISSING
     shape = "[" + ",".join(map(str, t.shape or ())) + "]"
-    return (f"{name:<{width}}  {shape:<14} {_fmt(norms[0] if norms else None):>11} "
-            f"{_norm(last) if last is not None else '-':>11} {_fmt(max(ratios) if ratios else None):>10} "
-            f"{_fmt(ratios[-1] if ratios else None):>10} {_pct(changed[-1] if changed else None):>8}  "
+    return (f"{name:<{width}}  {shape:<14} {figure(norms[0] if norms else None):>11} "
+            f"{_norm(last) if last is not None else MISSING:>11} {figure(max(ratios) if ratios else None):>10} "
+            f"{figure(ratios[-1] if ratios else None):>10} {percent(changed[-1] if changed else None):>8}  "
             f"{nonfinite}")
 
 
 def _spectral_cells(t: TensorSeries) -> str:
-    """The last alpha and stable rank fitted ("-" for what is not a 2-D weight), under the header's columns."""
+    """The last alpha and stable rank fitted (`MISSING` for what is not a 2-D weight), under the header's columns."""
     alpha = next((v for v in reversed(t.spectral("alpha")) if v is not None), None)
     rank = next((v for v in reversed(t.spectral("stable_rank")) if v is not None), None)
-    return f"  {_fmt(alpha):>12}  {_fmt(rank):>18}"
+    return f"  {figure(alpha):>12}  {figure(rank):>18}"
 
 
 def _norm(stats: Any) -> str:
     """The L2 norm of the finite values, or "no finite" when the tensor holds none (not 0: it is not zeroed)."""
     if stats.numel and stats.nan + stats.posinf + stats.neginf == stats.numel:
         return "no finite"
-    return _fmt(stats.l2)
+    return figure(stats.l2)
 
 
 def _opt(x: Any) -> str:
-    return "-" if x is None else str(x)
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
+    return MISSING if x is None else str(x)

@@ -9,7 +9,10 @@ import time
 from typing import Any
 
 from ckptview.core.jobs import drain
+from ckptview.core.series.cache import SeriesCache
+from ckptview.core.series.live import LiveRun
 from ckptview.core.series.model import SeriesProgress, SeriesResult
+from ckptview.core.series.watch import watch_run
 from ckptview.core.text import printable
 
 
@@ -54,23 +57,18 @@ def _count(text: str) -> int:
 def _cache(args: argparse.Namespace) -> Any:
     if args.no_cache:
         return None
-    from ckptview.core.series.cache import SeriesCache
-
     return SeriesCache()
 
 
 def _live_run(args: argparse.Namespace) -> Any:
-    from ckptview.core.series.live import LiveRun
-
     return LiveRun(args.paths, cache=_cache(args), workers=args.workers, scheduler=args.scheduler,
                    chunk_elems=max(1, args.chunk_elems), stall_threshold=args.stall_threshold,
-                   explode_factor=args.explode_factor, spectral=getattr(args, "spectral", False))
+                   explode_factor=args.explode_factor, spectral=getattr(args, "spectral", False),
+                   remote=args.remote)
 
 
 def clear_cache() -> int:
     """`ckptview series --clear-cache`."""
-    from ckptview.core.series.cache import SeriesCache
-
     cache = SeriesCache()
     held = cache.clear()
     cache.close()
@@ -94,8 +92,6 @@ def read_run(args: argparse.Namespace) -> SeriesResult:
 
 def watch(args: argparse.Namespace) -> int:
     """`ckptview series PATH... --watch [--json]`: report changes until interrupted."""
-    from ckptview.core.series.watch import watch_run
-
     run = _live_run(args)
     progress = _Progress()
     try:

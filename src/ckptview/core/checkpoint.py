@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol, SupportsIndex
 
 from ckptview.core import dtypes
+from ckptview.core.gc_policy import paused_gc
 
 PathKey = str | int
 
@@ -257,6 +258,27 @@ class BoundedWarnings(list[str]):
         return self
 
 
+class OpenFile(Protocol):
+    """A file a checkpoint holds open (the byte layer's `FileMap`, local or remote)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def changed(self) -> str | None:
+        """What changed on disk since the file was opened, or None."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class TakenIdentity(Protocol):
+    """What an open recorded of a file it did not keep open (the byte layer's `FileIdentity`)."""
+
+    def changed_at(self, path: str) -> str | None:
+        """What changed at `path` since the identity was taken, or None."""
+        ...
+
+
 class OpenFiles:
     """The files a checkpoint holds open: their one owner, closed with the checkpoint.
 
@@ -265,15 +287,22 @@ class OpenFiles:
     their parts' OpenFiles. Iterating gives every file opened so far.
     """
 
-    def __init__(self, *sources: Iterable[Any]) -> None:
+    def __init__(self, *sources: Iterable[OpenFile]) -> None:
         self._sources = list(sources)
 
-    def add(self, source: Iterable[Any]) -> None:
+    def add(self, source: Iterable[OpenFile]) -> None:
         """Own the files of `source` too (a list of file maps, or another OpenFiles)."""
         self._sources.append(source)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[OpenFile]:
         return iter([fmap for source in self._sources for fmap in source])
+
+    def changed(self) -> str | None:
+        """'PATH: what changed' for the first file that changed on disk since it was opened, else None."""
+        for fmap in self:
+            if (what := fmap.changed()) is not None:
+                return f"{fmap.path}: {what}"
+        return None
 
     def close(self) -> None:
         """Close every file (a map still viewed closes when the view goes)."""
@@ -309,15 +338,15 @@ class Checkpoint:
         Cheap (one stat per file), so a window can poll it; reading values of a changed file raises
         `FileChangedError` whether or not anyone asked.
         """
-        from ckptview.core.read.bytes.sources import changed_on_disk
-
-        return changed_on_disk(self)
+        identities: dict[str, TakenIdentity] = self.metadata.get("_identities", {})
+        for path, identity in identities.items():
+            if (what := identity.changed_at(path)) is not None:
+                return f"{path}: {what}"
+        return self.files.changed()
 
     def tensors(self) -> list[TensorEntry]:
         """Every tensor in file order, with its contract name and path."""
         if self._tensors is None:
-            from ckptview.core.gc_policy import paused_gc
-
             entries: list[TensorEntry] = []
             append = entries.append
             root = self.root
@@ -376,8 +405,6 @@ class Checkpoint:
     def sharing(self) -> dict[str, list[str]]:
         """name -> names of the other tensors over the same storage (only tensors that share one)."""
         if self._sharing is None:
-            from ckptview.core.gc_policy import paused_gc
-
             first: dict[int, str] = {}  # id(storage) -> the first tensor over it
             groups: dict[int, list[str]] = {}  # only storages with two tensors or more get a list
             with paused_gc():
@@ -407,6 +434,4 @@ class Checkpoint:
 
     def close(self) -> None:
         """Release mapped files."""
-        from ckptview.core.read.bytes.sources import close_all
-
-        close_all(self)
+        self.files.close()

@@ -1,14 +1,52 @@
-"""Human-readable numbers, shapes and orderings shared by the CLI and the window (the one formatting module)."""
+"""Human-readable numbers, shapes and orderings shared by the CLI and the window: every figure a person
+reads is formatted here, with one marker for a figure there is none of (`MISSING`)."""
 
 from __future__ import annotations
 
 import re
 
 _IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+MISSING = "-"
+"""What a table, a summary or a status line shows for a figure there is none of (the CLI and the window)."""
 
 
-def human_bytes(n: int | float) -> str:
-    """1536 -> '1.5 KiB': powers of 1024 with IEC names, the one byte format of the CLI and the window."""
+def figure(value: float | int | None, spec: str = ".4g") -> str:
+    """A figure for a person: `value` in the format `spec` (four significant digits), `MISSING` for none."""
+    return MISSING if value is None else format(value, spec)
+
+
+def figure_or_text(value: object, spec: str = ".4g") -> str:
+    """As `figure` for a float; anything else (an int, a word) as it is written: `MISSING` for None."""
+    if value is None:
+        return MISSING
+    return format(value, spec) if isinstance(value, float) else str(value)
+
+
+def number(value: object, spec: str = ".4g") -> str:
+    """A figure in a window's table cell or line: an int with thousands separators, a float in the format
+    `spec`, anything else as it is written; `MISSING` for none."""
+    if value is None:
+        return MISSING
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return format(value, spec) if isinstance(value, float) else str(value)
+
+
+def percent(fraction: float | None) -> str:
+    """0.125 -> '12.5%'; `MISSING` for none."""
+    return MISSING if fraction is None else f"{100 * fraction:.1f}%"
+
+
+def gib(nbytes: int) -> str:
+    """A device's memory: 85899345920 -> '80.0 GiB' (always GiB, so devices compare at a glance)."""
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def human_bytes(n: int | float | None) -> str:
+    """1536 -> '1.5 KiB': powers of 1024 with IEC names, the one byte format of the CLI and the window
+    (`MISSING` for none)."""
+    if n is None:
+        return MISSING
     value = float(n)
     for unit in _IEC_UNITS:
         if abs(value) < 1024 or unit == _IEC_UNITS[-1]:

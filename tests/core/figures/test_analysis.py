@@ -9,8 +9,7 @@ import torch
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import Cancelled, TensorDataError
 from ckptview.core.figures.analysis import Analysis, PreviewReady, StatsReady, TargetFailed
-from ckptview.core.figures.stats import run_job
-from ckptview.core.jobs import CancelToken
+from ckptview.core.jobs import CancelToken, drain
 
 
 @pytest.fixture
@@ -36,8 +35,8 @@ def test_concurrent_requests_for_one_tensor_read_it_once(ckpt) -> None:
     next(leader)  # the leader is inside its pass, holding the flight
     follower = analysis.summary(info, CancelToken())
     next(follower)  # waits for the leader (one wait slice), reporting its progress
-    first = run_job(leader)
-    second = run_job(follower)
+    first = drain(leader)
+    second = drain(follower)
     assert analysis.passes == 1
     assert first is second
     assert first.stats.numel == ref["w"].numel()
@@ -55,8 +54,8 @@ def test_a_cancelled_leader_hands_the_read_to_the_waiting_request(ckpt) -> None:
     next(follower)
     token.cancel()
     with pytest.raises(Cancelled):
-        run_job(leader)
-    summary = run_job(follower)  # takes the lead and reads the tensor itself
+        drain(leader)
+    summary = drain(follower)  # takes the lead and reads the tensor itself
     assert summary.stats.max == pytest.approx(float(ref["w"].max()))
     assert analysis.passes == 2
     assert analysis.cached_summary(info) is summary
@@ -79,9 +78,9 @@ def test_a_failed_read_reaches_every_waiting_request_as_one_line(ckpt, monkeypat
     follower = analysis.summary(info)
     next(follower)
     with pytest.raises(TensorDataError, match="storage 'data/0' missing"):
-        run_job(leader)
+        drain(leader)
     with pytest.raises(TensorDataError, match="storage 'data/0' missing"):
-        run_job(follower)
+        drain(follower)
 
 
 def test_statistics_then_histogram_cost_one_summary_pass(ckpt) -> None:
@@ -98,20 +97,20 @@ def test_statistics_then_histogram_cost_one_summary_pass(ckpt) -> None:
     ready = [e for e in events if isinstance(e, StatsReady)]
     assert [e.index for e in ready] == [0, 1]
     assert analysis.passes == 2  # one per tensor
-    hists = run_job(analysis.histogram_job([w, h], 64, False))
+    hists = drain(analysis.histogram_job([w, h], 64, False))
     # bf16 has a value table; the float32 tensor's values were kept from its statistics pass (it is small):
     # neither histogram reads the file again.
     assert analysis.passes == 2
     x = ref["w"].double().numpy().reshape(-1)
     assert np.array_equal(hists[0].counts, np.histogram(x, 64, (x.min(), x.max()))[0])
-    run_job(analysis.histogram_job([w, h], 64, False))  # cached: no read at all
+    drain(analysis.histogram_job([w, h], 64, False))  # cached: no read at all
     assert analysis.passes == 2
 
 
 def test_module_statistics_merge_the_tensors(ckpt) -> None:
     ck, ref = ckpt
     analysis = Analysis()
-    stats = run_job(analysis.stats([info_of(ck, "w"), info_of(ck, "h")]))
+    stats = drain(analysis.stats([info_of(ck, "w"), info_of(ck, "h")]))
     both = torch.cat([ref["w"].double().reshape(-1), ref["h"].double().reshape(-1)])
     assert stats.numel == both.numel()
     assert stats.mean == pytest.approx(float(both.mean()))
@@ -156,7 +155,7 @@ def test_a_closed_leader_is_not_a_failure_for_the_waiting_request(ckpt) -> None:
     follower = analysis.summary(info, CancelToken())
     next(follower)
     leader.close()  # what GeneratorWorker does when its job is cancelled between yields
-    summary = run_job(follower)
+    summary = drain(follower)
     assert summary.stats.numel == ref["w"].numel()
 
 
@@ -167,30 +166,31 @@ def test_a_tensor_too_large_to_keep_is_read_again_for_its_exact_bins(ckpt, monke
     monkeypatch.setattr(module, "KEEP_VALUES_BYTES", 1000)  # "w" (84 KB) is now too large to keep
     analysis = Analysis()
     w = info_of(ck, "w")
-    run_job(analysis.stats_job([[w]]))
-    hist = run_job(analysis.histogram_job([w], 32, False))[0]
+    drain(analysis.stats_job([[w]]))
+    hist = drain(analysis.histogram_job([w], 32, False))[0]
     assert analysis.passes == 2  # statistics, then the counting pass over the range they found
     x = ref["w"].double().numpy().reshape(-1)
     assert np.array_equal(hist.counts, np.histogram(x, 32, (x.min(), x.max()))[0])
 
 
 def test_an_expanded_tensor_is_read_as_what_it_stores(tmp_path, monkeypatch) -> None:
+    from ckptview.core.figures import stats as stats_module
     from ckptview.core.read.values import reading as values
 
     read = []
-    real = values.iter_chunks
-    monkeypatch.setattr(values, "iter_chunks", lambda *a, **k: (read.append(c.size) or c for c in real(*a, **k)))
+    real = values.iter_chunks  # as the statistics read values
+    monkeypatch.setattr(stats_module, "iter_chunks", lambda *a, **k: (read.append(c.size) or c for c in real(*a, **k)))
     base = torch.arange(6, dtype=torch.float32).reshape(1, 6)
     torch.save({"e": base.expand(5000, 6)}, tmp_path / "e.pt")
     ck = open_checkpoint(str(tmp_path / "e.pt"))
     try:
         analysis = Analysis()
         info = ck.tensor("e")
-        stats = run_job(analysis.stats([info]))
+        stats = drain(analysis.stats([info]))
         ref = base.expand(5000, 6).double()
         assert stats.numel == ref.numel() and stats.mean == pytest.approx(float(ref.mean()))
         assert stats.std == pytest.approx(float(ref.std()))
-        hist = run_job(analysis.histogram_job([info], 6, False))[0]
+        hist = drain(analysis.histogram_job([info], 6, False))[0]
         assert hist.counts.tolist() == [5000] * 6
         assert sum(read) == 6  # the six stored values, not the 30,000 the tensor declares
     finally:
@@ -204,15 +204,15 @@ def test_heat_maps_come_from_the_analysis_computed_once_per_tensor_and_axis(ckpt
     ck, ref = ckpt
     analysis = Analysis()
     info = info_of(ck, "w")
-    first = run_job(analysis.matrix_preview(info, 0))
-    assert np.array_equal(first.image, run_job(iter_tensor_heatmap(info, 0)).image)
+    first = drain(analysis.matrix_preview(info, 0))
+    assert np.array_equal(first.image, drain(iter_tensor_heatmap(info, 0)).image)
     assert first.matrix_shape == tuple(ref["w"].shape) and np.array_equal(first.image, ref["w"].double().numpy())
-    assert run_job(analysis.matrix_preview(info, 0)) is first and analysis.heatmap_passes == 1
-    by_columns = run_job(analysis.matrix_preview(info, 1))  # another axis: another picture
+    assert drain(analysis.matrix_preview(info, 0)) is first and analysis.heatmap_passes == 1
+    by_columns = drain(analysis.matrix_preview(info, 1))  # another axis: another picture
     assert np.array_equal(by_columns.image, ref["w"].double().numpy().T) and analysis.heatmap_passes == 2
     monkeypatch.setattr(analysis_module, "KEEP_HEATMAPS", 2)  # only the last few are kept
     h = info_of(ck, "h")
-    run_job(analysis.matrix_preview(h, 0))
+    drain(analysis.matrix_preview(h, 0))
     assert analysis.cached_matrix_preview(info, 0) is None and analysis.cached_matrix_preview(h, 0) is not None
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ckptview.core.figures.heatmap import heatmap, iter_heatmap
-from ckptview.core.figures.stats import run_job
+from ckptview.core.jobs import drain
 
 
 def _reference(m: np.ndarray, br: int, bc: int) -> np.ndarray:
@@ -57,7 +57,7 @@ def test_row_groups_of_any_size_give_the_same_picture():
     m[99:110, 4:8] = np.nan  # NaN blocks stay NaN
     whole = heatmap(m, max_shape=(20, 20)).image
     for chunk in (1, 61, 500, 10_000):
-        streamed = run_job(iter_heatmap(m, max_shape=(20, 20), chunk_elems=chunk)).image
+        streamed = drain(iter_heatmap(m, max_shape=(20, 20), chunk_elems=chunk)).image
         np.testing.assert_array_equal(streamed, whole)
     assert np.isnan(whole).any()
 
@@ -85,8 +85,10 @@ def test_a_tensor_heatmap_reads_groups_of_rows_never_the_whole_tensor(tmp_path, 
         info = ck.tensor("w")
         whole = values.read_values(info)
         largest = []
-        real = values.read_region
-        monkeypatch.setattr(values, "read_region", lambda i, idx: largest.append(i) or real(i, idx))
+        from ckptview.core.figures import heatmap as heatmap_module
+
+        real = values.read_region  # as the heat-map reads regions
+        monkeypatch.setattr(heatmap_module, "read_region", lambda i, idx: largest.append(i) or real(i, idx))
         for axis in (0, 1, 2):
             lazy = drain(iter_tensor_heatmap(info, axis, max_shape=(50, 20), chunk_elems=900))
             eager = drain(iter_heatmap(whole, axis, max_shape=(50, 20), chunk_elems=900))

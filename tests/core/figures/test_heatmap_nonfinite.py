@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ckptview.core.figures.heatmap import heatmap, iter_heatmap
-from ckptview.core.figures.stats import run_job
+from ckptview.core.jobs import drain
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
@@ -37,7 +37,7 @@ def test_streamed_counts_equal_the_whole():
     m[5, ::3] = np.inf
     whole = heatmap(m, max_shape=(20, 20))
     for chunk in (1, 61, 10_000):
-        streamed = run_job(iter_heatmap(m, max_shape=(20, 20), chunk_elems=chunk))
+        streamed = drain(iter_heatmap(m, max_shape=(20, 20), chunk_elems=chunk))
         np.testing.assert_array_equal(streamed.image, whole.image)
         assert (streamed.nan, streamed.posinf, streamed.neginf) == (whole.nan, whole.posinf, whole.neginf)
     assert whole.nan == int(np.isnan(m).sum()) and whole.posinf == int(np.isposinf(m).sum())

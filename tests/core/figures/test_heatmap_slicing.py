@@ -8,8 +8,7 @@ import torch
 
 from ckptview.core.errors import Cancelled
 from ckptview.core.figures.heatmap import heatmap, iter_heatmap, matrix_shape
-from ckptview.core.figures.stats import run_job
-from ckptview.core.jobs import CancelToken
+from ckptview.core.jobs import CancelToken, drain
 from ckptview.core.read.values.slicing import SliceError, default_spec, parse_slice, resolve, view_2d
 
 
@@ -85,7 +84,7 @@ def test_heatmap_reads_row_groups_and_can_be_cancelled() -> None:
     next(gen)
     token.cancel()
     with pytest.raises(Cancelled):
-        run_job(gen)
+        drain(gen)
 
 
 def test_heatmap_of_bf16_and_empty() -> None:

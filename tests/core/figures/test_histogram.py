@@ -14,13 +14,14 @@ from ckptview.core.figures.histogram import (
     sample_histogram,
     sample_values,
 )
-from ckptview.core.figures.stats import iter_summary, run_job
+from ckptview.core.figures.stats import iter_summary
+from ckptview.core.jobs import drain
 from tests.core.figures.test_stats import chunked, make, to_numpy
 
 
 def exact(t: torch.Tensor, bins: int = 100, chunk: int = 97, **kw):
     chunks = chunked(t, chunk)
-    return run_job(iter_exact_histogram(lambda: iter(chunks), bins, total=t.numel(), **kw))
+    return drain(iter_exact_histogram(lambda: iter(chunks), bins, total=t.numel(), **kw))
 
 
 def finite64(t: torch.Tensor) -> np.ndarray:
@@ -56,7 +57,7 @@ def test_exact_histogram_matches_torch_histc() -> None:
 def test_small_dtype_uses_the_value_table_and_reuses_a_summary() -> None:
     t = make(torch.bfloat16, (5000,), True)
     chunks = chunked(t, 512)
-    summary = run_job(iter_summary(chunks))
+    summary = drain(iter_summary(chunks))
     assert summary.table is not None
     calls = []
 
@@ -65,7 +66,7 @@ def test_small_dtype_uses_the_value_table_and_reuses_a_summary() -> None:
         return iter(chunks)
 
     for bins in (10, 333):
-        h = run_job(iter_exact_histogram(source, bins, summary=summary))
+        h = drain(iter_exact_histogram(source, bins, summary=summary))
         ref = finite64(t)
         np.testing.assert_array_equal(h.counts, np.histogram(ref, bins, (ref.min(), ref.max()))[0])
     assert calls == []  # the table answers any bin count without reading the tensor again

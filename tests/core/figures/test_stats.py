@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from ckptview.core.errors import Cancelled
-from ckptview.core.figures.stats import JSON_KEYS, compute_stats, iter_summary, merge_stats, run_job
-from ckptview.core.jobs import CancelToken
+from ckptview.core.figures.stats import JSON_KEYS, compute_stats, iter_summary, merge_stats
+from ckptview.core.jobs import CancelToken, drain
 
 _ML = {
     torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
@@ -165,7 +165,7 @@ def test_progress_and_cancel() -> None:
     next(gen)
     token.cancel()
     with pytest.raises(Cancelled):
-        run_job(gen)
+        drain(gen)
 
 
 def test_stats_of_a_saved_file_match_torch_load(tmp_path) -> None:
@@ -211,7 +211,7 @@ def test_expanded_tensor_stats_and_histogram_match_torch(tmp_path, dtype) -> Non
         info = ckpt.tensor(name)
         want = loaded[name].contiguous()
         check(tensor_stats(info, chunk_elems=7).to_json(), reference(want))
-        hist = run_job(iter_tensor_histogram(info, bins=10, chunk_elems=7))
+        hist = drain(iter_tensor_histogram(info, bins=10, chunk_elems=7))
         x = want.to(torch.float64).reshape(-1)
         finite = x[torch.isfinite(x)].numpy()
         counts, _ = np.histogram(finite, bins=10, range=(finite.min(), finite.max()))
@@ -230,9 +230,11 @@ def test_huge_expanded_tensor_costs_what_it_stores(tmp_path, monkeypatch) -> Non
     path = tmp_path / "huge.pt"
     torch.save({"h": torch.arange(1000.0).expand(rows, 1000)}, path)
     info = open_checkpoint(path).tensor("h")
+    from ckptview.core.figures import stats
+
     read = []
-    real = values.iter_chunks
-    monkeypatch.setattr(values, "iter_chunks", lambda i, n=1 << 22, ahead=None: (read.append(c.size) or c for c in real(i, n, ahead)))
+    real = values.iter_chunks  # as the statistics read values
+    monkeypatch.setattr(stats, "iter_chunks", lambda i, n=1 << 22, ahead=None: (read.append(c.size) or c for c in real(i, n, ahead)))
     s = tensor_stats(info)
     assert sum(read) == 1000  # a counter, not a clock: the work is the bytes stored
     n = rows * 1000
@@ -241,7 +243,7 @@ def test_huge_expanded_tensor_costs_what_it_stores(tmp_path, monkeypatch) -> Non
     assert s.mean == pytest.approx(499.5, rel=1e-12)
     assert s.std == pytest.approx(math.sqrt(stored.var() * n / (n - 1)), rel=1e-9)
     assert s.l2 == pytest.approx(math.sqrt(rows * float(np.dot(stored, stored))), rel=1e-9)
-    hist = run_job(iter_tensor_histogram(info, bins=4))
+    hist = drain(iter_tensor_histogram(info, bins=4))
     assert hist.counts.tolist() == [250 * rows] * 4
     preview = tensor_sample_histogram(info, bins=4)
     assert int(preview.counts.sum()) <= 1000

@@ -16,7 +16,9 @@ from torch import nn
 
 from ckptview import cli
 from ckptview.core.errors import CheckpointError
-from ckptview.core.graph import GraphRefused, exported, read_graph, script_code, script_eval
+from ckptview.core.graph import GraphRefused, exported, read_graph
+from ckptview.core.graph.script import code as script_code
+from ckptview.core.graph.script import evaluate as script_eval
 from ckptview.core.read.open import open_checkpoint
 from tests.support.crafted import rewrite_zip
 

@@ -12,10 +12,10 @@ from torch import nn
 
 from ckptview.commands.info import info_dict
 from ckptview.core import open_checkpoint
-from ckptview.core.figures.stats import run_job
 from ckptview.core.inspect.optimizer import align, find_optimizers, optimizers_json
 from ckptview.core.inspect.optimizer_figures import iter_effective_step, iter_figures
 from ckptview.core.inspect.training import training_summary
+from ckptview.core.jobs import drain
 
 
 class Net(nn.Module):
@@ -277,7 +277,7 @@ def test_figures_match_torch(tmp_path) -> None:
     net, opt, order = train("adam", steps=4)
     ckpt, _ = save_open(tmp_path, {"model": net.state_dict(), "optimizer": opt.state_dict()})
     (found,) = find_optimizers(ckpt)
-    figures = run_job(iter_figures(found))
+    figures = drain(iter_figures(found))
     sd = opt.state_dict()
     for fig, p in zip(figures, found.params, strict=True):
         state = sd["state"].get(p.id)
@@ -300,7 +300,7 @@ def test_effective_step_sampled_median(tmp_path) -> None:
     v = torch.rand(10_001, dtype=torch.float64) + 1e-3
     ckpt, _ = save_open(tmp_path, {"v": v})
     group = {"lr": 0.1, "eps": 1e-8, "betas": [0.9, 0.99]}
-    median, top, sampled = run_job(iter_effective_step(ckpt.tensor("v"), group, 10, chunk_elems=999, exact_limit=1000))
+    median, top, sampled = drain(iter_effective_step(ckpt.tensor("v"), group, 10, chunk_elems=999, exact_limit=1000))
     eff = (0.1 / ((v / (1 - 0.99**10)).sqrt() + 1e-8)).numpy()
     assert sampled and top == pytest.approx(eff.max(), rel=1e-12)
     assert median == pytest.approx(np.median(eff[:: math.ceil(10_001 / 1000)]), rel=1e-12)

@@ -99,9 +99,11 @@ def test_diff_of_expanded_tensors_reads_what_is_stored(tmp_path, monkeypatch):
     rows = 10**9
     torch.save({"e": base_a.expand(5, 40, 3), "h": torch.arange(1.0, 1001.0).expand(rows, 1000)}, a)
     torch.save({"e": base_b.expand(5, 40, 3), "h": torch.arange(2.0, 1002.0).expand(rows, 1000)}, b)
+    from ckptview.core.compare import diff
+
     read = []
-    real = values.iter_chunks
-    monkeypatch.setattr(values, "iter_chunks", lambda i, n=1 << 22, ahead=None: (read.append(c.size) or c for c in real(i, n, ahead)))
+    real = values.iter_chunks  # as the comparison reads values
+    monkeypatch.setattr(diff, "iter_chunks", lambda i, n=1 << 22, ahead=None: (read.append(c.size) or c for c in real(i, n, ahead)))
     result = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
     rows_by_name = {t.name: t for t in result.tensors}
     assert sum(read) == 2 * (15 + 1000)  # each side's stored values, once

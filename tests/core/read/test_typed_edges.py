@@ -12,8 +12,7 @@ from ckptview import desktop
 from ckptview.core.figures.stats import TensorStats
 from ckptview.core.read.values.slicing import parse_slice, resolve
 from ckptview.core.series.discover import Position
-from ckptview.core.series.model import CheckpointRef, SeriesResult, TensorSeries
-from ckptview.core.series.timeline import module_series
+from ckptview.core.series.model import CheckpointRef, SeriesResult, TensorSeries, module_series
 
 
 @pytest.fixture(autouse=True)

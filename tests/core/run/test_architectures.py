@@ -22,8 +22,8 @@ from ckptview.core.run.architectures import (
     default_inputs,
     recognize,
 )
-from ckptview.core.run.input_specs import make_array, to_torch
-from ckptview.core.run.worker.forward import output_stats
+from ckptview.core.run.input_specs import make_array
+from ckptview.core.run.worker.forward import output_stats, to_torch
 
 
 def run_json(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, dict | None, str]:

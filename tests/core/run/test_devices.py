@@ -9,14 +9,8 @@ import pytest
 import torch
 
 from ckptview import cli
-from ckptview.core.run.worker.devices import (
-    DeviceError,
-    DeviceInfo,
-    find_device,
-    format_table,
-    list_devices,
-    parse_device,
-)
+from ckptview.core.run.devices import DeviceError, DeviceInfo, find_device, format_table, parse_device
+from ckptview.core.run.worker.device_probe import list_devices
 
 
 def fake_torch(cuda_built: bool = True, cuda_count: int = 0, cuda_ok: bool = True, init_error: str = "",

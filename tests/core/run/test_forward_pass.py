@@ -27,27 +27,24 @@ from ckptview.core.run.input_specs import (
     load_input_file,
     make_array,
     parse_input_specs,
-    to_torch,
 )
+from ckptview.core.run.process import RunError, _death_message
 from ckptview.core.run.protocol import Job, WorkerError, error_kind
 from ckptview.core.run.request import (
     EXPORT,
     PICKLE,
     STATE_DICT,
     TORCHSCRIPT,
-    RunError,
     RunRequest,
-    _death_message,
     check_trust,
     classify_source,
-    find_state_dict,
     run,
-    strip_prefixes,
-    suggest_inputs,
 )
 from ckptview.core.run.result import OtherOutput, OutputInfo, RunResult, ShapeMismatch
-from ckptview.core.run.worker.forward import describe_outputs
-from ckptview.core.run.worker.loading import load_model, numpy_to_torch, place_tensor
+from ckptview.core.run.state_dict import find_state_dict, strip_prefixes, suggest_inputs
+from ckptview.core.run.worker.entry import load_model
+from ckptview.core.run.worker.forward import describe_outputs, to_torch
+from ckptview.core.run.worker.loading import numpy_to_torch, place_tensor
 
 MODULE = "ckv_test_models"
 MODEL_CODE = textwrap.dedent('''

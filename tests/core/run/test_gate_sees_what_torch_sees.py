@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ckptview import cli
+from ckptview.core.read.pickle.census import census
 from ckptview.core.run import request as runner
-from ckptview.core.run.worker.load_gate import census
 from tests.support.crafted import payload_pickle, rewrite_zip
 from tests.support.paths import SRC
 from tests.support.remote_server import RangeServer
@@ -94,7 +94,7 @@ def test_a_pt2_with_a_compiled_library_is_listed_and_never_loaded_without_consen
     err = _one_line_refusal(capsys, ["run", path, "--input-shape", "2,4"])
     assert err.startswith("ckptview: refusing to load this .pt2 program without --trust: loading it runs code from "
                           "the file: exported program models/model.json, native library data/aotinductor/model/evil.so")
-    assert runner.inspect_inputs(path)[0].shape == (2, 4)  # the Run tab's signature: the JSON, nothing loaded
+    assert runner.inspect_inputs(path)[0].shape == (2, 4)  # the run panel's signature: the JSON, nothing loaded
     assert not marker.exists()
     assert torch_runs(f"import torch\ntry:\n    torch.export.load({path!r})\nexcept Exception:\n    pass", marker)
 
@@ -223,7 +223,7 @@ def test_payload_config_names_and_nested_programs_are_read_as_torch_reads_them(t
 
 def test_compiled_code_anywhere_in_an_archive_is_a_program() -> None:
     """An AOTInductor folder with sources only (torch compiles and loads them), a library outside it."""
-    from ckptview.core.run.worker.load_gate import census_bytes
+    from ckptview.core.read.pickle.census import census_bytes
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as z:
@@ -238,7 +238,7 @@ def test_compiled_code_anywhere_in_an_archive_is_a_program() -> None:
 def test_records_torch_exports_fallback_reader_unpickles_are_checked(tmp_path: pathlib.Path) -> None:
     """torch.export.load falls back to Python's zipfile for older archives: serialized_state_dict.json and
     serialized_constants.json go to torch.load (then with weights_only=False): they are pickles to the census."""
-    from ckptview.core.run.worker.load_gate import census_bytes
+    from ckptview.core.read.pickle.census import census_bytes
 
     for record in ("serialized_state_dict.json", "serialized_constants.json", "m/serialized_example_inputs.pt"):
         buffer = io.BytesIO()

@@ -1,4 +1,4 @@
-"""The Run tab's input guess comes from the first layer that takes the input (issue 25, finding 7).
+"""The run panel's input guess comes from the first layer that takes the input (issue 25, finding 7).
 
 Before, the guess was the first 2-D weight: a CNN got `2,128@float32` from its classifier and the run
 failed in conv2d. Each guess here is checked by running the model on it."""
@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core.run.input_specs import InputSpec, make_array, to_torch
-from ckptview.core.run.request import suggest_inputs
-from ckptview.core.run.worker.forward import _guess_from_module
+from ckptview.core.run.input_specs import InputSpec, make_array
+from ckptview.core.run.state_dict import suggest_inputs
+from ckptview.core.run.worker.forward import _guess_from_module, to_torch
 
 
 class CNN(nn.Module):

@@ -28,6 +28,7 @@ from ckptview.core import open_checkpoint
 from ckptview.core.jobs import drain
 from ckptview.core.run import request as runner
 from ckptview.core.run.lightning import recognize_lightning
+from ckptview.core.run.process import RunError, execute
 from ckptview.core.run.worker.forward import output_stats
 
 # Skipped cleanly without lightning; imported by the tests that use it, not when the suite is collected (it
@@ -205,9 +206,9 @@ def test_without_trust_the_class_is_refused_and_never_imported(lit, tmp_path, ca
     for consent in (None, ["somethingelse.Net"]):
         payload = {**request.to_json(), "op": "run", "source": "lightning", "lightning": source.lightning.payload(),
                    "consent": {"main": consent, "compare": None}}
-        with pytest.raises(runner.RunError, match=f"^refusing to import {CLASS_PATH} named by x.ckpt without "
-                                                  f"trust$") as err:
-            drain(runner.execute(payload, 120))
+        with pytest.raises(RunError, match=f"^refusing to import {CLASS_PATH} named by x.ckpt without "
+                                           f"trust$") as err:
+            drain(execute(payload, 120))
         assert err.value.kind == "refused"
     assert _imported_elsewhere(lit) == set()
 
@@ -260,7 +261,8 @@ def test_a_namespace_argument_and_its_example_input(lit, tmp_path, capsys, monke
     (inp,) = result["inputs"]
     assert inp["shape"] == [5, 4] and inp["origin"] == "example_input_array"
     reference = lit["module"].NsNet.load_from_checkpoint(path, map_location="cpu").eval()
-    from ckptview.core.run.input_specs import InputSpec, make_array, to_torch
+    from ckptview.core.run.input_specs import InputSpec, make_array
+    from ckptview.core.run.worker.forward import to_torch
 
     spec = InputSpec.from_json({k: inp[k] for k in ("shape", "dtype", "fill", "low", "high")})
     with torch.no_grad():

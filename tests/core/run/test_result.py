@@ -8,12 +8,12 @@ import pathlib
 
 import pytest
 
+from ckptview.core.run.json_checks import ProtocolError
 from ckptview.core.run.protocol import PhaseEvent, ResultMessage, parse_message
 from ckptview.core.run.result import (
     InputReport,
     LoadReport,
     OutputDiff,
-    ProtocolError,
     RunResult,
     ShapeMismatch,
     result_json_text,

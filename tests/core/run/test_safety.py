@@ -25,12 +25,14 @@ from ckptview import cli
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import FileChangedError
 from ckptview.core.jobs import drain
+from ckptview.core.read.pickle.census import census, census_bytes
 from ckptview.core.run import request as runner
-from ckptview.core.run.input_specs import InputSpec, make_array, parse_input_specs, to_torch
-from ckptview.core.run.protocol import Job, WorkerError
-from ckptview.core.run.request import RunError, RunRequest, bounded_lines, execute, inspect_inputs, run
+from ckptview.core.run.input_specs import InputSpec, make_array, parse_input_specs
+from ckptview.core.run.process import RunError, WorkerJob, execute
+from ckptview.core.run.protocol import MAX_STDERR_LINE, Job, WorkerError, bounded_lines
+from ckptview.core.run.request import RunRequest, inspect_inputs, run
 from ckptview.core.run.worker import load_gate
-from ckptview.core.run.worker.forward import _concrete_size
+from ckptview.core.run.worker.forward import _concrete_size, to_torch
 from ckptview.core.run.worker.loading import load_graph
 from ckptview.core.run.worker.model_code import allow_caller_imports, build_user_model
 from tests.support.crafted import (
@@ -86,7 +88,7 @@ def test_pt2_pickled_record_is_listed_and_refused(record: str, tmp_path: pathlib
     assert err == ("ckptview: refusing to load this .pt2 program without --trust: loading it runs code from the "
                    "file: exported program models/model.json; torch would unpickle records that import and run "
                    "posix.system\n")
-    inspect_inputs(path)  # the Run tab's input signature: read from the JSON, nothing loaded
+    inspect_inputs(path)  # the run panel's input signature: read from the JSON, nothing loaded
     assert not marker.exists()
 
 
@@ -104,7 +106,7 @@ def test_pt2_payload_inside_a_nested_torch_save_or_a_deflated_archive_is_listed(
         for info in zin.infolist():
             zout.writestr(info.filename, zin.read(info))
     for candidate in (path, deflated):
-        assert load_gate.census(candidate).unsafe == ["posix.system"]
+        assert census(candidate).unsafe == ["posix.system"]
         assert runner.classify_source(candidate).findings == ["exported program models/model.json", "posix.system"]
     assert "posix.system" in open_checkpoint(path).unsafe_globals
     assert not marker.exists()
@@ -133,7 +135,7 @@ def test_trust_covers_exactly_the_findings_that_were_shown(tmp_path: pathlib.Pat
         run(RunRequest(path, trust=True, trusted_findings=[], runs=1))
     assert err.value.kind == "changed"
     assert not marker.exists()
-    found = load_gate.census(path)
+    found = census(path)
     with pytest.raises(FileChangedError):
         load_gate.check(found, path, consent=["builtins.eval"])
     load_gate.check(found, path, consent=["exported program models/model.json", "posix.system"])  # as shown
@@ -146,7 +148,7 @@ def test_a_file_swapped_after_the_parents_check_is_refused_by_the_worker(tmp_pat
     target = tmp_path / "model.pt"
     target.write_bytes(pathlib.Path(clean["ts"]).read_bytes())
     evil = crafted_torchscript(tmp_path, "constants.pkl", str(marker))
-    real_execute = runner.execute
+    real_execute = execute
 
     def swap_then_execute(*args: object, **kwargs: object):
         os.replace(evil, target)  # after classify_source / check_trust, before the worker reads the file
@@ -177,7 +179,7 @@ def test_torchscript_pickled_record_is_refused(record: str, tmp_path: pathlib.Pa
                                                capsys: pytest.CaptureFixture) -> None:
     marker = tmp_path / "ran.marker"
     path = crafted_torchscript(tmp_path, record, str(marker))
-    assert load_gate.census(path).unsafe == ["posix.system"]
+    assert census(path).unsafe == ["posix.system"]
     assert cli.main(["info", path, "--json"]) == 0  # info and the banner list it too, whichever record
     assert "posix.system" in json.loads(capsys.readouterr().out)["unsafe_globals"]
     assert cli.main(["run", path, "--input-shape", "2,4"]) == 2
@@ -188,11 +190,11 @@ def test_torchscript_pickled_record_is_refused(record: str, tmp_path: pathlib.Pa
 def test_clean_archives_need_no_consent(clean: dict) -> None:
     """TorchScript's own helpers (torch.jit._pickle.*) and a plain .pt2 pass the census: no false alarm about
     pickles; only the program itself, which running always needs consent for."""
-    ts = load_gate.census(clean["ts"])
+    ts = census(clean["ts"])
     assert ts.unsafe == ts.unreadable == ts.ambiguous == [] and ts.pickles >= 4
     assert "torch.jit._pickle.build_intlist" in ts.globals
     assert ts.findings() == ts.programs and ts.programs[0].startswith("TorchScript code (")
-    assert load_gate.census(clean["pt2"]).findings() == ["exported program models/model.json"]
+    assert census(clean["pt2"]).findings() == ["exported program models/model.json"]
     assert runner.classify_source(clean["ts"]).findings == ts.programs
 
 
@@ -201,14 +203,14 @@ def test_legacy_stream_payload_in_any_header_pickle_is_found(tmp_path: pathlib.P
     buffer = io.BytesIO()
     torch.save({"w": torch.ones(2)}, buffer, _use_new_zipfile_serialization=False)
     legit = buffer.getvalue()
-    assert load_gate.census_bytes(legit).findings() == []
+    assert census_bytes(legit).findings() == []
     payload = payload_pickle(str(tmp_path / "x"))
-    assert load_gate.census_bytes(payload + legit).unsafe == ["posix.system"]  # before the magic number
+    assert census_bytes(payload + legit).unsafe == ["posix.system"]  # before the magic number
     import pickle
 
     magic, protocol = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2), pickle.dumps(1001, protocol=2)
-    assert load_gate.census_bytes(magic + protocol + payload).unsafe == ["posix.system"]  # as sys_info
-    broken = load_gate.census_bytes(magic + b"\x80\x02garbage")
+    assert census_bytes(magic + protocol + payload).unsafe == ["posix.system"]  # as sys_info
+    broken = census_bytes(magic + b"\x80\x02garbage")
     assert broken.unreadable and broken.findings()[0].startswith("unreadable pickle")
 
 
@@ -385,18 +387,18 @@ def test_a_model_printing_a_huge_line_does_not_grow_the_parent(tmp_path: pathlib
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.jit.save(torch.jit.script(Loud()), tmp_path / "loud.pt")
-    jobs: list[runner.WorkerJob] = []
-    original = runner.WorkerJob.__init__
+    jobs: list[WorkerJob] = []
+    original = WorkerJob.__init__
 
-    def keep(self: runner.WorkerJob, request: dict) -> None:
+    def keep(self: WorkerJob, request: dict) -> None:
         original(self, request)
         jobs.append(self)
 
-    monkeypatch.setattr(runner.WorkerJob, "__init__", keep)
+    monkeypatch.setattr(WorkerJob, "__init__", keep)
     result = run(RunRequest(str(tmp_path / "loud.pt"), inputs=parse_input_specs("2,4"), runs=1, warmup=0, trust=True))
     assert result.outputs[0].shape == [2, 2]
     (job,) = jobs
-    assert job.stderr_tail and max(len(line) for line in job.stderr_tail) <= runner.MAX_STDERR_LINE + 10
+    assert job.stderr_tail and max(len(line) for line in job.stderr_tail) <= MAX_STDERR_LINE + 10
     assert any(line.startswith("xxxx") and line.endswith("[...]") for line in job.stderr_tail)
 
 

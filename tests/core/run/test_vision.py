@@ -23,8 +23,8 @@ import torch
 
 from ckptview import cli
 from ckptview.core.run.architectures import default_inputs, recognize
-from ckptview.core.run.input_specs import make_array, to_torch
-from ckptview.core.run.worker.forward import first_values, output_stats
+from ckptview.core.run.input_specs import make_array
+from ckptview.core.run.worker.forward import first_values, output_stats, to_torch
 
 
 def _library(name: str):
@@ -69,7 +69,7 @@ def reference_input(path: str) -> torch.Tensor:
 
 
 def _tensors(path: str) -> dict:
-    from ckptview.core.run.request import state_dict_tensors
+    from ckptview.core.run.state_dict import state_dict_tensors
 
     return state_dict_tensors(path)
 

@@ -14,8 +14,8 @@ import pytest
 from ckptview.core.jobs import drain
 from ckptview.core.run import request as runner
 from ckptview.core.run.model_classes import ModelCodeError, classes_in_file
+from ckptview.core.run.process import RunError, execute
 from ckptview.core.run.protocol import PhaseEvent, ResultMessage, parse_message
-from ckptview.core.run.request import RunError, execute
 from tests.support.paths import SRC
 
 CORE = SRC / "core" / "run"

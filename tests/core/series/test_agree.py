@@ -159,11 +159,11 @@ def test_a_checkpoint_failing_in_its_task_is_named_with_its_reason_and_read_agai
     real_open = series_mod.open_checkpoint
     opened: list[str] = []
 
-    def failing(path):
+    def failing(path, *args):
         opened.append(path)
         if path == paths[4] and opened.count(path) == 2:  # the first open is planning
             raise RuntimeError("reader tripped")
-        return real_open(path)
+        return real_open(path, *args)
 
     with monkeypatch.context() as m:
         m.setattr(series_mod, "open_checkpoint", failing)

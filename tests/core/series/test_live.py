@@ -197,7 +197,7 @@ WRITER = r"""
 import sys
 from ckptview.core.compare.diff import Sums
 from ckptview.core.series.cache import SeriesCache
-from ckptview.core.series.executor import TensorFigures
+from ckptview.core.series.model import TensorFigures
 from ckptview.core.figures.stats import TensorStats
 c = SeriesCache(sys.argv[1])
 figures = {f"layer{i}.weight": TensorFigures(TensorStats(numel=i, mean=0.5, l2=float(i))) for i in range(2000)}

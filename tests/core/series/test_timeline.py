@@ -16,7 +16,8 @@ from ckptview.cli import main
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.series.discover import find_checkpoints
-from ckptview.core.series.timeline import iter_series, module_series, plan_series, run_series
+from ckptview.core.series.model import module_series
+from ckptview.core.series.timeline import iter_series, plan_series, run_series
 
 STEPS = 6
 

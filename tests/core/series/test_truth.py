@@ -80,8 +80,8 @@ def _resave_after_open(monkeypatch, victim: str, when_opening: str, new_state) -
     real_open = series_mod.open_checkpoint
     opened: dict[str, int] = {}
 
-    def opening(path):
-        ckpt = real_open(path)
+    def opening(path, *args):
+        ckpt = real_open(path, *args)
         opened[path] = opened.get(path, 0) + 1
         if path == when_opening and opened[path] == 2:
             with open(victim, "r+b") as fh:
@@ -126,11 +126,11 @@ def test_checkpoint_failing_to_open_while_read_is_reported(run_folder, tmp_path,
     real_open = series_mod.open_checkpoint
     seen: list[str] = []
 
-    def failing(path):
+    def failing(path, *args):
         seen.append(path)
         if path == paths[4] and seen.count(path) == 2:
             raise RuntimeError("reader tripped")
-        return real_open(path)
+        return real_open(path, *args)
 
     monkeypatch.setattr(series_mod, "open_checkpoint", failing)
     assert main(["series", str(tmp_path / "run"), "--json"]) == 2
@@ -231,7 +231,10 @@ def test_a_tensor_whose_reading_fails_unexpectedly_is_its_error_only(run_folder,
             raise IndexError("reader bug")
         return real(info, *args, **kwargs)
 
-    monkeypatch.setattr(values, "iter_chunks", flaky)
+    from ckptview.core.series import executor, timeline
+
+    monkeypatch.setattr(timeline, "iter_chunks", flaky)  # as the series reads values, in process
+    monkeypatch.setattr(executor, "iter_chunks", flaky)
     result = run_series([str(run_folder)])
     bad = {(f.tensor, f.index) for f in result.findings if f.kind == "unreadable"}
     assert ("model.conv2.weight", 2) in bad and all(ref.error is None for ref in result.checkpoints)

@@ -12,7 +12,7 @@ import torch
 from ckptview.core.errors import Cancelled, NotACheckpointError
 from ckptview.core.read import open as open_module
 from ckptview.core.read.values.reading import read_values
-from ckptview.core.session.workspace import Holdings, Lease, Workspace, in_use
+from ckptview.core.session.workspace import Holdings, Lease, Workspace
 
 
 def save(path, seed: int) -> dict[str, torch.Tensor]:
@@ -96,9 +96,9 @@ def test_the_last_release_closes_and_forgets_the_checkpoint(one) -> None:
     checkpoint = first.checkpoint
     assert first.release() is False  # the other holder still has it
     assert first.release() is False  # releasing twice lets go once
-    assert in_use(checkpoint) and ws.open_paths() == [path]
+    assert ws.in_use(checkpoint) and ws.open_paths() == [path]
     assert second.release() is True  # the last one: closed
-    assert not in_use(checkpoint) and ws.open_paths() == [] and ws.holders(path) == 0
+    assert not ws.in_use(checkpoint) and ws.open_paths() == [] and ws.holders(path) == 0
     again = ws.acquire(path)
     assert again.checkpoint is not checkpoint and len(opener.paths) == 2
     again.release()
@@ -177,7 +177,7 @@ def test_holdings_keep_a_bounded_number_and_reopen_only_what_changed(tmp_path) -
     assert held.checkpoint(paths[0]) is first and opener.paths == [paths[0]]  # held: not opened again
     held.checkpoint(paths[1])
     held.checkpoint(paths[2])  # past the limit: the least recently used is let go
-    assert not in_use(first) and sorted(ws.open_paths()) == paths[1:]
+    assert not ws.in_use(first) and sorted(ws.open_paths()) == paths[1:]
     st = os.stat(paths[1])
     newer = save(paths[1], 9)
     os.utime(paths[1], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
@@ -237,4 +237,4 @@ def test_a_lease_dropped_without_release_lets_go_when_collected(one) -> None:
     del lost  # a result that never reached its view
     gc.collect()
     assert ws.holders(path) == 1
-    assert kept.release() is True and not in_use(checkpoint)
+    assert kept.release() is True and not ws.in_use(checkpoint)

@@ -75,7 +75,7 @@ def test_uninstall_keeps_folders_that_were_there_before(tmp_path):
 
 def test_cli_flags_reach_the_installer(tmp_path, monkeypatch, capsys):
     pytest.importorskip("PySide6")
-    from ckptview.gui.app.launch import main
+    from ckptview.cli import main  # the window's flags: parsed there, handed to gui/app/launch.py
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert main(["--install-desktop"]) == 0

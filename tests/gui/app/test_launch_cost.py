@@ -84,7 +84,8 @@ def test_a_stuck_open_holds_collections_off_only_for_a_while(qtbot, window, monk
 
 
 def test_launch_to_tree_imports_no_plotting_or_array_library(tmp_path):
-    """A big checkpoint (side panels built on demand): its tree shows before numpy, pyqtgraph or torch load."""
+    """A big checkpoint (side panels built on demand): its tree shows before numpy, pyqtgraph or torch load,
+    and before superqt's widgets (the workers take superqt's thread module only)."""
     import json
     import subprocess
     import sys
@@ -99,6 +100,7 @@ def test_launch_to_tree_imports_no_plotting_or_array_library(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["state"] == "ready" and result["tensors"] == 20_010 and result["rows_shown"] == 1
     assert not result["torch_imported"] and not result["numpy_imported"] and not result["pyqtgraph_imported"]
+    assert not result["superqt_widgets_imported"]
     parts = ("startup_seconds", "read_seconds", "prepare_seconds", "build_seconds")
     assert all(result[p] >= 0 for p in parts)
     assert result["seconds"] >= sum(result[p] for p in parts) - 0.01  # the parts follow each other

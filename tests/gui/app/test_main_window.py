@@ -9,12 +9,14 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QFileOpenEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QWidget
 
-from ckptview.gui.app.launch import launch, parse_args
-from ckptview.gui.app.main_window import MainWindow, example_path
+from ckptview.cli import window_args
+from ckptview.gui.app.launch import launch
+from ckptview.gui.app.main_window import ACTIONS, PANELS, ActionSpec, MainWindow, example_path
 from ckptview.gui.app.single_instance import send_to_running
+from ckptview.gui.checkpoint.host import CheckpointContext, PanelSpec
 from ckptview.gui.checkpoint.tab import CheckpointTab
 from ckptview.gui.checkpoint.tree_model import DTYPE, NAME, PARAMS, SIZE
-from ckptview.gui.panels import registry as panels
+from ckptview.gui.compare.tab import CompareTab
 from tests.support.guihelpers import make_sharded_folder, make_state_dict, wait_settled
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
@@ -65,14 +67,14 @@ def test_open_paths_shows_the_tree(qtbot, window, state_dict_file):
 
 
 def test_open_by_argument_and_second_instance(qtbot, settings, server_name, state_dict_file, tmp_path):
-    window = launch(parse_args([state_dict_file]), settings, server_name)
+    window = launch(window_args([state_dict_file]), settings, server_name)
     assert window is not None
     qtbot.addWidget(window)
     wait_settled(qtbot, window.current_tab())
     assert window.current_tab().state == "ready"
     other = make_state_dict(str(tmp_path / "second.pt"))
     # A second launch with the same server name hands its path over and exits.
-    assert launch(parse_args([other]), settings, server_name) is None
+    assert launch(window_args([other]), settings, server_name) is None
     qtbot.waitUntil(lambda: window.tabs.count() == 2, timeout=5000)
     assert window.current_tab().path == os.path.abspath(other)
     wait_settled(qtbot, window.current_tab())
@@ -81,7 +83,7 @@ def test_open_by_argument_and_second_instance(qtbot, settings, server_name, stat
 
 
 def test_no_file_opens_the_bundled_example(qtbot, settings, server_name):
-    window = launch(parse_args([]), settings, server_name)
+    window = launch(window_args([]), settings, server_name)
     qtbot.addWidget(window)
     tab = window.current_tab()
     wait_settled(qtbot, tab)
@@ -288,7 +290,7 @@ def test_recent_files_persist(qtbot, settings, state_dict_file):
 
 
 class RecordingPanel(QWidget):
-    def __init__(self, context: panels.CheckpointContext) -> None:
+    def __init__(self, context: CheckpointContext) -> None:
         super().__init__()
         self.context, self.selections = context, []
 
@@ -296,51 +298,35 @@ class RecordingPanel(QWidget):
         self.selections.append([n.name for n in entries])
 
 
-def test_registered_panels_actions_and_tabs(qtbot, settings, state_dict_file):
+def test_listed_panels_actions_and_tabs(qtbot, settings, state_dict_file):
     calls = []
-    panels.register_panel("Recorder", RecordingPanel)
-    panels.register_action("Tools", "Record window", lambda win: calls.append(win))
-    try:
-        win = MainWindow(settings)
-        qtbot.addWidget(win)
-        tab = open_one(qtbot, win, state_dict_file)
-        titles = [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())]
-        assert titles[0] == "Details" and "Recorder" in titles  # beside other engineers' panels
-        panel = tab.panel("Recorder")
-        assert panel.context.checkpoint is tab.checkpoint and panel.context.window is win
-        panel.context.select_name("encoder.layers.1.mlp.fc.weight")
-        assert panel.selections[-1] == ["encoder.layers.1.mlp.fc.weight"]
-        assert win.current_selection()[0].name == "encoder.layers.1.mlp.fc.weight"
-        action = next(a for a in win.menu("Tools").actions() if a.text() == "Record window")
-        action.trigger()
-        assert calls == [win]
-        index = win.add_tab(QLabel("diff"), "a ↔ b", "comparison")
-        assert win.tabs.tabText(index) == "a ↔ b" and win.current_tab() is None
-        win.close_tab(index)
-    finally:
-        panels.unregister("Recorder")
-        panels.unregister("Record window")
+    win = MainWindow(settings, panels=[*PANELS, PanelSpec("Recorder", RecordingPanel)],
+                     actions=[*ACTIONS, ActionSpec("Tools", "Record window", lambda win: calls.append(win))])
+    qtbot.addWidget(win)
+    tab = open_one(qtbot, win, state_dict_file)
+    titles = [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())]
+    assert titles[0] == "Details" and "Recorder" in titles  # beside other engineers' panels
+    panel = tab.panel("Recorder")
+    assert panel.context.checkpoint is tab.checkpoint and panel.context.window is win
+    panel.context.select_name("encoder.layers.1.mlp.fc.weight")
+    assert panel.selections[-1] == ["encoder.layers.1.mlp.fc.weight"]
+    assert win.current_selection()[0].name == "encoder.layers.1.mlp.fc.weight"
+    action = next(a for a in win.menu("Tools").actions() if a.text() == "Record window")
+    action.trigger()
+    assert calls == [win]
+    index = win.add_tab(QLabel("diff"), "a ↔ b", "comparison")
+    assert win.tabs.tabText(index) == "a ↔ b" and win.current_tab() is None
+    win.close_tab(index)
 
 
-def test_diff_flag_uses_the_registered_handler(qtbot, settings, server_name, state_dict_file, tmp_path):
+def test_diff_flag_opens_a_comparison(qtbot, settings, server_name, state_dict_file, tmp_path):
     other = make_state_dict(str(tmp_path / "other.pth"))
-    seen = []
-    previous = panels.diff_handler()
-    panels.set_diff_handler(lambda win, a, b: seen.append((a, b)))
-    try:
-        window = launch(parse_args(["--diff", state_dict_file, other]), settings, server_name)
-        qtbot.addWidget(window)
-        assert seen == [(state_dict_file, other)]
-        window.close()
-    finally:
-        panels._diff_handler[:] = [previous] if previous else []
-    if previous is None:  # without a handler both files open side by side
-        win = MainWindow(settings)
-        qtbot.addWidget(win)
-        win.open_diff(state_dict_file, other)
-        assert [t.path for t in win.checkpoint_tabs()] == [state_dict_file, other]
-        for tab in win.checkpoint_tabs():
-            wait_settled(qtbot, tab)
+    window = launch(window_args(["--diff", state_dict_file, other]), settings, server_name)
+    qtbot.addWidget(window)
+    view = window.tabs.currentWidget()
+    assert isinstance(view, CompareTab) and (view.path_a, view.path_b) == (state_dict_file, other)
+    qtbot.waitUntil(lambda: not view.busy, timeout=60_000)
+    window.close()
 
 
 def test_cancel_and_close_while_loading(qtbot, window, state_dict_file, tmp_path):

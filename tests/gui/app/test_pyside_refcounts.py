@@ -123,7 +123,7 @@ def test_selecting_2000_rows_keeps_the_window_alive(qtbot, window, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_20000_entry_dict_builds_its_training_card(qtbot, window, tmp_path):
+def test_a_20000_entry_dict_builds_its_training_panel(qtbot, window, tmp_path):
     """The Training card fills a 20,000-row table (40,000 setItem/setToolTip calls) as the tab opens."""
     import torch
 

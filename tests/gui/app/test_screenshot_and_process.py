@@ -43,10 +43,11 @@ def test_window_process_never_imports_torch(tmp_path):
         import os, sys, time
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         os.environ["CKPTVIEW_SERVER_NAME"] = "ckptview-notorch-{os.getpid()}"
-        from ckptview.gui.app.launch import application, launch, parse_args
+        from ckptview.cli import window_args
+        from ckptview.gui.app.launch import application, launch
         from ckptview.gui.base.settings import Settings
         app = application()
-        window = launch(parse_args([{path!r}, "--new-instance"]), Settings({str(tmp_path / "s.ini")!r}))
+        window = launch(window_args([{path!r}, "--new-instance"]), Settings({str(tmp_path / "s.ini")!r}))
         tab = window.current_tab()
         while tab.state == "loading":  # the test's own timeout stops a hang
             app.processEvents()

@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
+from ckptview.cli import window_args
 from ckptview.gui.app import single_instance
-from ckptview.gui.app.launch import launch, parse_args
+from ckptview.gui.app.launch import launch
 from ckptview.gui.app.single_instance import InstanceServer, decode_message, send_to_running
 from tests.support.guihelpers import make_state_dict
 
@@ -145,10 +146,10 @@ def test_an_unsafe_fallback_folder_turns_single_instance_off(private_tmp, monkey
 def test_default_name_hands_over_between_two_launches(qtbot, private_tmp, settings, tmp_path):
     first = make_state_dict(str(tmp_path / "one.pth"))
     second = make_state_dict(str(tmp_path / "two.pth"))
-    window = launch(parse_args([first]), settings)
+    window = launch(window_args([first]), settings)
     assert window is not None
     qtbot.addWidget(window)
-    assert launch(parse_args([second]), settings) is None
+    assert launch(window_args([second]), settings) is None
     qtbot.waitUntil(lambda: window.tabs.count() == 2, timeout=10_000)
     window.close()
 
@@ -197,7 +198,7 @@ def test_a_server_of_another_user_gets_nothing_and_a_window_opens(qtbot, setting
     monkeypatch.setattr(single_instance, "peer_uid", lambda sock: os.getuid() + 1)
     try:
         path = make_state_dict(str(tmp_path / "mine.pth"))
-        window = launch(parse_args([path]), settings, name)
+        window = launch(window_args([path]), settings, name)
     finally:
         foreign.close()
     assert window is not None  # never exit 0 with no window
@@ -228,7 +229,7 @@ def test_a_squatted_socket_that_never_answers_still_opens_a_window(qtbot, settin
     squatter.listen(5)  # accepts in the kernel, reads nothing, answers nothing
     try:
         path = make_state_dict(str(tmp_path / "mine.pth"))
-        window = launch(parse_args([path]), settings, name)
+        window = launch(window_args([path]), settings, name)
         assert window is not None
         qtbot.addWidget(window)
         window.close()

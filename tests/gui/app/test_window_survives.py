@@ -102,10 +102,11 @@ def test_process_with_a_fifo_tab_exits(tmp_path):
         import os, sys
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         from PySide6.QtCore import QTimer
+        from ckptview.cli import window_args
         from ckptview.gui.app import launch as app
         from ckptview.gui.base.settings import Settings
         qapp = app.application()
-        window = app.launch(app.parse_args(["--new-instance", {fifo!r}]), Settings({str(tmp_path / "s.ini")!r}),
+        window = app.launch(window_args(["--new-instance", {fifo!r}]), Settings({str(tmp_path / "s.ini")!r}),
                             name="ckptview-test-fifo-{os.getpid()}")
         tab = window.checkpoint_tabs()[0]
         print(tab.state, tab.error_text, flush=True)
@@ -361,6 +362,7 @@ def test_a_stuck_background_read_does_not_keep_the_process_alive(tmp_path):
     script = textwrap.dedent("""
         import os, threading
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        from ckptview.cli import window_args
         from ckptview.gui.app import launch as app
         from ckptview.gui.base.workers import GeneratorWorker
         qapp = app.application()
@@ -427,8 +429,8 @@ def test_a_closed_tab_is_released_a_slice_per_turn_and_collected_once(qtbot, win
     monkeypatch.setattr(gc_guard, "RELEASE_SLICE", 500)
     slices, collections = [], []
     real_release, real_collect = gc_guard._release_then_collect, gc_guard._collect_and_refreeze
-    monkeypatch.setattr(gc_guard, "_release_then_collect", lambda stack: (slices.append(len(stack)),
-                                                                           real_release(stack)))
+    monkeypatch.setattr(gc_guard, "_release_then_collect", lambda stack, in_use: (slices.append(len(stack)),
+                                                                                   real_release(stack, in_use)))
     monkeypatch.setattr(gc_guard, "_collect_and_refreeze", lambda: (collections.append(1), real_collect()))
     gone = weakref.ref(tab.checkpoint.tensors()[-1].info)
     window.close_tab(window.tabs.indexOf(tab))

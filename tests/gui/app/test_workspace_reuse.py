@@ -1,4 +1,4 @@
-"""One open per checkpoint per window (issue 26.5): the comparison reuses the tabs' checkpoints, a run tab
+"""One open per checkpoint per window (issue 26.5): the comparison reuses the tabs' checkpoints, a series tab
 opens each of its checkpoints once for its reading and its plots, and closing one holder never takes a tree
 apart under another."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ckptview.core.read import open as open_module
-from ckptview.core.session.workspace import window_workspace
+from ckptview.core.session.workspace import Workspace
 from ckptview.gui.compare.tab import compare_open_tabs
 from ckptview.gui.series.tab import SeriesTab
 from tests.support.guihelpers import wait_settled
@@ -59,7 +59,7 @@ def test_comparing_two_open_tabs_opens_no_file_again(qtbot, window, pair, monkey
     window.close_tab(window.tabs.indexOf(tab_a))
     qtbot.waitUntil(lambda: not rows.children, timeout=10_000)  # the tab's own rows were released
     checkpoint_a = view.trees()[0]
-    assert len(checkpoint_a.root.children) == 2 and window_workspace().holders(a) == 1
+    assert len(checkpoint_a.root.children) == 2 and window.workspace.holders(a) == 1
     with qtbot.waitSignal(view.histograms_ready, timeout=20_000):
         view.table.selectRow(0)
     ta, tb = (sd["enc.w"].double().numpy().ravel() for sd in (sd_a, sd_b))
@@ -72,7 +72,7 @@ def test_comparing_two_open_tabs_opens_no_file_again(qtbot, window, pair, monkey
     # Closing the comparison lets A go (nobody holds it); B stays whole with its tab.
     window.close_tab(window.tabs.indexOf(view))
     qtbot.waitUntil(lambda: not checkpoint_a.root.children, timeout=10_000)
-    assert window_workspace().holders(a) == 0 and window_workspace().holders(b) == 1
+    assert window.workspace.holders(a) == 0 and window.workspace.holders(b) == 1
     assert len(tab_b.checkpoint.root.children) == 2
 
 
@@ -91,7 +91,8 @@ def save_run(folder) -> list[str]:
 def test_a_run_tab_opens_each_checkpoint_once_for_its_reading_and_its_plots(qtbot, tmp_path, monkeypatch):
     paths = save_run(tmp_path / "run")
     opened = count_opens(monkeypatch)
-    tab = SeriesTab([str(tmp_path / "run")])
+    workspace = Workspace()  # a window's, as open_series_tab would hand it
+    tab = SeriesTab([str(tmp_path / "run")], workspace=workspace)
     try:
         tab.resize(1024, 640)
         tab.show()
@@ -105,8 +106,8 @@ def test_a_run_tab_opens_each_checkpoint_once_for_its_reading_and_its_plots(qtbo
         assert sorted(opened) == paths  # planning, reading, histograms and spectra: one open each
         weights = [torch.load(p, weights_only=True)["layer.weight"] for p in paths]
         assert [int(tab.histograms.counts[:, t].sum()) for t in range(3)] == [w.numel() for w in weights]
-        assert all(window_workspace().holders(p) == 1 for p in paths)  # held by the run for its plots
+        assert all(workspace.holders(p) == 1 for p in paths)  # held by the run for its plots
     finally:
         tab.close()
         tab.deleteLater()  # the tab's holds go with it
-    qtbot.waitUntil(lambda: all(window_workspace().holders(p) == 0 for p in paths), timeout=10_000)
+    qtbot.waitUntil(lambda: all(workspace.holders(p) == 0 for p in paths), timeout=10_000)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QPushButton, QWidget
 
+from ckptview.gui.app.main_window import PANELS
 from ckptview.gui.checkpoint.host import NullHost, NullSettings
 from ckptview.gui.checkpoint.tab import SUMMARY_COLLAPSED, CheckpointTab
-from ckptview.gui.panels import registry as panels
 from tests.support.guihelpers import make_state_dict, wait_settled
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
@@ -35,6 +35,7 @@ class RecordingHost:
 
     def __init__(self, ask_above: int | None = None, current: bool = True) -> None:
         self.settings = RecordingSettings(ask_above)
+        self.panels = PANELS
         self.queued: list[CheckpointTab] = []
         self.closed: list[QWidget] = []
         self.current = current
@@ -50,15 +51,21 @@ class RecordingHost:
 
 
 def test_a_tab_without_a_window_gets_the_null_host_and_builds_at_once(qtbot, tmp_path):
-    panels.load_plugins()  # what a window does first
     tab = CheckpointTab(make_state_dict(str(tmp_path / "model.pth")))  # never shown: built all the same
     qtbot.addWidget(tab)
-    assert isinstance(tab.host, NullHost)
+    assert isinstance(tab.host, NullHost) and tab.host.panels == []  # outside a window: the tree and details
     with qtbot.waitSignal(tab.loaded, timeout=20_000):
         tab.start()
     assert tab.state == "ready" and tab.context is not None and tab.context.window is None
-    # In view outside a window: its panels were built with the page, not left as placeholders.
-    assert tab.side_panels.widgets and not tab.findChildren(QWidget, "panelPlaceholder")
+    assert [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())] == ["Details"]
+    # A null host given panels: in view outside a window, they are built with the page, not placeholders.
+    host = NullHost(PANELS)
+    with_panels = CheckpointTab(make_state_dict(str(tmp_path / "other.pth")), window=host)
+    qtbot.addWidget(with_panels)
+    with qtbot.waitSignal(with_panels.loaded, timeout=20_000):
+        with_panels.start()
+    assert len(with_panels.side_panels.widgets) == len(PANELS)
+    assert not with_panels.findChildren(QWidget, "panelPlaceholder")
     assert not tab.summary.collapsed
     tab.summary.toggle.click()  # nothing remembers it, and nothing fails
     assert tab.summary.collapsed
@@ -66,7 +73,6 @@ def test_a_tab_without_a_window_gets_the_null_host_and_builds_at_once(qtbot, tmp
 
 
 def test_a_tab_in_the_background_asks_its_host_for_a_turn(qtbot, tmp_path):
-    panels.load_plugins()
     host = RecordingHost(current=False)
     tab = CheckpointTab(make_state_dict(str(tmp_path / "model.pth")), window=host)
     qtbot.addWidget(tab)  # not shown: in the background

@@ -9,7 +9,8 @@ from PySide6.QtWidgets import QApplication
 
 from ckptview.core.checkpoint import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.inspect.grouping import find_row
-from ckptview.gui.checkpoint.tab import CheckpointTab, prepare
+from ckptview.core.session.opening import prepare
+from ckptview.gui.checkpoint.tab import CheckpointTab
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]

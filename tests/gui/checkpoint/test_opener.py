@@ -103,11 +103,12 @@ def test_a_huge_header_asks_and_reports_progress_when_read(qtbot, owner, tmp_pat
 
 def test_abandoned_results_are_released_never_handed_over(qtbot, owner, tmp_path, monkeypatch):
     real = tab_opener.open_and_prepare
-    go_on = threading.Event()
+    inside, go_on = threading.Event(), threading.Event()
     closed: list[object] = []
 
     def held(path, header_limit=None):
         opened = real(path, header_limit)
+        inside.set()  # the file is open: a cancel from now on cannot keep the reader from returning it
         go_on.wait(60)  # far from any normal wait: the test sets it as soon as it has abandoned
         real_close = opened.checkpoint.close
         opened.checkpoint.close = lambda: (closed.append(opened), real_close())
@@ -119,6 +120,7 @@ def test_abandoned_results_are_released_never_handed_over(qtbot, owner, tmp_path
     opener.opened.connect(lambda: handed.append(True))
     opener.failed.connect(lambda text: handed.append(False))
     opener.start(None)
+    assert inside.wait(60)  # (a job cancelled before it starts never runs: nothing to release)
     opener.abandon()  # Cancel, a reload or the tab closing
     assert not opener.busy
     go_on.set()

@@ -17,11 +17,11 @@ from ckptview.core.session.opening import Opened, open_and_prepare
 from ckptview.gui.checkpoint import filter as tree_filter
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.filter import TreeFilter
+from ckptview.gui.checkpoint.host import CheckpointContext, PanelSpec
 from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage
 from ckptview.gui.checkpoint.side_panels import PanelScrollArea, SidePanels, entries_of
 from ckptview.gui.checkpoint.tree_model import NAME, CheckpointTreeModel
 from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
-from ckptview.gui.panels import registry as panels
 from tests.support.guihelpers import make_state_dict
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
@@ -135,7 +135,7 @@ class Recorder(QLabel):
 
     made: list[Recorder] = []
 
-    def __init__(self, context: panels.CheckpointContext) -> None:
+    def __init__(self, context: CheckpointContext) -> None:
         super().__init__("recorder")
         self.seen: list[list[object]] = []
         Recorder.made.append(self)
@@ -145,12 +145,12 @@ class Recorder(QLabel):
 
 
 class Broken(QLabel):
-    def __init__(self, context: panels.CheckpointContext) -> None:
+    def __init__(self, context: CheckpointContext) -> None:
         raise RuntimeError("no luck")
 
 
 class Grumpy(QLabel):
-    def __init__(self, context: panels.CheckpointContext) -> None:
+    def __init__(self, context: CheckpointContext) -> None:
         super().__init__("grumpy")
 
     def set_selection(self, entries: list[object]) -> None:
@@ -158,18 +158,17 @@ class Grumpy(QLabel):
 
 
 @pytest.fixture
-def only_test_panels(monkeypatch):
-    specs = [panels.PanelSpec("Recorder", Recorder, 1), panels.PanelSpec("Broken", Broken, 2),
-             panels.PanelSpec("Grumpy", Grumpy, 3)]
-    monkeypatch.setattr(panels, "panels", lambda: specs)
+def only_test_panels():
+    specs = [PanelSpec("Recorder", Recorder, 1), PanelSpec("Broken", Broken, 2),
+             PanelSpec("Grumpy", Grumpy, 3)]
     Recorder.made.clear()
     return specs
 
 
-def side_panels(qtbot, opened: Opened, eager: bool, selection: list) -> SidePanels:
-    context = panels.CheckpointContext(checkpoint=opened.checkpoint, path=opened.checkpoint.path)
+def side_panels(qtbot, opened: Opened, eager: bool, selection: list, specs: list) -> SidePanels:
+    context = CheckpointContext(checkpoint=opened.checkpoint, path=opened.checkpoint.path)
     detail = QLabel("details")
-    built = SidePanels(detail, context, eager, lambda: selection)
+    built = SidePanels(detail, context, eager, lambda: selection, specs)
     qtbot.addWidget(built.tabs)
     return built
 
@@ -177,7 +176,7 @@ def side_panels(qtbot, opened: Opened, eager: bool, selection: list) -> SidePane
 def test_panels_wait_for_their_side_tab_and_get_the_selection(qtbot, opened, only_test_panels):
     weight = find_row(opened.top, "decoder.embed.weight").node
     selection = [weight]
-    side = side_panels(qtbot, opened, eager=False, selection=selection)
+    side = side_panels(qtbot, opened, eager=False, selection=selection, specs=only_test_panels)
     titles = [side.tabs.tabText(i) for i in range(side.tabs.count())]
     assert titles == ["Details", "Recorder", "Broken", "Grumpy"]
     assert side.widgets == [] and side.tabs.widget(1).objectName() == "panelPlaceholder"
@@ -197,7 +196,7 @@ def test_panels_wait_for_their_side_tab_and_get_the_selection(qtbot, opened, onl
 
 
 def test_eager_panels_are_built_with_the_tabs_and_closed_with_them(qtbot, opened, only_test_panels):
-    side = side_panels(qtbot, opened, eager=True, selection=[])
+    side = side_panels(qtbot, opened, eager=True, selection=[], specs=only_test_panels)
     assert len(side.widgets) == 3 and not side.tabs.findChildren(QWidget, "panelPlaceholder")
     group = find_row(opened.top, "encoder.layers")
     (entry,) = entries_of([group])

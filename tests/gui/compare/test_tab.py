@@ -7,8 +7,7 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.gui.compare.tab import COLUMN, DiffView, compare_open_tabs, compare_with
-from ckptview.gui.panels import registry as panels
+from ckptview.gui.compare.tab import COLUMN, CompareTab, compare_open_tabs, compare_with
 from tests.support.guihelpers import wait_settled
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
@@ -29,8 +28,8 @@ def pair(tmp_path):
     return str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), sd, sd_b
 
 
-def open_view(qtbot, a: str, b: str) -> DiffView:
-    view = DiffView(a, b)
+def open_view(qtbot, a: str, b: str) -> CompareTab:
+    view = CompareTab(a, b)
     qtbot.addWidget(view)
     with qtbot.waitSignal(view.finished, timeout=20_000):
         view.start()
@@ -85,7 +84,7 @@ def test_one_sided_row_shows_one_histogram(qtbot, pair):
 def test_error_is_shown_in_place(qtbot, tmp_path, pair):
     a, _, _, _ = pair
     (tmp_path / "junk.pth").write_text("not a checkpoint at all")
-    view = DiffView(a, str(tmp_path / "junk.pth"))
+    view = CompareTab(a, str(tmp_path / "junk.pth"))
     qtbot.addWidget(view)
     with qtbot.waitSignal(view.failed, timeout=20_000):
         view.start()
@@ -94,16 +93,15 @@ def test_error_is_shown_in_place(qtbot, tmp_path, pair):
 
 def test_ways_in_from_the_window(qtbot, window, pair):
     a, b, _, _ = pair
-    assert panels.diff_handler() is not None
     window.open_diff(a, b)  # what `ckptview --diff A B` calls
     view = window.tabs.currentWidget()
-    assert isinstance(view, DiffView)
+    assert isinstance(view, CompareTab)
     qtbot.waitUntil(lambda: not view.busy, timeout=20_000)
     tabs = window.open_paths([a, b])
     for tab in tabs:
         wait_settled(qtbot, tab)
     view2 = compare_open_tabs(window)
-    assert isinstance(view2, DiffView) and (view2.path_a, view2.path_b) == (tabs[0].path, tabs[1].path)
+    assert isinstance(view2, CompareTab) and (view2.path_a, view2.path_b) == (tabs[0].path, tabs[1].path)
     window.tabs.setCurrentWidget(tabs[1])
     view3 = compare_with(window, a)
     assert (view3.path_a, view3.path_b) == (tabs[1].path, view.path_a)
@@ -152,7 +150,7 @@ def test_a_diff_of_thousands_of_rows_reaches_the_window_in_a_few_updates(qtbot, 
     ticks = iter(range(10**9))
     monkeypatch.setattr(diff_view, "_clock", lambda: next(ticks) / 1000)
     delivered, summaries = [], []
-    view = DiffView(str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
+    view = CompareTab(str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
     qtbot.addWidget(view)
     view.job.yielded.connect(delivered.append)
     real = view.update_summary
@@ -199,7 +197,7 @@ def test_a_comparison_keeps_its_trees_out_of_the_collector_and_closing_it_frees_
     a, b, _, _ = pair
     window.open_diff(a, b)
     view = window.tabs.currentWidget()
-    assert isinstance(view, DiffView)
+    assert isinstance(view, CompareTab)
     qtbot.waitUntil(lambda v=view: not v.busy, timeout=20_000)
     roots = view.trees()
     assert len(roots) == 2 and all(not gc.is_tracked(r) or gc.get_freeze_count() > 0 for r in roots)

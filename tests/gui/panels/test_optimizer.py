@@ -1,4 +1,4 @@
-"""Optimizer panel and training card read with qtbot on a Lightning-layout checkpoint trained with torch."""
+"""Optimizer panel and training panel read with qtbot on a Lightning-layout checkpoint trained with torch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from ckptview.core import open_checkpoint  # noqa: E402
 from ckptview.gui.panels.optimizer import OptimizerPanel  # noqa: E402
-from ckptview.gui.panels.training import TrainingCard  # noqa: E402
+from ckptview.gui.panels.training import TrainingPanel  # noqa: E402
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("This plugin does not support")]  # offscreen platform
@@ -107,9 +107,9 @@ def test_tree_selection_selects_the_row(qtbot, trained) -> None:
     assert panel.selected_param().name == "model.3.bias"
 
 
-def test_training_card(qtbot, trained) -> None:
+def test_training_panel(qtbot, trained) -> None:
     ck, _, sched, _ = trained
-    card = TrainingCard(checkpoint=ck)
+    card = TrainingPanel(checkpoint=ck)
     qtbot.addWidget(card)
     assert card.facts()["loss"].startswith("tensor")  # not read until the card is seen
     with qtbot.waitSignal(card.summaryReady, timeout=10_000):
@@ -131,18 +131,17 @@ def test_plain_state_dict_says_so(qtbot, tmp_path) -> None:
     path = tmp_path / "w.pt"
     torch.save({"w": torch.zeros(3)}, path)
     ck = open_checkpoint(str(path))
-    panel, card = OptimizerPanel(checkpoint=ck), TrainingCard(checkpoint=ck)
+    panel, card = OptimizerPanel(checkpoint=ck), TrainingPanel(checkpoint=ck)
     qtbot.addWidget(panel)
     qtbot.addWidget(card)
     assert panel.optimizers == [] and card.tables == {}
     ck.close()
 
 
-def test_panels_are_registered() -> None:
-    from ckptview.gui.panels import registry as panels
+def test_panels_are_listed() -> None:
+    from ckptview.gui.app.main_window import PANELS
 
-    panels.load_plugins()
-    titles = [p.title for p in panels.panels()]
+    titles = [p.title for p in PANELS]
     assert "Optimizer" in titles and "Training" in titles
 
 
@@ -155,7 +154,7 @@ def test_in_the_window(qtbot, window, trained) -> None:
     wait_settled(qtbot, tab)
     panel = tab.panel("Optimizer")
     card = tab.panel("Training")
-    assert isinstance(panel, OptimizerPanel) and isinstance(card, TrainingCard)
+    assert isinstance(panel, OptimizerPanel) and isinstance(card, TrainingPanel)
     with qtbot.waitSignal(panel.figuresReady, timeout=10_000):
         tab.show_panel("Optimizer")
     assert tab.select_name("optimizer_states.0.state.3.exp_avg_sq")
@@ -168,7 +167,7 @@ def test_in_the_window(qtbot, window, trained) -> None:
 def test_tree_names_optimizer_state_by_parameter(tmp_path):
     from ckptview.core import open_checkpoint
     from ckptview.core.inspect.grouping import find_row
-    from ckptview.gui.checkpoint.tab import prepare
+    from ckptview.core.session.opening import prepare
 
     net = torch.nn.Linear(4, 3)
     opt = torch.optim.Adam(net.parameters(), lr=0.1)
@@ -186,7 +185,7 @@ def test_training_folder_in_the_panels(qtbot, tmp_path, monkeypatch):
 
     folder, net, opt, sched, order = hf_trainer_folder(tmp_path, monkeypatch)
     ck = open_checkpoint(str(folder))
-    card, panel = TrainingCard(checkpoint=ck), OptimizerPanel(checkpoint=ck)
+    card, panel = TrainingPanel(checkpoint=ck), OptimizerPanel(checkpoint=ck)
     qtbot.addWidget(card)
     qtbot.addWidget(panel)
     with qtbot.waitSignal(card.summaryReady, timeout=10_000):

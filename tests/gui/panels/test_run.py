@@ -12,10 +12,12 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.core.run.input_specs import InputSpec, make_array, to_torch
+from ckptview.core.run.devices import DeviceInfo
+from ckptview.core.run.input_specs import InputSpec, make_array
 from ckptview.core.run.model_classes import ModelClass
 from ckptview.core.run.result import RunResult, result_json_text
-from ckptview.core.run.worker.devices import DeviceInfo, list_devices
+from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.run.worker.forward import to_torch
 
 MODULE = "ckv_panel_models"
 CODE = textwrap.dedent('''
@@ -75,7 +77,8 @@ def devices_with_missing_cuda() -> list[DeviceInfo]:
 
 
 def test_device_choice_to_result(qtbot, mlp_files) -> None:
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     panel = RunPanel(path=mlp_files["sd"], devices=devices_with_missing_cuda())
     qtbot.addWidget(panel)
@@ -108,10 +111,10 @@ def test_device_choice_to_result(qtbot, mlp_files) -> None:
     assert cells[:4] == ["output", "2×10", "float32", "cpu"]
     assert cells[4] == f"{float(expected.mean()):.6g}" and cells[7] == f"{float(expected.max()):.6g}"
     assert cells[8:10] == ["0", "0"]
-    assert "Loaded 4 tensors" in panel.summary_label.text() and "Latency" in panel.summary_label.text()
+    assert "4 tensors" in panel.summary_label.text() and "latency" in panel.summary_label.text()
     qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=5_000)
     assert not panel.cancel_button.isEnabled()
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 def test_full_pickle_needs_confirmation_naming_its_globals(qtbot, mlp_files) -> None:
@@ -151,11 +154,11 @@ def test_bad_input_is_shown_without_starting_a_worker(qtbot, mlp_files) -> None:
     assert "--" not in panel.last_error and "--" not in panel.status_label.text()
 
 
-def test_registered_as_a_panel() -> None:
-    import ckptview.gui.panels.run  # noqa: F401 - registering happens at import
-    from ckptview.gui.panels.registry import panels
+def test_listed_as_a_panel() -> None:
+    from ckptview.gui.app.main_window import PANELS
+    from ckptview.gui.panels.run import RunPanel
 
-    assert any(p.title == "Run" for p in panels())
+    assert [p.factory for p in PANELS if p.title == "Run"] == [RunPanel]
 
 
 def test_compare_needs_its_own_consent_naming_both_files(qtbot, mlp_files, tmp_path) -> None:
@@ -200,7 +203,7 @@ class _Payload:
 
 
 def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch) -> None:
-    """Showing the Run tab of a .pt2 whose sample inputs hold a payload starts no worker and runs nothing: its
+    """Showing the run panel of a .pt2 whose sample inputs hold a payload starts no worker and runs nothing: its
     input signature comes from the program's JSON."""
     from ckptview.core.run import request as runner
     from ckptview.gui.panels.run import RunPanel
@@ -222,7 +225,8 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
 
 def test_no_weights_loaded_is_an_error_state(qtbot, mlp_files) -> None:
     """The wrong model class loads nothing: the panel shows a red error naming the keys, not 'done'."""
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
     qtbot.addWidget(panel)
@@ -235,7 +239,7 @@ def test_no_weights_loaded_is_an_error_state(qtbot, mlp_files) -> None:
     assert "2 missing keys" in blocker.args[0] and "body.weight" in blocker.args[0]
     assert "color:#b00020" in panel.status_label.text() and "done" not in panel.status_label.text()
     assert panel.result is None and panel.table.rowCount() == 0
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 MODEL_FILE = textwrap.dedent('''
@@ -313,7 +317,8 @@ def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files
     from PySide6.QtGui import QGuiApplication
 
     from ckptview import cli
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
     from tests.support.run_json_cases import skeleton
 
     panel = RunPanel(path=mlp_files["sd"], devices=list_devices())
@@ -343,12 +348,13 @@ def test_ctrl_return_runs_and_the_result_copies_as_the_cli_json(qtbot, mlp_files
     assert status == 0
     printed = json.loads(capsys.readouterr().out)
     assert skeleton(data, "") == skeleton(printed, "")  # same keys, same order, same names and counts
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
     """Keyboard: Escape in the panel stops a run that hangs in the model's forward pass."""
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     code = tmp_path / "slow.py"
     code.write_text(CODE + "\nimport time\n\nclass Slow(MLP):\n    def forward(self, x):\n"
@@ -368,12 +374,13 @@ def test_escape_cancels_a_running_job(qtbot, mlp_files, tmp_path) -> None:
         qtbot.keyClick(panel.input_edit, Qt.Key.Key_Escape)
     assert "cancelled" in blocker.args[0] and panel.result is None
     qtbot.waitUntil(lambda: panel.run_button.isEnabled(), timeout=10_000)
-    assert wait_for_run_jobs(10_000)
+    assert wait_for_workers(10_000)
 
 
 def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_path) -> None:
     transformers = pytest.importorskip("transformers")
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     torch.manual_seed(3)
     config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -391,9 +398,9 @@ def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_p
     assert result.architecture == {"library": "transformers", "class": "BertModel", "source": "config.json"}
     names = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
     assert names == ["last_hidden_state", "pooler_output"]
-    assert "Model transformers BertModel from config.json" in panel.summary_label.text()
+    assert "architecture transformers BertModel from config.json" in panel.summary_label.text()
     assert result.warnings == []
-    assert wait_for_run_jobs(30_000)
+    assert wait_for_workers(30_000)
 
 
 def test_a_folder_that_ships_its_own_code_says_so_and_does_not_run(qtbot, tmp_path) -> None:

@@ -1,11 +1,11 @@
-"""Issue 24, finding 2 (and 3 in the window): showing the Run tab runs nothing from the file; running a graph
+"""Issue 24, finding 2 (and 3 in the window): showing the run panel runs nothing from the file; running a graph
 asks once per file, in a dialog naming the code that would run."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckptview.core.run.worker.devices import list_devices
+from ckptview.core.run.worker.device_probe import list_devices
 from tests.core.run.test_gate_sees_what_torch_sees import GCC, _aoti_pt2, from_file_archive
 
 pytestmark = pytest.mark.gui
@@ -29,7 +29,8 @@ def _hostile(kind: str, tmp_path) -> tuple[str, object, str]:
 @pytest.mark.parametrize("kind", ["aoti", "torchscript"])
 def test_showing_the_run_tab_runs_nothing_and_running_asks_first(kind, qtbot, tmp_path, monkeypatch) -> None:
     from ckptview.core.run import request as runner
-    from ckptview.gui.panels.run import RunPanel, consent_text, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel, consent_text
 
     path, marker, named = _hostile(kind, tmp_path)
     started: list[object] = []
@@ -40,7 +41,7 @@ def test_showing_the_run_tab_runs_nothing_and_running_asks_first(kind, qtbot, tm
     assert "loading it runs code from the file" in panel.source_label.text()
     panel.show()
     qtbot.waitUntil(lambda: panel._inspect is not None)  # the signature is read off the GUI thread
-    assert wait_for_run_jobs(60_000)
+    assert wait_for_workers(60_000)
     if kind == "aoti":  # read from the program's JSON, not by loading it
         qtbot.waitUntil(lambda: panel.input_edit.text() == "2,4@float32=normal")
     assert started == [] and not marker.exists()

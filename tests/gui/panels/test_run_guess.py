@@ -1,4 +1,4 @@
-"""The Run tab guesses a CNN's input from its first convolution and speaks of its own fields (issue 25,
+"""The run panel guesses a CNN's input from its first convolution and speaks of its own fields (issue 25,
 finding 7): it pre-filled `2,<in_features>` from the classifier (the run failed in conv2d) and told the
 user to pass `--model`, a command-line flag."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core.run.worker.devices import list_devices
+from ckptview.core.run.worker.device_probe import list_devices
 
 pytestmark = pytest.mark.gui
 

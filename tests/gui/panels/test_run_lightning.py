@@ -1,4 +1,4 @@
-"""The Run tab on a Lightning checkpoint: the class the file names is shown with the consent it needs, and Run
+"""The run panel on a Lightning checkpoint: the class the file names is shown with the consent it needs, and Run
 asks for it (naming the class) before any worker starts; the user's own class needs none."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import importlib.util
 
 import pytest
 
-from ckptview.core.run.worker.devices import list_devices
+from ckptview.core.run.process import RunError
+from ckptview.core.run.worker.device_probe import list_devices
 from tests.core.run.test_lightning import CLASS_PATH, PACKAGE, _cli_checkpoint, _imported_elsewhere, lit
 
 pytestmark = [pytest.mark.gui,
@@ -25,7 +26,7 @@ def test_the_run_tab_names_the_class_and_asks_before_importing_it(lit, qtbot, tm
     def fake_execute(payload: dict, timeout: float, token: object = None):  # noqa: ANN202 - a generator
         started.append(payload)
         yield from ()
-        raise runner.RunError("stopped here", kind="input")
+        raise RunError("stopped here", kind="input")
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     answers = [False, True]

@@ -1,4 +1,4 @@
-"""The Run tab of a URL's tab: the remote folder's config.json is fetched in a worker (never on the window's
+"""The run panel of a URL's tab: the remote folder's config.json is fetched in a worker (never on the window's
 thread), the architecture pre-filled as for a local folder, with progress, Cancel and one-line errors that
 carry no credentials."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.core.run.worker.devices import list_devices
+from ckptview.core.run.worker.device_probe import list_devices
 from tests.support.remote_server import RangeServer
 
 pytestmark = pytest.mark.gui
@@ -43,7 +43,7 @@ def served(tmp_path):
 def remote_panel(qtbot, url: str):
     """The Run panel as a URL's tab builds it: over the checkpoint the tab opened (in the test's thread)."""
     from ckptview.core import open_checkpoint
-    from ckptview.gui.panels.registry import CheckpointContext
+    from ckptview.gui.checkpoint.host import CheckpointContext
     from ckptview.gui.panels.run import RunPanel
 
     checkpoint = open_checkpoint(url)
@@ -54,15 +54,16 @@ def remote_panel(qtbot, url: str):
 
 def test_a_remote_folder_is_recognised_in_a_worker_and_runs_with_one_click(qtbot, served, monkeypatch) -> None:
     from ckptview.core.run import fetch as run_fetch
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     gui_thread = threading.get_ident()
     reads: list[int] = []
     real_read, real_progress = run_fetch._read_config, RunPanel._on_recognize_progress
 
-    def watched(url, token):
+    def watched(fs, url, token):
         reads.append(threading.get_ident())
-        return (yield from real_read(url, token))
+        return (yield from real_read(fs, url, token))
 
     shown: list[str] = []
 
@@ -91,7 +92,7 @@ def test_a_remote_folder_is_recognised_in_a_worker_and_runs_with_one_click(qtbot
         result = done.args[0]
         assert result.architecture == {"library": "transformers", "class": "BertModel", "source": "config.json"}
         assert {o.name for o in result.outputs} == {"last_hidden_state", "pooler_output"}
-        assert wait_for_run_jobs(30_000)
+        assert wait_for_workers(30_000)
     finally:
         checkpoint.close()
 
@@ -128,7 +129,7 @@ def test_an_unreadable_config_is_one_line_without_credentials(qtbot, served) -> 
 
 
 def test_cancel_stops_reading_the_config(qtbot, served) -> None:
-    from ckptview.gui.panels.run import wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
 
     panel, checkpoint = remote_panel(qtbot, f"{served.url}/bert/")
     served.hang = threading.Event()  # the server answers nothing until released
@@ -144,7 +145,7 @@ def test_cancel_stops_reading_the_config(qtbot, served) -> None:
             served.hang.set()  # the request in flight returns; the job stops at its next check
         assert "cancelled" in blocker.args[0] and "give model code" in blocker.args[0]
         assert panel._arch is None and panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
-        assert wait_for_run_jobs(30_000)
+        assert wait_for_workers(30_000)
     finally:
         served.hang = None
         checkpoint.close()
@@ -182,7 +183,8 @@ def test_a_file_url_is_recognised_by_its_keys_without_a_config(qtbot, served, mo
 
 def test_the_window_s_run_tab_of_a_url_recognises_its_folder(qtbot, window, served) -> None:
     """The same through the window: a folder URL opened as a tab, its Run side tab shown."""
-    from ckptview.gui.panels.run import RunPanel, wait_for_run_jobs
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
     from tests.support.guihelpers import wait_settled
 
     (tab,) = window.open_paths([f"{served.url}/bert/"])
@@ -195,4 +197,4 @@ def test_the_window_s_run_tab_of_a_url_recognises_its_folder(qtbot, window, serv
     qtbot.waitUntil(lambda: "transformers BertModel from config.json" in panel.source_label.text(),
                     timeout=60_000)
     assert panel.input_edit.text() == "1,8@int64=randint:0:40;1,8@int64=ones"
-    assert wait_for_run_jobs(30_000)
+    assert wait_for_workers(30_000)

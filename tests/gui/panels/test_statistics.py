@@ -90,7 +90,9 @@ def test_switching_mid_computation_never_shows_the_stale_result(qtbot, ckpt, mon
                 time.sleep(0.02)  # the big tensor takes ~0.4 s: long enough to switch away
             yield chunk
 
-    monkeypatch.setattr(values, "iter_chunks", slow_chunks)
+    from ckptview.core.figures import stats
+
+    monkeypatch.setattr(stats, "iter_chunks", slow_chunks)  # as the panel's statistics read values
     panel = StatsPanel()
     qtbot.addWidget(panel)
     panel.set_selection([node(ck, "big")])
@@ -144,10 +146,10 @@ def test_log_x_and_export_png(qtbot, ckpt, tmp_path) -> None:
 
 
 def test_heatmap_view_draws_the_matrix_with_a_symmetric_range(qtbot, ckpt) -> None:
-    from ckptview.gui.panels.heatmap import HeatmapView
+    from ckptview.gui.panels.heatmap import HeatmapPanel
 
     ck, ref = ckpt
-    view = HeatmapView()
+    view = HeatmapPanel()
     qtbot.addWidget(view)
     with qtbot.waitSignal(view.ready, timeout=10_000):
         view.set_selection([node(ck, "conv")])
@@ -170,14 +172,14 @@ def test_heatmap_view_draws_the_matrix_with_a_symmetric_range(qtbot, ckpt) -> No
 
 def test_values_table_reads_only_the_tiles_it_shows(qtbot, tmp_path) -> None:
     from ckptview.gui.panels import values as values_table
-    from ckptview.gui.panels.values import ValuesView
+    from ckptview.gui.panels.values import ValuesPanel
 
     t = torch.randn(20_000, 600)
     path = tmp_path / "big.pt"
     torch.save({"m": t, "k": torch.arange(2 * 3 * 4).reshape(2, 3, 4)}, path)
     ck = open_checkpoint(str(path))
     try:
-        view = ValuesView()
+        view = ValuesPanel()
         view.resize(600, 400)
         qtbot.addWidget(view)
         view.show()
@@ -227,7 +229,7 @@ def test_one_selection_reads_the_tensor_once_for_statistics_and_histogram(qtbot,
 
 
 def test_values_precision_exact_copy_steppers_and_column_width(qtbot, tmp_path) -> None:
-    from ckptview.gui.panels.values import EXACT, ValuesView
+    from ckptview.gui.panels.values import EXACT, ValuesPanel
 
     g = torch.Generator().manual_seed(3)
     conv = torch.randn(4, 3, 5, 5, generator=g) * 1e-3 - 123.456789  # long texts, negatives
@@ -235,7 +237,7 @@ def test_values_precision_exact_copy_steppers_and_column_width(qtbot, tmp_path) 
     torch.save({"conv": conv}, path)
     ck = open_checkpoint(str(path))
     try:
-        view = ValuesView()
+        view = ValuesPanel()
         view.resize(700, 400)
         qtbot.addWidget(view)
         view.show()
@@ -287,5 +289,5 @@ def test_a_module_group_row_of_a_flat_state_dict_has_statistics(qtbot, window, t
     assert float(shown["mean"]) == pytest.approx(float(both.mean()), rel=1e-5)
     assert float(shown["std"]) == pytest.approx(float(both.std()), rel=1e-5)
     assert float(shown["max"]) == pytest.approx(float(both.max()), rel=1e-5)
-    heatmap = next(w for w in tab.side_panels.widgets if type(w).__name__ == "HeatmapView")
+    heatmap = next(w for w in tab.side_panels.widgets if type(w).__name__ == "HeatmapPanel")
     assert "select a tensor below it" in heatmap.status.text()  # disabled, with the reason

@@ -1,4 +1,4 @@
-"""The run tab's Follow switch, driven with qtbot while a writer adds, renames and deletes checkpoints."""
+"""The series tab's Follow switch, driven with qtbot while a writer adds, renames and deletes checkpoints."""
 
 from __future__ import annotations
 

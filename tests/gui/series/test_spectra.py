@@ -1,4 +1,4 @@
-"""The run tab's Spectral option (issue 28): alpha and stable rank of the selected weights over the steps, fitted
+"""The series tab's Spectral option (issue 28): alpha and stable rank of the selected weights over the steps, fitted
 off the GUI thread, equal to ``spectrum()`` of each checkpoint's tensor opened alone."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run tab driven with qtbot: read a trained run, read back its lines, findings, heat-map and histograms."""
+"""The series tab driven with qtbot: read a trained run, read back its lines, findings, heat-map and histograms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.gui.app.launch import launch, parse_args
+from ckptview.cli import window_args
+from ckptview.gui.app.launch import launch
 from ckptview.gui.base.workers import wait_for_workers
 from ckptview.gui.series.plots import HEAT_FLOOR
 from ckptview.gui.series.tab import SeriesTab
@@ -118,14 +119,14 @@ def test_not_a_run_is_one_message_in_the_tab(qtbot, tmp_path):
 
 def test_window_opens_a_run_from_the_command_line_and_closing_cancels(qtbot, settings, server_name, tmp_path):
     train_run(tmp_path / "run", steps=3)
-    window = launch(parse_args(["--series", str(tmp_path / "run")]), settings, server_name)
+    window = launch(window_args(["--series", str(tmp_path / "run")]), settings, server_name)
     qtbot.addWidget(window)
     tab = window.tabs.currentWidget()
-    assert isinstance(tab, SeriesTab) and window.tabs.tabText(window.tabs.currentIndex()) == "Run: run"
-    assert window.open_run_action in window.menus["File"].actions()
+    assert isinstance(tab, SeriesTab) and window.tabs.tabText(window.tabs.currentIndex()) == "Series: run"
+    assert window.open_series_action in window.menus["File"].actions()
     qtbot.waitUntil(lambda: tab.state != "loading", timeout=60_000)
     assert tab.result is not None and tab.result.done == 3
-    # A second run tab, closed at once: its reading stops and nothing fires into the deleted tab.
+    # A second series tab, closed at once: its reading stops and nothing fires into the deleted tab.
     second = window.open_series([str(tmp_path / "run")])
     worker = second._worker
     window.close_tab(window.tabs.indexOf(second))

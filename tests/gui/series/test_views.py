@@ -1,4 +1,4 @@
-"""The run tab's views on the issue's run folder (issue 25.3): heat-map colours and legend, named rows and step
+"""The series tab's views on the issue's run folder (issue 25.3): heat-map colours and legend, named rows and step
 columns, labelled log ticks, no overlapping labels, legends outside the data, a default selection, findings that
 select and mark, NaN/Inf visible; unsafe globals in the findings (issue 24.14)."""
 

@@ -32,15 +32,19 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.compare.align import Alignment, align
+from ckptview.core.compare.sections import classify_rows, match_tied
 from ckptview.core.errors import CheckpointError, FileChangedError
+from ckptview.core.inspect.roles import learnable_dtype
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
+from ckptview.core.read.bytes.files import read_ahead
+from ckptview.core.read.values.reading import common_expansion, iter_chunks, read_small
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ckptview.core.read.bytes.files import ReadAhead
 
 # Values are read 256 Ki elements at a time (1 MiB of fp32: sequential reads whose buffers the
@@ -260,8 +264,6 @@ class DiffProgress(Progress):
 
 def _floating_pair(t: TensorDiff) -> bool:
     """Both sides hold values a model learns (floating point, complex, quantized): no integer counters."""
-    from ckptview.core.inspect.roles import learnable_dtype
-
     return all(d is None or learnable_dtype(d) for d in (t.dtype_a, t.dtype_b))
 
 
@@ -276,8 +278,6 @@ def _finite_or_none(x: float | None) -> float | None:
 def plan_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b: str | None = None,
               mapping: Sequence[tuple[str, str]] = ()) -> DiffResult:
     """Align A and B and set every status that needs no values; comparable rows are left ``pending``."""
-    from ckptview.core.compare.sections import classify_rows, match_tied
-
     alignment = align(a.tensors(), b.tensors(), strip_a, strip_b, mapping)
     match_tied(alignment, a, b)
     rows = []
@@ -318,8 +318,6 @@ def iter_compare(result: DiffResult, token: CancelToken | None = None,
     Small tensors' bytes come from windows of each file read at once (`read_ahead`): a diff of 100,000
     small tensors makes a read per megabyte, not two per tensor.
     """
-    from ckptview.core.read.bytes.files import read_ahead
-
     return read_ahead(lambda ahead: _iter_compare(result, token, chunk_elems, ahead))
 
 
@@ -381,8 +379,6 @@ def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | No
                          ahead: ReadAhead | None = None) -> Generator[Progress, None, Sums]:
     """Sums over two same-shape tensors, streamed; yields Progress in bytes of both sides (`ahead`: the
     read-ahead of the walk reading them)."""
-    from ckptview.core.read.values.reading import common_expansion, iter_chunks
-
     weight = 1
     if (common := common_expansion(ia, ib)) is not None:  # both stride 0 on the same dims: read what is stored
         ia, ib, weight = common
@@ -408,8 +404,6 @@ def _compare_small(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None, ch
                    works: dict[np.dtype, _Work], ahead: ReadAhead | None = None) -> Sums | None:
     """`iter_compare_tensors` in one step for two small contiguous tensors stored plainly in files (the
     same chunk compared by the same code, without the streaming around it); None for any other pair."""
-    from ckptview.core.read.values.reading import read_small
-
     limit = min(chunk_elems, BLOCK_ELEMS)  # one chunk, one block: exactly what the streamed path computes
     ca = read_small(ia, limit, ahead)
     cb = read_small(ib, limit, ahead) if ca is not None else None
@@ -434,6 +428,8 @@ def _repeated(part: Sums, weight: int) -> Sums:
 
 def compare_arrays(a: np.ndarray, b: np.ndarray, chunk_elems: int = DIFF_CHUNK_ELEMS) -> Sums:
     """Sums over two in-memory arrays of the same shape (the same rules as the streamed path)."""
+    import numpy as np
+
     if np.shape(a) != np.shape(b):
         raise ValueError(f"shapes differ: {np.shape(a)} vs {np.shape(b)}")
     fa, fb = np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)
@@ -468,10 +464,14 @@ def paired_chunks(chunks_a: Iterable[np.ndarray], chunks_b: Iterable[np.ndarray]
 
 
 def _wide_dtype(name_a: str, name_b: str) -> np.dtype:
+    import numpy as np
+
     return np.dtype(np.complex128 if dtypes.is_complex(name_a) or dtypes.is_complex(name_b) else np.float64)
 
 
 def _wide_np(a: np.dtype, b: np.dtype) -> np.dtype:
+    import numpy as np
+
     return np.dtype(np.complex128 if a.kind == "c" or b.kind == "c" else np.float64)
 
 
@@ -479,6 +479,8 @@ class _Work:
     """Reusable wide buffers, so a chunk costs no allocation of its own."""
 
     def __init__(self, size: int, wide: np.dtype) -> None:
+        import numpy as np
+
         self.wide = wide
         size = min(size, BLOCK_ELEMS)
         self.a = np.empty(size, wide)
@@ -500,6 +502,8 @@ def compare_chunk(ca: np.ndarray, cb: np.ndarray, work: _Work, same_dtype: bool)
 
 def _compare_block(ca: np.ndarray, cb: np.ndarray, work: _Work, same_dtype: bool) -> Sums:
     """Sums of one pair of equal-length 1-D pieces no longer than the work buffers."""
+    import numpy as np
+
     n = ca.size
     if n == 0:
         return Sums()
@@ -531,6 +535,8 @@ def _compare_block(ca: np.ndarray, cb: np.ndarray, work: _Work, same_dtype: bool
 
 def _careful(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray, same_dtype: bool) -> Sums:
     """The slow path of a chunk holding NaN or infinities (or a float64 overflow)."""
+    import numpy as np
+
     n = a.size
     fin = np.isfinite(a) & np.isfinite(b)
     nf = n - int(np.count_nonzero(fin))
@@ -556,6 +562,8 @@ def _careful(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray, same_
 
 
 def _same_bytes(ca: np.ndarray, cb: np.ndarray) -> bool:
+    import numpy as np
+
     ra = np.ascontiguousarray(ca).reshape(-1).view(np.uint8)
     rb = np.ascontiguousarray(cb).reshape(-1).view(np.uint8)
     if ra.size != rb.size:
@@ -566,6 +574,8 @@ def _same_bytes(ca: np.ndarray, cb: np.ndarray) -> bool:
 
 
 def _widen(chunk: np.ndarray, out: np.ndarray) -> None:
+    import numpy as np
+
     if chunk.dtype.kind == "c" and out.dtype.kind != "c":
         raise TypeError("complex values need a complex work buffer")
     if chunk.dtype.kind not in "fciub":  # ml_dtypes (bf16, fp8) convert through float32 exactly
@@ -576,6 +586,8 @@ def _widen(chunk: np.ndarray, out: np.ndarray) -> None:
 def _sq(x: np.ndarray) -> float:
     """Squared L2 norm in float64. einsum, not np.dot: a BLAS dot spins its thread pool and runs 10-30x
     slower on a busy machine, and the extra threads buy nothing for a memory-bound sum."""
+    import numpy as np
+
     if x.dtype.kind == "c":
         x = x.view(np.float64)  # |z|^2 summed = re^2 + im^2 summed
     return float(np.einsum("i,i->", x, x))
@@ -591,7 +603,7 @@ def _inner(aa: float, bb: float, dd: float) -> float:
 
 def diff_chunks(ia: TensorInfo, ib: TensorInfo, chunk_elems: int = DIFF_CHUNK_ELEMS) -> Iterator[np.ndarray]:
     """``B - A`` in float64 (complex128 when complex), chunk by chunk, for a histogram of the change."""
-    from ckptview.core.read.values.reading import iter_chunks
+    import numpy as np
 
     wide = _wide_dtype(ia.dtype, ib.dtype)
     for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems), iter_chunks(ib, chunk_elems)):

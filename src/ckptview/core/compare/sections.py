@@ -26,7 +26,9 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, PathKey, TensorInfo
 from ckptview.core.compare.align import Alignment
+from ckptview.core.inspect.optimizer import find_optimizers
 from ckptview.core.inspect.roles import COUNTER_NAMES, is_non_persistent, tensor_role
+from ckptview.core.read.formats.training_folder import is_weights_entry
 
 NON_WEIGHT_ROOTS = frozenset({"sample_inputs", "example_inputs", "example_kwarg_inputs", "inputs"})
 STEP_KEYS = COUNTER_NAMES
@@ -61,8 +63,6 @@ def match_tied(alignment: Alignment, a: Checkpoint, b: Checkpoint) -> None:
 
 def optimizer_labels(ckpt: Checkpoint) -> tuple[dict[int, str], set[int]]:
     """(id(TensorInfo) -> "exp_avg of encoder.0.weight", ids of every tensor inside an optimizer state dict)."""
-    from ckptview.core.inspect.optimizer import find_optimizers
-
     labels: dict[int, str] = {}
     members: set[int] = set()
     for opt in find_optimizers(ckpt):
@@ -93,8 +93,6 @@ def _outside_weights(ckpt: Checkpoint, path: tuple[PathKey, ...]) -> bool:
     if ckpt.format == "torch-export" and "constants" in map(str, path[:2]):
         return True  # lifted tensor constants and non-persistent buffers: not in a state dict
     if ckpt.format == "training-folder":
-        from ckptview.core.read.formats.training_folder import is_weights_entry
-
         return not is_weights_entry(str(path[0]))
     return False
 
@@ -103,8 +101,6 @@ def _second_model(ckpt: Checkpoint, path: tuple[PathKey, ...]) -> bool:
     """A tensor of a training folder's model weights entry (any of them, not only the one aligned)."""
     if ckpt.format != "training-folder" or len(path) < 2:
         return False
-    from ckptview.core.read.formats.training_folder import is_weights_entry
-
     return is_weights_entry(str(path[0]))
 
 

@@ -16,8 +16,10 @@ import contextlib
 import errno
 import os
 import threading
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 ALIGN = 4096  # offsets, lengths and addresses of O_DIRECT writes are multiples of this
 BLOCK_BYTES = 8 << 20  # one block; two are held
@@ -26,12 +28,12 @@ O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 _write = os.write  # one name for the tests to fail writes with
 
-_U16 = np.dtype(np.uint16)
-_U32 = np.dtype(np.uint32)
 
 
 def _aligned_block(nbytes: int) -> np.ndarray:
     """A uint8 array of `nbytes` (uninitialised) whose address is a multiple of ALIGN."""
+    import numpy as np
+
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
     start = -raw.__array_interface__["data"][0] % ALIGN
     return raw[start : start + nbytes]
@@ -55,8 +57,10 @@ def _is_bf16(dtype: np.dtype) -> bool:
 
 def _convert(src: np.ndarray, dst: np.ndarray, dtype: np.dtype, shift: bool) -> None:
     """Write `src` as `dtype` into the bytes `dst`, in one vectorised pass (bf16 -> f32: bits shifted, NaNs kept)."""
+    import numpy as np
+
     if shift:
-        np.left_shift(src.view(_U16), 16, out=dst.view(_U32), dtype=_U32)
+        np.left_shift(src.view(np.uint16), 16, out=dst.view(np.uint32), dtype=np.uint32)
     else:
         np.copyto(dst.view(dtype), src, casting="unsafe")
 
@@ -88,6 +92,8 @@ class BlockWriter:
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append raw bytes (a header); returns their length (file-like, for NumPy's header writer)."""
+        import numpy as np
+
         src = np.frombuffer(data, dtype=np.uint8)
         done = 0
         while done < src.size:
@@ -102,6 +108,8 @@ class BlockWriter:
 
     def write_values(self, values: np.ndarray, dtype: np.dtype) -> int:
         """Append `values` (C order) as `dtype`, converted straight into the block; returns the bytes added."""
+        import numpy as np
+
         src = values.reshape(-1)
         size = dtype.itemsize
         shift = _is_bf16(src.dtype) and dtype == np.dtype(np.float32)  # bf16 -> f32: the bits, widened

@@ -6,11 +6,12 @@ import functools
 import io
 import zipfile
 from collections.abc import Iterable, Iterator
-from typing import IO
-
-import numpy as np
+from typing import IO, TYPE_CHECKING
 
 from ckptview.core.export.blocks import BlockWriter
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # ml_dtypes types whose `dtype.str` NumPy cannot read back ('<V2', '<f1'): their header names the type
 # instead ('bfloat16'), which `np.load` understands once `import ml_dtypes` has registered it.
@@ -24,6 +25,8 @@ _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 def header_descr(dtype: np.dtype, torch_name: str) -> str:
     """The `descr` field of the .npy header for values of `dtype` (written as torch dtype `torch_name`)."""
+    import numpy as np
+
     if torch_name in ML_DTYPE_NAMES:
         return torch_name
     descr = np.lib.format.dtype_to_descr(dtype)
@@ -39,6 +42,8 @@ def write_header(fh: IO[bytes], descr: str, shape: tuple[int, ...]) -> None:
 @functools.lru_cache(maxsize=1024)
 def _header(descr: str, shape: tuple[int, ...]) -> bytes:
     """The header bytes NumPy writes; kept for the next tensor of that dtype and shape (most tiny ones share)."""
+    import numpy as np
+
     out = io.BytesIO()
     header = {"descr": descr, "fortran_order": False, "shape": shape}
     try:
@@ -51,6 +56,8 @@ def _header(descr: str, shape: tuple[int, ...]) -> bytes:
 
 def write_npy(fh: IO[bytes], descr: str, shape: tuple[int, ...], chunks: Iterable[np.ndarray]) -> Iterator[int]:
     """Write one array as .npy: header, then each C-order chunk; yields the bytes of each chunk written."""
+    import numpy as np
+
     write_header(fh, descr, shape)
     for chunk in chunks:
         # A uint8 view of the chunk's own buffer: no copy, and it works for ml_dtypes arrays too.

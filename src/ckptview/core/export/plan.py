@@ -19,9 +19,7 @@ import zipfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO
-
-import numpy as np
+from typing import IO, TYPE_CHECKING
 
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
@@ -30,11 +28,14 @@ from ckptview.core.export import blocks as export_io
 from ckptview.core.export import npy
 from ckptview.core.export import safetensors as st
 from ckptview.core.export.blocks import BlockWriter
-from ckptview.core.export.safe_names import Deduplicator, is_safe_member, printable, safe_file_stem
+from ckptview.core.export.safe_names import Deduplicator, is_safe_member, safe_file_stem
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, check_expansion, iter_chunks
-from ckptview.core.text import elide
+from ckptview.core.text import elide, printable
 from ckptview.core.units import human_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FORMATS = ("npy", "npz", "safetensors")
 MANIFEST = "manifest.json"

@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ckptview.core.text import printable as printable  # the one escaping helper, re-exported
-
 # Characters kept as they are in a file name; everything else becomes "_".
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._+=@,-]")
 # Windows refuses these device names whatever the extension; harmless elsewhere, so avoid them everywhere.

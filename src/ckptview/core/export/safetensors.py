@@ -12,12 +12,13 @@ import json
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO
-
-import numpy as np
+from typing import IO, TYPE_CHECKING
 
 from ckptview.core import dtypes
 from ckptview.core.export.blocks import BlockWriter
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # torch dtype name -> safetensors code; the fnuz float8 codes are accepted by safetensors >= 0.5.
 # complex128 has none (safetensors 0.8 refuses "C128"), so such tensors cannot be exported here.
@@ -63,6 +64,8 @@ def header_bytes(ordered: Sequence[Entry], metadata: dict[str, str] | None = Non
 
 def write_tensor(fh: IO[bytes], chunks: Iterable[np.ndarray]) -> Iterator[int]:
     """Append one tensor's C-order chunks (little-endian) to the byte buffer; yields bytes per chunk."""
+    import numpy as np
+
     for chunk in chunks:
         raw = np.ascontiguousarray(chunk).reshape(-1)
         if raw.dtype.byteorder == ">":  # safetensors is little-endian whatever the machine

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.errors import Cancelled, CheckpointError
-from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.figures.heatmap import iter_tensor_heatmap
+from ckptview.core.figures.histogram import iter_exact_histogram, tensor_sample_histogram
+from ckptview.core.figures.spectral import iter_spectrum
+from ckptview.core.figures.stats import chunk_source, iter_summary, merge_stats, stored_part
+from ckptview.core.jobs import CancelToken, Progress, relay
+from ckptview.core.read.bytes.files import read_ahead
+from ckptview.core.read.values.slicing import LazySlice2D
 
 if TYPE_CHECKING:  # both import numpy: at run time only when a job computes something
     import numpy as np
@@ -190,8 +196,6 @@ class Analysis:
 
     def _stream_summary(self, info: TensorInfo, token: CancelToken | None,
                         ahead: ReadAhead | None = None) -> Generator[Progress, None, Summary]:
-        from ckptview.core.figures.stats import iter_summary, stored_part
-
         part, weight = stored_part(info)  # an expanded (stride-0) tensor: only what it stores, counted
         chunks: Iterable[Any] = self._chunks(part, ahead)()
         kept: list[Any] | None = None
@@ -208,8 +212,6 @@ class Analysis:
     def stats(self, infos: Sequence[TensorInfo], token: CancelToken | None = None,
               ahead: ReadAhead | None = None) -> Generator[Progress, None, TensorStats]:
         """Statistics of one tensor, or the aggregate over several (a module), from cached summaries."""
-        from ckptview.core.figures.stats import merge_stats
-
         parts = []
         for info in infos:
             summary = yield from self.summary(info, token, ahead)
@@ -234,9 +236,6 @@ class Analysis:
 
     def _stream_histogram(self, info: TensorInfo, bins: int, log_x: bool,
                           token: CancelToken | None) -> Generator[Progress, None, Histogram]:
-        from ckptview.core.figures.histogram import iter_exact_histogram
-        from ckptview.core.figures.stats import stored_part
-
         summary = yield from self.summary(info, token)
         part, weight = stored_part(info)
         with self._lock:
@@ -249,8 +248,6 @@ class Analysis:
 
     def preview(self, info: TensorInfo, bins: int, log_x: bool = False) -> Histogram:
         """A quick histogram from a bounded seeded sample (not a pass over the values)."""
-        from ckptview.core.figures.histogram import tensor_sample_histogram
-
         return tensor_sample_histogram(info, bins, log_x)
 
     # -- jobs panels run in a worker -----------------------------------------------------------------
@@ -260,8 +257,6 @@ class Analysis:
         """Statistics of each target in turn (a target of several tensors is a module); errors stay per target.
 
         A module's small tensors come from windows of the file read at once (`read_ahead`)."""
-        from ckptview.core.read.bytes.files import read_ahead
-
         return read_ahead(lambda ahead: self._stats_steps(targets, token, ahead))
 
     def _stats_steps(self, targets: Sequence[Sequence[TensorInfo]], token: CancelToken | None,
@@ -297,8 +292,6 @@ class Analysis:
         return (yield from self._spectrum_flights.run(id(info), lambda: self._compute_spectrum(info, token), token))
 
     def _compute_spectrum(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Spectrum]:
-        from ckptview.core.figures.spectral import iter_spectrum
-
         with self._lock:
             self.spectral_passes += 1
         result = yield from iter_spectrum(info, token)
@@ -309,8 +302,6 @@ class Analysis:
     def spectral_job(self, infos: Sequence[TensorInfo], token: CancelToken | None = None
                      ) -> Generator[Progress | SpectrumReady | TargetFailed, None, list[Spectrum | None]]:
         """Spectra of several weights in turn (a module's table); progress over all, errors stay per target."""
-        from ckptview.core.jobs import relay
-
         total = len(infos)
 
         def one(i: int, info: TensorInfo) -> Generator[Progress, None, Spectrum]:
@@ -342,8 +333,6 @@ class Analysis:
 
     def _compute_heatmap(self, info: TensorInfo, axis: int,
                          token: CancelToken | None) -> Generator[Progress, None, HeatMap]:
-        from ckptview.core.figures.heatmap import iter_tensor_heatmap
-
         with self._lock:
             self.heatmap_passes += 1
         result = yield from iter_tensor_heatmap(info, axis, token=token)  # one group of rows in memory at a time
@@ -357,8 +346,6 @@ class Analysis:
     def values_slice(self, info: TensorInfo, spec: str, token: CancelToken | None = None) -> LazySlice2D:
         """The 2-D slice ``spec`` selects of ``info`` (``[0, :, :]``), checked, nothing read yet: its pages
         come from :meth:`values_page`. Raises SliceError for a spec that does not fit the tensor."""
-        from ckptview.core.read.values.slicing import LazySlice2D
-
         if token is not None:
             token.check()
         return LazySlice2D(info, spec)
@@ -372,8 +359,6 @@ class Analysis:
 
     # -- internals -----------------------------------------------------------------------------------
     def _chunks(self, info: TensorInfo, ahead: ReadAhead | None = None) -> Callable[[], Iterable[Any]]:
-        from ckptview.core.figures.stats import chunk_source
-
         source = chunk_source(info, ahead=ahead) if self.chunk_elems is None \
             else chunk_source(info, self.chunk_elems, ahead)
 
@@ -390,14 +375,6 @@ def _keeping(chunks: Iterable[Any], kept: list[Any]) -> Iterator[Any]:
     for chunk in chunks:
         kept.append(chunk.copy())
         yield chunk
-
-
-_shared = Analysis()
-
-
-def shared_analysis() -> Analysis:
-    """The process-wide Analysis for views that are not tied to one open checkpoint."""
-    return _shared
 
 
 def _per_target(targets: Sequence[A], compute: Callable[[int, A], Generator[Progress, None, R]],

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from ckptview.core.jobs import CancelToken, Progress, drain
+from ckptview.core.read.values.reading import read_region, read_values
 
-from ckptview.core.jobs import CancelToken, Progress
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_MAX_SHAPE = (512, 512)
 
@@ -56,6 +58,8 @@ def _check_axis(shape: tuple[int, ...], axis: int) -> int:
 
 def _rows_view(values: np.ndarray, axis: int) -> np.ndarray:
     """A view whose first dimension is the matrix rows (no copy)."""
+    import numpy as np
+
     if values.ndim < 2:
         return values.reshape(1, -1) if values.ndim == 1 else values.reshape(1, 1)
     return np.moveaxis(values, _check_axis(values.shape, axis), 0)
@@ -64,6 +68,8 @@ def _rows_view(values: np.ndarray, axis: int) -> np.ndarray:
 def _comparable(block: np.ndarray) -> np.ndarray:
     """The block in a dtype NumPy compares fast and exactly: bf16 widened to float32 by a bit shift,
     other ml_dtypes (float8) cast to float32, complex as magnitudes; native numbers stay as they are."""
+    import numpy as np
+
     kind = block.dtype.kind
     if kind == "c":
         return np.abs(block.astype(np.complex128, copy=False))
@@ -80,6 +86,8 @@ def _comparable(block: np.ndarray) -> np.ndarray:
 
 def _row_extrema(x: np.ndarray, br: int) -> tuple[np.ndarray, np.ndarray]:
     """(max, min) over each group of `br` rows, NaN ignored; the last group may be shorter."""
+    import numpy as np
+
     if br == 1:
         return x, x
     rows, cols = x.shape
@@ -99,6 +107,8 @@ def _row_extrema(x: np.ndarray, br: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _col_extrema(x: np.ndarray, bc: int, ufunc: np.ufunc) -> np.ndarray:
     """`ufunc` (fmax or fmin) over each run of `bc` columns; the last run may be shorter."""
+    import numpy as np
+
     if bc == 1:
         return x
     rows, cols = x.shape
@@ -117,6 +127,8 @@ def _reduce(x: np.ndarray, br: int, bc: int) -> np.ndarray:
     Rows first: an element-wise max/min of whole rows, vectorised over the contiguous axis; the
     columns then work on 1/br of the data. Exact in the block's own dtype; float64 only at the end.
     """
+    import numpy as np
+
     hi, lo = _row_extrema(x, br)
     hi = _col_extrema(hi, bc, np.fmax).astype(np.float64)
     lo = _col_extrema(lo, bc, np.fmin).astype(np.float64)
@@ -125,12 +137,16 @@ def _reduce(x: np.ndarray, br: int, bc: int) -> np.ndarray:
 
 def _block_any(mask: np.ndarray, br: int, bc: int) -> np.ndarray:
     """True for each br x bc block holding a True element."""
+    import numpy as np
+
     hits = _row_extrema(mask.view(np.uint8), br)[0]
     return np.asarray(_col_extrema(hits, bc, np.fmax), dtype=bool)
 
 
 def _reduce_counting(x: np.ndarray, br: int, bc: int, counts: list[int]) -> np.ndarray:
     """`_reduce`, with NaN made to win its block and the NaN, +Inf, -Inf elements added to `counts`."""
+    import numpy as np
+
     image = _reduce(x, br, bc)
     if x.dtype.kind != "f" or np.isfinite(x).all():  # one cheap pass when everything is finite
         return image
@@ -158,7 +174,7 @@ def iter_tensor_heatmap(
 ) -> Generator[Progress, None, HeatMap]:
     """The heat-map of a tensor read group of rows by group of rows (`values.read_region`): memory holds one
     group, never the whole tensor, whatever its size."""
-    from ckptview.core.read.values.reading import read_region, read_values
+    import numpy as np
 
     shape = tuple(info.shape)
     if len(shape) < 2:
@@ -178,6 +194,8 @@ def iter_tensor_heatmap(
 
 def _iter_rows(rows_view: Any, shape: tuple[int, ...], axis: int, max_shape: tuple[int, int],
                token: CancelToken | None, chunk_elems: int) -> Generator[Progress, None, HeatMap]:
+    import numpy as np
+
     rows, cols = matrix_shape(shape, axis)
     br, bc = max(1, math.ceil(rows / max_shape[0])), max(1, math.ceil(cols / max_shape[1]))
     if rows == 0 or cols == 0:
@@ -197,6 +215,4 @@ def _iter_rows(rows_view: Any, shape: tuple[int, ...], axis: int, max_shape: tup
 
 def heatmap(values: np.ndarray, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE) -> HeatMap:
     """Plain-function form of :func:`iter_heatmap`."""
-    from ckptview.core.jobs import drain
-
     return drain(iter_heatmap(values, axis, max_shape))

@@ -12,8 +12,6 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ckptview.core.figures.stats import (
     DEFAULT_CHUNK_ELEMS,
     Summary,
@@ -23,8 +21,11 @@ from ckptview.core.figures.stats import (
     stored_part,
 )
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.values.reading import read_flat, read_values
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ckptview.core.checkpoint import TensorInfo
 
 DEFAULT_BINS = 100
@@ -55,6 +56,8 @@ class Histogram:
 
 def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:
     """Equal-width edges over [lo, hi]; a degenerate range widens by 0.5 each way like numpy."""
+    import numpy as np
+
     if bins < 1:
         raise ValueError(f"bin count must be at least 1, not {bins}")
     if lo == hi:
@@ -64,6 +67,8 @@ def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:
 
 def count_bins(x: np.ndarray, edges: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """(counts per bin, number outside) of finite float64 ``x`` (optionally weighted by counts)."""
+    import numpy as np
+
     n = edges.size - 1
     lo, hi = edges[0], edges[-1]
     inside = (x >= lo) & (x <= hi)
@@ -81,6 +86,8 @@ def count_bins(x: np.ndarray, edges: np.ndarray, weights: np.ndarray | None = No
 
 
 def _as_float(chunk: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     chunk = chunk.reshape(-1)
     if chunk.dtype.kind == "c":
         chunk = np.abs(chunk.astype(np.complex128, copy=False))
@@ -89,6 +96,8 @@ def _as_float(chunk: np.ndarray) -> np.ndarray:
 
 def _split(x: np.ndarray, log_x: bool) -> tuple[np.ndarray, int, int, int, int]:
     """(finite values on the histogram's axis, nan, posinf, neginf, zeros left out)."""
+    import numpy as np
+
     nan = posinf = neginf = zeros = 0
     finite = np.isfinite(x)
     if not finite.all():
@@ -109,6 +118,8 @@ def histogram_of_array(
     log_x: bool = False, exact: bool = True,
 ) -> Histogram:
     """Histogram of an in-memory array (any dtype numpy can upcast to float64)."""
+    import numpy as np
+
     axis, nan, posinf, neginf, zeros = _split(_as_float(np.asarray(x)), log_x)
     if value_range is None:
         value_range = (float(axis.min()), float(axis.max())) if axis.size else (0.0, 1.0)
@@ -122,6 +133,8 @@ def histogram_from_table(
     log_x: bool = False,
 ) -> Histogram:
     """Exact histogram of a small-dtype tensor from its value table (no pass over the data)."""
+    import numpy as np
+
     v, c = table.values, table.counts
     nan = int(c[np.isnan(v)].sum())
     posinf = int(c[v == np.inf].sum())
@@ -150,6 +163,8 @@ def iter_exact_histogram(
     Two passes at most: the range (taken from ``summary`` when given), then the counts. A small
     dtype needs one pass (its value table), or none when ``summary`` already holds the table.
     """
+    import numpy as np
+
     if summary is None:
         summary = yield from iter_summary(chunks(), total, token, weight)
     if summary.table is not None:
@@ -179,6 +194,8 @@ def iter_exact_histogram(
 def _iter_log_range(
     chunks: Iterable[np.ndarray], total: int, token: CancelToken | None
 ) -> Generator[Progress, None, tuple[float, float]]:
+    import numpy as np
+
     lo, hi, done = np.inf, -np.inf, 0
     for chunk in chunks:
         if token is not None:
@@ -193,6 +210,8 @@ def _iter_log_range(
 
 def sample_positions(n: int, max_count: int = PREVIEW_SAMPLES, seed: int = 0, block: int = 256) -> np.ndarray:
     """Sorted flat positions of a seeded sample of `n` elements: random runs of `block` consecutive ones."""
+    import numpy as np
+
     block = max(1, min(block, max_count, n))
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, n - block + 1, size=max(1, max_count // block))
@@ -205,6 +224,8 @@ def sample_values(values: np.ndarray, max_count: int = PREVIEW_SAMPLES, seed: in
     Random runs of ``block`` consecutive elements rather than single positions: the preview then
     touches a few hundred pages of a mapped file instead of tens of thousands.
     """
+    import numpy as np
+
     n = int(np.size(values))
     if n <= max_count:
         return np.asarray(values).reshape(-1)
@@ -219,6 +240,8 @@ def sample_histogram(
     value_range: tuple[float, float] | None = None, max_count: int = PREVIEW_SAMPLES, seed: int = 0,
 ) -> Histogram:
     """A quick preview histogram from a seeded sample of ``values`` (``exact`` is False when sampled)."""
+    import numpy as np
+
     sample = sample_values(values, max_count, seed)
     hist = histogram_of_array(sample, bins, value_range, log_x, exact=sample.size == np.size(values))
     return hist
@@ -242,8 +265,6 @@ def tensor_sample_histogram(
     value_range: tuple[float, float] | None = None, max_count: int = PREVIEW_SAMPLES,
 ) -> Histogram:
     """Preview histogram of one tensor from a bounded sample of its values (only the sampled runs are read)."""
-    from ckptview.core.read.values.reading import read_flat, read_values
-
     part, _weight = stored_part(info)  # the same distribution, from the values actually stored
     if part.numel > max_count and part.is_contiguous:
         flat = sample_positions(part.numel, max_count, seed=0)

@@ -29,14 +29,15 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ckptview.core import dtypes
 from ckptview.core.errors import TensorDataError
 from ckptview.core.figures.spectral_fit import PowerLawFit, iter_power_law_fit
-from ckptview.core.jobs import CancelToken, Progress, relay
+from ckptview.core.jobs import CancelToken, Progress, drain, relay
+from ckptview.core.read.values.reading import iter_chunks
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ckptview.core.checkpoint import TensorInfo
 
 EXACT_LIMIT = 4096  # smaller matrix dimension up to which the whole ESD is computed
@@ -69,6 +70,8 @@ class Spectrum:
     @property
     def eigenvalues(self) -> np.ndarray:
         """The ESD: eigenvalues of W^T W (squared singular values), ascending."""
+        import numpy as np
+
         return np.asarray(self.singular_values[::-1] ** 2)
 
     @property
@@ -148,6 +151,8 @@ def matrix_of(info: TensorInfo) -> tuple[int, int] | None:
 def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
                   exact_limit: int = EXACT_LIMIT) -> Generator[Progress, None, Spectrum]:
     """The spectrum of one weight, reading it once; yields progress, checks `token` between steps."""
+    import numpy as np
+
     shape = matrix_of(info)
     if shape is None:
         raise TensorDataError(f"no spectrum: a {info.dtype} tensor of shape {list(info.shape)} is not a "
@@ -202,8 +207,6 @@ def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
 
 def spectrum(info: TensorInfo, exact_limit: int = EXACT_LIMIT) -> Spectrum:
     """Plain-function form of :func:`iter_spectrum`."""
-    from ckptview.core.jobs import drain
-
     return drain(iter_spectrum(info, exact_limit=exact_limit))
 
 
@@ -211,6 +214,8 @@ def _read_matrix(info: TensorInfo, rows: int, cols: int,
                  token: CancelToken | None) -> Generator[Progress, None, np.ndarray]:
     """The values as a float64 rows x cols array, filled chunk by chunk (C order: conv kernels flatten
     to out x in*kh*kw)."""
+    import numpy as np
+
     chunks = _checked_chunks(info)
     need = rows * cols * 8
     if need > MAX_IN_MEMORY:
@@ -238,8 +243,6 @@ def _checked_chunks(info: TensorInfo) -> Iterator[np.ndarray]:
     """`iter_chunks(info)` with its first chunk already read: the readers check that the whole view lies
     in its storage before they yield anything, so a shape the file lies about fails here, before a
     matrix of that shape is allocated."""
-    from ckptview.core.read.values.reading import iter_chunks
-
     chunks = iter_chunks(info)
     first = next(chunks, None)
     return chunks if first is None else itertools.chain((first,), chunks)
@@ -263,6 +266,8 @@ class _Moments:
     high: float = -math.inf
 
     def add(self, block: np.ndarray) -> None:
+        import numpy as np
+
         self.count += block.size
         self.total += float(block.sum())
         self.squares += float(np.vdot(block, block))
@@ -277,6 +282,8 @@ class _Moments:
 def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | None
                  ) -> Generator[Progress, None, tuple[np.ndarray, _Moments]]:
     """W^T W (float64) accumulated over blocks of whole rows, and the values' moments; one read."""
+    import numpy as np
+
     chunks = _checked_chunks(info)
     gram = np.zeros((cols, cols))
     moments = _Moments()
@@ -325,7 +332,7 @@ def _count_traps_streamed(info: TensorInfo, shape: tuple[int, int], moments: _Mo
                           token: CancelToken | None) -> int:
     """:func:`_count_traps` without the matrix in memory: no second read when even the extremes stay
     within the threshold (a healthy layer), else one more pass counting."""
-    from ckptview.core.read.values.reading import iter_chunks
+    import numpy as np
 
     mean, std = moments.mean_std()
     if std == 0.0:
@@ -344,6 +351,8 @@ def _count_traps_streamed(info: TensorInfo, shape: tuple[int, int], moments: _Mo
 
 def _exact_eigenvalues(matrix: np.ndarray) -> np.ndarray:
     """All eigenvalues of W^T W, ascending and clipped at 0, from the smaller float64 Gram matrix."""
+    import numpy as np
+
     rows, cols = matrix.shape
     gram = matrix.T @ matrix if rows >= cols else matrix @ matrix.T
     evals = np.linalg.eigvalsh(gram)
@@ -354,6 +363,8 @@ def _randomized_eigenvalues(matrix: np.ndarray, k: int, fro2: float,
                             token: CancelToken | None) -> tuple[np.ndarray, float]:
     """The top `k` eigenvalues of W^T W (ascending) by seeded subspace iteration, and the bound
     ``||(I - QQ^T) W||_F^2`` by which each may be low (Weyl: A^T A = B^T B + R^T R, R^T R >= 0)."""
+    import numpy as np
+
     tall = matrix if matrix.shape[0] >= matrix.shape[1] else matrix.T
     n = tall.shape[1]
     width = min(n, k + _OVERSAMPLE)
@@ -384,6 +395,8 @@ def trap_threshold(matrix_shape: tuple[int, int], std: float) -> float:
 
 def _count_traps(matrix: np.ndarray) -> int:
     """Elements beyond :func:`trap_threshold`, counted a block of rows at a time (no full-size temporary)."""
+    import numpy as np
+
     flat = matrix.reshape(-1)
     mean = float(flat.mean())
     std = float(flat.std())
@@ -406,6 +419,8 @@ def _rank(sv: np.ndarray, rows: int, cols: int) -> int:
     or a product of low rank stored in float32 (trailing singular values ~1e-7 sigma_max) counts as rank
     lost, as it does for numpy on the float32 matrix.
     """
+    import numpy as np
+
     if sv.size == 0 or sv[0] == 0:
         return 0
     big = max(rows, cols)

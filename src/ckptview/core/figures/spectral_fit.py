@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+from ckptview.core.jobs import CancelToken, Progress, drain
 
-from ckptview.core.jobs import CancelToken, Progress
+if TYPE_CHECKING:
+    import numpy as np
 
 EVALS_THRESH = 1e-5  # WeightWatcher fits the eigenvalues above this (its CPU value; constants.EVALS_THRESH)
 SMALL_N_CUTOFF = 20  # WeightWatcher's WW_powerlaw.SMALL_N_CUTOFF: fewer eigenvalues take the small-N fit
@@ -41,6 +43,8 @@ class PowerLawFit:
 def iter_power_law_fit(evals: np.ndarray, token: CancelToken | None = None
                        ) -> Generator[Progress, None, PowerLawFit | None]:
     """Fit the tail of `evals` as WeightWatcher does; None when fewer than two eigenvalues exceed the threshold."""
+    import numpy as np
+
     data = np.sort(np.asarray(evals, dtype=np.float64))
     data = data[data > EVALS_THRESH]
     if data.size < 2:
@@ -52,12 +56,12 @@ def iter_power_law_fit(evals: np.ndarray, token: CancelToken | None = None
 
 def power_law_fit(evals: np.ndarray) -> PowerLawFit | None:
     """Plain-function form of :func:`iter_power_law_fit`."""
-    from ckptview.core.jobs import drain
-
     return drain(iter_power_law_fit(evals))
 
 
 def _fit_standard(data: np.ndarray, token: CancelToken | None) -> Generator[Progress, None, PowerLawFit]:
+    import numpy as np
+
     n_all = data.size
     logs = np.log(data)
     # Sum of ln(x) over each tail data[i:], for every candidate i (data[:-1]).
@@ -85,6 +89,8 @@ def _fit_standard(data: np.ndarray, token: CancelToken | None) -> Generator[Prog
 
 def _pick(data: np.ndarray, alphas: np.ndarray, ds: np.ndarray, sigmas: np.ndarray) -> PowerLawFit:
     """The candidate of smallest KS distance (np.argmin: the first on ties), as WWFit.__init__ picks it."""
+    import numpy as np
+
     i = int(np.argmin(ds))
     xmin = float(data[i])
     return PowerLawFit(float(alphas[i]), xmin, float(ds[i]), float(sigmas[i]), int(np.count_nonzero(data >= xmin)))
@@ -97,6 +103,8 @@ def _fit_small(data: np.ndarray) -> PowerLawFit:
     by the smallest D over its arrays; that second choice is what WeightWatcher reports, so it is the one
     made here.
     """
+    import numpy as np
+
     n_all = data.size
     logs = np.log(data)
     alphas = np.zeros(n_all - 1)
@@ -132,4 +140,6 @@ def _fit_small(data: np.ndarray) -> PowerLawFit:
 
 def power_law_pdf(alpha: float, xmin: float, x: np.ndarray) -> np.ndarray:
     """The fitted density (alpha - 1) / xmin * (x / xmin)^-alpha, for drawing the tail over the ESD."""
+    import numpy as np
+
     return (alpha - 1.0) / xmin * (np.asarray(x, dtype=np.float64) / xmin) ** (-alpha)

@@ -23,12 +23,13 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.jobs import drain as run_job  # noqa: F401 (kept under its old name: callers use it)
+from ckptview.core.errors import TensorDataError
+from ckptview.core.jobs import CancelToken, Progress, drain
+from ckptview.core.read.values.reading import expanded_parts, iter_chunks
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ckptview.core.checkpoint import TensorInfo
     from ckptview.core.read.bytes.files import ReadAhead
 
@@ -126,6 +127,8 @@ class ValueTable:
 
     def stats(self) -> TensorStats:
         """Statistics of the multiset, with the same conventions as the streamed path."""
+        import numpy as np
+
         v, c = self.values, self.counts
         numel = int(c.sum())
         nan = int(c[np.isnan(v)].sum())
@@ -149,6 +152,8 @@ class ValueTable:
 
 def _table_dtype(dtype: np.dtype) -> np.dtype | None:
     """Unsigned view type whose bit patterns index a value table, or None when too wide or complex."""
+    import numpy as np
+
     if dtype.kind == "c" or dtype.itemsize > 2:
         return None
     if dtype.kind in "fiubV":
@@ -158,6 +163,8 @@ def _table_dtype(dtype: np.dtype) -> np.dtype | None:
 
 def _pattern_values(dtype: np.dtype) -> np.ndarray:
     """float64 value of every bit pattern of a <=16-bit dtype."""
+    import numpy as np
+
     bits: np.ndarray = np.arange(1 << (8 * dtype.itemsize), dtype=_table_dtype(dtype))
     if dtype.kind == "b":
         nonzero: np.ndarray = bits != 0
@@ -188,10 +195,14 @@ class _Moments:
 
     def add(self, chunk: np.ndarray, weight: int = 1) -> None:
         """Add the values of `chunk`, each counted `weight` times."""
+        import numpy as np
+
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in a sum is handled below
             self._add(chunk.reshape(-1), weight)
 
     def _add(self, chunk: np.ndarray, weight: int) -> None:
+        import numpy as np
+
         self.numel += chunk.size * weight
         if chunk.size == 0:
             return
@@ -244,6 +255,8 @@ def iter_summary(
     times (an expanded tensor's stored values: see ``ckptview.core.read.values.reading.expanded_parts``). Raises
     ``Cancelled`` when ``token`` is cancelled between chunks.
     """
+    import numpy as np
+
     counts: np.ndarray | None = None
     view: np.dtype | None = None
     first_dtype: np.dtype | None = None
@@ -283,7 +296,7 @@ def iter_summary(
 
 def compute_stats(chunks: Iterable[np.ndarray], token: CancelToken | None = None) -> TensorStats:
     """Statistics of the values in ``chunks`` (plain-function form of :func:`iter_summary`)."""
-    return run_job(iter_summary(chunks, token=token)).stats
+    return drain(iter_summary(chunks, token=token)).stats
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -294,8 +307,6 @@ def chunk_source(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
                  ahead: ReadAhead | None = None) -> Callable[[], Iterable[np.ndarray]]:
     """A factory of fresh chunk iterators over ``info``'s values (multi-pass jobs call it again);
     `ahead`: the read-ahead of the walk reading them."""
-    from ckptview.core.read.values.reading import iter_chunks
-
     return lambda: iter_chunks(info, chunk_elems, ahead)
 
 
@@ -304,9 +315,6 @@ MAX_COUNTED = 1 << 62  # element counts are int64 in the value tables
 
 def stored_part(info: TensorInfo) -> tuple[TensorInfo, int]:
     """(what to read, how many times each value read counts): an expanded tensor's stored values only."""
-    from ckptview.core.errors import TensorDataError
-    from ckptview.core.read.values.reading import expanded_parts
-
     if info.numel >= MAX_COUNTED:
         raise TensorDataError(f"cannot compute figures: the tensor declares {info.numel} elements")
     parts = expanded_parts(info)
@@ -327,7 +335,7 @@ def tensor_stats(
     ahead: ReadAhead | None = None,
 ) -> TensorStats:
     """Exact statistics of one tensor."""
-    return run_job(iter_tensor_summary(info, token, chunk_elems, ahead)).stats
+    return drain(iter_tensor_summary(info, token, chunk_elems, ahead)).stats
 
 
 def stats_json_for(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,

@@ -16,7 +16,7 @@ from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
 from ckptview.core.run.process import RunError
-from ckptview.core.run.request import find_state_dict
+from ckptview.core.run.state_dict import find_state_dict
 
 NO_GRAPH = "a state dict holds no graph, and no installed library names this architecture"
 PROGRAMS = {"torch-export": "exported-program", "torchscript": "torchscript"}

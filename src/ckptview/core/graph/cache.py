@@ -127,17 +127,3 @@ class GraphCache:
                 self._db.close()
                 self._db = None
 
-
-_shared: GraphCache | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_cache() -> GraphCache:
-    """The process's graph cache at the default path (the path as it is when first asked for)."""
-    global _shared
-    with _shared_lock:
-        if _shared is None or _shared.path != default_path():
-            if _shared is not None:
-                _shared.close()
-            _shared = GraphCache()
-        return _shared

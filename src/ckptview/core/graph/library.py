@@ -18,14 +18,14 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import Cancelled
-from ckptview.core.graph.cache import GraphCache, shared_cache, trace_key
+from ckptview.core.graph.cache import GraphCache, trace_key
 from ckptview.core.graph.exported import clean_path
 from ckptview.core.graph.model import GraphDataError, GraphNode, ModelGraph
 from ckptview.core.graph.placing import unread_keys
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.run.architectures import Architecture, default_inputs
 from ckptview.core.run.process import RunError, execute
-from ckptview.core.run.request import state_dict_entries, strip_prefixes
+from ckptview.core.run.state_dict import state_dict_entries, strip_prefixes
 
 TIMEOUT = 900.0  # seconds a worker may take to build and trace (a 70B-parameter program takes minutes)
 _MAX_KEYS = 10_000_000
@@ -96,8 +96,14 @@ def request_key(request: dict[str, Any]) -> str:
 
 def traced_architecture(request: dict[str, Any], token: CancelToken | None = None, cache: GraphCache | None = None,
                         timeout: float = TIMEOUT) -> Generator[Progress, None, Traced]:
-    """The traced graph of a request: from the cache, else from a worker (then kept in the cache)."""
-    cache = shared_cache() if cache is None else cache
+    """The traced graph of a request: from the cache, else from a worker (then kept in the cache). `cache`:
+    the caller's (the window keeps one); without, the user's cache file is opened for this call only."""
+    if cache is None:
+        own = GraphCache()
+        try:
+            return (yield from traced_architecture(request, token, own, timeout))
+        finally:
+            own.close()
     key = request_key(request)
     kept = cache.get(key)
     if kept is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.limits import MAX_GRAPH_NODES, GraphRefused
 from ckptview.core.graph.model import MODULE_OP, GraphNode, ModelGraph
-from ckptview.core.run.request import state_dict_entries
+from ckptview.core.run.state_dict import state_dict_entries
 
 SOURCE = "module-tree"
 TOP = "(top)"  # the id of the node holding keys that sit at the top of the state dict

@@ -2,7 +2,7 @@
 
 The module tree, class names and constants come from `data.pkl` and `constants.pkl` as the safe VM read them
 at open (the checkpoint's tree); the code records are read through the same archive and parsed with `ast`
-(`script_code`), then walked with every call inlined (`script_eval`). Node ops are named as torch's inlined
+(`script.code`), then walked with every call inlined (`script.evaluate`). Node ops are named as torch's inlined
 graph names them, without overloads (`aten.linear`): the code does not say which overload runs.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Generator
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.model import ModelGraph
 from ckptview.core.graph.placing import unread_keys
-from ckptview.core.graph.script_code import ScriptCode
-from ckptview.core.graph.script_eval import ScriptGraph
+from ckptview.core.graph.script.code import ScriptCode
+from ckptview.core.graph.script.evaluate import ScriptGraph
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.formats.torch_zip import opened_archive
 

@@ -1,2 +1,12 @@
 """What a checkpoint means: module grouping, the filter language, size facts, training state,
 optimizer state mapped to parameter names, tensor roles."""
+
+from __future__ import annotations
+
+from ckptview.core.inspect.grouping import ModuleGroup, Row, group_tree
+from ckptview.core.inspect.optimizer import find_optimizers
+from ckptview.core.inspect.query import QueryError, parse_query
+from ckptview.core.inspect.summary import size_facts
+from ckptview.core.inspect.training import training_summary
+
+__all__ = ["ModuleGroup", "QueryError", "Row", "find_optimizers", "group_tree", "parse_query", "size_facts", "training_summary"]

@@ -6,8 +6,9 @@ knows it: when transformers is installed, the model named by `config.json` (``ar
 on the meta device (no weights, no memory) in an isolated child process, and its parameter names are read.
 
 Only the installed library's code runs: a config that asks for code of its own (``auto_map``, remote code)
-is never built, the child runs offline (`HF_HUB_OFFLINE`), isolated (`python -I`) in a private folder.
-Nothing here imports torch or transformers in this process; without transformers the order stays unknown.
+is never built, the child (`core.run.worker.param_order`, where torch is imported) runs offline
+(`HF_HUB_OFFLINE`), isolated (`python -I`) in a private folder. Nothing here imports torch or transformers
+in this process; without transformers the order stays unknown.
 """
 
 from __future__ import annotations
@@ -17,25 +18,18 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
+
+from ckptview.core.errors import CheckpointError
+from ckptview.core.read.bytes.files import open_regular
+from ckptview.core.run.process import child_command
+
+CHILD = "ckptview.core.run.worker.param_order"  # builds the model on the meta device, with torch
 
 TIMEOUT_S = 300.0
 MAX_CONFIG_BYTES = 1 << 20
 _ARCH = re.compile(r"^[A-Z][A-Za-z0-9_]{0,100}$")
 _cache: dict[tuple[str, int, int], list[str] | None] = {}
-
-_CHILD = """
-import json, sys, warnings
-warnings.simplefilter("ignore")
-import torch, transformers
-folder, arch = sys.argv[1], sys.argv[2]
-config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
-cls = getattr(transformers, arch)
-with torch.device("meta"):
-    model = cls(config)
-print(json.dumps([name for name, _ in model.named_parameters()]))
-"""
 
 
 def available() -> bool:
@@ -49,9 +43,6 @@ def available() -> bool:
 def architecture(folder: str) -> str | None:
     """The class `config.json` names, when transformers itself defines it (no auto_map, a plain name)."""
     path = os.path.join(folder, "config.json")
-    from ckptview.core.errors import CheckpointError
-    from ckptview.core.read.bytes.files import open_regular
-
     try:
         with open_regular(path) as fh:  # the byte layer: a FIFO named config.json is refused, never read
             raw = fh.read(MAX_CONFIG_BYTES + 1)
@@ -91,7 +82,7 @@ def _build(folder: str, arch: str) -> list[str] | None:
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     with tempfile.TemporaryDirectory(prefix="ckptview-hf-") as private:
         try:
-            proc = subprocess.run([sys.executable, "-I", "-c", _CHILD, os.path.abspath(folder), arch],
+            proc = subprocess.run(child_command(CHILD, os.path.abspath(folder), arch),
                                   capture_output=True, text=True, timeout=TIMEOUT_S, cwd=private, env=env,
                                   stdin=subprocess.DEVNULL)
         except (OSError, subprocess.SubprocessError):

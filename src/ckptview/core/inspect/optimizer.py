@@ -36,7 +36,11 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, PathKey, TensorInfo
 from ckptview.core.errors import CheckpointError
+from ckptview.core.inspect.hf_order import architecture, parameter_order
 from ckptview.core.inspect.optimizer_align import align_groups
+from ckptview.core.read.formats.hf_sharded import weight_sets
+from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.read.values.reading import read_values
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -127,8 +131,6 @@ class OptimizerState:
 
 def scalar_value(info: TensorInfo) -> float | int | bool | None:
     """The value of a one-element tensor (reads its few bytes), or None when unreadable."""
-    from ckptview.core.read.values.reading import read_values
-
     if info.numel != 1:
         return None
     try:
@@ -148,8 +150,6 @@ def scalar_value(info: TensorInfo) -> float | int | bool | None:
 
 def plain(node: Node, read_scalars: bool = False, depth: int = 0) -> Any:
     """A JSON-friendly copy of a small node: values as they are, tensors as shape/dtype (or read if 1 elem)."""
-    from ckptview.core.read.pickle.to_tree import short_repr
-
     if node.kind == "tensor" and node.tensor is not None:
         info = node.tensor
         if read_scalars and info.numel == 1 and not info.broken:
@@ -271,8 +271,6 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
 
 def model_beside(path: str) -> str | None:
     """The model weight file in the same folder as a standalone optimizer file (a training folder), or None."""
-    from ckptview.core.read.formats.hf_sharded import weight_sets
-
     if not path or os.path.isdir(path):
         return None
     try:
@@ -543,15 +541,11 @@ def _map(opt: OptimizerState, folder: str | None = None) -> None:
 
 
 def _library_order(folder: str | None) -> list[str] | None:
-    from ckptview.core.inspect.hf_order import parameter_order
-
     return parameter_order(folder) if folder else None
 
 
 def known_from(folder: str | None) -> str:
     """How the model order was learned, for the note."""
-    from ckptview.core.inspect.hf_order import architecture
-
     arch = architecture(folder) if folder else None
     return f"the order of transformers' {arch}, built from config.json on the meta device"
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.stats import Summary, iter_tensor_summary
 from ckptview.core.inspect.optimizer import OptimizerState, param_step
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.values.reading import iter_chunks
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EXACT_MEDIAN_LIMIT = 1 << 21  # above this many elements the effective-step median is taken from a sample
 
@@ -82,7 +84,7 @@ def iter_effective_step(
     elements; above, it is the median of a systematic sample of about ``exact_limit`` elements (every
     k-th element in C order). Returns (None, None, False) when lr, betas, eps or step are missing.
     """
-    from ckptview.core.read.values.reading import iter_chunks
+    import numpy as np
 
     lr, eps, betas = group.get("lr"), group.get("eps"), group.get("betas")
     if not isinstance(lr, (int, float)) or not isinstance(eps, (int, float)) or not step:

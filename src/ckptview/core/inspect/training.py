@@ -11,6 +11,7 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, Node, PathKey, join_path
 from ckptview.core.inspect.optimizer import is_optimizer_node, plain, scalar_value
+from ckptview.core.read.pickle.to_tree import short_repr
 
 # Containers at the top of a checkpoint whose scalar leaves are training facts too (Lightning's
 # ModelCheckpoint keeps best_model_score under "callbacks").
@@ -170,8 +171,6 @@ def _flatten(node: Node, prefix: str, rows: list[tuple[str, str]], depth: int = 
 
 def value_text(node: Node) -> str:
     """A short repr of a node as Python would print the value (tuples as tuples)."""
-    from ckptview.core.read.pickle.to_tree import short_repr
-
     if node.kind == "value":
         return short_repr(node.value, 300)
     if node.kind == "tensor" and node.tensor is not None:

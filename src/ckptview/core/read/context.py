@@ -8,9 +8,12 @@ over the path after its head chose the reader is never listed in its place.
 
 No thread-local carries context in `ckptview.core.read`: a reader's `open(source, ctx)` gets the cancel
 token, the progress callback, the remote session of the open in progress (the shards of an index join
-it, so one transfer counts them all) and whether it runs inside an index's open (a shard that is itself
-an index is refused, not recursed into). A nested open (an index's shards, a training folder's parts,
-a DCP folder) passes a context derived from its own (`in_index`, `with_session`).
+it, so one transfer counts them all) with the options it reads with (`RemoteOptions`) and whether it runs inside an index's open (a shard that is itself
+an index is refused, not recursed into). A nested open (an index's shards, a training folder's parts)
+goes through `ctx.open_child(path)`: the same open that began it (`open_checkpoint`, which binds itself
+to the context it hands the readers), with a context derived from its own (`in_index`, `with_session`).
+So the readers never import the entry point that imports them (netron's readers open nested entries
+through their context the same way).
 
 Reads of tensor values get their read-ahead the same way: a walk makes a `files.ReadAhead` and hands it
 to the value reads (`values.iter_chunks(info, ahead=...)`); see `ckptview.core.read.bytes.files`.
@@ -21,16 +24,25 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.read.bytes import files
 from ckptview.core.read.bytes.files import FileIdentity, FileMap
+from ckptview.core.read.bytes.fs import LOCAL, FileSystem
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 
 if TYPE_CHECKING:
+    from ckptview.core.checkpoint import Checkpoint
     from ckptview.core.read.bytes.remote import Session
 
-__all__ = ["DEFAULT", "ReaderContext", "Source"]
+__all__ = ["DEFAULT", "Opener", "ReaderContext", "Source"]
+
+
+class Opener(Protocol):
+    """`open_checkpoint`'s signature: what a context opens a nested checkpoint with."""
+
+    def __call__(self, path: str, ctx: ReaderContext | None = None, /) -> Checkpoint: ...
 
 
 @dataclass(frozen=True)
@@ -53,29 +65,33 @@ class Source:
     folder, or a source nobody stat'ed (a sniff outside an open)."""
     identities: Mapping[str, FileIdentity] | None = field(default=None, repr=False)
     """A local folder's checkpoint files and their identities when the open began (keyed by
-    `files.join(path, name)`), or None when not taken."""
+    `fs.join(path, name)`), or None when not taken."""
+    fs: FileSystem = field(default=LOCAL, repr=False)
+    """Where its files are (`LOCAL`, or the remote session of the open): chosen once, when the open began;
+    what lies beside the source (shards, parts, side files) is asked of it too."""
 
     @classmethod
-    def folder(cls, path: str, identities: Mapping[str, FileIdentity] | None = None) -> Source:
+    def folder(cls, path: str, identities: Mapping[str, FileIdentity] | None = None,
+               fs: FileSystem = LOCAL) -> Source:
         """A folder as a source (its files' identities when known)."""
-        return cls(path, b"", True, None, identities)
+        return cls(path, b"", True, None, identities, fs)
 
     def file_map(self) -> FileMap:
         """The source file's FileMap, refused (FileChangedError) when it is no longer the file opened."""
-        return FileMap(self.path, self.identity)
+        return self.fs.file_map(self.path, self.identity)
 
     def open_file(self) -> BinaryIO:
         """The source file opened for reading (never blocking), refused when it is no longer the file opened."""
-        return files.open_regular(self.path, self.identity)
+        return self.fs.open_regular(self.path, self.identity)
 
     @property
     def size(self) -> int:
         """The file's size when the open began (asked of the byte layer when no identity was taken)."""
-        return self.identity.size if self.identity is not None else files.getsize(self.path)
+        return self.identity.size if self.identity is not None else self.fs.getsize(self.path)
 
     def child_identity(self, path: str) -> FileIdentity | None:
         """The identity, when the open began, of `path` (a file directly in this local folder), or None."""
-        if not self.identities or files.is_url(path):
+        if not self.identities or self.fs.remote:
             return None
         if os.path.dirname(os.path.abspath(path)) != os.path.abspath(self.path):
             return None
@@ -94,6 +110,11 @@ class ReaderContext:
     """The remote session of the open in progress (None for a local open or before the first URL)."""
     inside_index: bool = False
     """True while an index's shards are opened: a shard that is itself an index is refused."""
+    remote: RemoteOptions = DEFAULT_REMOTE
+    """What the user allowed for remote reads (`--download`, `--deadline`, ...): the session of a URL's open
+    reads with it. The entry point (cli.py, the window) builds it once."""
+    opener: Opener | None = field(default=None, compare=False, repr=False)
+    """The open this context belongs to (`open_checkpoint` sets itself here); `open_child` calls it."""
 
     @property
     def reports(self) -> bool:
@@ -106,6 +127,16 @@ class ReaderContext:
             self.cancel.check()
         if self.progress is not None:
             self.progress(step)
+
+    def open_child(self, path: str) -> Checkpoint:
+        """Open `path` (a shard, a part of a folder) as the open this context belongs to, in this context."""
+        if self.opener is None:
+            raise RuntimeError("this context belongs to no open: readers are run by open_checkpoint")
+        return self.opener(path, self)
+
+    def opened_by(self, opener: Opener) -> ReaderContext:
+        """This context, its nested opens going through `opener`."""
+        return self if self.opener is opener else replace(self, opener=opener)
 
     def in_index(self) -> ReaderContext:
         """This context for the shards of an index."""

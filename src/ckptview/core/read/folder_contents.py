@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 
 from ckptview.core.read.bytes import files
+from ckptview.core.read.context import Source
+from ckptview.core.read.formats import readers
 
 MAX_SNIFFED = 200  # entries of a folder looked at; a bigger folder is described by its first ones
 _HEAD_BYTES = 4096
@@ -17,9 +19,6 @@ _HEAD_BYTES = 4096
 
 def sniffs(path: str) -> bool:
     """True when some reader recognises ``path`` (a file's first bytes, or a folder's content)."""
-    from ckptview.core.read.context import Source
-    from ckptview.core.read.formats import readers
-
     head = b""
     is_dir = False
     try:
@@ -58,9 +57,8 @@ def listed(names: list[str], limit: int = 4) -> str:
 
 
 def run_folder_message(folder: str) -> str | None:
-    """'not a checkpoint: folder X holds 6 checkpoints (...), not one: ...' or None when it holds none."""
-    if files.is_url(folder):
-        return None
+    """'not a checkpoint: folder X holds 6 checkpoints (...), not one: ...' or None when it holds none
+    (a local folder: the open asks only for one)."""
     names = checkpoint_names(folder)
     if not names:
         return None
@@ -75,8 +73,8 @@ def run_folder_message(folder: str) -> str | None:
 
 def others_note(folder: str, used: set[str], warnings: list[str] | None = None) -> str | None:
     """A warning naming the checkpoints of ``folder`` that are no part of the one opened (nor named by
-    one of its ``warnings`` already, as a Hub folder's variants are), or None."""
-    if files.is_url(folder) or not os.path.isdir(folder):
+    one of its ``warnings`` already, as a Hub folder's variants are), or None (a local folder)."""
+    if not os.path.isdir(folder):
         return None
     names = [n for n in checkpoint_names(folder, used) if not any(n in w for w in warnings or ())]
     if not names:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import TYPE_CHECKING
 
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint
-from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.read.bytes import files
+from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError, RemoteError
 from ckptview.core.read.bytes.files import (
     FileIdentity,
     folder_identities,
@@ -17,11 +15,14 @@ from ckptview.core.read.bytes.files import (
     open_regular,
     stat_checked,
 )
+from ckptview.core.read.bytes.fs import LOCAL, FileSystem
+from ckptview.core.read.bytes.remote.causes import is_missing
+from ckptview.core.read.bytes.remote.fs import RemoteFS, not_found, opening
+from ckptview.core.read.bytes.remote.urls import folder_url, require_extra, shown
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.read.folder_contents import others_note, run_folder_message
 from ckptview.core.read.formats import readers
-
-if TYPE_CHECKING:
-    from ckptview.core.read.bytes.remote import Session
+from ckptview.core.redaction import redact
 
 HEAD_BYTES = 4096
 
@@ -29,11 +30,12 @@ HEAD_BYTES = 4096
 def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = None) -> Checkpoint:
     """Read a checkpoint's metadata (never its tensor bytes, never running its code).
 
-    `ctx` (cancel, progress, the remote session of an enclosing open, nesting) goes to the reader; a
-    nested open (an index's shards) passes the context its reader was given, derived.
+    `ctx` (cancel, progress, the remote session of an enclosing open and the remote options, nesting)
+    goes to the reader; a nested open (an index's shards) passes the context its reader was given,
+    derived. Whether `path` is local or remote is decided here, once: the `Source` carries its file system.
     """
     path = os.fspath(path)
-    ctx = DEFAULT if ctx is None else ctx
+    ctx = (DEFAULT if ctx is None else ctx).opened_by(open_checkpoint)
     if is_url(path):
         return _open_url(path, ctx)
     st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
@@ -48,16 +50,12 @@ def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = No
         ckpt = _open_with_readers(source, ctx)
     except NotACheckpointError as exc:
         if source.is_dir and str(exc) == describe_unknown(path, source.head):  # nothing more specific
-            from ckptview.core.read.folder_contents import run_folder_message
-
             message = run_folder_message(path)
             if message is not None:  # a run folder: say what it holds and what opens it
                 raise NotACheckpointError(message) from None
         raise
     ckpt.metadata.setdefault("_identities", identities)
     if stat.S_ISDIR(st.st_mode) and ckpt.format.startswith("hf-sharded"):
-        from ckptview.core.read.folder_contents import others_note
-
         used = set(ckpt.metadata.get("shards") or ())
         note = others_note(path, used, list(ckpt.warnings))
         if note is not None:
@@ -71,31 +69,24 @@ def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
     It reads through the session of the enclosing open (`ctx.session`) when `url` lies below its root
     (the shards of an index, the parts of a folder): one transfer counts them all.
     """
-    from ckptview.core.read.bytes import remote
-
-    remote.require_extra(url)
-    session = remote.opening(url, ctx.session)
-    return _open_url_in(url, session, ctx.with_session(session))
-
-
-def _open_url_in(url: str, session: Session, ctx: ReaderContext) -> Checkpoint:
-    from ckptview.core.read.bytes import remote
-
+    require_extra(url)
+    fs = RemoteFS(opening(url, ctx.session, ctx.remote))
+    ctx = ctx.with_session(fs.session)
     try:
         try:
-            kind = "dir" if remote.remote_file(url).is_dir else "file"
-        except remote.RemoteError as exc:
-            raise remote.not_found(url) if remote.is_missing(exc) else exc from None
+            kind = "dir" if fs.file(url).is_dir else "file"
+        except RemoteError as exc:
+            raise not_found(url) if is_missing(exc) else exc from None
         head = b""
         if kind == "file":
-            with open_regular(url) as fh:
+            with fs.open_regular(url) as fh:
                 head = fh.read(HEAD_BYTES)
-        shown = remote.shown(url) if kind == "file" else remote.folder_url(remote.shown(url))
-        ckpt = _open_with_readers(Source(shown, head, kind == "dir"), ctx)
+        path = shown(url) if kind == "file" else folder_url(shown(url))
+        ckpt = _open_with_readers(Source(path, head, kind == "dir", fs=fs), ctx)
     except CheckpointError as exc:
-        raise type(exc)(remote.redact(str(exc))) if type(exc).__init__ is CheckpointError.__init__ else exc from None
-    ckpt.path = remote.shown(ckpt.path)
-    ckpt.metadata["_transfer"] = session.transfer
+        raise type(exc)(redact(str(exc))) if type(exc).__init__ is CheckpointError.__init__ else exc from None
+    ckpt.path = shown(ckpt.path)
+    ckpt.metadata["_transfer"] = fs.session.transfer
     ckpt.metadata.setdefault("_identities", {})
     return ckpt
 
@@ -141,7 +132,7 @@ def _open_with_readers(source: Source, ctx: ReaderContext) -> Checkpoint:
                 raise io_error(source.path, exc) from None
             except Exception as exc:  # a reader bug must still reach the user as one line
                 raise CheckpointFormatError(f"{reader.NAME}: malformed file ({type(exc).__name__}: {exc})") from None
-    raise declined or NotACheckpointError(describe_unknown(source.path, source.head))
+    raise declined or NotACheckpointError(describe_unknown(source.path, source.head, source.fs))
 
 
 MAX_BROKEN_LISTED = 20
@@ -169,11 +160,11 @@ def _compact_warnings(ckpt: Checkpoint) -> Checkpoint:
     return ckpt
 
 
-def describe_unknown(path: str, head: bytes) -> str:
+def describe_unknown(path: str, head: bytes, fs: FileSystem = LOCAL) -> str:
     """'not a checkpoint: ...' naming what the bytes look like."""
-    if files.isdir(path):
+    if fs.isdir(path):
         return f"not a checkpoint: folder {path} holds no checkpoint this tool reads"
-    size = files.getsize(path)
+    size = fs.getsize(path)
     if size == 0:
         return "not a checkpoint: file is empty"
     if head.startswith(b"version https://git-lfs"):

@@ -15,7 +15,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core.errors import CheckpointError
+from ckptview.core.read.bytes.files import open_regular, special_kind
 from ckptview.core.run.input_specs import InputSpec
+from ckptview.core.run.state_dict import state_dict_tensors
 
 MAX_CONFIG_BYTES = 4 << 20  # a config.json larger than this is not a model config
 EXTRA = "pip install 'ckptview[models]'"
@@ -67,9 +70,6 @@ def config_path(path: str) -> str | None:
 
 def read_config(path: str) -> dict[str, Any]:
     """A config.json as data; ArchitectureRefused when it is not one JSON object of bounded size."""
-    from ckptview.core.errors import CheckpointError
-    from ckptview.core.read.bytes.files import open_regular, special_kind
-
     try:
         st = os.stat(path)
         if (kind := special_kind(st.st_mode)) is not None:  # a FIFO would block a plain open(), then feed it
@@ -175,8 +175,6 @@ def recognize_by_keys(tensors: dict[str, Any]) -> Architecture | None:
 def recognize_checkpoint(path: str) -> Architecture | None:
     """`recognize` for a checkpoint on disk, its keys read by the safe reader; ArchitectureRefused also when
     the architecture's library is not installed."""
-    from ckptview.core.run.request import state_dict_tensors
-
     tensors = state_dict_tensors(path)
     if tensors is None:
         return None

@@ -13,6 +13,9 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.read.bytes.remote.fs import RemoteFS, begin_session
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.remote.urls import shown
 from ckptview.core.redaction import redact
 from ckptview.core.run.architectures import (
     MAX_CONFIG_BYTES,
@@ -39,21 +42,20 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
 
 def shown_url(url: str) -> str:
     """A URL as output may show it (no credentials, no query)."""
-    from ckptview.core.read.bytes.remote import shown
-
     return str(shown(url))
 
 
-def fetch(url: str, folder: str, token: Cancellable | None) -> Generator[Progress, None, str]:
-    """Download `url` into `folder` (created private); returns the local file, or the local model folder."""
-    from ckptview.core.read.bytes.remote.paths import exists_kind, listdir
-
+def fetch(url: str, folder: str, token: Cancellable | None,
+          options: RemoteOptions | None = None) -> Generator[Progress, None, str]:
+    """Download `url` into `folder` (created private); returns the local file, or the local model folder.
+    One remote session reads it all (`options`: what the user allowed)."""
     os.makedirs(folder, mode=0o700)
-    if exists_kind(url) != "dir":
+    fs = RemoteFS(begin_session(url, options))
+    if fs.kind(url) != "dir":
         target = os.path.join(folder, os.path.basename(url.split("?", 1)[0].rstrip("/")) or "checkpoint")
-        yield from fetch_file(url, target, token)
+        yield from fetch_file(fs, url, target, token)
         return target
-    names = sorted(n for n in listdir(url) if _PLAIN_NAME.fullmatch(n) and MODEL_FOLDER_FILES.fullmatch(n))
+    names = sorted(n for n in fs.listdir(url) if _PLAIN_NAME.fullmatch(n) and MODEL_FOLDER_FILES.fullmatch(n))
     if "config.json" not in names:
         raise RunError(f"{shown_url(url)} is a folder without config.json: ckptview runs a remote folder only "
                        f"when its config names the architecture; give the URL of one checkpoint file",
@@ -62,15 +64,13 @@ def fetch(url: str, folder: str, token: Cancellable | None) -> Generator[Progres
     os.mkdir(local, mode=0o700)
     base = url.split("?", 1)[0].rstrip("/")
     for name in names:  # plain names only: nothing from the listing can point outside `local`
-        yield from fetch_file(f"{base}/{name}", os.path.join(local, name), token)
+        yield from fetch_file(fs, f"{base}/{name}", os.path.join(local, name), token)
     return local
 
 
-def fetch_file(url: str, target: str, token: Cancellable | None) -> Generator[Progress, None, None]:
+def fetch_file(fs: RemoteFS, url: str, target: str, token: Cancellable | None) -> Generator[Progress, None, None]:
     """Download one file in 16 MiB range reads, with progress and cancel."""
-    from ckptview.core.read.bytes.files import FileMap
-
-    fmap = FileMap(url)
+    fmap = fs.file_map(url)
     try:
         size = fmap.size
         block = bytearray(min(size, FETCH_BLOCK) or 1)
@@ -88,27 +88,26 @@ def fetch_file(url: str, target: str, token: Cancellable | None) -> Generator[Pr
         fmap.close()
 
 
-def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancellable | None = None
-                  ) -> Generator[Progress, None, Architecture | None]:
+def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancellable | None = None,
+                  options: RemoteOptions | None = None) -> Generator[Progress, None, Architecture | None]:
     """The architecture a run of `url` would find, as `recognize` finds a local one: a folder URL by its
     config.json (listed and read through the byte layer, as data, at most 4 MB), a file URL (downloaded
     alone for a run, no config beside it) by its keys and shapes (`tensors`, from the open checkpoint).
 
-    For the Run tab's worker: progress and cancel between reads. Raises ArchitectureRefused (auto_map, an
+    For the run panel's worker: progress and cancel between reads. Raises ArchitectureRefused (auto_map, an
     odd config, the library not installed) or RunError ('input': the config cannot be read); every message
     is one line with the URL redacted.
     """
-    from ckptview.core.read.bytes.remote.paths import exists_kind, listdir
-
     base = url.split("?", 1)[0].rstrip("/")
     try:
         yield Progress(0, 0, f"looking at {shown_url(url)}")
+        fs = RemoteFS(begin_session(url, options))
         arch = None
-        if exists_kind(url) == "dir":
+        if fs.kind(url) == "dir":
             if token is not None and token.cancelled:
                 raise RunError("cancelled", kind="cancelled")
-            if "config.json" in listdir(url):
-                raw = yield from _read_config(f"{base}/config.json", token)
+            if "config.json" in fs.listdir(url):
+                raw = yield from _read_config(fs, f"{base}/config.json", token)
                 arch = recognize_config(parse_config(raw))
         if arch is None and tensors:
             arch = recognize_by_keys(tensors)
@@ -125,11 +124,9 @@ def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancel
     return arch
 
 
-def _read_config(url: str, token: Cancellable | None) -> Generator[Progress, None, bytes]:
+def _read_config(fs: RemoteFS, url: str, token: Cancellable | None) -> Generator[Progress, None, bytes]:
     """A remote config.json's bytes, refused before any is read when its size is too large for a config."""
-    from ckptview.core.read.bytes.files import FileMap
-
-    fmap = FileMap(url)
+    fmap = fs.file_map(url)
     try:
         size = fmap.size
         check_config_size(size)

@@ -61,13 +61,13 @@ class InputSpec:
         shape = ",".join(str(s) for s in self.shape) if self.shape else "scalar"
         fill = self.fill
         if fill in ("uniform", "randint"):
-            fill = f"{fill}:{_num(self.low)}:{_num(self.high)}"
+            fill = f"{fill}:{_spec_number(self.low)}:{_spec_number(self.high)}"
         elif fill == "full":
-            fill = f"full:{_num(self.low)}"
+            fill = f"full:{_spec_number(self.low)}"
         return f"{shape}@{self.dtype}={fill}"
 
 
-def _num(value: float) -> str:
+def _spec_number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
@@ -127,7 +127,7 @@ def _parse_fill(text: str, where: str) -> tuple[str, float, float]:
         if len(values) != 2:
             raise InputSpecError(f"{where}: {name} needs a range, as {name}:LOW:HIGH")
         if values[1] <= values[0]:
-            raise InputSpecError(f"{where}: {name} range is empty ({_num(values[0])} >= {_num(values[1])})")
+            raise InputSpecError(f"{where}: {name} range is empty ({_spec_number(values[0])} >= {_spec_number(values[1])})")
         return name, values[0], values[1]
     if name == "full":
         if len(values) != 1:
@@ -193,27 +193,6 @@ def load_input_file(path: str) -> list[tuple[str, np.ndarray]]:
         return [(os.path.splitext(os.path.basename(path))[0], loaded)]
     with loaded:
         return [(name, loaded[name]) for name in loaded.files]
-
-
-def to_torch(array: np.ndarray, dtype_name: str | None, device: str) -> Any:
-    """A torch tensor of `array` cast to `dtype_name` on `device` (meta: an empty tensor of that shape)."""
-    import numpy as np
-    import torch
-
-    target = getattr(torch, dtypes.canonical(dtype_name)) if dtype_name else None
-    if device == "meta":
-        return torch.empty(array.shape, dtype=target or _torch_dtype_of(array), device="meta")
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
-    if target is not None and tensor.dtype != target:
-        tensor = tensor.to(target)
-    return tensor.to(device)
-
-
-def _torch_dtype_of(array: np.ndarray) -> Any:
-    import numpy as np
-    import torch
-
-    return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype
 
 
 GUESS_BATCH = 2

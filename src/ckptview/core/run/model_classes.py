@@ -6,6 +6,9 @@ import ast
 import os
 from dataclasses import dataclass
 
+from ckptview.core.errors import CheckpointError
+from ckptview.core.read.bytes.files import open_regular
+
 MAX_SOURCE_BYTES = 16 << 20  # a model file larger than this is not parsed
 
 
@@ -24,9 +27,6 @@ class ModelClass:
 
 def classes_in_file(path: str) -> list[ModelClass]:
     """Top-level classes of a Python file in source order; nothing in the file runs."""
-    from ckptview.core.errors import CheckpointError
-    from ckptview.core.read.bytes.files import open_regular
-
     try:
         size = os.path.getsize(path)
         if size > MAX_SOURCE_BYTES:

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Generator, Iterable
 from typing import Any, Protocol
 
+import ckptview
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
 from ckptview.core.run.protocol import (
@@ -70,23 +71,28 @@ class Cancellable(Protocol):
 
 # Run by `python -I -c`: no current directory, PYTHONPATH or user site on sys.path. ckptview is imported from
 # the folder the parent's own ckptview was imported from (argv[1]), not looked up on sys.path.
+# The child's module (argv[2]) is imported from there and its `entry()` run; its own arguments follow.
 _BOOTSTRAP = (
-    "import sys, importlib.util as u\n"
+    "import sys, importlib, importlib.util as u\n"
     "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
     "s = u.spec_from_file_location('ckptview', sys.argv[1] + '/__init__.py', "
     "submodule_search_locations=[sys.argv[1]])\n"
     "m = u.module_from_spec(s); sys.modules['ckptview'] = m; s.loader.exec_module(m)\n"
-    "from ckptview.core.run.worker.entry import entry\n"
-    "entry()\n"
+    "importlib.import_module(sys.argv[2]).entry()\n"
 )
+WORKER = "ckptview.core.run.worker.entry"  # the forward pass's worker
+
+
+def child_command(module: str, *args: str) -> list[str]:
+    """The command line that runs `module.entry()` (a module of `core.run.worker`) in an isolated process of
+    this interpreter, with `args` after it on its argv."""
+    package = os.path.dirname(os.path.abspath(ckptview.__file__))
+    return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package, module, *args]
 
 
 def worker_command() -> list[str]:
-    """The command line that starts an isolated worker with this interpreter."""
-    import ckptview
-
-    package = os.path.dirname(os.path.abspath(ckptview.__file__))
-    return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package]
+    """The command line that starts an isolated forward-pass worker with this interpreter."""
+    return child_command(WORKER)
 
 
 def _worker_env() -> dict[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptview.core.run.json_checks import MAX_TEXT, ProtocolError
+from ckptview.core.run.json_checks import MAX_TEXT
 from ckptview.core.run.result import PartialRun
 
 # What the parent keeps of the worker's output, whatever the worker writes.
@@ -153,5 +153,5 @@ def bounded_lines(stream: Any, max_line: int) -> Iterator[tuple[bytes, bool]]:
 
 
 __all__ = ["MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STDERR_LINE", "STDERR_TAIL", "Emit", "Job", "Message",
-           "PhaseEvent", "ProtocolError", "ResultMessage", "WorkerError", "bounded_lines", "encode",
+           "PhaseEvent", "ResultMessage", "WorkerError", "bounded_lines", "encode",
            "error_kind", "one_line", "parse_message"]

@@ -12,39 +12,26 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.pickle.census import census
 from ckptview.core.run.architectures import ArchitectureRefused, recognize_checkpoint
+from ckptview.core.run.devices import DeviceInfo
 from ckptview.core.run.fetch import fetch
-from ckptview.core.run.input_specs import InputSpec, guess_inputs, program_inputs
+from ckptview.core.run.input_specs import InputSpec, program_inputs
 from ckptview.core.run.json_checks import ProtocolError
 from ckptview.core.run.lightning import LightningCheckpoint, LightningRefused, recognize_lightning
-from ckptview.core.run.process import (
-    RESULT_GRACE,
-    Cancellable,
-    RunError,
-    WorkerJob,
-    _death_message,
-    execute,
-    phase_words,
-    worker_command,
-)
-from ckptview.core.run.protocol import MAX_EVENT_LINE, MAX_EVENTS, MAX_STDERR_LINE, STDERR_TAIL, bounded_lines
+from ckptview.core.run.process import Cancellable, RunError, execute
 from ckptview.core.run.result import RunResult
+from ckptview.core.run.state_dict import suggest_inputs
 from ckptview.core.run.weights import check_weights, weight_warnings
-
-# The worker process and its protocol stay importable from here, as before they had modules of their own.
-__all__ = ["DEFAULT_TIMEOUT", "EXPORT", "MAX_EVENTS", "MAX_EVENT_LINE", "MAX_STDERR_LINE", "PICKLE", "RESULT_GRACE",
-           "STATE_DICT", "STDERR_TAIL", "TORCHSCRIPT", "Cancellable", "RunError", "RunRequest", "SourceInfo",
-           "WorkerJob", "_death_message", "bounded_lines", "check_compare_trust", "check_trust", "check_weights",
-           "classify_source", "compare_source", "execute", "find_state_dict", "inspect_inputs", "phase_words",
-           "probe_devices", "run", "run_iter", "state_dict_entries", "state_dict_node", "strip_prefixes", "suggest_inputs",
-           "torch_findings", "weight_warnings", "worker_command"]
 
 # Source kinds, in order of how much trust they need.
 TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"
@@ -52,13 +39,6 @@ TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict",
 LIBRARY = "library"
 # A Lightning .ckpt: the LightningModule its file names (consent) or the user gives, built from hyper_parameters.
 LIGHTNING = "lightning"
-# Keys under which training checkpoints keep the model's weights (Lightning, common scripts, HF trainers).
-STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "module", "net", "network",
-                   "weights", "params", "ema_state_dict")
-# Wrapper prefixes: DataParallel/DDP, torch.compile, Lightning/HF wrappers.
-WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
-# Path components of a pickled nn.Module's own state that a state_dict() key leaves out.
-_MODULE_INTERNALS = ("_modules", "_parameters", "_buffers")
 DEFAULT_TIMEOUT = 300.0
 
 
@@ -131,8 +111,6 @@ def classify_source(path: str, model: str | None = None, checkpoint: Any = None)
     """
     own = checkpoint is None
     if own:
-        from ckptview.core import open_checkpoint
-
         checkpoint = open_checkpoint(path)
     try:
         kind = GRAPH_FORMATS.get(checkpoint.format)
@@ -163,8 +141,6 @@ def _lightning(checkpoint: Any, path: str) -> LightningCheckpoint | None:
 
 
 def _census(path: str, torchscript: bool = False) -> Any:
-    from ckptview.core.read.pickle.census import census
-
     try:
         return census(path, torchscript=torchscript or None)
     except OSError as exc:
@@ -237,106 +213,13 @@ def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
     return source
 
 
-def state_dict_node(checkpoint: Any) -> Any:
-    """The node holding a checkpoint's model weights: the root, or the first of STATE_DICT_KEYS with tensors;
-    in a training folder (Trainer, accelerate) its model's weight file, whose name is no part of the keys.
-    A pickled module's own children (`model`, `lm_head`) are the model's, never a container."""
-    base = checkpoint.root
-    entry = checkpoint.metadata.get("model_entry") if checkpoint.format == "training-folder" else None
-    if entry is not None:
-        child = next((c for c in base.children if c.key == entry), None)
-        if child is not None:
-            return child
-    if base.kind == "object":
-        from ckptview.core.checkpoint import MODULE_PART
-
-        if any(MODULE_PART in e.info.extra for e in checkpoint.tensors()):
-            return base
-    for key in STATE_DICT_KEYS:
-        child = next((c for c in base.children if c.key == key and c.kind in ("dict", "object")), None)
-        if child is not None and any(n.kind == "tensor" for n in child.walk()):
-            return child
-    return base
-
-
-def find_state_dict(checkpoint: Any) -> tuple[str, dict[str, Any]]:
-    """(key it was found under or '', {state_dict key: TensorInfo}) of a checkpoint's model weights."""
-    found_under, entries = state_dict_entries(checkpoint)
-    return found_under, {key: entry.info for key, entry in entries.items()}
-
-
-def state_dict_entries(checkpoint: Any) -> tuple[str, dict[str, Any]]:
-    """(key it was found under or '', {state_dict key: TensorEntry}): the model weights with their names in
-    the checkpoint (`state_dict.fc.weight` of a training checkpoint is state-dict key `fc.weight`)."""
-    base = state_dict_node(checkpoint)
-    depth = len(base.path)
-    found: dict[str, Any] = {}
-    for entry in checkpoint.tensors():
-        if entry.path[:depth] != base.path:
-            continue
-        parts = [str(p) for p in entry.path[depth:] if p not in _MODULE_INTERNALS]
-        found[".".join(parts)] = entry
-    return (base.name if base is not checkpoint.root else ""), found
-
-
-def strip_prefixes(keys: Iterable[str], model_keys: Iterable[str],
-                   prefixes: tuple[str, ...] = WRAPPER_PREFIXES) -> tuple[dict[str, str], list[str]]:
-    """Map checkpoint keys to model keys by peeling wrapper prefixes, keeping the peel that matches most.
-
-    Returns ({checkpoint key: model key}, prefixes stripped in order). `module._orig_mod.x` peels twice;
-    a model whose own keys start with `model.` keeps them (peeling would match fewer keys).
-    """
-    model_set = set(model_keys)
-    mapping = {k: k for k in keys}
-    best, best_seq, best_score = mapping, [], _overlap(mapping.values(), model_set)
-    seq: list[str] = []
-    for _ in range(8):  # wrappers nest a few levels at most
-        counts = {p: sum(1 for v in mapping.values() if v.startswith(p)) for p in prefixes}
-        prefix = max(counts, key=lambda p: counts[p])
-        if counts[prefix] == 0:
-            break
-        mapping = {k: v.removeprefix(prefix) for k, v in mapping.items()}
-        seq = [*seq, prefix]
-        score = _overlap(mapping.values(), model_set)
-        if score > best_score:
-            best, best_seq, best_score = mapping, seq, score
-    return best, best_seq
-
-
-def _overlap(keys: Iterable[str], model_set: set[str]) -> int:
-    return sum(1 for k in keys if k in model_set)
-
-
-def state_dict_tensors(path: str, checkpoint: Any = None) -> dict[str, Any] | None:
-    """{state_dict key: TensorInfo} of the model weights at `path` (or of `checkpoint`, already open);
-    None when the file does not open. No torch, nothing from the file runs."""
-    if checkpoint is not None:
-        return find_state_dict(checkpoint)[1]
-    from ckptview.core import open_checkpoint
-
-    try:
-        checkpoint = open_checkpoint(path)
-    except CheckpointError:
-        return None
-    try:
-        return find_state_dict(checkpoint)[1]
-    finally:
-        checkpoint.close()
-
-
-def suggest_inputs(path: str, checkpoint: Any = None) -> list[InputSpec] | None:
-    """A guess at the input for a state dict from the first layer that takes it (`guess_inputs`; no torch)."""
-    tensors = state_dict_tensors(path, checkpoint)
-    return None if tensors is None else guess_inputs([(name, tuple(i.shape)) for name, i in tensors.items()])
-
-
-def run_iter(request: RunRequest, token: Cancellable | None = None
+def run_iter(request: RunRequest, token: Cancellable | None = None, remote: RemoteOptions | None = None
              ) -> Generator[Progress, None, RunResult]:
     """The forward-pass job as a core generator (for GUI workers): yields phases, returns the result.
 
     A URL (PATH or the compare file) is downloaded first into a private folder removed afterwards (a model
     folder: its config, tokenizer and weights): the worker loads local files, and checks them like any
-    other before torch sees them.
+    other before torch sees them; `remote` is what the user allowed for those reads (`--download`, ...).
     """
     urls = [p for p in (request.path, request.compare_path) if p and is_url(p)]
     if not urls:
@@ -344,7 +227,7 @@ def run_iter(request: RunRequest, token: Cancellable | None = None
     with tempfile.TemporaryDirectory(prefix="ckptview-fetch-") as folder:
         local = {}
         for i, url in enumerate(urls):
-            local[url] = yield from fetch(url, os.path.join(folder, str(i)), token)
+            local[url] = yield from fetch(url, os.path.join(folder, str(i)), token, remote)
         request = dataclasses.replace(request, path=local.get(request.path, request.path),
                                       compare_path=local.get(request.compare_path or "", request.compare_path))
         return (yield from _run_local(request, token))
@@ -392,30 +275,24 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
 
 
 def run(request: RunRequest, token: Cancellable | None = None,
-        on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+        on_progress: Callable[[Progress], None] | None = None, remote: RemoteOptions | None = None) -> RunResult:
     """Load and run in a worker; the typed result (see README) or RunError with a one-line message."""
-    return drain(run_iter(request, token), on_progress)
+    return drain(run_iter(request, token, remote), on_progress)
 
 
 def probe_devices(timeout: float = 60.0, token: Cancellable | None = None) -> list[Any]:
     """`list_devices()` measured in a worker, so CUDA contexts and driver faults stay out of this process."""
-    from ckptview.core.run.worker.devices import DeviceInfo
-
     result = drain(execute({"op": "devices"}, timeout, token))
     return [DeviceInfo.from_json(d) for d in result["devices"]]
 
 
-def inspect_inputs(path: str, timeout: float = 60.0, token: Cancellable | None = None,
-                   trusted: list[str] | None = None) -> list[InputSpec] | None:
-    """The input signature as ckptview reads it, for the Run tab: nothing is loaded by torch, nothing runs.
+def inspect_inputs(path: str) -> list[InputSpec] | None:
+    """The input signature as ckptview reads it, for the run panel: nothing is loaded by torch, nothing runs.
 
     A .pt2's user inputs come from its program JSON; TorchScript code declares no shapes: None (the run reads
-    them from the graph, after consent); a state dict: a guess from its first layer. No worker is started, so
-    `timeout`, `token` and `trusted` (kept for callers) change nothing."""
-    del timeout, token, trusted
+    them from the graph, after consent); a state dict: a guess from its first layer. No worker is started."""
     if is_url(path):
         return None  # not worth reading a remote file before the user asks for a run: the input shape is typed
-    from ckptview.core import open_checkpoint
     try:
         checkpoint = open_checkpoint(path)
     except CheckpointError:

@@ -32,9 +32,10 @@ from ckptview.core.run.json_checks import (
     get_str,
     get_strs,
 )
+from ckptview.core.units import figure, human_bytes, plural
 
-__all__ = ["MAX_ITEMS", "MAX_OUTPUTS", "MAX_TEXT", "CompareResult", "InputReport", "Latency", "LoadReport",
-           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun", "ProtocolError", "Record",
+__all__ = ["CompareResult", "InputReport", "Latency", "LoadReport",
+           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun", "Record",
            "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "result_json_text"]
 
 
@@ -409,6 +410,54 @@ class PartialRun(Record):
         tb = d.get("traceback")
         out.traceback = tb[:MAX_TEXT] if isinstance(tb, str) else None
         return out
+
+
+def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
+    """A run's result for a person, one fact a line: the one rendering of a `RunResult`, which the CLI
+    prints whole and the run panel shows above its table of outputs (`outputs=False`: the outputs and
+    their differences from the second checkpoint are the table's). Names come from the file: escape
+    each line before it is shown."""
+    load = result.load
+    lines = []
+    if result.architecture is not None:
+        arch = result.architecture
+        lines.append(f"architecture {arch['library']} {arch['class']} from {arch['source']}")
+    lines.append(f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
+                 f"{plural(load.tensors, 'tensor')}, {human_bytes(load.bytes_moved)}")
+    if load.cuda_allocated is not None:
+        lines.append(f"  CUDA allocated {human_bytes(load.cuda_allocated)}, reserved {human_bytes(load.cuda_reserved)}")
+    if load.tied:
+        lines.append(f"  tied ({len(load.tied)}): " + ", ".join(f"{k} -> {v}" for k, v in list(load.tied.items())[:10]))
+    for key, names in (("missing", load.missing), ("unexpected", load.unexpected), ("mismatched", load.mismatched)):
+        if names:
+            lines.append(f"  {key} ({len(names)}): {', '.join(names[:10])}" + (" ..." if len(names) > 10 else ""))
+    if load.stripped_prefixes:
+        lines.append(f"  stripped prefixes: {' '.join(load.stripped_prefixes)}")
+    for item in load.unplaced:
+        lines.append(f"  not placed: {item.name} ({item.reason})")
+    for inp in result.inputs:
+        lines.append(f"input {inp.name or ''} {inp.shape} {inp.dtype} ({inp.origin})")
+    for out in result.outputs if outputs else ():
+        s = out.stats
+        stats = "no values (meta)" if s is None else (
+            "mean {} std {} min {} max {}".format(*(figure(v, ".6g") for v in (s.mean, s.std, s.min, s.max)))
+            + (f" nan {s.nan}" if s.nan else "") + (f" inf {s.inf}" if s.inf else ""))
+        lines.append(f"output {out.name}: {out.shape} {out.dtype} on {out.device}: {stats}")
+    if result.next_tokens is not None:
+        top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
+        lines.append(f"next token after {result.next_tokens['prompt']!r}: {top}")
+    lat = result.latency_ms
+    lines.append(f"latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}, {lat.runs} runs "
+                 f"after {lat.warmup} warm-up)")
+    if result.peak_memory_bytes is not None:
+        lines.append(f"peak memory {human_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
+    if result.compare is not None:
+        if not outputs:
+            lines.append(f"compared with {result.compare.path}")
+        for d in result.compare.diff if outputs else ():
+            lines.append(f"vs {result.compare.path}: {d.name} max |diff| {figure(d.max_abs_diff, '.6g')}"
+                         f"{' (identical)' if d.equal else ''}")
+    return lines
 
 
 def finite_json(obj: Any) -> Any:

@@ -28,7 +28,11 @@ from typing import Any
 from ckptview.core.compare.diff import Sums
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.stats import TensorStats
-from ckptview.core.series.executor import TensorFigures
+from ckptview.core.read.bytes.files import folder_identities, is_url, open_regular
+from ckptview.core.read.bytes.remote.fs import RemoteFS, begin_session
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.series.model import TensorFigures
 
 VERSION = 2  # of the figures and of the schema: a new version starts a new database file
 EDGE_BYTES = 64 << 10
@@ -63,9 +67,7 @@ def default_path() -> str:
 
 def location(path: str) -> str:
     """The path as the cache knows it: a URL as shown, a local path resolved."""
-    from ckptview.core.read.bytes import files as cfiles
-
-    return path if cfiles.is_url(path) else os.path.realpath(path)
+    return path if is_url(path) else os.path.realpath(path)
 
 
 def stored_location(path: str) -> str:
@@ -76,22 +78,20 @@ def stored_location(path: str) -> str:
     return "url:" + hashlib.blake2b(loc.encode(), digest_size=20).hexdigest()
 
 
-def file_key(path: str, chunk_elems: int) -> str:
-    """The cache key of ``path`` as it is now (raises OSError/CheckpointError when it cannot be read)."""
-    from ckptview.core.read.bytes import files as cfiles
-
+def file_key(path: str, chunk_elems: int, remote: RemoteOptions = DEFAULT_REMOTE) -> str:
+    """The cache key of ``path`` as it is now (raises OSError/CheckpointError when it cannot be read; a
+    URL is asked with `remote`)."""
     parts: list[Any] = [VERSION, chunk_elems, location(path)]
-    if cfiles.is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        rf = remote.remote_file(path)
+    if is_url(path):  # asked through a session of its own: what the server says now
+        fs = RemoteFS(begin_session(path, remote))
+        rf = fs.file(path)
         if rf.is_dir:
-            parts.append(sorted(cfiles.listdir(path)))
+            parts.append(sorted(fs.listdir(path)))
         else:
             parts += [rf.size, rf.validator, _digest(rf.read(0, min(EDGE_BYTES, rf.size)),
                                                      rf.read(max(0, rf.size - EDGE_BYTES), min(EDGE_BYTES, rf.size)))]
     elif os.path.isdir(path):
-        files = cfiles.folder_identities(path)
+        files = folder_identities(path)
         parts.append([[os.path.basename(p), ident.ino, ident.size, ident.mtime_ns, _local_edges(p)]
                       for p, ident in sorted(files.items())])
     else:
@@ -103,8 +103,6 @@ def file_key(path: str, chunk_elems: int) -> str:
 
 
 def _local_edges(path: str) -> str:
-    from ckptview.core.read.bytes.files import open_regular
-
     with open_regular(path) as fh:  # never blocks on a FIFO swapped in after the stat
         head = fh.read(EDGE_BYTES)
         size = fh.seek(0, os.SEEK_END)

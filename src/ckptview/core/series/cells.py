@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ckptview.core.series.model import SeriesResult
+
+if TYPE_CHECKING:
+    import numpy as np
 
 VALUE, ABSENT, FIRST, UNCHANGED, NAN, INF, UNREADABLE, NO_RATIO, PENDING = range(9)
 KIND_NAMES = ("value", "absent", "first", "unchanged", "nan", "inf", "unreadable", "no_ratio", "pending")
@@ -40,6 +42,8 @@ class Cells:
 
 def cell_kinds(result: SeriesResult, done: int, floor: float) -> Cells:
     """Classify every cell of the checkpoints read so far (``done``); later columns are PENDING."""
+    import numpy as np
+
     rows = list(result.tensors.values())
     count = len(result.checkpoints)
     done = min(done, count)

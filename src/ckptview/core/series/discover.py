@@ -18,7 +18,13 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, Node
 from ckptview.core.errors import CheckpointError, NotACheckpointError
-from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.inspect.optimizer import scalar_value
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.fs import LOCAL, FileSystem, filesystem
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.context import Source
+from ckptview.core.read.formats import readers
 
 # Keys whose integer value is the training step / epoch, most specific first.
 STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_steps", "steps")
@@ -49,13 +55,14 @@ class Position:
 # Finding the checkpoints.
 
 
-def find_checkpoints(paths: list[str]) -> list[str]:
+def find_checkpoints(paths: list[str], remote: RemoteOptions = DEFAULT_REMOTE) -> list[str]:
     """The checkpoint paths named by ``paths`` (folders expanded, globs matched), without duplicates."""
     out: list[str] = []
     for raw in paths:
         raw = os.path.expanduser(str(raw))
-        if cfiles.is_url(raw):  # a URL: a remote run folder is listed like a local one
-            out += expand_folder(raw) if cfiles.isdir(raw) and not _is_checkpoint_folder(raw) else [raw]
+        if is_url(raw):  # a URL: a remote run folder is listed like a local one, through a session of its own
+            fs = filesystem(raw, options=remote)
+            out += expand_folder(raw, fs) if fs.isdir(raw) and not _is_checkpoint_folder(raw, fs) else [raw]
             continue
         if not os.path.exists(raw) and _GLOB_CHARS.search(raw):
             matches = sorted(glob.glob(raw))
@@ -79,51 +86,48 @@ def find_checkpoints(paths: list[str]) -> list[str]:
     return unique
 
 
-def expand_folder(folder: str) -> list[str]:
+def expand_folder(folder: str, fs: FileSystem = LOCAL) -> list[str]:
     """The checkpoints of a run folder; the folder itself when it is one checkpoint."""
     try:
-        names = sorted(n for n in cfiles.listdir(folder) if not n.startswith("."))
+        names = sorted(n for n in fs.listdir(folder) if not n.startswith("."))
     except OSError as exc:
         raise NotACheckpointError(f"cannot list folder {folder}: {exc.strerror or exc}") from None
-    entries = [cfiles.join(folder, n) for n in names]
-    patterned = [p for p in entries if _RUN_ENTRY.search(os.path.basename(p)) and _sniffs(p)]
+    entries = [fs.join(folder, n) for n in names]
+    patterned = [p for p in entries if _RUN_ENTRY.search(os.path.basename(p)) and _sniffs(p, fs)]
     if patterned:
         return sorted(patterned, key=natural_key)
-    if _is_checkpoint_folder(folder):
+    if _is_checkpoint_folder(folder, fs):
         return [folder]
-    found = [p for p in entries if _sniffs(p)]
+    found = [p for p in entries if _sniffs(p, fs)]
     if found:
         return sorted(found, key=natural_key)
     raise NotACheckpointError(f"not a training run: folder {folder} holds no checkpoint this tool reads")
 
 
-def _is_checkpoint_folder(folder: str) -> bool:
+def _is_checkpoint_folder(folder: str, fs: FileSystem = LOCAL) -> bool:
     """A folder that is one checkpoint: an HF index, a DCP .metadata, or HF's config/trainer state."""
     try:
-        names = set(cfiles.listdir(folder))
+        names = set(fs.listdir(folder))
     except (OSError, CheckpointError):
         return False
     if ".metadata" in names or TRAINER_STATE in names or any(n.endswith(".index.json") for n in names):
         return True
-    return "config.json" in names and _sniffs(folder)
+    return "config.json" in names and _sniffs(folder, fs)
 
 
-def _sniffs(path: str) -> bool:
+def _sniffs(path: str, fs: FileSystem) -> bool:
     """True when some reader recognises ``path`` (a file's first bytes, or a folder's content)."""
-    from ckptview.core.read.context import Source
-    from ckptview.core.read.formats import readers
-
     head = b""
     is_dir = False
     try:
-        if cfiles.isfile(path):
-            with cfiles.open_regular(path) as fh:
+        if fs.isfile(path):
+            with fs.open_regular(path) as fh:
                 head = fh.read(_HEAD_BYTES)
-        elif not (is_dir := cfiles.isdir(path)):
+        elif not (is_dir := fs.isdir(path)):
             return False
     except (OSError, CheckpointError):
         return True  # unreadable: let opening it say why
-    source = Source(path, head, is_dir)
+    source = Source(path, head, is_dir, fs=fs)
     for reader in readers():
         try:
             if reader.sniff(source):
@@ -144,8 +148,9 @@ def natural_key(path: str) -> tuple[Any, ...]:
 # Step and epoch.
 
 
-def find_position(ckpt: Checkpoint, path: str) -> Position:
-    """Step and epoch of one checkpoint: from the file, a trainer_state.json, or the name."""
+def find_position(ckpt: Checkpoint, path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Position:
+    """Step and epoch of one checkpoint: from the file, a trainer_state.json (a URL's read with `remote`),
+    or the name."""
     pos = Position()
     step = _from_file(ckpt.root, STEP_KEYS)
     if step is not None:
@@ -154,9 +159,9 @@ def find_position(ckpt: Checkpoint, path: str) -> Position:
     if epoch is not None:
         pos.epoch, pos.epoch_source = epoch[1], _source(epoch[0])
     if pos.step is None or pos.epoch is None:
-        _from_trainer_state(path, pos)
+        _from_trainer_state(path, pos, remote)
     if pos.step is None or pos.epoch is None:
-        _from_name(path, pos)
+        position_from_name(path, pos)
     return pos
 
 
@@ -194,8 +199,6 @@ def _number(node: Node) -> int | float | None:
     if node.kind == "value":
         value = node.value
     elif node.kind == "tensor" and node.tensor is not None and node.tensor.numel == 1:
-        from ckptview.core.inspect.optimizer import scalar_value
-
         value = scalar_value(node.tensor)
     return _whole(value)
 
@@ -210,13 +213,14 @@ def _whole(value: Any) -> int | float | None:
     return value if value >= 0 else None
 
 
-def _from_trainer_state(path: str, pos: Position) -> None:
-    folder = path if cfiles.isdir(path) else cfiles.dirname(path)
-    state_file = cfiles.join(folder, TRAINER_STATE)
+def _from_trainer_state(path: str, pos: Position, remote: RemoteOptions) -> None:
+    fs = filesystem(path, options=remote)
+    folder = path if fs.isdir(path) else fs.dirname(path)
+    state_file = fs.join(folder, TRAINER_STATE)
     try:
-        if not cfiles.isfile(state_file) or cfiles.getsize(state_file) > MAX_TRAINER_STATE_BYTES:
+        if not fs.isfile(state_file) or fs.getsize(state_file) > MAX_TRAINER_STATE_BYTES:
             return
-        with cfiles.open_regular(state_file) as fh:
+        with fs.open_regular(state_file) as fh:
             state = json.loads(fh.read(MAX_TRAINER_STATE_BYTES + 1).decode("utf-8"))
     except (OSError, ValueError, CheckpointError):
         return  # a broken trainer state is just not a source of steps
@@ -230,7 +234,7 @@ def _from_trainer_state(path: str, pos: Position) -> None:
         pos.epoch, pos.epoch_source = epoch, TRAINER_STATE
 
 
-def _from_name(path: str, pos: Position) -> None:
+def position_from_name(path: str, pos: Position) -> None:
     norm = os.path.normpath(os.path.abspath(path))
     # The file's own name first, then its folder's (checkpoint-500/model.safetensors).
     for name in (os.path.basename(norm), os.path.basename(os.path.dirname(norm))):

@@ -23,15 +23,23 @@ import os
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.compare.diff import Sums, compare_arrays
-from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
-from ckptview.core.figures.stats import Summary, TensorStats, iter_summary
-from ckptview.core.jobs import CancelToken
+from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError, TensorDataError
+from ckptview.core.figures.spectral import iter_spectrum, matrix_of
+from ckptview.core.figures.stats import Summary, iter_summary
+from ckptview.core.jobs import CancelToken, drain
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.values.reading import iter_chunks
+from ckptview.core.series import timeline as series
+from ckptview.core.series.cache import file_key
+from ckptview.core.series.model import TensorFigures
+
+if TYPE_CHECKING:
+    import numpy as np
 
 TaskResult = list["CheckpointFigures"]
 Submit = Callable[["ChainTask"], Any]
@@ -46,19 +54,7 @@ class ChainTask:
     chunk_elems: int
     first_is_previous: bool = False  # paths[0] is only there as the "previous" side of paths[1]
     spectral: bool = False  # also the alpha and stable rank of each 2-D weight (spectral.matrix_of)
-
-
-@dataclass
-class TensorFigures:
-    """One tensor in one checkpoint: its statistics (or why not), and the sums of its update from the
-    previous checkpoint of the chain (None when there is no comparable previous tensor)."""
-
-    stats: TensorStats | None = None
-    error: str | None = None
-    sums: Sums | None = None
-    alpha: float | None = None  # with ChainTask.spectral: of a 2-D weight whose spectrum could be fitted
-    stable_rank: float | None = None
-    spectral: bool = False  # its spectrum was looked at (a cache entry without it is read again)
+    remote: RemoteOptions = DEFAULT_REMOTE  # how URLs are read (travels with the task to its worker)
 
 
 @dataclass
@@ -96,13 +92,9 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
     Checkpoints are opened, named and checked as :func:`ckptview.core.series.timeline.iter_series` does
     (its ``open_checkpoint``, ``series_entries``, messages and changed-on-disk check): one checkpoint that
     fails to open, or changes while it is read, is that checkpoint's error; the others are still read."""
-    from ckptview.core.series import timeline as series
-
     if key_of is None:
-        from ckptview.core.series.cache import file_key
-
         def key_of(path: str) -> str | None:
-            return file_key(path, task.chunk_elems)
+            return file_key(path, task.chunk_elems, task.remote)
 
     out = [CheckpointFigures(p) for p in task.paths]
     opened: list[Checkpoint | None] = []
@@ -112,7 +104,7 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
             fig.key_before = _safe_key(key_of, fig.path)
             ckpt: Checkpoint | None = None
             try:
-                ckpt = series.open_checkpoint(fig.path)
+                ckpt = series.open_checkpoint(fig.path, task.remote)
                 infos.append(_by_name(ckpt))
             except Cancelled:
                 if ckpt is not None:
@@ -122,7 +114,7 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
                 if ckpt is not None:
                     ckpt.close()
                     ckpt = None
-                fig.error = series._message(exc)
+                fig.error = series.error_message(exc)
                 infos.append({})
             opened.append(ckpt)
         names: list[str] = list(task.names) if task.names is not None else _union(infos)
@@ -134,7 +126,7 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
             yield from _measure_spectra(names, infos[skip:], out[skip:], token)
         for fig, ckpt in zip(out, opened, strict=True):
             if ckpt is not None and fig.changed is None:
-                fig.changed = series._check_unchanged(ckpt, fig.path)
+                fig.changed = series.check_unchanged(ckpt, fig.path)
     finally:
         for ckpt in opened:
             if ckpt is not None:
@@ -142,7 +134,7 @@ def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,
     for fig in out:
         fig.key_after = _safe_key(key_of, fig.path)
         if fig.changed is None and fig.error is None and fig.key_after != fig.key_before:
-            fig.changed = series._changed_message("rewritten")
+            fig.changed = series.changed_message("rewritten")
         if fig.changed is not None:
             fig.tensors = {}  # not the file that was opened: none of its figures is kept
     if task.first_is_previous and out:
@@ -166,18 +158,10 @@ def _union(infos: list[dict[str, TensorInfo]]) -> list[str]:
 
 
 def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
-    from ckptview.core.series.timeline import series_entries
-
     out: dict[str, TensorInfo] = {}
-    for name, info, _ in series_entries(ckpt):
+    for name, info, _ in series.series_entries(ckpt):
         out.setdefault(name, info)  # the first, if a name repeats (as Checkpoint.tensor)
     return out
-
-
-def _message(exc: BaseException) -> str:
-    from ckptview.core.series.timeline import _message as series_message
-
-    return series_message(exc)
 
 
 def _measure_all(names: Iterable[str], infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
@@ -192,8 +176,6 @@ class _Lane:
     """One checkpoint's copy of a tensor: fixed-size pieces in, a streamed Summary out."""
 
     def __init__(self, info: TensorInfo, chunk_elems: int, block: int, token: CancelToken | None) -> None:
-        from ckptview.core.read.values.reading import iter_chunks
-
         self.info = info
         self.shape = tuple(info.shape)
         self.error: str | None = None
@@ -217,7 +199,7 @@ class _Lane:
         try:
             piece = next(self._pieces, None)
         except (CheckpointError, OSError, ValueError) as exc:
-            self.error, self.done = _message(exc), True
+            self.error, self.done = series.error_message(exc), True
             self.changed = isinstance(exc, FileChangedError)
             return None
         if piece is None:
@@ -242,6 +224,8 @@ class _Lane:
 
 def _recut(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
     """The values of ``chunks`` as 1-D pieces of exactly ``size`` elements (the last may be shorter)."""
+    import numpy as np
+
     held: list[np.ndarray] = []
     count = 0
     for chunk in chunks:
@@ -261,6 +245,8 @@ def _recut(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
 
 def _take(held: list[np.ndarray]) -> np.ndarray:
     """The parts in ``held`` as one array; ``held`` is left empty."""
+    import numpy as np
+
     piece = held[0] if len(held) == 1 else np.concatenate(held)
     held.clear()
     return piece
@@ -278,7 +264,7 @@ def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[Che
         try:
             lanes.append(_Lane(info, chunk_elems, block, token))
         except (CheckpointError, OSError, ValueError) as exc:
-            out[i].tensors[name] = TensorFigures(error=_message(exc))
+            out[i].tensors[name] = TensorFigures(error=series.error_message(exc))
             lanes.append(None)
     paired = [i > 0 and lanes[i] is not None and lanes[i - 1] is not None
               and lanes[i].shape == lanes[i - 1].shape for i, _ in enumerate(lanes)]  # type: ignore[union-attr]
@@ -317,9 +303,7 @@ def _measure_spectra(names: list[str], infos: list[dict[str, TensorInfo]], out: 
     """The alpha and stable rank of every 2-D weight read without error (``spectral.spectrum`` of the
     tensor alone: the same numbers whichever executor runs the task). A spectrum that cannot be computed
     (NaN values, a matrix too large) leaves both None; the tensor's own figures say what is wrong."""
-    from ckptview.core.errors import TensorDataError
-    from ckptview.core.figures.spectral import iter_spectrum, matrix_of
-    from ckptview.core.jobs import drain
+    import numpy as np
 
     for fig, by_name in zip(out, infos, strict=True):
         if fig.error is not None or fig.changed is not None:
@@ -347,7 +331,8 @@ MIN_BLOCK = 1 << 14  # elements per read of a lane (64 KiB of float32)
 
 
 def plan_tasks(chains: list[list[str]], first_is_previous: list[bool], names: list[tuple[str, int]],
-               workers: int, chunk_elems: int, spectral: bool = False) -> list[tuple[int, int, ChainTask]]:
+               workers: int, chunk_elems: int, spectral: bool = False,
+               remote: RemoteOptions = DEFAULT_REMOTE) -> list[tuple[int, int, ChainTask]]:
     """Tasks for ``chains`` (runs of consecutive checkpoints still to measure) on ``workers`` workers.
 
     ``names`` are the run's tensors with their sizes in bytes. A long chain is cut into segments of at
@@ -368,7 +353,7 @@ def plan_tasks(chains: list[list[str]], first_is_previous: list[bool], names: li
             offset = start - 1 if prev else start
             for group in groups:
                 tasks.append((c, offset, ChainTask(tuple(chain[offset:stop]), group, chunk_elems,
-                                                   prev or first_prev and start == 0, spectral)))
+                                                   prev or first_prev and start == 0, spectral, remote)))
     return tasks
 
 

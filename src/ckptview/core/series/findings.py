@@ -1,4 +1,4 @@
-"""Per-module figures and the findings of a run: first NaN/Inf, stalls, explosions, tensors that come and go,
+"""The findings of a run: first NaN/Inf, stalls, explosions, tensors that come and go,
 checkpoints that could not be read or reference unsafe globals; with spectra, weights whose power-law alpha
 leaves [2, 6].
 
@@ -9,76 +9,15 @@ design, and 1 -> 12 is training, not an explosion.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
 from typing import Any
 
-from ckptview.core import dtypes
-from ckptview.core.compare.sections import STEP_KEYS
-from ckptview.core.series.model import Finding, ModuleSeries, SeriesResult, TensorSeries
-
-
-def is_counter(s: TensorSeries) -> bool:
-    """True for what counts rather than learns: a tensor not floating-point, or a one-element step counter."""
-    dtype = s.dtype
-    if dtype is not None and not (dtypes.is_floating(dtype) or dtypes.is_complex(dtype)):
-        return True
-    shape = s.shape
-    return shape is not None and math.prod(shape) == 1 and s.name.rsplit(".", 1)[-1] in STEP_KEYS
-
-
-def module_names(names: Iterable[str]) -> dict[str, list[str]]:
-    """Every dotted prefix of the tensor names ('model', 'model.fc') -> the tensors under it, in order."""
-    out: dict[str, list[str]] = {}
-    for name in names:
-        parts = name.split(".")
-        for depth in range(1, len(parts)):
-            out.setdefault(".".join(parts[:depth]), []).append(name)
-    return out
-
-
-def module_series(result: SeriesResult, only: Iterable[str] | None = None) -> list[ModuleSeries]:
-    """The figures of every module (dotted prefix; just those in ``only`` when given), its floating-point
-    tensors other than step counters taken together."""
-    from ckptview.core.figures.stats import merge_stats
-
-    count = len(result.checkpoints)
-    wanted = set(only) if only is not None else None
-    out = []
-    for module, members in module_names(result.tensors).items():
-        if wanted is not None and module not in wanted:
-            continue
-        # Over what learns: a step counter (1 -> 50) would outweigh a BatchNorm's four weights.
-        series = [s for n in members if not is_counter(s := result.tensors[n])]
-        columns: list[list[Any]] = [[None] * count for _ in range(8)]
-        m = ModuleSeries(module, members, *columns)
-        for t in range(count):
-            parts = [st for s in series if (st := s.stats[t]) is not None]
-            if parts:
-                merged = merge_stats(parts)
-                m.norm[t], m.mean[t], m.std[t] = merged.l2, merged.mean, merged.std
-                m.abs_max[t] = merged.abs_max
-                m.nan[t], m.inf[t] = merged.nan, merged.posinf + merged.neginf
-            compared = [s for s in series if s.sq_change[t] is not None]
-            if compared:
-                # The change, its count and the previous stats are set together (series._record);
-                # previous stats missing count as a zero norm there, and so here.
-                dd = sum(s.sq_change[t] or 0.0 for s in compared)
-                aa = sum(prev.l2 ** 2 for s in compared if (prev := s.stats[t - 1]) is not None)
-                ratio = math.sqrt(dd) / math.sqrt(aa) if aa > 0 else (0.0 if dd == 0 else None)
-                m.update_ratio[t] = ratio if ratio is None or math.isfinite(ratio) else None
-                numel = sum(s.compared[t] or 0 for s in compared)
-                m.frac_changed[t] = sum(s.changed[t] or 0 for s in compared) / numel if numel else 0.0
-        out.append(m)
-    return out
+from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
+from ckptview.core.series.model import Finding, SeriesResult, TensorSeries, is_counter
+from ckptview.core.units import figure
 
 
 def _shape_text(shape: tuple[int, ...] | None) -> str:
     return "[" + ", ".join(map(str, shape or ())) + "]"
-
-
-def _num(x: float) -> str:
-    return f"{x:.4g}"
 
 
 def find_findings(result: SeriesResult) -> list[Finding]:
@@ -130,14 +69,14 @@ def find_findings(result: SeriesResult) -> list[Finding]:
             before = s.stats[t - 1] if neighbour and not counter else None
             if before is not None and before.l2 > 0 and st.l2 > result.explode_factor * before.l2:
                 add("explosion", order, name, t,
-                    f"norm {_num(before.l2)} -> {_num(st.l2)} (x{_num(st.l2 / before.l2)}, "
-                    f"factor {_num(result.explode_factor)})")
+                    f"norm {figure(before.l2)} -> {figure(st.l2)} (x{figure(st.l2 / before.l2)}, "
+                    f"factor {figure(result.explode_factor)})")
         stall = None if counter else _stall_start(s, done, result.stall_threshold)
         if stall is not None:
             last = s.update_ratio[done - 1]
             if result.stall_threshold > 0:
-                detail = (f"update ratio below {_num(result.stall_threshold)} from here on "
-                          f"({done - stall} of {done} checkpoints; last {_num(last or 0.0)})")
+                detail = (f"update ratio below {figure(result.stall_threshold)} from here on "
+                          f"({done - stall} of {done} checkpoints; last {figure(last or 0.0)})")
             else:
                 detail = f"no change from here on ({done - stall} of {done} checkpoints)"
             add("stalled", order, name, stall, detail)
@@ -151,8 +90,6 @@ def find_findings(result: SeriesResult) -> list[Finding]:
 def _alpha_exits(s: TensorSeries, done: int, refs: list[Any]) -> list[tuple[int, str]]:
     """Where a weight's alpha first falls below 2, and where it first rises above 6 (WeightWatcher's
     well-trained range): each at most once per tensor, over the checkpoints read."""
-    from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
-
     out: list[tuple[int, str]] = []
     below = above = False
     for t, alpha in enumerate(s.spectral("alpha")[:done]):

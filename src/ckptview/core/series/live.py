@@ -21,11 +21,12 @@ from ckptview.core.compare.diff import Sums
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.stats import Summary
 from ckptview.core.jobs import CancelToken, drain
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cache import SeriesCache, file_key, location
 from ckptview.core.series.discover import Position, choose_order, find_checkpoints, find_position
 from ckptview.core.series.executor import (
     LocalPool,
-    TensorFigures,
     cluster_threads,
     connect,
     default_workers,
@@ -33,17 +34,26 @@ from ckptview.core.series.executor import (
     run_tasks,
 )
 from ckptview.core.series.findings import find_findings
-from ckptview.core.series.model import CheckpointRef, SeriesProgress, SeriesResult, TensorSeries
+from ckptview.core.series.model import (
+    CheckpointRef,
+    SeriesProgress,
+    SeriesResult,
+    TensorFigures,
+    TensorSeries,
+)
 from ckptview.core.series.timeline import (
     SERIES_CHUNK_ELEMS,
-    _changed_message,
-    _Measure,
-    _merge_names,
-    _message,
-    _record,
-    _sort_key,
+    Measure,
+    changed_message,
+    error_message,
+    merge_names,
+    name_position,
     none_readable,
+    open_checkpoint,
+    plan_series,
+    record_figures,
     series_entries,
+    sort_key,
 )
 
 Row = tuple[str, tuple[int, ...], str, str | None]  # name, shape, dtype, parameter (optimizer state)
@@ -70,8 +80,10 @@ class LiveRun:
 
     def __init__(self, paths: list[str], *, cache: SeriesCache | None = None, workers: int | None = None,
                  scheduler: Any = None, chunk_elems: int = SERIES_CHUNK_ELEMS, stall_threshold: float = 0.0,
-                 explode_factor: float = 10.0, spectral: bool = False) -> None:
+                 explode_factor: float = 10.0, spectral: bool = False,
+                 remote: RemoteOptions = DEFAULT_REMOTE) -> None:
         self.paths = list(paths)
+        self.remote = remote  # how its URLs are listed and read (the command line's --download, ...)
         self.spectral = spectral  # also each 2-D weight's alpha and stable rank (series --spectral)
         self.cache = cache
         self.workers = workers if workers is not None else default_workers()
@@ -133,7 +145,7 @@ class LiveRun:
 
     def discover(self) -> None:
         """Find the checkpoints named by the run's paths (folders expanded, globs matched)."""
-        self.set_present(find_checkpoints(self.paths))
+        self.set_present(find_checkpoints(self.paths, self.remote))
 
     # --- measuring --------------------------------------------------------------------------------
     def update(self, token: CancelToken | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
@@ -153,7 +165,7 @@ class LiveRun:
             raise none_readable(refs)
         order_by = choose_order([e.ref.position for e in readable])  # type: ignore[union-attr]
         ordered = sorted((e for e in self.entries.values() if e.ref is not None),
-                         key=lambda e: _sort_key(e.ref, order_by))  # type: ignore[arg-type]
+                         key=lambda e: sort_key(e.ref, order_by))  # type: ignore[arg-type]
         self._order = ordered
         yield from self._measure(ordered, token)
         result = self._assemble(ordered, order_by)
@@ -167,9 +179,9 @@ class LiveRun:
                                                                        "device is never opened)"), []
             return
         try:
-            key = file_key(path, self.chunk_elems)
+            key = file_key(path, self.chunk_elems, self.remote)
         except (CheckpointError, OSError) as exc:
-            entry.key, entry.ref, entry.rows = None, _error_ref(path, _message(exc)), []
+            entry.key, entry.ref, entry.rows = None, _error_ref(path, error_message(exc)), []
             return
         if key == entry.key and entry.ref is not None:
             return
@@ -180,7 +192,7 @@ class LiveRun:
             if loaded is not None:
                 entry.ref, entry.rows = loaded
                 return
-        entry.ref, entry.rows = _open_meta(path)
+        entry.ref, entry.rows = _open_meta(path, self.remote)
         if self.cache is not None and entry.ref.error is None:
             self.cache.put_meta(key, path, _to_meta(entry.ref, entry.rows))
 
@@ -236,7 +248,7 @@ class LiveRun:
             workers = 1  # starting worker processes costs more than reading a small run here
         planned = plan_tasks([[ordered[t].path for t in c] for c in chains], first_prev, list(sizes.items()),
                              1 if client is None and workers <= 1 else max(workers, 2), self.chunk_elems,
-                             self.spectral)
+                             self.spectral, self.remote)
         tasks = [task for _, _, task in planned]
         task_chain = [chains[c][offset:offset + len(task.paths)] for c, offset, task in planned]
         shares = {id(task): sum(1 for _, _, other in planned if other.paths == task.paths) for task in tasks}
@@ -258,7 +270,7 @@ class LiveRun:
                 changed = fig.changed
                 if changed is None and fig.error is None and (fig.key_before != entry.key
                                                               or fig.key_after != entry.key):
-                    changed = _changed_message("rewritten")  # since it was planned
+                    changed = changed_message("rewritten")  # since it was planned
                 error = fig.error or changed
                 if changed is not None and fig.error is None:
                     self.retry.add(location(entry.path))
@@ -305,7 +317,7 @@ class LiveRun:
         count = len(ordered)
         tensors: dict[str, TensorSeries] = {}
         for t, e in enumerate(ordered):
-            tensors = _merge_names(tensors, [name for name, _, _, _ in e.rows], count)
+            tensors = merge_names(tensors, [name for name, _, _, _ in e.rows], count)
             if e.ref is not None and e.ref.error is not None:
                 continue  # unreadable, or changed while read: its names kept, no shapes (as iter_series)
             for name, shape, dtype, param in e.rows:
@@ -323,8 +335,8 @@ class LiveRun:
                 sums = e.pair.get(name) if e.pair is not None and e.pair_prev is not None else None
                 if sums is not None and (t == 0 or series.stats[t - 1] is None):
                     sums = None
-                measure = _Measure(Summary(tf.stats) if tf.stats is not None else None, sums, tf.error)
-                _record(series, t, measure)
+                measure = Measure(Summary(tf.stats) if tf.stats is not None else None, sums, tf.error)
+                record_figures(series, t, measure)
                 if self.spectral:
                     series.set_spectral(t, tf.alpha, tf.stable_rank)
         result.done = count
@@ -377,18 +389,18 @@ def checkpoint_event(result: SeriesResult, t: int, gone: bool = False) -> dict[s
             continue
         st = s.stats[t]
         fig: dict[str, Any] = {
-            "norm": _num(st.l2) if st is not None else None,
-            "mean": _num(st.mean) if st is not None else None,
-            "std": _num(st.std) if st is not None else None,
-            "abs_max": _num(st.abs_max) if st is not None else None,
+            "norm": _finite_or_none(st.l2) if st is not None else None,
+            "mean": _finite_or_none(st.mean) if st is not None else None,
+            "std": _finite_or_none(st.std) if st is not None else None,
+            "abs_max": _finite_or_none(st.abs_max) if st is not None else None,
             "nan": st.nan if st is not None else None,
             "inf": st.posinf + st.neginf if st is not None else None,
-            "update_ratio": _num(s.update_ratio[t]),
-            "frac_changed": _num(s.frac_changed[t]),
+            "update_ratio": _finite_or_none(s.update_ratio[t]),
+            "frac_changed": _finite_or_none(s.frac_changed[t]),
         }
         if result.spectral:
-            fig["alpha"] = _num(s.spectral("alpha")[t])
-            fig["stable_rank"] = _num(s.spectral("stable_rank")[t])
+            fig["alpha"] = _finite_or_none(s.spectral("alpha")[t])
+            fig["stable_rank"] = _finite_or_none(s.spectral("stable_rank")[t])
         if s.errors[t]:
             fig["error"] = s.errors[t]
         tensors[name] = fig
@@ -400,46 +412,40 @@ def _nbytes(entry: Entry) -> int:
     return entry.ref.nbytes if entry.ref is not None else 0
 
 
-def _num(v: Any) -> Any:
+def _finite_or_none(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
 
 
 def _error_ref(path: str, error: str) -> CheckpointRef:
-    from ckptview.core.series.timeline import _name_position
-
-    return CheckpointRef(path, _name_position(path), error=error)
+    return CheckpointRef(path, name_position(path), error=error)
 
 
-def _open_meta(path: str) -> tuple[CheckpointRef, list[Row]]:
+def _open_meta(path: str, remote: RemoteOptions) -> tuple[CheckpointRef, list[Row]]:
     """A checkpoint's planning facts, as plan_series records them (whatever it keeps of a checkpoint)."""
-    from ckptview.core.series.timeline import plan_series
-
     try:
-        planned = plan_series([path])
+        planned = plan_series([path], remote=remote)
     except (CheckpointError, OSError) as exc:
-        message, prefix = _message(exc), f"{path}: "
+        message, prefix = error_message(exc), f"{path}: "
         return _error_ref(path, message[len(prefix):] if message.startswith(prefix) else message), []
     if len(planned.checkpoints) != 1:  # a checkpoint folder that, named alone, reads as a run
-        return _open_one(path)
+        return _open_one(path, remote)
     rows = [(name, s.shapes[0], s.dtypes[0] or "", s.param) for name, s in planned.tensors.items()
             if s.shapes[0] is not None]
     return planned.checkpoints[0], rows
 
 
-def _open_one(path: str) -> tuple[CheckpointRef, list[Row]]:
-    from ckptview.core.read.open import open_checkpoint
-
+def _open_one(path: str, remote: RemoteOptions) -> tuple[CheckpointRef, list[Row]]:
     try:
-        ckpt = open_checkpoint(path)
+        ckpt = open_checkpoint(path, remote)
     except Cancelled:
         raise
     except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
-        return _error_ref(path, _message(exc)), []
+        return _error_ref(path, error_message(exc)), []
     try:
         tensors = series_entries(ckpt)
-        ref = CheckpointRef(path, find_position(ckpt, path), ckpt.format, sum(info.nbytes for _, info, _ in tensors),
+        ref = CheckpointRef(path, find_position(ckpt, path, remote), ckpt.format, sum(info.nbytes for _, info, _ in tensors),
                             unsafe_globals=list(ckpt.unsafe_globals))
         return ref, [(name, tuple(info.shape), info.dtype, param) for name, info, param in tensors]
     finally:

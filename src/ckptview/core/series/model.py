@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptview.core.figures.stats import TensorStats
+from ckptview.core import dtypes
+from ckptview.core.compare.diff import Sums
+from ckptview.core.compare.sections import STEP_KEYS
+from ckptview.core.figures.stats import TensorStats, merge_stats
 from ckptview.core.jobs import Progress
 from ckptview.core.series.discover import Position
 
 FIGURES = ("norm", "mean", "std", "abs_max", "nan", "inf", "update_ratio", "frac_changed")
 SPECTRAL_FIGURES = ("alpha", "stable_rank")  # with --spectral: of 2-D weights (spectral.matrix_of)
+
+
+@dataclass
+class TensorFigures:
+    """One tensor in one checkpoint: its statistics (or why not), and the sums of its update from the
+    previous checkpoint of the chain (None when there is no comparable previous tensor)."""
+
+    stats: TensorStats | None = None
+    error: str | None = None
+    sums: Sums | None = None
+    alpha: float | None = None  # with ChainTask.spectral: of a 2-D weight whose spectrum could be fitted
+    stable_rank: float | None = None
+    spectral: bool = False  # its spectrum was looked at (a cache entry without it is read again)
 
 
 @dataclass
@@ -207,7 +224,7 @@ class SeriesResult:
             "checkpoints": [r.to_json() for r in self.checkpoints],
             "order": {"by": self.order_by, "sources": self.order_sources},
             "tensors": [t.to_json(self.spectral) for t in self.tensors.values()],
-            "modules": [m.to_json() for m in _module_series(self)],
+            "modules": [m.to_json() for m in module_series(self)],
             "findings": [f.to_json(self.checkpoints) for f in self.findings],
             "thresholds": {"stall_threshold": self.stall_threshold, "explode_factor": self.explode_factor},
         }
@@ -220,10 +237,59 @@ class SeriesProgress(Progress):
     checkpoint: int = -1
 
 
-def _module_series(result: SeriesResult) -> list[ModuleSeries]:
-    from ckptview.core.series.findings import module_series
+# Per-module figures: a module's floating-point tensors other than step counters, taken together.
 
-    return module_series(result)
+def is_counter(s: TensorSeries) -> bool:
+    """True for what counts rather than learns: a tensor not floating-point, or a one-element step counter."""
+    dtype = s.dtype
+    if dtype is not None and not (dtypes.is_floating(dtype) or dtypes.is_complex(dtype)):
+        return True
+    shape = s.shape
+    return shape is not None and math.prod(shape) == 1 and s.name.rsplit(".", 1)[-1] in STEP_KEYS
+
+
+def module_names(names: Iterable[str]) -> dict[str, list[str]]:
+    """Every dotted prefix of the tensor names ('model', 'model.fc') -> the tensors under it, in order."""
+    out: dict[str, list[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        for depth in range(1, len(parts)):
+            out.setdefault(".".join(parts[:depth]), []).append(name)
+    return out
+
+
+def module_series(result: SeriesResult, only: Iterable[str] | None = None) -> list[ModuleSeries]:
+    """The figures of every module (dotted prefix; just those in ``only`` when given), its floating-point
+    tensors other than step counters taken together."""
+    count = len(result.checkpoints)
+    wanted = set(only) if only is not None else None
+    out = []
+    for module, members in module_names(result.tensors).items():
+        if wanted is not None and module not in wanted:
+            continue
+        # Over what learns: a step counter (1 -> 50) would outweigh a BatchNorm's four weights.
+        series = [s for n in members if not is_counter(s := result.tensors[n])]
+        columns: list[list[Any]] = [[None] * count for _ in range(8)]
+        m = ModuleSeries(module, members, *columns)
+        for t in range(count):
+            parts = [st for s in series if (st := s.stats[t]) is not None]
+            if parts:
+                merged = merge_stats(parts)
+                m.norm[t], m.mean[t], m.std[t] = merged.l2, merged.mean, merged.std
+                m.abs_max[t] = merged.abs_max
+                m.nan[t], m.inf[t] = merged.nan, merged.posinf + merged.neginf
+            compared = [s for s in series if s.sq_change[t] is not None]
+            if compared:
+                # The change, its count and the previous stats are set together (timeline.record_figures);
+                # previous stats missing count as a zero norm there, and so here.
+                dd = sum(s.sq_change[t] or 0.0 for s in compared)
+                aa = sum(prev.l2 ** 2 for s in compared if (prev := s.stats[t - 1]) is not None)
+                ratio = math.sqrt(dd) / math.sqrt(aa) if aa > 0 else (0.0 if dd == 0 else None)
+                m.update_ratio[t] = ratio if ratio is None or math.isfinite(ratio) else None
+                numel = sum(s.compared[t] or 0 for s in compared)
+                m.frac_changed[t] = sum(s.changed[t] or 0 for s in compared) / numel if numel else 0.0
+        out.append(m)
+    return out
 
 
 def _stat(s: TensorStats, key: str) -> Any:

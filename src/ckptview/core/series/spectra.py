@@ -1,4 +1,4 @@
-"""Weight spectra of chosen tensors over a run's checkpoints, on demand (the run tab's Spectral lines; Qt-free).
+"""Weight spectra of chosen tensors over a run's checkpoints, on demand (the series tab's Spectral lines; Qt-free).
 
 ``series --spectral`` fits every 2-D weight in the per-checkpoint task
 (:mod:`ckptview.core.series.executor`); the window fits only the tensors it draws, one checkpoint
@@ -16,6 +16,9 @@ from ckptview.core import dtypes
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.spectral import MAX_NDIM, MIN_DIM, iter_spectrum, matrix_of
 from ckptview.core.jobs import CancelToken, Progress, drain
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.series.timeline import open_checkpoint, series_entries
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint, TensorInfo
@@ -35,15 +38,14 @@ def is_matrix(shape: tuple[int, ...] | None, dtype: str | None) -> bool:
     return min(shape[0], math.prod(shape[1:])) >= MIN_DIM
 
 
-def iter_spectra(wanted: list[tuple[str, str]], holdings: Holdings | None = None,
-                 token: CancelToken | None = None) -> Generator[Progress, None, dict[tuple[str, str], Figures]]:
+def iter_spectra(wanted: list[tuple[str, str]], holdings: Holdings | None = None, token: CancelToken | None = None,
+                 remote: RemoteOptions = DEFAULT_REMOTE) -> Generator[Progress, None, dict[tuple[str, str], Figures]]:
     """(alpha, stable rank) of each (checkpoint path, tensor name) in ``wanted``; (None, None) where the
     tensor is absent, not a matrix, or its spectrum cannot be computed (the run's findings say why).
 
-    With `holdings` (the run tab's), checkpoints are the run's own opens and each spectrum is asked of its
-    checkpoint's Analysis (computed once, shared with a tab showing that file)."""
-    from ckptview.core.series.timeline import open_checkpoint, series_entries
-
+    With `holdings` (the series tab's), checkpoints are the run's own opens and each spectrum is asked of its
+    checkpoint's Analysis (computed once, shared with a tab showing that file); without, URLs are read
+    with `remote`."""
     by_path: dict[str, list[str]] = {}
     for path, name in wanted:
         by_path.setdefault(path, []).append(name)
@@ -59,7 +61,7 @@ def iter_spectra(wanted: list[tuple[str, str]], holdings: Holdings | None = None
                 ckpt: Checkpoint = lease.checkpoint
                 analysis = lease.analysis
             else:
-                ckpt = open_checkpoint(path)
+                ckpt = open_checkpoint(path, remote)
         except Cancelled:
             raise
         except (CheckpointError, OSError, ValueError):

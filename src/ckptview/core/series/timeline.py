@@ -25,54 +25,57 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ckptview.core.checkpoint import Checkpoint, TensorInfo, join_path
 from ckptview.core.compare.diff import Sums, compare_arrays, paired_chunks
 from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
 from ckptview.core.figures.stats import Summary, iter_summary
+from ckptview.core.inspect.optimizer import find_optimizers
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.series.discover import Position, choose_order, find_checkpoints, find_position, order_key
-from ckptview.core.series.findings import find_findings, module_names, module_series
+from ckptview.core.read import open as opening
+from ckptview.core.read.bytes.files import ReadAhead
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.context import ReaderContext
+from ckptview.core.read.values.reading import iter_chunks
+from ckptview.core.series.discover import (
+    Position,
+    choose_order,
+    find_checkpoints,
+    find_position,
+    order_key,
+    position_from_name,
+)
+from ckptview.core.series.findings import find_findings
 from ckptview.core.series.model import (
-    FIGURES,
     CheckpointRef,
-    Finding,
-    ModuleSeries,
     SeriesProgress,
     SeriesResult,
     TensorSeries,
 )
 
 if TYPE_CHECKING:
-    from ckptview.core.read.bytes.files import ReadAhead
+    import numpy as np
+
     from ckptview.core.session.workspace import Holdings
 
 SERIES_CHUNK_ELEMS = 1 << 20
-__all__ = [
-    "FIGURES", "SERIES_CHUNK_ELEMS", "CheckpointRef", "Finding", "ModuleSeries", "SeriesProgress", "SeriesResult",
-    "TensorSeries", "find_findings", "iter_series", "model_tensors", "module_names", "module_series", "none_readable",
-    "plan_series",
-    "run_series", "series_entries", "series_tensor",
-]
 
 
-def open_checkpoint(path: str) -> Checkpoint:
+def open_checkpoint(path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Checkpoint:
     """Open one checkpoint of a run (metadata only): the one opener of planning, iter_series and the
-    executor's tasks (:mod:`ckptview.core.series.executor`), so every path opens files alike."""
-    from ckptview.core.read import open as opening
+    executor's tasks (:mod:`ckptview.core.series.executor`), so every path opens files alike. A URL is
+    read with `remote` (what the user allowed: `--download`, ...)."""
+    return opening.open_checkpoint(path, ReaderContext(remote=remote))
 
-    return opening.open_checkpoint(path)
 
-
-def open_for_run(path: str) -> Checkpoint:
+def open_for_run(path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Checkpoint:
     """`open_checkpoint`, looked up when called: the opener a run's `Holdings` open files with."""
-    return open_checkpoint(path)
+    return open_checkpoint(path, remote)
 
 
-def _open(path: str, holdings: Holdings | None) -> Checkpoint:
+def _open(path: str, holdings: Holdings | None, remote: RemoteOptions) -> Checkpoint:
     """The checkpoint at `path`: the run's own open when it holds one and the file is unchanged."""
-    return holdings.checkpoint(path) if holdings is not None else open_checkpoint(path)
+    return holdings.checkpoint(path) if holdings is not None else open_checkpoint(path, remote)
 
 
 def _let_go(ckpt: Checkpoint | None, holdings: Holdings | None) -> None:
@@ -86,32 +89,32 @@ def _let_go(ckpt: Checkpoint | None, holdings: Holdings | None) -> None:
 
 
 def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-                holdings: Holdings | None = None) -> SeriesResult:
+                holdings: Holdings | None = None, remote: RemoteOptions = DEFAULT_REMOTE) -> SeriesResult:
     """Find the run's checkpoints, read each one's step/epoch and tensor list, and order them.
 
-    With `holdings` (the window's run tab), each checkpoint stays open there for the reading and the
-    plots; without, each is closed once planned."""
-    found = find_checkpoints(paths)
+    With `holdings` (the window's series tab), each checkpoint stays open there for the reading and the
+    plots; without, each is closed once planned. URLs are listed and read with `remote`."""
+    found = find_checkpoints(paths, remote)
     refs: list[CheckpointRef] = []
     names: list[list[TensorInfoRow]] = []
     params: dict[str, str] = {}
     for path in found:
         if "://" not in path and not os.path.isdir(path) and not os.path.isfile(path):  # a URL: opened below
-            refs.append(CheckpointRef(path, _name_position(path), error="not a regular file (a FIFO, socket "
+            refs.append(CheckpointRef(path, name_position(path), error="not a regular file (a FIFO, socket "
                                                                           "or device is never opened)"))
             names.append([])
             continue
         try:
-            ckpt = _open(path, holdings)
+            ckpt = _open(path, holdings, remote)
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
-            refs.append(CheckpointRef(path, _name_position(path), error=_message(exc)))
+            refs.append(CheckpointRef(path, name_position(path), error=error_message(exc)))
             names.append([])
             continue
         try:
             tensors = series_entries(ckpt)
-            refs.append(CheckpointRef(path, find_position(ckpt, path), ckpt.format,
+            refs.append(CheckpointRef(path, find_position(ckpt, path, remote), ckpt.format,
                                       sum(info.nbytes for _, info, _ in tensors),
                                       unsafe_globals=list(ckpt.unsafe_globals)))
             names.append([(name, tuple(info.shape), info.dtype) for name, info, _ in tensors])
@@ -119,7 +122,7 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001
-            refs.append(CheckpointRef(path, _name_position(path), error=_message(exc)))
+            refs.append(CheckpointRef(path, name_position(path), error=error_message(exc)))
             names.append([])
         finally:
             _let_go(ckpt, holdings)
@@ -127,13 +130,13 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
     if not readable:
         raise none_readable(refs)
     order_by = choose_order([r.position for r, _ in readable])
-    pairs = sorted(zip(refs, names, strict=True), key=lambda rn: _sort_key(rn[0], order_by))
+    pairs = sorted(zip(refs, names, strict=True), key=lambda rn: sort_key(rn[0], order_by))
     result = SeriesResult([r for r, _ in pairs], order_by, stall_threshold=stall_threshold,
                           explode_factor=explode_factor)
     count = len(result.checkpoints)
     order: dict[str, TensorSeries] = {}
     for t, (_, rows) in enumerate(pairs):
-        order = _merge_names(order, [name for name, _, _ in rows], count)
+        order = merge_names(order, [name for name, _, _ in rows], count)
         for name, shape, dtype in rows:
             order[name].shapes[t], order[name].dtypes[t] = shape, dtype
     for name, param in params.items():
@@ -153,7 +156,7 @@ def none_readable(refs: list[CheckpointRef]) -> CheckpointError:
                            f"{refs[0].error})")
 
 
-def _sort_key(ref: CheckpointRef, order_by: str) -> tuple[Any, ...]:
+def sort_key(ref: CheckpointRef, order_by: str) -> tuple[Any, ...]:
     # Unreadable checkpoints go where their name puts them, or last when that says nothing.
     pos = ref.position
     if order_by == "step" and pos.step is None or order_by == "epoch" and pos.epoch is None:
@@ -161,15 +164,13 @@ def _sort_key(ref: CheckpointRef, order_by: str) -> tuple[Any, ...]:
     return (0, order_key(ref.path, pos, order_by))
 
 
-def _name_position(path: str) -> Position:
-    from ckptview.core.series.discover import _from_name
-
+def name_position(path: str) -> Position:
     pos = Position()
-    _from_name(path, pos)
+    position_from_name(path, pos)
     return pos
 
 
-def _merge_names(order: dict[str, TensorSeries], names: list[str], count: int) -> dict[str, TensorSeries]:
+def merge_names(order: dict[str, TensorSeries], names: list[str], count: int) -> dict[str, TensorSeries]:
     """The known names, with this checkpoint's new names placed right after their predecessor in it."""
     new_after: dict[str | None, list[str]] = {}
     anchor: str | None = None
@@ -211,12 +212,12 @@ def _tagged(chunks: Iterable[np.ndarray], side: str) -> Iterator[np.ndarray]:
     try:
         yield from chunks
     except (CheckpointError, OSError, ValueError) as exc:
-        raise _SideError(side, _message(exc), isinstance(exc, FileChangedError)) from None
+        raise _SideError(side, error_message(exc), isinstance(exc, FileChangedError)) from None
 
 
-def _message(exc: BaseException) -> str:
+def error_message(exc: BaseException) -> str:
     if isinstance(exc, FileChangedError):
-        return _changed_message(exc.what or "rewritten")
+        return changed_message(exc.what or "rewritten")
     if isinstance(exc, CheckpointError):
         return str(exc)
     if isinstance(exc, OSError):
@@ -226,27 +227,26 @@ def _message(exc: BaseException) -> str:
     return f"cannot read: {type(exc).__name__}: {exc}"
 
 
-def _changed_message(what: str) -> str:
+def changed_message(what: str) -> str:
     return f"changed on disk while the run was read ({what}); reopen the run to read it as it is now"
 
 
 def iter_series(result: SeriesResult, token: CancelToken | None = None,
-                chunk_elems: int = SERIES_CHUNK_ELEMS,
-                holdings: Holdings | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
+                chunk_elems: int = SERIES_CHUNK_ELEMS, holdings: Holdings | None = None,
+                remote: RemoteOptions = DEFAULT_REMOTE) -> Generator[SeriesProgress, None, SeriesResult]:
     """Fill in every figure of ``result`` checkpoint by checkpoint; yields progress, returns it with findings.
 
     Small tensors' bytes come from windows of each file read at once (`read_ahead`). A checkpoint that
     fails, or changes on disk while it is read, becomes an error of that checkpoint (its figures dropped);
-    the others are still read. With `holdings`, checkpoints come from (and stay in) the run's own opens."""
-    from ckptview.core.read.bytes.files import ReadAhead
-
+    the others are still read. With `holdings`, checkpoints come from (and stay in) the run's own opens;
+    without, URLs are read with `remote`."""
     ahead = ReadAhead()  # handed to every value read of the walk
-    return ahead.run(_iter_series(result, token, chunk_elems, ahead, holdings))
+    return ahead.run(_iter_series(result, token, chunk_elems, ahead, holdings, remote))
 
 
 def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: int,
-                 ahead: ReadAhead | None = None,
-                 holdings: Holdings | None = None) -> Generator[SeriesProgress, None, SeriesResult]:
+                 ahead: ReadAhead | None = None, holdings: Holdings | None = None,
+                 remote: RemoteOptions = DEFAULT_REMOTE) -> Generator[SeriesProgress, None, SeriesResult]:
     total = sum(r.nbytes for r in result.checkpoints)
     done_bytes = 0
     prev: Checkpoint | None = None
@@ -254,12 +254,10 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
     prev_names: dict[str, TensorInfo] = {}
 
     def let_go(ckpt: Checkpoint | None) -> None:
-        # Closed checkpoints were checked here (`_check_unchanged`): the read-ahead's final check of
+        # Closed checkpoints were checked here (`check_unchanged`): the read-ahead's final check of
         # every file it read must not fail the whole run for one of them.
         if ckpt is not None and ahead is not None:
-            from ckptview.core.read.bytes.sources import file_maps
-
-            ahead.seen.difference_update(file_maps(ckpt))
+            ahead.seen.difference_update(ckpt.files)
         _let_go(ckpt, holdings)
 
     yield SeriesProgress(0, total, "reading")
@@ -275,14 +273,14 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
                 continue
             opened: Checkpoint | None = None
             try:
-                opened = _open(ref.path, holdings)
+                opened = _open(ref.path, holdings, remote)
                 entries = series_entries(opened)
             except Cancelled:
                 let_go(opened)
                 raise
             except Exception as exc:  # noqa: BLE001 - one checkpoint failing is a finding, the rest still read
                 let_go(opened)
-                ref.error = _message(exc)
+                ref.error = error_message(exc)
                 _drop(result, t)
                 let_go(prev)
                 prev, prev_index = None, -1
@@ -305,7 +303,7 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
                 seen.add(name)
                 series = result.tensors.get(name)
                 if series is None:  # the file changed since planning: take it as it is now
-                    result.tensors = _merge_names(result.tensors, [name], len(result.checkpoints))
+                    result.tensors = merge_names(result.tensors, [name], len(result.checkpoints))
                     series = result.tensors[name]
                 series.shapes[t], series.dtypes[t] = tuple(info.shape), info.dtype
                 if param is not None:
@@ -326,21 +324,21 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
                     except Cancelled:
                         raise
                     except Exception as exc:  # noqa: BLE001 - any failure of one tensor: that tensor's error
-                        measure = _Measure(error=_message(exc))
+                        measure = Measure(error=error_message(exc))
                         break
                     yield SeriesProgress(base + step.done, total, f"{label}: {name}")
                 if measure.changed:
                     broke = measure.error
                     break  # this file is no longer the one opened: the whole checkpoint is dropped below
-                _record(series, t, measure)
+                record_figures(series, t, measure)
                 base += info.nbytes
             done_bytes += ref.nbytes
-            changed = _check_unchanged(ckpt, ref.path) or broke
+            changed = check_unchanged(ckpt, ref.path) or broke
             if changed is not None:
                 ref.error = changed
                 _drop(result, t)
             if prev is not None and prev_index == t - 1:
-                before_changed = _check_unchanged(prev, result.checkpoints[t - 1].path)
+                before_changed = check_unchanged(prev, result.checkpoints[t - 1].path)
                 if before_changed is not None:  # changed while it was the previous side of this one
                     result.checkpoints[t - 1].error = before_changed
                     _drop(result, t - 1)
@@ -358,14 +356,14 @@ def _iter_series(result: SeriesResult, token: CancelToken | None, chunk_elems: i
     return result
 
 
-def _check_unchanged(ckpt: Checkpoint, path: str) -> str | None:
+def check_unchanged(ckpt: Checkpoint, path: str) -> str | None:
     """The error of a checkpoint whose files changed on disk since it was opened, else None."""
     what = ckpt.changed_on_disk()
     if what is None:
         return None
     if what.startswith(path + ": "):
         what = what[len(path) + 2:]
-    return _changed_message(what)
+    return changed_message(what)
 
 
 def _drop(result: SeriesResult, t: int) -> None:
@@ -379,10 +377,11 @@ def _drop(result: SeriesResult, t: int) -> None:
 
 
 def run_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-               token: CancelToken | None = None, chunk_elems: int = SERIES_CHUNK_ELEMS) -> SeriesResult:
+               token: CancelToken | None = None, chunk_elems: int = SERIES_CHUNK_ELEMS,
+               remote: RemoteOptions = DEFAULT_REMOTE) -> SeriesResult:
     """Plan and read a whole run (plain-function form of :func:`plan_series` + :func:`iter_series`)."""
-    result = plan_series(paths, stall_threshold, explode_factor)
-    gen = iter_series(result, token, chunk_elems)
+    result = plan_series(paths, stall_threshold, explode_factor, remote=remote)
+    gen = iter_series(result, token, chunk_elems, remote=remote)
     while True:
         try:
             next(gen)
@@ -423,8 +422,6 @@ def _state_by_parameter(ckpt: Checkpoint) -> dict[int, tuple[str, str]]:
     """id(TensorInfo) -> (series name, parameter name) for the state of mapped optimizers."""
     if not _has_param_groups(ckpt):
         return {}
-    from ckptview.core.inspect.optimizer import find_optimizers
-
     out: dict[int, tuple[str, str]] = {}
     for opt in find_optimizers(ckpt):
         if opt.mapping not in ("exact", "by-order"):  # names not known: the ids stay
@@ -465,7 +462,7 @@ def series_tensor(ckpt: Checkpoint, name: str) -> TensorInfo | None:
 
 
 @dataclass
-class _Measure:
+class Measure:
     summary: Summary | None = None
     sums: Sums | None = None
     error: str | None = None
@@ -473,26 +470,24 @@ class _Measure:
 
 
 def _measure(info: TensorInfo, before: TensorInfo | None, token: CancelToken | None,
-             chunk_elems: int, ahead: ReadAhead | None = None) -> Generator[Progress, None, _Measure]:
+             chunk_elems: int, ahead: ReadAhead | None = None) -> Generator[Progress, None, Measure]:
     """One streamed pass over ``info`` (paired with ``before`` chunk by chunk when given)."""
-    from ckptview.core.read.values.reading import iter_chunks
-
     if before is not None:
         sums = Sums()
         try:
             summary = yield from _paired_pass(iter_chunks(before, chunk_elems, ahead),
                                               iter_chunks(info, chunk_elems, ahead),
                                               sums, info.numel, token)
-            return _Measure(summary, sums)
+            return Measure(summary, sums)
         except _SideError as exc:
             if exc.side == "cur":
-                return _Measure(error=str(exc), changed=exc.changed)
+                return Measure(error=str(exc), changed=exc.changed)
             # The previous file failed this time (it changed?): still measure this one, without a ratio.
     try:
         summary = yield from iter_summary(_tagged(iter_chunks(info, chunk_elems, ahead), "cur"), info.numel, token)
     except _SideError as exc:
-        return _Measure(error=str(exc), changed=exc.changed)
-    return _Measure(summary)
+        return Measure(error=str(exc), changed=exc.changed)
+    return Measure(summary)
 
 
 def _paired_pass(prev_chunks: Iterable[np.ndarray], cur_chunks: Iterable[np.ndarray], sums: Sums, total: int,
@@ -513,7 +508,7 @@ def _tagged_pairs(pairs: Iterator[tuple[np.ndarray, np.ndarray]]) -> Iterator[tu
         raise _SideError("cur", str(exc)) from None
 
 
-def _record(series: TensorSeries, t: int, measure: _Measure) -> None:
+def record_figures(series: TensorSeries, t: int, measure: Measure) -> None:
     if measure.error is not None or measure.summary is None:
         series.errors[t] = measure.error or "cannot read values"
         return

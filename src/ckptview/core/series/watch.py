@@ -24,11 +24,15 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
-from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.fs import filesystem
+from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cache import file_key, location
 from ckptview.core.series.discover import expand_folder
 from ckptview.core.series.live import LiveRun
 from ckptview.core.series.model import SeriesProgress
+from ckptview.core.series.timeline import open_checkpoint
 
 TEMP_NAME = re.compile(r"^(?:\.|tmp)|\.(?:tmp|temp|part|partial|incomplete|lock|download)(?:\.|$|\d)|~$",
                        re.IGNORECASE)
@@ -43,15 +47,16 @@ def is_temporary(path: str) -> bool:
     return bool(TEMP_NAME.search(os.path.basename(os.path.normpath(path))))
 
 
-def candidates(paths: list[str]) -> list[str]:
+def candidates(paths: list[str], remote: RemoteOptions = DEFAULT_REMOTE) -> list[str]:
     """The checkpoints the run's paths name now, temporary names left out (an empty folder: none)."""
     out: list[str] = []
     for raw in paths:
         raw = os.path.expanduser(raw)
         try:
-            if cfiles.isdir(raw):
-                found = expand_folder(raw)
-            elif cfiles.is_url(raw) or os.path.exists(raw):
+            fs = filesystem(raw, options=remote)
+            if fs.isdir(raw):
+                found = expand_folder(raw, fs)
+            elif fs.remote or os.path.exists(raw):
                 found = [raw]
             else:
                 found = []
@@ -61,10 +66,10 @@ def candidates(paths: list[str]) -> list[str]:
     return out
 
 
-def observe(path: str) -> Any:
+def observe(path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Any:
     """What says a file is still being written: (size, mtime) of it, or of every file of a folder."""
-    if cfiles.is_url(path):
-        return file_key(path, 0)
+    if is_url(path):
+        return file_key(path, 0, remote)
     st = os.stat(path)
     if not os.path.isdir(path):
         return (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -79,12 +84,10 @@ def observe(path: str) -> Any:
     return tuple(sorted(seen))
 
 
-def opens(path: str) -> str | None:
+def opens(path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> str | None:
     """None when ``path`` opens as a checkpoint now, else why not."""
-    from ckptview.core.read.open import open_checkpoint
-
     try:
-        open_checkpoint(path).close()
+        open_checkpoint(path, remote).close()
     except (CheckpointError, OSError) as exc:
         return str(exc) or type(exc).__name__
     return None
@@ -95,7 +98,7 @@ def watch_run(run: LiveRun, *, interval: float = 10.0, settle: float = 1.0, toke
     """Follow ``run`` until cancelled: yields progress, and the events each time the timeline changed."""
     wake = threading.Event()
     observer = _start_observer(run.paths, wake)
-    remote = observer is None or any(cfiles.is_url(p) for p in run.paths)
+    remote = observer is None or any(is_url(p) for p in run.paths)
     seen: dict[str, tuple[Any, float]] = {}  # location -> (observation, when it was first seen so)
     read_as: dict[str, Any] = {}  # location -> the observation of the file when it was last read
     run.keep_workers()
@@ -143,11 +146,11 @@ def _settled(run: LiveRun, seen: dict[str, tuple[Any, float]], settle: float,
     ready: list[str] = []
     waiting: list[str] = []
     current: set[str] = set()
-    for path in candidates(run.paths):
+    for path in candidates(run.paths, run.remote):
         loc = location(path)
         current.add(loc)
         try:
-            obs = observe(path)
+            obs = observe(path, run.remote)
         except (CheckpointError, OSError):
             continue  # gone between the listing and now
         before = seen.get(loc)
@@ -161,7 +164,7 @@ def _settled(run: LiveRun, seen: dict[str, tuple[Any, float]], settle: float,
             continue
         known = run.entries.get(loc)
         known = None if known is None or known.gone else known
-        if (known is None or known.key is None) and age < settle * GIVE_UP_AFTER and opens(path) is not None:
+        if (known is None or known.key is None) and age < settle * GIVE_UP_AFTER and opens(path, run.remote) is not None:
             waiting.append(path)  # settled but not whole yet (a writer that paused): wait for more
             continue
         ready.append(path)
@@ -186,7 +189,7 @@ def _start_observer(paths: list[str], wake: threading.Event) -> Any:
     folders = set()
     for raw in paths:
         raw = os.path.expanduser(raw)
-        if cfiles.is_url(raw):
+        if is_url(raw):
             continue
         folder = raw if os.path.isdir(raw) else os.path.dirname(os.path.abspath(raw))
         if os.path.isdir(folder):

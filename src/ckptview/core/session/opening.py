@@ -15,11 +15,14 @@ from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, group_tree
+from ckptview.core.inspect.optimizer import label_state_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import ReaderContext
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.session.file_checks import Signature, safetensors_header_size, signature
-from ckptview.core.session.workspace import Lease, Workspace, window_workspace
+from ckptview.core.session.workspace import Lease, Workspace
 
 
 @dataclass
@@ -75,8 +78,6 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
 
     `token` is checked between the steps (each takes seconds at a million tensors).
     """
-    from ckptview.core.inspect.optimizer import label_state_rows
-
     check = token.check if token is not None else lambda: None
     top = group_tree(checkpoint.root)
     check()
@@ -97,15 +98,14 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
                      workspace: Workspace | None = None) -> Opened:
     """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
 
-    The checkpoint comes from `workspace` (default: the window's): a file already open in the window and
-    unchanged is not read again; the caller releases `Opened.lease` when done.
+    The checkpoint comes from `workspace` (the window's): a file already open in the window and unchanged
+    is not read again; without one it is opened for the caller alone. The caller releases `Opened.lease`
+    when done.
 
     Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes. A
     safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
     read between two pieces (Cancelled).
     """
-    from ckptview.core import open_checkpoint
-
     if header_limit is not None:
         size = safetensors_header_size(path)
         if size is not None and size > header_limit:
@@ -125,8 +125,10 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     # The caller holds the GUI thread's collector off meanwhile (checkpoint_tab: a pass over a growing tree,
     # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
     try:
-        context = ReaderContext(cancel=token, progress=report)
-        lease = (workspace or window_workspace()).acquire(path, lambda p: open_checkpoint(p, context))
+        context = ReaderContext(cancel=token, progress=report,
+                                remote=workspace.remote if workspace is not None else RemoteOptions())
+        lease = (workspace.acquire(path, lambda p: open_checkpoint(p, context)) if workspace is not None
+                 else Lease.private(open_checkpoint(path, context)))
     except CheckpointError:
         if token is not None and token.cancelled:  # the reader turns every exception into one line
             raise Cancelled("cancelled") from None

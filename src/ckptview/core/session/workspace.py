@@ -26,30 +26,16 @@ from typing import TYPE_CHECKING
 
 from ckptview.core.errors import Cancelled
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.read import open as opening
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.context import ReaderContext
 from ckptview.core.session.file_checks import Signature, signature
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint
 
 Opener = Callable[[str], "Checkpoint"]
-
-# Checkpoints held by a lease of any workspace: what a window must not take apart when one holder goes.
-_held: weakref.WeakSet[Checkpoint] = weakref.WeakSet()
-_held_lock = threading.Lock()
-
-
-def in_use(checkpoint: Checkpoint) -> bool:
-    """True while some lease still holds `checkpoint` (a closed tab's tree may be shown by another)."""
-    with _held_lock:
-        return checkpoint in _held
-
-
-def _default_opener(path: str) -> Checkpoint:
-    from ckptview.core.read import open as opening  # looked up per call: tests and timing wrap it
-
-    return opening.open_checkpoint(path)
-
 
 @dataclass(eq=False)
 class _Entry:
@@ -110,13 +96,25 @@ class Lease:
 
 
 class Workspace:
-    """The open checkpoints of one window, by path, each held while a lease on it is held."""
+    """The open checkpoints of one window, by path, each held while a lease on it is held.
 
-    def __init__(self, opener: Opener | None = None) -> None:
+    The window (or a command) makes one and hands it to whatever opens files for it: its tabs, its
+    comparisons, its runs, with the `RemoteOptions` its URLs are read with. Nothing in the core keeps one
+    of its own."""
+
+    def __init__(self, opener: Opener | None = None, remote: RemoteOptions | None = None) -> None:
         self._opener = opener
+        self.remote = remote if remote is not None else RemoteOptions()  # how its URLs are read
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
+        # Checkpoints held by a lease: what the window must not take apart when one of their holders goes.
+        self._held: weakref.WeakSet[Checkpoint] = weakref.WeakSet()
         self.opens = 0  # files opened so far (tests and benchmarks count)
+
+    def in_use(self, checkpoint: Checkpoint) -> bool:
+        """True while a lease still holds `checkpoint` (a closed tab's tree may be shown by another)."""
+        with self._lock:
+            return checkpoint in self._held
 
     def acquire(self, path: str, opener: Opener | None = None) -> Lease:
         """A lease on the checkpoint at `path`: the one open already when the file is unchanged, else a new open.
@@ -124,7 +122,7 @@ class Workspace:
         `opener` opens the file when it must be (default: the workspace's, else `open_checkpoint`). Runs in
         a worker: it stats the file, and may read its metadata. Errors are the opener's.
         """
-        open_file = opener or self._opener or _default_opener
+        open_file = opener or self._opener or self._open_checkpoint
         if is_url(path):  # not shared: see the module docstring
             return self._private(open_file(path))
         key = os.path.abspath(path)
@@ -153,6 +151,9 @@ class Workspace:
                 continue
             return self._lease(entry)
 
+    def _open_checkpoint(self, path: str) -> Checkpoint:
+        return opening.open_checkpoint(path, ReaderContext(remote=self.remote))
+
     def holders(self, path: str) -> int:
         """How many leases hold (or wait for) the checkpoint served for `path` now (tests and diagnostics)."""
         with self._lock:
@@ -178,8 +179,7 @@ class Workspace:
         with self._lock:
             self.opens += 1
             entry.checkpoint = checkpoint
-        with _held_lock:
-            _held.add(checkpoint)
+            self._held.add(checkpoint)
         entry.ready.set()
         return self._lease(entry)
 
@@ -208,22 +208,13 @@ class Workspace:
         checkpoint = entry.checkpoint
         if not last or checkpoint is None:
             return False
-        with _held_lock:
-            _held.discard(checkpoint)
+        with self._lock:
+            self._held.discard(checkpoint)
         checkpoint.close()
         return True
 
 
-_window = Workspace()
-
-
-def window_workspace() -> Workspace:
-    """The window's workspace (one per process: a process shows one window; the command line opens
-    files itself)."""
-    return _window
-
-
-HOLD_CHECKPOINTS = 32  # a run tab keeps at most this many checkpoints open ...
+HOLD_CHECKPOINTS = 32  # a series tab keeps at most this many checkpoints open ...
 HOLD_TENSORS = 1_000_000  # ... holding at most about this many tensors together (beyond the last two)
 
 
@@ -237,9 +228,9 @@ class Holdings:
     checkpoint is opened again when it is needed again.
     """
 
-    def __init__(self, workspace: Workspace | None = None, limit: int = HOLD_CHECKPOINTS,
+    def __init__(self, workspace: Workspace, limit: int = HOLD_CHECKPOINTS,
                  opener: Opener | None = None, max_tensors: int = HOLD_TENSORS) -> None:
-        self.workspace = workspace if workspace is not None else window_workspace()
+        self.workspace = workspace
         self.limit = limit
         self.max_tensors = max_tensors
         self.opener = opener

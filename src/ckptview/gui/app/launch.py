@@ -1,4 +1,5 @@
-"""`ckptview [PATH ...]`: the QApplication, single instance, file-open events, and main()."""
+"""`ckptview [PATH ...]`: the QApplication, single instance, file-open events, and main() (cli.py parses the
+arguments: one argparse for the commands and the window)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from PySide6.QtCore import QEvent, QObject, Signal
 from PySide6.QtGui import QFileOpenEvent, QIcon
 from PySide6.QtWidgets import QApplication
 
-from ckptview import __version__
-from ckptview.gui.app.main_window import MainWindow, resource_path
+from ckptview import desktop
+from ckptview.gui.app.main_window import MainWindow
 from ckptview.gui.app.single_instance import InstanceServer, send_to_running, server_name
 from ckptview.gui.base.settings import Settings
+from ckptview.gui.base.workers import wait_for_workers
+from ckptview.resources import resource_path
 
 
 class FileOpenFilter(QObject):
@@ -28,21 +31,6 @@ class FileOpenFilter(QObject):
                 self.paths_received.emit([path])
                 return True
         return super().eventFilter(watched, event)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The window's own options (subcommands are handled by cli.py before we get here)."""
-    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.")
-    parser.add_argument("paths", nargs="*", help="checkpoint files or folders to open")
-    parser.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two checkpoints")
-    parser.add_argument("--series", nargs="+", metavar="PATH",
-                        help="a training run as a timeline: a folder of checkpoints, or several checkpoints")
-    parser.add_argument("--new-instance", action="store_true", help="do not hand the files to a running window")
-    parser.add_argument("--install-desktop", action="store_true",
-                        help="register ckptview with the file manager for this user (Linux)")
-    parser.add_argument("--uninstall-desktop", action="store_true", help="undo --install-desktop")
-    parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
-    return parser.parse_args(argv)
 
 
 def application() -> QApplication:
@@ -66,12 +54,12 @@ def launch(args: argparse.Namespace, settings: Settings | None = None, name: str
            ) -> MainWindow | None:
     """Show the window and open the files; None when a running instance took them instead."""
     app = application()
-    name = name or server_name()
+    name = name or args.server_name or server_name()
     paths = [_absolute(p) for p in args.paths]
     wanted = paths + [_absolute(p) for p in (args.diff or [])]
     if not args.new_instance and not args.diff and not args.series and send_to_running(wanted, name):
         return None
-    window = MainWindow(settings)
+    window = MainWindow(settings, remote=args.remote)
     server = InstanceServer(window)
     server.listen(name)
     server.paths_received.connect(lambda received: _hand_over(window, received))
@@ -99,12 +87,9 @@ def _hand_over(window: MainWindow, paths: list[str]) -> None:
     window.raise_window()
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of the window (cli.py passes the non-subcommand arguments)."""
-    args = parse_args(list(argv))
+def main(args: argparse.Namespace) -> int:
+    """Entry point of the window: `args` as cli.py parsed them (`cli.window_args`), with their remote options."""
     if args.install_desktop or args.uninstall_desktop:
-        from ckptview import desktop
-
         try:
             lines = desktop.install() if args.install_desktop else desktop.uninstall()
         except OSError as exc:
@@ -141,8 +126,6 @@ def no_display_reason(env: dict[str, str] | None = None, platform: str | None = 
 
 def finish(status: int, timeout_ms: int = 5000) -> int:
     """Wait for background jobs after the window closed; one stuck in a read must not keep the process alive."""
-    from ckptview.gui.base.workers import wait_for_workers
-
     if wait_for_workers(timeout_ms, quit_first=True):  # ask every job to stop, then wait
         return status
     # Python would wait for the pool's thread forever at exit (a read blocked on a FIFO or a dead mount).

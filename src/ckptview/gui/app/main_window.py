@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
@@ -25,13 +26,27 @@ from PySide6.QtWidgets import (
 from ckptview import __version__
 from ckptview.core.checkpoint import Node
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote import remember, shown
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.settings import Settings
+from ckptview.gui.base.tab import Tab, tabs_in
 from ckptview.gui.base.workers import file_events
-from ckptview.gui.checkpoint.host import TabHost
+from ckptview.gui.checkpoint.host import Buildable, CheckpointContext, PanelSpec, TabHost
 from ckptview.gui.checkpoint.tab import CheckpointTab
-from ckptview.gui.panels import registry as panels
+from ckptview.gui.compare.tab import compare_open_tabs, compare_with, open_diff
+from ckptview.gui.export.dialog import SHORTCUT as EXPORT_SHORTCUT
+from ckptview.gui.export.dialog import export_nodes
+from ckptview.gui.panels.heatmap import HeatmapPanel
+from ckptview.gui.panels.optimizer import OptimizerPanel
+from ckptview.gui.panels.run import RunPanel
+from ckptview.gui.panels.spectrum import SpectrumPanel
+from ckptview.gui.panels.statistics import StatsPanel
+from ckptview.gui.panels.training import TrainingPanel
+from ckptview.gui.panels.values import ValuesPanel
+from ckptview.gui.series.tab import choose_series_folder, open_series_tab
 from ckptview.resources import resource_path
 
 TITLE_BAR = 32  # pixels a window manager's title bar takes above the window (the frame is not ours)
@@ -39,6 +54,40 @@ FILE_POLL_MS = 1000  # how often open files are compared with the disk (size, mt
 FILES_PER_POLL = 8  # background tabs checked per poll, in turn (the current tab is checked every time)
 FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
                "All files (*)")
+
+
+# What the window adds to every checkpoint tab and to its menus, listed: one table each, no registration.
+# PANELS are the side panels beside "Details", by their order (napari's `layer_to_controls` style: the table
+# is the extension point, and mypy checks every entry); a new panel is a class taking a CheckpointContext
+# (gui/checkpoint/host.py) and a line here. ACTIONS are menu items whose callback gets the window.
+# MainWindow(panels=..., actions=...) takes others (tests add their own).
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """A menu item: its menu, its text, `callback(window)` when triggered, and an optional shortcut."""
+
+    menu: str
+    text: str
+    callback: Callable[[Any], object]
+    shortcut: str | None = None
+
+
+PANELS = [
+    PanelSpec("Statistics", StatsPanel, 10),
+    PanelSpec("Heat-map", HeatmapPanel, 20),
+    PanelSpec("Spectrum", SpectrumPanel, 25),
+    PanelSpec("Values", ValuesPanel, 30),
+    PanelSpec("Optimizer", OptimizerPanel, 40),
+    PanelSpec("Training", TrainingPanel, 50),
+    PanelSpec("Run", RunPanel, 60),
+]
+
+ACTIONS = [
+    ActionSpec("File", "Export…", export_nodes, EXPORT_SHORTCUT),
+    ActionSpec("Tools", "Compare With…", compare_with),
+    ActionSpec("Tools", "Compare Two Open Tabs…", compare_open_tabs),
+]
 
 
 def example_path() -> str:
@@ -51,11 +100,17 @@ class MainWindow(QMainWindow):
 
     tab_opened = Signal(object)  # the new CheckpointTab
 
-    def __init__(self, settings: Settings | None = None, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, parent: QWidget | None = None,
+                 panels: Sequence[PanelSpec] = PANELS, actions: Sequence[ActionSpec] = ACTIONS,
+                 remote: RemoteOptions | None = None) -> None:
         super().__init__(parent)
         install_gc_guard()  # garbage (closed tabs, plots) is collected on this thread, never a worker's
         self.settings = settings or Settings()
-        self.plugin_errors = panels.load_plugins()
+        self._panels = sorted(panels, key=lambda p: p.order)  # every tab's side panels (`TabHost.panels`)
+        self._actions = list(actions)
+        # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
+        # command line's --download, --deadline, ...).
+        self._workspace = Workspace(remote=remote)
         self.setWindowTitle("ckptview")
         icon_file = resource_path("ckptview.svg")
         if os.path.exists(icon_file):
@@ -129,7 +184,7 @@ class MainWindow(QMainWindow):
 
     def _show_transfer(self) -> None:
         tab = self.current_tab()
-        ckpt = getattr(tab, "checkpoint", None)
+        ckpt = tab.checkpoint if tab is not None else None
         transfer = ckpt.metadata.get("_transfer") if ckpt is not None else None
         text = (f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests"
                 if transfer is not None else "")
@@ -151,7 +206,7 @@ class MainWindow(QMainWindow):
         self.open_action = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
                                         self._icon(sp.SP_DialogOpenButton))
         self.example_action = self._action("Open &Example", self.open_example)
-        self.open_run_action = self._action("Open &Run…", self.open_run_dialog)
+        self.open_series_action = self._action("Open &Series…", self.open_series_dialog)
         self.open_url_action = self._action("Open &URL…", self.open_url_dialog, "Ctrl+L")
         self.reload_action = self._action("&Reload", self.reload_current_tab, "Ctrl+R",
                                           self._icon(sp.SP_BrowserReload))
@@ -161,9 +216,9 @@ class MainWindow(QMainWindow):
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
         self.find_action = self._action("&Find…", self.focus_filter, "Ctrl+F",
                                         self._icon(sp.SP_FileDialogContentsView))
-        self.expand_action = self._action("&Expand All", lambda: self._on_tab("expand_all"), "Ctrl+E",
+        self.expand_action = self._action("&Expand All", lambda: self._on_tab(CheckpointTab.expand_all), "Ctrl+E",
                                           self._icon(sp.SP_ArrowDown))
-        self.collapse_action = self._action("Co&llapse All", lambda: self._on_tab("collapse_all"),
+        self.collapse_action = self._action("Co&llapse All", lambda: self._on_tab(CheckpointTab.collapse_all),
                                             "Ctrl+Shift+E", self._icon(sp.SP_ArrowUp))
         self.next_tab_action = self._action("&Next Tab", lambda: self._cycle_tab(1), "Ctrl+Tab")
         self.prev_tab_action = self._action("&Previous Tab", lambda: self._cycle_tab(-1), "Ctrl+Shift+Tab")
@@ -178,7 +233,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         self._fill_recent_menu()
         file_menu.addAction(self.example_action)
-        file_menu.addAction(self.open_run_action)
+        file_menu.addAction(self.open_series_action)
         file_menu.addAction(self.reload_action)
         file_menu.addSeparator()
         file_menu.addAction(self.close_action)
@@ -189,7 +244,7 @@ class MainWindow(QMainWindow):
         for action in (self.expand_action, self.collapse_action, None, self.next_tab_action,
                        self.prev_tab_action):
             view.addSeparator() if action is None else view.addAction(action)
-        for spec in panels.actions():
+        for spec in self._actions:
             action = self._action(spec.text, lambda spec=spec: spec.callback(self), spec.shortcut)
             if spec.menu.replace("&", "") == "File":  # keep Close and Quit at the bottom of File
                 file_menu.insertAction(self.close_action, action)
@@ -277,8 +332,11 @@ class MainWindow(QMainWindow):
             self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_MessageBoxCritical))
         self._update_busy()
 
-    def queue_build(self, tab: CheckpointTab) -> None:
+    def queue_build(self, tab: Buildable) -> None:
         """Build `tab`'s page on a later event-loop turn (one tab per turn, the current tab first)."""
+        if not isinstance(tab, CheckpointTab):  # only the window's own tabs wait in its queue
+            tab.finish_open()
+            return
         if tab not in self._build_queue:
             self._build_queue.append(tab)
         self._build_timer.start()
@@ -359,30 +417,21 @@ class MainWindow(QMainWindow):
         self.open_paths([example_path()])
 
     def open_diff(self, a: str, b: str) -> None:
-        """`--diff A B`: the registered diff view, or both files side by side as tabs."""
-        handler = panels.diff_handler()
-        if handler is None:
-            self.statusBar().showMessage("The comparison view is not available; opened both files.", 8000)
-            self.open_paths([a, b])
-        else:
-            handler(self, a, b)
+        """`--diff A B`: the comparison tab of A and B."""
+        open_diff(self, a, b)
 
     def open_series(self, paths: list[str]) -> QWidget:
-        """A run tab: the checkpoints of a training run as a timeline (`--series`, File > Open Run…)."""
-        from ckptview.gui.series.tab import open_series_tab
-
+        """A series tab: the checkpoints of a training run as a timeline (`--series`, File > Open Series…)."""
         return open_series_tab(self, list(paths))
 
-    def open_run_dialog(self) -> None:
-        """File > Open Run…: pick a folder of checkpoints."""
-        from ckptview.gui.series.tab import choose_run_folder
-
-        folder = choose_run_folder(self)
+    def open_series_dialog(self) -> None:
+        """File > Open Series…: pick a folder of checkpoints."""
+        folder = choose_series_folder(self)
         if folder:
             self.open_series([folder])
 
     def add_tab(self, widget: QWidget, title: str, tooltip: str | list[str] = "") -> int:
-        """Add a closable main tab that is not a checkpoint (a diff view, a report); returns its index.
+        """Add a closable main tab that is not a checkpoint (a comparison, a report); returns its index.
 
         Title and tooltip name files: escaped like every name. A tooltip of several lines comes as a list
         (a newline inside one file's name is escaped, never a line of its own)."""
@@ -415,7 +464,17 @@ class MainWindow(QMainWindow):
         widget = self.tabs.currentWidget()
         return widget if isinstance(widget, CheckpointTab) else None
 
-    def current_context(self) -> panels.CheckpointContext | None:
+    @property
+    def panels(self) -> Sequence[PanelSpec]:
+        """The side panels every checkpoint tab shows, by their order (`TabHost`)."""
+        return self._panels
+
+    @property
+    def workspace(self) -> Workspace:
+        """This window's open checkpoints: each file opened once, shared by its tabs (`TabHost`)."""
+        return self._workspace
+
+    def current_context(self) -> CheckpointContext | None:
         """The panel context of the current tab (None while loading or on an error)."""
         tab = self.current_tab()
         return tab.context if tab is not None else None
@@ -440,11 +499,10 @@ class MainWindow(QMainWindow):
         widget = self.tabs.widget(index)
         if widget is None:
             return
-        if isinstance(widget, CheckpointTab):
-            widget.close_checkpoint()
-        trees = getattr(widget, "trees", None)
-        if trees is not None:  # a tab's trees (a checkpoint's, a comparison's two) were frozen out of the
-            collect_when_deleted(widget, trees())  # collector: free them, not the others
+        if isinstance(widget, Tab):
+            trees = widget.trees()  # a tab's trees (a checkpoint's, a comparison's two) were frozen out of
+            widget.release()  # the collector: free them once it is gone, not the others
+            collect_when_deleted(widget, trees, self.workspace.in_use)
         self.tabs.removeTab(index)
         widget.deleteLater()
         self._update_busy()
@@ -469,14 +527,14 @@ class MainWindow(QMainWindow):
         # The status bar speaks for the current tab only: another tab's message must not linger there.
         self.statusBar().showMessage(self._tab_status.get(widget, "") if widget is not None else "")
 
-    def _on_tab(self, method: str) -> None:
+    def _on_tab(self, action: Callable[[CheckpointTab], object]) -> None:
         tab = self.current_tab()
         if tab is not None:
-            getattr(tab, method)()
+            action(tab)
 
     def focus_filter(self) -> None:
         """Ctrl+F: the current tab's filter box."""
-        self._on_tab("focus_filter")
+        self._on_tab(CheckpointTab.focus_filter)
 
     def about(self) -> None:
         """Help > About."""
@@ -510,8 +568,8 @@ class MainWindow(QMainWindow):
         self._poll_timer.stop()
         self._build_timer.stop()
         self._build_queue.clear()
-        for tab in self.checkpoint_tabs():
-            tab.close_checkpoint()
+        for page in tabs_in(self.tabs):
+            page.release()
         super().closeEvent(event)
 
 
@@ -526,8 +584,6 @@ def _normalized(path: str) -> str:
     """A local path made absolute; a URL in its shown form (no credentials or tokens: tabs and logs
     carry that form, reads map it back to the URL given)."""
     if is_url(path.strip()):
-        from ckptview.core.read.bytes.remote import remember
-
         return remember(path.strip())
     return os.path.abspath(os.path.expanduser(path))
 
@@ -536,6 +592,4 @@ def _shown(path: str) -> str:
     """What a person sees of a path: a URL without user:password or query tokens."""
     if not is_url(path):
         return path
-    from ckptview.core.read.bytes.remote import shown
-
     return shown(path)

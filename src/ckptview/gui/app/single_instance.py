@@ -22,7 +22,6 @@ from typing import Any
 from PySide6.QtCore import QEventLoop, QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
-SERVER_ENV = "CKPTVIEW_SERVER_NAME"
 SOCKET_FILE = "ckptview.sock"
 MAX_MESSAGE = 1 << 20  # bytes, newline included
 MAX_PATHS = 1000
@@ -67,10 +66,8 @@ def private_dir() -> str | None:
 
 
 def server_name() -> str | None:
-    """The server's name: `$CKPTVIEW_SERVER_NAME` (tests), else a socket path in the private folder."""
-    override = os.environ.get(SERVER_ENV)
-    if override:
-        return override
+    """The user's server name: a socket path in the private folder (a named pipe per user on Windows).
+    `$CKPTVIEW_SERVER_NAME` (tests) is read by cli.py and given to `launch` instead."""
     if _uid() is None:  # Windows: a named pipe per user name
         return f"ckptview-{os.environ.get('USERNAME', 'user')}"
     folder = private_dir()

@@ -9,11 +9,13 @@ switch automatic collection off and collect generation by generation from a GUI-
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer
 
-from ckptview.core import gc_policy as perf
+from ckptview.core import gc_policy
+from ckptview.core.checkpoint import Checkpoint
 
 _guard: GuiThreadCollector | None = None
 # How long a worker's `paused_gc` may hold collections off: an open blocked on a dead mount must not
@@ -26,7 +28,7 @@ class GuiThreadCollector(QObject):
 
     def __init__(self, interval_ms: int = 250) -> None:
         super().__init__()
-        self.thresholds = perf.stop_automatic_collection()
+        self.thresholds = gc_policy.stop_automatic_collection()
         self.paused_since: float | None = None
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.check)
@@ -34,16 +36,16 @@ class GuiThreadCollector(QObject):
 
     def check(self) -> None:
         """Collect the generations whose counts crossed their thresholds, as gc itself would."""
-        if perf.take_park_request():  # a worker opened a tree: parked here, before any pass walks it
+        if gc_policy.take_park_request():  # a worker opened a tree: parked here, before any pass walks it
             return
-        if perf.gc_paused():  # a worker is building a checkpoint's objects: a pass now would only stall it
+        if gc_policy.gc_paused():  # a worker is building a checkpoint's objects: a pass now would only stall it
             now = time.monotonic()
             self.paused_since = self.paused_since if self.paused_since is not None else now
             if now - self.paused_since < MAX_DEFER_S:
                 return
         else:
             self.paused_since = None
-        perf.collect_due(self.thresholds)
+        gc_policy.collect_due(self.thresholds)
 
 
 def install_gc_guard() -> None:
@@ -56,15 +58,16 @@ def install_gc_guard() -> None:
     _guard.moveToThread(app.thread())
 
 
-def collect_when_deleted(widget: QObject, trees: list[Any] | None = None) -> None:
+def collect_when_deleted(widget: QObject, trees: list[Any] | None = None,
+                         in_use: Callable[[Checkpoint], bool] = lambda checkpoint: False) -> None:
     """Once `widget` (a closed or reloaded tab's page) is deleted, collect what it left and freeze again.
 
     Frozen objects are never collected, and `gc.unfreeze` thaws every tab at once: so the thaw waits for
     the deletion (before it, the closed tree is not garbage yet), one pass collects it, and everything
     still alive (the other tabs' trees) goes straight back out of the collector's view.
 
-    `trees`: the tab's trees (its checkpoints, the display rows); a checkpoint still held by a lease of the
-    window's workspace (shown by another tab or a comparison) is left alone. Their parent links
+    `trees`: the tab's trees (its checkpoints, the display rows); a checkpoint still `in_use` (held by a
+    lease of the window's workspace: shown by another tab or a comparison) is left alone. Their parent links
     are cut first, a slice per turn of the event loop, so reference counting frees them as it goes and
     the collector's pass no longer walks them: at 900,000 tensors that pass stopped the window for
     seconds.
@@ -72,22 +75,19 @@ def collect_when_deleted(widget: QObject, trees: list[Any] | None = None) -> Non
     held = list(trees or ())
     # Not inside `destroyed`: the tab's Python side is still referenced while Qt deletes it. The next turn
     # of the event loop, it is garbage.
-    widget.destroyed.connect(lambda *_: QTimer.singleShot(0, lambda: _release_then_collect(held)))
+    widget.destroyed.connect(lambda *_: QTimer.singleShot(0, lambda: _release_then_collect(held, in_use)))
 
 
 RELEASE_SLICE = 20_000  # items released per turn of the event loop (a few milliseconds)
 
 
-def _release_then_collect(stack: list[Any]) -> None:
+def _release_then_collect(stack: list[Any], in_use: Callable[[Checkpoint], bool]) -> None:
     """Release `stack` a slice at a time (each slice on its own turn of the event loop), then collect.
 
     A tree (checkpoint nodes, display rows) has its links cut node by node; a list (the filter's rows)
     is emptied from the end; a checkpoint drops its listing caches (their lists go on the stack). What
     no longer has a referrer is freed by reference counting as this goes.
     """
-    from ckptview.core.checkpoint import Checkpoint
-    from ckptview.core.session.workspace import in_use
-
     budget = RELEASE_SLICE
     while stack and budget > 0:
         item = stack.pop()
@@ -110,10 +110,10 @@ def _release_then_collect(stack: list[Any]) -> None:
             item.children = ()
         item.parent = None
     if stack:
-        QTimer.singleShot(0, lambda: _release_then_collect(stack))
+        QTimer.singleShot(0, lambda: _release_then_collect(stack, in_use))
         return
     _collect_and_refreeze()
 
 
 def _collect_and_refreeze() -> None:
-    perf.release_parked()
+    gc_policy.release_parked()

@@ -1,11 +1,40 @@
-"""A log axis that labels its ticks at every range without overlapping them (series lines, spectra)."""
+"""A log axis that labels its ticks at every range without overlapping them (series lines, spectra).
+
+pyqtgraph loads with the first plot, not with the window: an axis's behaviour is a mixin here, and
+`axis_item(mixin, ...)` makes the pyqtgraph `AxisItem` with it on first use.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import TYPE_CHECKING, Any
 
-import pyqtgraph as pg
 from PySide6.QtGui import QFont, QFontMetrics
+
+if TYPE_CHECKING:
+    import pyqtgraph as pg
+    from pyqtgraph import AxisItem as AxisMixinBase  # what the mixins extend (Any to mypy: no types)
+
+else:
+    AxisMixinBase = object
+
+
+def axis_item(mixin: type, *args: Any, **kwargs: Any) -> Any:
+    """A pyqtgraph AxisItem with `mixin`'s behaviour (the class is made once, when first asked for)."""
+    return _with_axis_item(mixin)(*args, **kwargs)
+
+
+@functools.cache
+def _with_axis_item(mixin: type) -> type:
+    import pyqtgraph as pg
+
+    return type(mixin.__name__, (mixin, pg.AxisItem), {})
+
+
+def log_tick_axis(orientation: str) -> Any:
+    """A value axis whose log mode labels its ticks at every range (`LogTicks`)."""
+    return axis_item(LogTicks, orientation)
 
 
 def tick_font_metrics(axis: pg.AxisItem) -> QFontMetrics:
@@ -25,8 +54,8 @@ def nice_values(lo: float, hi: float, count: int) -> list[float]:
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
-class LogTickAxis(pg.AxisItem):
-    """A value axis whose log mode labels its ticks at every range: decades when two or more are in view,
+class LogTicks(AxisMixinBase):
+    """An axis mixin: a value axis whose log mode labels its ticks at every range: decades when two or more are in view,
     else round values between them (pyqtgraph labels only the decades, so a range within one decade had
     none); ticks are kept at least two text lines apart, so labels never overlap."""
 

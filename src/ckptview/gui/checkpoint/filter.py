@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QLabel, QLineEdit, QTreeView
 
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, QueryError, parse_query, visible_rows
-from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
 
 __all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
@@ -36,7 +36,9 @@ class TreeFilter(QObject):
         self.match_label.setObjectName("matchLabel")
         self.match_label.setMinimumWidth(170)
         self.match_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self._worker: GeneratorWorker | None = None  # the typed filter's job, on large trees
+        self.slot = JobSlot(self)  # the typed filter's job, on large trees
+        self.slot.returned.connect(self._on_filtered)
+        self.slot.errored.connect(self._on_error)
         # Typing fires a timer, not a filter: a burst of keystrokes on 100,000 rows filters once.
         self._timer = QTimer(self, singleShot=True, interval=150 if top.tensors > WORKER_ABOVE else 40)
         self._timer.timeout.connect(self._typed)
@@ -64,7 +66,7 @@ class TreeFilter(QObject):
     def stop(self) -> None:
         """Forget a filter still typed or computed (the tab reloads or closes)."""
         self._timer.stop()
-        self._worker = None
+        self.slot.cancel()
 
     def _parsed(self) -> Query | None:
         self.stop()  # a result still on its way is now stale
@@ -89,27 +91,13 @@ class TreeFilter(QObject):
             self._after_filter()
             return
         self.match_label.setText("filtering…")
-        worker = GeneratorWorker(visible_rows, self.top, query, self.model.flat_rows())
-        worker.signals.returned.connect(self._on_filtered)
-        worker.signals.errored.connect(self._on_error)
-        self._worker = worker
-        worker.start()
-
-    def _current(self) -> bool:
-        """True when the signal being handled comes from the filter's current worker."""
-        return self._worker is not None and self.sender() is self._worker.signals
+        self.slot.start(visible_rows, self.top, query, self.model.flat_rows())
 
     def _on_filtered(self, result: tuple[set[int], int]) -> None:
-        if not self._current():
-            return  # typed again, reloaded or closed meanwhile
-        self._worker = None
-        self.model.show_rows(*result)
+        self.model.show_rows(*result)  # the slot drops a result typed over, reloaded or closed meanwhile
         self._after_filter()
 
     def _on_error(self, exc: BaseException) -> None:
-        if not self._current():
-            return
-        self._worker = None
         log.error("filtering the tree failed", exc_info=exc)
         self._say_error(f"filter failed: {type(exc).__name__}: {exc}")
 

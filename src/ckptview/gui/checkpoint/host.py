@@ -1,18 +1,44 @@
 """What a checkpoint tab needs from its window, typed: `TabHost`; `NullHost` for a tab outside a window.
+And what the tab's side panels get: `CheckpointContext`, declared by `PanelSpec`.
 
-The tab asks its window for a few settings, a turn in the build queue, whether it is the current tab, and
-to close it; nothing else. `MainWindow` satisfies `TabHost` (mypy checks it where the window passes
-itself); tests and tools that build a tab alone get `NullHost`, which builds at once and remembers nothing.
+The tab asks its window for a few settings, its side panels, a turn in the build queue, whether it is the
+current tab, and to close it; nothing else. `MainWindow` satisfies `TabHost` (mypy checks it where the
+window passes itself); tests and tools that build a tab alone get `NullHost`, which builds at once,
+remembers nothing and shows the panels it is given (none by default).
+
+A side panel is a widget class (or any factory) taking a `CheckpointContext`, listed with its side tab's
+title and order in the window's table `ckptview.gui.app.main_window.PANELS` (napari's `layer_to_controls`
+style: one literal table that mypy checks)::
+
+    class HistogramPanel(QWidget):
+        def __init__(self, context: CheckpointContext) -> None: ...
+        def set_selection(self, entries: Sequence[Node | ModuleGroup]) -> None: ...   # optional
+
+    PANELS = [..., PanelSpec("Histogram", HistogramPanel, order=15)]
+
+For every opened checkpoint the tab calls ``factory(context)`` and shows the widget as a side tab beside
+"Details", side tabs sorted by ``order``. A panel that follows the tree's selection provides
+`SupportsSelection`: ``set_selection(entries)`` gets the core `Node` objects of the selected rows (tensors,
+values, containers), in selection order, and a module-group row (``encoder > layers``) as the
+`ModuleGroup` of the tensors below it. The widget is destroyed with its tab: it runs its jobs through a
+`ckptview.gui.base.workers.JobSlot`, which stops them then, and never reads tensor bytes on the GUI thread.
+Figures of tensors come from ``context.analysis`` (one read per tensor, shared by every panel).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ckptview.core.figures.analysis import Analysis
+from ckptview.core.session.workspace import Workspace
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
-    from ckptview.gui.checkpoint.tab import CheckpointTab
+    from ckptview.core.checkpoint import Checkpoint, Node
+    from ckptview.core.inspect.grouping import ModuleGroup
 
 
 class TabSettings(Protocol):
@@ -31,6 +57,14 @@ class TabSettings(Protocol):
         ...
 
 
+class Buildable(Protocol):
+    """A tab whose page the window builds when its turn in the queue comes."""
+
+    def finish_open(self) -> None:
+        """Build the page of the checkpoint opened (on the GUI thread, after the opening worker)."""
+        ...
+
+
 class TabHost(Protocol):
     """The window a checkpoint tab lives in, as far as the tab may see it."""
 
@@ -39,7 +73,17 @@ class TabHost(Protocol):
         """The user's settings."""
         ...
 
-    def queue_build(self, tab: CheckpointTab) -> None:
+    @property
+    def panels(self) -> Sequence[PanelSpec]:
+        """The side panels every checkpoint tab shows, by their order."""
+        ...
+
+    @property
+    def workspace(self) -> Workspace:
+        """The window's open checkpoints, shared by its tabs (a file open in one is not read again)."""
+        ...
+
+    def queue_build(self, tab: Buildable) -> None:
         """Build `tab`'s page on a later event-loop turn (a tab in the background waits its turn)."""
         ...
 
@@ -68,17 +112,30 @@ class NullSettings:
 
 
 class NullHost:
-    """The host of a tab built without a window (tests, tools): it is always in view and builds at once."""
+    """The host of a tab built without a window (tests, tools): it is always in view and builds at once;
+    its tabs show `panels` (none unless given)."""
 
-    def __init__(self) -> None:
+    def __init__(self, panels: Sequence[PanelSpec] = ()) -> None:
         self._settings = NullSettings()
+        self._panels = sorted(panels, key=lambda p: p.order)
+        self._workspace = Workspace()
 
     @property
     def settings(self) -> TabSettings:
         """Settings that ask nothing and remember nothing."""
         return self._settings
 
-    def queue_build(self, tab: CheckpointTab) -> None:
+    @property
+    def panels(self) -> Sequence[PanelSpec]:
+        """The panels it was given, by their order."""
+        return self._panels
+
+    @property
+    def workspace(self) -> Workspace:
+        """A workspace of its own: what this tab opens is shared with no window."""
+        return self._workspace
+
+    def queue_build(self, tab: Buildable) -> None:
         """No queue outside a window: build now."""
         tab.finish_open()
 
@@ -88,3 +145,37 @@ class NullHost:
 
     def close_page(self, widget: QWidget) -> None:
         """No window to close it in."""
+
+
+@dataclass
+class CheckpointContext:
+    """What a panel knows about its tab: the opened checkpoint and a few ways to talk to the window."""
+
+    checkpoint: Checkpoint
+    path: str
+    window: TabHost | None = None  # the window the tab is in (None outside one)
+    # Select the tree row of the tensor/value called `name` (contract name, e.g. "model.fc.weight").
+    select_name: Callable[[str], object] = field(default=lambda name: None)
+    # Show a transient message in the status bar.
+    show_status: Callable[[str], None] = field(default=lambda text: None)
+    # Figures and values of this checkpoint (statistics, histograms, spectra, heat-maps, values pages): every
+    # panel asks here, so each tensor is read once; shared with whatever else holds the checkpoint.
+    analysis: Analysis = field(default_factory=Analysis)
+
+
+@runtime_checkable
+class SupportsSelection(Protocol):
+    """A side panel that follows the tree's selection."""
+
+    def set_selection(self, entries: Sequence[Node | ModuleGroup]) -> None:
+        """Show what `entries` (the selected rows, in order) are; an empty list lets go of what it shows."""
+        ...
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """A side panel: its side tab's title, the factory that builds it, and where its tab goes (by order)."""
+
+    title: str
+    factory: Callable[[CheckpointContext], QWidget]
+    order: int = 1000

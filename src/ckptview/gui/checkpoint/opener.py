@@ -21,7 +21,8 @@ from ckptview.core.gc_policy import paused_gc
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.file_checks import special_file_reason
 from ckptview.core.session.opening import LargeHeader, Opened, open_and_prepare
-from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.core.session.workspace import Workspace
+from ckptview.gui.base.workers import REPORT, GeneratorWorker, JobSlot
 
 __all__ = ["TabOpener"]
 log = logging.getLogger(__name__)
@@ -35,11 +36,16 @@ class TabOpener(QObject):
     failed = Signal(str)  # why it did not open, one line
     asks = Signal(int)  # the header's size in bytes: too large to read without the user's yes
 
-    def __init__(self, path: str, parent: QObject | None = None) -> None:
+    def __init__(self, path: str, parent: QObject | None = None, workspace: Workspace | None = None) -> None:
         super().__init__(parent)
         self.path = path
+        self.workspace = workspace  # the window's, where the open checkpoints are shared (None: opened alone)
         self.started_at = 0.0
-        self._worker: GeneratorWorker | None = None
+        self.slot = JobSlot(self)
+        self.slot.yielded.connect(self._on_progress)  # a huge header's pieces, the arranging steps
+        self.slot.returned.connect(self.accept)
+        self.slot.errored.connect(self._on_error)
+        self._worker: GeneratorWorker | None = None  # the slot's current job, until its result arrives
         self._pending: Opened | None = None  # opened, waiting for its turn to build its page
         self._made: list[Opened] = []  # the current worker's result, put there by the worker
         self._closed = False
@@ -71,17 +77,12 @@ class TabOpener(QObject):
             self.failed.emit(reason)
             return
         self._made = []  # what this worker opened, also when a cancel keeps it from handing it over
-        worker = GeneratorWorker(_open_without_collections, self.path, ask_above, self._made)
-        worker.kwargs["progress"] = worker.signals.yielded.emit  # a huge header reports each piece read
-        worker.signals.yielded.connect(self._on_progress)
-        worker.signals.returned.connect(self.accept)
-        worker.signals.errored.connect(self._on_error)
-        self._worker = worker
-        worker.start()
+        self._worker = self.slot.start(_open_without_collections, self.path, ask_above, self._made, self.workspace,
+                                       progress=REPORT)
 
     def accept(self, opened: Opened) -> None:
         """Hold `opened` as the result and emit `opened` (the worker's result arrives here)."""
-        if self._stale():  # closed, cancelled or restarted while its result was queued: release the file
+        if self._closed:  # closed while its result was queued: release the file
             opened.release()
             return
         self._worker = None
@@ -103,32 +104,29 @@ class TabOpener(QObject):
         if opened is not None:  # opened but never shown
             opened.release()
         worker, self._worker = self._worker, None
-        if worker is not None and not worker.is_done:
-            worker.quit()  # the open stops at its next header piece or step
-            worker.signals.returned.disconnect(self.accept)
-            worker.signals.errored.disconnect(self._on_error)
+        self.slot.cancel()  # the open stops at its next header piece or step; what it still sends is dropped
+        if worker is not None:
             # The reader cannot be interrupted mid-parse; release its file when it is done. A cancelled
             # worker reports `aborted`, not its result, even when the open itself returned: `finished`
             # comes in every case, and `made` holds the result if there is one.
             made = self._made
-            worker.signals.finished.connect(lambda: _release(made))
+            if worker.is_done:  # its result, if it had one, was on its way: dropped with the cancel
+                _release(made)
+            else:
+                signals: Any = worker.signals
+                signals.finished.connect(lambda: _release(made))
 
     def close(self) -> None:
         """The tab is closing: stop, and release anything that still arrives."""
         self._closed = True
         self.abandon()
 
-    def _stale(self) -> bool:
-        """True when the signal being handled comes from a worker this opener no longer waits for."""
-        sender = self.sender()
-        return self._closed or (sender is not None and (self._worker is None or sender is not self._worker.signals))
-
     def _on_progress(self, step: Progress) -> None:
-        if not self._stale():
+        if not self._closed:
             self.progress.emit(step)
 
     def _on_error(self, exc: BaseException) -> None:
-        if self._stale():
+        if self._closed:
             return
         self._worker = None
         if isinstance(exc, LargeHeader):
@@ -148,7 +146,7 @@ def _release(made: list[Opened]) -> None:
         opened.release()
 
 
-def _open_without_collections(path: str, ask_above: int | None, made: list[Opened],
+def _open_without_collections(path: str, ask_above: int | None, made: list[Opened], workspace: Workspace | None,
                               token: CancelToken | None = None,
                               progress: Callable[[Progress], None] | None = None) -> Opened:
     """`open_and_prepare` with the GUI thread's collector held off until the new tree is frozen.
@@ -160,7 +158,8 @@ def _open_without_collections(path: str, ask_above: int | None, made: list[Opene
     also put in `made`, for the opener to release when a cancel keeps the worker from handing it over.
     """
     accepted = inspect.signature(open_and_prepare).parameters
-    extra: dict[str, Any] = {name: value for name, value in (("token", token), ("progress", progress))
+    extra: dict[str, Any] = {name: value for name, value in (("token", token), ("progress", progress),
+                                                             ("workspace", workspace))
                              if name in accepted and value is not None}
     with paused_gc():
         opened = open_and_prepare(path, ask_above, **extra)

@@ -1,4 +1,4 @@
-"""The side tabs of a checkpoint tab: "Details" and every registered panel, built when first needed.
+"""The side tabs of a checkpoint tab: "Details" and the panels its host lists, built when first needed.
 
 Panels cost tens of milliseconds each (plots), some O(tensors): a tab in the background builds them when
 it is first shown, a huge checkpoint builds each one when its side tab is first shown. A panel that fails to
@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QTabWidget, QWidget
 
 from ckptview.core.checkpoint import Node
 from ckptview.core.inspect.grouping import ModuleGroup, Row
-from ckptview.gui.panels import registry as panels
+from ckptview.gui.checkpoint.host import CheckpointContext, PanelSpec, SupportsSelection
 
 __all__ = ["PanelScrollArea", "SidePanels", "entries_of"]
 log = logging.getLogger(__name__)
@@ -28,20 +28,21 @@ def entries_of(rows: Sequence[Row]) -> Entries:
 
 
 class SidePanels(QObject):
-    """`tabs`: "Details" first, then the registered panels by their order; `widgets`: the panels built."""
+    """`tabs`: "Details" first, then the panels of `specs` in that order; `widgets`: the panels built."""
 
-    def __init__(self, detail: QWidget, context: panels.CheckpointContext, eager: bool,
-                 selection: Callable[[], Entries], parent: QObject | None = None) -> None:
+    def __init__(self, detail: QWidget, context: CheckpointContext, eager: bool,
+                 selection: Callable[[], Entries], specs: Sequence[PanelSpec] = (),
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.context = context
         self._selection = selection  # the entries selected now, for a panel built late
         self.widgets: list[QWidget] = []
-        self._pending: dict[int, panels.PanelSpec] = {}  # side-tab index -> panel not built yet
+        self._pending: dict[int, PanelSpec] = {}  # side-tab index -> panel not built yet
         self.tabs = QTabWidget()
         self.tabs.setObjectName("sideTabs")
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(detail, "Details")
-        for spec in panels.panels():
+        for spec in specs:
             if eager:
                 self.tabs.addTab(PanelScrollArea(self._make(spec)), spec.title)
             else:
@@ -108,7 +109,7 @@ class SidePanels(QObject):
         for widget in self.widgets:
             widget.close()
 
-    def _make(self, spec: panels.PanelSpec) -> QWidget:
+    def _make(self, spec: PanelSpec) -> QWidget:
         try:
             widget = spec.factory(self.context)
         except Exception as exc:  # one broken panel must not break the tab
@@ -120,10 +121,9 @@ class SidePanels(QObject):
 
 
 def _tell(widget: QWidget, entries: Entries) -> None:
-    setter = getattr(widget, "set_selection", None)  # optional: a panel may not follow the selection
-    if setter is not None:
+    if isinstance(widget, SupportsSelection):  # optional: a panel may not follow the selection
         try:
-            setter(entries)
+            widget.set_selection(entries)
         except Exception:
             log.exception("panel %r failed in set_selection", type(widget).__name__)
 

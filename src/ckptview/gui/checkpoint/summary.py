@@ -11,7 +11,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.inspect.grouping import Row, chart_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.text import printable
-from ckptview.core.units import count_text, human_bytes
+from ckptview.core.units import MISSING, count_text, human_bytes
 from ckptview.gui.base.size_chart import SizeChart
 
 FACT_MIN_WIDTH = 140
@@ -45,7 +45,7 @@ class SummaryHeader(QWidget):
         # for the tree and the panels (histograms) below it.
         forms = [_fact_form(), _fact_form()]
         facts = facts or size_facts(checkpoint)  # normally computed by the opening worker
-        dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in facts.bytes_by_dtype) or "—"
+        dtypes = ", ".join(f"{d} {human_bytes(n)}" for d, n in facts.bytes_by_dtype) or MISSING
         params = facts.parameters
         self.facts = {
             "File": printable(os.path.basename(checkpoint.path) or checkpoint.path),

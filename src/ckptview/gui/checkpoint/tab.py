@@ -20,13 +20,14 @@ from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, find_row
 from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
-from ckptview.core.session.opening import Opened, prepare
+from ckptview.core.redaction import redact
+from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
 from ckptview.gui.base.gc_guard import collect_when_deleted
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.detail import DetailPanel
 from ckptview.gui.checkpoint.filter import TreeFilter
-from ckptview.gui.checkpoint.host import NullHost, TabHost
+from ckptview.gui.checkpoint.host import CheckpointContext, NullHost, TabHost
 from ckptview.gui.checkpoint.opener import TabOpener
 from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage, PageStack, safety_banner
 from ckptview.gui.checkpoint.side_panels import SidePanels, entries_of
@@ -34,9 +35,7 @@ from ckptview.gui.checkpoint.summary import SummaryHeader
 from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
 from ckptview.gui.checkpoint.tree_place import restore_place, save_place
 from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
-from ckptview.gui.panels import registry as panels
 
-__all__ = ["CheckpointTab", "Opened", "prepare"]  # the last two live in core/session/opening.py
 log = logging.getLogger(__name__)
 LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
 SUMMARY_COLLAPSED = "tab/summary_collapsed"
@@ -66,11 +65,11 @@ class CheckpointTab(QWidget):
         self.checkpoint: Checkpoint | None = None
         self.top: Row | None = None
         self.model: CheckpointTreeModel | None = None
-        self.context: panels.CheckpointContext | None = None
+        self.context: CheckpointContext | None = None
         self.changed_bar = None
         self._stops: list[Callable[[], None]] = []  # what stops the ready page's jobs (filter, panels)
         self._place: dict[str, Any] | None = None  # what to restore after a reload
-        self.opener = TabOpener(self.path, self)
+        self.opener = TabOpener(self.path, self, self.host.workspace)
         self.opener.progress.connect(self._on_open_progress)
         self.opener.opened.connect(self._on_opened)
         self.opener.failed.connect(self._show_error)
@@ -145,8 +144,6 @@ class CheckpointTab(QWidget):
 
     def _show_error(self, text: str) -> None:
         if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
-            from ckptview.core.redaction import redact
-
             text = redact(text)
         self.state, self.error_text = "error", text
         page = ErrorPage(self._name, self.path, text)
@@ -185,7 +182,7 @@ class CheckpointTab(QWidget):
         self.checkpoint = self.top = self.model = self.context = None
         old_page = self.stack.currentWidget()
         if old_page is not None:  # the old tree was frozen out of the collector: free it with its page
-            collect_when_deleted(old_page, trees)
+            collect_when_deleted(old_page, trees, self.host.workspace.in_use)
         self._show_loading()
         self.start()
 
@@ -246,13 +243,13 @@ class CheckpointTab(QWidget):
 
         self.detail = DetailPanel(checkpoint, opened.sharing)
         self.detail.tensor_link_activated.connect(self.select_name)
-        self.context = panels.CheckpointContext(
+        self.context = CheckpointContext(
             checkpoint=checkpoint, path=self.path, window=self._window,
             select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis)
         # A tab in the background, or a huge checkpoint, builds its panels later (see SidePanels).
         eager = top.tensors <= LAZY_PANELS_ABOVE and (self.isVisible() or self.host.is_current(self))
         self.side_panels = SidePanels(self.detail, self.context, eager, lambda: entries_of(self.selected_rows()),
-                                      self)
+                                      self.host.panels, self)
         self.side_tabs = self.side_panels.tabs
         self._stops.append(self.side_panels.close)
 
@@ -353,8 +350,8 @@ class CheckpointTab(QWidget):
         flat = self.model.flat_rows_if_built() if self.model is not None else None
         return [t for t in (self.checkpoint, self.top, flat) if t is not None]
 
-    def close_checkpoint(self) -> None:
-        """Release the file and stop pending work (the tab is closing)."""
+    def release(self) -> None:
+        """Release the file and stop pending work (the tab is closing: `Tab`)."""
         self.opener.close()
         self._release()
 

@@ -1,6 +1,6 @@
 """The comparison tab: summary, a sortable filterable table, relative change per tensor, overlaid histograms.
 
-Ways in (registered at import, see :mod:`ckptview.gui.panels.registry`): ``ckptview --diff A B``, Tools > Compare
+Ways in (the window's `open_diff` and its table `gui/app/main_window.py`): ``ckptview --diff A B``, Tools > Compare
 With… (the current tab against a file) and Tools > Compare Two Open Tabs…. The view holds both files
 through the window's workspace (:mod:`ckptview.core.session.workspace`): a file open in a tab and unchanged
 is not opened again, and closing that tab leaves the comparison's hold. A tensor's statistics come from its
@@ -46,15 +46,18 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.compare.diff import DiffProgress, diff_chunks, iter_compare, plan_diff
+from ckptview.core.figures.analysis import Analysis
+from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.session.workspace import Lease, Workspace, window_workspace
+from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels import registry as panels
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -77,10 +80,6 @@ COLUMNS = (
 )
 COLUMN = {key: i for i, (key, _) in enumerate(COLUMNS)}
 HIST_BINS = 100
-
-
-def _fmt(x: float | None) -> str:
-    return "" if x is None else f"{x:.4g}"
 
 
 def _shape(s: list[int] | None) -> str:
@@ -203,7 +202,7 @@ class DiffTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ForegroundRole and key == "status":
             return QBrush(QColor("#000000"))
         if role == Qt.ItemDataRole.ToolTipRole:
-            parts = [f"A: {row.name_a or '—'}", f"B: {row.name_b or '—'}"]
+            parts = [f"A: {row.name_a or MISSING}", f"B: {row.name_b or MISSING}"]
             if row.tied_to:
                 parts.append(f"tied copy: compared with B's twin {row.tied_to}")
             if row.section == "other":
@@ -246,7 +245,7 @@ class DiffTableModel(QAbstractTableModel):
             return _shape(getattr(row, key))
         if key == "frac_changed":
             return "" if row.frac_changed is None else f"{100 * row.frac_changed:.2f}%"
-        return _fmt(getattr(row, key))
+        return figure(getattr(row, key))
 
 
 @dataclass(frozen=True)
@@ -258,12 +257,10 @@ class DiffPlanned:
 
 
 def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
-             mapping: Sequence[tuple[str, str]], workspace: Workspace | None = None,
+             mapping: Sequence[tuple[str, str]], workspace: Workspace,
              token: CancelToken | None = None) -> Generator[Any, None, DiffResult]:
     """Take both files from the window's workspace (opened only when not open there already, or changed),
     yield the plan (with the leases), then the comparison's progress."""
-    from ckptview.core.compare.diff import iter_compare, plan_diff
-    workspace = workspace or window_workspace()
     a = workspace.acquire(path_a)
     handed = False
     try:
@@ -318,9 +315,6 @@ def histogram_job(ia: TensorInfo | None, ib: TensorInfo | None,
 
     The range comes from each side's statistics, asked of its checkpoint's Analysis (`analyses`, A's and
     B's): a tensor whose statistics a tab already has is not read for them again."""
-    from ckptview.core.compare.diff import diff_chunks
-    from ckptview.core.figures.analysis import Analysis
-    from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
     summaries = {}
     for side, info, analysis in (("a", ia, analyses[0]), ("b", ib, analyses[1])):
         if info is not None:
@@ -355,7 +349,7 @@ class _Resources:
         self.hold(())
 
 
-class DiffView(QWidget):
+class CompareTab(QWidget):
     """A comparison of two checkpoint files, computed in a worker with progress and cancel."""
 
     planned = Signal(object)  # DiffResult with statuses, figures pending
@@ -367,7 +361,8 @@ class DiffView(QWidget):
                  mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None,
                  workspace: Workspace | None = None) -> None:
         super().__init__(parent)
-        self.workspace = workspace or window_workspace()
+        # The window's (a file open in a tab is not opened again); a view outside a window has its own.
+        self.workspace = workspace if workspace is not None else Workspace()
         self.path_a, self.path_b = os.path.abspath(path_a), os.path.abspath(path_b)
         self.strip_a, self.strip_b, self.mapping = strip_a, strip_b, list(mapping)
         self.result: DiffResult | None = None
@@ -504,7 +499,6 @@ class DiffView(QWidget):
         return self._comparing
 
     def _on_yielded(self, item: Any) -> None:
-        from ckptview.core.compare.diff import DiffProgress
         if isinstance(item, DiffPlanned):
             result = item.result
             self._res.hold(item.leases)
@@ -529,6 +523,12 @@ class DiffView(QWidget):
                     self._summary_timer.start()
                 if not self._plot_timer.isActive():
                     self._plot_timer.start()
+
+    def release(self) -> None:
+        """Stop the comparison and let go of both files (the window is closing the tab: `Tab`)."""
+        self.job.cancel()
+        self.hist_job.cancel()
+        self._res.release()
 
     def trees(self) -> list[Any]:
         """The two checkpoints this view holds, for `gc_guard.collect_when_deleted` (which leaves one that a
@@ -580,7 +580,7 @@ class DiffView(QWidget):
         overall = self.result.overall_rel_l2()
         text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
         if overall is not None:
-            text += (f" &nbsp; overall relative change <b>{_fmt(overall)}</b> "
+            text += (f" &nbsp; overall relative change <b>{figure(overall)}</b> "
                      f"(over the {len(self.result.parameters)} parameters)")
         buffers = self.result.buffers
         if buffers:
@@ -693,16 +693,16 @@ def _status_rank(status: str) -> int:
 
 
 # --- ways in ---------------------------------------------------------------------------------------
-def open_diff(window: Any, path_a: str, path_b: str) -> DiffView:
+def open_diff(window: Any, path_a: str, path_b: str) -> CompareTab:
     """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
-    view = DiffView(path_a, path_b)
+    view = CompareTab(path_a, path_b, workspace=window.workspace)
     title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
     window.add_tab(view, title, [f"A: {view.path_a}", f"B: {view.path_b}"])
     view.start()
     return view
 
 
-def compare_with(window: Any, other: str | None = None) -> DiffView | None:
+def compare_with(window: Any, other: str | None = None) -> CompareTab | None:
     """Tools > Compare With…: the current checkpoint tab (A) against a file picked by the user (B)."""
     tab = window.current_tab()
     if tab is None:
@@ -716,7 +716,7 @@ def compare_with(window: Any, other: str | None = None) -> DiffView | None:
     return open_diff(window, tab.path, other)
 
 
-def compare_open_tabs(window: Any) -> DiffView | None:
+def compare_open_tabs(window: Any) -> CompareTab | None:
     """Tools > Compare Two Open Tabs…: the two tabs when there are two, else pick them in a dialog."""
     tabs = window.checkpoint_tabs()
     if len(tabs) < 2:
@@ -753,8 +753,3 @@ class TabPairDialog(QDialog):
     def paths(self) -> tuple[str, str]:
         """The chosen (A, B)."""
         return self.combo_a.currentData(), self.combo_b.currentData()
-
-
-panels.set_diff_handler(open_diff)
-panels.register_action("Tools", "Compare With…", compare_with)
-panels.register_action("Tools", "Compare Two Open Tabs…", compare_open_tabs)

@@ -32,11 +32,12 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
 from ckptview.core.errors import CheckpointError
+from ckptview.core.export import plan as export
+from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
-from ckptview.gui.base.workers import GeneratorWorker
-from ckptview.gui.panels import registry as panels
+from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult
@@ -45,8 +46,6 @@ if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
 def run_export(plan: ExportPlan, *, token: CancelToken | None = None, **options: Any,
                ) -> Generator[Progress, None, ExportResult]:
     """The core's `run_export` (its module imports numpy: imported when an export starts, not at launch)."""
-    from ckptview.core.export import plan as export
-
     return export.run_export(plan, token=token, **options)
 
 
@@ -65,14 +64,19 @@ class ExportDialog(QDialog):
 
     def __init__(self, checkpoint: Checkpoint, selection: list[Node] | None = None,
                  parent: QWidget | None = None) -> None:
-        from ckptview.core.export.plan import entries_below
         super().__init__(parent)
         self.setWindowTitle("Export tensors")
         self.setObjectName("exportDialog")
         self.checkpoint = checkpoint
         self.selected = entries_below(checkpoint, selection or [])
         self.everything = checkpoint.tensors()
-        self.worker: GeneratorWorker | None = None
+        self.slot = JobSlot(self)
+        self.slot.yielded.connect(self._on_progress)
+        self.slot.returned.connect(self._on_done)
+        self.slot.errored.connect(lambda exc: self._show_error(str(exc)))
+        self.slot.aborted.connect(lambda: self.status.setText("Cancelled: nothing was written."))
+        self.slot.busy.connect(self._on_busy)
+        self.worker: GeneratorWorker | None = None  # the running export's job (None when none runs)
         # The export's outcome (tests and callers read it); it shadows QDialog.result(), which nobody calls.
         self.result: ExportResult | None = None  # type: ignore[assignment]
         self._build()
@@ -179,7 +183,6 @@ class ExportDialog(QDialog):
 
     def plan(self) -> ExportPlan:
         """The export as currently chosen (metadata only); ExportError when it cannot be done."""
-        from ckptview.core.export.plan import plan_export
         return plan_export(self.entries(), self.path_edit.text().strip(), self.format(),
                            exact_dtypes=self.exact_box.isChecked() and self.exact_choice_applies())
 
@@ -246,19 +249,13 @@ class ExportDialog(QDialog):
         self.status.setStyleSheet("")
         self.status.setText(f"Writing {len(plan.items)} tensors to {printable(plan.out)} …")
         self._set_running(True)
-        self.worker = GeneratorWorker(run_export, plan, force=bool(existing))
-        self.worker.signals.yielded.connect(self._on_progress)
-        self.worker.signals.returned.connect(self._on_done)
-        self.worker.signals.errored.connect(lambda exc: self._show_error(str(exc)))
-        self.worker.signals.aborted.connect(lambda: self.status.setText("Cancelled: nothing was written."))
-        self.worker.signals.finished.connect(self._on_finished)
-        self.worker.start()
+        self.worker = self.slot.start(run_export, plan, force=bool(existing))
 
     def cancel(self) -> None:
         """Stop a running export; the core removes its temporary files."""
         if self.worker is not None:
             self.status.setText("Cancelling…")
-            self.worker.quit()
+            self.slot.stop()
 
     def _set_running(self, running: bool) -> None:
         for widget in (self.export_button, self.format_box, self.path_edit, self.browse_button,
@@ -278,6 +275,10 @@ class ExportDialog(QDialog):
         text = f"Wrote {len(result.files)} tensors ({human_bytes(result.bytes_written)}) to {printable(result.out)}"
         self.status.setText(text)
         self.open_button.setVisible(True)
+
+    def _on_busy(self, busy: bool) -> None:
+        if not busy:  # the export ended: written, failed or cancelled
+            self._on_finished()
 
     def _on_finished(self) -> None:
         self.worker = None
@@ -303,13 +304,11 @@ class ExportDialog(QDialog):
 
     def reject(self) -> None:
         """Close (Escape, Close button): a running export is cancelled first."""
-        if self.worker is not None:
-            self.worker.quit()
+        self.slot.stop()
         super().reject()
 
     def closeEvent(self, event: Any) -> None:
-        if self.worker is not None:
-            self.worker.quit()
+        self.slot.stop()
         super().closeEvent(event)
 
 
@@ -318,7 +317,6 @@ MAX_PREVIEW_LINES = 500
 
 def preview_text(plan: ExportPlan, existing: set[str]) -> str:
     """One line per file (npy folder) or per key (npz, safetensors), existing targets marked."""
-    from ckptview.core.export.plan import MANIFEST
     def mark(path: str) -> str:
         return "   [exists: will be replaced]" if path in existing else ""
 
@@ -340,7 +338,7 @@ def preview_text(plan: ExportPlan, existing: set[str]) -> str:
 def selection_nodes(window: Any) -> list[Node]:
     """The tree selection as core nodes, module-group rows included (through the rows below them)."""
     tab = window.current_tab()
-    rows = tab.selected_rows() if tab is not None and hasattr(tab, "selected_rows") else None
+    rows = tab.selected_rows() if tab is not None else None
     if rows is None:
         return list(window.current_selection())
     return [r.node for row in rows for r in row.walk() if r.node is not None]
@@ -356,6 +354,3 @@ def export_nodes(window: Any, nodes: list[Node] | None = None) -> ExportDialog |
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.open()
     return dialog
-
-
-panels.register_action("File", "Export…", export_nodes, SHORTCUT)

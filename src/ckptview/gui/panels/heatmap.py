@@ -10,11 +10,12 @@ from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSpinBox, QVB
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.figures.heatmap import HeatMap
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.plots import NONFINITE_COLORS, nonfinite_caption, palette_colors, style_plot
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -43,6 +44,7 @@ def nonfinite_overlay(image: np.ndarray) -> np.ndarray | None:
     """RGBA pixels for the NaN, +Inf and -Inf pixels of `image` (transparent elsewhere); None when all finite."""
     import numpy as np
     from PySide6.QtGui import QColor
+
     if np.isfinite(image).all():
         return None
     out = np.zeros(image.shape + (4,), dtype=np.uint8)
@@ -52,7 +54,7 @@ def nonfinite_overlay(image: np.ndarray) -> np.ndarray | None:
     return out
 
 
-class HeatmapView(QWidget):
+class HeatmapPanel(QWidget):
     """ImageItem with a diverging colour bar centred on zero; the axis picks which dimension is rows."""
 
     ready = Signal()
@@ -138,7 +140,6 @@ class HeatmapView(QWidget):
         self.slot.start(self.analysis.matrix_preview, self.info, self.axis.value())
 
     def _on_result(self, hm: object) -> None:
-        from ckptview.core.figures.heatmap import HeatMap
         assert isinstance(hm, HeatMap)
         self.heatmap = hm
         self._show()
@@ -199,6 +200,3 @@ class HeatmapView(QWidget):
         if self.plot.sceneBoundingRect().contains(pos):
             point = self.plot.vb.mapSceneToView(pos)
             self.hover.setText(self.value_at(point.y(), point.x()) or " ")
-
-
-register_panel("Heat-map", HeatmapView, order=20)

@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.checkpoint import TensorInfo
-from ckptview.core.figures.analysis import Analysis, PreviewReady, shared_analysis
+from ckptview.core.figures.analysis import Analysis, PreviewReady
+from ckptview.core.figures.histogram import DEFAULT_BINS
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.plots import legend_html, plot_widget, series_color
 from ckptview.gui.base.workers import JobSlot
@@ -46,10 +47,9 @@ class HistogramView(QWidget):
     previewReady = Signal()
     status: QLabel  # made below the job slot whose error handler writes to it
 
-    def __init__(self, parent: QWidget | None = None, analysis: Analysis | None = None) -> None:
-        from ckptview.core.figures.histogram import DEFAULT_BINS
+    def __init__(self, analysis: Analysis, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.analysis = analysis or shared_analysis()
+        self.analysis = analysis  # the checkpoint's: figures computed once, shared with the other panels
         self.items: list[tuple[str, TensorInfo]] = []
         self.histograms: list[Histogram | None] = []  # None: that tensor's preview is not in yet
         self.slot = JobSlot(self)

@@ -7,7 +7,6 @@ the tensor summaries are shared with the Statistics panel's cache.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,9 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.inspect.optimizer import OptimizerState, ParamState, find_optimizers
+from ckptview.core.inspect.optimizer_figures import ParamFigures, iter_figures
 from ckptview.core.jobs import Progress
-from ckptview.core.units import shape_text
+from ckptview.core.units import MISSING, number, shape_text
 from ckptview.gui.base.tables import (
     cell_text,
     compact,
@@ -39,9 +39,8 @@ from ckptview.gui.base.tables import (
     set_header_tip,
 )
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.checkpoint.host import CheckpointContext
 from ckptview.gui.panels.histogram import HistogramView
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
-from ckptview.gui.panels.training import TrainingCard
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.inspect.optimizer_figures import ParamFigures
@@ -53,20 +52,12 @@ SHOWN_TITLES = {EFF_MEDIAN: "eff. step", EFF_MAX: "eff. max"}  # row_texts() kee
 
 
 def fmt(value: Any) -> str:
-    """A figure in a table cell: ints with separators, floats to 4 significant digits, '—' when absent."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    """A figure in a table cell: ints with separators, floats to 4 significant digits, `MISSING` when absent."""
     if isinstance(value, list):
         return "(" + ", ".join(fmt(v) for v in value) + ")"
     if isinstance(value, dict) and set(value) == {"shape", "dtype"}:
         return f"tensor {value['dtype']} {value['shape']}"
-    return str(value)
+    return number(value)
 
 
 def _item(text: str, right: bool = False, tip: str | None = None) -> QTableWidgetItem:
@@ -233,9 +224,9 @@ class OptimizerPanel(QWidget):
             tip = p.param.name if p.param is not None else None
             if p.guessed and tip is not None:
                 tip += "\nguessed: the model file stores names sorted; another tensor has this shape"
-            table.setItem(r, 0, _item(p.display_name or "—", tip=tip))
+            table.setItem(r, 0, _item(p.display_name or MISSING, tip=tip))
             table.setItem(r, 1, _item(str(p.id), right=True))
-            table.setItem(r, 2, _item("—" if p.group is None else str(p.group), right=True))
+            table.setItem(r, 2, _item(MISSING if p.group is None else str(p.group), right=True))
             table.setItem(r, 3, _item(self._shape(p)))
             pending = "no state" if p.node is None else "…"
             for c in range(4, len(self.columns)):
@@ -257,7 +248,7 @@ class OptimizerPanel(QWidget):
         if p.param is not None and p.param.tensor is not None:
             return shape_text(p.param.tensor.shape)
         hint = p.shape_hint()
-        return shape_text(hint) if hint is not None else "—"
+        return shape_text(hint) if hint is not None else MISSING
 
     def _set_status(self, text: str) -> None:
         """The status line under the table, shown only while it says something."""
@@ -267,7 +258,6 @@ class OptimizerPanel(QWidget):
     # -- figures (worker) ----------------------------------------------------------------------------
     def start_figures(self) -> None:
         """Compute steps, norms and effective steps of the shown optimizer off the GUI thread."""
-        from ckptview.core.inspect.optimizer_figures import iter_figures
         opt = self.current
         if opt is None or self._figures_for is opt:
             return
@@ -281,7 +271,6 @@ class OptimizerPanel(QWidget):
         self.start_figures()
 
     def _on_yielded(self, value: object) -> None:
-        from ckptview.core.inspect.optimizer_figures import ParamFigures
         if isinstance(value, Progress):
             self._set_status(f"computing figures… {value.fraction:.0%}")
         elif isinstance(value, ParamFigures):
@@ -365,7 +354,3 @@ class OptimizerPanel(QWidget):
                             self.show_optimizer(i)
                         self.params_table.selectRow(r)
                         return
-
-
-register_panel("Optimizer", OptimizerPanel, order=40)
-register_panel("Training", TrainingCard, order=50)

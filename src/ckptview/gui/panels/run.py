@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, QThreadPool, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut, QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
 from ckptview.core.run import request as runner
 from ckptview.core.run.architectures import (
@@ -45,42 +46,25 @@ from ckptview.core.run.architectures import (
     missing_library,
     recognize,
 )
+from ckptview.core.run.devices import DeviceInfo, parse_device
 from ckptview.core.run.fetch import recognize_url
 from ckptview.core.run.input_specs import InputSpecError, describe_inputs, parse_input_specs
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
-from ckptview.core.run.result import RunResult, result_json_text
-from ckptview.core.run.worker.devices import DeviceInfo, parse_device
+from ckptview.core.run.process import RunError, phase_words
+from ckptview.core.run.result import RunResult, result_json_text, result_lines
+from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
-from ckptview.gui.base.gc_guard import install_gc_guard
-from ckptview.gui.base.workers import GeneratorWorker, keep_until_finished
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.core.units import MISSING, figure_or_text, human_bytes
+from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
            "max |Δ| vs second")
 # Before the worker has listed the machine's devices, these two always exist.
 DEFAULT_DEVICES = [DeviceInfo("cpu", "cpu", True, description="CPU"),
                    DeviceInfo("meta", "meta", True, description="shape-only dry run: no memory, no values")]
-# Run jobs mostly wait on their worker process, for as long as a run takes: they get a pool of their own so
-# they never hold the global pool's few threads that statistics and histograms need.
-_pool: QThreadPool | None = None
 # Devices probed once per session (a probe starts a worker process); panels share it.
 _probed_devices: list[DeviceInfo] | None = None
-
-
-def _start(worker: GeneratorWorker) -> GeneratorWorker:
-    global _pool
-    if _pool is None:
-        _pool = QThreadPool()
-        _pool.setMaxThreadCount(4)
-    install_gc_guard()
-    keep_until_finished(worker, worker.signals)  # released on the GUI thread when it finishes
-    _pool.start(worker)
-    return worker
-
-
-def wait_for_run_jobs(timeout_ms: int = 30_000) -> bool:
-    """Block until every Run-panel job has finished (shutdown and tests)."""
-    return _pool is None or _pool.waitForDone(timeout_ms)
 
 
 def _remember_devices(devices: list[DeviceInfo]) -> None:
@@ -156,10 +140,30 @@ class RunPanel(QWidget):
         self.trusted: dict[str, list[str]] = {}  # path -> the findings the user accepted for it
         self.result: RunResult | None = None
         self.last_error = ""
-        self._worker: GeneratorWorker | None = None
-        self._probe: GeneratorWorker | None = None
+        # Run jobs mostly wait on a worker process, for as long as a run takes: `waits` slots run them in a
+        # pool of their own, so they never hold the threads that statistics and histograms need.
+        self.run_job = JobSlot(self, waits=True)
+        self.run_job.yielded.connect(self._on_progress)
+        self.run_job.returned.connect(self._on_result)
+        self.run_job.errored.connect(lambda exc: self._show_error(str(exc)))
+        self.run_job.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
+        self.run_job.busy.connect(lambda busy: None if busy else self._set_running(False))
+        self.probe_job = JobSlot(self, waits=True)  # the devices, listed in a worker process
+        self.probe_job.returned.connect(_remember_devices)
+        self.probe_job.returned.connect(self.set_devices)
+        self.probe_job.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
+        self.inspect_job = JobSlot(self, waits=True)  # the input signature of a graph archive
+        self.inspect_job.returned.connect(self._set_prefill)
+        self.recognize_job = JobSlot(self, waits=True)  # a URL's config.json, fetched off the GUI thread
+        self.recognize_job.yielded.connect(self._on_recognize_progress)
+        self.recognize_job.returned.connect(self._on_recognized)
+        self.recognize_job.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
+        self.recognize_job.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
+        # No hook on its end: each of the three above offers Run again, and a late one would end a run the
+        # user started meanwhile.
+        self._worker: GeneratorWorker | None = None  # the run in flight
         self._inspect: GeneratorWorker | None = None
-        self._recognize: GeneratorWorker | None = None  # a URL's config.json, fetched off the GUI thread
+        self._recognize: GeneratorWorker | None = None
         self._recognizing = False  # until its result (or error) has reached this thread
         self._probe_wanted = devices is None
         self._prefill_wanted = True
@@ -169,7 +173,6 @@ class RunPanel(QWidget):
         self._build()
         self.set_devices(devices or DEFAULT_DEVICES)
         self._describe_source()
-        self.destroyed.connect(self._stop_workers_on_destroy)
 
     # ------------------------------------------------------------------------------------ layout
 
@@ -309,11 +312,7 @@ class RunPanel(QWidget):
             if _probed_devices is not None:
                 self.set_devices(_probed_devices)
             else:
-                self._probe = GeneratorWorker(runner.probe_devices)
-                self._probe.signals.returned.connect(_remember_devices)
-                self._probe.signals.returned.connect(self.set_devices)
-                self._probe.signals.errored.connect(lambda exc: self.status_label.setText(f"devices: {exc}"))
-                _start(self._probe)
+                self.probe_job.start(runner.probe_devices)
         if self._prefill_wanted:
             self._prefill_wanted = False
             self.recognize_remote()
@@ -366,7 +365,7 @@ class RunPanel(QWidget):
             return None, ""
         try:
             checkpoint = self._checkpoint()
-            tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
+            tensors = find_state_dict(checkpoint)[1] if checkpoint is not None else None
             arch = recognize(self.path, tensors)
             if arch is not None and (missing := missing_library(arch)):
                 return None, missing
@@ -383,24 +382,17 @@ class RunPanel(QWidget):
         if not self._remote_state_dict() or self._busy():
             return False
         checkpoint = self._checkpoint()  # the open tab's keys and shapes (metadata in memory, no I/O)
-        tensors = runner.find_state_dict(checkpoint)[1] if checkpoint is not None else None
-        worker = GeneratorWorker(recognize_url, self.path, tensors)
-        worker.signals.yielded.connect(self._on_recognize_progress)
-        worker.signals.returned.connect(self._on_recognized)
-        worker.signals.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
-        worker.signals.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
-        # No `finished` hook: each of the three ends above offers Run again, and a late `finished` would end a
-        # run the user started meanwhile.
-        self._recognize, self._recognizing = worker, True
+        tensors = find_state_dict(checkpoint)[1] if checkpoint is not None else None
+        self._recognizing = True
         self._show_source(pending="reading the model's config.json…")
         self.status_label.setText("reading the model's config.json…")
         self._set_running(True)
-        _start(worker)
+        self._recognize = self.recognize_job.start(recognize_url, self.path, tensors, options=self._remote())
         return True
 
     def _on_recognize_progress(self, progress: object) -> None:
         if isinstance(progress, Progress) and progress.message:
-            done = f" ({_bytes(progress.done)} of {_bytes(progress.total)})" if progress.total else ""
+            done = f" ({human_bytes(progress.done)} of {human_bytes(progress.total)})" if progress.total else ""
             self.status_label.setText(_escape(printable(redact(progress.message) + done)) + "…")
 
     def _on_recognized(self, arch: Architecture | None) -> None:
@@ -410,7 +402,7 @@ class RunPanel(QWidget):
         if arch is not None:
             self._set_prefill(default_inputs(arch))
         elif self._checkpoint() is not None:  # no config names one: the first layer's guess, as for a local file
-            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+            self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
         self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
         self.recognitionFinished.emit(self.source_label.text())
 
@@ -437,15 +429,13 @@ class RunPanel(QWidget):
             return
         if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
             # ckptview's own reading of the graph (the .pt2's JSON); nothing is loaded, nothing from the file runs.
-            self._inspect = GeneratorWorker(runner.inspect_inputs, self.path)
-            self._inspect.signals.returned.connect(self._set_prefill)
-            _start(self._inspect)
+            self._inspect = self.inspect_job.start(runner.inspect_inputs, self.path)
         elif self._arch is not None:
             self._set_prefill(default_inputs(self._arch))
         elif self._recognizing:
             pass  # the architecture's inputs, or the guess, when its config.json has been read
         else:
-            self._set_prefill(runner.suggest_inputs(self.path, self._checkpoint()))
+            self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
 
     def _set_prefill(self, specs: Any) -> None:
         if specs and not self.input_edit.text():
@@ -488,13 +478,13 @@ class RunPanel(QWidget):
         try:
             kwargs = json.loads(self.kwargs_edit.text() or "{}")
         except ValueError as exc:
-            raise runner.RunError(f"arguments are not JSON: {exc}", kind="input") from None
+            raise RunError(f"arguments are not JSON: {exc}", kind="input") from None
         if not isinstance(kwargs, dict):
-            raise runner.RunError("arguments must be a JSON object", kind="input")
+            raise RunError("arguments must be a JSON object", kind="input")
         try:
             inputs = parse_input_specs(self.input_edit.text()) if self.input_edit.text().strip() else None
         except InputSpecError as exc:
-            raise runner.RunError(f"input: {exc}", kind="input") from None
+            raise RunError(f"input: {exc}", kind="input") from None
         return runner.RunRequest(
             path=self.path, device=parse_device(self.device()), model=self.model_edit.text().strip() or None,
             model_kwargs=kwargs, inputs=inputs, runs=self.runs_spin.value(),
@@ -533,15 +523,13 @@ class RunPanel(QWidget):
         self.summary_label.setText("")
         self.status_label.setText("starting the worker…")
         self._set_running(True)
-        worker = GeneratorWorker(runner.run_iter, request)
-        worker.signals.yielded.connect(self._on_progress)
-        worker.signals.returned.connect(self._on_result)
-        worker.signals.errored.connect(lambda exc: self._show_error(str(exc)))
-        worker.signals.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
-        worker.signals.finished.connect(lambda: self._set_running(False))
-        self._worker = worker
-        _start(worker)
+        self._worker = self.run_job.start(runner.run_iter, request, remote=self._remote())
         return True
+
+    def _remote(self) -> RemoteOptions | None:
+        """How this window reads URLs (its command line's --download, --deadline, ...): its workspace's."""
+        window = self.context.window if self.context is not None else None
+        return window.workspace.remote if window is not None else None
 
     def copy_result(self) -> bool:
         """Put the last result on the clipboard as `ckptview run --json` prints it; False when there is none."""
@@ -552,10 +540,10 @@ class RunPanel(QWidget):
 
     def cancel_run(self) -> None:
         """Kill the worker process (the job notices within a poll interval), or stop reading a URL's config."""
-        for worker in (self._worker, self._recognize):
-            if worker is not None and not worker.is_done:
+        for job in (self.run_job, self.recognize_job):
+            if job.running:
                 self.status_label.setText("cancelling…")
-                worker.quit()
+                job.stop()
 
     def is_running(self) -> bool:
         """True while a job is in flight."""
@@ -571,14 +559,9 @@ class RunPanel(QWidget):
         if not running:
             self._worker = None
 
-    def _stop_workers_on_destroy(self) -> None:
-        for worker in (self._worker, self._probe, self._inspect, self._recognize):
-            if worker is not None:
-                worker.quit()
-
     def _on_progress(self, progress: object) -> None:
         if isinstance(progress, Progress) and progress.message:
-            self.status_label.setText(f"{runner.phase_words(progress.message)}…")
+            self.status_label.setText(f"{phase_words(progress.message)}…")
 
     def _show_error(self, message: str) -> None:
         message = window_words(message)
@@ -603,10 +586,10 @@ class RunPanel(QWidget):
             stats = out.stats
             diff = diffs.get(out.name)
             cells = [out.name, "×".join(str(s) for s in out.shape) or "scalar", out.dtype, out.device,
-                     *(_num(v) for v in ((stats.mean, stats.std, stats.min, stats.max) if stats else (None,) * 4)),
-                     str(stats.nan) if stats else "—", str(stats.inf) if stats else "—",
-                     ", ".join(_num(v) for v in (out.first or [])),
-                     _num(diff.max_abs_diff) if diff is not None else ""]
+                     *(figure_or_text(v, ".6g") for v in ((stats.mean, stats.std, stats.min, stats.max) if stats else (None,) * 4)),
+                     str(stats.nan) if stats else MISSING, str(stats.inf) if stats else MISSING,
+                     ", ".join(figure_or_text(v, ".6g") for v in (out.first or [])),
+                     figure_or_text(diff.max_abs_diff, ".6g") if diff is not None else ""]
             for col, text in enumerate(cells):
                 self.table.setItem(row, col, QTableWidgetItem(printable(text)))
         self.table.resizeColumnsToContents()
@@ -625,31 +608,9 @@ def lightning_words(source: runner.SourceInfo) -> str:
 
 
 def summary_text(result: RunResult) -> str:
-    """Load report, latency and memory as a few lines."""
-    load = result.load
-    lines = [f"Loaded {load.tensors} tensors ({_bytes(load.bytes_moved)}) onto "
-             f"{result.device} in {result.load_seconds * 1000:.1f} ms"]
-    if load.cuda_allocated is not None:
-        lines[0] += f"; CUDA allocated {_bytes(load.cuda_allocated)}, reserved {_bytes(load.cuda_reserved)}"
-    if result.architecture is not None:
-        arch = result.architecture
-        lines.insert(0, f"Model {arch['library']} {arch['class']} from {arch['source']}")
-    lines += [f"Warning: {w}" for w in result.warnings]
-    if load.tied:
-        lines.append(f"Tied ({len(load.tied)}): " + ", ".join(f"{k} → {v}" for k, v in list(load.tied.items())[:5]))
-    if load.stripped_prefixes:
-        lines.append(f"Stripped prefixes: {' '.join(load.stripped_prefixes)}")
-    lat = result.latency_ms
-    lines.append(f"Latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}; "
-                 f"{lat.runs} runs after {lat.warmup} warm-up)")
-    if result.peak_memory_bytes is not None:
-        lines.append(f"Peak memory {_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")
-    if result.next_tokens is not None:
-        top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
-        lines.append(f"Next token after {result.next_tokens['prompt']!r}: {top}")
-    if result.compare is not None:
-        lines.append(f"Second checkpoint: {os.path.basename(result.compare.path)}")
-    return printable_lines(lines)
+    """What the run found, above the table of outputs: the core's lines of a result (`result_lines`, as
+    the CLI prints them) and its warnings."""
+    return printable_lines(result_lines(result, outputs=False) + [f"warning: {w}" for w in result.warnings])
 
 
 # The core's messages name the command line's flags; in the window the same thing is a field or a dialog.
@@ -683,26 +644,5 @@ def printable_lines(lines: list[str]) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
-def _num(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _bytes(value: Any) -> str:
-    if value is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(value)
-
-
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-register_panel("Run", RunPanel, order=60)

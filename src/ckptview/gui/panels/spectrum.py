@@ -13,12 +13,17 @@ from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem,
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, SpectrumReady, TargetFailed
+from ckptview.core.figures.spectral import matrix_of
+from ckptview.core.figures.spectral_fit import power_law_pdf
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure
+from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.plots import palette_colors, style_plot
+from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 if TYPE_CHECKING:
     from ckptview.core.figures.spectral import Spectrum
@@ -36,8 +41,6 @@ FLAG_TIPS = {
 
 def weights_of(entries: Sequence[Selected]) -> list[tuple[str, TensorInfo]]:
     """(name, tensor) of every weight matrix in the selection, in tree order, each once."""
-    from ckptview.core.figures.spectral import matrix_of
-
     seen: set[int] = set()
     out: list[tuple[str, TensorInfo]] = []
     for entry in entries:
@@ -65,10 +68,6 @@ class _Number(QTableWidgetItem):
         return mine < theirs
 
 
-def _fmt(value: float | None, spec: str = ".4g") -> str:
-    return "—" if value is None else f"{value:{spec}}"
-
-
 def figures_text(name: str, s: Spectrum) -> str:
     """The figures of one spectrum, as the panel shows them under the plots."""
     rows, cols = s.shape
@@ -77,14 +76,14 @@ def figures_text(name: str, s: Spectrum) -> str:
         lines[0] += (f" (top {s.singular_values.size} of {min(rows, cols):,} singular values; each eigenvalue "
                      f"may be low by at most {s.eigenvalue_error:.3g})")
     fit = s.fit
-    lines.append(f"alpha {_fmt(s.alpha, '.3f')}, xmin {_fmt(fit.xmin if fit else None)}, "
-                 f"KS distance {_fmt(fit.ks_distance if fit else None, '.3f')}, "
+    lines.append(f"alpha {figure(s.alpha, '.3f')}, xmin {figure(fit.xmin if fit else None)}, "
+                 f"KS distance {figure(fit.ks_distance if fit else None, '.3f')}, "
                  f"tail {fit.tail_size if fit else 0} eigenvalues")
-    rank = "—" if s.rank is None else f"{s.rank:,} of {min(rows, cols):,}"
+    rank = MISSING if s.rank is None else f"{s.rank:,} of {min(rows, cols):,}"
     lines.append(f"spectral norm {s.spectral_norm:.6g}, Frobenius norm {s.frobenius_norm:.6g}, stable rank "
-                 f"{_fmt(s.stable_rank)}, numerical rank {rank}")
-    lines.append(f"lambda max {s.lambda_max:.6g}, log10 lambda max {_fmt(s.log_spectral_norm)}, "
-                 f"alpha weighted {_fmt(s.alpha_weighted)}, correlation traps {s.traps}")
+                 f"{figure(s.stable_rank)}, numerical rank {rank}")
+    lines.append(f"lambda max {s.lambda_max:.6g}, log10 lambda max {figure(s.log_spectral_norm)}, "
+                 f"alpha weighted {figure(s.alpha_weighted)}, correlation traps {s.traps}")
     if s.flags:
         lines.append("flags: " + "; ".join(FLAG_TIPS.get(f, f) for f in s.flags))
     return "\n".join(lines)
@@ -93,8 +92,6 @@ def figures_text(name: str, s: Spectrum) -> str:
 def esd_curve(s: Spectrum, bins: int = 60) -> tuple[Any, Any, Any, Any]:
     """(bin centres, density) of the ESD on log-spaced bins, and (x, density) of the fitted tail."""
     import numpy as np
-
-    from ckptview.core.figures.spectral_fit import power_law_pdf
 
     evals = s.eigenvalues
     evals = evals[evals > 0]
@@ -122,7 +119,6 @@ class SpectrumPanel(QWidget):
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         import pyqtgraph as pg
 
-        from ckptview.gui.base.log_axis import LogTickAxis  # pyqtgraph: first needed here, not at launch
         super().__init__(parent)
         self.analysis = context.analysis if context is not None else Analysis()
         self.weights: list[tuple[str, TensorInfo]] = []
@@ -137,11 +133,11 @@ class SpectrumPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground(palette_colors(self)[0])
-        self.esd_plot = self.graphics.addPlot(axisItems={"left": LogTickAxis("left"),
-                                                         "bottom": LogTickAxis("bottom")})
+        self.esd_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
+                                                         "bottom": log_tick_axis("bottom")})
         style_plot(self.esd_plot, "eigenvalue of W^T W", "density", widget=self)
         self.esd_plot.setLogMode(x=True, y=True)
-        self.sv_plot = self.graphics.addPlot(axisItems={"left": LogTickAxis("left")})
+        self.sv_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left")})
         style_plot(self.sv_plot, "index", "singular value", widget=self)
         self.sv_plot.setLogMode(x=False, y=True)
         self.figures = QLabel("")
@@ -239,8 +235,6 @@ class SpectrumPanel(QWidget):
 
     # -- table --------------------------------------------------------------------------------------
     def _fill_row(self, row: int, index: int, name: str, info: TensorInfo, s: Spectrum | None) -> None:
-        from ckptview.core.figures.spectral import matrix_of
-
         rows, cols = matrix_of(info) or (0, 0)
         label = QTableWidgetItem(printable(name))
         label.setData(Qt.ItemDataRole.UserRole, index)
@@ -248,13 +242,13 @@ class SpectrumPanel(QWidget):
         cells: list[QTableWidgetItem] = [label, _Number(f"{rows} x {cols}", float(rows * cols))]
         if s is None:
             error = self.errors.get(index)
-            cells += [_Number("—" if error else "…", None) for _ in range(3)]
+            cells += [_Number(MISSING if error else "…", None) for _ in range(3)]
             flag = QTableWidgetItem(error or "")
             if error:
                 flag.setToolTip(error)
             cells.append(flag)
         else:
-            cells += [_Number(_fmt(s.alpha, ".3f"), s.alpha), _Number(_fmt(s.stable_rank), s.stable_rank),
+            cells += [_Number(figure(s.alpha, ".3f"), s.alpha), _Number(figure(s.stable_rank), s.stable_rank),
                       _Number(f"{s.spectral_norm:.4g}", s.spectral_norm)]
             flag = QTableWidgetItem(("⚠ " + ", ".join(s.flags)) if s.flags else "")
             flag.setToolTip("\n".join(FLAG_TIPS.get(f, f) for f in s.flags))
@@ -304,7 +298,6 @@ class SpectrumPanel(QWidget):
 
     def column_texts(self, column: int) -> list[str]:
         """The texts of one column, top to bottom."""
-        from ckptview.gui.base.tables import cell_text
         return [cell_text(self.table, row, column) for row in range(self.table.rowCount())]
 
     # -- job events ---------------------------------------------------------------------------------
@@ -362,6 +355,3 @@ class SpectrumPanel(QWidget):
             self.sv_plot.plot(np.arange(1, sv.size + 1), sv, pen=pg.mkPen(fg))
         self.figures.setText(figures_text(name, s))
         self.ready.emit()
-
-
-register_panel("Spectrum", SpectrumPanel, order=25)

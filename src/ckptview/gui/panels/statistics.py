@@ -17,12 +17,14 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, StatsReady, TargetFailed
+from ckptview.core.figures.stats import JSON_KEYS
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
+from ckptview.core.units import MISSING, number
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.checkpoint.host import CheckpointContext
 from ckptview.gui.panels.histogram import HistogramView
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
 
 MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
 LABELS = {
@@ -67,14 +69,10 @@ def distinct_labels(labels: list[str]) -> list[str]:
 
 
 def format_figure(key: str, value: object, numel: int) -> str:
-    """A figure as the panel shows it: thousands separators, 6 significant digits, '—' when absent."""
-    if value is None:
-        return "—"
-    if key in ("zeros", "nan", "posinf", "neginf") and numel:
+    """A figure as the panel shows it: thousands separators, 6 significant digits, `MISSING` when absent."""
+    if value is not None and key in ("zeros", "nan", "posinf", "neginf") and numel:
         return f"{value:,} ({100 * value / numel:.3g}%)"  # type: ignore[operator]
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:.6g}"
+    return number(value, ".6g")
 
 
 class StatsPanel(QWidget):
@@ -84,7 +82,6 @@ class StatsPanel(QWidget):
     status: QLabel  # made below the job slot whose handlers write to it
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
-        from ckptview.core.figures.stats import JSON_KEYS
         super().__init__(parent)
         self.context = context
         self.analysis = context.analysis if context is not None else Analysis()
@@ -121,7 +118,6 @@ class StatsPanel(QWidget):
 
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
-        from ckptview.core.figures.stats import JSON_KEYS
         self.targets = targets_of(entries)
         self.table.setColumnCount(len(self.targets))
         self.table.setHorizontalHeaderLabels(distinct_labels([label for label, _ in self.targets]))
@@ -141,7 +137,6 @@ class StatsPanel(QWidget):
 
     def figures(self, column: int = 0) -> dict[str, str]:
         """The texts shown in one column, by JSON key (tests read the panel through this)."""
-        from ckptview.core.figures.stats import JSON_KEYS
         return {key: cell_text(self.table, row, column) for row, key in enumerate(JSON_KEYS)}
 
     def _on_returned(self, _results: object) -> None:
@@ -149,12 +144,11 @@ class StatsPanel(QWidget):
         self.statsReady.emit()
 
     def _on_yielded(self, value: object) -> None:
-        from ckptview.core.figures.stats import JSON_KEYS
         if isinstance(value, Progress):
             self.status.setText(f"computing… {value.fraction:.0%}")
             return
         if isinstance(value, TargetFailed):
-            cells = [QTableWidgetItem("—") for _ in JSON_KEYS]
+            cells = [QTableWidgetItem(MISSING) for _ in JSON_KEYS]
             for row, cell in enumerate(cells):
                 self.table.setItem(row, value.index, cell)
             cells[0].setToolTip(value.message)
@@ -167,6 +161,3 @@ class StatsPanel(QWidget):
             item = QTableWidgetItem(format_figure(key, getattr(stats, key), stats.numel))
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(row, col, item)
-
-
-register_panel("Statistics", StatsPanel, order=10)

@@ -1,7 +1,7 @@
 """The "Training" side panel: epoch, step, loss and other facts, schedulers, hyper-parameters, versions.
 
-The card is filled from metadata at once; one-element tensors (a saved ``loss``) are read in a worker
-the first time the card is shown, then the card is refilled.
+The panel is filled from metadata at once; one-element tensors (a saved ``loss``) are read in a worker
+the first time the panel is shown, then the panel is refilled.
 """
 
 from __future__ import annotations
@@ -16,23 +16,20 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.inspect.optimizer import OptimizerState, find_optimizers
 from ckptview.core.inspect.training import TrainingSummary, training_summary
 from ckptview.core.text import shown
+from ckptview.core.units import number
 from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 # Shown first, in this order, when present; the other facts follow in file order.
 FIRST_FACTS = ("epoch", "global_step", "step", "iteration", "iter", "loss", "best_loss", "val_loss")
 
 
 def value_text(value: Any) -> str:
-    """A fact as the card shows it."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
+    """A fact as the panel shows it."""
     if isinstance(value, list):
         return "[" + ", ".join(value_text(v) for v in value) + "]"
-    return str(value)
+    return number(value, ".6g")
 
 
 def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:
@@ -48,16 +45,16 @@ def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:
             item.setToolTip(text if len(text) > 40 else "")
             table.setItem(r, c, item)
     table.resizeColumnsToContents()
-    # As tall as its rows (up to a limit): the card scrolls as a whole, not table by table.
+    # As tall as its rows (up to a limit): the panel scrolls as a whole, not table by table.
     height = table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(min(len(rows), 25))) + 4
     table.setFixedHeight(height)
     return table
 
 
-class TrainingCard(QWidget):
+class TrainingPanel(QWidget):
     """Facts of a training checkpoint, one table per section; sections without content are left out."""
 
-    summaryReady = Signal()  # the card shows the read values of one-element tensors
+    summaryReady = Signal()  # the panel shows the read values of one-element tensors
 
     def __init__(self, context: CheckpointContext | None = None, checkpoint: Checkpoint | None = None,
                  parent: QWidget | None = None) -> None:
@@ -80,7 +77,7 @@ class TrainingCard(QWidget):
         self._fill()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
-        """Read the one-element tensors the first time the card is seen."""
+        """Read the one-element tensors the first time the panel is seen."""
         super().showEvent(event)
         if not self._read and self.checkpoint is not None:
             self._read = True
@@ -135,7 +132,7 @@ class TrainingCard(QWidget):
         self.body_layout.addWidget(table)
 
     def section_rows(self, title: str) -> list[list[str]]:
-        """The texts of one section's table, row by row (tests read the card through this)."""
+        """The texts of one section's table, row by row (tests read the panel through this)."""
         table = self.tables.get(title)
         if table is None:
             return []

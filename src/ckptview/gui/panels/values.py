@@ -31,10 +31,11 @@ from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.grouping import Selected
+from ckptview.core.read.values.slicing import LazySlice2D, SliceError, default_spec
 from ckptview.gui.base.plots import NONFINITE_COLORS
 from ckptview.gui.base.tables import compact
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.panels.registry import CheckpointContext, register_panel
+from ckptview.gui.checkpoint.host import CheckpointContext
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -218,7 +219,7 @@ class ValuesModel(QAbstractTableModel):
         self.tileLoaded.emit()
 
 
-class ValuesView(QWidget):
+class ValuesPanel(QWidget):
     """Slice spec line edit above the virtual table; Ctrl+C copies the selection as tab-separated text."""
 
     sliceReady = Signal()
@@ -300,7 +301,6 @@ class ValuesView(QWidget):
 
     def set_tensor(self, info: TensorInfo | None, spec: str | None = None) -> None:
         """Show ``info`` sliced by ``spec`` (default: the first 2-D slice)."""
-        from ckptview.core.read.values.slicing import default_spec
         self.info = info
         self._make_steppers(tuple(info.shape) if info is not None else ())
         self.spec.setText(spec if spec is not None else default_spec(info.shape) if info is not None else "")
@@ -348,7 +348,6 @@ class ValuesView(QWidget):
         self.slot.start(self.analysis.values_slice, self.info, self.spec.text())
 
     def _on_slice(self, view: object) -> None:
-        from ckptview.core.read.values.slicing import LazySlice2D
         assert isinstance(view, LazySlice2D)
         self.model.set_view(view)
         self._show_page()
@@ -390,7 +389,6 @@ class ValuesView(QWidget):
         self.status.setText(text)
 
     def _on_error(self, exc: object) -> None:
-        from ckptview.core.read.values.slicing import SliceError
         if isinstance(exc, SliceError | CheckpointError):
             self.status.setText(str(exc))
         else:
@@ -419,6 +417,3 @@ class ValuesView(QWidget):
         text = self.selection_text()
         if text:
             QGuiApplication.clipboard().setText(text)
-
-
-register_panel("Values", ValuesView, order=30)

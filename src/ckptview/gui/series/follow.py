@@ -1,4 +1,4 @@
-"""The run tab's Follow switch: keep the timeline up to date while the run writes checkpoints.
+"""The series tab's Follow switch: keep the timeline up to date while the run writes checkpoints.
 
 A worker runs :func:`ckptview.core.series.watch.watch_run` (cache and executor as the command's);
 each time the timeline changed it hands the tab a new :class:`SeriesResult` (never one it still changes),
@@ -13,20 +13,22 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ckptview.core.jobs import CancelToken
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.series.cache import SeriesCache
+from ckptview.core.series.live import LiveRun
 from ckptview.core.series.model import SeriesProgress
+from ckptview.core.series.watch import watch_run
 from ckptview.core.text import printable
-from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.gui.base.workers import JobSlot
 
 
 def follow_job(paths: list[str], stall_threshold: float, explode_factor: float, settle: float,
-               token: CancelToken) -> Generator[Any, None, None]:
-    """Watch the run until cancelled: yields progress, and ("update", result, events, gone count)."""
-    from ckptview.core.series.cache import SeriesCache
-    from ckptview.core.series.live import LiveRun
-    from ckptview.core.series.watch import watch_run
-
+               remote: RemoteOptions, token: CancelToken) -> Generator[Any, None, None]:
+    """Watch the run until cancelled: yields progress, and ("update", result, events, gone count). URLs
+    are read with `remote` (the window's)."""
     cache = SeriesCache()
-    run = LiveRun(paths, cache=cache, stall_threshold=stall_threshold, explode_factor=explode_factor)
+    run = LiveRun(paths, cache=cache, stall_threshold=stall_threshold, explode_factor=explode_factor,
+                  remote=remote)
     try:
         for item in watch_run(run, settle=settle, token=token):
             if isinstance(item, SeriesProgress):
@@ -39,7 +41,7 @@ def follow_job(paths: list[str], stall_threshold: float, explode_factor: float, 
 
 
 class Follow(QObject):
-    """Starts and stops following for one run tab (``tab.follow_box`` toggles it)."""
+    """Starts and stops following for one series tab (``tab.follow_box`` toggles it)."""
 
     updated = Signal(object)  # the --watch events of one update
 
@@ -48,20 +50,20 @@ class Follow(QObject):
     def __init__(self, tab: Any) -> None:
         super().__init__(tab)
         self.tab = tab
-        self.worker: GeneratorWorker | None = None
+        self.slot = JobSlot(self)  # stops when the tab (this object's parent) goes
+        self.slot.yielded.connect(self._on_yielded)
+        self.slot.errored.connect(self._on_errored)
         self.gone = 0
         tab.follow_box.toggled.connect(self.set_following)
 
     def following(self) -> bool:
         """True while a follow worker runs."""
-        return self.worker is not None and not self.worker.is_done
+        return self.slot.running
 
     def set_following(self, on: bool) -> None:
         """Start (after stopping the first read) or stop following."""
         if not on:
-            if self.worker is not None:
-                self.worker.quit()
-            self.worker = None
+            self.slot.cancel()
             self.tab.progress.hide()
             self.tab._update_summary()
             return
@@ -69,20 +71,11 @@ class Follow(QObject):
             return
         self.tab.cancel()  # the first read: following reads everything that is still missing
         tab = self.tab
-        worker = GeneratorWorker(follow_job, tab.paths, tab.stall_threshold, tab.explode_factor, self.settle)
-        worker.signals.yielded.connect(self._on_yielded)
-        worker.signals.errored.connect(self._on_errored)
-        self.worker = worker
-        tab._res.workers = [w for w in tab._res.workers if not w.is_done] + [worker]
         tab.summary_label.setText(printable(tab.summary_label.text() + " — following…"))
-        worker.start()
-
-    def _mine(self) -> bool:
-        return self.worker is not None and self.sender() is self.worker.signals
+        self.slot.start(follow_job, tab.paths, tab.stall_threshold, tab.explode_factor, self.settle,
+                        tab.workspace.remote)
 
     def _on_yielded(self, item: Any) -> None:
-        if not self._mine():
-            return
         tab = self.tab
         if isinstance(item, SeriesProgress):
             tab.progress.show()
@@ -98,7 +91,5 @@ class Follow(QObject):
         self.updated.emit(events)
 
     def _on_errored(self, exc: BaseException) -> None:
-        if not self._mine():
-            return
         self.tab.summary_label.setText(f"error while following: {printable(str(exc) or type(exc).__name__)}")
         self.tab.follow_box.setChecked(False)

@@ -1,13 +1,12 @@
-"""The plots of the run tab: lines over steps, the update-ratio heat-map, and a tensor's histograms over steps."""
+"""The plots of the series tab: lines over steps, the update-ratio heat-map, and a tensor's histograms over steps."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
@@ -16,32 +15,38 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.histogram import Histogram, iter_tensor_histogram
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.series.cells import KIND_NAMES, VALUE, Cells
-from ckptview.core.series.timeline import series_tensor
+from ckptview.core.series.timeline import open_checkpoint, series_tensor
 from ckptview.core.session.workspace import Holdings
-from ckptview.gui.base.log_axis import LogTickAxis, tick_font_metrics
+from ckptview.gui.base.log_axis import AxisMixinBase, axis_item, log_tick_axis, tick_font_metrics
 from ckptview.gui.base.plots import palette_colors, style_plot
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyqtgraph as pg
 
 HIST_BINS = 64
 # log10 of the update ratio shown by the heat-map: below the floor (0 included) is "did not move".
 HEAT_FLOOR = -8.0
-_PENS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+PENS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
 def as_array(values: Sequence[float | int | None]) -> np.ndarray:
     """Figures as float64 with NaN where absent (pyqtgraph leaves gaps there)."""
+    import numpy as np
+
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
-def _style(owner: QWidget, graphics: pg.GraphicsLayoutWidget, *plots: pg.PlotItem) -> None:
+def style_plots(owner: QWidget, graphics: pg.GraphicsLayoutWidget, *plots: pg.PlotItem) -> None:
     """The window's palette and plain-number axes, as every plot of the app (gui/base/plots.py)."""
     graphics.setBackground(palette_colors(owner)[0])
     for plot in plots:
         style_plot(plot, widget=owner)
 
 
-class LabelAxis(pg.AxisItem):
-    """An axis naming rows or columns of an image (cell ``i`` spans [i, i+1)): as many labels as fit without
-    overlapping, long ones elided at the start."""
+class LabelAxis(AxisMixinBase):
+    """An axis mixin (`axis_item(LabelAxis, ...)` makes the axis) naming rows or columns of an image (cell
+    ``i`` spans [i, i+1)): as many labels as fit without overlapping, long ones elided at the start."""
 
     def __init__(self, orientation: str, max_width: int = 180) -> None:
         super().__init__(orientation)
@@ -101,19 +106,21 @@ class LinePlots(QWidget):
     one step in both plots (a finding's checkpoint)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
+        import pyqtgraph as pg
+
         super().__init__(parent)
         self.log_box = QCheckBox("Log scale")
         self.log_box.setChecked(True)
         self.log_box.toggled.connect(self._apply_log)
         self.graphics = pg.GraphicsLayoutWidget()
         self.norm_plot = self.graphics.addPlot(row=0, col=0, title="L2 norm",
-                                               axisItems={"left": LogTickAxis("left")})
+                                               axisItems={"left": log_tick_axis("left")})
         self.ratio_plot = self.graphics.addPlot(row=1, col=0, title="update ratio ||w_t - w_(t-1)|| / ||w_(t-1)||",
-                                                axisItems={"left": LogTickAxis("left")})
+                                                axisItems={"left": log_tick_axis("left")})
         self.ratio_plot.setXLink(self.norm_plot)
         for plot in (self.norm_plot, self.ratio_plot):
             plot.getAxis("left").setWidth(56)  # both plots' data areas line up
-        _style(self, self.graphics, self.norm_plot, self.ratio_plot)
+        style_plots(self, self.graphics, self.norm_plot, self.ratio_plot)
         self.legend = QLabel()
         self.legend.setObjectName("seriesLinesLegend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
@@ -138,6 +145,8 @@ class LinePlots(QWidget):
         """``lines``: label -> (norms, update ratios[, NaN/Inf value counts]), one value per checkpoint (None
         where absent). Checkpoints where a line holds NaN/Inf get a red cross on its norm (or, where that
         has no place on the axis, on its last norm drawn)."""
+        import numpy as np
+
         xs = np.asarray(x, dtype=np.float64)
         self.series = {label: (xs, as_array(v[0]), as_array(v[1])) for label, v in lines.items()}
         self.nonfinite = {label: as_array(v[2]) for label, v in lines.items() if len(v) > 2}
@@ -157,6 +166,9 @@ class LinePlots(QWidget):
             self._redraw()
 
     def _redraw(self) -> None:
+        import numpy as np
+        import pyqtgraph as pg
+
         self.norm_plot.clear()
         self.ratio_plot.clear()
         for item in self._cross_items:
@@ -167,7 +179,7 @@ class LinePlots(QWidget):
         log = self.log_box.isChecked()
         entries: list[tuple[str, ...]] = []
         for i, (label, (xs, norms, ratios)) in enumerate(self.series.items()):
-            color = _PENS[i % len(_PENS)]
+            color = PENS[i % len(PENS)]
             pen = pg.mkPen(color, width=2)
             for plot, ys in ((self.norm_plot, norms), (self.ratio_plot, ratios)):
                 shown = np.where(ys > 0, ys, np.nan) if log else ys  # log10(0) has no place on the axis
@@ -182,6 +194,9 @@ class LinePlots(QWidget):
         self._draw_mark()
 
     def _cross(self, label: str, xs: np.ndarray, shown: np.ndarray) -> None:
+        import numpy as np
+        import pyqtgraph as pg
+
         counts = self.nonfinite.get(label)
         if counts is None:
             return
@@ -205,6 +220,8 @@ class LinePlots(QWidget):
             self._cross_items.append(item)
 
     def _draw_mark(self) -> None:
+        import pyqtgraph as pg
+
         for plot, marker in zip((self.norm_plot, self.ratio_plot), self.markers, strict=False):
             plot.removeItem(marker)
         self.markers = []
@@ -242,17 +259,20 @@ class UpdateHeatMap(QWidget):
     row_clicked = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
+        import numpy as np
+        import pyqtgraph as pg
+
         super().__init__(parent)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.rows_axis = LabelAxis("left")
-        self.columns_axis = LabelAxis("bottom", max_width=90)
+        self.rows_axis = axis_item(LabelAxis, "left")
+        self.columns_axis = axis_item(LabelAxis, "bottom", max_width=90)
         self.plot = self.graphics.addPlot(row=0, col=0, title="log10 update ratio (tensors x checkpoints)",
                                           axisItems={"left": self.rows_axis, "bottom": self.columns_axis})
         self.plot.invertY(True)
         self.plot.setMouseEnabled(x=False, y=True)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
-        _style(self, self.graphics, self.plot)
+        style_plots(self, self.graphics, self.plot)
         self.colormap = pg.colormap.get("viridis")
         self.colors = dict(HEAT_COLORS)
         self.top = 0.0
@@ -289,6 +309,8 @@ class UpdateHeatMap(QWidget):
 
     def set_cells(self, cells: Cells, rows: list[str], columns: list[str], axis_label: str) -> None:
         """Show ``cells`` (core/series/cells.py), rows named ``rows``, columns ``columns``."""
+        import numpy as np
+
         self.matrix, self.kinds = cells.levels, cells.kinds
         self.rows_axis.set_labels(rows)
         self.columns_axis.set_labels(columns)
@@ -320,6 +342,8 @@ class UpdateHeatMap(QWidget):
         return list(getattr(self, "_legend", []))
 
     def _paint(self) -> np.ndarray:
+        import numpy as np
+
         rows, cols = self.kinds.shape
         rgba = np.zeros((rows, cols, 4), dtype=np.uint8)
         if not rows or not cols:
@@ -361,8 +385,6 @@ def histograms_job(paths: list[str], name: str, value_range: tuple[float, float]
 
     Checkpoints come from `holdings`, the run's own opens (a file changed since is opened again); without,
     each is opened for this job and closed."""
-    from ckptview.core.series.timeline import open_checkpoint
-
     out: list[Histogram | None] = []
     for i, path in enumerate(paths):
         if token is not None:
@@ -394,12 +416,15 @@ class HistogramsOverSteps(QWidget):
     """A tensor's value histogram at every checkpoint, as a 2-D image: steps across, values up."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
+        import numpy as np
+        import pyqtgraph as pg
+
         super().__init__(parent)
         self.graphics = pg.GraphicsLayoutWidget()
         self.plot = self.graphics.addPlot(title="values over the run (log counts)")
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
-        _style(self, self.graphics, self.plot)
+        style_plots(self, self.graphics, self.plot)
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("inferno"), interactive=False)
         self.bar.setImageItem(self.image, insert_in=self.plot)
         self.status = QLabel("Select a tensor to see its values over the run.")
@@ -412,12 +437,16 @@ class HistogramsOverSteps(QWidget):
 
     def clear(self, message: str) -> None:
         """Empty the picture and say why."""
+        import numpy as np
+
         self.counts = np.zeros((0, 0), dtype=np.int64)
         self.image.clear()
         self.status.setText(message)
 
     def set_histograms(self, name: str, hists: list[Histogram | None], value_range: tuple[float, float]) -> None:
         """Show one column per checkpoint (bins from ``value_range``)."""
+        import numpy as np
+
         bins = next((h.counts.size for h in hists if h is not None), HIST_BINS)
         self.counts = np.zeros((bins, len(hists)), dtype=np.int64)
         for t, h in enumerate(hists):

@@ -1,4 +1,4 @@
-"""The run tab's Spectra view: each selected weight's power-law alpha and stable rank over the steps.
+"""The series tab's Spectra view: each selected weight's power-law alpha and stable rank over the steps.
 
 Drawn as the Lines view draws norms (:class:`ckptview.gui.series.plots.LinePlots`: one colour per tensor,
 the legend above the plots); the alpha plot shades WeightWatcher's well-trained range [2, 6]. The figures
@@ -8,14 +8,16 @@ are computed by :func:`ckptview.core.series.spectra.iter_spectra` in a worker.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
-from ckptview.gui.series.plots import _PENS, _style, as_array, inline_legend
+from ckptview.gui.series.plots import PENS, as_array, inline_legend, style_plots
+
+if TYPE_CHECKING:
+    import numpy as np
 
 RANGE_BRUSH = (44, 160, 44, 28)  # the well-trained band of the alpha plot
 
@@ -24,6 +26,8 @@ class SpectralLines(QWidget):
     """alpha and stable rank over the run, one line per weight."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
+        import pyqtgraph as pg
+
         super().__init__(parent)
         self.graphics = pg.GraphicsLayoutWidget()
         self.alpha_plot = self.graphics.addPlot(row=0, col=0, title="alpha (power-law exponent of the ESD tail)")
@@ -31,7 +35,7 @@ class SpectralLines(QWidget):
         self.rank_plot.setXLink(self.alpha_plot)
         for plot in (self.alpha_plot, self.rank_plot):
             plot.getAxis("left").setWidth(56)
-        _style(self, self.graphics, self.alpha_plot, self.rank_plot)
+        style_plots(self, self.graphics, self.alpha_plot, self.rank_plot)
         self.legend = QLabel("Select weights (2-D tensors) or modules to draw their spectra.")
         self.legend.setObjectName("seriesSpectraLegend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
@@ -50,6 +54,9 @@ class SpectralLines(QWidget):
     def set_lines(self, x: Sequence[float], lines: Mapping[str, tuple[Sequence[float | None], Sequence[float | None]]],
                   x_label: str) -> None:
         """``lines``: label -> (alpha, stable rank), one value per checkpoint (None where not analysed)."""
+        import numpy as np
+        import pyqtgraph as pg
+
         xs = np.asarray(x, dtype=np.float64)
         self.series = {label: (xs, as_array(a), as_array(r)) for label, (a, r) in lines.items()}
         for plot in (self.alpha_plot, self.rank_plot):
@@ -60,7 +67,7 @@ class SpectralLines(QWidget):
         self.alpha_plot.addItem(band, ignoreBounds=True)
         entries: list[tuple[str, ...]] = []
         for i, (label, (line_x, alpha, rank)) in enumerate(self.series.items()):
-            color = _PENS[i % len(_PENS)]
+            color = PENS[i % len(PENS)]
             pen = pg.mkPen(color, width=2)
             for plot, ys in ((self.alpha_plot, alpha), (self.rank_plot, rank)):
                 if np.isnan(ys).all():

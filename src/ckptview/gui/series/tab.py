@@ -1,4 +1,4 @@
-"""The run tab: a training run's checkpoints as a timeline (File > Open Run…, ``ckptview --series DIR``).
+"""The series tab: a training run's checkpoints as a timeline (File > Open Series…, ``ckptview --series DIR``).
 
 A module tree and the findings on the left; on the right, lines of norm and update ratio over the steps,
 the update-ratio heat-map (tensors x steps) and a selected tensor's histograms over the steps. The files
@@ -12,6 +12,7 @@ import math
 import os
 import re
 from collections.abc import Generator
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
@@ -33,22 +34,18 @@ from PySide6.QtWidgets import (
 
 from ckptview.core import dtypes
 from ckptview.core.jobs import CancelToken
+from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cells import cell_kinds
+from ckptview.core.series.findings import find_findings
+from ckptview.core.series.model import SeriesProgress, SeriesResult, module_names, module_series
 from ckptview.core.series.spectra import is_matrix, iter_spectra
-from ckptview.core.series.timeline import (
-    SeriesProgress,
-    SeriesResult,
-    find_findings,
-    iter_series,
-    module_names,
-    module_series,
-    open_for_run,
-    plan_series,
-)
-from ckptview.core.session.workspace import Holdings
+from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
+from ckptview.core.session.workspace import Holdings, Workspace
 from ckptview.core.text import printable
+from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
-from ckptview.gui.base.workers import GeneratorWorker
+from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.plots import (
     HEAT_FLOOR,
@@ -74,25 +71,24 @@ def series_job(paths: list[str], stall_threshold: float, explode_factor: float, 
                token: CancelToken | None = None) -> Generator[Any, None, SeriesResult]:
     """Find and order the checkpoints, yield the plan, then the reading's progress; returns the result.
 
-    Each checkpoint is opened once, into `holdings` (the tab's), and read and plotted from there."""
-    result = plan_series(paths, stall_threshold, explode_factor, holdings)
+    Each checkpoint is opened once, into `holdings` (the tab's), and read and plotted from there; URLs
+    are listed and read as the window reads them (its workspace's remote options)."""
+    remote = holdings.workspace.remote if holdings is not None else RemoteOptions()
+    result = plan_series(paths, stall_threshold, explode_factor, holdings, remote)
     yield ("plan", result)
     return (yield from iter_series(result, token, holdings=holdings))
 
 
 class _Resources:
-    """What the tab must stop when Qt deletes it (a plain object: the widget may already be gone)."""
+    """What the tab must let go when Qt deletes it (a plain object: the widget may already be gone). Its
+    jobs stop with their JobSlots, which are the tab's children."""
 
-    def __init__(self) -> None:
-        self.workers: list[GeneratorWorker] = []
+    def __init__(self, workspace: Workspace) -> None:
         # The run's checkpoints, each opened once (through the window's workspace) for the reading and
         # the plots; let go when the tab goes.
-        self.holdings = Holdings(opener=open_for_run)
+        self.holdings = Holdings(workspace, opener=partial(open_for_run, remote=workspace.remote))
 
     def release(self, *_args: Any) -> None:
-        for worker in self.workers:
-            worker.quit()
-        self.workers = []
         self.holdings.release()
 
 
@@ -107,17 +103,29 @@ class SeriesTab(QWidget):
     spectra_ready = Signal(object)  # [tensor names drawn in the Spectra view]
 
     def __init__(self, paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, workspace: Workspace | None = None) -> None:
         super().__init__(parent)
-        self.paths = [os.path.abspath(os.path.expanduser(p)) for p in paths]
+        self.paths = [p if is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
         self.result: SeriesResult | None = None
         self.state = "loading"
-        self._res = _Resources()
+        # The window's workspace (a checkpoint open in a tab is not opened again); a tab outside one has its own.
+        self._res = _Resources(workspace if workspace is not None else Workspace())
         self.destroyed.connect(self._res.release)
-        self._worker: GeneratorWorker | None = None
-        self._hist_worker: GeneratorWorker | None = None
-        self._spectra_worker: GeneratorWorker | None = None
+        self.reading = JobSlot(self)  # finding, ordering and reading the checkpoints
+        self.reading.yielded.connect(self._on_yielded)
+        self.reading.returned.connect(self._on_returned)
+        self.reading.errored.connect(self._on_errored)
+        self.reading.aborted.connect(self._on_aborted)
+        self._worker: GeneratorWorker | None = None  # the reading's job
+        self.histogram_job = JobSlot(self)  # one tensor's histograms over the run
+        # Bound methods, not lambdas: Qt drops these connections when the tab is deleted.
+        self.histogram_job.returned.connect(self._on_histograms)
+        self.histogram_job.errored.connect(self._on_histograms_error)
+        self._hist_request: tuple[str, tuple[float, float]] | None = None  # what the current histograms show
+        self.spectra_job = JobSlot(self)  # the weights' spectra the Spectra view lacks
+        self.spectra_job.returned.connect(self._on_spectra)
+        self.spectra_job.errored.connect(self._on_spectra_error)
         self._spectra: dict[tuple[str, str], tuple[float | None, float | None]] = {}  # (path, name) -> figures
         self._items: dict[str, QTreeWidgetItem] = {}
         self._module_items: dict[str, QTreeWidgetItem] = {}
@@ -187,36 +195,39 @@ class SeriesTab(QWidget):
         layout.addWidget(self.splitter, 1)
 
     # --- the reading -----------------------------------------------------------------------------
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace its checkpoints are opened in (the window's), with the remote options its URLs
+        are read with."""
+        return self._res.holdings.workspace
+
     def start(self) -> None:
         """Find, order and read the run's checkpoints in a worker."""
-        worker = GeneratorWorker(series_job, self.paths, self.stall_threshold, self.explode_factor,
-                                 self._res.holdings)
-        worker.signals.yielded.connect(self._on_yielded)
-        worker.signals.returned.connect(self._on_returned)
-        worker.signals.errored.connect(self._on_errored)
-        worker.signals.aborted.connect(self._on_aborted)
-        self._worker = worker
-        self._res.workers.append(worker)
         app = QCoreApplication.instance()
-        if app is not None:  # quitting the app stops the reading too, not only closing the tab
+        if app is not None:  # quitting the app lets the run's files go too, not only closing the tab
             app.aboutToQuit.connect(self._res.release)
-        worker.start()
+        self._worker = self.reading.start(series_job, self.paths, self.stall_threshold, self.explode_factor,
+                                          self._res.holdings)
+
+    def release(self) -> None:
+        """Stop every job and let go of the run's checkpoints (the window is closing the tab: `Tab`)."""
+        for job in (self.reading, self.histogram_job, self.spectra_job, self.follow.slot):
+            job.cancel()
+        self._res.release()
+
+    def trees(self) -> list[Any]:
+        """Nothing kept out of the collector (`Tab`): the run's checkpoints are its holdings', let go above."""
+        return []
 
     def cancel(self) -> None:
         """Stop reading (what is done stays shown)."""
-        if self._worker is not None and not self._worker.is_done:
-            self._worker.quit()
+        self.reading.stop()
 
     def busy(self) -> bool:
         """True while the files are being read."""
         return self._worker is not None and not self._worker.is_done
 
-    def _mine(self) -> bool:
-        return self._worker is not None and self.sender() is self._worker.signals
-
     def _on_yielded(self, item: Any) -> None:
-        if not self._mine():
-            return
         if isinstance(item, tuple) and item and item[0] == "plan":
             self.result = item[1]
             self._build_tree()
@@ -234,8 +245,6 @@ class SeriesTab(QWidget):
                 self.progress.setToolTip(printable(item.message))
 
     def _on_returned(self, result: SeriesResult) -> None:
-        if not self._mine():
-            return
         self.result = result
         self.state = "ready"
         self._refresh_timer.stop()
@@ -245,8 +254,6 @@ class SeriesTab(QWidget):
         self.finished.emit(result)
 
     def _on_errored(self, exc: BaseException) -> None:
-        if not self._mine():
-            return
         self.state = "error"
         self._done()
         message = printable(str(exc) or type(exc).__name__)
@@ -254,8 +261,6 @@ class SeriesTab(QWidget):
         self.failed.emit(message)
 
     def _on_aborted(self) -> None:
-        if not self._mine():
-            return
         self.state = "cancelled"
         self._done()
         self.refresh()
@@ -336,10 +341,10 @@ class SeriesTab(QWidget):
             s = r.tensors[name]
             last = next((t for t in range(done - 1, -1, -1) if s.stats[t] is not None), None)
             item.setText(1, "[" + ", ".join(map(str, s.shape or ())) + "]")
-            item.setText(2, _norm(s.stats[last]) if last is not None else "-")
+            item.setText(2, _norm(s.stats[last]) if last is not None else MISSING)
             ratio = next((s.update_ratio[t] for t in range(done - 1, 0, -1) if s.update_ratio[t] is not None), None)
-            item.setText(3, _fmt(ratio))
-            item.setText(4, _nonfinite(s.stats[last]) if last is not None else "-")
+            item.setText(3, figure(ratio))
+            item.setText(4, _nonfinite(s.stats[last]) if last is not None else MISSING)
         self._fill_findings()
         axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
         self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
@@ -476,9 +481,7 @@ class SeriesTab(QWidget):
 
     # --- histograms over the run -------------------------------------------------------------------
     def _start_histograms(self) -> None:
-        if self._hist_worker is not None:
-            self._hist_worker.quit()
-            self._hist_worker = None
+        self.histogram_job.cancel()
         tensors = [n for k, n in self.selected() if k == "tensor"]
         r = self.result
         if not tensors or r is None or self.done_count() == 0:
@@ -495,30 +498,18 @@ class SeriesTab(QWidget):
         value_range = (float(min(lows)), float(max(highs)))
         paths = [ref.path for ref in r.checkpoints[:done]]
         self.histograms.clear(f"{printable(name)}: reading…")
-        worker = GeneratorWorker(histograms_job, paths, name, value_range, HIST_BINS, self._res.holdings)
-        worker.request = (name, value_range)  # type: ignore[attr-defined]
-        # Bound methods, not lambdas: Qt drops these connections when the tab is deleted.
-        worker.signals.returned.connect(self._on_histograms)
-        worker.signals.errored.connect(self._on_histograms_error)
-        self._hist_worker = worker
-        self._res.workers = [w for w in self._res.workers if not w.is_done] + [worker]
-        worker.start()
-
-    def _current_histograms(self) -> GeneratorWorker | None:
-        w = self._hist_worker
-        return w if w is not None and self.sender() is w.signals else None
+        self._hist_request = (name, value_range)
+        self.histogram_job.start(histograms_job, paths, name, value_range, HIST_BINS, self._res.holdings)
 
     def _on_histograms(self, hists: list[Any]) -> None:
-        worker = self._current_histograms()
-        if worker is None:
+        if self._hist_request is None:
             return
-        name, value_range = worker.request  # type: ignore[attr-defined]
+        name, value_range = self._hist_request  # the slot forwards the current job's result only
         self.histograms.set_histograms(printable(name), hists, value_range)
         self.histograms_ready.emit((name, hists))
 
     def _on_histograms_error(self, exc: BaseException) -> None:
-        if self._current_histograms() is not None:
-            self.histograms.clear(f"error: {printable(exc)}")
+        self.histograms.clear(f"error: {printable(exc)}")
 
 
     # --- weight spectra over the run ----------------------------------------------------------------
@@ -554,21 +545,18 @@ class SeriesTab(QWidget):
         stale = [key for key in self._spectra if key[0] in gone]
         for key in stale:
             del self._spectra[key]
-        if gone and self._spectra_worker is not None:
+        if gone and self.spectra_job.running:
             self._stop_spectra()  # it may be reading the old contents; refresh() starts it again
 
     def _stop_spectra(self) -> None:
-        if self._spectra_worker is not None:
-            self._spectra_worker.quit()
-            self._spectra_worker = None
+        self.spectra_job.cancel()
 
     def _start_spectra(self, restart: bool) -> None:
         """Fit what the Spectra view lacks in a worker (restart: drop a fit of another selection)."""
         r = self.result
         if not self.spectral_box.isChecked() or r is None:
             return
-        busy = self._spectra_worker is not None and not self._spectra_worker.is_done
-        if busy and not restart:
+        if self.spectra_job.running and not restart:
             return  # it picks up what is new when it ends
         self._stop_spectra()
         names = self.spectral_names()
@@ -580,28 +568,15 @@ class SeriesTab(QWidget):
             self._draw_spectra(names)
             return
         self.spectra.set_message(f"fitting {len(wanted)} spectr{'um' if len(wanted) == 1 else 'a'}…")
-        worker = GeneratorWorker(iter_spectra, wanted, self._res.holdings)
-        worker.signals.returned.connect(self._on_spectra)
-        worker.signals.errored.connect(self._on_spectra_error)
-        self._spectra_worker = worker
-        self._res.workers = [w for w in self._res.workers if not w.is_done] + [worker]
-        worker.start()
-
-    def _current_spectra(self) -> bool:
-        w = self._spectra_worker
-        return w is not None and self.sender() is w.signals
+        self.spectra_job.start(iter_spectra, wanted, self._res.holdings, remote=self.workspace.remote)
 
     def _on_spectra(self, found: dict[tuple[str, str], tuple[float | None, float | None]]) -> None:
-        if not self._current_spectra():
-            return
         self._spectra.update(found)
-        self._spectra_worker = None
-        self._start_spectra(restart=False)  # checkpoints read (or a selection made) meanwhile
+        self._start_spectra(restart=True)  # what was read (or selected) meanwhile: its job has ended
 
     def _on_spectra_error(self, exc: BaseException) -> None:
-        if self._current_spectra():
-            self._spectra_worker = None
-            self.spectra.set_message(f"error: {printable(exc)}")
+        self.spectra_job.cancel()
+        self.spectra.set_message(f"error: {printable(exc)}")
 
     def _draw_spectra(self, names: list[str]) -> None:
         r = self.result
@@ -617,21 +592,17 @@ class SeriesTab(QWidget):
         self.spectra_ready.emit(names)
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
 def _norm(stats: Any) -> str:
     """The L2 norm of the finite values, or "no finite" when the tensor holds none (not 0: it is not zeroed)."""
     if stats.numel and stats.nan + stats.posinf + stats.neginf == stats.numel:
         return "no finite"
-    return _fmt(stats.l2)
+    return figure(stats.l2)
 
 
 def _nonfinite(stats: Any) -> str:
-    """NaN/Inf value counts ("12/0"), "-" when there are none."""
+    """NaN/Inf value counts ("12/0"), `MISSING` when there are none."""
     inf = stats.posinf + stats.neginf
-    return f"{stats.nan}/{inf}" if stats.nan or inf else "-"
+    return f"{stats.nan}/{inf}" if stats.nan or inf else MISSING
 
 
 _OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state by id (mapping not known)
@@ -639,16 +610,16 @@ _OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state
 
 # --- ways in ---------------------------------------------------------------------------------------
 def open_series_tab(window: Any, paths: list[str]) -> SeriesTab:
-    """Open a run tab in ``window`` and start reading (File > Open Run…, ``--series``)."""
-    tab = SeriesTab(paths)
+    """Open a series tab in ``window`` and start reading (File > Open Series…, ``--series``)."""
+    tab = SeriesTab(paths, workspace=window.workspace)
     first = tab.paths[0] if tab.paths else ""
-    title = f"Run: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Run: {len(tab.paths)} paths"
+    title = f"Series: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Series: {len(tab.paths)} paths"
     window.add_tab(tab, title, list(tab.paths))
     tab.start()
     return tab
 
 
-def choose_run_folder(window: Any) -> str | None:
-    """File > Open Run…: pick the folder that holds a run's checkpoints."""
+def choose_series_folder(window: Any) -> str | None:
+    """File > Open Series…: pick the folder that holds a run's checkpoints."""
     folder = QFileDialog.getExistingDirectory(window, "Open a training run (folder of checkpoints)")
     return folder or None

@@ -103,8 +103,8 @@ def command(argv, module, path, other=None):
     import importlib
     mod = importlib.import_module(f"ckptview.commands.{module}")
     real = mod.open_checkpoint
-    def opened_then_changed(p):
-        ckpt = real(p)
+    def opened_then_changed(p, ctx=None):
+        ckpt = real(p, ctx)
         if os.path.abspath(p) == os.path.abspath(path):
             read_values(biggest(ckpt))
             mutate(path)

@@ -418,7 +418,7 @@ def test_cancel_stops_the_reads(served, server):
 
 
 def test_the_block_cache_is_bounded():
-    from ckptview.core.read.bytes.remote import BlockCache
+    from ckptview.core.read.bytes.remote.cache import BlockCache
 
     cache = BlockCache(limit=10)
     for i in range(100):

@@ -30,9 +30,9 @@ SECRET = "hf_S3CRETtoken"
 
 @pytest.fixture(autouse=True)
 def _settings(monkeypatch):
-    """The flags below set these for the process: each test starts and ends without them."""
+    """The environment gives defaults to the flags below (cli.py reads it): each test starts without them."""
     for name in ("CKPTVIEW_DOWNLOAD", "CKPTVIEW_MAX_DOWNLOAD", "CKPTVIEW_DEADLINE", "CKPTVIEW_TIMEOUT"):
-        monkeypatch.setenv(name, "")  # recorded, so what main() sets is undone after the test
+        monkeypatch.setenv(name, "")  # recorded, so the environment is as it was after the test
         monkeypatch.delenv(name)
 
 
@@ -76,7 +76,7 @@ URLLIB3_SHAPES = [
 
 @pytest.mark.parametrize("text", URLLIB3_SHAPES)
 def test_redaction_removes_query_strings_and_userinfo_wherever_they_are(text):
-    from ckptview.core.read.bytes.remote import redact
+    from ckptview.core.redaction import redact
 
     out = redact(text)
     assert SECRET not in out, out
@@ -84,7 +84,7 @@ def test_redaction_removes_query_strings_and_userinfo_wherever_they_are(text):
 
 
 def test_redaction_keeps_ordinary_text():
-    from ckptview.core.read.bytes.remote import redact
+    from ckptview.core.redaction import redact
 
     for text in ("not a checkpoint: file is 812 bytes of text", "is this a checkpoint? no",
                  "storage 'data/7' missing", "cannot open https://host/model.pt: not found (HTTP 404)",
@@ -94,7 +94,7 @@ def test_redaction_keeps_ordinary_text():
 
 
 def test_a_query_after_closing_brackets_is_still_a_query():
-    from ckptview.core.read.bytes.remote import redact
+    from ckptview.core.redaction import redact
 
     for text in (f"https://h/m.pt?){SECRET}", f"(url: /m.pt?]x={SECRET})", f"/m.pt?)sig={SECRET} failed"):
         assert SECRET not in redact(text), redact(text)
@@ -136,6 +136,7 @@ def test_a_requests_deadline_cuts_only_its_own_connection(raw_server):
     from ckptview.core.read.bytes.remote.cache import Transfer
     from ckptview.core.read.bytes.remote.deadline import Deadline
     from ckptview.core.read.bytes.remote.http import HttpBackend
+    from ckptview.core.read.bytes.remote.options import RemoteOptions
     from tests.support.hostile_server import read_request
 
     ok = (b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-15/16\r\nContent-Length: 16\r\n\r\n"
@@ -159,7 +160,7 @@ def test_a_requests_deadline_cuts_only_its_own_connection(raw_server):
             conn.sendall(ok)
 
     srv = raw_server(answer)
-    backend = HttpBackend(f"{srv.url}/model.safetensors", Transfer())
+    backend = HttpBackend(f"{srv.url}/model.safetensors", Transfer(), RemoteOptions())
     outcome: dict[str, object] = {}
 
     def short() -> None:
@@ -454,7 +455,8 @@ def test_a_redirect_to_a_local_file_is_not_followed(raw_server, tmp_path, capsys
 
 
 def test_which_urls_are_accepted():
-    from ckptview.core.read.bytes.remote.urls import check_accepted, is_url
+    from ckptview.core.read.bytes.files import is_url
+    from ckptview.core.read.bytes.remote.urls import check_accepted
 
     for url in ("https://h/m.pt", "http://[::1]:8000/m.pt", "http://u:p@[fe80::1%25eth0]:80/m.pt?x=1",
                 "hf://org/repo/m.safetensors", "s3://bucket/key.pt", "gs://b/k", "memory://x/m.pt"):

@@ -118,22 +118,22 @@ def test_info_json_is_whole_or_absent(tmp_path, monkeypatch, capsys):
     """A failure after some tensors were listed leaves stdout empty, not half a JSON document."""
     path = tmp_path / "model.pt"
     torch.save({f"t{i}": torch.full((10,), float(i)) for i in range(50)}, path)
-    from ckptview.core.figures import stats
+    from ckptview.commands import info
 
     calls = {"n": 0}
-    real = stats.stats_json_for
+    real = info.stats_json_for  # the statistics `info --stats` computes, as the command looks them up
 
-    def fail_late(info, *args, **kwargs):
+    def fail_late(tensor, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 40:
             raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
-        return real(info, *args, **kwargs)
+        return real(tensor, *args, **kwargs)
 
-    monkeypatch.setattr(stats, "stats_json_for", fail_late)
+    monkeypatch.setattr(info, "stats_json_for", fail_late)
     rc = cli.main(["info", str(path), "--json", "--stats"])
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and "Input/output error" in err
-    monkeypatch.setattr(stats, "stats_json_for", real)
+    monkeypatch.setattr(info, "stats_json_for", real)
     assert cli.main(["info", str(path), "--json", "--stats"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["tensors"]) == 50 and doc["tensors"][7]["stats"]["mean"] == 7.0

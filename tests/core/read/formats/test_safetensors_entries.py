@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.read.bytes.sources import FileMap
+from ckptview.core.read.bytes.files import FileMap
 from ckptview.core.read.formats.safetensors_file import tensor_from_entry
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ckptview.core import open_checkpoint
-from ckptview.core.read.bytes.sources import FileMap
+from ckptview.core.read.bytes.files import FileMap
 from ckptview.core.read.values.reading import iter_chunks, read_region, read_values
 from tests.support.descriptors import HAVE_PROC_FDS, fds_under
 

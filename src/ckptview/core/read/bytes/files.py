@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import threading
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 from ckptview.core.errors import (
     CheckpointError,
@@ -25,9 +26,6 @@ from ckptview.core.errors import (
     NotACheckpointError,
     TensorDataError,
 )
-
-if TYPE_CHECKING:
-    from ckptview.core.read.bytes.remote import RemoteFile
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 READ_STEP = 64 << 20  # one pread call reads at most this much (bounded buffers, interruptible loops)
@@ -55,6 +53,16 @@ class FileIdentity(NamedTuple):
         if now.mtime_ns != self.mtime_ns:
             return "rewritten (modification time changed)"
         return None
+
+    def changed_at(self, path: str) -> str | None:
+        """What changed on disk at `path` since this identity was taken ('deleted', ...), or None."""
+        try:
+            now = FileIdentity.of(os.stat(path))
+        except FileNotFoundError:
+            return "deleted"
+        except OSError as exc:
+            return f"cannot be checked: {exc.strerror or exc}"
+        return self.difference(now)
 
 
 _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
@@ -94,12 +102,9 @@ def open_regular(path: str, expected: FileIdentity | None = None) -> BinaryIO:
     """Open a regular file for reading without ever blocking (a FIFO swapped in after a stat is refused).
 
     With `expected` (the identity taken when an open began: `Source.open_file`), a file that is no longer
-    that one raises FileChangedError. A URL opens its remote file (`ckptview.core.read.bytes.remote`): reads
-    become range requests (its identity is its validator, checked on every response).
+    that one raises FileChangedError. A local path: a URL is opened by its `Source`'s file system
+    (`ckptview.core.read.bytes.fs`).
     """
-    if is_url(path):
-        # Not a full BinaryIO: seek/tell/read/close and the context manager, all the header readers use.
-        return _RemoteReader(_remote_file(path))  # type: ignore[return-value]
     stat_checked(path)
     try:
         fd = os.open(path, _O_FLAGS)
@@ -117,6 +122,16 @@ def open_regular(path: str, expected: FileIdentity | None = None) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)(://|::)")  # 'https://...', and chains 'simplecache::https://...'
+
+
+def is_url(path: object) -> bool:
+    """True for 'scheme://...' and 'scheme::...://...' (then refused or opened by the remote layer); False for
+    local paths and file://."""
+    return (isinstance(path, str) and "://" in path and bool(_URL.match(path))
+            and not path.lower().startswith("file://"))
+
+
 MAX_FOLDER_FILES = 10_000
 CHECKPOINT_FILES = (".distcp", ".safetensors", ".bin", ".index.json", ".pt", ".pth", ".ckpt", ".metadata")
 
@@ -127,8 +142,6 @@ def folder_identities(folder: str) -> dict[str, FileIdentity]:
     Other files (a README, config.json) may change without the checkpoint changing.
     """
     out: dict[str, FileIdentity] = {}
-    if is_url(folder):  # a remote file's identity is its validator, checked on every response
-        return out
     try:
         with os.scandir(folder) as it:
             for entry in it:
@@ -260,12 +273,6 @@ class FileMap:
     a file that was truncated, rewritten or replaced meanwhile are never returned.
     """
 
-    def __new__(cls, path: str, expected: FileIdentity | None = None) -> FileMap:
-        """A `RemoteFileMap` for a URL, a FileMap for a local path."""
-        if cls is FileMap and is_url(path):
-            return super().__new__(RemoteFileMap)
-        return super().__new__(cls)
-
     def __init__(self, path: str, expected: FileIdentity | None = None) -> None:
         self.path = path
         st = stat_checked(path)
@@ -287,13 +294,7 @@ class FileMap:
 
     def changed(self) -> str | None:
         """What changed on disk since the file was opened ('replaced by another file', ...), or None."""
-        try:
-            now = FileIdentity.of(os.stat(self.path))
-        except FileNotFoundError:
-            return "deleted"
-        except OSError as exc:
-            return f"cannot be checked: {exc.strerror or exc}"
-        return self.identity.difference(now)
+        return self.identity.changed_at(self.path)
 
     def check(self) -> None:
         """Raise FileChangedError when the file on disk is no longer the one that was opened."""
@@ -405,181 +406,3 @@ class FileMap:
                 self._closing = True
             else:
                 self._close_fd()
-
-
-# ---------------------------------------------------------------------------------------------- remote files
-# The same layer over the network: `ckptview.core.read.bytes.remote` does the requests (imported only for URLs).
-
-
-def is_url(path: object) -> bool:
-    """True for 'scheme://...' paths (https, hf, s3, any fsspec protocol)."""
-    if not (isinstance(path, str) and "://" in path):
-        return False
-    from ckptview.core.read.bytes import remote
-
-    return remote.is_url(path)
-
-
-def _remote_file(url: str) -> RemoteFile:
-    """The remote file at `url` (`ckptview.core.read.bytes.remote` is imported on first use of a URL)."""
-    from ckptview.core.read.bytes import remote
-
-    return remote.remote_file(url)
-
-
-class RemoteFileMap(FileMap):
-    """A remote file of a checkpoint: positioned reads become range requests through a bounded cache.
-
-    `path` is the URL as shown to a person (no credentials or tokens); the real URL stays in the
-    remote module. The identity is the size (and the validator the remote file checks on every response).
-    """
-
-    def __init__(self, path: str, expected: FileIdentity | None = None) -> None:
-        self.remote = _remote_file(path)
-        if self.remote.is_dir:
-            raise NotACheckpointError(f"not a checkpoint: {self.remote.shown} is a folder, not a file")
-        self.path = self.remote.shown
-        self.identity = FileIdentity(0, 0, self.remote.size, 0)
-        self._fd = None
-        self._users = 0
-        self._closing = False
-        self._lock = threading.Lock()
-
-    def changed(self) -> str | None:
-        """What a response showed changed since the file was opened (asks the server nothing)."""
-        return self.remote.changed()
-
-    def readinto(self, offset: int, buf: memoryview | bytearray, check: bool = True,
-                 ahead: ReadAhead | None = None) -> None:
-        """Fill `buf` with the file's bytes at `offset` (range requests through the block cache, which
-        reads ahead itself: `ahead` is not used), or raise."""
-        view = memoryview(buf).cast("B")
-        total = len(view)
-        if offset < 0 or offset + total > self.size:
-            raise TensorDataError(f"bytes {offset}..{offset + total} lie beyond the end of "
-                                  f"{self.path.rsplit('/', 1)[-1]} ({self.size} bytes)")
-        self.remote.readinto(offset, view)
-
-    def close(self) -> None:
-        """Nothing to close: requests are made per read."""
-
-    def __del__(self) -> None:
-        pass
-
-
-class _RemoteReader:
-    """A read-only file object over a remote file (header reads: zip directory, safetensors header)."""
-
-    def __init__(self, remote: RemoteFile) -> None:
-        if remote.is_dir:
-            raise NotACheckpointError(f"not a checkpoint: {remote.shown} is a folder, not a file")
-        self.remote, self.pos = remote, 0
-
-    def __enter__(self) -> _RemoteReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: self.remote.size}[whence]
-        self.pos = max(0, base + pos)
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = self.remote.size - self.pos
-        data = self.remote.read(self.pos, n)
-        self.pos += len(data)
-        return data
-
-    def close(self) -> None:
-        pass
-
-
-def isdir(path: str) -> bool:
-    """os.path.isdir, also for URLs (a folder of a repo or bucket, a listed HTTP folder)."""
-    if is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        return remote.exists_kind(path) == "dir"
-    return os.path.isdir(path)
-
-
-def isfile(path: str) -> bool:
-    """os.path.isfile, also for URLs."""
-    if is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        return remote.exists_kind(path) == "file"
-    return os.path.isfile(path)
-
-
-def getsize(path: str) -> int:
-    """os.path.getsize, also for URLs."""
-    if is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        return remote.size_of(path)
-    return os.path.getsize(path)
-
-
-def listdir(path: str) -> list[str]:
-    """os.listdir, also for URLs (names only)."""
-    if is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        return remote.listdir(path)
-    return os.listdir(path)
-
-
-def list_files(folder: str, special: bool = False) -> list[str]:
-    """Names of the files (not folders) directly in `folder`; for a URL, from one listing request.
-
-    `special=True` keeps local FIFOs, sockets and devices (to be refused when read, not skipped).
-    """
-    if is_url(folder):
-        from ckptview.core.read.bytes import remote
-
-        return [n for n in _remote_file(remote.folder_url(folder)).listdir() if not n.endswith("/")]
-    if special:
-        return [n for n in os.listdir(folder) if not os.path.isdir(os.path.join(folder, n))]
-    return [n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n))]
-
-
-def abspath(path: str) -> str:
-    """os.path.abspath; a URL has its '.' and '..' resolved."""
-    if is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        return remote.normalize(path.rstrip("/"))
-    return os.path.abspath(path)
-
-
-def join(path: str, *names: str) -> str:
-    """os.path.join, also for URLs."""
-    if is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        return remote.join(path, *names)
-    return os.path.join(path, *names)
-
-
-def dirname(path: str) -> str:
-    """os.path.dirname of the absolute path, also for URLs."""
-    if is_url(path):
-        from ckptview.core.read.bytes import remote
-
-        return remote.dirname(path)
-    return os.path.dirname(os.path.abspath(path))
-
-
-def inside(path: str, folder: str) -> bool:
-    """True when `path` (absolute) lies within `folder` (absolute): a hostile '../' must not read elsewhere."""
-    if is_url(path) or is_url(folder):
-        folder = folder.rstrip("/") + "/"
-        return abspath(path).startswith(folder)
-    return os.path.commonpath([path, folder]) == folder

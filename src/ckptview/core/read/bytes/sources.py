@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckptview.core.errors import CheckpointFormatError, TensorDataError
-from ckptview.core.read.bytes.files import FileIdentity, FileMap, ReadAhead
+from ckptview.core.read.bytes.files import FileMap, ReadAhead
 
-__all__ = ["FileMap", "FileSlice", "MemorySource", "ZipMember", "changed_on_disk", "close_all", "file_maps"]
+__all__ = ["FileSlice", "MemorySource", "ZipMember"]
 
 if TYPE_CHECKING:
-    from ckptview.core.checkpoint import Checkpoint
     from ckptview.core.read.bytes.zipdir import ZipEntry
 
 MAX_INFLATED_RECORD = 256 << 20
@@ -241,31 +240,3 @@ class ZipMember:
             raise CheckpointFormatError(
                 f"record '{self.name}' declares {self.file_size} bytes, more than the {limit} allowed")
         return bytes(self.open_buffer())
-
-
-def file_maps(checkpoint: Checkpoint) -> list[FileMap]:
-    """The files a checkpoint has opened so far (its OpenFiles, iterated)."""
-    return list(checkpoint.files)
-
-
-def changed_on_disk(checkpoint: Checkpoint) -> str | None:
-    """'PATH: what changed' for the first file of `checkpoint` that changed since it was opened, else None."""
-    for path, identity in checkpoint.metadata.get("_identities", {}).items():
-        try:
-            what = identity.difference(FileIdentity.of(os.stat(path)))
-        except FileNotFoundError:
-            what = "deleted"
-        except OSError as exc:
-            what = f"cannot be checked: {exc.strerror or exc}"
-        if what is not None:
-            return f"{path}: {what}"
-    for fmap in file_maps(checkpoint):
-        if (what := fmap.changed()) is not None:
-            return f"{fmap.path}: {what}"
-    return None
-
-
-def close_all(checkpoint: Checkpoint) -> None:
-    """Close every file a checkpoint opened."""
-    for fmap in file_maps(checkpoint):
-        fmap.close()

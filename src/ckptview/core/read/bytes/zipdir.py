@@ -10,11 +10,12 @@ readers: it is refused, as is a ZIP64 locator pointing elsewhere than where its 
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import NamedTuple, Protocol
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.read.bytes.files import getsize, open_regular
+from ckptview.core.read.bytes.files import open_regular
 
 _EOCD = struct.Struct("<4s4H2LH")
 _EOCD64_LOCATOR = struct.Struct("<4sLQL")
@@ -53,7 +54,7 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
 
     `source` (the byte layer's open file, local or remote) is read instead of opening `path` again."""
     if length is None:
-        length = (source.size if source is not None else getsize(path)) - start
+        length = (source.size if source is not None else os.path.getsize(path)) - start  # local without one
     size = length
     with _Window(path, start, source) as fh:
         tail_len = min(size, _EOCD.size + _MAX_COMMENT)

@@ -5,7 +5,7 @@ Each reader is a module that satisfies `Reader`: `NAME`, `PRIORITY` (higher is t
 or folder as the byte layer found it when the open began (`path`, local or URL; `head`, its first bytes,
 b"" for a folder; `is_dir`; `identity`). A reader reads its source only through `source.file_map()` or
 `source.open_file()`, which refuse a file swapped in since (FileChangedError); what it opens beside it
-(shards, parts) it opens through `open_checkpoint` or the byte layer. `ctx` is the open's
+(shards, parts) it opens through `ctx.open_child(path)` or the byte layer. `ctx` is the open's
 `ReaderContext` (cancel, progress, remote session, nesting), passed explicitly. Adding a format is
 adding a module and listing it in `readers()`, where mypy checks it against `Reader`.
 """
@@ -14,6 +14,19 @@ from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Protocol
+
+from ckptview.core.read.formats import (
+    dcp,
+    hf_sharded,
+    plain_pickle,
+    safetensors_file,
+    torch_export,
+    torch_legacy,
+    torch_zip,
+    training_folder,
+)
+
+__all__ = ["Reader", "readers"]
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint
@@ -38,17 +51,6 @@ class Reader(Protocol):
 @functools.cache
 def readers() -> tuple[Reader, ...]:
     """Every reader, highest declared priority first."""
-    from ckptview.core.read.formats import (
-        dcp,
-        hf_sharded,
-        plain_pickle,
-        safetensors_file,
-        torch_export,
-        torch_legacy,
-        torch_zip,
-        training_folder,
-    )
-
     registered: tuple[Reader, ...] = (
         torch_zip, torch_legacy, safetensors_file, plain_pickle,
         # folder and multi-file formats (sharded, distributed, exported programs)

@@ -26,8 +26,8 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, NodeKind, OpenFiles, Storage, TensorInfo
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
-from ckptview.core.read.bytes import files as cfiles
-from ckptview.core.read.bytes.files import FileIdentity, FileMap, folder_identities, open_regular
+from ckptview.core.read.bytes.files import FileIdentity, FileMap
+from ckptview.core.read.bytes.fs import FileSystem
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats.torch_zip import load_embedded
 from ckptview.core.read.pickle.to_tree import build_tree
@@ -51,13 +51,13 @@ EXPECTED_GLOBALS = {
 } | {_DCP + "filesystem._StorageInfo", "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePosixPath"}
 
 
-def _folder_of(path: str) -> str | None:
+def _folder_of(path: str, fs: FileSystem) -> str | None:
     """The DCP folder `path` names (the folder, its `.metadata` or one of its `.distcp` files)."""
-    if cfiles.isdir(path):
-        return path if cfiles.isfile(cfiles.join(path, METADATA_FILE)) else None
+    if fs.isdir(path):
+        return path if fs.isfile(fs.join(path, METADATA_FILE)) else None
     name = os.path.basename(path)
-    folder = cfiles.dirname(path)
-    if (name == METADATA_FILE or _DISTCP.match(name)) and cfiles.isfile(cfiles.join(folder, METADATA_FILE)):
+    folder = fs.dirname(path)
+    if (name == METADATA_FILE or _DISTCP.match(name)) and fs.isfile(fs.join(folder, METADATA_FILE)):
         return folder
     return None
 
@@ -66,10 +66,10 @@ def sniff(source: Source) -> bool:
     """True when the source (a folder, its .metadata or one of its .distcp files) looks like a torch.distributed.checkpoint folder."""
     path, head = source.path, source.head
     if source.is_dir:
-        return _folder_of(path) is not None
+        return _folder_of(path, source.fs) is not None
     if head.startswith(b"\x80") and b"torch.distributed.checkpoint" in head:
         return True  # a `.metadata` pickle, whatever its file name
-    return _folder_of(path) is not None and head.startswith(b"PK\x03\x04")
+    return _folder_of(path, source.fs) is not None and head.startswith(b"PK\x03\x04")
 
 
 # -- decoding the metadata stubs ----------------------------------------------------------------
@@ -154,20 +154,21 @@ def _locations(storage_data: Any) -> dict[tuple[str, tuple[int, ...] | None], Lo
 class _Files:
     """The folder's .distcp files, each mapped once and only when first read."""
 
-    def __init__(self, folder: str, opened_as: dict[str, FileIdentity]) -> None:
-        self.folder = folder
+    def __init__(self, folder: str, opened_as: dict[str, FileIdentity], fs: FileSystem) -> None:
+        self.folder, self.fs = folder, fs
         self.maps: dict[str, FileMap] = {}
         self.opened_as = opened_as  # by absolute path: a file read later must be this one
 
     def get(self, rel: str) -> FileMap:
         if rel not in self.maps:
-            folder = cfiles.abspath(self.folder)
-            path = cfiles.abspath(cfiles.join(folder, rel))
-            if not cfiles.inside(path, folder):  # a hostile '../' must not read elsewhere
+            fs = self.fs
+            folder = fs.abspath(self.folder)
+            path = fs.abspath(fs.join(folder, rel))
+            if not fs.inside(path, folder):  # a hostile '../' must not read elsewhere
                 raise TensorDataError(f"record path {rel!r} leaves the checkpoint folder")
-            if not cfiles.isfile(path):
+            if not fs.isfile(path):
                 raise TensorDataError(f"file '{rel}' missing from the checkpoint folder")
-            self.maps[rel] = FileMap(path, self.opened_as.get(path))
+            self.maps[rel] = fs.file_map(path, self.opened_as.get(path))
         return self.maps[rel]
 
 
@@ -272,26 +273,27 @@ def _read_bytes_item(files: _Files, loc: Location) -> tuple[Any, list[str]]:
 def _opened_as(source: Source, folder: str) -> dict[str, FileIdentity]:
     """The identities of the folder's files (by absolute path) as the open found them: the source's own
     when the source is the folder or one of its files, a scan of the folder for the rest."""
-    if source.is_dir and source.identities is not None and cfiles.abspath(source.path) == cfiles.abspath(folder):
-        return {cfiles.abspath(p): identity for p, identity in source.identities.items()}
-    found = folder_identities(cfiles.abspath(folder))
+    fs = source.fs
+    if source.is_dir and source.identities is not None and fs.abspath(source.path) == fs.abspath(folder):
+        return {fs.abspath(p): identity for p, identity in source.identities.items()}
+    found = fs.folder_identities(fs.abspath(folder))
     if source.identity is not None:  # the file the open began with: as it was then
-        found[cfiles.abspath(source.path)] = source.identity
+        found[fs.abspath(source.path)] = source.identity
     return found
 
 
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a torch.distributed.checkpoint folder into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    path = source.path
-    folder = _folder_of(path) or cfiles.dirname(path)
-    meta_path = cfiles.join(folder, METADATA_FILE)
-    if not cfiles.isfile(meta_path):
+    path, fs = source.path, source.fs
+    folder = _folder_of(path, fs) or fs.dirname(path)
+    meta_path = fs.join(folder, METADATA_FILE)
+    if not fs.isfile(meta_path):
         raise NotACheckpointError(f"not a checkpoint: DCP folder {folder} has no .metadata file")
-    size = cfiles.getsize(meta_path)
+    size = fs.getsize(meta_path)
     if size > MAX_METADATA_BYTES:
         raise CheckpointFormatError(f"DCP .metadata is {size} bytes, more than the {MAX_METADATA_BYTES} allowed")
-    files = _Files(folder, _opened_as(source, folder))
-    with open_regular(meta_path, files.opened_as.get(cfiles.abspath(meta_path))) as fh:  # never blocks on a FIFO
+    files = _Files(folder, _opened_as(source, folder), fs)
+    with fs.open_regular(meta_path, files.opened_as.get(fs.abspath(meta_path))) as fh:  # never blocks on a FIFO
         data = fh.read()
     obj, globals_seen, _ = load_torch_pickle(data, None, what=".metadata")
     if not isinstance(obj, StubObject) or not obj.cls.endswith("checkpoint.metadata.Metadata"):
@@ -335,8 +337,8 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         node = build_tree(value)
         node.key = tree_path[-1]
         parent.add(node)
-    total = size + sum(cfiles.getsize(cfiles.join(folder, f)) for f in cfiles.listdir(folder)
-                       if f.endswith(".distcp") and cfiles.isfile(cfiles.join(folder, f)))
+    total = size + sum(fs.getsize(fs.join(folder, f)) for f in fs.listdir(folder)
+                       if f.endswith(".distcp") and fs.isfile(fs.join(folder, f)))
     unsafe = [g for g in unsafe_of(globals_seen) if g not in EXPECTED_GLOBALS]
     ckpt = Checkpoint(path=folder, format=NAME, file_size=total, root=builder.root, globals=list(globals_seen),
                       unsafe_globals=unsafe, warnings=warnings, files=OpenFiles(_LazyMaps(files)),

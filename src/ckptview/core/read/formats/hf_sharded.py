@@ -16,8 +16,8 @@ from typing import Any
 
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint, Node, OpenFiles
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.read.bytes import files as cfiles
-from ckptview.core.read.bytes.files import FileIdentity, open_regular
+from ckptview.core.read.bytes.files import FileIdentity
+from ckptview.core.read.bytes.fs import LOCAL, FileSystem
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 
 NAME = "hf-sharded"
@@ -60,10 +60,10 @@ class WeightSet:
         return (self.variant is not None, lib, self.ext != "safetensors", self.base)
 
 
-def weight_sets(folder: str) -> list[WeightSet]:
+def weight_sets(folder: str, fs: FileSystem = LOCAL) -> list[WeightSet]:
     """The checkpoints a Hub folder holds, best first: one per (name, variant, format), index or shards."""
     # Everything but folders: a FIFO or socket named like an index must be refused when read, not skipped.
-    names = sorted(cfiles.list_files(folder, special=True))
+    names = sorted(fs.list_files(folder, special=True))
     sets: dict[tuple[str, str | None, str], WeightSet] = {}
     for n in names:
         m = _INDEX.match(n)
@@ -81,9 +81,9 @@ def weight_sets(folder: str) -> list[WeightSet]:
     return sorted(sets.values(), key=WeightSet.rank)
 
 
-def _index_files(folder: str) -> list[str]:
+def _index_files(folder: str, fs: FileSystem) -> list[str]:
     """Index files in `folder`: the standard names first (safetensors before bin), then others."""
-    names = sorted(n for n in cfiles.listdir(folder) if n.endswith(".index.json"))
+    names = sorted(n for n in fs.listdir(folder) if n.endswith(".index.json"))
     return sorted(names, key=lambda n: (INDEX_NAMES.index(n) if n in INDEX_NAMES else len(INDEX_NAMES),
                                         ".bin." in n, n))
 
@@ -93,19 +93,20 @@ def sniff(source: Source) -> bool:
     path, head = source.path, source.head
     if source.is_dir:
         try:
-            return bool(_index_files(path) or weight_sets(path))
+            return bool(_index_files(path, source.fs) or weight_sets(path, source.fs))
         except OSError:
             return False
     stripped = head.lstrip()
     return stripped.startswith(b"{") and (b'"weight_map"' in head or path.endswith(".index.json"))
 
 
-def read_index(path: str, expected: FileIdentity | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+def read_index(path: str, expected: FileIdentity | None = None,
+               fs: FileSystem = LOCAL) -> tuple[dict[str, str], dict[str, Any]]:
     """(weight_map, index metadata) of an index file, validated (refused when it is no longer `expected`)."""
-    size = cfiles.getsize(path)
+    size = fs.getsize(path)
     if size > MAX_INDEX_BYTES:
         raise CheckpointFormatError(f"index file is {size} bytes, more than the {MAX_INDEX_BYTES} allowed")
-    raw = _read_counted(path, expected)
+    raw = _read_counted(path, expected, fs)
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -121,7 +122,7 @@ def read_index(path: str, expected: FileIdentity | None = None) -> tuple[dict[st
     return weight_map, meta if isinstance(meta, dict) else {}
 
 
-def _read_counted(path: str, expected: FileIdentity | None = None) -> bytes:
+def _read_counted(path: str, expected: FileIdentity | None, fs: FileSystem) -> bytes:
     """The index's bytes, read in pieces and refused as soon as they hold more names than allowed.
 
     Every JSON value after the first follows a ',', ':' or '[', and every object starts with '{': their
@@ -132,7 +133,7 @@ def _read_counted(path: str, expected: FileIdentity | None = None) -> bytes:
     pieces: list[bytes] = []
     held = values = 0
     limit: int | None = None
-    with open_regular(path, expected) as fh:  # never blocks on a FIFO named like an index
+    with fs.open_regular(path, expected) as fh:  # never blocks on a FIFO named like an index
         while piece := fh.read(INDEX_PIECE):
             held += len(piece)
             if held > MAX_INDEX_BYTES:  # it grew while read
@@ -141,7 +142,7 @@ def _read_counted(path: str, expected: FileIdentity | None = None) -> bytes:
             entries = values // 2  # each weight_map entry is a name and a value
             if entries > MIN_INDEX_ENTRIES:
                 if limit is None:
-                    shard_bytes = _shard_bytes(path)
+                    shard_bytes = None if fs.remote else _shard_bytes(path)
                     limit = MAX_INDEX_ENTRIES if shard_bytes is None else min(
                         MAX_INDEX_ENTRIES, max(MIN_INDEX_ENTRIES, shard_bytes // SHARD_BYTES_PER_TENSOR))
                 if entries > limit:
@@ -157,9 +158,8 @@ def _read_counted(path: str, expected: FileIdentity | None = None) -> bytes:
 
 
 def _shard_bytes(path: str) -> int | None:
-    """Total size of the files beside a local index (its shards and anything else), or None for a URL."""
-    if cfiles.is_url(path):
-        return None  # one request per file to find out: a remote index gets the fixed limit
+    """Total size of the files beside a local index (its shards and anything else); a remote index gets
+    the fixed limit instead (one request per file to find out)."""
     folder = os.path.dirname(os.path.abspath(path))
     total = 0
     try:
@@ -172,17 +172,17 @@ def _shard_bytes(path: str) -> int | None:
     return total
 
 
-def _shard_path(folder: str, name: str) -> str:
-    folder = cfiles.abspath(folder)
-    path = cfiles.abspath(cfiles.join(folder, name))
-    if not cfiles.inside(path, folder):  # an index must not point outside its folder
+def _shard_path(folder: str, name: str, fs: FileSystem) -> str:
+    folder = fs.abspath(folder)
+    path = fs.abspath(fs.join(folder, name))
+    if not fs.inside(path, folder):  # an index must not point outside its folder
         raise CheckpointFormatError(f"index names shard {name!r} outside its folder")
     return path
 
 
-def choose_set(folder: str) -> tuple[WeightSet | None, list[str]]:
+def choose_set(folder: str, fs: FileSystem = LOCAL) -> tuple[WeightSet | None, list[str]]:
     """The weight set a folder opens as, and warnings naming the others (variants are separate checkpoints)."""
-    sets = weight_sets(folder)
+    sets = weight_sets(folder, fs)
     if not sets:
         return None, []
     chosen = sets[0]
@@ -207,31 +207,30 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         # A shard that is itself an index (the index naming itself, or a cycle): one line, no recursion.
         raise CheckpointFormatError(f"{os.path.basename(path)} is an index file, named as a shard by another index")
     if source.is_dir:
-        chosen, others = choose_set(path)
+        chosen, others = choose_set(path, source.fs)
         if chosen is None:
             raise NotACheckpointError(f"not a checkpoint: folder {path} holds no index file and no shards")
         return open_set(path, chosen, others, ctx, source)
-    return _open_files(path, cfiles.dirname(path), path, [], [], ctx, source.identity)
+    return _open_files(path, source.fs.dirname(path), path, [], [], ctx, source.fs, source.identity)
 
 
-def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None = None,
-             ctx: ReaderContext = DEFAULT, source: Source | None = None) -> Checkpoint:
+def open_set(folder: str, chosen: WeightSet, warnings: list[str] | None, ctx: ReaderContext,
+             source: Source) -> Checkpoint:
     """Open one weight set of a Hub folder (its index and shards, or its shard files) as one checkpoint.
 
-    `source` is the folder's, when it is what the open began with: its index is read as the file found then."""
-    index_path = cfiles.join(folder, chosen.index) if chosen.index is not None else None
-    expected = source.child_identity(index_path) if source is not None and index_path is not None else None
-    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []), ctx, expected)
+    `source` is the folder's (the open began with it): its index is read as the file found then."""
+    fs = source.fs
+    index_path = fs.join(folder, chosen.index) if chosen.index is not None else None
+    expected = source.child_identity(index_path) if index_path is not None else None
+    return _open_files(folder, folder, index_path, list(chosen.files), list(warnings or []), ctx, fs, expected)
 
 
 def _open_files(path: str, folder: str, index_path: str | None, files: list[str], notes: list[str],
-                ctx: ReaderContext, index_identity: FileIdentity | None = None) -> Checkpoint:
-    from ckptview.core.read.open import open_checkpoint
-
+                ctx: ReaderContext, fs: FileSystem, index_identity: FileIdentity | None = None) -> Checkpoint:
     warnings: list[str] = BoundedWarnings()
     warnings.extend(notes)
     if index_path is not None:
-        weight_map, index_meta = read_index(index_path, index_identity)
+        weight_map, index_meta = read_index(index_path, index_identity, fs)
         shard_names = list(dict.fromkeys(weight_map.values()))
     else:
         weight_map, index_meta = {}, {}
@@ -239,12 +238,12 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
     shards: dict[str, Checkpoint] = {}
     shard_ctx = ctx.in_index()  # the shards join this open's session; an index among them is refused
     for name in shard_names:
-        shard_path = _shard_path(folder, name)
-        if not cfiles.isfile(shard_path):
+        shard_path = _shard_path(folder, name, fs)
+        if not fs.isfile(shard_path):
             warnings.append(f"shard '{name}' is missing")
             continue
         try:
-            shards[name] = open_checkpoint(shard_path, shard_ctx)
+            shards[name] = shard_ctx.open_child(shard_path)
         except UNRECOVERABLE:  # a network failure or a changed file: never a partial set shown whole
             raise
         except CheckpointError as exc:
@@ -254,11 +253,12 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
             raise CheckpointFormatError(f"shard '{name}': {exc}") from None
     if not shards:
         raise CheckpointFormatError("none of the shards could be opened")
-    return _combine(path, folder, index_path, weight_map, index_meta, shards, warnings)
+    return _combine(path, folder, index_path, weight_map, index_meta, shards, warnings, fs)
 
 
 def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[str, str],
-             index_meta: dict[str, Any], shards: dict[str, Checkpoint], warnings: list[str]) -> Checkpoint:
+             index_meta: dict[str, Any], shards: dict[str, Checkpoint], warnings: list[str],
+             fs: FileSystem) -> Checkpoint:
     kinds = {s.format for s in shards.values()}
     fmt = "hf-sharded-safetensors" if kinds == {"safetensors"} else "hf-sharded-bin"
     root = Node(key="", kind="dict", type_name=fmt)
@@ -288,7 +288,7 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
         unsafe += [g for g in shard_ckpt.unsafe_globals if g not in unsafe]
         warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)
         files.add(shard_ckpt.files)
-    total = sum(s.file_size for s in shards.values()) + (cfiles.getsize(index_path) if index_path else 0)
+    total = sum(s.file_size for s in shards.values()) + (fs.getsize(index_path) if index_path else 0)
     first = next(iter(shards.values()))
     metadata: dict[str, Any] = {"shards": list(shards), "index_metadata": index_meta,
                                 "index": os.path.basename(index_path) if index_path else None}
@@ -299,7 +299,7 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
     actual = _stored_bytes(root)
     if isinstance(declared, int) and declared != actual:
         warnings.append(f"index declares total_size {declared}, the shards hold {actual} bytes of tensors")
-    return Checkpoint(path=path if not cfiles.isdir(path) else folder, format=fmt, file_size=total, root=root,
+    return Checkpoint(path=path if not fs.isdir(path) else folder, format=fmt, file_size=total, root=root,
                       globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata, files=files)
 
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointError
-from ckptview.core.read.bytes.sources import FileMap
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.pickle.stream import PickleStream, inert_persistent_id
-from ckptview.core.read.pickle.torch_tree import make_checkpoint
+from ckptview.core.read.formats import torch_legacy
+from ckptview.core.read.pickle.stream import (
+    PLAIN_FORMAT,
+    PickleStream,
+    inert_persistent_id,
+    stream_checkpoint,
+)
 from ckptview.core.read.pickle.vm import unpickle
 
-NAME = "pickle"
+NAME = PLAIN_FORMAT
 PRIORITY = 10
 
 # Protocols 0/1 have no header. Besides the usual openings of a pickled dict or list, a GLOBAL
@@ -59,8 +62,6 @@ def _opcodes_throughout(source: Source) -> bool:
 
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a plain pickle into a Checkpoint: metadata only, no tensor bytes, nothing run."""
-    from ckptview.core.read.formats import torch_legacy
-
     path = source.path
     fmap = source.file_map()
     torch_legacy.refuse_tar(fmap)
@@ -69,22 +70,3 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     if torch_legacy.is_magic(first):  # a legacy torch.save whose magic number is written unusually
         return torch_legacy.read_after_magic(path, fmap, stream)
     return stream_checkpoint(path, fmap, stream, first)
-
-
-def stream_checkpoint(path: str, fmap: FileMap, stream: PickleStream, first: Any) -> Checkpoint:
-    """A Checkpoint over the first pickle of `stream`, after reading every pickle that follows it."""
-    trailing = stream.read_rest("pickle")
-    size = fmap.size
-    ckpt = make_checkpoint(path, NAME, size, first, stream.globals, pickles=stream.count, files=[fmap])
-    if stream.count > 1:
-        ckpt.warnings.append(f"the file is a stream of {stream.count} pickles (torch.load or pickle.load "
-                             f"would run them one after another): the tree shows the first, the globals "
-                             f"of all {stream.count} are listed")
-    if trailing:
-        # Like torch.load, the leading bytes decide the format: a pickle followed by a zip (a
-        # polyglot) is read as the pickle. Say so, so the appended part is not silently hidden.
-        tail = fmap.read(size - trailing, 4)
-        what = " (a zip archive)" if tail.startswith(b"PK") else ""
-        ckpt.warnings.append(f"file continues after the pickle ends: {trailing} more bytes{what} are not a "
-                             "pickle and were not read")
-    return ckpt

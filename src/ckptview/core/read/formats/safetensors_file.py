@@ -11,7 +11,8 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.jobs import Progress, drain
-from ckptview.core.read.bytes.sources import FileMap, FileSlice
+from ckptview.core.read.bytes.files import FileMap
+from ckptview.core.read.bytes.sources import FileSlice
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.formats.safetensors_header import (
     MAX_HEADER,  # noqa: F401 - part of this reader's limits
@@ -127,7 +128,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
 def iter_open(source: Source) -> Generator[Progress, None, Checkpoint]:
     """`open`, yielding Progress (header bytes read) between pieces of the header."""
     path = source.path
-    raw, data_start, size = read_header_bytes(path, source.identity)
+    raw, data_start, size = read_header_bytes(path, source.identity, source.fs)
     fmap = source.file_map()
     try:
         if len(raw) > PIECE_BYTES:

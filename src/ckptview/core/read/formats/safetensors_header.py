@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.read.bytes import files as cfiles
-from ckptview.core.read.bytes.files import FileIdentity, open_regular
+from ckptview.core.read.bytes.files import FileIdentity
+from ckptview.core.read.bytes.fs import LOCAL, FileSystem
 
 MAX_HEADER = 100 << 20  # the safetensors library refuses headers over 100 MB too
 PIECE_BYTES = 256 << 10  # ~3 ms of parsing: other threads wait no longer than that for the lock
@@ -35,12 +35,13 @@ class NotInPieces(Exception):
     """The header cannot be read piece by piece (malformed, or cut points that never parse)."""
 
 
-def read_header_bytes(path: str, expected: FileIdentity | None = None) -> tuple[bytes, int, int]:
+def read_header_bytes(path: str, expected: FileIdentity | None = None,
+                      fs: FileSystem = LOCAL) -> tuple[bytes, int, int]:
     """(raw JSON header bytes, offset of the data region, file size); validates sizes before reading.
 
     With `expected` (the source's identity when the open began), a file swapped in since is refused."""
-    size = cfiles.getsize(path)
-    with open_regular(path, expected) as fh:  # never blocks on a FIFO
+    size = fs.getsize(path)
+    with fs.open_regular(path, expected) as fh:  # never blocks on a FIFO
         raw_len = fh.read(8)
         if len(raw_len) < 8:
             raise CheckpointFormatError("truncated safetensors: header length missing")

@@ -18,10 +18,9 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, OpenFiles, Storage, TensorInfo
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.read.bytes import files as cfiles
 from ckptview.core.read.bytes.sources import ZipMember
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.formats.torch_zip import ZipArchive, opened_archive
+from ckptview.core.read.formats.torch_zip import ZipArchive, load_embedded, opened_archive
 from ckptview.core.read.pickle.census import census
 from ckptview.core.read.pickle.to_tree import build_tree
 from ckptview.core.read.pickle.torch_globals import check_view
@@ -70,8 +69,6 @@ class _Archive(ZipArchive):
 
     def pickled(self, name: str) -> tuple[Any, list[str]]:
         """A torch.save'd member read with the safe pickle VM (it must be stored uncompressed)."""
-        from ckptview.core.read.formats.torch_zip import load_embedded
-
         member = self.member(name)
         if member is None:
             raise CheckpointFormatError(f"record '{name}' missing")
@@ -381,7 +378,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     unsafe = unsafe_of(globals_seen)
     if unsafe:
         warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))
-    return Checkpoint(path=path, format=NAME, file_size=cfiles.getsize(path), root=root, globals=globals_seen,
+    return Checkpoint(path=path, format=NAME, file_size=source.size, root=root, globals=globals_seen,
                       unsafe_globals=unsafe, warnings=warnings, files=OpenFiles([archive.fmap]),
                       metadata={"models": models, "program_info": info_meta, "native_code": pickles.native,
                                 "signature": signatures[models[0]] if len(models) == 1 else signatures})

@@ -16,10 +16,11 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.read.bytes.sources import FileMap, FileSlice
+from ckptview.core.read.bytes.files import FileMap
+from ckptview.core.read.bytes.sources import FileSlice
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.formats import plain_pickle
-from ckptview.core.read.pickle.stream import PickleStream
+from ckptview.core.read.pickle.census import is_torch_tar
+from ckptview.core.read.pickle.stream import PickleStream, stream_checkpoint
 from ckptview.core.read.pickle.torch_globals import StorageClass
 from ckptview.core.read.pickle.torch_tree import make_checkpoint
 from ckptview.core.read.pickle.vm import StubObject
@@ -44,8 +45,6 @@ def sniff(source: Source) -> bool:
 
 def refuse_tar(fmap: FileMap) -> None:
     """Refuse a file torch.load would read as its oldest (tar) format: what ckptview lists is not what it loads."""
-    from ckptview.core.read.pickle.census import is_torch_tar
-
     if is_torch_tar(fmap):
         raise CheckpointFormatError("ambiguous file: torch.load reads it as a tar archive (torch's oldest format), "
                                     "not as the pickles ckptview reads; refusing to list what torch would not load")
@@ -70,7 +69,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
             first = stream.read("legacy header")
             if not is_magic(first):  # the bytes looked like a legacy header but the value is not the magic
                 whole = PickleStream(fmap.read_all())  # a plain pickle stream is read whole, as plain_pickle does
-                return plain_pickle.stream_checkpoint(path, fmap, whole, whole.read("pickle"))
+                return stream_checkpoint(path, fmap, whole, whole.read("pickle"))
             return read_after_magic(path, fmap, stream)
         except CheckpointFormatError as exc:
             if length >= fmap.size or "truncated" not in str(exc):

@@ -12,8 +12,8 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
-from ckptview.core.read.bytes import files as cfiles
-from ckptview.core.read.bytes.sources import FileMap, ZipMember
+from ckptview.core.read.bytes.files import FileMap
+from ckptview.core.read.bytes.sources import ZipMember
 from ckptview.core.read.bytes.zipdir import ZipEntry, case_collision, read_central_directory
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.pickle.census import census
@@ -195,7 +195,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
                        for u in found.unreadable] + [f"not checked: {a}" for a in found.ambiguous]
         if found.native:
             metadata["native_code"] = found.native
-    ckpt = make_checkpoint(path, fmt, cfiles.getsize(path), obj, globals_seen, files=[archive.fmap], **metadata)
+    ckpt = make_checkpoint(path, fmt, source.size, obj, globals_seen, files=[archive.fmap], **metadata)
     if is_script:
         ckpt.warnings += unreadable
     if byteorder == "big":

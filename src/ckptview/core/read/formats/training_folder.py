@@ -25,8 +25,9 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, Node, OpenFiles
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
-from ckptview.core.read.bytes import files as cfiles
+from ckptview.core.read.bytes.fs import LOCAL, FileSystem
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.read.formats import dcp, hf_sharded
 from ckptview.core.read.pickle.to_tree import build_tree
 
 NAME = "training-folder"
@@ -46,18 +47,18 @@ def is_weights_entry(key: str) -> bool:
     return "model" in key.lower() and not _TRAINING_FILE.match(key) and not key.endswith((".json", ".pkl"))
 
 
-def _files(folder: str) -> list[str]:
-    return sorted(cfiles.list_files(folder))
+def _files(folder: str, fs: FileSystem) -> list[str]:
+    return sorted(fs.list_files(folder))
 
 
-def _dcp_subfolders(folder: str) -> list[str]:
-    return sorted(n for n in cfiles.listdir(folder) if _DCP_SUBFOLDER.match(n)
-                  and cfiles.isfile(cfiles.join(folder, n, ".metadata")))
+def _dcp_subfolders(folder: str, fs: FileSystem) -> list[str]:
+    return sorted(n for n in fs.listdir(folder) if _DCP_SUBFOLDER.match(n)
+                  and fs.isfile(fs.join(folder, n, ".metadata")))
 
 
-def training_files(folder: str) -> list[str]:
+def training_files(folder: str, fs: FileSystem = LOCAL) -> list[str]:
     """The names in ``folder`` that mark a training step (optimizer, scheduler, RNG state, trainer state...)."""
-    return [n for n in _files(folder) if _TRAINING_FILE.match(n)]
+    return [n for n in _files(folder, fs) if _TRAINING_FILE.match(n)]
 
 
 def sniff(source: Source) -> bool:
@@ -65,16 +66,16 @@ def sniff(source: Source) -> bool:
     if not source.is_dir:
         return False
     try:
-        return bool(training_files(source.path) or _dcp_subfolders(source.path))
+        return bool(training_files(source.path, source.fs) or _dcp_subfolders(source.path, source.fs))
     except OSError:
         return False
 
 
-def _json_node(path: str) -> Node:
-    size = cfiles.getsize(path)
+def _json_node(path: str, fs: FileSystem) -> Node:
+    size = fs.getsize(path)
     if size > MAX_JSON_BYTES:
         return Node(key="", kind="value", type_name="str", value=f"<JSON file of {size} bytes, not read>")
-    with cfiles.open_regular(path) as fh:
+    with fs.open_regular(path) as fh:
         raw = fh.read()
     try:
         value = json.loads(raw.decode("utf-8"))
@@ -85,14 +86,11 @@ def _json_node(path: str) -> Node:
 
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a training step folder into one Checkpoint: every file a top-level entry, metadata only, nothing run."""
-    from ckptview.core.read.formats import dcp, hf_sharded
-    from ckptview.core.read.open import open_checkpoint
-
-    folder = source.path
+    folder, fs = source.path, source.fs
     root = Node(key="", kind="dict", type_name=NAME)
     parts: list[tuple[str, Checkpoint]] = []
     warnings: list[str] = []
-    files = _files(folder)
+    files = _files(folder, fs)
     used: set[str] = set()
 
     def add_part(key: str, opener: Any) -> None:
@@ -114,13 +112,13 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         root.add(node)
         parts.append((key, ckpt))
 
-    sets = hf_sharded.weight_sets(folder)
+    sets = hf_sharded.weight_sets(folder, fs)
     for ws in sets:
         members = [*ws.files, *([ws.index] if ws.index else [])]
         if ws.index:
             try:
-                index_path = cfiles.join(folder, ws.index)
-                weight_map, _ = hf_sharded.read_index(index_path, source.child_identity(index_path))
+                index_path = fs.join(folder, ws.index)
+                weight_map, _ = hf_sharded.read_index(index_path, source.child_identity(index_path), fs)
                 members += list(dict.fromkeys(weight_map.values()))
             except CheckpointError:
                 pass
@@ -130,29 +128,29 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
             continue
         key = ws.index or (ws.files[0] if len(ws.files) == 1 else f"{ws.base}-*.{ws.ext}")
         if ws.index is None and len(ws.files) == 1:  # one file: its own reader (and its own key order)
-            add_part(key, lambda ws=ws: open_checkpoint(cfiles.join(folder, ws.files[0]), ctx))
+            add_part(key, lambda ws=ws: ctx.open_child(fs.join(folder, ws.files[0])))
         else:
-            add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws, ctx=ctx, source=source))
-    if cfiles.isfile(cfiles.join(folder, ".metadata")):
+            add_part(key, lambda ws=ws: hf_sharded.open_set(folder, ws, None, ctx, source))
+    if fs.isfile(fs.join(folder, ".metadata")):
         used.update(n for n in files if n == ".metadata" or n.endswith(".distcp"))
-        add_part(".metadata", lambda: dcp.open(source, ctx))  # not open_checkpoint: that would come back here
-    for sub in _dcp_subfolders(folder):
-        add_part(sub, lambda sub=sub: dcp.open(Source.folder(cfiles.join(folder, sub)), ctx))
+        add_part(".metadata", lambda: dcp.open(source, ctx))  # not ctx.open_child: that would come back here
+    for sub in _dcp_subfolders(folder, fs):
+        add_part(sub, lambda sub=sub: dcp.open(Source.folder(fs.join(folder, sub), fs=fs), ctx))
     rest = [n for n in files if n not in used]
     if len(rest) > MAX_FILES:
         warnings.append(f"{len(rest) - MAX_FILES} more files not listed")
         rest = rest[:MAX_FILES]
     for name in rest:
-        full = cfiles.join(folder, name)
+        full = fs.join(folder, name)
         if name.endswith(".json"):
-            node = _json_node(full)
+            node = _json_node(full, fs)
             node.key = name
             root.add(node)
             continue
         try:
-            ckpt = open_checkpoint(full, ctx)
+            ckpt = ctx.open_child(full)
         except NotACheckpointError:
-            size = cfiles.getsize(full)
+            size = fs.getsize(full)
             root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))
             continue
         except UNRECOVERABLE:
@@ -169,10 +167,11 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         if warnings:  # the training files are there but none reads: say why, for the first one
             raise CheckpointFormatError(f"training folder: {warnings[0]}")
         raise NotACheckpointError(f"not a checkpoint: folder {folder} holds no file this tool reads")
-    return _combine(folder, root, parts, warnings)
+    return _combine(folder, root, parts, warnings, fs)
 
 
-def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warnings: list[str]) -> Checkpoint:
+def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warnings: list[str],
+             fs: FileSystem) -> Checkpoint:
     globals_seen: list[str] = []
     unsafe: list[str] = []
     files = OpenFiles()
@@ -185,7 +184,7 @@ def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warni
         warnings.extend(f"{key}: {w}" for w in ckpt.warnings)
         files.add(ckpt.files)
         formats[key] = ckpt.format
-    total = sum(cfiles.getsize(cfiles.join(folder, n)) for n in _files(folder))
+    total = sum(fs.getsize(fs.join(folder, n)) for n in _files(folder, fs))
     model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
     return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
                       unsafe_globals=unsafe, warnings=warnings, files=files,

@@ -31,6 +31,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import FileMap
+from ckptview.core.read.bytes.fs import filesystem
 from ckptview.core.read.bytes.zipdir import ByteSource, ZipEntry, read_central_directory
 from ckptview.core.read.pickle.stream import PickleStream
 from ckptview.core.read.pickle.torch_globals import is_safe_global
@@ -107,7 +108,7 @@ def census(source: str | FileMap, torchscript: bool | None = None) -> PickleCens
     """Read everything torch.load / jit.load / export.load could run from `source` (a path, a URL, or a file of
     the byte layer already open), without torch: see the module's doc."""
     result = PickleCensus()
-    fmap = FileMap(source) if isinstance(source, str) else source
+    fmap = filesystem(source).file_map(source) if isinstance(source, str) else source  # local or remote: once
     try:
         if fmap.size == 0:
             return result

@@ -37,11 +37,11 @@ from ckptview.core.checkpoint import Storage, TensorInfo
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.read.pickle import torch_globals
 from ckptview.core.read.pickle.vm import (
-    _RENAMED_MODULES,
-    _RENAMED_NAMES,
     COPY_BUDGET_BASE,
     COPY_BUDGET_PER_BYTE,
     MAX_STRING_LINE,
+    RENAMED_MODULES,
+    RENAMED_NAMES,
     Emulator,
     GlobalRef,
     StubObject,
@@ -423,10 +423,10 @@ class _Session:
     def find_class(self, module: str, name: str) -> Any:
         """The reference's `_global`: a record (or a torch constant), never an import."""
         if self.proto < 3:
-            if (module, name) in _RENAMED_NAMES:
-                module, name = _RENAMED_NAMES[(module, name)]
+            if (module, name) in RENAMED_NAMES:
+                module, name = RENAMED_NAMES[(module, name)]
             else:
-                module = _RENAMED_MODULES.get(module, module)
+                module = RENAMED_MODULES.get(module, module)
         dotted = f"{module}.{name}"
         if dotted in _DENIED or module == "numpy" or module.startswith("numpy."):
             raise Decline(dotted)

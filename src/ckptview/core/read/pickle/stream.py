@@ -12,13 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointFormatError
+from ckptview.core.read.bytes.files import FileMap
 from ckptview.core.read.pickle.torch_globals import EMULATORS, is_safe_global, resolve_constant
+from ckptview.core.read.pickle.torch_tree import make_checkpoint
 from ckptview.core.read.pickle.vm import SafeUnpickler, StubObject
 
 # An honest stream holds one (pickle.dump) or five (legacy torch.save) pickles; a file of a million
 # tiny pickles is refused rather than read for minutes.
 MAX_PICKLES = 1000
+PLAIN_FORMAT = "pickle"  # the format of a checkpoint that is a stream of plain pickles (formats/plain_pickle.py)
 
 
 def inert_persistent_id(pid: Any) -> StubObject:
@@ -88,3 +92,22 @@ class PickleStream:
             message += "; before that point it references globals outside the safe set (nothing was run): "
             message += ", ".join(unsafe)
         return CheckpointFormatError(message)
+
+
+def stream_checkpoint(path: str, fmap: FileMap, stream: PickleStream, first: Any) -> Checkpoint:
+    """A Checkpoint over the first pickle of `stream`, after reading every pickle that follows it."""
+    trailing = stream.read_rest("pickle")
+    size = fmap.size
+    ckpt = make_checkpoint(path, PLAIN_FORMAT, size, first, stream.globals, pickles=stream.count, files=[fmap])
+    if stream.count > 1:
+        ckpt.warnings.append(f"the file is a stream of {stream.count} pickles (torch.load or pickle.load "
+                             f"would run them one after another): the tree shows the first, the globals "
+                             f"of all {stream.count} are listed")
+    if trailing:
+        # Like torch.load, the leading bytes decide the format: a pickle followed by a zip (a
+        # polyglot) is read as the pickle. Say so, so the appended part is not silently hidden.
+        tail = fmap.read(size - trailing, 4)
+        what = " (a zip archive)" if tail.startswith(b"PK") else ""
+        ckpt.warnings.append(f"file continues after the pickle ends: {trailing} more bytes{what} are not a "
+                             "pickle and were not read")
+    return ckpt

@@ -12,6 +12,7 @@ from typing import Any
 from ckptview.core.checkpoint import MODULE_PART, Node, NodeKind, PathKey, ReprKey, TensorInfo
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.read.pickle.torch_globals import NumpyArray, SizeValue
 from ckptview.core.read.pickle.vm import GlobalRef, StubObject
 
 MAX_NODES = 5_000_000
@@ -273,8 +274,6 @@ def _kind(value: Any) -> NodeKind:
 
 def _children(value: Any) -> list[tuple[Any, Any]] | None:
     """(key, child) pairs of a container, or None for a leaf value."""
-    from ckptview.core.read.pickle.torch_globals import NumpyArray, SizeValue
-
     if isinstance(value, NumpyArray):
         return list(enumerate(value.items)) if value.items is not None else None
     if isinstance(value, dict):

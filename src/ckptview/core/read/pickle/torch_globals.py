@@ -13,6 +13,7 @@ from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Storage, TensorInfo
+from ckptview.core.read.bytes.sources import MemorySource
 from ckptview.core.read.pickle.safe_globals import (
     TORCH_REGISTERED_GLOBALS,
     TORCH_WEIGHTS_ONLY_GLOBALS,
@@ -197,8 +198,6 @@ def _rebuild_meta_or_wrapper(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInf
 
 def _rebuild_device_tensor_from_numpy(ref: GlobalRef, args: tuple[Any, ...]) -> TensorInfo:
     """XLA-style tensors are pickled as a NumPy array plus dtype and device: the bytes are in the pickle."""
-    from ckptview.core.read.bytes.sources import MemorySource
-
     data, dtype, device, requires_grad = args[:4]
     dtype = _dtype_arg(dtype)
     array = data.array if isinstance(data, NumpyArray) else None

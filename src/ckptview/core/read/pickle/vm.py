@@ -25,8 +25,8 @@ from ckptview.core.gc_policy import paused_gc
 
 # Python 2 names that pickle's fix_imports maps to their Python 3 home (protocols 0-2): the same
 # table the real Unpickler uses, so `commands.Popen` is reported as the `subprocess.Popen` it runs.
-_RENAMED_MODULES = {**_compat_pickle.IMPORT_MAPPING, "exceptions": "builtins"}
-_RENAMED_NAMES = _compat_pickle.NAME_MAPPING
+RENAMED_MODULES = {**_compat_pickle.IMPORT_MAPPING, "exceptions": "builtins"}
+RENAMED_NAMES = _compat_pickle.NAME_MAPPING
 
 # Elements that calls may copy in all (see SafeUnpickler._charge): generous for honest pickles.
 COPY_BUDGET_BASE, COPY_BUDGET_PER_BYTE = 10_000_000, 4
@@ -205,10 +205,10 @@ class SafeUnpickler:
     # -- globals and calls ------------------------------------------------------------------------
     def _global(self, module: str, name: str) -> Any:
         if self.proto < 3:
-            if (module, name) in _RENAMED_NAMES:
-                module, name = _RENAMED_NAMES[(module, name)]
+            if (module, name) in RENAMED_NAMES:
+                module, name = RENAMED_NAMES[(module, name)]
             else:
-                module = _RENAMED_MODULES.get(module, module)
+                module = RENAMED_MODULES.get(module, module)
         ref = GlobalRef(module, name)
         self.globals_seen.setdefault(ref.dotted, None)
         if self.resolve_global is not None and ref.dotted not in self.emulators:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.errors import CheckpointError, FileChangedError, TensorDataError
+from ckptview.core.read.values.reading import iter_chunks, read_values
 
 
 @dataclass(eq=False)
@@ -101,8 +102,6 @@ class AssembledSource:
         """The whole global tensor (allocates it; chunks are copied into place)."""
         import numpy as np
 
-        from ckptview.core.read.values.reading import read_values
-
         if not self.chunks:
             raise TensorDataError("cannot read values: the tensor has no stored chunks")
         out: np.ndarray | None = None
@@ -158,8 +157,6 @@ class AssembledSource:
 def _chunk_rows(info: TensorInfo, a: int, b: int, ahead: ReadAhead | None = None) -> np.ndarray:
     """Rows a..b (dimension 0) of a chunk's stored tensor, read without mapping the whole chunk."""
     import numpy as np
-
-    from ckptview.core.read.values.reading import iter_chunks
 
     sub = TensorInfo(dtype=info.dtype, shape=(b - a,) + tuple(info.shape[1:]), stride=info.stride,
                      offset=info.offset + a * (info.stride[0] if info.stride else 0), storage=info.storage)

@@ -21,20 +21,26 @@ import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import ByteSource, Storage, TensorInfo
 from ckptview.core.errors import CheckpointError, TensorDataError
+from ckptview.core.read.values.capabilities import (
+    has_file_span,
+    has_inflate,
+    has_logical_chunks,
+    has_range_read,
+)
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ckptview.core.read.bytes.files import FileMap, ReadAhead
 
 DEFAULT_CHUNK_ELEMS = 1 << 22
 MAX_EXPANDED_ELEMS = 1 << 31  # logical elements materialised from an expanded tensor, at most...
 MAX_EXPANSION = 64  # ...when they exceed its stored elements this many times
 
-_COMPLEX32 = np.dtype([("re", "<f2"), ("im", "<f2")])
+_COMPLEX32 = [("re", "<f2"), ("im", "<f2")]  # torch's complex32 as a NumPy structured dtype
 
 
 def _base_dtype(info: TensorInfo) -> np.dtype:
@@ -44,8 +50,10 @@ def _base_dtype(info: TensorInfo) -> np.dtype:
 @functools.lru_cache(maxsize=256)
 def _numpy_base(dtype: str, big_endian: bool) -> np.dtype:
     """The NumPy dtype of a storage's raw elements (a handful of dtypes, 100,000 tensors: cached)."""
+    import numpy as np
+
     name = dtypes.canonical(dtype)
-    base = _COMPLEX32 if name == "complex32" else dtypes.storage_numpy_dtype(name)
+    base = np.dtype(_COMPLEX32) if name == "complex32" else dtypes.storage_numpy_dtype(name)
     if big_endian and base.itemsize > 1:
         base = base.newbyteorder(">")
     return base
@@ -71,9 +79,11 @@ def _readable(info: TensorInfo) -> tuple[Storage, ByteSource]:
 
 def _finish(arr: np.ndarray, info: TensorInfo) -> np.ndarray:
     """Native byte order and complex32 decoded; other arrays are returned as they are (views)."""
+    import numpy as np
+
     if arr.dtype.names is None and arr.dtype.isnative:  # the common case: nothing to do
         return arr
-    if arr.dtype == _COMPLEX32 or arr.dtype == _COMPLEX32.newbyteorder(">"):
+    if arr.dtype == np.dtype(_COMPLEX32) or arr.dtype == np.dtype(_COMPLEX32).newbyteorder(">"):
         out = arr["re"].astype(np.complex64)
         out.imag = arr["im"]
         return out
@@ -93,21 +103,15 @@ def _span(info: TensorInfo) -> tuple[int, int]:
 
 def _file_span(source: ByteSource, ahead: ReadAhead | None) -> tuple[FileMap, int, int] | None:
     """(file, offset, length) of a source stored plainly in a file, else None."""
-    file_span = getattr(source, "file_span", None)
-    if file_span is None:
-        return None
-    span: tuple[FileMap, int, int] | None = file_span(ahead)
-    return span
+    return source.file_span(ahead) if has_file_span(source) else None
 
 
 def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int,
-                ahead: ReadAhead | None = None) -> bytes | memoryview:
+                ahead: ReadAhead | None = None) -> bytes | bytearray | memoryview:
     """`length` bytes from `start` of the storage's data (only those bytes are read)."""
     try:
-        reader = getattr(source, "read_range", None)
-        if reader is not None:
-            data: bytes | memoryview = reader(start, length, ahead)
-            return data
+        if has_range_read(source):
+            return source.read_range(start, length, ahead)
         return source.open_buffer()[start : start + length]
     except CheckpointError:
         raise
@@ -117,11 +121,11 @@ def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int,
 
 def read_values(info: TensorInfo, ahead: ReadAhead | None = None) -> np.ndarray:
     """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans)."""
+    import numpy as np
+
     storage, source = _readable(info)
-    assembled = getattr(source, "logical_values", None)
-    if assembled is not None:  # a tensor assembled from chunks (DCP shards) reads itself
-        values: np.ndarray = assembled(ahead)
-        return values
+    if has_logical_chunks(source):  # a tensor assembled from chunks (DCP shards) reads itself
+        return source.logical_values(ahead)
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
     if len(info.shape) != len(info.stride):
@@ -171,7 +175,7 @@ def region_info(info: TensorInfo, index: tuple[int | slice, ...]) -> TensorInfo:
 def read_region(info: TensorInfo, index: tuple[int | slice, ...], ahead: ReadAhead | None = None) -> np.ndarray:
     """`info[index]` read alone: only the bytes the region spans (a tile of a huge matrix stays small)."""
     source = info.storage.source if info.storage is not None else None
-    if source is not None and hasattr(source, "logical_values"):
+    if has_logical_chunks(source):
         return read_values(info, ahead)[index]  # assembled from chunks: the assembly reads itself
     return read_values(region_info(info, index), ahead)
 
@@ -181,6 +185,8 @@ def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None
 
     None when the storage cannot be read by range (then read the values whole).
     """
+    import numpy as np
+
     storage, source = _readable(info)
     # Only stored file ranges: a compressed member would inflate from its start again for every run.
     span = _file_span(source, ahead)
@@ -255,24 +261,24 @@ def check_expansion(info: TensorInfo) -> None:
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
                 ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
     """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements."""
+    import numpy as np
+
     storage, source = _readable(info)
     chunk_elems = max(int(chunk_elems), 1)
     numel = info.numel
     if numel == 0:
         return
-    streamed = getattr(source, "iter_logical_chunks", None)
-    if streamed is not None:  # assembled from chunks: streams row-blocks (ckptview.core.read.values.assembled)
-        yield from streamed(chunk_elems, ahead)
+    if has_logical_chunks(source):  # assembled from chunks: streams row-blocks (ckptview.core.read.values.assembled)
+        yield from source.iter_logical_chunks(chunk_elems, ahead)
         return
     check_expansion(info)
     span = _file_span(source, ahead) if info.is_contiguous else None
     if span is not None:
         yield from _read_contiguous(info, span, chunk_elems, ahead=ahead)
         return
-    inflate = getattr(source, "iter_inflated", None)
-    if info.is_contiguous and inflate is not None:
+    if info.is_contiguous and has_inflate(source):
         # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
-        yield from _inflate_contiguous(info, storage, inflate, chunk_elems, ahead)
+        yield from _inflate_contiguous(info, storage, source.iter_inflated, chunk_elems, ahead)
         return
     stored = _file_span(source, ahead) is not None  # not a compressed member
     if stored and info.shape and not info.is_contiguous and _blocks_stay_small(info, chunk_elems):
@@ -306,10 +312,9 @@ def read_small(info: TensorInfo, max_elems: int, ahead: ReadAhead | None = None)
     if not 0 < numel <= max_elems or not info.is_contiguous:
         return None
     _storage, source = _readable(info)
-    file_span = getattr(source, "file_span", None)
-    if file_span is None or getattr(source, "iter_logical_chunks", None) is not None:
+    if not has_file_span(source) or has_logical_chunks(source):
         return None
-    span = file_span(ahead)
+    span = source.file_span(ahead)
     if span is None:  # a compressed member
         return None
     return next(_read_contiguous(info, span, numel, numel, ahead))
@@ -332,6 +337,8 @@ def _blocks_stay_small(info: TensorInfo, chunk_elems: int) -> bool:
 
 
 def _iter_row_blocks(info: TensorInfo, chunk_elems: int, ahead: ReadAhead | None) -> Iterator[np.ndarray]:
+    import numpy as np
+
     step = _rows_per_block(info, chunk_elems)
     for r0 in range(0, info.shape[0], step):
         block = read_values(region_info(info, (slice(r0, min(r0 + step, info.shape[0])),)), ahead)
@@ -343,6 +350,8 @@ def _iter_row_blocks(info: TensorInfo, chunk_elems: int, ahead: ReadAhead | None
 def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int,
                      numel: int | None = None, ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
     """A contiguous view of a stored file range, read chunk by chunk straight into arrays."""
+    import numpy as np
+
     fmap, offset, length = span
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
@@ -365,6 +374,8 @@ def _inflate_contiguous(info: TensorInfo, storage: Storage,
                         inflate: Callable[[int, int, int, ReadAhead | None], Iterator[bytes]],
                         chunk_elems: int, ahead: ReadAhead | None) -> Iterator[np.ndarray]:
     """A contiguous view of a compressed member, `inflate(start, length, block, ahead)` giving its bytes."""
+    import numpy as np
+
     base_dtype = _base_dtype(info)
     itemsize = base_dtype.itemsize
     if info.offset < 0 or (info.offset + info.numel) * itemsize > storage.nbytes:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from types import EllipsisType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from ckptview.core.read.values.reading import (
+    read_region,  # values need numpy and the readers: only when read
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Index = int | slice | EllipsisType
 
@@ -85,6 +90,8 @@ def default_spec(shape: tuple[int, ...]) -> str:
 
 def view_2d(values: np.ndarray, spec: str | tuple[Index, ...]) -> np.ndarray:
     """The 2-D slice ``spec`` selects, as a view (no copy of a mapped array); 0-/1-D become one row."""
+    import numpy as np
+
     index, out_shape = resolve(values.shape, spec)
     if len(out_shape) > 2:
         raise SliceError(
@@ -119,6 +126,8 @@ class LazySlice2D:
         self.dtype = info.dtype
 
     def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        import numpy as np
+
         rows, cols = key
         wanted = [rows, cols][2 - len(self._kept):]  # 0-/1-D: the row (and column) are synthetic
         index = list(self._index)
@@ -127,10 +136,6 @@ class LazySlice2D:
             hi = max(hi, lo)
             first, last = start + lo * step, start + hi * step  # positions in the tensor's dimension
             index[dim] = slice(first, last if last >= 0 else None, step)
-        from ckptview.core.read.values.reading import (
-            read_region,  # values need numpy and the readers: only when read
-        )
-
         block = np.asarray(read_region(self.info, tuple(index)))
         r = len(range(*rows.indices(self.shape[0])))
         c = len(range(*cols.indices(self.shape[1])))

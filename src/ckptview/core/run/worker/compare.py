@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job, WorkerError
 from ckptview.core.run.result import CompareResult, OutputDiff
 from ckptview.core.run.worker.forward import describe_outputs, flatten_outputs, stat_dtype
@@ -22,8 +23,6 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
         second = model  # the same architecture (called by keyword where the first run was)
         load = load_weights(getattr(model, "module", model), path, device)
     elif source in ("torchscript", "export"):
-        from ckptview.core import open_checkpoint
-
         checkpoint = open_checkpoint(path)
         kind = {"torchscript": "torchscript", "torch-export": "export"}.get(checkpoint.format)
         checkpoint.close()

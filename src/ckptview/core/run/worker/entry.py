@@ -4,7 +4,8 @@ It writes the messages of `core.run_protocol` (phase events, then one result) as
 it was started with. Its file descriptor 1 is pointed at stderr first, so whatever user code prints cannot
 corrupt that stream. This is the only process where ckptview runs model code, and the only one where a
 full-model pickle is unpickled (after the user's explicit --trust). The work itself lives in
-`run_loading` (model and weights), `run_forward` (inputs, timed runs, outputs) and `run_compare`.
+`loading` (weights; `lightning` for a LightningModule), `forward` (inputs, timed runs, outputs) and `compare`;
+`load_model` here picks the loader by the model's source.
 """
 
 from __future__ import annotations
@@ -15,36 +16,58 @@ import time
 import traceback
 from typing import Any
 
+from ckptview.core.run.devices import DeviceError, find_device
 from ckptview.core.run.protocol import Job, ResultMessage, WorkerError, encode, error_kind, one_line
-from ckptview.core.run.result import Latency, RunResult
+from ckptview.core.run.result import Latency, LoadReport, RunResult
 from ckptview.core.run.worker.compare import compare_checkpoint
+from ckptview.core.run.worker.device_probe import list_devices
 from ckptview.core.run.worker.forward import (
-    _concrete_size,
     describe_outputs,
-    flatten_outputs,
     forward_call,
     make_inputs,
     peak_memory,
     reset_peak,
     time_runs,
 )
+from ckptview.core.run.worker.graph import graph_job
 from ckptview.core.run.worker.library import next_tokens
+from ckptview.core.run.worker.lightning import load_lightning_model
 from ckptview.core.run.worker.loading import (
     load_graph,
-    load_model,
+    load_library_model,
+    load_trusted_pickle,
     load_weights,
+    module_report,
     note_memory_after_load,
-    numpy_to_torch,
-    place_tensor,
-    torch_load,
+    place_module,
 )
 from ckptview.core.run.worker.model_code import allow_caller_imports, build_user_model
 
-# Kept importable from here: the names this module had before it was split.
-_error_kind, _one_line = error_kind, one_line
-__all__ = ["Job", "WorkerError", "_concrete_size", "allow_caller_imports", "build_user_model",
-           "describe_outputs", "entry", "flatten_outputs", "handle", "load_graph", "load_model", "load_weights",
-           "main", "numpy_to_torch", "place_tensor", "run_job", "torch_load"]
+
+def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
+    """The model on `device` and the load report, by source kind."""
+    source = job.request.get("source")
+    if source in ("torchscript", "export"):
+        model = load_graph(job, source, path, device, "main")
+        return model, module_report(model, device)
+    if source == "pickle":
+        if not job.request.get("trust"):
+            raise WorkerError("refusing to unpickle a full model without trust", kind="refused")
+        model = load_trusted_pickle(job, path, device, "main")
+        return model, module_report(model, device)
+    if source == "state_dict":
+        job.enter("model code")
+        model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {},
+                                 job.request.get("cwd"))
+        job.enter("loading")
+        model = place_module(model, device)
+        report = load_weights(model, path, device)
+        return model, report
+    if source == "library":
+        return load_library_model(job, path, device)
+    if source == "lightning":
+        return load_lightning_model(job, path, device)
+    raise WorkerError(f"unknown model source '{source}'", kind="protocol")
 
 
 def entry() -> None:
@@ -105,14 +128,10 @@ def handle(job: Job) -> dict[str, Any]:
     import torch  # noqa: F401 - imported here so the time shows as its own phase
 
     if op == "devices":
-        from ckptview.core.run.worker.devices import list_devices
-
         return {"devices": [d.to_json() for d in list_devices()]}
     if op == "run":
         return run_job(job).to_json()
     if op == "graph":  # a library's architecture traced on meta: no file is named, none is read
-        from ckptview.core.run.worker.graph import graph_job
-
         return graph_job(job)
     raise WorkerError(f"unknown request '{op}'", kind="protocol")
 
@@ -170,8 +189,6 @@ def run_job(job: Job) -> RunResult:
 
 
 def _check_device(name: str) -> str:
-    from ckptview.core.run.worker.devices import DeviceError, find_device, list_devices
-
     try:
         return find_device(name, list_devices()).name
     except DeviceError as exc:

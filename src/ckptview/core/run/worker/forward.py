@@ -10,14 +10,17 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ckptview.core import dtypes
 from ckptview.core.run import input_specs as run_inputs
 from ckptview.core.run.input_specs import InputSpec, conv_input, guess_inputs, token_input
 from ckptview.core.run.json_checks import MAX_OUTPUTS
 from ckptview.core.run.protocol import WorkerError
 from ckptview.core.run.result import InputReport, OtherOutput, OutputInfo, OutputStats
 
+if TYPE_CHECKING:
+    import numpy as np
 
 def reset_peak(device: str) -> None:
     """Start measuring the device's peak memory from here (CUDA)."""
@@ -140,7 +143,7 @@ def make_inputs(req: dict[str, Any], model: Any,
     names to pass them by, where they go in by keyword (see `keyword_names`)."""
     if req.get("input_file"):
         arrays = run_inputs.load_input_file(req["input_file"])
-        tensors = [run_inputs.to_torch(a, None, device) for _, a in arrays]
+        tensors = [to_torch(a, None, device) for _, a in arrays]
         reports = [InputReport(name=n, shape=list(a.shape), dtype=str(t.dtype).removeprefix("torch."),
                                origin="file") for (n, a), t in zip(arrays, tensors, strict=True)]
         named = not str(req["input_file"]).lower().endswith(".npy")  # a .npy holds one unnamed array
@@ -157,7 +160,7 @@ def make_inputs(req: dict[str, Any], model: Any,
         raise WorkerError("no input shape: pass --input-shape, e.g. 2,20 (the model does not declare one)",
                           kind="input")
     seed = int(req.get("seed", 0))
-    tensors = [run_inputs.to_torch(run_inputs.make_array(s, seed, i), s.dtype, device)
+    tensors = [to_torch(run_inputs.make_array(s, seed, i), s.dtype, device)
                for i, s in enumerate(specs)]
     reports = [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=origin, fill=s.fill,
                            low=s.low, high=s.high, spec=s.text()) for s in specs]
@@ -364,3 +367,22 @@ def first_values(tensor: Any, count: int) -> list[Any] | None:
     return [v if not isinstance(v, float) or math.isfinite(v) else str(v) for v in flat.cpu().tolist()]
 
 
+def to_torch(array: np.ndarray, dtype_name: str | None, device: str) -> Any:
+    """A torch tensor of `array` cast to `dtype_name` on `device` (meta: an empty tensor of that shape)."""
+    import numpy as np
+    import torch
+
+    target = getattr(torch, dtypes.canonical(dtype_name)) if dtype_name else None
+    if device == "meta":
+        return torch.empty(array.shape, dtype=target or _torch_dtype_of(array), device="meta")
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if target is not None and tensor.dtype != target:
+        tensor = tensor.to(target)
+    return tensor.to(device)
+
+
+def _torch_dtype_of(array: np.ndarray) -> Any:
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype

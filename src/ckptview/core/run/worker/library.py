@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptview.core.run.architectures import timm_config
 from ckptview.core.run.protocol import WorkerError, one_line
 
 PROMPT = "The capital of France is"
@@ -89,7 +90,6 @@ def _timm(timm: Any, name: str, config: dict[str, Any]) -> Any:
     import dataclasses
     import inspect
 
-    from ckptview.core.run.architectures import timm_config
 
     if not timm.is_model(name):
         raise WorkerError(f"timm does not know the architecture {name}", kind="refused")

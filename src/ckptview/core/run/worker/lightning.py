@@ -22,7 +22,13 @@ from typing import Any
 from ckptview.core.run.lightning import ATTRIBUTE_DICTS
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport
-from ckptview.core.run.worker.loading import _consent, _place_module, _torch_state_dict, load_weights
+from ckptview.core.run.worker.loading import (
+    consent_for,
+    load_torch_state_dict,
+    load_weights,
+    place_module,
+    torch_state_dict,
+)
 from ckptview.core.run.worker.model_code import call_user_model, import_user_object
 
 LIGHTNING_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
@@ -45,7 +51,7 @@ def load_lightning_model(job: Job, path: str, device: str) -> tuple[Any, LoadRep
         cls, shown, source = import_user_object(user, req.get("cwd")), _spec_name(user), "--model"
     else:
         shown, source = str(spec.get("class_path") or ""), str(spec.get("class_source") or "")
-        consent = _consent(job, "main")
+        consent = consent_for(job, "main")
         if not shown or consent is None or shown not in consent:
             raise WorkerError(f"refusing to import {shown or 'a class'} named by {spec.get('name')} without "
                               f"trust", kind="refused")
@@ -53,7 +59,7 @@ def load_lightning_model(job: Job, path: str, device: str) -> tuple[Any, LoadRep
     base = lightning_base(cls)
     if base is None:
         if user:  # a factory or a plain nn.Module: the state dict's usual path
-            model = _place_module(call_user_model(user, cls, req.get("model_kwargs") or {}), device)
+            model = place_module(call_user_model(user, cls, req.get("model_kwargs") or {}), device)
             job.enter("loading")
             return model, load_weights(model, path, device)
         raise WorkerError(f"lightning: {shown} named by {spec.get('name')} is not a LightningModule subclass",
@@ -67,7 +73,7 @@ def load_lightning_model(job: Job, path: str, device: str) -> tuple[Any, LoadRep
         if type(model).configure_model is not base.configure_model:
             model.configure_model()  # as load_from_checkpoint does before loading
     job.enter("loading")
-    model = _place_module(model, device)
+    model = place_module(model, device)
     if type(model).on_load_checkpoint is not base.on_load_checkpoint and device != "meta":
         return model.eval(), _load_with_hook(model, path, shown)
     return model.eval(), load_weights(model, path, device)
@@ -187,12 +193,10 @@ def _attribute_dict(type_name: str) -> Any:
 def _load_with_hook(model: Any, path: str, shown: str) -> LoadReport:
     """A class that overrides `on_load_checkpoint` gets the checkpoint torch loads (weights only, through the
     gate) before its state dict is loaded, as in load_from_checkpoint; refused when torch may not load it."""
-    from ckptview.core.run.worker.loading import _load_torch_state_dict
-
-    checkpoint = _torch_state_dict(path, ())
+    checkpoint = torch_state_dict(path, ())
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), Mapping):
         raise WorkerError(f"lightning: {shown} overrides on_load_checkpoint, which needs the whole checkpoint "
                           f"loaded by torch, and its pickles name more than tensors and plain data: give a class "
                           f"without that hook with --model", kind="refused")
     model.on_load_checkpoint(checkpoint)
-    return _load_torch_state_dict(model, checkpoint["state_dict"], "state_dict")
+    return load_torch_state_dict(model, checkpoint["state_dict"], "state_dict")

@@ -19,9 +19,10 @@ import zlib
 from typing import Any
 
 from ckptview.core.errors import CheckpointError, FileChangedError
-from ckptview.core.read.pickle.census import PickleCensus, census, census_bytes
+from ckptview.core.read.bytes.files import open_regular
+from ckptview.core.read.pickle.census import PickleCensus, census
 
-__all__ = ["HOW", "LoadRefused", "PickleCensus", "census", "census_bytes", "check", "load_with_torch",
+__all__ = ["HOW", "LoadRefused", "check", "load_with_torch",
            "private_copy", "same_records_as_torch"]
 
 # How torch reads a file, by the source kinds of the runner.
@@ -92,8 +93,6 @@ def private_copy(path: str, folder: str) -> str:
     os.chmod(folder, 0o700)
     base = os.path.basename(path) or "file"
     target = os.path.join(folder, f"{len(os.listdir(folder))}-{base}")
-    from ckptview.core.read.bytes.files import open_regular
-
     with open_regular(path) as src, open(target, "xb") as dst:  # the bytes the gate read, through the byte layer
         if hasattr(os, "fchmod"):  # POSIX; elsewhere the private folder is what keeps it private
             os.fchmod(dst.fileno(), 0o600)

@@ -11,47 +11,21 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ckptview.core.errors import CheckpointError
+from ckptview.core.read.open import open_checkpoint
+from ckptview.core.read.values.reading import read_values
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
-from ckptview.core.run.worker.model_code import build_user_model
+from ckptview.core.run.state_dict import find_state_dict, state_dict_node, strip_prefixes
+from ckptview.core.run.worker.library import build, finish_init, tie
+from ckptview.core.run.worker.load_gate import LoadRefused, load_with_torch
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint
 
 
-def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
-    """The model on `device` and the load report, by source kind."""
-    source = job.request.get("source")
-    if source in ("torchscript", "export"):
-        model = load_graph(job, source, path, device, "main")
-        return model, module_report(model, device)
-    if source == "pickle":
-        if not job.request.get("trust"):
-            raise WorkerError("refusing to unpickle a full model without trust", kind="refused")
-        model = load_trusted_pickle(job, path, device, "main")
-        return model, module_report(model, device)
-    if source == "state_dict":
-        job.enter("model code")
-        model = build_user_model(job.request["model"], job.request.get("model_kwargs") or {},
-                                 job.request.get("cwd"))
-        job.enter("loading")
-        model = _place_module(model, device)
-        report = load_weights(model, path, device)
-        return model, report
-    if source == "library":
-        return load_library_model(job, path, device)
-    if source == "lightning":
-        from ckptview.core.run.worker.lightning import load_lightning_model
-
-        return load_lightning_model(job, path, device)
-    raise WorkerError(f"unknown model source '{source}'", kind="protocol")
-
-
 def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
     """A model its library builds from config.json, then the checkpoint's weights, tensor by tensor."""
-    from ckptview.core import open_checkpoint
-    from ckptview.core.run.worker.library import build, finish_init, tie
-
     checkpoint = open_checkpoint(path)  # once: its dtypes choose the build's, its tensors fill the model
     try:
         job.enter("building the model")
@@ -80,7 +54,7 @@ def checkpoint_float_dtype(checkpoint: Checkpoint) -> str | None:
     return max(totals, key=lambda d: totals[d]) if totals else None
 
 
-def _consent(job: Job, role: str) -> list[str] | None:
+def consent_for(job: Job, role: str) -> list[str] | None:
     """The findings the user accepted for the main or the second file; None: not trusted."""
     consent = job.request.get("consent") or {}
     value = consent.get(role) if isinstance(consent, dict) else None
@@ -89,10 +63,7 @@ def _consent(job: Job, role: str) -> list[str] | None:
 
 def torch_load(job: Job | None, path: str, how: str, device: str, role: str) -> Any:
     """Every torch load of the worker goes through the load gate (private copy, census, consent)."""
-    from ckptview.core.errors import CheckpointError
-    from ckptview.core.run.worker.load_gate import LoadRefused, load_with_torch
-
-    consent = _consent(job, role) if job is not None else None
+    consent = consent_for(job, role) if job is not None else None
     try:
         return load_with_torch(path, how, device=device, consent=consent, folder=os.path.join(os.getcwd(), "gate"))
     except LoadRefused as exc:
@@ -134,7 +105,7 @@ def _find_module(obj: Any, depth: int = 0) -> Any:
     return None
 
 
-def _place_module(model: Any, device: str) -> Any:
+def place_module(model: Any, device: str) -> Any:
     try:
         return model.to(device)
     except (RuntimeError, TypeError) as exc:
@@ -153,17 +124,14 @@ def load_weights(model: Any, path: str, device: str, opened: Checkpoint | None =
     """Load the checkpoint's state dict into `model` non-strictly: by torch when checked safe, else by ckptview.
 
     `opened`: the checkpoint at `path`, already open (the caller closes it); else it is opened here."""
-    from ckptview.core import open_checkpoint
-    from ckptview.core.run.request import find_state_dict, state_dict_node, strip_prefixes
-
     checkpoint = opened if opened is not None else open_checkpoint(path)
     try:
         found_under, infos = find_state_dict(checkpoint)
         if (device != "meta" and checkpoint.format in TORCH_LOADABLE and not checkpoint.unsafe_globals
                 and os.path.getsize(path) <= TORCH_LOAD_MAX_BYTES):
-            state = _torch_state_dict(path, state_dict_node(checkpoint).path)
+            state = torch_state_dict(path, state_dict_node(checkpoint).path)
             if state is not None:
-                return _load_torch_state_dict(model, state, found_under)
+                return load_torch_state_dict(model, state, found_under)
         model_state = model.state_dict()
         mapping, stripped = strip_prefixes(infos, model_state)
         missing = [k for k in model_state if k not in set(mapping.values())]
@@ -217,7 +185,7 @@ def _load_batch(model: Any, batch: dict[str, Any], device: str) -> None:
     batch.clear()
 
 
-def _torch_state_dict(path: str, base: tuple[Any, ...]) -> Any:
+def torch_state_dict(path: str, base: tuple[Any, ...]) -> Any:
     """The state dict as torch.load(weights_only=True) returns it (through the gate), or None to read it safely."""
     try:
         obj = torch_load(None, path, "weights", "cpu", "main")
@@ -234,13 +202,12 @@ def _torch_state_dict(path: str, base: tuple[Any, ...]) -> Any:
     return obj
 
 
-def _load_torch_state_dict(model: Any, state: Mapping[str, Any], found_under: str) -> LoadReport:
+def load_torch_state_dict(model: Any, state: Mapping[str, Any], found_under: str) -> LoadReport:
     """load_state_dict(strict=False) of a torch-loaded state dict, keeping its module versions; the report."""
     from collections import OrderedDict
 
     import torch
 
-    from ckptview.core.run.request import strip_prefixes
 
     model_state = model.state_dict()
     mapping, stripped = strip_prefixes(list(state), model_state)
@@ -324,8 +291,6 @@ def place_tensor(info: Any, device: str) -> tuple[Any, str]:
 
 
 def _read_values(info: Any) -> Any:
-    from ckptview.core.read.values.reading import read_values
-
     return read_values(info)
 
 

@@ -16,36 +16,29 @@ every error text passes through the one redaction (`ckptview.core.redaction.reda
 Only protocols meant for remote storage are accepted (`urls.check_accepted`): no file://, local://,
 reference:// or '::' chains. Every request has an overall deadline (`deadline`: connect, first byte,
 whole body), every 206 answer's Content-Range must be the range asked for, and `--download` writes at
-most the announced size (or `--max-download`).
+most the announced size (or `--max-download`): the options the entry point gives (`RemoteOptions`, in the
+open's `ReaderContext`).
 
-The package: `urls` (what a URL is, how it is shown), `sessions` (the files one checkpoint reads and
-their transfer), `file` (positioned reads through the block cache of `cache`), `http` and
-`fsspec_backend` (the requests), `causes` (failures in words), `paths` (file or folder, size, names).
+The package: `urls` (what a URL is, how it is shown), `options` (what the user allowed: `RemoteOptions`),
+`file` (a remote file's positioned reads through the block cache of `cache`, and the `Session` of the
+files one checkpoint reads, with their transfer), `http` and `fsspec_backend` (the requests), `causes`
+(failures in words), `fs` (a session as the file system a URL's `Source` reads through).
 """
 
-from ckptview.core.errors import RemoteError
-from ckptview.core.read.bytes.remote.cache import BlockCache, Transfer
-from ckptview.core.read.bytes.remote.causes import is_missing
-from ckptview.core.read.bytes.remote.file import BLOCK, FIRST, RemoteFile
-from ckptview.core.read.bytes.remote.paths import exists_kind, listdir, not_found, size_of
-from ckptview.core.read.bytes.remote.sessions import Session, begin_session, opening, remote_file, session_for
+from ckptview.core.read.bytes.remote.cache import Transfer
+from ckptview.core.read.bytes.remote.file import RemoteFile, Session
+from ckptview.core.read.bytes.remote.fs import RemoteFileMap, RemoteFS, begin_session, not_found, opening
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.bytes.remote.urls import (
     EXTRA_HINT,
-    dirname,
-    download_allowed,
     folder_url,
-    is_url,
-    join,
-    normalize,
+    parse_size,
     real_url,
     remember,
     require_extra,
     shown,
-    timeout,
 )
-from ckptview.core.redaction import redact
 
-__all__ = ["BLOCK", "EXTRA_HINT", "FIRST", "BlockCache", "RemoteError", "RemoteFile", "Session", "Transfer",
-           "begin_session", "dirname", "download_allowed", "exists_kind", "folder_url", "is_missing", "is_url",
-           "join", "listdir", "normalize", "not_found", "opening", "real_url", "redact", "remember",
-           "remote_file", "require_extra", "session_for", "shown", "size_of", "timeout"]
+__all__ = ["EXTRA_HINT", "RemoteFS", "RemoteFile", "RemoteFileMap", "RemoteOptions", "Session", "Transfer",
+           "begin_session", "folder_url", "not_found", "opening", "parse_size", "real_url", "remember",
+           "require_extra", "shown"]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 
 from ckptview.core.errors import RemoteError
-from ckptview.core.read.bytes.remote.urls import timeout
 from ckptview.core.redaction import redact
 
 _TLS = re.compile(r"\[SSL(?:: [A-Z0-9_]+)?\] ([^(\]'\"]{1,120})")
 
 
-def network_cause(exc: BaseException) -> str:
+def network_cause(exc: BaseException, timeout: float) -> str:
     """A short cause for a failed request: 'host not found', 'connection refused', 'timed out', ..."""
     import socket
 
@@ -24,7 +23,7 @@ def network_cause(exc: BaseException) -> str:
     if any(isinstance(e, socket.gaierror) for e in seen) or "NameResolution" in names or "Name or service" in names:
         return "host not found (DNS)"
     if any(isinstance(e, (TimeoutError, socket.timeout)) for e in seen) or "Timeout" in names or "timed out" in names:
-        return f"timed out after {timeout():g} s"
+        return f"timed out after {timeout:g} s"
     if any(isinstance(e, ConnectionRefusedError) for e in seen) or "refused" in names.lower():
         return "connection refused"
     if any(isinstance(e, ConnectionResetError) for e in seen) or "reset" in names.lower():

@@ -22,14 +22,13 @@ import time
 from typing import Any
 
 from ckptview.core.errors import RemoteError
-from ckptview.core.read.bytes.remote.urls import deadline
 
 MIN_RATE = 128 << 10  # bytes per second: a request's allowance grows by one second per 128 KiB it carries
 
 
-def allowance(nbytes: int) -> float:
-    """Seconds a request carrying `nbytes` may take in all: the deadline plus one second per 128 KiB."""
-    return deadline() + max(0, nbytes) / MIN_RATE
+def allowance(deadline: float, nbytes: int) -> float:
+    """Seconds a request carrying `nbytes` may take in all: `deadline` plus one second per 128 KiB."""
+    return deadline + max(0, nbytes) / MIN_RATE
 
 
 def late(url_shown: str, seconds: float) -> RemoteError:

@@ -1,4 +1,5 @@
-"""A remote file opened for positioned reads: the first request records its size and validator."""
+"""A remote file opened for positioned reads (the first request records its size and validator), and the
+session of the remote files one opened checkpoint reads, with the transfer that counts them."""
 
 from __future__ import annotations
 
@@ -7,23 +8,15 @@ import itertools
 import os
 import tempfile
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptview.core.errors import FileChangedError, RemoteError
+from ckptview.core.read.bytes.remote.cache import CACHE, Transfer
 from ckptview.core.read.bytes.remote.fsspec_backend import FsspecBackend
 from ckptview.core.read.bytes.remote.http import HttpBackend
-from ckptview.core.read.bytes.remote.urls import (
-    download_allowed,
-    max_download,
-    protocol,
-    remember,
-    require_extra,
-    shown,
-)
-
-if TYPE_CHECKING:
-    from ckptview.core.read.bytes.remote.cache import Transfer
-    from ckptview.core.read.bytes.remote.sessions import Session
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.remote.urls import protocol, remember, require_extra, shown
+from ckptview.core.units import human_bytes
 
 BLOCK = 256 << 10            # read-ahead: a small read fetches the aligned 256 KiB blocks around it
 FIRST = 64 << 10             # the first request of a file (its size, validator and first bytes)
@@ -31,11 +24,11 @@ LARGE_REQUEST = 16 << 20     # values are fetched in requests of at most this ma
 _SERIALS = itertools.count()
 
 
-def backend_for(url: str, transfer: Transfer) -> HttpBackend | FsspecBackend:
+def backend_for(url: str, transfer: Transfer, options: RemoteOptions) -> HttpBackend | FsspecBackend:
     require_extra(url)
     if protocol(url) in ("http", "https"):
-        return HttpBackend(url, transfer)
-    return FsspecBackend(url, transfer)
+        return HttpBackend(url, transfer, options)
+    return FsspecBackend(url, transfer, options)
 
 
 class RemoteFile:
@@ -45,7 +38,7 @@ class RemoteFile:
         self.url, self.shown, self.session = url, shown(url), session
         self.serial = next(_SERIALS)  # the cache's key (an id() could be reused by a later file)
         remember(url)
-        self.backend = backend_for(url, session.transfer)
+        self.backend = backend_for(url, session.transfer, session.options)
         self._changed: str | None = None
         self._head = b""
         self._listing: list[tuple[str, bool, int | None]] | None = None
@@ -63,9 +56,9 @@ class RemoteFile:
         Only with --download, and never more than announced (or than --max-download when nothing was):
         a body without end is stopped, and the temporary file (unnamed, or removed at once) goes with it.
         """
-        cap = max_download()
-        what = f"{full} bytes ({_human(full)})" if full is not None else "the whole file (size unknown)"
-        if not download_allowed():
+        cap = self.session.options.max_download
+        what = f"{full} bytes ({human_bytes(full)})" if full is not None else "the whole file (size unknown)"
+        if not self.session.options.download:
             raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests; reading "
                               f"it means downloading {what}: pass --download to do that")
         if full is None and cap is None:
@@ -73,7 +66,7 @@ class RemoteFile:
                               "no size: pass --max-download SIZE (e.g. 2G) to download at most SIZE")
         if full is not None and cap is not None and full > cap:
             raise RemoteError(f"cannot open {self.shown}: downloading it means {what}, more than --max-download "
-                              f"{_human(cap)}")
+                              f"{human_bytes(cap)}")
         limit = full if full is not None else (cap or 0)
         local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
         try:
@@ -180,7 +173,35 @@ class RemoteFile:
             self.close()
 
 
-def _human(n: int | None) -> str:
-    from ckptview.core.units import human_bytes
+class Session:
+    """The remote files one opened checkpoint reads, their shared cache and transfer counters, and the
+    options they are read with. The open that begins it hands it down in its `ReaderContext`."""
 
-    return human_bytes(n or 0)
+    def __init__(self, root: str, options: RemoteOptions | None = None) -> None:
+        self.root = root
+        self.options = options if options is not None else RemoteOptions()
+        self.transfer = Transfer()
+        self.cache = CACHE
+        self.files: dict[str, RemoteFile] = {}
+        # What folder listings said: URL -> (is a folder, size or None); spares a request per file.
+        self.known: dict[str, tuple[bool, int | None]] = {}
+        self.lock = threading.Lock()
+
+    def file(self, url: str, first: int = 0) -> RemoteFile:
+        """The RemoteFile of `url` in this session (opened, i.e. stat'ed, on first use).
+
+        The first request also fetches the first `first` bytes (default FIRST: a file about to be read);
+        a size or existence check asks for one byte.
+        """
+        with self.lock:
+            found = self.files.get(url)
+        if found is None:
+            found = RemoteFile(url, self, first or FIRST)
+            with self.lock:
+                found = self.files.setdefault(url, found)
+        return found
+
+    def close(self) -> None:
+        """Forget cached blocks and any downloaded copies."""
+        for f in list(self.files.values()):
+            f.close()

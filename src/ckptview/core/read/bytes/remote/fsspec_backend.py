@@ -10,27 +10,29 @@ from ckptview.core.errors import CheckpointError, FileChangedError, RemoteError
 from ckptview.core.read.bytes.remote.cache import Transfer
 from ckptview.core.read.bytes.remote.causes import missing_error, network_cause, status_cause
 from ckptview.core.read.bytes.remote.deadline import DeadlinePassed, allowance, call_within, late
-from ckptview.core.read.bytes.remote.urls import EXTRA_HINT, protocol, shown, timeout
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.remote.urls import EXTRA_HINT, protocol, shown
 from ckptview.core.redaction import redact
 
 
 class FsspecBackend:
     """Any other protocol (hf://, s3://, gs://, memory://, ...) through fsspec's ranged reads."""
 
-    def __init__(self, url: str, transfer: Transfer) -> None:
+    def __init__(self, url: str, transfer: Transfer, options: RemoteOptions) -> None:
         import fsspec
 
-        self.transfer = transfer
+        self.transfer, self.options = transfer, options
+        timeout = options.timeout
         kwargs: dict[str, Any] = {}
         proto = protocol(url)
         if proto == "s3":
-            kwargs = {"config_kwargs": {"connect_timeout": timeout(), "read_timeout": timeout(),
+            kwargs = {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
                                         "retries": {"max_attempts": 2}}}
         if proto == "hf":  # the hub reads its timeouts at import: set them where it looks for them
             from huggingface_hub import constants
 
             # The hub declares these int but only passes them on as requests' timeout, which takes a float.
-            constants.HF_HUB_ETAG_TIMEOUT = constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout()  # type: ignore[assignment]
+            constants.HF_HUB_ETAG_TIMEOUT = constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout  # type: ignore[assignment]
         self.url = url
         try:
             self.fs, self.path = fsspec.core.url_to_fs(url, **kwargs)
@@ -42,7 +44,7 @@ class FsspecBackend:
         import fsspec.exceptions
 
         self.transfer.add(0)  # one call (the protocol may make more requests; not seen from here)
-        seconds = allowance(nbytes)
+        seconds = allowance(self.options.deadline, nbytes)
         started = time.monotonic()
         try:
             if getattr(self.fs, "async_impl", False):  # fsspec cancels the request itself at its timeout
@@ -52,7 +54,7 @@ class FsspecBackend:
             raise late(shown(self.url), seconds) from None
         except fsspec.exceptions.FSTimeoutError as exc:  # the deadline, or a library's own read timeout
             if time.monotonic() - started < seconds:
-                raise RemoteError(f"cannot {what} {shown(self.url)}: {network_cause(exc)}") from None
+                raise RemoteError(f"cannot {what} {shown(self.url)}: {network_cause(exc, self.options.timeout)}") from None
             raise late(shown(self.url), seconds) from None
         except FileNotFoundError:
             raise missing_error(f"cannot {what} {shown(self.url)}: not found") from None
@@ -62,7 +64,7 @@ class FsspecBackend:
             raise
         except Exception as exc:
             status = getattr(getattr(exc, "response", None), "status_code", None)
-            cause = status_cause(status) if isinstance(status, int) else network_cause(exc)
+            cause = status_cause(status) if isinstance(status, int) else network_cause(exc, self.options.timeout)
             raise RemoteError(f"cannot {what} {shown(self.url)}: {cause}") from None
 
     def info(self) -> dict[str, Any]:

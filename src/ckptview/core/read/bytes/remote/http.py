@@ -23,7 +23,9 @@ from ckptview.core.read.bytes.remote.deadline import (
     request_timeout,
     watched_adapter,
 )
-from ckptview.core.read.bytes.remote.urls import shown, timeout
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.remote.urls import shown
+from ckptview.core.units import human_bytes
 
 MAX_LISTING = 4 << 20  # an HTML folder listing larger than this is not read
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
@@ -32,10 +34,10 @@ _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 class HttpBackend:
     """https:// and http:// through `requests`: ranged GETs, redirects followed, a deadline on each."""
 
-    def __init__(self, url: str, transfer: Transfer) -> None:
+    def __init__(self, url: str, transfer: Transfer, options: RemoteOptions) -> None:
         import requests
 
-        self.url, self.requests, self.transfer = url, requests, transfer
+        self.url, self.requests, self.transfer, self.options = url, requests, transfer, options
         self.http = requests.Session()
         adapter = watched_adapter()
         self.http.mount("http://", adapter())
@@ -46,7 +48,7 @@ class HttpBackend:
     @contextlib.contextmanager
     def _within(self, nbytes: int) -> Iterator[Deadline]:
         """A deadline for one request carrying about `nbytes`: past it, one line naming the deadline."""
-        limit = Deadline(allowance(nbytes))
+        limit = Deadline(allowance(self.options.deadline, nbytes))
         try:
             with limit:
                 yield limit
@@ -61,11 +63,12 @@ class HttpBackend:
         self.transfer.add(0)  # one request; the body's bytes are counted as they are read
         try:
             return self.http.get(self.url, headers=headers, stream=True, allow_redirects=True,
-                                 timeout=request_timeout(min(timeout(), limit.remaining()), timeout(), limit))
+                                 timeout=request_timeout(min(self.options.timeout, limit.remaining()), self.options.timeout,
+                                                         limit))
         except self.requests.RequestException as exc:
             if limit.passed():
                 raise late(shown(self.url), limit.seconds) from None
-            raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc)}") from None
+            raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc, self.options.timeout)}") from None
 
     def stat(self, first: int) -> tuple[int, str, bytes, bool]:
         """(size, validator, the first `first` bytes, is a folder) from one ranged GET.
@@ -137,7 +140,7 @@ class HttpBackend:
         try:
             data: bytes = resp.raw.read(expect + 1, decode_content=False)
         except Exception as exc:  # a timeout or reset in the middle of the body
-            raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc)}") from None
+            raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc, self.options.timeout)}") from None
         self.transfer.add(len(data), 0)
         if len(data) != expect:
             raise RemoteError(f"cannot read {shown(self.url)}: the server sent {len(data)} bytes for a "
@@ -166,8 +169,6 @@ class HttpBackend:
     def download(self, into: Any, limit: int, announced: bool) -> None:
         """The whole file into the open binary file `into` (a server that ignores Range; opted in), at most
         `limit` bytes: the size the server announced (`announced`), else `--max-download`."""
-        from ckptview.core.units import human_bytes
-
         with self._within(limit) as within:
             resp = self._get({}, within)
             with contextlib.closing(resp):
@@ -193,7 +194,7 @@ class HttpBackend:
                 except Exception as exc:
                     if within.passed():
                         raise late(shown(self.url), within.seconds) from None
-                    raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc)}") from None
+                    raise RemoteError(f"cannot read {shown(self.url)}: {network_cause(exc, self.options.timeout)}") from None
                 if announced and total != limit:
                     raise RemoteError(f"cannot read {shown(self.url)}: the server sent {total} of the {limit} bytes "
                                       "it announced (connection cut?)")
@@ -214,7 +215,7 @@ class HttpBackend:
                 try:
                     raw = resp.raw.read(MAX_LISTING, decode_content=True)
                 except Exception as exc:
-                    raise RemoteError(f"cannot list {shown(self.url)}: {network_cause(exc)}") from None
+                    raise RemoteError(f"cannot list {shown(self.url)}: {network_cause(exc, self.options.timeout)}") from None
                 self.transfer.add(len(raw), 0)
                 text = raw.decode("utf-8", "replace")
         names: dict[str, tuple[str, bool, int | None]] = {}

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import posixpath
 import re
 import threading
 from urllib.parse import urlsplit, urlunsplit
 
 from ckptview.core.errors import RemoteError
+from ckptview.core.read.bytes.files import is_url
 
 EXTRA_HINT = "pip install 'ckptview[remote]'"
-_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)(://|::)")  # 'https://...', and chains 'simplecache::https://...'
 _IPV6_HOST = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^/@]*@)?\[[0-9a-fA-F:.%A-Za-z]*\]")
 # Protocols meant for remote storage: what a URL may name. Not accepted: file:// and local:// (a local
 # file is given by its path, and goes through the local checks: FIFOs, devices, ...), reference:// (its
@@ -27,39 +26,6 @@ _REAL: dict[str, str] = {}  # shown URL -> URL with its query string (presigned 
 _LOCK = threading.Lock()
 
 
-def download_allowed() -> bool:
-    """True when `--download` (CKPTVIEW_DOWNLOAD=1) lets a server that ignores Range send the whole file."""
-    return os.environ.get("CKPTVIEW_DOWNLOAD", "") not in ("", "0")
-
-
-def timeout() -> float:
-    """Seconds any one wait on the server may take: to connect, for each read (CKPTVIEW_TIMEOUT, default 30)."""
-    try:
-        return max(0.01, float(os.environ.get("CKPTVIEW_TIMEOUT", "30")))
-    except ValueError:
-        return 30.0
-
-
-DEFAULT_DEADLINE = 120.0
-
-
-def deadline() -> float:
-    """Seconds a whole request may take, connect to last byte, before its size's allowance is added
-    (`--deadline`, CKPTVIEW_DEADLINE, default 120)."""
-    try:
-        return max(0.01, float(os.environ.get("CKPTVIEW_DEADLINE", "") or DEFAULT_DEADLINE))
-    except ValueError:
-        return DEFAULT_DEADLINE
-
-
-def max_download() -> int | None:
-    """The most bytes `--download` may write (`--max-download`, CKPTVIEW_MAX_DOWNLOAD in bytes), else None."""
-    try:
-        return parse_size(os.environ.get("CKPTVIEW_MAX_DOWNLOAD", "")) if os.environ.get("CKPTVIEW_MAX_DOWNLOAD") else None
-    except ValueError:
-        return None
-
-
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
@@ -69,13 +35,6 @@ def parse_size(text: str) -> int:
     if not m:
         raise ValueError(f"not a size: {text!r} (say 500M, 2G or a number of bytes)")
     return int(float(m.group(1)) * 1024 ** "bkmgtp".index((m.group(2) or "b").lower()))
-
-
-def is_url(path: object) -> bool:
-    """True for 'scheme://...' and 'scheme::...://...' (then refused or opened by the remote layer); False for
-    local paths and file://."""
-    return (isinstance(path, str) and "://" in path and bool(_URL.match(path))
-            and not path.lower().startswith("file://"))
 
 
 def shown(url: str) -> str:

@@ -25,8 +25,8 @@ from ckptview.core.graph.limits import (
     GraphRefused,
 )
 from ckptview.core.graph.model import INPUT_OP, OUTPUT_OP, GraphNode
-from ckptview.core.graph.script_code import ScriptCode, dotted_name
-from ckptview.core.graph.script_ops import (
+from ckptview.core.graph.script.code import ScriptCode, dotted_name
+from ckptview.core.graph.script.ops import (
     BINARY,
     COMPARE,
     FACTORIES,
@@ -36,7 +36,7 @@ from ckptview.core.graph.script_ops import (
     UNARY,
     op_name,
 )
-from ckptview.core.graph.script_values import (
+from ckptview.core.graph.script.values import (
     MAX_SEQ,
     UNKNOWN,
     Const,

@@ -2,7 +2,8 @@
 
 torch (and torch_xla) are imported inside the functions. Every probe takes the torch module as an
 argument so the cuda/mps/xla branches run in tests on a CPU-only machine with a stand-in module.
-Probing CUDA creates a CUDA context; the GUI therefore probes in the worker process (`runner.probe_devices`).
+Probing CUDA creates a CUDA context; the window therefore probes in the worker process
+(`core.run.request.probe_devices`). What a device is, for the parent, is `core.run.devices`.
 """
 
 from __future__ import annotations
@@ -10,56 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
-from ckptview.core.errors import CheckpointError
-
-KINDS = ("cpu", "cuda", "mps", "xla", "meta")
-_DEVICE_RE = re.compile(r"^(cpu|cuda|mps|xla|meta)(?::(\d+))?$")
-
-
-class DeviceError(CheckpointError):
-    """A device string is malformed or names a device this machine does not have."""
-
-
-@dataclass
-class DeviceInfo:
-    """One device: its torch name, whether it can be used, and why not when it cannot."""
-
-    name: str
-    kind: str
-    available: bool
-    reason: str = ""
-    description: str = ""
-    capability: str | None = None
-    total_memory: int | None = None
-    free_memory: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The `ckptview devices --json` object."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DeviceInfo:
-        """Inverse of `to_json` (the worker sends devices as JSON)."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-def parse_device(text: str) -> str:
-    """Normalise a device string ('cuda' -> 'cuda:0'); DeviceError when it is not one ckptview knows."""
-    text = text.strip().lower()
-    match = _DEVICE_RE.match(text)
-    if not match:
-        raise DeviceError(f"unknown device '{text}' (use cpu, cuda:N, mps, xla:N or meta)")
-    kind, index = match.groups()
-    if kind in ("cpu", "meta", "mps"):
-        if index not in (None, "0"):
-            raise DeviceError(f"device '{text}': {kind} has no index")
-        return kind
-    return f"{kind}:{index or 0}"
+from ckptview.core.run.devices import DeviceInfo
 
 
 def list_devices(torch_module: Any = None, import_xla: Callable[[], Any] | None = None) -> list[DeviceInfo]:
@@ -72,22 +27,6 @@ def list_devices(torch_module: Any = None, import_xla: Callable[[], Any] | None 
     devices += _guard("xla", lambda: _xla(import_xla or _import_xla))
     devices.append(DeviceInfo("meta", "meta", True, description="shape-only dry run: no memory, no values"))
     return devices
-
-
-def find_device(name: str, devices: list[DeviceInfo]) -> DeviceInfo:
-    """The entry for `name`; DeviceError naming the reason when it is missing or unavailable."""
-    name = parse_device(name)
-    for dev in devices:
-        if dev.name == name:
-            if not dev.available:
-                raise DeviceError(f"device {name} is not available: {dev.reason}")
-            return dev
-    kind = name.split(":")[0]
-    others = [d for d in devices if d.kind == kind]
-    if others and not others[0].available:
-        raise DeviceError(f"device {name} is not available: {others[0].reason}")
-    present = ", ".join(d.name for d in others if d.available) or "none"
-    raise DeviceError(f"device {name} is not available: this machine has {kind} devices: {present}")
 
 
 def _guard(kind: str, probe: Callable[[], list[DeviceInfo]]) -> list[DeviceInfo]:
@@ -172,26 +111,3 @@ def _xla(import_xla: Callable[[], Any]) -> list[DeviceInfo]:
         hw = str(raw).split(":")[0]
         out.append(DeviceInfo(f"xla:{index}", "xla", True, description=f"XLA ({hw})"))
     return out
-
-
-def format_table(devices: list[DeviceInfo]) -> str:
-    """Human-readable listing for `ckptview devices`."""
-    lines = []
-    for dev in devices:
-        if not dev.available:
-            lines.append(f"{dev.name:<8} unavailable: {dev.reason}")
-            continue
-        parts = [dev.description] if dev.description else []
-        if dev.capability:
-            parts.append(f"capability {dev.capability}")
-        if dev.total_memory:
-            mem = f"{_gib(dev.total_memory)} total"
-            if dev.free_memory is not None:
-                mem = f"{_gib(dev.free_memory)} free of {mem}"
-            parts.append(mem)
-        lines.append(f"{dev.name:<8} " + ", ".join(parts))
-    return "\n".join(lines)
-
-
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB"
