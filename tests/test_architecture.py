@@ -453,7 +453,10 @@ def test_every_package_names_its_public_api():
         package = _module_name(init)
         tree = ast.parse(init.read_text())
         defined, exported = _top_level_names(init)
-        bound = defined | {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+        # A package's names are imported at its top, or (lazily, `lazy_loader.attach`) under TYPE_CHECKING.
+        body = tree.body + [n for b in tree.body if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)
+                            for n in b.body]
+        bound = defined | {a.asname or a.name for n in body if isinstance(n, ast.ImportFrom) for a in n.names}
         if exported is None:
             missing.append(package)
         else:
@@ -610,3 +613,46 @@ def test_a_run_result_is_worded_in_one_place():
         offenders += [f"{path.relative_to(SRC)}:{n.lineno} .{n.attr}" for n in ast.walk(ast.parse(path.read_text()))
                       if isinstance(n, ast.Attribute) and n.attr in fields]
     assert offenders == []
+
+
+def test_lazy_package_apis_give_what_their_type_imports_name():
+    """A package whose API is imported on first use (`lazy_loader.attach`) gives, for every name of its
+    `__all__`, the very object its TYPE_CHECKING import names (what mypy checks is what runs), and lists
+    nothing it does not give."""
+    import ast
+    import importlib
+
+    wrong = []
+    for init in (SRC / "core").rglob("__init__.py"):
+        tree = ast.parse(init.read_text())
+        lazy = [b for b in tree.body if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)]
+        if not lazy or "lazy_loader.attach" not in init.read_text():
+            continue
+        package = importlib.import_module(_module_name(init))
+        for node in lazy[0].body:
+            if isinstance(node, ast.ImportFrom) and node.module:
+                source = importlib.import_module(node.module)
+                wrong += [f"{package.__name__}.{a.name}" for a in node.names
+                          if getattr(package, a.name, None) is not getattr(source, a.name)]
+        wrong += [f"{package.__name__}.{name} (not given)" for name in package.__all__ if not hasattr(package, name)]
+    assert wrong == []
+
+
+def test_a_command_imports_only_the_features_it_uses():
+    """`ckptview info` on a local file loads the readers and what it shows, never a forward pass's machinery,
+    a series, a comparison, an export or a graph (a package's API is imported on first use, so one module of
+    `core.run` does not bring the others): the command's start-up is what it needs."""
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import json, sys\nfrom ckptview.cli import main\nassert main(['info', sys.argv[1], '--json']) == 0\n"
+             "sys.stderr.write(json.dumps(sorted(m for m in sys.modules if m.startswith(('ckptview', 'torch')))))")
+    example = SRC.parents[1] / "resources" / "example.pth"
+    out = subprocess.run([sys.executable, "-c", probe, str(example)], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stderr.strip().splitlines()[-1])
+    assert "ckptview.core.read.open" in loaded  # the probe saw the command run
+    unwanted = ("ckptview.core.run.request", "ckptview.core.run.architectures", "ckptview.core.run.result",
+                "ckptview.core.series.", "ckptview.core.compare.", "ckptview.core.export.", "ckptview.core.graph.",
+                "ckptview.gui", "torch")
+    assert [m for m in loaded if m.startswith(unwanted)] == []

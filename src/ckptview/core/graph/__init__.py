@@ -5,10 +5,32 @@ the module tree of a state dict. Nothing here runs the file (see `docs/guide/gra
 `graph_source` says cheaply where a checkpoint's graph will come from; `to_dot` writes Graphviz DOT.
 """
 
-from ckptview.core.graph.build import graph_job, graph_source, read_graph
-from ckptview.core.graph.dot import to_dot
-from ckptview.core.graph.limits import GraphRefused
-from ckptview.core.graph.model import INPUT_OP, MODULE_OP, OUTPUT_OP, GraphDataError, GraphNode, ModelGraph
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+if TYPE_CHECKING:
+    from ckptview.core.graph.build import graph_job, graph_source, read_graph
+    from ckptview.core.graph.dot import to_dot
+    from ckptview.core.graph.limits import GraphRefused
+    from ckptview.core.graph.model import (
+        INPUT_OP,
+        MODULE_OP,
+        OUTPUT_OP,
+        GraphDataError,
+        GraphNode,
+        ModelGraph,
+    )
 
 __all__ = ["INPUT_OP", "MODULE_OP", "OUTPUT_OP", "GraphDataError", "GraphNode", "GraphRefused", "ModelGraph",
            "graph_job", "graph_source", "read_graph", "to_dot"]
+
+# Each name is imported on first use: a module of this package imports none of the others (SPEC 1).
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "build": ["graph_job", "graph_source", "read_graph"],
+    "dot": ["to_dot"],
+    "limits": ["GraphRefused"],
+    "model": ["INPUT_OP", "MODULE_OP", "OUTPUT_OP", "GraphDataError", "GraphNode", "ModelGraph"],
+})

@@ -22,7 +22,7 @@ import tempfile
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
-from ckptview.core.run.process import child_command
+from ckptview.core.run.child import child_command
 
 CHILD = "ckptview.core.run.worker.param_order"  # builds the model on the meta device, with torch
 

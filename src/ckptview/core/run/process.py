@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,9 +21,9 @@ from collections import deque
 from collections.abc import Generator, Iterable
 from typing import Any, Protocol
 
-import ckptview
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.run.child import child_command
 from ckptview.core.run.protocol import (
     MAX_EVENT_LINE,
     MAX_EVENTS,
@@ -72,22 +71,7 @@ class Cancellable(Protocol):
 # Run by `python -I -c`: no current directory, PYTHONPATH or user site on sys.path. ckptview is imported from
 # the folder the parent's own ckptview was imported from (argv[1]), not looked up on sys.path.
 # The child's module (argv[2]) is imported from there and its `entry()` run; its own arguments follow.
-_BOOTSTRAP = (
-    "import sys, importlib, importlib.util as u\n"
-    "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
-    "s = u.spec_from_file_location('ckptview', sys.argv[1] + '/__init__.py', "
-    "submodule_search_locations=[sys.argv[1]])\n"
-    "m = u.module_from_spec(s); sys.modules['ckptview'] = m; s.loader.exec_module(m)\n"
-    "importlib.import_module(sys.argv[2]).entry()\n"
-)
 WORKER = "ckptview.core.run.worker.entry"  # the forward pass's worker
-
-
-def child_command(module: str, *args: str) -> list[str]:
-    """The command line that runs `module.entry()` (a module of `core.run.worker`) in an isolated process of
-    this interpreter, with `args` after it on its argv."""
-    package = os.path.dirname(os.path.abspath(ckptview.__file__))
-    return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package, module, *args]
 
 
 def worker_command() -> list[str]:

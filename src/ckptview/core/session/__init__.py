@@ -3,7 +3,18 @@ checks of a path before it is opened."""
 
 from __future__ import annotations
 
-from ckptview.core.session.opening import Opened, open_and_prepare
-from ckptview.core.session.workspace import Holdings, Lease, Workspace
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+if TYPE_CHECKING:
+    from ckptview.core.session.opening import Opened, open_and_prepare
+    from ckptview.core.session.workspace import Holdings, Lease, Workspace
 
 __all__ = ["Holdings", "Lease", "Opened", "Workspace", "open_and_prepare"]
+
+# Each name is imported on first use: a module of this package imports none of the others (SPEC 1).
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "opening": ["Opened", "open_and_prepare"],
+    "workspace": ["Holdings", "Lease", "Workspace"],
+})

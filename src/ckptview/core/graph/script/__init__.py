@@ -3,7 +3,18 @@
 
 from __future__ import annotations
 
-from ckptview.core.graph.script.code import ScriptCode
-from ckptview.core.graph.script.evaluate import ScriptGraph
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+if TYPE_CHECKING:
+    from ckptview.core.graph.script.code import ScriptCode
+    from ckptview.core.graph.script.evaluate import ScriptGraph
 
 __all__ = ["ScriptCode", "ScriptGraph"]
+
+# Each name is imported on first use: a module of this package imports none of the others (SPEC 1).
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "code": ["ScriptCode"],
+    "evaluate": ["ScriptGraph"],
+})

@@ -1,7 +1,7 @@
 """The child process of `core.inspect.hf_order`: a Hugging Face model built on the meta device (no weights,
 no memory) by the installed transformers, its `named_parameters()` printed as one JSON line.
 
-`python -I` with the bootstrap of `core.run.process.child_command`, offline, in a private folder: only the
+`python -I` with the bootstrap of `core.run.child.child_command`, offline, in a private folder: only the
 installed library's code runs (the parent refuses a config that asks for code of its own).
 """
 

@@ -25,20 +25,36 @@ files one checkpoint reads, with their transfer), `http` and `fsspec_backend` (t
 (failures in words), `fs` (a session as the file system a URL's `Source` reads through).
 """
 
-from ckptview.core.read.bytes.remote.cache import Transfer
-from ckptview.core.read.bytes.remote.file import RemoteFile, Session
-from ckptview.core.read.bytes.remote.fs import RemoteFileMap, RemoteFS, begin_session, not_found, opening
-from ckptview.core.read.bytes.remote.options import RemoteOptions
-from ckptview.core.read.bytes.remote.urls import (
-    EXTRA_HINT,
-    folder_url,
-    parse_size,
-    real_url,
-    remember,
-    require_extra,
-    shown,
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+if TYPE_CHECKING:
+    from ckptview.core.read.bytes.remote.cache import Transfer
+    from ckptview.core.read.bytes.remote.file import RemoteFile, Session
+    from ckptview.core.read.bytes.remote.fs import RemoteFileMap, RemoteFS, begin_session, not_found, opening
+    from ckptview.core.read.bytes.remote.options import RemoteOptions
+    from ckptview.core.read.bytes.remote.urls import (
+        EXTRA_HINT,
+        folder_url,
+        parse_size,
+        real_url,
+        remember,
+        require_extra,
+        shown,
 )
 
 __all__ = ["EXTRA_HINT", "RemoteFS", "RemoteFile", "RemoteFileMap", "RemoteOptions", "Session", "Transfer",
            "begin_session", "folder_url", "not_found", "opening", "parse_size", "real_url", "remember",
            "require_extra", "shown"]
+
+# Each name is imported on first use: a module of this package imports none of the others (SPEC 1).
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "cache": ["Transfer"],
+    "file": ["RemoteFile", "Session"],
+    "fs": ["RemoteFileMap", "RemoteFS", "begin_session", "not_found", "opening"],
+    "options": ["RemoteOptions"],
+    "urls": ["EXTRA_HINT", "folder_url", "parse_size", "real_url", "remember", "require_extra", "shown"],
+})
