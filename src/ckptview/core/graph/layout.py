@@ -205,8 +205,8 @@ def _igraph(view: View, layer: list[int], routed: list[int], sizes: list[tuple[f
     xs = [0.0] * len(points)
     ys = [0.0] * len(points)
     top = 0.0
-    for layer in sorted(layers):
-        members = sorted(layers[layer], key=lambda i: points[i][0])
+    for row in sorted(layers):
+        members = sorted(layers[row], key=lambda i: points[i][0])
         tallest = max((sizes[i][1] for i in members if i < count), default=NODE_H * 0.5)
         right = -1e18
         for i in members:  # left to right in igraph's order, no box closer than H_GAP to the one before

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 
-
 def format_number(value: float) -> str:
     """A figure as the graph shows it: 5 significant digits (`12.346`, `0.00012346`, `1.2346e+07`)."""
     if not math.isfinite(value):

@@ -220,6 +220,8 @@ class MainWindow(QMainWindow):
                                           self._icon(sp.SP_ArrowDown))
         self.collapse_action = self._action("Co&llapse All", lambda: self._on_tab(CheckpointTab.collapse_all),
                                             "Ctrl+Shift+E", self._icon(sp.SP_ArrowUp))
+        self.graph_action = self._action("&Graph", lambda: self._on_tab(CheckpointTab.toggle_graph), "Ctrl+G")
+        self.graph_action.setStatusTip("Show the model's graph beside the tree, or the panels again")
         self.next_tab_action = self._action("&Next Tab", lambda: self._cycle_tab(1), "Ctrl+Tab")
         self.prev_tab_action = self._action("&Previous Tab", lambda: self._cycle_tab(-1), "Ctrl+Shift+Tab")
         self.about_action = self._action("&About ckptview", self.about)
@@ -241,7 +243,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.quit_action)
         self.menu("Edit").addAction(self.find_action)
         view = self.menu("View")
-        for action in (self.expand_action, self.collapse_action, None, self.next_tab_action,
+        for action in (self.expand_action, self.collapse_action, self.graph_action, None, self.next_tab_action,
                        self.prev_tab_action):
             view.addSeparator() if action is None else view.addAction(action)
         for spec in self._actions:
