@@ -35,4 +35,4 @@ def save_png(scene: QGraphicsScene, path: str, background: QColor | None = None)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     scene.render(painter, QRectF(image.rect()), rect)
     painter.end()
-    return image.save(path, b"PNG")
+    return image.save(path, "PNG")  # type: ignore[call-overload]  # the stubs say bytes; PySide6 takes str

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QPainter, QPaintEvent, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import ckptview.gui.graph.source as source
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
@@ -54,7 +55,6 @@ from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.graph.canvas import GraphCanvas
 from ckptview.gui.graph.export import save_png, save_svg
 from ckptview.gui.graph.scene import NAN_COLOR, GraphScene, colour_at
-from ckptview.gui.graph import source
 
 GraphJob = Callable[[Checkpoint, CancelToken | None], Generator[Progress, None, ModelGraph]]
 
@@ -305,11 +305,22 @@ class GraphPage(QWidget):
         bottom.addWidget(self.status)
         bottom.addWidget(self.cancel_button)
         box.addLayout(bottom)
-        for keys, slot in ((QKeySequence(Qt.Key.Key_F3), self.next_match),
-                           (QKeySequence(Qt.Key.Key_Escape), self.clear_search)):
-            shortcut = QShortcut(keys, self)
-            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-            shortcut.activated.connect(slot)
+        self.search.installEventFilter(self)
+        shortcut = QShortcut(QKeySequence(Qt.Key.Key_F3), self)  # F3 anywhere in the view, too
+        shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        shortcut.activated.connect(self.next_match)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        """In the search field: Escape clears it, F3 goes to the next match."""
+        if watched is self.search and event.type() == QEvent.Type.KeyPress:
+            key = event.key()  # type: ignore[attr-defined]
+            if key == Qt.Key.Key_Escape:
+                self.clear_search()
+                return True
+            if key == Qt.Key.Key_F3:
+                self.next_match()
+                return True
+        return super().eventFilter(watched, event)
 
     def _fit(self) -> None:
         self.canvas.fit()

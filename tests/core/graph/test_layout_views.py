@@ -1,0 +1,131 @@
+"""The graph view's Qt-free parts: nesting by module path, aggregated edges, the layered layout, overlays."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ckptview.core.errors import Cancelled
+from ckptview.core.graph import GraphNode, ModelGraph
+from ckptview.core.graph.collapse import GROUP, NODE, Hierarchy
+from ckptview.core.graph.layout import LayoutCache, engines, layers_of, layout
+from ckptview.core.graph.overlay import ABS_MAX, ALPHA, CHANGE, NONFINITE, NORM, KeyFigures, combine, scale_of
+from ckptview.core.jobs import CancelToken
+from tests.support.graphs import llama_program
+
+ENGINES = pytest.mark.parametrize("engine", ["igraph", "dot"])
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return Hierarchy(llama_program(2))
+
+
+def test_the_first_view_is_the_top_level_with_inner_counts(llama):
+    view = llama.view(llama.top())
+    groups = {item.path: item.count for item in view.items if item.kind == GROUP}
+    assert groups == {"model": len([n for n in llama.graph.nodes if n.module.startswith("model")]),
+                      "lm_head": 4}
+    assert {item.detail for item in view.items if item.kind == NODE} == {"input", "output"}
+    assert sum(item.count for item in view.items) == len(llama.graph.nodes)
+
+
+def test_edges_between_collapsed_modules_are_aggregated(llama):
+    view = llama.view(llama.top())
+    index = view.index()
+    by_pair = {(view.items[a].key, view.items[b].key): n for a, b, n in view.edges}
+    # lm_head's permute and view both read the final norm's output: two edges, one drawn.
+    assert by_pair[("g:model", "g:lm_head")] == 2
+    assert len(view.edges) == len(by_pair)
+    assert index["g:model"] != index["g:lm_head"]
+
+
+def test_expanding_a_module_shows_its_parts_and_every_edge_is_counted_once(llama):
+    expanded = llama.expand_to(llama.top(), "model.layers.1.mlp")
+    view = llama.view(expanded)
+    keys = {item.key for item in view.items}
+    assert {"g:model.layers.0", "g:model.layers.1.mlp.gate_proj", "n:silu_1"} <= keys
+    assert "g:model.layers.1" not in keys
+    assert sum(n for _, _, n in view.edges) <= sum(len(n.inputs) for n in llama.graph.nodes)
+    assert [p for p, _ in view.frames] == ["model", "model.layers", "model.layers.1", "model.layers.1.mlp"]
+    assert llama.collapse(expanded, "model.layers") == frozenset({"", "model"})
+
+
+def test_a_module_reads_the_keys_of_every_node_inside_it(llama):
+    keys = llama.params_below("model.layers.0.mlp")
+    assert keys == ["model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                    "model.layers.0.mlp.down_proj.weight"]
+    assert llama.readers["model.norm.weight"] == [llama.by_id[n.id] for n in llama.graph.nodes
+                                                  if "model.norm.weight" in n.params]
+
+
+def test_layers_follow_the_longest_path_and_cycles_are_broken():
+    assert layers_of(4, [(0, 1, 1), (1, 2, 1), (0, 2, 1), (2, 3, 1)]) == [0, 1, 2, 3]
+    cyclic = layers_of(3, [(0, 1, 1), (1, 2, 1), (2, 1, 1)])
+    assert cyclic[0] == 0 and len(set(cyclic)) == 3
+
+
+@ENGINES
+def test_layout_places_every_box_readers_below_and_none_overlapping(llama, engine):
+    assert engine in engines()
+    view = llama.view(llama.expand_to(llama.top(), "model.layers.0.self_attn"))
+    placed = layout(view, engine)
+    assert placed.engine == engine and len(placed.boxes) == len(view.items)
+    assert len(placed.edges) == len(view.edges)
+    for a, b, _ in view.edges:  # top to bottom: every edge goes down (the graph has no cycle)
+        assert placed.boxes[a][1] < placed.boxes[b][1]
+    rows: dict[float, list] = {}
+    for x, y, w, h in placed.boxes:
+        rows.setdefault(round(y + h / 2), []).append((x, x + w))
+    for spans in rows.values():
+        spans.sort()
+        assert all(left[1] <= right[0] for left, right in zip(spans, spans[1:], strict=False))
+
+
+@ENGINES
+def test_a_cancelled_layout_stops(llama, engine):
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(Cancelled):
+        layout(llama.view(frozenset(llama.groups)), engine, token)
+
+
+def test_layouts_are_kept_per_expanded_set(llama):
+    cache, runs = LayoutCache(keep=2), []
+
+    def run(view, engine, token):
+        runs.append(view.expanded)
+        return layout(view, engine, token)
+
+    top, deeper = llama.top(), llama.expand_to(llama.top(), "model")
+    for expanded in (top, deeper, top):
+        cache.layout(llama.view(expanded), run=run)
+    assert runs == [top, deeper]
+
+
+def test_box_figures_combine_as_the_figure_of_the_whole():
+    parts = [KeyFigures(l2=3.0, abs_max=2.0, nonfinite=0, alpha=2.0, delta_sq=1.0, base_sq=9.0),
+             KeyFigures(l2=4.0, abs_max=-0.0 + 5.0, nonfinite=2, alpha=4.0, delta_sq=3.0, base_sq=16.0)]
+    assert combine(NORM, parts).value == 5.0
+    assert combine(ABS_MAX, parts).value == 5.0
+    assert combine(NONFINITE, parts).value == 2 and combine(NORM, parts).nonfinite == 2
+    assert combine(ALPHA, parts).value == 3.0
+    assert combine(CHANGE, parts).value == pytest.approx(math.sqrt(4.0 / 25.0))
+    assert combine(NORM, []).value is None
+
+
+def test_the_colour_scale_is_log_only_across_decades():
+    wide = scale_of(NORM, [0.01, 1.0, 100.0, None, math.inf])
+    assert wide is not None and wide.log and wide.position(1.0) == pytest.approx(0.5)
+    narrow = scale_of(NORM, [2.0, 3.0])
+    assert narrow is not None and not narrow.log and narrow.position(2.5) == pytest.approx(0.5)
+    assert scale_of(NORM, [None]) is None
+
+
+def test_a_graph_of_modules_without_edges_lays_out():
+    graph = ModelGraph("module-tree", [GraphNode("a", "module", "", (), ("a.weight",)),
+                                       GraphNode("a.b", "module", "a", (), ("a.b.weight",))])
+    h = Hierarchy(graph)
+    placed = layout(h.view(frozenset(h.groups)))
+    assert len(placed.boxes) == 2 and placed.edges == []
