@@ -3,7 +3,7 @@
 Builds its checkpoints with torch in a temporary folder (the README's MLP after a few Adam steps, and the
 same model a few steps later for the comparison), opens them in a real window with QT_QPA_PLATFORM=offscreen,
 waits for each view to finish its work, and saves `tree.png`, `statistics.png`, `optimizer.png`,
-`diff.png` and `run.png` into --out (default docs/screenshots) at --size (default 1280x800).
+`diff.png`, `run.png` and `graph.png` into --out (default docs/screenshots) at --size (default 1280x800).
 """
 
 from __future__ import annotations
@@ -107,6 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         wait_until(app, lambda: True, timeout=2)
         shoot("run")
         del run
+        graph = tab.show_graph(True)
+        assert graph is not None
+        wait_until(app, lambda: graph.view is not None)
+        graph.overlay_box.setCurrentIndex(graph.overlay_box.findText("L2 norm"))
+        wait_until(app, lambda: graph.coloured is not None)
+        tab.select_name("model_state_dict.hidden.weight")
+        wait_until(app, lambda: not graph.layout_slot.running)
+        shoot("graph")
+        tab.show_graph(False)
         view = open_diff(window, first, second)
         wait_until(app, lambda: not view.busy)
         view.select_row(0)

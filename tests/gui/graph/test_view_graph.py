@@ -15,57 +15,9 @@ from ckptview.core.graph.overlay import format_number
 from ckptview.gui.base.workers import wait_for_workers
 from ckptview.gui.graph import GraphPage
 from ckptview.gui.graph.scene import NAN_COLOR
-from tests.support.graphs import layers_for, llama_keys, llama_program
+from tests.support.graphs import layers_for, llama_program
+from tests.support.graphview import LAYERS, click_box, laid_out, open_graph
 from tests.support.guihelpers import wait_settled
-
-LAYERS = 2
-
-
-@pytest.fixture
-def llama_file(tmp_path, monkeypatch):
-    """A state dict holding the keys of a 2-layer synthetic Llama program, and that program as its graph."""
-    torch.manual_seed(0)
-    tensors = {key: torch.randn(4) if key.endswith("norm.weight") or "inv_freq" in key else torch.randn(6, 4)
-               for key in llama_keys(LAYERS)}
-    tensors["model.layers.1.mlp.up_proj.weight"][0, 0] = math.nan
-    tensors["extra.scale"] = torch.ones(2)  # a key no node reads
-    path = tmp_path / "llama.pth"
-    torch.save(tensors, path)
-    graph = llama_program(LAYERS)
-    graph.unread.append("extra.scale")
-
-    def job(checkpoint, token=None):
-        yield from ()
-        return graph
-
-    monkeypatch.setattr("ckptview.gui.graph.source.graph_job_for", job)
-    return str(path), tensors
-
-
-def open_graph(qtbot, window, path) -> tuple:
-    tab = window.open_paths([path])[0]
-    wait_settled(qtbot, tab)
-    assert tab.state == "ready", tab.error_text
-    page = tab.show_graph(True)
-    assert page is not None and tab.right.currentWidget() is page
-    qtbot.waitUntil(lambda: page.view is not None, timeout=30_000)
-    return tab, page
-
-
-def laid_out(qtbot, page, action) -> None:
-    with qtbot.waitSignal(page.layout_ready, timeout=30_000):
-        action()
-
-
-def click_box(qtbot, page, key, double=False) -> None:
-    rect = page.item_rect(key)
-    assert rect is not None, key
-    page.canvas.centerOn(rect.center())
-    point = page.canvas.mapFromScene(rect.center())
-    if double:
-        qtbot.mouseDClick(page.canvas.viewport(), Qt.MouseButton.LeftButton, pos=point)
-    else:
-        qtbot.mouseClick(page.canvas.viewport(), Qt.MouseButton.LeftButton, pos=point)
 
 
 def test_view_starts_collapsed_and_expands_and_collapses_on_a_click(qtbot, window, llama_file):

@@ -40,7 +40,7 @@ from ckptview.gui.checkpoint.opener import TabOpener
 from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage, PageStack, safety_banner
 from ckptview.gui.checkpoint.side_panels import SidePanels, entries_of
 from ckptview.gui.checkpoint.summary import SummaryHeader
-from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
+from ckptview.gui.checkpoint.tree_model import DTYPE, PARAMS, SIZE, CheckpointTreeModel
 from ckptview.gui.checkpoint.tree_place import restore_place, save_place
 from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
 from ckptview.gui.graph import GraphPage
@@ -312,15 +312,18 @@ class CheckpointTab(QWidget):
             self.right.addWidget(self.graph)
             self.graph.start()
         width = sum(self.splitter.sizes()) or self.width()
+        for column in (DTYPE, SIZE, PARAMS):  # beside the graph the tree keeps room for its names
+            self.tree.setColumnHidden(column, on)
         if on and self.graph is not None:
             self.right.setCurrentWidget(self.graph)
-            self.splitter.setSizes([width * 3 // 10, width - width * 3 // 10])
+            self.splitter.setSizes([width * 36 // 100, width - width * 36 // 100])
             names = [r.name for r in self.selected_rows()]
             if names:
                 self.graph.show_keys(names)
         else:
             self.right.setCurrentWidget(self.side_tabs)
             self.splitter.setSizes([width * 48 // 104, width - width * 48 // 104])
+        self.tree.fit_columns()
         return self.graph
 
     def toggle_graph(self) -> None:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QGraphicsSimpleTextItem,
 )
 
-from ckptview.core.graph.collapse import GROUP, View
+from ckptview.core.graph.collapse import GROUP, View, group_label
 from ckptview.core.graph.layout import Placed
 from ckptview.core.graph.overlay import BoxFigure, Scale
 
@@ -96,7 +96,7 @@ class GraphScene(QGraphicsScene):
             frame.setPen(frame_pen)
             frame.setData(FRAME, path)
             frame.setToolTip(f"{path} (double-click to collapse)")
-            title = QGraphicsSimpleTextItem(f"− {path}", self.label_layer)
+            title = QGraphicsSimpleTextItem(f"− {group_label(path)}", self.label_layer)
             title.setFont(self.font_)
             title.setBrush(QBrush(mid.darker(130) if base.lightness() > 128 else mid.lighter(160)))
             title.setPos(x + 4, y + 2)
