@@ -31,6 +31,7 @@ H_GAP, V_GAP, FRAME_PAD = 16.0, 34.0, 10.0
 # routed, 3 such boxes of a 200-layer model put a million bends in the layout (dot ran past 10 minutes on a
 # 222-box view, igraph drew it 30,000 units wide). Layers are still those of every edge (`layers_of`).
 FAN_OUT, LONG = 4, 6
+WRAP = 8  # boxes with no edge (a module tree) are set in rows of this many
 INSTALL_HINT = "pip install 'ckptview[graph]'"
 Rect = tuple[float, float, float, float]  # x, y (top left), width, height
 Point = tuple[float, float]
@@ -186,17 +187,45 @@ def _igraph(view: View, layer: list[int], routed: list[int], sizes: list[tuple[f
     import igraph
 
     count = len(view.items)
-    graph = igraph.Graph(n=count, edges=[view.edges[e][:2] for e in routed], directed=True)
-    token.check()
-    placed = graph.layout_sugiyama(layers=layer, maxiter=40)
-    token.check()
-    # Every point to place: the boxes, then the bends of routed edges (igraph's dummy vertices), each with
-    # its layer and its x in igraph's unit spacing.
-    points: list[tuple[float, float]] = [(float(x), float(y)) for x, y in placed.coords]
-    bends: list[list[int]] = []
-    for route in placed.edge_routing:
-        bends.append(list(range(len(points), len(points) + len(route))))
-        points.extend((float(x), float(y)) for x, y in route)
+    pairs = [view.edges[e][:2] for e in routed]
+    # Each connected part is laid out alone, and boxes with no edge are set in rows of WRAP: igraph 1.0's
+    # Sugiyama with given layers corrupts its memory on a graph of several parts (garbage routes, then a
+    # segmentation fault) where each part alone is laid out right.
+    points: list[tuple[float, float]] = [(0.0, 0.0)] * count
+    bends: list[list[int]] = [[] for _ in routed]
+    offset = 0.0
+    alone: list[int] = []
+    for members, edges in _parts(count, pairs):
+        if not edges:
+            alone.extend(members)
+            continue
+        local = {v: k for k, v in enumerate(members)}
+        graph = igraph.Graph(n=len(members), edges=[(local[a], local[b]) for a, b in (pairs[e] for e in edges)],
+                             directed=True)
+        token.check()
+        placed = graph.layout_sugiyama(layers=[layer[v] for v in members], maxiter=40)
+        token.check()
+        xs = [float(x) for x, _ in placed.coords]
+        left = min(xs)
+        for v, x in zip(members, xs, strict=True):
+            points[v] = (x - left + offset, float(layer[v]))
+        right = max(xs) - left + offset
+        for e, route in zip(edges, placed.edge_routing, strict=True):
+            # One bend per layer strictly between the edge's ends (whatever else a route may hold).
+            a, b = pairs[e]
+            low, high = sorted((layer[a], layer[b]))
+            seen: dict[int, tuple[float, float]] = {}
+            for x, y in route:
+                row = round(y)
+                if low < row < high:
+                    seen.setdefault(row, (float(x) - left + offset, float(row)))
+                    right = max(right, float(x) - left + offset)
+            ordered = sorted(seen.values(), key=lambda pt: pt[1], reverse=layer[a] > layer[b])
+            bends[e] = list(range(len(points), len(points) + len(ordered)))
+            points.extend(ordered)
+        offset = right + 2
+    for k, v in enumerate(alone):
+        points[v] = (offset + k % WRAP, float(k // WRAP))
     width = [sizes[i][0] if i < count else 0.0 for i in range(len(points))]
     unit = sorted(w for w, _ in sizes)[len(sizes) // 2] * 0.6 + H_GAP
     layers: dict[int, list[int]] = {}
@@ -225,6 +254,29 @@ def _igraph(view: View, layer: list[int], routed: list[int], sizes: list[tuple[f
         line.append((xs[b], ys[b] - sizes[b][1] / 2))
         lines[e] = line
     return boxes, lines
+
+
+def _parts(count: int, pairs: list[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
+    """The weakly connected parts of a graph: (their vertices, their edges' indices), in vertex order."""
+    root = list(range(count))
+
+    def find(v: int) -> int:
+        while root[v] != v:
+            root[v] = root[root[v]]
+            v = root[v]
+        return v
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            root[max(ra, rb)] = min(ra, rb)
+    members: dict[int, list[int]] = {}
+    for v in range(count):
+        members.setdefault(find(v), []).append(v)
+    edges: dict[int, list[int]] = {}
+    for e, (a, _) in enumerate(pairs):
+        edges.setdefault(find(a), []).append(e)
+    return [(vs, edges.get(r, [])) for r, vs in members.items()]
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ exposed area, and a zoom changes at most which of three layers are shown (`Graph
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QKeyEvent, QMouseEvent, QPainter, QWheelEvent
+from PySide6.QtGui import QKeyEvent, QMouseEvent, QPainter, QResizeEvent, QWheelEvent
 from PySide6.QtWidgets import QFrame, QGraphicsView, QToolTip, QWidget
 
 from ckptview.gui.graph.scene import GraphScene
@@ -88,6 +88,7 @@ class GraphCanvas(QGraphicsView):
         if self.scale_factor < LABELS_FROM:
             self.set_zoom(0.8)
         self.centerOn(rect.center())
+        self._update_detail()
 
     def _update_detail(self) -> None:
         scale = self.scale_factor
@@ -95,6 +96,20 @@ class GraphCanvas(QGraphicsView):
         if level != self.level:
             self.level = level
             self.graph_scene.set_detail(level)
+        if level == 2:
+            self.graph_scene.ensure_labels(self.mapToScene(self.viewport().rect()).boundingRect())
+
+    def scrollContentsBy(self, dx: int, dy: int) -> None:  # noqa: N802 (Qt's name)
+        """A pan brings the labels of what comes into view (built once, for the bands it touches)."""
+        super().scrollContentsBy(dx, dy)
+        if self.level == 2:
+            self.graph_scene.ensure_labels(self.mapToScene(self.viewport().rect()).boundingRect())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        """More room shows more labels."""
+        super().resizeEvent(event)
+        if self.level == 2:
+            self.graph_scene.ensure_labels(self.mapToScene(self.viewport().rect()).boundingRect())
 
     def refresh_detail(self) -> None:
         """Apply the level of detail to a new drawing."""

@@ -552,6 +552,7 @@ class GraphPage(QWidget):
     def export_svg(self, path: str) -> None:
         """Save the whole drawing as SVG."""
         self.scene.set_detail(2)
+        self.scene.ensure_all_labels()
         try:
             save_svg(self.scene, path, f"ckptview: {os.path.basename(self.checkpoint.path)}")
         finally:
@@ -560,6 +561,7 @@ class GraphPage(QWidget):
     def export_png(self, path: str) -> bool:
         """Save the whole drawing as PNG (scaled down past 8,000 px a side)."""
         self.scene.set_detail(2)
+        self.scene.ensure_all_labels()
         try:
             return save_png(self.scene, path, self.palette().color(QPalette.ColorRole.Base))
         finally:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QGraphicsSimpleTextItem,
 )
 
+from ckptview.core.gc_policy import paused_gc
 from ckptview.core.graph.collapse import GROUP, View, group_label
 from ckptview.core.graph.layout import Placed
 from ckptview.core.graph.overlay import BoxFigure, Scale
@@ -64,7 +65,10 @@ class GraphScene(QGraphicsScene):
         self.view: View | None = None
         self.placed: Placed | None = None
         self.boxes: list[QGraphicsRectItem] = []
-        self.labels: list[QGraphicsSimpleTextItem] = []
+        self.labels: dict[int, QGraphicsSimpleTextItem] = {}  # built for the bands seen at label level
+        self._bands: dict[int, list[int]] = {}  # band of the drawing -> the boxes whose top is in it
+        self._frame_bands: dict[int, list[tuple[str, float, float]]] = {}
+        self._built: set[int] = set()
         self.marked: dict[int, str] = {}  # item -> "selected" | "match"
         self.overview: QGraphicsPixmapItem | None = None
         self.font_ = QFont()
@@ -72,14 +76,20 @@ class GraphScene(QGraphicsScene):
         self.fills: list[QColor | None] = []
 
     def _layer(self, z: float) -> QGraphicsRectItem:
-        layer = QGraphicsRectItem()  # an empty rect paints nothing: a parent to hide its children at once
+        # An empty rect paints nothing: a parent to hide its children at once. It joins the scene when the
+        # drawing is built (`draw`): 45,000 items added to a scene one by one each update its index and
+        # cost seconds; added with their parent at the end, they cost a fraction of that.
+        layer = QGraphicsRectItem()
         layer.setPen(QPen(Qt.PenStyle.NoPen))
         layer.setZValue(z)
-        self.addItem(layer)
         return layer
 
     def draw(self, view: View, placed: Placed) -> None:
-        """Replace the drawing with `view` laid out as `placed`."""
+        """Replace the drawing with `view` laid out as `placed` (labels come when first seen)."""
+        with paused_gc():  # 25,000 wrappers: left on, the collector's passes cost more than the items
+            self._draw(view, placed)
+
+    def _draw(self, view: View, placed: Placed) -> None:
         self.clear()
         self.view, self.placed, self.marked, self.overview = view, placed, {}, None
         pal = self.palette_
@@ -87,6 +97,9 @@ class GraphScene(QGraphicsScene):
             QPalette.ColorRole.Mid)
         self.frame_layer, self.edge_layer = self._layer(0), self._layer(1)
         self.box_layer, self.label_layer = self._layer(2), self._layer(3)
+        self._frame_bands = {}
+        self._built = set()
+        self._title_brush = QBrush(mid.darker(130) if base.lightness() > 128 else mid.lighter(160))
         frame_pen = QPen(mid, 1, Qt.PenStyle.DashLine)
         frame_pen.setCosmetic(True)
         for (path, _), (x, y, w, h) in zip(view.frames, placed.frames, strict=True):
@@ -96,11 +109,7 @@ class GraphScene(QGraphicsScene):
             frame.setPen(frame_pen)
             frame.setData(FRAME, path)
             frame.setToolTip(f"{path} (double-click to collapse)")
-            title = QGraphicsSimpleTextItem(f"− {group_label(path)}", self.label_layer)
-            title.setFont(self.font_)
-            title.setBrush(QBrush(mid.darker(130) if base.lightness() > 128 else mid.lighter(160)))
-            title.setPos(x + 4, y + 2)
-            title.setData(FRAME, path)
+            self._frame_bands.setdefault(int(y // BAND), []).append((path, x, y))
         edge_pen = QPen(text, 1)
         edge_pen.setCosmetic(True)
         edge_pen.setColor(_mix(text, base, 0.55))
@@ -116,25 +125,61 @@ class GraphScene(QGraphicsScene):
         box_pen = QPen(mid, 1)
         box_pen.setCosmetic(True)
         group_brush, node_brush = QBrush(_mix(base, mid, 0.35)), QBrush(base)
-        self.boxes, self.labels = [], []
+        self.boxes, self.labels = [], {}
         self.fills = [None] * len(view.items)
-        text_brush = QBrush(text)
+        self._bands = {}
         for i, (item, (x, y, w, h)) in enumerate(zip(view.items, placed.boxes, strict=True)):
             box = QGraphicsRectItem(x, y, w, h, self.box_layer)
             box.setPen(box_pen)
             box.setBrush(group_brush if item.kind == GROUP else node_brush)
             box.setData(INDEX, i)
             self.boxes.append(box)
-            first = item.label if item.kind == GROUP else item.detail
-            second = item.detail + "   +" if item.kind == GROUP else item.label
-            label = QGraphicsSimpleTextItem(f"{first[:40]}\n{second[:40]}", self.label_layer)
-            label.setFont(self.font_)
-            label.setBrush(text_brush)
-            label.setPos(x + 6, y + (h - 28) / 2)
-            label.setData(INDEX, i)
-            self.labels.append(label)
+            self._bands.setdefault(int(y // BAND), []).append(i)
+        for layer in (self.frame_layer, self.edge_layer, self.box_layer, self.label_layer):
+            self.addItem(layer)
         margin = 40.0
         self.setSceneRect(QRectF(-margin, -margin, placed.width + 2 * margin, placed.height + 2 * margin))
+
+    # -- labels, built where they are first seen ---------------------------------------------------------
+    def ensure_labels(self, rect: QRectF) -> int:
+        """Build the labels of the boxes and frames in the bands `rect` touches; returns how many were built.
+
+        Labels are drawn only when zoomed in, where a view shows a few hundred boxes at most: building
+        all 20,000 of them up front was most of the first paint (2 s)."""
+        if self.view is None or self.placed is None:
+            return 0
+        built = 0
+        view, boxes = self.view, self.placed.boxes
+        text = self.palette_.color(QPalette.ColorRole.Text)
+        for band in range(int(rect.top() // BAND) - 1, int(rect.bottom() // BAND) + 1):
+            if band in self._built:
+                continue
+            self._built.add(band)
+            for i in self._bands.get(band, ()):
+                item = view.items[i]
+                x, y, _, h = boxes[i]
+                first = item.label if item.kind == GROUP else item.detail
+                second = item.detail + "   +" if item.kind == GROUP else item.label
+                label = QGraphicsSimpleTextItem(f"{first[:40]}\n{second[:40]}", self.label_layer)
+                label.setFont(self.font_)
+                fill = self.fills[i]
+                label.setBrush(QBrush(text_colour_on(fill) if fill is not None else text))
+                label.setPos(x + 6, y + (h - 28) / 2)
+                label.setData(INDEX, i)
+                self.labels[i] = label
+                built += 1
+            for path, x, y in self._frame_bands.get(band, ()):
+                title = QGraphicsSimpleTextItem(f"− {group_label(path)}", self.label_layer)
+                title.setFont(self.font_)
+                title.setBrush(self._title_brush)
+                title.setPos(x + 4, y + 2)
+                title.setData(FRAME, path)
+                built += 1
+        return built
+
+    def ensure_all_labels(self) -> None:
+        """Every label (an export draws the whole drawing)."""
+        self.ensure_labels(self.sceneRect())
 
     # -- level of detail -----------------------------------------------------------------------------
     def set_detail(self, level: int) -> None:
@@ -185,7 +230,7 @@ class GraphScene(QGraphicsScene):
         plain = {GROUP: QBrush(_mix(base, mid, 0.35)), "node": QBrush(base)}
         nan_brush = QBrush(NAN_COLOR, Qt.BrushStyle.Dense3Pattern)
         for i, item in enumerate(self.view.items):
-            box, label = self.boxes[i], self.labels[i]
+            box, label = self.boxes[i], self.labels.get(i)
             figure = figures[i] if figures is not None else None
             fill: QColor | None = None
             if figure is not None and figure.nonfinite:
@@ -197,7 +242,8 @@ class GraphScene(QGraphicsScene):
             else:
                 box.setBrush(plain[GROUP if item.kind == GROUP else "node"])
             self.fills[i] = fill
-            label.setBrush(QBrush(text_colour_on(fill) if fill is not None else text))
+            if label is not None:
+                label.setBrush(QBrush(text_colour_on(fill) if fill is not None else text))
         self.drop_overview()
 
     def mark(self, marks: dict[int, str]) -> None:
