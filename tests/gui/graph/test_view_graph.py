@@ -171,3 +171,30 @@ def test_showing_the_graph_never_calls_a_torch_loader(qtbot, window, tmp_path, m
         laid_out(qtbot, page, lambda page=page: page.expand(""))  # a second layout, same graph
         assert page.hierarchy is not None and page.hierarchy.graph.nodes
     assert calls == []
+
+
+def test_overlay_of_a_comparison_gives_the_relative_change_diff_computes(qtbot, window, llama_file, tmp_path):
+    from ckptview.core.compare.diff import diff_checkpoints
+    from ckptview.core.graph.overlay import CHANGE, pair_figures
+    from ckptview.core import open_checkpoint
+
+    path, tensors = llama_file
+    later = {k: t + 0.01 * torch.randn_like(t) for k, t in tensors.items()}
+    other = tmp_path / "later.pth"
+    torch.save(later, other)
+    a, b = open_checkpoint(path), open_checkpoint(str(other))
+    try:
+        result = diff_checkpoints(a, b)
+        rows = {r.name: r for r in result.tensors}
+        tab, page = open_graph(qtbot, window, path)
+        laid_out(qtbot, page, lambda: page.expand("model.layers.0.mlp.gate_proj"))
+        with qtbot.waitSignal(page.overlay_ready, timeout=60_000):
+            page.set_pair_figures(CHANGE, pair_figures(result.tensors))
+        assert page.overlay_box.currentText() == "relative change"
+        index = page.view.index()
+        node = next(n for n in llama_program(LAYERS).nodes if n.params == ("model.layers.0.mlp.gate_proj.weight",))
+        expected = rows["model.layers.0.mlp.gate_proj.weight"].rel_l2
+        assert page.tooltip(index["n:" + node.id]).endswith(f"relative change {format_number(expected)}")
+    finally:
+        a.close()
+        b.close()

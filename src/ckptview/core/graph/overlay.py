@@ -13,6 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckptview.core.compare.diff import TensorDiff
 
 
 def format_number(value: float) -> str:
@@ -148,3 +152,14 @@ def describe(figure: Figure, box: BoxFigure) -> str:
     if box.nonfinite and figure is not NONFINITE:
         text += f" ({box.nonfinite:,} NaN/Inf)"
     return text
+
+
+def pair_figures(rows: Iterable[TensorDiff]) -> dict[str, KeyFigures]:
+    """A comparison's figures by the first checkpoint's key (`ckptview.core.compare.diff` rows whose values
+    were compared): what `CHANGE` (or a run's `UPDATE` between two steps) colours a graph by."""
+    known: dict[str, KeyFigures] = {}
+    for row in rows:
+        if row.sums is not None and row.name_a is not None:
+            known[row.name_a] = KeyFigures(delta_sq=row.sums.dd, base_sq=row.sums.aa,
+                                           nonfinite=row.nonfinite_changed)
+    return known

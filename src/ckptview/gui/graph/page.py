@@ -99,6 +99,8 @@ def reads_of(hierarchy: Hierarchy, view: View) -> list[list[str]]:
 def key_figures(figure: Figure, keys: Sequence[str], checkpoint: Checkpoint, analysis: Analysis,
                 known: dict[str, KeyFigures], token: CancelToken) -> Generator[Progress, None, None]:
     """Fill `known` with the figures of `keys` that `figure` needs (statistics, or spectra of matrices)."""
+    if figure.needs == "pair":  # a comparison's figures are given (`GraphPage.set_pair_figures`)
+        return
     todo = [k for k in dict.fromkeys(keys) if k not in known or (figure.needs == "spectrum"
                                                                   and known[k].alpha is None)]
     for i, key in enumerate(todo):
@@ -217,7 +219,8 @@ class GraphPage(QWidget):
         self.match_at = -1
         self.figure: Figure | None = None
         self.coloured: Coloured | None = None
-        self._known: dict[str, KeyFigures] = {}
+        self._known: dict[str, KeyFigures] = {}  # figures of this checkpoint's tensors, by key
+        self._pairs: dict[str, dict[str, KeyFigures]] = {}  # a comparison's figures, by figure then key
         self._focus: str | None = None  # item key to centre after the next layout
         self._from_tree = False
         self.graph_slot, self.layout_slot, self.overlay_slot = JobSlot(self), JobSlot(self), JobSlot(self)
@@ -514,8 +517,17 @@ class GraphPage(QWidget):
             self.legend.show_scale(None, None)
             return
         self.legend.show_scale(figure, None)
-        self.overlay_slot.start(_colour, figure, self.hierarchy, self.view, self.checkpoint, self.analysis,
-                                self._known)
+        known = self._pairs.get(figure.name, self._known) if figure.needs == "pair" else self._known
+        self.overlay_slot.start(_colour, figure, self.hierarchy, self.view, self.checkpoint, self.analysis, known)
+
+    def set_pair_figures(self, figure: Figure, known: dict[str, KeyFigures]) -> None:
+        """Offer `figure` (relative change, update ratio) from figures a comparison or a run computed
+        (`core.graph.overlay.pair_figures`), and colour by it now."""
+        self._pairs[figure.name] = dict(known)
+        if self.overlay_box.findText(figure.title) < 0:
+            self.overlay_box.addItem(figure.title, figure)
+        self.overlay_box.setCurrentIndex(self.overlay_box.findText(figure.title))
+        self.set_figure(figure)
 
     def _on_overlay_progress(self, step: Progress) -> None:
         if step.total:
