@@ -174,9 +174,9 @@ def test_showing_the_graph_never_calls_a_torch_loader(qtbot, window, tmp_path, m
 
 
 def test_overlay_of_a_comparison_gives_the_relative_change_diff_computes(qtbot, window, llama_file, tmp_path):
+    from ckptview.core import open_checkpoint
     from ckptview.core.compare.diff import diff_checkpoints
     from ckptview.core.graph.overlay import CHANGE, pair_figures
-    from ckptview.core import open_checkpoint
 
     path, tensors = llama_file
     later = {k: t + 0.01 * torch.randn_like(t) for k, t in tensors.items()}
