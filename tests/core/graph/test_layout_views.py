@@ -178,3 +178,27 @@ print("ok")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(root, "src"), root]))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_adapter_draws_the_module_tree_of_any_checkpoint_and_says_so(tmp_path):
+    import torch
+
+    from ckptview.core import open_checkpoint
+    from ckptview.core.graph.adapter import describe_source, graph_job_for
+    from ckptview.core.jobs import drain
+
+    path = tmp_path / "sd.pth"
+    torch.save({"enc.0.weight": torch.ones(2, 2), "enc.0.bias": torch.ones(2), "head.weight": torch.ones(1, 2),
+                "scale": torch.ones(1)}, path)
+    checkpoint = open_checkpoint(str(path))
+    try:
+        graph = drain(graph_job_for(checkpoint))
+    finally:
+        checkpoint.close()
+    assert {(n.id, n.module, n.params) for n in graph.nodes} == {
+        ("enc.0", "enc", ("enc.0.weight", "enc.0.bias")), ("head", "", ("head.weight",)), ("(top)", "", ("scale",))}
+    assert all(not n.inputs for n in graph.nodes)  # no edges invented
+    assert describe_source(graph).startswith("module tree: ")
+    assert describe_source(ModelGraph("exported-program")) == "exported program"
+    assert describe_source(ModelGraph("torchscript")) == "TorchScript code"
+    assert describe_source(ModelGraph("transformers:LlamaForCausalLM")) == "transformers LlamaForCausalLM on meta"

@@ -33,7 +33,8 @@ class GraphCanvas(QGraphicsView):
         self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.MinimalViewportUpdate)
-        self.setOptimizationFlags(QGraphicsView.OptimizationFlag.DontSavePainterState)
+        self.setOptimizationFlags(QGraphicsView.OptimizationFlag.DontSavePainterState
+                                  | QGraphicsView.OptimizationFlag.DontAdjustForAntialiasing)
         self.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         self.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
         self.tooltip_text = lambda index: ""  # set by the page: the hover text of box `index`

@@ -1,6 +1,6 @@
 """The Graph view of a checkpoint: the model's graph nested by module, searched, coloured by its weights.
 
-The graph is read (`source.graph_job_for`), nested (`Hierarchy`) and laid out (`core.graph.layout`) in
+The graph is read (`adapter.graph_job_for`), nested (`Hierarchy`) and laid out (`core.graph.layout`) in
 workers, one job at a time per kind (a new layout cancels the one running; Cancel stops it); layouts are
 kept per expanded set. Selecting a box selects the tensors it reads in the tree (`keys_selected`); a tensor
 selected in the tree shows the node that reads it (`show_keys`), expanding its module. Nothing here reads
@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import ckptview.gui.graph.source as source
+import ckptview.core.graph.adapter as adapter
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
@@ -209,7 +209,7 @@ class GraphPage(QWidget):
         super().__init__(parent)
         self.setObjectName("graphPage")
         self.checkpoint, self.analysis = checkpoint, analysis
-        self._job = job or source.graph_job_for  # looked up now: the adapter the lead points at the core
+        self._job = job or adapter.graph_job_for  # looked up now: the adapter the lead points at the core
         self.hierarchy: Hierarchy | None = None
         self.view: View | None = None
         self.expanded: frozenset[str] = frozenset({""})
@@ -346,7 +346,7 @@ class GraphPage(QWidget):
         self.hierarchy = hierarchy
         graph = hierarchy.graph
         notes = [n for n in graph.notes if not n.startswith("module tree:")]
-        text = f"Graph: {printable(source.describe_source(graph))} · {len(graph.nodes):,} nodes"
+        text = f"Graph: {printable(adapter.describe_source(graph))} · {len(graph.nodes):,} nodes"
         if notes:
             text += " · " + " · ".join(printable(n) for n in notes)
         self.source_label.setText(text)

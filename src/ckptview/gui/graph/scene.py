@@ -81,6 +81,7 @@ class GraphScene(QGraphicsScene):
         # cost seconds; added with their parent at the end, they cost a fraction of that.
         layer = QGraphicsRectItem()
         layer.setPen(QPen(Qt.PenStyle.NoPen))
+        layer.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
         layer.setZValue(z)
         return layer
 

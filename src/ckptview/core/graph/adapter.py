@@ -1,4 +1,4 @@
-"""Where the Graph view gets its graph: one adapter, `graph_job_for`, that the core's entry point replaces.
+"""Where the window's Graph view gets its graph: one adapter, `graph_job_for`, for the core's entry point.
 
 The sources (a `.pt2`'s program, TorchScript code, a library's architecture traced in the worker) are the
 core's (`ckptview.core.graph`, issue 37). Until its `graph_job(checkpoint, token)` is on main this adapter
