@@ -1,8 +1,8 @@
 """The Graph view at 20,000 nodes: layout by igraph and by dot, first paint, and one pan or zoom frame.
 
-    .venv/bin/python benchmarks/bench_graph.py                 # everything (dot on the expanded form: minutes)
-    .venv/bin/python benchmarks/bench_graph.py --layout-only --engines igraph
-    .venv/bin/python benchmarks/bench_graph.py --paint-only
+    .venv/bin/python benchmarks/bench_graph_view.py                 # everything (dot on the expanded form: minutes)
+    .venv/bin/python benchmarks/bench_graph_view.py --layout-only --engines igraph
+    .venv/bin/python benchmarks/bench_graph_view.py --paint-only
 
 The graph is `tests/support/graphs.py`'s synthetic Llama program (a decomposed exported program, ~93 nodes a
 layer) with 210 layers: 19,981 nodes. Forms: `top` (the first view: every module collapsed), `layers` (model
