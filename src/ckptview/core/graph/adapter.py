@@ -1,9 +1,8 @@
-"""Where the window's Graph view gets its graph: one adapter, `graph_job_for`, for the core's entry point.
+"""Where the window's Graph view gets its graph, and how the view names what it shows.
 
-The sources (a `.pt2`'s program, TorchScript code, a library's architecture traced in the worker) are the
-core's (`ckptview.core.graph`, issue 37). Until its `graph_job(checkpoint, token)` is on main this adapter
-draws the module tree of the checkpoint's tensors (no edges: none are invented), which every checkpoint
-has; pointing it at the core is a one-line change here.
+`graph_job_for` is the one function the view calls for a graph: the core's `graph_job` (a `.pt2`'s program,
+TorchScript code, a library's architecture traced in the worker, else the module tree), so a test or a
+tool can put another source in its place.
 """
 
 from __future__ import annotations
@@ -11,33 +10,16 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from ckptview.core.checkpoint import Checkpoint
-from ckptview.core.graph import GraphNode, ModelGraph
-from ckptview.core.graph.model import MODULE_OP
+from ckptview.core.graph.build import graph_job
+from ckptview.core.graph.model import ModelGraph
+from ckptview.core.graph.module_tree import SOURCE as MODULE_TREE
 from ckptview.core.jobs import CancelToken, Progress
-
-MODULE_TREE = "module-tree"
-NO_FLOW = "no program in the file and no library architecture read for it"
 
 
 def graph_job_for(checkpoint: Checkpoint, token: CancelToken | None = None
                   ) -> Generator[Progress, None, ModelGraph]:
     """The graph of an opened checkpoint, as a job (yields progress, checks `token`)."""
-    return (yield from module_tree(checkpoint, token))
-
-
-def module_tree(checkpoint: Checkpoint, token: CancelToken | None = None) -> Generator[Progress, None, ModelGraph]:
-    """Every module that holds tensors as a node reading them, placed in its parent module; no edges."""
-    modules: dict[str, list[str]] = {}
-    entries = checkpoint.tensors()
-    for i, entry in enumerate(entries):
-        if token is not None and i % 4096 == 0:
-            token.check()
-            yield Progress(i, len(entries), "reading the module tree")
-        module, _, _ = entry.name.rpartition(".")
-        modules.setdefault(module, []).append(entry.name)
-    nodes = [GraphNode(module or "(top)", MODULE_OP, module.rpartition(".")[0] if module else "", (),
-                       tuple(keys)) for module, keys in modules.items()]
-    return ModelGraph(MODULE_TREE, nodes, notes=[f"module tree: {NO_FLOW}"])
+    return (yield from graph_job(checkpoint, token))
 
 
 def describe_source(graph: ModelGraph) -> str:
@@ -49,8 +31,7 @@ def describe_source(graph: ModelGraph) -> str:
     if source == "torchscript":
         return "TorchScript code"
     if source == MODULE_TREE:
-        why = next((n for n in graph.notes if n.startswith("module tree:")), None)
-        return why or f"module tree: {NO_FLOW}"
+        return f"module tree: {graph.notes[0]}" if graph.notes else "module tree"
     library, sep, cls = source.partition(":")
     if sep:
         return f"{library} {cls} on meta"

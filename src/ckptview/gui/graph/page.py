@@ -345,7 +345,7 @@ class GraphPage(QWidget):
     def _on_graph(self, hierarchy: Hierarchy) -> None:
         self.hierarchy = hierarchy
         graph = hierarchy.graph
-        notes = [n for n in graph.notes if not n.startswith("module tree:")]
+        notes = graph.notes[1:] if graph.source == "module-tree" else list(graph.notes)  # the first: in the source
         text = f"Graph: {printable(adapter.describe_source(graph))} · {len(graph.nodes):,} nodes"
         if notes:
             text += " · " + " · ".join(printable(n) for n in notes)
