@@ -184,14 +184,14 @@ def test_the_adapter_gives_the_cores_graph_and_names_its_source(tmp_path):
     import torch
 
     from ckptview.core import open_checkpoint
-    from ckptview.core.graph.adapter import describe_source, graph_job_for
+    from ckptview.core.graph.adapter import describe_source, hierarchy_job
     from ckptview.core.jobs import drain
 
     path = tmp_path / "sd.pth"
     torch.save({"enc.0.weight": torch.ones(2, 2), "enc.0.bias": torch.ones(2), "head.weight": torch.ones(1, 2)}, path)
     checkpoint = open_checkpoint(str(path))
     try:
-        graph = drain(graph_job_for(checkpoint))
+        graph = drain(hierarchy_job(checkpoint)).graph
     finally:
         checkpoint.close()
     assert graph.source == "module-tree" and all(not n.inputs for n in graph.nodes)  # no edges invented

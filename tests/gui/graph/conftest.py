@@ -29,5 +29,5 @@ def llama_file(tmp_path, monkeypatch):
         yield from ()
         return graph
 
-    monkeypatch.setattr("ckptview.core.graph.adapter.graph_job_for", job)
+    monkeypatch.setattr("ckptview.core.graph.adapter.graph_job", job)
     return str(path), tensors

@@ -1,8 +1,9 @@
 """The Graph view of a checkpoint: the model's graph nested by module, searched, coloured by its weights.
 
-The graph is read (`adapter.graph_job_for`), nested (`Hierarchy`) and laid out (`core.graph.layout`) in
-workers, one job at a time per kind (a new layout cancels the one running; Cancel stops it); layouts are
-kept per expanded set. Selecting a box selects the tensors it reads in the tree (`keys_selected`); a tensor
+The graph is read (the core's `graph_job`, with its progress; Cancel stops it and the tracing worker with
+it), nested (`Hierarchy`) and laid out (`core.graph.layout`) in workers (`core.graph.adapter`'s jobs), one
+job at a time per kind (a new layout cancels the one running; Cancel stops it); layouts are kept per
+expanded set. Selecting a box selects the tensors it reads in the tree (`keys_selected`); a tensor
 selected in the tree shows the node that reads it (`show_keys`), expanding its module. Nothing here reads
 tensor bytes on the GUI thread: overlay figures come from the checkpoint's `Analysis` in a worker, for the
 boxes shown only.
@@ -11,8 +12,6 @@ boxes shown only.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QPainter, QPaintEvent, QPalette, QShortcut
@@ -31,107 +30,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import ckptview.core.graph.adapter as adapter
 from ckptview.core.checkpoint import Checkpoint
-from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
-from ckptview.core.graph import ModelGraph
-from ckptview.core.graph.collapse import GROUP, Hierarchy, View, short_op
-from ckptview.core.graph.layout import INSTALL_HINT, LayoutCache, NoLayoutEngine, Placed, engines
-from ckptview.core.graph.overlay import (
-    CHECKPOINT_FIGURES,
-    NONFINITE,
-    BoxFigure,
-    Figure,
-    KeyFigures,
-    Scale,
-    box_figures,
-    describe,
-    scale_of,
+from ckptview.core.graph.adapter import (
+    Coloured,
+    GraphJob,
+    Laid,
+    colour_job,
+    describe_source,
+    hierarchy_job,
+    layout_job,
 )
-from ckptview.core.jobs import CancelToken, Progress, drain
+from ckptview.core.graph.collapse import GROUP, Hierarchy, View, short_op
+from ckptview.core.graph.layout import INSTALL_HINT, LayoutCache, NoLayoutEngine, engines
+from ckptview.core.graph.overlay import CHECKPOINT_FIGURES, NONFINITE, Figure, KeyFigures, Scale, describe
+from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.graph.canvas import GraphCanvas
 from ckptview.gui.graph.export import save_png, save_svg
 from ckptview.gui.graph.scene import NAN_COLOR, GraphScene, colour_at
-
-GraphJob = Callable[[Checkpoint, CancelToken | None], Generator[Progress, None, ModelGraph]]
-
-
-@dataclass(frozen=True)
-class Laid:
-    """A layout job's result."""
-
-    view: View
-    placed: Placed
-
-
-@dataclass(frozen=True)
-class Coloured:
-    """An overlay job's result: each shown box's figure and the scale over them."""
-
-    figure: Figure
-    view: View
-    boxes: list[BoxFigure]
-    scale: Scale | None
-
-
-def _read_graph(checkpoint: Checkpoint, job: GraphJob, token: CancelToken
-                ) -> Generator[Progress, None, Hierarchy]:
-    graph = yield from job(checkpoint, token)
-    return Hierarchy(graph)
-
-
-def _lay_out(hierarchy: Hierarchy, expanded: frozenset[str], cache: LayoutCache, token: CancelToken
-             ) -> Generator[Progress, None, Laid]:
-    view = hierarchy.view(expanded)
-    yield Progress(0, 1, f"laying out {len(view.items):,} boxes")
-    return Laid(view, cache.layout(view, token=token))
-
-
-def reads_of(hierarchy: Hierarchy, view: View) -> list[list[str]]:
-    """The checkpoint keys each box of `view` reads (a module's: every node's inside it)."""
-    return [hierarchy.params_below(item.path) if item.kind == GROUP else list(hierarchy.node(item.node).params)
-            for item in view.items]
-
-
-def key_figures(figure: Figure, keys: Sequence[str], checkpoint: Checkpoint, analysis: Analysis,
-                known: dict[str, KeyFigures], token: CancelToken) -> Generator[Progress, None, None]:
-    """Fill `known` with the figures of `keys` that `figure` needs (statistics, or spectra of matrices)."""
-    if figure.needs == "pair":  # a comparison's figures are given (`GraphPage.set_pair_figures`)
-        return
-    todo = [k for k in dict.fromkeys(keys) if k not in known or (figure.needs == "spectrum"
-                                                                  and known[k].alpha is None)]
-    for i, key in enumerate(todo):
-        token.check()
-        yield Progress(i, len(todo), f"{figure.title}: {key}")
-        try:
-            info = checkpoint.tensor(key)
-        except KeyError:
-            continue
-        try:
-            stats = drain(analysis.stats([info], token))
-            alpha = None
-            if figure.needs == "spectrum" and len(info.shape) >= 2 and min(info.shape) > 1:
-                spectrum = drain(analysis.spectrum(info, token))
-                alpha = spectrum.fit.alpha if spectrum.fit is not None else None
-        except CheckpointError:
-            continue
-        except (ValueError, TypeError):  # a dtype without figures (strings of bytes, complex spectra)
-            continue
-        abs_max = float(stats.abs_max) if stats.abs_max is not None else None
-        known[key] = KeyFigures(l2=stats.l2 if stats.finite else None, abs_max=abs_max,
-                                nonfinite=stats.nan + stats.posinf + stats.neginf, alpha=alpha)
-    yield Progress(len(todo), len(todo), "")
-
-
-def _colour(figure: Figure, hierarchy: Hierarchy, view: View, checkpoint: Checkpoint, analysis: Analysis,
-            known: dict[str, KeyFigures], token: CancelToken) -> Generator[Progress, None, Coloured]:
-    reads = reads_of(hierarchy, view)
-    yield from key_figures(figure, [k for keys in reads for k in keys], checkpoint, analysis, known, token)
-    boxes = box_figures(figure, reads, known)
-    return Coloured(figure, view, boxes, scale_of(figure, [b.value for b in boxes]))
 
 
 class Legend(QWidget):
@@ -142,12 +60,13 @@ class Legend(QWidget):
         self.setObjectName("graphLegend")
         self.figure: Figure | None = None
         self.scale: Scale | None = None
+        self.done = False  # the figures arrived (a scale of None then: no box has the figure)
         self.setMinimumHeight(self.fontMetrics().height() + 8)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
-    def show_scale(self, figure: Figure | None, scale: Scale | None) -> None:
-        """Show `figure` over `scale` (None: hidden)."""
-        self.figure, self.scale = figure, scale
+    def show_scale(self, figure: Figure | None, scale: Scale | None, done: bool = False) -> None:
+        """Show `figure` over `scale` (figure None: hidden; `done`: the figures arrived)."""
+        self.figure, self.scale, self.done = figure, scale, done
         self.setVisible(figure is not None)
         self.update()
 
@@ -156,7 +75,7 @@ class Legend(QWidget):
         if self.figure is None:
             return ""
         if self.scale is None:
-            return f"{self.figure.title}: no values yet"
+            return f"{self.figure.title}: {'no box has one here' if self.done else 'no values yet'}"
         low, high = self.scale.ticks()
         return f"{self.figure.title}{' (log)' if self.scale.log else ''}: {low} – {high}; NaN/Inf"
 
@@ -197,19 +116,25 @@ def _button(text: str) -> QToolButton:
 
 
 class GraphPage(QWidget):
-    """The Graph view of one checkpoint; `keys_selected(list[str])` when boxes are selected."""
+    """The Graph view of one checkpoint; `keys_selected(list[str])` when boxes are selected.
+
+    `checkpoint` and `analysis` give the figures of its weights (None: a host gives every figure, as a run
+    does for a step, with `set_given_figures`); `job` replaces the core's `graph_job` (a host that opens
+    the checkpoint in the worker first); `name` is what an export is called after."""
 
     keys_selected = Signal(list)
     graph_ready = Signal()
     layout_ready = Signal()
     overlay_ready = Signal()
 
-    def __init__(self, checkpoint: Checkpoint, analysis: Analysis, job: GraphJob | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, checkpoint: Checkpoint | None, analysis: Analysis | None, job: GraphJob | None = None,
+                 parent: QWidget | None = None, name: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("graphPage")
         self.checkpoint, self.analysis = checkpoint, analysis
-        self._job = job or adapter.graph_job_for  # looked up now: the adapter the lead points at the core
+        self._job = job  # None: the core's graph_job
+        self.name = name or (os.path.basename(checkpoint.path.rstrip("/" + os.sep)) if checkpoint is not None
+                             else "graph")
         self.hierarchy: Hierarchy | None = None
         self.view: View | None = None
         self.expanded: frozenset[str] = frozenset({""})
@@ -220,12 +145,13 @@ class GraphPage(QWidget):
         self.figure: Figure | None = None
         self.coloured: Coloured | None = None
         self._known: dict[str, KeyFigures] = {}  # figures of this checkpoint's tensors, by key
-        self._pairs: dict[str, dict[str, KeyFigures]] = {}  # a comparison's figures, by figure then key
+        self._given: dict[str, dict[str, KeyFigures]] = {}  # figures a host gave, by figure then key
         self._focus: str | None = None  # item key to centre after the next layout
         self._from_tree = False
         self.graph_slot, self.layout_slot, self.overlay_slot = JobSlot(self), JobSlot(self), JobSlot(self)
+        self.graph_slot.yielded.connect(self._on_graph_progress)
         self.graph_slot.returned.connect(self._on_graph)
-        self.graph_slot.errored.connect(lambda exc: self._say(f"no graph: {printable(exc)}"))
+        self.graph_slot.errored.connect(self._on_graph_error)
         self.layout_slot.yielded.connect(lambda p: self._say(p.message.capitalize() + "…", busy=True))
         self.layout_slot.returned.connect(self._on_laid)
         self.layout_slot.errored.connect(self._on_layout_error)
@@ -250,8 +176,9 @@ class GraphPage(QWidget):
         self.overlay_box = QComboBox()
         self.overlay_box.setObjectName("graphOverlay")
         self.overlay_box.addItem("No colours", None)
-        for figure in CHECKPOINT_FIGURES:
-            self.overlay_box.addItem(figure.title, figure)
+        if self.checkpoint is not None and self.analysis is not None:
+            for figure in CHECKPOINT_FIGURES:
+                self.overlay_box.addItem(figure.title, figure)
         self.overlay_box.setToolTip("Colour each box by a figure of the tensors it reads")
         self.overlay_box.currentIndexChanged.connect(lambda _i: self.set_figure(self.overlay_box.currentData()))
         self.top_button = _button("Top level")
@@ -275,7 +202,14 @@ class GraphPage(QWidget):
         self.source_label = QLabel("Reading the graph…")
         self.source_label.setObjectName("graphSource")
         self.source_label.setWordWrap(True)
-        box.addWidget(self.source_label)
+        self.retry_button = QPushButton("Read the graph")
+        self.retry_button.setObjectName("graphRetry")
+        self.retry_button.hide()
+        self.retry_button.clicked.connect(self.start)
+        source_row = QHBoxLayout()
+        source_row.addWidget(self.source_label, 1)
+        source_row.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignTop)
+        box.addLayout(source_row)
         unread_row = QHBoxLayout()
         self.unread_button = QToolButton()
         self.unread_button.setCheckable(True)
@@ -303,7 +237,7 @@ class GraphPage(QWidget):
         self.status.setObjectName("graphStatus")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
-        self.cancel_button.clicked.connect(self.cancel_layout)
+        self.cancel_button.clicked.connect(self.cancel)
         bottom.addWidget(self.legend, 1)
         bottom.addWidget(self.status)
         bottom.addWidget(self.cancel_button)
@@ -334,19 +268,39 @@ class GraphPage(QWidget):
 
     # -- reading and laying out ------------------------------------------------------------------------
     def start(self) -> None:
-        """Read the graph in a worker (once)."""
+        """Read the graph in a worker (once; again after it was cancelled)."""
         if self.hierarchy is None and not self.graph_slot.running:
             if not engines():
                 self.source_label.setText(f"Drawing a graph needs a layout library: {INSTALL_HINT}")
                 return
-            self._say("Reading the graph…")
-            self.graph_slot.start(_read_graph, self.checkpoint, self._job)
+            self.retry_button.hide()
+            self.source_label.setText("Reading the graph…")
+            self._say("Reading the graph…", busy=True)
+            self.graph_slot.start(hierarchy_job, self.checkpoint, self._job)
+
+    def cancel(self) -> None:
+        """Cancel: the graph's reading (a library's tracing worker is killed), else the layout running."""
+        if self.graph_slot.running:
+            self.graph_slot.cancel()
+            self.source_label.setText("Reading the graph was cancelled.")
+            self.retry_button.show()
+            self._say("Cancelled.")
+        else:
+            self.cancel_layout()
+
+    def _on_graph_progress(self, step: Progress) -> None:
+        if step.message:
+            self._say(printable(step.message[:1].upper() + step.message[1:]) + "…", busy=True)
+
+    def _on_graph_error(self, exc: object) -> None:
+        self.source_label.setText(f"No graph: {printable(exc)}")
+        self._say("")
 
     def _on_graph(self, hierarchy: Hierarchy) -> None:
         self.hierarchy = hierarchy
         graph = hierarchy.graph
         notes = graph.notes[1:] if graph.source == "module-tree" else list(graph.notes)  # the first: in the source
-        text = f"Graph: {printable(adapter.describe_source(graph))} · {len(graph.nodes):,} nodes"
+        text = f"Graph: {printable(describe_source(graph))} · {len(graph.nodes):,} nodes"
         if notes:
             text += " · " + " · ".join(printable(n) for n in notes)
         self.source_label.setText(text)
@@ -364,7 +318,7 @@ class GraphPage(QWidget):
             return
         self._focus = focus
         self._pending = frozenset(expanded) | {""}
-        self.layout_slot.start(_lay_out, self.hierarchy, self._pending, self.cache)
+        self.layout_slot.start(layout_job, self.hierarchy, self._pending, self.cache)
 
     def cancel_layout(self) -> None:
         """Stop the layout running; the drawing shown stays."""
@@ -517,17 +471,28 @@ class GraphPage(QWidget):
             self.legend.show_scale(None, None)
             return
         self.legend.show_scale(figure, None)
-        known = self._pairs.get(figure.name, self._known) if figure.needs == "pair" else self._known
-        self.overlay_slot.start(_colour, figure, self.hierarchy, self.view, self.checkpoint, self.analysis, known)
+        given = self._given.get(figure.name)
+        if given is not None:  # nothing to read: the host's figures
+            self.overlay_slot.start(colour_job, figure, self.hierarchy, self.view, None, None, given)
+        else:
+            self.overlay_slot.start(colour_job, figure, self.hierarchy, self.view, self.checkpoint, self.analysis,
+                                    self._known)
 
-    def set_pair_figures(self, figure: Figure, known: dict[str, KeyFigures]) -> None:
-        """Offer `figure` (relative change, update ratio) from figures a comparison or a run computed
-        (`core.graph.overlay.pair_figures`), and colour by it now."""
-        self._pairs[figure.name] = dict(known)
-        if self.overlay_box.findText(figure.title) < 0:
+    def set_given_figures(self, figure: Figure, known: dict[str, KeyFigures], show: bool = True) -> None:
+        """Offer `figure` from figures a host computed (a comparison's relative change, a run's update ratio
+        or norm at a step: `core.graph.overlay.pair_figures`, `step_figures`); `show`: colour by it now,
+        else only when it is the figure shown."""
+        self._given[figure.name] = dict(known)
+        if self.figure_index(figure) < 0:
             self.overlay_box.addItem(figure.title, figure)
-        self.overlay_box.setCurrentIndex(self.overlay_box.findText(figure.title))
-        self.set_figure(figure)
+        if show and self.overlay_box.currentData() is not figure:
+            self.overlay_box.setCurrentIndex(self.figure_index(figure))  # comes to set_figure
+        elif show or self.figure is figure:
+            self.set_figure(figure)
+
+    def figure_index(self, figure: Figure) -> int:
+        """Where `figure` is in the colour list (-1: not offered)."""
+        return next((i for i in range(self.overlay_box.count()) if self.overlay_box.itemData(i) is figure), -1)
 
     def _on_overlay_progress(self, step: Progress) -> None:
         if step.total:
@@ -538,7 +503,7 @@ class GraphPage(QWidget):
             return
         self.coloured = coloured
         self.scene.colour(coloured.boxes, coloured.scale, coloured.figure is NONFINITE)
-        self.legend.show_scale(coloured.figure, coloured.scale)
+        self.legend.show_scale(coloured.figure, coloured.scale, done=True)
         self.legend.setToolTip("")
         self.overlay_ready.emit()
 
@@ -566,7 +531,7 @@ class GraphPage(QWidget):
         self.scene.set_detail(2)
         self.scene.ensure_all_labels()
         try:
-            save_svg(self.scene, path, f"ckptview: {os.path.basename(self.checkpoint.path)}")
+            save_svg(self.scene, path, f"ckptview: {self.name}")
         finally:
             self.canvas.refresh_detail()
 
@@ -580,7 +545,7 @@ class GraphPage(QWidget):
             self.canvas.refresh_detail()
 
     def _export_dialog(self, kind: str) -> None:
-        base = os.path.splitext(os.path.basename(self.checkpoint.path))[0] or "graph"
+        base = os.path.splitext(self.name)[0] or "graph"
         path, _ = QFileDialog.getSaveFileName(self, f"Save the graph as {kind.upper()}", f"{base}-graph.{kind}",
                                               f"{kind.upper()} (*.{kind})")
         if not path:
