@@ -1,12 +1,11 @@
-"""The Graph view of a checkpoint tab (issue 37): nesting, search, selection both ways, overlays, export,
-a 20,000-node graph, and no torch loader reached by showing it."""
+"""The Graph view of a checkpoint tab (issue 37): nesting, search, selection both ways, overlays, export and
+a 20,000-node graph, on a synthetic Llama program (test_view_sources.py: the files the libraries write)."""
 
 from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
 
-import pytest
 import torch
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
@@ -146,55 +145,3 @@ def test_view_without_a_layout_library_says_how_to_install_one(qtbot, window, ll
     wait_settled(qtbot, tab)
     page = tab.show_graph(True)
     assert "pip install 'ckptview[graph]'" in page.source_label.text()
-
-
-@pytest.mark.filterwarnings("ignore:`torch.jit.save` is deprecated:DeprecationWarning")
-def test_showing_the_graph_never_calls_a_torch_loader(qtbot, window, tmp_path, monkeypatch):
-    """The real adapter (no graph injected), on a state dict and a TorchScript archive."""
-    calls = []
-
-    def refuse(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("a torch loader was called")
-
-    plain = tmp_path / "plain.pth"
-    torch.save({"enc.weight": torch.randn(3, 3), "enc.bias": torch.randn(3), "head.weight": torch.randn(2, 3)},
-               plain)
-    scripted = tmp_path / "scripted.pt"
-    torch.jit.save(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(3, 3))), scripted)
-    for name in ("load",):
-        monkeypatch.setattr(torch, name, refuse)
-    monkeypatch.setattr(torch.jit, "load", refuse)
-    monkeypatch.setattr(torch.export, "load", refuse)
-    for path in (plain, scripted):
-        tab, page = open_graph(qtbot, window, str(path))
-        laid_out(qtbot, page, lambda page=page: page.expand(""))  # a second layout, same graph
-        assert page.hierarchy is not None and page.hierarchy.graph.nodes
-    assert calls == []
-
-
-def test_overlay_of_a_comparison_gives_the_relative_change_diff_computes(qtbot, window, llama_file, tmp_path):
-    from ckptview.core import open_checkpoint
-    from ckptview.core.compare.diff import diff_checkpoints
-    from ckptview.core.graph.overlay import CHANGE, pair_figures
-
-    path, tensors = llama_file
-    later = {k: t + 0.01 * torch.randn_like(t) for k, t in tensors.items()}
-    other = tmp_path / "later.pth"
-    torch.save(later, other)
-    a, b = open_checkpoint(path), open_checkpoint(str(other))
-    try:
-        result = diff_checkpoints(a, b)
-        rows = {r.name: r for r in result.tensors}
-        tab, page = open_graph(qtbot, window, path)
-        laid_out(qtbot, page, lambda: page.expand("model.layers.0.mlp.gate_proj"))
-        with qtbot.waitSignal(page.overlay_ready, timeout=60_000):
-            page.set_pair_figures(CHANGE, pair_figures(result.tensors))
-        assert page.overlay_box.currentText() == "relative change"
-        index = page.view.index()
-        node = next(n for n in llama_program(LAYERS).nodes if n.params == ("model.layers.0.mlp.gate_proj.weight",))
-        expected = rows["model.layers.0.mlp.gate_proj.weight"].rel_l2
-        assert page.tooltip(index["n:" + node.id]).endswith(f"relative change {format_number(expected)}")
-    finally:
-        a.close()
-        b.close()
