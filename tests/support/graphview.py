@@ -33,3 +33,8 @@ def click_box(qtbot, page, key, double=False) -> None:
         qtbot.mouseDClick(page.canvas.viewport(), Qt.MouseButton.LeftButton, pos=point)
     else:
         qtbot.mouseClick(page.canvas.viewport(), Qt.MouseButton.LeftButton, pos=point)
+
+
+def wait_coloured(qtbot, page) -> None:
+    """Wait until the boxes shown have their figures (a new layout colours them again in a worker)."""
+    qtbot.waitUntil(lambda: page.coloured is not None and page.coloured.view is page.view, timeout=60_000)

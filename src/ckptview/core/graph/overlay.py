@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ckptview.core.compare.diff import TensorDiff
+    from ckptview.core.series.model import TensorSeries
 
 
 def format_number(value: float) -> str:
@@ -162,4 +163,28 @@ def pair_figures(rows: Iterable[TensorDiff]) -> dict[str, KeyFigures]:
         if row.sums is not None and row.name_a is not None:
             known[row.name_a] = KeyFigures(delta_sq=row.sums.dd, base_sq=row.sums.aa,
                                            nonfinite=row.nonfinite_changed)
+    return known
+
+
+def step_figures(tensors: Mapping[str, TensorSeries], t: int) -> dict[str, KeyFigures]:
+    """A run's figures at checkpoint `t`, by tensor name, from what the run read (nothing is read again):
+    each tensor's statistics there, and its change from checkpoint `t - 1` (`UPDATE`: the update ratio
+    ||w_t - w_(t-1)|| / ||w_(t-1)||, combined over a module as the run's module lines combine it)."""
+    known: dict[str, KeyFigures] = {}
+    for name, series in tensors.items():
+        if not 0 <= t < len(series.stats):
+            continue
+        stats = series.stats[t]
+        delta = series.sq_change[t] if t > 0 else None
+        previous = series.stats[t - 1] if t > 0 else None
+        if stats is None and delta is None:
+            continue
+        l2 = abs_max = None
+        nonfinite = 0
+        if stats is not None:
+            l2 = stats.l2 if stats.finite else None
+            abs_max = float(stats.abs_max) if stats.abs_max is not None else None
+            nonfinite = stats.nan + stats.posinf + stats.neginf
+        base = (previous.l2 ** 2 if previous is not None else 0.0) if delta is not None else None
+        known[name] = KeyFigures(l2=l2, abs_max=abs_max, nonfinite=nonfinite, delta_sq=delta, base_sq=base)
     return known

@@ -40,12 +40,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QSplitter,
+    QStackedWidget,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.compare.diff import DiffProgress, diff_chunks, iter_compare, plan_diff
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
@@ -58,6 +60,7 @@ from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.graph.hosts import CompareGraph
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -378,6 +381,7 @@ class CompareTab(QWidget):
         self.hist_job.errored.connect(self._on_hist_error)
         self._hist_row: TensorDiff | None = None
         self._comparing = False
+        self._from_graph = False  # the graph is selecting a row: do not send it back
         self._build()
         self._plot_timer = QTimer(self, singleShot=True, interval=250)
         self._plot_timer.timeout.connect(self.update_plot)
@@ -405,9 +409,16 @@ class CompareTab(QWidget):
         self.status_combo.addItem("Other entries (optimizer state, inputs, counters)", "section:other")
         for status in ("changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "identical"):
             self.status_combo.addItem(status, status)
+        self.graph_button = QToolButton()
+        self.graph_button.setText("Graph")
+        self.graph_button.setObjectName("graphButton")
+        self.graph_button.setCheckable(True)
+        self.graph_button.setToolTip("Show A's graph coloured by the relative change of each part, instead of the plots")
+        self.graph_button.toggled.connect(self.show_graph)
         filters = QHBoxLayout()
         filters.addWidget(self.filter_edit, 1)
         filters.addWidget(self.status_combo)
+        filters.addWidget(self.graph_button)
 
         self.model = DiffTableModel(self)
         self.proxy = self.model  # the rows as shown (filtered and sorted by the model itself)
@@ -463,9 +474,15 @@ class CompareTab(QWidget):
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(rel_box)
         bottom.addWidget(hist_box)
+        self.graph = CompareGraph(self._graph_source, lambda: self.result)  # read when first shown
+        self.graph.keys_selected.connect(self.select_names)
+        self.bottom_stack = QStackedWidget()  # the plots, or the graph
+        self.bottom_stack.addWidget(bottom)
+        self.bottom_stack.addWidget(self.graph)
+        self.plots = bottom
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.table)
-        self.splitter.addWidget(bottom)
+        self.splitter.addWidget(self.bottom_stack)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
@@ -480,6 +497,7 @@ class CompareTab(QWidget):
     def start(self) -> None:
         """Open both files and compare them in a worker."""
         self.job.cancel()
+        self.graph.set_finished(False)
         self._comparing = True
         self.cancel_button.setEnabled(True)
         self.progress.show()
@@ -509,6 +527,8 @@ class CompareTab(QWidget):
             self._plot_timer.setInterval(max(250, min(2500, len(result.tensors) // 40)))
             self.update_summary()
             self.update_plot()
+            if self.bottom_stack.currentWidget() is self.graph:
+                self.graph.build()  # A is open now
             self.planned.emit(result)
             return
         if isinstance(item, DiffProgress):
@@ -554,6 +574,7 @@ class CompareTab(QWidget):
         self._done()
         self.update_summary()
         self.update_plot()
+        self.graph.set_finished(True)
         self.finished.emit(result)
 
     def _on_errored(self, exc: BaseException) -> None:
@@ -625,6 +646,43 @@ class CompareTab(QWidget):
         if len(points):
             self.select_row(int(points[0].data()))
 
+    # --- the graph ---------------------------------------------------------------------------------
+    def _graph_source(self) -> tuple[Checkpoint, Analysis] | None:
+        leases = self._res.leases
+        return (leases[0].checkpoint, leases[0].analysis) if leases else None
+
+    def show_graph(self, on: bool = True) -> CompareGraph:
+        """Show A's graph in place of the plots (on), or the plots again; returns the graph's host."""
+        if self.graph_button.isChecked() != on:
+            self.graph_button.setChecked(on)  # comes back here through `toggled`
+            return self.graph
+        self.bottom_stack.setCurrentWidget(self.graph if on else self.plots)
+        height = sum(self.splitter.sizes()) or self.height()
+        share = 30 if on else 60  # beside the graph, the table keeps a few rows
+        self.splitter.setSizes([height * share // 100, height - height * share // 100])
+        if on:
+            self.graph.build()
+            row = self.current_row()
+            if row is not None and row.name_a is not None:
+                self.graph.show_keys([row.name_a])
+        return self.graph
+
+    def select_names(self, names: list[str]) -> bool:
+        """Select the row of A's tensor named first in `names` that the table has (a box of the graph)."""
+        where = {row.name_a: i for i, row in enumerate(self.model.rows) if row.name_a is not None}
+        found = next((where[n] for n in names if n in where), None)
+        if found is None:
+            return False
+        self._from_graph = True
+        try:
+            if self.model.where.get(found) is None:  # filtered out: show every row
+                self.filter_edit.clear()
+                self.status_combo.setCurrentIndex(0)
+            self.select_row(found)
+        finally:
+            self._from_graph = False
+        return True
+
     # --- selection and histograms ----------------------------------------------------------------
     def select_row(self, source_row: int) -> None:
         """Select the row of source index ``source_row`` (model order)."""
@@ -649,6 +707,8 @@ class CompareTab(QWidget):
         self.hist_label.setText(html.escape(f"{row.name}: computing histograms…"))
         self.histograms = {}
         self._hist_row = row
+        if not self._from_graph and row.name_a is not None:
+            self.graph.show_keys([row.name_a])
         # A newer selection drops this one.
         self.hist_job.start(histogram_job, row.info_a, row.info_b, self.analyses())
 

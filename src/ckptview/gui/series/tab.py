@@ -46,6 +46,7 @@ from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.graph.hosts import RunGraph
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.plots import (
     HEAT_FLOOR,
@@ -132,6 +133,7 @@ class SeriesTab(QWidget):
         self._tree_names: list[str] = []
         self._shown_findings: list[Any] = []
         self._marking = False  # a finding is selecting its tensor: keep its mark
+        self._from_graph = False  # the graph is selecting tensors: do not send them back to it
         self._build()
         self._refresh_timer = QTimer(self, singleShot=True, interval=150)
         self._refresh_timer.timeout.connect(self.refresh)
@@ -184,6 +186,9 @@ class SeriesTab(QWidget):
         self.views.addTab(self.lines, "Lines")
         self.views.addTab(self.heatmap, "Update heat-map")
         self.views.addTab(self.histograms, "Histograms")
+        self.graph = RunGraph(self._res.holdings, lambda: self.result)  # read when first shown
+        self.graph.keys_selected.connect(self.select_tensors)
+        self.views.addTab(self.graph, "Graph")
         self.spectra = SpectralLines()  # a tab while Spectral is checked
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -351,6 +356,7 @@ class SeriesTab(QWidget):
                                [printable(self._column_label(t)) for t in range(len(r.checkpoints))], axis)
         self._update_lines()
         self._start_spectra(restart=False)
+        self.graph.refresh()
 
     def _column_label(self, t: int) -> str:
         assert self.result is not None
@@ -424,6 +430,27 @@ class SeriesTab(QWidget):
         self.tree.scrollToItem(item)
         return True
 
+    def select_tensors(self, names: list[str]) -> int:
+        """Select the tree rows of the tensors `names` (the boxes selected in the graph); returns how many."""
+        items = [self._items[n] for n in names if n in self._items]
+        if not items:
+            return 0
+        self._from_graph = True
+        self.tree.blockSignals(True)  # one selection change for the plots, not one per row
+        try:
+            self.tree.clearSelection()
+            self.tree.setCurrentItem(items[0])
+            for item in items:
+                item.setSelected(True)
+            self.tree.scrollToItem(items[0])
+        finally:
+            self.tree.blockSignals(False)
+        try:
+            self._on_selection_changed()
+        finally:
+            self._from_graph = False
+        return len(items)
+
     def _on_finding_clicked(self, item: QListWidgetItem) -> None:
         index = item.data(FINDING_ROLE)
         if self.result is None or index is None or not 0 <= index < len(self._shown_findings):
@@ -459,6 +486,8 @@ class SeriesTab(QWidget):
         self._update_lines()
         self._start_histograms()
         self._start_spectra(restart=True)
+        if not self._from_graph:
+            self.graph.show_keys([n for k, n in self.selected() if k == "tensor"])
 
     def _update_lines(self) -> None:
         r = self.result
