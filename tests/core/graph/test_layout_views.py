@@ -200,3 +200,26 @@ def test_the_adapter_gives_the_cores_graph_and_names_its_source(tmp_path):
     assert describe_source(ModelGraph("exported-program")) == "exported program"
     assert describe_source(ModelGraph("torchscript")) == "TorchScript code"
     assert describe_source(ModelGraph("transformers:LlamaForCausalLM")) == "transformers LlamaForCausalLM on meta"
+
+
+def test_igraph_is_imported_without_matplotlib():
+    """igraph's import pulled in matplotlib.pyplot for its drawing (2 s of the Graph view's first paint on a
+    busy machine, and a GUI backend picked from a worker thread): a layout never draws with it."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from ckptview.core.graph import GraphNode, ModelGraph
+from ckptview.core.graph.collapse import Hierarchy
+from ckptview.core.graph.layout import layout
+h = Hierarchy(ModelGraph("exported-program", [GraphNode("a", "x"), GraphNode("b", "y", "m", ("a",))]))
+assert len(layout(h.view(frozenset(h.groups)), "igraph").boxes) == 2
+print(sorted(m for m in sys.modules if m.split(".")[0] == "matplotlib"))
+"""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(root, "src"), root]))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]

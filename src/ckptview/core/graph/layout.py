@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 from ckptview.core.errors import Cancelled
 from ckptview.core.graph.collapse import GROUP, Item, View
@@ -182,9 +183,28 @@ def _frames(view: View, boxes: list[Rect]) -> list[Rect]:
 # are then spaced by the tallest box and each layer packed left to right with the real box widths.
 
 
+def import_igraph() -> ModuleType:
+    """igraph, imported without matplotlib: its drawing module imports matplotlib.pyplot when it can (most
+    of igraph's import: 2 s of a first paint on a busy machine, and a GUI backend chosen from a worker
+    thread); a layout never draws. Its import falls back to a stand-in module when matplotlib is not there."""
+    found = sys.modules.get("igraph")
+    if found is not None:
+        return found
+    block = "matplotlib" not in sys.modules
+    if block:
+        sys.modules["matplotlib"] = None  # type: ignore[assignment]  # `import matplotlib` raises ImportError
+    try:
+        import igraph
+    finally:
+        if block and sys.modules.get("matplotlib", 0) is None:
+            del sys.modules["matplotlib"]
+    module: ModuleType = igraph
+    return module
+
+
 def _igraph(view: View, layer: list[int], routed: list[int], sizes: list[tuple[float, float]], token: CancelToken
             ) -> tuple[list[Rect], dict[int, list[Point]]]:
-    import igraph
+    igraph = import_igraph()
 
     count = len(view.items)
     pairs = [view.edges[e][:2] for e in routed]
