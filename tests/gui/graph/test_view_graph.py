@@ -145,3 +145,26 @@ def test_view_without_a_layout_library_says_how_to_install_one(qtbot, window, ll
     wait_settled(qtbot, tab)
     page = tab.show_graph(True)
     assert "pip install 'ckptview[graph]'" in page.source_label.text()
+
+
+def test_view_follows_a_change_of_palette(qtbot, window, llama_file):
+    """A palette chosen while the graph is shown (light to dark) redraws it in the new colours, its marks and
+    overlay kept: boxes drawn in the old Base would be white squares on a dark window."""
+    from PySide6.QtGui import QColor, QPalette
+
+    tab, page = open_graph(qtbot, window, llama_file[0])
+    laid_out(qtbot, page, lambda: page.expand("model.layers.0.mlp"))
+    with qtbot.waitSignal(page.overlay_ready, timeout=60_000):
+        page.overlay_box.setCurrentIndex(page.overlay_box.findText("NaN/Inf count"))
+    page.select_items(["g:model.layers.1"])
+    dark = QPalette(page.palette())
+    for role, colour in ((QPalette.ColorRole.Base, QColor(30, 30, 30)), (QPalette.ColorRole.Text, QColor(230, 230, 230)),
+                         (QPalette.ColorRole.Window, QColor(45, 45, 45)), (QPalette.ColorRole.Mid, QColor(90, 90, 90))):
+        dark.setColor(role, colour)
+    page.setPalette(dark)
+    qtbot.waitUntil(lambda: page.scene.palette_.color(QPalette.ColorRole.Base) == QColor(30, 30, 30))
+    index = page.view.index()
+    plain = next(i for i, item in enumerate(page.view.items) if page.scene.fills[i] is None)
+    assert page.scene.boxes[plain].brush().color() == QColor(30, 30, 30) or page.view.items[plain].kind == "group"
+    assert page.scene.fills[index["g:model.layers.1"]] == NAN_COLOR  # the overlay kept
+    assert page.scene.marked == {index["g:model.layers.1"]: "selected"}  # and the selection

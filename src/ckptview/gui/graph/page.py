@@ -147,6 +147,7 @@ class GraphPage(QWidget):
         self._known: dict[str, KeyFigures] = {}  # figures of this checkpoint's tensors, by key
         self._given: dict[str, dict[str, KeyFigures]] = {}  # figures a host gave, by figure then key
         self._focus: str | None = None  # item key to centre after the next layout
+        self._laid: Laid | None = None  # the drawing shown
         self._from_tree = False
         self.graph_slot, self.layout_slot, self.overlay_slot = JobSlot(self), JobSlot(self), JobSlot(self)
         self.graph_slot.yielded.connect(self._on_graph_progress)
@@ -259,6 +260,28 @@ class GraphPage(QWidget):
                 return True
         return super().eventFilter(watched, event)
 
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        """A new palette (View > Palette, the desktop's light/dark switch) redraws the graph in its colours."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.restyle()
+
+    def restyle(self) -> None:
+        """Draw the graph shown again in the widget's palette, where it was, with its marks and colours."""
+        self.scene.palette_ = QPalette(self.palette())
+        laid = self._laid
+        if laid is None or laid.view is not self.view:
+            return
+        centre, scale = self.canvas.mapToScene(self.canvas.viewport().rect().center()), self.canvas.scale_factor
+        self.scene.draw(laid.view, laid.placed)
+        self.canvas.set_zoom(scale)
+        self.canvas.centerOn(centre)
+        self.canvas.refresh_detail()
+        self._apply_marks()
+        coloured = self.coloured
+        if coloured is not None and coloured.view is self.view:
+            self.scene.colour(coloured.boxes, coloured.scale, coloured.figure is NONFINITE)
+
     def _fit(self) -> None:
         self.canvas.fit()
 
@@ -334,6 +357,7 @@ class GraphPage(QWidget):
 
     def _on_laid(self, laid: Laid) -> None:
         first = self.view is None
+        self._laid = laid
         self.view, self.expanded = laid.view, laid.view.expanded
         self.scene.draw(laid.view, laid.placed)
         self.canvas.refresh_detail()
