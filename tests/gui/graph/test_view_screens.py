@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QPoint, QRect
 
-from ckptview.gui.checkpoint.tree_model import NAME, SIZE
+from ckptview.gui.checkpoint.tree_model import DEVICE, NAME, SHARD, SIZE
 from tests.support.graphview import laid_out, open_graph
 
 SIZES = [(1024, 640), (1280, 800)]
@@ -37,6 +37,7 @@ def test_view_fits_the_screen_and_gives_the_graph_the_room(qtbot, window, llama_
     assert tab.tree.columnWidth(NAME) >= 200  # with room for its names (Dtype, Size and Params give way)
     tab.show_graph(False)
     assert not tab.tree.isColumnHidden(SIZE) and tab.right.currentWidget() is tab.side_tabs
+    assert tab.tree.isColumnHidden(SHARD) and tab.tree.isColumnHidden(DEVICE)  # as they were: not sharded
     tab.show_graph(True)
     for widget in (page.search, page.overlay_box, page.top_button, page.fit_button, page.export_button,
                    page.source_label, page.legend, page.status, tab.graph_button):

@@ -17,6 +17,7 @@ from ckptview.core.graph.collapse import GROUP
 from ckptview.core.graph.overlay import format_number
 from ckptview.core.jobs import drain
 from ckptview.core.read.open import open_checkpoint
+from ckptview.gui.checkpoint.tree_model import COLUMNS, NAME, SHAPE, SHARD, SIZE
 from tests.support.graphview import click_box, laid_out
 from tests.support.guihelpers import wait_settled
 
@@ -109,6 +110,8 @@ def test_each_kind_of_file_draws_its_graph_tied_to_the_tree(qtbot, window, files
                     timeout=TRACE_S)
     assert page.view is not None, page.source_label.text()
     assert SOURCES[kind] in page.source_label.text()
+    # Beside the graph the tree keeps Name and Shape (a sharded folder's Shard column gives way too).
+    assert [c for c in range(len(COLUMNS)) if not tab.tree.isColumnHidden(c)] == [NAME, SHAPE]
     graph = page.hierarchy.graph
     keys = {e.name for e in tab.checkpoint.tensors()}
     placed = set(graph.placed())
@@ -148,6 +151,8 @@ def test_each_kind_of_file_draws_its_graph_tied_to_the_tree(qtbot, window, files
     expected = float(torch.cat([reference[n].double().flatten() for n in names]).norm())
     assert format_number(core) == format_number(expected)
     assert text.endswith(f"L2 norm {format_number(core)}"), text
+    tab.show_graph(False)
+    assert tab.tree.isColumnHidden(SHARD) == (kind != "llama") and not tab.tree.isColumnHidden(SIZE)
     assert no_torch_loader == []
 
 

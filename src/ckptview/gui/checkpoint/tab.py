@@ -40,7 +40,7 @@ from ckptview.gui.checkpoint.opener import TabOpener
 from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage, PageStack, safety_banner
 from ckptview.gui.checkpoint.side_panels import SidePanels, entries_of
 from ckptview.gui.checkpoint.summary import SummaryHeader
-from ckptview.gui.checkpoint.tree_model import DTYPE, PARAMS, SIZE, CheckpointTreeModel
+from ckptview.gui.checkpoint.tree_model import DEVICE, DTYPE, PARAMS, SHARD, SIZE, CheckpointTreeModel
 from ckptview.gui.checkpoint.tree_place import restore_place, save_place
 from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
 from ckptview.gui.graph import GraphPage
@@ -81,6 +81,7 @@ class CheckpointTab(QWidget):
         self._place: dict[str, Any] | None = None  # what to restore after a reload
         self._rows_by_name: dict[str, Row] | None = None  # tree rows by contract name, built when first asked
         self._selecting_names = False  # the graph selected these rows: do not send them back to it
+        self._columns_hidden: dict[int, bool] | None = None  # the tree's columns before the graph hid them
         self.graph = None
         self.opener = TabOpener(self.path, self, self.host.workspace)
         self.opener.progress.connect(self._on_open_progress)
@@ -193,7 +194,7 @@ class CheckpointTab(QWidget):
         self._release()
         trees = self.trees()
         self.checkpoint = self.top = self.model = self.context = None
-        self.graph, self._rows_by_name = None, None
+        self.graph, self._rows_by_name, self._columns_hidden = None, None, None
         old_page = self.stack.currentWidget()
         if old_page is not None:  # the old tree was frozen out of the collector: free it with its page
             collect_when_deleted(old_page, trees, self.host.workspace.in_use)
@@ -312,8 +313,14 @@ class CheckpointTab(QWidget):
             self.right.addWidget(self.graph)
             self.graph.start()
         width = sum(self.splitter.sizes()) or self.width()
-        for column in (DTYPE, SIZE, PARAMS):  # beside the graph the tree keeps room for its names
-            self.tree.setColumnHidden(column, on)
+        if on and self._columns_hidden is None:  # beside the graph the tree keeps room for its names
+            self._columns_hidden = {c: self.tree.isColumnHidden(c) for c in (DTYPE, SIZE, PARAMS, DEVICE, SHARD)}
+            for column in self._columns_hidden:
+                self.tree.setColumnHidden(column, True)
+        elif not on and self._columns_hidden is not None:
+            for column, hidden in self._columns_hidden.items():
+                self.tree.setColumnHidden(column, hidden)
+            self._columns_hidden = None
         if on and self.graph is not None:
             self.right.setCurrentWidget(self.graph)
             self.splitter.setSizes([width * 36 // 100, width - width * 36 // 100])
