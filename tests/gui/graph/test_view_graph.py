@@ -168,3 +168,14 @@ def test_view_follows_a_change_of_palette(qtbot, window, llama_file):
     assert page.scene.boxes[plain].brush().color() == QColor(30, 30, 30) or page.view.items[plain].kind == "group"
     assert page.scene.fills[index["g:model.layers.1"]] == NAN_COLOR  # the overlay kept
     assert page.scene.marked == {index["g:model.layers.1"]: "selected"}  # and the selection
+
+
+def test_every_label_fits_inside_its_box(qtbot, window, llama_file):
+    """A closed module's second line ends in its "+" corner: it ran past the box's right edge."""
+    tab, page = open_graph(qtbot, window, llama_file[0])
+    laid_out(qtbot, page, lambda: page.expand("model.layers.0.self_attn"))
+    page.scene.ensure_all_labels()
+    assert page.scene.labels
+    for i, label in page.scene.labels.items():
+        box = page.scene.boxes[i].rect()
+        assert label.sceneBoundingRect().right() <= box.right() - 2, (page.view.items[i], label.text())

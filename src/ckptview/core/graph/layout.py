@@ -32,6 +32,8 @@ H_GAP, V_GAP, FRAME_PAD = 16.0, 34.0, 10.0
 # routed, 3 such boxes of a 200-layer model put a million bends in the layout (dot ran past 10 minutes on a
 # 222-box view, igraph drew it 30,000 units wide). Layers are still those of every edge (`layers_of`).
 FAN_OUT, LONG = 4, 6
+MAX_CHARS = 40  # a box's line is cut past this many characters
+GROUP_MARK = "   +"  # the end of a closed module's second line: its corner that opens it on a click
 WRAP = 8  # boxes with no edge (a module tree) are set in rows of this many
 INSTALL_HINT = "pip install 'ckptview[graph]'"
 Rect = tuple[float, float, float, float]  # x, y (top left), width, height
@@ -55,9 +57,9 @@ class Placed:
 
 
 def item_size(item: Item) -> tuple[float, float]:
-    """The box an item needs for its two lines of text."""
-    chars = max(len(item.label), len(item.detail), 4)
-    return min(chars, 40) * CHAR_W + PAD_X, GROUP_H if item.kind == GROUP else NODE_H
+    """The box an item needs for its two lines of text (a closed module's second line ends in its mark)."""
+    chars = max(len(item.label), len(item.detail) + (len(GROUP_MARK) if item.kind == GROUP else 0), 4)
+    return min(chars, MAX_CHARS) * CHAR_W + PAD_X, GROUP_H if item.kind == GROUP else NODE_H
 
 
 def engines() -> list[str]:

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.graph.collapse import GROUP, View, group_label
-from ckptview.core.graph.layout import Placed
+from ckptview.core.graph.layout import GROUP_MARK, MAX_CHARS, Placed
 from ckptview.core.graph.overlay import BoxFigure, Scale
 
 INDEX = 0  # item data: the view item a box or label stands for
@@ -100,7 +100,7 @@ class GraphScene(QGraphicsScene):
         self.box_layer, self.label_layer = self._layer(2), self._layer(3)
         self._frame_bands = {}
         self._built = set()
-        self._title_brush = QBrush(mid.darker(130) if base.lightness() > 128 else mid.lighter(160))
+        self._title_brush = QBrush(_mix(text, base, 0.3))  # a module's name: quieter than a box's, still read
         frame_pen = QPen(mid, 1, Qt.PenStyle.DashLine)
         frame_pen.setCosmetic(True)
         for (path, _), (x, y, w, h) in zip(view.frames, placed.frames, strict=True):
@@ -160,8 +160,8 @@ class GraphScene(QGraphicsScene):
                 item = view.items[i]
                 x, y, _, h = boxes[i]
                 first = item.label if item.kind == GROUP else item.detail
-                second = item.detail + "   +" if item.kind == GROUP else item.label
-                label = QGraphicsSimpleTextItem(f"{first[:40]}\n{second[:40]}", self.label_layer)
+                second = item.detail + GROUP_MARK if item.kind == GROUP else item.label
+                label = QGraphicsSimpleTextItem(f"{first[:MAX_CHARS]}\n{second[:MAX_CHARS]}", self.label_layer)
                 label.setFont(self.font_)
                 fill = self.fills[i]
                 label.setBrush(QBrush(text_colour_on(fill) if fill is not None else text))
