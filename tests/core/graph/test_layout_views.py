@@ -223,3 +223,14 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "matplotlib"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(root, "src"), root]))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
+def test_edges_from_a_box_every_layer_reads_are_marked_straight():
+    """The rotary cos/sin and the mask, read by every layer, are drawn straight (and fainter): the layout
+    says which edges those are."""
+    h = Hierarchy(llama_program(8))
+    view = h.view(frozenset(h.groups))
+    placed = layout(view, "igraph")
+    sources = {view.items[view.edges[e][0]].key for e in placed.straight}
+    assert placed.straight and sources <= {"n:_to_copy_1", "n:_to_copy_2", "n:mul"}  # cos, sin, the mask
+    assert all(len(placed.edges[e]) == 2 for e in placed.straight)

@@ -54,6 +54,7 @@ class Placed:
     width: float
     height: float
     engine: str
+    straight: frozenset[int] = frozenset()  # edges drawn straight (from a box many read: see FAN_OUT)
 
 
 def item_size(item: Item) -> tuple[float, float]:
@@ -103,16 +104,18 @@ def layout(view: View, engine: str | None = None, token: CancelToken | None = No
         raise ValueError(f"unknown layout engine {engine!r}")
     token.check()
     edges: list[list[Point]] = []
+    straight: set[int] = set()
     for e, (a, b, _) in enumerate(view.edges):
         line = lines.get(e)
         if line is None:  # a broadcast edge: straight from the bottom of its source to the top of its reader
             (ax, ay, aw, ah), (bx, by, bw, _) = boxes[a], boxes[b]
             line = [(ax + aw / 2, ay + ah), (bx + bw / 2, by)]
+            straight.add(e)
         edges.append(line)
     frames = _frames(view, boxes)
     right = max([x + w for x, _, w, _ in boxes] + [x + w for x, _, w, _ in frames])
     bottom = max([y + h for _, y, _, h in boxes] + [y + h for _, y, _, h in frames])
-    return Placed(boxes, edges, frames, right, bottom, engine)
+    return Placed(boxes, edges, frames, right, bottom, engine, frozenset(straight))
 
 
 def layers_of(count: int, edges: list[tuple[int, int, int]]) -> list[int]:

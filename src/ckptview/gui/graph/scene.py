@@ -111,18 +111,21 @@ class GraphScene(QGraphicsScene):
             frame.setData(FRAME, path)
             frame.setToolTip(f"{path} (double-click to collapse)")
             self._frame_bands.setdefault(int(y // BAND), []).append((path, x, y))
-        edge_pen = QPen(text, 1)
+        edge_pen = QPen(_mix(text, base, 0.55), 1)
         edge_pen.setCosmetic(True)
-        edge_pen.setColor(_mix(text, base, 0.55))
-        bands: dict[int, QPainterPath] = {}
-        for line in placed.edges:
-            band = bands.setdefault(int(line[0][1] // BAND), QPainterPath())
+        # Edges from a box every layer reads (rotary cos/sin, the mask) run straight past the layers between:
+        # fainter, so that hundreds of them side by side read as one band, not as the program's flow.
+        broadcast_pen = QPen(_mix(text, base, 0.85), 1)
+        broadcast_pen.setCosmetic(True)
+        bands: dict[tuple[bool, int], QPainterPath] = {}
+        for e, line in enumerate(placed.edges):
+            band = bands.setdefault((e in placed.straight, int(line[0][1] // BAND)), QPainterPath())
             band.moveTo(*line[0])
             for point in line[1:]:
                 band.lineTo(*point)
-        for band_path in bands.values():
+        for (broadcast, _), band_path in bands.items():
             edge = QGraphicsPathItem(band_path, self.edge_layer)
-            edge.setPen(edge_pen)
+            edge.setPen(broadcast_pen if broadcast else edge_pen)
         box_pen = QPen(mid, 1)
         box_pen.setCosmetic(True)
         group_brush, node_brush = QBrush(_mix(base, mid, 0.35)), QBrush(base)
