@@ -141,12 +141,19 @@ def test_each_kind_of_file_draws_its_graph_tied_to_the_tree(qtbot, window, files
     with qtbot.waitSignal(page.overlay_ready, timeout=120_000):
         page.overlay_box.setCurrentIndex(page.overlay_box.findText("L2 norm"))
     text = page.tooltip(page.view.index()["g:" + module])
+    with qtbot.waitSignal(page.overlay_ready, timeout=120_000):
+        page.overlay_box.setCurrentIndex(page.overlay_box.findText("spectral alpha"))
+    alpha_text = page.tooltip(page.view.index()["g:" + module])
     checkpoint = open_checkpoint(path)
     try:
         infos = [checkpoint.tensor(n) for n in names]
         core = drain(Analysis().stats(infos)).l2
+        fits = [drain(Analysis().spectrum(i)).fit for i in infos if len(i.shape) == 2 and min(i.shape) > 1]
     finally:
         checkpoint.close()
+    alphas = [f.alpha for f in fits if f is not None]  # a module's alpha: the mean over its fitted matrices
+    assert alpha_text.endswith(f"spectral alpha {format_number(sum(alphas) / len(alphas))}" if alphas
+                               else "no spectral alpha"), alpha_text
     reference = WEIGHTS["llama" if kind == "llama" else "net"]
     expected = float(torch.cat([reference[n].double().flatten() for n in names]).norm())
     assert format_number(core) == format_number(expected)
