@@ -45,3 +45,45 @@ def test_view_fits_the_screen_and_gives_the_graph_the_room(qtbot, window, llama_
     for widget in (page.overlay_box, page.top_button, page.fit_button, page.export_button, tab.graph_button):
         assert widget.width() >= widget.sizeHint().width(), widget  # nothing short is cut
     assert page.source_label.height() >= page.source_label.heightForWidth(page.source_label.width())
+
+
+def _controls(page):
+    return (page.search, page.overlay_box, page.top_button, page.fit_button, page.export_button, page.legend,
+            page.status)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_run_and_comparison_graphs_fit_the_screen(qtbot, window, llama_file, tmp_path, size):
+    import torch
+
+    from ckptview.gui.compare.tab import open_diff
+    from ckptview.gui.series.tab import open_series_tab
+
+    path, tensors = llama_file
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in (1, 2):
+        torch.save({k: t + 0.01 * step for k, t in tensors.items()}, run / f"step_{step}.pth")
+    window.resize(*size)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == size)
+    tab = open_series_tab(window, [str(run)])
+    qtbot.waitUntil(lambda: tab.state == "ready", timeout=120_000)
+    tab.views.setCurrentWidget(tab.graph)
+    qtbot.waitUntil(lambda: tab.graph.page is not None and tab.graph.page.coloured is not None, timeout=60_000)
+    page = tab.graph.page
+    assert (window.width(), window.height()) == size
+    canvas = visible_rect(page.canvas, window)
+    assert canvas.width() >= size[0] * 0.55 and canvas.height() >= size[1] * 0.45, canvas
+    for widget in (*_controls(page), tab.graph.step_box):
+        assert visible_rect(widget, window) == QRect(widget.mapTo(window, QPoint(0, 0)), widget.size()), widget
+        assert widget.width() >= min(widget.sizeHint().width(), 200), widget
+
+    view = open_diff(window, path, str(run / "step_2.pth"))
+    qtbot.waitUntil(lambda: not view.busy and view.result is not None, timeout=60_000)
+    host = view.show_graph(True)
+    qtbot.waitUntil(lambda: host.page is not None and host.page.coloured is not None, timeout=60_000)
+    page = host.page
+    canvas = visible_rect(page.canvas, window)
+    assert canvas.height() >= size[1] * 0.3, canvas  # the table keeps a few rows above it
+    for widget in (*_controls(page), view.graph_button):
+        assert visible_rect(widget, window) == QRect(widget.mapTo(window, QPoint(0, 0)), widget.size()), widget

@@ -657,8 +657,9 @@ class CompareTab(QWidget):
             self.graph_button.setChecked(on)  # comes back here through `toggled`
             return self.graph
         self.bottom_stack.setCurrentWidget(self.graph if on else self.plots)
+        keep_rows_visible(self.table, 3 if on else 8)  # beside the graph, the table keeps a few rows
         height = sum(self.splitter.sizes()) or self.height()
-        share = 30 if on else 60  # beside the graph, the table keeps a few rows
+        share = 30 if on else 60
         self.splitter.setSizes([height * share // 100, height - height * share // 100])
         if on:
             self.graph.build()
