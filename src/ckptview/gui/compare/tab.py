@@ -60,7 +60,7 @@ from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
-from ckptview.gui.graph.hosts import CompareGraph
+from ckptview.gui.graph import CompareGraph
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np

@@ -46,7 +46,7 @@ from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
-from ckptview.gui.graph.hosts import RunGraph
+from ckptview.gui.graph import RunGraph
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.plots import (
     HEAT_FLOOR,
