@@ -13,7 +13,13 @@ from tests.support.graphview import LAYERS
 
 
 @pytest.fixture
-def llama_file(tmp_path, monkeypatch):
+def graph_caches():
+    """The graph cache each graph job of `llama_file` was handed (the window's, it should be)."""
+    return []
+
+
+@pytest.fixture
+def llama_file(tmp_path, monkeypatch, graph_caches):
     """A state dict holding the keys of a 2-layer synthetic Llama program, and that program as its graph."""
     torch.manual_seed(0)
     tensors = {key: torch.randn(4) if key.endswith("norm.weight") or "inv_freq" in key else torch.randn(6, 4)
@@ -25,7 +31,8 @@ def llama_file(tmp_path, monkeypatch):
     graph = llama_program(LAYERS)
     graph.unread.append("extra.scale")
 
-    def job(checkpoint, token=None):
+    def job(checkpoint, token=None, cache=None):
+        graph_caches.append(cache)
         yield from ()
         return graph
 

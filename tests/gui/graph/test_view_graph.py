@@ -30,6 +30,13 @@ def test_view_starts_collapsed_and_expands_and_collapses_on_a_click(qtbot, windo
     assert "g:model" in {i.key for i in page.view.items}
 
 
+def test_view_reads_the_graph_through_the_windows_cache(qtbot, window, llama_file, graph_caches):
+    """The core keeps no cache of its own: the window makes one and hands it to each tab's Graph view, so a
+    traced architecture is found again without reopening the user's cache file per trace."""
+    open_graph(qtbot, window, llama_file[0])
+    assert graph_caches == [window.graph_cache] and window.graph_cache is not None
+
+
 def test_view_search_goes_to_each_match_expanding_its_module(qtbot, window, llama_file):
     tab, page = open_graph(qtbot, window, llama_file[0])
     qtbot.keyClicks(page.search, "_softmax")

@@ -8,15 +8,17 @@ import math
 
 import torch
 
+from ckptview.core.graph import graph_job
 from ckptview.core.graph.overlay import CHANGE, NORM, UPDATE, format_number
-from ckptview.core.series.timeline import module_series
+from ckptview.core.series.model import module_series
 from ckptview.gui.compare.tab import open_diff
 from ckptview.gui.series.tab import open_series_tab
 from tests.support.graphs import llama_program
 from tests.support.graphview import LAYERS, click_box, laid_out, wait_coloured
 
 
-def test_a_comparison_colours_the_graph_of_a_by_the_relative_change(qtbot, window, llama_file, tmp_path):
+def test_a_comparison_colours_the_graph_of_a_by_the_relative_change(qtbot, window, llama_file, tmp_path,
+                                                                    graph_caches):
     path, tensors = llama_file
     torch.manual_seed(1)
     later = {k: t + 0.01 * torch.randn_like(t) * (1 + i % 3) for i, (k, t) in enumerate(tensors.items())}
@@ -28,6 +30,7 @@ def test_a_comparison_colours_the_graph_of_a_by_the_relative_change(qtbot, windo
     assert view.bottom_stack.currentWidget() is host and view.graph_button.isChecked()
     qtbot.waitUntil(lambda: host.page is not None and host.page.view is not None, timeout=30_000)
     page = host.page
+    assert graph_caches == [window.graph_cache]  # a traced graph is kept in the window's cache
     qtbot.waitUntil(lambda: page.coloured is not None and page.coloured.figure is CHANGE, timeout=30_000)
     assert page.overlay_box.currentText() == "relative change" and page.legend.text().startswith("relative")
     rows = {r.name_a: r for r in view.result.tensors if r.name_a is not None}
@@ -75,14 +78,22 @@ def _save_run(folder) -> list[dict[str, torch.Tensor]]:
     return saved
 
 
-def test_a_run_colours_the_graph_by_the_update_ratio_at_a_chosen_step(qtbot, window, tmp_path):
+def test_a_run_colours_the_graph_by_the_update_ratio_at_a_chosen_step(qtbot, window, tmp_path, monkeypatch):
     saved = _save_run(tmp_path / "run")
+    handed = []
+
+    def recorded(checkpoint, token=None, cache=None):
+        handed.append(cache)
+        return (yield from graph_job(checkpoint, token, cache))
+
+    monkeypatch.setattr("ckptview.core.graph.adapter.graph_job", recorded)
     tab = open_series_tab(window, [str(tmp_path / "run")])
     qtbot.waitUntil(lambda: tab.state == "ready", timeout=120_000)
     tab.views.setCurrentWidget(tab.graph)  # the graph is read when first shown
     qtbot.waitUntil(lambda: tab.graph.page is not None and tab.graph.page.view is not None, timeout=60_000)
     page = tab.graph.page
     assert "module tree" in page.source_label.text()
+    assert handed == [window.graph_cache]  # a traced graph would be kept in the window's cache
     qtbot.waitUntil(lambda: page.coloured is not None and page.coloured.figure is UPDATE, timeout=30_000)
     assert [tab.graph.step_box.itemText(i) for i in range(tab.graph.step_box.count())] == [
         tab.result.label(t) for t in range(3)]
@@ -117,3 +128,4 @@ def test_a_run_colours_the_graph_by_the_update_ratio_at_a_chosen_step(qtbot, win
     reader = page.hierarchy.graph.nodes[page.hierarchy.readers["blocks.1.fc.bias"][0]]
     assert page.selected == ["n:" + reader.id]
     assert [n for _, n in tab.selected()] == ["blocks.1.fc.bias"]
+

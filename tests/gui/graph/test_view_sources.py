@@ -6,6 +6,7 @@ to torch's, and no torch loader reached in this process by showing it."""
 
 from __future__ import annotations
 
+import sqlite3
 import warnings
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.graph import GraphCache
 from ckptview.core.graph.collapse import GROUP
 from ckptview.core.graph.overlay import format_number
 from ckptview.core.jobs import drain
@@ -167,10 +169,8 @@ def test_each_kind_of_file_draws_its_graph_tied_to_the_tree(qtbot, window, files
 def test_reading_a_library_graph_shows_progress_and_can_be_cancelled(qtbot, window, files, monkeypatch):
     """The tracing worker is the core's: Cancel stops the job (and kills the worker); the view offers to read
     the graph again, and reading it again draws it."""
-    from ckptview.core.graph.cache import GraphCache
-
     fresh = GraphCache(str(files["llama"]) + "-cache.sqlite3")  # nothing cached: a worker must trace it
-    monkeypatch.setattr("ckptview.core.graph.library.shared_cache", lambda: fresh)
+    monkeypatch.setattr(window, "graph_cache", fresh)  # the window hands its cache to the tab's view
 
     tab = window.open_paths([files["llama"]])[0]
     wait_settled(qtbot, tab)
@@ -183,4 +183,9 @@ def test_reading_a_library_graph_shows_progress_and_can_be_cancelled(qtbot, wind
     page.retry_button.click()
     qtbot.waitUntil(lambda: page.view is not None, timeout=TRACE_S)
     assert "LlamaForCausalLM" in page.source_label.text()
+    db = sqlite3.connect(fresh.path)  # the trace was kept in the cache the window handed down
+    try:
+        assert db.execute("SELECT count(*) FROM graphs").fetchone() == (1,)
+    finally:
+        db.close()
     fresh.close()

@@ -16,6 +16,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.graph.build import graph_job
+from ckptview.core.graph.cache import GraphCache
 from ckptview.core.graph.collapse import GROUP, Hierarchy, View
 from ckptview.core.graph.exported import SOURCE as EXPORTED
 from ckptview.core.graph.layout import LayoutCache, Placed
@@ -45,26 +46,28 @@ def describe_source(graph: ModelGraph) -> str:
     return source
 
 
-def hierarchy_job(checkpoint: Checkpoint | None, job: GraphJob | None = None, token: CancelToken | None = None
-                  ) -> Generator[Progress, None, Hierarchy]:
-    """The graph of `checkpoint` (the core's `graph_job`, or `job`), nested by module path."""
+def hierarchy_job(checkpoint: Checkpoint | None, job: GraphJob | None = None, token: CancelToken | None = None,
+                  cache: GraphCache | None = None) -> Generator[Progress, None, Hierarchy]:
+    """The graph of `checkpoint` (the core's `graph_job`, traced graphs kept in `cache`; or `job`), nested by
+    module path."""
     if job is not None:
         graph = yield from job(checkpoint, token)
     elif checkpoint is None:
         raise ValueError("no checkpoint to read a graph from")
     else:
-        graph = yield from graph_job(checkpoint, token)
+        graph = yield from graph_job(checkpoint, token, cache)
     yield Progress(0, 0, f"nesting {len(graph.nodes):,} nodes by module")
     return Hierarchy(graph)
 
 
-def held_graph_job(holdings: Holdings, path: str) -> GraphJob:
-    """A graph job for a checkpoint a view holds by path (a run's): leased in the worker, then `graph_job`."""
+def held_graph_job(holdings: Holdings, path: str, cache: GraphCache | None = None) -> GraphJob:
+    """A graph job for a checkpoint a view holds by path (a run's): leased in the worker, then `graph_job`
+    (traced graphs kept in `cache`)."""
 
     def job(_checkpoint: Checkpoint | None, token: CancelToken | None = None) -> Generator[Progress, None, ModelGraph]:
         yield Progress(0, 0, "opening the checkpoint")
         lease = holdings.lease(path)  # the run's own hold (it lets it go with the tab)
-        return (yield from graph_job(lease.checkpoint, token))
+        return (yield from graph_job(lease.checkpoint, token, cache))
 
     return job
 

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from ckptview import __version__
 from ckptview.core.checkpoint import Node
+from ckptview.core.graph import GraphCache
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -111,6 +112,8 @@ class MainWindow(QMainWindow):
         # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
         # command line's --download, --deadline, ...).
         self._workspace = Workspace(remote=remote)
+        # Where its Graph views keep the architectures they traced (`TabHost.graph_cache`; opened on first use).
+        self.graph_cache = GraphCache()
         self.setWindowTitle("ckptview")
         icon_file = resource_path("ckptview.svg")
         if os.path.exists(icon_file):
@@ -572,6 +575,7 @@ class MainWindow(QMainWindow):
         self._build_queue.clear()
         for page in tabs_in(self.tabs):
             page.release()
+        self.graph_cache.close()
         super().closeEvent(event)
 
 

@@ -307,7 +307,7 @@ class CheckpointTab(QWidget):
             self.graph_button.setChecked(on)  # comes back here through `toggled`
             return self.graph
         if on and self.graph is None:
-            self.graph = GraphPage(self.checkpoint, self.context.analysis)
+            self.graph = GraphPage(self.checkpoint, self.context.analysis, graph_cache=self.host.graph_cache)
             self.graph.keys_selected.connect(self.select_names)
             self._stops.append(self.graph.stop)
             self.right.addWidget(self.graph)

@@ -52,6 +52,7 @@ from ckptview.core.compare.diff import DiffProgress, diff_chunks, iter_compare, 
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
 from ckptview.core.gc_policy import keep_out_of_collections
+from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
@@ -362,10 +363,11 @@ class CompareTab(QWidget):
 
     def __init__(self, path_a: str, path_b: str, strip_a: str | None = None, strip_b: str | None = None,
                  mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None,
-                 workspace: Workspace | None = None) -> None:
+                 workspace: Workspace | None = None, graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent)
         # The window's (a file open in a tab is not opened again); a view outside a window has its own.
         self.workspace = workspace if workspace is not None else Workspace()
+        self.graph_cache = graph_cache  # where the Graph view's traced graphs are kept: the window's
         self.path_a, self.path_b = os.path.abspath(path_a), os.path.abspath(path_b)
         self.strip_a, self.strip_b, self.mapping = strip_a, strip_b, list(mapping)
         self.result: DiffResult | None = None
@@ -474,7 +476,8 @@ class CompareTab(QWidget):
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(rel_box)
         bottom.addWidget(hist_box)
-        self.graph = CompareGraph(self._graph_source, lambda: self.result)  # read when first shown
+        self.graph = CompareGraph(self._graph_source, lambda: self.result,  # read when first shown
+                                  graph_cache=self.graph_cache)
         self.graph.keys_selected.connect(self.select_names)
         self.bottom_stack = QStackedWidget()  # the plots, or the graph
         self.bottom_stack.addWidget(bottom)
@@ -756,7 +759,7 @@ def _status_rank(status: str) -> int:
 # --- ways in ---------------------------------------------------------------------------------------
 def open_diff(window: Any, path_a: str, path_b: str) -> CompareTab:
     """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
-    view = CompareTab(path_a, path_b, workspace=window.workspace)
+    view = CompareTab(path_a, path_b, workspace=window.workspace, graph_cache=window.graph_cache)
     title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
     window.add_tab(view, title, [f"A: {view.path_a}", f"B: {view.path_b}"])
     view.start()

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.graph import GraphCache
 from ckptview.core.graph.adapter import held_graph_job
 from ckptview.core.graph.overlay import ABS_MAX, CHANGE, NONFINITE, NORM, UPDATE, pair_figures, step_figures
 from ckptview.core.session.workspace import Holdings
@@ -33,8 +34,9 @@ RUN_FIGURES = (UPDATE, NORM, ABS_MAX, NONFINITE)  # what a run gives at a step, 
 class _Host(QWidget):
     keys_selected = Signal(list)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent)
+        self.graph_cache = graph_cache  # where traced graphs are kept: the window's
         self.page: GraphPage | None = None
         self.box = QVBoxLayout(self)
         self.box.setContentsMargins(0, 0, 0, 0)
@@ -82,8 +84,9 @@ class CompareGraph(_Host):
     """The graph of a comparison's checkpoint A, coloured by each box's relative change ||B - A|| / ||A||."""
 
     def __init__(self, source: Callable[[], tuple[Checkpoint, Analysis] | None],
-                 result: Callable[[], DiffResult | None], parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+                 result: Callable[[], DiffResult | None], parent: QWidget | None = None,
+                 graph_cache: GraphCache | None = None) -> None:
+        super().__init__(parent, graph_cache)
         self.source, self.result = source, result
         self.finished = False
         self.waiting.setText("The graph of A is drawn once both files are open.")
@@ -93,7 +96,7 @@ class CompareGraph(_Host):
         if found is None:
             return None
         checkpoint, analysis = found
-        return GraphPage(checkpoint, analysis)
+        return GraphPage(checkpoint, analysis, graph_cache=self.graph_cache)
 
     def set_finished(self, finished: bool) -> None:
         """The comparison is done (its relative changes are final) or started again."""
@@ -111,8 +114,8 @@ class RunGraph(_Host):
     """The graph of a run's checkpoint, coloured by a figure of the run at the step chosen above it."""
 
     def __init__(self, holdings: Holdings, result: Callable[[], SeriesResult | None],
-                 parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+                 parent: QWidget | None = None, graph_cache: GraphCache | None = None) -> None:
+        super().__init__(parent, graph_cache)
         self.holdings, self.result = holdings, result
         self.waiting.setText("The graph is drawn once the run's checkpoints are found.")
         row = QHBoxLayout()
@@ -135,7 +138,7 @@ class RunGraph(_Host):
             return None
         ref = result.checkpoints[-1]
         self.graph_of = ref.path
-        return GraphPage(None, None, held_graph_job(self.holdings, ref.path), name=ref.file_name)
+        return GraphPage(None, None, held_graph_job(self.holdings, ref.path, self.graph_cache), name=ref.file_name)
 
     def step(self) -> int:
         """The chosen checkpoint's index in the run (-1: none yet)."""

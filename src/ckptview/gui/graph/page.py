@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.graph import GraphCache
 from ckptview.core.graph.adapter import (
     Coloured,
     GraphJob,
@@ -128,11 +129,12 @@ class GraphPage(QWidget):
     overlay_ready = Signal()
 
     def __init__(self, checkpoint: Checkpoint | None, analysis: Analysis | None, job: GraphJob | None = None,
-                 parent: QWidget | None = None, name: str = "") -> None:
+                 parent: QWidget | None = None, name: str = "", graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("graphPage")
         self.checkpoint, self.analysis = checkpoint, analysis
         self._job = job  # None: the core's graph_job
+        self._graph_cache = graph_cache  # where the core keeps traced graphs: the window's (None: the user's file)
         self.name = name or (os.path.basename(checkpoint.path.rstrip("/" + os.sep)) if checkpoint is not None
                              else "graph")
         self.hierarchy: Hierarchy | None = None
@@ -299,7 +301,7 @@ class GraphPage(QWidget):
             self.retry_button.hide()
             self.source_label.setText("Reading the graph…")
             self._say("Reading the graph…", busy=True)
-            self.graph_slot.start(hierarchy_job, self.checkpoint, self._job)
+            self.graph_slot.start(hierarchy_job, self.checkpoint, self._job, cache=self._graph_cache)
 
     def cancel(self) -> None:
         """Cancel: the graph's reading (a library's tracing worker is killed), else the layout running."""

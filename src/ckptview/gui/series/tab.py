@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core import dtypes
+from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -104,8 +105,10 @@ class SeriesTab(QWidget):
     spectra_ready = Signal(object)  # [tensor names drawn in the Spectra view]
 
     def __init__(self, paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-                 parent: QWidget | None = None, workspace: Workspace | None = None) -> None:
+                 parent: QWidget | None = None, workspace: Workspace | None = None,
+                 graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent)
+        self.graph_cache = graph_cache  # where the Graph view's traced graphs are kept: the window's
         self.paths = [p if is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
         self.result: SeriesResult | None = None
@@ -186,7 +189,8 @@ class SeriesTab(QWidget):
         self.views.addTab(self.lines, "Lines")
         self.views.addTab(self.heatmap, "Update heat-map")
         self.views.addTab(self.histograms, "Histograms")
-        self.graph = RunGraph(self._res.holdings, lambda: self.result)  # read when first shown
+        self.graph = RunGraph(self._res.holdings, lambda: self.result,  # read when first shown
+                              graph_cache=self.graph_cache)
         self.graph.keys_selected.connect(self.select_tensors)
         self.views.addTab(self.graph, "Graph")
         self.spectra = SpectralLines()  # a tab while Spectral is checked
@@ -640,7 +644,7 @@ _OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state
 # --- ways in ---------------------------------------------------------------------------------------
 def open_series_tab(window: Any, paths: list[str]) -> SeriesTab:
     """Open a series tab in ``window`` and start reading (File > Open Series…, ``--series``)."""
-    tab = SeriesTab(paths, workspace=window.workspace)
+    tab = SeriesTab(paths, workspace=window.workspace, graph_cache=window.graph_cache)
     first = tab.paths[0] if tab.paths else ""
     title = f"Series: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Series: {len(tab.paths)} paths"
     window.add_tab(tab, title, list(tab.paths))
