@@ -5,11 +5,13 @@ ways to the tab's rows."""
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 
 from ckptview.core.graph import graph_job
 from ckptview.core.graph.overlay import CHANGE, NORM, UPDATE, format_number
+from ckptview.core.jobs import Progress
 from ckptview.core.series.model import module_series
 from ckptview.gui.compare.tab import open_diff
 from ckptview.gui.series.tab import open_series_tab
@@ -129,3 +131,37 @@ def test_a_run_colours_the_graph_by_the_update_ratio_at_a_chosen_step(qtbot, win
     assert page.selected == ["n:" + reader.id]
     assert [n for _, n in tab.selected()] == ["blocks.1.fc.bias"]
 
+
+def _endless(started):
+    """A graph job that reads until it is cancelled (a library's trace, as long as the test needs)."""
+
+    def job(checkpoint, token=None, cache=None):
+        started.append(token)
+        while True:
+            token.check()
+            yield Progress(0, 0, "tracing the architecture")
+            threading.Event().wait(0.02)
+
+    return job
+
+
+def test_closing_a_comparison_or_a_run_stops_the_graph_it_reads(qtbot, window, llama_file, tmp_path, monkeypatch):
+    """`release()` (the window closing the tab: `Tab`) stops the Graph view's jobs with the tab's own: a
+    trace's worker is killed then, not whenever Qt deletes the widget."""
+    started = []
+    monkeypatch.setattr("ckptview.core.graph.adapter.graph_job", _endless(started))
+    path, _ = llama_file
+    view = open_diff(window, path, path)
+    qtbot.waitUntil(lambda: not view.busy and view.result is not None, timeout=60_000)
+    host = view.show_graph(True)
+    qtbot.waitUntil(lambda: len(started) == 1 and host.page.graph_slot.running, timeout=30_000)
+    view.release()
+    qtbot.waitUntil(lambda: started[0].cancelled and not host.page.graph_slot.running, timeout=30_000)
+
+    _save_run(tmp_path / "run")
+    tab = open_series_tab(window, [str(tmp_path / "run")])
+    qtbot.waitUntil(lambda: tab.state == "ready", timeout=120_000)
+    tab.views.setCurrentWidget(tab.graph)
+    qtbot.waitUntil(lambda: len(started) == 2 and tab.graph.page.graph_slot.running, timeout=60_000)
+    tab.release()
+    qtbot.waitUntil(lambda: started[1].cancelled and not tab.graph.page.graph_slot.running, timeout=30_000)

@@ -551,6 +551,7 @@ class CompareTab(QWidget):
         """Stop the comparison and let go of both files (the window is closing the tab: `Tab`)."""
         self.job.cancel()
         self.hist_job.cancel()
+        self.graph.stop()  # its reading (a trace's worker), layout and colours
         self._res.release()
 
     def trees(self) -> list[Any]:

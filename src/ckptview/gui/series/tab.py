@@ -222,6 +222,7 @@ class SeriesTab(QWidget):
         """Stop every job and let go of the run's checkpoints (the window is closing the tab: `Tab`)."""
         for job in (self.reading, self.histogram_job, self.spectra_job, self.follow.slot):
             job.cancel()
+        self.graph.stop()  # its reading (a trace's worker), layout and colours
         self._res.release()
 
     def trees(self) -> list[Any]:
