@@ -13,8 +13,10 @@ from ckptview.core.graph.layout import LayoutCache, engines, layers_of, layout
 from ckptview.core.graph.overlay import ABS_MAX, ALPHA, CHANGE, NONFINITE, NORM, KeyFigures, combine, scale_of
 from ckptview.core.jobs import CancelToken
 from tests.support.graphs import llama_program
+from tests.support.layout_engines import needs_dot, needs_igraph
 
-ENGINES = pytest.mark.parametrize("engine", ["igraph", "dot"])
+ENGINES = pytest.mark.parametrize("engine", [pytest.param("igraph", marks=needs_igraph),
+                                             pytest.param("dot", marks=needs_dot)])
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,7 @@ def test_a_cancelled_layout_stops(llama, engine):
         layout(llama.view(frozenset(llama.groups)), engine, token)
 
 
+@needs_igraph
 def test_layouts_are_kept_per_expanded_set(llama):
     cache, runs = LayoutCache(keep=2), []
 
@@ -135,6 +138,7 @@ def test_the_colour_scale_is_log_only_across_decades():
     assert scale_of(NORM, [None]) is None
 
 
+@needs_igraph
 def test_a_graph_of_modules_without_edges_lays_out():
     graph = ModelGraph("module-tree", [GraphNode("a", "module", "", (), ("a.weight",)),
                                        GraphNode("a.b", "module", "a", (), ("a.b.weight",))])
@@ -143,6 +147,7 @@ def test_a_graph_of_modules_without_edges_lays_out():
     assert len(placed.boxes) == 2 and placed.edges == []
 
 
+@needs_igraph
 def test_igraph_lays_out_graphs_of_many_parts_without_crashing():
     """igraph 1.0's Sugiyama with given layers corrupted its memory on a graph of several parts (a 5-layer
     program with its broadcast edges drawn straight: a segmentation fault). Run in a child: a crash fails
@@ -156,6 +161,7 @@ from ckptview.core.graph import GraphNode, ModelGraph
 from ckptview.core.graph.collapse import Hierarchy
 from ckptview.core.graph.layout import layout
 from tests.support.graphs import llama_program
+from tests.support.layout_engines import needs_dot, needs_igraph
 for layers in (5, 7, 11):
     h = Hierarchy(llama_program(layers))
     layout(h.view(frozenset(h.groups)), "igraph")
@@ -202,6 +208,7 @@ def test_the_adapter_gives_the_cores_graph_and_names_its_source(tmp_path):
     assert describe_source(ModelGraph("transformers:LlamaForCausalLM")) == "transformers LlamaForCausalLM on meta"
 
 
+@needs_igraph
 def test_igraph_is_imported_without_matplotlib():
     """igraph's import pulled in matplotlib.pyplot for its drawing (2 s of the Graph view's first paint on a
     busy machine, and a GUI backend picked from a worker thread): a layout never draws with it."""
@@ -225,6 +232,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "matplotlib"))
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
 
 
+@needs_igraph
 def test_edges_from_a_box_every_layer_reads_are_marked_straight():
     """The rotary cos/sin and the mask, read by every layer, are drawn straight (and fainter): the layout
     says which edges those are."""

@@ -17,8 +17,10 @@ from ckptview.gui.graph.scene import NAN_COLOR
 from tests.support.graphs import layers_for, llama_program
 from tests.support.graphview import LAYERS, click_box, laid_out, open_graph
 from tests.support.guihelpers import wait_settled
+from tests.support.layout_engines import needs_igraph
 
 
+@needs_igraph
 def test_view_starts_collapsed_and_expands_and_collapses_on_a_click(qtbot, window, llama_file):
     tab, page = open_graph(qtbot, window, llama_file[0])
     assert {i.key for i in page.view.items} == {"n:input", "n:output", "g:model", "g:lm_head"}
@@ -30,6 +32,7 @@ def test_view_starts_collapsed_and_expands_and_collapses_on_a_click(qtbot, windo
     assert "g:model" in {i.key for i in page.view.items}
 
 
+@needs_igraph
 def test_view_reads_the_graph_through_the_windows_cache(qtbot, window, llama_file, graph_caches):
     """The core keeps no cache of its own: the window makes one and hands it to each tab's Graph view, so a
     traced architecture is found again without reopening the user's cache file per trace."""
@@ -37,6 +40,7 @@ def test_view_reads_the_graph_through_the_windows_cache(qtbot, window, llama_fil
     assert graph_caches == [window.graph_cache] and window.graph_cache is not None
 
 
+@needs_igraph
 def test_view_search_goes_to_each_match_expanding_its_module(qtbot, window, llama_file):
     tab, page = open_graph(qtbot, window, llama_file[0])
     qtbot.keyClicks(page.search, "_softmax")
@@ -54,6 +58,7 @@ def test_view_search_goes_to_each_match_expanding_its_module(qtbot, window, llam
     assert page.search.text() == "" and page.scene.marked == {}
 
 
+@needs_igraph
 def test_view_a_selected_node_selects_its_tensors_in_the_tree(qtbot, window, llama_file):
     tab, page = open_graph(qtbot, window, llama_file[0])
     laid_out(qtbot, page, lambda: page.expand("model.layers.1.mlp.down_proj"))
@@ -66,6 +71,7 @@ def test_view_a_selected_node_selects_its_tensors_in_the_tree(qtbot, window, lla
     assert all(n.startswith("model.layers.0.") for n in names)
 
 
+@needs_igraph
 def test_view_a_tensor_selected_in_the_tree_shows_its_node(qtbot, window, llama_file):
     tab, page = open_graph(qtbot, window, llama_file[0])
     laid_out(qtbot, page, lambda: tab.select_name("model.layers.1.self_attn.k_proj.weight"))
@@ -76,6 +82,7 @@ def test_view_a_tensor_selected_in_the_tree_shows_its_node(qtbot, window, llama_
     assert [r.name for r in tab.selected_rows()] == ["model.layers.1.self_attn.k_proj.weight"]  # no echo
 
 
+@needs_igraph
 def test_view_lists_the_keys_no_node_reads(qtbot, window, llama_file):
     tab, page = open_graph(qtbot, window, llama_file[0])
     assert page.unread_button.isVisible() and page.unread_button.text() == "1 keys no node reads"
@@ -83,6 +90,7 @@ def test_view_lists_the_keys_no_node_reads(qtbot, window, llama_file):
     assert page.unread_list.isVisible() and page.unread_list.item(0).text() == "extra.scale"
 
 
+@needs_igraph
 def test_overlay_legend_and_hover_give_the_figures_of_the_weights(qtbot, window, llama_file):
     path, tensors = llama_file
     tab, page = open_graph(qtbot, window, path)
@@ -108,6 +116,7 @@ def test_overlay_legend_and_hover_give_the_figures_of_the_weights(qtbot, window,
     assert f"max |x| {format_number(expected)}" in page.tooltip(index["g:model.layers.0.mlp.gate_proj"])
 
 
+@needs_igraph
 def test_view_exports_svg_and_png(qtbot, window, llama_file, tmp_path):
     tab, page = open_graph(qtbot, window, llama_file[0])
     laid_out(qtbot, page, lambda: page.expand("model.layers.0"))
@@ -121,6 +130,7 @@ def test_view_exports_svg_and_png(qtbot, window, llama_file, tmp_path):
     assert not image.isNull() and image.width() > 100 and image.height() > 100
 
 
+@needs_igraph
 def test_view_of_20000_nodes_opens_and_its_layout_can_be_cancelled(qtbot):
     graph = llama_program(layers_for(20_000))
     assert len(graph.nodes) >= 19_900
@@ -154,6 +164,7 @@ def test_view_without_a_layout_library_says_how_to_install_one(qtbot, window, ll
     assert "pip install 'ckptview[graph]'" in page.source_label.text()
 
 
+@needs_igraph
 def test_view_follows_a_change_of_palette(qtbot, window, llama_file):
     """A palette chosen while the graph is shown (light to dark) redraws it in the new colours, its marks and
     overlay kept: boxes drawn in the old Base would be white squares on a dark window."""
@@ -177,6 +188,7 @@ def test_view_follows_a_change_of_palette(qtbot, window, llama_file):
     assert page.scene.marked == {index["g:model.layers.1"]: "selected"}  # and the selection
 
 
+@needs_igraph
 def test_every_label_fits_inside_its_box(qtbot, window, llama_file):
     """A closed module's second line ends in its "+" corner: it ran past the box's right edge."""
     tab, page = open_graph(qtbot, window, llama_file[0])

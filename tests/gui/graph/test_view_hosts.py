@@ -17,6 +17,9 @@ from ckptview.gui.compare.tab import open_diff
 from ckptview.gui.series.tab import open_series_tab
 from tests.support.graphs import llama_program
 from tests.support.graphview import LAYERS, click_box, laid_out, wait_coloured
+from tests.support.layout_engines import needs_igraph
+
+pytestmark = needs_igraph  # every test here lays out a graph
 
 
 def test_a_comparison_colours_the_graph_of_a_by_the_relative_change(qtbot, window, llama_file, tmp_path,

@@ -8,6 +8,9 @@ from PySide6.QtCore import QPoint, QRect
 
 from ckptview.gui.checkpoint.tree_model import DEVICE, NAME, SHARD, SIZE
 from tests.support.graphview import laid_out, open_graph
+from tests.support.layout_engines import needs_igraph
+
+pytestmark = needs_igraph  # every test here lays out a graph
 
 SIZES = [(1024, 640), (1280, 800)]
 MIN_CANVAS = {(1024, 640): (600, 300), (1280, 800): (760, 450)}

@@ -22,6 +22,9 @@ from ckptview.core.read.open import open_checkpoint
 from ckptview.gui.checkpoint.tree_model import COLUMNS, NAME, SHAPE, SHARD, SIZE
 from tests.support.graphview import click_box, laid_out
 from tests.support.guihelpers import wait_settled
+from tests.support.layout_engines import needs_igraph
+
+pytestmark = needs_igraph  # every test here lays out a graph
 
 transformers = pytest.importorskip("transformers")
 
