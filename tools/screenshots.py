@@ -3,7 +3,7 @@
 Builds its checkpoints with torch in a temporary folder (the README's MLP after a few Adam steps, and the
 same model a few steps later for the comparison), opens them in a real window with QT_QPA_PLATFORM=offscreen,
 waits for each view to finish its work, and saves `tree.png`, `statistics.png`, `optimizer.png`,
-`diff.png` and `run.png` into --out (default docs/screenshots) at --size (default 1280x800).
+`diff.png`, `run.png` and `graph.png` (a tiny Llama's graph, traced on meta) into --out (default docs/screenshots) at --size (default 1280x800).
 """
 
 from __future__ import annotations
@@ -41,6 +41,28 @@ def make_checkpoints(folder: str) -> tuple[str, str]:
                     "epoch": len(paths) * 20 + 5, "loss": loss.item()}, path)
         paths.append(path)
     return paths[0], paths[1]
+
+
+def make_llama(folder: str) -> str:
+    """A tiny Llama saved with save_pretrained (its graph is traced on meta in the worker); the README's MLP
+    exported as a .pt2 when transformers is not installed."""
+    import torch
+
+    torch.manual_seed(0)
+    try:
+        import transformers
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "resources"))
+        from make_example import MLP  # type: ignore[import-not-found]
+
+        path = os.path.join(folder, "mlp.pt2")
+        torch.export.save(torch.export.export(MLP().eval(), (torch.randn(2, 20),)), path)
+        return path
+    path = os.path.join(folder, "tiny-llama")
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    return path
 
 
 def wait_until(app, condition, timeout: float = 60.0) -> None:
@@ -107,6 +129,22 @@ def main(argv: list[str] | None = None) -> int:
         wait_until(app, lambda: True, timeout=2)
         shoot("run")
         del run
+        (llama,) = window.open_paths([make_llama(tmp)])
+        wait_until(app, lambda: llama.state != "loading")
+        graph = llama.show_graph(True)
+        assert graph is not None
+        wait_until(app, lambda: graph.view is not None, timeout=600)
+        if "g:model" in graph.view.index():
+            graph.expand("model.layers.1.self_attn")
+            wait_until(app, lambda: "model.layers.1.self_attn" in graph.expanded)
+        graph.overlay_box.setCurrentIndex(graph.overlay_box.findText("L2 norm"))
+        wait_until(app, lambda: graph.coloured is not None and graph.coloured.view is graph.view)
+        weight = next((k for k in graph.hierarchy.readers if k.endswith("layers.1.self_attn.q_proj.weight")),
+                      next(iter(graph.hierarchy.readers)))
+        llama.select_name(weight)
+        wait_until(app, lambda: not graph.layout_slot.running and not graph.overlay_slot.running)
+        shoot("graph")
+        window.tabs.setCurrentWidget(tab)
         view = open_diff(window, first, second)
         wait_until(app, lambda: not view.busy)
         view.select_row(0)

@@ -3,6 +3,8 @@ the module tree of a state dict. Nothing here runs the file (see `docs/guide/gra
 
 `graph_job(checkpoint, token)` is the work as a generator (progress, cancel); `read_graph` runs it to its end;
 `graph_source` says cheaply where a checkpoint's graph will come from; `to_dot` writes Graphviz DOT.
+A traced graph is kept in the `GraphCache` its caller hands down (the window keeps one; without, the user's
+cache file is opened for that call).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import lazy_loader
 
 if TYPE_CHECKING:
     from ckptview.core.graph.build import graph_job, graph_source, read_graph
+    from ckptview.core.graph.cache import GraphCache
     from ckptview.core.graph.dot import to_dot
     from ckptview.core.graph.limits import GraphRefused
     from ckptview.core.graph.model import (
@@ -24,12 +27,13 @@ if TYPE_CHECKING:
         ModelGraph,
     )
 
-__all__ = ["INPUT_OP", "MODULE_OP", "OUTPUT_OP", "GraphDataError", "GraphNode", "GraphRefused", "ModelGraph",
-           "graph_job", "graph_source", "read_graph", "to_dot"]
+__all__ = ["INPUT_OP", "MODULE_OP", "OUTPUT_OP", "GraphCache", "GraphDataError", "GraphNode", "GraphRefused",
+           "ModelGraph", "graph_job", "graph_source", "read_graph", "to_dot"]
 
 # Each name is imported on first use: a module of this package imports none of the others (SPEC 1).
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "build": ["graph_job", "graph_source", "read_graph"],
+    "cache": ["GraphCache"],
     "dot": ["to_dot"],
     "limits": ["GraphRefused"],
     "model": ["INPUT_OP", "MODULE_OP", "OUTPUT_OP", "GraphDataError", "GraphNode", "ModelGraph"],

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from ckptview import __version__
 from ckptview.core.checkpoint import Node
+from ckptview.core.graph import GraphCache
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -111,6 +112,8 @@ class MainWindow(QMainWindow):
         # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
         # command line's --download, --deadline, ...).
         self._workspace = Workspace(remote=remote)
+        # Where its Graph views keep the architectures they traced (`TabHost.graph_cache`; opened on first use).
+        self.graph_cache = GraphCache()
         self.setWindowTitle("ckptview")
         icon_file = resource_path("ckptview.svg")
         if os.path.exists(icon_file):
@@ -220,6 +223,8 @@ class MainWindow(QMainWindow):
                                           self._icon(sp.SP_ArrowDown))
         self.collapse_action = self._action("Co&llapse All", lambda: self._on_tab(CheckpointTab.collapse_all),
                                             "Ctrl+Shift+E", self._icon(sp.SP_ArrowUp))
+        self.graph_action = self._action("&Graph", lambda: self._on_tab(CheckpointTab.toggle_graph), "Ctrl+G")
+        self.graph_action.setStatusTip("Show the model's graph beside the tree, or the panels again")
         self.next_tab_action = self._action("&Next Tab", lambda: self._cycle_tab(1), "Ctrl+Tab")
         self.prev_tab_action = self._action("&Previous Tab", lambda: self._cycle_tab(-1), "Ctrl+Shift+Tab")
         self.about_action = self._action("&About ckptview", self.about)
@@ -241,7 +246,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.quit_action)
         self.menu("Edit").addAction(self.find_action)
         view = self.menu("View")
-        for action in (self.expand_action, self.collapse_action, None, self.next_tab_action,
+        for action in (self.expand_action, self.collapse_action, self.graph_action, None, self.next_tab_action,
                        self.prev_tab_action):
             view.addSeparator() if action is None else view.addAction(action)
         for spec in self._actions:
@@ -570,6 +575,7 @@ class MainWindow(QMainWindow):
         self._build_queue.clear()
         for page in tabs_in(self.tabs):
             page.release()
+        self.graph_cache.close()
         super().closeEvent(event)
 
 

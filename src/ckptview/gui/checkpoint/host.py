@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.graph import GraphCache
 from ckptview.core.session.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -81,6 +82,11 @@ class TabHost(Protocol):
     @property
     def workspace(self) -> Workspace:
         """The window's open checkpoints, shared by its tabs (a file open in one is not read again)."""
+        ...
+
+    @property
+    def graph_cache(self) -> GraphCache | None:
+        """Where the Graph view keeps traced graphs (the window's; None: the user's cache file, per trace)."""
         ...
 
     def queue_build(self, tab: Buildable) -> None:
@@ -134,6 +140,11 @@ class NullHost:
     def workspace(self) -> Workspace:
         """A workspace of its own: what this tab opens is shared with no window."""
         return self._workspace
+
+    @property
+    def graph_cache(self) -> GraphCache | None:
+        """None: a trace opens the user's graph cache for that call only."""
+        return None
 
     def queue_build(self, tab: Buildable) -> None:
         """No queue outside a window: build now."""

@@ -13,7 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt, Signal
-from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QSplitter,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ckptview.core.checkpoint import Checkpoint, Node
 from ckptview.core.gc_policy import keep_out_of_collections
@@ -32,9 +40,10 @@ from ckptview.gui.checkpoint.opener import TabOpener
 from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage, PageStack, safety_banner
 from ckptview.gui.checkpoint.side_panels import SidePanels, entries_of
 from ckptview.gui.checkpoint.summary import SummaryHeader
-from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
+from ckptview.gui.checkpoint.tree_model import DEVICE, DTYPE, PARAMS, SHARD, SIZE, CheckpointTreeModel
 from ckptview.gui.checkpoint.tree_place import restore_place, save_place
 from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
+from ckptview.gui.graph import GraphPage
 
 log = logging.getLogger(__name__)
 LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
@@ -54,6 +63,7 @@ class CheckpointTab(QWidget):
     filter: TreeFilter
     side_panels: SidePanels
     changed_bar: FileChangeBar | None
+    graph: GraphPage | None  # the Graph view, once shown
 
     def __init__(self, path: str, window: TabHost | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -69,6 +79,10 @@ class CheckpointTab(QWidget):
         self.changed_bar = None
         self._stops: list[Callable[[], None]] = []  # what stops the ready page's jobs (filter, panels)
         self._place: dict[str, Any] | None = None  # what to restore after a reload
+        self._rows_by_name: dict[str, Row] | None = None  # tree rows by contract name, built when first asked
+        self._selecting_names = False  # the graph selected these rows: do not send them back to it
+        self._columns_hidden: dict[int, bool] | None = None  # the tree's columns before the graph hid them
+        self.graph = None
         self.opener = TabOpener(self.path, self, self.host.workspace)
         self.opener.progress.connect(self._on_open_progress)
         self.opener.opened.connect(self._on_opened)
@@ -180,6 +194,7 @@ class CheckpointTab(QWidget):
         self._release()
         trees = self.trees()
         self.checkpoint = self.top = self.model = self.context = None
+        self.graph, self._rows_by_name, self._columns_hidden = None, None, None
         old_page = self.stack.currentWidget()
         if old_page is not None:  # the old tree was frozen out of the collector: free it with its page
             collect_when_deleted(old_page, trees, self.host.workspace.in_use)
@@ -237,6 +252,13 @@ class CheckpointTab(QWidget):
         filter_row.addWidget(self.summary.toggle)
         filter_row.addWidget(self.filter_edit, 1)
         filter_row.addWidget(self.match_label)
+        self.graph_button = QToolButton()
+        self.graph_button.setText("Graph")
+        self.graph_button.setObjectName("graphButton")
+        self.graph_button.setCheckable(True)
+        self.graph_button.setToolTip("Show the model's graph beside the tree instead of the panels (Ctrl+G)")
+        self.graph_button.toggled.connect(self.show_graph)
+        filter_row.addWidget(self.graph_button)
         box.addLayout(filter_row)
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
         self.tree.expandToDepth(0 if len(self.model.kids(top)) > 1 else 1)
@@ -256,7 +278,12 @@ class CheckpointTab(QWidget):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("treeSplitter")
         self.splitter.addWidget(self.tree)
-        self.splitter.addWidget(self.side_tabs)
+        # The right-hand side holds the panels, or the Graph view (it needs the room: built when first shown).
+        self.right = QStackedWidget()
+        self.right.setObjectName("rightSide")
+        self.right.addWidget(self.side_tabs)
+        self.graph = None
+        self.splitter.addWidget(self.right)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         # The side panels (histograms, the optimizer's table) need room: at 1024 px they get ~560 of it.
@@ -271,6 +298,45 @@ class CheckpointTab(QWidget):
             self.finish_open()
         if self.top is not None and self.state == "ready":
             self.side_panels.build_waiting(every=self.top.tensors <= LAZY_PANELS_ABOVE)
+
+    def show_graph(self, on: bool = True) -> GraphPage | None:
+        """Show the Graph view beside the tree (on) or the side panels again (off); returns the view."""
+        if self.state != "ready" or self.checkpoint is None or self.context is None:
+            return None
+        if self.graph_button.isChecked() != on:
+            self.graph_button.setChecked(on)  # comes back here through `toggled`
+            return self.graph
+        if on and self.graph is None:
+            self.graph = GraphPage(self.checkpoint, self.context.analysis, graph_cache=self.host.graph_cache)
+            self.graph.keys_selected.connect(self.select_names)
+            self._stops.append(self.graph.stop)
+            self.right.addWidget(self.graph)
+            self.graph.start()
+        width = sum(self.splitter.sizes()) or self.width()
+        if on and self._columns_hidden is None:  # beside the graph the tree keeps room for its names
+            self._columns_hidden = {c: self.tree.isColumnHidden(c) for c in (DTYPE, SIZE, PARAMS, DEVICE, SHARD)}
+            for column in self._columns_hidden:
+                self.tree.setColumnHidden(column, True)
+        elif not on and self._columns_hidden is not None:
+            for column, hidden in self._columns_hidden.items():
+                self.tree.setColumnHidden(column, hidden)
+            self._columns_hidden = None
+        if on and self.graph is not None:
+            self.right.setCurrentWidget(self.graph)
+            self.splitter.setSizes([width * 36 // 100, width - width * 36 // 100])
+            names = [r.name for r in self.selected_rows()]
+            if names:
+                self.graph.show_keys(names)
+        else:
+            self.right.setCurrentWidget(self.side_tabs)
+            self.splitter.setSizes([width * 48 // 104, width - width * 48 // 104])
+        self.tree.fit_columns()
+        return self.graph
+
+    def toggle_graph(self) -> None:
+        """View > Graph (Ctrl+G): the Graph view, or the panels again."""
+        if self.state == "ready":
+            self.show_graph(not self.graph_button.isChecked())
 
     def panel(self, title: str) -> QWidget | None:
         """The side panel titled `title` (the widget itself, not the scroll area around it)."""
@@ -312,7 +378,40 @@ class CheckpointTab(QWidget):
         # rewritten; the bar offers the reload instead.
         if not self.check_file():
             self.side_panels.tell(entries_of(rows))
+        if self.graph is not None and self.right.currentWidget() is self.graph and not self._selecting_names:
+            self.graph.show_keys([r.name for r in rows])
         self.selection_changed.emit(self.selected_nodes())
+
+    def select_names(self, names: list[str]) -> int:
+        """Select the rows called `names` (the tensors a graph node reads), the first made current; returns
+        how many were found (a filter hiding one is cleared)."""
+        if self.model is None or self.top is None or not names:
+            return 0
+        if self._rows_by_name is None:
+            self._rows_by_name = {}
+            for row in self.top.walk():
+                self._rows_by_name.setdefault(row.name, row)
+        rows = [r for r in (self._rows_by_name.get(n) for n in names) if r is not None]
+        if not rows:
+            return 0
+        indexes = [self.model.index_of(r) for r in rows]
+        if not all(i.isValid() for i in indexes):  # hidden by the filter
+            self.filter.set_text("")
+            indexes = [self.model.index_of(r) for r in rows]
+        selection = QItemSelection()
+        for index in indexes:
+            if index.isValid():
+                selection.select(index, index)
+        flags = (QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        self._selecting_names = True
+        try:
+            model = self.tree.selectionModel()
+            model.setCurrentIndex(indexes[0], QItemSelectionModel.SelectionFlag.NoUpdate)
+            model.select(selection, flags)
+        finally:
+            self._selecting_names = False
+        self.tree.scrollTo(indexes[0], QAbstractItemView.ScrollHint.PositionAtCenter)
+        return len(rows)
 
     def select_name(self, name: str) -> bool:
         """Select and show the row called `name` (clearing a filter that hides it)."""

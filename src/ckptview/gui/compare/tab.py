@@ -40,16 +40,19 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QSplitter,
+    QStackedWidget,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.compare.diff import DiffProgress, diff_chunks, iter_compare, plan_diff
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
 from ckptview.core.gc_policy import keep_out_of_collections
+from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
@@ -58,6 +61,7 @@ from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.graph import CompareGraph
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import numpy as np
@@ -359,10 +363,11 @@ class CompareTab(QWidget):
 
     def __init__(self, path_a: str, path_b: str, strip_a: str | None = None, strip_b: str | None = None,
                  mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None,
-                 workspace: Workspace | None = None) -> None:
+                 workspace: Workspace | None = None, graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent)
         # The window's (a file open in a tab is not opened again); a view outside a window has its own.
         self.workspace = workspace if workspace is not None else Workspace()
+        self.graph_cache = graph_cache  # where the Graph view's traced graphs are kept: the window's
         self.path_a, self.path_b = os.path.abspath(path_a), os.path.abspath(path_b)
         self.strip_a, self.strip_b, self.mapping = strip_a, strip_b, list(mapping)
         self.result: DiffResult | None = None
@@ -378,6 +383,7 @@ class CompareTab(QWidget):
         self.hist_job.errored.connect(self._on_hist_error)
         self._hist_row: TensorDiff | None = None
         self._comparing = False
+        self._from_graph = False  # the graph is selecting a row: do not send it back
         self._build()
         self._plot_timer = QTimer(self, singleShot=True, interval=250)
         self._plot_timer.timeout.connect(self.update_plot)
@@ -405,9 +411,16 @@ class CompareTab(QWidget):
         self.status_combo.addItem("Other entries (optimizer state, inputs, counters)", "section:other")
         for status in ("changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "identical"):
             self.status_combo.addItem(status, status)
+        self.graph_button = QToolButton()
+        self.graph_button.setText("Graph")
+        self.graph_button.setObjectName("graphButton")
+        self.graph_button.setCheckable(True)
+        self.graph_button.setToolTip("Show A's graph coloured by the relative change of each part, instead of the plots")
+        self.graph_button.toggled.connect(self.show_graph)
         filters = QHBoxLayout()
         filters.addWidget(self.filter_edit, 1)
         filters.addWidget(self.status_combo)
+        filters.addWidget(self.graph_button)
 
         self.model = DiffTableModel(self)
         self.proxy = self.model  # the rows as shown (filtered and sorted by the model itself)
@@ -463,9 +476,16 @@ class CompareTab(QWidget):
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(rel_box)
         bottom.addWidget(hist_box)
+        self.graph = CompareGraph(self._graph_source, lambda: self.result,  # read when first shown
+                                  graph_cache=self.graph_cache)
+        self.graph.keys_selected.connect(self.select_names)
+        self.bottom_stack = QStackedWidget()  # the plots, or the graph
+        self.bottom_stack.addWidget(bottom)
+        self.bottom_stack.addWidget(self.graph)
+        self.plots = bottom
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.table)
-        self.splitter.addWidget(bottom)
+        self.splitter.addWidget(self.bottom_stack)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
@@ -480,6 +500,7 @@ class CompareTab(QWidget):
     def start(self) -> None:
         """Open both files and compare them in a worker."""
         self.job.cancel()
+        self.graph.set_finished(False)
         self._comparing = True
         self.cancel_button.setEnabled(True)
         self.progress.show()
@@ -509,6 +530,8 @@ class CompareTab(QWidget):
             self._plot_timer.setInterval(max(250, min(2500, len(result.tensors) // 40)))
             self.update_summary()
             self.update_plot()
+            if self.bottom_stack.currentWidget() is self.graph:
+                self.graph.build()  # A is open now
             self.planned.emit(result)
             return
         if isinstance(item, DiffProgress):
@@ -528,6 +551,7 @@ class CompareTab(QWidget):
         """Stop the comparison and let go of both files (the window is closing the tab: `Tab`)."""
         self.job.cancel()
         self.hist_job.cancel()
+        self.graph.stop()  # its reading (a trace's worker), layout and colours
         self._res.release()
 
     def trees(self) -> list[Any]:
@@ -554,6 +578,7 @@ class CompareTab(QWidget):
         self._done()
         self.update_summary()
         self.update_plot()
+        self.graph.set_finished(True)
         self.finished.emit(result)
 
     def _on_errored(self, exc: BaseException) -> None:
@@ -625,6 +650,44 @@ class CompareTab(QWidget):
         if len(points):
             self.select_row(int(points[0].data()))
 
+    # --- the graph ---------------------------------------------------------------------------------
+    def _graph_source(self) -> tuple[Checkpoint, Analysis] | None:
+        leases = self._res.leases
+        return (leases[0].checkpoint, leases[0].analysis) if leases else None
+
+    def show_graph(self, on: bool = True) -> CompareGraph:
+        """Show A's graph in place of the plots (on), or the plots again; returns the graph's host."""
+        if self.graph_button.isChecked() != on:
+            self.graph_button.setChecked(on)  # comes back here through `toggled`
+            return self.graph
+        self.bottom_stack.setCurrentWidget(self.graph if on else self.plots)
+        keep_rows_visible(self.table, 3 if on else 8)  # beside the graph, the table keeps a few rows
+        height = sum(self.splitter.sizes()) or self.height()
+        share = 30 if on else 60
+        self.splitter.setSizes([height * share // 100, height - height * share // 100])
+        if on:
+            self.graph.build()
+            row = self.current_row()
+            if row is not None and row.name_a is not None:
+                self.graph.show_keys([row.name_a])
+        return self.graph
+
+    def select_names(self, names: list[str]) -> bool:
+        """Select the row of A's tensor named first in `names` that the table has (a box of the graph)."""
+        where = {row.name_a: i for i, row in enumerate(self.model.rows) if row.name_a is not None}
+        found = next((where[n] for n in names if n in where), None)
+        if found is None:
+            return False
+        self._from_graph = True
+        try:
+            if self.model.where.get(found) is None:  # filtered out: show every row
+                self.filter_edit.clear()
+                self.status_combo.setCurrentIndex(0)
+            self.select_row(found)
+        finally:
+            self._from_graph = False
+        return True
+
     # --- selection and histograms ----------------------------------------------------------------
     def select_row(self, source_row: int) -> None:
         """Select the row of source index ``source_row`` (model order)."""
@@ -649,6 +712,8 @@ class CompareTab(QWidget):
         self.hist_label.setText(html.escape(f"{row.name}: computing histograms…"))
         self.histograms = {}
         self._hist_row = row
+        if not self._from_graph and row.name_a is not None:
+            self.graph.show_keys([row.name_a])
         # A newer selection drops this one.
         self.hist_job.start(histogram_job, row.info_a, row.info_b, self.analyses())
 
@@ -695,7 +760,7 @@ def _status_rank(status: str) -> int:
 # --- ways in ---------------------------------------------------------------------------------------
 def open_diff(window: Any, path_a: str, path_b: str) -> CompareTab:
     """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
-    view = CompareTab(path_a, path_b, workspace=window.workspace)
+    view = CompareTab(path_a, path_b, workspace=window.workspace, graph_cache=window.graph_cache)
     title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
     window.add_tab(view, title, [f"A: {view.path_a}", f"B: {view.path_b}"])
     view.start()

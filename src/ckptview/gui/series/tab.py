@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core import dtypes
+from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -46,6 +47,7 @@ from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.graph import RunGraph
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.plots import (
     HEAT_FLOOR,
@@ -103,8 +105,10 @@ class SeriesTab(QWidget):
     spectra_ready = Signal(object)  # [tensor names drawn in the Spectra view]
 
     def __init__(self, paths: list[str], stall_threshold: float = 0.0, explode_factor: float = 10.0,
-                 parent: QWidget | None = None, workspace: Workspace | None = None) -> None:
+                 parent: QWidget | None = None, workspace: Workspace | None = None,
+                 graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent)
+        self.graph_cache = graph_cache  # where the Graph view's traced graphs are kept: the window's
         self.paths = [p if is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
         self.result: SeriesResult | None = None
@@ -132,6 +136,7 @@ class SeriesTab(QWidget):
         self._tree_names: list[str] = []
         self._shown_findings: list[Any] = []
         self._marking = False  # a finding is selecting its tensor: keep its mark
+        self._from_graph = False  # the graph is selecting tensors: do not send them back to it
         self._build()
         self._refresh_timer = QTimer(self, singleShot=True, interval=150)
         self._refresh_timer.timeout.connect(self.refresh)
@@ -184,6 +189,10 @@ class SeriesTab(QWidget):
         self.views.addTab(self.lines, "Lines")
         self.views.addTab(self.heatmap, "Update heat-map")
         self.views.addTab(self.histograms, "Histograms")
+        self.graph = RunGraph(self._res.holdings, lambda: self.result,  # read when first shown
+                              graph_cache=self.graph_cache)
+        self.graph.keys_selected.connect(self.select_tensors)
+        self.views.addTab(self.graph, "Graph")
         self.spectra = SpectralLines()  # a tab while Spectral is checked
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -213,6 +222,7 @@ class SeriesTab(QWidget):
         """Stop every job and let go of the run's checkpoints (the window is closing the tab: `Tab`)."""
         for job in (self.reading, self.histogram_job, self.spectra_job, self.follow.slot):
             job.cancel()
+        self.graph.stop()  # its reading (a trace's worker), layout and colours
         self._res.release()
 
     def trees(self) -> list[Any]:
@@ -351,6 +361,7 @@ class SeriesTab(QWidget):
                                [printable(self._column_label(t)) for t in range(len(r.checkpoints))], axis)
         self._update_lines()
         self._start_spectra(restart=False)
+        self.graph.refresh()
 
     def _column_label(self, t: int) -> str:
         assert self.result is not None
@@ -424,6 +435,27 @@ class SeriesTab(QWidget):
         self.tree.scrollToItem(item)
         return True
 
+    def select_tensors(self, names: list[str]) -> int:
+        """Select the tree rows of the tensors `names` (the boxes selected in the graph); returns how many."""
+        items = [self._items[n] for n in names if n in self._items]
+        if not items:
+            return 0
+        self._from_graph = True
+        self.tree.blockSignals(True)  # one selection change for the plots, not one per row
+        try:
+            self.tree.clearSelection()
+            self.tree.setCurrentItem(items[0])
+            for item in items:
+                item.setSelected(True)
+            self.tree.scrollToItem(items[0])
+        finally:
+            self.tree.blockSignals(False)
+        try:
+            self._on_selection_changed()
+        finally:
+            self._from_graph = False
+        return len(items)
+
     def _on_finding_clicked(self, item: QListWidgetItem) -> None:
         index = item.data(FINDING_ROLE)
         if self.result is None or index is None or not 0 <= index < len(self._shown_findings):
@@ -459,6 +491,8 @@ class SeriesTab(QWidget):
         self._update_lines()
         self._start_histograms()
         self._start_spectra(restart=True)
+        if not self._from_graph:
+            self.graph.show_keys([n for k, n in self.selected() if k == "tensor"])
 
     def _update_lines(self) -> None:
         r = self.result
@@ -611,7 +645,7 @@ _OPTIMIZER_STATE = re.compile(r"(^|\.)state\.\d+(\.|$)")  # an optimizer's state
 # --- ways in ---------------------------------------------------------------------------------------
 def open_series_tab(window: Any, paths: list[str]) -> SeriesTab:
     """Open a series tab in ``window`` and start reading (File > Open Series…, ``--series``)."""
-    tab = SeriesTab(paths, workspace=window.workspace)
+    tab = SeriesTab(paths, workspace=window.workspace, graph_cache=window.graph_cache)
     first = tab.paths[0] if tab.paths else ""
     title = f"Series: {os.path.basename(first.rstrip(os.sep))}" if len(tab.paths) == 1 else f"Series: {len(tab.paths)} paths"
     window.add_tab(tab, title, list(tab.paths))
