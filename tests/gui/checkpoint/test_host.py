@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QPushButton, QWidget
 
+from ckptview.core.session import Workspace
 from ckptview.gui.app.main_window import PANELS
 from ckptview.gui.checkpoint.host import NullHost, NullSettings
 from ckptview.gui.checkpoint.tab import SUMMARY_COLLAPSED, CheckpointTab
@@ -39,6 +40,8 @@ class RecordingHost:
         self.queued: list[CheckpointTab] = []
         self.closed: list[QWidget] = []
         self.current = current
+        self.workspace = Workspace()  # what the tab opens is leased from its host's workspace
+        self.graph_cache = None  # as a window without a graph cache of its own
 
     def queue_build(self, tab: CheckpointTab) -> None:
         self.queued.append(tab)
