@@ -14,6 +14,7 @@ from ckptview.core.inspect.grouping import ModuleGroup, find_row
 from ckptview.core.jobs import Progress
 from ckptview.core.session.file_checks import signature
 from ckptview.core.session.opening import Opened, open_and_prepare
+from ckptview.gui.base.palette import color
 from ckptview.gui.checkpoint import filter as tree_filter
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.filter import TreeFilter
@@ -84,7 +85,7 @@ def test_typing_filters_the_tree_and_counts_the_matches(qtbot, opened):
     qtbot.keyClicks(box.edit, "/[/")  # a broken regex: said in place, in red, the tree left as it was
     qtbot.keyClick(box.edit, Qt.Key.Key_Return)
     assert "regex" in box.match_label.text().lower() or "[" in box.match_label.text()
-    assert "c0392b" in box.match_label.styleSheet()
+    assert color("error").name() in box.match_label.styleSheet()  # the palette's error colour
     box.set_text("")
     assert box.match_label.text() == f"{opened.leaf_count:,} entries" and box.match_label.styleSheet() == ""
 

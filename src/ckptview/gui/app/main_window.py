@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QActionGroup,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QGuiApplication,
+    QIcon,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
@@ -31,6 +40,7 @@ from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
+from ckptview.gui.base.palette import apply_palette
 from ckptview.gui.base.settings import Settings
 from ckptview.gui.base.tab import Tab, tabs_in
 from ckptview.gui.base.workers import file_events
@@ -111,6 +121,7 @@ class MainWindow(QMainWindow):
         # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
         # command line's --download, --deadline, ...).
         self._workspace = Workspace(remote=remote)
+        apply_palette(self.settings.palette())  # before any widget: each is built in the chosen colours
         self.setWindowTitle("ckptview")
         icon_file = resource_path("ckptview.svg")
         if os.path.exists(icon_file):
@@ -244,6 +255,8 @@ class MainWindow(QMainWindow):
         for action in (self.expand_action, self.collapse_action, None, self.next_tab_action,
                        self.prev_tab_action):
             view.addSeparator() if action is None else view.addAction(action)
+        view.addSeparator()
+        self._build_palette_menu(view)
         for spec in self._actions:
             action = self._action(spec.text, lambda spec=spec: spec.callback(self), spec.shortcut)
             if spec.menu.replace("&", "") == "File":  # keep Close and Quit at the bottom of File
@@ -251,6 +264,35 @@ class MainWindow(QMainWindow):
             else:
                 self.menu(spec.menu).addAction(action)
         self.menu("Help").addAction(self.about_action)
+
+    def _build_palette_menu(self, view: QMenu) -> None:
+        """View > Palette: the system's choice, light or dark; kept in settings (`view/palette`)."""
+        menu = view.addMenu("&Palette")
+        group = QActionGroup(self)
+        group.setExclusive(True)
+        self.palette_actions: dict[str, QAction] = {}
+        for choice, text in (("system", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark")):
+            action = menu.addAction(text)
+            action.setCheckable(True)
+            action.setChecked(choice == self.settings.palette())
+            action.triggered.connect(lambda _checked=False, choice=choice: self.set_palette(choice))
+            group.addAction(action)
+            self.palette_actions[choice] = action
+        hints = QGuiApplication.styleHints()
+        hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
+
+    def set_palette(self, choice: str) -> None:
+        """Use the palette `choice` ("system", "light" or "dark") now and in later runs."""
+        self.settings.set_palette(choice)
+        self.settings.sync()
+        apply_palette(self.settings.palette())
+        action = self.palette_actions.get(self.settings.palette())
+        if action is not None and not action.isChecked():
+            action.setChecked(True)
+
+    def _on_color_scheme_changed(self, _scheme: Any) -> None:
+        if self.settings.palette() == "system":  # the desktop switched between light and dark
+            apply_palette("system")
 
     def menu(self, title: str) -> QMenu:
         """The menu called `title` ("File", "Tools", ...), created when missing (Help stays last)."""

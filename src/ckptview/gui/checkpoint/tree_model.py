@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QColor, QIcon
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, visible_rows
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
 from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
+from ckptview.gui.base.palette import color
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
 NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE, SHARD = range(7)
@@ -193,9 +194,9 @@ class CheckpointTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.ForegroundRole:
             info = row.node.tensor if row.node is not None else None
             if info is not None and (info.broken or (info.storage is not None and info.storage.broken)):
-                return QColor("#c0392b")
+                return color("error")
             if column != NAME and row.node is not None and row.node.kind not in ("tensor",) and column == SHAPE:
-                return QColor("#7f8c8d")
+                return color("muted")
         return None
 
     def _text(self, row: Row, column: int) -> str:

@@ -55,6 +55,7 @@ from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
+from ckptview.gui.base.palette import color
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
@@ -67,10 +68,12 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
     from ckptview.core.figures.histogram import Histogram
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
-STATUS_COLORS = {
-    "identical": "#d9f2d9", "changed": "#ffe0b3", "dtype_mismatch": "#fff5b3", "shape_mismatch": "#e6ccff",
-    "only_a": "#ffcccc", "only_b": "#cce0ff", "error": "#ff9999", "pending": "#eeeeee",
-}
+STATUSES = ("identical", "changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "pending")
+
+
+def status_color(status: str) -> QColor:
+    """The background of a status (a row's cell, the summary's count) in the palette in use."""
+    return color(f"status_{status}" if status in STATUSES else "base")
 # Column key, header.
 COLUMNS = (
     ("order", "#"), ("name", "Name"), ("status", "Status"), ("rel_l2", "Rel. change"),
@@ -198,9 +201,9 @@ class DiffTableModel(QAbstractTableModel):
         if role == SORT_ROLE:
             return self._sort_key(row, key, i)
         if role == Qt.ItemDataRole.BackgroundRole and key == "status":
-            return QBrush(QColor(STATUS_COLORS.get(row.status, "#ffffff")))
+            return QBrush(status_color(row.status))
         if role == Qt.ItemDataRole.ForegroundRole and key == "status":
-            return QBrush(QColor("#000000"))
+            return QBrush(color("text"))
         if role == Qt.ItemDataRole.ToolTipRole:
             parts = [f"A: {row.name_a or MISSING}", f"B: {row.name_b or MISSING}"]
             if row.tied_to:
@@ -434,9 +437,9 @@ class CompareTab(QWidget):
         self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖")
         # Points, not a line: neighbouring tensors are unrelated, a line between them would mean nothing.
         self.rel_curve = self.rel_plot.plot([], [], pen=None, symbol="o", symbolSize=6, symbolPen=None,
-                                            symbolBrush="#e67300")
+                                            symbolBrush=color("plot_accent"))
         self.rel_curve.sigPointsClicked.connect(self._on_points_clicked)
-        self.rel_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#3366cc"))
+        self.rel_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen(color("plot_marker")))
         self.rel_marker.hide()
         self.rel_plot.addItem(self.rel_marker)
         self.log_y = QCheckBox("log scale")
@@ -559,7 +562,7 @@ class CompareTab(QWidget):
     def _on_errored(self, exc: BaseException) -> None:
         self._done()
         text = str(exc) or type(exc).__name__
-        self.summary_label.setText(f"<span style='color:#b00000'>cannot compare: {text}</span>")
+        self.summary_label.setText(f"<span style='color:{color('error').name()}'>cannot compare: {text}</span>")
         self.failed.emit(text)
 
     def _done(self) -> None:
@@ -575,7 +578,8 @@ class CompareTab(QWidget):
             return
         al = self.result.alignment
         counts = self.result.summary()
-        parts = [f"<span style='background:{STATUS_COLORS.get(s, '#fff')};color:#000'>&nbsp;{n} {s}&nbsp;</span>"
+        text_color = color("text").name()
+        parts = [f"<span style='background:{status_color(s).name()};color:{text_color}'>&nbsp;{n} {s}&nbsp;</span>"
                  for s, n in sorted(counts.items(), key=lambda kv: _status_rank(kv[0]))]
         overall = self.result.overall_rel_l2()
         text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
@@ -660,16 +664,18 @@ class CompareTab(QWidget):
         self.hist_plot.clear()
         self.diff_plot.clear()
         legend = []
-        for side, rgb in (("a", (51, 102, 204)), ("b", (230, 115, 0))):
+        for side, key in (("a", "plot_marker"), ("b", "plot_accent")):
             h = hists.get(side)
             if h is not None:
-                self.hist_plot.plot(h.edges, h.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(rgb),
-                                    brush=pg.mkBrush(*rgb, 70))
-                legend.append((QColor(*rgb), f"{side.upper()}: {row.name}"))
+                pen = color(key)
+                self.hist_plot.plot(h.edges, h.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(pen),
+                                    brush=pg.mkBrush(pen.red(), pen.green(), pen.blue(), 70))
+                legend.append((pen, f"{side.upper()}: {row.name}"))
         d = hists.get("diff")
         if d is not None:
-            self.diff_plot.plot(d.edges, d.counts, stepMode="center", fillLevel=0, pen=pg.mkPen("#444"),
-                                brush=pg.mkBrush(120, 120, 120, 110))
+            neutral = color("plot_neutral")
+            self.diff_plot.plot(d.edges, d.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(neutral),
+                                brush=pg.mkBrush(neutral.red(), neutral.green(), neutral.blue(), 110))
         self.hist_plot.setVisible(bool(legend))
         self.diff_plot.setVisible(d is not None)
         note = "B − A below" if d is not None else "no B − A: the shapes differ or one side is missing"

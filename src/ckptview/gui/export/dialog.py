@@ -37,6 +37,7 @@ from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
+from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
@@ -203,7 +204,7 @@ class ExportDialog(QDialog):
         existing = set(plan.existing())
         self.preview.setPlainText(preview_text(plan, existing))
         if existing:
-            self.existing_label.setStyleSheet("color: #9a5b00")
+            self.existing_label.setStyleSheet(f"color: {color('warning').name()}")
             self.existing_label.setText(f"{len(existing)} of these exist already: Export asks before replacing them.")
         else:
             self.existing_label.setStyleSheet("")
@@ -286,7 +287,7 @@ class ExportDialog(QDialog):
         self._update_plan()
 
     def _show_error(self, message: str) -> None:
-        self.status.setStyleSheet("color: #b00020")
+        self.status.setStyleSheet(f"color: {color('error').name()}")
         self.status.setText(shown(message))
 
     def result_folder(self) -> str | None:

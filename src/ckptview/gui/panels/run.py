@@ -55,6 +55,7 @@ from ckptview.core.run.result import RunResult, result_json_text, result_lines
 from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
+from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
 
@@ -413,7 +414,8 @@ class RunPanel(QWidget):
         message = window_words(redact(message.splitlines()[0] if message else "unknown error"))
         self._arch, self._refused, self._recognizing = None, message, False
         self._show_source()
-        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>" if error
+        self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>"
+                                  if error
                                   else "")
         self.status_label.setToolTip(message if error else "")
         self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
@@ -566,7 +568,7 @@ class RunPanel(QWidget):
     def _show_error(self, message: str) -> None:
         message = window_words(message)
         self.last_error = message
-        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>")
+        self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>")
         self.status_label.setToolTip(message)
         self.runFailed.emit(message)
 
@@ -575,7 +577,7 @@ class RunPanel(QWidget):
         self.copy_button.setEnabled(True)
         device = _escape(printable(result.device))
         if result.warnings:
-            self.status_label.setText(f"<span style='color:#b26a00'>done on {device}, but "
+            self.status_label.setText(f"<span style='color:{color('warning').name()}'>done on {device}, but "
                                       f"{len(result.warnings)} kind(s) of weights did not load (see below)</span>")
         else:
             self.status_label.setText(f"done on {device}")
