@@ -54,6 +54,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
+from ckptview.gui.base.elide import ElidedLabel
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.plots import legend_html, plot_widget
@@ -392,10 +393,20 @@ class CompareTab(QWidget):
     # --- building --------------------------------------------------------------------------------
     def _build(self) -> None:
         import pyqtgraph as pg
-        self.header = QLabel(f"<b>A</b> {html.escape(self.path_a)}<br><b>B</b> {html.escape(self.path_b)}")
-        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # The two files, one line each, cut in the middle when long (whole in the tooltip): a long path
+        # must not make the window wider than the screen.
+        self.header = QWidget()
+        paths = QVBoxLayout(self.header)
+        paths.setContentsMargins(0, 0, 0, 0)
+        paths.setSpacing(0)
+        self.path_labels = [ElidedLabel(f"{side}  {printable(path)}") for side, path in (("A", self.path_a),
+                                                                                          ("B", self.path_b))]
+        for label in self.path_labels:
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            paths.addWidget(label)
         self.summary_label = QLabel("opening…")
         self.summary_label.setObjectName("diffSummary")
+        self.summary_label.setWordWrap(True)  # counts, the overall change, buffers: wrapped, never wider
         top, self.progress, self.cancel_button = job_header(self.summary_label, self.cancel)
 
         self.filter_edit = QLineEdit()
