@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QApplication, QWidget
 
 __all__ = ["CHOICES", "Theme", "apply_palette", "color", "contrast", "mute", "on_palette_change", "palette_events",
-           "resolve", "style_banner", "theme"]
+           "resolve", "style_banner", "theme", "tinted"]
 
 CHOICES = ("system", "light", "dark")  # what the View menu offers and settings keep
 
@@ -261,6 +261,22 @@ def mute(widget: QWidget) -> None:
     """Draw `widget`'s text in the palette's muted colour (captions beside values); it follows palette
     changes by itself, being a palette role."""
     widget.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+
+
+def tinted(icon: QIcon, tint: QColor, size: int = 16) -> QIcon:
+    """A one-colour icon (an arrow) redrawn in `tint`: the style's black glyphs vanish on a dark palette."""
+    pixmap = icon.pixmap(size, size)
+    painted = QPixmap(pixmap.size())
+    painted.setDevicePixelRatio(pixmap.devicePixelRatio())
+    painted.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(painted)
+    try:
+        painter.drawPixmap(0, 0, pixmap)
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceIn)
+        painter.fillRect(painted.rect(), tint)
+    finally:
+        painter.end()
+    return QIcon(painted)
 
 
 def style_banner(frame: QWidget, background: str, border: str) -> None:

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QSplitter,
-    QTabWidget,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -46,6 +45,7 @@ from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.palette import Theme, on_palette_change, theme
+from ckptview.gui.base.tabs import OverflowTabWidget
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.plots import (
@@ -189,7 +189,7 @@ class SeriesTab(QWidget):
         self.heatmap = UpdateHeatMap()
         self.heatmap.row_clicked.connect(self._on_heat_row)
         self.histograms = HistogramsOverSteps()
-        self.views = QTabWidget()
+        self.views = OverflowTabWidget()
         self.views.addTab(self.lines, "Lines")
         self.views.addTab(self.heatmap, "Update heat-map")
         self.views.addTab(self.histograms, "Histograms")
@@ -358,6 +358,8 @@ class SeriesTab(QWidget):
             ratio = next((s.update_ratio[t] for t in range(done - 1, 0, -1) if s.update_ratio[t] is not None), None)
             item.setText(3, figure(ratio))
             item.setText(4, _nonfinite(s.stats[last]) if last is not None else MISSING)
+        for column in range(1, self.tree.columnCount()):  # captions and figures whole (the tree scrolls)
+            self.tree.resizeColumnToContents(column)
         self._fill_findings()
         axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
         self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
