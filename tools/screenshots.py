@@ -81,8 +81,9 @@ def window(settings_dir: str, size: tuple[int, int], palette: str, wait: Callabl
 
 def readme_pictures(out: str, size: tuple[int, int], tmp: str, wait: Callable[..., None]) -> None:
     """The README's pictures of the MLP, in the light palette."""
-    from ckptview.gui.compare.tab import open_diff
     from tests.support.screens import rest
+
+    from ckptview.gui.compare.tab import open_diff
 
     first, second = make_checkpoints(tmp)
     win = window(tmp, size, "light", wait)
