@@ -66,6 +66,8 @@ def test_plot_lines_and_data_stay_distinct_on_the_plot(current):
     low = [c.name() for c in lines if contrast(c, background) < 3.0]
     assert not low, f"lines under 3:1 on {background.name()}: {low}"
     assert contrast(current.color("heat_unchanged"), background) >= 3.0  # never black on a black plot
+    for surface in ("window", "base"):  # the edge of a check box or a text field (WCAG 1.4.11)
+        assert contrast(current.color("control_edge"), current.color(surface)) >= 3.0, surface
     assert current.color("heat_absent") == background  # absent: nothing is drawn there
     heat = [current.color(k) for k in HEAT] + [background]
     close = [(HEAT[i], (HEAT + ("background",))[j]) for i in range(len(HEAT)) for j in range(i + 1, len(heat))
@@ -91,7 +93,7 @@ def test_applying_a_palette_sets_the_application_and_pyqtgraph(qapp):
     try:
         assert apply_palette("dark").name == "dark" and theme().dark
         assert qapp.palette().color(QPalette.ColorRole.Window).name() == Theme.named("dark").roles["window"]
-        assert qapp.style().name().lower() == "fusion"
+        assert qapp.style().baseStyle().name().lower() == "fusion"  # with the edges of the controls
         assert QColor(pg.getConfigOption("background")).name() == Theme.named("dark").colors["plot_background"]
         assert apply_palette("light").name == "light"
         assert qapp.palette().color(QPalette.ColorRole.Base).name() == "#ffffff"
