@@ -220,6 +220,8 @@ def checkpoint_stops(window: Any, name: str, path: str, select: str, wait: Wait)
         title = tab.side_tabs.tabText(i)
         tab.side_tabs.setCurrentIndex(i)
         rest(wait, window)
+        shown = tab.side_tabs.tabText(tab.side_tabs.currentIndex())
+        assert shown == title, f"{name}: the {title} tab chosen, {shown} shown"  # the stop is what it says
         yield Stop(f"{name}/{title}", tab)
     window.close_tab(window.tabs.indexOf(tab))
 
@@ -232,6 +234,7 @@ def series_stops(window: Any, paths: list[str], wait: Wait) -> Iterator[Stop]:
     for i in range(tab.views.count()):
         tab.views.setCurrentIndex(i)
         rest(wait, window)
+        assert tab.views.currentIndex() == i, tab.views.tabText(i)
         yield Stop(f"run/{tab.views.tabText(i)}", tab)
     window.close_tab(window.tabs.indexOf(tab))
 

@@ -55,3 +55,16 @@ def test_every_tab_shows_when_there_is_room(qtbot):
     tabs.resize(1000, 300)
     qtbot.waitUntil(lambda: not tabs.hidden_tabs())
     assert on_bar(tabs) == list(range(len(TITLES))) and not tabs.more_button.isVisible()
+
+
+def test_each_tab_made_current_is_the_one_shown(qtbot):
+    # From Optimizer (the bar holding Details..Spectrum and Optimizer), Training was chosen: showing Values
+    # again made Qt move the current tab there, since Training was still off the bar (a layout-test stop
+    # titled 'Training' checked the Values panel).
+    tabs = make(qtbot, 420)
+    for i in range(len(TITLES)):
+        tabs.setCurrentIndex(i)
+        assert (tabs.currentIndex(), i in on_bar(tabs)) == (i, True), TITLES[i]
+    for i in reversed(range(len(TITLES))):
+        tabs.setCurrentIndex(i)
+        assert (tabs.currentIndex(), i in on_bar(tabs)) == (i, True), TITLES[i]

@@ -99,7 +99,10 @@ class OverflowTabWidget(QTabWidget):
                     used += width
                 elif i != current:
                     break
-        for i in range(self.count()):
+        # The current tab goes on the bar first: Qt makes a tab shown while the current one is off the bar
+        # the current tab (choosing Training from the menu then showed Values).
+        order = sorted(range(self.count()), key=lambda i: i != self.currentIndex())
+        for i in order:
             if self.isTabVisible(i) != (i in shown):
                 self.setTabVisible(i, i in shown)
         self._fill_menu()
