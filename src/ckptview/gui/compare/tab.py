@@ -756,8 +756,13 @@ class TabPairDialog(QDialog):
         self.setWindowTitle("Compare two open checkpoints")
         self.combo_a, self.combo_b = QComboBox(), QComboBox()
         for combo in (self.combo_a, self.combo_b):
+            # As wide as 40 characters, not as the longest name (which made the dialog wider than the
+            # screen); a name cut there is whole in the list and in the item's tooltip, with its folder.
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(40)
             for path in paths:
                 combo.addItem(printable(os.path.basename(path)), path)
+                combo.setItemData(combo.count() - 1, printable(path), Qt.ItemDataRole.ToolTipRole)
         self.combo_b.setCurrentIndex(1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)

@@ -39,6 +39,7 @@ from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.base.wrap import message_width, wrap_long_words
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult
@@ -228,6 +229,7 @@ class ExportDialog(QDialog):
     def confirm_overwrite(self, paths: list[str]) -> bool:
         """Ask before replacing existing files (QFileDialog has asked already for a chosen file name)."""
         listed = "\n".join(printable(p) for p in paths[:8]) + (f"\n… and {len(paths) - 8} more" if len(paths) > 8 else "")
+        listed = wrap_long_words(listed, self.fontMetrics(), message_width(self))  # the box fits the screen
         answer = QMessageBox.question(self, "Replace files?", f"{len(paths)} file(s) exist already:\n{listed}\n\n"
                                       "Replace them?", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
                                       QMessageBox.StandardButton.No)

@@ -57,6 +57,7 @@ from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.base.wrap import message_width, wrap_long_words
 from ckptview.gui.checkpoint.host import CheckpointContext
 
 COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
@@ -102,8 +103,10 @@ def consent_text(items: list[tuple[str, list[str]]]) -> str:
 def ask_trust(parent: QWidget, items: list[tuple[str, list[str]]]) -> bool:
     """The confirmation dialog naming every file that needs consent and what loading each would import."""
     title = "Run code from these files?" if len(items) > 1 else "Run code from this file?"
-    box = QMessageBox(QMessageBox.Icon.Warning, title, consent_text(items),
+    box = QMessageBox(QMessageBox.Icon.Warning, title, "",
                       QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, parent)
+    # A name of a few hundred characters is broken onto lines, so the box fits the screen with every one.
+    box.setText(wrap_long_words(consent_text(items), box.fontMetrics(), message_width(parent)))
     box.setTextFormat(Qt.TextFormat.PlainText)  # names come from the files
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     return box.exec() == QMessageBox.StandardButton.Yes
