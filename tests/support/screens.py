@@ -7,8 +7,9 @@ names and shapes, built with torch modules: torchvision is only in the vision ve
 with Adam and StepLR, a Lightning file written by `Trainer.fit` and `Trainer.save_checkpoint`, a run of ten
 checkpoints and a comparison of two of them. Sizes are small; the names and shapes are the real ones.
 
-A new main view (the Graph view, say) adds itself to the tour by appending to MAIN_VIEWS: a name and a
-function that opens it in the window and returns its widget once it has settled.
+A checkpoint's Graph view (gui/graph/, `CheckpointTab.show_graph`) is visited beside each checkpoint's
+side tabs wherever the window has one. Another main view adds itself to the tour by appending to
+MAIN_VIEWS: a name and a function that opens it in the window and returns its widget once it has settled.
 """
 
 from __future__ import annotations
@@ -223,7 +224,20 @@ def checkpoint_stops(window: Any, name: str, path: str, select: str, wait: Wait)
         shown = tab.side_tabs.tabText(tab.side_tabs.currentIndex())
         assert shown == title, f"{name}: the {title} tab chosen, {shown} shown"  # the stop is what it says
         yield Stop(f"{name}/{title}", tab)
+    yield from graph_stops(window, name, tab, wait)
     window.close_tab(window.tabs.indexOf(tab))
+
+
+def graph_stops(window: Any, name: str, tab: Any, wait: Wait) -> Iterator[Stop]:
+    """The tab's Graph view beside its tree, once laid out; none where the window has no Graph view yet."""
+    show_graph = getattr(tab, "show_graph", None)  # gui/graph/ (issue 37) lands on its own branch
+    if show_graph is None:
+        return
+    show_graph(True)
+    rest(wait, window)
+    yield Stop(f"{name}/Graph", tab)
+    show_graph(False)
+    rest(wait, window)
 
 
 def series_stops(window: Any, paths: list[str], wait: Wait) -> Iterator[Stop]:
@@ -257,7 +271,8 @@ MAIN_VIEWS: list[tuple[str, Callable[[Any, Cases, Wait], Any]]] = []
 
 
 def tour(window: Any, cases: Cases, wait: Wait) -> Iterator[Stop]:
-    """Every screen: each checkpoint with each side tab, the run's views, the comparison, MAIN_VIEWS."""
+    """Every screen: each checkpoint with each side tab and its Graph view, the run's views, the comparison,
+    MAIN_VIEWS."""
     for name, path, select in cases.checkpoints:
         yield from checkpoint_stops(window, name, path, select, wait)
     yield from series_stops(window, cases.run, wait)
