@@ -28,11 +28,12 @@ MIN_PLOT = {640: 60, 800: 100}  # pixels of a plot's data area a person can read
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    """The checkpoints, built once; each stays open in the window's workspace for the whole module, so the
-    four windows share one open and one set of figures (statistics, spectra) per file."""
+    """The checkpoints, built once, and a workspace that holds each open for the whole module: the four
+    windows are given it (`palette_window`), so they share one open and one set of figures (statistics,
+    spectra) per file."""
     import warnings
 
-    from ckptview.core.session.workspace import window_workspace
+    from ckptview.core.session.workspace import Workspace
 
     pytest.importorskip("transformers")
     pytest.importorskip("lightning")
@@ -40,21 +41,24 @@ def cases(tmp_path_factory):
     with warnings.catch_warnings():  # Trainer.fit's advice (data loader workers, logging): not ours to heed
         warnings.simplefilter("ignore")
         built = build_all(str(folder))
-    leases = [window_workspace().acquire(path) for _name, path, _select in built.checkpoints]
-    yield built
+    workspace = Workspace()
+    leases = [workspace.acquire(path) for _name, path, _select in built.checkpoints]
+    yield built, workspace
     for lease in leases:
         lease.release()
 
 
 @pytest.fixture
-def palette_window(qtbot, settings, request):
-    """A window of the given size with the given palette (the application's palette is put back after)."""
+def palette_window(qtbot, settings, request, cases):
+    """A window of the given size with the given palette (the application's palette is put back after),
+    reading through the module's workspace instead of one of its own."""
     from ckptview.gui.app.main_window import MainWindow
     from ckptview.gui.base.palette import apply_palette
 
     (width, height), palette = request.param
     settings.set_palette(palette)
     window = MainWindow(settings)
+    window._workspace = cases[1]  # its tabs open through `window.workspace`; none is open yet
     qtbot.addWidget(window)
     window.resize(width, height)
     window.show()
@@ -90,7 +94,7 @@ def problems_at(window, stop, size) -> list[str]:
 @pytest.mark.parametrize("palette_window", [(s, p) for s in SIZES for p in PALETTES], indirect=True,
                          ids=[f"{s[0]}x{s[1]}-{p}" for s in SIZES for p in PALETTES])
 def test_every_screen_fits_and_reads(qtbot, palette_window, cases) -> None:
-    window = palette_window
+    window, cases = palette_window, cases[0]
     size = (window.width(), window.height())
     visited, found = [], []
 
