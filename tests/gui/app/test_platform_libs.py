@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
+from ckptview.cli import main  # the window's flags are parsed there, then handed to gui/app/launch.py
 from ckptview.gui.app import platform_libs
-from ckptview.gui.app.launch import main, startup_problem
+from ckptview.gui.app.launch import startup_problem
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Qt's xcb plugin is Linux's")
 DEBIAN_12_WITHOUT = {"libxcb-icccm.so.4", "libxcb-keysyms.so.1", "libxcb-cursor.so.0"}  # the desktop
