@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 screenshots: $(STAMP)
-	$(BIN)/python tools/screenshots.py --out docs/screenshots --size 1280x800
+	$(BIN)/python tools/screenshots.py --out docs/screenshots --size 1280x800 --tour build/screenshots
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py

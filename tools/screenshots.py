@@ -1,9 +1,14 @@
-"""`make screenshots`: render the main views offscreen to PNG, so the README's pictures stay current.
+"""`make screenshots`: render the window offscreen to PNG: the README's pictures, and every screen to look at.
 
-Builds its checkpoints with torch in a temporary folder (the README's MLP after a few Adam steps, and the
-same model a few steps later for the comparison), opens them in a real window with QT_QPA_PLATFORM=offscreen,
-waits for each view to finish its work, and saves `tree.png`, `statistics.png`, `optimizer.png`,
-`diff.png`, `run.png` and `graph.png` (a tiny Llama's graph, traced on meta) into --out (default docs/screenshots) at --size (default 1280x800).
+README pictures (--out, default docs/screenshots, at --size, light palette): the README's MLP after a few
+Adam steps and the same model later for the comparison, saved as `tree.png`, `statistics.png`,
+`optimizer.png`, `heatmap.png`, `spectrum.png`, `run.png`, `diff.png` and `graph.png` (a tiny Llama's
+graph, traced on meta).
+
+The tour (--tour DIR): the checkpoints of the layout test (tests/support/screens.py: a sharded Llama, a
+torchvision-layout ResNet, Adam + StepLR training, a Lightning file, a run of ten checkpoints, a
+comparison), every side tab, run view and the comparison, at 1024x640 and 1280x800, light and dark:
+`DIR/<width>x<height>-<palette>/<screen>.png`, one window per size and palette. Look at them before a stop.
 """
 
 from __future__ import annotations
@@ -13,14 +18,19 @@ import os
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("CKPTVIEW_SERVER_NAME", f"ckptview-screenshots-{os.getpid()}")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = ((1024, 640), (1280, 800))
+PALETTES = ("light", "dark")
 
 
 def make_checkpoints(folder: str) -> tuple[str, str]:
     """Two training checkpoints of the README's MLP, 5 and 25 Adam steps in."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "resources"))
+    sys.path.insert(0, os.path.join(ROOT, "resources"))
     import torch
     from make_example import MLP  # type: ignore[import-not-found]
     from torch import nn
@@ -65,96 +75,137 @@ def make_llama(folder: str) -> str:
     return path
 
 
-def wait_until(app, condition, timeout: float = 60.0) -> None:
-    """Process events until `condition()` holds (or the timeout passes)."""
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        app.processEvents()
-        time.sleep(0.01)
-    for _ in range(20):  # let layouts and repaints settle
-        app.processEvents()
+def waiter(app: object) -> Callable[..., None]:
+    """wait(condition, timeout_ms): process events until `condition()` holds (an error after the timeout)."""
+    def wait(condition: Callable[[], bool], timeout: int = 60_000) -> None:
+        deadline = time.monotonic() + timeout / 1000
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the window did not settle")
+            app.processEvents()  # type: ignore[attr-defined]
+            time.sleep(0.01)
+
+    return wait
+
+
+def window(settings_dir: str, size: tuple[int, int], palette: str, wait: Callable[..., None]):  # noqa: ANN201
+    """A shown MainWindow of `size` in `palette`, with settings of its own."""
+    from ckptview.gui.app.main_window import MainWindow
+    from ckptview.gui.base.settings import Settings
+
+    settings = Settings(os.path.join(settings_dir, f"settings-{size[0]}-{palette}.ini"))
+    settings.set_palette(palette)
+    win = MainWindow(settings)
+    win.resize(*size)
+    win.show()
+    wait(lambda: (win.width(), win.height()) == size)
+    return win
+
+
+def readme_pictures(out: str, size: tuple[int, int], tmp: str, wait: Callable[..., None]) -> None:
+    """The README's pictures of the MLP, in the light palette."""
+    from tests.support.screens import rest
+
+    from ckptview.gui.compare.tab import open_diff
+
+    first, second = make_checkpoints(tmp)
+    win = window(tmp, size, "light", wait)
+    (tab,) = win.open_paths([first])
+    wait(lambda: tab.state != "loading")
+    tab.select_name("model_state_dict.hidden.weight")
+
+    def shoot(name: str, title: str | None = None) -> None:
+        if title is not None:
+            panel = tab.show_panel(title)
+            if title == "Optimizer" and panel is not None:
+                panel.start_figures()
+        rest(wait, win)
+        path = os.path.join(out, f"{name}.png")
+        win.grab().save(path)
+        print(path)
+
+    shoot("tree", "Statistics")
+    shoot("spectrum", "Spectrum")
+    shoot("heatmap", "Heat-map")
+    shoot("optimizer", "Optimizer")
+    tab.show_panel("Statistics")
+    tab.select_name("model_state_dict")
+    shoot("statistics")
+    shoot("run", "Run")
+    view = open_diff(win, first, second)
+    wait(lambda: not view.busy)
+    view.select_row(0)
+    rest(wait, win)
+    path = os.path.join(out, "diff.png")
+    win.grab().save(path)
+    print(path)
+    (llama,) = win.open_paths([make_llama(tmp)])
+    wait(lambda: llama.state != "loading")
+    graph = llama.show_graph(True)
+    assert graph is not None
+    wait(lambda: graph.view is not None, timeout=600_000)
+    if "g:model" in graph.view.index():
+        graph.expand("model.layers.1.self_attn")
+        wait(lambda: "model.layers.1.self_attn" in graph.expanded)
+    graph.overlay_box.setCurrentIndex(graph.overlay_box.findText("L2 norm"))
+    wait(lambda: graph.coloured is not None and graph.coloured.view is graph.view)
+    weight = next((k for k in graph.hierarchy.readers if k.endswith("layers.1.self_attn.q_proj.weight")),
+                  next(iter(graph.hierarchy.readers)))
+    llama.select_name(weight)
+    wait(lambda: not graph.layout_slot.running and not graph.overlay_slot.running)
+    rest(wait, win)
+    path = os.path.join(out, "graph.png")
+    win.grab().save(path)
+    print(path)
+    win.close()
+
+
+def tour_pictures(out: str, tmp: str, wait: Callable[..., None]) -> None:
+    """Every screen of the layout test at both sizes, in both palettes."""
+    from tests.support.screens import build_all, tour
+
+    with warnings.catch_warnings():  # Trainer.fit's advice on data loaders is not ours to heed
+        warnings.simplefilter("ignore")
+        cases = build_all(os.path.join(tmp, "cases"))
+    for size in SIZES:
+        for palette in PALETTES:
+            folder = os.path.join(out, f"{size[0]}x{size[1]}-{palette}")
+            os.makedirs(folder, exist_ok=True)
+            win = window(tmp, size, palette, wait)
+            for stop in tour(win, cases, wait):
+                path = os.path.join(folder, stop.name.replace("/", "_").replace(" ", "_") + ".png")
+                win.grab().save(path)
+                print(path)
+            win.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/screenshots")
-    parser.add_argument("--size", default="1280x800", help="WIDTHxHEIGHT of the window")
+    parser.add_argument("--out", default="docs/screenshots", help="folder of the README's pictures")
+    parser.add_argument("--size", default="1280x800", help="WIDTHxHEIGHT of the README's pictures")
+    parser.add_argument("--tour", metavar="DIR", help="also render every screen, both sizes and palettes, here")
+    parser.add_argument("--no-readme", action="store_true", help="leave the README's pictures as they are")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
-    os.makedirs(args.out, exist_ok=True)
+    sys.path.insert(0, ROOT)  # tests.support.screens: the layout test's checkpoints and tour
 
     from ckptview.gui.app.launch import application
-    from ckptview.gui.app.main_window import MainWindow
-    from ckptview.gui.base.settings import Settings
-    from ckptview.gui.compare.tab import open_diff
+    from ckptview.gui.base.palette import apply_palette
+    from ckptview.gui.base.workers import wait_for_workers
 
     app = application()
+    wait = waiter(app)
     with tempfile.TemporaryDirectory() as tmp:
-        first, second = make_checkpoints(tmp)
-        window = MainWindow(Settings(os.path.join(tmp, "settings.ini")))
-        window.resize(width, height)
-        window.show()
-        (tab,) = window.open_paths([first])
-        wait_until(app, lambda: tab.state != "loading")
-        titles = [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())]
-
-        def shoot(name: str) -> None:
-            path = os.path.join(args.out, f"{name}.png")
-            window.grab().save(path)
-            print(path)
-
-        def side(title: str):
-            tab.side_tabs.setCurrentIndex(titles.index(title))
-            return tab.panel(title)
-
-        tab.select_name("model_state_dict.hidden.weight")
-        stats = side("Statistics")
-        wait_until(app, lambda: not stats.slot.running and not stats.histogram.slot.running)
-        shoot("tree")
-        spectrum = side("Spectrum")
-        wait_until(app, lambda: not spectrum.slot.running)
-        shoot("spectrum")
-        side("Heat-map")
-        wait_until(app, lambda: side("Heat-map").heatmap is not None)
-        shoot("heatmap")
-        optimizer = side("Optimizer")
-        optimizer.start_figures()
-        wait_until(app, lambda: not optimizer.slot.running)
-        shoot("optimizer")
-        side("Statistics")
-        tab.select_name("model_state_dict")
-        wait_until(app, lambda: not stats.slot.running and not stats.histogram.slot.running)
-        shoot("statistics")
-        run = side("Run")
-        wait_until(app, lambda: True, timeout=2)
-        shoot("run")
-        del run
-        (llama,) = window.open_paths([make_llama(tmp)])
-        wait_until(app, lambda: llama.state != "loading")
-        graph = llama.show_graph(True)
-        assert graph is not None
-        wait_until(app, lambda: graph.view is not None, timeout=600)
-        if "g:model" in graph.view.index():
-            graph.expand("model.layers.1.self_attn")
-            wait_until(app, lambda: "model.layers.1.self_attn" in graph.expanded)
-        graph.overlay_box.setCurrentIndex(graph.overlay_box.findText("L2 norm"))
-        wait_until(app, lambda: graph.coloured is not None and graph.coloured.view is graph.view)
-        weight = next((k for k in graph.hierarchy.readers if k.endswith("layers.1.self_attn.q_proj.weight")),
-                      next(iter(graph.hierarchy.readers)))
-        llama.select_name(weight)
-        wait_until(app, lambda: not graph.layout_slot.running and not graph.overlay_slot.running)
-        shoot("graph")
-        window.tabs.setCurrentWidget(tab)
-        view = open_diff(window, first, second)
-        wait_until(app, lambda: not view.busy)
-        view.select_row(0)
-        wait_until(app, lambda: bool(view.histograms))
-        shoot("diff")
-        window.close()
-        app.processEvents()
-        from ckptview.gui.base.workers import wait_for_workers
-
-        wait_for_workers(30_000, quit_first=True)
+        try:
+            if not args.no_readme:
+                os.makedirs(args.out, exist_ok=True)
+                readme_pictures(args.out, (width, height), tmp, wait)
+            if args.tour:
+                tour_pictures(args.tour, tmp, wait)
+        finally:
+            apply_palette("system")
+            app.processEvents()
+            wait_for_workers(30_000, quit_first=True)
     return 0
 
 

@@ -14,6 +14,7 @@ from ckptview.core.inspect.grouping import ModuleGroup, find_row
 from ckptview.core.jobs import Progress
 from ckptview.core.session.file_checks import signature
 from ckptview.core.session.opening import Opened, open_and_prepare
+from ckptview.gui.base.palette import color
 from ckptview.gui.checkpoint import filter as tree_filter
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.filter import TreeFilter
@@ -21,7 +22,7 @@ from ckptview.gui.checkpoint.host import CheckpointContext, PanelSpec
 from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage
 from ckptview.gui.checkpoint.side_panels import PanelScrollArea, SidePanels, entries_of
 from ckptview.gui.checkpoint.tree_model import NAME, CheckpointTreeModel
-from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
+from ckptview.gui.checkpoint.tree_view import NAME_KEEPS, CheckpointTreeView
 from tests.support.guihelpers import make_state_dict
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
@@ -84,7 +85,7 @@ def test_typing_filters_the_tree_and_counts_the_matches(qtbot, opened):
     qtbot.keyClicks(box.edit, "/[/")  # a broken regex: said in place, in red, the tree left as it was
     qtbot.keyClick(box.edit, Qt.Key.Key_Return)
     assert "regex" in box.match_label.text().lower() or "[" in box.match_label.text()
-    assert "c0392b" in box.match_label.styleSheet()
+    assert color("error").name() in box.match_label.styleSheet()  # the palette's error colour
     box.set_text("")
     assert box.match_label.text() == f"{opened.leaf_count:,} entries" and box.match_label.styleSheet() == ""
 
@@ -104,14 +105,20 @@ def test_a_big_tree_filters_in_a_worker_and_the_last_text_wins(qtbot, opened, mo
 
 
 # --- the tree view ---------------------------------------------------------------------------------------
-def test_names_keep_most_of_a_narrow_tree(qtbot, opened):
+def test_names_keep_their_share_of_a_narrow_tree(qtbot, opened):
+    # Name keeps NAME_KEEPS px, the other columns giving way for it, and takes all that is left beyond the
+    # other columns' texts. (It kept 40% of the tree before: at 1024x640 a sharded Llama's tree is ~517 px
+    # and 40% of it for Name cut the shapes and sizes, issue 35 finding 1; tests/gui/checkpoint/test_tree_columns.py.)
     tree = tree_of(qtbot, opened)
     for width in (420, 900):
         tree.resize(width, 300)
         tree.show()
         qtbot.waitUntil(lambda width=width: tree.viewport().width() <= width and tree.viewport().width() > 0)
         tree.fit_columns()
-        assert tree.columnWidth(NAME) >= 0.4 * tree.viewport().width()
+        assert tree.columnWidth(NAME) >= NAME_KEEPS
+        if width == 900:  # room for every text: the other columns whole, Name the rest
+            assert all(tree.columnWidth(c) == w for c, w in tree.content_widths().items() if c in tree.shown_columns())
+            assert tree.columnWidth(NAME) == tree.viewport().width() - tree.columns_width()
 
 
 def test_the_context_menu_copies_a_name_and_says_so(qtbot, opened):

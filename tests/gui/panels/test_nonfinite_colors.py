@@ -35,7 +35,7 @@ def pixel(view, row: int, col: int) -> QColor:
 
 
 def test_heatmap_draws_nan_and_infinities_in_their_own_colours(qtbot, window, nonfinite_file):
-    from ckptview.gui.base.plots import NONFINITE_COLORS
+    from ckptview.gui.base.plots import nonfinite_colors
 
     tab = window.open_paths([nonfinite_file])[0]
     wait_settled(qtbot, tab)
@@ -47,14 +47,14 @@ def test_heatmap_draws_nan_and_infinities_in_their_own_colours(qtbot, window, no
     drawn = {name: pixel(view, r, c) for name, (r, c) in (("NaN", (1, 2)), ("+Inf", (3, 4)), ("-Inf", (4, 6)))}
     for name, color in drawn.items():
         assert color != zero, name
-        assert color.name() == QColor(NONFINITE_COLORS[name]).name(), name
+        assert color.name() == QColor(nonfinite_colors()[name]).name(), name
     assert len({c.name() for c in drawn.values()} | {zero.name(), pixel(view, 5, 7).name()}) == 5
     caption = view.status.text()
     assert "1 NaN" in caption and "1 +Inf" in caption and "1 -Inf" in caption
 
 
 def test_values_table_marks_nan_and_infinities(qtbot, window, nonfinite_file):
-    from ckptview.gui.base.plots import NONFINITE_COLORS
+    from ckptview.gui.base.plots import nonfinite_colors
 
     tab = window.open_paths([nonfinite_file])[0]
     wait_settled(qtbot, tab)
@@ -69,8 +69,8 @@ def test_values_table_marks_nan_and_infinities(qtbot, window, nonfinite_file):
         brush = model.data(model.index(r, c), Qt.ItemDataRole.ForegroundRole)
         return None if brush is None else QColor(brush.color() if hasattr(brush, "color") else brush).name()
 
-    assert foreground(1, 2) == QColor(NONFINITE_COLORS["NaN"]).name()
-    assert foreground(3, 4) == QColor(NONFINITE_COLORS["+Inf"]).name()
-    assert foreground(4, 6) == QColor(NONFINITE_COLORS["-Inf"]).name()
+    assert foreground(1, 2) == QColor(nonfinite_colors()["NaN"]).name()
+    assert foreground(3, 4) == QColor(nonfinite_colors()["+Inf"]).name()
+    assert foreground(4, 6) == QColor(nonfinite_colors()["-Inf"]).name()
     assert foreground(0, 0) is None and foreground(5, 7) is None
     assert np.isnan(float(model.cell_text(1, 2)))

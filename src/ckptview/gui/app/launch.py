@@ -12,6 +12,7 @@ from PySide6.QtGui import QFileOpenEvent, QIcon
 from PySide6.QtWidgets import QApplication
 
 from ckptview import desktop
+from ckptview.gui.app import platform_libs
 from ckptview.gui.app.main_window import MainWindow
 from ckptview.gui.app.single_instance import InstanceServer, send_to_running, server_name
 from ckptview.gui.base.settings import Settings
@@ -98,8 +99,8 @@ def main(args: argparse.Namespace) -> int:
         for line in lines:
             print(line)
         return 0
-    reason = no_display_reason()
-    if reason is not None:  # Qt would abort with a message about a missing xcb library instead
+    reason = startup_problem()
+    if reason is not None:  # Qt would abort with a message about the xcb plugin instead
         print(f"ckptview: {reason}", file=sys.stderr)
         return 2
     app = application()
@@ -122,6 +123,19 @@ def no_display_reason(env: dict[str, str] | None = None, platform: str | None = 
     return ("no display found (neither DISPLAY nor WAYLAND_DISPLAY is set): the window needs a graphical "
             "session. On a terminal, `ckptview info FILE` lists a checkpoint (also diff, export, run, series); "
             "QT_QPA_PLATFORM=offscreen runs the window without a screen.")
+
+
+def startup_problem(env: dict[str, str] | None = None, platform: str | None = None,
+                    finder: platform_libs.Finder | None = None) -> str | None:
+    """Why the window cannot start here, in one line, before Qt tries and aborts: no display, or a system
+    library Qt's xcb plugin needs is missing (`finder` stands in for the dynamic loader in tests)."""
+    env = dict(os.environ) if env is None else env
+    platform = sys.platform if platform is None else platform
+    reason = no_display_reason(env, platform)
+    if reason is not None or not platform.startswith("linux") or not platform_libs.would_use_xcb(env):
+        return reason
+    missing = platform_libs.missing_xcb_libraries(finder or platform_libs.loads)
+    return platform_libs.missing_line(missing) if missing else None
 
 
 def finish(status: int, timeout_ms: int = 5000) -> int:

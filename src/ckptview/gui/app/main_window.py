@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QActionGroup,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QGuiApplication,
+    QIcon,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
@@ -32,6 +41,7 @@ from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
+from ckptview.gui.base.palette import Theme, apply_palette, on_palette_change, tinted
 from ckptview.gui.base.settings import Settings
 from ckptview.gui.base.tab import Tab, tabs_in
 from ckptview.gui.base.workers import file_events
@@ -112,6 +122,7 @@ class MainWindow(QMainWindow):
         # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
         # command line's --download, --deadline, ...).
         self._workspace = Workspace(remote=remote)
+        apply_palette(self.settings.palette())  # before any widget: each is built in the chosen colours
         # Where its Graph views keep the architectures they traced (`TabHost.graph_cache`; opened on first use).
         self.graph_cache = GraphCache()
         self.setWindowTitle("ckptview")
@@ -132,6 +143,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.tabs)
         self._build_status_bar()
         self._build_actions()
+        on_palette_change(self, self._tint_icons)
         self._build_menus()
         self._build_toolbar()
         # Opened files whose tab is in the background wait here and are built one per event-loop turn.
@@ -166,6 +178,12 @@ class MainWindow(QMainWindow):
     # --- building --------------------------------------------------------------------------------
     def _icon(self, pixmap: QStyle.StandardPixmap) -> QIcon:
         return self.style().standardIcon(pixmap)
+
+    def _tint_icons(self, current: Theme) -> None:
+        """The toolbar's black arrows drawn in the palette's text colour (they vanished on dark)."""
+        sp = QStyle.StandardPixmap
+        for action, pixmap in ((self.expand_action, sp.SP_ArrowDown), (self.collapse_action, sp.SP_ArrowUp)):
+            action.setIcon(tinted(self._icon(pixmap), current.color("window_text")))
 
     def _build_status_bar(self) -> None:
         self.progress = QProgressBar()
@@ -249,6 +267,8 @@ class MainWindow(QMainWindow):
         for action in (self.expand_action, self.collapse_action, self.graph_action, None, self.next_tab_action,
                        self.prev_tab_action):
             view.addSeparator() if action is None else view.addAction(action)
+        view.addSeparator()
+        self._build_palette_menu(view)
         for spec in self._actions:
             action = self._action(spec.text, lambda spec=spec: spec.callback(self), spec.shortcut)
             if spec.menu.replace("&", "") == "File":  # keep Close and Quit at the bottom of File
@@ -256,6 +276,35 @@ class MainWindow(QMainWindow):
             else:
                 self.menu(spec.menu).addAction(action)
         self.menu("Help").addAction(self.about_action)
+
+    def _build_palette_menu(self, view: QMenu) -> None:
+        """View > Palette: the system's choice, light or dark; kept in settings (`view/palette`)."""
+        menu = view.addMenu("&Palette")
+        group = QActionGroup(self)
+        group.setExclusive(True)
+        self.palette_actions: dict[str, QAction] = {}
+        for choice, text in (("system", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark")):
+            action = menu.addAction(text)
+            action.setCheckable(True)
+            action.setChecked(choice == self.settings.palette())
+            action.triggered.connect(lambda _checked=False, choice=choice: self.set_palette(choice))
+            group.addAction(action)
+            self.palette_actions[choice] = action
+        hints = QGuiApplication.styleHints()
+        hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
+
+    def set_palette(self, choice: str) -> None:
+        """Use the palette `choice` ("system", "light" or "dark") now and in later runs."""
+        self.settings.set_palette(choice)
+        self.settings.sync()
+        apply_palette(self.settings.palette())
+        action = self.palette_actions.get(self.settings.palette())
+        if action is not None and not action.isChecked():
+            action.setChecked(True)
+
+    def _on_color_scheme_changed(self, _scheme: Any) -> None:
+        if self.settings.palette() == "system":  # the desktop switched between light and dark
+            apply_palette("system")
 
     def menu(self, title: str) -> QMenu:
         """The menu called `title` ("File", "Tools", ...), created when missing (Help stays last)."""
@@ -271,14 +320,22 @@ class MainWindow(QMainWindow):
         return self.menus[key]
 
     def _build_toolbar(self) -> None:
+        """Open, Expand, Collapse and Find, at the right end of the menu bar: a row of its own cost 32 px
+        of a 640 px screen (the histograms' room). A native menu bar (macOS) holds no widgets: a toolbar."""
         bar = QToolBar("Main")
         bar.setObjectName("mainToolbar")
         bar.setMovable(False)
-        bar.setIconSize(QSize(18, 18))
+        bar.setIconSize(QSize(16, 16))
         bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         for action in (self.open_action, None, self.expand_action, self.collapse_action, None, self.find_action):
             bar.addSeparator() if action is None else bar.addAction(action)
-        self.addToolBar(bar)
+        self.toolbar = bar
+        if self.menuBar().isNativeMenuBar():
+            self.addToolBar(bar)
+        else:
+            bar.setStyleSheet("QToolBar { border: none; padding: 0; spacing: 2px; }")
+            bar.setContentsMargins(0, 0, 0, 0)
+            self.menuBar().setCornerWidget(bar, Qt.Corner.TopRightCorner)
 
     def _fill_recent_menu(self) -> None:
         self.recent_menu.clear()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt
-from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSize, Qt
+from PySide6.QtGui import QFontMetrics, QResizeEvent
+from PySide6.QtWidgets import QLabel, QSizePolicy, QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 Rule = Callable[[str, QFontMetrics, int], str]
 ELLIPSIS = "…"
@@ -80,4 +80,54 @@ class ElidingDelegate(QStyledItemDelegate):
         option.text = self.elided(text, option.fontMetrics, room)
 
 
-__all__ = ["ElidingDelegate", "elide_label", "elide_middle", "elide_to_number"]
+class ElidedLabel(QLabel):
+    """One line of plain text cut to the label's width by `rule` (the middle, by default), whole in its
+    tooltip; it never asks for more width than a few characters, so a long path or name cannot widen the
+    window. `whole_text()` is the text as set; `text()` what is shown."""
+
+    def __init__(self, text: str = "", rule: Rule = elide_middle, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rule = rule
+        self._whole = ""
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.set_whole_text(text)
+
+    def whole_text(self) -> str:
+        """The text as set, before cutting."""
+        return self._whole
+
+    def set_whole_text(self, text: str, tooltip: str | None = None) -> None:
+        """Show `text` (cut to fit); the tooltip holds `tooltip`, or the whole text when it is cut."""
+        self._whole = text
+        self._tooltip = tooltip
+        self._fit()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """A few characters wide: the rest is cut, never a reason to widen what holds the label."""
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), self.fontMetrics().horizontalAdvance("…" + self._whole[:4])), hint.height())
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """The whole text's width (what the label would like), one line tall."""
+        metrics = self.fontMetrics()
+        margins = self.contentsMargins()
+        return QSize(metrics.horizontalAdvance(self._whole) + margins.left() + margins.right() + 2 * self.margin(),
+                     super().sizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        """Cut the text again for the new width."""
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        room = self.contentsRect().width() - 2 * self.margin()
+        shown = self.rule(self._whole, self.fontMetrics(), room) if room > 0 else self._whole
+        if shown != self.text():
+            super().setText(shown)
+        tip = self._tooltip if self._tooltip is not None else (self._whole if shown != self._whole else "")
+        if tip != self.toolTip():
+            self.setToolTip(tip)
+
+
+__all__ = ["ElidedLabel", "ElidingDelegate", "elide_label", "elide_middle", "elide_to_number"]

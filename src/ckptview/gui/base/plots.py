@@ -1,7 +1,8 @@
-"""How every plot of the window looks: colours from the Qt palette (light or dark), plain-number axes.
+"""How every plot of the window looks: colours of the window's palette (light or dark), plain-number axes.
 
 pyqtgraph draws black backgrounds and scales axes with SI prefixes ("value (x0.001)") by default; a
 checkpoint browser wants the window's own colours and the numbers as they are, with the unit in the label.
+The colours come from the theme in use (gui/base/palette.py) and follow it when the palette changes.
 Legends are HTML text beside the plot (``legend_html``), so they never cover data.
 """
 
@@ -10,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QWidget
+
+from ckptview.gui.base.palette import Theme, on_palette_change, theme
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import pyqtgraph as pg
@@ -19,8 +23,15 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
 
 # Non-finite values have colours of their own in every heat-map and in the values table: none of them is
 # in the diverging blue-white-red map (CET-D1), so a NaN never reads as 0.0 nor an infinity as a large value.
-NONFINITE_COLORS = {"NaN": "#e000e0", "+Inf": "#f0c000", "-Inf": "#00a050"}  # magenta, gold, green
+# Each palette has its own shade of them, readable as text on its background (magenta, gold, green).
+NONFINITE_KEYS = {"NaN": "nan", "+Inf": "posinf", "-Inf": "neginf"}
 NONFINITE_WORDS = {"NaN": "magenta", "+Inf": "gold", "-Inf": "green"}
+
+
+def nonfinite_colors() -> dict[str, str]:
+    """{"NaN": "#rrggbb", "+Inf": ..., "-Inf": ...} of the palette in use."""
+    current = theme()
+    return {name: current.hex(key) for name, key in NONFINITE_KEYS.items()}
 
 
 def nonfinite_caption(nan: int, posinf: int, neginf: int) -> str:
@@ -31,45 +42,101 @@ def nonfinite_caption(nan: int, posinf: int, neginf: int) -> str:
 
 
 def palette_colors(widget: QWidget | None = None) -> tuple[QColor, QColor]:
-    """(background, foreground) of plots: the palette's base and text colours."""
-    palette = widget.palette() if widget is not None else QApplication.palette()
-    return palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Text)
+    """(background, foreground) of plots in the palette in use."""
+    current = theme()
+    return current.color("plot_background"), current.color("plot_foreground")
+
+
+def follow_background(view: pg.GraphicsView) -> None:
+    """Paint a plot's view (a PlotWidget, a GraphicsLayoutWidget) in the plot background, now and after
+    every palette change."""
+    on_palette_change(view, lambda t: view.setBackground(t.color("plot_background")))
 
 
 def style_plot(plot: pg.PlotWidget | pg.PlotItem, bottom: str = "", left: str = "",
                widget: QWidget | None = None) -> pg.PlotItem:
-    """Palette colours, plain-number axes without SI scaling, and axis titles; returns the PlotItem."""
+    """Palette colours, plain-number axes without SI scaling, and axis titles; returns the PlotItem.
+
+    The colours follow the palette while `widget` (or the PlotWidget itself) lives."""
     import pyqtgraph as pg
     item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
-    background, foreground = palette_colors(widget or (plot if isinstance(plot, QWidget) else None))
-    if isinstance(plot, pg.PlotWidget):
-        plot.setBackground(background)
-    pen = pg.mkPen(foreground)
     for name in ("left", "bottom", "right", "top"):
-        axis = item.getAxis(name)
-        axis.enableAutoSIPrefix(False)
-        axis.setPen(pen)
-        axis.setTextPen(pen)
+        item.getAxis(name).enableAutoSIPrefix(False)
     if bottom:
         item.setLabel("bottom", bottom)
     if left:
         item.setLabel("left", left)
+    owner = widget if widget is not None else plot if isinstance(plot, QWidget) else None
+    if isinstance(plot, pg.PlotWidget):
+        follow_background(plot)
+    if owner is not None:
+        on_palette_change(owner, lambda t: _color_plot(item, t))
+    else:
+        _color_plot(item, theme())
     return item
 
 
+def _color_plot(item: pg.PlotItem, current: Theme) -> None:
+    """Axes, their titles and the plot's title in the theme's foreground."""
+    foreground = current.color("plot_foreground")
+    for name in ("left", "bottom", "right", "top"):
+        _color_axis(item.getAxis(name), foreground)
+    title = item.titleLabel
+    if title is not None and title.text:
+        title.setText(title.text, color=foreground.name())
+
+
+def _color_axis(axis: pg.AxisItem, foreground: QColor) -> None:
+    import pyqtgraph as pg
+
+    pen = pg.mkPen(foreground)
+    axis.setPen(pen)
+    axis.setTextPen(pen)
+    axis.labelStyle["color"] = foreground.name()
+    if axis.labelText or axis.labelUnits:
+        axis.label.setHtml(axis.labelString())
+
+
+def style_color_bar(bar: pg.ColorBarItem, owner: QWidget) -> None:
+    """A colour bar's axes (its numbers and title) in the plot foreground, following the palette."""
+    on_palette_change(owner, lambda t: _color_plot(bar, t))
+
+
 def plot_widget(bottom: str = "", left: str = "") -> pg.PlotWidget:
-    """A PlotWidget styled by :func:`style_plot`."""
+    """A PlotWidget styled by :func:`style_plot`, its axis titles left out while it is short."""
     import pyqtgraph as pg
     widget = pg.PlotWidget()
     style_plot(widget, bottom, left)
+    compact_when_short(widget)
     return widget
 
 
-def series_color(index: int, count: int) -> QColor:
-    """The colour of series ``index`` of ``count`` (the same in the plot and in its legend)."""
-    import pyqtgraph as pg
-    color: QColor = pg.intColor(index, hues=max(3, count))  # pyqtgraph is untyped
-    return color
+SHORT_PLOT = 170  # pixels below which a plot's axis titles give their lines to the data
+
+
+class _ShortPlotFilter(QObject):
+    """Hides a PlotWidget's axis titles while it is shorter than SHORT_PLOT (the numbers stay): on a
+    640 px screen the titles took 40 of a histogram's 90 px; the legend below it says what is plotted."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Type.Resize and isinstance(watched, QWidget):
+            item = watched.getPlotItem()  # type: ignore[attr-defined]
+            tall = watched.height() >= SHORT_PLOT
+            for name in ("left", "bottom"):
+                axis = item.getAxis(name)
+                if (axis.labelText or axis.labelUnits) and axis.label.isVisible() != tall:
+                    axis.showLabel(tall)
+        return False
+
+
+def compact_when_short(widget: pg.PlotWidget) -> None:
+    """Leave out `widget`'s axis titles while it is short (see _ShortPlotFilter)."""
+    widget.installEventFilter(_ShortPlotFilter(widget))
+
+
+def series_color(index: int, count: int = 0) -> QColor:
+    """The colour of series ``index`` (the same in the plot and in its legend), readable on the plot."""
+    return theme().series_color(index)
 
 
 def legend_html(entries: Iterable[tuple[QColor, str]]) -> str:

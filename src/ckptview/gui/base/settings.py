@@ -6,6 +6,8 @@ import os
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from ckptview.gui.base.palette import CHOICES as PALETTES
+
 MAX_RECENT = 12
 # A safetensors header above this (about 38,000 tensors) asks first: the reader's json.loads holds the GIL
 # for the whole header (about 0.1 s per MB on a busy 2-core machine), so the window cannot repaint meanwhile.
@@ -13,7 +15,7 @@ HEADER_ASK_BYTES = 4 * 1024 * 1024
 
 
 class Settings:
-    """Recent files, window geometry/state and splitter sizes; `path` gives tests their own ini file."""
+    """Recent files, window geometry/state, splitter sizes and the palette; `path` gives tests their own ini file."""
 
     def __init__(self, path: str | None = None) -> None:
         if path is None:
@@ -71,6 +73,15 @@ class Settings:
     def set_header_ask_bytes(self, limit: int | None) -> None:
         """Set the header size above which opening asks (None or 0: never ask)."""
         self._qs.setValue("open/header_ask_bytes", int(limit or 0))
+
+    def palette(self) -> str:
+        """The palette chosen in View > Palette: "system" (the default), "light" or "dark"; key `view/palette`."""
+        value = str(self._qs.value("view/palette", "system"))
+        return value if value in PALETTES else "system"
+
+    def set_palette(self, choice: str) -> None:
+        """Keep the palette choice ("system", "light" or "dark")."""
+        self._qs.setValue("view/palette", choice if choice in PALETTES else "system")
 
     def sync(self) -> None:
         """Write to disk now."""

@@ -7,13 +7,13 @@ before the first tree could show; a few labelled bars need neither.
 from __future__ import annotations
 
 from PySide6.QtCore import QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette
+from PySide6.QtGui import QFont, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from ckptview.core.text import shown
 from ckptview.core.units import human_bytes
+from ckptview.gui.base.palette import color
 
-BAR_COLOR = QColor("#3d7ab8")
 TITLE = "Size by top-level module"
 CHART_HEIGHT = 76
 NAME_LIMIT = 28  # characters of a module name kept (its tail: the leaf names differ)
@@ -65,9 +65,7 @@ class SizeChart(QWidget):
         metrics = painter.fontMetrics()
         line = metrics.height()
         area = self.rect().adjusted(6, 2, -6, -4)
-        title_color = QColor(text_color)
-        title_color.setAlpha(150)  # the title recedes behind the bars, as plot titles do
-        painter.setPen(title_color)
+        painter.setPen(palette.color(QPalette.ColorRole.PlaceholderText))  # the title recedes behind the bars
         painter.drawText(QRect(area.left(), area.top(), area.width(), line), Qt.AlignmentFlag.AlignHCenter, TITLE)
         if not self.bars:
             return
@@ -90,6 +88,6 @@ class SizeChart(QWidget):
             painter.drawText(text_box, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, shown)
             width = max(1.0, bar_room * size / largest)
             height = max(1.0, row * 0.7)
-            painter.fillRect(QRectF(bar_left, y + (row - height) / 2, width, height), BAR_COLOR)
+            painter.fillRect(QRectF(bar_left, y + (row - height) / 2, width, height), color("bar"))
             painter.drawText(QRectF(bar_left + width + 4, y, size_width, row),
                              Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, size_text)

@@ -7,8 +7,8 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QTable
 
 
 def row_height(table: QTableView) -> int:
-    """A compact row: the font's height plus a little padding (Qt's default is about 30 px)."""
-    return table.fontMetrics().height() + 6
+    """A compact row: the font's height plus the style's margins (Qt's default is about 30 px)."""
+    return table.fontMetrics().height() + 4
 
 
 def compact(table: QTableView) -> None:

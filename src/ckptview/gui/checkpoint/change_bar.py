@@ -10,6 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QStyle, QWidget
 
 from ckptview.core.session.file_checks import Signature, describe_change, signature
+from ckptview.gui.base.palette import style_banner
 
 __all__ = ["FileChangeBar"]
 
@@ -26,8 +27,7 @@ class FileChangeBar(QFrame):
         self.opened_as = opened_as
         self.changed_text = ""  # why the file on disk no longer matches ('' while it does)
         self.setObjectName("changedBar")
-        self.setStyleSheet("#changedBar { background: #fde8e4; border: 1px solid #d9826f; border-radius: 4px; }"
-                           " #changedBar QLabel { color: #333; }")
+        style_banner(self, "changed_banner", "changed_border")
         row = QHBoxLayout(self)
         row.setContentsMargins(8, 4, 8, 4)
         icon = QLabel()

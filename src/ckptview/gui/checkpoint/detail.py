@@ -12,6 +12,7 @@ from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.text import shown
 from ckptview.core.units import count_text, human_bytes, shape_text
+from ckptview.gui.base.palette import color, on_palette_change
 
 LINK_SCHEME = "tensor"
 REPR_LIMIT = 200_000  # characters of a value shown in full; beyond that the text says how much was cut
@@ -26,10 +27,13 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return f"<table cellspacing='0' cellpadding='3'>{cells}</table>"
 
 
-_CSS = """<style>
-td.k { color: #666; padding-right: 14px; white-space: nowrap; }
-h3 { margin-bottom: 2px; } .broken { color: #c0392b; font-weight: bold; }
-pre { white-space: pre-wrap; }
+def _css() -> str:
+    """The panel's style in the palette in use (captions and notes muted, a broken entry in the error colour)."""
+    muted, error = color("muted").name(), color("error").name()
+    return f"""<style>
+td.k {{ color: {muted}; padding-right: 14px; white-space: nowrap; }}
+h3 {{ margin-bottom: 2px; }} .broken {{ color: {error}; font-weight: bold; }} .note {{ color: {muted}; }}
+pre {{ white-space: pre-wrap; }}
 </style>"""
 
 
@@ -46,7 +50,8 @@ class DetailPanel(QTextBrowser):
         self.setOpenLinks(False)
         self.anchorClicked.connect(self._on_anchor)
         self.setObjectName("detailPanel")
-        self.show_row(None)
+        self._row: Row | None = None
+        on_palette_change(self, lambda _theme: self.show_row(self._row))
 
     def _on_anchor(self, url: QUrl) -> None:
         if url.scheme() == LINK_SCHEME:
@@ -60,8 +65,9 @@ class DetailPanel(QTextBrowser):
 
     def show_row(self, row: Row | None) -> None:
         """Describe `row` (None: a hint)."""
+        self._row = row
         if row is None:
-            self.setHtml(_CSS + "<p style='color:#888'>Select a tensor or value to see its details.</p>")
+            self.setHtml(_css() + "<p class='note'>Select a tensor or value to see its details.</p>")
             return
         node = row.node
         title = f"<h3>{_esc(row.name or '(root)')}</h3>"
@@ -84,12 +90,12 @@ class DetailPanel(QTextBrowser):
             rows += [("Tensors", f"{row.tensors:,}"), ("Parameters", f"{row.numel:,}"),
                      ("Size", f"{human_bytes(row.nbytes)} ({row.nbytes:,} bytes)")]
             body = _table(rows)
-        self.setHtml(_CSS + title + body)
+        self.setHtml(_css() + title + body)
 
     def _tensor_html(self, name: str, info: TensorInfo) -> str:
         storage = info.storage
         rows = [
-            ("Shape", f"{_esc(shape_text(info.shape))} &nbsp; <span style='color:#888'>{_esc(list(info.shape))}</span>"),
+            ("Shape", f"{_esc(shape_text(info.shape))} &nbsp; <span class='note'>{_esc(list(info.shape))}</span>"),
             ("Stride", _esc(list(info.stride))),
             ("Dtype", _esc(info.dtype)),
             ("Elements", f"{info.numel:,}" + (f" ({count_text(info.numel)})" if info.numel >= 10_000_000 else "")),

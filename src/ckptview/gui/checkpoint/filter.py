@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QLabel, QLineEdit, QTreeView
 
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, QueryError, parse_query, visible_rows
+from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
 
@@ -17,7 +18,6 @@ __all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
 WORKER_ABOVE = 20_000  # tensors above which typing filters in a worker (and waits longer between keys)
-ERROR_STYLE = "color: #c0392b;"
 PLACEHOLDER = "Filter: name, *glob*, /regex/, 768x3072, *x768, float16, >10MB, device:cuda   (Ctrl+F)"
 
 
@@ -103,7 +103,7 @@ class TreeFilter(QObject):
 
     def _say_error(self, text: str) -> None:
         self.match_label.setText(text)
-        self.match_label.setStyleSheet(ERROR_STYLE)
+        self.match_label.setStyleSheet(f"color: {color('error').name()};")
 
     def _after_filter(self) -> None:
         if self.model.filtered:

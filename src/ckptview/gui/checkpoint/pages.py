@@ -23,6 +23,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
+from ckptview.gui.base.palette import mute, style_banner
 
 __all__ = ["AskPage", "ErrorPage", "LoadingPage", "PageStack", "safety_banner"]
 HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking
@@ -103,7 +104,7 @@ class ErrorPage(QWidget):
         self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         where = QLabel(html.escape(printable(path)))
-        where.setStyleSheet("color: palette(mid);")
+        mute(where)
         never_wider(where)
         where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         for widget in (icon, title, self.label, where):
@@ -171,10 +172,7 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
         return None
     frame = QFrame()
     frame.setObjectName("safetyBanner")
-    color = "#fff4ce" if unsafe else "#eef3fb"
-    border = "#e0b400" if unsafe else "#9bb5dd"
-    frame.setStyleSheet(f"#safetyBanner {{ background: {color}; border: 1px solid {border}; border-radius: 4px; }}"
-                        " #safetyBanner QLabel { color: #333; }")
+    style_banner(frame, "warning_banner" if unsafe else "info_banner", "warning_border" if unsafe else "info_border")
     row = QHBoxLayout(frame)
     row.setContentsMargins(8, 6, 8, 6)
     icon = QLabel()

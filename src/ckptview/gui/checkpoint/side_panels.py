@@ -11,10 +11,11 @@ import logging
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QTabWidget, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QWidget
 
 from ckptview.core.checkpoint import Node
 from ckptview.core.inspect.grouping import ModuleGroup, Row
+from ckptview.gui.base.tabs import OverflowTabWidget
 from ckptview.gui.checkpoint.host import CheckpointContext, PanelSpec, SupportsSelection
 
 __all__ = ["PanelScrollArea", "SidePanels", "entries_of"]
@@ -38,7 +39,7 @@ class SidePanels(QObject):
         self._selection = selection  # the entries selected now, for a panel built late
         self.widgets: list[QWidget] = []
         self._pending: dict[int, PanelSpec] = {}  # side-tab index -> panel not built yet
-        self.tabs = QTabWidget()
+        self.tabs = OverflowTabWidget()  # the tabs that do not fit go into a menu, never behind arrows
         self.tabs.setObjectName("sideTabs")
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(detail, "Details")
@@ -73,7 +74,7 @@ class SidePanels(QObject):
             old = self.tabs.widget(index)
             self.tabs.removeTab(index)
             self.tabs.insertTab(index, page, spec.title)
-            self.tabs.setCurrentIndex(current)
+            self.tabs.show_tab(current)  # current again, and on the bar
         finally:
             self.tabs.blockSignals(False)
         if old is not None:
@@ -99,7 +100,7 @@ class SidePanels(QObject):
         """Bring the side panel titled `title` to the front; returns it."""
         for i in range(self.tabs.count()):
             if self.tabs.tabText(i) == title:
-                self.tabs.setCurrentIndex(i)
+                self.tabs.show_tab(i)
                 return self.panel(title)
         return None
 

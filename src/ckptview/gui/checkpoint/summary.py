@@ -12,6 +12,7 @@ from ckptview.core.inspect.grouping import Row, chart_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, count_text, human_bytes
+from ckptview.gui.base.palette import mute
 from ckptview.gui.base.size_chart import SizeChart
 
 FACT_MIN_WIDTH = 140
@@ -80,7 +81,7 @@ class SummaryHeader(QWidget):
                 label.setToolTip("elements of buffers and counters: integer tensors and the buffer names torch "
                                  "registers (running_mean, running_var, num_batches_tracked, inv_freq, ...)")
             caption = QLabel(key + ":")
-            caption.setStyleSheet("color: palette(mid);")
+            mute(caption)
             form.addRow(caption, label)
         for i, form in enumerate(forms):
             if i:

@@ -42,7 +42,7 @@ from ckptview.gui.checkpoint.side_panels import SidePanels, entries_of
 from ckptview.gui.checkpoint.summary import SummaryHeader
 from ckptview.gui.checkpoint.tree_model import DEVICE, DTYPE, PARAMS, SHARD, SIZE, CheckpointTreeModel
 from ckptview.gui.checkpoint.tree_place import restore_place, save_place
-from ckptview.gui.checkpoint.tree_view import CheckpointTreeView
+from ckptview.gui.checkpoint.tree_view import NAME_WANTS, CheckpointTreeView
 from ckptview.gui.graph import GraphPage
 
 log = logging.getLogger(__name__)
@@ -286,8 +286,10 @@ class CheckpointTab(QWidget):
         self.splitter.addWidget(self.right)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        # The side panels (histograms, the optimizer's table) need room: at 1024 px they get ~560 of it.
-        self.splitter.setSizes([480, 560])
+        # The tree gets what its columns need beside a 240 px Name, the side panels (histograms, the
+        # optimizer's table) ~560: at 1024 px they share the width in that proportion (Qt scales them).
+        tree_wants = min(max(self.tree.columns_width() + NAME_WANTS + 20, 400), 640)
+        self.splitter.setSizes([tree_wants, 560])
         box.addWidget(self.splitter, 1)
         self.stack.show_only(page)
 

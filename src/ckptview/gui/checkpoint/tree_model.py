@@ -8,16 +8,18 @@ view asks for it. Children lists longer than FETCH_CHUNK arrive through canFetch
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QColor, QIcon
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, visible_rows
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
 from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
+from ckptview.gui.base.palette import color
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
 NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE, SHARD = range(7)
@@ -34,7 +36,26 @@ def shard_text(info: Any) -> str:
         return files[0] if files else ""
     listed = ", ".join(files[:2]) + (", ..." if len(files) > 2 else "")
     return f"{len(shards)} chunks in {listed}"
+
+
+_SHARD_OF = re.compile(r"(\d+)-of-(\d+)")
+
+
+def shard_label(info: Any) -> str:
+    """What the Shard column shows: '2 of 3' for 'model-00002-of-00003.safetensors' (the number is what tells
+    a folder's shards apart; the cell's tooltip names the file), a DCP file's name as it is ('__1_0.distcp'),
+    '3 chunks' for a tensor split over several files."""
+    shards = info.extra.get("shards") if info is not None else None
+    if not shards:
+        return ""
+    if len(shards) > 1:
+        return f"{len(shards)} chunks"
+    name = shard_text(info)
+    match = _SHARD_OF.search(name)
+    return f"{int(match.group(1))} of {int(match.group(2))}" if match else name
 FETCH_CHUNK = 5000
+WIDTH_SAMPLE = 4000  # rows whose texts size the columns (spread over the tree; the top-level rows too)
+VALUE_CHARS = 16  # a value's text (a repr) longer than this does not widen the Shape column: its tooltip has it
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the grouping Row behind an index
 Index = QModelIndex | QPersistentModelIndex
 
@@ -193,9 +214,9 @@ class CheckpointTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.ForegroundRole:
             info = row.node.tensor if row.node is not None else None
             if info is not None and (info.broken or (info.storage is not None and info.storage.broken)):
-                return QColor("#c0392b")
+                return color("error")
             if column != NAME and row.node is not None and row.node.kind not in ("tensor",) and column == SHAPE:
-                return QColor("#7f8c8d")
+                return color("muted")
         return None
 
     def _text(self, row: Row, column: int) -> str:
@@ -205,7 +226,7 @@ class CheckpointTreeModel(QAbstractItemModel):
             return row.label
         if info is not None:
             if column == SHARD:
-                return shard_text(info)
+                return shard_label(info)
             return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
                     count_text(row.numel), info.device)[column]
         if node is not None and node.kind == "value":
@@ -247,7 +268,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         node = row.node
         if column != NAME:
             whole = (repr(node.value) if node is not None and node.kind == "value" and column == SHAPE
-                     else self._text(row, column))
+                     else shard_text(info) if column == SHARD else self._text(row, column))
             if whole:
                 name = f"{shown(whole)}\n{name}"
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
@@ -256,6 +277,24 @@ class CheckpointTreeModel(QAbstractItemModel):
         if row.tensors > 1 or row.is_group:
             return f"{name}\n{row.tensors:,} tensors, {count_text(row.numel)} parameters, {human_bytes(row.nbytes)}"
         return name
+
+    def widest_texts(self, sample: int = WIDTH_SAMPLE, count: int = 4) -> dict[int, list[str]]:
+        """Per column other than Name, the `count` longest texts (by characters) among the top-level rows
+        and up to `sample` rows spread over the whole tree: what the columns make room for. A value's text
+        in the Shape column (a repr) counts only up to VALUE_CHARS characters: it may be cut, shapes not."""
+        rows = self.flat_rows()
+        step = max(1, len(rows) // sample)
+        picked = rows[::step] + self.kids(self.top)
+        texts: dict[int, set[str]] = {c: set() for c in range(len(COLUMNS)) if c != NAME}
+        for row in picked:
+            if row is self.top:
+                continue
+            is_value = row.node is not None and row.node.kind == "value"
+            for column, found in texts.items():
+                text = self._text(row, column)
+                if text and not (is_value and column == SHAPE and len(text) > VALUE_CHARS):
+                    found.add(shown(text))
+        return {c: sorted(found, key=len, reverse=True)[:count] for c, found in texts.items()}
 
     # --- filter and sort -------------------------------------------------------------------------
     def set_query(self, query: Query) -> None:

@@ -5,29 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 
-from PySide6.QtCore import QEvent, QModelIndex, QPoint, Qt, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QAbstractItemView, QMenu, QTreeView
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QMenu,
+    QStyle,
+    QStyleOptionHeader,
+    QStyleOptionViewItem,
+    QTreeView,
+)
 
 from ckptview.core.text import shown
 from ckptview.core.units import shape_text
 from ckptview.gui.base.elide import ElidingDelegate, elide_label, elide_to_number
-from ckptview.gui.checkpoint.tree_model import (
-    DEVICE,
-    DTYPE,
-    NAME,
-    PARAMS,
-    SHAPE,
-    SHARD,
-    SIZE,
-    CheckpointTreeModel,
-)
+from ckptview.gui.checkpoint.tree_model import DEVICE, NAME, SHARD, CheckpointTreeModel
 
-__all__ = ["COLUMN_SAMPLES", "COLUMN_WIDTHS", "CheckpointTreeView"]
-COLUMN_WIDTHS = (300, 110, 80, 80, 95, 64, 220)
-# Typical content per column: what a column keeps room for before it elides (see fit_columns).
-COLUMN_SAMPLES = {SHAPE: "1024 × 1024", DTYPE: "bfloat16", SIZE: "99.9 MiB", PARAMS: "1,048,576",
-                  DEVICE: "cuda:0", SHARD: "…00001-of-00002.safet"}
+__all__ = ["NAME_KEEPS", "CheckpointTreeView"]
+NAME_KEEPS = 140  # pixels the Name column keeps before the other columns give way (down to their captions)
+NAME_WANTS = 240  # pixels the tab's splitter gives the Name column at first, beside the other columns
+INDENT = 14  # pixels per level: a Llama leaf is six levels down (Qt's 20 took 120 px of its Name cell)
 
 
 class CheckpointTreeView(QTreeView):
@@ -50,10 +47,13 @@ class CheckpointTreeView(QTreeView):
         header.setSortIndicatorClearable(True)  # a third click returns to file order
         self.setSortingEnabled(True)
         header.setStretchLastSection(False)
-        header.setMinimumSectionSize(40)
-        # Names matter most: long ones are cut in the middle (both the module and the leaf stay), and the
-        # Name column keeps at least half the width; the other columns give way first (fit_columns).
+        header.setMinimumSectionSize(24)
+        self.setIndentation(INDENT)
+        # Shape, dtype, size, parameters and shard are sized to their content and never cut at 1024 px and
+        # up; Name takes the rest (fit_columns). Long names are cut in the middle (both the module and the
+        # leaf stay), whole in the tooltip.
         self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self._content: dict[int, int] | None = None  # column -> pixels its widest text needs
         # Optimizer rows keep "exp_avg of" and cut the parameter's name in the middle; shard names keep
         # their number. Every cell's whole text is in its tooltip.
         self.setItemDelegateForColumn(NAME, ElidingDelegate(elide_label, self))
@@ -70,28 +70,67 @@ class CheckpointTreeView(QTreeView):
         return super().viewportEvent(event)
 
     def fit_columns(self) -> None:
-        """Name keeps at least 40% of the width; the other columns give way first: down to the width of
-        typical content, then (on a very narrow tree) down to their captions, which are never clipped."""
+        """Every column but Name as wide as its widest text (`content_widths`), Name the rest; only when
+        Name would keep less than NAME_KEEPS (a tree narrower than a 1024 px window gives it) do the other
+        columns give way, down to their captions, which are never cut."""
         header = self.header()
-        metrics = header.fontMetrics()
         width = self.viewport().width()
-        shown_columns = [c for c in range(len(COLUMN_WIDTHS)) if c != NAME and not self.isColumnHidden(c)]
-        caption = {c: metrics.horizontalAdvance(str(self.tree_model.headerData(c, Qt.Orientation.Horizontal))) + 16
-                   for c in shown_columns}
-        content = {c: max(caption[c], metrics.horizontalAdvance(COLUMN_SAMPLES.get(c, "")) + 16)
-                   for c in shown_columns}
-        wanted = {c: max(COLUMN_WIDTHS[c], content[c]) for c in shown_columns}
-        room = width - max(int(width * 0.4), min(COLUMN_WIDTHS[NAME], width - sum(wanted.values())))
-        sizes = caption
-        for low, high in ((content, wanted), (caption, content)):  # the first level that fits wins
-            spare = sum(high[c] - low[c] for c in shown_columns)
-            if room >= sum(low.values()):
-                squeeze = min(1.0, (room - sum(low.values())) / spare) if spare else 1.0
-                sizes = {c: low[c] + int((high[c] - low[c]) * squeeze) for c in shown_columns}
-                break
-        for c in shown_columns:
+        columns = self.shown_columns()
+        content = self.content_widths()
+        caption = {c: self._caption_width(c) for c in columns}
+        sizes = {c: content[c] for c in columns}
+        room = width - NAME_KEEPS
+        if room < sum(sizes.values()):
+            spare = sum(content[c] - caption[c] for c in columns)
+            squeeze = max(0.0, min(1.0, (room - sum(caption.values())) / spare)) if spare else 0.0
+            sizes = {c: caption[c] + int((content[c] - caption[c]) * squeeze) for c in columns}
+        for c in columns:
             header.resizeSection(c, sizes[c])
         header.resizeSection(NAME, max(header.minimumSectionSize(), width - sum(sizes.values())))
+
+    def shown_columns(self) -> list[int]:
+        """The columns other than Name that are shown (Device and Shard only where they say something)."""
+        return [c for c in range(self.tree_model.columnCount()) if c != NAME and not self.isColumnHidden(c)]
+
+    def columns_width(self) -> int:
+        """Pixels the shown columns other than Name need for their whole texts."""
+        content = self.content_widths()
+        return sum(content[c] for c in self.shown_columns())
+
+    def content_widths(self) -> dict[int, int]:
+        """Per column other than Name: the pixels its caption and its widest text need (measured once, on
+        the texts the model samples: `widest_texts`)."""
+        if self._content is None:
+            metrics = self.fontMetrics()
+            pad = self._cell_padding()
+            widest = self.tree_model.widest_texts()
+            self._content = {c: max([self._caption_width(c)] + [metrics.horizontalAdvance(t) + pad for t in texts])
+                             for c, texts in widest.items()}
+        return self._content
+
+    def _caption_width(self, column: int) -> int:
+        """A header section's width that shows its caption whole, with room for the sort arrow."""
+        header = self.header()
+        option = QStyleOptionHeader()
+        header.initStyleOption(option)
+        option.rect = QRect(0, 0, 200, max(header.height(), 20))
+        option.sortIndicator = QStyleOptionHeader.SortIndicator.SortDown
+        option.section = column
+        label = header.style().subElementRect(QStyle.SubElement.SE_HeaderLabel, option, header).width()
+        caption = str(self.tree_model.headerData(column, Qt.Orientation.Horizontal))
+        return header.fontMetrics().horizontalAdvance(caption) + (200 - label) + 2
+
+    def _cell_padding(self) -> int:
+        """Pixels a cell's text loses to the style's margins (the eliding delegates keep 12)."""
+        option = QStyleOptionViewItem()
+        self.initViewItemOption(option)
+        option.rect = QRect(0, 0, 200, 20)
+        option.text = "x"
+        option.features |= QStyleOptionViewItem.ViewItemFeature.HasDisplay
+        style = self.style()
+        text = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, self).width()
+        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self) + 1
+        return max(200 - text + 2 * margin, 12) + 2
 
     def build_context_menu(self, index: QModelIndex) -> QMenu:
         """The context menu for `index` (tests trigger its actions directly)."""

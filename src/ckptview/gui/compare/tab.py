@@ -57,7 +57,9 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
+from ckptview.gui.base.elide import ElidedLabel
 from ckptview.gui.base.job_header import job_header
+from ckptview.gui.base.palette import color
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
@@ -71,10 +73,12 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
     from ckptview.core.figures.histogram import Histogram
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
-STATUS_COLORS = {
-    "identical": "#d9f2d9", "changed": "#ffe0b3", "dtype_mismatch": "#fff5b3", "shape_mismatch": "#e6ccff",
-    "only_a": "#ffcccc", "only_b": "#cce0ff", "error": "#ff9999", "pending": "#eeeeee",
-}
+STATUSES = ("identical", "changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "pending")
+
+
+def status_color(status: str) -> QColor:
+    """The background of a status (a row's cell, the summary's count) in the palette in use."""
+    return color(f"status_{status}" if status in STATUSES else "base")
 # Column key, header.
 COLUMNS = (
     ("order", "#"), ("name", "Name"), ("status", "Status"), ("rel_l2", "Rel. change"),
@@ -202,9 +206,9 @@ class DiffTableModel(QAbstractTableModel):
         if role == SORT_ROLE:
             return self._sort_key(row, key, i)
         if role == Qt.ItemDataRole.BackgroundRole and key == "status":
-            return QBrush(QColor(STATUS_COLORS.get(row.status, "#ffffff")))
+            return QBrush(status_color(row.status))
         if role == Qt.ItemDataRole.ForegroundRole and key == "status":
-            return QBrush(QColor("#000000"))
+            return QBrush(color("text"))
         if role == Qt.ItemDataRole.ToolTipRole:
             parts = [f"A: {row.name_a or MISSING}", f"B: {row.name_b or MISSING}"]
             if row.tied_to:
@@ -395,10 +399,20 @@ class CompareTab(QWidget):
     # --- building --------------------------------------------------------------------------------
     def _build(self) -> None:
         import pyqtgraph as pg
-        self.header = QLabel(f"<b>A</b> {html.escape(self.path_a)}<br><b>B</b> {html.escape(self.path_b)}")
-        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # The two files, one line each, cut in the middle when long (whole in the tooltip): a long path
+        # must not make the window wider than the screen.
+        self.header = QWidget()
+        paths = QVBoxLayout(self.header)
+        paths.setContentsMargins(0, 0, 0, 0)
+        paths.setSpacing(0)
+        self.path_labels = [ElidedLabel(f"{side}  {printable(path)}") for side, path in (("A", self.path_a),
+                                                                                          ("B", self.path_b))]
+        for label in self.path_labels:
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            paths.addWidget(label)
         self.summary_label = QLabel("opening…")
         self.summary_label.setObjectName("diffSummary")
+        self.summary_label.setWordWrap(True)  # counts, the overall change, buffers: wrapped, never wider
         top, self.progress, self.cancel_button = job_header(self.summary_label, self.cancel)
 
         self.filter_edit = QLineEdit()
@@ -447,9 +461,9 @@ class CompareTab(QWidget):
         self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖")
         # Points, not a line: neighbouring tensors are unrelated, a line between them would mean nothing.
         self.rel_curve = self.rel_plot.plot([], [], pen=None, symbol="o", symbolSize=6, symbolPen=None,
-                                            symbolBrush="#e67300")
+                                            symbolBrush=color("plot_accent"))
         self.rel_curve.sigPointsClicked.connect(self._on_points_clicked)
-        self.rel_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#3366cc"))
+        self.rel_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen(color("plot_marker")))
         self.rel_marker.hide()
         self.rel_plot.addItem(self.rel_marker)
         self.log_y = QCheckBox("log scale")
@@ -584,7 +598,7 @@ class CompareTab(QWidget):
     def _on_errored(self, exc: BaseException) -> None:
         self._done()
         text = str(exc) or type(exc).__name__
-        self.summary_label.setText(f"<span style='color:#b00000'>cannot compare: {text}</span>")
+        self.summary_label.setText(f"<span style='color:{color('error').name()}'>cannot compare: {text}</span>")
         self.failed.emit(text)
 
     def _done(self) -> None:
@@ -600,7 +614,8 @@ class CompareTab(QWidget):
             return
         al = self.result.alignment
         counts = self.result.summary()
-        parts = [f"<span style='background:{STATUS_COLORS.get(s, '#fff')};color:#000'>&nbsp;{n} {s}&nbsp;</span>"
+        text_color = color("text").name()
+        parts = [f"<span style='background:{status_color(s).name()};color:{text_color}'>&nbsp;{n} {s}&nbsp;</span>"
                  for s, n in sorted(counts.items(), key=lambda kv: _status_rank(kv[0]))]
         overall = self.result.overall_rel_l2()
         text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
@@ -725,16 +740,18 @@ class CompareTab(QWidget):
         self.hist_plot.clear()
         self.diff_plot.clear()
         legend = []
-        for side, rgb in (("a", (51, 102, 204)), ("b", (230, 115, 0))):
+        for side, key in (("a", "plot_marker"), ("b", "plot_accent")):
             h = hists.get(side)
             if h is not None:
-                self.hist_plot.plot(h.edges, h.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(rgb),
-                                    brush=pg.mkBrush(*rgb, 70))
-                legend.append((QColor(*rgb), f"{side.upper()}: {row.name}"))
+                pen = color(key)
+                self.hist_plot.plot(h.edges, h.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(pen),
+                                    brush=pg.mkBrush(pen.red(), pen.green(), pen.blue(), 70))
+                legend.append((pen, f"{side.upper()}: {row.name}"))
         d = hists.get("diff")
         if d is not None:
-            self.diff_plot.plot(d.edges, d.counts, stepMode="center", fillLevel=0, pen=pg.mkPen("#444"),
-                                brush=pg.mkBrush(120, 120, 120, 110))
+            neutral = color("plot_neutral")
+            self.diff_plot.plot(d.edges, d.counts, stepMode="center", fillLevel=0, pen=pg.mkPen(neutral),
+                                brush=pg.mkBrush(neutral.red(), neutral.green(), neutral.blue(), 110))
         self.hist_plot.setVisible(bool(legend))
         self.diff_plot.setVisible(d is not None)
         note = "B − A below" if d is not None else "no B − A: the shapes differ or one side is missing"
@@ -804,8 +821,13 @@ class TabPairDialog(QDialog):
         self.setWindowTitle("Compare two open checkpoints")
         self.combo_a, self.combo_b = QComboBox(), QComboBox()
         for combo in (self.combo_a, self.combo_b):
+            # As wide as 40 characters, not as the longest name (which made the dialog wider than the
+            # screen); a name cut there is whole in the list and in the item's tooltip, with its folder.
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(40)
             for path in paths:
                 combo.addItem(printable(os.path.basename(path)), path)
+                combo.setItemData(combo.count() - 1, printable(path), Qt.ItemDataRole.ToolTipRole)
         self.combo_b.setCurrentIndex(1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)

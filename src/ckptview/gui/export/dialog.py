@@ -37,7 +37,9 @@ from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
+from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.base.wrap import message_width, wrap_long_words
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult
@@ -203,7 +205,7 @@ class ExportDialog(QDialog):
         existing = set(plan.existing())
         self.preview.setPlainText(preview_text(plan, existing))
         if existing:
-            self.existing_label.setStyleSheet("color: #9a5b00")
+            self.existing_label.setStyleSheet(f"color: {color('warning').name()}")
             self.existing_label.setText(f"{len(existing)} of these exist already: Export asks before replacing them.")
         else:
             self.existing_label.setStyleSheet("")
@@ -227,6 +229,7 @@ class ExportDialog(QDialog):
     def confirm_overwrite(self, paths: list[str]) -> bool:
         """Ask before replacing existing files (QFileDialog has asked already for a chosen file name)."""
         listed = "\n".join(printable(p) for p in paths[:8]) + (f"\n… and {len(paths) - 8} more" if len(paths) > 8 else "")
+        listed = wrap_long_words(listed, self.fontMetrics(), message_width(self))  # the box fits the screen
         answer = QMessageBox.question(self, "Replace files?", f"{len(paths)} file(s) exist already:\n{listed}\n\n"
                                       "Replace them?", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
                                       QMessageBox.StandardButton.No)
@@ -286,7 +289,7 @@ class ExportDialog(QDialog):
         self._update_plan()
 
     def _show_error(self, message: str) -> None:
-        self.status.setStyleSheet("color: #b00020")
+        self.status.setStyleSheet(f"color: {color('error').name()}")
         self.status.setText(shown(message))
 
     def result_folder(self) -> str | None:

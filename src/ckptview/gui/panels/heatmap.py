@@ -13,7 +13,13 @@ from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.heatmap import HeatMap
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
-from ckptview.gui.base.plots import NONFINITE_COLORS, nonfinite_caption, palette_colors, style_plot
+from ckptview.gui.base.plots import (
+    follow_background,
+    nonfinite_caption,
+    nonfinite_colors,
+    style_color_bar,
+    style_plot,
+)
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
 
@@ -48,8 +54,9 @@ def nonfinite_overlay(image: np.ndarray) -> np.ndarray | None:
     if np.isfinite(image).all():
         return None
     out = np.zeros(image.shape + (4,), dtype=np.uint8)
+    colors = nonfinite_colors()
     for name, mask in (("NaN", np.isnan(image)), ("+Inf", np.isposinf(image)), ("-Inf", np.isneginf(image))):
-        color = QColor(NONFINITE_COLORS[name])
+        color = QColor(colors[name])
         out[mask] = (color.red(), color.green(), color.blue(), 255)
     return out
 
@@ -88,7 +95,7 @@ class HeatmapPanel(QWidget):
         controls.addWidget(self.percentile)
         controls.addStretch(1)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setBackground(palette_colors(self)[0])
+        follow_background(self.graphics)
         self.plot = self.graphics.addPlot()
         style_plot(self.plot, "column (other dims flattened)", "row", widget=self)
         self.plot.invertY(True)
@@ -99,6 +106,7 @@ class HeatmapPanel(QWidget):
         self.marks.setZValue(self.image.zValue() + 1)
         self.plot.addItem(self.marks)
         self.bar = pg.ColorBarItem(values=(-1, 1), colorMap=pg.colormap.get("CET-D1"), interactive=False)
+        style_color_bar(self.bar, self)
         self.bar.setImageItem(self.image, insert_in=self.plot)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

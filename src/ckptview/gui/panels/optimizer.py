@@ -206,9 +206,10 @@ class OptimizerPanel(QWidget):
     def _fill_params(self, opt: OptimizerState) -> None:
         tensor_keys = sorted({k for p in opt.params for k, _ in p.state_tensors()}, key=self._state_order)
         adam = any(p.entry("exp_avg_sq") is not None for p in opt.params)
-        self.columns = ["name", "id", "group", "shape", "step"] + [f"‖{k}‖" for k in tensor_keys]
-        if adam:
-            self.columns += [EFF_MEDIAN, EFF_MAX]
+        # The figures people come for first, beside the name (in view in a 1024 px window's side panel);
+        # where the parameter sits (shape, id, group) last.
+        self.columns = (["name"] + ([EFF_MEDIAN, EFF_MAX] if adam else []) + ["step"]
+                        + [f"‖{k}‖" for k in tensor_keys] + ["shape", "id", "group"])
         table = self.params_table
         table.clear()
         table.setRowCount(len(opt.params))
@@ -224,13 +225,12 @@ class OptimizerPanel(QWidget):
             tip = p.param.name if p.param is not None else None
             if p.guessed and tip is not None:
                 tip += "\nguessed: the model file stores names sorted; another tensor has this shape"
-            table.setItem(r, 0, _item(p.display_name or MISSING, tip=tip))
-            table.setItem(r, 1, _item(str(p.id), right=True))
-            table.setItem(r, 2, _item(MISSING if p.group is None else str(p.group), right=True))
-            table.setItem(r, 3, _item(self._shape(p)))
-            pending = "no state" if p.node is None else "…"
-            for c in range(4, len(self.columns)):
-                table.setItem(r, c, _item(pending if c == 4 else ("" if p.node is None else "…"), right=True))
+            where = {"name": _item(p.display_name or MISSING, tip=tip), "id": _item(str(p.id), right=True),
+                     "group": _item(MISSING if p.group is None else str(p.group), right=True),
+                     "shape": _item(self._shape(p))}
+            for c, title in enumerate(self.columns):
+                pending = ("no state" if title == "step" else "") if p.node is None else "…"
+                table.setItem(r, c, where.get(title) or _item(pending, right=True))
         self._fit_param_columns()
 
     def _fit_param_columns(self) -> None:
@@ -280,8 +280,8 @@ class OptimizerPanel(QWidget):
     def _fill_figures(self, fig: ParamFigures) -> None:
         table = self.params_table
         row = fig.index
-        table.setItem(row, 4, _item("no state" if self.current and self.current.params[row].node is None
-                                    else fmt(fig.step), right=True))
+        table.setItem(row, self.columns.index("step"), _item(
+            "no state" if self.current and self.current.params[row].node is None else fmt(fig.step), right=True))
         for c, title in enumerate(self.columns):
             if title.startswith("‖"):
                 key = title[1:-1]

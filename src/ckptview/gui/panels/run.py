@@ -55,7 +55,9 @@ from ckptview.core.run.result import RunResult, result_json_text, result_lines
 from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
+from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.base.wrap import message_width, wrap_long_words
 from ckptview.gui.checkpoint.host import CheckpointContext
 
 COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
@@ -101,8 +103,10 @@ def consent_text(items: list[tuple[str, list[str]]]) -> str:
 def ask_trust(parent: QWidget, items: list[tuple[str, list[str]]]) -> bool:
     """The confirmation dialog naming every file that needs consent and what loading each would import."""
     title = "Run code from these files?" if len(items) > 1 else "Run code from this file?"
-    box = QMessageBox(QMessageBox.Icon.Warning, title, consent_text(items),
+    box = QMessageBox(QMessageBox.Icon.Warning, title, "",
                       QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, parent)
+    # A name of a few hundred characters is broken onto lines, so the box fits the screen with every one.
+    box.setText(wrap_long_words(consent_text(items), box.fontMetrics(), message_width(parent)))
     box.setTextFormat(Qt.TextFormat.PlainText)  # names come from the files
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     return box.exec() == QMessageBox.StandardButton.Yes
@@ -413,7 +417,8 @@ class RunPanel(QWidget):
         message = window_words(redact(message.splitlines()[0] if message else "unknown error"))
         self._arch, self._refused, self._recognizing = None, message, False
         self._show_source()
-        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>" if error
+        self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>"
+                                  if error
                                   else "")
         self.status_label.setToolTip(message if error else "")
         self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
@@ -566,7 +571,7 @@ class RunPanel(QWidget):
     def _show_error(self, message: str) -> None:
         message = window_words(message)
         self.last_error = message
-        self.status_label.setText(f"<span style='color:#b00020'>{_escape(printable(message))}</span>")
+        self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>")
         self.status_label.setToolTip(message)
         self.runFailed.emit(message)
 
@@ -575,7 +580,7 @@ class RunPanel(QWidget):
         self.copy_button.setEnabled(True)
         device = _escape(printable(result.device))
         if result.warnings:
-            self.status_label.setText(f"<span style='color:#b26a00'>done on {device}, but "
+            self.status_label.setText(f"<span style='color:{color('warning').name()}'>done on {device}, but "
                                       f"{len(result.warnings)} kind(s) of weights did not load (see below)</span>")
         else:
             self.status_label.setText(f"done on {device}")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
 from ckptview.core.checkpoint import TensorInfo
@@ -20,7 +20,8 @@ from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.log_axis import log_tick_axis
-from ckptview.gui.base.plots import palette_colors, style_plot
+from ckptview.gui.base.palette import color
+from ckptview.gui.base.plots import follow_background, palette_colors, style_plot
 from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 COLUMNS = ("weight", "matrix", "alpha", "stable rank", "spectral norm", "flags")
 MAX_WEIGHTS = 2000  # rows of the table at most (a whole LLM: every Linear of it)
-FLAG_COLOR = QColor(255, 120, 120, 90)
 FLAG_TIPS = {
     "alpha_below_2": "alpha < 2: heavy tail, possibly over-fit",
     "alpha_above_6": "alpha > 6: light tail, possibly under-trained",
@@ -132,7 +132,7 @@ class SpectrumPanel(QWidget):
         self.slot.returned.connect(self._on_returned)
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setBackground(palette_colors(self)[0])
+        follow_background(self.graphics)
         self.esd_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
                                                          "bottom": log_tick_axis("bottom")})
         style_plot(self.esd_plot, "eigenvalue of W^T W", "density", widget=self)
@@ -255,7 +255,7 @@ class SpectrumPanel(QWidget):
             cells.append(flag)
             if s.flags:
                 for cell in cells:
-                    cell.setBackground(QBrush(FLAG_COLOR))
+                    cell.setBackground(QBrush(color("flagged_cell")))
         for col, cell in enumerate(cells):
             self.table.setItem(row, col, cell)
 
@@ -346,10 +346,10 @@ class SpectrumPanel(QWidget):
         if x.size:
             self.esd_plot.plot(x, y, pen=pg.mkPen(fg), symbol="o", symbolSize=4, symbolBrush=fg, name="ESD")
         if fx.size:
-            self.esd_plot.plot(fx, fy, pen=pg.mkPen((220, 60, 60), width=2, style=Qt.PenStyle.DashLine),
+            self.esd_plot.plot(fx, fy, pen=pg.mkPen(color("plot_mark"), width=2, style=Qt.PenStyle.DashLine),
                                name="power-law fit")
             self.esd_plot.addItem(pg.InfiniteLine(np.log10(s.fit.xmin), angle=90,  # type: ignore[union-attr]
-                                                  pen=pg.mkPen((230, 150, 30), style=Qt.PenStyle.DotLine)))
+                                                  pen=pg.mkPen(color("plot_accent"), style=Qt.PenStyle.DotLine)))
         sv = s.singular_values[s.singular_values > 0]
         if sv.size:
             self.sv_plot.plot(np.arange(1, sv.size + 1), sv, pen=pg.mkPen(fg))

@@ -32,7 +32,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.read.values.slicing import LazySlice2D, SliceError, default_spec
-from ckptview.gui.base.plots import NONFINITE_COLORS
+from ckptview.gui.base.plots import nonfinite_colors
 from ckptview.gui.base.tables import compact
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -184,7 +184,7 @@ class ValuesModel(QAbstractTableModel):
             return None
         text = self.cell_text(index.row(), index.column())
         name = _NONFINITE_TEXT.get(text.lstrip("+").lower() if text else "")
-        return None if name is None else QColor(NONFINITE_COLORS[name])
+        return None if name is None else QColor(nonfinite_colors()[name])
 
     def cell_text(self, row: int, col: int) -> str | None:
         """The text of a loaded cell of the page, or None while its tile is being read (tests use this)."""

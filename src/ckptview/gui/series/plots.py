@@ -18,7 +18,8 @@ from ckptview.core.series.cells import KIND_NAMES, VALUE, Cells
 from ckptview.core.series.timeline import open_checkpoint, series_tensor
 from ckptview.core.session.workspace import Holdings
 from ckptview.gui.base.log_axis import AxisMixinBase, axis_item, log_tick_axis, tick_font_metrics
-from ckptview.gui.base.plots import palette_colors, style_plot
+from ckptview.gui.base.palette import Theme, contrast, on_palette_change, theme
+from ckptview.gui.base.plots import follow_background, style_color_bar, style_plot
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 HIST_BINS = 64
 # log10 of the update ratio shown by the heat-map: below the floor (0 included) is "did not move".
 HEAT_FLOOR = -8.0
-PENS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
 def as_array(values: Sequence[float | int | None]) -> np.ndarray:
@@ -39,7 +39,7 @@ def as_array(values: Sequence[float | int | None]) -> np.ndarray:
 
 def style_plots(owner: QWidget, graphics: pg.GraphicsLayoutWidget, *plots: pg.PlotItem) -> None:
     """The window's palette and plain-number axes, as every plot of the app (gui/base/plots.py)."""
-    graphics.setBackground(palette_colors(owner)[0])
+    follow_background(graphics)
     for plot in plots:
         style_plot(plot, widget=owner)
 
@@ -89,9 +89,12 @@ class LabelAxis(AxisMixinBase):
 
 def inline_legend(entries: Sequence[tuple[str, ...]]) -> str:
     """A legend as one wrapped line of rich text: per (colour, name[, glyph]) entry a coloured square (or the
-    glyph) and the escaped name; a white square is drawn outlined, as it looks on the plot."""
+    glyph) and the escaped name; a colour that would vanish on the window (the plot's own background) is an
+    outlined square, as it looks on the plot."""
+    window = theme().color("window")
+
     def swatch(color: str, glyph: str) -> str:
-        if QColor(color).lightness() > 240:
+        if contrast(QColor(color), window) < 3.0:
             return "&#9633;"
         return f"<span style='color:{color}'>{glyph}</span>"
 
@@ -178,8 +181,10 @@ class LinePlots(QWidget):
         self.crosses = {}
         log = self.log_box.isChecked()
         entries: list[tuple[str, ...]] = []
+        current = theme()
+        mark = current.hex("plot_mark")
         for i, (label, (xs, norms, ratios)) in enumerate(self.series.items()):
-            color = PENS[i % len(PENS)]
+            color = current.series_color(i).name()
             pen = pg.mkPen(color, width=2)
             for plot, ys in ((self.norm_plot, norms), (self.ratio_plot, ratios)):
                 shown = np.where(ys > 0, ys, np.nan) if log else ys  # log10(0) has no place on the axis
@@ -189,7 +194,7 @@ class LinePlots(QWidget):
             entries.append((color, label))
             self._cross(label, xs, np.where(norms > 0, norms, np.nan) if log else norms)
         if self.crosses:
-            entries.append((MARK_COLOR, "holds NaN/Inf", "&#10005;"))
+            entries.append((mark, "holds NaN/Inf", "&#10005;"))
         self.legend.setText(inline_legend(entries) if entries else "Select tensors or modules to draw them.")
         self._draw_mark()
 
@@ -214,8 +219,8 @@ class LinePlots(QWidget):
             self.crosses[label] = (px, py)
             # On the view box itself, not a data item of the plot: in view coordinates (log10 in log mode).
             shown_y = np.log10(py) if self.log_box.isChecked() else py
-            item = pg.ScatterPlotItem(px, shown_y, symbol="x", size=13, brush=MARK_COLOR,
-                                      pen=pg.mkPen(MARK_COLOR, width=2))
+            mark = theme().hex("plot_mark")
+            item = pg.ScatterPlotItem(px, shown_y, symbol="x", size=13, brush=mark, pen=pg.mkPen(mark, width=2))
             self.norm_plot.vb.addItem(item, ignoreBounds=True)
             self._cross_items.append(item)
 
@@ -228,10 +233,11 @@ class LinePlots(QWidget):
         if self._mark is None:
             return
         x, text = self._mark
+        mark = theme().hex("plot_mark")
         for plot, label in ((self.norm_plot, text), (self.ratio_plot, None)):
-            line = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pg.mkPen(MARK_COLOR, width=2,
+            line = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pg.mkPen(mark, width=2,
                                                                                  style=Qt.PenStyle.DashLine),
-                                   label=label, labelOpts={"position": 0.92, "color": MARK_COLOR,
+                                   label=label, labelOpts={"position": 0.92, "color": mark,
                                                            "anchors": [(0, 0), (0, 0)]})
             plot.addItem(line, ignoreBounds=True)
             self.markers.append(line)
@@ -242,14 +248,21 @@ class LinePlots(QWidget):
 
 
 # Colours of the heat-map cells that are not a value on the colour bar (see core/series/cells.py):
-# each distinct from the others and from every colour of the bar (viridis: dark purple to yellow).
-HEAT_COLORS = {"absent": "#ffffff", "first": "#bdbdbd", "unchanged": "#000000", "nan": "#e6194b",
-               "inf": "#f58231", "unreadable": "#9a6324", "no_ratio": "#f5a3e6", "pending": "#cfe2f3"}
+# each distinct from the others and from every colour of the bar (viridis: dark purple to yellow), in
+# each palette ("absent" is the plot's own background; "unchanged" is black on light, near-white on dark).
+HEAT_KINDS = ("absent", "first", "unchanged", "nan", "inf", "unreadable", "no_ratio", "pending")
+
+
+def heat_colors(current: Theme | None = None) -> dict[str, str]:
+    """The heat-map's colour of each cell state in `current` (default: the palette in use)."""
+    current = current or theme()
+    return {kind: current.hex(f"heat_{kind}") for kind in HEAT_KINDS}
+
+
 HEAT_LABELS = {"absent": "absent (not in this checkpoint)", "first": "nothing to compare (first, new or reshaped)",
                "unchanged": "unchanged (no value differs)", "nan": "holds NaN", "inf": "holds \u00b1Inf",
                "unreadable": "unreadable", "no_ratio": "no ratio (previous norm 0 or nothing finite)",
                "pending": "not read yet"}
-MARK_COLOR = "#d62728"
 
 
 class UpdateHeatMap(QWidget):
@@ -274,10 +287,11 @@ class UpdateHeatMap(QWidget):
         self.plot.addItem(self.image)
         style_plots(self, self.graphics, self.plot)
         self.colormap = pg.colormap.get("viridis")
-        self.colors = dict(HEAT_COLORS)
+        self.colors = heat_colors()
         self.top = 0.0
         self.bar = pg.ColorBarItem(values=(HEAT_FLOOR, 0), colorMap=self.colormap, interactive=False,
                                    label="log10 update ratio")
+        style_color_bar(self.bar, self)
         self.graphics.addItem(self.bar, row=0, col=1)
         # A child of the image (its coordinates are cells; Qt owns it with the image): a black outline inside
         # a white one, visible on every cell colour.
@@ -306,11 +320,19 @@ class UpdateHeatMap(QWidget):
         layout.addWidget(self.legend)
         layout.addWidget(self.note)
         self.plot.scene().sigMouseClicked.connect(self._on_click)
+        self._cells: tuple[Cells, list[str], list[str], str] | None = None
+        on_palette_change(self, self._recolor)
+
+    def _recolor(self, current: Theme) -> None:
+        self.colors = heat_colors(current)
+        if self._cells is not None:
+            self.set_cells(*self._cells)
 
     def set_cells(self, cells: Cells, rows: list[str], columns: list[str], axis_label: str) -> None:
         """Show ``cells`` (core/series/cells.py), rows named ``rows``, columns ``columns``."""
         import numpy as np
 
+        self._cells = (cells, rows, columns, axis_label)
         self.matrix, self.kinds = cells.levels, cells.kinds
         self.rows_axis.set_labels(rows)
         self.columns_axis.set_labels(columns)
@@ -426,6 +448,7 @@ class HistogramsOverSteps(QWidget):
         self.plot.addItem(self.image)
         style_plots(self, self.graphics, self.plot)
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("inferno"), interactive=False)
+        style_color_bar(self.bar, self)
         self.bar.setImageItem(self.image, insert_in=self.plot)
         self.status = QLabel("Select a tensor to see its values over the run.")
         self.status.setWordWrap(True)

@@ -14,7 +14,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
-from ckptview.gui.series.plots import PENS, as_array, inline_legend, style_plots
+from ckptview.gui.base.palette import theme
+from ckptview.gui.series.plots import as_array, inline_legend, style_plots
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,7 +68,7 @@ class SpectralLines(QWidget):
         self.alpha_plot.addItem(band, ignoreBounds=True)
         entries: list[tuple[str, ...]] = []
         for i, (label, (line_x, alpha, rank)) in enumerate(self.series.items()):
-            color = PENS[i % len(PENS)]
+            color = theme().series_color(i).name()
             pen = pg.mkPen(color, width=2)
             for plot, ys in ((self.alpha_plot, alpha), (self.rank_plot, rank)):
                 if np.isnan(ys).all():

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QSplitter,
-    QTabWidget,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -46,6 +45,8 @@ from ckptview.core.session.workspace import Holdings, Workspace
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.job_header import job_header
+from ckptview.gui.base.palette import Theme, on_palette_change, theme
+from ckptview.gui.base.tabs import OverflowTabWidget
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.graph import RunGraph
 from ckptview.gui.series.follow import Follow
@@ -64,9 +65,16 @@ NAME_ROLE = Qt.ItemDataRole.UserRole + 1
 FINDING_ROLE = Qt.ItemDataRole.UserRole + 2
 MAX_LINES = 8
 DEFAULT_MODULES = 4  # selected when the run opens, so the plots are never empty
-FINDING_COLORS = {"nan": "#ffcccc", "inf": "#ffcccc", "explosion": "#ffe0b3", "stalled": "#e0e0ff",
-                  "unreadable": "#ff9999", "unsafe": "#ff9999", "appeared": "#d9f2d9", "disappeared": "#eeeeee",
-                  "shape_changed": "#fff5b3", "dtype_changed": "#fff5b3", "alpha": "#e0f0ff"}
+# A finding's row background, by kind (gui/base/palette.py: each keeps the palette's text readable on it).
+FINDING_COLORS = {"nan": "finding_alarm", "inf": "finding_alarm", "explosion": "finding_growth",
+                  "stalled": "finding_stalled", "unreadable": "finding_broken", "unsafe": "finding_broken",
+                  "appeared": "finding_appeared", "disappeared": "finding_disappeared",
+                  "shape_changed": "finding_changed", "dtype_changed": "finding_changed", "alpha": "finding_alpha"}
+
+
+def _color_finding(item: QListWidgetItem, current: Theme) -> None:
+    item.setBackground(QBrush(current.color(FINDING_COLORS.get(item.data(KIND_ROLE), "base"))))
+    item.setForeground(QBrush(current.color("text")))
 
 
 def series_job(paths: list[str], stall_threshold: float, explode_factor: float, holdings: Holdings | None = None,
@@ -170,6 +178,7 @@ class SeriesTab(QWidget):
         self.findings_list.setObjectName("seriesFindings")
         self.findings_list.itemClicked.connect(self._on_finding_clicked)
         self.findings_list.itemActivated.connect(self._on_finding_clicked)
+        on_palette_change(self.findings_list, self._color_findings)
         self.findings_label = QLabel("Findings")
         findings_box = QWidget()
         box = QVBoxLayout(findings_box)
@@ -185,7 +194,7 @@ class SeriesTab(QWidget):
         self.heatmap = UpdateHeatMap()
         self.heatmap.row_clicked.connect(self._on_heat_row)
         self.histograms = HistogramsOverSteps()
-        self.views = QTabWidget()
+        self.views = OverflowTabWidget()
         self.views.addTab(self.lines, "Lines")
         self.views.addTab(self.heatmap, "Update heat-map")
         self.views.addTab(self.histograms, "Histograms")
@@ -202,6 +211,10 @@ class SeriesTab(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.splitter, 1)
+
+    def _color_findings(self, current: Theme) -> None:
+        for i in range(self.findings_list.count()):
+            _color_finding(self.findings_list.item(i), current)
 
     # --- the reading -----------------------------------------------------------------------------
     @property
@@ -355,6 +368,8 @@ class SeriesTab(QWidget):
             ratio = next((s.update_ratio[t] for t in range(done - 1, 0, -1) if s.update_ratio[t] is not None), None)
             item.setText(3, figure(ratio))
             item.setText(4, _nonfinite(s.stats[last]) if last is not None else MISSING)
+        for column in range(1, self.tree.columnCount()):  # captions and figures whole (the tree scrolls)
+            self.tree.resizeColumnToContents(column)
         self._fill_findings()
         axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
         self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
@@ -416,7 +431,7 @@ class SeriesTab(QWidget):
             item.setData(KIND_ROLE, f.kind)
             item.setData(FINDING_ROLE, i)
             item.setToolTip(printable(f.checkpoint))
-            item.setBackground(QBrush(QColor(FINDING_COLORS.get(f.kind, "#ffffff"))))
+            _color_finding(item, theme())
             self.findings_list.addItem(item)
         self.findings_label.setText(f"Findings ({len(findings)})")
 
