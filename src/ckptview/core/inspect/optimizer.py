@@ -36,6 +36,7 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, PathKey, TensorInfo
 from ckptview.core.errors import CheckpointError
+from ckptview.core.inspect import zero
 from ckptview.core.inspect.hf_order import architecture, parameter_order
 from ckptview.core.inspect.optimizer_align import align_groups
 from ckptview.core.read.formats.hf_sharded import weight_sets
@@ -70,6 +71,7 @@ class ParamState:
     name: str | None = None  # parameter name relative to the model state dict ("0.weight")
     param: Node | None = None  # the model's tensor node
     guessed: bool = False  # the name rests on a guessed model order (another tensor of its shape could be it)
+    piece: tuple[int, int] | None = None  # ZeRO: (first element, count) of the flattened parameter this rank holds
 
     @property
     def display_name(self) -> str | None:
@@ -259,7 +261,8 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     nodes = [n for n in found if not any(a in found for a in _ancestors(n))]
     # A training folder's config.json may name an architecture an installed transformers defines.
     folder = ckpt.path if isinstance(ckpt, Checkpoint) and ckpt.format == "training-folder" else None
-    found_opts = [_build(n, set(map(id, nodes)), folder) for n in nodes]
+    file_name = os.path.basename(ckpt.path) if isinstance(ckpt, Checkpoint) else ""
+    found_opts = [_build(n, set(map(id, nodes)), folder, file_name) for n in nodes]
     if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
         beside = model_beside(ckpt.path)
         for opt in found_opts:
@@ -287,7 +290,7 @@ def _ancestors(node: Node) -> Iterable[Node]:
         parent = parent.parent
 
 
-def _build(node: Node, optimizer_ids: set[int], folder: str | None = None) -> OptimizerState:
+def _build(node: Node, optimizer_ids: set[int], folder: str | None = None, file_name: str = "") -> OptimizerState:
     state = _child(node, "state")
     groups_node = _child(node, "param_groups")
     assert state is not None and groups_node is not None
@@ -314,9 +317,27 @@ def _build(node: Node, optimizer_ids: set[int], folder: str | None = None) -> Op
             ps.node = None
     opt = OptimizerState(node, classify(params, groups), "none", groups, params)
     opt.id_kind = _id_kind([p.id for p in params])
+    partitions = zero.layout(node, [(p.group, p.node) for p in params], file_name)
+    if partitions is not None:  # DeepSpeed ZeRO: flat partitions, named by DeepSpeed's own records
+        _map_zero(opt, partitions)
+        return opt
     opt.model = find_model(node, optimizer_ids)
     _map(opt, folder)
     return opt
+
+
+def _map_zero(opt: OptimizerState, partitions: zero.ZeroLayout) -> None:
+    """One named parameter per fragment of the partitions (its state views of the flat tensors)."""
+    opt.note = partitions.note
+    if not partitions.fragments:
+        return
+    params: list[ParamState] = []
+    for fragment in partitions.fragments:
+        holder = Node(key=fragment.name, kind="dict", type_name="zero-fragment")
+        holder.children = list(fragment.state)  # views: their parent stays where the flat tensors sit
+        params.append(ParamState(fragment.name, fragment.group, len(params), holder, name=fragment.name,
+                                 param=fragment.param, piece=fragment.piece))
+    opt.params, opt.id_kind, opt.mapping = params, "name", "exact"
 
 
 def _id_kind(ids: list[PathKey]) -> str:
