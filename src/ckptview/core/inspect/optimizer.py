@@ -39,7 +39,9 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.inspect import zero
 from ckptview.core.inspect.hf_order import architecture, parameter_order
 from ckptview.core.inspect.optimizer_align import align_groups
+from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.formats.hf_sharded import weight_sets
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_values
 
@@ -264,23 +266,80 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     file_name = os.path.basename(ckpt.path) if isinstance(ckpt, Checkpoint) else ""
     found_opts = [_build(n, set(map(id, nodes)), folder, file_name) for n in nodes]
     if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
-        beside = model_beside(ckpt.path)
-        for opt in found_opts:
-            if opt.model is None and beside is not None:
-                opt.note = (f"no model state dict in this file; the model beside it ({beside}) names the "
-                            f"parameters: open the folder {os.path.dirname(os.path.abspath(ckpt.path))} to map them")
+        _name_by_model_beside(ckpt, [o for o in found_opts if o.model is None])
     return found_opts
 
 
+def _name_by_model_beside(ckpt: Checkpoint, optimizers: list[OptimizerState]) -> None:
+    """An optimizer file opened alone (a training folder's ``optimizer.bin``): the model file beside it, the
+    one of the same number (``optimizer_1.bin``: ``model_1.safetensors``), names its parameters."""
+    beside = _model_beside(ckpt)
+    if beside is None:
+        return
+    label, model = beside
+    folder = os.path.dirname(os.path.abspath(ckpt.path))
+    for opt in optimizers:
+        if model is None:  # the model file is there but does not open: say which, and how to see it whole
+            opt.note = (f"no model state dict in this file; the model beside it ({label}) did not open: open "
+                        f"the folder {folder} to map them")
+            continue
+        opt.model = model
+        _map(opt, folder)
+        opt.note = f"names from the model beside this file ({label}): {opt.note}"
+
+
+def _model_beside(ckpt: Checkpoint) -> tuple[str, Node | None] | None:
+    """(file name, its tree) of the model beside a standalone optimizer file, read once per checkpoint (the
+    window's panels ask again: the open's worker has read it first); None when there is none."""
+    key = "_model_beside"
+    if key in ckpt.metadata:
+        cached: tuple[str, Node | None] | None = ckpt.metadata[key]
+        return cached
+    found = model_beside(ckpt.path)
+    result: tuple[str, Node | None] | None = None
+    if found is not None:
+        model: Node | None = None
+        if not is_url(ckpt.path) and os.path.exists(path := os.path.join(os.path.dirname(ckpt.path), found)):
+            try:
+                beside = open_checkpoint(path)  # metadata only: a header or an index
+            except CheckpointError:
+                beside = None
+            if beside is not None:
+                beside.close()  # the names and shapes stay; the parameters' values are read from their own tab
+                model = beside.root
+        result = (found, model)
+    ckpt.metadata[key] = result
+    return result
+
+
 def model_beside(path: str) -> str | None:
-    """The model weight file in the same folder as a standalone optimizer file (a training folder), or None."""
+    """The model weight file in the same folder as a standalone optimizer file (a training folder), or None:
+    the one of the optimizer's number (accelerate's ``optimizer_1.bin`` steps ``model_1.safetensors``)."""
     if not path or os.path.isdir(path):
         return None
     try:
         sets = [s for s in weight_sets(os.path.dirname(os.path.abspath(path))) if s.variant is None]
     except OSError:
         return None
-    return sets[0].label if sets else None
+    if not sets:
+        return None
+    mine = _file_number(os.path.basename(path))
+    same = [s.label for s in sets if (s.index is not None or len(s.files) == 1) and _file_number(s.label) == mine]
+    if not same and mine is not None:  # accelerate's pytorch_model_1.bin: no Hub name, so no weight set
+        try:
+            names = sorted(os.listdir(os.path.dirname(os.path.abspath(path))))
+        except OSError:
+            names = []
+        same = [n for n in names if "model" in n and n.endswith((".bin", ".safetensors", ".pt", ".pth"))
+                and _file_number(n) == mine]
+    return (same or [sets[0].label])[0]
+
+
+def _file_number(name: PathKey) -> str | None:
+    """The number a training file's name carries before its extension (``optimizer_1.bin``,
+    ``model_1.safetensors``, ``pytorch_model_1.bin``), or None (``model.safetensors``)."""
+    found = _NUMBERED.search(name) if isinstance(name, str) else None
+    return found.group(1) if found else None
 
 
 def _ancestors(node: Node) -> Iterable[Node]:
@@ -385,18 +444,14 @@ def find_model(opt_node: Node, optimizer_ids: set[int] | None = None) -> Node | 
     return None
 
 
-_NUMBERED = re.compile(r"^[A-Za-z]+(?:_(\d+))?(?:[.-]|$)")
+_NUMBERED = re.compile(r"_(\d+)(?:\.[A-Za-z0-9]+)+$")
 
 
 def _same_number(key: PathKey, models: list[Node]) -> Node:
     """The model of the optimizer's number: accelerate saves `optimizer_1.bin` for `model_1.safetensors`
     (no number: the first), else the first model."""
-    def number(k: PathKey) -> str | None:
-        found = _NUMBERED.match(k) if isinstance(k, str) else None
-        return found.group(1) if found else None
-
-    mine = number(key)
-    return next((m for m in models if number(m.key) == mine), models[0])
+    mine = _file_number(key)
+    return next((m for m in models if _file_number(m.key) == mine), models[0])
 
 
 def _holds_optimizer(node: Node, optimizer_ids: set[int]) -> bool:
