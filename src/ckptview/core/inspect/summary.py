@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ckptview.core import dtypes
-from ckptview.core.checkpoint import Checkpoint, TensorEntry, TensorInfo
+from ckptview.core.checkpoint import MODULE_PART, Checkpoint, PathKey, TensorEntry, TensorInfo
 from ckptview.core.inspect.roles import tensor_role
 
 
@@ -41,18 +42,56 @@ def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
     return out
 
 
+# Where a training checkpoint keeps the model's weights (Lightning's `state_dict`, DeepSpeed's `module`, ...).
+CONTAINER_KEYS = ("model_state_dict", "state_dict", "model", "model_state", "module", "net", "network")
+
+
+def _in_model(checkpoint: Checkpoint, entries: list[TensorEntry]) -> Callable[[tuple[PathKey, ...]], bool]:
+    """Whether a tensor at a path is one of the model's: inside a training checkpoint's model container (a
+    training folder's weight files, and their own container), else anything outside optimizer state."""
+    from ckptview.core.read.formats.training_folder import is_weights_entry
+
+    folder = checkpoint.format == "training-folder"
+    heads: dict[tuple[PathKey, ...], PathKey | None] = {}  # the container of each level looked at
+
+    def container(prefix: tuple[PathKey, ...]) -> PathKey | None:
+        if prefix not in heads:
+            keys = {e.path[len(prefix)] for e in entries
+                    if len(e.path) > len(prefix) + 1 and e.path[:len(prefix)] == prefix}
+            heads[prefix] = next((k for k in CONTAINER_KEYS if k in keys), None)
+        return heads[prefix]
+
+    def inside(path: tuple[PathKey, ...]) -> bool:
+        prefix: tuple[PathKey, ...] = ()
+        if folder:
+            if not path or not is_weights_entry(str(path[0])):
+                return False
+            prefix = path[:1]
+        found = container(prefix)
+        if found is not None:
+            return len(path) > len(prefix) + 1 and path[len(prefix)] == found
+        return not (len(path) > len(prefix) and "optim" in str(path[len(prefix)]).lower())
+
+    return inside
+
+
 def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     """The facts in one pass over the distinct tensors (O(tensors): computed off the GUI thread).
 
     Parameters are counted as ``sum(p.numel() for p in model.parameters())`` counts them, buffers apart,
-    by the rules of `roles` (what a pickled module says, integer dtypes, known buffer names).
+    by the rules of `roles` (what a pickled module or a .pt2's signature says, integer dtypes, known buffer
+    names). Where the file says which tensors are the module's (a pickled module, a .pt2), nothing else
+    counts (a .pt2's sample inputs); a training checkpoint's model is its container (`state_dict` beside a
+    Lightning callback's score, DeepSpeed's `module`); optimizer state never counts.
     """
     total = buffers = 0
     sizes: Counter[str] = Counter()
     itemsizes: dict[str, int] = {}
-    heads: dict[object, bool] = {}  # top-level key -> names optimizer state ("optimizer", "optim_state", ...)
     numels: dict[int, tuple[tuple[int, ...], int]] = {}  # id(shape) -> (shape kept alive, its element count)
-    for entry in _distinct(checkpoint):
+    distinct = _distinct(checkpoint)
+    marked = any(MODULE_PART in entry.info.extra for entry in distinct if entry.info.extra)
+    in_model = _in_model(checkpoint, checkpoint.tensors())
+    for entry in distinct:
         info = entry.info
         shape, dtype = info.shape, info.dtype
         known = numels.get(id(shape))
@@ -63,12 +102,11 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
             size = itemsizes[dtype] = dtypes.itemsize(dtype)
         sizes[dtype] += known[1] * size  # TensorInfo.nbytes
         path = entry.path
-        if path:
-            optimizer = heads.get(path[0])
-            if optimizer is None:
-                optimizer = heads[path[0]] = "optim" in str(path[0]).lower()
-            if optimizer:
+        if marked:  # the module says what is its own: anything else (sample inputs, constants) is not
+            if not info.extra or MODULE_PART not in info.extra:
                 continue
+        elif not in_model(path):
+            continue
         if tensor_role(info, path) == "parameter":
             total += known[1]
         else:
