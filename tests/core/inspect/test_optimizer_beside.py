@@ -98,12 +98,12 @@ def test_the_folder_names_both_optimizers_alike(saved):
 
 def test_the_model_beside_is_read_once_per_checkpoint(saved, monkeypatch):
     """The window asks for the optimizers from several panels: the model beside is opened once."""
-    from ckptview.core.read import open as opening
+    from ckptview.core.inspect import optimizer as optimizer_module
 
     folder, orders, _ = saved
     opened = []
-    real = opening.open_checkpoint
-    monkeypatch.setattr(opening, "open_checkpoint", lambda path, *a, **k: opened.append(path) or real(path, *a, **k))
+    real = optimizer_module.open_checkpoint
+    monkeypatch.setattr(optimizer_module, "open_checkpoint", lambda path, *a, **k: opened.append(path) or real(path, *a, **k))
     ckpt = real(os.path.join(folder, "optimizer.bin"))
     try:
         for _ in range(3):

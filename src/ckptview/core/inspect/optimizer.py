@@ -264,7 +264,8 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     # A training folder's config.json may name an architecture an installed transformers defines.
     folder = ckpt.path if isinstance(ckpt, Checkpoint) and ckpt.format == "training-folder" else None
     file_name = os.path.basename(ckpt.path) if isinstance(ckpt, Checkpoint) else ""
-    found_opts = [_build(n, set(map(id, nodes)), folder, file_name) for n in nodes]
+    beside = _deepspeed_beside(ckpt) if isinstance(ckpt, Checkpoint) and nodes else None
+    found_opts = [_build(n, set(map(id, nodes)), folder, file_name, beside) for n in nodes]
     if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
         _name_by_model_beside(ckpt, [o for o in found_opts if o.model is None])
     return found_opts
@@ -296,20 +297,41 @@ def _model_beside(ckpt: Checkpoint) -> tuple[str, Node | None] | None:
         cached: tuple[str, Node | None] | None = ckpt.metadata[key]
         return cached
     found = model_beside(ckpt.path)
-    result: tuple[str, Node | None] | None = None
-    if found is not None:
-        model: Node | None = None
-        if not is_url(ckpt.path) and os.path.exists(path := os.path.join(os.path.dirname(ckpt.path), found)):
-            try:
-                beside = open_checkpoint(path)  # metadata only: a header or an index
-            except CheckpointError:
-                beside = None
-            if beside is not None:
-                beside.close()  # the names and shapes stay; the parameters' values are read from their own tab
-                model = beside.root
-        result = (found, model)
+    result = None if found is None else (found, _open_beside(ckpt, found))
     ckpt.metadata[key] = result
     return result
+
+
+def _deepspeed_beside(ckpt: Checkpoint) -> tuple[str, Node] | None:
+    """(file name, tree) of the model states file beside a ZeRO optimizer file opened alone (its
+    ``param_shapes`` name the flat partitions), read once per checkpoint; None when there is none."""
+    key = "_deepspeed_beside"
+    if key in ckpt.metadata:
+        cached: tuple[str, Node] | None = ckpt.metadata[key]
+        return cached
+    result = None
+    if ckpt.format != "training-folder":  # a step folder holds its model states file itself
+        for name in zero.model_states_beside(os.path.basename(ckpt.path)):
+            tree = _open_beside(ckpt, name)
+            if tree is not None:
+                result = (name, tree)
+                break
+    ckpt.metadata[key] = result
+    return result
+
+
+def _open_beside(ckpt: Checkpoint, name: str) -> Node | None:
+    """The tree of the file `name` beside the checkpoint's file (metadata only), None when it is not there or
+    does not open. It is closed at once: its names and shapes stay, its values are read from its own tab."""
+    path = os.path.join(os.path.dirname(ckpt.path), name)
+    if is_url(ckpt.path) or not os.path.isfile(path):
+        return None
+    try:
+        beside = open_checkpoint(path)  # a header, an index or a pickle's records
+    except CheckpointError:
+        return None
+    beside.close()
+    return beside.root
 
 
 def model_beside(path: str) -> str | None:
@@ -349,7 +371,8 @@ def _ancestors(node: Node) -> Iterable[Node]:
         parent = parent.parent
 
 
-def _build(node: Node, optimizer_ids: set[int], folder: str | None = None, file_name: str = "") -> OptimizerState:
+def _build(node: Node, optimizer_ids: set[int], folder: str | None = None, file_name: str = "",
+           beside: tuple[str, Node] | None = None) -> OptimizerState:
     state = _child(node, "state")
     groups_node = _child(node, "param_groups")
     assert state is not None and groups_node is not None
@@ -376,7 +399,7 @@ def _build(node: Node, optimizer_ids: set[int], folder: str | None = None, file_
             ps.node = None
     opt = OptimizerState(node, classify(params, groups), "none", groups, params)
     opt.id_kind = _id_kind([p.id for p in params])
-    partitions = zero.layout(node, [(p.group, p.node) for p in params], file_name)
+    partitions = zero.layout(node, [(p.group, p.node) for p in params], file_name, beside)
     if partitions is not None:  # DeepSpeed ZeRO: flat partitions, named by DeepSpeed's own records
         _map_zero(opt, partitions)
         return opt

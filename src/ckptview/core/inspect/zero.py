@@ -93,13 +93,24 @@ def _file_entry(node: Node) -> Node:
     return node
 
 
+def _model_states_names(rank: int, mp_rank: int) -> tuple[str, str]:
+    """The names DeepSpeed gives the tag's model states file: ZeRO-3's of the same rank, else the one file."""
+    return f"zero_pp_rank_{rank}_mp_rank_{mp_rank:02d}_model_states.pt", f"mp_rank_{mp_rank:02d}_model_states.pt"
+
+
+def model_states_beside(file_name: str) -> tuple[str, ...]:
+    """The model states files that may sit beside a ZeRO optimizer file named `file_name`, the likeliest first
+    (() when the name is no ZeRO optimizer file's)."""
+    found = _RANK.search(file_name)
+    return _model_states_names(int(found.group(1)), int(found.group(2))) if found else ()
+
+
 def _model_states(entry: Node, rank: int, mp_rank: int) -> Node | None:
-    """The tag's model states file beside the optimizer file (ZeRO-3: the same rank's)."""
+    """The tag's model states file beside the optimizer file in a step folder (ZeRO-3: the same rank's)."""
     root = entry.parent
     if root is None:
         return None
-    wanted = (f"zero_pp_rank_{rank}_mp_rank_{mp_rank:02d}_model_states.pt", f"mp_rank_{mp_rank:02d}_model_states.pt")
-    for name in wanted:
+    for name in _model_states_names(rank, mp_rank):
         found = _child(root, name)
         if found is not None and found.kind in ("dict", "object"):
             return found
@@ -143,9 +154,11 @@ def _view(source: Node, info: TensorInfo, start: int, count: int, shape: Shape, 
     return node
 
 
-def layout(opt_node: Node, flat_states: list[tuple[int | None, Node | None]], file_name: str = "") -> ZeroLayout | None:
+def layout(opt_node: Node, flat_states: list[tuple[int | None, Node | None]], file_name: str = "",
+           beside: tuple[str, Node] | None = None) -> ZeroLayout | None:
     """The parameters of a ZeRO optimizer's flat partitions (``flat_states``: (group, state node) of each of
-    torch's flat parameters), or None when ``opt_node`` is no ZeRO optimizer's."""
+    torch's flat parameters), or None when ``opt_node`` is no ZeRO optimizer's. ``beside``: (file name, tree)
+    of the model states file beside an optimizer file opened alone (`model_states_beside`)."""
     zero = container(opt_node)
     if zero is None:
         return None
@@ -166,6 +179,9 @@ def layout(opt_node: Node, flat_states: list[tuple[int | None, Node | None]], fi
         if group is not None and group not in states:
             states[group] = state
     model_states = _model_states(entry, rank, mp_rank) if entry.parent is not None else None
+    states_name = str(model_states.key) if model_states is not None else ""
+    if model_states is None and beside is not None:
+        states_name, model_states = beside
     shapes = _param_shapes(model_states)
     module = _child(model_states, "module")
     slices = _child(zero, "param_slice_mappings")
@@ -174,7 +190,7 @@ def layout(opt_node: Node, flat_states: list[tuple[int | None, Node | None]], fi
         how = "its param_slice_mappings"
     elif shapes is not None and (stage == 3 or world == 1):
         _from_shapes(out, shapes, masters, states, stage == 3)
-        how = f"param_shapes of {model_states.key if model_states is not None else 'the model states'}"
+        how = f"param_shapes of {states_name or 'the model states'}"
     else:
         out.note = (f"{what} ({where}): flat partitions not mapped to names (no param_slice_mappings in the file"
                     + ("" if shapes is not None else ", no model states file with param_shapes beside it") + ")")

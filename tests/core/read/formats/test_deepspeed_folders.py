@@ -41,6 +41,43 @@ def _torch_reads_the_same(ckpt, folder, files):
             assert same_values(read_values(entry.info), tensor), entry.name
 
 
+def _check_named(optimizers, step, stage, world, ranks=None):
+    """Each rank's optimizer names every parameter it holds, its state read as DeepSpeed put it (the whole
+    parameter, or the rank's piece where it lies in it); together the ranks hold every element once."""
+    for rank, opt in zip(ranks or range(world), optimizers, strict=True):
+        assert opt.mapping == "exact", opt.note
+        assert f"ZeRO stage {stage}" in opt.note and f"rank {rank} of {world}" in opt.note, opt.note
+        assert opt.kind == "adam-like"
+        for p in opt.params:
+            whole = step.params[p.name]
+            fp32, exp_avg = p.entry("fp32"), p.entry("exp_avg")
+            values = {k: torch.from_numpy(read_values(p.entry(k).tensor).copy()) for k in ("fp32", "exp_avg")}
+            if p.piece is None:  # the rank holds the whole parameter: in its own shape
+                assert fp32.tensor.shape == tuple(whole.shape) == exp_avg.tensor.shape
+                assert torch.equal(values["fp32"], whole), p.name
+                assert torch.equal(values["exp_avg"], step.state[p.name]["exp_avg"]), p.name
+            else:  # this rank's piece: found in the whole parameter where DeepSpeed put it
+                assert world > 1 and fp32.tensor.shape == exp_avg.tensor.shape and len(fp32.tensor.shape) == 1
+                start, count = p.piece
+                assert count == values["fp32"].numel()
+                flat = whole.reshape(-1)[start:start + values["fp32"].numel()]
+                assert torch.equal(values["fp32"], flat), p.name
+                flat = step.state[p.name]["exp_avg"].reshape(-1)[start:start + values["exp_avg"].numel()]
+                assert torch.equal(values["exp_avg"], flat), p.name
+    if ranks is not None:
+        return
+    assert {p.name for opt in optimizers for p in opt.params} == set(step.params)  # every parameter, by its name
+    held = {}  # every element of every parameter is on exactly one rank
+    for opt in optimizers:
+        for p in opt.params:
+            start, count = p.piece or (0, step.params[p.name].numel())
+            held.setdefault(p.name, []).append((start, count))
+    for name, pieces in held.items():
+        covered = sorted(pieces)
+        assert covered[0][0] == 0 and sum(c for _, c in covered) == step.params[name].numel(), name
+        assert all(a + n == b for (a, n), (b, _) in zip(covered, covered[1:], strict=False)), name
+
+
 @pytest.mark.parametrize(("stage", "world", "bf16"), [(2, 1, False), (1, 1, True), (2, 2, False), (3, 1, False),
                                                       (3, 2, True)])
 def test_a_step_folder_opens_with_its_optimizer_named(tmp_path, monkeypatch, stage, world, bf16):
@@ -54,44 +91,55 @@ def test_a_step_folder_opens_with_its_optimizer_named(tmp_path, monkeypatch, sta
         assert "deepspeed.runtime.zero.config.ZeroStageEnum" in ckpt.unsafe_globals  # named, never imported
         optimizers = find_optimizers(ckpt)
         assert len(optimizers) == world
-        for rank, opt in enumerate(optimizers):
-            assert opt.mapping == "exact", opt.note
-            assert f"ZeRO stage {stage}" in opt.note and f"rank {rank} of {world}" in opt.note, opt.note
-            assert opt.kind == "adam-like"
-            for p in opt.params:
-                whole = step.params[p.name]
-                fp32, exp_avg = p.entry("fp32"), p.entry("exp_avg")
-                values = {k: torch.from_numpy(read_values(p.entry(k).tensor).copy()) for k in ("fp32", "exp_avg")}
-                if p.piece is None:  # the rank holds the whole parameter: in its own shape
-                    assert fp32.tensor.shape == tuple(whole.shape) == exp_avg.tensor.shape
-                    assert torch.equal(values["fp32"], whole), p.name
-                    assert torch.equal(values["exp_avg"], step.state[p.name]["exp_avg"]), p.name
-                else:  # this rank's piece: found in the whole parameter where DeepSpeed put it
-                    assert world > 1 and fp32.tensor.shape == exp_avg.tensor.shape and len(fp32.tensor.shape) == 1
-                    start, count = p.piece
-                    assert count == values["fp32"].numel()
-                    flat = whole.reshape(-1)[start:start + values["fp32"].numel()]
-                    assert torch.equal(values["fp32"], flat), p.name
-                    flat = step.state[p.name]["exp_avg"].reshape(-1)[start:start + values["exp_avg"].numel()]
-                    assert torch.equal(values["exp_avg"], flat), p.name
-                if p.param is not None:  # the module's tensor of the same name (ZeRO-3 keeps placeholders)
-                    assert p.param.name.endswith(f".module.{p.name}")
+        _check_named(optimizers, step, stage, world)
         named = {p.name for opt in optimizers for p in opt.params}
-        assert named == set(step.params)  # every parameter, by its name
-        held = {}  # every element of every parameter is on exactly one rank
         for opt in optimizers:
             for p in opt.params:
-                start, count = p.piece or (0, step.params[p.name].numel())
-                held.setdefault(p.name, []).append((start, count))
-        for name, pieces in held.items():
-            covered = sorted(pieces)
-            assert covered[0][0] == 0 and sum(c for _, c in covered) == step.params[name].numel(), name
-            assert all(a + n == b for (a, n), (b, _) in zip(covered, covered[1:], strict=False)), name
+                if p.param is not None:  # the module's tensor of the same name (ZeRO-3 keeps placeholders)
+                    assert p.param.name.endswith(f".module.{p.name}")
         data = json.loads(json.dumps(info_dict(ckpt)))
         assert {p["name"] for o in data["optimizers"] for p in o["params"]} == named
     finally:
         ckpt.close()
 
+
+@pytest.mark.parametrize(("stage", "world"), [(2, 2), (3, 2), (3, 1)])
+def test_an_optimizer_file_alone_is_named_by_the_model_states_beside(tmp_path, monkeypatch, stage, world):
+    """A rank's ZeRO file opened by itself: the tag's model states file beside it (ZeRO-3: the same rank's)
+    gives param_shapes, so it is named and its pieces placed as in the folder, that file read once."""
+    from ckptview.core.inspect import optimizer as optimizer_module
+
+    (step,) = write_run(tmp_path / "out", monkeypatch, steps=(3,), stage=stage, world=world)
+    opened = []
+    real = open_checkpoint
+    monkeypatch.setattr(optimizer_module, "open_checkpoint", lambda path, *a, **k: opened.append(path) or real(path))
+    for rank in range(world):
+        name = f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+        ckpt = real(f"{step.folder}/{name}")
+        try:
+            for _ in range(2):  # the window's panels ask again: the model states file is read once
+                (opt,) = find_optimizers(ckpt)
+                _check_named([opt], step, stage, world, ranks=[rank])
+            states = f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt" if stage == 3 else "mp_rank_00_model_states.pt"
+            assert opened == [f"{step.folder}/{states}"], opened
+            if stage == 3:
+                assert f"param_shapes of {states}" in opt.note, opt.note
+        finally:
+            ckpt.close()
+        opened.clear()
+
+
+def test_series_on_the_output_folder(tmp_path, monkeypatch, capsys):
+    """`ckptview series OUT` on what engine.save_checkpoint wrote: the tags in step order, read from the files."""
+    from ckptview.cli import main
+
+    steps = write_run(tmp_path / "out", monkeypatch, steps=(10, 20, 30), stage=2, world=2)
+    assert main(["series", str(tmp_path / "out"), "--json", "--no-cache"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(c["path"], c["step"]) for c in data["checkpoints"]] == [(s.folder, s.step) for s in steps]
+    assert data["order"]["by"] == "step"
+    module = torch.load(f"{steps[-1].folder}/mp_rank_00_model_states.pt", weights_only=False)["module"]
+    assert {t["name"] for t in data["tensors"]} == {f"module.{k}" for k in module}
 
 def test_the_output_folder_is_a_run(tmp_path, monkeypatch):
     steps = write_run(tmp_path / "out", monkeypatch, steps=(10, 20, 30))
