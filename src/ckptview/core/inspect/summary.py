@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from typing import NamedTuple
 
 from ckptview.core import dtypes
-from ckptview.core.checkpoint import MODULE_PART, Checkpoint, PathKey, TensorEntry, TensorInfo
+from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, PathKey, TensorEntry, TensorInfo
+from ckptview.core.inspect import zero
 from ckptview.core.inspect.roles import tensor_role
+from ckptview.core.read.formats.training_folder import is_weights_entry
 
 
 class SizeFacts(NamedTuple):
@@ -49,8 +52,6 @@ CONTAINER_KEYS = ("model_state_dict", "state_dict", "model", "model_state", "mod
 def _in_model(checkpoint: Checkpoint, entries: list[TensorEntry]) -> Callable[[tuple[PathKey, ...]], bool]:
     """Whether a tensor at a path is one of the model's: inside a training checkpoint's model container (a
     training folder's weight files, and their own container), else anything outside optimizer state."""
-    from ckptview.core.read.formats.training_folder import is_weights_entry
-
     folder = checkpoint.format == "training-folder"
     heads: dict[tuple[PathKey, ...], PathKey | None] = {}  # the container of each level looked at
 
@@ -82,7 +83,8 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     by the rules of `roles` (what a pickled module or a .pt2's signature says, integer dtypes, known buffer
     names). Where the file says which tensors are the module's (a pickled module, a .pt2), nothing else
     counts (a .pt2's sample inputs); a training checkpoint's model is its container (`state_dict` beside a
-    Lightning callback's score, DeepSpeed's `module`); optimizer state never counts.
+    Lightning callback's score, DeepSpeed's `module`); optimizer state never counts. ZeRO-3's empty
+    placeholders count with the shapes DeepSpeed records for them (``param_shapes``).
     """
     total = buffers = 0
     sizes: Counter[str] = Counter()
@@ -91,6 +93,7 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     distinct = _distinct(checkpoint)
     marked = any(MODULE_PART in entry.info.extra for entry in distinct if entry.info.extra)
     in_model = _in_model(checkpoint, checkpoint.tensors())
+    placeholders: dict[tuple[PathKey, ...], set[str]] = {}  # owner of a `module` -> its empty parameters
     for entry in distinct:
         info = entry.info
         shape, dtype = info.shape, info.dtype
@@ -109,6 +112,25 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
             continue
         if tensor_role(info, path) == "parameter":
             total += known[1]
+            if not known[1] and len(path) >= 2 and path[-2] == "module":  # ZeRO-3's placeholder
+                placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
         else:
             buffers += known[1]
-    return SizeFacts(total, sizes.most_common(), buffers)
+    return SizeFacts(total + _partitioned(checkpoint.root, placeholders), sizes.most_common(), buffers)
+
+
+def _partitioned(root: Node, placeholders: dict[tuple[PathKey, ...], set[str]]) -> int:
+    """Elements of the parameters DeepSpeed ZeRO-3 saved as empty placeholders in a model states file's
+    ``module``, by the shapes that file records (each name once: every rank's file holds the same)."""
+    counted: set[str] = set()
+    total = 0
+    for owner, names in placeholders.items():
+        node: Node | None = root
+        for key in owner:
+            node = next((c for c in node.children if c.key == key), None) if node is not None else None
+        shapes = zero.parameter_shapes(node)
+        for name in names - counted:
+            if name in shapes:
+                total += math.prod(shapes[name])
+                counted.add(name)
+    return total

@@ -130,6 +130,18 @@ def _param_shapes(model_states: Node | None) -> list[list[tuple[str, Shape]]] | 
     return out
 
 
+def parameter_shapes(model_states: Node | None) -> dict[str, Shape]:
+    """Name -> shape of every parameter a model states file records (``param_shapes`` and, for frozen
+    ones, ``frozen_param_shapes``): ZeRO-3's ``module`` holds empty placeholders for them."""
+    out = {name: shape for group in _param_shapes(model_states) or [] for name, shape in group}
+    frozen = _child(model_states, "frozen_param_shapes")
+    for c in frozen.children if frozen is not None else ():
+        shape = _shape(c)
+        if shape is not None:
+            out[str(c.key)] = shape
+    return out
+
+
 def _flat(node: Node | None) -> TensorInfo | None:
     """A flat 1-D contiguous tensor."""
     if node is None or node.kind != "tensor" or node.tensor is None:

@@ -15,7 +15,7 @@ from ckptview.core.read.folder_contents import run_folder_message
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import read_values
 from ckptview.core.series.discover import expand_folder, find_position
-from tests.support.deepspeed_run import write_run
+from tests.support.deepspeed_run import Net, write_run
 from tests.support.torch_compare import get_path, same_values
 
 
@@ -99,6 +99,8 @@ def test_a_step_folder_opens_with_its_optimizer_named(tmp_path, monkeypatch, sta
                     assert p.param.name.endswith(f".module.{p.name}")
         data = json.loads(json.dumps(info_dict(ckpt)))
         assert {p["name"] for o in data["optimizers"] for p in o["params"]} == named
+        # as model.parameters() counts them: ZeRO-3's empty placeholders by the shapes DeepSpeed records
+        assert data["parameters"] == sum(p.numel() for p in Net().parameters())
     finally:
         ckpt.close()
 
