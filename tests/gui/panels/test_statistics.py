@@ -321,3 +321,25 @@ def test_a_module_s_figures_leave_its_counters_apart(qtbot, tmp_path) -> None:
         assert panel.counters.text() == "" and panel.counters.isHidden()
     finally:
         ck.close()
+
+
+def test_a_module_of_counters_only_names_them_all(qtbot, tmp_path) -> None:
+    """A container holding counters alone still gets its line (each value, a many-element one by its max), and
+    past six counters the line says how many more there are."""
+    counts = {f"c{i}": torch.tensor(i) for i in range(8)}
+    torch.save({"counts": counts, "m": {"ids": torch.tensor([1, 2, 5]), "step": torch.tensor(4.0)}},
+               tmp_path / "counts.pt")
+    ck = open_checkpoint(str(tmp_path / "counts.pt"))
+    try:
+        panel = StatsPanel()
+        qtbot.addWidget(panel)
+        with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+            panel.set_selection([node(ck, "counts")])
+        assert panel.targets == [] and not panel.counters.isHidden()
+        assert panel.counters.text() == ("counters apart: counts.c0 = 0, counts.c1 = 1, counts.c2 = 2, counts.c3 = 3, "
+                                         "counts.c4 = 4, counts.c5 = 5 and 2 more")
+        with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+            panel.set_selection([node(ck, "m")])
+        assert panel.counters.text() == "counters apart: m.ids max 5, m.step = 4"
+    finally:
+        ck.close()

@@ -40,13 +40,14 @@ Target = tuple[str, list[TensorInfo]]
 
 def targets_of(entries: Sequence[Selected]) -> list[Target]:
     """(label, tensors) per selected node: a tensor alone, or the floating-point tensors under a container
-    (its counters apart: see `counters_of`)."""
+    (its counters apart, on the panel's counters line)."""
     return _split(entries)[0]
 
 
-def counters_of(entries: Sequence[Selected]) -> list[tuple[str, TensorInfo]]:
-    """(name, tensor) of the counters under the selected containers (num_batches_tracked, Adam's step)."""
-    return _split(entries)[1]
+def counter_text(name: str, info: TensorInfo, figure: str | None) -> str:
+    """One counter on the counters' line: its value when it has one element, else its max."""
+    shown = "…" if figure is None else figure
+    return f"{name} = {shown}" if info.numel == 1 else f"{name} max {shown}"
 
 
 def _split(entries: Sequence[Selected]) -> tuple[list[Target], list[tuple[str, TensorInfo]]]:
@@ -60,7 +61,7 @@ def _split(entries: Sequence[Selected]) -> tuple[list[Target], list[tuple[str, T
             if figures:
                 out.append((f"{node.name or '(root)'} ({len(figures)} tensors)", figures))
             counters += counts
-    return out[:MAX_COLUMNS], counters[:MAX_COUNTERS]
+    return out[:MAX_COLUMNS], counters
 
 
 def distinct_labels(labels: list[str]) -> list[str]:
@@ -119,7 +120,8 @@ class StatsPanel(QWidget):
         self.counters.setWordWrap(True)
         self.counters.setToolTip("integer tensors and step counters below the selection: not in the figures")
         self.counters.hide()
-        self._counter_names: list[str] = []
+        self._counters: list[tuple[str, TensorInfo]] = []  # the ones named (the first MAX_COUNTERS)
+        self._counters_left = 0  # and how many more there are
         self._counter_values: dict[int, str] = {}
         self.histogram = HistogramView(analysis=self.analysis)
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -141,12 +143,11 @@ class StatsPanel(QWidget):
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
         self.targets, counters = _split(entries)
-        self._counter_names = [name for name, _ in counters]
+        self._counters, self._counters_left = counters[:MAX_COUNTERS], max(0, len(counters) - MAX_COUNTERS)
         self._counter_values = {}
         self.counters.clear()
         self.counters.setVisible(bool(counters))
-        if counters:
-            self.counters.setText("counters apart: " + ", ".join(f"{name} = …" for name in self._counter_names))
+        self._show_counters()
         self.table.setColumnCount(len(self.targets))
         self.table.setHorizontalHeaderLabels(distinct_labels([label for label, _ in self.targets]))
         for col, (label, _) in enumerate(self.targets):
@@ -156,9 +157,9 @@ class StatsPanel(QWidget):
                 self.table.setItem(row, col, QTableWidgetItem("…"))
         singles = [(label, infos[0]) for label, infos in self.targets if len(infos) == 1]
         self.histogram.set_tensors(singles)
-        if self.targets:
+        if self.targets or self._counters:
             self.status.setText("computing…")
-            jobs = [infos for _, infos in self.targets] + [[info] for _, info in counters]
+            jobs = [infos for _, infos in self.targets] + [[info] for _, info in self._counters]
             self.slot.start(self.analysis.stats_job, jobs)
         else:
             self.slot.cancel()
@@ -167,6 +168,15 @@ class StatsPanel(QWidget):
     def figures(self, column: int = 0) -> dict[str, str]:
         """The texts shown in one column, by JSON key (tests read the panel through this)."""
         return {key: cell_text(self.table, row, column) for row, key in enumerate(JSON_KEYS)}
+
+    def _show_counters(self) -> None:
+        """The counters' line: each named counter with its value as far as computed, then how many more."""
+        if not self._counters:
+            return
+        named = [counter_text(name, info, self._counter_values.get(i))
+                 for i, (name, info) in enumerate(self._counters)]
+        more = f" and {self._counters_left:,} more" if self._counters_left else ""
+        self.counters.setText("counters apart: " + ", ".join(named) + more)
 
     def _on_returned(self, _results: object) -> None:
         self.status.setText("")
@@ -179,10 +189,8 @@ class StatsPanel(QWidget):
         index = value.index if isinstance(value, (TargetFailed, StatsReady)) else -1
         if index >= len(self.targets):  # a counter: its value on the counters' line
             figure = value.stats.max if isinstance(value, StatsReady) else None
-            self._counter_values[index - len(self.targets)] = MISSING if figure is None else format_figure(
-                "max", figure, 1)
-            self.counters.setText("counters apart: " + ", ".join(
-                f"{name} = {self._counter_values.get(i, '…')}" for i, name in enumerate(self._counter_names)))
+            self._counter_values[index - len(self.targets)] = format_figure("max", figure, 1)
+            self._show_counters()
             return
         if isinstance(value, TargetFailed):
             cells = [QTableWidgetItem(MISSING) for _ in JSON_KEYS]
