@@ -2,9 +2,9 @@
 
 `safe_globals.py` is data copied from torch. A torch upgrade that allows a new global (a new dtype) or
 registers a new class must turn a test red, not drift silently: what torch allows and we don't treat as safe
-is listed with a reason (`NOT_TRUSTED`), and what we allow that this torch does not is a failure, unless a
-later torch allows it (`SINCE`, for a file written by that torch). These tests run in `.venv-vision` too
-(marked `vision`; `make test-vision`), so a second torch release is held to them.
+is listed with a reason (`NOT_TRUSTED`), and anything the safe set allows that the installed torch does not
+is a failure (a name a later torch added, `SINCE`, is safe only beside that torch). These tests run in
+`.venv-vision` too (marked `vision`; `make test-vision`), so a second torch release is held to them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ckptview.core.read.pickle.safe_globals import (
     TORCH_REGISTERED_GLOBALS,
     TORCH_WEIGHTS_ONLY_GLOBALS,
 )
+from ckptview.core.read.pickle.torch_globals import SAFE_GLOBALS, installed_torch
 
 pytestmark = pytest.mark.vision
 
@@ -74,24 +75,58 @@ def registered() -> dict:
     return json.loads(out.stdout)
 
 
+def test_the_installed_torch_is_the_one_imported():
+    assert installed_torch() == INSTALLED
+
+
 def test_the_default_allowlist_is_torchs():
     theirs = set(_get_allowed_globals())
-    ours = set(TORCH_WEIGHTS_ONLY_GLOBALS)
+    ours = set(TORCH_WEIGHTS_ONLY_GLOBALS) & SAFE_GLOBALS
     untrusted = theirs - ours
     assert untrusted <= set(NOT_TRUSTED), (
         f"torch {torch.__version__} allows {sorted(untrusted - set(NOT_TRUSTED))}: emulate and list them in "
         "safe_globals.py, or list them in NOT_TRUSTED with the reason")
-    beyond = {name for name in ours - theirs if not (name in SINCE and _version(SINCE[name]) > INSTALLED)}
-    assert not beyond, f"safe_globals.py allows {sorted(beyond)}, torch {torch.__version__} does not"
+    assert ours - theirs == set(), f"the safe set allows {sorted(ours - theirs)}, torch {torch.__version__} does not"
 
 
 def test_since_names_a_release_that_allows_them():
-    """A name kept for a later torch is allowed by every torch from that release on (never stale)."""
+    """A name kept for a later torch is allowed by every torch from that release on, and is safe beside it only."""
     theirs = set(_get_allowed_globals())
     for name, release in SINCE.items():
         assert name in TORCH_WEIGHTS_ONLY_GLOBALS | TORCH_REGISTERED_GLOBALS
         if _version(release) <= INSTALLED:
             assert name in theirs, f"{name}: SINCE says torch {release} allows it; {torch.__version__} does not"
+            assert name in SAFE_GLOBALS
+        else:
+            assert name not in theirs and name not in SAFE_GLOBALS, name
+
+
+def test_a_file_is_safe_exactly_when_torch_loads_it_weights_only(tmp_path):
+    """A file naming a dtype only a later torch knows (torch.bcomplex32, from 2.14): ckptview says it holds an
+    unsafe global exactly where torch.load(weights_only=True) refuses it, and lists it either way."""
+    import io
+
+    from ckptview.core.read.open import open_checkpoint
+
+    buf = io.BytesIO()
+    torch.save({"dtype": torch.complex64, "w": torch.ones(2)}, buf, _use_new_zipfile_serialization=False)
+    assert buf.getvalue().count(b"torch\ncomplex64\n") == 1  # the dtype is a GLOBAL opcode, newline-ended
+    path = tmp_path / "later_dtype.pt"
+    path.write_bytes(buf.getvalue().replace(b"torch\ncomplex64\n", b"torch\nbcomplex32\n"))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            torch.load(path, weights_only=True)
+        torch_loads = True
+    except Exception:  # noqa: BLE001 - torch's refusal (an UnpicklingError) is what is compared
+        torch_loads = False
+    assert torch_loads == (INSTALLED >= (2, 14))
+    ckpt = open_checkpoint(path)
+    try:
+        assert (ckpt.unsafe_globals == []) == torch_loads, ckpt.unsafe_globals
+        assert str(ckpt.root.children[0].value) == "bcomplex32" and ckpt.tensor("w").shape == (2,)
+    finally:
+        ckpt.close()
 
 
 @pytest.mark.slow  # imports torch._dynamo and torch.distributed.tensor in a fresh interpreter
@@ -102,9 +137,8 @@ def test_the_registered_classes_are_torchs(registered):
     assert untrusted <= set(NOT_TRUSTED), (
         f"torch {torch.__version__} registers {sorted(untrusted - set(NOT_TRUSTED))} as safe: emulate them "
         "(TORCH_REGISTERED_GLOBALS) or list them in NOT_TRUSTED with the reason")
-    beyond = {name for name in TORCH_REGISTERED_GLOBALS - theirs
-              if not (name in SINCE and _version(SINCE[name]) > INSTALLED)}
-    assert not beyond, f"safe_globals.py trusts {sorted(beyond)}; torch {torch.__version__} registers none of them"
+    beyond = (TORCH_REGISTERED_GLOBALS & SAFE_GLOBALS) - theirs
+    assert not beyond, f"the safe set trusts {sorted(beyond)}; torch {torch.__version__} registers none of them"
 
 
 def test_every_difference_says_why():

@@ -5,8 +5,8 @@ global it names is reported as an *unsafe global*. The names are data (nothing i
 were read from `torch._weights_only_unpickler._get_allowed_globals()` and the classes torch's own modules
 register (`torch.serialization.get_safe_globals()`). `tests/core/read/pickle/test_torch_allowlist.py` holds
 them against the installed torch's lists: what torch allows and this file does not is in `NOT_TRUSTED` with
-the reason, and a name allowed here that the installed torch does not allow is one a later torch does
-(`SINCE`), or the test fails.
+the reason, and the safe set (`torch_globals.SAFE_GLOBALS`) allows nothing the installed torch refuses: a
+name only a later torch allows (`SINCE`) is safe beside that torch only.
 """
 
 from __future__ import annotations
@@ -191,8 +191,8 @@ TORCHSCRIPT_GLOBALS = frozenset({
     "torch.jit._pickle.restore_type_tag",
 })
 
-# Names a torch release allows from that release on (an older torch refuses a file naming them, and cannot
-# write one): release -> first torch that allows the name.
+# Names torch allows from a release on (an older torch refuses a file naming them): name -> that release. The
+# safe set holds them only when the installed torch is that release or later (`torch_globals.safe_for`).
 SINCE: dict[str, str] = {
     "torch.bcomplex32": "2.14",  # the complex dtype of bfloat16 pairs
 }
