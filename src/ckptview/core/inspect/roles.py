@@ -55,7 +55,7 @@ def last_name(path: tuple[PathKey, ...]) -> str:
     key = path[-1]
     if isinstance(key, ReprKey) or not isinstance(key, str):
         return str(key)
-    return key.rsplit(".", 1)[-1]
+    return key[key.rfind(".") + 1:]  # rsplit's last part, without its list (100,000 names a listing)
 
 
 def tensor_role(info: TensorInfo, path: tuple[PathKey, ...]) -> Role:

@@ -86,37 +86,38 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     Lightning callback's score, DeepSpeed's `module`); optimizer state never counts. ZeRO-3's empty
     placeholders count with the shapes DeepSpeed records for them (``param_shapes``).
     """
-    total = buffers = 0
-    sizes: Counter[str] = Counter()
-    itemsizes: dict[str, int] = {}
+    # Two counts in the one pass: what the module marks as its own (used when the file marks any), and what
+    # sits in the model's part of the file by the rules of `roles` (used otherwise).
+    marked = [0, 0]  # parameters, buffers among the marked tensors
+    model = [0, 0]  # ... among the tensors in the model's part
+    any_marked = False
+    elements: dict[str, int] = {}  # dtype -> elements
     numels: dict[int, tuple[tuple[int, ...], int]] = {}  # id(shape) -> (shape kept alive, its element count)
-    distinct = _distinct(checkpoint)
-    marked = any(MODULE_PART in entry.info.extra for entry in distinct if entry.info.extra)
     in_model = _in_model(checkpoint, checkpoint.tensors())
     placeholders: dict[tuple[PathKey, ...], set[str]] = {}  # owner of a `module` -> its empty parameters
-    for entry in distinct:
+    for entry in _distinct(checkpoint):
         info = entry.info
         shape, dtype = info.shape, info.dtype
         known = numels.get(id(shape))
         if known is None or known[0] is not shape:
             known = numels[id(shape)] = (shape, info.numel)
-        size = itemsizes.get(dtype)
-        if size is None:
-            size = itemsizes[dtype] = dtypes.itemsize(dtype)
-        sizes[dtype] += known[1] * size  # TensorInfo.nbytes
+        n = known[1]
+        elements[dtype] = elements.get(dtype, 0) + n
         path = entry.path
-        if marked:  # the module says what is its own: anything else (sample inputs, constants) is not
-            if not info.extra or MODULE_PART not in info.extra:
-                continue
-        elif not in_model(path):
-            continue
-        if tensor_role(info, path) == "parameter":
-            total += known[1]
-            if not known[1] and len(path) >= 2 and path[-2] == "module":  # ZeRO-3's placeholder
-                placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
-        else:
-            buffers += known[1]
-    return SizeFacts(total + _partitioned(checkpoint.root, placeholders), sizes.most_common(), buffers)
+        if info.extra and MODULE_PART in info.extra:  # the module says what is its own
+            any_marked = True
+            marked[tensor_role(info, path) != "parameter"] += n
+        elif not any_marked and in_model(path):  # a file that marks any: nothing unmarked counts
+            if tensor_role(info, path) == "parameter":
+                model[0] += n
+                if not n and len(path) >= 2 and path[-2] == "module":  # ZeRO-3's placeholder
+                    placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
+            else:
+                model[1] += n
+    sizes = Counter({dtype: count * dtypes.itemsize(dtype) for dtype, count in elements.items()})
+    if any_marked:
+        return SizeFacts(marked[0], sizes.most_common(), marked[1])
+    return SizeFacts(model[0] + _partitioned(checkpoint.root, placeholders), sizes.most_common(), model[1])
 
 
 def _partitioned(root: Node, placeholders: dict[tuple[PathKey, ...], set[str]]) -> int:
