@@ -20,10 +20,10 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
 from ckptview.core.figures.spectral import matrix_of, spectrum
-from ckptview.core.figures.stats import TensorStats, merge_stats, tensor_stats
+from ckptview.core.figures.stats import TensorStats, tensor_stats
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.grouping import group_tree
-from ckptview.core.inspect.modules import module_parts
+from ckptview.core.inspect.modules import module_figures
 from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
 from ckptview.core.inspect.query import QueryError, matching_names, parse_query
 from ckptview.core.inspect.summary import size_facts
@@ -119,18 +119,13 @@ class _StatsMemo:
 def _module_items(ckpt: Checkpoint, memo: _StatsMemo, only: set[str] | None) -> Iterator[dict[str, Any]]:
     """The ``"modules"`` rows: path, tensors the figures are over, their merged figures, the counters apart."""
     kept = None if only is None else {id(e.info) for e in ckpt.tensors() if e.name in only}
-    for part in module_parts(group_tree(ckpt.root)):
-        figures = [i for i in part.figures if kept is None or id(i) in kept]
-        counters = [i for _, i in part.counters if kept is None or id(i) in kept]
-        if not figures and not counters:
-            continue
-
-        def merged(infos: list[TensorInfo]) -> dict[str, Any] | None:
-            found = [s for s in map(memo.get, infos) if s is not None]
-            return merge_stats(found).to_json() if found else None
-
-        yield {"path": part.path, "tensors": len(figures), "stats": merged(figures),
-               "counters": {"tensors": len(counters), "stats": merged(counters)} if counters else None}
+    keep = None if kept is None else (lambda info: id(info) in kept)
+    for module in module_figures(group_tree(ckpt.root), memo.get, keep):
+        counters = module.counter_stats
+        yield {"path": module.path, "tensors": module.tensors,
+               "stats": module.stats.to_json() if module.stats is not None else None,
+               "counters": {"tensors": module.counters, "stats": counters.to_json() if counters is not None else None}
+               if module.counters else None}
 
 
 def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,

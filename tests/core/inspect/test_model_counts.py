@@ -96,3 +96,25 @@ def test_an_optimizer_s_steps_are_counters_too(lightning_ckpt):
     moments = [t for s in state.values() for k, t in s.items() if k != "step"]
     _check(modules["optimizer_states.0"]["stats"], _torch_aggregate(moments))
     assert modules["optimizer_states.0"]["counters"]["stats"]["max"] == 3  # Adam's float step, apart
+
+
+def test_a_filter_keeps_the_modules_of_what_it_keeps(resnet):
+    """`info --json --stats --filter`: each module's figures over the tensors the filter kept, in display order
+    (each module before the modules inside it), the others left out."""
+    _model, path = resnet
+    state = torch.load(path, weights_only=True)
+    kept = {k for k in state if k.startswith("layer1.0.") and not k.endswith("running_var")}
+    ckpt = open_checkpoint(path)
+    try:
+        modules = info_dict(ckpt, stats=True, only=kept)["modules"]
+        whole = [m["path"] for m in info_dict(ckpt, stats=True)["modules"]]
+    finally:
+        ckpt.close()
+    assert [m["path"] for m in modules] == ["layer1", "layer1.0", "layer1.0.conv1", "layer1.0.bn1",
+                                           "layer1.0.conv2", "layer1.0.bn2"]
+    assert whole.index("conv1") < whole.index("bn1") < whole.index("layer1") < whole.index("layer1.0")
+    for module in modules:
+        floats = [v for k, v in state.items() if k in kept and k.startswith(module["path"] + ".")
+                  and v.is_floating_point()]
+        assert module["tensors"] == len(floats)
+        _check(module["stats"], _torch_aggregate(floats))
