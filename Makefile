@@ -41,9 +41,11 @@ test: lint
 	  echo "vision tests left out: .venv-vision needs ~7 GB and this disk has less than 10 GB free"; \
 	else $(MAKE) --no-print-directory test-vision PYTEST_ARGS=; fi
 
-# timm and torchvision forward passes checked against the libraries (tests marked `vision`), in .venv-vision.
+# timm and torchvision forward passes checked against the libraries, and ckptview's copy of torch's weights-only
+# allowlist held against this second torch release (tests marked `vision`), in .venv-vision.
 test-vision: $(VSTAMP)
-	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests/core/run/test_vision.py tests/core/graph/test_library_vision.py $(PYTEST_ARGS)
+	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests/core/run/test_vision.py \
+	  tests/core/graph/test_library_vision.py tests/core/read/pickle/test_torch_allowlist.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools resources

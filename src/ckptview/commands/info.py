@@ -17,14 +17,16 @@ from typing import Any
 
 from ckptview.commands import keep_until_exit
 from ckptview.core import dtypes
-from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
+from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
 from ckptview.core.figures.spectral import matrix_of, spectrum
-from ckptview.core.figures.stats import stats_json_for
+from ckptview.core.figures.stats import TensorStats, tensor_stats
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.grouping import group_tree
+from ckptview.core.inspect.modules import module_figures
 from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
 from ckptview.core.inspect.query import QueryError, matching_names, parse_query
+from ckptview.core.inspect.summary import size_facts
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
@@ -68,11 +70,12 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
 
     `encoded`: the tensors come as `JsonTexts`, the very text `json.dumps` writes for each row.
     """
+    memo = _StatsMemo() if stats else None
     yield "path", ckpt.path
     yield "format", ckpt.format
     yield "file_size", ckpt.file_size
-    yield "tensors", (JsonTexts(_tensor_texts(ckpt, stats, spectral)) if encoded and only is None
-                      else _tensor_items(ckpt, stats, spectral, only))
+    yield "tensors", (JsonTexts(_tensor_texts(ckpt, memo, spectral)) if encoded and only is None
+                      else _tensor_items(ckpt, memo, spectral, only))
     yield "values", ({"name": name, "path": list(path), "type": node.type_name, "repr": short_repr(node.value)}
                      for name, path, node in ckpt.value_entries() if only is None or name in only)
     yield "globals", list(ckpt.globals)
@@ -81,16 +84,53 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
         yield "pickles", ckpt.metadata["pickles"]
     if ckpt.metadata.get("native_code"):  # compiled libraries (.pt2 AOTInductor): code torch would load
         yield "native_code", list(ckpt.metadata["native_code"])
+    yield "parameters", size_facts(ckpt).parameters  # as sum(p.numel() for p in model.parameters()) counts
+    if memo is not None:  # each module's figures over its floating-point tensors, the counters apart
+        yield "modules", _module_items(ckpt, memo, only)
     yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some
     yield "optimizers", _optimizers(ckpt)  # metadata only (reads nothing but 0-d step tensors)
     if (transfer := ckpt.metadata.get("_transfer")) is not None:  # a URL: what the network cost, last
         yield "transfer", transfer.as_dict()
 
 
-def _tensor_items(ckpt: Checkpoint, stats: bool, spectral: bool = False,
+class _StatsMemo:
+    """The statistics of each tensor as the listing computes them (its ``"stats"`` rows), kept so that the
+    modules' figures merge them instead of reading the values again."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, TensorStats] = {}
+
+    def __call__(self, info: TensorInfo, ahead: ReadAhead | None = None) -> dict[str, Any]:
+        found = self.done[id(info)] = tensor_stats(info, ahead=ahead)
+        return found.to_json()
+
+    def get(self, info: TensorInfo) -> TensorStats | None:
+        """The tensor's statistics (computed now if the listing did not), None when its values are unreadable."""
+        found = self.done.get(id(info))
+        if found is None and not info.broken and info.storage is not None:
+            try:
+                self(info)
+            except TensorDataError:
+                return None
+            found = self.done.get(id(info))
+        return found
+
+
+def _module_items(ckpt: Checkpoint, memo: _StatsMemo, only: set[str] | None) -> Iterator[dict[str, Any]]:
+    """The ``"modules"`` rows: path, tensors the figures are over, their merged figures, the counters apart."""
+    kept = None if only is None else {id(e.info) for e in ckpt.tensors() if e.name in only}
+    keep = None if kept is None else (lambda info: id(info) in kept)
+    for module in module_figures(group_tree(ckpt.root), memo.get, keep):
+        counters = module.counter_stats
+        yield {"path": module.path, "tensors": module.tensors,
+               "stats": module.stats.to_json() if module.stats is not None else None,
+               "counters": {"tensors": module.counters, "stats": counters.to_json() if counters is not None else None}
+               if module.counters else None}
+
+
+def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,
                   only: set[str] | None = None) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
-    stats_for = _stats_function(stats)
     optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
     for entry in ckpt.tensors():
         if only is not None and entry.name not in only:
@@ -117,12 +157,6 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
     except TensorDataError as exc:  # unreadable values or NaN: the listing still completes, without the key
         ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
     return item
-
-
-def _stats_function(stats: bool) -> Any:
-    if not stats:
-        return None
-    return stats_json_for
 
 
 def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[str]],
@@ -158,7 +192,7 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[s
     return item
 
 
-def _tensor_texts(ckpt: Checkpoint, stats: bool, spectral: bool = False) -> Iterator[str]:
+def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False) -> Iterator[str]:
     """The rows of `_tensor_items` as the text `json.dumps` writes for each, a row at a time.
 
     A plain row (no statistics, not broken, strided, one file) is formatted directly: a third of the
@@ -167,9 +201,8 @@ def _tensor_texts(ckpt: Checkpoint, stats: bool, spectral: bool = False) -> Iter
     the encoder, which stays the definition of the output.
     """
     sharing = ckpt.sharing()
-    stats_for = _stats_function(stats)
     if spectral:  # the rows of `_tensor_items`, which knows which tensors are weights
-        yield from (_dumps(item) for item in _tensor_items(ckpt, stats, spectral))
+        yield from (_dumps(item) for item in _tensor_items(ckpt, stats_for, spectral))
         return
     if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
         def rows(ahead: ReadAhead) -> Generator[str, None, None]:

@@ -17,6 +17,7 @@ _DTYPES: dict[str, tuple[int, str | None]] = {
     "complex128": (16, "complex128"),
     "complex64": (8, "complex64"),
     "complex32": (4, None),  # pairs of float16, decoded specially
+    "bcomplex32": (4, None),  # pairs of bfloat16 (torch 2.14), decoded specially
     "int64": (8, "int64"),
     "int32": (4, "int32"),
     "int16": (2, "int16"),
@@ -111,8 +112,8 @@ def is_floating(name: str) -> bool:
 
 
 def is_complex(name: str) -> bool:
-    """True for complex32/64/128."""
-    return canonical(name).startswith("complex")
+    """True for complex32/64/128 and bcomplex32."""
+    return canonical(name).startswith(("complex", "bcomplex"))
 
 
 def is_quantized(name: str) -> bool:

@@ -291,3 +291,55 @@ def test_a_module_group_row_of_a_flat_state_dict_has_statistics(qtbot, window, t
     assert float(shown["max"]) == pytest.approx(float(both.max()), rel=1e-5)
     heatmap = next(w for w in tab.side_panels.widgets if type(w).__name__ == "HeatmapPanel")
     assert "select a tensor below it" in heatmap.status.text()  # disabled, with the reason
+
+
+def test_a_module_s_figures_leave_its_counters_apart(qtbot, tmp_path) -> None:
+    """A BatchNorm's num_batches_tracked (36) is no value of the module: its figures are over the floating-point
+    parameters and buffers, as torch.cat of them gives; the counter is on its own line."""
+    torch.manual_seed(0)
+    features = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    with torch.no_grad():
+        for _ in range(36):
+            features(torch.randn(2, 3, 6, 6))
+    path = tmp_path / "features.pt"
+    torch.save({"features": features.state_dict()}, path)
+    ck = open_checkpoint(str(path))
+    try:
+        panel = StatsPanel()
+        qtbot.addWidget(panel)
+        with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+            panel.set_selection([node(ck, "features")])
+        floats = torch.cat([t.double().reshape(-1) for t in features.state_dict().values() if t.is_floating_point()])
+        shown = panel.figures()
+        assert shown["numel"] == f"{floats.numel():,}"
+        assert float(shown["max"]) == pytest.approx(float(floats.max()), rel=1e-5)
+        assert float(shown["mean"]) == pytest.approx(float(floats.mean()), rel=1e-5)
+        assert panel.targets[0][0] == "features (6 tensors)"
+        assert "features.1.num_batches_tracked = 36" in panel.counters.text()
+        with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+            panel.set_selection([node(ck, "features.0.weight")])
+        assert panel.counters.text() == "" and panel.counters.isHidden()
+    finally:
+        ck.close()
+
+
+def test_a_module_of_counters_only_names_them_all(qtbot, tmp_path) -> None:
+    """A container holding counters alone still gets its line (each value, a many-element one by its max), and
+    past six counters the line says how many more there are."""
+    counts = {f"c{i}": torch.tensor(i) for i in range(8)}
+    torch.save({"counts": counts, "m": {"ids": torch.tensor([1, 2, 5]), "step": torch.tensor(4.0)}},
+               tmp_path / "counts.pt")
+    ck = open_checkpoint(str(tmp_path / "counts.pt"))
+    try:
+        panel = StatsPanel()
+        qtbot.addWidget(panel)
+        with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+            panel.set_selection([node(ck, "counts")])
+        assert panel.targets == [] and not panel.counters.isHidden()
+        assert panel.counters.text() == ("counters apart: counts.c0 = 0, counts.c1 = 1, counts.c2 = 2, counts.c3 = 3, "
+                                         "counts.c4 = 4, counts.c5 = 5 and 2 more")
+        with qtbot.waitSignal(panel.statsReady, timeout=10_000):
+            panel.set_selection([node(ck, "m")])
+        assert panel.counters.text() == "counters apart: m.ids max 5, m.step = 4"
+    finally:
+        ck.close()

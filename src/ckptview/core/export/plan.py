@@ -158,8 +158,8 @@ def _dtype_choice(info: TensorInfo, fmt: str, exact: bool) -> tuple[str, str | N
         detail = f" ({q.get('scheme', 'unknown scheme')}, scale/zero point {tuple(params)})" if params else ""
         stored = dtypes.storage_numpy_dtype(name).name
         return stored, f"{name} written as its stored integers ({stored}){detail}, not dequantized"
-    if name == "complex32":
-        return "complex64", "complex32 widened to complex64 (exact)"
+    if name in ("complex32", "bcomplex32"):
+        return "complex64", f"{name} widened to complex64 (exact)"
     if name in npy.ML_DTYPE_NAMES:
         if fmt == "safetensors" or exact:
             return name, None

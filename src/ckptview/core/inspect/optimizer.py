@@ -36,9 +36,12 @@ from typing import Any
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, PathKey, TensorInfo
 from ckptview.core.errors import CheckpointError
+from ckptview.core.inspect import zero
 from ckptview.core.inspect.hf_order import architecture, parameter_order
 from ckptview.core.inspect.optimizer_align import align_groups
+from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.formats.hf_sharded import weight_sets
+from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_values
 
@@ -70,6 +73,7 @@ class ParamState:
     name: str | None = None  # parameter name relative to the model state dict ("0.weight")
     param: Node | None = None  # the model's tensor node
     guessed: bool = False  # the name rests on a guessed model order (another tensor of its shape could be it)
+    piece: tuple[int, int] | None = None  # ZeRO: (first element, count) of the flattened parameter this rank holds
 
     @property
     def display_name(self) -> str | None:
@@ -259,25 +263,105 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     nodes = [n for n in found if not any(a in found for a in _ancestors(n))]
     # A training folder's config.json may name an architecture an installed transformers defines.
     folder = ckpt.path if isinstance(ckpt, Checkpoint) and ckpt.format == "training-folder" else None
-    found_opts = [_build(n, set(map(id, nodes)), folder) for n in nodes]
+    file_name = os.path.basename(ckpt.path) if isinstance(ckpt, Checkpoint) else ""
+    beside = _deepspeed_beside(ckpt) if isinstance(ckpt, Checkpoint) and nodes else None
+    found_opts = [_build(n, set(map(id, nodes)), folder, file_name, beside) for n in nodes]
     if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
-        beside = model_beside(ckpt.path)
-        for opt in found_opts:
-            if opt.model is None and beside is not None:
-                opt.note = (f"no model state dict in this file; the model beside it ({beside}) names the "
-                            f"parameters: open the folder {os.path.dirname(os.path.abspath(ckpt.path))} to map them")
+        _name_by_model_beside(ckpt, [o for o in found_opts if o.model is None])
     return found_opts
 
 
+def _name_by_model_beside(ckpt: Checkpoint, optimizers: list[OptimizerState]) -> None:
+    """An optimizer file opened alone (a training folder's ``optimizer.bin``): the model file beside it, the
+    one of the same number (``optimizer_1.bin``: ``model_1.safetensors``), names its parameters."""
+    beside = _model_beside(ckpt)
+    if beside is None:
+        return
+    label, model = beside
+    folder = os.path.dirname(os.path.abspath(ckpt.path))
+    for opt in optimizers:
+        if model is None:  # the model file is there but does not open: say which, and how to see it whole
+            opt.note = (f"no model state dict in this file; the model beside it ({label}) did not open: open "
+                        f"the folder {folder} to map them")
+            continue
+        opt.model = model
+        _map(opt, folder)
+        opt.note = f"names from the model beside this file ({label}): {opt.note}"
+
+
+def _model_beside(ckpt: Checkpoint) -> tuple[str, Node | None] | None:
+    """(file name, its tree) of the model beside a standalone optimizer file, read once per checkpoint (the
+    window's panels ask again: the open's worker has read it first); None when there is none."""
+    key = "_model_beside"
+    if key in ckpt.metadata:
+        cached: tuple[str, Node | None] | None = ckpt.metadata[key]
+        return cached
+    found = model_beside(ckpt.path)
+    result = None if found is None else (found, _open_beside(ckpt, found))
+    ckpt.metadata[key] = result
+    return result
+
+
+def _deepspeed_beside(ckpt: Checkpoint) -> tuple[str, Node] | None:
+    """(file name, tree) of the model states file beside a ZeRO optimizer file opened alone (its
+    ``param_shapes`` name the flat partitions), read once per checkpoint; None when there is none."""
+    key = "_deepspeed_beside"
+    if key in ckpt.metadata:
+        cached: tuple[str, Node] | None = ckpt.metadata[key]
+        return cached
+    result = None
+    if ckpt.format != "training-folder":  # a step folder holds its model states file itself
+        for name in zero.model_states_beside(os.path.basename(ckpt.path)):
+            tree = _open_beside(ckpt, name)
+            if tree is not None:
+                result = (name, tree)
+                break
+    ckpt.metadata[key] = result
+    return result
+
+
+def _open_beside(ckpt: Checkpoint, name: str) -> Node | None:
+    """The tree of the file `name` beside the checkpoint's file (metadata only), None when it is not there or
+    does not open. It is closed at once: its names and shapes stay, its values are read from its own tab."""
+    path = os.path.join(os.path.dirname(ckpt.path), name)
+    if is_url(ckpt.path) or not os.path.isfile(path):
+        return None
+    try:
+        beside = open_checkpoint(path)  # a header, an index or a pickle's records
+    except CheckpointError:
+        return None
+    beside.close()
+    return beside.root
+
+
 def model_beside(path: str) -> str | None:
-    """The model weight file in the same folder as a standalone optimizer file (a training folder), or None."""
+    """The model weight file in the same folder as a standalone optimizer file (a training folder), or None:
+    the one of the optimizer's number (accelerate's ``optimizer_1.bin`` steps ``model_1.safetensors``)."""
     if not path or os.path.isdir(path):
         return None
     try:
         sets = [s for s in weight_sets(os.path.dirname(os.path.abspath(path))) if s.variant is None]
     except OSError:
         return None
-    return sets[0].label if sets else None
+    if not sets:
+        return None
+    mine = _file_number(os.path.basename(path))
+    same = [s.label for s in sets if (s.index is not None or len(s.files) == 1) and _file_number(s.label) == mine]
+    if not same and mine is not None:  # accelerate's pytorch_model_1.bin: no Hub name, so no weight set
+        try:
+            names = sorted(os.listdir(os.path.dirname(os.path.abspath(path))))
+        except OSError:
+            names = []
+        same = [n for n in names if "model" in n and n.endswith((".bin", ".safetensors", ".pt", ".pth"))
+                and _file_number(n) == mine]
+    return (same or [sets[0].label])[0]
+
+
+def _file_number(name: PathKey) -> str | None:
+    """The number a training file's name carries before its extension (``optimizer_1.bin``,
+    ``model_1.safetensors``, ``pytorch_model_1.bin``), or None (``model.safetensors``)."""
+    found = _NUMBERED.search(name) if isinstance(name, str) else None
+    return found.group(1) if found else None
 
 
 def _ancestors(node: Node) -> Iterable[Node]:
@@ -287,7 +371,8 @@ def _ancestors(node: Node) -> Iterable[Node]:
         parent = parent.parent
 
 
-def _build(node: Node, optimizer_ids: set[int], folder: str | None = None) -> OptimizerState:
+def _build(node: Node, optimizer_ids: set[int], folder: str | None = None, file_name: str = "",
+           beside: tuple[str, Node] | None = None) -> OptimizerState:
     state = _child(node, "state")
     groups_node = _child(node, "param_groups")
     assert state is not None and groups_node is not None
@@ -314,9 +399,27 @@ def _build(node: Node, optimizer_ids: set[int], folder: str | None = None) -> Op
             ps.node = None
     opt = OptimizerState(node, classify(params, groups), "none", groups, params)
     opt.id_kind = _id_kind([p.id for p in params])
+    partitions = zero.layout(node, [(p.group, p.node) for p in params], file_name, beside)
+    if partitions is not None:  # DeepSpeed ZeRO: flat partitions, named by DeepSpeed's own records
+        _map_zero(opt, partitions)
+        return opt
     opt.model = find_model(node, optimizer_ids)
     _map(opt, folder)
     return opt
+
+
+def _map_zero(opt: OptimizerState, partitions: zero.ZeroLayout) -> None:
+    """One named parameter per fragment of the partitions (its state views of the flat tensors)."""
+    opt.note = partitions.note
+    if not partitions.fragments:
+        return
+    params: list[ParamState] = []
+    for fragment in partitions.fragments:
+        holder = Node(key=fragment.name, kind="dict", type_name="zero-fragment")
+        holder.children = list(fragment.state)  # views: their parent stays where the flat tensors sit
+        params.append(ParamState(fragment.name, fragment.group, len(params), holder, name=fragment.name,
+                                 param=fragment.param, piece=fragment.piece))
+    opt.params, opt.id_kind, opt.mapping = params, "name", "exact"
 
 
 def _id_kind(ids: list[PathKey]) -> str:
@@ -364,18 +467,14 @@ def find_model(opt_node: Node, optimizer_ids: set[int] | None = None) -> Node | 
     return None
 
 
-_NUMBERED = re.compile(r"^[A-Za-z]+(?:_(\d+))?(?:[.-]|$)")
+_NUMBERED = re.compile(r"_(\d+)(?:\.[A-Za-z0-9]+)+$")
 
 
 def _same_number(key: PathKey, models: list[Node]) -> Node:
     """The model of the optimizer's number: accelerate saves `optimizer_1.bin` for `model_1.safetensors`
     (no number: the first), else the first model."""
-    def number(k: PathKey) -> str | None:
-        found = _NUMBERED.match(k) if isinstance(k, str) else None
-        return found.group(1) if found else None
-
-    mine = number(key)
-    return next((m for m in models if number(m.key) == mine), models[0])
+    mine = _file_number(key)
+    return next((m for m in models if _file_number(m.key) == mine), models[0])
 
 
 def _holds_optimizer(node: Node, optimizer_ids: set[int]) -> bool:

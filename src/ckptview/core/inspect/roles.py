@@ -55,7 +55,7 @@ def last_name(path: tuple[PathKey, ...]) -> str:
     key = path[-1]
     if isinstance(key, ReprKey) or not isinstance(key, str):
         return str(key)
-    return key.rsplit(".", 1)[-1]
+    return key[key.rfind(".") + 1:]  # rsplit's last part, without its list (100,000 names a listing)
 
 
 def tensor_role(info: TensorInfo, path: tuple[PathKey, ...]) -> Role:
@@ -76,3 +76,12 @@ def tensor_role(info: TensorInfo, path: tuple[PathKey, ...]) -> Role:
 def is_non_persistent(info: TensorInfo) -> bool:
     """A buffer its module keeps out of ``state_dict()`` (known only from a pickled module or a .pt2)."""
     return info.extra.get(MODULE_PART) == NON_PERSISTENT if info.extra else False
+
+
+def is_count(info: TensorInfo, path: tuple[PathKey, ...]) -> bool:
+    """A tensor that counts rather than measures: integer and boolean tensors (``num_batches_tracked``, ids,
+    masks) and one-element step counters of any dtype (Adam's float ``step``). A module's figures leave them
+    out and show them on their own line: a counter at 1,000 would be every weight's max."""
+    if not learnable_dtype(info.dtype):
+        return True
+    return info.numel == 1 and last_name(path) in COUNTER_NAMES

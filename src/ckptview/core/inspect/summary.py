@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ckptview.core import dtypes
-from ckptview.core.checkpoint import Checkpoint, TensorEntry, TensorInfo
+from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, PathKey, TensorEntry, TensorInfo
+from ckptview.core.inspect import zero
 from ckptview.core.inspect.roles import tensor_role
+from ckptview.core.read.formats.training_folder import is_weights_entry
 
 
 class SizeFacts(NamedTuple):
@@ -41,36 +45,93 @@ def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
     return out
 
 
+# Where a training checkpoint keeps the model's weights (Lightning's `state_dict`, DeepSpeed's `module`, ...).
+CONTAINER_KEYS = ("model_state_dict", "state_dict", "model", "model_state", "module", "net", "network")
+
+
+def _in_model(checkpoint: Checkpoint, entries: list[TensorEntry]) -> Callable[[tuple[PathKey, ...]], bool]:
+    """Whether a tensor at a path is one of the model's: inside a training checkpoint's model container (a
+    training folder's weight files, and their own container), else anything outside optimizer state."""
+    folder = checkpoint.format == "training-folder"
+    heads: dict[tuple[PathKey, ...], PathKey | None] = {}  # the container of each level looked at
+
+    def container(prefix: tuple[PathKey, ...]) -> PathKey | None:
+        if prefix not in heads:
+            keys = {e.path[len(prefix)] for e in entries
+                    if len(e.path) > len(prefix) + 1 and e.path[:len(prefix)] == prefix}
+            heads[prefix] = next((k for k in CONTAINER_KEYS if k in keys), None)
+        return heads[prefix]
+
+    def inside(path: tuple[PathKey, ...]) -> bool:
+        prefix: tuple[PathKey, ...] = ()
+        if folder:
+            if not path or not is_weights_entry(str(path[0])):
+                return False
+            prefix = path[:1]
+        found = container(prefix)
+        if found is not None:
+            return len(path) > len(prefix) + 1 and path[len(prefix)] == found
+        return not (len(path) > len(prefix) and "optim" in str(path[len(prefix)]).lower())
+
+    return inside
+
+
 def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     """The facts in one pass over the distinct tensors (O(tensors): computed off the GUI thread).
 
     Parameters are counted as ``sum(p.numel() for p in model.parameters())`` counts them, buffers apart,
-    by the rules of `roles` (what a pickled module says, integer dtypes, known buffer names).
+    by the rules of `roles` (what a pickled module or a .pt2's signature says, integer dtypes, known buffer
+    names). Where the file says which tensors are the module's (a pickled module, a .pt2), nothing else
+    counts (a .pt2's sample inputs); a training checkpoint's model is its container (`state_dict` beside a
+    Lightning callback's score, DeepSpeed's `module`); optimizer state never counts. ZeRO-3's empty
+    placeholders count with the shapes DeepSpeed records for them (``param_shapes``).
     """
-    total = buffers = 0
-    sizes: Counter[str] = Counter()
-    itemsizes: dict[str, int] = {}
-    heads: dict[object, bool] = {}  # top-level key -> names optimizer state ("optimizer", "optim_state", ...)
+    # Two counts in the one pass: what the module marks as its own (used when the file marks any), and what
+    # sits in the model's part of the file by the rules of `roles` (used otherwise).
+    marked = [0, 0]  # parameters, buffers among the marked tensors
+    model = [0, 0]  # ... among the tensors in the model's part
+    any_marked = False
+    elements: dict[str, int] = {}  # dtype -> elements
     numels: dict[int, tuple[tuple[int, ...], int]] = {}  # id(shape) -> (shape kept alive, its element count)
+    in_model = _in_model(checkpoint, checkpoint.tensors())
+    placeholders: dict[tuple[PathKey, ...], set[str]] = {}  # owner of a `module` -> its empty parameters
     for entry in _distinct(checkpoint):
         info = entry.info
         shape, dtype = info.shape, info.dtype
         known = numels.get(id(shape))
         if known is None or known[0] is not shape:
             known = numels[id(shape)] = (shape, info.numel)
-        size = itemsizes.get(dtype)
-        if size is None:
-            size = itemsizes[dtype] = dtypes.itemsize(dtype)
-        sizes[dtype] += known[1] * size  # TensorInfo.nbytes
+        n = known[1]
+        elements[dtype] = elements.get(dtype, 0) + n
         path = entry.path
-        if path:
-            optimizer = heads.get(path[0])
-            if optimizer is None:
-                optimizer = heads[path[0]] = "optim" in str(path[0]).lower()
-            if optimizer:
-                continue
-        if tensor_role(info, path) == "parameter":
-            total += known[1]
-        else:
-            buffers += known[1]
-    return SizeFacts(total, sizes.most_common(), buffers)
+        if info.extra and MODULE_PART in info.extra:  # the module says what is its own
+            any_marked = True
+            marked[tensor_role(info, path) != "parameter"] += n
+        elif not any_marked and in_model(path):  # a file that marks any: nothing unmarked counts
+            if tensor_role(info, path) == "parameter":
+                model[0] += n
+                if not n and len(path) >= 2 and path[-2] == "module":  # ZeRO-3's placeholder
+                    placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
+            else:
+                model[1] += n
+    sizes = Counter({dtype: count * dtypes.itemsize(dtype) for dtype, count in elements.items()})
+    if any_marked:
+        return SizeFacts(marked[0], sizes.most_common(), marked[1])
+    return SizeFacts(model[0] + _partitioned(checkpoint.root, placeholders), sizes.most_common(), model[1])
+
+
+def _partitioned(root: Node, placeholders: dict[tuple[PathKey, ...], set[str]]) -> int:
+    """Elements of the parameters DeepSpeed ZeRO-3 saved as empty placeholders in a model states file's
+    ``module``, by the shapes that file records (each name once: every rank's file holds the same)."""
+    counted: set[str] = set()
+    total = 0
+    for owner, names in placeholders.items():
+        node: Node | None = root
+        for key in owner:
+            node = next((c for c in node.children if c.key == key), None) if node is not None else None
+        shapes = zero.parameter_shapes(node)
+        for name in names - counted:
+            if name in shapes:
+                total += math.prod(shapes[name])
+                counted.add(name)
+    return total

@@ -57,8 +57,11 @@ def listed(names: list[str], limit: int = 4) -> str:
 
 
 def run_folder_message(folder: str) -> str | None:
-    """'not a checkpoint: folder X holds 6 checkpoints (...), not one: ...' or None when it holds none
-    (a local folder: the open asks only for one)."""
+    """'not a checkpoint: folder X holds 6 checkpoints (...), not one: ...' or None when it holds none, or when
+    the folder is one checkpoint itself (a training step's files, as DeepSpeed's `global_stepN/`). A local
+    folder: the open asks only for one."""
+    if sniffs(folder):
+        return None
     names = checkpoint_names(folder)
     if not names:
         return None

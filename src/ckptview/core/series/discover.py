@@ -27,7 +27,7 @@ from ckptview.core.read.context import Source
 from ckptview.core.read.formats import readers
 
 # Keys whose integer value is the training step / epoch, most specific first.
-STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_steps", "steps")
+STEP_KEYS = ("global_step", "global_steps", "step", "iteration", "iter", "num_steps", "steps")  # global_steps: DeepSpeed
 EPOCH_KEYS = ("epoch", "epochs", "cur_epoch", "current_epoch")
 TRAINER_STATE = "trainer_state.json"
 MAX_TRAINER_STATE_BYTES = 64 << 20

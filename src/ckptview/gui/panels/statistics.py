@@ -19,6 +19,7 @@ from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, StatsReady, TargetFailed
 from ckptview.core.figures.stats import JSON_KEYS
 from ckptview.core.inspect.grouping import Selected
+from ckptview.core.inspect.modules import split
 from ckptview.core.jobs import Progress
 from ckptview.core.units import MISSING, number
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
@@ -27,6 +28,7 @@ from ckptview.gui.checkpoint.host import CheckpointContext
 from ckptview.gui.panels.histogram import HistogramView
 
 MAX_COLUMNS = 8  # more selected rows than this: the first ones are shown
+MAX_COUNTERS = 6  # counters named on their own line; more are counted
 LABELS = {
     "numel": "elements", "mean": "mean", "std": "std (n−1)", "min": "min", "max": "max",
     "abs_max": "abs max", "l2": "L2 norm", "zeros": "zeros", "nan": "NaN", "posinf": "+Inf",
@@ -37,16 +39,29 @@ Target = tuple[str, list[TensorInfo]]
 
 
 def targets_of(entries: Sequence[Selected]) -> list[Target]:
-    """(label, tensors) per selected node: a tensor alone, or every tensor under a container."""
+    """(label, tensors) per selected node: a tensor alone, or the floating-point tensors under a container
+    (its counters apart, on the panel's counters line)."""
+    return _split(entries)[0]
+
+
+def counter_text(name: str, info: TensorInfo, figure: str | None) -> str:
+    """One counter on the counters' line: its value when it has one element, else its max."""
+    shown = "…" if figure is None else figure
+    return f"{name} = {shown}" if info.numel == 1 else f"{name} max {shown}"
+
+
+def _split(entries: Sequence[Selected]) -> tuple[list[Target], list[tuple[str, TensorInfo]]]:
     out: list[Target] = []
-    for node in entries:
+    counters: list[tuple[str, TensorInfo]] = []
+    for node in entries[:MAX_COLUMNS]:
         if node.kind == "tensor" and node.tensor is not None:
             out.append((node.name or "(root)", [node.tensor]))
         elif node.children or node.kind == "module":  # a container, or a module-group row
-            infos = [n.tensor for n in node.walk() if n.kind == "tensor" and n.tensor is not None]
-            if infos:
-                out.append((f"{node.name or '(root)'} ({len(infos)} tensors)", infos))
-    return out[:MAX_COLUMNS]
+            figures, counts = split(node.walk())
+            if figures:
+                out.append((f"{node.name or '(root)'} ({len(figures)} tensors)", figures))
+            counters += counts
+    return out[:MAX_COLUMNS], counters
 
 
 def distinct_labels(labels: list[str]) -> list[str]:
@@ -100,12 +115,21 @@ class StatsPanel(QWidget):
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         keep_rows_visible(self.table, len(JSON_KEYS))  # every figure, +Inf and −Inf included, always in view
         self.status = QLabel("Select a tensor or a module to see its statistics.")
+        # A module's counters on their own line: their values are no weight's (a step counter at 1,000).
+        self.counters = QLabel()
+        self.counters.setWordWrap(True)
+        self.counters.setToolTip("integer tensors and step counters below the selection: not in the figures")
+        self.counters.hide()
+        self._counters: list[tuple[str, TensorInfo]] = []  # the ones named (the first MAX_COUNTERS)
+        self._counters_left = 0  # and how many more there are
+        self._counter_values: dict[int, str] = {}
         self.histogram = HistogramView(analysis=self.analysis)
         splitter = QSplitter(Qt.Orientation.Vertical)
         top = QWidget()
         top_layout = QVBoxLayout(top)
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.addWidget(self.table)
+        top_layout.addWidget(self.counters)
         top_layout.addWidget(self.status)
         splitter.addWidget(top)
         splitter.addWidget(self.histogram)
@@ -118,7 +142,12 @@ class StatsPanel(QWidget):
 
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
-        self.targets = targets_of(entries)
+        self.targets, counters = _split(entries)
+        self._counters, self._counters_left = counters[:MAX_COUNTERS], max(0, len(counters) - MAX_COUNTERS)
+        self._counter_values = {}
+        self.counters.clear()
+        self.counters.setVisible(bool(counters))
+        self._show_counters()
         self.table.setColumnCount(len(self.targets))
         self.table.setHorizontalHeaderLabels(distinct_labels([label for label, _ in self.targets]))
         for col, (label, _) in enumerate(self.targets):
@@ -128,9 +157,10 @@ class StatsPanel(QWidget):
                 self.table.setItem(row, col, QTableWidgetItem("…"))
         singles = [(label, infos[0]) for label, infos in self.targets if len(infos) == 1]
         self.histogram.set_tensors(singles)
-        if self.targets:
+        if self.targets or self._counters:
             self.status.setText("computing…")
-            self.slot.start(self.analysis.stats_job, [infos for _, infos in self.targets])
+            jobs = [infos for _, infos in self.targets] + [[info] for _, info in self._counters]
+            self.slot.start(self.analysis.stats_job, jobs)
         else:
             self.slot.cancel()
             self.status.setText("Select a tensor or a module to see its statistics.")
@@ -139,6 +169,15 @@ class StatsPanel(QWidget):
         """The texts shown in one column, by JSON key (tests read the panel through this)."""
         return {key: cell_text(self.table, row, column) for row, key in enumerate(JSON_KEYS)}
 
+    def _show_counters(self) -> None:
+        """The counters' line: each named counter with its value as far as computed, then how many more."""
+        if not self._counters:
+            return
+        named = [counter_text(name, info, self._counter_values.get(i))
+                 for i, (name, info) in enumerate(self._counters)]
+        more = f" and {self._counters_left:,} more" if self._counters_left else ""
+        self.counters.setText("counters apart: " + ", ".join(named) + more)
+
     def _on_returned(self, _results: object) -> None:
         self.status.setText("")
         self.statsReady.emit()
@@ -146,6 +185,12 @@ class StatsPanel(QWidget):
     def _on_yielded(self, value: object) -> None:
         if isinstance(value, Progress):
             self.status.setText(f"computing… {value.fraction:.0%}")
+            return
+        index = value.index if isinstance(value, (TargetFailed, StatsReady)) else -1
+        if index >= len(self.targets):  # a counter: its value on the counters' line
+            figure = value.stats.max if isinstance(value, StatsReady) else None
+            self._counter_values[index - len(self.targets)] = format_figure("max", figure, 1)
+            self._show_counters()
             return
         if isinstance(value, TargetFailed):
             cells = [QTableWidgetItem(MISSING) for _ in JSON_KEYS]

@@ -121,7 +121,7 @@ def test_info_json_is_whole_or_absent(tmp_path, monkeypatch, capsys):
     from ckptview.commands import info
 
     calls = {"n": 0}
-    real = info.stats_json_for  # the statistics `info --stats` computes, as the command looks them up
+    real = info.tensor_stats  # the statistics `info --stats` computes, as the command looks them up
 
     def fail_late(tensor, *args, **kwargs):
         calls["n"] += 1
@@ -129,11 +129,11 @@ def test_info_json_is_whole_or_absent(tmp_path, monkeypatch, capsys):
             raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
         return real(tensor, *args, **kwargs)
 
-    monkeypatch.setattr(info, "stats_json_for", fail_late)
+    monkeypatch.setattr(info, "tensor_stats", fail_late)
     rc = cli.main(["info", str(path), "--json", "--stats"])
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and "Input/output error" in err
-    monkeypatch.setattr(info, "stats_json_for", real)
+    monkeypatch.setattr(info, "tensor_stats", real)
     assert cli.main(["info", str(path), "--json", "--stats"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["tensors"]) == 50 and doc["tensors"][7]["stats"]["mean"] == 7.0

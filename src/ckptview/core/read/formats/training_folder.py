@@ -10,6 +10,10 @@ The layouts (by file name, as the libraries write them):
   with FSDP sharded state, DCP subfolders (``pytorch_model_fsdp_0/``, ``optimizer_0/``).
 - Lightning / DCP step folders: a DCP ``.metadata`` with ``__R_N.distcp`` files beside other files
   (Lightning's ``meta.pt``).
+- DeepSpeed ``save_checkpoint``: a folder per tag (``global_stepN/``) with ``mp_rank_00_model_states.pt``
+  (ZeRO-3: ``zero_pp_rank_R_mp_rank_00_model_states.pt`` per rank) and the ZeRO optimizer's partitions
+  ``zero_pp_rank_R_mp_rank_00_optim_states.pt`` (``bf16_`` in front with bf16; ``expp_rank_E_...`` and
+  ``layer_L_expert_E_...`` with experts); ``latest`` and ``zero_to_fp32.py`` sit in the folder above.
 
 Every file becomes a top-level entry named by its file name (a set of shards by its index, a DCP folder
 by ``.metadata`` or its subfolder name); each is read by its own reader, so nothing runs and only
@@ -39,6 +43,10 @@ _TRAINING_FILE = re.compile(
     r"^(optimizer(_\d+)?\.(pt|bin|pth)|scheduler(_\d+)?\.(pt|bin|pth)|rng_state(_\d+)?\.pth|scaler\.pt"
     r"|trainer_state\.json|training_args\.bin|random_states_\d+\.pkl|sampler(_\d+)?\.bin|meta\.pt"
     r"|custom_checkpoint_\d+\.pkl)$")
+# DeepSpeed's files (deepspeed/runtime/engine.py `_get_ckpt_name`, `_get_rank_zero_ckpt_name`, ...).
+_DEEPSPEED_FILE = re.compile(
+    r"^((bf16_|fp16_)?zero_pp_rank_\d+_)?mp_rank_\d+_(model|optim)_states\.pt$"
+    r"|^expp_rank_\d+_mp_rank_\d+_optim_states\.pt$|^(layer_\d+_)?expert_\d+_mp_rank_\d+_model_states\.pt$")
 _DCP_SUBFOLDER = re.compile(r"^(pytorch_model_fsdp|optimizer|model)(_\d+)?$")
 
 
@@ -57,8 +65,14 @@ def _dcp_subfolders(folder: str, fs: FileSystem) -> list[str]:
 
 
 def training_files(folder: str, fs: FileSystem = LOCAL) -> list[str]:
-    """The names in ``folder`` that mark a training step (optimizer, scheduler, RNG state, trainer state...)."""
-    return [n for n in _files(folder, fs) if _TRAINING_FILE.match(n)]
+    """The names in ``folder`` that mark a training step (optimizer, scheduler, RNG state, trainer state,
+    DeepSpeed's model and optimizer states...)."""
+    return [n for n in _files(folder, fs) if _TRAINING_FILE.match(n) or _DEEPSPEED_FILE.match(n)]
+
+
+def is_deepspeed_file(name: str) -> bool:
+    """True for the file names DeepSpeed gives a tag's model and optimizer states."""
+    return bool(_DEEPSPEED_FILE.match(name))
 
 
 def sniff(source: Source) -> bool:

@@ -1,11 +1,17 @@
-"""The globals torch's weights-only unpickler accepts by default (torch 2.13.0).
+"""The globals torch's weights-only unpickler accepts by default (torch 2.13.0 and 2.14.1).
 
 A file that references only these is one `torch.load(weights_only=True)` would open; every other
 global it names is reported as an *unsafe global*. The names are data (nothing is imported); they
-were read from `torch._weights_only_unpickler._get_allowed_globals()`.
+were read from `torch._weights_only_unpickler._get_allowed_globals()` and the classes torch's own modules
+register (`torch.serialization.get_safe_globals()`). `tests/core/read/pickle/test_torch_allowlist.py` holds
+them against the installed torch's lists: what torch allows and this file does not is in `NOT_TRUSTED` with
+the reason, and the safe set (`torch_globals.SAFE_GLOBALS`) allows nothing the installed torch refuses: a
+name only a later torch allows (`SINCE`) is safe beside that torch only.
 """
 
 from __future__ import annotations
+
+import builtins
 
 TORCH_WEIGHTS_ONLY_GLOBALS = frozenset({
     "_codecs.encode",
@@ -56,6 +62,7 @@ TORCH_WEIGHTS_ONLY_GLOBALS = frozenset({
     "torch._utils._rebuild_tensor_v2",
     "torch._utils._rebuild_tensor_v3",
     "torch._utils._rebuild_wrapper_subclass",
+    "torch.bcomplex32",
     "torch.bfloat16",
     "torch.bits16",
     "torch.bits1x8",
@@ -183,3 +190,32 @@ TORCHSCRIPT_GLOBALS = frozenset({
     "torch.jit._pickle.build_tensorlist",
     "torch.jit._pickle.restore_type_tag",
 })
+
+# Names torch allows from a release on (an older torch refuses a file naming them): name -> that release. The
+# safe set holds them only when the installed torch is that release or later (`torch_globals.safe_for`).
+SINCE: dict[str, str] = {
+    "torch.bcomplex32": "2.14",  # the complex dtype of bfloat16 pairs
+}
+
+_COLLECTIVES = ("torch.distributed.distributed_c10d registers it (torch 2.14) for the exceptions that "
+                "object collectives send between ranks; no checkpoint format of torch writes one, so a file "
+                "naming it is flagged")
+# What torch allows (by default, or as its own modules register on import) that ckptview does not treat as
+# safe, and why. A file naming one of these is listed with it as an unsafe global (nothing runs either way).
+NOT_TRUSTED: dict[str, str] = {
+    "torch.nested._internal.nested_tensor.NestedTensor": (
+        "a jagged nested tensor (torch.nested, registered when torch is imported): its values and offsets "
+        "are listed as tensors, the jagged layout itself is not emulated, so the call is shown, not hidden"),
+    "torch.nested._internal.nested_tensor._rebuild_njt": (
+        "rebuilds a jagged nested tensor from its parts: not emulated (its values and offsets are listed)"),
+    "torch._dynamo.decorators._DimRange": (
+        "torch.compile's dynamic-dimension marks (registered by torch._dynamo), saved with a jagged nested "
+        "tensor's metadata; nothing of a model's weights"),
+    "torch.distributed._serialization._Entry": (
+        "an entry of torch.distributed's streaming save format (registered by torch.distributed._serialization),"
+        " which is no checkpoint format this tool reads"),
+    "traceback.StackSummary": _COLLECTIVES,
+    "traceback.FrameSummary": _COLLECTIVES,
+    **{f"builtins.{name}": _COLLECTIVES for name, value in vars(builtins).items()
+       if isinstance(value, type) and issubclass(value, BaseException)},
+}

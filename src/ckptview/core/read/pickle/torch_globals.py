@@ -1,20 +1,23 @@
 """Inert emulations of the globals torch writes into checkpoints, and the set considered safe.
 
-The safe set follows what `torch.load(weights_only=True)` accepts by default: tensor and parameter
-rebuild functions, storages, dtypes, layouts, `torch.Size`, `torch.device`, `collections.OrderedDict`
-and a few builtins. Each emulation builds a plain value; nothing is imported.
+The safe set follows what the installed torch's `torch.load(weights_only=True)` accepts by default: tensor
+and parameter rebuild functions, storages, dtypes, layouts, `torch.Size`, `torch.device`,
+`collections.OrderedDict` and a few builtins (a dtype a later torch added is safe from that torch on). Each emulation builds a plain value; nothing is imported.
 """
 
 from __future__ import annotations
 
 import collections
+import importlib.metadata
 import math
+import re
 from typing import Any
 
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Storage, TensorInfo
 from ckptview.core.read.bytes.sources import MemorySource
 from ckptview.core.read.pickle.safe_globals import (
+    SINCE,
     TORCH_REGISTERED_GLOBALS,
     TORCH_WEIGHTS_ONLY_GLOBALS,
     TORCHSCRIPT_GLOBALS,
@@ -489,8 +492,34 @@ EMULATORS: dict[str, Emulator] = {
     "numpy._core.multiarray._reconstruct": _numpy_reconstruct,
 }
 
-# Globals that are safe to reference: exactly what torch's weights-only unpickler accepts by default.
-SAFE_GLOBALS: frozenset[str] = TORCH_WEIGHTS_ONLY_GLOBALS | TORCH_REGISTERED_GLOBALS
+def installed_torch() -> tuple[int, ...] | None:
+    """The installed torch's release as (major, minor), read from its package metadata (torch is not
+    imported); None when no torch distribution is found."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return release_of(version)
+
+
+def release_of(version: str) -> tuple[int, ...] | None:
+    """(major, minor) of a version string ("2.13.0+cpu" -> (2, 13)), None when it does not start with them."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def safe_for(release: tuple[int, ...] | None) -> frozenset[str]:
+    """What torch `release` accepts of the names ckptview emulates: a name a later torch allows (`SINCE`) is
+    safe only from that release on (no torch found: never)."""
+    def allowed(name: str) -> bool:
+        first = release_of(SINCE[name]) if name in SINCE else None
+        return first is None or (release is not None and release >= first)
+
+    return frozenset(n for n in TORCH_WEIGHTS_ONLY_GLOBALS | TORCH_REGISTERED_GLOBALS if allowed(n))
+
+
+# Globals that are safe to reference: what the installed torch's weights-only unpickler accepts by default.
+SAFE_GLOBALS: frozenset[str] = safe_for(installed_torch())
 
 
 def is_safe_global(dotted: str, *, torchscript: bool = False) -> bool:

@@ -43,6 +43,18 @@ MAX_EXPANSION = 64  # ...when they exceed its stored elements this many times
 _COMPLEX32 = [("re", "<f2"), ("im", "<f2")]  # torch's complex32 as a NumPy structured dtype
 
 
+def _pairs(name: str) -> np.dtype | None:
+    """The (re, im) record dtype of complex32 / bcomplex32 (bfloat16 pairs, from ml_dtypes); None for others."""
+    import numpy as np
+
+    if name == "complex32":
+        return np.dtype(_COMPLEX32)
+    if name == "bcomplex32":
+        bf16 = dtypes.numpy_dtype("bfloat16")
+        return np.dtype([("re", bf16), ("im", bf16)])
+    return None
+
+
 def _base_dtype(info: TensorInfo) -> np.dtype:
     return _numpy_base(info.dtype, info.storage is not None and info.storage.byteorder == "big")
 
@@ -50,10 +62,9 @@ def _base_dtype(info: TensorInfo) -> np.dtype:
 @functools.lru_cache(maxsize=256)
 def _numpy_base(dtype: str, big_endian: bool) -> np.dtype:
     """The NumPy dtype of a storage's raw elements (a handful of dtypes, 100,000 tensors: cached)."""
-    import numpy as np
-
     name = dtypes.canonical(dtype)
-    base = np.dtype(_COMPLEX32) if name == "complex32" else dtypes.storage_numpy_dtype(name)
+    pairs = _pairs(name)
+    base = pairs if pairs is not None else dtypes.storage_numpy_dtype(name)
     if big_endian and base.itemsize > 1:
         base = base.newbyteorder(">")
     return base
@@ -78,12 +89,12 @@ def _readable(info: TensorInfo) -> tuple[Storage, ByteSource]:
 
 
 def _finish(arr: np.ndarray, info: TensorInfo) -> np.ndarray:
-    """Native byte order and complex32 decoded; other arrays are returned as they are (views)."""
+    """Native byte order and complex32/bcomplex32 decoded; other arrays are returned as they are (views)."""
     import numpy as np
 
     if arr.dtype.names is None and arr.dtype.isnative:  # the common case: nothing to do
         return arr
-    if arr.dtype == np.dtype(_COMPLEX32) or arr.dtype == np.dtype(_COMPLEX32).newbyteorder(">"):
+    if arr.dtype.names == ("re", "im"):  # complex32, bcomplex32: exact in complex64
         out = arr["re"].astype(np.complex64)
         out.imag = arr["im"]
         return out

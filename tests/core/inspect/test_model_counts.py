@@ -1,0 +1,120 @@
+"""The numbers torch would say: Parameters is `sum(p.numel() for p in model.parameters())`, a module's figures are over
+its floating-point parameters and buffers with the counters apart; on files torch, torch.export and Lightning's
+Trainer write (tests/support/counted_models), in the core and in `info --json`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ckptview.commands.info import info_dict
+from ckptview.core.inspect.summary import size_facts
+from ckptview.core.read.open import open_checkpoint
+from tests.support.counted_models import BATCHES, exported_file, lightning_file, resnet_file
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory):
+    return resnet_file(tmp_path_factory.mktemp("resnet"))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, resnet):
+    model, _ = resnet
+    return model, exported_file(tmp_path_factory.mktemp("pt2"), model)
+
+
+@pytest.fixture(scope="module")
+def lightning_ckpt(tmp_path_factory):
+    return lightning_file(tmp_path_factory.mktemp("lightning"))
+
+
+@pytest.mark.parametrize("made", ["resnet", "exported", "lightning_ckpt"])
+def test_parameters_are_what_torch_counts(request, made):
+    model, path = request.getfixturevalue(made)
+    truth = sum(p.numel() for p in model.parameters())
+    ckpt = open_checkpoint(path)
+    try:
+        assert size_facts(ckpt).parameters == truth
+        assert info_dict(ckpt)["parameters"] == truth
+    finally:
+        ckpt.close()
+
+
+def _torch_aggregate(tensors):
+    flat = torch.cat([t.double().reshape(-1) for t in tensors])
+    return {"numel": flat.numel(), "min": float(flat.min()), "max": float(flat.max()), "mean": float(flat.mean())}
+
+
+def _check(stats, expected):
+    assert stats["numel"] == expected["numel"]
+    for key in ("min", "max", "mean"):
+        assert stats[key] == pytest.approx(expected[key], rel=1e-9, abs=1e-12), key
+
+
+def test_module_figures_leave_the_counters_apart(resnet):
+    _model, path = resnet
+    state = torch.load(path, weights_only=True)
+    ckpt = open_checkpoint(path)
+    try:
+        data = json.loads(json.dumps(info_dict(ckpt, stats=True)))
+    finally:
+        ckpt.close()
+    modules = {m["path"]: m for m in data["modules"]}
+    assert {"conv1", "bn1", "layer1", "layer1.0", "layer1.0.bn1", "layer2.0.downsample", "fc"} <= set(modules)
+    for name, module in modules.items():
+        below = {k: v for k, v in state.items() if k.startswith(name + ".")}
+        floats = [v for v in below.values() if v.is_floating_point()]
+        counters = [v for v in below.values() if not v.is_floating_point()]
+        assert module["tensors"] == len(floats), name
+        _check(module["stats"], _torch_aggregate(floats))
+        if counters:  # num_batches_tracked: on its own line, never in the figures
+            assert module["counters"]["tensors"] == len(counters)
+            assert module["counters"]["stats"]["max"] == BATCHES
+            assert module["stats"]["max"] < BATCHES
+        else:
+            assert module["counters"] is None
+    # without --stats, no figures are read: the key is absent
+    ckpt = open_checkpoint(path)
+    try:
+        assert "modules" not in info_dict(ckpt)
+    finally:
+        ckpt.close()
+
+
+def test_an_optimizer_s_steps_are_counters_too(lightning_ckpt):
+    _module, path = lightning_ckpt
+    loaded = torch.load(path, weights_only=False)
+    ckpt = open_checkpoint(path)
+    try:
+        modules = {m["path"]: m for m in info_dict(ckpt, stats=True)["modules"]}
+    finally:
+        ckpt.close()
+    state = loaded["optimizer_states"][0]["state"]
+    moments = [t for s in state.values() for k, t in s.items() if k != "step"]
+    _check(modules["optimizer_states.0"]["stats"], _torch_aggregate(moments))
+    assert modules["optimizer_states.0"]["counters"]["stats"]["max"] == 3  # Adam's float step, apart
+
+
+def test_a_filter_keeps_the_modules_of_what_it_keeps(resnet):
+    """`info --json --stats --filter`: each module's figures over the tensors the filter kept, in display order
+    (each module before the modules inside it), the others left out."""
+    _model, path = resnet
+    state = torch.load(path, weights_only=True)
+    kept = {k for k in state if k.startswith("layer1.0.") and not k.endswith("running_var")}
+    ckpt = open_checkpoint(path)
+    try:
+        modules = info_dict(ckpt, stats=True, only=kept)["modules"]
+        whole = [m["path"] for m in info_dict(ckpt, stats=True)["modules"]]
+    finally:
+        ckpt.close()
+    assert [m["path"] for m in modules] == ["layer1", "layer1.0", "layer1.0.conv1", "layer1.0.bn1",
+                                           "layer1.0.conv2", "layer1.0.bn2"]
+    assert whole.index("conv1") < whole.index("bn1") < whole.index("layer1") < whole.index("layer1.0")
+    for module in modules:
+        floats = [v for k, v in state.items() if k in kept and k.startswith(module["path"] + ".")
+                  and v.is_floating_point()]
+        assert module["tensors"] == len(floats)
+        _check(module["stats"], _torch_aggregate(floats))
