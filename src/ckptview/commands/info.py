@@ -349,7 +349,7 @@ def _list(args: argparse.Namespace) -> int:
     try:
         only = None
         if query is not None and not query.empty:
-            only = matching_names(group_tree(ckpt.root), query)
+            only = matching_names(group_tree(ckpt.root, ckpt.warnings), query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
             # copied to stdout only once complete, so an error half-way leaves stdout empty.

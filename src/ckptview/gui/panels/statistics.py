@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.checkpoint import MAX_MODULE_DEPTH, TensorInfo
 from ckptview.core.figures.analysis import Analysis, StatsReady, TargetFailed
 from ckptview.core.figures.stats import JSON_KEYS
 from ckptview.core.inspect.grouping import Selected
@@ -74,7 +74,7 @@ def distinct_labels(labels: list[str]) -> list[str]:
         parts = label.split(".")
         others = [other for other in labels if other is not label]
         title = label
-        for n in range(1, len(parts) + 1):
+        for n in range(1, min(len(parts), MAX_MODULE_DEPTH) + 1):  # a 100,000-dot name: its tail, or whole
             tail = ".".join(parts[-n:])
             if not any(o == tail or o.endswith("." + tail) for o in others):
                 title = tail
