@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.add_argument("--exact-dtypes", action="store_true",
                    help="keep bfloat16/float8 bits (ml_dtypes types) instead of converting to float32")
+    p.add_argument("--expand-repeats", action="store_true",
+                   help="write tensors that repeat their storage (stride 0, overlapping strides) expanded, "
+                        "every element they declare (refused without it: see docs/limits.md)")
 
 
 class Terminated(BaseException):
@@ -104,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> ExportResult:
     ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
     try:
-        plan = plan_export(select_tensors(ckpt, args.key), args.out, args.format, exact_dtypes=args.exact_dtypes)
+        plan = plan_export(select_tensors(ckpt, args.key), args.out, args.format, exact_dtypes=args.exact_dtypes,
+                           expand_repeats=args.expand_repeats)
         job = run_export(plan, force=args.force)
         show = sys.stderr.isatty()
         try:

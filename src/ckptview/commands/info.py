@@ -31,6 +31,7 @@ from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import release_tree, short_repr
+from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes, human_count, plural, shape_str
 
@@ -46,14 +47,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "e.g. 'attn bf16 >10MB', '*.q_proj.weight', '/layers\\.1\\d\\./', '768x3072'")
     p.add_argument("--spectral", action="store_true",
                    help="add the weight spectrum of every 2-D weight and conv kernel (alpha, norms, ranks)")
+    p.add_argument("--expand-repeats", action="store_true",
+                   help="with --spectral: also the spectra of tensors that repeat their storage (stride 0, "
+                        "overlapping strides), computed on every element they declare (refused without it)")
 
 
 def info_dict(ckpt: Checkpoint, *, stats: bool = False, spectral: bool = False,
-              only: set[str] | None = None) -> dict[str, Any]:
-    """The `info --json` object of the command-line contract (`only`: the names a filter kept)."""
+              only: set[str] | None = None, expand_repeats: bool = False) -> dict[str, Any]:
+    """The `info --json` object of the command-line contract (`only`: the names a filter kept;
+    `expand_repeats`: spectra of views that repeat their storage too, on every element they declare)."""
     with paused_gc():
         return {key: list(value) if isinstance(value, Iterator) else value
-                for key, value in info_items(ckpt, stats=stats, spectral=spectral, only=only)}
+                for key, value in info_items(ckpt, stats=stats, spectral=spectral, only=only,
+                                             expand_repeats=expand_repeats)}
 
 
 class JsonTexts:
@@ -63,8 +69,8 @@ class JsonTexts:
         self.texts = texts
 
 
-def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
-               spectral: bool = False, only: set[str] | None = None) -> Iterator[tuple[str, Any]]:
+def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, spectral: bool = False,
+               only: set[str] | None = None, expand_repeats: bool = False) -> Iterator[tuple[str, Any]]:
     """The contract's (key, value) pairs in order; `tensors` and `values` come as iterators, so a
     writer can stream a million entries without holding them all (see `write_json_stream`).
 
@@ -74,8 +80,8 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False,
     yield "path", ckpt.path
     yield "format", ckpt.format
     yield "file_size", ckpt.file_size
-    yield "tensors", (JsonTexts(_tensor_texts(ckpt, memo, spectral)) if encoded and only is None
-                      else _tensor_items(ckpt, memo, spectral, only))
+    yield "tensors", (JsonTexts(_tensor_texts(ckpt, memo, spectral, expand_repeats)) if encoded and only is None
+                      else _tensor_items(ckpt, memo, spectral, only, expand_repeats))
     yield "values", ({"name": name, "path": list(path), "type": node.type_name, "repr": short_repr(node.value)}
                      for name, path, node in ckpt.value_entries() if only is None or name in only)
     yield "globals", list(ckpt.globals)
@@ -129,14 +135,14 @@ def _module_items(ckpt: Checkpoint, memo: _StatsMemo, only: set[str] | None) -> 
 
 
 def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,
-                  only: set[str] | None = None) -> Iterator[dict[str, Any]]:
+                  only: set[str] | None = None, expand_repeats: bool = False) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
     optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
     for entry in ckpt.tensors():
         if only is not None and entry.name not in only:
             continue
         weight = spectral and not any(entry.path[:len(p)] == p for p in optimizer_state)
-        yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), weight)
+        yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), weight, expand_repeats)
 
 
 def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
@@ -146,14 +152,18 @@ def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
     return tuple((*opt.path, "state") for opt in find_optimizers(ckpt))
 
 
-def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], spectral: bool) -> dict[str, Any]:
-    """The row with its `"spectral"` object when asked for and the tensor is a weight matrix (else no key)."""
+def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], spectral: bool,
+                   expand_repeats: bool = False) -> dict[str, Any]:
+    """The row with its `"spectral"` object when asked for and the tensor is a weight matrix (else no key).
+
+    A view that repeats its storage gets none unless `expand_repeats`: one warning line says its expanded
+    size and how to ask for it."""
     if not spectral:
         return item
     if matrix_of(entry.info) is None or entry.info.storage is None:
         return item
     try:
-        item["spectral"] = spectrum(entry.info).to_json()
+        item["spectral"] = spectrum(entry.info, expand=expand_repeats).to_json()
     except TensorDataError as exc:  # unreadable values or NaN: the listing still completes, without the key
         ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
     return item
@@ -161,7 +171,7 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
 
 def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[str]],
                  stats_for: Any) -> dict[str, Any]:
-    """One row of the tensors section."""
+    """One row of the tensors section (`"repeats"`: a view that repeats its storage, what it stores)."""
     info = entry.info
     item: dict[str, Any] = {
         "name": entry.name,
@@ -174,6 +184,8 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[s
     }
     if info.broken:
         item["broken"] = info.broken
+    if (found := repeats(info)) is not None:  # stride 0, overlapping strides: its figures are of what it stores
+        item["repeats"] = found.to_json()
     if info.layout != "strided":  # a sparse tensor is one row: its layout and stored values count
         item["layout"] = info.layout
         item["nnz"] = info.extra.get("nnz")
@@ -192,7 +204,8 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[s
     return item
 
 
-def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False) -> Iterator[str]:
+def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,
+                  expand_repeats: bool = False) -> Iterator[str]:
     """The rows of `_tensor_items` as the text `json.dumps` writes for each, a row at a time.
 
     A plain row (no statistics, not broken, strided, one file) is formatted directly: a third of the
@@ -202,7 +215,7 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
     """
     sharing = ckpt.sharing()
     if spectral:  # the rows of `_tensor_items`, which knows which tensors are weights
-        yield from (_dumps(item) for item in _tensor_items(ckpt, stats_for, spectral))
+        yield from (_dumps(item) for item in _tensor_items(ckpt, stats_for, spectral, expand_repeats=expand_repeats))
         return
     if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
         def rows(ahead: ReadAhead) -> Generator[str, None, None]:
@@ -213,8 +226,8 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
         yield from read_ahead(rows)
         return
     quote = encode_basestring_ascii
-    # id(shape) -> (the shape, kept alive so the id stays its own; its text or None; numel)
-    shapes: dict[int, tuple[tuple[int, ...], str | None, int]] = {}
+    # id(shape) -> (the shape, kept alive so the id stays its own; its text or None; numel; C-order strides)
+    shapes: dict[int, tuple[tuple[int, ...], str | None, int, tuple[int, ...] | None]] = {}
     # (id(shape), dtype, device) -> the row's text from "shape" to "shares_storage_with": (shared by most rows)
     middles: dict[tuple[int, str, str], str] = {}
     for entry in ckpt.tensors():
@@ -224,7 +237,7 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
         if known is None or known[0] is not shape:
             plain = type(shape) is tuple and all(type(d) is int for d in shape)
             known = shapes[id(shape)] = (shape, "[" + ", ".join(map(str, shape)) + "]" if plain else None,
-                                         math.prod(shape) if plain else 0)
+                                         math.prod(shape) if plain else 0, _c_strides(shape) if plain else None)
         name, path = entry.name, entry.path
         name_text = quote(name)
         if len(path) == 1 and path[0] is name:  # a flat state dict: the path is the name
@@ -233,7 +246,8 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
             path_text = _path_text(path, quote)
         if (storage is None or info.broken or info.layout != "strided" or known[1] is None
                 or path_text is None or type(dtype) is not str or type(storage.device) is not str
-                or "shards" in info.extra or "global_shape" in info.extra):
+                or "shards" in info.extra or "global_shape" in info.extra
+                or (info.stride != known[3] and repeats(info) is not None)):  # C order never repeats
             yield _dumps(_tensor_item(ckpt, entry, sharing, None))
             continue
         key = (id(shape), dtype, storage.device)
@@ -245,6 +259,16 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
         others = sharing.get(name)
         yield (f'{{"name": {name_text}, "path": {path_text}, {middle}'
                + ("[" + ", ".join(map(quote, others)) + "]}" if others else "[]}"))
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a C-contiguous tensor of `shape` (what nearly every tensor has)."""
+    out = []
+    step = 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return tuple(reversed(out))
 
 
 def _path_text(path: tuple[Any, ...], quote: Any) -> str | None:
@@ -349,18 +373,20 @@ def _list(args: argparse.Namespace) -> int:
     try:
         only = None
         if query is not None and not query.empty:
-            only = matching_names(group_tree(ckpt.root), query)
+            only = matching_names(group_tree(ckpt.root, ckpt.warnings), query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
             # copied to stdout only once complete, so an error half-way leaves stdout empty.
             with tempfile.SpooledTemporaryFile(4 << 20, mode="w+", encoding="utf-8") as spool:
                 with paused_gc(), contextlib.redirect_stdout(spool):
                     write_json_stream(info_items(ckpt, stats=args.stats, encoded=True,
-                                                 spectral=getattr(args, "spectral", False), only=only))
+                                                 spectral=getattr(args, "spectral", False), only=only,
+                                                 expand_repeats=getattr(args, "expand_repeats", False)))
                 spool.seek(0)
                 shutil.copyfileobj(spool, sys.stdout, 1 << 20)
             return 0
-        data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False), only=only)
+        data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False), only=only,
+                         expand_repeats=getattr(args, "expand_repeats", False))
     finally:
         ckpt.close()
         _let_go(ckpt)
@@ -406,15 +432,23 @@ def print_table(data: dict[str, Any]) -> None:
             shared = "  (shares storage)" if t["shares_storage_with"] else ""
             broken = f"  BROKEN: {printable(t['broken'])}" if t.get("broken") else ""
             sparse = f"  {printable(t['layout'])}, {t['nnz']} stored values" if "layout" in t else ""
+            if "repeats" in t:  # stride 0, overlapping strides: the size above is what it declares
+                r = t["repeats"]
+                sparse += (f"  REPEATS its storage {format_factor(r['factor'])} ({r['kind']}): "
+                           f"{plural(r['stored'], 'stored element')}")
             if "global_shape" in t:
                 sparse += f"  local shard of {shape_str(t['global_shape'])}"
             out.write(f"{name:<{width}}  {printable(t['dtype']):<14} {shape_str(t['shape']):<20} "
                       f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{sparse}{broken}\n")
             if "stats" in t and t["stats"]:
                 s = t["stats"]
+                of = ""
+                if "repeats" in t:
+                    of = "  (its stored elements, each counted as often as it repeats)" if t["repeats"]["exact"] \
+                        else "  (of its stored elements, each once)"
                 out.write(f"{'':<{width}}  mean {figure_or_text(s.get('mean'))} std {figure_or_text(s.get('std'))} "
                           f"min {figure_or_text(s.get('min'))} max {figure_or_text(s.get('max'))} nan {s.get('nan')} "
-                          f"inf {(s.get('posinf') or 0) + (s.get('neginf') or 0)}\n")
+                          f"inf {(s.get('posinf') or 0) + (s.get('neginf') or 0)}{of}\n")
     if data["values"]:
         out.write("\nvalues\n")
         for v in data["values"]:

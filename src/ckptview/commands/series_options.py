@@ -87,7 +87,14 @@ def read_run(args: argparse.Namespace) -> SeriesResult:
         _Progress.clear()
         run.close()
         if run.cache is not None:
+            _cache_warnings(run.cache)
             run.cache.close()
+
+
+def _cache_warnings(cache: Any) -> None:
+    """The cache's lines for people (a broken database started again), one each, on stderr."""
+    for line in cache.take_warnings():
+        print(f"ckptview: {printable(line)}", file=sys.stderr)
 
 
 def watch(args: argparse.Namespace) -> int:
@@ -100,6 +107,8 @@ def watch(args: argparse.Namespace) -> int:
                 progress.show(item)
                 continue
             _Progress.clear()
+            if run.cache is not None:
+                _cache_warnings(run.cache)
             for event in item:
                 sys.stdout.write((json.dumps(event, allow_nan=False) if args.json else _line(event)) + "\n")
             sys.stdout.flush()

@@ -180,6 +180,26 @@ class Node:
             stack.extend(reversed(node.children))
 
 
+# Module levels a dotted name is split into for display and module figures (`a.b.c.weight`: 3). A name of
+# 100,000 dots split whole costs 100,000 prefixes of up to its full length (gigabytes); past this depth the
+# rest of the name's module path is one level.
+MAX_MODULE_DEPTH = 256
+
+
+def module_prefixes(name: str) -> list[str]:
+    """The module paths a dotted name lies in, outermost first ('a', 'a.b' for 'a.b.weight'): at most
+    `MAX_MODULE_DEPTH`, the last one then the whole path before the name's last dot."""
+    out: list[str] = []
+    pos = name.find(".")
+    while pos > 0 and len(out) < MAX_MODULE_DEPTH - 1:
+        out.append(name[:pos])
+        pos = name.find(".", pos + 1)
+    last = name.rfind(".")
+    if pos > 0 and last > 0:
+        out.append(name[:last])
+    return out
+
+
 def join_path(path: tuple[PathKey, ...] | list[PathKey]) -> str:
     """The contract's tensor name: path components joined by '.'."""
     return ".".join(map(str, path))

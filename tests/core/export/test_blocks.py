@@ -104,6 +104,7 @@ def blocks(request, monkeypatch):
 def test_npy_folder_equals_torch(source, blocks, tmp_path):
     path, ref = source
     kwargs = {"chunk_elems": blocks} if blocks else {}
+    kwargs["expand_repeats"] = True  # "expanded" is written expanded, as asked (values.repeats)
     result = _run(export_tensors(select_tensors(open_checkpoint(path)), tmp_path / "out", **kwargs))
     assert set(result.files) == set(ref)
     for name, tensor in ref.items():
@@ -124,6 +125,7 @@ def test_single_npy_equals_torch(source, blocks, tmp_path, name):
 def test_safetensors_equals_torch(source, blocks, tmp_path):
     path, ref = source
     kwargs = {"chunk_elems": blocks} if blocks else {}
+    kwargs["expand_repeats"] = True  # "expanded" is written expanded, as asked (values.repeats)
     keep = [n for n in ref if n != "c128"]  # safetensors has no complex128
     out = tmp_path / "m.safetensors"
     _run(export_tensors(select_tensors(open_checkpoint(path), keep), out, **kwargs))
@@ -297,8 +299,8 @@ export_io.BLOCK_BYTES, export_io.DIRECT_MIN = 8192, 0
 path, out, marker = sys.argv[1:4]
 real = ex.iter_chunks
 
-def slow(info, chunk_elems):
-    for i, chunk in enumerate(real(info, 3000)):
+def slow(info, chunk_elems, **kwargs):
+    for i, chunk in enumerate(real(info, 3000, **kwargs)):
         yield chunk
         if i == 20:  # blocks written and one in flight: tell the parent, wait for its signal
             open(marker, "w").close()

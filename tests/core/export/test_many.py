@@ -119,9 +119,9 @@ def test_cancel_between_reports_stops_at_once(many, tmp_path, monkeypatch, out_n
     written = []
     real = export_mod.iter_chunks
 
-    def counted(info, chunk_elems):
+    def counted(info, chunk_elems, **kwargs):
         written.append(info)
-        return real(info, chunk_elems)
+        return real(info, chunk_elems, **kwargs)
 
     monkeypatch.setattr(export_mod, "iter_chunks", counted)
     out = str(tmp_path / out_name)

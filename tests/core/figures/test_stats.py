@@ -234,7 +234,7 @@ def test_huge_expanded_tensor_costs_what_it_stores(tmp_path, monkeypatch) -> Non
 
     read = []
     real = values.iter_chunks  # as the statistics read values
-    monkeypatch.setattr(stats, "iter_chunks", lambda i, n=1 << 22, ahead=None: (read.append(c.size) or c for c in real(i, n, ahead)))
+    monkeypatch.setattr(stats, "iter_chunks", lambda i, n=1 << 22, ahead=None, **kw: (read.append(c.size) or c for c in real(i, n, ahead, **kw)))
     s = tensor_stats(info)
     assert sum(read) == 1000  # a counter, not a clock: the work is the bytes stored
     n = rows * 1000

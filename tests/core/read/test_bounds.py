@@ -103,7 +103,7 @@ def test_diff_of_expanded_tensors_reads_what_is_stored(tmp_path, monkeypatch):
 
     read = []
     real = values.iter_chunks  # as the comparison reads values
-    monkeypatch.setattr(diff, "iter_chunks", lambda i, n=1 << 22, ahead=None: (read.append(c.size) or c for c in real(i, n, ahead)))
+    monkeypatch.setattr(diff, "iter_chunks", lambda i, n=1 << 22, ahead=None, **kw: (read.append(c.size) or c for c in real(i, n, ahead, **kw)))
     result = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
     rows_by_name = {t.name: t for t in result.tensors}
     assert sum(read) == 2 * (15 + 1000)  # each side's stored values, once

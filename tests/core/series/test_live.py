@@ -203,7 +203,9 @@ c = SeriesCache(sys.argv[1])
 figures = {f"layer{i}.weight": TensorFigures(TensorStats(numel=i, mean=0.5, l2=float(i))) for i in range(2000)}
 n = 0
 while True:
-    c.put_figures(f"key{n}", f"/run/step_{n}.pt", figures)
+    path = f"{sys.argv[2]}/step_{n}.pt"  # a file that exists: entries of gone files are evicted on open
+    open(path, "w").close()
+    c.put_figures(f"key{n}", path, figures)
     c.put_pair(f"key{n}", f"key{n + 1}", {f"layer{i}.weight": Sums(numel=i) for i in range(2000)})
     n += 1
     if n == 3:
@@ -213,7 +215,7 @@ while True:
 
 def test_a_killed_writer_leaves_a_usable_database(tmp_path):
     path = str(tmp_path / "series.sqlite3")
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, path], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "written\n"  # it is in its write loop now
     finally:
@@ -229,7 +231,8 @@ def test_a_killed_writer_leaves_a_usable_database(tmp_path):
     for n in range(held):  # every entry written is whole
         figures = c.figures(f"key{n}")
         assert figures is not None and len(figures) == 2000
-    c.put_figures("after", "/run/after.pt", {})
+    (tmp_path / "after.pt").touch()
+    c.put_figures("after", str(tmp_path / "after.pt"), {})
     assert c.figures("after") == {}
     c.close()
 

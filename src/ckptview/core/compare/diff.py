@@ -40,7 +40,8 @@ from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.inspect.roles import learnable_dtype
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
 from ckptview.core.read.bytes.files import read_ahead
-from ckptview.core.read.values.reading import common_expansion, iter_chunks, read_small
+from ckptview.core.read.values.reading import iter_chunks, read_small
+from ckptview.core.read.values.repeats import paired_parts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -379,21 +380,22 @@ def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | No
                          ahead: ReadAhead | None = None) -> Generator[Progress, None, Sums]:
     """Sums over two same-shape tensors, streamed; yields Progress in bytes of both sides (`ahead`: the
     read-ahead of the walk reading them)."""
-    weight = 1
-    if (common := common_expansion(ia, ib)) is not None:  # both stride 0 on the same dims: read what is stored
-        ia, ib, weight = common
+    # Views that repeat their storage: both the same view, their stored parts; one of them, both whole (the
+    # other side stores as many elements); both, differently: refused (RepeatedStorage, the pair's error).
+    ia, ib, weight, _exact = paired_parts(ia, ib)
     same_bytes_possible = dtypes.canonical(ia.dtype) == dtypes.canonical(ib.dtype)
     wide = _wide_dtype(ia.dtype, ib.dtype)
     work = _Work(min(chunk_elems, max(ia.numel, 1)), wide)
     sums = Sums()
     done = 0
     per_elem = dtypes.itemsize(ia.dtype) + dtypes.itemsize(ib.dtype)
-    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems, ahead), iter_chunks(ib, chunk_elems, ahead)):
+    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems, ahead, expand=True),
+                                iter_chunks(ib, chunk_elems, ahead, expand=True)):
         if token is not None:
             token.check()
         part = compare_chunk(ca, cb, work, same_bytes_possible)
         if weight != 1:
-            part = _repeated(part, weight)
+            part = repeated_sums(part, weight)
         sums.add(part)
         done += ca.size * per_elem * weight
         yield Progress(done, ia.numel * per_elem * weight, "comparing")
@@ -419,7 +421,7 @@ def _compare_small(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None, ch
     return compare_chunk(ca, cb, work, same_bytes_possible)
 
 
-def _repeated(part: Sums, weight: int) -> Sums:
+def repeated_sums(part: Sums, weight: int) -> Sums:
     """The sums of `part` with every position counted `weight` times (all but the maximum scale)."""
     return Sums(part.numel * weight, part.finite * weight, part.changed * weight, part.nonfinite_changed * weight,
                 part.max_abs, part.sum_abs * weight, part.aa * weight, part.bb * weight, part.ab * weight,
@@ -605,8 +607,9 @@ def diff_chunks(ia: TensorInfo, ib: TensorInfo, chunk_elems: int = DIFF_CHUNK_EL
     """``B - A`` in float64 (complex128 when complex), chunk by chunk, for a histogram of the change."""
     import numpy as np
 
+    ia, ib, _weight, _exact = paired_parts(ia, ib)  # bounded by what the sides store (see iter_compare_tensors)
     wide = _wide_dtype(ia.dtype, ib.dtype)
-    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems), iter_chunks(ib, chunk_elems)):
+    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems, expand=True), iter_chunks(ib, chunk_elems, expand=True)):
         a = np.empty(ca.size, wide)
         b = np.empty(cb.size, wide)
         _widen(ca, a)

@@ -30,7 +30,8 @@ from ckptview.core.export import safetensors as st
 from ckptview.core.export.blocks import BlockWriter
 from ckptview.core.export.safe_names import Deduplicator, is_safe_member, safe_file_stem
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, check_expansion, iter_chunks
+from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, iter_chunks
+from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import elide, printable
 from ckptview.core.units import human_bytes
 
@@ -71,6 +72,7 @@ class ExportItem:
     dtype: str  # torch dtype name of the values written
     np_dtype: np.dtype
     note: str | None = None
+    expand: bool = False  # a view that repeats its storage, written expanded as the user asked
 
     @property
     def nbytes(self) -> int:
@@ -175,8 +177,11 @@ def _np_dtype(torch_name: str) -> np.dtype:
 
 
 def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt: str | None = None, *,
-                exact_dtypes: bool = False) -> ExportPlan:
-    """Decide targets, dtypes and notes for exporting `entries` to `out` (reads no tensor bytes)."""
+                exact_dtypes: bool = False, expand_repeats: bool = False) -> ExportPlan:
+    """Decide targets, dtypes and notes for exporting `entries` to `out` (reads no tensor bytes).
+
+    A view that repeats its storage (`values.repeats`: stride 0, overlapping strides) would write more than
+    the file stores: refused in one line, its expanded size first, unless `expand_repeats`."""
     out = os.fspath(out)
     if not out.strip():
         raise ExportError("choose where to save the export")
@@ -194,11 +199,13 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
             notes.append(f"skipped {printable(entry.name)}: {reason}")
         else:
             usable.append(entry)
-    for entry in usable:
-        try:
-            check_expansion(entry.info)
-        except CheckpointError as exc:
-            raise ExportError(f"cannot export {printable(entry.name)}: {exc} (leave it out with --key)") from None
+    repeating = {id(e): found for e in usable if (found := repeats(e.info)) is not None}
+    if repeating and not expand_repeats:
+        first = next(e for e in usable if id(e) in repeating)
+        found = repeating[id(first)]
+        more = f" (and {len(repeating) - 1} more)" if len(repeating) > 1 else ""
+        raise ExportError(f"cannot export {printable(first.name)}{more}: it {found.describe(first.info.dtype)}; "
+                          "--expand-repeats writes the expanded tensor, or leave it out with --key")
     if not usable:
         raise ExportError("nothing to export: no readable tensor selected" + (f" ({notes[0]})" if notes else ""))
     if single and len(usable) != 1:
@@ -208,8 +215,12 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
     for entry, target in zip(usable, targets, strict=True):
         dtype, note = _dtype_choice(entry.info, fmt, exact_dtypes)
         shown = printable(entry.name)
+        found = repeating.get(id(entry))
+        if found is not None:
+            expanded = f"written expanded, as asked: it {found.describe(entry.info.dtype)}"
+            note = f"{note}; {expanded}" if note else expanded
         items.append(ExportItem(entry.name, entry.info, target, dtype, _np_dtype(dtype),
-                                f"{shown}: {note}" if note else None))
+                                f"{shown}: {note}" if note else None, expand=found is not None))
         if fmt != "npy" and target != entry.name:
             notes.append(f"'{shown}' stored under key '{printable(target)}' (unsafe or duplicate name)")
     if fmt == "safetensors" and (refused := [i for i in items if i.dtype not in st.CODES]):
@@ -266,7 +277,7 @@ EXPORT_CHUNK_ELEMS = min(DEFAULT_CHUNK_ELEMS, 1 << 18)
 def _values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterator[np.ndarray]:
     """The item's logical values as chunks (of the dtype written unless `convert` is False); checks the count."""
     count = 0
-    for chunk in iter_chunks(item.info, chunk_elems):
+    for chunk in iter_chunks(item.info, chunk_elems, expand=item.expand):
         if convert and chunk.dtype != item.np_dtype:
             chunk = chunk.astype(item.np_dtype)
         count += chunk.size
@@ -444,9 +455,10 @@ def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | No
 
 def export_tensors(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt: str | None = None, *,
                    exact_dtypes: bool = False, force: bool = False, token: CancelToken | None = None,
-                   chunk_elems: int = EXPORT_CHUNK_ELEMS) -> Generator[Progress, None, ExportResult]:
+                   chunk_elems: int = EXPORT_CHUNK_ELEMS,
+                   expand_repeats: bool = False) -> Generator[Progress, None, ExportResult]:
     """Plan and run an export in one generator (the GUI's worker job)."""
-    plan = plan_export(entries, out, fmt, exact_dtypes=exact_dtypes)
+    plan = plan_export(entries, out, fmt, exact_dtypes=exact_dtypes, expand_repeats=expand_repeats)
     return (yield from run_export(plan, force=force, token=token, chunk_elems=chunk_elems))
 
 

@@ -25,6 +25,7 @@ from ckptview.core.figures.spectral import iter_spectrum
 from ckptview.core.figures.stats import chunk_source, iter_summary, merge_stats, stored_part
 from ckptview.core.jobs import CancelToken, Progress, relay
 from ckptview.core.read.bytes.files import read_ahead
+from ckptview.core.read.values.repeats import repeats
 from ckptview.core.read.values.slicing import LazySlice2D
 
 if TYPE_CHECKING:  # both import numpy: at run time only when a job computes something
@@ -170,6 +171,9 @@ class Analysis:
         # The values of the last small tensor summarised, for its histogram's counting pass (one at a time).
         self._kept: tuple[TensorInfo, list[Any]] | None = None
         self._spectra: weakref.WeakKeyDictionary[TensorInfo, Spectrum] = weakref.WeakKeyDictionary()
+        # Spectra of views that repeat their storage, computed on every element as the user asked: apart,
+        # so a later plain request still gets its refusal (`values.repeats`).
+        self._expanded_spectra: weakref.WeakKeyDictionary[TensorInfo, Spectrum] = weakref.WeakKeyDictionary()
         self._spectrum_flights: _SingleFlight[Spectrum] = _SingleFlight()
         self.spectral_passes = 0  # spectra computed (each reads its matrix once; cached ones read nothing)
         # (tensor, axis) -> its heat-map, the most recent last (the key holds the tensor: bounded by the count).
@@ -279,36 +283,43 @@ class Analysis:
         return exact
 
     # -- spectra -------------------------------------------------------------------------------------
-    def cached_spectrum(self, info: TensorInfo) -> Spectrum | None:
-        """The Spectrum computed earlier for ``info``, if any (reopening a weight is immediate)."""
+    def cached_spectrum(self, info: TensorInfo, expand: bool = False) -> Spectrum | None:
+        """The Spectrum computed earlier for ``info``, if any (reopening a weight is immediate); `expand`:
+        also one computed on every element of a view that repeats its storage."""
         with self._lock:
-            return self._spectra.get(info)
+            found = self._spectra.get(info)
+            return found if found is not None or not expand else self._expanded_spectra.get(info)
 
-    def spectrum(self, info: TensorInfo, token: CancelToken | None = None) -> Generator[Progress, None, Spectrum]:
-        """A weight's spectrum (:mod:`ckptview.core.figures.spectral`): cached, computed once per tensor."""
-        cached = self.cached_spectrum(info)
+    def spectrum(self, info: TensorInfo, token: CancelToken | None = None,
+                 expand: bool = False) -> Generator[Progress, None, Spectrum]:
+        """A weight's spectrum (:mod:`ckptview.core.figures.spectral`): cached, computed once per tensor.
+        A view that repeats its storage is refused (`RepeatedStorage`) unless `expand`."""
+        cached = self.cached_spectrum(info, expand)
         if cached is not None:
             return cached
-        return (yield from self._spectrum_flights.run(id(info), lambda: self._compute_spectrum(info, token), token))
+        return (yield from self._spectrum_flights.run((id(info), expand),
+                                                      lambda: self._compute_spectrum(info, token, expand), token))
 
-    def _compute_spectrum(self, info: TensorInfo, token: CancelToken | None) -> Generator[Progress, None, Spectrum]:
+    def _compute_spectrum(self, info: TensorInfo, token: CancelToken | None,
+                          expand: bool = False) -> Generator[Progress, None, Spectrum]:
         with self._lock:
             self.spectral_passes += 1
-        result = yield from iter_spectrum(info, token)
+        result = yield from iter_spectrum(info, token, expand=expand)
         with self._lock:
-            self._spectra[info] = result
+            (self._expanded_spectra if expand and repeats(info) is not None else self._spectra)[info] = result
         return result
 
-    def spectral_job(self, infos: Sequence[TensorInfo], token: CancelToken | None = None
+    def spectral_job(self, infos: Sequence[TensorInfo], token: CancelToken | None = None, expand: bool = False
                      ) -> Generator[Progress | SpectrumReady | TargetFailed, None, list[Spectrum | None]]:
-        """Spectra of several weights in turn (a module's table); progress over all, errors stay per target."""
+        """Spectra of several weights in turn (a module's table); progress over all, errors stay per target.
+        `expand`: views that repeat their storage too, on every element they declare."""
         total = len(infos)
 
         def one(i: int, info: TensorInfo) -> Generator[Progress, None, Spectrum]:
             def rebased(p: Progress) -> Progress:
                 return Progress(i * 1000 + int(p.fraction * 1000), total * 1000, p.message)
 
-            return relay(self.spectrum(info, token), rebased)
+            return relay(self.spectrum(info, token, expand), rebased)
 
         return (yield from _per_target(infos, one, SpectrumReady))
 

@@ -10,6 +10,7 @@ NaN, +Inf and -Inf elements it read.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read.values.reading import read_region, read_values
+from ckptview.core.read.values.repeats import repeats
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,6 +37,7 @@ class HeatMap:
     nan: int = 0  # elements that are NaN (not pixels)
     posinf: int = 0  # elements that are +Inf
     neginf: int = 0  # elements that are -Inf
+    stored_only: str = ""  # a view that repeats its storage: the picture is of its stored part, and why
 
     @property
     def downsampled(self) -> bool:
@@ -173,7 +176,22 @@ def iter_tensor_heatmap(
     token: CancelToken | None = None, chunk_elems: int = 1 << 21,
 ) -> Generator[Progress, None, HeatMap]:
     """The heat-map of a tensor read group of rows by group of rows (`values.read_region`): memory holds one
-    group, never the whole tensor, whatever its size."""
+    group, never the whole tensor, whatever its size. A view that repeats its storage is pictured by its
+    stored part (`values.repeats`: a stride-0 view collapsed along its repeated dimensions, an overlapping
+    one as the run of storage it spans), so the work is what the file stores; `stored_only` says so."""
+    found = repeats(info)
+    if found is not None:
+        part = found.part
+        picture = yield from _iter_plain_heatmap(part, axis if len(part.shape) >= 2 else 0, max_shape, token,
+                                                 chunk_elems)
+        note = (f"of the {found.stored:,} stored elements, shape {list(part.shape)}: the tensor "
+                f"{found.describe(info.dtype)}")
+        return dataclasses.replace(picture, stored_only=note)
+    return (yield from _iter_plain_heatmap(info, axis, max_shape, token, chunk_elems))
+
+
+def _iter_plain_heatmap(info: Any, axis: int, max_shape: tuple[int, int], token: CancelToken | None,
+                        chunk_elems: int) -> Generator[Progress, None, HeatMap]:
     import numpy as np
 
     shape = tuple(info.shape)
@@ -210,7 +228,7 @@ def _iter_rows(rows_view: Any, shape: tuple[int, ...], axis: int, max_shape: tup
         block = np.asarray(rows_view[r0 : r0 + group]).reshape(-1, cols)
         parts.append(_reduce_counting(_comparable(block), br, bc, counts))
         yield Progress(min(rows, r0 + group), rows, "heat-map")
-    return HeatMap(np.concatenate(parts, axis=0), (br, bc), (rows, cols), axis, *counts)
+    return HeatMap(np.concatenate(parts, axis=0), (br, bc), (rows, cols), axis, counts[0], counts[1], counts[2])
 
 
 def heatmap(values: np.ndarray, axis: int = 0, max_shape: tuple[int, int] = DEFAULT_MAX_SHAPE) -> HeatMap:

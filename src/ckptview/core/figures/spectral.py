@@ -34,6 +34,7 @@ from ckptview.core.errors import TensorDataError
 from ckptview.core.figures.spectral_fit import PowerLawFit, iter_power_law_fit
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
 from ckptview.core.read.values.reading import iter_chunks
+from ckptview.core.read.values.repeats import refusal
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +52,8 @@ ALPHA_LOW, ALPHA_HIGH = 2.0, 6.0  # WeightWatcher's well-trained range
 JSON_KEYS = ("spectral_norm", "stable_rank", "frobenius_norm", "alpha", "xmin", "ks_distance",
              "num_singular_values", "rank", "method", "flags")
 _STEPS = 1000  # progress units of one matrix
+# How to ask for the spectrum of a view that repeats its storage, said in its refusal.
+EXPAND_HINT = "ask for the expanded tensor to compute it (info --spectral --expand-repeats; the Spectrum panel's box)"
 
 
 @dataclass(frozen=True)
@@ -149,28 +152,33 @@ def matrix_of(info: TensorInfo) -> tuple[int, int] | None:
 
 
 def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
-                  exact_limit: int = EXACT_LIMIT) -> Generator[Progress, None, Spectrum]:
-    """The spectrum of one weight, reading it once; yields progress, checks `token` between steps."""
+                  exact_limit: int = EXACT_LIMIT, expand: bool = False) -> Generator[Progress, None, Spectrum]:
+    """The spectrum of one weight, reading it once; yields progress, checks `token` between steps.
+
+    A view that repeats its storage (`values.repeats`) is refused in one line, its expanded size said,
+    unless `expand`: the spectrum of every element it declares costs that many, not the bytes stored."""
     import numpy as np
 
     shape = matrix_of(info)
     if shape is None:
         raise TensorDataError(f"no spectrum: a {info.dtype} tensor of shape {list(info.shape)} is not a "
                               "floating matrix of at least 2 x 2")
+    if not expand and (refused := refusal(info, "no spectrum", hint=EXPAND_HINT)) is not None:
+        raise refused
     rows, cols = shape
     small = min(rows, cols)
     if small <= exact_limit and rows >= cols:
         # Tall (or square): W^T W summed over blocks of rows as they are read; memory is the n x n Gram
         # matrix and one block, whatever the number of rows (a 50,257-row head: 5 MB, not 309 MB).
         method, error = "exact", 0.0
-        gram, moments = yield from _stream_gram(info, rows, cols, token)
+        gram, moments = yield from _stream_gram(info, rows, cols, token, expand)
         fro2 = float(np.trace(gram))
         evals = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
         del gram
         yield Progress(_STEPS * 7 // 10, _STEPS, "eigenvalues")
-        traps = _count_traps_streamed(info, (rows, cols), moments, token)
+        traps = _count_traps_streamed(info, (rows, cols), moments, token, expand)
     else:
-        matrix = yield from _read_matrix(info, rows, cols, token)
+        matrix = yield from _read_matrix(info, rows, cols, token, expand)
         flat = matrix.reshape(-1)
         bad = int(flat.size - np.count_nonzero(np.isfinite(flat)))
         if bad:
@@ -205,18 +213,18 @@ def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
     return Spectrum((rows, cols), method, sv, math.sqrt(fro2), rank, fit, traps, error, tuple(flags))
 
 
-def spectrum(info: TensorInfo, exact_limit: int = EXACT_LIMIT) -> Spectrum:
+def spectrum(info: TensorInfo, exact_limit: int = EXACT_LIMIT, expand: bool = False) -> Spectrum:
     """Plain-function form of :func:`iter_spectrum`."""
-    return drain(iter_spectrum(info, exact_limit=exact_limit))
+    return drain(iter_spectrum(info, exact_limit=exact_limit, expand=expand))
 
 
-def _read_matrix(info: TensorInfo, rows: int, cols: int,
-                 token: CancelToken | None) -> Generator[Progress, None, np.ndarray]:
+def _read_matrix(info: TensorInfo, rows: int, cols: int, token: CancelToken | None,
+                 expand: bool = False) -> Generator[Progress, None, np.ndarray]:
     """The values as a float64 rows x cols array, filled chunk by chunk (C order: conv kernels flatten
     to out x in*kh*kw)."""
     import numpy as np
 
-    chunks = _checked_chunks(info)
+    chunks = _checked_chunks(info, expand)
     need = rows * cols * 8
     if need > MAX_IN_MEMORY:
         raise TensorDataError(f"no spectrum: a {rows:,} x {cols:,} matrix needs {need / 2**30:.1f} GiB in memory "
@@ -239,11 +247,11 @@ def _read_matrix(info: TensorInfo, rows: int, cols: int,
     return matrix
 
 
-def _checked_chunks(info: TensorInfo) -> Iterator[np.ndarray]:
+def _checked_chunks(info: TensorInfo, expand: bool = False) -> Iterator[np.ndarray]:
     """`iter_chunks(info)` with its first chunk already read: the readers check that the whole view lies
     in its storage before they yield anything, so a shape the file lies about fails here, before a
     matrix of that shape is allocated."""
-    chunks = iter_chunks(info)
+    chunks = iter_chunks(info, expand=expand)
     first = next(chunks, None)
     return chunks if first is None else itertools.chain((first,), chunks)
 
@@ -279,15 +287,15 @@ class _Moments:
         return mean, math.sqrt(max(0.0, self.squares / self.count - mean * mean))
 
 
-def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | None
+def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | None, expand: bool = False
                  ) -> Generator[Progress, None, tuple[np.ndarray, _Moments]]:
     """W^T W (float64) accumulated over blocks of whole rows, and the values' moments; one read."""
     import numpy as np
 
-    chunks = _checked_chunks(info)
+    chunks = _checked_chunks(info, expand)
     gram = np.zeros((cols, cols))
     moments = _Moments()
-    block_rows = max(1, _BLOCK_ELEMS // cols)
+    block_rows = min(rows, max(1, _BLOCK_ELEMS // cols))  # a small matrix: no block larger than itself
     buffer = np.empty(block_rows * cols)
     filled = 0  # elements in `buffer`
     seen = 0
@@ -329,7 +337,7 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
 
 
 def _count_traps_streamed(info: TensorInfo, shape: tuple[int, int], moments: _Moments,
-                          token: CancelToken | None) -> int:
+                          token: CancelToken | None, expand: bool = False) -> int:
     """:func:`_count_traps` without the matrix in memory: no second read when even the extremes stay
     within the threshold (a healthy layer), else one more pass counting."""
     import numpy as np
@@ -341,7 +349,7 @@ def _count_traps_streamed(info: TensorInfo, shape: tuple[int, int], moments: _Mo
     if max(abs(moments.low - mean), abs(moments.high - mean)) <= limit:
         return 0
     count = 0
-    for chunk in iter_chunks(info):
+    for chunk in iter_chunks(info, expand=expand):
         if token is not None:
             token.check()
         values = chunk if chunk.dtype.kind in "fiu" else chunk.astype(np.float64)

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from ckptview.core.errors import TensorDataError
 from ckptview.core.jobs import CancelToken, Progress, drain
-from ckptview.core.read.values.reading import expanded_parts, iter_chunks
+from ckptview.core.read.values import repeats
+from ckptview.core.read.values.reading import iter_chunks
 
 if TYPE_CHECKING:
     import numpy as np
@@ -252,7 +253,7 @@ def iter_summary(
     """One pass over the chunks of a tensor's logical values; yields Progress, returns a Summary.
 
     ``total`` is the number of elements expected (for progress only). Each value counts ``weight``
-    times (an expanded tensor's stored values: see ``ckptview.core.read.values.reading.expanded_parts``). Raises
+    times (a stride-0 view's stored values: see ``ckptview.core.read.values.repeats``). Raises
     ``Cancelled`` when ``token`` is cancelled between chunks.
     """
     import numpy as np
@@ -314,11 +315,11 @@ MAX_COUNTED = 1 << 62  # element counts are int64 in the value tables
 
 
 def stored_part(info: TensorInfo) -> tuple[TensorInfo, int]:
-    """(what to read, how many times each value read counts): an expanded tensor's stored values only."""
+    """(what to read, how many times each value read counts): of a view that repeats its storage, only what
+    it stores (`ckptview.core.read.values.repeats`): figures cost the bytes stored, never the shape declared."""
     if info.numel >= MAX_COUNTED:
         raise TensorDataError(f"cannot compute figures: the tensor declares {info.numel} elements")
-    parts = expanded_parts(info)
-    return parts if parts is not None else (info, 1)
+    return repeats.stored_part(info)
 
 
 def iter_tensor_summary(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptview.core.checkpoint import Node
+from ckptview.core.checkpoint import MAX_MODULE_DEPTH, Node
 from ckptview.core.gc_policy import paused_gc
 
 
@@ -86,13 +86,31 @@ class ModuleGroup:
 Selected = Node | ModuleGroup
 
 
-def group_tree(root: Node) -> Row:
-    """The display rows of `root`, dotted string keys nested by module path, with subtree totals."""
+# Module groups a dotted key may open (`a.b.c.weight`: 3), and the deepest any row may sit. A 100,000-dot
+# name nested as deep would cost 100,000 group rows whose names add up to gigabytes, and a view as deep
+# as that; past the limit the rest of the key is one row (the tensor keeps its whole name).
+MAX_GROUP_DEPTH = MAX_MODULE_DEPTH
+MAX_ROW_DEPTH = 1000  # the pickle reader keeps containers 1000 levels deep: groups never go deeper
+
+
+def group_tree(root: Node, warnings: list[str] | None = None) -> Row:
+    """The display rows of `root`, dotted string keys nested by module path, with subtree totals.
+
+    Iterative whatever the nesting; a key of more than `MAX_GROUP_DEPTH` dotted levels is grouped that deep
+    and the rest of it kept as one row, with one line appended to `warnings` (when given, once)."""
     with paused_gc():  # hundreds of thousands of rows and no garbage: skip the collector's passes
-        return _group_tree(root)
+        cut = [False]
+        top = _group_tree(root, cut)
+    if cut[0] and warnings is not None and DEPTH_WARNING not in warnings:
+        warnings.append(DEPTH_WARNING)
+    return top
 
 
-def _group_tree(root: Node) -> Row:
+DEPTH_WARNING = (f"tensor names nest deeper than {MAX_GROUP_DEPTH} module levels: the levels past it are "
+                 "shown as one row")
+
+
+def _group_tree(root: Node, cut: list[bool]) -> Row:
     top = Row("", root, "", root.kind, None)
     if not root.children and root.kind in ("value", "object", "tensor"):
         # The whole file is one value, e.g. a pickle whose top object is a call `os.system('...')`: show
@@ -101,40 +119,52 @@ def _group_tree(root: Node) -> Row:
         if root.kind == "tensor" and root.tensor is not None:
             _add_totals(top, top.children)
         return top
-    stack: list[tuple[Node, Row]] = [(root, top)]
+    stack: list[tuple[Node, Row, int]] = [(root, top, 0)]
     tensors: list[Row] = []
     while stack:
-        node, row = stack.pop()
-        groups: dict[str, Row] = {}
+        node, row, depth = stack.pop()
+        groups: dict[str, tuple[Row, int]] = {}
         prefix_name = f"{row.name}." if row.name else ""
+        levels = max(0, min(MAX_GROUP_DEPTH, MAX_ROW_DEPTH - depth - 1))
         for child in node.children:
             key = child.key
-            if type(key) is str and "." in key:  # a ReprKey (2.5, a tuple) is one row
+            child_depth = depth + 1
+            if type(key) is str and "." in key and levels:  # a ReprKey (2.5, a tuple) is one row
                 prefix, _, label = key.rpartition(".")
-                parent = groups.get(prefix) or _group_for(row, prefix, groups)
+                found = groups.get(prefix)
+                if found is None:
+                    found = _group_for(row, prefix, groups, levels, cut)
+                parent, child_depth = found[0], depth + found[1] + 1
             else:
                 label, parent = str(key), row
             child_row = Row(label, child, f"{prefix_name}{key}", child.kind, parent)
             parent.children.append(child_row)
             if child.children:
-                stack.append((child, child_row))
+                stack.append((child, child_row, child_depth))
             if child.kind == "tensor" and child.tensor is not None:
                 tensors.append(child_row)
     _add_totals(top, tensors)
     return top
 
 
-def _group_for(row: Row, prefix: str, groups: dict[str, Row]) -> Row:
-    """The group row for the dotted `prefix` under `row`, creating missing levels in first-seen order."""
-    found = groups.get(prefix)
-    if found is not None:
-        return found
-    head, _, label = prefix.rpartition(".")
-    parent = _group_for(row, head, groups) if head else row
-    group = Row(label, None, f"{parent.name}.{label}" if parent.name else label, "group", parent)
-    parent.children.append(group)
-    groups[prefix] = group
-    return group
+def _group_for(row: Row, prefix: str, groups: dict[str, tuple[Row, int]], levels: int,
+               cut: list[bool]) -> tuple[Row, int]:
+    """(the group row for the dotted `prefix` under `row`, its levels below `row`), creating missing levels
+    in first-seen order; at most `levels` deep (a longer prefix: its rest is the last group's label)."""
+    parts = prefix.split(".", levels)  # never more than levels + 1 pieces, whatever the key's length
+    if len(parts) > levels:
+        parts[levels - 1:] = [".".join(parts[levels - 1:])]
+        cut[0] = True
+    parent, path = row, ""
+    for depth, label in enumerate(parts, start=1):
+        path = f"{path}.{label}" if path else label
+        found = groups.get(path)
+        if found is None:
+            group = Row(label, None, f"{parent.name}.{label}" if parent.name else label, "group", parent)
+            parent.children.append(group)
+            found = groups[path] = (group, depth)
+        parent = found[0]
+    return groups[path]
 
 
 def _add_totals(top: Row, tensors: list[Row]) -> None:

@@ -5,10 +5,15 @@ the optimizer got its parameters (`model.named_parameters()`). The library that 
 knows it: when transformers is installed, the model named by `config.json` (``architectures[0]``) is built
 on the meta device (no weights, no memory) in an isolated child process, and its parameter names are read.
 
-Only the installed library's code runs: a config that asks for code of its own (``auto_map``, remote code)
-is never built, the child (`core.run.worker.param_order`, where torch is imported) runs offline
-(`HF_HUB_OFFLINE`), isolated (`python -I`) in a private folder. Nothing here imports torch or transformers
-in this process; without transformers the order stays unknown.
+Only the installed library's code runs, and only to build a model class: the class must be one of
+transformers' own model classes (a value of its auto-model registries, `MODEL_*_MAPPING_NAMES`, read from
+the library's source as data here, and a `PreTrainedModel` in the child; a tokenizer or a pipeline class the
+config names is never called). The config is read here once, as data, and checked as a run's is
+(`core/run/config_guard`: no `auto_map`, no field that loads a file, a URL or code); the child
+(`core.run.worker.param_order`, where torch is imported) gets that checked copy on stdin and builds it with
+the run worker's own builder (`worker/library.parameter_names`), whose guard lets the build open nothing but
+the library. The child runs offline (`HF_HUB_OFFLINE`), isolated (`python -I`) in a private folder. Nothing
+here imports torch or transformers in this process; without transformers the order stays unknown.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ import os
 import re
 import subprocess
 import tempfile
+from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
-from ckptview.core.run.child import child_command
+from ckptview.core.run.child import OFFLINE_ENV, child_command
+from ckptview.core.run.config_guard import ConfigRefused, guarded_config
 
 CHILD = "ckptview.core.run.worker.param_order"  # builds the model on the meta device, with torch
 
@@ -30,6 +37,8 @@ TIMEOUT_S = 300.0
 MAX_CONFIG_BYTES = 1 << 20
 _ARCH = re.compile(r"^[A-Z][A-Za-z0-9_]{0,100}$")
 _cache: dict[tuple[str, int, int], list[str] | None] = {}
+
+_registry: dict[tuple[str, int], frozenset[str]] = {}
 
 
 def available() -> bool:
@@ -40,8 +49,44 @@ def available() -> bool:
         return False
 
 
-def architecture(folder: str) -> str | None:
-    """The class `config.json` names, when transformers itself defines it (no auto_map, a plain name)."""
+def model_classes() -> frozenset[str]:
+    """transformers' model class names: every value of its auto-model registries (`MODEL_*_MAPPING_NAMES`
+    in `models/auto/modeling_auto.py`), read from the installed source as data (parsed, never imported)."""
+    import ast
+
+    try:
+        spec = importlib.util.find_spec("transformers")
+    except (ImportError, ValueError):
+        return frozenset()
+    if spec is None or not spec.origin:
+        return frozenset()
+    path = os.path.join(os.path.dirname(spec.origin), "models", "auto", "modeling_auto.py")
+    try:
+        key = (path, os.stat(path).st_mtime_ns)
+    except OSError:
+        return frozenset()
+    if key not in _registry:
+        names: set[str] = set()
+        try:
+            with open_regular(path) as fh:  # the byte layer, as every read of the core
+                tree = ast.parse(fh.read().decode("utf-8"), filename=path)
+        except (OSError, CheckpointError, SyntaxError, ValueError):
+            tree = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id.startswith("MODEL")
+                                                    and t.id.endswith("_MAPPING_NAMES") for t in node.targets):
+                for item in ast.walk(node.value):
+                    if isinstance(item, ast.Tuple) and len(item.elts) == 2:
+                        for value in ast.walk(item.elts[1]):
+                            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                                names.add(value.value)
+        _registry[key] = frozenset(names)
+    return _registry[key]
+
+
+def _checked_config(folder: str) -> tuple[str, dict[str, Any]] | None:
+    """(the model class, the config as the build gets it) of `folder`'s config.json, or None: no config, not a
+    model class of transformers' registries, or a config that asks for code or loads (config_guard)."""
     path = os.path.join(folder, "config.json")
     try:
         with open_regular(path) as fh:  # the byte layer: a FIFO named config.json is refused, never read
@@ -55,17 +100,24 @@ def architecture(folder: str) -> str | None:
         return None  # code of its own: never run
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if not isinstance(arch, str) or not _ARCH.match(arch) or not ("For" in arch or arch.endswith("Model")):
-        return None  # a model class name (BertForMaskedLM, GPT2Model), nothing else transformers exports
-    return arch
+    if not isinstance(arch, str) or not _ARCH.match(arch) or arch not in model_classes():
+        return None  # a model class of the library (BertForMaskedLM), never a tokenizer or a pipeline class
+    try:
+        return arch, guarded_config("transformers", arch, config)
+    except ConfigRefused:
+        return None
+
+
+def architecture(folder: str) -> str | None:
+    """The class `config.json` names, when it is one of transformers' own model classes and the config asks
+    for nothing to be loaded (no auto_map, no path, URL or download: `core/run/config_guard`)."""
+    checked = _checked_config(folder)
+    return checked[0] if checked is not None else None
 
 
 def parameter_order(folder: str) -> list[str] | None:
     """``named_parameters()`` names of the model `folder`'s config.json describes, or None when unknown."""
     if not folder or "://" in folder or not os.path.isdir(folder) or not available():
-        return None
-    arch = architecture(folder)
-    if arch is None:
         return None
     try:
         st = os.stat(os.path.join(folder, "config.json"))
@@ -73,18 +125,18 @@ def parameter_order(folder: str) -> list[str] | None:
         return None
     key = (os.path.realpath(folder), st.st_size, st.st_mtime_ns)
     if key not in _cache:
-        _cache[key] = _build(folder, arch)
+        checked = _checked_config(folder)
+        _cache[key] = _build(*checked) if checked is not None else None
     return _cache[key]
 
 
-def _build(folder: str, arch: str) -> list[str] | None:
+def _build(arch: str, config: dict[str, Any]) -> list[str] | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.update(OFFLINE_ENV, TOKENIZERS_PARALLELISM="false")
     with tempfile.TemporaryDirectory(prefix="ckptview-hf-") as private:
         try:
-            proc = subprocess.run(child_command(CHILD, os.path.abspath(folder), arch),
-                                  capture_output=True, text=True, timeout=TIMEOUT_S, cwd=private, env=env,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(child_command(CHILD), input=json.dumps({"class": arch, "config": config}),
+                                  capture_output=True, text=True, timeout=TIMEOUT_S, cwd=private, env=env)
         except (OSError, subprocess.SubprocessError):
             return None
     if proc.returncode != 0:

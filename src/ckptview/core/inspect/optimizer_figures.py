@@ -13,6 +13,7 @@ from ckptview.core.figures.stats import Summary, iter_tensor_summary
 from ckptview.core.inspect.optimizer import OptimizerState, param_step
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.values.reading import iter_chunks
+from ckptview.core.read.values.repeats import stored_part
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,6 +87,7 @@ def iter_effective_step(
     """
     import numpy as np
 
+    v = stored_part(v)[0]  # a view that repeats its storage: its stored elements, each once (same median, max)
     lr, eps, betas = group.get("lr"), group.get("eps"), group.get("betas")
     if not isinstance(lr, (int, float)) or not isinstance(eps, (int, float)) or not step:
         return None, None, False

@@ -17,6 +17,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular, special_kind
+from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.input_specs import InputSpec
 from ckptview.core.run.state_dict import state_dict_tensors
 
@@ -118,7 +119,20 @@ def recognize(path: str, tensors: dict[str, Any] | None = None) -> Architecture 
 
 
 def recognize_config(config: dict[str, Any], folder: str = "") -> Architecture | None:
-    """The architecture a config.json (read as data) names; ArchitectureRefused for `auto_map` or odd names."""
+    """The architecture a config.json (read as data) names, its config as the build gets it (pinned and
+    checked by `config_guard.guarded_config`); ArchitectureRefused for `auto_map`, odd names, or a field
+    that would make the library load something."""
+    arch = _named_architecture(config, folder)
+    if arch is None:
+        return None
+    try:
+        guarded = guarded_config(arch.library, arch.cls, arch.config)
+    except ConfigRefused as exc:
+        raise ArchitectureRefused(f"{arch.describe()}: {exc}") from None
+    return Architecture(arch.library, arch.cls, arch.source, guarded, arch.folder)
+
+
+def _named_architecture(config: dict[str, Any], folder: str) -> Architecture | None:
     if "auto_map" in config:
         named = config["auto_map"]
         shown = ", ".join(f"{k}: {v}" for k, v in named.items())[:200] if isinstance(named, dict) else "?"
@@ -234,15 +248,12 @@ def timm_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     timm builds a folder's model from `model_args` (keyword arguments of the model, e.g. `img_size`, `depth`)
     and `pretrained_cfg` (its default `num_classes`, and `in_chans` from `input_size`), with the top-level
     `num_classes` over the pretrained one. A legacy config is one flat dict: the pretrained_cfg itself.
+    Locations and create_model's own arguments are refused (`config_guard.timm_parts`).
     """
-    if isinstance(config.get("pretrained_cfg"), dict):
-        pretrained = dict(config["pretrained_cfg"])
-    else:
-        pretrained = {k: v for k, v in config.items() if k not in ("architecture", "num_features", "model_args")}
-    if "num_classes" in config:
-        pretrained["num_classes"] = config["num_classes"]
-    args = config.get("model_args")
-    return pretrained, (dict(args) if isinstance(args, dict) else {})
+    try:
+        return timm_parts(config)
+    except ConfigRefused as exc:
+        raise ArchitectureRefused(str(exc)) from None
 
 
 def timm_input_size(config: dict[str, Any]) -> tuple[int, int, int]:

@@ -10,7 +10,11 @@ import sys
 
 import ckptview
 
-__all__ = ["child_command"]
+__all__ = ["OFFLINE_ENV", "child_command"]
+
+# No network for a library build in a child (the Hub libraries read these when first imported).
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DIFFUSERS_OFFLINE": "1",
+               "HF_HUB_DISABLE_TELEMETRY": "1"}
 
 _BOOTSTRAP = (
     "import sys, importlib, importlib.util as u\n"

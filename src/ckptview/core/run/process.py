@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
-from ckptview.core.run.child import child_command
+from ckptview.core.run.child import OFFLINE_ENV, child_command
 from ckptview.core.run.protocol import (
     MAX_EVENT_LINE,
     MAX_EVENTS,
@@ -82,6 +82,7 @@ def worker_command() -> list[str]:
 def _worker_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # -I ignores them; be plain
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(OFFLINE_ENV)  # a library build fetches nothing: the Hub libraries read these when imported
     return env
 
 

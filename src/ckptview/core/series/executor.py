@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
-from ckptview.core.compare.diff import Sums, compare_arrays
+from ckptview.core.compare.diff import Sums, compare_arrays, repeated_sums
 from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError, TensorDataError
 from ckptview.core.figures.spectral import iter_spectrum, matrix_of
-from ckptview.core.figures.stats import Summary, iter_summary
+from ckptview.core.figures.stats import Summary, iter_summary, stored_part
 from ckptview.core.jobs import CancelToken, drain
 from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.values.reading import iter_chunks
+from ckptview.core.read.values.repeats import reading_layout
 from ckptview.core.series import timeline as series
 from ckptview.core.series.cache import file_key
 from ckptview.core.series.model import TensorFigures
@@ -178,14 +179,18 @@ class _Lane:
     def __init__(self, info: TensorInfo, chunk_elems: int, block: int, token: CancelToken | None) -> None:
         self.info = info
         self.shape = tuple(info.shape)
+        # A view that repeats its storage: its stored part, each value counted `weight` times; paired with
+        # the previous lane only when that one is read the same way (`repeats.reading_layout`).
+        part, self.weight = stored_part(info)
+        self.layout = reading_layout(info)
         self.error: str | None = None
         self.changed = False  # its file changed on disk while it was read
         self.summary: Summary | None = None
         # Read in blocks smaller than a piece: a suspended reader holds its last block, and a chain has a
         # reader per checkpoint. The pieces are always cut at chunk_elems (the figures do not change).
-        self._pieces = _recut(iter_chunks(info, block), chunk_elems)
+        self._pieces = _recut(iter_chunks(part, block), chunk_elems)
         self._box: deque[np.ndarray] = deque()
-        self._stats = iter_summary(self._fed(), info.numel, token)
+        self._stats = iter_summary(self._fed(), part.numel, token, self.weight)
         self.done = False
 
     def _fed(self) -> Iterator[np.ndarray]:
@@ -267,7 +272,8 @@ def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[Che
             out[i].tensors[name] = TensorFigures(error=series.error_message(exc))
             lanes.append(None)
     paired = [i > 0 and lanes[i] is not None and lanes[i - 1] is not None
-              and lanes[i].shape == lanes[i - 1].shape for i, _ in enumerate(lanes)]  # type: ignore[union-attr]
+              and lanes[i].shape == lanes[i - 1].shape  # type: ignore[union-attr]
+              and lanes[i].layout == lanes[i - 1].layout for i, _ in enumerate(lanes)]  # type: ignore[union-attr]
     sums = [Sums() if p else None for p in paired]
     while any(lane is not None and not lane.done for lane in lanes):
         if token is not None:
@@ -280,7 +286,9 @@ def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[Che
             pair = sums[i]
             if pair is not None:
                 if piece is not None and previous is not None and piece.size == previous.size:
-                    pair.add(compare_arrays(previous, piece, max(piece.size, 1)))
+                    part = compare_arrays(previous, piece, max(piece.size, 1))
+                    weight = lane.weight if lane is not None else 1
+                    pair.add(part if weight == 1 else repeated_sums(part, weight))
                 elif piece is not None or previous is not None:  # one side ended early or failed
                     sums[i] = None
             previous = piece

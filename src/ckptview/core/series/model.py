@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.checkpoint import module_prefixes
 from ckptview.core.compare.diff import Sums
 from ckptview.core.compare.sections import STEP_KEYS
 from ckptview.core.figures.stats import TensorStats, merge_stats
@@ -252,9 +253,8 @@ def module_names(names: Iterable[str]) -> dict[str, list[str]]:
     """Every dotted prefix of the tensor names ('model', 'model.fc') -> the tensors under it, in order."""
     out: dict[str, list[str]] = {}
     for name in names:
-        parts = name.split(".")
-        for depth in range(1, len(parts)):
-            out.setdefault(".".join(parts[:depth]), []).append(name)
+        for prefix in module_prefixes(name):  # bounded: a 100,000-dot name is not 100,000 modules
+            out.setdefault(prefix, []).append(name)
     return out
 
 

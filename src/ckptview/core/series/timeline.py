@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core.checkpoint import Checkpoint, TensorInfo, join_path
-from ckptview.core.compare.diff import Sums, compare_arrays, paired_chunks
+from ckptview.core.compare.diff import Sums, compare_arrays, paired_chunks, repeated_sums
 from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
-from ckptview.core.figures.stats import Summary, iter_summary
+from ckptview.core.figures.stats import Summary, iter_summary, stored_part
 from ckptview.core.inspect.optimizer import find_optimizers
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read import open as opening
@@ -37,6 +37,7 @@ from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.values.reading import iter_chunks
+from ckptview.core.read.values.repeats import reading_layout
 from ckptview.core.series.discover import (
     Position,
     choose_order,
@@ -471,34 +472,43 @@ class Measure:
 
 def _measure(info: TensorInfo, before: TensorInfo | None, token: CancelToken | None,
              chunk_elems: int, ahead: ReadAhead | None = None) -> Generator[Progress, None, Measure]:
-    """One streamed pass over ``info`` (paired with ``before`` chunk by chunk when given)."""
+    """One streamed pass over ``info`` (paired with ``before`` chunk by chunk when given).
+
+    A view that repeats its storage is read as its stored part (`values.repeats`), each value counted as
+    often as it repeats; it is paired with ``before`` only when both are read the same way (the same
+    layout), so the pass costs what the two versions store (the executor's lanes follow the same rule)."""
+    part, weight = stored_part(info)
+    if before is not None and reading_layout(before) != reading_layout(info):
+        before = None  # one repeats its storage and the other not (or differently): no update figures
     if before is not None:
         sums = Sums()
         try:
-            summary = yield from _paired_pass(iter_chunks(before, chunk_elems, ahead),
-                                              iter_chunks(info, chunk_elems, ahead),
-                                              sums, info.numel, token)
+            summary = yield from _paired_pass(iter_chunks(stored_part(before)[0], chunk_elems, ahead),
+                                              iter_chunks(part, chunk_elems, ahead),
+                                              sums, part.numel, token, weight)
             return Measure(summary, sums)
         except _SideError as exc:
             if exc.side == "cur":
                 return Measure(error=str(exc), changed=exc.changed)
             # The previous file failed this time (it changed?): still measure this one, without a ratio.
     try:
-        summary = yield from iter_summary(_tagged(iter_chunks(info, chunk_elems, ahead), "cur"), info.numel, token)
+        summary = yield from iter_summary(_tagged(iter_chunks(part, chunk_elems, ahead), "cur"), part.numel, token,
+                                          weight)
     except _SideError as exc:
         return Measure(error=str(exc), changed=exc.changed)
     return Measure(summary)
 
 
 def _paired_pass(prev_chunks: Iterable[np.ndarray], cur_chunks: Iterable[np.ndarray], sums: Sums, total: int,
-                 token: CancelToken | None) -> Generator[Progress, None, Summary]:
+                 token: CancelToken | None, weight: int = 1) -> Generator[Progress, None, Summary]:
     def current() -> Iterator[np.ndarray]:
         pairs = paired_chunks(_tagged(prev_chunks, "prev"), _tagged(cur_chunks, "cur"))
         for ca, cb in _tagged_pairs(pairs):
-            sums.add(compare_arrays(ca, cb, max(ca.size, 1)))
+            part = compare_arrays(ca, cb, max(ca.size, 1))
+            sums.add(part if weight == 1 else repeated_sums(part, weight))
             yield cb
 
-    return (yield from iter_summary(current(), total, token))
+    return (yield from iter_summary(current(), total, token, weight))
 
 
 def _tagged_pairs(pairs: Iterator[tuple[np.ndarray, np.ndarray]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -79,7 +79,7 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     `token` is checked between the steps (each takes seconds at a million tensors).
     """
     check = token.check if token is not None else lambda: None
-    top = group_tree(checkpoint.root)
+    top = group_tree(checkpoint.root, checkpoint.warnings)
     check()
     label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
     check()

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.inspect.grouping import Row
+from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import shown
 from ckptview.core.units import count_text, human_bytes, shape_text
 from ckptview.gui.base.palette import color, on_palette_change
@@ -117,6 +118,11 @@ class DetailPanel(QTextBrowser):
                 rows.append(("Bytes in", _esc(storage.source.describe())))
         for key, value in info.extra.items():
             rows.append((str(key), _esc(value)))
+        found = repeats(info)
+        if found is not None:  # the size above is what the view declares; the file stores less
+            rows.append(("Repeats storage", f"<span class='broken'>{_esc(found.describe(info.dtype))}</span><br>"
+                         "statistics, histograms and heat-maps are of its stored elements; spectra and exports "
+                         "only when asked for the expanded tensor"))
         broken = info.broken or (storage.broken if storage is not None else None)
         if broken:
             rows.append(("Broken", f"<span class='broken'>{_esc(broken)}</span>"))

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QApplication, QStyle
 
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, visible_rows
+from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
 from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
 from ckptview.gui.base.palette import color
@@ -227,6 +228,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         if info is not None:
             if column == SHARD:
                 return shard_label(info)
+            if column == SHAPE and (found := repeats(info)) is not None:  # what the file stores is less
+                return f"{shape_text(info.shape)} (repeats {format_factor(found.factor)})"
             return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
                     count_text(row.numel), info.device)[column]
         if node is not None and node.kind == "value":
@@ -274,6 +277,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
         if reason:
             return f"{name}\nbroken: {shown(reason)}"
+        if info is not None and (found := repeats(info)) is not None:
+            return f"{name}\n{found.describe(info.dtype)}"
         if row.tensors > 1 or row.is_group:
             return f"{name}\n{row.tensors:,} tensors, {count_text(row.numel)} parameters, {human_bytes(row.nbytes)}"
         return name

@@ -35,6 +35,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.export import plan as export
 from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import color
@@ -96,6 +97,10 @@ class ExportDialog(QDialog):
         self.path_edit = QLineEdit(self._default_path("npy"))
         self.browse_button = QPushButton("Browse…")
         self.exact_box = QCheckBox("Keep exact bfloat16/float8 bits (loading needs `import ml_dtypes`)")
+        # Tensors that repeat their storage (stride 0, overlapping strides) are written only when asked:
+        # the box says their expanded size first (`values.repeats`).
+        self.expand_box = QCheckBox()
+        self.expand_box.setObjectName("expandRepeats")
         self.notes = QPlainTextEdit()
         self.notes.setReadOnly(True)
         self.notes.setMaximumHeight(90)
@@ -127,6 +132,7 @@ class ExportDialog(QDialog):
         form.addRow("Format", self.format_box)
         form.addRow("Save to", target)
         form.addRow("", self.exact_box)
+        form.addRow("", self.expand_box)
         form.addRow("Will write", self.preview)
         form.addRow("", self.existing_label)
         form.addRow("Notes", self.notes)
@@ -143,7 +149,8 @@ class ExportDialog(QDialog):
         self.cancel_button.setEnabled(False)
 
         self.format_box.currentIndexChanged.connect(self._format_changed)
-        for changed in (self.use_selection.toggled, self.exact_box.toggled, self.path_edit.textChanged):
+        for changed in (self.use_selection.toggled, self.exact_box.toggled, self.expand_box.toggled,
+                        self.path_edit.textChanged):
             changed.connect(self._update_plan)
         self.browse_button.clicked.connect(self.browse)
         self.export_button.clicked.connect(self.start)
@@ -183,15 +190,30 @@ class ExportDialog(QDialog):
             self.path_edit.setText(self._default_path(fmt))
         self._update_plan()
 
+    def repeating(self) -> tuple[int, int, int]:
+        """(tensors that repeat their storage, the elements they declare, the bytes they would write)."""
+        count = elements = nbytes = 0
+        for entry in self.entries():
+            found = repeats(entry.info)
+            if found is not None:
+                count, elements, nbytes = count + 1, elements + found.elements, nbytes + entry.info.nbytes
+        return count, elements, nbytes
+
     def plan(self) -> ExportPlan:
         """The export as currently chosen (metadata only); ExportError when it cannot be done."""
         return plan_export(self.entries(), self.path_edit.text().strip(), self.format(),
-                           exact_dtypes=self.exact_box.isChecked() and self.exact_choice_applies())
+                           exact_dtypes=self.exact_box.isChecked() and self.exact_choice_applies(),
+                           expand_repeats=self.expand_box.isChecked())
 
     def _update_plan(self) -> None:
         if self.worker is not None:
             return
         self.exact_box.setVisible(self.exact_choice_applies())  # only options that apply are offered
+        count, elements, nbytes = self.repeating()
+        self.expand_box.setVisible(count > 0)
+        if count:
+            self.expand_box.setText(f"Write {count} tensor(s) that repeat their storage expanded: "
+                                    f"{elements:,} elements, {human_bytes(nbytes)}")
         try:
             plan = self.plan()
         except CheckpointError as exc:
@@ -262,7 +284,7 @@ class ExportDialog(QDialog):
 
     def _set_running(self, running: bool) -> None:
         for widget in (self.export_button, self.format_box, self.path_edit, self.browse_button,
-                       self.exact_box, self.use_selection, self.use_all):
+                       self.exact_box, self.expand_box, self.use_selection, self.use_all):
             widget.setEnabled(not running)
         if not running:
             self.use_selection.setEnabled(bool(self.selected))

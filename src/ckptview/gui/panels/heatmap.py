@@ -186,7 +186,8 @@ class HeatmapPanel(QWidget):
         block_words = " (a block holding one shows it)" if nonfinite and hm.downsampled else ""
         self.status.setText(f"{rows:,} x {cols:,} (rows = dim {hm.axis}){how}; colour range ±{m:.4g} "
                             f"({pct:g}th percentile of |x|), max |x| {top:.6g}"
-                            + (f"; not finite: {nonfinite}{block_words}" if nonfinite else ""))
+                            + (f"; not finite: {nonfinite}{block_words}" if nonfinite else "")
+                            + (f"; {hm.stored_only}" if hm.stored_only else ""))
 
     def value_at(self, row: float, col: float) -> str:
         """The hover text for element coordinates (row, col): position and the pixel's value ('' outside)."""

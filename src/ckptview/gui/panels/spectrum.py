@@ -4,12 +4,21 @@ rank, spectral norm, flags). Spectra are computed in a worker and cached in the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush
-from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, SpectrumReady, TargetFailed
@@ -17,8 +26,9 @@ from ckptview.core.figures.spectral import matrix_of
 from ckptview.core.figures.spectral_fit import power_law_pdf
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
+from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import printable
-from ckptview.core.units import MISSING, figure
+from ckptview.core.units import MISSING, figure, human_bytes
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.plots import follow_background, palette_colors, style_plot
@@ -157,6 +167,12 @@ class SpectrumPanel(QWidget):
         self.table.itemSelectionChanged.connect(self._on_row_picked)
         self.status = QLabel("Select a weight or a module to see its spectrum.")
         self.status.setWordWrap(True)
+        # Weights that repeat their storage (stride 0, overlapping strides) are refused unless asked for:
+        # the box says how much their spectra would read, first (`values.repeats`).
+        self.expand_box = QCheckBox()
+        self.expand_box.setObjectName("expandRepeats")
+        self.expand_box.setVisible(False)
+        self.expand_box.toggled.connect(lambda _on: self.set_weights(self.weights))
         top = QWidget()
         top_layout = QVBoxLayout(top)
         top_layout.setContentsMargins(0, 0, 0, 0)
@@ -169,6 +185,7 @@ class SpectrumPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter, 1)
+        layout.addWidget(self.expand_box)
         layout.addWidget(self.status)
 
     # -- selection ----------------------------------------------------------------------------------
@@ -205,21 +222,34 @@ class SpectrumPanel(QWidget):
         self.table.blockSignals(False)
         self.table.setSortingEnabled(True)
         self._clear_plots()
+        self._offer_expansion(weights)
         if not weights:
             self.status.setText("Select a weight or a module to see its spectrum (2-D weights and conv kernels).")
             return
-        pending = [i for i, (_, info) in enumerate(weights) if self.analysis.cached_spectrum(info) is None]
+        expand = self.expand_box.isChecked()
+        pending = [i for i, (_, info) in enumerate(weights) if self.analysis.cached_spectrum(info, expand) is None]
         for i, (_, info) in enumerate(weights):
-            cached = self.analysis.cached_spectrum(info)
+            cached = self.analysis.cached_spectrum(info, expand)
             if cached is not None:
                 self._accept(i, cached)
         if pending:
             self.status.setText("computing…")
-            self.slot.start(self.analysis.spectral_job, [weights[i][1] for i in pending])
+            job = functools.partial(self.analysis.spectral_job, expand=expand)
+            self.slot.start(job, [weights[i][1] for i in pending])
             self._pending = pending
         else:
             self.status.setText(self._summary())
             self.tableReady.emit()
+
+    def _offer_expansion(self, weights: list[tuple[str, TensorInfo]]) -> None:
+        """The box appears when a weight repeats its storage, with what expanding them would read."""
+        found = [r for _, info in weights if (r := repeats(info)) is not None]
+        self.expand_box.setVisible(bool(found))
+        if found:
+            elements = sum(r.elements for r in found)
+            nbytes = sum(info.nbytes for _, info in weights if repeats(info) is not None)
+            self.expand_box.setText(f"Compute {len(found)} weight(s) that repeat their storage on every element: "
+                                    f"{elements:,} elements, {human_bytes(nbytes)}")
 
     def show_weight(self, index: int) -> None:
         """Draw weight `index` of the table's list (at once when its spectrum is known)."""

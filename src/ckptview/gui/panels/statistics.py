@@ -15,12 +15,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ckptview.core.checkpoint import TensorInfo
+from ckptview.core.checkpoint import MAX_MODULE_DEPTH, TensorInfo
 from ckptview.core.figures.analysis import Analysis, StatsReady, TargetFailed
 from ckptview.core.figures.stats import JSON_KEYS
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.inspect.modules import split
 from ckptview.core.jobs import Progress
+from ckptview.core.read.values.repeats import repeats
+from ckptview.core.text import shown
 from ckptview.core.units import MISSING, number
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
 from ckptview.gui.base.workers import JobSlot
@@ -74,7 +76,7 @@ def distinct_labels(labels: list[str]) -> list[str]:
         parts = label.split(".")
         others = [other for other in labels if other is not label]
         title = label
-        for n in range(1, len(parts) + 1):
+        for n in range(1, min(len(parts), MAX_MODULE_DEPTH) + 1):  # a 100,000-dot name: its tail, or whole
             tail = ".".join(parts[-n:])
             if not any(o == tail or o.endswith("." + tail) for o in others):
                 title = tail
@@ -90,6 +92,18 @@ def format_figure(key: str, value: object, numel: int) -> str:
     return number(value, ".6g")
 
 
+def repeats_note(targets: Sequence[Target]) -> str:
+    """What the figures (and the histogram) of tensors that repeat their storage are of, in one line."""
+    found = [(label, info, r) for label, infos in targets for info in infos if (r := repeats(info)) is not None]
+    if not found:
+        return ""
+    label, info, first = found[0]
+    how = "each stored value counted as often as it repeats (exact)" if first.exact else "each stored value once"
+    more = f" ({len(found) - 1} more tensor(s) repeat their storage)" if len(found) > 1 else ""
+    return shown(f"{label}: figures of its {first.stored:,} stored elements, {how}: it {first.describe(info.dtype)}"
+                 f"{more}")
+
+
 class StatsPanel(QWidget):
     """Figures table (one column per selected row) above the histogram of the selected tensors."""
 
@@ -101,6 +115,7 @@ class StatsPanel(QWidget):
         self.context = context
         self.analysis = context.analysis if context is not None else Analysis()
         self.targets: list[Target] = []
+        self.note = ""  # what the figures are of, when a selected tensor repeats its storage
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_returned)
@@ -157,6 +172,7 @@ class StatsPanel(QWidget):
                 self.table.setItem(row, col, QTableWidgetItem("…"))
         singles = [(label, infos[0]) for label, infos in self.targets if len(infos) == 1]
         self.histogram.set_tensors(singles)
+        self.note = repeats_note(self.targets)
         if self.targets or self._counters:
             self.status.setText("computing…")
             jobs = [infos for _, infos in self.targets] + [[info] for _, info in self._counters]
@@ -179,7 +195,7 @@ class StatsPanel(QWidget):
         self.counters.setText("counters apart: " + ", ".join(named) + more)
 
     def _on_returned(self, _results: object) -> None:
-        self.status.setText("")
+        self.status.setText(self.note)
         self.statsReady.emit()
 
     def _on_yielded(self, value: object) -> None:

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core import dtypes
+from ckptview.core.checkpoint import module_prefixes
 from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken
 from ckptview.core.read.bytes.files import is_url
@@ -317,19 +318,18 @@ class SeriesTab(QWidget):
         self._module_items = modules
         names = list(self.result.tensors)
         for name in names:
-            parts = name.split(".")
             parent: QTreeWidgetItem | None = None
-            for depth in range(1, len(parts)):
-                prefix = ".".join(parts[:depth])
+            above = ""
+            for prefix in module_prefixes(name):  # bounded depth: a 100,000-dot name is not as deep
                 item = modules.get(prefix)
                 if item is None:
-                    item = QTreeWidgetItem([printable(parts[depth - 1])])
+                    item = QTreeWidgetItem([printable(prefix[len(above) + 1 if above else 0:])])
                     item.setData(0, KIND_ROLE, "module")
                     item.setData(0, NAME_ROLE, prefix)
                     (parent.addChild(item) if parent is not None else self.tree.addTopLevelItem(item))
                     modules[prefix] = item
-                parent = item
-            leaf = QTreeWidgetItem([printable(parts[-1])])
+                parent, above = item, prefix
+            leaf = QTreeWidgetItem([printable(name[len(above) + 1 if above else 0:])])
             leaf.setData(0, KIND_ROLE, "tensor")
             leaf.setData(0, NAME_ROLE, name)
             leaf.setToolTip(0, printable(name))

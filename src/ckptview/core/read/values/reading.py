@@ -8,10 +8,10 @@ was opened raises `FileChangedError` (see `ckptview.core.read.bytes.sources`).
 A walk over many tensors passes its `ReadAhead` (`ahead=`) to every read it makes: their small reads
 then come from windows of the file read at once (see `ckptview.core.read.bytes.files.ReadAhead`).
 
-Expanded tensors (`t.expand(...)`: stride 0 along some dimensions) can declare far more elements than
-they store. `expanded_parts` gives the stored part and how many times each stored element repeats, so
-figures scale with the bytes stored; `iter_chunks` refuses to materialise more than `MAX_EXPANSION`
-times the stored elements beyond `MAX_EXPANDED_ELEMS`, rather than running for hours.
+A view that repeats its storage (stride 0, overlapping strides: `ckptview.core.read.values.repeats`) declares
+more elements than it stores. `iter_chunks` and `read_values` refuse such a view in one line unless the
+caller asks for the expanded tensor (`expand=True`); figures read its stored part instead
+(`repeats.stored_part`), so every reader's cost is bounded by the bytes the file stores.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ckptview.core.read.values.capabilities import (
     has_logical_chunks,
     has_range_read,
 )
+from ckptview.core.read.values.repeats import check_expanded
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
     from ckptview.core.read.bytes.files import FileMap, ReadAhead
 
 DEFAULT_CHUNK_ELEMS = 1 << 22
-MAX_EXPANDED_ELEMS = 1 << 31  # logical elements materialised from an expanded tensor, at most...
-MAX_EXPANSION = 64  # ...when they exceed its stored elements this many times
 
 _COMPLEX32 = [("re", "<f2"), ("im", "<f2")]  # torch's complex32 as a NumPy structured dtype
 
@@ -130,11 +129,15 @@ def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int,
         raise TensorDataError(f"cannot read storage '{storage.key}': {exc}") from None
 
 
-def read_values(info: TensorInfo, ahead: ReadAhead | None = None) -> np.ndarray:
-    """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans)."""
+def read_values(info: TensorInfo, ahead: ReadAhead | None = None, expand: bool = False) -> np.ndarray:
+    """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans).
+
+    A view that repeats its storage is refused (`repeats.RepeatedStorage`) unless `expand`: the array is
+    then a strided view of the stored bytes, and whoever walks it pays for every element it declares."""
     import numpy as np
 
     storage, source = _readable(info)
+    check_expanded(info, expand)
     if has_logical_chunks(source):  # a tensor assembled from chunks (DCP shards) reads itself
         return source.logical_values(ahead)
     base_dtype = _base_dtype(info)
@@ -184,11 +187,14 @@ def region_info(info: TensorInfo, index: tuple[int | slice, ...]) -> TensorInfo:
 
 
 def read_region(info: TensorInfo, index: tuple[int | slice, ...], ahead: ReadAhead | None = None) -> np.ndarray:
-    """`info[index]` read alone: only the bytes the region spans (a tile of a huge matrix stays small)."""
+    """`info[index]` read alone: only the bytes the region spans (a tile of a huge matrix stays small).
+
+    The region is read as it is even where the view repeats its storage: its caller sized it (a page of
+    the values table), and its elements are what the caller shows."""
     source = info.storage.source if info.storage is not None else None
     if has_logical_chunks(source):
         return read_values(info, ahead)[index]  # assembled from chunks: the assembly reads itself
-    return read_values(region_info(info, index), ahead)
+    return read_values(region_info(info, index), ahead, expand=True)
 
 
 def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None) -> np.ndarray | None:
@@ -219,62 +225,16 @@ def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None
     return _finish(out, info)
 
 
-def expanded_parts(info: TensorInfo) -> tuple[TensorInfo, int] | None:
-    """(the stored part, how many times each of its elements repeats) of an expanded tensor, else None.
-
-    Dimensions of stride 0 and size > 1 are collapsed to size 1: the logical values are the stored
-    part's values each repeated `multiplicity` times (in another order, which no statistic sees).
-    """
-    if len(info.shape) != len(info.stride) or info.numel == 0:
-        return None
-    repeated = [i for i, (size, st) in enumerate(zip(info.shape, info.stride, strict=True)) if st == 0 and size > 1]
-    if not repeated:
-        return None
-    shape = tuple(1 if i in repeated else size for i, size in enumerate(info.shape))
-    multiplicity = math.prod(info.shape[i] for i in repeated)
-    part = TensorInfo(dtype=info.dtype, shape=shape, stride=info.stride, offset=info.offset,
-                      storage=info.storage, extra=info.extra, broken=info.broken)
-    return part, multiplicity
-
-
-def common_expansion(a: TensorInfo, b: TensorInfo) -> tuple[TensorInfo, TensorInfo, int] | None:
-    """Two same-shape tensors both expanded along the same dimensions: (stored part of a, of b, multiplicity).
-
-    Position by position, the pair repeats exactly as each side does, so comparing the stored parts with
-    each position counted `multiplicity` times gives the figures of the whole tensors.
-    """
-    if tuple(a.shape) != tuple(b.shape) or len(a.shape) != len(a.stride) or len(b.shape) != len(b.stride):
-        return None
-    repeated = {i for i, size in enumerate(a.shape) if size > 1 and a.stride[i] == 0 and b.stride[i] == 0}
-    if not repeated:
-        return None
-
-    def collapse(info: TensorInfo) -> TensorInfo:
-        shape = tuple(1 if i in repeated else size for i, size in enumerate(info.shape))
-        return TensorInfo(dtype=info.dtype, shape=shape, stride=info.stride, offset=info.offset,
-                          storage=info.storage, extra=info.extra, broken=info.broken)
-
-    return collapse(a), collapse(b), math.prod(a.shape[i] for i in repeated)
-
-
-def check_expansion(info: TensorInfo) -> None:
-    """Refuse to materialise an expanded tensor far larger than what it stores."""
-    parts = expanded_parts(info)
-    if parts is None:
-        return
-    stored = parts[0].numel
-    if info.numel > MAX_EXPANDED_ELEMS and info.numel > MAX_EXPANSION * stored:
-        raise TensorDataError(
-            f"cannot read values one by one: an expanded tensor (stride 0) of {info.numel:,} elements "
-            f"repeats {stored:,} stored elements; refusing to materialise it")
-
-
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
-                ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
-    """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements."""
+                ahead: ReadAhead | None = None, expand: bool = False) -> Iterator[np.ndarray]:
+    """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements.
+
+    A view that repeats its storage is refused in one line (`repeats.RepeatedStorage`, its expanded size
+    said) unless `expand`: the caller asked for every element the view declares."""
     import numpy as np
 
     storage, source = _readable(info)
+    check_expanded(info, expand)
     chunk_elems = max(int(chunk_elems), 1)
     numel = info.numel
     if numel == 0:
@@ -282,7 +242,6 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
     if has_logical_chunks(source):  # assembled from chunks: streams row-blocks (ckptview.core.read.values.assembled)
         yield from source.iter_logical_chunks(chunk_elems, ahead)
         return
-    check_expansion(info)
     span = _file_span(source, ahead) if info.is_contiguous else None
     if span is not None:
         yield from _read_contiguous(info, span, chunk_elems, ahead=ahead)
@@ -297,7 +256,7 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
         # bytes its rows span, so memory stays near the chunk size rather than the storage's.
         yield from _iter_row_blocks(info, chunk_elems, ahead)
         return
-    arr = read_values(info, ahead)
+    arr = read_values(info, ahead, expand=True)
     if arr.ndim == 0:
         yield arr.reshape(1).copy()
         return
@@ -352,7 +311,7 @@ def _iter_row_blocks(info: TensorInfo, chunk_elems: int, ahead: ReadAhead | None
 
     step = _rows_per_block(info, chunk_elems)
     for r0 in range(0, info.shape[0], step):
-        block = read_values(region_info(info, (slice(r0, min(r0 + step, info.shape[0])),)), ahead)
+        block = read_values(region_info(info, (slice(r0, min(r0 + step, info.shape[0])),)), ahead, expand=True)
         flat = np.ascontiguousarray(block).reshape(-1)
         for start in range(0, flat.size, chunk_elems):
             yield flat[start : start + chunk_elems]

@@ -4,7 +4,10 @@ The request carries the architecture (library, class, the config read as data) a
 a forward pass would feed; it names no file, so the worker cannot read one: no weights, no pickle, no load
 gate to pass. The class is built on the `meta` device (shapes only, no memory for weights), tied as its
 library ties it, and traced by `torch.export` with meta inputs of those shapes; where export cannot trace
-it, `torch.fx` does (module calls and functions instead of ATen overloads). The answer is the graph in the
+it, `torch.fx` does (module calls and functions instead of ATen overloads). The build is the run's own
+(`library.build`: the config checked by `core/run/config_guard`, what the build opens guarded), and the
+trace runs under the same guard (`build_guard`): a forward pass that would open a file, fetch a kernel or
+start a process is refused in one line. The answer is the graph in the
 JSON form of `ckptview graph --json`, its nodes' `params` named as the model's `state_dict()` names them,
 with the groups of names that are one tensor (tied weights) beside it.
 """
@@ -16,6 +19,7 @@ from typing import Any
 
 from ckptview.core.run.input_specs import InputSpec
 from ckptview.core.run.protocol import Job, WorkerError, one_line
+from ckptview.core.run.worker.build_guard import guarded_build
 from ckptview.core.run.worker.forward import keyword_names
 from ckptview.core.run.worker.library import build, tie
 
@@ -39,26 +43,37 @@ def graph_job(job: Job) -> dict[str, Any]:
     by_name = keyword_names(model, [s.name for s in specs]) if arch.get("library") in ("transformers",
                                                                                       "diffusers") else None
     job.enter("tracing")
+    what = f"{arch.get('library')} {arch.get('class')}"
+    with guarded_build() as guard:  # the forward pass traced opens, fetches and starts nothing either
+        nodes, tracer = _trace(model, inputs, by_name, what, guard)
+    guard.check(what)
+    return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes},
+            "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
+            "torch_version": torch.__version__}
+
+
+def _trace(model: Any, inputs: list[Any], by_name: list[str] | None, what: str,
+           guard: Any) -> tuple[list[dict[str, Any]], str]:
+    """(nodes, tracer): torch.export with every input, then the first alone, then torch.fx."""
+    import torch
+
     errors: list[str] = []
     for attempt in _attempts(inputs, by_name):
         try:
             with torch.no_grad():
                 program = torch.export.export(model, *attempt, strict=False)
-            nodes = exported_nodes(program)
-            tracer = "torch.export"
-            break
+            return exported_nodes(program), "torch.export"
         except Exception as exc:  # noqa: BLE001 - a model export cannot trace: try with less, then fx
+            if (refused := guard.message(what)) is not None:
+                raise WorkerError(refused, kind="refused") from None
             errors.append(f"torch.export: {type(exc).__name__}: {one_line(exc)}")
-    else:
-        try:
-            nodes = fx_nodes(model, by_name, inputs)
-            tracer = "torch.fx"
-        except Exception as exc:  # noqa: BLE001 - neither traces it: one line saying why
-            raise WorkerError(f"cannot trace {arch.get('library')} {arch.get('class')}: {errors[0]}; torch.fx: "
-                              f"{type(exc).__name__}: {one_line(exc)}", kind="exception") from None
-    return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes},
-            "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
-            "torch_version": torch.__version__}
+    try:
+        return fx_nodes(model, by_name, inputs), "torch.fx"
+    except Exception as exc:  # noqa: BLE001 - neither traces it: one line saying why
+        if (refused := guard.message(what)) is not None:
+            raise WorkerError(refused, kind="refused") from None
+        raise WorkerError(f"cannot trace {what}: {errors[0]}; torch.fx: {type(exc).__name__}: {one_line(exc)}",
+                          kind="exception") from None
 
 
 def _attempts(inputs: list[Any], by_name: list[str] | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

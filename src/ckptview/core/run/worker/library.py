@@ -9,13 +9,19 @@ is built directly on the device (`meta` builds shapes only), in the checkpoint's
 
 from __future__ import annotations
 
+import inspect
+import os
 from typing import Any
 
-from ckptview.core.run.architectures import timm_config
+from ckptview.core.errors import CheckpointError
+from ckptview.core.read.bytes.files import open_regular
+from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.protocol import WorkerError, one_line
+from ckptview.core.run.worker.build_guard import guarded_build
 
 PROMPT = "The capital of France is"
 TOP_K = 5
+MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer.json larger than this is not read
 
 
 def build(arch: dict[str, Any], device: str, dtype_name: str | None, defer_init: bool = False) -> Any:
@@ -29,23 +35,32 @@ def build(arch: dict[str, Any], device: str, dtype_name: str | None, defer_init:
     import torch
 
     library, name, config = arch["library"], arch["class"], arch.get("config") or {}
+    try:  # again here: a request may come from elsewhere than `recognize` (a graph, a Trainer folder's order)
+        config = guarded_config(library, name, config)
+    except ConfigRefused as exc:
+        raise WorkerError(f"{library} {name}: {exc}", kind="refused") from None
     try:
         module = __import__(library)
     except Exception as exc:  # noqa: BLE001 - an install that cannot import is one line, not a traceback
         raise WorkerError(f"{library} is installed but cannot be imported: {one_line(exc)}", kind="input") from None
     dtype = getattr(torch, dtype_name) if dtype_name else None
     previous = torch.get_default_dtype()
+    guard = None
     try:
         if dtype is not None and dtype.is_floating_point:
             torch.set_default_dtype(dtype)
         skip = _no_init(library) if defer_init and device != "meta" else None
-        with torch.device(device), skip if skip is not None else contextlib.nullcontext():
+        # What the build opens, fetches or starts is guarded too: only the library itself (build_guard).
+        with torch.device(device), skip if skip is not None else contextlib.nullcontext(), guarded_build() as guard:
             model = _BUILDERS[library](module, name, config)
+        guard.check(f"{library} {name}")
         if skip is not None:
             model._ckptview_deferred_init = True
     except WorkerError:
         raise
     except Exception as exc:  # noqa: BLE001 - a config the class refuses: one line naming it
+        if guard is not None and (refused := guard.message(f"{library} {name}")) is not None:
+            raise WorkerError(refused, kind="refused") from None
         raise WorkerError(f"cannot build {library} {name} from config.json: {one_line(exc)}", kind="input") from None
     finally:
         torch.set_default_dtype(previous)
@@ -88,16 +103,15 @@ def _timm(timm: Any, name: str, config: dict[str, Any]) -> Any:
     """As `timm.create_model("local-dir:FOLDER", pretrained=False)` builds it: the model's keyword arguments
     from `model_args`, its defaults (classes, channels) from `pretrained_cfg`; never a download."""
     import dataclasses
-    import inspect
-
 
     if not timm.is_model(name):
         raise WorkerError(f"timm does not know the architecture {name}", kind="refused")
-    pretrained, args = timm_config(config)
-    if not all(isinstance(k, str) and k.isidentifier() for k in args):
-        raise WorkerError("config.json's model_args are not keyword arguments", kind="input")
-    # timm hands model_args to the model's constructor, after create_model has taken its own arguments; given
-    # to create_model here, `checkpoint_path` would torch.load a file the config names, `pretrained` download.
+    try:  # model_args reach the model's constructor; create_model's own (checkpoint_path...) are refused
+        pretrained, args = timm_parts(config)
+    except ConfigRefused as exc:
+        raise WorkerError(str(exc), kind="refused") from None
+    # This release's own parameters too, whatever they are called: given to create_model here, `checkpoint_path`
+    # would torch.load a file the config names, `pretrained` download.
     own = sorted((set(inspect.signature(timm.create_model).parameters) - {"model_name", "kwargs"}) & set(args))
     if own:
         raise WorkerError(f"config.json's model_args name {', '.join(own)}: arguments of timm.create_model "
@@ -146,6 +160,13 @@ def finish_init(model: Any, loaded: set[str]) -> None:
     del model._ckptview_deferred_init
 
 
+def parameter_names(config: dict[str, Any], arch: str) -> list[str]:
+    """`named_parameters()` names of transformers' `arch` built on the meta device from `config` (the same
+    build, checks and guard as a run's: a model class of the library's registry, nothing loaded)."""
+    model = build({"library": "transformers", "class": arch, "config": config}, "meta", None)
+    return [name for name, _ in model.named_parameters()]
+
+
 def tie(model: Any) -> None:
     """Tie shared weights as the library does after loading (an LM head over the embedding)."""
     tie_weights = getattr(model, "tie_weights", None)
@@ -166,7 +187,10 @@ def next_tokens(model: Any, folder: str, device: str) -> dict[str, Any] | None:
         from tokenizers import Tokenizer
     except ImportError:
         return None
-    tokenizer = Tokenizer.from_file(path)
+    text = _folder_file(path, MAX_TOKENIZER_BYTES)
+    if text is None:
+        return None
+    tokenizer = Tokenizer.from_str(text)  # parsed from the bytes read here: no path handed to the library
     ids = tokenizer.encode(PROMPT).ids
     if not ids:
         return None
@@ -177,3 +201,22 @@ def next_tokens(model: Any, folder: str, device: str) -> dict[str, Any] | None:
     top = torch.topk(probs, min(TOP_K, probs.numel()))
     return {"prompt": PROMPT, "top": [{"id": int(i), "token": tokenizer.decode([int(i)]), "prob": float(p)}
                                       for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True)]}
+
+
+def _folder_file(path: str, limit: int) -> str | None:
+    """A small text file of the model's folder, read through the byte layer (never a FIFO, never past
+    `limit`, never a link to a file outside the folder), or None."""
+    folder = os.path.realpath(os.path.dirname(path))
+    if os.path.dirname(os.path.realpath(path)) != folder:
+        return None  # tokenizer.json -> /elsewhere: pinned to the folder's own files
+    try:
+        with open_regular(path) as fh:
+            raw = fh.read(limit + 1)
+    except (OSError, CheckpointError):
+        return None
+    if len(raw) > limit:
+        return None
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return None

@@ -5,7 +5,8 @@ user's consent lists it, or the user's own (`--model`). Its init arguments come 
 `load_from_checkpoint` computes them (past keys merged, `hparams_name` wrapping, `--model-kwargs` on top,
 filtered by the `__init__` signature unless it takes `**kwargs`); the values were read by ckptview's safe
 reader and arrive as tagged JSON (`core.run.lightning.encode_value`). Lightning's instantiator is never called:
-the class is called with those values. The weights go through ckptview's loader (the load gate).
+the class is called with those values, under the library build's guard (`build_guard`: it may open only the
+installed Python and its own package's files). The weights go through ckptview's loader (the load gate).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from ckptview.core.run.lightning import ATTRIBUTE_DICTS
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport
+from ckptview.core.run.worker.build_guard import guarded_build
 from ckptview.core.run.worker.loading import (
     consent_for,
     load_torch_state_dict,
@@ -68,10 +70,22 @@ def load_lightning_model(job: Job, path: str, device: str) -> tuple[Any, LoadRep
     kwargs = init_kwargs(cls, spec, req.get("model_kwargs") or {})
     import torch
 
-    with torch.device("meta") if device == "meta" else contextlib.nullcontext():
-        model = cls(**kwargs)
-        if type(model).configure_model is not base.configure_model:
-            model.configure_model()  # as load_from_checkpoint does before loading
+    # The class was trusted by name, its arguments come from the file: a class named by the file builds
+    # under the library build's guard (a hyper-parameter that makes __init__ open a file elsewhere, fetch
+    # or start a process is refused); the user's own code (--model) builds as it is.
+    guard_build = contextlib.nullcontext(None) if user else guarded_build()
+    guard = None
+    try:
+        with torch.device("meta") if device == "meta" else contextlib.nullcontext(), guard_build as guard:
+            model = cls(**kwargs)
+            if type(model).configure_model is not base.configure_model:
+                model.configure_model()  # as load_from_checkpoint does before loading
+    except Exception:
+        if guard is not None and (refused := guard.message(f"lightning {shown}")) is not None:
+            raise WorkerError(refused, kind="refused") from None
+        raise
+    if guard is not None:
+        guard.check(f"lightning {shown}")
     job.enter("loading")
     model = place_module(model, device)
     if type(model).on_load_checkpoint is not base.on_load_checkpoint and device != "meta":

@@ -291,7 +291,9 @@ def place_tensor(info: Any, device: str) -> tuple[Any, str]:
 
 
 def _read_values(info: Any) -> Any:
-    return read_values(info)
+    # A view that repeats its storage goes into the model's own parameter, which the build already sized:
+    # the expansion costs what the architecture holds, not what the file declares.
+    return read_values(info, expand=True)
 
 
 def numpy_to_torch(array: Any, dtype_name: str) -> Any:

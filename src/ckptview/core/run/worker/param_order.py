@@ -1,8 +1,10 @@
 """The child process of `core.inspect.hf_order`: a Hugging Face model built on the meta device (no weights,
 no memory) by the installed transformers, its `named_parameters()` printed as one JSON line.
 
-`python -I` with the bootstrap of `core.run.child.child_command`, offline, in a private folder: only the
-installed library's code runs (the parent refuses a config that asks for code of its own).
+`python -I` with the bootstrap of `core.run.child.child_command`, offline, in a private folder. The request
+on stdin is the config the parent read as data and checked (`core.run.config_guard`) and the model class it
+names; the build is the run worker's own (`library.parameter_names`: the config checked again, a model class
+of the library only, what the build opens guarded), so no path is handed to the library.
 """
 
 from __future__ import annotations
@@ -11,16 +13,11 @@ import json
 import sys
 import warnings
 
+from ckptview.core.run.worker.library import parameter_names
+
 
 def entry() -> None:
-    """argv: the model folder, the class named by its config.json's `architectures[0]`."""
+    """stdin: {"class": the model class, "config": the checked config}; stdout: the names, one JSON line."""
     warnings.simplefilter("ignore")
-    import torch
-    import transformers
-
-    folder, arch = sys.argv[-2], sys.argv[-1]
-    config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
-    cls = getattr(transformers, arch)
-    with torch.device("meta"):
-        model = cls(config)
-    print(json.dumps([name for name, _ in model.named_parameters()]))
+    request = json.loads(sys.stdin.read())
+    print(json.dumps(parameter_names(request["config"], request["class"])))
