@@ -1,4 +1,8 @@
-"""A log axis that labels its ticks at every range without overlapping them (series lines, spectra).
+"""Axes that label their ticks at every range without overlapping them (series lines, spectra, heat-maps).
+
+pyqtgraph spaces ticks by a fixed number of pixels: on a narrow plot its labels ran into each other
+(`0.0010.01`, `1001e+03` under a large weight's spectrum). These axes space ticks by what their labels
+need: a text line on a vertical axis, the widest label (and a gap) on a horizontal one.
 
 pyqtgraph loads with the first plot, not with the window: an axis's behaviour is a mixin here, and
 `axis_item(mixin, ...)` makes the pyqtgraph `AxisItem` with it on first use.
@@ -19,6 +23,8 @@ if TYPE_CHECKING:
 else:
     AxisMixinBase = object
 
+LABEL_GAP_CHARS = 2  # characters of empty room between two labels of a horizontal axis
+
 
 def axis_item(mixin: type, *args: Any, **kwargs: Any) -> Any:
     """A pyqtgraph AxisItem with `mixin`'s behaviour (the class is made once, when first asked for)."""
@@ -33,8 +39,13 @@ def _with_axis_item(mixin: type) -> type:
 
 
 def log_tick_axis(orientation: str) -> Any:
-    """A value axis whose log mode labels its ticks at every range (`LogTicks`)."""
+    """A value axis whose ticks never overlap, in log or linear mode (`LogTicks`)."""
     return axis_item(LogTicks, orientation)
+
+
+def index_axis(orientation: str) -> Any:
+    """An axis of an image's element indices, whole numbers only (`IndexTicks`)."""
+    return axis_item(IndexTicks, orientation)
 
 
 def tick_font_metrics(axis: pg.AxisItem) -> QFontMetrics:
@@ -45,37 +56,64 @@ def tick_font_metrics(axis: pg.AxisItem) -> QFontMetrics:
 
 def nice_values(lo: float, hi: float, count: int) -> list[float]:
     """About ``count`` round numbers (1, 2, 5 x 10^k apart) from ``lo`` to ``hi``."""
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+    step = nice_step(lo, hi, count)
+    if step is None:
         return [lo] if math.isfinite(lo) else []
-    raw = (hi - lo) / max(count, 1)
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.ceil(lo / step) * step
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
+def nice_step(lo: float, hi: float, count: int) -> float | None:
+    """The round step (1, 2, 5 x 10^k) that puts about ``count`` values between ``lo`` and ``hi``."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return None
+    raw = (hi - lo) / max(count, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+def compact_number(x: float, digits: int = 3) -> str:
+    """A tick label: '0.001', '2000', '1e-05' → '1e-5', '1e+06' → '1e6' (no padded exponents)."""
+    text = f"{x:.{digits}g}"
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    return text
+
+
 class LogTicks(AxisMixinBase):
-    """An axis mixin: a value axis whose log mode labels its ticks at every range: decades when two or more are in view,
-    else round values between them (pyqtgraph labels only the decades, so a range within one decade had
-    none); ticks are kept at least two text lines apart, so labels never overlap."""
+    """An axis mixin: a value axis whose ticks never overlap: in log mode, decades when two or more are in view, else
+    round values between them (pyqtgraph labels only the decades, so a range within one decade had none);
+    in linear mode, round values. Ticks are kept a text line apart (two on a vertical axis), or the widest
+    label and a gap on a horizontal one."""
+
+    def _gap(self, labels: list[str]) -> float:
+        """Pixels from one tick to the next so that these labels never touch."""
+        metrics = tick_font_metrics(self)
+        if self.orientation in ("left", "right"):
+            return 2.0 * metrics.height()
+        widest = max((metrics.horizontalAdvance(text) for text in labels), default=0)
+        return widest + LABEL_GAP_CHARS * metrics.averageCharWidth()
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:  # noqa: N802,N803
-        if not self.logMode:
-            return super().tickValues(minVal, maxVal, size)
         lo, hi = sorted((minVal, maxVal))
         if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or size <= 0:
             return []
-        gap = 2.0 * tick_font_metrics(self).height()
-        most = max(2, int(size / gap))
+        if not self.logMode:
+            return self._linear_ticks(lo, hi, size)
         decades = list(range(math.ceil(lo), math.floor(hi) + 1))
         if len(decades) >= 2:
-            stride = math.ceil(len(decades) / most)
-            return [(float(stride), [float(d) for d in decades[::stride]])]
+            gap = self._gap(self.tickStrings([float(d) for d in decades], 1.0, 1.0))
+            stride = max(1, math.ceil(gap / (size / (hi - lo))))
+            first = math.ceil(decades[0] / stride) * stride  # multiples of the stride: 1e-6, 1e-3, 1, 1e3
+            return [(float(stride), [float(d) for d in range(first, decades[-1] + 1, stride)])]
         if hi - lo > math.log10(3):  # a wide part of a decade: 1, 2, 5 x 10^k spread evenly on a log axis
             values = [m * 10.0 ** k for k in range(math.floor(lo), math.ceil(hi) + 1) for m in (1, 2, 5)
                       if lo <= math.log10(m * 10.0 ** k) <= hi]
         else:
-            values = [v for v in nice_values(10 ** lo, 10 ** hi, most) if v > 0]
+            values = [v for v in nice_values(10 ** lo, 10 ** hi, max(2, int(size / self._gap(["0.000"]))))
+                      if v > 0]
+        gap = self._gap(self.tickStrings([math.log10(v) for v in values], 1.0, 1.0))
         kept: list[float] = []
         for v in values:  # linear values on a log axis crowd at the top: keep each a gap from the last
             pos = math.log10(v)
@@ -83,12 +121,58 @@ class LogTicks(AxisMixinBase):
                 kept.append(pos)
         return [(0.0, kept)]
 
+    def _linear_ticks(self, lo: float, hi: float, size: float) -> list[tuple[float, list[float]]]:
+        count = max(2, int(size / self._gap(["0.000"])))
+        ticks: list[tuple[float, list[float]]] = []
+        for _ in range(4):  # fewer ticks until the labels of these fit apart
+            step = nice_step(lo, hi, count)
+            if step is None:
+                return []
+            values = nice_values(lo, hi, count)
+            ticks = [(step, values)]
+            room, need = size / (hi - lo) * step, self._gap(self.tickStrings(values, 1.0, step))
+            if room >= need or count <= 2:
+                break
+            count = max(2, int(count * room / need))
+        return ticks
+
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
         if not self.logMode:
-            return super().tickStrings(values, scale, spacing)
+            digits = max(0, -math.floor(math.log10(spacing))) if spacing and math.isfinite(spacing) else 3
+            tiny = abs(spacing) * 1e-9 if spacing and math.isfinite(spacing) else 0.0
+            return [compact_number(v * scale) if abs(v) >= 1e6 else f"{(v if abs(v) > tiny else 0.0) * scale:.{digits}f}"
+                    for v in values]
         numbers = [10 ** v for v in values]
+        out: list[str] = []
         for digits in range(3, 10):  # as many significant digits as tell neighbouring ticks apart
-            out = [f"{x:.{digits}g}" for x in numbers]
+            out = [compact_number(x, digits) for x in numbers]
             if len(set(out)) == len(out):
                 return out
         return out
+
+
+class IndexTicks(AxisMixinBase):
+    """An axis mixin: an axis of element indices of an image whose cell ``i`` spans [i, i+1): whole numbers only, at the
+    cells' middles (a one-row heat-map reads '0', never 0, 0.2 … 1.0), as many as fit apart."""
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:  # noqa: N802,N803
+        lo, hi = sorted((minVal, maxVal))
+        if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or size <= 0:
+            return []
+        first, last = max(0, math.ceil(lo - 0.5)), math.floor(hi - 0.5)
+        if last < first:
+            return []
+        metrics = tick_font_metrics(self)
+        if self.orientation in ("left", "right"):
+            need = 1.5 * metrics.height()
+        else:
+            need = metrics.horizontalAdvance(str(last)) + LABEL_GAP_CHARS * metrics.averageCharWidth()
+        per_cell = size / (hi - lo)
+        stride = 1
+        while stride * per_cell < need:  # 1, 2, 5, 10, 20, 50, ... cells between two labels
+            stride = next(m * 10 ** k for k in range(0, 20) for m in (1, 2, 5) if m * 10 ** k > stride)
+        start = math.ceil(first / stride) * stride
+        return [(float(stride), [i + 0.5 for i in range(start, last + 1, stride)])]
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
+        return [str(int(math.floor(v))) for v in values]

@@ -8,12 +8,13 @@ Legends are HTML text beside the plot (``legend_html``), so they never cover dat
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QObject
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QColor, QTextOption
+from PySide6.QtWidgets import QGraphicsTextItem, QWidget
 
 from ckptview.gui.base.palette import Theme, on_palette_change, theme
 
@@ -145,3 +146,52 @@ def legend_html(entries: Iterable[tuple[QColor, str]]) -> str:
 
     return "<br>".join(f"<span style='color:{color.name()}'>&#9632;</span> {escape(text)}"
                        for color, text in entries)
+
+
+# An empty plot says why in its middle, on no axis values: an empty view box otherwise shows a range
+# pyqtgraph made up (0..1, or 0.01..0.1 on a log axis) as if it were the data's. The note is a child of the
+# view box itself (pixel coordinates), so it needs no range and survives `plot.clear()`.
+_NOTES: weakref.WeakKeyDictionary[Any, QGraphicsTextItem] = weakref.WeakKeyDictionary()
+
+
+def say_nothing(plot: pg.PlotItem, message: str) -> None:
+    """Show `message` in the middle of the empty `plot`, its axes' values hidden."""
+    note = _NOTES.get(plot)
+    if note is None:
+        note = QGraphicsTextItem(plot.vb)
+        note.setZValue(1000)
+        _NOTES[plot] = note
+        plot.vb.sigResized.connect(lambda _vb, note=note: _centre(note))
+    note.setDefaultTextColor(palette_colors()[1])
+    note.setPlainText(message)
+    note.show()
+    _centre(note)
+    for side in ("left", "bottom"):
+        plot.getAxis(side).setStyle(showValues=False)
+
+
+def _centre(note: QGraphicsTextItem) -> None:
+    box = note.parentItem()
+    if box is None:
+        return
+    rect = box.boundingRect()
+    note.setTextWidth(max(60.0, rect.width() - 16))
+    doc = note.document()
+    doc.setDefaultTextOption(QTextOption(Qt.AlignmentFlag.AlignCenter))
+    size = doc.size()
+    note.setPos(rect.center().x() - size.width() / 2, rect.center().y() - size.height() / 2)
+
+
+def say_drawn(plot: pg.PlotItem) -> None:
+    """Undo `say_nothing`: the note goes and the axes show their values."""
+    note = _NOTES.get(plot)
+    if note is not None:
+        note.hide()
+    for side in ("left", "bottom"):
+        plot.getAxis(side).setStyle(showValues=True)
+
+
+def nothing_text(plot: pg.PlotItem) -> str:
+    """What an empty plot says ('' when it draws data)."""
+    note = _NOTES.get(plot)
+    return note.toPlainText() if note is not None and note.isVisible() else ""

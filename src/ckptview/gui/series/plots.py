@@ -19,7 +19,7 @@ from ckptview.core.series.timeline import open_checkpoint, series_tensor
 from ckptview.core.session.workspace import Holdings
 from ckptview.gui.base.log_axis import AxisMixinBase, axis_item, log_tick_axis, tick_font_metrics
 from ckptview.gui.base.palette import Theme, contrast, on_palette_change, theme
-from ckptview.gui.base.plots import follow_background, style_color_bar, style_plot
+from ckptview.gui.base.plots import follow_background, say_drawn, say_nothing, style_color_bar, style_plot
 
 if TYPE_CHECKING:
     import numpy as np
@@ -183,6 +183,7 @@ class LinePlots(QWidget):
         entries: list[tuple[str, ...]] = []
         current = theme()
         mark = current.hex("plot_mark")
+        drawn = {id(self.norm_plot): False, id(self.ratio_plot): False}
         for i, (label, (xs, norms, ratios)) in enumerate(self.series.items()):
             color = current.series_color(i).name()
             pen = pg.mkPen(color, width=2)
@@ -191,12 +192,35 @@ class LinePlots(QWidget):
                 if np.isnan(shown).all():
                     continue  # nothing to draw yet (pyqtgraph warns on an all-NaN curve)
                 plot.plot(xs, shown, pen=pen, symbol="o", symbolSize=5, symbolBrush=color, connect="finite")
+                drawn[id(plot)] = True
             entries.append((color, label))
             self._cross(label, xs, np.where(norms > 0, norms, np.nan) if log else norms)
+        for plot, index, what in ((self.norm_plot, 1, "norm"), (self.ratio_plot, 2, "update ratio")):
+            if drawn[id(plot)]:
+                say_drawn(plot)
+            else:
+                say_nothing(plot, self._why_empty(index, what))
         if self.crosses:
             entries.append((mark, "holds NaN/Inf", "&#10005;"))
         self.legend.setText(inline_legend(entries) if entries else "Select tensors or modules to draw them.")
         self._draw_mark()
+
+    def _why_empty(self, index: int, what: str) -> str:
+        """Why a plot draws nothing: no selection, no figure yet, or figures a log axis cannot place."""
+        import numpy as np
+
+        if not self.series:
+            return "Select tensors or modules to draw them."
+        values = np.concatenate([s[index] for s in self.series.values()])
+        finite = values[np.isfinite(values)]
+        if not finite.size:
+            return (f"No {what} yet: it needs two checkpoints that hold the tensor." if index == 2
+                    else f"No {what} yet.")
+        if (finite == 0).all():
+            words = ("the values did not change from one checkpoint to the next" if index == 2
+                     else "every value is zero")
+            return f"{what.capitalize()} 0 at every step ({words}): nothing to draw on a log axis."
+        return f"No positive {what} to draw on a log axis."
 
     def _cross(self, label: str, xs: np.ndarray, shown: np.ndarray) -> None:
         import numpy as np
@@ -457,20 +481,25 @@ class HistogramsOverSteps(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.graphics, 1)
         layout.addWidget(self.status)
+        self.clear("Select a tensor to see its values over the run.")
 
     def clear(self, message: str) -> None:
-        """Empty the picture and say why."""
+        """Empty the picture and say why (in the plot too: no empty -0.5..0.5 axes)."""
         import numpy as np
 
         self.counts = np.zeros((0, 0), dtype=np.int64)
         self.image.clear()
+        self.bar.hide()
         self.status.setText(message)
+        say_nothing(self.plot, message)
 
     def set_histograms(self, name: str, hists: list[Histogram | None], value_range: tuple[float, float]) -> None:
         """Show one column per checkpoint (bins from ``value_range``)."""
         import numpy as np
 
         bins = next((h.counts.size for h in hists if h is not None), HIST_BINS)
+        say_drawn(self.plot)
+        self.bar.show()
         self.counts = np.zeros((bins, len(hists)), dtype=np.int64)
         for t, h in enumerate(hists):
             if h is not None:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
 from ckptview.gui.base.palette import theme
+from ckptview.gui.base.plots import say_drawn, say_nothing
 from ckptview.gui.series.plots import as_array, inline_legend, style_plots
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class SpectralLines(QWidget):
                                    brush=pg.mkBrush(*RANGE_BRUSH), pen=pg.mkPen(None))
         self.alpha_plot.addItem(band, ignoreBounds=True)
         entries: list[tuple[str, ...]] = []
+        drawn = {id(self.alpha_plot): False, id(self.rank_plot): False}
         for i, (label, (line_x, alpha, rank)) in enumerate(self.series.items()):
             color = theme().series_color(i).name()
             pen = pg.mkPen(color, width=2)
@@ -74,7 +76,14 @@ class SpectralLines(QWidget):
                 if np.isnan(ys).all():
                     continue  # pyqtgraph warns on an all-NaN curve
                 plot.plot(line_x, ys, pen=pen, symbol="o", symbolSize=5, symbolBrush=color, connect="finite")
+                drawn[id(plot)] = True
             entries.append((color, label))
+        for plot, what in ((self.alpha_plot, "alpha"), (self.rank_plot, "stable rank")):
+            if drawn[id(plot)]:
+                say_drawn(plot)
+            else:
+                say_nothing(plot, f"No {what} yet: select weights (2-D tensors) or modules." if not self.series
+                            else f"No {what} fitted yet for the selected weights.")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         if entries:
             self.legend.setText(inline_legend(entries) + f" &nbsp; (shaded: alpha in [{ALPHA_LOW:g}, {ALPHA_HIGH:g}])")
