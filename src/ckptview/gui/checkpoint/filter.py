@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QLabel, QLineEdit, QTreeView
 
 from ckptview.core.inspect.grouping import Row
@@ -18,7 +19,7 @@ __all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
 WORKER_ABOVE = 20_000  # tensors above which typing filters in a worker (and waits longer between keys)
-PLACEHOLDER = "Filter: name, *glob*, /regex/, 768x3072, *x768, float16, >10MB, device:cuda   (Ctrl+F)"
+PLACEHOLDER = "Filter: name, *glob*, /regex/, 768x3072, *x768, float16, >10MB, device:cuda   (Ctrl+F, Esc clears)"
 
 
 class TreeFilter(QObject):
@@ -44,7 +45,19 @@ class TreeFilter(QObject):
         self._timer.timeout.connect(self._typed)
         self.edit.textChanged.connect(lambda _text: self._timer.start())
         self.edit.returnPressed.connect(self._typed)
+        # Escape clears the filter, in the box and in the tree where the matches are looked at.
+        self.escapes: list[QShortcut] = []
+        for widget in (self.edit, tree):
+            escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), widget)
+            escape.setContext(Qt.ShortcutContext.WidgetShortcut)
+            escape.activated.connect(self.clear)
+            self.escapes.append(escape)
         self._show_count()
+
+    def clear(self) -> None:
+        """Empty the box and show every row (Escape); nothing happens when it is empty."""
+        if self.edit.text():
+            self.set_text("")
 
     def apply(self) -> None:
         """Filter the tree by the text in the box now, on this thread (typing filters big trees in a worker)."""
