@@ -40,6 +40,7 @@ from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.detail import DetailPanel
 from ckptview.gui.checkpoint.filter import TreeFilter
 from ckptview.gui.checkpoint.host import CheckpointContext, NullHost, TabHost
+from ckptview.gui.checkpoint.marks import NonFiniteMarks
 from ckptview.gui.checkpoint.offers import DOWNLOAD, OPEN, SERIES, WAIT, Offer, offers_for
 from ckptview.gui.checkpoint.opener import TabOpener
 from ckptview.gui.checkpoint.pages import (
@@ -319,6 +320,8 @@ class CheckpointTab(QWidget):
         filter_row.addWidget(self.graph_button)
         box.addLayout(filter_row)
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
+        self.marks = NonFiniteMarks(self.model, self.tree, opened.analysis, self)  # NaN/Inf found: marked
+        self._stops.append(self.marks.stop)
         self.tree.expandToDepth(0 if len(self.model.kids(top)) > 1 else 1)
 
         self.detail = DetailPanel(checkpoint, opened.sharing)

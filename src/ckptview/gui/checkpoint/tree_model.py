@@ -58,6 +58,7 @@ FETCH_CHUNK = 5000
 WIDTH_SAMPLE = 4000  # rows whose texts size the columns (spread over the tree; the top-level rows too)
 VALUE_CHARS = 16  # a value's text (a repr) longer than this does not widen the Shape column: its tooltip has it
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the grouping Row behind an index
+NONFINITE_ROLE = Qt.ItemDataRole.UserRole + 2  # (NaN, ±Inf) counted below a row by figures computed so far
 Index = QModelIndex | QPersistentModelIndex
 
 
@@ -89,6 +90,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         self._flat: list[Row] | None = flat  # every row, kept for filtering (built by the opening worker)
         self.match_count = top.tensors
         self._sort_column, self._sort_order = -1, Qt.SortOrder.AscendingOrder
+        self._nonfinite: dict[int, tuple[int, int]] = {}  # id(row) -> (NaN, ±Inf) found by figures so far
         self._kids: dict[int, list[Row]] = {}
         self._pos: dict[int, int] = {}
         self._fetched: dict[int, int] = {}
@@ -206,6 +208,8 @@ class CheckpointTreeModel(QAbstractItemModel):
             return shown(self._text(row, column))  # names from the file: bounded, no bidi override or newline
         if role == ROW_ROLE:
             return row
+        if role == NONFINITE_ROLE:
+            return self._nonfinite.get(id(row))
         if role == Qt.ItemDataRole.DecorationRole and column == NAME:
             return self._icon(row)
         if role == Qt.ItemDataRole.TextAlignmentRole and column in (SIZE, PARAMS):
@@ -213,6 +217,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return self._tooltip(row, column)
         if role == Qt.ItemDataRole.ForegroundRole:
+            if column == NAME and id(row) in self._nonfinite:  # holds NaN/Inf: the colour NaN has everywhere
+                return color("nan")
             info = row.node.tensor if row.node is not None else None
             if info is not None and (info.broken or (info.storage is not None and info.storage.broken)):
                 return color("error")
@@ -274,6 +280,11 @@ class CheckpointTreeModel(QAbstractItemModel):
                      else shard_text(info) if column == SHARD else self._text(row, column))
             if whole:
                 name = f"{shown(whole)}\n{name}"
+        found = self._nonfinite.get(id(row))
+        if found is not None:
+            words = " and ".join(w for w in (f"{found[0]:,} NaN" if found[0] else "",
+                                             f"{found[1]:,} ±Inf" if found[1] else "") if w)
+            name = f"{name}\nholds {words} (counted by the figures computed so far)"
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
         if reason:
             return f"{name}\nbroken: {shown(reason)}"
@@ -300,6 +311,14 @@ class CheckpointTreeModel(QAbstractItemModel):
                 if text and not (is_value and column == SHAPE and len(text) > VALUE_CHARS):
                     found.add(shown(text))
         return {c: sorted(found, key=len, reverse=True)[:count] for c, found in texts.items()}
+
+    def set_nonfinite(self, marks: dict[int, tuple[int, int]]) -> None:
+        """Mark rows holding NaN/Inf (`core.inspect.marks.nonfinite_marks`): names in the NaN colour, counts
+        in the tooltip."""
+        self._nonfinite = marks
+        if self.rowCount():  # every shown name may change colour: repaint them
+            self.dataChanged.emit(self.index(0, NAME), self.index(self.rowCount() - 1, NAME),
+                                  [Qt.ItemDataRole.ForegroundRole])
 
     # --- filter and sort -------------------------------------------------------------------------
     def set_query(self, query: Query) -> None:
