@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QTableWidget, QTableWidgetIte
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.inspect.optimizer import OptimizerState, find_optimizers
-from ckptview.core.inspect.training import TrainingSummary, training_summary
+from ckptview.core.inspect.training import TrainingSummary, short_fact_keys, training_summary
 from ckptview.core.text import shown
 from ckptview.core.units import number
 from ckptview.gui.base.tables import cell_text
@@ -22,6 +22,7 @@ from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
 
 # Shown first, in this order, when present; the other facts follow in file order.
+FIRST_COLUMN_MAX = 240  # pixels of a section's first column (names: cut in the middle, whole in the tooltip)
 FIRST_FACTS = ("epoch", "global_step", "step", "iteration", "iter", "loss", "best_loss", "val_loss")
 
 
@@ -32,7 +33,8 @@ def value_text(value: Any) -> str:
     return number(value, ".6g")
 
 
-def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:
+def _table(rows: list[tuple[str, ...]], headers: list[str], tips: list[str] | None = None) -> QTableWidget:
+    """A read-only table of `rows`; `tips` (one per row) are the whole texts of the first column."""
     table = QTableWidget(len(rows), len(headers))
     table.setHorizontalHeaderLabels(headers)
     table.verticalHeader().setVisible(False)
@@ -42,9 +44,14 @@ def _table(rows: list[tuple[str, ...]], headers: list[str]) -> QTableWidget:
         for c, text in enumerate(row):
             text = shown(text)  # names and values from the file: bounded (Qt sizes the column to it), escaped
             item = QTableWidgetItem(text)
-            item.setToolTip(text if len(text) > 40 else "")
+            item.setToolTip(text if len(text) > 30 else "")
+            if c == 0 and tips is not None and tips[r] != row[0]:
+                item.setToolTip(shown(tips[r]))  # the key as the file has it
             table.setItem(r, c, item)
     table.resizeColumnsToContents()
+    if table.columnCount() > 1 and table.columnWidth(0) > FIRST_COLUMN_MAX:  # names never push values away
+        table.setColumnWidth(0, FIRST_COLUMN_MAX)
+        table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
     # As tall as its rows (up to a limit): the panel scrolls as a whole, not table by table.
     height = table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(min(len(rows), 25))) + 4
     table.setFixedHeight(height)
@@ -101,7 +108,9 @@ class TrainingPanel(QWidget):
             self._add_label("No training state in this checkpoint: no epoch, step, optimizer, scheduler or "
                             "hyper-parameters.")
         facts = sorted(s.scalars, key=lambda kv: FIRST_FACTS.index(kv[0]) if kv[0] in FIRST_FACTS else len(FIRST_FACTS))
-        self._section("Run", [(k, value_text(v)) for k, v in facts], ["fact", "value"])
+        keys = [k for k, _ in facts]
+        self._section("Run", [(k, value_text(v)) for k, (_, v) in zip(short_fact_keys(keys), facts, strict=True)],
+                      ["fact", "value"], tips=keys)
         self._section("Optimizers", [self._optimizer_row(o) for o in self.optimizers],
                       ["where", "kind", "groups", "lr", "params", "mapping"])
         self._section("Schedulers", [(sch.name, sch.kind, key, value_text(v)) for sch in s.schedulers
@@ -123,11 +132,12 @@ class TrainingPanel(QWidget):
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.body_layout.addWidget(label)
 
-    def _section(self, title: str, rows: list[tuple[str, ...]], headers: list[str]) -> None:
+    def _section(self, title: str, rows: list[tuple[str, ...]], headers: list[str],
+                 tips: list[str] | None = None) -> None:
         if not rows:
             return
         self._add_label(f"<b>{title}</b>")
-        table = _table(rows, headers)
+        table = _table(rows, headers, tips)
         self.tables[title] = table
         self.body_layout.addWidget(table)
 
