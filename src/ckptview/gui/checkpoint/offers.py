@@ -42,6 +42,9 @@ _CLI_WORDS = (
     (re.compile(r"`ckptview series ([^`]*)` shows (them|a run)( as a training run)?"), r"File > Open Run… shows \2"),
     (re.compile(r"pass --download to do that"), "the window offers to download it"),
     (re.compile(r"use --force to overwrite"), "Export asks before replacing them"),
+    (re.compile(r"--exact-dtypes keeps the bits"), "“Keep exact bfloat16/float8 bits” keeps them"),
+    (re.compile(r"leave (it|them) out with --key"), r"leave \1 out of the selection"),
+    (re.compile(r"no tensor matches --key (.*?) \(see `ckptview info` for the names\)"), r"no tensor is called \1"),
 )
 
 
