@@ -19,14 +19,17 @@ from ckptview.commands import keep_until_exit
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
+from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.spectral import matrix_of, spectrum
 from ckptview.core.figures.stats import TensorStats, tensor_stats
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.inspect.figure_terms import compute_figures
 from ckptview.core.inspect.grouping import group_tree
 from ckptview.core.inspect.modules import module_figures
 from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
 from ckptview.core.inspect.query import QueryError, matching_names, parse_query
 from ckptview.core.inspect.summary import size_facts
+from ckptview.core.jobs import drain
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
@@ -373,6 +376,8 @@ def _list(args: argparse.Namespace) -> int:
     try:
         only = None
         if query is not None and not query.empty:
+            if query.needs_figures:  # nan>0, norm>10, alpha<2: the figures of every tensor first
+                drain(compute_figures(query, [e.info for e in ckpt.tensors()], Analysis()))
             only = matching_names(group_tree(ckpt.root, ckpt.warnings), query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and

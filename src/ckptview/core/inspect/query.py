@@ -7,6 +7,9 @@
 - ``float16``, ``bf16``, ``dtype:int*``  dtype (aliases fp32/fp16/bf16/half/double/long accepted)
 - ``>10MB``, ``<=4KiB``, ``size:=0``  logical size of a tensor (KB/MB/GB are powers of 1000, KiB/MiB of 1024)
 - ``device:cuda``     the device a tensor was saved from
+- ``nan>0``, ``inf>0``, ``norm>10``, ``absmax<0.5``, ``mean<0``, ``std>1``, ``zeros>0``, ``alpha<2``,
+  ``stable_rank<5``  a figure of the tensor's values (statistics over its finite values, the spectrum of a
+  weight); figures are computed first (`figure_terms.compute_figures`): until then such a term matches nothing
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ckptview.core import dtypes
+from ckptview.core.inspect.figure_terms import FigureValues, figure_term, is_figure_word
 from ckptview.core.inspect.grouping import Row
 
 Predicate = Callable[[Row], bool]
@@ -41,6 +45,12 @@ class Query:
 
     text: str = ""
     predicates: list[Predicate] = field(default_factory=list)
+    figures: FigureValues = field(default_factory=FigureValues)  # what its figure terms compare, once computed
+
+    @property
+    def needs_figures(self) -> bool:
+        """True when a term compares a figure of the values (`compute_figures` must run first)."""
+        return bool(self.figures.wanted)
 
     @property
     def empty(self) -> bool:
@@ -54,7 +64,8 @@ class Query:
 
 def parse_query(text: str) -> Query:
     """Parse the filter box; raises QueryError with a message for the person typing."""
-    return Query(text, [_term(word) for word in _split(text)])
+    figures = FigureValues()
+    return Query(text, [_term(word, figures) for word in _split(text)], figures)
 
 
 def _split(text: str) -> list[str]:
@@ -65,7 +76,13 @@ def _split(text: str) -> list[str]:
     return words
 
 
-def _term(word: str) -> Predicate:
+def _term(word: str, figures: FigureValues) -> Predicate:
+    if is_figure_word(word):
+        try:
+            test = figure_term(word, figures)
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+        return lambda row: row.node is not None and row.node.tensor is not None and test(row.node.tensor)
     key, sep, rest = word.partition(":")
     key = key.lower()
     if sep and key in ("name", "shape", "dtype", "size", "device", "re"):
