@@ -4,13 +4,17 @@ the count of matches beside it, and the tree expanded to show them."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 
-from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QLabel, QLineEdit, QTreeView
+from PySide6.QtWidgets import QLabel, QLineEdit, QToolButton, QTreeView
 
+from ckptview.core.figures.analysis import Analysis
+from ckptview.core.inspect.figure_terms import compute_figures
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, QueryError, parse_query, visible_rows
+from ckptview.core.jobs import CancelToken, Progress
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
@@ -19,16 +23,41 @@ __all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
 WORKER_ABOVE = 20_000  # tensors above which typing filters in a worker (and waits longer between keys)
-PLACEHOLDER = "Filter: name, *glob*, /regex/, 768x3072, *x768, float16, >10MB, device:cuda   (Ctrl+F, Esc clears)"
+PLACEHOLDER = ("Filter: name, *glob*, /regex/, 768x3072, float16, >10MB, device:cuda, nan>0, norm>10, alpha<2"
+               "   (Ctrl+F, Esc clears)")
+
+
+def figure_filter(query: Query, top: Row, rows: list[Row], analysis: Analysis,
+                  token: CancelToken | None = None) -> Generator[Progress, None, tuple[set[int], int]]:
+    """A filter with figure terms (`nan>0`, `norm>10`): the figures of every tensor first (read once, kept
+    in the checkpoint's Analysis), then the rows to show. In a worker: progress, cancel."""
+    infos = [r.node.tensor for r in rows if r.node is not None and r.node.tensor is not None]
+    yield from compute_figures(query, infos, analysis, token)
+    return visible_rows(top, query, rows)
 
 
 class TreeFilter(QObject):
-    """`edit` (the box) and `match_label` (how many match) for `tree`, which shows `model` of `top`."""
+    """`edit` (the box) and `match_label` (how many match) for `tree`, which shows `model` of `top`; a filter
+    with figure terms computes them in a worker (`cancel_button` stops it). `applied` follows every filter
+    shown."""
+
+    applied = Signal()
 
     def __init__(self, model: CheckpointTreeModel, tree: QTreeView, top: Row, leaf_count: int,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, analysis: Analysis | None = None) -> None:
         super().__init__(parent)
         self.model, self.tree, self.top, self.leaf_count = model, tree, top, leaf_count
+        self.analysis = analysis if analysis is not None else Analysis()
+        self.figures = JobSlot(self)  # the figures a filter compares: computed off the GUI thread
+        self.figures.yielded.connect(self._on_figures_progress)
+        self.figures.returned.connect(self._on_figures_done)
+        self.figures.errored.connect(self._on_error_figures)
+        self.figures.busy.connect(self._on_figures_busy)
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setToolTip("Stop computing the figures the filter compares")
+        self.cancel_button.clicked.connect(self.cancel_figures)
+        self.cancel_button.hide()
         self.edit = QLineEdit()
         self.edit.setObjectName("filterEdit")
         self.edit.setClearButtonEnabled(True)
@@ -60,11 +89,42 @@ class TreeFilter(QObject):
             self.set_text("")
 
     def apply(self) -> None:
-        """Filter the tree by the text in the box now, on this thread (typing filters big trees in a worker)."""
+        """Filter the tree by the text in the box now, on this thread (typing filters big trees in a worker;
+        figure terms are computed in a worker first)."""
         query = self._parsed()
-        if query is not None:
-            self.model.set_query(query)
-            self._after_filter()
+        if query is None:
+            return
+        if query.needs_figures:
+            self._start_figures(query)
+            return
+        self.model.set_query(query)
+        self._after_filter()
+
+    def _start_figures(self, query: Query) -> None:
+        self.match_label.setText("computing figures…")
+        self.figures.start(figure_filter, query, self.top, self.model.flat_rows(), self.analysis)
+
+    def cancel_figures(self) -> None:
+        """Stop computing a filter's figures; the tree stays as it was."""
+        if self.figures.running:
+            self.figures.cancel()
+            self._say_error("figures not computed (cancelled): the filter was not applied")
+
+    def _on_figures_progress(self, step: object) -> None:
+        if isinstance(step, Progress):
+            self.match_label.setText(f"{step.message}: {step.fraction:.0%}…")
+
+    def _on_figures_done(self, result: object) -> None:
+        assert isinstance(result, tuple)
+        self.model.show_rows(*result)
+        self._after_filter()
+
+    def _on_error_figures(self, exc: object) -> None:
+        log.error("computing the filter's figures failed", exc_info=exc if isinstance(exc, BaseException) else None)
+        self._say_error(f"filter failed: {exc}")
+
+    def _on_figures_busy(self, busy: bool) -> None:
+        self.cancel_button.setVisible(busy)
 
     def set_text(self, text: str) -> None:
         """Put `text` in the box and filter by it now."""
@@ -80,6 +140,7 @@ class TreeFilter(QObject):
         """Forget a filter still typed or computed (the tab reloads or closes)."""
         self._timer.stop()
         self.slot.cancel()
+        self.figures.cancel()
 
     def _parsed(self) -> Query | None:
         self.stop()  # a result still on its way is now stale
@@ -98,6 +159,9 @@ class TreeFilter(QObject):
             return
         query = self._parsed()
         if query is None:
+            return
+        if query.needs_figures:
+            self._start_figures(query)
             return
         if query.empty:
             self.model.show_rows(None, self.top.tensors)
@@ -127,6 +191,7 @@ class TreeFilter(QObject):
         else:
             self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
         self._show_count()
+        self.applied.emit()
 
     def _show_count(self) -> None:
         if self.model.filtered:

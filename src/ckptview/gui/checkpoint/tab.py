@@ -304,13 +304,14 @@ class CheckpointTab(QWidget):
         self.model = CheckpointTreeModel(top, self, flat=opened.flat)
         self.tree = CheckpointTreeView(self.model, opened.sharded, opened.devices)
         self.tree.status_message.connect(self.status_message)
-        self.filter = TreeFilter(self.model, self.tree, top, opened.leaf_count, self)
+        self.filter = TreeFilter(self.model, self.tree, top, opened.leaf_count, self, opened.analysis)
         self.filter_edit, self.match_label = self.filter.edit, self.filter.match_label
         self._stops.append(self.filter.stop)
         filter_row = QHBoxLayout()
         filter_row.addWidget(self.summary.toggle)
         filter_row.addWidget(self.filter_edit, 1)
         filter_row.addWidget(self.match_label)
+        filter_row.addWidget(self.filter.cancel_button)  # while a filter's figures are computed
         self.graph_button = QToolButton()
         self.graph_button.setText("Graph")
         self.graph_button.setObjectName("graphButton")
