@@ -8,18 +8,21 @@ Legends are HTML text beside the plot (``legend_html``), so they never cover dat
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtGui import QColor, QTextOption
-from PySide6.QtWidgets import QGraphicsTextItem, QWidget
+from PySide6.QtGui import QAction, QColor, QTextOption
+from PySide6.QtWidgets import QFileDialog, QGraphicsTextItem, QWidget
 
 from ckptview.gui.base.palette import Theme, on_palette_change, theme
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import pyqtgraph as pg
+
+log = logging.getLogger(__name__)
 
 
 # Non-finite values have colours of their own in every heat-map and in the values table: none of them is
@@ -103,12 +106,14 @@ def style_color_bar(bar: pg.ColorBarItem, owner: QWidget) -> None:
     on_palette_change(owner, lambda t: _color_plot(bar, t))
 
 
-def plot_widget(bottom: str = "", left: str = "") -> pg.PlotWidget:
-    """A PlotWidget styled by :func:`style_plot`, its axis titles left out while it is short."""
+def plot_widget(bottom: str = "", left: str = "", name: str = "plot") -> pg.PlotWidget:
+    """A PlotWidget styled by :func:`style_plot`, its axis titles left out while it is short, exported by
+    its context menu as `name`.png/.svg."""
     import pyqtgraph as pg
     widget = pg.PlotWidget()
     style_plot(widget, bottom, left)
     compact_when_short(widget)
+    make_exportable(widget, name)
     return widget
 
 
@@ -195,3 +200,68 @@ def nothing_text(plot: pg.PlotItem) -> str:
     """What an empty plot says ('' when it draws data)."""
     note = _NOTES.get(plot)
     return note.toPlainText() if note is not None and note.isVisible() else ""
+
+
+# One way to export every plot (histograms, heat-maps, spectra, the run tab's plots): the plot's context
+# menu (right-click) offers "Export plot as PNG or SVG…", in place of pyqtgraph's own export dialog.
+EXPORT_TEXT = "Export plot as PNG or SVG…"
+EXPORT_NAME = "exportPlot"
+
+
+def make_exportable(view: pg.GraphicsView, name: str) -> QAction:
+    """Give `view`'s context menu the export action (the file is called `name`.png by default); returns it."""
+    action = QAction(EXPORT_TEXT, view)
+    action.setObjectName(EXPORT_NAME)
+    action.setToolTip(f"Save this plot ({name}) as a PNG image or an SVG drawing")
+    action.triggered.connect(lambda _checked=False: ask_export_plot(view, name))
+    action.setData(name)
+    view.scene().contextMenu = [action]
+    return action
+
+
+def export_plot(view: pg.GraphicsView, path: str) -> None:
+    """Write everything `view` draws to `path`: an SVG drawing for a .svg name, else a PNG image."""
+    from pyqtgraph.exporters import ImageExporter, SVGExporter
+
+    scene = view.scene()
+    if not path.lower().endswith(".svg"):
+        ImageExporter(scene).export(path)
+        return
+    try:
+        SVGExporter(scene).export(path)
+    except Exception:  # noqa: BLE001 - pyqtgraph 0.14 cannot read the paths Qt 6.11 writes: Qt's own drawing
+        log.debug("pyqtgraph's SVG export failed; drawing with QSvgGenerator", exc_info=True)
+        _qt_svg(view, path)
+
+
+def _qt_svg(view: pg.GraphicsView, path: str) -> None:
+    """What `view` shows, drawn into an SVG file by Qt's own generator."""
+    from PySide6.QtGui import QPainter
+    from PySide6.QtSvg import QSvgGenerator
+
+    generator = QSvgGenerator()
+    generator.setFileName(path)
+    generator.setSize(view.size())
+    generator.setViewBox(view.rect())
+    generator.setTitle(view.windowTitle() or "ckptview plot")
+    painter = QPainter(generator)
+    try:
+        view.render(painter)
+    finally:
+        painter.end()
+
+
+def ask_export_plot(view: pg.GraphicsView, name: str) -> None:
+    """Ask where (PNG or SVG), then export."""
+    path, chosen = QFileDialog.getSaveFileName(view, "Export plot", f"{name}.png",
+                                               "PNG image (*.png);;SVG drawing (*.svg)")
+    if not path:
+        return
+    if not path.lower().endswith((".png", ".svg")):
+        path += ".svg" if "svg" in chosen.lower() else ".png"
+    export_plot(view, path)
+
+
+def export_actions(widget: QWidget) -> list[QAction]:
+    """The export actions of every plot inside `widget` (tests trigger them)."""
+    return widget.findChildren(QAction, EXPORT_NAME)

@@ -16,6 +16,7 @@ from ckptview.core.jobs import Progress
 from ckptview.gui.base.log_axis import index_axis
 from ckptview.gui.base.plots import (
     follow_background,
+    make_exportable,
     nonfinite_caption,
     nonfinite_colors,
     say_drawn,
@@ -100,6 +101,7 @@ class HeatmapPanel(QWidget):
         controls.addStretch(1)
         self.graphics = pg.GraphicsLayoutWidget()
         follow_background(self.graphics)
+        make_exportable(self.graphics, "heatmap")
         self.plot = self.graphics.addPlot(axisItems={"left": index_axis("left"), "bottom": index_axis("bottom")})
         style_plot(self.plot, "column (other dims flattened)", "row", widget=self)
         self.plot.invertY(True)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QProgressBar,
@@ -28,7 +27,14 @@ from ckptview.core.figures.analysis import Analysis, PreviewReady
 from ckptview.core.figures.histogram import DEFAULT_BINS
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.log_axis import log_tick_axis
-from ckptview.gui.base.plots import follow_background, legend_html, series_color, style_plot
+from ckptview.gui.base.plots import (
+    export_plot,
+    follow_background,
+    legend_html,
+    make_exportable,
+    series_color,
+    style_plot,
+)
 from ckptview.gui.base.workers import JobSlot
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
@@ -72,7 +78,9 @@ class HistogramView(QWidget):
         self.bins.setPrefix("bins ")
         self.log_y = QCheckBox("log y")
         self.log_x = QCheckBox("log |x|")
-        self.export_button = QPushButton("Export PNG…")
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Save the histogram as a PNG image or an SVG drawing (also in the plot's "
+                                      "right-click menu)")
         self.cancel_button = QPushButton("Cancel")
         self.progress = QProgressBar(maximum=1000, textVisible=False)
         self.progress.setMaximumWidth(120)
@@ -88,6 +96,7 @@ class HistogramView(QWidget):
         # values on one count axis made the small one a flat line); `plot.plotItem` is the first.
         self.plot = pg.GraphicsLayoutWidget()
         follow_background(self.plot)
+        self.export_action = make_exportable(self.plot, "histogram")
         self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)  # a histogram shorter than this reads as a line
         self._items: list[pg.PlotItem] = []
         self._set_plot_count(1)
@@ -242,12 +251,8 @@ class HistogramView(QWidget):
                 return
 
     def export_png(self, path: str) -> None:
-        """Write the plot as a PNG image."""
-        from pyqtgraph.exporters import ImageExporter
-
-        ImageExporter(self.plot.scene()).export(path)
+        """Write the plot as a PNG image (an SVG drawing for a .svg name)."""
+        export_plot(self.plot, path)
 
     def _ask_export(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export histogram", "histogram.png", "PNG image (*.png)")
-        if path:
-            self.export_png(path)
+        self.export_action.trigger()

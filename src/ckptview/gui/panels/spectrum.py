@@ -31,7 +31,14 @@ from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure, human_bytes
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import color
-from ckptview.gui.base.plots import follow_background, palette_colors, say_drawn, say_nothing, style_plot
+from ckptview.gui.base.plots import (
+    follow_background,
+    make_exportable,
+    palette_colors,
+    say_drawn,
+    say_nothing,
+    style_plot,
+)
 from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -143,6 +150,7 @@ class SpectrumPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.graphics = pg.GraphicsLayoutWidget()
         follow_background(self.graphics)
+        make_exportable(self.graphics, "spectrum")
         self.esd_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
                                                          "bottom": log_tick_axis("bottom")})
         style_plot(self.esd_plot, "eigenvalue of W^T W", "density", widget=self)

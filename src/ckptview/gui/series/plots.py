@@ -19,7 +19,14 @@ from ckptview.core.series.timeline import open_checkpoint, series_tensor
 from ckptview.core.session.workspace import Holdings
 from ckptview.gui.base.log_axis import AxisMixinBase, axis_item, log_tick_axis, tick_font_metrics
 from ckptview.gui.base.palette import Theme, contrast, on_palette_change, theme
-from ckptview.gui.base.plots import follow_background, say_drawn, say_nothing, style_color_bar, style_plot
+from ckptview.gui.base.plots import (
+    follow_background,
+    make_exportable,
+    say_drawn,
+    say_nothing,
+    style_color_bar,
+    style_plot,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -124,6 +131,7 @@ class LinePlots(QWidget):
         for plot in (self.norm_plot, self.ratio_plot):
             plot.getAxis("left").setWidth(56)  # both plots' data areas line up
         style_plots(self, self.graphics, self.norm_plot, self.ratio_plot)
+        make_exportable(self.graphics, "norms-and-update-ratios")
         self.legend = QLabel()
         self.legend.setObjectName("seriesLinesLegend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
@@ -310,6 +318,7 @@ class UpdateHeatMap(QWidget):
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         style_plots(self, self.graphics, self.plot)
+        make_exportable(self.graphics, "update-heatmap")
         self.colormap = pg.colormap.get("viridis")
         self.colors = heat_colors()
         self.top = 0.0
@@ -471,6 +480,7 @@ class HistogramsOverSteps(QWidget):
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         style_plots(self, self.graphics, self.plot)
+        make_exportable(self.graphics, "values-over-the-run")
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("inferno"), interactive=False)
         style_color_bar(self.bar, self)
         self.bar.setImageItem(self.image, insert_in=self.plot)

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
 from ckptview.gui.base.palette import theme
-from ckptview.gui.base.plots import say_drawn, say_nothing
+from ckptview.gui.base.plots import make_exportable, say_drawn, say_nothing
 from ckptview.gui.series.plots import as_array, inline_legend, style_plots
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class SpectralLines(QWidget):
         for plot in (self.alpha_plot, self.rank_plot):
             plot.getAxis("left").setWidth(56)
         style_plots(self, self.graphics, self.alpha_plot, self.rank_plot)
+        make_exportable(self.graphics, "spectra-over-the-run")
         self.legend = QLabel("Select weights (2-D tensors) or modules to draw their spectra.")
         self.legend.setObjectName("seriesSpectraLegend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
