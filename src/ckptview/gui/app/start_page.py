@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, Signal, SignalInstance
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ckptview.core.text import printable
@@ -65,7 +65,7 @@ class StartPage(QWidget):
         self.set_recent([])
 
     @staticmethod
-    def _button(row: QHBoxLayout, text: str, tip: str, signal: Signal) -> QPushButton:
+    def _button(row: QHBoxLayout, text: str, tip: str, signal: SignalInstance) -> QPushButton:
         button = QPushButton(text)
         button.setToolTip(tip)
         button.clicked.connect(lambda _checked=False: signal.emit())

@@ -87,7 +87,7 @@ class LoadingPage(QWidget):
 
 class ErrorPage(QWidget):
     """"Could not open NAME", the reason (selectable), where the file is, the actions that fix it (`offers`:
-    (key, button text, tooltip); `action_clicked(key)`), and Reload."""
+    (key, button text, tooltip); `action_clicked(key)`; the buttons in `offer_buttons`), and Reload."""
 
     reload_clicked = Signal()
     action_clicked = Signal(str)
@@ -113,19 +113,19 @@ class ErrorPage(QWidget):
         where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         for widget in (icon, title, self.label, where):
             box.addWidget(widget)
-        self.actions: dict[str, QPushButton] = {}
+        self.offer_buttons: dict[str, QPushButton] = {}
         for i, (key, label, tip) in enumerate(offers):
             button = QPushButton(label)
             button.setObjectName(f"{key}Action")
             button.setToolTip(tip)
             button.setDefault(i == 0)
             button.clicked.connect(lambda _checked=False, key=key: self.action_clicked.emit(key))
-            self.actions[key] = button
+            self.offer_buttons[key] = button
         retry = QPushButton("Reload")
         retry.setObjectName("reloadButton")
         retry.setToolTip("Open the file again (Ctrl+R)")
         retry.clicked.connect(self.reload_clicked)
-        box.addLayout(centered(*self.actions.values(), retry))
+        box.addLayout(centered(*self.offer_buttons.values(), retry))
         box.addStretch(2)
 
 
@@ -207,13 +207,13 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
     others = list(checkpoint.metadata.get("_other_checkpoints") or ())
     for warning in warnings[:5]:
-        text = html.escape(shown(window_words(warning)))  # no command line: the links below do it
+        line = html.escape(shown(window_words(warning)))  # no command line: the links below do it
         if others and warning.startswith("the folder also holds"):
             links = [f"<a href='{OPEN_LINK}{i}'>Open {html.escape(shown(name))}</a>" for i, name in enumerate(others[:3])]
             if len(others) > 1:
                 links.insert(0, f"<a href='{SERIES_LINK}'>Open the folder as a run</a>")
-            text += " " + " · ".join(links)
-        parts.append(text)
+            line += " " + " · ".join(links)
+        parts.append(line)
     if len(warnings) > 5:
         parts.append(f"… and {len(warnings) - 5} more warnings")
     text = QLabel("<br>".join(parts))

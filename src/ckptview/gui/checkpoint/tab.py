@@ -182,7 +182,7 @@ class CheckpointTab(QWidget):
         page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers])
         page.reload_clicked.connect(self.reload)
         page.action_clicked.connect(self.take_offer)
-        self.error_label, self.error_actions = page.label, page.actions
+        self.error_label, self.error_actions = page.label, page.offer_buttons
         self.stack.show_only(page)
         self.status_message.emit(f"Could not open {self._name}: {printable(text)}")
         self.failed.emit(text)
