@@ -50,6 +50,8 @@ def test_a_run_folder_offers_open_as_series(qtbot, window, run_folder):
     shown = page_texts(tab)
     assert "3 checkpoints" in shown and "step_10.pt" in shown, shown
     assert not CLI_WORDS.search(shown), shown
+    status = window.statusBar().currentMessage()
+    assert "3 checkpoints" in status and not CLI_WORDS.search(status), status
     button = tab.error_actions["series"]
     assert button.text() == "Open as series" and button.isVisible()
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)

@@ -184,7 +184,7 @@ class CheckpointTab(QWidget):
         page.action_clicked.connect(self.take_offer)
         self.error_label, self.error_actions = page.label, page.offer_buttons
         self.stack.show_only(page)
-        self.status_message.emit(f"Could not open {self._name}: {printable(text)}")
+        self.status_message.emit(f"Could not open {self._name}: {printable(shown_text)}")
         self.failed.emit(text)
 
     def take_offer(self, key: str) -> None:
