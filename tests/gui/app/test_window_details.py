@@ -108,3 +108,21 @@ def test_a_nan_counted_for_the_model_is_marked_where_it_is(qtbot, window, tmp_pa
     index = model_rows["model.2.weight"]
     assert "1 NaN" in tab.model.data(index, Qt.ItemDataRole.ToolTipRole)
     assert tab.model.data(index, Qt.ItemDataRole.ForegroundRole) is not None
+
+
+def test_retitling_checks_no_file_but_the_current_tabs(qtbot, window, tmp_path, monkeypatch):
+    """Opening or closing a tab retitles every tab; only a tab becoming current compares its file with the
+    disk (a stat each): retitling 150 tabs must not stat the tab that was current before."""
+    from ckptview.gui.checkpoint.tab import CheckpointTab
+
+    paths = [make_state_dict(str(tmp_path / f"m{i}.pth")) for i in range(3)]
+    first = opened(qtbot, window, paths[0])
+    checked: list[str] = []
+    real = CheckpointTab.check_file
+    monkeypatch.setattr(CheckpointTab, "check_file", lambda self: checked.append(self.path) or real(self))
+    second = opened(qtbot, window, paths[1])
+    assert checked == [second.path]  # the new current tab, once; the one before is left alone
+    checked.clear()
+    window.close_tab(window.tabs.indexOf(second))
+    assert checked == [first.path]
+    assert window.windowTitle() == "m0.pth — ckptview"

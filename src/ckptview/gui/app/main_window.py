@@ -405,7 +405,8 @@ class MainWindow(QMainWindow):
             if self.tabs.tabText(index) != printable(title):
                 self.tabs.setTabText(index, printable(title))
         self._update_start_page()
-        self._on_current_changed(self.tabs.currentIndex())
+        title = self.tabs.tabText(self.tabs.currentIndex()) if self.tabs.count() else ""
+        self.setWindowTitle(f"{title} — ckptview" if title else "ckptview")
 
     def _update_start_page(self) -> None:
         """The start page while no tab is open (its recent files as they are now), else the tabs."""

@@ -18,11 +18,15 @@ def _parts(path: str) -> list[str]:
 
 def distinct_titles(paths: list[str]) -> list[str]:
     """One title per path: its file name, with as many parent folders as tell it apart from every other
-    path of the same name (the same path twice keeps its name alone)."""
+    path of the same name (the same path twice keeps its name alone). Paths are compared only with those
+    of their own name: 150 tabs of different files cost 150 look-ups."""
     parts = [_parts(p) or [p] for p in paths]
+    by_name: dict[str, list[int]] = {}
+    for i, mine in enumerate(parts):
+        by_name.setdefault(mine[0], []).append(i)
     out = []
     for i, mine in enumerate(parts):
-        others = [theirs for j, theirs in enumerate(parts) if j != i and theirs != mine and theirs[0] == mine[0]]
+        others = [parts[j] for j in by_name[mine[0]] if j != i and parts[j] != mine]
         depth = 1
         while others and depth < len(mine):
             if all(theirs[:depth] != mine[:depth] for theirs in others):
