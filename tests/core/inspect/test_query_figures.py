@@ -121,3 +121,63 @@ def test_info_filter_takes_figure_terms(saved, capsys):
 
     data = json.loads(capsys.readouterr().out)
     assert [t["name"] for t in data["tensors"]] == ["2.weight"]
+
+
+def test_a_sort_term_orders_tensors_by_a_figure_as_torch_computes_it(saved):
+    """`sort:-norm` (largest first), `sort:absmax` (smallest first): the order of torch's own figures; a
+    tensor without the figure (a NaN's spectrum, an int's) last; a module placed by its first tensor."""
+    from ckptview.core.inspect.query import row_order
+
+    ck, ref, _path = saved
+    top = group_tree(ck.root)
+    rows = list(top.walk())
+    for text, figure, descending in (("sort:-norm", lambda t: float(torch.linalg.vector_norm(finite(t))), True),
+                                     ("sort:absmax", lambda t: float(finite(t).abs().max()), False),
+                                     ("sort:+mean", lambda t: float(finite(t).mean()), False)):
+        query = parse_query(text)
+        assert query.empty and query.needs_figures  # it filters nothing
+        drain(compute_figures(query, [e.info for e in ck.tensors()], Analysis()))
+        placed = row_order(query, rows)
+        tensors = [r for r in rows if r.node is not None and r.node.kind == "tensor"]
+        ranked = [r.name for r in sorted(tensors, key=placed.key)]
+        expected = sorted(ref, key=lambda n: figure(ref[n].double()) * (-1 if descending else 1))
+        assert ranked == expected, text
+    query = parse_query("sort:-nan")
+    drain(compute_figures(query, [e.info for e in ck.tensors()], Analysis()))
+    placed = row_order(query, rows)
+    module = next(r for r in rows if r.name == "2")  # the module row above 2.weight (one NaN) and 2.bias
+    assert placed.value(module) == 1.0 and placed.value(top) == 1.0
+    query = parse_query("sort:alpha")  # the heaviest tail first; no spectrum for a vector or a NaN's matrix
+    drain(compute_figures(query, [e.info for e in ck.tensors()], Analysis()))
+    placed = row_order(query, rows)
+    ranked = [r.name for r in sorted(rows, key=placed.key) if r.node is not None and r.node.kind == "tensor"]
+    assert ranked[0] == "heavy" and set(ranked[-4:]) == {"2.weight", "0.bias", "2.bias", "step"}
+
+
+def test_sort_terms_that_cannot_be_understood_say_so():
+    from ckptview.core.inspect.query import row_order
+
+    for bad in ("sort:", "sort:colour", "sort:--norm"):
+        with pytest.raises(QueryError, match="sort"):
+            parse_query(bad)
+    with pytest.raises(QueryError, match="one sort"):
+        parse_query("sort:norm sort:-nan")
+    query = parse_query("weight sort:-absmax")
+    assert not query.empty and query.order.words == "max |x|, largest first"
+    assert row_order(parse_query("weight"), []) is None
+
+
+def test_info_lists_tensors_in_the_order_of_a_sort_term(saved, capsys):
+    import json
+
+    ck, ref, path = saved
+    assert cli.main(["info", str(path), "--json", "--filter", "sort:-absmax"]) == 0
+    names = [t["name"] for t in json.loads(capsys.readouterr().out)["tensors"]]
+    assert names == sorted(ref, key=lambda n: -float(finite(ref[n]).abs().max()))
+    assert cli.main(["info", str(path), "--json", "--filter", "weight sort:-norm"]) == 0
+    names = [t["name"] for t in json.loads(capsys.readouterr().out)["tensors"]]
+    weights = [n for n in ref if "weight" in n]
+    assert names == sorted(weights, key=lambda n: -float(torch.linalg.vector_norm(finite(ref[n]))))
+    assert cli.main(["info", str(path), "--filter", "sort:-nan"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.index("2.weight") < listing.index("0.weight")  # the readable table in that order too

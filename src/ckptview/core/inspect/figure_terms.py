@@ -1,6 +1,7 @@
-"""Figure terms of the filter language: `nan>0`, `norm>10`, `absmax<0.5`, `alpha<2` (Qt-free).
+"""Figure terms of the filter language: `nan>0`, `norm>10`, `absmax<0.5`, `alpha<2`, `sort:-norm` (Qt-free).
 
-A term compares one figure of a tensor's values with a number. The figures come from the checkpoint's
+A term compares one figure of a tensor's values with a number; a `sort:` term orders the tensors by one
+(`sort:-nan` most NaN first, `sort:alpha` smallest alpha first). The figures come from the checkpoint's
 Analysis (statistics, spectra: each tensor read once and kept), computed by :func:`compute_figures`, a
 generator that yields progress and checks a cancel token: the window runs it in a worker, the command
 line drains it. Until a tensor's figure is computed, a term does not match it. Module rows never match a
@@ -14,6 +15,7 @@ import operator
 import re
 import weakref
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ckptview.core.checkpoint import TensorInfo
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
     from ckptview.core.figures.analysis import Analysis
     from ckptview.core.read.bytes.files import ReadAhead
 
-__all__ = ["FIGURE_NAMES", "FigureValues", "compute_figures", "figure_term", "is_figure_word"]
+__all__ = ["FIGURE_LABELS", "FIGURE_NAMES", "FigureOrder", "FigureValues", "compute_figures", "figure_term",
+           "is_figure_word", "is_sort_word", "sort_term"]
 
 # Names a term may use -> the figure it compares (statistics are as `info --stats` reports them: over the
 # finite values; `inf` counts both infinities).
@@ -36,6 +39,12 @@ STATS_FIGURES = {"nan": "nan", "inf": "inf", "posinf": "posinf", "neginf": "negi
 SPECTRAL_FIGURES = {"alpha": "alpha", "stable_rank": "stable_rank", "srank": "stable_rank",
                     "spectral_norm": "spectral_norm"}
 FIGURE_NAMES = {**STATS_FIGURES, **SPECTRAL_FIGURES}
+# What a person reads for each figure (the match label, a row's tooltip).
+FIGURE_LABELS = {"nan": "NaN count", "inf": "±Inf count", "posinf": "+Inf count", "neginf": "−Inf count",
+                 "zeros": "zeros", "l2": "L2 norm", "abs_max": "max |x|", "max": "max", "min": "min",
+                 "mean": "mean", "std": "std", "numel": "elements", "alpha": "alpha", "stable_rank": "stable rank",
+                 "spectral_norm": "spectral norm"}
+_SORT = re.compile(r"^sort:([-+]?)([a-z_][a-z0-9_]*)$", re.IGNORECASE)
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le, "=": operator.eq,
     "==": operator.eq, "!=": operator.ne}
@@ -63,6 +72,49 @@ class FigureValues:
         """True when every wanted figure of `info` has been looked for."""
         found = self._values.get(info)
         return found is not None and self.wanted <= found.keys()
+
+
+@dataclass(frozen=True)
+class FigureOrder:
+    """Tensors ordered by one figure (`sort:-norm`: `l2`, descending); those without it come last."""
+
+    figure: str
+    descending: bool
+
+    @property
+    def words(self) -> str:
+        """'L2 norm, largest first'."""
+        return f"{FIGURE_LABELS[self.figure]}, {'largest' if self.descending else 'smallest'} first"
+
+    def key(self, value: float | None) -> tuple[bool, float]:
+        """The sort key of a figure's value (ascending sort): missing values last, whichever the order."""
+        if value is None:
+            return True, 0.0
+        return False, -value if self.descending else value
+
+    def better(self, a: float | None, b: float | None) -> float | None:
+        """Of two values, the one that comes first (a module is ordered by its first tensor)."""
+        if a is None or b is None:
+            return b if a is None else a
+        return max(a, b) if self.descending else min(a, b)
+
+
+def is_sort_word(word: str) -> bool:
+    """True for a `sort:` word, well-formed or not."""
+    return word.lower().startswith("sort:")
+
+
+def sort_term(word: str, values: FigureValues) -> FigureOrder:
+    """The order `word` asks for (`sort:-norm` largest first, `sort:norm` or `sort:+norm` smallest first);
+    ValueError with a message for an unknown figure."""
+    match = _SORT.match(word.strip())
+    name = match.group(2).lower() if match else ""
+    if match is None or name not in FIGURE_NAMES:
+        raise ValueError(f"bad sort term '{word}': sort by a figure, like sort:-nan (most first) or sort:alpha "
+                         f"(smallest first) (figures: {', '.join(sorted(set(FIGURE_NAMES)))})")
+    figure = FIGURE_NAMES[name]
+    values.wanted.add(figure)
+    return FigureOrder(figure, match.group(1) == "-")
 
 
 def is_figure_word(word: str) -> bool:
