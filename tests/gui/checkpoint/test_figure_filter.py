@@ -99,3 +99,44 @@ def test_computing_the_figures_can_be_cancelled(qtbot, window, model_file, monke
     QCoreApplication.processEvents()
     assert "cancelled" in tab.match_label.text() and not tab.filter.cancel_button.isVisible()
     assert applied == [] and not tab.model.filtered
+
+
+def test_a_sort_term_orders_the_tree_by_a_figure(qtbot, window, model_file):
+    """`sort:-norm` filters nothing and puts the tensor of the largest norm first, every module by its first
+    tensor (torch's norms); the tooltip gives each figure; a click on a header sorts by its column instead,
+    and a filter without the term returns to the file's order."""
+    from ckptview.gui.checkpoint.tree_model import SIZE
+
+    path, state = model_file
+    tab = opened(qtbot, window, path)
+    model = tab.model
+    norms = {f"model.{k}": float(torch.linalg.vector_norm(t[torch.isfinite(t)].double())) for k, t in state.items()}
+
+    def names(row):
+        return [r.name for r in model.kids(row)]
+
+    with qtbot.waitSignal(tab.filter.applied, timeout=30_000):
+        tab.filter.set_text("sort:-norm")
+    assert not model.filtered and model.figure_order is not None
+    top_model = next(r for r in model.kids(tab.top) if r.name == "model")
+    assert names(tab.top)[0] == "model"  # the tensors first; the step (a value, no figure) last
+    under = names(top_model)
+    assert under[0] == "model.loud"
+    firsts = [max((n for n in norms if n.startswith(m + ".")), key=norms.get) if m not in norms else m for m in under]
+    assert [norms[n] for n in firsts] == sorted((norms[n] for n in firsts), reverse=True)
+    module = next(r for r in model.kids(top_model) if r.name == "model.2")
+    assert names(module) == sorted(names(module), key=lambda n: -norms[n])
+    tip = model.data(model.index_of(module), Qt.ItemDataRole.ToolTipRole)
+    assert f"L2 norm {max(norms['model.2.weight'], norms['model.2.bias']):.6g} (the largest below)" in tip
+    assert "by L2 norm, largest first" in tab.match_label.text()
+    tab.tree.header().setSortIndicator(SIZE, Qt.SortOrder.DescendingOrder)  # a header click takes over
+    assert model.figure_order is None and "by" not in tab.match_label.text()
+    assert [r.nbytes for r in model.kids(top_model)] == sorted((r.nbytes for r in model.kids(top_model)),
+                                                              reverse=True)
+    tab.tree.header().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)  # the third click: the figure again
+    assert names(top_model)[0] == "model.loud" and "by L2 norm" in tab.match_label.text()
+    with qtbot.waitSignal(tab.filter.applied, timeout=30_000):
+        tab.filter.set_text("nan>0 sort:nan")  # a filter and an order together
+    assert model.filtered and model.match_count == 1 and "1 of" in tab.match_label.text()
+    tab.filter.set_text("model")  # no sort term: the file's order
+    assert model.figure_order is None and names(top_model) == [f"model.{m}" for m in ("0", "2", "loud")]

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QLabel, QLineEdit, QToolButton, QTreeView
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.figure_terms import compute_figures
 from ckptview.core.inspect.grouping import Row
-from ckptview.core.inspect.query import Query, QueryError, parse_query, visible_rows
+from ckptview.core.inspect.query import Query, QueryError, RowOrder, parse_query, row_order, visible_rows
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import JobSlot
@@ -23,17 +23,22 @@ __all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
 WORKER_ABOVE = 20_000  # tensors above which typing filters in a worker (and waits longer between keys)
-PLACEHOLDER = ("Filter: name, *glob*, /regex/, 768x3072, float16, >10MB, device:cuda, nan>0, norm>10, alpha<2"
-               "   (Ctrl+F, Esc clears)")
+PLACEHOLDER = ("Filter: name, *glob*, /regex/, 768x3072, float16, >10MB, device:cuda, nan>0, norm>10, alpha<2, "
+               "sort:-norm   (Ctrl+F, Esc clears)")
+
+
+Shown = tuple[set[int] | None, int, RowOrder | None]  # what `CheckpointTreeModel.show_rows` takes
 
 
 def figure_filter(query: Query, top: Row, rows: list[Row], analysis: Analysis,
-                  token: CancelToken | None = None) -> Generator[Progress, None, tuple[set[int], int]]:
-    """A filter with figure terms (`nan>0`, `norm>10`): the figures of every tensor first (read once, kept
-    in the checkpoint's Analysis), then the rows to show. In a worker: progress, cancel."""
+                  token: CancelToken | None = None) -> Generator[Progress, None, Shown]:
+    """A filter with figure terms (`nan>0`, `norm>10`, `sort:-norm`): the figures of every tensor first (read
+    once, kept in the checkpoint's Analysis), then the rows to show (None: all) and the order a `sort:` term
+    puts them in. In a worker: progress, cancel."""
     infos = [r.node.tensor for r in rows if r.node is not None and r.node.tensor is not None]
     yield from compute_figures(query, infos, analysis, token)
-    return visible_rows(top, query, rows)
+    visible, count = (None, top.tensors) if query.empty else visible_rows(top, query, rows)
+    return visible, count, row_order(query, rows)
 
 
 class TreeFilter(QObject):
@@ -81,6 +86,7 @@ class TreeFilter(QObject):
             escape.setContext(Qt.ShortcutContext.WidgetShortcut)
             escape.activated.connect(self.clear)
             self.escapes.append(escape)
+        tree.header().sortIndicatorChanged.connect(lambda *_: self._show_count())  # a header takes over the order
         self._show_count()
 
     def clear(self) -> None:
@@ -116,7 +122,10 @@ class TreeFilter(QObject):
 
     def _on_figures_done(self, result: object) -> None:
         assert isinstance(result, tuple)
-        self.model.show_rows(*result)
+        visible, count, order = result
+        if order is not None:  # a `sort:` term orders the rows: no header's column does
+            self.tree.header().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
+        self.model.show_rows(visible, count, order)
         self._after_filter()
 
     def _on_error_figures(self, exc: object) -> None:
@@ -195,6 +204,12 @@ class TreeFilter(QObject):
 
     def _show_count(self) -> None:
         if self.model.filtered:
-            self.match_label.setText(f"{self.model.match_count:,} of {self.leaf_count:,} match")
+            text = f"{self.model.match_count:,} of {self.leaf_count:,} match"
         else:
-            self.match_label.setText(f"{self.leaf_count:,} entries")
+            text = f"{self.leaf_count:,} entries"
+        placed = self.model.figure_order
+        if placed is not None:
+            text += f" · by {placed.order.words}"
+        self.match_label.setText(text)
+        self.match_label.setToolTip(f"sorted by {placed.order.words} (a module by its first tensor; a click on "
+                                    "a header sorts by that column instead)" if placed is not None else "")

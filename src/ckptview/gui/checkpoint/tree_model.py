@@ -15,8 +15,9 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
+from ckptview.core.inspect.figure_terms import FIGURE_LABELS
 from ckptview.core.inspect.grouping import Row
-from ckptview.core.inspect.query import Query, visible_rows
+from ckptview.core.inspect.query import Query, RowOrder, visible_rows
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
 from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
@@ -90,6 +91,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         self._flat: list[Row] | None = flat  # every row, kept for filtering (built by the opening worker)
         self.match_count = top.tensors
         self._sort_column, self._sort_order = -1, Qt.SortOrder.AscendingOrder
+        self._figure_order: RowOrder | None = None  # a `sort:` filter term; a clicked header goes first
         self._nonfinite: dict[int, tuple[int, int]] = {}  # id(row) -> (NaN, ±Inf) found by figures so far
         self._kids: dict[int, list[Row]] = {}
         self._pos: dict[int, int] = {}
@@ -116,6 +118,8 @@ class CheckpointTreeModel(QAbstractItemModel):
             if self._sort_column >= 0:
                 found = sorted(found, key=_sort_key(self._sort_column),
                                reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
+            elif self._figure_order is not None:
+                found = sorted(found, key=self._figure_order.key)
             self._kids[key] = found
             for i, child in enumerate(found):
                 self._pos[id(child)] = i
@@ -280,6 +284,13 @@ class CheckpointTreeModel(QAbstractItemModel):
                      else shard_text(info) if column == SHARD else self._text(row, column))
             if whole:
                 name = f"{shown(whole)}\n{name}"
+        placed = self.figure_order
+        value = placed.value(row) if placed is not None else None
+        if placed is not None and value is not None:
+            label = FIGURE_LABELS[placed.order.figure]
+            below = "" if row.node is not None and row.node.kind == "tensor" else (
+                f" (the {'largest' if placed.order.descending else 'smallest'} below)")
+            name = f"{name}\n{label} {value:.6g}{below}"
         found = self._nonfinite.get(id(row))
         if found is not None:
             words = " and ".join(w for w in (f"{found[0]:,} NaN" if found[0] else "",
@@ -338,12 +349,19 @@ class CheckpointTreeModel(QAbstractItemModel):
             self._flat = list(self.top.walk())
         return self._flat
 
-    def show_rows(self, visible: set[int] | None, match_count: int) -> None:
-        """Show the rows whose ids are in `visible` (None: all), as computed by `query.visible_rows`."""
+    def show_rows(self, visible: set[int] | None, match_count: int, order: RowOrder | None = None) -> None:
+        """Show the rows whose ids are in `visible` (None: all), as computed by `query.visible_rows`, placed
+        by `order` (a `sort:` term's figure, `query.row_order`) while no header sorts them."""
         self.beginResetModel()
         self._visible, self.match_count = visible, match_count
+        self._figure_order = order
         self._clear()
         self.endResetModel()
+
+    @property
+    def figure_order(self) -> RowOrder | None:
+        """The figure that orders the rows now (None: a header's column or the file's order)."""
+        return self._figure_order if self._sort_column < 0 else None
 
     @property
     def filtered(self) -> bool:
