@@ -109,3 +109,31 @@ def test_histograms_of_very_different_sizes_get_their_own_count_axes(qtbot, mode
         panel.set_selection([node(ck, "head.bias"), node(ck, "wide.bias")])  # 1,280 and 768 values
     assert len(hist.plot_items()) == 1 and len(hist.plotted_counts()) == 2
     np.testing.assert_array_equal(hist.plotted_counts()[1].sum(), ref["wide.bias"].numel())
+
+
+@pytest.mark.parametrize(("log", "lo", "hi"), [
+    (True, -9.0, 0.2),    # a 4096 x 4096 Linear's ESD: eigenvalues from 1e-9 to 1.3, nine decades
+    (True, -3.0, 3.0),    # where `0.0010.01` and `1001e+03` were read
+    (True, -0.4, 0.3),    # within one decade: round values between the decades
+    (False, 0.0, 4096.0),  # its singular values' index axis
+])
+def test_tick_labels_never_overlap_at_any_width(qtbot, log, lo, hi):
+    """The ranges of a 4096² weight's spectrum (computing it takes a minute on a busy machine, so the plot is
+    given its ranges) on plots of every width a side panel gets: labels never overlap, and two or more
+    are shown."""
+    import pyqtgraph as pg
+
+    from ckptview.gui.base.log_axis import log_tick_axis
+
+    widget = pg.PlotWidget(axisItems={"bottom": log_tick_axis("bottom"), "left": log_tick_axis("left")})
+    shown(qtbot, widget)
+    item = widget.getPlotItem()
+    item.setLogMode(x=log, y=log)
+    item.setRange(xRange=(lo, hi), yRange=(lo, hi), padding=0)
+    for width, height in ((160, 140), (260, 200), (420, 320), (700, 420), (1000, 560)):
+        widget.resize(width, height)
+        qtbot.waitUntil(lambda w=width: widget.width() == w, timeout=5_000)
+        for side in ("bottom", "left"):  # a vertical axis widens to its labels a layout later: wait for it
+            axis = item.getAxis(side)
+            qtbot.waitUntil(lambda a=axis: len(texts(a)) >= 2, timeout=5_000)
+            assert_no_overlap(texts(axis))

@@ -11,6 +11,7 @@ pyqtgraph loads with the first plot, not with the window: an axis's behaviour is
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -81,21 +82,60 @@ def compact_number(x: float, digits: int = 3) -> str:
     return text
 
 
+MAX_CANDIDATES = 400  # tick sets an axis tries at most per layout (strides x phases)
+Ticks = list[tuple[float, list[float]]]
+
+
 class LogTicks(AxisMixinBase):
-    """An axis mixin: a value axis whose ticks never overlap: in log mode, decades when two or more are in view, else
-    round values between them (pyqtgraph labels only the decades, so a range within one decade had none);
-    in linear mode, round values. Ticks are kept a text line apart (two on a vertical axis), or the widest
-    label and a gap on a horizontal one."""
+    """An axis mixin: a value axis whose ticks never overlap: in log mode, decades when two or more are in
+    view, else round values between them (pyqtgraph labels only the decades, so a range within one decade
+    had none); in linear mode, round values. On a vertical axis ticks are two text lines apart. On a horizontal one
+    the densest set of ticks is taken whose labels lie inside the axis (pyqtgraph drops a label that would
+    cross its end) and keep a gap between them, at least two labels where any two fit: on a narrow plot
+    of nine decades that is 1e-7 and 0.01 rather than a lone 1e-5."""
+
+    def _vertical(self) -> bool:
+        return self.orientation in ("left", "right")
 
     def _gap(self, labels: list[str]) -> float:
         """Pixels from one tick to the next so that these labels never touch."""
         metrics = tick_font_metrics(self)
-        if self.orientation in ("left", "right"):
+        if self._vertical():
             return 2.0 * metrics.height()
         widest = max((metrics.horizontalAdvance(text) for text in labels), default=0)
         return widest + LABEL_GAP_CHARS * metrics.averageCharWidth()
 
-    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:  # noqa: N802,N803
+    def drawn_labels(self, values: list[float], spacing: float, lo: float, hi: float, size: float) -> int:
+        """How many of these ticks' labels a horizontal axis `size` pixels long draws, or -1 when two of
+        them would touch (a vertical axis: all of them, or -1 closer than two lines)."""
+        if not values:
+            return 0
+        scale = size / (hi - lo)
+        positions = [(v - lo) * scale for v in values]
+        if self._vertical():
+            gap = self._gap([])
+            return -1 if any(b - a < gap for a, b in itertools.pairwise(positions)) else len(values)
+        metrics = tick_font_metrics(self)
+        room = LABEL_GAP_CHARS * metrics.averageCharWidth()
+        widths = [metrics.horizontalAdvance(t) + 2 for t in self.tickStrings(values, 1.0, spacing)]
+        inside = [(x, w) for x, w in zip(positions, widths, strict=True) if x - w / 2 >= 0 and x + w / 2 <= size]
+        for (a, wa), (b, wb) in itertools.pairwise(inside):
+            if b - a < (wa + wb) / 2 + room:
+                return -1
+        return len(inside)
+
+    def _pick(self, candidates: list[tuple[float, list[float]]], lo: float, hi: float, size: float) -> Ticks:
+        """The first (densest) candidate that draws two labels apart, else the first that draws one."""
+        fallback: Ticks = []
+        for spacing, values in candidates[:MAX_CANDIDATES]:
+            drawn = self.drawn_labels(values, spacing, lo, hi, size)
+            if drawn >= 2:
+                return [(spacing, values)]
+            if drawn == 1 and not fallback:
+                fallback = [(spacing, values)]
+        return fallback
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> Ticks:  # noqa: N802,N803
         lo, hi = sorted((minVal, maxVal))
         if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or size <= 0:
             return []
@@ -103,10 +143,7 @@ class LogTicks(AxisMixinBase):
             return self._linear_ticks(lo, hi, size)
         decades = list(range(math.ceil(lo), math.floor(hi) + 1))
         if len(decades) >= 2:
-            gap = self._gap(self.tickStrings([float(d) for d in decades], 1.0, 1.0))
-            stride = max(1, math.ceil(gap / (size / (hi - lo))))
-            first = math.ceil(decades[0] / stride) * stride  # multiples of the stride: 1e-6, 1e-3, 1, 1e3
-            return [(float(stride), [float(d) for d in range(first, decades[-1] + 1, stride)])]
+            return self._decade_ticks(decades, lo, hi, size)
         if hi - lo > math.log10(3):  # a wide part of a decade: 1, 2, 5 x 10^k spread evenly on a log axis
             values = [m * 10.0 ** k for k in range(math.floor(lo), math.ceil(hi) + 1) for m in (1, 2, 5)
                       if lo <= math.log10(m * 10.0 ** k) <= hi]
@@ -121,20 +158,35 @@ class LogTicks(AxisMixinBase):
                 kept.append(pos)
         return [(0.0, kept)]
 
-    def _linear_ticks(self, lo: float, hi: float, size: float) -> list[tuple[float, list[float]]]:
-        count = max(2, int(size / self._gap(["0.000"])))
-        ticks: list[tuple[float, list[float]]] = []
-        for _ in range(4):  # fewer ticks until the labels of these fit apart
-            step = nice_step(lo, hi, count)
-            if step is None:
-                return []
-            values = nice_values(lo, hi, count)
-            ticks = [(step, values)]
-            room, need = size / (hi - lo) * step, self._gap(self.tickStrings(values, 1.0, step))
-            if room >= need or count <= 2:
+    def _decade_ticks(self, decades: list[int], lo: float, hi: float, size: float) -> Ticks:
+        """Every `stride`-th decade, the multiples of the stride first (1e-6, 1e-3, 1), then the other phases."""
+        per_decade = size / (hi - lo)
+        narrowest = tick_font_metrics(self).horizontalAdvance("1e-5") if not self._vertical() else self._gap([])
+        first = max(1, math.floor(narrowest / per_decade))
+        candidates: list[tuple[float, list[float]]] = []
+        for stride in range(first, len(decades) + 1):
+            for phase in range(stride):  # phase 0 first: the multiples of the stride
+                candidates.append((float(stride), [float(d) for d in decades if (d - phase) % stride == 0]))
+            if len(candidates) >= MAX_CANDIDATES:
                 break
-            count = max(2, int(count * room / need))
-        return ticks
+        return self._pick(candidates, lo, hi, size)
+
+    def _linear_ticks(self, lo: float, hi: float, size: float) -> Ticks:
+        """Round values 1, 2, 5 x 10^k apart, the densest that fits; a step's multiples first, then the
+        values halfway between them (1000 and 3000 where 0, 2000 and 4000 leave only 2000 inside)."""
+        span = hi - lo
+        most = max(2, int(size / 4))  # never more ticks than one per four pixels
+        candidates: list[tuple[float, list[float]]] = []
+        for k in range(math.floor(math.log10(span / most)), math.ceil(math.log10(span)) + 2):
+            for m in (1, 2, 5):
+                step = m * 10.0 ** k
+                if span / step > most:
+                    continue
+                for offset in (0.0, step / 2):
+                    start = math.ceil((lo - offset) / step - 1e-9) * step + offset
+                    values = [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
+                    candidates.append((step / 2 if offset else step, values))
+        return self._pick(candidates, lo, hi, size)
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802
         if not self.logMode:
