@@ -104,10 +104,18 @@ def test_histograms_of_very_different_sizes_get_their_own_count_axes(qtbot, mode
     for plot, counts in zip(plots, (big, small), strict=True):
         top = plot.vb.viewRange()[1][1]
         assert counts.max() <= top <= 1.5 * counts.max()  # each axis fits its own histogram
+    # Each keeps room for two labels of counts, and no "count" title: two of them ran into each other.
+    from ckptview.gui.panels.histogram import STACKED_MIN_HEIGHT
+
+    qtbot.waitUntil(lambda: all(p.height() >= STACKED_MIN_HEIGHT for p in plots), timeout=5_000)
+    for plot in plots:
+        qtbot.waitUntil(lambda p=plot: len(texts(p.getAxis("left"))) >= 2, timeout=5_000)
+        assert not plot.getAxis("left").label.isVisible()
     # Tensors of like sizes share one axis, as before.
     with qtbot.waitSignals([panel.statsReady, panel.histogram.exactReady], timeout=20_000):
         panel.set_selection([node(ck, "head.bias"), node(ck, "wide.bias")])  # 1,280 and 768 values
     assert len(hist.plot_items()) == 1 and len(hist.plotted_counts()) == 2
+    assert hist.plot_items()[0].getAxis("left").label.isVisible()  # one plot: its axis is named
     np.testing.assert_array_equal(hist.plotted_counts()[1].sum(), ref["wide.bias"].numel())
 
 

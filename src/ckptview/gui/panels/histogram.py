@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
     from ckptview.core.figures.histogram import Histogram
 
 
-PLOT_MIN_HEIGHT = 90
+PLOT_MIN_HEIGHT = 90  # a histogram shorter than this reads as a line
+STACKED_MIN_HEIGHT = 64  # pixels of each plot stacked on its own count axis: two labels of counts
 SEPARATE_RATIO = 10  # peak counts this many times apart: each histogram gets its own count axis
 
 
@@ -97,7 +98,6 @@ class HistogramView(QWidget):
         self.plot = pg.GraphicsLayoutWidget()
         follow_background(self.plot)
         self.export_action = make_exportable(self.plot, "histogram")
-        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)  # a histogram shorter than this reads as a line
         self._items: list[pg.PlotItem] = []
         self._set_plot_count(1)
         self.curves: list[pg.PlotDataItem] = []
@@ -133,8 +133,12 @@ class HistogramView(QWidget):
         for i, item in enumerate(self._items):  # the value axis is named once, under the last plot
             item.setLabel("bottom", self._x_label() if i == len(self._items) - 1 else None)
             item.getAxis("bottom").setStyle(showValues=i == len(self._items) - 1)
-        for item in self._items:  # each plot keeps a few lines of counts, whatever their number
-            item.setMinimumHeight(max(36, PLOT_MIN_HEIGHT // count))
+        # Stacked plots keep two count labels each and no "count" title (the titles of two 40 px plots ran
+        # into each other, "countcount"; the legend says each has its own axis); the view grows to hold them.
+        for item in self._items:
+            item.setLabel("left", "count" if count == 1 else None)
+            item.setMinimumHeight(STACKED_MIN_HEIGHT if count > 1 else 0)
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT if count == 1 else count * STACKED_MIN_HEIGHT + 30)
 
     def _x_label(self) -> str:
         return "log10 |x|" if self.log_x.isChecked() else "value"
