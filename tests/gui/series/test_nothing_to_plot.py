@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ckptview.gui.base.plots import nothing_text
-from tests.gui.series.test_views import open_tab
+from tests.gui.series.test_views import open_tab, texts
 from tests.support.series_run import STEPS, make_run
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
@@ -37,6 +37,10 @@ def test_a_stalled_tensor_says_its_update_ratio_is_zero(qtbot, tmp_path):
     assert tab.select_tensor("model.moving.weight")
     assert nothing_text(lines.ratio_plot) == "" and lines.ratio_plot.getAxis("left").style["showValues"]
     assert len(lines.ratio_plot.listDataItems()) == 1
+    # Steps 1, 2, 3 tick at whole steps: no invented 1.5 and 2.5 between them (in every plot of the run).
+    for plot in (lines.norm_plot, lines.ratio_plot):
+        qtbot.waitUntil(lambda p=plot: len(texts(p.getAxis("bottom"))) >= 2, timeout=10_000)
+        assert {t for _, t in texts(plot.getAxis("bottom"))} <= {"1", "2", "3"}
     # With the log scale off, a ratio of 0 has its place.
     assert tab.select_tensor("model.frozen.weight")
     lines.log_box.setChecked(False)
@@ -58,6 +62,9 @@ def test_the_histograms_view_shows_a_tensor_of_the_selected_module(qtbot, tmp_pa
     view = tab.histograms
     assert view.counts.shape[1] == len(STEPS) and view.counts.sum() > 0
     assert nothing_text(view.plot) == "" and "largest tensor" in view.status.text()
+    qtbot.waitUntil(lambda: len(texts(view.plot.getAxis("bottom"))) >= 2, timeout=10_000)
+    columns = [t for _, t in texts(view.plot.getAxis("bottom"))]  # a column per checkpoint, by its number
+    assert all(t.isdigit() and int(t) < len(STEPS) for t in columns), columns
     # A selection with no tensor at all says so in the plot, not on empty axes.
     tab.tree.clearSelection()
     assert "Select a tensor" in nothing_text(view.plot)

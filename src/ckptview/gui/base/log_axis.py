@@ -39,9 +39,10 @@ def _with_axis_item(mixin: type) -> type:
     return type(mixin.__name__, (mixin, pg.AxisItem), {})
 
 
-def log_tick_axis(orientation: str) -> Any:
-    """A value axis whose ticks never overlap, in log or linear mode (`LogTicks`)."""
-    return axis_item(LogTicks, orientation)
+def log_tick_axis(orientation: str, **kwargs: Any) -> Any:
+    """A value axis whose ticks never overlap, in log or linear mode (`LogTicks`; `whole_numbers=True`:
+    ticks at whole numbers only)."""
+    return axis_item(LogTicks, orientation, **kwargs)
 
 
 def index_axis(orientation: str) -> Any:
@@ -93,6 +94,11 @@ class LogTicks(AxisMixinBase):
     the densest set of ticks is taken whose labels lie inside the axis (pyqtgraph drops a label that would
     cross its end) and keep a gap between them, at least two labels where any two fit: on a narrow plot
     of nine decades that is 1e-7 and 0.01 rather than a lone 1e-5."""
+
+    def __init__(self, orientation: str, *args: Any, whole_numbers: bool = False, **kwargs: Any) -> None:
+        super().__init__(orientation, *args, **kwargs)
+        # Ticks at whole numbers only (checkpoint steps, run order): no 1.5 between steps 1 and 2.
+        self.whole_numbers = whole_numbers
 
     def _vertical(self) -> bool:
         return self.orientation in ("left", "right")
@@ -180,9 +186,9 @@ class LogTicks(AxisMixinBase):
         for k in range(math.floor(math.log10(span / most)), math.ceil(math.log10(span)) + 2):
             for m in (1, 2, 5):
                 step = m * 10.0 ** k
-                if span / step > most:
+                if span / step > most or (self.whole_numbers and step < 1):
                     continue
-                for offset in (0.0, step / 2):
+                for offset in (0.0, step / 2) if not self.whole_numbers or step % 2 == 0 else (0.0,):
                     start = math.ceil((lo - offset) / step - 1e-9) * step + offset
                     values = [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
                     candidates.append((step / 2 if offset else step, values))

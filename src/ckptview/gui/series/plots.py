@@ -17,7 +17,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.series.cells import KIND_NAMES, VALUE, Cells
 from ckptview.core.series.timeline import open_checkpoint, series_tensor
 from ckptview.core.session.workspace import Holdings
-from ckptview.gui.base.log_axis import AxisMixinBase, axis_item, log_tick_axis, tick_font_metrics
+from ckptview.gui.base.log_axis import AxisMixinBase, LogTicks, axis_item, log_tick_axis, tick_font_metrics
 from ckptview.gui.base.palette import Theme, contrast, on_palette_change, theme
 from ckptview.gui.base.plots import (
     follow_background,
@@ -42,6 +42,19 @@ def as_array(values: Sequence[float | int | None]) -> np.ndarray:
     import numpy as np
 
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def whole_steps(plot: pg.PlotItem, xs: np.ndarray) -> None:
+    """Tick `plot`'s x axis (a `log_tick_axis`) at whole numbers only when every x is one (steps, epochs,
+    run order): steps 1, 2, 3 never read 1.5 and 2.5 between them."""
+    import numpy as np
+
+    axis = plot.getAxis("bottom")
+    if isinstance(axis, LogTicks):
+        finite = xs[np.isfinite(xs)]
+        axis.whole_numbers = bool(finite.size) and bool(np.all(finite == np.round(finite)))
+        axis.picture = None  # its ticks are drawn again
+        axis.update()
 
 
 def style_plots(owner: QWidget, graphics: pg.GraphicsLayoutWidget, *plots: pg.PlotItem) -> None:
@@ -124,9 +137,9 @@ class LinePlots(QWidget):
         self.log_box.toggled.connect(self._apply_log)
         self.graphics = pg.GraphicsLayoutWidget()
         self.norm_plot = self.graphics.addPlot(row=0, col=0, title="L2 norm",
-                                               axisItems={"left": log_tick_axis("left")})
+                                               axisItems={"left": log_tick_axis("left"), "bottom": log_tick_axis("bottom")})
         self.ratio_plot = self.graphics.addPlot(row=1, col=0, title="update ratio ||w_t - w_(t-1)|| / ||w_(t-1)||",
-                                                axisItems={"left": log_tick_axis("left")})
+                                                axisItems={"left": log_tick_axis("left"), "bottom": log_tick_axis("bottom")})
         self.ratio_plot.setXLink(self.norm_plot)
         for plot in (self.norm_plot, self.ratio_plot):
             plot.getAxis("left").setWidth(56)  # both plots' data areas line up
@@ -161,8 +174,9 @@ class LinePlots(QWidget):
         xs = np.asarray(x, dtype=np.float64)
         self.series = {label: (xs, as_array(v[0]), as_array(v[1])) for label, v in lines.items()}
         self.nonfinite = {label: as_array(v[2]) for label, v in lines.items() if len(v) > 2}
-        self.norm_plot.setLabel("bottom", x_label)
-        self.ratio_plot.setLabel("bottom", x_label)
+        for plot in (self.norm_plot, self.ratio_plot):
+            plot.setLabel("bottom", x_label)
+            whole_steps(plot, xs)
         self._redraw()
 
     def mark(self, x: float | None, text: str = "") -> None:
@@ -476,7 +490,8 @@ class HistogramsOverSteps(QWidget):
 
         super().__init__(parent)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.plot = self.graphics.addPlot(title="values over the run (log counts)")
+        self.plot = self.graphics.addPlot(title="values over the run (log counts)",  # a column per checkpoint
+                                          axisItems={"bottom": log_tick_axis("bottom", whole_numbers=True)})
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         style_plots(self, self.graphics, self.plot)

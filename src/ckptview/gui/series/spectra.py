@@ -14,9 +14,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
+from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import theme
 from ckptview.gui.base.plots import make_exportable, say_drawn, say_nothing
-from ckptview.gui.series.plots import as_array, inline_legend, style_plots
+from ckptview.gui.series.plots import as_array, inline_legend, style_plots, whole_steps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,8 +33,10 @@ class SpectralLines(QWidget):
 
         super().__init__(parent)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.alpha_plot = self.graphics.addPlot(row=0, col=0, title="alpha (power-law exponent of the ESD tail)")
-        self.rank_plot = self.graphics.addPlot(row=1, col=0, title="stable rank ||W||_F^2 / ||W||_2^2")
+        self.alpha_plot = self.graphics.addPlot(row=0, col=0, title="alpha (power-law exponent of the ESD tail)",
+                                                axisItems={"bottom": log_tick_axis("bottom")})
+        self.rank_plot = self.graphics.addPlot(row=1, col=0, title="stable rank ||W||_F^2 / ||W||_2^2",
+                                               axisItems={"bottom": log_tick_axis("bottom")})
         self.rank_plot.setXLink(self.alpha_plot)
         for plot in (self.alpha_plot, self.rank_plot):
             plot.getAxis("left").setWidth(56)
@@ -65,6 +68,7 @@ class SpectralLines(QWidget):
         for plot in (self.alpha_plot, self.rank_plot):
             plot.clear()
             plot.setLabel("bottom", x_label)
+            whole_steps(plot, xs)
         band = pg.LinearRegionItem((ALPHA_LOW, ALPHA_HIGH), orientation="horizontal", movable=False,
                                    brush=pg.mkBrush(*RANGE_BRUSH), pen=pg.mkPen(None))
         self.alpha_plot.addItem(band, ignoreBounds=True)
