@@ -126,3 +126,25 @@ def test_retitling_checks_no_file_but_the_current_tabs(qtbot, window, tmp_path, 
     window.close_tab(window.tabs.indexOf(second))
     assert checked == [first.path]
     assert window.windowTitle() == "m0.pth — ckptview"
+
+
+def test_the_filter_box_says_its_language_whole_at_1024_px(qtbot, window, state_dict_file):
+    """The placeholder (figures and sort: included) is read whole in a 1024 px window; the tooltip lists every
+    kind of term, every figure name among them."""
+    from ckptview.core.inspect.figure_terms import FIGURE_LABELS
+
+    window.resize(1024, 640)
+    tab = opened(qtbot, window, state_dict_file)
+    edit = tab.filter_edit
+    qtbot.waitUntil(lambda: window.width() == 1024, timeout=5_000)
+    text = edit.placeholderText()
+    assert "nan>0" in text and "sort:" in text and "Esc" in text
+    room = edit.contentsRect().width() - 2 * edit.textMargins().left() - 8  # the frame's own padding
+    assert edit.fontMetrics().horizontalAdvance(text) <= room, (edit.width(), text)
+    tip = edit.toolTip()
+    for word in ("*.q_proj.weight", "768x3072", "bf16", ">10MB", "device:cuda", "sort:-norm", "alpha<2"):
+        assert word in tip, word
+    named = {"l2": "norm", "abs_max": "absmax", "stable_rank": "stable_rank", "spectral_norm": "spectral_norm"}
+    for figure in FIGURE_LABELS:
+        if figure not in ("posinf", "neginf", "numel"):  # inf counts both; elements is the shape's
+            assert named.get(figure, figure) in tip, figure

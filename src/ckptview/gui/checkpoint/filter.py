@@ -23,8 +23,16 @@ __all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
 WORKER_ABOVE = 20_000  # tensors above which typing filters in a worker (and waits longer between keys)
-PLACEHOLDER = ("Filter: name, *glob*, /regex/, 768x3072, float16, >10MB, device:cuda, nan>0, norm>10, alpha<2, "
-               "sort:-norm   (Ctrl+F, Esc clears)")
+# What fits a 1024 px window's filter box; the whole language is in its tooltip.
+PLACEHOLDER = "Filter: name, *glob*, 768x3072, bf16, >10MB, nan>0, norm>10, sort:-norm   (Ctrl+F, Esc clears)"
+LANGUAGE_TIP = (
+    "Words that must all match:\n"
+    "  attn  a part of the name;  *.q_proj.weight  a glob;  /layers\\.1\\d\\./  a regular expression\n"
+    "  768x3072, *x768  a shape;  float16, bf16, dtype:int*  a dtype;  >10MB, <=4KiB  a size;  device:cuda\n"
+    "  nan>0, inf>0, norm>10, absmax<0.5, mean<0, std>1, zeros>0, min, max  a figure of the values\n"
+    "  alpha<2, stable_rank<5, spectral_norm>10  a figure of a weight's spectrum\n"
+    "  sort:-nan, sort:-norm, sort:alpha  order by a figure (- largest first)\n"
+    "Figures are computed first, in the background (Cancel stops it). Esc clears the filter.")
 
 
 Shown = tuple[set[int] | None, int, RowOrder | None]  # what `CheckpointTreeModel.show_rows` takes
@@ -67,6 +75,7 @@ class TreeFilter(QObject):
         self.edit.setObjectName("filterEdit")
         self.edit.setClearButtonEnabled(True)
         self.edit.setPlaceholderText(PLACEHOLDER)
+        self.edit.setToolTip(LANGUAGE_TIP)
         self.match_label = QLabel()
         self.match_label.setObjectName("matchLabel")
         self.match_label.setMinimumWidth(170)
