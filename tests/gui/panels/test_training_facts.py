@@ -60,30 +60,49 @@ def panel_for(qtbot, path):
     return ck, panel
 
 
-def test_lightning_callback_keys_are_short_and_whole_in_the_tooltip(qtbot, lightning_file):
+def test_lightning_callbacks_are_told_apart_where_they_are_read(qtbot, lightning_file):
+    """Lightning's callback state keys repeat the init arguments (`ModelCheckpoint{'monitor': 'train_loss',
+    'mode': 'min', ...}.best_model_path`): as a column of names they pushed the values off screen, and cut to
+    fit they lost what tells two callbacks apart. Each callback gets a section titled by the arguments that
+    differ (whole, wrapped; the state key in its tooltip), its fields below by their own names."""
+    from PySide6.QtWidgets import QLabel
+
     raw = torch.load(lightning_file, weights_only=False)
     keys = [k for k in raw["callbacks"] if k.startswith("ModelCheckpoint{")]
     assert len(keys) == 2 and all(len(k) > 60 for k in keys)  # Lightning's state keys: the init arguments
     ck, panel = panel_for(qtbot, lightning_file)
     try:
-        table = panel.tables["Run"]
-        shown = {table.item(r, 0).text(): table.item(r, 0).toolTip() for r in range(table.rowCount())}
-        paths = {name: tip for name, tip in shown.items() if tip.endswith(".best_model_path")}
-        assert len(paths) == 2  # the two callbacks told apart
-        for name, tip in paths.items():
-            assert len(name) <= 60, name
-            assert tip.startswith("callbacks.ModelCheckpoint{") and tip.endswith(".best_model_path")
-        assert {tip.split(".", 1)[1].rsplit(".", 1)[0] for tip in paths.values()} == set(keys)
-        assert any("train_loss" in name for name in paths)  # what tells them apart is kept
+        titles = panel.callback_titles()
+        assert len(titles) == 2 and all(t.startswith("ModelCheckpoint{monitor=") for t in titles), titles
+        best = "ModelCheckpoint{monitor=train_loss}"
+        assert best in titles
+        key = next(k for k in keys if "train_loss" in k)
+        rows = {name: value for name, value in panel.callback_rows(best)}
+        assert rows["best_model_path"] == raw["callbacks"][key]["best_model_path"]
+        assert float(rows["best_model_score"]) == pytest.approx(float(raw["callbacks"][key]["best_model_score"]),
+                                                                rel=1e-5)
+        table = panel.tables["Callback " + best]
+        tips = {table.item(r, 0).text(): table.item(r, 0).toolTip() for r in range(table.rowCount())}
+        assert tips["best_model_path"] == f"callbacks.{key}.best_model_path"  # the key as the file has it
+        labels = {lab.text().replace("\u200b", "").removeprefix("<b>").removesuffix("</b>"): lab
+                  for lab in panel.findChildren(QLabel)}
+        title = labels["Callback " + best]
+        assert title.toolTip() == key and title.wordWrap()
+        qtbot.waitUntil(lambda: 0 < title.width() <= panel.width(), timeout=5_000)  # whole: wrapped, never cut
         value_column = table.columnViewportPosition(1)
         assert 0 < value_column <= 0.6 * panel.width()  # the values are on screen in a 420 px panel
-        best = next(r for r in range(table.rowCount()) if table.item(r, 0).text() in paths
-                    and "train_loss" in table.item(r, 0).text())
-        assert table.item(best, 0).text() == "ModelCheckpoint{monitor=train_loss}.best_model_path"
-        assert table.item(best, 1).text() == raw["callbacks"][next(k for k in keys if "train_loss" in k)][
-            "best_model_path"]
+        assert not any(k.startswith("callbacks.") for k in panel.facts())  # the Run table keeps the run's facts
     finally:
         ck.close()
+
+
+def test_callback_facts_split_where_the_state_key_ends():
+    from ckptview.core.inspect.training import callback_fact
+
+    assert callback_fact("callbacks.ModelCheckpoint{'monitor': 'val.loss', 'min_delta': 0.01}.best_model_path") == (
+        "ModelCheckpoint{'monitor': 'val.loss', 'min_delta': 0.01}", "best_model_path")
+    assert callback_fact("callbacks.Timer.time_elapsed") == ("Timer", "time_elapsed")
+    assert callback_fact("epoch") is None and callback_fact("callbacks.x") is None
 
 
 def test_a_modules_training_attribute_is_not_a_run_fact(qtbot, tmp_path):

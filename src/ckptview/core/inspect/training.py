@@ -297,3 +297,24 @@ def short_fact_keys(keys: list[str]) -> list[str]:
     for name in short + [k for k in keys]:
         counts[name] = counts.get(name, 0) + 1
     return [s if s == k or counts[s] == 1 else k for s, k in zip(short, keys, strict=True)]
+
+
+def callback_fact(key: str) -> tuple[str, str] | None:
+    """(the callback's state key, the field) of a Lightning callback's fact, else None:
+    ``callbacks.ModelCheckpoint{'monitor': 'val_loss', ...}.best_model_path`` gives
+    (``ModelCheckpoint{'monitor': 'val_loss', ...}``, ``best_model_path``); ``callbacks.Timer.time_elapsed``
+    (``Timer``, ``time_elapsed``). A state key's arguments may hold dots (``'min_delta': 0.01``): the field
+    starts after the closing brace."""
+    rest = key.removeprefix("callbacks.")
+    if rest == key:
+        return None
+    brace = rest.find("{")
+    if brace >= 0 and "." in rest[:brace]:
+        brace = -1  # a dotted name before any brace: the brace is the field's
+    close = rest.find("}", brace) if brace >= 0 else -1
+    head, dot, field_name = (rest[:close + 1], rest[close + 1:close + 2], rest[close + 2:]) if close >= 0 \
+        else rest.partition(".")
+    if dot != "." or not head or not field_name:
+        return None
+    return head, field_name
+
