@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
 
 PLOT_MIN_HEIGHT = 90  # a histogram shorter than this reads as a line
 STACKED_MIN_HEIGHT = 64  # pixels of each plot stacked on its own count axis: two labels of counts
+VALUE_AXIS_HEIGHT = 44  # pixels of the value axis under the last stacked plot: its numbers and its title
 SEPARATE_RATIO = 10  # peak counts this many times apart: each histogram gets its own count axis
 
 
@@ -135,10 +136,12 @@ class HistogramView(QWidget):
             item.getAxis("bottom").setStyle(showValues=i == len(self._items) - 1)
         # Stacked plots keep two count labels each and no "count" title (the titles of two 40 px plots ran
         # into each other, "countcount"; the legend says each has its own axis); the view grows to hold them.
-        for item in self._items:
+        # The last plot holds the value axis too (its numbers and title) below its counts.
+        for i, item in enumerate(self._items):
             item.setLabel("left", "count" if count == 1 else None)
-            item.setMinimumHeight(STACKED_MIN_HEIGHT if count > 1 else 0)
-        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT if count == 1 else count * STACKED_MIN_HEIGHT + 30)
+            below = VALUE_AXIS_HEIGHT if i == count - 1 else 0
+            item.setMinimumHeight(STACKED_MIN_HEIGHT + below if count > 1 else 0)
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT if count == 1 else count * STACKED_MIN_HEIGHT + VALUE_AXIS_HEIGHT + 20)
 
     def _x_label(self) -> str:
         return "log10 |x|" if self.log_x.isChecked() else "value"
