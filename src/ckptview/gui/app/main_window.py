@@ -39,10 +39,10 @@ from ckptview.core.graph import GraphCache
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.session.titles import distinct_titles
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
 from ckptview.gui.app.start_page import StartPage
-from ckptview.gui.app.titles import distinct_titles
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.palette import Theme, apply_palette, on_palette_change, tinted
 from ckptview.gui.base.settings import Settings

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.jobs import Progress
+from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import mute, style_banner
-from ckptview.gui.checkpoint.offers import window_words
 
 __all__ = ["AskPage", "ErrorPage", "LoadingPage", "PageStack", "safety_banner"]
 HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking

@@ -33,6 +33,7 @@ from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
+from ckptview.core.session.offers import DOWNLOAD, OPEN, SERIES, WAIT, Offer, offers_for
 from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
 from ckptview.gui.base.gc_guard import collect_when_deleted
@@ -41,7 +42,6 @@ from ckptview.gui.checkpoint.detail import DetailPanel
 from ckptview.gui.checkpoint.filter import TreeFilter
 from ckptview.gui.checkpoint.host import CheckpointContext, NullHost, TabHost
 from ckptview.gui.checkpoint.marks import NonFiniteMarks
-from ckptview.gui.checkpoint.offers import DOWNLOAD, OPEN, SERIES, WAIT, Offer, offers_for
 from ckptview.gui.checkpoint.opener import TabOpener
 from ckptview.gui.checkpoint.pages import (
     OPEN_LINK,

@@ -37,12 +37,12 @@ from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.values.repeats import repeats
+from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.base.wrap import message_width, wrap_long_words
-from ckptview.gui.checkpoint.offers import window_words
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ckptview.gui.app.titles import distinct_titles
+from ckptview.core.session.titles import distinct_titles
 
 
 def test_the_shortest_parent_path_that_tells_names_apart():

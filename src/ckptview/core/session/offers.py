@@ -4,7 +4,7 @@ The core's messages are written for the command line (`ckptview series DIR`, "pa
 user is never sent there. Each error the window knows how to resolve gets a sentence without commands and
 flags and a button that does what the command would: open the folder as a run, open the one checkpoint a
 folder holds, download a file whose server ignores range requests (its size said first), wait longer for
-a slow server. Qt-free except for the words: the tab makes the buttons.
+a slow server. Qt-free: the tab makes the buttons from these offers.
 """
 
 from __future__ import annotations
