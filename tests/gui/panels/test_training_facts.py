@@ -122,3 +122,18 @@ def test_a_modules_training_attribute_is_not_a_run_fact(qtbot, tmp_path):
         assert panel.facts()["training"] == "True" and panel.facts()["epoch"] == "2"
     finally:
         ck.close()
+
+
+def test_short_keys_take_a_look_at_each_character_once():
+    """A 200,000-letter fact key (a hostile or broken file's name) held the window: the state-key pattern
+    was tried at every letter and ran to the end from each. Keys are shortened only up to a bound, and the
+    pattern is tried where a word starts."""
+    from ckptview.core.inspect.training import MAX_SHORTENED, short_fact_keys
+
+    huge = "layers." + "w" * 200_000 + ".weight"
+    assert short_fact_keys([huge, "epoch"]) == [huge, "epoch"]
+    near = "x" * (MAX_SHORTENED - 40) + " ModelCheckpoint{'monitor': 'a'}.best"
+    assert short_fact_keys([near]) == [near.replace("{'monitor': 'a'}", "")]
+    lightning = ["callbacks.ModelCheckpoint{'monitor': 'a', 'mode': 'min'}.best",
+                 "callbacks.ModelCheckpoint{'monitor': 'b', 'mode': 'min'}.best"]
+    assert short_fact_keys(lightning) == ["ModelCheckpoint{monitor=a}.best", "ModelCheckpoint{monitor=b}.best"]

@@ -263,7 +263,10 @@ def _ancestors(node: Node) -> list[Node]:
 # Short names for long fact keys
 
 
-_STATE_KEY = re.compile(r"([A-Za-z_]\w*)\{([^{}]*)\}")  # Lightning's callback state keys: Name{init args}
+# Lightning's callback state keys: Name{init args}. `\b`: a name starts where a word does (tried at every
+# position of a long run of letters, `\w*\{` made a search quadratic: 200,000 letters held the window).
+_STATE_KEY = re.compile(r"\b([A-Za-z_]\w*)\{([^{}]*)\}")
+MAX_SHORTENED = 4096  # characters of a key shortened at most; a longer one (no Lightning key) stays whole
 _PAIR = re.compile(r"""'([^']*)'\s*:\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,]+)""")
 
 
@@ -275,6 +278,8 @@ def short_fact_keys(keys: list[str]) -> list[str]:
     differing: dict[str, set[str]] = {}  # callback class -> the argument names whose values differ
     seen: dict[str, list[dict[str, str]]] = {}
     for key in keys:
+        if len(key) > MAX_SHORTENED:
+            continue
         for name, body in _STATE_KEY.findall(key):
             args = {k: v.strip().strip("'\"") for k, v in _PAIR.findall(body)}
             if args not in seen.setdefault(name, []):
@@ -290,6 +295,8 @@ def short_fact_keys(keys: list[str]) -> list[str]:
             kept = [f"{k}={args[k]}" for k in args if k in differing.get(name, set())]
             return f"{name}{{{', '.join(kept)}}}" if kept else name
 
+        if len(key) > MAX_SHORTENED:
+            return key
         return _STATE_KEY.sub(one, key.removeprefix("callbacks.") if _STATE_KEY.search(key) else key)
 
     short = [shorten(k) for k in keys]
