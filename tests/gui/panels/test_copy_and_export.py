@@ -117,3 +117,16 @@ def test_the_run_tab_and_the_comparison_export_their_plots(qtbot, tmp_path, monk
         view.start()
     assert sorted(exported(qtbot, view, tmp_path, monkeypatch, 3)) == [
         "histogram-b-minus-a", "histograms-a-b", "relative-change"]
+
+
+def test_the_summarys_size_chart_exports_by_the_same_action(qtbot, tmp_path, monkeypatch):
+    """The size-by-module bars are painted by Qt, not pyqtgraph; their context menu holds the same action."""
+    from ckptview.gui.base.size_chart import SizeChart
+
+    chart = SizeChart([("model.encoder", 3 << 20), ("model.head", 1 << 20)])
+    qtbot.addWidget(chart)
+    chart.resize(360, 76)
+    chart.show()
+    assert chart.contextMenuPolicy() == Qt.ContextMenuPolicy.ActionsContextMenu
+    assert chart.actions() == export_actions(chart)
+    assert exported(qtbot, chart, tmp_path, monkeypatch, 1) == ["size-by-module"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction, QColor, QTextOption
-from PySide6.QtWidgets import QFileDialog, QGraphicsTextItem, QWidget
+from PySide6.QtWidgets import QFileDialog, QGraphicsTextItem, QGraphicsView, QWidget
 
 from ckptview.gui.base.palette import Theme, on_palette_change, theme
 
@@ -208,19 +208,31 @@ EXPORT_TEXT = "Export plot as PNG or SVG…"
 EXPORT_NAME = "exportPlot"
 
 
-def make_exportable(view: pg.GraphicsView, name: str) -> QAction:
-    """Give `view`'s context menu the export action (the file is called `name`.png by default); returns it."""
+def make_exportable(view: QWidget, name: str) -> QAction:
+    """Give `view`'s context menu the export action (the file is called `name`.png by default); returns it.
+    `view` is a pyqtgraph view (the action joins its scene's menu) or any widget that paints a chart (the
+    summary's size bars: the action is its context menu)."""
     action = QAction(EXPORT_TEXT, view)
     action.setObjectName(EXPORT_NAME)
     action.setToolTip(f"Save this plot ({name}) as a PNG image or an SVG drawing")
     action.triggered.connect(lambda _checked=False: ask_export_plot(view, name))
     action.setData(name)
-    view.scene().contextMenu = [action]
+    if isinstance(view, QGraphicsView):
+        view.scene().contextMenu = [action]  # type: ignore[attr-defined]  # pyqtgraph's scene
+    else:
+        view.addAction(action)
+        view.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
     return action
 
 
-def export_plot(view: pg.GraphicsView, path: str) -> None:
+def export_plot(view: QWidget, path: str) -> None:
     """Write everything `view` draws to `path`: an SVG drawing for a .svg name, else a PNG image."""
+    if not isinstance(view, QGraphicsView):  # a widget that paints itself: Qt draws it into either
+        if path.lower().endswith(".svg"):
+            _qt_svg(view, path)
+        elif not view.grab().save(path, "PNG"):
+            raise OSError(f"cannot write {path}")
+        return
     from pyqtgraph.exporters import ImageExporter, SVGExporter
 
     scene = view.scene()
@@ -234,7 +246,7 @@ def export_plot(view: pg.GraphicsView, path: str) -> None:
         _qt_svg(view, path)
 
 
-def _qt_svg(view: pg.GraphicsView, path: str) -> None:
+def _qt_svg(view: QWidget, path: str) -> None:
     """What `view` shows, drawn into an SVG file by Qt's own generator."""
     from PySide6.QtGui import QPainter
     from PySide6.QtSvg import QSvgGenerator
@@ -244,6 +256,9 @@ def _qt_svg(view: pg.GraphicsView, path: str) -> None:
     generator.setSize(view.size())
     generator.setViewBox(view.rect())
     generator.setTitle(view.windowTitle() or "ckptview plot")
+    if not isinstance(view, QGraphicsView):
+        view.render(generator)  # a widget draws itself into the generator (a paint device)
+        return
     painter = QPainter(generator)
     try:
         view.render(painter)
@@ -251,7 +266,7 @@ def _qt_svg(view: pg.GraphicsView, path: str) -> None:
         painter.end()
 
 
-def ask_export_plot(view: pg.GraphicsView, name: str) -> None:
+def ask_export_plot(view: QWidget, name: str) -> None:
     """Ask where (PNG or SVG), then export."""
     path, chosen = QFileDialog.getSaveFileName(view, "Export plot", f"{name}.png",
                                                "PNG image (*.png);;SVG drawing (*.svg)")
