@@ -43,7 +43,7 @@ def test_no_tab_open_shows_a_start_page(qtbot, window, state_dict_file, tmp_path
 
     assert window.start_page.isVisible()  # nothing opened yet
     texts = " ".join(b.text() for b in window.start_page.findChildren(QPushButton))
-    for words in ("Open…", "Open Run…", "Open URL…", "Open the example"):
+    for words in ("Open…", "Open Series…", "Open URL…", "Open the example"):
         assert words in texts, texts
     assert "Drop" in window.start_page.hint.text()
     tab = opened(qtbot, window, state_dict_file)

@@ -1,6 +1,6 @@
 """What users of Netron and TensorBoard look for (issue 35, finding 10): the statistics table copied whole
 (Ctrl+C and a context-menu action, tab-separated with headers), and every plot exported as PNG or SVG
-through one shared action (histograms, heat-maps, spectra, the run tab's and the comparison's plots)."""
+through one shared action (histograms, heat-maps, spectra, the series tab's and the comparison's plots)."""
 
 from __future__ import annotations
 

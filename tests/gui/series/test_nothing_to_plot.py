@@ -1,4 +1,4 @@
-"""The run tab's plots say when there is nothing to plot, and show something for a module (issue 35, finding 5).
+"""The series tab's plots say when there is nothing to plot, and show something for a module (issue 35, finding 5).
 
 A stalled tensor's update-ratio plot was empty on an axis pyqtgraph made up (0.01-0.1 on a log scale), and
 the Histograms view opened on empty -0.5..0.5 axes because the default selection is modules.

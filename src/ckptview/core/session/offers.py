@@ -39,7 +39,7 @@ _CLI_WORDS = (
     (re.compile(r"\s*\(the deadline of a request: --deadline SECONDS or CKPTVIEW_DEADLINE\)"), ""),
     (re.compile(r";?\s*\(?open them by name; `ckptview series [^`]*` shows a run\)?"), " (open them by name)"),
     (re.compile(r"`ckptview info ([^`]*)` lists (it|one)"), r"open \1 to see it"),
-    (re.compile(r"`ckptview series ([^`]*)` shows (them|a run)( as a training run)?"), r"File > Open Run… shows \2"),
+    (re.compile(r"`ckptview series ([^`]*)` shows (them|a run)( as a training run)?"), r"File > Open Series… shows \2"),
     (re.compile(r"pass --download to do that"), "the window offers to download it"),
     (re.compile(r"use --force to overwrite"), "Export asks before replacing them"),
     (re.compile(r"--exact-dtypes keeps the bits"), "“Keep exact bfloat16/float8 bits” keeps them"),
@@ -76,7 +76,7 @@ def _folder(error: FolderOfCheckpoints) -> tuple[str, list[Offer]]:
     if len(names) == 1:
         return f"This folder is no checkpoint: it holds one, {names[0]}.", [first]
     series = Offer(SERIES, "Open as series", "Show its checkpoints as a training run: norms, update ratios and "
-                   "findings over the steps (File > Open Run…)", folder)
+                   "findings over the steps (File > Open Series…)", folder)
     return (f"This folder is no checkpoint: it holds {len(names)} checkpoints ({listed(names)}), the "
             "checkpoints of a training run.", [series, first])
 

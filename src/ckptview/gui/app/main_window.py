@@ -146,7 +146,7 @@ class MainWindow(QMainWindow):
         # No tab open: a start page (drop hint, recent files, the example, Open…), never a blank window.
         self.start_page = StartPage()
         self.start_page.open_clicked.connect(self.open_dialog)
-        self.start_page.run_clicked.connect(self.open_run_dialog)
+        self.start_page.series_clicked.connect(self.open_series_dialog)
         self.start_page.url_clicked.connect(self.open_url_dialog)
         self.start_page.example_clicked.connect(self.open_example)
         self.start_page.recent_clicked.connect(lambda path: self.open_paths([path]))

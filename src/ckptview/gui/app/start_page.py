@@ -20,7 +20,7 @@ class StartPage(QWidget):
     """Buttons for every way in (each signal is one of the window's actions) and the recent files."""
 
     open_clicked = Signal()
-    run_clicked = Signal()
+    series_clicked = Signal()
     url_clicked = Signal()
     example_clicked = Signal()
     recent_clicked = Signal(str)  # the path to open
@@ -41,7 +41,7 @@ class StartPage(QWidget):
         buttons = QHBoxLayout()
         buttons.addStretch(1)
         self.open_button = self._button(buttons, "Open…", "Open checkpoint files (Ctrl+O)", self.open_clicked)
-        self._button(buttons, "Open Run…", "Open a folder of a training run's checkpoints", self.run_clicked)
+        self._button(buttons, "Open Series…", "Open a folder of a training run's checkpoints", self.series_clicked)
         self._button(buttons, "Open URL…", "https://, hf://ORG/REPO/FILE, s3://BUCKET/KEY (Ctrl+L)", self.url_clicked)
         self.example_button = self._button(buttons, "Open the example", "A small MLP's training checkpoint, shipped "
                                            "with ckptview", self.example_clicked)

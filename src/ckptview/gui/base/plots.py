@@ -202,7 +202,7 @@ def nothing_text(plot: pg.PlotItem) -> str:
     return note.toPlainText() if note is not None and note.isVisible() else ""
 
 
-# One way to export every plot (histograms, heat-maps, spectra, the run tab's plots): the plot's context
+# One way to export every plot (histograms, heat-maps, spectra, the series tab's plots): the plot's context
 # menu (right-click) offers "Export plot as PNG or SVG…", in place of pyqtgraph's own export dialog.
 EXPORT_TEXT = "Export plot as PNG or SVG…"
 EXPORT_NAME = "exportPlot"

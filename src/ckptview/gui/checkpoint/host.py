@@ -106,7 +106,7 @@ class TabHost(Protocol):
         ...
 
     def open_series(self, paths: list[str]) -> QWidget | None:
-        """Open a run tab over these paths (an error page's "Open as series")."""
+        """Open a series tab over these paths (an error page's "Open as series")."""
         ...
 
 
@@ -170,7 +170,7 @@ class NullHost:
         return []
 
     def open_series(self, paths: list[str]) -> QWidget | None:
-        """No window to open a run tab in."""
+        """No window to open a series tab in."""
         return None
 
 
