@@ -139,7 +139,7 @@ class TrainingPanel(QWidget):
                           tips=[key for _, key, _ in rows], title_tip=head)
 
     def callback_titles(self) -> list[str]:
-        """The callbacks' sections, by the names they are shown with (tests read the card through this)."""
+        """The callbacks' sections, by the names they are shown with (tests read the panel through this)."""
         return [t.removeprefix(CALLBACK_PREFIX) for t in self.tables if t.startswith(CALLBACK_PREFIX)]
 
     def callback_rows(self, title: str) -> list[list[str]]:
