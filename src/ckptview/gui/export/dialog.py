@@ -43,6 +43,7 @@ from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.base.wrap import message_width, wrap_long_words
+from ckptview.resources import resource_path
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult
@@ -60,9 +61,10 @@ FORMATS = [
     ("npz", "One .npz archive (keys = tensor names)", "-export.npz"),
     ("safetensors", "One .safetensors file (original names)", "-export.safetensors"),
 ]
-# The installed package (gui/export/dialog.py is three folders below it): its bundled example is no place
-# to write an export to.
-PACKAGE_FOLDER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The installed package (gui/export/dialog.py is three folders below it) and its shipped resources (beside
+# it in a checkout): the bundled example's folder is no place to write an export to.
+INSTALLED_FOLDERS = (os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     os.path.dirname(resource_path("example.pth")))
 
 
 def default_folder(checkpoint_path: str) -> str:
@@ -71,7 +73,7 @@ def default_folder(checkpoint_path: str) -> str:
     documents folder (or home)."""
     if not is_url(checkpoint_path):
         folder = os.path.dirname(os.path.abspath(checkpoint_path))
-        inside = folder == PACKAGE_FOLDER or folder.startswith(PACKAGE_FOLDER + os.sep)
+        inside = any(folder == p or folder.startswith(p + os.sep) for p in INSTALLED_FOLDERS)
         if not inside and os.access(folder, os.W_OK):
             return folder
     documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
