@@ -30,9 +30,9 @@ def saved(tmp_path_factory):
 
 
 def show(qtbot, ck, name: str, spec: str):
-    from ckptview.gui.panels.values import ValuesView
+    from ckptview.gui.panels.values import ValuesPanel
 
-    view = ValuesView()
+    view = ValuesPanel()
     view.resize(700, 400)
     qtbot.addWidget(view)
     view.show()
