@@ -75,12 +75,12 @@ def exported(qtbot, widget, tmp_path, monkeypatch, expected: int) -> list[str]:
 
 
 def test_every_panel_plot_exports_png_and_svg(qtbot, saved, tmp_path, monkeypatch):
-    from ckptview.gui.panels.heatmap import HeatmapView
+    from ckptview.gui.panels.heatmap import HeatmapPanel
     from ckptview.gui.panels.spectrum import SpectrumPanel
     from ckptview.gui.panels.statistics import StatsPanel
 
     ck, _path = saved
-    stats, heat, spectrum = StatsPanel(), HeatmapView(), SpectrumPanel()
+    stats, heat, spectrum = StatsPanel(), HeatmapPanel(), SpectrumPanel()
     for widget in (stats, heat, spectrum):
         qtbot.addWidget(widget)
         widget.resize(480, 480)
@@ -96,8 +96,8 @@ def test_every_panel_plot_exports_png_and_svg(qtbot, saved, tmp_path, monkeypatc
     assert stats.histogram.plot.scene().contextMenu == export_actions(stats)
 
 
-def test_the_run_tab_and_the_comparison_export_their_plots(qtbot, tmp_path, monkeypatch):
-    from ckptview.gui.compare.tab import DiffView
+def test_the_series_tab_and_the_comparison_export_their_plots(qtbot, tmp_path, monkeypatch):
+    from ckptview.gui.compare.tab import CompareTab
     from tests.gui.series.test_views import open_tab
 
     torch.manual_seed(0)
@@ -111,7 +111,7 @@ def test_the_run_tab_and_the_comparison_export_their_plots(qtbot, tmp_path, monk
     names = exported(qtbot, tab, tmp_path, monkeypatch, 4)
     assert sorted(names) == ["norms-and-update-ratios", "spectra-over-the-run", "update-heatmap",
                              "values-over-the-run"]
-    view = DiffView(str(tmp_path / "s1.pt"), str(tmp_path / "s3.pt"))
+    view = CompareTab(str(tmp_path / "s1.pt"), str(tmp_path / "s3.pt"))
     qtbot.addWidget(view)
     with qtbot.waitSignal(view.finished, timeout=20_000):
         view.start()

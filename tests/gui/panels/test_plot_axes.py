@@ -44,10 +44,10 @@ def shown(qtbot, widget, size=(520, 420)):
 
 
 def test_a_one_dimensional_heatmap_has_whole_index_ticks(qtbot, model_file):
-    from ckptview.gui.panels.heatmap import HeatmapView
+    from ckptview.gui.panels.heatmap import HeatmapPanel
 
     ck, _ref = model_file
-    view = shown(qtbot, HeatmapView())
+    view = shown(qtbot, HeatmapPanel())
     with qtbot.waitSignal(view.ready, timeout=20_000):
         view.set_selection([node(ck, "head.bias")])
     assert view.heatmap.matrix_shape == (1, 1280)
