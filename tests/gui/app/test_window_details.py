@@ -116,6 +116,7 @@ def test_retitling_checks_no_file_but_the_current_tabs(qtbot, window, tmp_path, 
     from ckptview.gui.checkpoint.tab import CheckpointTab
 
     paths = [make_state_dict(str(tmp_path / f"m{i}.pth")) for i in range(3)]
+    window._poll_timer.stop()  # the poll of open files (every second) is not what is counted here
     first = opened(qtbot, window, paths[0])
     checked: list[str] = []
     real = CheckpointTab.check_file
