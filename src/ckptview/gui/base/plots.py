@@ -121,21 +121,35 @@ SHORT_PLOT = 170  # pixels below which a plot's axis titles give their lines to 
 
 
 class _ShortPlotFilter(QObject):
-    """Hides a PlotWidget's axis titles while it is shorter than SHORT_PLOT (the numbers stay): on a
+    """Hides a plot view's axis titles while it is shorter than SHORT_PLOT (the numbers stay): on a
     640 px screen the titles took 40 of a histogram's 90 px; the legend below it says what is plotted."""
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
         if event.type() == QEvent.Type.Resize and isinstance(watched, QWidget):
-            item = watched.getPlotItem()  # type: ignore[attr-defined]
-            tall = watched.height() >= SHORT_PLOT
-            for name in ("left", "bottom"):
-                axis = item.getAxis(name)
-                if (axis.labelText or axis.labelUnits) and axis.label.isVisible() != tall:
-                    axis.showLabel(tall)
+            titles_if_tall(watched)
         return False
 
 
-def compact_when_short(widget: pg.PlotWidget) -> None:
+def titles_if_tall(view: QWidget) -> None:
+    """Show the axis titles of `view`'s plots (a PlotWidget's one, a GraphicsLayoutWidget's stack) only
+    while it is at least SHORT_PLOT tall; again after its plots change."""
+    import pyqtgraph as pg
+
+    if isinstance(view, pg.PlotWidget):
+        items = [view.getPlotItem()]
+    elif isinstance(view, pg.GraphicsLayoutWidget):
+        items = [i for i in view.ci.items if isinstance(i, pg.PlotItem)]
+    else:
+        return
+    tall = view.height() >= SHORT_PLOT
+    for item in items:
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            if (axis.labelText or axis.labelUnits) and axis.label.isVisible() != tall:
+                axis.showLabel(tall)
+
+
+def compact_when_short(widget: pg.PlotWidget | pg.GraphicsLayoutWidget) -> None:
     """Leave out `widget`'s axis titles while it is short (see _ShortPlotFilter)."""
     widget.installEventFilter(_ShortPlotFilter(widget))
 

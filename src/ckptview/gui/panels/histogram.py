@@ -28,12 +28,14 @@ from ckptview.core.figures.histogram import DEFAULT_BINS
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.plots import (
+    compact_when_short,
     export_plot,
     follow_background,
     legend_html,
     make_exportable,
     series_color,
     style_plot,
+    titles_if_tall,
 )
 from ckptview.gui.base.workers import JobSlot
 
@@ -99,6 +101,7 @@ class HistogramView(QWidget):
         self.plot = pg.GraphicsLayoutWidget()
         follow_background(self.plot)
         self.export_action = make_exportable(self.plot, "histogram")
+        compact_when_short(self.plot)  # a short plot gives its axis titles' lines to the data
         self._items: list[pg.PlotItem] = []
         self._set_plot_count(1)
         self.curves: list[pg.PlotDataItem] = []
@@ -142,6 +145,7 @@ class HistogramView(QWidget):
             below = VALUE_AXIS_HEIGHT if i == count - 1 else 0
             item.setMinimumHeight(STACKED_MIN_HEIGHT + below if count > 1 else 0)
         self.plot.setMinimumHeight(PLOT_MIN_HEIGHT if count == 1 else count * STACKED_MIN_HEIGHT + VALUE_AXIS_HEIGHT + 20)
+        titles_if_tall(self.plot)
 
     def _x_label(self) -> str:
         return "log10 |x|" if self.log_x.isChecked() else "value"

@@ -395,20 +395,22 @@ class SpectrumPanel(QWidget):
             say_drawn(plot)
         fg = palette_colors(self)[1]
         x, y, fx, fy = esd_curve(s)
-        legend: list[tuple[str, str, str]] = []
+        legend: list[tuple[str, str]] = []
         if x.size:
             self.esd_plot.plot(x, y, pen=pg.mkPen(fg), symbol="o", symbolSize=4, symbolBrush=fg, name="ESD")
-            legend.append((fg.name(), "&#9679;", "ESD: density of the eigenvalues of W<sup>T</sup>W"))
+            legend.append((fg.name(), "ESD (points): density of the eigenvalues of W<sup>T</sup>W"))
         if fx.size and s.fit is not None:
             fit_color, xmin_color = color("plot_mark").name(), color("plot_accent").name()
             self.esd_plot.plot(fx, fy, pen=pg.mkPen(fit_color, width=2, style=Qt.PenStyle.DashLine),
                                name="power-law fit")
             self.esd_plot.addItem(pg.InfiniteLine(np.log10(s.fit.xmin), angle=90,
                                                   pen=pg.mkPen(xmin_color, style=Qt.PenStyle.DotLine)))
-            legend.append((fit_color, "&#8211; &#8211;", f"power-law fit of the tail, alpha {s.fit.alpha:.2f}"))
-            legend.append((xmin_color, "&#8942;", f"xmin {s.fit.xmin:.3g}: where the fitted tail begins"))
-        self.esd_legend.setText(" &nbsp; ".join(f"<span style='color:{hue}'><b>{glyph}</b></span>&nbsp;{text}"
-                                                for hue, glyph, text in legend))
+            legend.append((fit_color, f"power-law fit of the tail (dashed), alpha {s.fit.alpha:.2f}"))
+            legend.append((xmin_color, f"xmin {s.fit.xmin:.3g} (dotted): where the fitted tail begins"))
+        # Each line's colour on a square (a graphical object: 3:1 against the background), the words in the
+        # text colour (4.5:1): a line's colour need not be readable as text.
+        self.esd_legend.setText(" &nbsp; ".join(f"<span style='color:{hue}'>&#9632;</span>&nbsp;{text}"
+                                                for hue, text in legend))
         self.esd_legend.setVisible(bool(legend))
         sv = s.singular_values[s.singular_values > 0]
         if sv.size:
