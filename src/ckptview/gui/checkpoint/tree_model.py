@@ -291,10 +291,10 @@ class CheckpointTreeModel(QAbstractItemModel):
             below = "" if row.node is not None and row.node.kind == "tensor" else (
                 f" (the {'largest' if placed.order.descending else 'smallest'} below)")
             name = f"{name}\n{label} {value:.6g}{below}"
-        found = self._nonfinite.get(id(row))
-        if found is not None:
-            words = " and ".join(w for w in (f"{found[0]:,} NaN" if found[0] else "",
-                                             f"{found[1]:,} ±Inf" if found[1] else "") if w)
+        counted = self._nonfinite.get(id(row))
+        if counted is not None:
+            words = " and ".join(w for w in (f"{counted[0]:,} NaN" if counted[0] else "",
+                                             f"{counted[1]:,} ±Inf" if counted[1] else "") if w)
             name = f"{name}\nholds {words} (counted by the figures computed so far)"
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
         if reason:
