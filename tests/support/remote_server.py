@@ -140,6 +140,9 @@ class _Handler(BaseHTTPRequestHandler):
                     while piece := fh.read(1 << 20):
                         self.wfile.write(piece)
                         srv.counters.add_bytes(len(piece))
+                        if srv.stall is not None:  # a slow link: the rest waits until the test lets it go
+                            self.wfile.flush()
+                            srv.stall.wait(60)
             except OSError:  # the client read what it wanted and closed
                 self.close_connection = True
 
@@ -195,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class RangeServer(ThreadingHTTPServer):
     """The server: `honour_range=False` makes one that ignores Range; set `hang` to make it never answer,
-    `lie` to make it answer wrongly."""
+    `stall` to make a whole file's answer wait after each MiB, `lie` to make it answer wrongly."""
 
     daemon_threads = True
 
@@ -207,6 +210,7 @@ class RangeServer(ThreadingHTTPServer):
         self.root, self.honour_range = root, honour_range
         self.counters = Counters()
         self.hang: threading.Event | None = None
+        self.stall: threading.Event | None = None  # a whole-file answer waits on it after each MiB
         self.lie: str | None = None
         self.listings = True  # False: folders answer 404, as object stores and CDNs do
         # lie: "long": range answers carry more bytes than asked for; "shift": a range not at byte 0 is
@@ -219,8 +223,9 @@ class RangeServer(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
     def stop(self) -> None:
-        if self.hang is not None:
-            self.hang.set()
+        for event in (self.hang, self.stall):
+            if event is not None:
+                event.set()
         self.shutdown()
         self.server_close()
         self.thread.join(10)

@@ -11,22 +11,25 @@ import math
 import shutil
 import sys
 import tempfile
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from json.encoder import encode_basestring_ascii  # the C encoder's quoting
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptview.commands import keep_until_exit
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
+from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.spectral import matrix_of, spectrum
 from ckptview.core.figures.stats import TensorStats, tensor_stats
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.inspect.figure_terms import compute_figures
 from ckptview.core.inspect.grouping import group_tree
 from ckptview.core.inspect.modules import module_figures
 from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
 from ckptview.core.inspect.query import QueryError, matching_names, parse_query
 from ckptview.core.inspect.summary import size_facts
+from ckptview.core.jobs import drain
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
@@ -34,6 +37,11 @@ from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes, human_count, plural, shape_str
+
+if TYPE_CHECKING:
+    from ckptview.core.inspect.query import Query
+
+TensorOrder = Callable[[TensorEntry], Any]  # the sort key of the tensors' listing (a `sort:` filter term)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stats", action="store_true", help="add per-tensor statistics (reads the values)")
     p.add_argument("--filter", metavar="EXPR",
                    help="list only the entries the window's filter would show: words that must all match, "
-                        "e.g. 'attn bf16 >10MB', '*.q_proj.weight', '/layers\\.1\\d\\./', '768x3072'")
+                        "e.g. 'attn bf16 >10MB', '*.q_proj.weight', '/layers\\.1\\d\\./', '768x3072', figures of "
+                        "the values 'nan>0', 'norm>10', 'alpha<2', and 'sort:-norm' to list the largest first")
     p.add_argument("--spectral", action="store_true",
                    help="add the weight spectrum of every 2-D weight and conv kernel (alpha, norms, ranks)")
     p.add_argument("--expand-repeats", action="store_true",
@@ -53,13 +62,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def info_dict(ckpt: Checkpoint, *, stats: bool = False, spectral: bool = False,
-              only: set[str] | None = None, expand_repeats: bool = False) -> dict[str, Any]:
+              only: set[str] | None = None, expand_repeats: bool = False,
+              order: TensorOrder | None = None) -> dict[str, Any]:
     """The `info --json` object of the command-line contract (`only`: the names a filter kept;
-    `expand_repeats`: spectra of views that repeat their storage too, on every element they declare)."""
+    `expand_repeats`: spectra of views that repeat their storage too, on every element they declare;
+    `order`: the sort key of the tensors a `sort:` term asks for)."""
     with paused_gc():
         return {key: list(value) if isinstance(value, Iterator) else value
                 for key, value in info_items(ckpt, stats=stats, spectral=spectral, only=only,
-                                             expand_repeats=expand_repeats)}
+                                             expand_repeats=expand_repeats, order=order)}
 
 
 class JsonTexts:
@@ -70,7 +81,8 @@ class JsonTexts:
 
 
 def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, spectral: bool = False,
-               only: set[str] | None = None, expand_repeats: bool = False) -> Iterator[tuple[str, Any]]:
+               only: set[str] | None = None, expand_repeats: bool = False,
+               order: TensorOrder | None = None) -> Iterator[tuple[str, Any]]:
     """The contract's (key, value) pairs in order; `tensors` and `values` come as iterators, so a
     writer can stream a million entries without holding them all (see `write_json_stream`).
 
@@ -80,8 +92,9 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, 
     yield "path", ckpt.path
     yield "format", ckpt.format
     yield "file_size", ckpt.file_size
-    yield "tensors", (JsonTexts(_tensor_texts(ckpt, memo, spectral, expand_repeats)) if encoded and only is None
-                      else _tensor_items(ckpt, memo, spectral, only, expand_repeats))
+    yield "tensors", (JsonTexts(_tensor_texts(ckpt, memo, spectral, expand_repeats))
+                      if encoded and only is None and order is None
+                      else _tensor_items(ckpt, memo, spectral, only, expand_repeats, order))
     yield "values", ({"name": name, "path": list(path), "type": node.type_name, "repr": short_repr(node.value)}
                      for name, path, node in ckpt.value_entries() if only is None or name in only)
     yield "globals", list(ckpt.globals)
@@ -135,10 +148,12 @@ def _module_items(ckpt: Checkpoint, memo: _StatsMemo, only: set[str] | None) -> 
 
 
 def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,
-                  only: set[str] | None = None, expand_repeats: bool = False) -> Iterator[dict[str, Any]]:
+                  only: set[str] | None = None, expand_repeats: bool = False,
+                  order: TensorOrder | None = None) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
     optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
-    for entry in ckpt.tensors():
+    entries: Iterable[TensorEntry] = ckpt.tensors() if order is None else sorted(ckpt.tensors(), key=order)
+    for entry in entries:
         if only is not None and entry.name not in only:
             continue
         weight = spectral and not any(entry.path[:len(p)] == p for p in optimizer_state)
@@ -371,9 +386,13 @@ def _list(args: argparse.Namespace) -> int:
             return 2
     ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
     try:
-        only = None
+        only, order = None, None
+        if query is not None and query.needs_figures:  # nan>0, norm>10, sort:-norm: every tensor's figures first
+            drain(compute_figures(query, [e.info for e in ckpt.tensors()], Analysis()))
         if query is not None and not query.empty:
             only = matching_names(group_tree(ckpt.root, ckpt.warnings), query)
+        if query is not None and query.order is not None:  # sort:-norm: most first, file order among equals
+            order = _figure_order(query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
             # copied to stdout only once complete, so an error half-way leaves stdout empty.
@@ -381,12 +400,13 @@ def _list(args: argparse.Namespace) -> int:
                 with paused_gc(), contextlib.redirect_stdout(spool):
                     write_json_stream(info_items(ckpt, stats=args.stats, encoded=True,
                                                  spectral=getattr(args, "spectral", False), only=only,
-                                                 expand_repeats=getattr(args, "expand_repeats", False)))
+                                                 expand_repeats=getattr(args, "expand_repeats", False),
+                                                 order=order))
                 spool.seek(0)
                 shutil.copyfileobj(spool, sys.stdout, 1 << 20)
             return 0
         data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False), only=only,
-                         expand_repeats=getattr(args, "expand_repeats", False))
+                         expand_repeats=getattr(args, "expand_repeats", False), order=order)
     finally:
         ckpt.close()
         _let_go(ckpt)
@@ -395,6 +415,17 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     print_table(data)
     return 0
+
+
+def _figure_order(query: Query) -> TensorOrder:
+    """The sort key a `sort:` term asks for, over the figures `compute_figures` put in the query."""
+    by, figures = query.order, query.figures
+    assert by is not None
+
+    def key(entry: TensorEntry) -> tuple[bool, float]:
+        return by.key(figures.get(entry.info, by.figure))
+
+    return key
 
 
 def _let_go(ckpt: Checkpoint) -> None:

@@ -16,6 +16,15 @@ class NotACheckpointError(CheckpointError):
     """The file is not in any format ckptview reads."""
 
 
+class FolderOfCheckpoints(NotACheckpointError):
+    """A folder that is no checkpoint but holds some (a training run): the message says what opens them,
+    `folder` and `names` (its checkpoint files, sorted) let a window offer to open them."""
+
+    def __init__(self, message: str, folder: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.folder, self.names = folder, list(names)
+
+
 class CheckpointFormatError(CheckpointError):
     """The file claims a known format but is malformed, truncated or inconsistent."""
 
@@ -41,6 +50,23 @@ class RemoteError(CheckpointError):
 
     def __init__(self, message: str) -> None:
         super().__init__(redact(str(message)))
+
+
+class RangesIgnored(RemoteError):
+    """A server that ignores range requests: reading its file means downloading it whole, which needs the
+    user's yes. `url` is the URL as shown; `size` the bytes it announces (None: it announces none)."""
+
+    def __init__(self, message: str, url: str, size: int | None) -> None:
+        super().__init__(message)
+        self.url, self.size = url, size
+
+
+class RemoteTooSlow(RemoteError):
+    """A request that got no complete answer within its deadline (`seconds`, the allowance it had)."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
 
 
 class FileChangedError(CheckpointError):

@@ -10,6 +10,7 @@ tagged tuples, so a widget can tell them apart with ``isinstance``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections import OrderedDict
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # both import numpy: at run time only when a job computes som
     from ckptview.core.read.bytes.files import ReadAhead
     from ckptview.core.read.values.slicing import LazySlice2D
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 A = TypeVar("A")
 R = TypeVar("R")
@@ -180,6 +182,33 @@ class Analysis:
         self._heatmaps: OrderedDict[tuple[TensorInfo, int], HeatMap] = OrderedDict()
         self._heatmap_flights: _SingleFlight[HeatMap] = _SingleFlight()
         self.heatmap_passes = 0  # heat-maps computed (each reads its tensor once; cached ones read nothing)
+        # Told of every summary computed (in the worker thread that computed it): a window marks the rows of
+        # tensors found to hold NaN or Inf, whichever panel or filter read them.
+        self._listeners: list[Callable[[TensorInfo, TensorStats], object]] = []
+        self.nonfinite_found = 0  # summaries computed so far that count a NaN or an infinity
+
+    # -- listeners -------------------------------------------------------------------------------------
+    def add_listener(self, listener: Callable[[TensorInfo, TensorStats], object]) -> None:
+        """Call `listener(info, stats)` after each summary computed from now on (in the computing thread)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[TensorInfo, TensorStats], object]) -> None:
+        """Stop calling `listener` (nothing when it was not added)."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _tell(self, info: TensorInfo, stats: TensorStats) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+            if stats.nan or stats.posinf or stats.neginf:
+                self.nonfinite_found += 1
+        for listener in listeners:
+            try:
+                listener(info, stats)
+            except Exception:  # noqa: BLE001 - a listener gone (its window closed) never fails the figures
+                log.debug("an analysis listener failed", exc_info=True)
 
     # -- summaries -----------------------------------------------------------------------------------
     def cached_summary(self, info: TensorInfo) -> Summary | None:
@@ -211,6 +240,7 @@ class Analysis:
             self._summaries[info] = summary
             if kept is not None and summary.table is None:  # a value table already gives the histogram
                 self._kept = (info, kept)
+        self._tell(info, summary.stats)
         return summary
 
     def stats(self, infos: Sequence[TensorInfo], token: CancelToken | None = None,

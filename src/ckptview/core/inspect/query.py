@@ -7,6 +7,11 @@
 - ``float16``, ``bf16``, ``dtype:int*``  dtype (aliases fp32/fp16/bf16/half/double/long accepted)
 - ``>10MB``, ``<=4KiB``, ``size:=0``  logical size of a tensor (KB/MB/GB are powers of 1000, KiB/MiB of 1024)
 - ``device:cuda``     the device a tensor was saved from
+- ``nan>0``, ``inf>0``, ``norm>10``, ``absmax<0.5``, ``mean<0``, ``std>1``, ``zeros>0``, ``alpha<2``,
+  ``stable_rank<5``  a figure of the tensor's values (statistics over its finite values, the spectrum of a
+  weight); figures are computed first (`figure_terms.compute_figures`): until then such a term matches nothing
+- ``sort:-norm``, ``sort:alpha``  no filter: the tensors ordered by a figure, largest first with ``-``, else
+  smallest first; those without it last; a module by its first tensor (`row_order`)
 """
 
 from __future__ import annotations
@@ -18,6 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ckptview.core import dtypes
+from ckptview.core.inspect.figure_terms import (
+    FigureOrder,
+    FigureValues,
+    figure_term,
+    is_figure_word,
+    is_sort_word,
+    sort_term,
+)
 from ckptview.core.inspect.grouping import Row
 
 Predicate = Callable[[Row], bool]
@@ -41,6 +54,13 @@ class Query:
 
     text: str = ""
     predicates: list[Predicate] = field(default_factory=list)
+    figures: FigureValues = field(default_factory=FigureValues)  # what its figure terms compare, once computed
+    order: FigureOrder | None = None  # a `sort:` term: the figure that orders the rows
+
+    @property
+    def needs_figures(self) -> bool:
+        """True when a term compares a figure of the values (`compute_figures` must run first)."""
+        return bool(self.figures.wanted)
 
     @property
     def empty(self) -> bool:
@@ -54,7 +74,20 @@ class Query:
 
 def parse_query(text: str) -> Query:
     """Parse the filter box; raises QueryError with a message for the person typing."""
-    return Query(text, [_term(word) for word in _split(text)])
+    figures = FigureValues()
+    predicates: list[Predicate] = []
+    order: FigureOrder | None = None
+    for word in _split(text):
+        if not is_sort_word(word):
+            predicates.append(_term(word, figures))
+            continue
+        if order is not None:
+            raise QueryError(f"one sort: term at most ('{word}' is the second)")
+        try:
+            order = sort_term(word, figures)
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+    return Query(text, predicates, figures, order)
 
 
 def _split(text: str) -> list[str]:
@@ -65,7 +98,13 @@ def _split(text: str) -> list[str]:
     return words
 
 
-def _term(word: str) -> Predicate:
+def _term(word: str, figures: FigureValues) -> Predicate:
+    if is_figure_word(word):
+        try:
+            test = figure_term(word, figures)
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+        return lambda row: row.node is not None and row.node.tensor is not None and test(row.node.tensor)
     key, sep, rest = word.partition(":")
     key = key.lower()
     if sep and key in ("name", "shape", "dtype", "size", "device", "re"):
@@ -168,6 +207,46 @@ def visible_rows(top: Row, query: Query, rows: list[Row] | None = None) -> tuple
             visible.add(id(up))
             up = up.parent
     return visible, count
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """Rows placed by a figure (a `sort:` term): `keys` maps id(row) to the value that places it."""
+
+    order: FigureOrder
+    keys: dict[int, float]
+
+    def key(self, row: Row) -> tuple[bool, float]:
+        """The sort key of `row` (ascending sort; rows without the figure last)."""
+        return self.order.key(self.keys.get(id(row)))
+
+    def value(self, row: Row) -> float | None:
+        """The figure that places `row` (a module's: that of its first tensor), or None."""
+        return self.keys.get(id(row))
+
+
+def row_order(query: Query, rows: list[Row]) -> RowOrder | None:
+    """How `query`'s `sort:` term places the rows (None without one), once its figures are computed: a
+    tensor by its own figure, a module (any row with children) by that of its first tensor in the order
+    (the largest below it, or the smallest). `rows` is `list(top.walk())`: depth first, so walking it
+    backwards meets every child before its parent. Rows without the figure (not computed, not defined)
+    have no key and come last."""
+    order = query.order
+    if order is None:
+        return None
+    figure, values = order.figure, query.figures
+    keys: dict[int, float] = {}
+    for row in reversed(rows):
+        info = row.node.tensor if row.node is not None else None
+        mine = order.better(keys.get(id(row)), values.get(info, figure) if info is not None else None)
+        if mine is None:
+            continue
+        keys[id(row)] = mine
+        if row.parent is not None:
+            best = order.better(keys.get(id(row.parent)), mine)
+            assert best is not None
+            keys[id(row.parent)] = best
+    return RowOrder(order, keys)
 
 
 def matching_names(top: Row, query: Query) -> set[str]:

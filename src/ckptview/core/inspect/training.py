@@ -6,6 +6,7 @@ Everything here is metadata except one-element tensors (a saved ``loss``), which
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ FACT_CONTAINERS = ("metrics", "train_state", "trainer_state", "training_state", 
 HYPER_KEYS = ("hyper_parameters", "hparams", "hyperparameters", "datamodule_hyper_parameters", "config", "cfg",
               "args", "opt", "params")
 MAX_ROWS = 500
+MODULE_ATTRIBUTES = ("training",)  # attributes every torch.nn.Module has: no fact of a training run
 _SCHEDULER_MARKS = {"base_lrs", "_last_lr", "_step_count"}
 
 
@@ -62,8 +64,13 @@ def training_summary(ckpt: Checkpoint | Node, read_scalars: bool = True) -> Trai
         _folder_summary(root, out, read_scalars)
         out.schedulers = find_schedulers(root)
         return out
+    # A pickled torch.nn.Module (torch.save(model)): its attributes are the module's, `training` its mode.
+    module = root.kind == "object" and any(c.key == "training" and c.kind == "value" and isinstance(c.value, bool)
+                                           for c in root.children)
     for child in root.children:
         key = str(child.key)
+        if module and key in MODULE_ATTRIBUTES:
+            continue  # torch.save(model): the module's own state (train/eval mode), not the run's
         if _is_version(child):
             out.versions.append((key, str(child.value)))
         elif key in HYPER_KEYS and child.kind in ("dict", "object"):
@@ -250,3 +257,71 @@ def _ancestors(node: Node) -> list[Node]:
         out.append(parent)
         parent = parent.parent
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Short names for long fact keys
+
+
+# Lightning's callback state keys: Name{init args}. `\b`: a name starts where a word does (tried at every
+# position of a long run of letters, `\w*\{` made a search quadratic: 200,000 letters held the window).
+_STATE_KEY = re.compile(r"\b([A-Za-z_]\w*)\{([^{}]*)\}")
+MAX_SHORTENED = 4096  # characters of a key shortened at most; a longer one (no Lightning key) stays whole
+_PAIR = re.compile(r"""'([^']*)'\s*:\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,]+)""")
+
+
+def short_fact_keys(keys: list[str]) -> list[str]:
+    """Names a card can show for these fact keys: a Lightning callback's state key (``ModelCheckpoint{'monitor':
+    'val_loss', 'mode': 'min', ...}``) keeps only the arguments that tell its callbacks apart
+    (``ModelCheckpoint{monitor=val_loss}``, or ``ModelCheckpoint`` alone), and ``callbacks.`` goes. A key
+    shortened into another's name stays whole."""
+    differing: dict[str, set[str]] = {}  # callback class -> the argument names whose values differ
+    seen: dict[str, list[dict[str, str]]] = {}
+    for key in keys:
+        if len(key) > MAX_SHORTENED:
+            continue
+        for name, body in _STATE_KEY.findall(key):
+            args = {k: v.strip().strip("'\"") for k, v in _PAIR.findall(body)}
+            if args not in seen.setdefault(name, []):
+                seen[name].append(args)
+    for name, variants in seen.items():
+        every = {k for args in variants for k in args}
+        differing[name] = {k for k in every if len({args.get(k) for args in variants}) > 1}
+
+    def shorten(key: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            name, body = match.group(1), match.group(2)
+            args = {k: v.strip().strip("'\"") for k, v in _PAIR.findall(body)}
+            kept = [f"{k}={args[k]}" for k in args if k in differing.get(name, set())]
+            return f"{name}{{{', '.join(kept)}}}" if kept else name
+
+        if len(key) > MAX_SHORTENED:
+            return key
+        return _STATE_KEY.sub(one, key.removeprefix("callbacks.") if _STATE_KEY.search(key) else key)
+
+    short = [shorten(k) for k in keys]
+    counts: dict[str, int] = {}
+    for name in short + [k for k in keys]:
+        counts[name] = counts.get(name, 0) + 1
+    return [s if s == k or counts[s] == 1 else k for s, k in zip(short, keys, strict=True)]
+
+
+def callback_fact(key: str) -> tuple[str, str] | None:
+    """(the callback's state key, the field) of a Lightning callback's fact, else None:
+    ``callbacks.ModelCheckpoint{'monitor': 'val_loss', ...}.best_model_path`` gives
+    (``ModelCheckpoint{'monitor': 'val_loss', ...}``, ``best_model_path``); ``callbacks.Timer.time_elapsed``
+    (``Timer``, ``time_elapsed``). A state key's arguments may hold dots (``'min_delta': 0.01``): the field
+    starts after the closing brace."""
+    rest = key.removeprefix("callbacks.")
+    if rest == key:
+        return None
+    brace = rest.find("{")
+    if brace >= 0 and "." in rest[:brace]:
+        brace = -1  # a dotted name before any brace: the brace is the field's
+    close = rest.find("}", brace) if brace >= 0 else -1
+    head, dot, field_name = (rest[:close + 1], rest[close + 1:close + 2], rest[close + 2:]) if close >= 0 \
+        else rest.partition(".")
+    if dot != "." or not head or not field_name:
+        return None
+    return head, field_name
+

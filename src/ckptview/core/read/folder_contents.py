@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from ckptview.core.errors import FolderOfCheckpoints
 from ckptview.core.read.bytes import files
 from ckptview.core.read.context import Source
 from ckptview.core.read.formats import readers
@@ -56,30 +57,35 @@ def listed(names: list[str], limit: int = 4) -> str:
     return head + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def run_folder_message(folder: str) -> str | None:
-    """'not a checkpoint: folder X holds 6 checkpoints (...), not one: ...' or None when it holds none, or when
-    the folder is one checkpoint itself (a training step's files, as DeepSpeed's `global_stepN/`). A local
-    folder: the open asks only for one."""
+def run_folder_error(folder: str) -> FolderOfCheckpoints | None:
+    """The error of a folder that holds checkpoints but is none ('not a checkpoint: folder X holds 6
+    checkpoints (...), not one: ...'), naming them; None when it holds none, or when the folder is one
+    checkpoint itself (a training step's files, as DeepSpeed's `global_stepN/`). A local folder: the open
+    asks only for one."""
     if sniffs(folder):
         return None
     names = checkpoint_names(folder)
     if not names:
         return None
     if len(names) == 1:
-        return (f"not a checkpoint: folder {folder} is none, it holds one: `ckptview info "
-                f"{os.path.join(folder, names[0])}` lists it")
+        return FolderOfCheckpoints(f"not a checkpoint: folder {folder} is none, it holds one: `ckptview info "
+                                   f"{os.path.join(folder, names[0])}` lists it", folder, names)
     what = f"{len(names)} checkpoints"
-    return (f"not a checkpoint: folder {folder} holds {what} ({listed(names)}), not one: "
-            f"`ckptview series {folder}` shows them as a training run; `ckptview info "
-            f"{os.path.join(folder, names[0])}` lists one")
+    return FolderOfCheckpoints(f"not a checkpoint: folder {folder} holds {what} ({listed(names)}), not one: "
+                               f"`ckptview series {folder}` shows them as a training run; `ckptview info "
+                               f"{os.path.join(folder, names[0])}` lists one", folder, names)
 
 
-def others_note(folder: str, used: set[str], warnings: list[str] | None = None) -> str | None:
-    """A warning naming the checkpoints of ``folder`` that are no part of the one opened (nor named by
-    one of its ``warnings`` already, as a Hub folder's variants are), or None (a local folder)."""
+def other_checkpoints(folder: str, used: set[str], warnings: list[str] | None = None) -> list[str]:
+    """The names of the checkpoints of ``folder`` that are no part of the one opened (nor named by one of
+    its ``warnings`` already, as a Hub folder's variants are); none for a folder that is not local."""
     if not os.path.isdir(folder):
-        return None
-    names = [n for n in checkpoint_names(folder, used) if not any(n in w for w in warnings or ())]
+        return []
+    return [n for n in checkpoint_names(folder, used) if not any(n in w for w in warnings or ())]
+
+
+def others_note(folder: str, names: list[str]) -> str | None:
+    """A warning naming `names`, the other checkpoints of ``folder`` (`other_checkpoints`), or None."""
     if not names:
         return None
     what = "1 other checkpoint" if len(names) == 1 else f"{len(names)} other checkpoints"

@@ -20,7 +20,7 @@ from ckptview.core.read.bytes.remote.causes import is_missing
 from ckptview.core.read.bytes.remote.fs import RemoteFS, not_found, opening
 from ckptview.core.read.bytes.remote.urls import folder_url, require_extra, shown
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.folder_contents import others_note, run_folder_message
+from ckptview.core.read.folder_contents import other_checkpoints, others_note, run_folder_error
 from ckptview.core.read.formats import readers
 from ckptview.core.redaction import redact
 
@@ -50,16 +50,18 @@ def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = No
         ckpt = _open_with_readers(source, ctx)
     except NotACheckpointError as exc:
         if source.is_dir and str(exc) == describe_unknown(path, source.head):  # nothing more specific
-            message = run_folder_message(path)
-            if message is not None:  # a run folder: say what it holds and what opens it
-                raise NotACheckpointError(message) from None
+            error = run_folder_error(path)
+            if error is not None:  # a run folder: say what it holds and what opens it
+                raise error from None
         raise
     ckpt.metadata.setdefault("_identities", identities)
     if stat.S_ISDIR(st.st_mode) and ckpt.format.startswith("hf-sharded"):
         used = set(ckpt.metadata.get("shards") or ())
-        note = others_note(path, used, list(ckpt.warnings))
+        others = other_checkpoints(path, used, list(ckpt.warnings))
+        note = others_note(path, others)
         if note is not None:
             ckpt.warnings.append(note)
+            ckpt.metadata["_other_checkpoints"] = others  # the window offers to open them
     return ckpt
 
 
@@ -70,7 +72,8 @@ def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
     (the shards of an index, the parts of a folder): one transfer counts them all.
     """
     require_extra(url)
-    fs = RemoteFS(opening(url, ctx.session, ctx.remote))
+    # A download (--download, the window's "Download and open") reports each piece and stops on cancel.
+    fs = RemoteFS(opening(url, ctx.session, ctx.remote, ctx.report if ctx.reports else None))
     ctx = ctx.with_session(fs.session)
     try:
         try:

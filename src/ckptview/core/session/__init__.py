@@ -1,5 +1,6 @@
 """What a window or a command holds open: the workspace of shared checkpoints, opening in a worker,
-checks of a path before it is opened."""
+checks of a path before it is opened, what an open that failed offers instead (`offers`), and titles that
+tell open files of one name apart (`titles`)."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
 
 def open_and_prepare(path: str, header_limit: int | None = None, token: CancelToken | None = None,
                      progress: Callable[[Progress], None] | None = None,
-                     workspace: Workspace | None = None) -> Opened:
+                     workspace: Workspace | None = None, remote: RemoteOptions | None = None) -> Opened:
     """Worker side of opening: read the metadata and build the display rows (never on the GUI thread).
 
     The checkpoint comes from `workspace` (the window's): a file already open in the window and unchanged
@@ -104,7 +104,9 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
 
     Raises LargeHeader, before reading it, for a safetensors header above `header_limit` bytes. A
     safetensors header is read in pieces: `progress` gets each piece's Progress, and `token` stops the
-    read between two pieces (Cancelled).
+    read between two pieces (Cancelled). `remote`: the remote options of this open, when not the
+    workspace's (the window's "Download and open": a file whose server ignores range requests downloaded
+    whole, its pieces reported to `progress`, stopped by `token`).
     """
     if header_limit is not None:
         size = safetensors_header_size(path)
@@ -125,8 +127,9 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     # The caller holds the GUI thread's collector off meanwhile (checkpoint_tab: a pass over a growing tree,
     # on the GUI thread, was the window's longest pause on a 900,000-tensor header).
     try:
-        context = ReaderContext(cancel=token, progress=report,
-                                remote=workspace.remote if workspace is not None else RemoteOptions())
+        if remote is None:
+            remote = workspace.remote if workspace is not None else RemoteOptions()
+        context = ReaderContext(cancel=token, progress=report, remote=remote)
         lease = (workspace.acquire(path, lambda p: open_checkpoint(p, context)) if workspace is not None
                  else Lease.private(open_checkpoint(path, context)))
     except CheckpointError:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QProgressBar,
+    QStackedWidget,
     QStyle,
     QTabWidget,
     QToolBar,
@@ -38,8 +39,10 @@ from ckptview.core.graph import GraphCache
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.session.titles import distinct_titles
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
+from ckptview.gui.app.start_page import StartPage
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.palette import Theme, apply_palette, on_palette_change, tinted
 from ckptview.gui.base.settings import Settings
@@ -140,7 +143,18 @@ class MainWindow(QMainWindow):
         self.tabs.tabBar().setUsesScrollButtons(True)
         self.tabs.tabCloseRequested.connect(self.close_tab)
         self.tabs.currentChanged.connect(self._on_current_changed)
-        self.setCentralWidget(self.tabs)
+        # No tab open: a start page (drop hint, recent files, the example, Open…), never a blank window.
+        self.start_page = StartPage()
+        self.start_page.open_clicked.connect(self.open_dialog)
+        self.start_page.series_clicked.connect(self.open_series_dialog)
+        self.start_page.url_clicked.connect(self.open_url_dialog)
+        self.start_page.example_clicked.connect(self.open_example)
+        self.start_page.recent_clicked.connect(lambda path: self.open_paths([path]))
+        self.pages = QStackedWidget()
+        self.pages.addWidget(self.start_page)
+        self.pages.addWidget(self.tabs)
+        self.setCentralWidget(self.pages)
+        self._update_start_page()
         self._build_status_bar()
         self._build_actions()
         on_palette_change(self, self._tint_icons)
@@ -373,6 +387,7 @@ class MainWindow(QMainWindow):
             # A file's name is text from outside: escaped (no bidi override, newline or ESC), as everywhere.
             index = self.tabs.addTab(tab, printable(os.path.basename(shown.rstrip("/" + os.sep)) or shown))
             self.tabs.setTabToolTip(index, printable(shown))
+            self._retitle()
             self.tabs.setTabIcon(index, self._icon(QStyle.StandardPixmap.SP_FileIcon))
             self.tabs.setCurrentIndex(index)
             tab.start()
@@ -380,6 +395,26 @@ class MainWindow(QMainWindow):
             self.tab_opened.emit(tab)
         self._update_busy()
         return opened
+
+    def _retitle(self) -> None:
+        """Checkpoint tabs named by their file, with the shortest parent path that tells files of one name
+        apart (`run_a/model.pth`, `run_b/model.pth`); the window's title follows the current tab."""
+        tabs = self.checkpoint_tabs()
+        for tab, title in zip(tabs, distinct_titles([_shown(t.path) for t in tabs]), strict=True):
+            index = self.tabs.indexOf(tab)
+            if self.tabs.tabText(index) != printable(title):
+                self.tabs.setTabText(index, printable(title))
+        self._update_start_page()
+        title = self.tabs.tabText(self.tabs.currentIndex()) if self.tabs.count() else ""
+        self.setWindowTitle(f"{title} — ckptview" if title else "ckptview")
+
+    def _update_start_page(self) -> None:
+        """The start page while no tab is open (its recent files as they are now), else the tabs."""
+        if self.tabs.count():
+            self.pages.setCurrentWidget(self.tabs)
+        else:
+            self.pages.setCurrentWidget(self.start_page)
+            self.start_page.set_recent(self.settings.recent_files())
 
     def _on_tab_status(self, tab: QWidget, text: str) -> None:
         """A tab's message: kept with the tab, shown only while that tab is the current one."""
@@ -500,6 +535,7 @@ class MainWindow(QMainWindow):
         lines = tooltip if isinstance(tooltip, list) else [tooltip or title]
         index = self.tabs.addTab(widget, printable(title))
         self.tabs.setTabToolTip(index, "\n".join(printable(line) for line in lines))
+        self._update_start_page()
         self.tabs.setCurrentIndex(index)
         return index
 
@@ -567,6 +603,7 @@ class MainWindow(QMainWindow):
             collect_when_deleted(widget, trees, self.workspace.in_use)
         self.tabs.removeTab(index)
         widget.deleteLater()
+        self._retitle()
         self._update_busy()
 
     def close_current_tab(self) -> None:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 from ckptview.core.text import shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import color
+from ckptview.gui.base.plots import make_exportable
 
 TITLE = "Size by top-level module"
 CHART_HEIGHT = 76
@@ -38,6 +39,7 @@ class SizeChart(QWidget):
         self.setMaximumHeight(CHART_HEIGHT)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setToolTip("\n".join(f"{shown(name)}: {human_bytes(size)}" for name, size in self.bars))
+        make_exportable(self, "size-by-module")  # the one export action every plot has
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         """Room for the title and the largest bars."""

@@ -4,12 +4,17 @@ the count of matches beside it, and the tree expanded to show them."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 
-from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtWidgets import QLabel, QLineEdit, QTreeView
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QLabel, QLineEdit, QToolButton, QTreeView
 
+from ckptview.core.figures.analysis import Analysis
+from ckptview.core.inspect.figure_terms import compute_figures
 from ckptview.core.inspect.grouping import Row
-from ckptview.core.inspect.query import Query, QueryError, parse_query, visible_rows
+from ckptview.core.inspect.query import Query, QueryError, RowOrder, parse_query, row_order, visible_rows
+from ckptview.core.jobs import CancelToken, Progress
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
@@ -18,20 +23,59 @@ __all__ = ["EXPAND_ALL_LIMIT", "TreeFilter", "WORKER_ABOVE"]
 log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # visible rows up to which a filter result is expanded completely
 WORKER_ABOVE = 20_000  # tensors above which typing filters in a worker (and waits longer between keys)
-PLACEHOLDER = "Filter: name, *glob*, /regex/, 768x3072, *x768, float16, >10MB, device:cuda   (Ctrl+F)"
+# What fits a 1024 px window's filter box; the whole language is in its tooltip.
+PLACEHOLDER = "Filter: name, *glob*, 768x3072, bf16, >10MB, nan>0, norm>10, sort:-norm   (Ctrl+F, Esc clears)"
+LANGUAGE_TIP = (
+    "Words that must all match:\n"
+    "  attn  a part of the name;  *.q_proj.weight  a glob;  /layers\\.1\\d\\./  a regular expression\n"
+    "  768x3072, *x768  a shape;  float16, bf16, dtype:int*  a dtype;  >10MB, <=4KiB  a size;  device:cuda\n"
+    "  nan>0, inf>0, norm>10, absmax<0.5, mean<0, std>1, zeros>0, min, max  a figure of the values\n"
+    "  alpha<2, stable_rank<5, spectral_norm>10  a figure of a weight's spectrum\n"
+    "  sort:-nan, sort:-norm, sort:alpha  order by a figure (- largest first)\n"
+    "Figures are computed first, in the background (Cancel stops it). Esc clears the filter.")
+
+
+Shown = tuple[set[int] | None, int, RowOrder | None]  # what `CheckpointTreeModel.show_rows` takes
+
+
+def figure_filter(query: Query, top: Row, rows: list[Row], analysis: Analysis,
+                  token: CancelToken | None = None) -> Generator[Progress, None, Shown]:
+    """A filter with figure terms (`nan>0`, `norm>10`, `sort:-norm`): the figures of every tensor first (read
+    once, kept in the checkpoint's Analysis), then the rows to show (None: all) and the order a `sort:` term
+    puts them in. In a worker: progress, cancel."""
+    infos = [r.node.tensor for r in rows if r.node is not None and r.node.tensor is not None]
+    yield from compute_figures(query, infos, analysis, token)
+    visible, count = (None, top.tensors) if query.empty else visible_rows(top, query, rows)
+    return visible, count, row_order(query, rows)
 
 
 class TreeFilter(QObject):
-    """`edit` (the box) and `match_label` (how many match) for `tree`, which shows `model` of `top`."""
+    """`edit` (the box) and `match_label` (how many match) for `tree`, which shows `model` of `top`; a filter
+    with figure terms computes them in a worker (`cancel_button` stops it). `applied` follows every filter
+    shown."""
+
+    applied = Signal()
 
     def __init__(self, model: CheckpointTreeModel, tree: QTreeView, top: Row, leaf_count: int,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, analysis: Analysis | None = None) -> None:
         super().__init__(parent)
         self.model, self.tree, self.top, self.leaf_count = model, tree, top, leaf_count
+        self.analysis = analysis if analysis is not None else Analysis()
+        self.figures = JobSlot(self)  # the figures a filter compares: computed off the GUI thread
+        self.figures.yielded.connect(self._on_figures_progress)
+        self.figures.returned.connect(self._on_figures_done)
+        self.figures.errored.connect(self._on_error_figures)
+        self.figures.busy.connect(self._on_figures_busy)
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setToolTip("Stop computing the figures the filter compares")
+        self.cancel_button.clicked.connect(self.cancel_figures)
+        self.cancel_button.hide()
         self.edit = QLineEdit()
         self.edit.setObjectName("filterEdit")
         self.edit.setClearButtonEnabled(True)
         self.edit.setPlaceholderText(PLACEHOLDER)
+        self.edit.setToolTip(LANGUAGE_TIP)
         self.match_label = QLabel()
         self.match_label.setObjectName("matchLabel")
         self.match_label.setMinimumWidth(170)
@@ -44,14 +88,61 @@ class TreeFilter(QObject):
         self._timer.timeout.connect(self._typed)
         self.edit.textChanged.connect(lambda _text: self._timer.start())
         self.edit.returnPressed.connect(self._typed)
+        # Escape clears the filter, in the box and in the tree where the matches are looked at.
+        self.escapes: list[QShortcut] = []
+        for widget in (self.edit, tree):
+            escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), widget)
+            escape.setContext(Qt.ShortcutContext.WidgetShortcut)
+            escape.activated.connect(self.clear)
+            self.escapes.append(escape)
+        tree.header().sortIndicatorChanged.connect(lambda *_: self._show_count())  # a header takes over the order
         self._show_count()
 
+    def clear(self) -> None:
+        """Empty the box and show every row (Escape); nothing happens when it is empty."""
+        if self.edit.text():
+            self.set_text("")
+
     def apply(self) -> None:
-        """Filter the tree by the text in the box now, on this thread (typing filters big trees in a worker)."""
+        """Filter the tree by the text in the box now, on this thread (typing filters big trees in a worker;
+        figure terms are computed in a worker first)."""
         query = self._parsed()
-        if query is not None:
-            self.model.set_query(query)
-            self._after_filter()
+        if query is None:
+            return
+        if query.needs_figures:
+            self._start_figures(query)
+            return
+        self.model.set_query(query)
+        self._after_filter()
+
+    def _start_figures(self, query: Query) -> None:
+        self.match_label.setText("computing figures…")
+        self.figures.start(figure_filter, query, self.top, self.model.flat_rows(), self.analysis)
+
+    def cancel_figures(self) -> None:
+        """Stop computing a filter's figures; the tree stays as it was."""
+        if self.figures.running:
+            self.figures.cancel()
+            self._say_error("figures not computed (cancelled): the filter was not applied")
+
+    def _on_figures_progress(self, step: object) -> None:
+        if isinstance(step, Progress):
+            self.match_label.setText(f"{step.message}: {step.fraction:.0%}…")
+
+    def _on_figures_done(self, result: object) -> None:
+        assert isinstance(result, tuple)
+        visible, count, order = result
+        if order is not None:  # a `sort:` term orders the rows: no header's column does
+            self.tree.header().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
+        self.model.show_rows(visible, count, order)
+        self._after_filter()
+
+    def _on_error_figures(self, exc: object) -> None:
+        log.error("computing the filter's figures failed", exc_info=exc if isinstance(exc, BaseException) else None)
+        self._say_error(f"filter failed: {exc}")
+
+    def _on_figures_busy(self, busy: bool) -> None:
+        self.cancel_button.setVisible(busy)
 
     def set_text(self, text: str) -> None:
         """Put `text` in the box and filter by it now."""
@@ -67,6 +158,7 @@ class TreeFilter(QObject):
         """Forget a filter still typed or computed (the tab reloads or closes)."""
         self._timer.stop()
         self.slot.cancel()
+        self.figures.cancel()
 
     def _parsed(self) -> Query | None:
         self.stop()  # a result still on its way is now stale
@@ -85,6 +177,9 @@ class TreeFilter(QObject):
             return
         query = self._parsed()
         if query is None:
+            return
+        if query.needs_figures:
+            self._start_figures(query)
             return
         if query.empty:
             self.model.show_rows(None, self.top.tensors)
@@ -114,9 +209,16 @@ class TreeFilter(QObject):
         else:
             self.tree.expandToDepth(0 if len(self.model.kids(self.top)) > 1 else 1)
         self._show_count()
+        self.applied.emit()
 
     def _show_count(self) -> None:
         if self.model.filtered:
-            self.match_label.setText(f"{self.model.match_count:,} of {self.leaf_count:,} match")
+            text = f"{self.model.match_count:,} of {self.leaf_count:,} match"
         else:
-            self.match_label.setText(f"{self.leaf_count:,} entries")
+            text = f"{self.leaf_count:,} entries"
+        placed = self.model.figure_order
+        if placed is not None:
+            text += f" · by {placed.order.words}"
+        self.match_label.setText(text)
+        self.match_label.setToolTip(f"sorted by {placed.order.words} (a module by its first tensor; a click on "
+                                    "a header sorts by that column instead)" if placed is not None else "")

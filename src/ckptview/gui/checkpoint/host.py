@@ -2,7 +2,7 @@
 And what the tab's side panels get: `CheckpointContext`, declared by `PanelSpec`.
 
 The tab asks its window for a few settings, its side panels, a turn in the build queue, whether it is the
-current tab, and to close it; nothing else. `MainWindow` satisfies `TabHost` (mypy checks it where the
+current tab, to close it, and to open other tabs (what an error page offers); nothing else. `MainWindow` satisfies `TabHost` (mypy checks it where the
 window passes itself); tests and tools that build a tab alone get `NullHost`, which builds at once,
 remembers nothing and shows the panels it is given (none by default).
 
@@ -27,7 +27,7 @@ Figures of tensors come from ``context.analysis`` (one read per tensor, shared b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -101,6 +101,14 @@ class TabHost(Protocol):
         """Close the main tab holding `widget` and release its file (nothing when it holds none)."""
         ...
 
+    def open_paths(self, paths: Iterable[str]) -> Sequence[QWidget]:
+        """Open each path in a tab of its own (an error page's "Open NAME")."""
+        ...
+
+    def open_series(self, paths: list[str]) -> QWidget | None:
+        """Open a series tab over these paths (an error page's "Open as series")."""
+        ...
+
 
 class NullSettings:
     """Settings outside a window: never ask before opening, nothing remembered."""
@@ -156,6 +164,14 @@ class NullHost:
 
     def close_page(self, widget: QWidget) -> None:
         """No window to close it in."""
+
+    def open_paths(self, paths: Iterable[str]) -> Sequence[QWidget]:
+        """No window to open tabs in."""
+        return []
+
+    def open_series(self, paths: list[str]) -> QWidget | None:
+        """No window to open a series tab in."""
+        return None
 
 
 @dataclass

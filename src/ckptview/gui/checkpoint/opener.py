@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, Signal
 from ckptview.core.errors import CheckpointError
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.session.file_checks import special_file_reason
 from ckptview.core.session.opening import LargeHeader, Opened, open_and_prepare
 from ckptview.core.session.workspace import Workspace
@@ -49,6 +50,7 @@ class TabOpener(QObject):
         self._pending: Opened | None = None  # opened, waiting for its turn to build its page
         self._made: list[Opened] = []  # the current worker's result, put there by the worker
         self._closed = False
+        self.error: BaseException | None = None  # why the last open failed (the tab offers what fixes it)
 
     @property
     def busy(self) -> bool:
@@ -65,20 +67,24 @@ class TabOpener(QObject):
         """The opened file waiting for its page (None when none waits)."""
         return self._pending
 
-    def start(self, ask_above: int | None) -> None:
+    def start(self, ask_above: int | None, remote: RemoteOptions | None = None) -> None:
         """Open the file in a worker (a FIFO, socket, device or /proc file fails at once, in `failed`).
 
         `ask_above`: header bytes above which `asks` is emitted instead of reading it (None: never).
+        `remote`: this open's remote options, when not the workspace's (the user's yes to downloading a
+        remote file whole when its server ignores ranges, a longer deadline for a slow server).
         """
         self.abandon()
+        self.error = None
         self.started_at = time.perf_counter()
         reason = special_file_reason(self.path)
         if reason is not None:  # opening would block a worker (FIFO) or read a made-up size (/proc)
             self.failed.emit(reason)
             return
         self._made = []  # what this worker opened, also when a cancel keeps it from handing it over
+        extra = {"remote": remote} if remote is not None else {}
         self._worker = self.slot.start(_open_without_collections, self.path, ask_above, self._made, self.workspace,
-                                       progress=REPORT)
+                                       progress=REPORT, **extra)
 
     def accept(self, opened: Opened) -> None:
         """Hold `opened` as the result and emit `opened` (the worker's result arrives here)."""
@@ -129,6 +135,7 @@ class TabOpener(QObject):
         if self._closed:
             return
         self._worker = None
+        self.error = exc
         if isinstance(exc, LargeHeader):
             self.asks.emit(exc.size)
         elif isinstance(exc, CheckpointError):
@@ -148,7 +155,8 @@ def _release(made: list[Opened]) -> None:
 
 def _open_without_collections(path: str, ask_above: int | None, made: list[Opened], workspace: Workspace | None,
                               token: CancelToken | None = None,
-                              progress: Callable[[Progress], None] | None = None) -> Opened:
+                              progress: Callable[[Progress], None] | None = None,
+                              remote: RemoteOptions | None = None) -> Opened:
     """`open_and_prepare` with the GUI thread's collector held off until the new tree is frozen.
 
     Every object the worker builds is young until `open_and_prepare` freezes it at the end: a collection
@@ -159,7 +167,7 @@ def _open_without_collections(path: str, ask_above: int | None, made: list[Opene
     """
     accepted = inspect.signature(open_and_prepare).parameters
     extra: dict[str, Any] = {name: value for name, value in (("token", token), ("progress", progress),
-                                                             ("workspace", workspace))
+                                                             ("workspace", workspace), ("remote", remote))
                              if name in accepted and value is not None}
     with paused_gc():
         opened = open_and_prepare(path, ask_above, **extra)

@@ -4,6 +4,7 @@ question before a huge header; and the safety banner above a tree. Widgets only:
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.jobs import Progress
+from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import mute, style_banner
@@ -84,11 +86,13 @@ class LoadingPage(QWidget):
 
 
 class ErrorPage(QWidget):
-    """"Could not open NAME", the reason (selectable), where the file is, and Reload."""
+    """"Could not open NAME", the reason (selectable), where the file is, the actions that fix it (`offers`:
+    (key, button text, tooltip); `action_clicked(key)`; the buttons in `offer_buttons`), and Reload."""
 
     reload_clicked = Signal()
+    action_clicked = Signal(str)
 
-    def __init__(self, name: str, path: str, text: str) -> None:
+    def __init__(self, name: str, path: str, text: str, offers: Sequence[tuple[str, str, str]] = ()) -> None:
         super().__init__()
         box = QVBoxLayout(self)
         box.addStretch(1)
@@ -109,11 +113,19 @@ class ErrorPage(QWidget):
         where.setAlignment(Qt.AlignmentFlag.AlignCenter)
         for widget in (icon, title, self.label, where):
             box.addWidget(widget)
+        self.offer_buttons: dict[str, QPushButton] = {}
+        for i, (key, label, tip) in enumerate(offers):
+            button = QPushButton(label)
+            button.setObjectName(f"{key}Action")
+            button.setToolTip(tip)
+            button.setDefault(i == 0)
+            button.clicked.connect(lambda _checked=False, key=key: self.action_clicked.emit(key))
+            self.offer_buttons[key] = button
         retry = QPushButton("Reload")
         retry.setObjectName("reloadButton")
         retry.setToolTip("Open the file again (Ctrl+R)")
         retry.clicked.connect(self.reload_clicked)
-        box.addLayout(centered(retry))
+        box.addLayout(centered(*self.offer_buttons.values(), retry))
         box.addStretch(2)
 
 
@@ -165,8 +177,14 @@ def centered(*widgets: QWidget) -> QHBoxLayout:
     return row
 
 
+OPEN_LINK, SERIES_LINK = "open:", "series:"  # the banner's links: open one other checkpoint, the folder as a run
+
+
 def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
-    """The banner naming globals outside the safe set and the reader's warnings (None when there are none)."""
+    """The banner naming globals outside the safe set and the reader's warnings (None when there are none).
+
+    A folder holding checkpoints besides the one opened links to them (`OPEN_LINK` + index into
+    ``metadata["_other_checkpoints"]``, `SERIES_LINK`); the label's `linkActivated` says which."""
     unsafe, warnings = checkpoint.unsafe_globals, checkpoint.warnings
     if not unsafe and not warnings:
         return None
@@ -187,14 +205,22 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
                      "import or run any of it; <code>torch.load(weights_only=False)</code> would.")
     # The reader also reports unsafe globals as a warning; the sentence above already names them.
     warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
+    others = list(checkpoint.metadata.get("_other_checkpoints") or ())
     for warning in warnings[:5]:
-        parts.append(html.escape(shown(warning)))
+        line = html.escape(shown(window_words(warning)))  # no command line: the links below do it
+        if others and warning.startswith("the folder also holds"):
+            links = [f"<a href='{OPEN_LINK}{i}'>Open {html.escape(shown(name))}</a>" for i, name in enumerate(others[:3])]
+            if len(others) > 1:
+                links.insert(0, f"<a href='{SERIES_LINK}'>Open the folder as a run</a>")
+            line += " " + " · ".join(links)
+        parts.append(line)
     if len(warnings) > 5:
         parts.append(f"… and {len(warnings) - 5} more warnings")
     text = QLabel("<br>".join(parts))
     text.setTextFormat(Qt.TextFormat.RichText)  # always: the parts are escaped here, never guessed at by Qt
     text.setObjectName("bannerText")
     text.setWordWrap(True)
-    text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                 | Qt.TextInteractionFlag.LinksAccessibleByMouse)
     row.addWidget(text, 1)
     return frame

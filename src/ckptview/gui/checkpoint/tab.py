@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
+    QLabel,
+    QPushButton,
     QSplitter,
     QStackedWidget,
     QToolButton,
@@ -28,7 +31,9 @@ from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, find_row
 from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
+from ckptview.core.session.offers import DOWNLOAD, OPEN, SERIES, WAIT, Offer, offers_for
 from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
 from ckptview.gui.base.gc_guard import collect_when_deleted
@@ -36,8 +41,17 @@ from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.detail import DetailPanel
 from ckptview.gui.checkpoint.filter import TreeFilter
 from ckptview.gui.checkpoint.host import CheckpointContext, NullHost, TabHost
+from ckptview.gui.checkpoint.marks import NonFiniteMarks
 from ckptview.gui.checkpoint.opener import TabOpener
-from ckptview.gui.checkpoint.pages import AskPage, ErrorPage, LoadingPage, PageStack, safety_banner
+from ckptview.gui.checkpoint.pages import (
+    OPEN_LINK,
+    SERIES_LINK,
+    AskPage,
+    ErrorPage,
+    LoadingPage,
+    PageStack,
+    safety_banner,
+)
 from ckptview.gui.checkpoint.side_panels import SidePanels, entries_of
 from ckptview.gui.checkpoint.summary import SummaryHeader
 from ckptview.gui.checkpoint.tree_model import DEVICE, DTYPE, PARAMS, SHARD, SIZE, CheckpointTreeModel
@@ -83,7 +97,10 @@ class CheckpointTab(QWidget):
         self._selecting_names = False  # the graph selected these rows: do not send them back to it
         self._columns_hidden: dict[int, bool] | None = None  # the tree's columns before the graph hid them
         self.graph = None
+        self._offers: dict[str, Offer] = {}  # what the error page offers, by key
+        self.error_actions: dict[str, QPushButton] = {}
         self.opener = TabOpener(self.path, self, self.host.workspace)
+        self._remote: RemoteOptions | None = None  # this tab's remote options, when not the window's (WAIT)
         self.opener.progress.connect(self._on_open_progress)
         self.opener.opened.connect(self._on_opened)
         self.opener.failed.connect(self._show_error)
@@ -105,7 +122,7 @@ class CheckpointTab(QWidget):
 
         `ask_above`: header bytes above which to ask first (-1: the window's setting, None: never ask).
         """
-        self.opener.start(self.host.settings.header_ask_bytes() if ask_above == -1 else ask_above)
+        self.opener.start(self.host.settings.header_ask_bytes() if ask_above == -1 else ask_above, self._remote)
 
     def _on_open_progress(self, step: Progress) -> None:
         if self.state == "loading":
@@ -160,12 +177,51 @@ class CheckpointTab(QWidget):
         if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
             text = redact(text)
         self.state, self.error_text = "error", text
-        page = ErrorPage(self._name, self.path, text)
+        shown_text, offers = offers_for(self.opener.error, text)  # in the window's words, with what fixes it
+        self._offers = {offer.key: offer for offer in offers}
+        page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers])
         page.reload_clicked.connect(self.reload)
-        self.error_label = page.label
+        page.action_clicked.connect(self.take_offer)
+        self.error_label, self.error_actions = page.label, page.offer_buttons
         self.stack.show_only(page)
-        self.status_message.emit(f"Could not open {self._name}: {printable(text)}")
+        self.status_message.emit(f"Could not open {self._name}: {printable(shown_text)}")
         self.failed.emit(text)
+
+    def take_offer(self, key: str) -> None:
+        """Do what the error page offers: open the folder as a run, open the one checkpoint it holds, download
+        a file whose server ignores ranges, or wait longer for a slow server."""
+        offer = self._offers.get(key)
+        if offer is None or self.state != "error":
+            return
+        if offer.key == SERIES:
+            self.host.open_series([str(offer.value)])
+            self.host.close_page(self)  # the run's tab takes the place of this error
+        elif offer.key == OPEN:
+            self.host.open_paths([str(offer.value)])
+            self.host.close_page(self)
+        elif offer.key == DOWNLOAD:
+            self.download_and_open(int(offer.value or 0))
+        elif offer.key == WAIT:
+            # What --deadline sets, for this tab's opens from now on.
+            self._remote = replace(self._remote or self.host.workspace.remote, deadline=float(offer.value or 0))
+            self.reload()
+
+    def _on_banner_link(self, link: str) -> None:
+        """The banner's links: another checkpoint of the folder, or the folder as a run."""
+        others = list(self.checkpoint.metadata.get("_other_checkpoints") or ()) if self.checkpoint else []
+        if link == SERIES_LINK:
+            self.host.open_series([self.path])
+        elif link.startswith(OPEN_LINK) and link[len(OPEN_LINK):].isdigit():
+            index = int(link[len(OPEN_LINK):])
+            if index < len(others):
+                self.host.open_paths([os.path.join(self.path, others[index])])
+
+    def download_and_open(self, limit: int) -> None:
+        """Open the file again, downloading it whole (at most `limit` bytes when no size is announced), its
+        progress on the loading page, Cancel stopping it."""
+        self._show_loading()
+        base = self._remote or self.host.workspace.remote  # the yes is for this open only
+        self.opener.start(None, replace(base, download=True, max_download=limit or None))
 
     def _ask(self, size: int) -> None:
         """A header this large takes seconds and gigabytes to read: open it only when asked to."""
@@ -237,6 +293,9 @@ class CheckpointTab(QWidget):
         self.banner = safety_banner(checkpoint)
         if self.banner is not None:
             box.addWidget(self.banner)
+            text = self.banner.findChild(QLabel, "bannerText")
+            if text is not None:
+                text.linkActivated.connect(self._on_banner_link)
         settings = self.host.settings  # the summary's choice holds for every tab, now and next time
         self.summary = SummaryHeader(checkpoint, top, opened.facts, collapsed=settings.flag(SUMMARY_COLLAPSED))
         self.summary.collapsedChanged.connect(lambda collapsed: settings.set_flag(SUMMARY_COLLAPSED, collapsed))
@@ -245,13 +304,14 @@ class CheckpointTab(QWidget):
         self.model = CheckpointTreeModel(top, self, flat=opened.flat)
         self.tree = CheckpointTreeView(self.model, opened.sharded, opened.devices)
         self.tree.status_message.connect(self.status_message)
-        self.filter = TreeFilter(self.model, self.tree, top, opened.leaf_count, self)
+        self.filter = TreeFilter(self.model, self.tree, top, opened.leaf_count, self, opened.analysis)
         self.filter_edit, self.match_label = self.filter.edit, self.filter.match_label
         self._stops.append(self.filter.stop)
         filter_row = QHBoxLayout()
         filter_row.addWidget(self.summary.toggle)
         filter_row.addWidget(self.filter_edit, 1)
         filter_row.addWidget(self.match_label)
+        filter_row.addWidget(self.filter.cancel_button)  # while a filter's figures are computed
         self.graph_button = QToolButton()
         self.graph_button.setText("Graph")
         self.graph_button.setObjectName("graphButton")
@@ -261,6 +321,8 @@ class CheckpointTab(QWidget):
         filter_row.addWidget(self.graph_button)
         box.addLayout(filter_row)
         self.tree.selectionModel().selectionChanged.connect(self._on_selection)
+        self.marks = NonFiniteMarks(self.model, self.tree, opened.analysis, self)  # NaN/Inf found: marked
+        self._stops.append(self.marks.stop)
         self.tree.expandToDepth(0 if len(self.model.kids(top)) > 1 else 1)
 
         self.detail = DetailPanel(checkpoint, opened.sharing)

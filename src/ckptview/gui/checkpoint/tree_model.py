@@ -15,8 +15,9 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QStyle
 
+from ckptview.core.inspect.figure_terms import FIGURE_LABELS
 from ckptview.core.inspect.grouping import Row
-from ckptview.core.inspect.query import Query, visible_rows
+from ckptview.core.inspect.query import Query, RowOrder, visible_rows
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
 from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
@@ -58,6 +59,7 @@ FETCH_CHUNK = 5000
 WIDTH_SAMPLE = 4000  # rows whose texts size the columns (spread over the tree; the top-level rows too)
 VALUE_CHARS = 16  # a value's text (a repr) longer than this does not widen the Shape column: its tooltip has it
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the grouping Row behind an index
+NONFINITE_ROLE = Qt.ItemDataRole.UserRole + 2  # (NaN, ±Inf) counted below a row by figures computed so far
 Index = QModelIndex | QPersistentModelIndex
 
 
@@ -89,6 +91,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         self._flat: list[Row] | None = flat  # every row, kept for filtering (built by the opening worker)
         self.match_count = top.tensors
         self._sort_column, self._sort_order = -1, Qt.SortOrder.AscendingOrder
+        self._figure_order: RowOrder | None = None  # a `sort:` filter term; a clicked header goes first
+        self._nonfinite: dict[int, tuple[int, int]] = {}  # id(row) -> (NaN, ±Inf) found by figures so far
         self._kids: dict[int, list[Row]] = {}
         self._pos: dict[int, int] = {}
         self._fetched: dict[int, int] = {}
@@ -114,6 +118,8 @@ class CheckpointTreeModel(QAbstractItemModel):
             if self._sort_column >= 0:
                 found = sorted(found, key=_sort_key(self._sort_column),
                                reverse=self._sort_order == Qt.SortOrder.DescendingOrder)
+            elif self._figure_order is not None:
+                found = sorted(found, key=self._figure_order.key)
             self._kids[key] = found
             for i, child in enumerate(found):
                 self._pos[id(child)] = i
@@ -206,6 +212,8 @@ class CheckpointTreeModel(QAbstractItemModel):
             return shown(self._text(row, column))  # names from the file: bounded, no bidi override or newline
         if role == ROW_ROLE:
             return row
+        if role == NONFINITE_ROLE:
+            return self._nonfinite.get(id(row))
         if role == Qt.ItemDataRole.DecorationRole and column == NAME:
             return self._icon(row)
         if role == Qt.ItemDataRole.TextAlignmentRole and column in (SIZE, PARAMS):
@@ -213,6 +221,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return self._tooltip(row, column)
         if role == Qt.ItemDataRole.ForegroundRole:
+            if column == NAME and id(row) in self._nonfinite:  # holds NaN/Inf: the colour NaN has everywhere
+                return color("nan")
             info = row.node.tensor if row.node is not None else None
             if info is not None and (info.broken or (info.storage is not None and info.storage.broken)):
                 return color("error")
@@ -274,6 +284,18 @@ class CheckpointTreeModel(QAbstractItemModel):
                      else shard_text(info) if column == SHARD else self._text(row, column))
             if whole:
                 name = f"{shown(whole)}\n{name}"
+        placed = self.figure_order
+        value = placed.value(row) if placed is not None else None
+        if placed is not None and value is not None:
+            label = FIGURE_LABELS[placed.order.figure]
+            below = "" if row.node is not None and row.node.kind == "tensor" else (
+                f" (the {'largest' if placed.order.descending else 'smallest'} below)")
+            name = f"{name}\n{label} {value:.6g}{below}"
+        counted = self._nonfinite.get(id(row))
+        if counted is not None:
+            words = " and ".join(w for w in (f"{counted[0]:,} NaN" if counted[0] else "",
+                                             f"{counted[1]:,} ±Inf" if counted[1] else "") if w)
+            name = f"{name}\nholds {words} (counted by the figures computed so far)"
         reason = info and (info.broken or (info.storage.broken if info.storage else None))
         if reason:
             return f"{name}\nbroken: {shown(reason)}"
@@ -301,6 +323,14 @@ class CheckpointTreeModel(QAbstractItemModel):
                     found.add(shown(text))
         return {c: sorted(found, key=len, reverse=True)[:count] for c, found in texts.items()}
 
+    def set_nonfinite(self, marks: dict[int, tuple[int, int]]) -> None:
+        """Mark rows holding NaN/Inf (`core.inspect.marks.nonfinite_marks`): names in the NaN colour, counts
+        in the tooltip."""
+        self._nonfinite = marks
+        if self.rowCount():  # every shown name may change colour: repaint them
+            self.dataChanged.emit(self.index(0, NAME), self.index(self.rowCount() - 1, NAME),
+                                  [Qt.ItemDataRole.ForegroundRole])
+
     # --- filter and sort -------------------------------------------------------------------------
     def set_query(self, query: Query) -> None:
         """Show only rows matching `query` and their ancestors (an empty query shows everything)."""
@@ -319,12 +349,19 @@ class CheckpointTreeModel(QAbstractItemModel):
             self._flat = list(self.top.walk())
         return self._flat
 
-    def show_rows(self, visible: set[int] | None, match_count: int) -> None:
-        """Show the rows whose ids are in `visible` (None: all), as computed by `query.visible_rows`."""
+    def show_rows(self, visible: set[int] | None, match_count: int, order: RowOrder | None = None) -> None:
+        """Show the rows whose ids are in `visible` (None: all), as computed by `query.visible_rows`, placed
+        by `order` (a `sort:` term's figure, `query.row_order`) while no header sorts them."""
         self.beginResetModel()
         self._visible, self.match_count = visible, match_count
+        self._figure_order = order
         self._clear()
         self.endResetModel()
+
+    @property
+    def figure_order(self) -> RowOrder | None:
+        """The figure that orders the rows now (None: a header's column or the file's order)."""
+        return self._figure_order if self._sort_column < 0 else None
 
     @property
     def filtered(self) -> bool:

@@ -458,7 +458,8 @@ class CompareTab(QWidget):
         self.status_combo.currentIndexChanged.connect(
             lambda _i: self.model.set_filter(status=self.status_combo.currentData()))
 
-        self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖")
+        self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖",
+                                    "relative-change")
         # Points, not a line: neighbouring tensors are unrelated, a line between them would mean nothing.
         self.rel_curve = self.rel_plot.plot([], [], pen=None, symbol="o", symbolSize=6, symbolPen=None,
                                             symbolBrush=color("plot_accent"))
@@ -476,8 +477,8 @@ class CompareTab(QWidget):
 
         self.hist_label = QLabel("Select a row to compare the values of A and B.")
         self.hist_label.setWordWrap(True)
-        self.hist_plot = plot_widget("value", "count")
-        self.diff_plot = plot_widget("B − A", "count")
+        self.hist_plot = plot_widget("value", "count", "histograms-a-b")
+        self.diff_plot = plot_widget("B − A", "count", "histogram-b-minus-a")
         for plot in (self.hist_plot, self.diff_plot):
             plot.hide()  # no empty axes before a row is chosen
         hist_box = QWidget()

@@ -10,7 +10,7 @@ import os
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, QUrl
+from PySide6.QtCore import QStandardPaths, Qt, QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -35,12 +35,15 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.export import plan as export
 from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.values.repeats import repeats
+from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.base.wrap import message_width, wrap_long_words
+from ckptview.resources import resource_path
 
 if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult
@@ -58,6 +61,26 @@ FORMATS = [
     ("npz", "One .npz archive (keys = tensor names)", "-export.npz"),
     ("safetensors", "One .safetensors file (original names)", "-export.safetensors"),
 ]
+# The installed package (gui/export/dialog.py is three folders below it) and its shipped resources (beside
+# it in a checkout): the bundled example's folder is no place to write an export to.
+INSTALLED_FOLDERS = (os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     os.path.dirname(resource_path("example.pth")))
+
+
+def default_folder(checkpoint_path: str) -> str:
+    """Where an export goes unless the user says: beside the checkpoint, unless that is a URL, a folder
+    that cannot be written, or inside the installed package (the bundled example): then the user's
+    documents folder (or home)."""
+    if not is_url(checkpoint_path):
+        folder = os.path.dirname(os.path.abspath(checkpoint_path))
+        inside = any(folder == p or folder.startswith(p + os.sep) for p in INSTALLED_FOLDERS)
+        if not inside and os.access(folder, os.W_OK):
+            return folder
+    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    return documents if documents and os.path.isdir(documents) and os.access(documents, os.W_OK) \
+        else os.path.expanduser("~")
+
+
 # Ctrl+E is Expand All in the main window; an ambiguous shortcut would fire neither action.
 SHORTCUT = "Ctrl+Shift+S"
 
@@ -113,6 +136,10 @@ class ExportDialog(QDialog):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(False)
+        self.progress.hide()  # shown while an export runs: an idle empty bar reads as a text field
+        self._written: set[str] = set()  # what the last export wrote (until the plan changes)
+        self._written_text = ""
+        self._written_plan: tuple[str, str, bool, bool, bool] | None = None  # the choices that export was made with
         self.status = QLabel()
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -164,9 +191,10 @@ class ExportDialog(QDialog):
         return f"{label}: {len(entries)} tensors, {human_bytes(sum(e.info.nbytes for e in entries))}"
 
     def _default_path(self, fmt: str) -> str:
-        folder, base = os.path.split(os.path.abspath(self.checkpoint.path))
+        path = self.checkpoint.path
+        base = os.path.basename(path.split("?", 1)[0].rstrip("/" + os.sep))
         stem = base.split(".", 1)[0] or "checkpoint"
-        return os.path.join(folder, stem + dict((f, s) for f, _, s in FORMATS)[fmt])
+        return os.path.join(default_folder(path), stem + dict((f, s) for f, _, s in FORMATS)[fmt])
 
     # --- choices ---------------------------------------------------------------------------------
     def format(self) -> str:
@@ -208,6 +236,11 @@ class ExportDialog(QDialog):
     def _update_plan(self) -> None:
         if self.worker is not None:
             return
+        choice = (self.path_edit.text(), self.format(), self.use_selection.isChecked(), self.exact_box.isChecked(),
+                  self.expand_box.isChecked())
+        if self._written and choice == self._written_plan:
+            return  # the preview still says what was written
+        self._written = set()
         self.exact_box.setVisible(self.exact_choice_applies())  # only options that apply are offered
         count, elements, nbytes = self.repeating()
         self.expand_box.setVisible(count > 0)
@@ -217,13 +250,14 @@ class ExportDialog(QDialog):
         try:
             plan = self.plan()
         except CheckpointError as exc:
-            self.notes.setPlainText(str(exc))
+            self.notes.setPlainText(window_words(str(exc)))
             self.preview.setPlainText("")
             self.existing_label.setText("")
             self.export_button.setEnabled(False)
             return
         self.export_button.setEnabled(True)
-        self.notes.setPlainText("\n".join(plan.notes) or "All values are written exactly as stored.")
+        self.notes.setPlainText("\n".join(window_words(n) for n in plan.notes)
+                                or "All values are written exactly as stored.")
         existing = set(plan.existing())
         self.preview.setPlainText(preview_text(plan, existing))
         if existing:
@@ -274,6 +308,7 @@ class ExportDialog(QDialog):
         self.status.setStyleSheet("")
         self.status.setText(f"Writing {len(plan.items)} tensors to {printable(plan.out)} …")
         self._set_running(True)
+        self.progress.show()
         self.worker = self.slot.start(run_export, plan, force=bool(existing))
 
     def cancel(self) -> None:
@@ -300,6 +335,11 @@ class ExportDialog(QDialog):
         text = f"Wrote {len(result.files)} tensors ({human_bytes(result.bytes_written)}) to {printable(result.out)}"
         self.status.setText(text)
         self.open_button.setVisible(True)
+        try:
+            self._written = set(self.plan().final_paths())
+        except CheckpointError:
+            self._written = set()
+        self._written_text = text
 
     def _on_busy(self, busy: bool) -> None:
         if not busy:  # the export ended: written, failed or cancelled
@@ -307,12 +347,22 @@ class ExportDialog(QDialog):
 
     def _on_finished(self) -> None:
         self.worker = None
+        self.progress.hide()
         self._set_running(False)
+        written, self._written = self._written, set()
         self._update_plan()
+        if written:  # what was just written is no file "that exists and will be replaced"
+            plan = self.plan()
+            self.preview.setPlainText(preview_text(plan, set(), written))
+            self.existing_label.setStyleSheet("")
+            self.existing_label.setText(self._written_text + ".")
+            self._written = written
+            self._written_plan = (self.path_edit.text(), self.format(), self.use_selection.isChecked(),
+                                  self.exact_box.isChecked(), self.expand_box.isChecked())
 
     def _show_error(self, message: str) -> None:
         self.status.setStyleSheet(f"color: {color('error').name()}")
-        self.status.setText(shown(message))
+        self.status.setText(shown(window_words(message)))
 
     def result_folder(self) -> str | None:
         """The folder holding what was written (the .npy folder, or the file's folder)."""
@@ -340,9 +390,12 @@ class ExportDialog(QDialog):
 MAX_PREVIEW_LINES = 500
 
 
-def preview_text(plan: ExportPlan, existing: set[str]) -> str:
-    """One line per file (npy folder) or per key (npz, safetensors), existing targets marked."""
+def preview_text(plan: ExportPlan, existing: set[str], written: set[str] | None = None) -> str:
+    """One line per file (npy folder) or per key (npz, safetensors), existing targets marked (and, after an
+    export, the files it `written`)."""
     def mark(path: str) -> str:
+        if written and path in written:
+            return "   [written]"
         return "   [exists: will be replaced]" if path in existing else ""
 
     lines: list[str] = []

@@ -13,10 +13,14 @@ from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.heatmap import HeatMap
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
+from ckptview.gui.base.log_axis import index_axis
 from ckptview.gui.base.plots import (
     follow_background,
+    make_exportable,
     nonfinite_caption,
     nonfinite_colors,
+    say_drawn,
+    say_nothing,
     style_color_bar,
     style_plot,
 )
@@ -69,6 +73,7 @@ class HeatmapPanel(QWidget):
 
     def __init__(self, context: CheckpointContext | None = None, parent: QWidget | None = None) -> None:
         import pyqtgraph as pg
+
         super().__init__(parent)
         # The picture comes from the checkpoint's Analysis: read once per tensor and axis, the last few kept.
         self.analysis = context.analysis if context is not None else Analysis()
@@ -96,7 +101,8 @@ class HeatmapPanel(QWidget):
         controls.addStretch(1)
         self.graphics = pg.GraphicsLayoutWidget()
         follow_background(self.graphics)
-        self.plot = self.graphics.addPlot()
+        make_exportable(self.graphics, "heatmap")
+        self.plot = self.graphics.addPlot(axisItems={"left": index_axis("left"), "bottom": index_axis("bottom")})
         style_plot(self.plot, "column (other dims flattened)", "row", widget=self)
         self.plot.invertY(True)
         self.plot.setAspectLocked(False)
@@ -117,6 +123,7 @@ class HeatmapPanel(QWidget):
         self.axis.valueChanged.connect(lambda _: self._restart())
         self.percentile.valueChanged.connect(lambda _: self._show())
         self.graphics.scene().sigMouseMoved.connect(self._on_mouse)
+        say_nothing(self.plot, "Select a tensor.")
 
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the first selected tensor."""
@@ -143,8 +150,10 @@ class HeatmapPanel(QWidget):
         if self.info is None:
             self.slot.cancel()
             self.status.setText("Select a tensor to see it as a heat-map.")
+            say_nothing(self.plot, "Select a tensor.")
             return
         self.status.setText("reading…")
+        say_nothing(self.plot, "reading…")
         self.slot.start(self.analysis.matrix_preview, self.info, self.axis.value())
 
     def _on_result(self, hm: object) -> None:
@@ -164,7 +173,9 @@ class HeatmapPanel(QWidget):
             self.image.clear()
             self.marks.clear()
             self.status.setText(f"{rows} x {cols}: nothing to draw")
+            say_nothing(self.plot, f"{rows} x {cols}: no values to draw")
             return
+        say_drawn(self.plot)
         pct = self.percentile.value()
         shown, m = display_image(hm.image, pct)
         self.levels = (-m, m)

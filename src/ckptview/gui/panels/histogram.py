@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QProgressBar,
@@ -27,7 +26,17 @@ from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, PreviewReady
 from ckptview.core.figures.histogram import DEFAULT_BINS
 from ckptview.core.jobs import Progress
-from ckptview.gui.base.plots import legend_html, plot_widget, series_color
+from ckptview.gui.base.log_axis import log_tick_axis
+from ckptview.gui.base.plots import (
+    compact_when_short,
+    export_plot,
+    follow_background,
+    legend_html,
+    make_exportable,
+    series_color,
+    style_plot,
+    titles_if_tall,
+)
 from ckptview.gui.base.workers import JobSlot
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
@@ -37,7 +46,16 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
     from ckptview.core.figures.histogram import Histogram
 
 
-PLOT_MIN_HEIGHT = 90
+PLOT_MIN_HEIGHT = 90  # a histogram shorter than this reads as a line
+STACKED_MIN_HEIGHT = 64  # pixels of each plot stacked on its own count axis: two labels of counts
+VALUE_AXIS_HEIGHT = 44  # pixels of the value axis under the last stacked plot: its numbers and its title
+SEPARATE_RATIO = 10  # peak counts this many times apart: each histogram gets its own count axis
+
+
+def separate_axes(hists: list[Histogram]) -> bool:
+    """True when histograms drawn together would make one a flat line: their peaks differ tenfold or more."""
+    peaks = [int(h.counts.max()) if h.counts.size else 0 for h in hists]
+    return len(hists) > 1 and max(peaks) >= SEPARATE_RATIO * max(1, min(peaks))
 
 
 class HistogramView(QWidget):
@@ -48,6 +66,8 @@ class HistogramView(QWidget):
     status: QLabel  # made below the job slot whose error handler writes to it
 
     def __init__(self, analysis: Analysis, parent: QWidget | None = None) -> None:
+        import pyqtgraph as pg
+
         super().__init__(parent)
         self.analysis = analysis  # the checkpoint's: figures computed once, shared with the other panels
         self.items: list[tuple[str, TensorInfo]] = []
@@ -62,7 +82,9 @@ class HistogramView(QWidget):
         self.bins.setPrefix("bins ")
         self.log_y = QCheckBox("log y")
         self.log_x = QCheckBox("log |x|")
-        self.export_button = QPushButton("Export PNG…")
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Save the histogram as a PNG image or an SVG drawing (also in the plot's "
+                                      "right-click menu)")
         self.cancel_button = QPushButton("Cancel")
         self.progress = QProgressBar(maximum=1000, textVisible=False)
         self.progress.setMaximumWidth(120)
@@ -74,8 +96,14 @@ class HistogramView(QWidget):
             controls.addWidget(w)
         controls.addWidget(self.hover, 1)
 
-        self.plot = plot_widget("value", "count")
-        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)  # a histogram shorter than this reads as a line
+        # One plot, or one per histogram when their counts differ by orders of magnitude (65,536 and 1,280
+        # values on one count axis made the small one a flat line); `plot.plotItem` is the first.
+        self.plot = pg.GraphicsLayoutWidget()
+        follow_background(self.plot)
+        self.export_action = make_exportable(self.plot, "histogram")
+        compact_when_short(self.plot)  # a short plot gives its axis titles' lines to the data
+        self._items: list[pg.PlotItem] = []
+        self._set_plot_count(1)
         self.curves: list[pg.PlotDataItem] = []
         self.status = QLabel()  # the legend (one coloured line per series): preview/exact, NaN/Inf counts
         self.status.setWordWrap(True)
@@ -94,6 +122,37 @@ class HistogramView(QWidget):
         self.export_button.clicked.connect(self._ask_export)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse)
         self._on_busy(False)
+
+    def _set_plot_count(self, count: int) -> None:
+        """Exactly `count` plots stacked (the first one kept), x axes linked: values line up."""
+        while len(self._items) > count:
+            self.plot.removeItem(self._items.pop())
+        while len(self._items) < count:
+            item = self.plot.addPlot(row=len(self._items), col=0, axisItems={"left": log_tick_axis("left")})
+            style_plot(item, left="count", widget=self)
+            if self._items:
+                item.setXLink(self._items[0])
+            self._items.append(item)
+        self.plot.plotItem = self._items[0]
+        for i, item in enumerate(self._items):  # the value axis is named once, under the last plot
+            item.setLabel("bottom", self._x_label() if i == len(self._items) - 1 else None)
+            item.getAxis("bottom").setStyle(showValues=i == len(self._items) - 1)
+        # Stacked plots keep two count labels each and no "count" title (the titles of two 40 px plots ran
+        # into each other, "countcount"; the legend says each has its own axis); the view grows to hold them.
+        # The last plot holds the value axis too (its numbers and title) below its counts.
+        for i, item in enumerate(self._items):
+            item.setLabel("left", "count" if count == 1 else None)
+            below = VALUE_AXIS_HEIGHT if i == count - 1 else 0
+            item.setMinimumHeight(STACKED_MIN_HEIGHT + below if count > 1 else 0)
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT if count == 1 else count * STACKED_MIN_HEIGHT + VALUE_AXIS_HEIGHT + 20)
+        titles_if_tall(self.plot)
+
+    def _x_label(self) -> str:
+        return "log10 |x|" if self.log_x.isChecked() else "value"
+
+    def plot_items(self) -> list[pg.PlotItem]:
+        """The plots shown: one, or one per histogram whose counts differ by orders of magnitude."""
+        return list(self._items)
 
     # -- requests ------------------------------------------------------------------------------------
     def set_tensors(self, items: list[tuple[str, TensorInfo]]) -> None:
@@ -141,15 +200,20 @@ class HistogramView(QWidget):
     # -- drawing -------------------------------------------------------------------------------------
     def _draw(self, hists: list[Histogram]) -> None:
         import pyqtgraph as pg
-        for curve in self.curves:
-            self.plot.removeItem(curve)
+        for item in self._items:
+            for curve in self.curves:
+                if curve in item.listDataItems():
+                    item.removeItem(curve)
         self.curves = []
         many = len(hists) > 1
+        apart = separate_axes(hists)
+        self._set_plot_count(len(hists) if apart else 1)
         legend = []
         for i, (hist, (name, _)) in enumerate(zip(hists, self.items, strict=False)):
             color = series_color(i, len(hists))
             brush = pg.mkBrush(color.red(), color.green(), color.blue(), 60 if many else 120)
-            curve = self.plot.plot(
+            item = self._items[i if apart else 0]
+            curve = item.plot(
                 hist.edges, hist.counts, stepMode="center", fillLevel=0 if not self.log_y.isChecked() else None,
                 brush=brush, pen=pg.mkPen(color),
             )
@@ -158,17 +222,20 @@ class HistogramView(QWidget):
             extra = f", zeros {hist.zeros:,} (not on a log axis)" if hist.log_x else ""
             legend.append((color, f"{name}: {kind}; NaN {hist.nan:,}, +Inf {hist.posinf:,}, "
                                   f"−Inf {hist.neginf:,}{extra}"))
-        self.plot.setLabel("bottom", "log10 |x|" if self.log_x.isChecked() else "value")
+        for item in self._items:
+            item.enableAutoRange()
         self.plot.setVisible(bool(hists))  # no empty 0..1 axes while nothing is drawn
         if hists:
-            self.status.setText(legend_html(legend))
+            note = " (each on its own count axis: their counts differ by orders of magnitude)" if apart else ""
+            self.status.setText(legend_html(legend) + note)
         self._apply_log_y()
 
     def _apply_log_y(self) -> None:
         log_y = self.log_y.isChecked()
         for curve in self.curves:
             curve.setFillLevel(None if log_y else 0)
-        self.plot.setLogMode(x=False, y=log_y)
+        for item in self._items:
+            item.setLogMode(x=False, y=log_y)
 
     def plotted_counts(self) -> list[np.ndarray]:
         """The counts currently drawn, one array per curve (tests read the plot through this)."""
@@ -189,17 +256,14 @@ class HistogramView(QWidget):
         return "; ".join(parts)
 
     def _on_mouse(self, pos: object) -> None:
-        vb = self.plot.plotItem.vb
-        if self.plot.sceneBoundingRect().contains(pos):
-            self.hover.setText(self.hover_text(vb.mapSceneToView(pos).x()) or " ")
+        for item in self._items:
+            if item.sceneBoundingRect().contains(pos):
+                self.hover.setText(self.hover_text(item.vb.mapSceneToView(pos).x()) or " ")
+                return
 
     def export_png(self, path: str) -> None:
-        """Write the plot as a PNG image."""
-        from pyqtgraph.exporters import ImageExporter
-
-        ImageExporter(self.plot.plotItem).export(path)
+        """Write the plot as a PNG image (an SVG drawing for a .svg name)."""
+        export_plot(self.plot, path)
 
     def _ask_export(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export histogram", "histogram.png", "PNG image (*.png)")
-        if path:
-            self.export_png(path)
+        self.export_action.trigger()

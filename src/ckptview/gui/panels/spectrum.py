@@ -31,7 +31,14 @@ from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure, human_bytes
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import color
-from ckptview.gui.base.plots import follow_background, palette_colors, style_plot
+from ckptview.gui.base.plots import (
+    follow_background,
+    make_exportable,
+    palette_colors,
+    say_drawn,
+    say_nothing,
+    style_plot,
+)
 from ckptview.gui.base.tables import cell_text
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -143,13 +150,20 @@ class SpectrumPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.graphics = pg.GraphicsLayoutWidget()
         follow_background(self.graphics)
+        make_exportable(self.graphics, "spectrum")
         self.esd_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
                                                          "bottom": log_tick_axis("bottom")})
         style_plot(self.esd_plot, "eigenvalue of W^T W", "density", widget=self)
         self.esd_plot.setLogMode(x=True, y=True)
-        self.sv_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left")})
+        self.sv_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
+                                                        "bottom": log_tick_axis("bottom")})
         style_plot(self.sv_plot, "index", "singular value", widget=self)
         self.sv_plot.setLogMode(x=False, y=True)
+        self.esd_legend = QLabel("")  # every line of the ESD plot, named beside it (never over the data)
+        self.esd_legend.setObjectName("esdLegend")
+        self.esd_legend.setTextFormat(Qt.TextFormat.RichText)
+        self.esd_legend.setWordWrap(True)
+        self.esd_legend.hide()
         self.figures = QLabel("")
         self.figures.setWordWrap(True)
         self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -177,6 +191,7 @@ class SpectrumPanel(QWidget):
         top_layout = QVBoxLayout(top)
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.addWidget(self.graphics, 1)
+        top_layout.addWidget(self.esd_legend)
         top_layout.addWidget(self.figures)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(top)
@@ -187,6 +202,7 @@ class SpectrumPanel(QWidget):
         layout.addWidget(splitter, 1)
         layout.addWidget(self.expand_box)
         layout.addWidget(self.status)
+        self._clear_plots()
 
     # -- selection ----------------------------------------------------------------------------------
     def set_selection(self, entries: Sequence[Selected]) -> None:
@@ -257,10 +273,10 @@ class SpectrumPanel(QWidget):
         if index in self.spectra:
             self._draw(index)
         elif index in self.errors:
-            self._clear_plots()
+            self._clear_plots("Could not read this weight.")
             self.figures.setText(self.errors[index])
         else:
-            self._clear_plots()
+            self._clear_plots("computing…")
             self.figures.setText("computing…")
 
     # -- table --------------------------------------------------------------------------------------
@@ -359,10 +375,14 @@ class SpectrumPanel(QWidget):
         return f"{len(self.spectra)} weight{'s' if len(self.spectra) != 1 else ''}, {flagged} flagged{failed}"
 
     # -- plots --------------------------------------------------------------------------------------
-    def _clear_plots(self) -> None:
+    def _clear_plots(self, why: str = "") -> None:
+        """Empty both plots; each says `why` (what it waits for) in its middle."""
         self.esd_plot.clear()
         self.sv_plot.clear()
         self.figures.setText("")
+        self.esd_legend.hide()
+        for plot in (self.esd_plot, self.sv_plot):
+            say_nothing(plot, why or "Select a weight or a module.")
 
     def _draw(self, index: int) -> None:
         import numpy as np
@@ -371,15 +391,27 @@ class SpectrumPanel(QWidget):
         s = self.spectra[index]
         name = self.weights[index][0]
         self._clear_plots()
+        for plot in (self.esd_plot, self.sv_plot):
+            say_drawn(plot)
         fg = palette_colors(self)[1]
         x, y, fx, fy = esd_curve(s)
+        legend: list[tuple[str, str]] = []
         if x.size:
             self.esd_plot.plot(x, y, pen=pg.mkPen(fg), symbol="o", symbolSize=4, symbolBrush=fg, name="ESD")
-        if fx.size:
-            self.esd_plot.plot(fx, fy, pen=pg.mkPen(color("plot_mark"), width=2, style=Qt.PenStyle.DashLine),
+            legend.append((fg.name(), "ESD (points): density of the eigenvalues of W<sup>T</sup>W"))
+        if fx.size and s.fit is not None:
+            fit_color, xmin_color = color("plot_mark").name(), color("plot_accent").name()
+            self.esd_plot.plot(fx, fy, pen=pg.mkPen(fit_color, width=2, style=Qt.PenStyle.DashLine),
                                name="power-law fit")
-            self.esd_plot.addItem(pg.InfiniteLine(np.log10(s.fit.xmin), angle=90,  # type: ignore[union-attr]
-                                                  pen=pg.mkPen(color("plot_accent"), style=Qt.PenStyle.DotLine)))
+            self.esd_plot.addItem(pg.InfiniteLine(np.log10(s.fit.xmin), angle=90,
+                                                  pen=pg.mkPen(xmin_color, style=Qt.PenStyle.DotLine)))
+            legend.append((fit_color, f"power-law fit of the tail (dashed), alpha {s.fit.alpha:.2f}"))
+            legend.append((xmin_color, f"xmin {s.fit.xmin:.3g} (dotted): where the fitted tail begins"))
+        # Each line's colour on a square (a graphical object: 3:1 against the background), the words in the
+        # text colour (4.5:1): a line's colour need not be readable as text.
+        self.esd_legend.setText(" &nbsp; ".join(f"<span style='color:{hue}'>&#9632;</span>&nbsp;{text}"
+                                                for hue, text in legend))
+        self.esd_legend.setVisible(bool(legend))
         sv = s.singular_values[s.singular_values > 0]
         if sv.size:
             self.sv_plot.plot(np.arange(1, sv.size + 1), sv, pen=pg.mkPen(fg))

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
+    QMenu,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -129,6 +131,13 @@ class StatsPanel(QWidget):
         # Stretched columns never scroll sideways: no room kept for a scroll bar (a 640 px screen needs it).
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         keep_rows_visible(self.table, len(JSON_KEYS))  # every figure, +Inf and −Inf included, always in view
+        # The whole table to the clipboard (Ctrl+C, or the context menu): tab-separated, with its headers.
+        copy = QShortcut(QKeySequence.StandardKey.Copy, self.table)
+        copy.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        copy.activated.connect(self.copy_table)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(
+            lambda pos: self.table_menu().exec(self.table.viewport().mapToGlobal(pos)))
         self.status = QLabel("Select a tensor or a module to see its statistics.")
         # A module's counters on their own line: their values are no weight's (a step counter at 1,000).
         self.counters = QLabel()
@@ -180,6 +189,27 @@ class StatsPanel(QWidget):
         else:
             self.slot.cancel()
             self.status.setText("Select a tensor or a module to see its statistics.")
+
+    def table_text(self) -> str:
+        """The table as tab-separated lines: a header line ('figure' and each column's whole label), then
+        one line per figure, as shown."""
+        lines = ["\t".join(["figure"] + [label for label, _ in self.targets])]
+        for row, key in enumerate(JSON_KEYS):
+            lines.append("\t".join([LABELS[key]] + [cell_text(self.table, row, col)
+                                                     for col in range(self.table.columnCount())]))
+        return "\n".join(lines)
+
+    def copy_table(self) -> None:
+        """Put the whole table on the clipboard."""
+        QGuiApplication.clipboard().setText(self.table_text())
+
+    def table_menu(self) -> QMenu:
+        """The table's context menu."""
+        menu = QMenu(self)
+        action = menu.addAction("Copy table", self.copy_table)
+        action.setShortcut(QKeySequence.StandardKey.Copy)
+        action.setEnabled(bool(self.targets))
+        return menu
 
     def figures(self, column: int = 0) -> dict[str, str]:
         """The texts shown in one column, by JSON key (tests read the panel through this)."""

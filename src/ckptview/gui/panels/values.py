@@ -158,9 +158,14 @@ class ValuesModel(QAbstractTableModel):
         return 0 if parent.isValid() else self.page_size(1)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if role == Qt.ItemDataRole.DisplayRole:
-            return str(section + self.origin[0 if orientation == Qt.Orientation.Vertical else 1])
-        return None
+        """Rows and columns are numbered by the tensor's own indices ([2000:2010, 4000:] reads 2000.., 4000..)."""
+        if role not in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole) or self.view is None:
+            return None
+        axis = 0 if orientation == Qt.Orientation.Vertical else 1
+        where = self.view.source_index(axis, section + self.origin[axis])
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return None if where is None else f"index {where[1]:,} of dim {where[0]}"
+        return "" if where is None else str(where[1])
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if role == Qt.ItemDataRole.TextAlignmentRole:

@@ -17,9 +17,16 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.series.cells import KIND_NAMES, VALUE, Cells
 from ckptview.core.series.timeline import open_checkpoint, series_tensor
 from ckptview.core.session.workspace import Holdings
-from ckptview.gui.base.log_axis import AxisMixinBase, axis_item, log_tick_axis, tick_font_metrics
+from ckptview.gui.base.log_axis import AxisMixinBase, LogTicks, axis_item, log_tick_axis, tick_font_metrics
 from ckptview.gui.base.palette import Theme, contrast, on_palette_change, theme
-from ckptview.gui.base.plots import follow_background, style_color_bar, style_plot
+from ckptview.gui.base.plots import (
+    follow_background,
+    make_exportable,
+    say_drawn,
+    say_nothing,
+    style_color_bar,
+    style_plot,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,6 +42,19 @@ def as_array(values: Sequence[float | int | None]) -> np.ndarray:
     import numpy as np
 
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def whole_steps(plot: pg.PlotItem, xs: np.ndarray) -> None:
+    """Tick `plot`'s x axis (a `log_tick_axis`) at whole numbers only when every x is one (steps, epochs,
+    run order): steps 1, 2, 3 never read 1.5 and 2.5 between them."""
+    import numpy as np
+
+    axis = plot.getAxis("bottom")
+    if isinstance(axis, LogTicks):
+        finite = xs[np.isfinite(xs)]
+        axis.whole_numbers = bool(finite.size) and bool(np.all(finite == np.round(finite)))
+        axis.picture = None  # its ticks are drawn again
+        axis.update()
 
 
 def style_plots(owner: QWidget, graphics: pg.GraphicsLayoutWidget, *plots: pg.PlotItem) -> None:
@@ -117,13 +137,14 @@ class LinePlots(QWidget):
         self.log_box.toggled.connect(self._apply_log)
         self.graphics = pg.GraphicsLayoutWidget()
         self.norm_plot = self.graphics.addPlot(row=0, col=0, title="L2 norm",
-                                               axisItems={"left": log_tick_axis("left")})
+                                               axisItems={"left": log_tick_axis("left"), "bottom": log_tick_axis("bottom")})
         self.ratio_plot = self.graphics.addPlot(row=1, col=0, title="update ratio ||w_t - w_(t-1)|| / ||w_(t-1)||",
-                                                axisItems={"left": log_tick_axis("left")})
+                                                axisItems={"left": log_tick_axis("left"), "bottom": log_tick_axis("bottom")})
         self.ratio_plot.setXLink(self.norm_plot)
         for plot in (self.norm_plot, self.ratio_plot):
             plot.getAxis("left").setWidth(56)  # both plots' data areas line up
         style_plots(self, self.graphics, self.norm_plot, self.ratio_plot)
+        make_exportable(self.graphics, "norms-and-update-ratios")
         self.legend = QLabel()
         self.legend.setObjectName("seriesLinesLegend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
@@ -153,8 +174,9 @@ class LinePlots(QWidget):
         xs = np.asarray(x, dtype=np.float64)
         self.series = {label: (xs, as_array(v[0]), as_array(v[1])) for label, v in lines.items()}
         self.nonfinite = {label: as_array(v[2]) for label, v in lines.items() if len(v) > 2}
-        self.norm_plot.setLabel("bottom", x_label)
-        self.ratio_plot.setLabel("bottom", x_label)
+        for plot in (self.norm_plot, self.ratio_plot):
+            plot.setLabel("bottom", x_label)
+            whole_steps(plot, xs)
         self._redraw()
 
     def mark(self, x: float | None, text: str = "") -> None:
@@ -183,6 +205,7 @@ class LinePlots(QWidget):
         entries: list[tuple[str, ...]] = []
         current = theme()
         mark = current.hex("plot_mark")
+        drawn = {id(self.norm_plot): False, id(self.ratio_plot): False}
         for i, (label, (xs, norms, ratios)) in enumerate(self.series.items()):
             color = current.series_color(i).name()
             pen = pg.mkPen(color, width=2)
@@ -191,12 +214,35 @@ class LinePlots(QWidget):
                 if np.isnan(shown).all():
                     continue  # nothing to draw yet (pyqtgraph warns on an all-NaN curve)
                 plot.plot(xs, shown, pen=pen, symbol="o", symbolSize=5, symbolBrush=color, connect="finite")
+                drawn[id(plot)] = True
             entries.append((color, label))
             self._cross(label, xs, np.where(norms > 0, norms, np.nan) if log else norms)
+        for plot, index, what in ((self.norm_plot, 1, "norm"), (self.ratio_plot, 2, "update ratio")):
+            if drawn[id(plot)]:
+                say_drawn(plot)
+            else:
+                say_nothing(plot, self._why_empty(index, what))
         if self.crosses:
             entries.append((mark, "holds NaN/Inf", "&#10005;"))
         self.legend.setText(inline_legend(entries) if entries else "Select tensors or modules to draw them.")
         self._draw_mark()
+
+    def _why_empty(self, index: int, what: str) -> str:
+        """Why a plot draws nothing: no selection, no figure yet, or figures a log axis cannot place."""
+        import numpy as np
+
+        if not self.series:
+            return "Select tensors or modules to draw them."
+        values = np.concatenate([s[index] for s in self.series.values()])
+        finite = values[np.isfinite(values)]
+        if not finite.size:
+            return (f"No {what} yet: it needs two checkpoints that hold the tensor." if index == 2
+                    else f"No {what} yet.")
+        if (finite == 0).all():
+            words = ("the values did not change from one checkpoint to the next" if index == 2
+                     else "every value is zero")
+            return f"{what.capitalize()} 0 at every step ({words}): nothing to draw on a log axis."
+        return f"No positive {what} to draw on a log axis."
 
     def _cross(self, label: str, xs: np.ndarray, shown: np.ndarray) -> None:
         import numpy as np
@@ -286,6 +332,7 @@ class UpdateHeatMap(QWidget):
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         style_plots(self, self.graphics, self.plot)
+        make_exportable(self.graphics, "update-heatmap")
         self.colormap = pg.colormap.get("viridis")
         self.colors = heat_colors()
         self.top = 0.0
@@ -443,10 +490,12 @@ class HistogramsOverSteps(QWidget):
 
         super().__init__(parent)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.plot = self.graphics.addPlot(title="values over the run (log counts)")
+        self.plot = self.graphics.addPlot(title="values over the run (log counts)",  # a column per checkpoint
+                                          axisItems={"bottom": log_tick_axis("bottom", whole_numbers=True)})
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         style_plots(self, self.graphics, self.plot)
+        make_exportable(self.graphics, "values-over-the-run")
         self.bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("inferno"), interactive=False)
         style_color_bar(self.bar, self)
         self.bar.setImageItem(self.image, insert_in=self.plot)
@@ -457,20 +506,25 @@ class HistogramsOverSteps(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.graphics, 1)
         layout.addWidget(self.status)
+        self.clear("Select a tensor to see its values over the run.")
 
     def clear(self, message: str) -> None:
-        """Empty the picture and say why."""
+        """Empty the picture and say why (in the plot too: no empty -0.5..0.5 axes)."""
         import numpy as np
 
         self.counts = np.zeros((0, 0), dtype=np.int64)
         self.image.clear()
+        self.bar.hide()
         self.status.setText(message)
+        say_nothing(self.plot, message)
 
     def set_histograms(self, name: str, hists: list[Histogram | None], value_range: tuple[float, float]) -> None:
         """Show one column per checkpoint (bins from ``value_range``)."""
         import numpy as np
 
         bins = next((h.counts.size for h in hists if h is not None), HIST_BINS)
+        say_drawn(self.plot)
+        self.bar.show()
         self.counts = np.zeros((bins, len(hists)), dtype=np.int64)
         for t, h in enumerate(hists):
             if h is not None:

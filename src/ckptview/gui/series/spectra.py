@@ -14,8 +14,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
+from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import theme
-from ckptview.gui.series.plots import as_array, inline_legend, style_plots
+from ckptview.gui.base.plots import make_exportable, say_drawn, say_nothing
+from ckptview.gui.series.plots import as_array, inline_legend, style_plots, whole_steps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,12 +33,15 @@ class SpectralLines(QWidget):
 
         super().__init__(parent)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.alpha_plot = self.graphics.addPlot(row=0, col=0, title="alpha (power-law exponent of the ESD tail)")
-        self.rank_plot = self.graphics.addPlot(row=1, col=0, title="stable rank ||W||_F^2 / ||W||_2^2")
+        self.alpha_plot = self.graphics.addPlot(row=0, col=0, title="alpha (power-law exponent of the ESD tail)",
+                                                axisItems={"bottom": log_tick_axis("bottom")})
+        self.rank_plot = self.graphics.addPlot(row=1, col=0, title="stable rank ||W||_F^2 / ||W||_2^2",
+                                               axisItems={"bottom": log_tick_axis("bottom")})
         self.rank_plot.setXLink(self.alpha_plot)
         for plot in (self.alpha_plot, self.rank_plot):
             plot.getAxis("left").setWidth(56)
         style_plots(self, self.graphics, self.alpha_plot, self.rank_plot)
+        make_exportable(self.graphics, "spectra-over-the-run")
         self.legend = QLabel("Select weights (2-D tensors) or modules to draw their spectra.")
         self.legend.setObjectName("seriesSpectraLegend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
@@ -63,10 +68,12 @@ class SpectralLines(QWidget):
         for plot in (self.alpha_plot, self.rank_plot):
             plot.clear()
             plot.setLabel("bottom", x_label)
+            whole_steps(plot, xs)
         band = pg.LinearRegionItem((ALPHA_LOW, ALPHA_HIGH), orientation="horizontal", movable=False,
                                    brush=pg.mkBrush(*RANGE_BRUSH), pen=pg.mkPen(None))
         self.alpha_plot.addItem(band, ignoreBounds=True)
         entries: list[tuple[str, ...]] = []
+        drawn = {id(self.alpha_plot): False, id(self.rank_plot): False}
         for i, (label, (line_x, alpha, rank)) in enumerate(self.series.items()):
             color = theme().series_color(i).name()
             pen = pg.mkPen(color, width=2)
@@ -74,7 +81,14 @@ class SpectralLines(QWidget):
                 if np.isnan(ys).all():
                     continue  # pyqtgraph warns on an all-NaN curve
                 plot.plot(line_x, ys, pen=pen, symbol="o", symbolSize=5, symbolBrush=color, connect="finite")
+                drawn[id(plot)] = True
             entries.append((color, label))
+        for plot, what in ((self.alpha_plot, "alpha"), (self.rank_plot, "stable rank")):
+            if drawn[id(plot)]:
+                say_drawn(plot)
+            else:
+                say_nothing(plot, f"No {what} yet: select weights (2-D tensors) or modules." if not self.series
+                            else f"No {what} fitted yet for the selected weights.")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         if entries:
             self.legend.setText(inline_legend(entries) + f" &nbsp; (shaded: alpha in [{ALPHA_LOW:g}, {ALPHA_HIGH:g}])")

@@ -135,7 +135,7 @@ class SeriesTab(QWidget):
         # Bound methods, not lambdas: Qt drops these connections when the tab is deleted.
         self.histogram_job.returned.connect(self._on_histograms)
         self.histogram_job.errored.connect(self._on_histograms_error)
-        self._hist_request: tuple[str, tuple[float, float]] | None = None  # what the current histograms show
+        self._hist_request: tuple[str, tuple[float, float], str] | None = None  # what the current histograms show
         self.spectra_job = JobSlot(self)  # the weights' spectra the Spectra view lacks
         self.spectra_job.returned.connect(self._on_spectra)
         self.spectra_job.errored.connect(self._on_spectra_error)
@@ -533,6 +533,9 @@ class SeriesTab(QWidget):
         self.histogram_job.cancel()
         tensors = [n for k, n in self.selected() if k == "tensor"]
         r = self.result
+        label = ""
+        if not tensors and r is not None:  # a module (the default selection): its largest tensor
+            tensors, label = self._largest_of_modules()
         if not tensors or r is None or self.done_count() == 0:
             self.histograms.clear("Select a tensor to see its values over the run.")
             return
@@ -547,14 +550,29 @@ class SeriesTab(QWidget):
         value_range = (float(min(lows)), float(max(highs)))
         paths = [ref.path for ref in r.checkpoints[:done]]
         self.histograms.clear(f"{printable(name)}: reading…")
-        self._hist_request = (name, value_range)
+        self._hist_request = (name, value_range, label)
         self.histogram_job.start(histograms_job, paths, name, value_range, HIST_BINS, self._res.holdings)
+
+    def _largest_of_modules(self) -> tuple[list[str], str]:
+        """The largest floating-point tensor of the first selected module that has one, and words saying so."""
+        r = self.result
+        assert r is not None
+        members = module_names(r.tensors)
+        for kind, module in self.selected():
+            if kind != "module":
+                continue
+            floating = [n for n in members.get(module, []) if (s := r.tensors[n]).shape is not None
+                        and s.dtype is not None and dtypes.is_floating(s.dtype)]
+            if floating:
+                name = max(floating, key=lambda n: math.prod(r.tensors[n].shape or ()))
+                return [name], f" (the largest tensor of the selected module {printable(module)})"
+        return [], ""
 
     def _on_histograms(self, hists: list[Any]) -> None:
         if self._hist_request is None:
             return
-        name, value_range = self._hist_request  # the slot forwards the current job's result only
-        self.histograms.set_histograms(printable(name), hists, value_range)
+        name, value_range, label = self._hist_request  # the slot forwards the current job's result only
+        self.histograms.set_histograms(printable(name) + label, hists, value_range)
         self.histograms_ready.emit((name, hists))
 
     def _on_histograms_error(self, exc: BaseException) -> None:

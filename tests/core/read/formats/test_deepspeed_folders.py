@@ -11,7 +11,7 @@ import torch
 
 from ckptview.commands.info import info_dict
 from ckptview.core.inspect.optimizer import find_optimizers
-from ckptview.core.read.folder_contents import run_folder_message
+from ckptview.core.read.folder_contents import run_folder_error
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import read_values
 from ckptview.core.series.discover import expand_folder, find_position
@@ -153,11 +153,12 @@ def test_the_output_folder_is_a_run(tmp_path, monkeypatch):
             position = find_position(ckpt, s.folder)
             assert position.step == s.step
             assert position.step_source == "file: mp_rank_00_model_states.pt.global_steps"
-            assert run_folder_message(s.folder) is None  # one step: never "ckptview series" on it
+            assert run_folder_error(s.folder) is None  # one step: never "ckptview series" on it
         finally:
             ckpt.close()
-    message = run_folder_message(out)
-    assert message is not None and "3 checkpoints" in message and f"ckptview series {out}" in message
+    error = run_folder_error(out)
+    assert error is not None and "3 checkpoints" in str(error) and f"ckptview series {out}" in str(error)
+    assert len(error.names) == 3  # what the window offers to open
 
 
 def test_info_on_a_step_and_on_the_run(tmp_path, monkeypatch, capsys):

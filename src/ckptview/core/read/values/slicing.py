@@ -125,6 +125,16 @@ class LazySlice2D:
         self.shape: tuple[int, int] = tuple((1,) * (2 - len(out_shape)) + tuple(out_shape))  # type: ignore[assignment]
         self.dtype = info.dtype
 
+    def source_index(self, axis: int, i: int) -> tuple[int, int] | None:
+        """(dimension, index in the tensor) of row (axis 0) or column (axis 1) ``i`` of the slice; None for
+        the made-up row (and column) of a 0-/1-D selection, which is no index of the tensor."""
+        kept = (None,) * (2 - len(self._kept)) + tuple(self._kept)
+        found = kept[axis]
+        if found is None:
+            return None
+        dim, start, step, _length = found
+        return dim, start + i * step
+
     def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
         import numpy as np
 

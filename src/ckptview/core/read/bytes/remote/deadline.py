@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from ckptview.core.errors import RemoteError
+from ckptview.core.errors import RemoteTooSlow
 
 MIN_RATE = 128 << 10  # bytes per second: a request's allowance grows by one second per 128 KiB it carries
 
@@ -31,10 +31,10 @@ def allowance(deadline: float, nbytes: int) -> float:
     return deadline + max(0, nbytes) / MIN_RATE
 
 
-def late(url_shown: str, seconds: float) -> RemoteError:
+def late(url_shown: str, seconds: float) -> RemoteTooSlow:
     """The one-line error of a request that ran past its deadline."""
-    return RemoteError(f"cannot read {url_shown}: no complete answer within {seconds:.4g} s (the deadline of "
-                       "a request: --deadline SECONDS or CKPTVIEW_DEADLINE)")
+    return RemoteTooSlow(f"cannot read {url_shown}: no complete answer within {seconds:.4g} s (the deadline of "
+                         "a request: --deadline SECONDS or CKPTVIEW_DEADLINE)", seconds)
 
 
 class Deadline:

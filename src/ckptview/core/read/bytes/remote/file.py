@@ -8,9 +8,11 @@ import itertools
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from ckptview.core.errors import FileChangedError, RemoteError
+from ckptview.core.errors import FileChangedError, RangesIgnored, RemoteError
+from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.remote.cache import CACHE, Transfer
 from ckptview.core.read.bytes.remote.fsspec_backend import FsspecBackend
 from ckptview.core.read.bytes.remote.http import HttpBackend
@@ -56,24 +58,34 @@ class RemoteFile:
         Only with --download, and never more than announced (or than --max-download when nothing was):
         a body without end is stopped, and the temporary file (unnamed, or removed at once) goes with it.
         """
-        cap = self.session.options.max_download
+        session = self.session
+        cap = session.options.max_download
         what = f"{full} bytes ({human_bytes(full)})" if full is not None else "the whole file (size unknown)"
-        if not self.session.options.download:
-            raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests; reading "
-                              f"it means downloading {what}: pass --download to do that")
+        if not session.options.download:
+            raise RangesIgnored(f"cannot open {self.shown}: the server does not honour range requests; reading "
+                                f"it means downloading {what}: pass --download to do that", self.shown, full)
         if full is None and cap is None:
-            raise RemoteError(f"cannot open {self.shown}: the server does not honour range requests and announces "
-                              "no size: pass --max-download SIZE (e.g. 2G) to download at most SIZE")
+            raise RangesIgnored(f"cannot open {self.shown}: the server does not honour range requests and "
+                                "announces no size: pass --max-download SIZE (e.g. 2G) to download at most SIZE",
+                                self.shown, None)
         if full is not None and cap is not None and full > cap:
             raise RemoteError(f"cannot open {self.shown}: downloading it means {what}, more than --max-download "
                               f"{human_bytes(cap)}")
         limit = full if full is not None else (cap or 0)
         local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
+        report = session.report
+        name = self.shown.rsplit("/", 1)[-1]
+
+        def progress(done: int) -> None:
+            if report is not None:  # it checks the open's cancel token: Cancelled stops the download
+                report(Progress(done, limit, f"downloading {name}: {human_bytes(done)} of {human_bytes(limit)}"))
+
         try:
-            self.backend.download(local, limit, full is not None)
+            self.backend.download(local, limit, full is not None, progress)
         except BaseException:
             local.close()
             raise
+        local.flush()  # the size on disk is the size of the copy: the buffer's last bytes count too
         self._local = local
         return os.fstat(local.fileno()).st_size
 
@@ -177,9 +189,13 @@ class Session:
     """The remote files one opened checkpoint reads, their shared cache and transfer counters, and the
     options they are read with. The open that begins it hands it down in its `ReaderContext`."""
 
-    def __init__(self, root: str, options: RemoteOptions | None = None) -> None:
+    def __init__(self, root: str, options: RemoteOptions | None = None,
+                 report: Callable[[Progress], None] | None = None) -> None:
         self.root = root
         self.options = options if options is not None else RemoteOptions()
+        # The open's report: a download (`--download`, the window's "Download and open") hands it each
+        # piece, and whatever it raises (Cancelled) stops the download.
+        self.report = report
         self.transfer = Transfer()
         self.cache = CACHE
         self.files: dict[str, RemoteFile] = {}

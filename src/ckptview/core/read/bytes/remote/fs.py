@@ -10,9 +10,11 @@ its root (an index's shards, a folder's parts), else a new one with the user's `
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import BinaryIO
 
 from ckptview.core.errors import NotACheckpointError, RemoteError, TensorDataError
+from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import FileIdentity, FileMap, ReadAhead
 from ckptview.core.read.bytes.remote.causes import is_missing
 from ckptview.core.read.bytes.remote.file import FIRST, RemoteFile, Session
@@ -32,21 +34,23 @@ from ckptview.core.read.bytes.remote.urls import (
 METADATA_NAMES = (".metadata", ".json")  # read whole right after their size is asked for
 
 
-def opening(url: str, outer: Session | None = None, options: RemoteOptions | None = None) -> Session:
+def opening(url: str, outer: Session | None = None, options: RemoteOptions | None = None,
+            report: Callable[[Progress], None] | None = None) -> Session:
     """The session an `open_checkpoint(url)` reads through: the enclosing open's (`outer`, from the
     reader's context) when `url` lies below its root (the shards of an index, the parts of a folder), so
-    one transfer counts them all; else a new one, reading with `options`."""
+    one transfer counts them all; else a new one, reading with `options`, a download reporting to `report`."""
     if outer is not None and strip_userinfo(url).startswith(outer.root):
         return outer
-    return begin_session(url, options)
+    return begin_session(url, options, report)
 
 
-def begin_session(url: str, options: RemoteOptions | None = None) -> Session:
+def begin_session(url: str, options: RemoteOptions | None = None,
+                  report: Callable[[Progress], None] | None = None) -> Session:
     """A fresh session for opening `url` (a file or a folder); files below it are read through it."""
     url = real_url(url)
     root = url if url.endswith("/") else dirname(url.split("?", 1)[0]) + "/"
     remember(url)
-    return Session(root, options)
+    return Session(root, options, report)
 
 
 def not_found(url: str) -> NotACheckpointError:

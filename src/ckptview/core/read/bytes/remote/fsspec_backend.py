@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ckptview.core.errors import CheckpointError, FileChangedError, RemoteError
@@ -101,13 +102,16 @@ class FsspecBackend:
             raise FileChangedError(shown(self.url), f"ends before byte {end}, was {size} bytes")
         return bytes(data)
 
-    def download(self, into: Any, limit: int, announced: bool) -> None:
+    def download(self, into: Any, limit: int, announced: bool,
+                 progress: Callable[[int], None] | None = None) -> None:
         """The whole file into `into` (unused: fsspec protocols read ranges; kept for the backend's shape)."""
         data = self._call("read", self.fs.cat_file, self.path, start=0, end=limit + 1, nbytes=limit)
         if len(data) > limit:
             raise RemoteError(f"cannot read {shown(self.url)}: more than {limit} bytes; download stopped")
         self.transfer.add(len(data), 0)
         into.write(data)
+        if progress is not None:
+            progress(len(data))
 
     def listdir(self) -> list[tuple[str, bool, int | None]]:
         entries = self._call("list", self.fs.ls, self.path, detail=True)

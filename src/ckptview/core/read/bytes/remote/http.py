@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import unquote
 
-from ckptview.core.errors import FileChangedError, RemoteError
+from ckptview.core.errors import Cancelled, FileChangedError, RemoteError
 from ckptview.core.read.bytes.remote.cache import Transfer
 from ckptview.core.read.bytes.remote.causes import missing_error, network_cause, status_cause
 from ckptview.core.read.bytes.remote.deadline import (
@@ -166,9 +166,11 @@ class HttpBackend:
                 self._check_range(resp, start, end - 1, end - 1, got)
                 return self._body(resp, end - start)
 
-    def download(self, into: Any, limit: int, announced: bool) -> None:
+    def download(self, into: Any, limit: int, announced: bool,
+                 progress: Callable[[int], None] | None = None) -> None:
         """The whole file into the open binary file `into` (a server that ignores Range; opted in), at most
-        `limit` bytes: the size the server announced (`announced`), else `--max-download`."""
+        `limit` bytes: the size the server announced (`announced`), else `--max-download`. `progress` gets
+        the bytes written after each piece; whatever it raises (Cancelled) stops the download."""
         with self._within(limit) as within:
             resp = self._get({}, within)
             with contextlib.closing(resp):
@@ -187,7 +189,9 @@ class HttpBackend:
                         into.write(chunk)
                         total += len(chunk)
                         self.transfer.add(len(chunk), 0)
-                except RemoteError:
+                        if progress is not None:
+                            progress(total)
+                except (RemoteError, Cancelled):
                     raise
                 except OSError:  # the temporary folder's disk (ENOSPC): the caller's one line
                     raise
