@@ -65,6 +65,23 @@ def _info(path: str) -> tuple[int, str, str]:
     return status, out.getvalue().replace(json.dumps(path)[1:-1], "PATH"), err.getvalue().replace(path, "PATH")
 
 
+# Fields `info --json` gained after the listing was recorded (each checked against torch where it is made).
+ADDED = ("parameters",)
+
+
+def _recorded_fields(stdout: str) -> object:
+    """The JSON of `info` with only the fields it had when the listing was recorded (text that is no JSON as
+    it is): the listing itself must not change; a field added since is another test's."""
+    try:
+        listing = json.loads(stdout)
+    except ValueError:
+        return stdout
+    if isinstance(listing, dict):
+        assert all(isinstance(listing.get(key, 0), int) for key in ADDED)
+        listing = {k: v for k, v in listing.items() if k not in ADDED}
+    return listing
+
+
 def _write(path: str, header: dict) -> int:
     raw = json.dumps(header).encode()
     with open(path, "wb") as fh:
@@ -84,7 +101,8 @@ def test_info_json_is_what_it_was_before_pieces(tmp_path, monkeypatch, name, pie
     with open(BEFORE, encoding="utf-8") as fh:
         before = json.load(fh)[name]
     if name not in OVERLAPPING:
-        assert (status, out, err) == (before["status"], before["stdout"], before["stderr"])
+        assert (status, _recorded_fields(out), err) == (before["status"], _recorded_fields(before["stdout"]),
+                                                        before["stderr"])
         return
     assert status == 2 and out == "" and err.count("\n") == 1 and "overlap in the file" in err
     dropped = OVERLAPPING[name]
@@ -94,4 +112,4 @@ def test_info_json_is_what_it_was_before_pieces(tmp_path, monkeypatch, name, pie
     want["file_size"] = size
     want["tensors"] = [t for t in want["tensors"] if t["name"] not in dropped]
     want["warnings"] = [w for w in want["warnings"] if "overlap" not in w]
-    assert (status, json.loads(out), err) == (before["status"], want, before["stderr"])
+    assert (status, _recorded_fields(out), err) == (before["status"], want, before["stderr"])
