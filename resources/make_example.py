@@ -11,17 +11,7 @@ import os
 import torch
 from torch import nn
 
-
-class MLP(nn.Module):
-    """The README's two-layer MLP."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(20, 256)
-        self.output = nn.Linear(256, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output(torch.relu(self.hidden(x)))
+from ckptview.resources.example_model import MLP
 
 
 def make(path: str) -> None:
