@@ -324,7 +324,7 @@ class CompareResult(Record):
 class RunResult(Record):
     """Everything a successful run reports (README "Devices and a test forward pass" lists the keys)."""
 
-    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"compare", "architecture", "next_tokens"})
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"compare", "architecture", "next_tokens", "partial"})
 
     device: str
     source: str | None
@@ -344,6 +344,8 @@ class RunResult(Record):
     architecture: dict[str, str] | None = None
     # Causal language models with a tokenizer.json: {"prompt", "top": [{"id", "token", "prob"}]}.
     next_tokens: dict[str, Any] | None = None
+    # A partial load the user asked for (--allow-missing): the model's weights that did not come from the file.
+    partial: list[str] | None = None
 
     @classmethod
     def from_json(cls, data: Any, where: str = "result") -> RunResult:
@@ -362,7 +364,8 @@ class RunResult(Record):
             torch_version=get_str(d, "torch_version", where, ""), worker_seconds=get_num(d, "worker_seconds", where, 0.0),
             compare=compare, warnings=get_strs(d, "warnings", where),
             architecture=_architecture(d.get("architecture"), f"{where}.architecture"),
-            next_tokens=_next_tokens(d.get("next_tokens"), f"{where}.next_tokens"))
+            next_tokens=_next_tokens(d.get("next_tokens"), f"{where}.next_tokens"),
+            partial=None if d.get("partial") is None else get_strs(d, "partial", where))
 
 
 def _architecture(data: Any, where: str) -> dict[str, str] | None:
@@ -457,7 +460,16 @@ def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
         for d in result.compare.diff if outputs else ():
             lines.append(f"vs {result.compare.path}: {d.name} max |diff| {figure(d.max_abs_diff, '.6g')}"
                          f"{' (identical)' if d.equal else ''}")
+    mark = partial_words(result)
+    if mark:  # a partial load the user asked for: no line of it may be read as a whole model's
+        lines = [f"{line}  {mark}" for line in lines]
     return lines
+
+
+def partial_words(result: RunResult) -> str:
+    """The mark every line of a partial load's result carries (empty for a whole load)."""
+    count = len(result.partial or ())
+    return f"[partial load: {count} weight{'s' if count != 1 else ''} not from the file]" if count else ""
 
 
 def finite_json(obj: Any) -> Any:
