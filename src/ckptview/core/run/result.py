@@ -440,6 +440,8 @@ def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
         lines.append(f"  not placed: {item.name} ({item.reason})")
     for inp in result.inputs:
         lines.append(f"input {inp.name or ''} {inp.shape} {inp.dtype} ({inp.origin})")
+    if result.inputs and all(i.spec for i in result.inputs):  # in --input-shape's syntax: copy, edit, run again
+        lines.append(f"inputs made: {';'.join(i.spec for i in result.inputs)}")
     for out in result.outputs if outputs else ():
         s = out.stats
         stats = "no values (meta)" if s is None else (

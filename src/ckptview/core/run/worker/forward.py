@@ -168,8 +168,8 @@ def make_inputs(req: dict[str, Any], model: Any,
     origins = origins or [origin] * len(specs)
     reports = [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=o, fill=s.fill,
                            low=s.low, high=s.high, spec=s.text()) for s, o in zip(specs, origins, strict=True)]
-    if origin == "graph":  # a graph's placeholders are its positional inputs, whatever they are called
-        return tensors, reports, None
+    if origin == "graph" or req.get("source") in ("torchscript", "export"):
+        return tensors, reports, None  # a graph's placeholders are its positional inputs, whatever they are called
     return tensors, reports, keyword_names(model, [s.name or "" for s in specs])
 
 
