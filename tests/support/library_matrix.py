@@ -211,3 +211,37 @@ def remade_inputs(reports: list[InputReport], seed: int = 0) -> dict[str, torch.
         assert spec.name == report.name
         out[report.name] = to_torch(make_array(spec, seed, index), spec.dtype, "cpu")
     return out
+
+
+# diffusers: (name, class, its config); each written in the ways of DIFFUSERS_FORMATS.
+DIFFUSERS = [
+    ("unet2d", "UNet2DModel", {"sample_size": 8, "in_channels": 3, "out_channels": 3, "block_out_channels": (8, 16),
+                               "layers_per_block": 1, "norm_num_groups": 4,
+                               "down_block_types": ("DownBlock2D", "AttnDownBlock2D"),
+                               "up_block_types": ("AttnUpBlock2D", "UpBlock2D")}),
+    ("unet2d-condition", "UNet2DConditionModel",
+     {"sample_size": 8, "in_channels": 4, "out_channels": 4, "block_out_channels": (8, 16), "layers_per_block": 1,
+      "norm_num_groups": 4, "cross_attention_dim": 8, "attention_head_dim": 2,
+      "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
+      "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D")}),
+    ("autoencoder-kl", "AutoencoderKL", {"sample_size": 16, "in_channels": 3, "out_channels": 3, "latent_channels": 2,
+                                         "block_out_channels": (8, 16), "layers_per_block": 1, "norm_num_groups": 4,
+                                         "down_block_types": ("DownEncoderBlock2D", "DownEncoderBlock2D"),
+                                         "up_block_types": ("UpDecoderBlock2D", "UpDecoderBlock2D")}),
+]
+DIFFUSERS_FORMATS = {"unet2d": ["safetensors fp32", "bin bf16"], "unet2d-condition": ["safetensors sharded bf16"],
+                     "autoencoder-kl": ["safetensors fp32"]}  # diffusers reads no sharded .bin of its own
+
+
+def write_diffusers_folder(name: str, cls: str, config: dict[str, Any], combo: str, root: str) -> str:
+    """A diffusers model as its `save_pretrained` writes it, seeded, in `combo`'s way."""
+    import diffusers
+
+    weights, sharded, dtype = FORMATS[combo]
+    folder = os.path.join(root, f"{name}-{combo.replace(' ', '-')}")
+    torch.manual_seed(0)
+    model = getattr(diffusers, cls)(**config).eval()
+    _randomise_buffers_and_norms(model)
+    model.to(dtype).save_pretrained(folder, safe_serialization=weights == "safetensors",
+                                    max_shard_size=SHARD if sharded else "10GB")
+    return folder

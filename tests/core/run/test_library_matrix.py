@@ -17,7 +17,15 @@ import torch
 
 from ckptview.core.run.request import RunRequest, run
 from ckptview.core.run.worker.forward import flatten_outputs
-from tests.support.library_matrix import FORMATS, matrix, remade_inputs, write_folder
+from tests.support.library_matrix import (
+    DIFFUSERS,
+    DIFFUSERS_FORMATS,
+    FORMATS,
+    matrix,
+    remade_inputs,
+    write_diffusers_folder,
+    write_folder,
+)
 from tests.support.run_here import worker_here
 
 transformers = pytest.importorskip("transformers")
@@ -86,3 +94,43 @@ def test_a_folder_runs_as_its_library_loads_it(case, combo, root):
     print(f"\nMATRIX | {case.family} | {case.name} | {combo} | ok | max abs diff {worst:.3g} | "
           f"{', '.join(names)}")
     assert worst <= TOLERANCE, (case.name, combo, worst)
+
+
+@pytest.mark.parametrize(("name", "cls", "config", "combo"),
+                         [(n, c, cfg, f) for n, c, cfg in DIFFUSERS for f in DIFFUSERS_FORMATS[n]],
+                         ids=[f"{n}-{f.replace(' ', '-')}" for n, _, _ in DIFFUSERS for f in DIFFUSERS_FORMATS[n]])
+def test_a_diffusers_folder_runs_as_diffusers_loads_it(name, cls, config, combo, root):
+    """diffusers builds the model in float32 whatever the file holds (its default), fixes deprecated keys and
+    keeps the weights where they were read; the outputs are its own, bit for bit."""
+    diffusers = pytest.importorskip("diffusers")
+    folder = write_diffusers_folder(name, cls, config, combo, root)
+    with worker_here() as seen:
+        result = run(RunRequest(folder, runs=1, warmup=0, strict=True))
+    assert result.architecture == {"library": "diffusers", "class": cls, "source": "config.json"}
+    assert result.warnings == [] and result.partial is None
+    reference = getattr(diffusers, cls).from_pretrained(folder).eval()
+    inputs = remade_inputs(result.inputs)
+    assert list(inputs)[0] == "sample" and all(i.origin.startswith(f"{i.name}: ") for i in result.inputs)
+    with torch.no_grad():
+        expected = dict(flatten_outputs(reference(**inputs)))
+    worst = max(float((seen.last[k].double() - v.double()).abs().max()) for k, v in expected.items()
+                if isinstance(v, torch.Tensor))
+    print(f"\nMATRIX | diffusers | {name} | {combo} | ok | max abs diff {worst:.3g} | {', '.join(inputs)}")
+    assert worst <= TOLERANCE
+
+
+def test_a_pooler_equals_the_library_s_to_the_last_bit(tmp_path):
+    """Finding 6: BERT's pooler differed from from_pretrained's by 1-2 ulp (3e-8 here), because the library
+    computes on weights where safetensors' memory map left them, off a 64-byte boundary, and CPU kernels round
+    by alignment. ckptview reads each weight to the same place within a page: the same bits out."""
+    torch.manual_seed(1)
+    config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32)
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    with worker_here() as seen:
+        result = run(RunRequest(str(tmp_path), runs=1, warmup=0))
+    reference = transformers.BertModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        expected = reference(**remade_inputs(result.inputs))
+    assert torch.equal(seen.last["pooler_output"], expected.pooler_output)
+    assert torch.equal(seen.last["last_hidden_state"], expected.last_hidden_state)

@@ -16,6 +16,7 @@ import importlib
 import inspect
 from typing import Any
 
+from ckptview.core.run.architectures import timm_config
 from ckptview.core.run.input_specs import InputSpec
 
 TEXT_TOKENS = 8
@@ -37,7 +38,7 @@ def declared_inputs(model: Any, arch: dict[str, Any], preprocessor: dict[str, An
     if library == "diffusers":
         return _diffusers(model)
     if library == "timm":
-        return [_timm_image(model, "x")]
+        return [_timm_image(model, "x", model_args=timm_config(arch.get("config") or {})[1])]
     if library == "torchvision":
         channels = _int(arch.get("config", {}).get("in_channels"), 3)
         return [(InputSpec(shape=(1, channels, DEFAULT_IMAGE, DEFAULT_IMAGE), dtype=_float_dtype(model), name="x"),
@@ -211,9 +212,22 @@ def _diffusers(model: Any) -> list[tuple[InputSpec, str]]:
     return out
 
 
-def _timm_image(model: Any, name: str, dtype: str | None = None) -> tuple[InputSpec, str]:
+def _timm_image(model: Any, name: str, dtype: str | None = None,
+                model_args: dict[str, Any] | None = None) -> tuple[InputSpec, str]:
+    """An image for a timm model: timm's own data config for it (its pretrained_cfg), with the `img_size` and
+    `in_chans` of the `model_args` it was built with (timm does not rewrite pretrained_cfg for those)."""
     timm_data = importlib.import_module("timm.data")  # optional, in the vision extra
     data = timm_data.resolve_model_data_config(model)
     channels, height, width = (int(s) for s in data["input_size"])
+    origin = "input_size from timm's resolve_model_data_config (its pretrained_cfg)"
+    args = model_args or {}
+    size = args.get("img_size")
+    if isinstance(size, (list, tuple)) and len(size) == 2:
+        height, width = _int(size[0], height), _int(size[1], width)
+    elif size is not None:
+        height = width = _int(size, height)
+    channels = _int(args.get("in_chans"), channels)
+    if size is not None or "in_chans" in args:
+        origin = "img_size/in_chans from config.json's model_args, over timm's data config"
     spec = InputSpec(shape=(1, channels, height, width), dtype=dtype or _float_dtype(model), name=name)
-    return spec, "input_size from timm's resolve_model_data_config (its pretrained_cfg)"
+    return spec, origin
