@@ -183,10 +183,15 @@ def _randomise_buffers_and_norms(model: torch.nn.Module) -> None:
 
 def _save_bin(model: Any, folder: str, shard: str) -> None:
     """`pytorch_model.bin` (or its shards and index) with the tensors `save_pretrained` writes, and its config."""
+    import inspect
     import tempfile
 
-    from huggingface_hub import save_torch_state_dict
     from safetensors.torch import load_file
+
+    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:  # transformers 4
+        model.save_pretrained(folder, safe_serialization=False, max_shard_size=shard)
+        return
+    from huggingface_hub import save_torch_state_dict
 
     with tempfile.TemporaryDirectory() as staging:
         model.save_pretrained(staging)  # its key layout, its config and generation config
@@ -245,3 +250,10 @@ def write_diffusers_folder(name: str, cls: str, config: dict[str, Any], combo: s
     model.to(dtype).save_pretrained(folder, safe_serialization=weights == "safetensors",
                                     max_shard_size=SHARD if sharded else "10GB")
     return folder
+
+
+def auto_dtype(transformers: Any) -> dict[str, str]:
+    """from_pretrained's keyword for the checkpoint's own dtype: `dtype="auto"` (the default from transformers
+    5; `torch_dtype` before 4.56, whose default was float32)."""
+    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": "auto"}

@@ -107,8 +107,8 @@ def _transformers(model: Any, preprocessor: dict[str, Any]) -> list[tuple[InputS
 def _text_config(config: Any) -> Any:
     """The config of the text part (CLIP's text_config, a decoder's own config)."""
     get = getattr(config, "get_text_config", None)
-    if not callable(get):
-        return config
+    if not callable(get):  # transformers before 4.44
+        return getattr(config, "text_config", None) or config
     try:
         return get(decoder=True)
     except TypeError:  # transformers before 4.46 takes no arguments

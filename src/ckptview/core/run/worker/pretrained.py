@@ -102,7 +102,15 @@ def _transformers(job: Job, arch: dict[str, Any], checkpoint: Checkpoint, device
         if len(sizes) == 2:
             shapes[str(key)] = ShapeMismatch([int(s) for s in sizes[0]], [int(s) for s in sizes[1]])
     unexpected = sorted(str(k) for k in info.get("unexpected_keys") or ())
-    report = LoadReport(missing=sorted(str(k) for k in info.get("missing_keys") or ()), unexpected=unexpected,
+    missing = {str(k) for k in info.get("missing_keys") or ()}
+    # transformers 4.57 leaves a tied pair on meta when the file holds only its target, and reports nothing.
+    unloaded = sorted(k for k, t in model.state_dict(keep_vars=True).items() if t.is_meta) if device != "meta" else []
+    if unloaded:
+        raise WorkerError(f"{len(unloaded)} weight{'s' if len(unloaded) != 1 else ''} of the model not loaded "
+                          f"from the file: transformers {transformers.__version__} left "
+                          f"{', '.join(unloaded[:5])}{' ...' if len(unloaded) > 5 else ''} without values "
+                          f"(on the meta device)", kind="weights")
+    report = LoadReport(missing=sorted(missing), unexpected=unexpected,
                         mismatched=sorted(mismatched), mismatched_shapes=shapes, state_dict_key=found_under,
                         tensors=max(0, len(raw_keys) - len(unexpected) - len(mismatched)), bytes_moved=moved,
                         unplaced=unplaced, tied=_tied(model, raw_keys) or None,
