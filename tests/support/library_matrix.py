@@ -1,8 +1,9 @@
 """The real-library matrix: tiny models of the architectures people run, built at test time with the
 libraries' own config classes and written by the libraries' own `save_pretrained` (no download).
 
-Each architecture gets one or two of the four ways a folder is written (safetensors or `.bin`, one file or
-shards, float32 or bfloat16), rotating, so that every way is covered without the whole cross-product.
+Each architecture is written in two of the eight ways a folder is written (safetensors or `.bin`, one file or
+shards, float32 or bfloat16): one in rotation and its opposite on every axis, so that every architecture meets
+both sides of each axis and every way is met by several architectures, without the whole cross-product.
 `.bin` folders hold what transformers 4 wrote with `safe_serialization=False` and the Hub still serves:
 the tensors `save_pretrained` writes (its Hub key layout), in `pytorch_model.bin` or its shards and index.
 """
@@ -21,12 +22,14 @@ from ckptview.core.run.input_specs import make_array, parse_input_specs
 from ckptview.core.run.result import InputReport
 from ckptview.core.run.worker.forward import to_torch
 
-# (weights, sharded, dtype)
-FORMATS = {"safetensors fp32": ("safetensors", False, torch.float32),
-           "bin bf16": ("bin", False, torch.bfloat16),
-           "safetensors sharded bf16": ("safetensors", True, torch.bfloat16),
-           "bin sharded fp32": ("bin", True, torch.float32)}
-ROTATION = list(FORMATS)
+# name: (weights, sharded, dtype); names read "safetensors sharded bf16", "bin fp32", ...
+FORMATS = {f"{weights}{' sharded' if sharded else ''} {short}": (weights, sharded, dtype)
+           for weights in ("safetensors", "bin") for sharded in (False, True)
+           for short, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+# Rotation order: consecutive architectures differ on more than one axis.
+ROTATION = ["safetensors fp32", "bin bf16", "safetensors sharded bf16", "bin sharded fp32",
+            "safetensors bf16", "bin fp32", "safetensors sharded fp32", "bin sharded bf16"]
+assert sorted(ROTATION) == sorted(FORMATS)
 SHARD = "24KB"  # tiny models: a few shards each
 
 
@@ -122,6 +125,13 @@ CASES: list[Case] = [
                                                "intermediate_size": 64, "num_hidden_layers": 2,
                                                "num_attention_heads": 4},
                                 projection_dim=16)),
+    Case("siglip", "multimodal", "SiglipModel",
+         lambda t: t.SiglipConfig(text_config={"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64,
+                                               "num_hidden_layers": 2, "num_attention_heads": 4,
+                                               "max_position_embeddings": 16},
+                                  vision_config={"image_size": 32, "patch_size": 8, "hidden_size": 32,
+                                                 "intermediate_size": 64, "num_hidden_layers": 2,
+                                                 "num_attention_heads": 4})),
     # audio
     Case("whisper", "audio", "WhisperForConditionalGeneration",
          _decoder("WhisperConfig", d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -138,10 +148,18 @@ CASES: list[Case] = [
 ]
 
 
+def opposite(combo: str) -> str:
+    """The way of writing that differs from `combo` on every axis."""
+    weights, sharded, dtype = FORMATS[combo]
+    flipped = ("bin" if weights == "safetensors" else "safetensors", not sharded,
+               torch.float32 if dtype == torch.bfloat16 else torch.bfloat16)
+    return next(name for name, way in FORMATS.items() if way == flipped)
+
+
 def combos(index: int) -> list[str]:
-    """The ways architecture number `index` is written: one in rotation, every third a second one."""
+    """The ways architecture number `index` is written: one in rotation, and its opposite on every axis."""
     first = ROTATION[index % len(ROTATION)]
-    return [first] + ([ROTATION[(index + 2) % len(ROTATION)]] if index % 3 == 0 else [])
+    return [first, opposite(first)]
 
 
 def matrix() -> list[tuple[Case, str]]:

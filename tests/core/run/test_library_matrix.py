@@ -41,6 +41,7 @@ DECLARED = {
     "whisper": ["input_features", "decoder_input_ids"],
     "wav2vec2": ["input_values"],
     "clip": ["input_ids", "attention_mask", "pixel_values"],
+    "siglip": ["input_ids", "attention_mask", "pixel_values"],
     "vit": ["pixel_values"], "swin": ["pixel_values"], "convnext": ["pixel_values"], "resnet": ["pixel_values"],
 }
 
