@@ -4,27 +4,31 @@ folder failed in the window (`'Tensor' object has no attribute 'get_seq_length'`
 by position, as past_key_values); the bundled example ran only on the command line, with code (finding 5).
 
 GPT-2 and the example go through real worker processes on both sides; the other families through the
-worker's code in this process (`tests/support/run_here.py`), to keep the file to seconds.
+worker's code in this process (`tests/support/run_here.py`), to keep the file to seconds. For every other
+architecture of the matrix, one click sends the very request the command line sends, to the same function.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 
 import pytest
 from PySide6.QtCore import Qt
 
 from ckptview import cli
+from ckptview.core.run import request as runner
 from ckptview.core.run.example import example_path
+from ckptview.core.run.process import RunError
 from ckptview.core.run.result import RunResult
-from ckptview.core.run.worker.devices import list_devices
-from tests.support.library_matrix import CASES, write_folder
+from ckptview.core.run.worker.device_probe import list_devices
+from tests.support.library_matrix import CASES, combos, write_folder
 from tests.support.run_here import worker_here
 
 pytestmark = pytest.mark.gui
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 # One architecture per family, in the first way the matrix writes it; (name, in a real worker?)
 FAMILIES = [("gpt2", True), ("t5", False), ("clip", False), ("whisper", False), ("wav2vec2", False),
@@ -67,11 +71,10 @@ def assert_same_run(window: RunResult, command_line: dict) -> None:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, str]:
+    """Every architecture of the matrix, in the first way the matrix writes it."""
     root = str(tmp_path_factory.mktemp("families"))
-    index = {c.name: i for i, c in enumerate(CASES)}
-    from tests.support.library_matrix import combos
-
-    return {name: write_folder(CASES[index[name]], combos(index[name])[0], root) for name, _ in FAMILIES}
+    return {case.name: write_folder(case, combos(i)[0], root) for i, case in enumerate(CASES)
+            if hasattr(transformers, case.cls)}
 
 
 @pytest.mark.parametrize(("name", "real"), FAMILIES, ids=[n for n, _ in FAMILIES])
@@ -120,3 +123,32 @@ def test_a_weight_not_loaded_is_red_unless_a_partial_load_is_allowed(qtbot, tmp_
     assert rows and all(r.endswith("(partial load)") for r in rows)
     lines = panel.summary_label.text().splitlines()
     assert lines and all(line.endswith("[partial load: 1 weight not from the file]") for line in lines)
+
+
+@pytest.mark.parametrize("case", [c.name for c in CASES])
+def test_one_click_sends_the_command_line_s_request_for_every_matrix_folder(qtbot, monkeypatch, folders, case):
+    """Every architecture of the matrix: one click sends the request `ckptview run FOLDER` sends, to the same
+    `run_iter` (which the matrix checks against the library); the runs above show that path's results agree."""
+    from ckptview.gui.panels.run import RunPanel, wait_for_workers
+
+    if case not in folders:
+        pytest.skip(f"transformers {transformers.__version__} lacks it")
+    sent = []
+
+    def captured(request, token=None):
+        sent.append(request)
+        raise RunError("captured")
+        yield  # a generator, as run_iter is
+
+    monkeypatch.setattr(runner, "run_iter", captured)
+    folder = folders[case]
+    assert cli.main(["run", folder]) == 1
+    panel = RunPanel(path=folder, devices=list_devices())
+    qtbot.addWidget(panel)
+    panel.show()
+    assert "from config.json" in panel.source_label.text() and panel.input_edit.text() == ""
+    with qtbot.waitSignal(panel.runFailed, timeout=60_000):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert wait_for_workers(60_000)
+    command_line, window = sent
+    assert dataclasses.asdict(window) == dataclasses.asdict(command_line)
