@@ -25,7 +25,7 @@ EXAMPLE_SHAPES = {"hidden.weight": (256, 20), "hidden.bias": (256,), "output.wei
 
 def example_path() -> str:
     """The bundled example checkpoint."""
-    return resource_path("example.pth")
+    return str(resource_path("example.pth"))  # ckptview.resources lies outside src/: mypy sees no types
 
 
 @functools.lru_cache(maxsize=1)
