@@ -1,5 +1,5 @@
 """The bundled example runs its forward pass with no code of the user's (issue 33, finding 5): its model is
-ckptview's own (`ckptview.resources.example_model`), taken only for a file whose bytes are the example's."""
+ckptview's own (`core/run/worker/example_model.py`), taken only for a file whose bytes are the example's."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import torch
 
 from ckptview import cli
 from ckptview.core.run.example import example_path
-from ckptview.resources.example_model import MLP
+from ckptview.core.run.worker.example_model import build_mlp
 from tests.support.library_matrix import remade_inputs
 from tests.support.run_here import worker_here
 
 
-def example_model() -> MLP:
-    model = MLP().eval()
+def example_model() -> torch.nn.Module:
+    model = build_mlp().eval()
     model.load_state_dict(torch.load(example_path(), weights_only=True)["model_state_dict"])
     return model
 

@@ -17,6 +17,7 @@ from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.protocol import WorkerError, one_line
 from ckptview.core.run.worker.build_guard import guarded_build
+from ckptview.core.run.worker.example_model import MODELS
 
 PROMPT = "The capital of France is"
 TOP_K = 5
@@ -137,9 +138,7 @@ def _torchvision(torchvision: Any, name: str, config: dict[str, Any]) -> Any:
 
 
 def _ckptview(ckptview: Any, name: str, config: dict[str, Any]) -> Any:
-    """ckptview's own example model (`ckptview.resources.example_model`): the code is ckptview's, not the file's."""
-    from ckptview.resources.example_model import MODELS
-
+    """ckptview's own example model (`core/run/worker/example_model.py`): the code is ckptview's, not the file's."""
     if name not in MODELS:
         raise WorkerError(f"ckptview ships no example model {name}", kind="refused")
     return MODELS[name]()
