@@ -18,6 +18,7 @@ from ckptview.core.run.input_specs import InputSpec, conv_input, guess_inputs, t
 from ckptview.core.run.json_checks import MAX_OUTPUTS
 from ckptview.core.run.protocol import WorkerError
 from ckptview.core.run.result import InputReport, OtherOutput, OutputInfo, OutputStats
+from ckptview.core.run.worker.declared_inputs import NoDeclaredInputs, declared_inputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -175,8 +176,6 @@ def make_inputs(req: dict[str, Any], model: Any,
 
 def _declared(model: Any, req: dict[str, Any]) -> tuple[list[InputSpec] | None, list[str] | None]:
     """The inputs a library model declares (its forward, its config, its preprocessor), each with its origin."""
-    from ckptview.core.run.worker.declared_inputs import NoDeclaredInputs, declared_inputs
-
     try:
         found = declared_inputs(model, req.get("architecture") or {}, req.get("preprocessor"))
     except NoDeclaredInputs as exc:
