@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ckptview.core.run.json_checks import (
@@ -32,62 +31,13 @@ from ckptview.core.run.json_checks import (
     get_str,
     get_strs,
 )
+from ckptview.core.run.record import Record
 from ckptview.core.units import figure, human_bytes, plural
 
 __all__ = ["CompareResult", "InputReport", "Latency", "LoadReport",
-           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun", "Record",
-           "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "result_json_text"]
-
-
-class Record(Mapping[str, Any]):
-    """A dataclass with a JSON form; fields named in `OMIT_NONE` are left out of it when None."""
-
-    OMIT_NONE: ClassVar[frozenset[str]] = frozenset()
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as JSON-able data, keys in field order."""
-        out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if value is None and f.name in self.OMIT_NONE:
-                continue
-            out[f.name] = _plain(value)
-        return out
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a record of the same type with the same values, or to its JSON form as a dict."""
-        if isinstance(other, Record):
-            return type(other) is type(self) and other.to_json() == self.to_json()
-        if isinstance(other, Mapping):
-            return bool(self.to_json() == _plain(dict(other)))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable records
-
-    def _keys(self) -> list[str]:
-        return [f.name for f in fields(self)  # type: ignore[arg-type]
-                if not (f.name in self.OMIT_NONE and getattr(self, f.name) is None)]
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._keys():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys())
-
-    def __len__(self) -> int:
-        return len(self._keys())
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.to_json()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun",
+           "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "partial_words", "result_json_text",
+           "result_lines"]
 
 
 @dataclass(eq=False)
@@ -440,8 +390,9 @@ def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
         lines.append(f"  not placed: {item.name} ({item.reason})")
     for inp in result.inputs:
         lines.append(f"input {inp.name or ''} {inp.shape} {inp.dtype} ({inp.origin})")
-    if result.inputs and all(i.spec for i in result.inputs):  # in --input-shape's syntax: copy, edit, run again
-        lines.append(f"inputs made: {';'.join(i.spec for i in result.inputs)}")
+    specs = [i.spec for i in result.inputs if i.spec]
+    if specs and len(specs) == len(result.inputs):  # in --input-shape's syntax: copy, edit, run again
+        lines.append(f"inputs made: {';'.join(specs)}")
     for out in result.outputs if outputs else ():
         s = out.stats
         stats = "no values (meta)" if s is None else (
