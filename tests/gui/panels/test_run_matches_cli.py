@@ -44,7 +44,8 @@ def cli_result(capsys, path: str, here: bool) -> dict:
 
 
 def window_result(qtbot, path: str, here: bool, words: str = "from config.json") -> RunResult:
-    from ckptview.gui.panels.run import RunPanel, wait_for_workers
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     panel = RunPanel(path=path, devices=list_devices())
     qtbot.addWidget(panel)
@@ -94,7 +95,8 @@ def test_the_bundled_example_runs_with_one_click(qtbot, capsys):
 def test_a_weight_not_loaded_is_red_unless_a_partial_load_is_allowed(qtbot, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from ckptview.gui.panels.run import RunPanel, wait_for_workers
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     index = next(i for i, c in enumerate(CASES) if c.name == "llama")
     folder = write_folder(CASES[index], "safetensors fp32", str(tmp_path))
@@ -129,13 +131,14 @@ def test_a_weight_not_loaded_is_red_unless_a_partial_load_is_allowed(qtbot, tmp_
 def test_one_click_sends_the_command_line_s_request_for_every_matrix_folder(qtbot, monkeypatch, folders, case):
     """Every architecture of the matrix: one click sends the request `ckptview run FOLDER` sends, to the same
     `run_iter` (which the matrix checks against the library); the runs above show that path's results agree."""
-    from ckptview.gui.panels.run import RunPanel, wait_for_workers
+    from ckptview.gui.base.workers import wait_for_workers
+    from ckptview.gui.panels.run import RunPanel
 
     if case not in folders:
         pytest.skip(f"transformers {transformers.__version__} lacks it")
     sent = []
 
-    def captured(request, token=None):
+    def captured(request, token=None, remote=None):
         sent.append(request)
         raise RunError("captured")
         yield  # a generator, as run_iter is
