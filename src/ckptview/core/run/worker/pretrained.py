@@ -20,7 +20,8 @@ from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
 from ckptview.core.run.state_dict import find_state_dict, strip_prefixes
-from ckptview.core.run.worker.library import build, transformers_class
+from ckptview.core.run.worker.build_guard import guarded_build
+from ckptview.core.run.worker.library import build, checked_config, transformers_class
 from ckptview.core.run.worker.tensors import read_like_file
 
 if TYPE_CHECKING:
@@ -86,24 +87,30 @@ def _transformers(job: Job, arch: dict[str, Any], checkpoint: Checkpoint, device
     except Exception as exc:  # noqa: BLE001 - an install that cannot import is one line, not a traceback
         raise WorkerError(f"transformers is installed but cannot be imported: {one_line(exc)}", kind="input") from None
     name = arch["class"]
-    try:
-        cls, config = transformers_class(transformers, name, arch.get("config") or {})
-    except WorkerError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a config the library refuses: one line naming it
-        raise WorkerError(f"cannot build transformers {name} from config.json: {one_line(exc)}",
-                          kind="input") from None
-    found_under, state, unplaced, moved = _read_state(job, checkpoint, device)
+    what = f"transformers {name}"
+    config_data = checked_config(arch)  # config_guard again, as for every build in the worker
+    found_under, state, unplaced, moved = _read_state(job, checkpoint, device)  # before the guard: files
     raw_keys = set(state)
     job.enter("loading")
-    kwargs: dict[str, Any] = {"config": config, "state_dict": state, "output_loading_info": True,
-                              "local_files_only": True, "trust_remote_code": False, _dtype_word(transformers): "auto"}
-    if device != "cpu":
-        kwargs["device_map"] = {"": device}
+    guard = None
+    kwargs: dict[str, Any] = {}
     try:
-        model, info = cls.from_pretrained(None, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the library refused the weights: its own words, one line
-        raise WorkerError(f"transformers could not load the weights into {name}: {one_line(exc)}",
+        # The class, its config and from_pretrained's build and load run under the build guard: they may open
+        # only the library itself, fetch nothing, start nothing (the weights are in memory already).
+        with guarded_build() as guard:
+            cls, config = transformers_class(transformers, name, config_data)
+            kwargs = {"config": config, "state_dict": state, "output_loading_info": True,
+                      "local_files_only": True, "trust_remote_code": False, _dtype_word(transformers): "auto"}
+            if device != "cpu":
+                kwargs["device_map"] = {"": device}
+            model, info = cls.from_pretrained(None, **kwargs)
+        guard.check(what)
+    except WorkerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the library refused the config or the weights: one line
+        if guard is not None and (refused := guard.message(what)) is not None:
+            raise WorkerError(refused, kind="refused") from None
+        raise WorkerError(f"transformers could not build {name} and load the weights: {one_line(exc)}",
                           kind="input") from None
     finally:
         del state, kwargs  # the model holds what it kept; the rest (unexpected keys) goes now
