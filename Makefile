@@ -44,9 +44,7 @@ test: lint
 # timm and torchvision forward passes checked against the libraries, and ckptview's copy of torch's weights-only
 # allowlist held against this second torch release (tests marked `vision`), in .venv-vision.
 test-vision: $(VSTAMP)
-	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests/core/run/test_vision.py \
-	  tests/core/graph/test_library_vision.py tests/core/read/pickle/test_torch_allowlist.py \
-	  tests/hostile/test_config_loads_vision.py $(PYTEST_ARGS)
+	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools resources

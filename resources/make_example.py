@@ -11,23 +11,13 @@ import os
 import torch
 from torch import nn
 
-
-class MLP(nn.Module):
-    """The README's two-layer MLP."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(20, 256)
-        self.output = nn.Linear(256, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output(torch.relu(self.hidden(x)))
+from ckptview.core.run.worker.example_model import build_mlp
 
 
 def make(path: str) -> None:
     """Train the MLP for a few seeded steps and save a training checkpoint to `path`."""
     torch.manual_seed(0)
-    model = MLP()
+    model = build_mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     inputs, targets = torch.randn(64, 20), torch.randint(0, 10, (64,))
     loss = torch.tensor(0.0)

@@ -89,7 +89,7 @@ def cases(f: dict[str, str]) -> dict[str, list[str]]:
                                "--compare", f["train"]],
         "meta_compare": ["run", f["sd"], *model, "--device", "meta", "--runs", "1", "--compare", f["train"]],
         "partial_load": ["run", f["sd"], "--model", f"{f['code']}:Wider", "--input-shape", "2,20@float32=uniform:-1:1",
-                         "--runs", "1"],
+                         "--allow-missing", "--runs", "1"],
         "no_weights": ["run", f["sd"], "--model", f"{f['code']}:Renamed", "--input-shape", "2,20", "--runs", "1"],
         "nested_outputs": ["run", f["sd"], "--model", f"{f['code']}:Pair", "--input-file", f["npy"],
                            "--runs", "1"],

@@ -41,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the same consent for the --compare file (never implied by --trust)")
     p.add_argument("--strict", action="store_true",
                    help="fail when any weight is missing, unexpected, mismatched or not placed")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="run a partial load: weights of the model the file lacks stay at their initial values "
+                        "(without it such a run fails); every line of the result says so")
     p.add_argument("--runs", type=int, default=10, help="timed runs after warm-up (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     p.add_argument("--compare", metavar="PATH", help="run the same input through a second checkpoint")
@@ -65,7 +68,8 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     return RunRequest(path=args.path, device=parse_device(args.device), model=args.model, model_kwargs=kwargs,
                       trust=args.trust, inputs=inputs, input_file=args.input_file, seed=args.seed,
                       runs=args.runs, warmup=args.warmup, compare_path=args.compare,
-                      trust_compare=args.trust_compare, strict=args.strict, timeout=args.timeout)
+                      trust_compare=args.trust_compare, strict=args.strict, allow_missing=args.allow_missing,
+                      timeout=args.timeout)
 
 
 # A file refused (it names code the user has not trusted, or changed since): exit 2, like a hostile file.

@@ -113,7 +113,7 @@ def test_the_worker_is_told_the_architecture_and_shapes_never_the_file(llama: st
     checkpoint.close()
     text = json.dumps(request)
     assert "path" not in request and llama not in text and os.path.basename(llama) not in text
-    assert set(request) == {"op", "architecture", "inputs", "dtype"} and request["op"] == "graph"
+    assert set(request) == {"op", "architecture", "preprocessor", "dtype"} and request["op"] == "graph"
     assert sent_requests == [request]  # what the worker was sent, exactly
     assert set(request["architecture"]) == {"library", "class", "source", "config"}
 
@@ -274,3 +274,19 @@ def test_cancelling_a_trace_stops_its_worker(llama: str, tmp_path) -> None:
         checkpoint.close()
         cache.close()
     assert steps[0].message == "starting the worker to trace the architecture"
+
+
+@pytest.mark.parametrize(("name", "inputs"), [("t5", ["input_ids", "attention_mask", "decoder_input_ids"]),
+                                              ("whisper", ["input_features", "decoder_input_ids"])])
+def test_a_model_is_traced_with_the_inputs_it_declares(name, inputs, tmp_path) -> None:
+    """The trace feeds what a run feeds (`declared_inputs`): an encoder-decoder its decoder ids, Whisper its
+    input_features. Token ids and a mask alone failed both traces, and the graph fell back to the module tree."""
+    from tests.support.library_matrix import CASES, write_folder
+
+    folder = write_folder(next(c for c in CASES if c.name == name), "safetensors fp32", str(tmp_path))
+    cache = GraphCache(str(tmp_path / "c.sqlite3"))
+    graph = _graph(folder, cache)
+    cache.close()
+    assert graph.source == f"transformers:{CASES[[c.name for c in CASES].index(name)].cls}"
+    assert [n.id for n in graph.nodes if n.op == "input"] == inputs
+    assert graph.unread == []

@@ -16,14 +16,10 @@ import pytest
 import torch
 
 from ckptview import cli
-from ckptview.core.run.architectures import (
-    Architecture,
-    ArchitectureRefused,
-    default_inputs,
-    recognize,
-)
-from ckptview.core.run.input_specs import make_array
-from ckptview.core.run.worker.forward import output_stats, to_torch
+from ckptview.core.run.architectures import ArchitectureRefused, recognize
+from ckptview.core.run.result import InputReport
+from ckptview.core.run.worker.forward import output_stats
+from tests.support.library_matrix import remade_inputs
 
 
 def run_json(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, dict | None, str]:
@@ -99,8 +95,10 @@ def test_default_inputs_come_from_the_config_and_meta_reads_no_weights(llama, ca
     assert status == 0, err
     inputs = {i["name"]: i for i in result["inputs"]}
     assert inputs["input_ids"]["shape"] == [1, 8] and inputs["input_ids"]["dtype"] == "int64"
-    assert inputs["input_ids"]["origin"] == "config.json"
+    assert inputs["input_ids"]["origin"] == ("input_ids: its main_input_name; ids below the config's "
+                                             "vocab_size 64")
     assert inputs["input_ids"]["high"] == 64  # token ids inside the vocabulary
+    assert inputs["input_ids"]["spec"] == "input_ids:1,8@int64=randint:0:64"
     assert result["load"]["bytes_moved"] == 0
     (logits,) = [o for o in result["outputs"] if o["name"] == "logits"]
     assert logits["shape"] == [1, 8, 64] and logits["stats"] is None and logits["device"] == "meta"
@@ -118,11 +116,11 @@ def test_bert_outputs_are_named_by_its_output_fields(tmp_path, capsys):
     assert status == 0, err
     assert result["architecture"]["class"] == "BertModel"
     assert {o["name"] for o in result["outputs"]} == {"last_hidden_state", "pooler_output"}
-    specs = default_inputs(Architecture("transformers", "BertModel", "config.json", config.to_dict()))
-    ids, mask = (to_torch(make_array(s, 0, i), s.dtype, "cpu") for i, s in enumerate(specs))
+    inputs = remade_inputs([InputReport.from_json(i) for i in result["inputs"]])
+    assert list(inputs) == ["input_ids", "attention_mask"]
     reference = transformers.BertModel.from_pretrained(folder).eval()
     with torch.no_grad():
-        out = reference(input_ids=ids, attention_mask=mask)
+        out = reference(**inputs)
     assert_same_outputs(result, {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output})
 
 
@@ -139,16 +137,12 @@ def test_diffusers_unet_runs_with_latents_and_a_timestep(tmp_path, capsys):
     assert status == 0, err
     assert result["architecture"] == {"library": "diffusers", "class": "UNet2DModel", "source": "config.json"}
     assert [(i["name"], i["shape"]) for i in result["inputs"]] == [("sample", [1, 3, 8, 8]), ("timestep", [])]
-    config = json.loads((folder / "config.json").read_text())
-    specs = default_inputs(Architecture("diffusers", "UNet2DModel", "config.json", config))
-    sample, timestep = (to_torch(make_array(s, 0, i), s.dtype, "cpu") for i, s in enumerate(specs))
+    inputs = remade_inputs([InputReport.from_json(i) for i in result["inputs"]])
+    # diffusers keeps the weights where safetensors' memory map put them (4 bytes off a 64-byte boundary here,
+    # where CPU matrix kernels round differently); ckptview places them alike, so the outputs are its own.
     reference = diffusers.UNet2DModel.from_pretrained(folder).eval()
-    # diffusers keeps the weights where safetensors put them, 4 bytes off a 64-byte boundary here; CPU matrix
-    # kernels then take another path and round differently (~1e-8). The same values in aligned memory:
-    for param in reference.parameters():
-        param.data = param.data.clone()
     with torch.no_grad():
-        out = reference(sample=sample, timestep=timestep)
+        out = reference(**inputs)
     assert_same_outputs(result, {"sample": out.sample})
 
 
@@ -208,7 +202,6 @@ def test_recognition_reads_configs_as_data(tmp_path):
     timm = recognize(folder_with({"architecture": "vit_tiny_patch16_224", "num_classes": 5,
                                   "pretrained_cfg": {"input_size": [3, 224, 224]}}))
     assert (timm.library, timm.cls) == ("timm", "vit_tiny_patch16_224")
-    assert [s.shape for s in default_inputs(timm)] == [(1, 3, 224, 224)]
     with pytest.raises(ArchitectureRefused, match="not a class name"):
         recognize(folder_with({"architectures": ["os.system"], "model_type": "llama"}))
     with pytest.raises(ArchitectureRefused, match="auto_map"):
@@ -267,7 +260,7 @@ def _load_in_process(folder: str, monkeypatch) -> tuple[object, int, object]:
 
     from ckptview.core.run.architectures import recognize
     from ckptview.core.run.protocol import Job
-    from ckptview.core.run.worker.loading import load_library_model
+    from ckptview.core.run.worker.pretrained import load_library_model
 
     initialised = [0]
     for name, real in list(initialization.TORCH_INIT_FUNCTIONS.items()):  # what transformers' init calls
@@ -275,7 +268,7 @@ def _load_in_process(folder: str, monkeypatch) -> tuple[object, int, object]:
             initialised[0] += tensor.numel()
             return _real(tensor, *args, **kwargs)
         monkeypatch.setitem(initialization.TORCH_INIT_FUNCTIONS, name, counting)
-    job = Job({"architecture": recognize(folder).payload(False)["architecture"]}, lambda event: None)
+    job = Job({"architecture": recognize(folder).payload()["architecture"]}, lambda event: None)
     model, report = load_library_model(job, os.path.join(folder, "model.safetensors"), "cpu")
     return model, initialised[0], report
 

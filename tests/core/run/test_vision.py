@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from ckptview import cli
-from ckptview.core.run.architectures import default_inputs, recognize
-from ckptview.core.run.input_specs import make_array
-from ckptview.core.run.worker.forward import first_values, output_stats, to_torch
+from ckptview.core.run.result import InputReport
+from ckptview.core.run.worker.forward import first_values, output_stats
+from tests.support.library_matrix import remade_inputs
 
 
 def _library(name: str):
@@ -61,17 +61,10 @@ def assert_same_output(result: dict, reference: torch.Tensor) -> None:
     assert output["first"] == first_values(reference, 8)
 
 
-def reference_input(path: str) -> torch.Tensor:
-    """The image ckptview makes for the checkpoint at `path` (same spec, same seed), as a CPU tensor."""
-    arch = recognize(path, _tensors(path))
-    (spec,) = default_inputs(arch)
-    return to_torch(make_array(spec, 0, 0), spec.dtype, "cpu")
-
-
-def _tensors(path: str) -> dict:
-    from ckptview.core.run.state_dict import state_dict_tensors
-
-    return state_dict_tensors(path)
+def reference_input(result: dict) -> torch.Tensor:
+    """The image the run says it made (its spec, seed 0), made again here as a CPU tensor."""
+    (image,) = remade_inputs([InputReport.from_json(i) for i in result["inputs"]]).values()
+    return image
 
 
 @pytest.fixture(scope="module")
@@ -124,15 +117,15 @@ def test_timm_folder_runs_as_timm_loads_it(timm_resnet, capsys):
     assert result["architecture"] == {"library": "timm", "class": "resnet10t", "source": "config.json"}
     assert result["source"] == "library"
     # The image of the configured size (pretrained_cfg.input_size), passed as timm's forward names it.
-    assert [(i["name"], i["shape"], i["origin"]) for i in result["inputs"]] == [("x", [1, 3, 176, 176],
-                                                                                  "config.json")]
+    assert [(i["name"], i["shape"]) for i in result["inputs"]] == [("x", [1, 3, 176, 176])]
+    assert result["inputs"][0]["origin"] == "input_size from timm's resolve_model_data_config (its pretrained_cfg)"
     assert result["warnings"] == [] and result["load"]["missing"] == [] and result["load"]["unexpected"] == []
 
     # timm's own path for a folder: the model from its config.json, then load_state_dict.
     reference = timm.create_model(f"local-dir:{timm_resnet}", pretrained=False).eval()
     reference.load_state_dict(load_file(f"{timm_resnet}/model.safetensors"))
     with torch.no_grad():
-        expected = reference(reference_input(timm_resnet))
+        expected = reference(reference_input(result))
     assert expected.shape == (1, 7)
     assert_same_output(result, expected)
 
@@ -148,7 +141,7 @@ def test_timm_model_args_size_the_model_and_its_input(timm_vit, capsys):
     reference = timm.create_model(f"local-dir:{timm_vit}", pretrained=False).eval()
     reference.load_state_dict(torch.load(f"{timm_vit}/pytorch_model.bin", weights_only=True))
     with torch.no_grad():
-        expected = reference(reference_input(timm_vit))
+        expected = reference(reference_input(result))
     assert_same_output(result, expected)
 
 
@@ -162,7 +155,7 @@ def test_torchvision_state_dict_runs_as_torchvision_loads_it(torchvision_resnet,
     reference = torchvision.models.resnet18(num_classes=10).eval()
     reference.load_state_dict(torch.load(torchvision_resnet, weights_only=True))
     with torch.no_grad():
-        expected = reference(reference_input(torchvision_resnet))
+        expected = reference(reference_input(result))
     assert_same_output(result, expected)
 
 
@@ -208,3 +201,27 @@ def test_model_args_never_reach_create_model_s_own_loading_arguments(timm_resnet
     status, _, err = run_json(capsys, str(folder))
     assert status == 2 and err.count("\n") == 1, err
     assert "model_args name checkpoint_path" in err
+
+
+def test_a_transformers_timm_wrapper_gets_the_image_timm_declares(tmp_path, capsys):
+    """transformers' TimmWrapper over timm's resnet10t: its config names no image size, timm's data config
+    does (it was refused "no input shape"); the outputs are from_pretrained's."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(4)
+    config = transformers.TimmWrapperConfig(architecture="resnet10t", num_labels=4)
+    model = transformers.TimmWrapperForImageClassification(config).eval()
+    _randomize_norms(model)
+    folder = tmp_path / "wrapped"
+    model.save_pretrained(folder)
+    status, result, err = run_json(capsys, str(folder), "--strict")
+    assert status == 0, err
+    assert result["architecture"]["class"] == "TimmWrapperForImageClassification"
+    (image,) = result["inputs"]
+    assert image["name"] == "pixel_values" and image["shape"] == [1, 3, 176, 176]
+    assert "resolve_model_data_config" in image["origin"]
+    reference = transformers.TimmWrapperForImageClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        expected = reference(pixel_values=reference_input(result)).logits
+    (logits,) = [o for o in result["outputs"] if o["name"] == "logits"]
+    assert logits["first"] == first_values(expected, 8)
+    assert logits["stats"]["mean"] == output_stats(expected).mean

@@ -218,7 +218,7 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
     assert "posix.system" in panel._source.findings
     assert panel.source_label.text().endswith("its pickles name code (posix.system): it runs only if you trust it")
     panel.show()
-    qtbot.waitUntil(lambda: panel.input_edit.text() == "2,4@float32=normal")  # from the JSON, nothing loaded
+    qtbot.waitUntil(lambda: panel.input_edit.text() == "x:2,4@float32=normal")  # from the JSON, nothing loaded
     assert started == []
     assert not marker.exists()
 
@@ -391,7 +391,8 @@ def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_p
     qtbot.addWidget(panel)
     panel.show()
     assert "transformers BertModel from config.json" in panel.source_label.text()
-    assert panel.input_edit.text() == "1,8@int64=randint:0:40;1,8@int64=ones"  # ids inside the vocabulary
+    # Left empty: the run makes the inputs the model declares, as the command line does with no --input-shape.
+    assert panel.input_edit.text() == "" and "the inputs the model declares" in panel.input_edit.placeholderText()
     with qtbot.waitSignal(panel.runFinished, timeout=120_000) as blocker:
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     result = blocker.args[0]
@@ -400,6 +401,8 @@ def test_a_model_folder_runs_with_one_click_as_its_library_names_it(qtbot, tmp_p
     assert names == ["last_hidden_state", "pooler_output"]
     assert "architecture transformers BertModel from config.json" in panel.summary_label.text()
     assert result.warnings == []
+    assert [i.name for i in result.inputs] == ["input_ids", "attention_mask"]
+    assert "inputs made: input_ids:1,8@int64=randint:0:40;attention_mask:1,8@int64=ones" in panel.summary_label.text()
     assert wait_for_workers(30_000)
 
 

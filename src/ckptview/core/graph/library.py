@@ -23,7 +23,7 @@ from ckptview.core.graph.exported import clean_path
 from ckptview.core.graph.model import GraphDataError, GraphNode, ModelGraph
 from ckptview.core.graph.placing import unread_keys
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.run.architectures import Architecture, default_inputs
+from ckptview.core.run.architectures import Architecture
 from ckptview.core.run.process import RunError, execute
 from ckptview.core.run.state_dict import state_dict_entries, strip_prefixes
 
@@ -75,10 +75,11 @@ def float_dtype(checkpoint: Checkpoint) -> str | None:
 
 
 def trace_request(arch: Architecture, dtype: str | None) -> dict[str, Any]:
-    """The worker's `graph` request: the architecture and input shapes only (no path: nothing to read)."""
+    """The worker's `graph` request: the architecture and its preprocessor config only (no path: nothing to
+    read); the worker feeds the inputs the built model declares, as a run does."""
     return {"op": "graph", "architecture": {"library": arch.library, "class": arch.cls, "source": arch.source,
                                             "config": arch.config},
-            "inputs": [s.to_json() for s in default_inputs(arch)], "dtype": dtype}
+            "preprocessor": arch.preprocessor, "dtype": dtype}
 
 
 def _version(package: str) -> str:

@@ -8,6 +8,7 @@ by name from the library's own registry (`core/run/worker/library.py`).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -18,7 +19,7 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular, special_kind
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
-from ckptview.core.run.input_specs import InputSpec
+from ckptview.core.run.example import EXAMPLE_CLASS, EXAMPLE_SOURCE, is_bundled_example
 from ckptview.core.run.state_dict import state_dict_tensors
 
 MAX_CONFIG_BYTES = 4 << 20  # a config.json larger than this is not a model config
@@ -26,9 +27,6 @@ EXTRA = "pip install 'ckptview[models]'"
 # timm and torchvision are an extra of their own: torchvision must be the build made for the installed torch.
 VISION_EXTRA = "pip install 'ckptview[vision]'"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-# Sizes of the inputs made from a config: small, so that a test forward pass is quick on any model.
-TEXT_TOKENS = 8
-DEFAULT_IMAGE = 224
 
 
 class ArchitectureRefused(Exception):
@@ -44,6 +42,8 @@ class Architecture:
     source: str  # what named it: "config.json", "keys and shapes"
     config: dict[str, Any] = field(default_factory=dict, compare=False)
     folder: str = ""  # the folder of config.json (a tokenizer.json beside it gives next-token results)
+    # preprocessor_config.json beside config.json, read as data: the image or audio sizes the model expects.
+    preprocessor: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, str]:
         """The contract's `"architecture"` object."""
@@ -53,13 +53,11 @@ class Architecture:
         """One line for people: `transformers LlamaForCausalLM from config.json`."""
         return f"{self.library} {self.cls} from {self.source}"
 
-    def payload(self, with_inputs: bool) -> dict[str, Any]:
-        """What the worker's request needs to build it, and (`with_inputs`) inputs made from its config."""
-        out: dict[str, Any] = {"architecture": {**self.to_json(), "config": self.config, "folder": self.folder}}
-        specs = default_inputs(self) if with_inputs else []
-        if specs:
-            out.update(inputs=[s.to_json() for s in specs], input_origin=self.source)
-        return out
+    def payload(self) -> dict[str, Any]:
+        """What the worker's request needs to build it; the inputs it declares are made there, from the model
+        (`core/run/worker/declared_inputs.py`), for the window and the command line alike."""
+        return {"architecture": {**self.to_json(), "config": self.config, "folder": self.folder},
+                "preprocessor": self.preprocessor}
 
 
 def config_path(path: str) -> str | None:
@@ -109,13 +107,30 @@ def recognize(path: str, tensors: dict[str, Any] | None = None) -> Architecture 
     `tensors` ({state-dict key: TensorInfo}) lets a folder without config be recognised by its keys and
     shapes (torchvision). Raises ArchitectureRefused for a config that ships its own code (`auto_map`).
     """
+    if tensors and is_bundled_example(path, tensors):  # ckptview's own model: its code ships with ckptview
+        return Architecture("ckptview", EXAMPLE_CLASS, EXAMPLE_SOURCE)
     found = config_path(path)
     if found is not None:
         config = read_config(found)
         arch = recognize_config(config, os.path.dirname(found))
         if arch is not None:
-            return arch
+            return dataclasses.replace(arch, preprocessor=read_preprocessor(os.path.dirname(found)))
     return recognize_by_keys(tensors) if tensors else None
+
+
+PREPROCESSOR = "preprocessor_config.json"
+
+
+def read_preprocessor(folder: str) -> dict[str, Any]:
+    """The preprocessor_config.json in `folder` as data ({} when there is none); ArchitectureRefused when it is
+    there but not one bounded JSON object."""
+    candidate = os.path.join(folder, PREPROCESSOR)
+    if not os.path.isfile(candidate):
+        return {}
+    try:
+        return read_config(candidate)
+    except ArchitectureRefused as exc:
+        raise ArchitectureRefused(str(exc).replace("config.json", PREPROCESSOR)) from None
 
 
 def recognize_config(config: dict[str, Any], folder: str = "") -> Architecture | None:
@@ -208,40 +223,6 @@ def missing_library(arch: Architecture) -> str | None:
     return None
 
 
-def default_inputs(arch: Architecture) -> list[InputSpec]:
-    """Inputs that fit the model, from its config: token ids and a mask, images, latents and a timestep."""
-    c = arch.config
-    if arch.library == "diffusers":
-        size = _int(c.get("sample_size"), 32)
-        size = size if size <= 128 else 64
-        specs = [InputSpec(shape=(1, _int(c.get("in_channels"), 4), size, size), name="sample")]
-        if "UNet" in arch.cls:
-            specs.append(InputSpec(shape=(), dtype="int64", fill="full", low=10.0, name="timestep"))
-            if c.get("cross_attention_dim"):
-                dim = c["cross_attention_dim"]
-                dim = dim[0] if isinstance(dim, list) and dim else dim
-                specs.append(InputSpec(shape=(1, TEXT_TOKENS, _int(dim, 32)), name="encoder_hidden_states"))
-        return specs
-    if arch.library == "timm":
-        return [InputSpec(shape=(1, *timm_input_size(c)), name="x")]
-    if arch.library == "torchvision":
-        channels = _int(c.get("in_chans", c.get("in_channels")), 3)
-        return [InputSpec(shape=(1, channels, DEFAULT_IMAGE, DEFAULT_IMAGE), name="x")]
-    # transformers: vision configs name an image size; text ones a vocabulary.
-    vision: dict[str, Any] = c["vision_config"] if isinstance(c.get("vision_config"), dict) else c
-    if "image_size" in vision and "vocab_size" not in c:
-        image = vision["image_size"]
-        side = _int(image[0] if isinstance(image, list) and image else image, DEFAULT_IMAGE)
-        return [InputSpec(shape=(1, _int(vision.get("num_channels"), 3), side, side), name="pixel_values")]
-    vocab = _int(c.get("vocab_size"), 0)
-    if vocab > 0:
-        high = min(vocab, 1 << 31)
-        return [InputSpec(shape=(1, TEXT_TOKENS), dtype="int64", fill="randint", low=0.0, high=float(high),
-                          name="input_ids"),
-                InputSpec(shape=(1, TEXT_TOKENS), dtype="int64", fill="ones", name="attention_mask")]
-    return []
-
-
 def timm_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(pretrained_cfg, model_args) of a timm config.json, split as timm's own folder loader splits it.
 
@@ -255,23 +236,3 @@ def timm_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     except ConfigRefused as exc:
         raise ArchitectureRefused(str(exc)) from None
 
-
-def timm_input_size(config: dict[str, Any]) -> tuple[int, int, int]:
-    """(channels, height, width) of a timm model's image: `model_args` as built, else `pretrained_cfg`."""
-    pretrained, args = timm_config(config)
-    input_size = pretrained.get("input_size")
-    channels, height, width = 3, DEFAULT_IMAGE, DEFAULT_IMAGE
-    if isinstance(input_size, list) and len(input_size) == 3:
-        channels, height, width = (_int(s, d) for s, d in zip(input_size, (3, DEFAULT_IMAGE, DEFAULT_IMAGE),
-                                                              strict=True))
-    channels = _int(args.get("in_chans"), channels)
-    img_size = args.get("img_size")
-    if isinstance(img_size, list) and len(img_size) == 2:
-        height, width = _int(img_size[0], height), _int(img_size[1], width)
-    elif img_size is not None:
-        height = width = _int(img_size, height)
-    return channels, height, width
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20 else default

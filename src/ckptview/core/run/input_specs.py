@@ -2,9 +2,10 @@
 
 Syntax (documented in the README): inputs are separated by ';', each is
 
-    SHAPE[@DTYPE][=FILL]
+    [NAME:]SHAPE[@DTYPE][=FILL]
 
-SHAPE is comma-separated sizes (`2,3,224,224`; `scalar` or `()` for a 0-d input). DTYPE is a torch dtype
+NAME is the forward's parameter the input goes to (`input_ids:1,8@int64=randint:0:100`); inputs that all
+have names the forward declares are passed by keyword, others by position, in order. SHAPE is comma-separated sizes (`2,3,224,224`; `scalar` or `()` for a 0-d input). DTYPE is a torch dtype
 name (`float32`, `bfloat16`, `int64`, ...). FILL is `normal` (standard normal, seeded), `zeros`, `ones`,
 `full:V`, `uniform:LO:HI` (floats in [LO, HI)) or `randint:LO:HI` (integers in [LO, HI), as torch.randint).
 Input number i is drawn from `numpy.random.default_rng([seed, i])`, so the same spec and seed give the same
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +59,10 @@ class InputSpec:
                    high=float(data.get("high", 1.0)), name=data.get("name", ""))
 
     def text(self) -> str:
-        """The spec back in the input syntax."""
+        """The spec back in the input syntax (its name first, when it has one)."""
         shape = ",".join(str(s) for s in self.shape) if self.shape else "scalar"
+        if self.name:
+            shape = f"{self.name}:{shape}"
         fill = self.fill
         if fill in ("uniform", "randint"):
             fill = f"{fill}:{_spec_number(self.low)}:{_spec_number(self.high)}"
@@ -83,6 +87,10 @@ def _parse_one(part: str, default_dtype: str | None, default_fill: str | None, i
     where = f"input {index + 1} ('{part}')"
     if not part:
         raise InputSpecError(f"input {index + 1} is empty: shapes are separated by ';'")
+    name = ""
+    named = _NAMED.match(part)
+    if named is not None:
+        name, part = named.group(1), part[named.end():].strip()
     shape_text, _, fill_text = part.partition("=")
     shape_text, _, dtype_text = shape_text.partition("@")
     shape = _parse_shape(shape_text.strip(), where)
@@ -91,7 +99,11 @@ def _parse_one(part: str, default_dtype: str | None, default_fill: str | None, i
     dtype_name = dtypes.canonical(dtype_name)
     if not dtypes.is_known(dtype_name) or dtypes.is_quantized(dtype_name) or dtype_name.startswith("bits"):
         raise InputSpecError(f"{where}: unknown dtype '{dtype_name}'")
-    return InputSpec(shape=shape, dtype=dtype_name, fill=fill, low=low, high=high)
+    return InputSpec(shape=shape, dtype=dtype_name, fill=fill, low=low, high=high, name=name)
+
+
+# `NAME:` before a shape: an identifier (a shape starts with a digit, `(`, `[` or the word `scalar`, never `x:`).
+_NAMED = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,127})\s*:")
 
 
 def _parse_shape(text: str, where: str) -> tuple[int, ...]:

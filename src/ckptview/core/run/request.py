@@ -63,6 +63,9 @@ class RunRequest:
     trusted_findings: list[str] | None = None
     compare_trusted_findings: list[str] | None = None
     strict: bool = False  # missing, unexpected, mismatched or unplaced weights fail the run
+    # A weight of the model not loaded from the file fails the run unless the user asks for a partial load;
+    # then every line of the result says so (`RunResult.partial`).
+    allow_missing: bool = False
     first_values: int = 8
     # The caller's folder (default: the current directory). The worker never runs there and never puts it on
     # sys.path: only the top-level module a `package.module:factory` spec names, and the modules whose classes
@@ -114,7 +117,7 @@ def classify_source(path: str, model: str | None = None, checkpoint: Any = None)
         checkpoint = open_checkpoint(path)
     try:
         kind = GRAPH_FORMATS.get(checkpoint.format)
-        unsafe = list(checkpoint.unsafe_globals)
+        unsafe = model_unsafe_globals(checkpoint)
         if kind is None:
             lightning = _lightning(checkpoint, path)
             if lightning is not None:  # the class the file names is code it chooses: consent, unless --model
@@ -131,6 +134,16 @@ def classify_source(path: str, model: str | None = None, checkpoint: Any = None)
     finally:
         if own:
             checkpoint.close()
+
+
+def model_unsafe_globals(checkpoint: Any) -> list[str]:
+    """The unsafe globals of the model's weights: in a training folder, those of its model entry alone (its
+    `training_args.bin` is a full pickle torch never loads for a forward pass); elsewhere, the file's."""
+    entry = checkpoint.metadata.get("model_entry") if checkpoint.format == "training-folder" else None
+    by_entry = checkpoint.metadata.get("unsafe_by_entry") if entry is not None else None
+    if isinstance(by_entry, dict) and entry in by_entry:
+        return list(by_entry[entry])
+    return list(checkpoint.unsafe_globals)
 
 
 def _lightning(checkpoint: Any, path: str) -> LightningCheckpoint | None:
@@ -197,7 +210,7 @@ def _names(found: list[str]) -> str:
 
 def compare_source(main: SourceInfo, path: str | None) -> SourceInfo | None:
     """What the worker does with the second checkpoint: None when it is read by the safe reader only."""
-    if not path or main.kind in (STATE_DICT, LIGHTNING):
+    if not path or main.kind in (STATE_DICT, LIBRARY, LIGHTNING):
         return None  # its weights go through the same gated state-dict loader as the main file's
     if not os.path.exists(path):
         raise RunError(f"no such file: {path}", kind="input")
@@ -256,7 +269,7 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
     payload["consent"] = {"main": main_consent if request.trust else None,
                           "compare": second_consent if request.trust_compare else None}
     if arch is not None:
-        payload.update(arch.payload(with_inputs=request.inputs is None and not request.input_file))
+        payload.update(arch.payload())
     if source.lightning is not None:
         payload["lightning"] = source.lightning.payload()
     data = yield from execute(payload, request.timeout, token)
@@ -267,7 +280,7 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
     result.warnings = weight_warnings(result.load, result.device)
     if result.compare is not None:
         result.warnings += [f"second checkpoint: {w}" for w in weight_warnings(result.compare.load, result.device)]
-    check_weights(result, source.kind, request.strict)
+    check_weights(result, source.kind, request.strict, request.allow_missing)
     if arch is not None:
         result.architecture = arch.to_json()
     return result

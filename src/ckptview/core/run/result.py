@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ckptview.core.run.json_checks import (
@@ -32,62 +31,13 @@ from ckptview.core.run.json_checks import (
     get_str,
     get_strs,
 )
+from ckptview.core.run.record import Record
 from ckptview.core.units import figure, human_bytes, plural
 
 __all__ = ["CompareResult", "InputReport", "Latency", "LoadReport",
-           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun", "Record",
-           "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "result_json_text"]
-
-
-class Record(Mapping[str, Any]):
-    """A dataclass with a JSON form; fields named in `OMIT_NONE` are left out of it when None."""
-
-    OMIT_NONE: ClassVar[frozenset[str]] = frozenset()
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as JSON-able data, keys in field order."""
-        out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if value is None and f.name in self.OMIT_NONE:
-                continue
-            out[f.name] = _plain(value)
-        return out
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a record of the same type with the same values, or to its JSON form as a dict."""
-        if isinstance(other, Record):
-            return type(other) is type(self) and other.to_json() == self.to_json()
-        if isinstance(other, Mapping):
-            return bool(self.to_json() == _plain(dict(other)))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable records
-
-    def _keys(self) -> list[str]:
-        return [f.name for f in fields(self)  # type: ignore[arg-type]
-                if not (f.name in self.OMIT_NONE and getattr(self, f.name) is None)]
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._keys():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys())
-
-    def __len__(self) -> int:
-        return len(self._keys())
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.to_json()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+           "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun",
+           "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "partial_words", "result_json_text",
+           "result_lines"]
 
 
 @dataclass(eq=False)
@@ -324,7 +274,7 @@ class CompareResult(Record):
 class RunResult(Record):
     """Everything a successful run reports (README "Devices and a test forward pass" lists the keys)."""
 
-    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"compare", "architecture", "next_tokens"})
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"compare", "architecture", "next_tokens", "partial"})
 
     device: str
     source: str | None
@@ -344,6 +294,8 @@ class RunResult(Record):
     architecture: dict[str, str] | None = None
     # Causal language models with a tokenizer.json: {"prompt", "top": [{"id", "token", "prob"}]}.
     next_tokens: dict[str, Any] | None = None
+    # A partial load the user asked for (--allow-missing): the model's weights that did not come from the file.
+    partial: list[str] | None = None
 
     @classmethod
     def from_json(cls, data: Any, where: str = "result") -> RunResult:
@@ -362,7 +314,8 @@ class RunResult(Record):
             torch_version=get_str(d, "torch_version", where, ""), worker_seconds=get_num(d, "worker_seconds", where, 0.0),
             compare=compare, warnings=get_strs(d, "warnings", where),
             architecture=_architecture(d.get("architecture"), f"{where}.architecture"),
-            next_tokens=_next_tokens(d.get("next_tokens"), f"{where}.next_tokens"))
+            next_tokens=_next_tokens(d.get("next_tokens"), f"{where}.next_tokens"),
+            partial=None if d.get("partial") is None else get_strs(d, "partial", where))
 
 
 def _architecture(data: Any, where: str) -> dict[str, str] | None:
@@ -437,6 +390,9 @@ def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
         lines.append(f"  not placed: {item.name} ({item.reason})")
     for inp in result.inputs:
         lines.append(f"input {inp.name or ''} {inp.shape} {inp.dtype} ({inp.origin})")
+    specs = [i.spec for i in result.inputs if i.spec]
+    if specs and len(specs) == len(result.inputs):  # in --input-shape's syntax: copy, edit, run again
+        lines.append(f"inputs made: {';'.join(specs)}")
     for out in result.outputs if outputs else ():
         s = out.stats
         stats = "no values (meta)" if s is None else (
@@ -457,7 +413,16 @@ def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
         for d in result.compare.diff if outputs else ():
             lines.append(f"vs {result.compare.path}: {d.name} max |diff| {figure(d.max_abs_diff, '.6g')}"
                          f"{' (identical)' if d.equal else ''}")
+    mark = partial_words(result)
+    if mark:  # a partial load the user asked for: no line of it may be read as a whole model's
+        lines = [f"{line}  {mark}" for line in lines]
     return lines
+
+
+def partial_words(result: RunResult) -> str:
+    """The mark every line of a partial load's result carries (empty for a whole load)."""
+    count = len(result.partial or ())
+    return f"[partial load: {count} weight{'s' if count != 1 else ''} not from the file]" if count else ""
 
 
 def finite_json(obj: Any) -> Any:

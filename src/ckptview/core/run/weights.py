@@ -1,6 +1,9 @@
-"""What the parent says of weights that did not load as they should: warnings, or an error when none loaded."""
+"""What the parent says of weights that did not load as they should: a failure, unless the user asked for a
+partial load (then said on every line of the result), and warnings for what the file holds beyond the model."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from ckptview.core.run.process import RunError
 from ckptview.core.run.result import LoadReport, RunResult
@@ -14,6 +17,12 @@ MAX_NAMED = 5
 def _first(names: list[str]) -> str:
     more = f" ... and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
     return ", ".join(names[:MAX_NAMED]) + more
+
+
+def not_loaded(load: LoadReport) -> list[str]:
+    """The model's weights that did not come from the file: missing (not tied to a loaded twin), of another
+    shape, or not placed on the device."""
+    return [*load.missing, *load.mismatched, *(u.name for u in load.unplaced)]
 
 
 def weight_warnings(load: LoadReport, device: str) -> list[str]:
@@ -36,8 +45,9 @@ def weight_warnings(load: LoadReport, device: str) -> list[str]:
     return out
 
 
-def check_weights(result: RunResult, kind: str, strict: bool) -> None:
-    """RunError 'weights' when a state dict loaded no tensor, or (strict) when any weight did not load."""
+def check_weights(result: RunResult, kind: str, strict: bool, allow_missing: bool = False) -> None:
+    """RunError 'weights' when a model's weight did not load from the file (unless `allow_missing`: then
+    `result.partial` names them), when a state dict loaded no tensor, or (strict) when anything did not load."""
     if kind not in _LOADS_WEIGHTS:
         return  # graphs and pickled modules carry their own weights
     load = result.load
@@ -48,5 +58,10 @@ def check_weights(result: RunResult, kind: str, strict: bool) -> None:
                        kind="weights", result=result)
     if strict and result.warnings:
         raise RunError(f"--strict: {'; '.join(result.warnings)}", kind="weights", result=result)
-
-
+    missing = not_loaded(load)
+    if missing and not allow_missing:
+        why = "; ".join(weight_warnings(dataclasses.replace(load, unexpected=[]), result.device))
+        raise RunError(f"{len(missing)} weight{'s' if len(missing) != 1 else ''} of the model not loaded from the "
+                       f"file, so the outputs would be those of random values: {why} (--allow-missing runs a "
+                       f"partial load anyway)", kind="weights", result=result)
+    result.partial = missing or None

@@ -16,6 +16,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut, QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -39,20 +40,14 @@ from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
 from ckptview.core.run import request as runner
-from ckptview.core.run.architectures import (
-    Architecture,
-    ArchitectureRefused,
-    default_inputs,
-    missing_library,
-    recognize,
-)
+from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
 from ckptview.core.run.devices import DeviceInfo, parse_device
 from ckptview.core.run.fetch import recognize_url
 from ckptview.core.run.input_specs import InputSpecError, describe_inputs, parse_input_specs
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
 from ckptview.core.run.process import RunError, phase_words
-from ckptview.core.run.result import RunResult, result_json_text, result_lines
-from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
+from ckptview.core.run.result import RunResult, partial_words, result_json_text, result_lines
+from ckptview.core.run.state_dict import find_state_dict, state_dict_tensors, suggest_inputs
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
 from ckptview.gui.base.palette import color
@@ -207,6 +202,9 @@ class RunPanel(QWidget):
         self.timeout_spin.setDecimals(0)
         self.timeout_spin.setSuffix(" s")
         self.timeout_spin.setValue(runner.DEFAULT_TIMEOUT)
+        self.allow_missing_box = QCheckBox("Allow missing weights (a partial load)")
+        self.allow_missing_box.setToolTip("Run even when weights of the model are not in the file: they stay at "
+                                          "their initial values, and every line of the result says so")
         self.compare_edit = QLineEdit()
         self.compare_edit.setPlaceholderText("optional: a second checkpoint of the same architecture")
         browse = QPushButton("…")
@@ -222,6 +220,7 @@ class RunPanel(QWidget):
         form.addRow("Model code", model_row)
         form.addRow("Arguments", self.kwargs_edit)
         form.addRow("Input", self.input_edit)
+        form.addRow("", self.allow_missing_box)
         form.addRow("Timed runs", self.runs_spin)
         form.addRow("Timeout", self.timeout_spin)
         form.addRow("Compare with", compare_row)
@@ -350,6 +349,9 @@ class RunPanel(QWidget):
             words = printable(lightning_words(self._source))  # its version and class come from the file
         if pending:
             words = f"state dict: {pending}"
+        elif self._arch is not None and self._arch.library == "ckptview":
+            words = ("the bundled example: ckptview's own MLP (Linear 20→256, ReLU, Linear 256→10) runs it; "
+                     "Run needs nothing more")
         elif self._arch is not None:
             words = (f"state dict: {self._arch.describe()}, built by the installed library "
                      f"(or give model code below)")
@@ -369,7 +371,7 @@ class RunPanel(QWidget):
             return None, ""
         try:
             checkpoint = self._checkpoint()
-            tensors = find_state_dict(checkpoint)[1] if checkpoint is not None else None
+            tensors = state_dict_tensors(self.path, checkpoint)  # the tab's, else read (metadata only)
             arch = recognize(self.path, tensors)
             if arch is not None and (missing := missing_library(arch)):
                 return None, missing
@@ -404,7 +406,7 @@ class RunPanel(QWidget):
         self._show_source()
         self.status_label.setText("")
         if arch is not None:
-            self._set_prefill(default_inputs(arch))
+            self._declared_placeholder()
         elif self._checkpoint() is not None:  # no config names one: the first layer's guess, as for a local file
             self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
         self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
@@ -436,11 +438,17 @@ class RunPanel(QWidget):
             # ckptview's own reading of the graph (the .pt2's JSON); nothing is loaded, nothing from the file runs.
             self._inspect = self.inspect_job.start(runner.inspect_inputs, self.path)
         elif self._arch is not None:
-            self._set_prefill(default_inputs(self._arch))
+            self._declared_placeholder()  # what the model declares, decided where the model is (the worker)
         elif self._recognizing:
             pass  # the architecture's inputs, or the guess, when its config.json has been read
         else:
             self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
+
+    def _declared_placeholder(self) -> None:
+        """An architecture its library names declares its inputs: left empty, the run makes those (as the
+        command line does with no --input-shape); typed specs with names go in by keyword."""
+        self.input_edit.setPlaceholderText("empty: the inputs the model declares (its forward, config, "
+                                           "preprocessor)   or   input_ids:1,8@int64=randint:0:100")
 
     def _set_prefill(self, specs: Any) -> None:
         if specs and not self.input_edit.text():
@@ -493,7 +501,8 @@ class RunPanel(QWidget):
         return runner.RunRequest(
             path=self.path, device=parse_device(self.device()), model=self.model_edit.text().strip() or None,
             model_kwargs=kwargs, inputs=inputs, runs=self.runs_spin.value(),
-            timeout=float(self.timeout_spin.value()), compare_path=self.compare_edit.text().strip() or None)
+            timeout=float(self.timeout_spin.value()), compare_path=self.compare_edit.text().strip() or None,
+            allow_missing=self.allow_missing_box.isChecked())
 
     def start_run(self) -> bool:
         """Start the job off the GUI thread; False (with the reason shown) when it cannot start."""
@@ -579,7 +588,13 @@ class RunPanel(QWidget):
         self.result = result
         self.copy_button.setEnabled(True)
         device = _escape(printable(result.device))
-        if result.warnings:
+        partial = result.partial or []
+        if partial:  # asked for (Allow missing weights): said in the status, the summary and every row
+            named = ", ".join(partial[:5]) + (" …" if len(partial) > 5 else "")
+            self.status_label.setText(f"<span style='color:{color('warning').name()}'>partial load on {device}: "
+                                      f"{len(partial)} weight(s) of the model are not from the file (left at their "
+                                      f"initial values): {_escape(printable(named))}</span>")
+        elif result.warnings:
             self.status_label.setText(f"<span style='color:{color('warning').name()}'>done on {device}, but "
                                       f"{len(result.warnings)} kind(s) of weights did not load (see below)</span>")
         else:
@@ -590,7 +605,8 @@ class RunPanel(QWidget):
         for row, out in enumerate(result.outputs):
             stats = out.stats
             diff = diffs.get(out.name)
-            cells = [out.name, "×".join(str(s) for s in out.shape) or "scalar", out.dtype, out.device,
+            cells = [f"{out.name} (partial load)" if partial else out.name,
+                     "×".join(str(s) for s in out.shape) or "scalar", out.dtype, out.device,
                      *(figure_or_text(v, ".6g") for v in ((stats.mean, stats.std, stats.min, stats.max) if stats else (None,) * 4)),
                      str(stats.nan) if stats else MISSING, str(stats.inf) if stats else MISSING,
                      ", ".join(figure_or_text(v, ".6g") for v in (out.first or [])),
@@ -615,7 +631,8 @@ def lightning_words(source: runner.SourceInfo) -> str:
 def summary_text(result: RunResult) -> str:
     """What the run found, above the table of outputs: the core's lines of a result (`result_lines`, as
     the CLI prints them) and its warnings."""
-    return printable_lines(result_lines(result, outputs=False) + [f"warning: {w}" for w in result.warnings])
+    mark = f"  {partial_words(result)}" if result.partial else ""
+    return printable_lines(result_lines(result, outputs=False) + [f"warning: {w}{mark}" for w in result.warnings])
 
 
 # The core's messages name the command line's flags; in the window the same thing is a field or a dialog.
@@ -632,6 +649,8 @@ _FLAG_WORDS = (
     ("without --trust", "without trusting the file (Run asks for it)"),
     ("--trust", "trust (Run asks for it)"),
     ("--strict: ", "strict: "),
+    ("--allow-missing runs a partial load anyway", "Allow missing weights runs a partial load anyway"),
+    ("--allow-missing", "Allow missing weights"),
     ("--model", "the Model code field"),
     ("--device", "the Device field"),
 )

@@ -190,7 +190,9 @@ def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warni
     unsafe: list[str] = []
     files = OpenFiles()
     formats: dict[str, str] = {}
+    by_entry: dict[str, list[str]] = {}  # each entry's unsafe globals: a run loads the model's entry alone
     for key, ckpt in parts:
+        by_entry[key] = list(ckpt.unsafe_globals)
         globals_seen += [g for g in ckpt.globals if g not in globals_seen]
         for g in ckpt.unsafe_globals:
             if g not in unsafe:
@@ -202,6 +204,6 @@ def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warni
     model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
     return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
                       unsafe_globals=unsafe, warnings=warnings, files=files,
-                      metadata={"files": formats, "model_entry": model})
+                      metadata={"files": formats, "model_entry": model, "unsafe_by_entry": by_entry})
 
 

@@ -162,6 +162,31 @@ def read_values(info: TensorInfo, ahead: ReadAhead | None = None, expand: bool =
     return _finish(arr.view(base_dtype), info)
 
 
+def file_position(info: TensorInfo) -> tuple[FileMap, int] | None:
+    """(file, byte offset of its first element) of a C-contiguous, little-endian tensor whose bytes lie plainly
+    in one file (a safetensors file, an uncompressed zip record), else None: a caller may then read them
+    into memory of its own choosing (`FileMap.readinto`), e.g. placed in a page as a memory map would be."""
+    storage = info.storage
+    if (info.broken or info.layout != "strided" or storage is None or storage.broken or storage.source is None
+            or storage.byteorder != "little" or info.numel == 0 or not dtypes.is_known(info.dtype)):
+        return None
+    expected, step = [], 1
+    for size in reversed(info.shape):
+        expected.append(step)
+        step *= size
+    if tuple(reversed(expected)) != tuple(info.stride) and info.numel > 1:
+        return None
+    span = _file_span(storage.source, None)
+    if span is None:
+        return None
+    fmap, offset, length = span
+    itemsize = _base_dtype(info).itemsize
+    start = info.offset * itemsize
+    if info.offset < 0 or start + info.numel * itemsize > length:
+        return None
+    return fmap, offset + start
+
+
 def region_info(info: TensorInfo, index: tuple[int | slice, ...]) -> TensorInfo:
     """The view `info[index]` (ints and slices, as NumPy reads them) as a TensorInfo over the same storage."""
     if len(index) > len(info.shape):

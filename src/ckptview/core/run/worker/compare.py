@@ -7,8 +7,9 @@ from typing import Any
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job, WorkerError
 from ckptview.core.run.result import CompareResult, OutputDiff
-from ckptview.core.run.worker.forward import describe_outputs, flatten_outputs, stat_dtype
+from ckptview.core.run.worker.forward import describe_outputs, flatten_outputs, same_call, stat_dtype
 from ckptview.core.run.worker.loading import load_graph, load_trusted_pickle, load_weights, module_report
+from ckptview.core.run.worker.pretrained import load_library_model
 
 
 def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], device: str,
@@ -19,7 +20,10 @@ def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], dev
     req = job.request
     path = req["compare_path"]
     source = req.get("source")
-    if source in ("state_dict", "library", "lightning"):
+    if source == "library":  # the second folder loaded as its library loads it (its key conversions too)
+        module, load = load_library_model(job, path, device)
+        second = same_call(model, module)
+    elif source in ("state_dict", "lightning"):
         second = model  # the same architecture (called by keyword where the first run was)
         load = load_weights(getattr(model, "module", model), path, device)
     elif source in ("torchscript", "export"):

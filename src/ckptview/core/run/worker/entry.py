@@ -34,7 +34,6 @@ from ckptview.core.run.worker.library import next_tokens
 from ckptview.core.run.worker.lightning import load_lightning_model
 from ckptview.core.run.worker.loading import (
     load_graph,
-    load_library_model,
     load_trusted_pickle,
     load_weights,
     module_report,
@@ -42,6 +41,7 @@ from ckptview.core.run.worker.loading import (
     place_module,
 )
 from ckptview.core.run.worker.model_code import allow_caller_imports, build_user_model
+from ckptview.core.run.worker.pretrained import load_library_model
 
 
 def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:

@@ -18,6 +18,7 @@ from ckptview.core.run.input_specs import InputSpec, conv_input, guess_inputs, t
 from ckptview.core.run.json_checks import MAX_OUTPUTS
 from ckptview.core.run.protocol import WorkerError
 from ckptview.core.run.result import InputReport, OtherOutput, OutputInfo, OutputStats
+from ckptview.core.run.worker.declared_inputs import NoDeclaredInputs, declared_inputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -139,8 +140,8 @@ def _scalar_type_name(scalar: str | None) -> str:
 
 def make_inputs(req: dict[str, Any], model: Any,
                 device: str) -> tuple[list[Any], list[InputReport], list[str] | None]:
-    """Input tensors on `device` from a file, the spec, the graph or a guess; a report of each; and the
-    names to pass them by, where they go in by keyword (see `keyword_names`)."""
+    """Input tensors on `device` from a file, the spec, the graph, what a library model declares, or a guess;
+    a report of each; and the names to pass them by, where they go in by keyword (see `keyword_names`)."""
     if req.get("input_file"):
         arrays = run_inputs.load_input_file(req["input_file"])
         tensors = [to_torch(a, None, device) for _, a in arrays]
@@ -150,8 +151,11 @@ def make_inputs(req: dict[str, Any], model: Any,
         return tensors, reports, keyword_names(model, [n for n, _ in arrays]) if named else None
     origin = str(req.get("input_origin") or "spec")
     specs = [InputSpec.from_json(s) for s in req["inputs"]] if req.get("inputs") else None
+    origins: list[str] | None = None
     if specs is None and req.get("source") in ("torchscript", "export"):
         specs, origin = graph_inputs(model, req["source"]), "graph"
+    if specs is None and req.get("source") == "library":
+        specs, origins = _declared(model, req)
     if specs is None and req.get("source") == "lightning":
         specs, origin = example_inputs(model), "example_input_array"
     if specs is None and req.get("source") in ("state_dict", "pickle", "lightning"):
@@ -162,10 +166,23 @@ def make_inputs(req: dict[str, Any], model: Any,
     seed = int(req.get("seed", 0))
     tensors = [to_torch(run_inputs.make_array(s, seed, i), s.dtype, device)
                for i, s in enumerate(specs)]
-    reports = [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=origin, fill=s.fill,
-                           low=s.low, high=s.high, spec=s.text()) for s in specs]
-    by_config = origin == "config.json"  # a library config's inputs are named for its forward
-    return tensors, reports, keyword_names(model, [s.name or "" for s in specs]) if by_config else None
+    origins = origins or [origin] * len(specs)
+    reports = [InputReport(shape=list(s.shape), dtype=s.dtype, name=s.name, origin=o, fill=s.fill,
+                           low=s.low, high=s.high, spec=s.text()) for s, o in zip(specs, origins, strict=True)]
+    if origin == "graph" or req.get("source") in ("torchscript", "export"):
+        return tensors, reports, None  # a graph's placeholders are its positional inputs, whatever they are called
+    return tensors, reports, keyword_names(model, [s.name or "" for s in specs])
+
+
+def _declared(model: Any, req: dict[str, Any]) -> tuple[list[InputSpec] | None, list[str] | None]:
+    """The inputs a library model declares (its forward, its config, its preprocessor), each with its origin."""
+    try:
+        found = declared_inputs(model, req.get("architecture") or {}, req.get("preprocessor"))
+    except NoDeclaredInputs as exc:
+        raise WorkerError(str(exc), kind="input") from None
+    if not found:
+        return None, None
+    return [s for s, _ in found], [o for _, o in found]
 
 
 def example_inputs(model: Any) -> list[InputSpec] | None:
@@ -239,6 +256,15 @@ def forward_call(model: Any, by_name: list[str] | None, library_on_meta: bool = 
     """The model, or a call by keyword when `make_inputs` named the inputs for the forward."""
     call = KeywordCall(model, by_name) if by_name else model
     return ShapesOnly(call) if library_on_meta else call
+
+
+def same_call(call: Any, module: Any) -> Any:
+    """`call` (a module, a call by keyword, a shapes-only pass) made over another module."""
+    if isinstance(call, ShapesOnly):
+        return ShapesOnly(same_call(call.call, module))
+    if isinstance(call, KeywordCall):
+        return KeywordCall(module, call.names)
+    return module
 
 
 def _guess_from_module(model: Any) -> list[InputSpec] | None:

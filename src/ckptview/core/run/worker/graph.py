@@ -1,7 +1,8 @@
 """The `graph` request of the worker: a library's architecture built on `meta` and traced, nothing read from a file.
 
-The request carries the architecture (library, class, the config read as data) and the shapes of the inputs
-a forward pass would feed; it names no file, so the worker cannot read one: no weights, no pickle, no load
+The request carries the architecture (library, class, the config and preprocessor config read as data); the
+inputs are those the built model declares, as for a forward pass (`declared_inputs`), made on `meta`. It names
+no file, so the worker cannot read one: no weights, no pickle, no load
 gate to pass. The class is built on the `meta` device (shapes only, no memory for weights), tied as its
 library ties it, and traced by `torch.export` with meta inputs of those shapes; where export cannot trace
 it, `torch.fx` does (module calls and functions instead of ATen overloads). The build is the run's own
@@ -20,6 +21,7 @@ from typing import Any
 from ckptview.core.run.input_specs import InputSpec
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.worker.build_guard import guarded_build
+from ckptview.core.run.worker.declared_inputs import NoDeclaredInputs, declared_inputs
 from ckptview.core.run.worker.forward import keyword_names
 from ckptview.core.run.worker.library import build, tie
 
@@ -35,7 +37,7 @@ def graph_job(job: Job) -> dict[str, Any]:
     job.enter("building the model")
     model = build(arch, "meta", req.get("dtype"))
     tie(model)
-    specs = [InputSpec.from_json(s) for s in req.get("inputs") or []]
+    specs = [InputSpec.from_json(s) for s in req.get("inputs") or []] or _declared(model, arch, req)
     if not specs:
         raise WorkerError(f"no inputs for {arch.get('library')} {arch.get('class')}: its config names none",
                           kind="input")
@@ -74,6 +76,14 @@ def _trace(model: Any, inputs: list[Any], by_name: list[str] | None, what: str,
             raise WorkerError(refused, kind="refused") from None
         raise WorkerError(f"cannot trace {what}: {errors[0]}; torch.fx: {type(exc).__name__}: {one_line(exc)}",
                           kind="exception") from None
+
+
+def _declared(model: Any, arch: dict[str, Any], req: dict[str, Any]) -> list[InputSpec]:
+    """The inputs the built model declares, by the rule a run follows (`declared_inputs`): a forward pass's."""
+    try:
+        return [spec for spec, _ in declared_inputs(model, arch, req.get("preprocessor"))]
+    except NoDeclaredInputs as exc:
+        raise WorkerError(str(exc), kind="input") from None
 
 
 def _attempts(inputs: list[Any], by_name: list[str] | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

@@ -2,9 +2,8 @@
 
 Classes are looked up by name in the library's own registry (transformers' auto mappings, diffusers'
 model classes, timm's and torchvision's model registries), never imported from the checkpoint's folder;
-no `trust_remote_code`, no `from_pretrained` (which may fetch or run what a repository ships). The model
-is built directly on the device (`meta` builds shapes only), in the checkpoint's floating-point dtype as
-`from_pretrained(dtype="auto")` would, and its weights are then loaded by ckptview's loader.
+no `trust_remote_code`, and `from_pretrained` only as `from_pretrained(None, config=..., state_dict=...)`,
+which names no repository to fetch or run anything from (`core/run/worker/pretrained.py` loads the weights).
 """
 
 from __future__ import annotations
@@ -18,27 +17,20 @@ from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.protocol import WorkerError, one_line
 from ckptview.core.run.worker.build_guard import guarded_build
+from ckptview.core.run.worker.example_model import MODELS
 
 PROMPT = "The capital of France is"
 TOP_K = 5
 MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer.json larger than this is not read
 
 
-def build(arch: dict[str, Any], device: str, dtype_name: str | None, defer_init: bool = False) -> Any:
-    """The model named by `arch` (see `core.run.architectures.Architecture.request`) on `device`, in eval mode.
-
-    `defer_init`: where the library can (transformers), skip the random initialisation of weights the
-    checkpoint is about to overwrite, as `from_pretrained` does; `finish_init` then initialises what the
-    checkpoint did not hold. (A 1.1 B-parameter Llama: 11 s of random numbers nobody keeps.)"""
-    import contextlib
-
+def build(arch: dict[str, Any], device: str, dtype_name: str | None) -> Any:
+    """The model named by `arch` (see `core.run.architectures.Architecture.payload`) on `device`, in eval mode,
+    built with `dtype_name` as the default floating-point dtype (None: the library's own default)."""
     import torch
 
-    library, name, config = arch["library"], arch["class"], arch.get("config") or {}
-    try:  # again here: a request may come from elsewhere than `recognize` (a graph, a Trainer folder's order)
-        config = guarded_config(library, name, config)
-    except ConfigRefused as exc:
-        raise WorkerError(f"{library} {name}: {exc}", kind="refused") from None
+    library, name = arch["library"], arch["class"]
+    config = checked_config(arch)
     try:
         module = __import__(library)
     except Exception as exc:  # noqa: BLE001 - an install that cannot import is one line, not a traceback
@@ -49,13 +41,10 @@ def build(arch: dict[str, Any], device: str, dtype_name: str | None, defer_init:
     try:
         if dtype is not None and dtype.is_floating_point:
             torch.set_default_dtype(dtype)
-        skip = _no_init(library) if defer_init and device != "meta" else None
         # What the build opens, fetches or starts is guarded too: only the library itself (build_guard).
-        with torch.device(device), skip if skip is not None else contextlib.nullcontext(), guarded_build() as guard:
+        with torch.device(device), guarded_build() as guard:
             model = _BUILDERS[library](module, name, config)
         guard.check(f"{library} {name}")
-        if skip is not None:
-            model._ckptview_deferred_init = True
     except WorkerError:
         raise
     except Exception as exc:  # noqa: BLE001 - a config the class refuses: one line naming it
@@ -67,7 +56,26 @@ def build(arch: dict[str, Any], device: str, dtype_name: str | None, defer_init:
     return model.eval()
 
 
+def checked_config(arch: dict[str, Any]) -> dict[str, Any]:
+    """The request's config, checked again by `config_guard` (a request may come from elsewhere than
+    `recognize`: a graph, a Trainer folder's order); WorkerError 'refused' for a field that would load."""
+    library, name, config = arch["library"], arch["class"], arch.get("config") or {}
+    if library == "ckptview":
+        return {}  # the bundled example: ckptview's own model, which takes no config
+    try:
+        return guarded_config(library, name, config)
+    except ConfigRefused as exc:
+        raise WorkerError(f"{library} {name}: {exc}", kind="refused") from None
+
+
 def _transformers(transformers: Any, name: str, config: dict[str, Any]) -> Any:
+    cls, cfg = transformers_class(transformers, name, config)
+    return cls(cfg)
+
+
+def transformers_class(transformers: Any, name: str, config: dict[str, Any]) -> tuple[Any, Any]:
+    """(model class, config object) of a transformers architecture named in a config.json read as data: the
+    class from the library's auto mappings (never the folder's code), the config by its `model_type`."""
     from transformers.models.auto import configuration_auto, modeling_auto
 
     known: set[str] = set()
@@ -89,7 +97,7 @@ def _transformers(transformers: Any, name: str, config: dict[str, Any]) -> Any:
         raise WorkerError(f"transformers' {name} is not a model class", kind="input")
     # No key-value cache: a test pass returns the model's outputs, not a cache object to carry on.
     cfg = config_class.from_dict({**{k: v for k, v in config.items() if k != "auto_map"}, "use_cache": False})
-    return cls(cfg)
+    return cls, cfg
 
 
 def _diffusers(diffusers: Any, name: str, config: dict[str, Any]) -> Any:
@@ -129,35 +137,15 @@ def _torchvision(torchvision: Any, name: str, config: dict[str, Any]) -> Any:
     return models.get_model(name, weights=None, num_classes=int(config.get("num_classes", 1000)))
 
 
-_BUILDERS = {"transformers": _transformers, "diffusers": _diffusers, "timm": _timm, "torchvision": _torchvision}
+def _ckptview(ckptview: Any, name: str, config: dict[str, Any]) -> Any:
+    """ckptview's own example model (`core/run/worker/example_model.py`): the code is ckptview's, not the file's."""
+    if name not in MODELS:
+        raise WorkerError(f"ckptview ships no example model {name}", kind="refused")
+    return MODELS[name]()
 
 
-def _no_init(library: str) -> Any:
-    """The library's own context that skips weight initialisation, when it has one and can finish it later."""
-    if library != "transformers":
-        return None
-    try:
-        from transformers.initialization import no_init_weights  # transformers 5
-        from transformers.modeling_utils import PreTrainedModel
-    except ImportError:
-        return None
-    return no_init_weights() if hasattr(PreTrainedModel, "initialize_weights") else None
-
-
-def finish_init(model: Any, loaded: set[str]) -> None:
-    """After loading a model built with `defer_init`: mark what the checkpoint filled in and let the library
-    initialise the rest (weights the checkpoint lacks, buffers no checkpoint holds), as `from_pretrained`
-    does (`_is_hf_initialized` on loaded tensors, then `initialize_weights`)."""
-    import torch
-
-    if not getattr(model, "_ckptview_deferred_init", False):
-        return
-    for key, tensor in model.state_dict(keep_vars=True).items():
-        if key in loaded:
-            tensor._is_hf_initialized = True
-    with torch.no_grad():
-        model.initialize_weights()
-    del model._ckptview_deferred_init
+_BUILDERS = {"transformers": _transformers, "diffusers": _diffusers, "timm": _timm, "torchvision": _torchvision,
+             "ckptview": _ckptview}
 
 
 def parameter_names(config: dict[str, Any], arch: str) -> list[str]:

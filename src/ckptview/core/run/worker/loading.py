@@ -7,51 +7,19 @@ nothing here reads a file with torch any other way.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values.reading import read_values
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
 from ckptview.core.run.state_dict import find_state_dict, state_dict_node, strip_prefixes
-from ckptview.core.run.worker.library import build, finish_init, tie
 from ckptview.core.run.worker.load_gate import LoadRefused, load_with_torch
+from ckptview.core.run.worker.tensors import place_tensor
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint
-
-
-def load_library_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
-    """A model its library builds from config.json, then the checkpoint's weights, tensor by tensor."""
-    checkpoint = open_checkpoint(path)  # once: its dtypes choose the build's, its tensors fill the model
-    try:
-        job.enter("building the model")
-        model = build(job.request["architecture"], device, checkpoint_float_dtype(checkpoint), defer_init=True)
-        job.enter("loading")
-        report = load_weights(model, path, device, checkpoint)
-    finally:
-        checkpoint.close()
-    tie(model)  # as the library does after loading: the head may share the embedding only from now on
-    tied = tied_to(model, report.missing, set(model.state_dict()) - set(report.missing))
-    if tied:
-        report.tied = {**(report.tied or {}), **tied}
-        report.missing = [k for k in report.missing if k not in tied]
-    not_loaded = {*report.missing, *report.mismatched, *(u.name for u in report.unplaced or ())}
-    finish_init(model, set(model.state_dict()) - not_loaded)
-    return model, report
-
-
-def checkpoint_float_dtype(checkpoint: Checkpoint) -> str | None:
-    """The floating-point dtype holding most of the checkpoint's bytes (`from_pretrained(dtype="auto")`)."""
-    totals: dict[str, int] = {}
-    for entry in checkpoint.tensors():
-        dtype = entry.info.dtype
-        if dtype in ("float32", "float16", "bfloat16", "float64"):
-            totals[dtype] = totals.get(dtype, 0) + entry.info.nbytes
-    return max(totals, key=lambda d: totals[d]) if totals else None
 
 
 def consent_for(job: Job, role: str) -> list[str] | None:
@@ -271,45 +239,6 @@ def _tensors_in(value: Any) -> list[Any]:
     if isinstance(value, (tuple, list)):
         return [t for v in value for t in _tensors_in(v)]
     return []
-
-
-def place_tensor(info: Any, device: str) -> tuple[Any, str]:
-    """(tensor on `device`, '') from the safe reader's values, or (None, why it could not be placed)."""
-    import torch
-
-    dtype = getattr(torch, info.dtype, None)
-    if dtype is None:
-        return None, f"dtype {info.dtype} is unknown to this torch"
-    if device == "meta":
-        return torch.empty(tuple(info.shape), dtype=dtype, device="meta"), ""
-    try:
-        array = _read_values(info)
-        tensor = numpy_to_torch(array, info.dtype)
-        return tensor.to(device), ""
-    except Exception as exc:  # noqa: BLE001 - e.g. float64 on mps, a broken record: report and go on
-        return None, f"{info.dtype} on {device}: {one_line(exc)}"
-
-
-def _read_values(info: Any) -> Any:
-    # A view that repeats its storage goes into the model's own parameter, which the build already sized:
-    # the expansion costs what the architecture holds, not what the file declares.
-    return read_values(info, expand=True)
-
-
-def numpy_to_torch(array: Any, dtype_name: str) -> Any:
-    """A CPU tensor over `array`'s values (bf16/fp8 through their bit patterns, without a float detour)."""
-    import numpy as np
-    import torch
-
-    target = getattr(torch, dtype_name)
-    if array.dtype.type.__module__ != "numpy":  # ml_dtypes: reinterpret the bits
-        bits = np.ascontiguousarray(array).view(f"uint{array.dtype.itemsize * 8}")
-        return torch.from_numpy(bits).view(target)
-    with warnings.catch_warnings():
-        # Read-only array views are fine: load_state_dict copies into the parameters, never writes here.
-        warnings.simplefilter("ignore", UserWarning)
-        tensor = torch.from_numpy(array)
-    return tensor if tensor.dtype == target else tensor.to(target)
 
 
 def module_report(model: Any, device: str) -> LoadReport:
