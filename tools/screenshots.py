@@ -30,13 +30,13 @@ PALETTES = ("light", "dark")
 
 def make_checkpoints(folder: str) -> tuple[str, str]:
     """Two training checkpoints of the README's MLP, 5 and 25 Adam steps in."""
-    sys.path.insert(0, os.path.join(ROOT, "resources"))
     import torch
-    from make_example import MLP  # type: ignore[import-not-found]
     from torch import nn
 
+    from ckptview.core.run.worker.example_model import build_mlp
+
     torch.manual_seed(0)
-    model = MLP()
+    model = build_mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     inputs, targets = torch.randn(64, 20), torch.randint(0, 10, (64,))
     paths = []
@@ -62,11 +62,10 @@ def make_llama(folder: str) -> str:
     try:
         import transformers
     except ImportError:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "resources"))
-        from make_example import MLP  # type: ignore[import-not-found]
+        from ckptview.core.run.worker.example_model import build_mlp
 
         path = os.path.join(folder, "mlp.pt2")
-        torch.export.save(torch.export.export(MLP().eval(), (torch.randn(2, 20),)), path)
+        torch.export.save(torch.export.export(build_mlp().eval(), (torch.randn(2, 20),)), path)
         return path
     path = os.path.join(folder, "tiny-llama")
     config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
@@ -131,7 +130,22 @@ def readme_pictures(out: str, size: tuple[int, int], tmp: str, wait: Callable[..
     tab.show_panel("Statistics")
     tab.select_name("model_state_dict")
     shoot("statistics")
-    shoot("run", "Run")
+    # The run picture: the bundled example (the window's start file) after one click on Run.
+    (example,) = win.open_paths([os.path.join(ROOT, "resources", "example.pth")])
+    wait(lambda: example.state != "loading")
+    panel = example.show_panel("Run")
+    assert panel is not None
+    wait(lambda: panel.run_button.isEnabled(), timeout=120_000)
+    done: list[object] = []
+    panel.runFinished.connect(done.append)
+    panel.runFailed.connect(done.append)
+    panel.run_button.click()
+    wait(lambda: bool(done), timeout=600_000)
+    rest(wait, win)
+    path = os.path.join(out, "run.png")
+    win.grab().save(path)
+    print(path)
+    win.tabs.setCurrentWidget(tab)
     view = open_diff(win, first, second)
     wait(lambda: not view.busy)
     view.select_row(0)
