@@ -107,8 +107,8 @@ def test_cancel_while_arranging_stops_before_the_next_step(qtbot, window, tmp_pa
     go_on = threading.Event()
     group_tree = opening.group_tree
 
-    def held_grouping(root):
-        top = group_tree(root)
+    def held_grouping(root, *args, **kwargs):
+        top = group_tree(root, *args, **kwargs)
         grouped.set()
         go_on.wait(60)  # far from any normal wait: the test sets it as soon as it has cancelled
         return top
