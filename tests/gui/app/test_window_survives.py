@@ -366,7 +366,14 @@ def test_a_stuck_background_read_does_not_keep_the_process_alive(tmp_path):
         from ckptview.gui.app import launch as app
         from ckptview.gui.base.workers import GeneratorWorker
         qapp = app.application()
-        GeneratorWorker(threading.Event().wait).start()  # never returns
+        reading = threading.Event()
+
+        def stuck():
+            reading.set()
+            threading.Event().wait()  # never returns
+
+        GeneratorWorker(stuck).start()
+        assert reading.wait(60)  # blocked in its read (not still queued: a job asked to stop before it starts does not)
         print("closing", flush=True)
         raise SystemExit(app.finish(3, timeout_ms=300))
     """)
