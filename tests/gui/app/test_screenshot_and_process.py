@@ -60,3 +60,32 @@ def test_window_process_never_imports_torch(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=270)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-2:] == ["ready", "False"], result.stdout + result.stderr
+
+
+def test_a_window_left_open_at_exit_does_not_crash(tmp_path):
+    """A script that leaves the window in a global, its plots drawn, exits 0: `launch.delete_windows` runs at
+    exit, while Python is whole (left to the interpreter's teardown, pyqtgraph's items crashed about 1 exit in 5)."""
+    path = make_state_dict(str(tmp_path / "model.pth"))
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        os.environ["CKPTVIEW_SERVER_NAME"] = "ckptview-exit-" + str(os.getpid())
+        from ckptview.cli import window_args
+        from ckptview.gui.app.launch import application, launch
+        from ckptview.gui.base.settings import Settings
+        app = application()
+        window = launch(window_args([{path!r}, "--new-instance"]), Settings({str(tmp_path / "s.ini")!r}))
+        tab = window.current_tab()
+        while tab.state == "loading":
+            app.processEvents()
+            time.sleep(0.01)
+        tab.select_name("decoder.embed.weight")
+        app.processEvents()
+        print("done", flush=True)
+        window.close()
+    """)
+    for _ in range(6):
+        result = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script], capture_output=True,
+                                text=True, timeout=270)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.split() == ["done"], result.stdout

@@ -4,10 +4,11 @@ arguments: one argparse for the commands and the window)."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 
-from PySide6.QtCore import QEvent, QObject, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Signal
 from PySide6.QtGui import QFileOpenEvent, QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -43,7 +44,23 @@ def application() -> QApplication:
         app.setOrganizationName("ckptview")
         app.setDesktopFileName("ckptview")  # Wayland matches the window to ckptview.desktop by this
         app.setWindowIcon(QIcon(resource_path("ckptview.svg")))
+        atexit.register(delete_windows)
     return app  # type: ignore[return-value]
+
+
+def delete_windows() -> None:
+    """Delete the windows still open while Python is whole (at exit, before its finalisation).
+
+    A window left to the interpreter's teardown (a script that never ran `app.exec()`, or returned with the
+    window in a global) is destroyed while Python is half gone: pyqtgraph's items call their Python
+    overrides from their destructors and the process dies of SIGSEGV after its work is done."""
+    app = QApplication.instance()
+    if app is None:
+        return
+    for widget in QApplication.topLevelWidgets():
+        if isinstance(widget, MainWindow):  # not its menus and popups (top-level, with a parent): they go with it
+            widget.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 def _absolute(path: str) -> str:
