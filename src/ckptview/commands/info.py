@@ -16,18 +16,11 @@ from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import TYPE_CHECKING, Any
 
 from ckptview.commands import keep_until_exit
-from ckptview.core import dtypes
+from ckptview.core import dtypes, figures, inspect  # the last two load a name on first use (start-up)
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
-from ckptview.core.figures.analysis import Analysis
-from ckptview.core.figures.spectral import matrix_of, spectrum
 from ckptview.core.figures.stats import TensorStats, tensor_stats
 from ckptview.core.gc_policy import paused_gc
-from ckptview.core.inspect.figure_terms import compute_figures
-from ckptview.core.inspect.grouping import group_tree
-from ckptview.core.inspect.modules import module_figures
-from ckptview.core.inspect.optimizer import find_optimizers, optimizers_json
-from ckptview.core.inspect.query import QueryError, matching_names, parse_query
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.jobs import drain
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
@@ -139,7 +132,7 @@ def _module_items(ckpt: Checkpoint, memo: _StatsMemo, only: set[str] | None) -> 
     """The ``"modules"`` rows: path, tensors the figures are over, their merged figures, the counters apart."""
     kept = None if only is None else {id(e.info) for e in ckpt.tensors() if e.name in only}
     keep = None if kept is None else (lambda info: id(info) in kept)
-    for module in module_figures(group_tree(ckpt.root), memo.get, keep):
+    for module in inspect.module_figures(inspect.group_tree(ckpt.root), memo.get, keep):
         counters = module.counter_stats
         yield {"path": module.path, "tensors": module.tensors,
                "stats": module.stats.to_json() if module.stats is not None else None,
@@ -164,7 +157,7 @@ def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
     """Where optimizer state sits: its moments have a weight's shape but no spectrum worth judging."""
     if not _has_key(ckpt.root, "param_groups"):
         return ()
-    return tuple((*opt.path, "state") for opt in find_optimizers(ckpt))
+    return tuple((*opt.path, "state") for opt in inspect.find_optimizers(ckpt))
 
 
 def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], spectral: bool,
@@ -175,10 +168,10 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
     size and how to ask for it."""
     if not spectral:
         return item
-    if matrix_of(entry.info) is None or entry.info.storage is None:
+    if figures.matrix_of(entry.info) is None or entry.info.storage is None:
         return item
     try:
-        item["spectral"] = spectrum(entry.info, expand=expand_repeats).to_json()
+        item["spectral"] = figures.spectrum(entry.info, expand=expand_repeats).to_json()
     except TensorDataError as exc:  # unreadable values or NaN: the listing still completes, without the key
         ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
     return item
@@ -261,7 +254,7 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
             path_text = _path_text(path, quote)
         if (storage is None or info.broken or info.layout != "strided" or known[1] is None
                 or path_text is None or type(dtype) is not str or type(storage.device) is not str
-                or "shards" in info.extra or "global_shape" in info.extra
+                or ((extra := info.extra) and ("shards" in extra or "global_shape" in extra))
                 or (info.stride != known[3] and repeats(info) is not None)):  # C order never repeats
             yield _dumps(_tensor_item(ckpt, entry, sharing, None))
             continue
@@ -314,7 +307,7 @@ def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
     """The optimizers section; the optimizer module is imported only when something could be one."""
     if not _has_key(ckpt.root, "param_groups"):
         return []
-    return optimizers_json(ckpt)
+    return inspect.optimizers_json(ckpt)
 
 
 def _has_key(root: Node, key: str) -> bool:
@@ -380,17 +373,17 @@ def _list(args: argparse.Namespace) -> int:
     query = None
     if getattr(args, "filter", None):
         try:
-            query = parse_query(args.filter)
-        except QueryError as exc:
+            query = inspect.parse_query(args.filter)
+        except inspect.QueryError as exc:
             print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
             return 2
     ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
     try:
         only, order = None, None
         if query is not None and query.needs_figures:  # nan>0, norm>10, sort:-norm: every tensor's figures first
-            drain(compute_figures(query, [e.info for e in ckpt.tensors()], Analysis()))
+            drain(inspect.compute_figures(query, [e.info for e in ckpt.tensors()], figures.Analysis()))
         if query is not None and not query.empty:
-            only = matching_names(group_tree(ckpt.root, ckpt.warnings), query)
+            only = inspect.matching_names(inspect.group_tree(ckpt.root, ckpt.warnings), query)
         if query is not None and query.order is not None:  # sort:-norm: most first, file order among equals
             order = _figure_order(query)
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, PathKey, TensorEntry, TensorInfo
 from ckptview.core.inspect import zero
-from ckptview.core.inspect.roles import tensor_role
+from ckptview.core.inspect.roles import BUFFER_NAMES, COUNTER_NAMES, last_name, learnable_dtype, tensor_role
 from ckptview.core.read.formats.training_folder import is_weights_entry
 
 
@@ -62,6 +62,12 @@ def _in_model(checkpoint: Checkpoint, entries: list[TensorEntry]) -> Callable[[t
             heads[prefix] = next((k for k in CONTAINER_KEYS if k in keys), None)
         return heads[prefix]
 
+    if not folder:  # one container looked for, at the top: decided once, not per tensor
+        top = container(())
+        if top is not None:
+            return lambda path: len(path) > 1 and path[0] == top
+        return lambda path: not (path and "optim" in str(path[0]).lower())
+
     def inside(path: tuple[PathKey, ...]) -> bool:
         prefix: tuple[PathKey, ...] = ()
         if folder:
@@ -95,6 +101,7 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     numels: dict[int, tuple[tuple[int, ...], int]] = {}  # id(shape) -> (shape kept alive, its element count)
     in_model = _in_model(checkpoint, checkpoint.tensors())
     placeholders: dict[tuple[PathKey, ...], set[str]] = {}  # owner of a `module` -> its empty parameters
+    learnable: dict[str, bool] = {}  # dtype -> whether it can be a parameter's
     for entry in _distinct(checkpoint):
         info = entry.info
         shape, dtype = info.shape, info.dtype
@@ -108,7 +115,15 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
             any_marked = True
             marked[tensor_role(info, path) != "parameter"] += n
         elif not any_marked and in_model(path):  # a file that marks any: nothing unmarked counts
-            if tensor_role(info, path) == "parameter":
+            # `tensor_role` of a tensor its module does not mark, inlined (100,000 calls a listing)
+            parameter = learnable.get(dtype)
+            if parameter is None:
+                parameter = learnable[dtype] = learnable_dtype(dtype)
+            if parameter:
+                key = path[-1] if path else ""
+                name = key[key.rfind(".") + 1:] if type(key) is str else last_name(path)
+                parameter = not (name in BUFFER_NAMES or name in COUNTER_NAMES and len(shape) <= 1 and n == 1)
+            if parameter:
                 model[0] += n
                 if not n and len(path) >= 2 and path[-2] == "module":  # ZeRO-3's placeholder
                     placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
