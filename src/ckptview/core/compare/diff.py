@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
@@ -40,7 +40,7 @@ from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.inspect.roles import learnable_dtype
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
 from ckptview.core.read.bytes.files import read_ahead
-from ckptview.core.read.values.reading import iter_chunks, read_small
+from ckptview.core.read.values.reading import ReadBuffers, iter_chunks, read_small
 from ckptview.core.read.values.repeats import paired_parts
 
 if TYPE_CHECKING:
@@ -328,28 +328,42 @@ def _iter_compare(result: DiffResult, token: CancelToken | None, chunk_elems: in
     sizes = [_pair_bytes(result.tensors[i]) for i in pending]
     total = sum(sizes)
     done = 0
-    works: dict[np.dtype, _Work] = {}  # one set of buffers per wide dtype for every small pair
+    works: dict[np.dtype, _Work] = {}  # one set of buffers per wide dtype for every pair
+    buffers = (ReadBuffers(), ReadBuffers())  # and the read buffers of each side
+    # A pair of views seen before (a tied weight on both sides: lm_head over wte's storage) is read once.
+    seen: dict[tuple[tuple[object, ...], tuple[object, ...]], Sums] = {}
     yield DiffProgress(0, total, "comparing")
     for index, size in zip(pending, sizes, strict=True):
         row = result.tensors[index]
         ia, ib = row.info_a, row.info_b
         assert ia is not None and ib is not None
+        key = (_view_key(ia), _view_key(ib))
         try:
-            sums = _compare_small(ia, ib, token, chunk_elems, works, ahead)
+            sums = replace(seen[key]) if key in seen else _compare_small(ia, ib, token, chunk_elems, works, ahead)
             if sums is None:
                 def rebase(step: Progress, base: int = done, name: str = row.name) -> DiffProgress:
                     return DiffProgress(base + step.done, total, name)
 
-                sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems, ahead, works), rebase)
+                sums = yield from relay(iter_compare_tensors(ia, ib, token, chunk_elems, ahead, works, buffers),
+                                        rebase)
         except FileChangedError:
             raise  # every figure after this would compare another file: the whole diff fails
         except CheckpointError as exc:
             row.status, row.error, row.done = "error", str(exc), True
         else:
             _set_figures(row, sums)
+            if key[0] and key[1]:
+                seen.setdefault(key, sums)
         done += size
         yield DiffProgress(done, total, row.name, index)
     return result
+
+
+def _view_key(info: TensorInfo) -> tuple[object, ...]:
+    """What makes two tensors the same values: one storage object, viewed alike (empty: no storage)."""
+    if info.storage is None:
+        return ()
+    return (id(info.storage), info.dtype, tuple(info.shape), tuple(info.stride), info.offset)
 
 
 def _set_figures(row: TensorDiff, sums: Sums) -> None:
@@ -377,12 +391,14 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint, **kwargs: Any) -> DiffResult:
 
 def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None = None,
                          chunk_elems: int = DIFF_CHUNK_ELEMS, ahead: ReadAhead | None = None,
-                         works: dict[np.dtype, _Work] | None = None) -> Generator[Progress, None, Sums]:
+                         works: dict[np.dtype, _Work] | None = None,
+                         buffers: tuple[ReadBuffers, ReadBuffers] | None = None) -> Generator[Progress, None, Sums]:
     """Sums over two same-shape tensors, streamed; yields Progress in bytes of both sides (`ahead`: the
-    read-ahead of the walk reading them; `works`: work buffers by wide dtype, shared by a walk's pairs).
+    read-ahead of the walk reading them; `works` and `buffers`: work buffers by wide dtype and each side's
+    read buffers, shared by a walk's pairs).
 
-    One pass: each side's chunks are read into one buffer of its own, over and over (`reuse`), in
-    lockstep, and every figure of a block pair comes from the same widened copies."""
+    One pass: both sides' chunks are read in lockstep into read buffers of their own, reused, and
+    every figure of a block pair comes from the same widened copies."""
     # Views that repeat their storage: both the same view, their stored parts; one of them, both whole (the
     # other side stores as many elements); both, differently: refused (RepeatedStorage, the pair's error).
     ia, ib, weight, _exact = paired_parts(ia, ib)
@@ -397,18 +413,21 @@ def iter_compare_tensors(ia: TensorInfo, ib: TensorInfo, token: CancelToken | No
     sums = Sums()
     done = 0
     per_elem = dtypes.itemsize(ia.dtype) + dtypes.itemsize(ib.dtype)
-    # paired_chunks asks a side for its next chunk only once the last is used up: `reuse` is safe.
-    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems, ahead, expand=True, reuse=True),
-                                iter_chunks(ib, chunk_elems, ahead, expand=True, reuse=True)):
+    total = ia.numel * per_elem * weight
+    buf_a, buf_b = buffers if buffers is not None else (ReadBuffers(), ReadBuffers())
+    # paired_chunks asks a side for a chunk only once its last is used up: the buffers' rule holds.
+    for ca, cb in paired_chunks(iter_chunks(ia, chunk_elems, ahead, expand=True, buffers=buf_a),
+                                iter_chunks(ib, chunk_elems, ahead, expand=True, buffers=buf_b)):
         if token is not None:
             token.check()
-        part = compare_chunk(ca, cb, work, same_bytes_possible)
-        if weight != 1:
-            part = repeated_sums(part, weight)
-        sums.add(part)
+        sums.add(_weighted(compare_chunk(ca, cb, work, same_bytes_possible), weight))
         done += ca.size * per_elem * weight
-        yield Progress(done, ia.numel * per_elem * weight, "comparing")
+        yield Progress(done, total, "comparing")
     return sums
+
+
+def _weighted(part: Sums, weight: int) -> Sums:
+    return repeated_sums(part, weight) if weight != 1 else part
 
 
 def _compare_small(ia: TensorInfo, ib: TensorInfo, token: CancelToken | None, chunk_elems: int,

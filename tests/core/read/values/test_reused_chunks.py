@@ -1,4 +1,4 @@
-"""Chunks read into one reused buffer (`iter_chunks(reuse=True)`): the same values, aligned like the file."""
+"""Chunks read into one reused buffer (`iter_chunks(buffers=...)`): the same values, aligned like the file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 
 from ckptview.core import open_checkpoint
 from ckptview.core.compare.diff import diff_checkpoints
-from ckptview.core.read.values.reading import CACHE_LINE, aligned_empty, iter_chunks
+from ckptview.core.read.values.reading import CACHE_LINE, ReadBuffers, aligned_empty, iter_chunks
 
 
 @pytest.mark.parametrize("offset", [0, 4, 16, 60, 64, 100])
@@ -37,7 +37,7 @@ def test_reused_chunks_hold_the_values_each_in_turn(tmp_path, fmt):
     for entry in ckpt.tensors():
         plain = np.concatenate([c.copy() for c in iter_chunks(entry.info, 1000)])
         seen = []
-        for chunk in iter_chunks(entry.info, 1000, reuse=True):
+        for chunk in iter_chunks(entry.info, 1000, buffers=ReadBuffers()):
             seen.append(chunk.copy())  # each chunk is valid until the next is asked for
         reused = np.concatenate(seen)
         assert reused.dtype == plain.dtype
@@ -63,3 +63,30 @@ def test_a_diff_of_reused_chunks_matches_one_of_arrays_in_memory(tmp_path):
         assert row.rel_l2 == pytest.approx((d.norm() / x.norm()).item(), rel=1e-9)
         assert row.cosine == pytest.approx(((x * y).sum() / (x.norm() * y.norm())).item(), rel=1e-9)
         assert row.frac_changed == pytest.approx((a[row.name] != b[row.name]).double().mean().item())
+
+
+def test_a_weight_tied_on_both_sides_is_read_once(tmp_path, monkeypatch):
+    from ckptview.core.read.bytes.files import FileMap
+
+    gen = torch.Generator().manual_seed(2)
+    wte = torch.randn(400, 300, generator=gen)
+    a = {"wte": wte, "lm_head": wte, "bias": torch.randn(10, generator=gen)}
+    wte_b = wte + 1e-3 * torch.randn(wte.shape, generator=gen)
+    b = {"wte": wte_b, "lm_head": wte_b, "bias": a["bias"].clone()}
+    torch.save(a, tmp_path / "a.pt")
+    torch.save(b, tmp_path / "b.pt")
+    ca, cb = open_checkpoint(str(tmp_path / "a.pt")), open_checkpoint(str(tmp_path / "b.pt"))
+    read = {"bytes": 0}
+    real = FileMap.readinto
+
+    def readinto(self, offset, buf, check=True, ahead=None):
+        read["bytes"] += memoryview(buf).nbytes
+        return real(self, offset, buf, check, ahead)
+
+    monkeypatch.setattr(FileMap, "readinto", readinto)
+    rows = {row.name: row for row in diff_checkpoints(ca, cb, chunk_elems=1 << 14).tensors}
+    assert read["bytes"] < 2 * wte.numel() * 4 * 1.5  # each side's wte once, not twice
+    for key in ("max_abs_diff", "mean_abs_diff", "rel_l2", "cosine", "frac_changed"):
+        assert getattr(rows["lm_head"], key) == getattr(rows["wte"], key)
+    assert rows["lm_head"].sums is not rows["wte"].sums
+    assert rows["bias"].status == "identical"

@@ -251,14 +251,16 @@ def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None
 
 
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
-                ahead: ReadAhead | None = None, expand: bool = False, reuse: bool = False) -> Iterator[np.ndarray]:
+                ahead: ReadAhead | None = None, expand: bool = False,
+                buffers: ReadBuffers | None = None) -> Iterator[np.ndarray]:
     """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements.
 
     A view that repeats its storage is refused in one line (`repeats.RepeatedStorage`, its expanded size
     said) unless `expand`: the caller asked for every element the view declares.
 
-    `reuse`: the caller is done with each chunk before it asks for the next, so a tensor stored plainly in
-    a file may be read into one buffer over and over (no fresh memory, hence no page faults, per chunk)."""
+    `buffers`: the caller holds at most the last two chunks it was given (it is done with a chunk once it
+    asks for the one after next), so a tensor stored plainly in a file may be read into these two buffers in
+    turn (no fresh memory, hence no page faults, per chunk): one to compare while the next is read."""
     import numpy as np
 
     storage, source = _readable(info)
@@ -272,7 +274,7 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
         return
     span = _file_span(source, ahead) if info.is_contiguous else None
     if span is not None:
-        yield from _read_contiguous(info, span, chunk_elems, ahead=ahead, reuse=reuse)
+        yield from _read_contiguous(info, span, chunk_elems, ahead=ahead, buffers=buffers)
         return
     if info.is_contiguous and has_inflate(source):
         # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
@@ -340,6 +342,26 @@ def aligned_empty(n: int, dtype: np.dtype, file_offset: int) -> np.ndarray:
     return raw[shift : shift + nbytes].view(dtype)
 
 
+class ReadBuffers:
+    """Two read buffers a walk lends to its chunk reads of one side (`iter_chunks(buffers=...)`), kept from
+    tensor to tensor: a chunk costs neither an allocation nor the page faults of fresh memory."""
+
+    def __init__(self) -> None:
+        self._raw: list[np.ndarray | None] = [None, None]
+
+    def take(self, turn: int, n: int, dtype: np.dtype, file_offset: int) -> np.ndarray:
+        """Buffer `turn` (0 or 1) as `n` elements of `dtype`, placed as `aligned_empty` places them."""
+        import numpy as np
+
+        nbytes = n * dtype.itemsize
+        raw = self._raw[turn]
+        if raw is None or raw.size < nbytes + CACHE_LINE:
+            raw = self._raw[turn] = np.empty(nbytes + CACHE_LINE, np.uint8)
+        want = file_offset if file_offset % max(dtype.itemsize, 1) == 0 else 0
+        shift = (want - raw.ctypes.data) % CACHE_LINE
+        return raw[shift : shift + nbytes].view(dtype)
+
+
 SPAN_FACTOR = 8  # a block of rows may read at most this many times its own elements
 
 
@@ -369,9 +391,9 @@ def _iter_row_blocks(info: TensorInfo, chunk_elems: int, ahead: ReadAhead | None
 
 def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int,
                      numel: int | None = None, ahead: ReadAhead | None = None,
-                     reuse: bool = False) -> Iterator[np.ndarray]:
-    """A contiguous view of a stored file range, read chunk by chunk straight into arrays (`reuse`: into
-    one buffer, each chunk overwriting the last)."""
+                     buffers: ReadBuffers | None = None) -> Iterator[np.ndarray]:
+    """A contiguous view of a stored file range, read chunk by chunk straight into arrays (`buffers`: into
+    its two buffers in turn, each chunk overwriting the one before the last)."""
     import numpy as np
 
     fmap, offset, length = span
@@ -383,12 +405,14 @@ def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_ele
     if info.offset < 0 or end > offset + length:
         raise TensorDataError("cannot read values: view runs past its storage")
     pos, remaining = start, numel
-    # Chunks are whole cache lines apart when a chunk is (1 MiB of fp32): one buffer stays aligned to them.
-    buffer = aligned_empty(min(chunk_elems, numel), base_dtype, pos) if reuse else None
+    turn = 0
     while remaining:
         n = min(chunk_elems, remaining)
-        aligned = buffer is not None and (pos - start) % CACHE_LINE == 0
-        out = buffer[:n] if aligned and buffer is not None else aligned_empty(n, base_dtype, pos)
+        if buffers is not None:
+            out = buffers.take(turn, n, base_dtype, pos)
+            turn ^= 1
+        else:
+            out = aligned_empty(n, base_dtype, pos)
         fmap.readinto(pos, out.view(np.uint8).data, ahead=ahead)
         yield _finish(out, info)
         pos += n * itemsize
