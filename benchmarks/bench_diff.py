@@ -57,8 +57,12 @@ TORCH = PRELUDE + r"""
 t0 = time.perf_counter()
 import torch
 imported = time.perf_counter() - t0
-a = torch.load(sys.argv[1], weights_only=True)
-b = torch.load(sys.argv[2], weights_only=True)
+def load(path):
+    if path.endswith(".safetensors"):  # --gpt2 --safetensors: torch.load cannot read them
+        from safetensors.torch import load_file
+        return load_file(path)
+    return torch.load(path, weights_only=True)
+a, b = load(sys.argv[1]), load(sys.argv[2])
 rel = {}
 for name, ta in a.items():
     tb = b[name]

@@ -14,13 +14,13 @@ from ckptview.core.read.values.reading import CACHE_LINE, ReadBuffers, aligned_e
 
 @pytest.mark.parametrize("offset", [0, 4, 16, 60, 64, 100])
 def test_aligned_empty_sits_where_the_file_offset_does(offset):
-    out = aligned_empty(1000, np.dtype(np.float32), offset)
-    assert out.shape == (1000,) and out.dtype == np.float32
+    out = aligned_empty(100_000, np.dtype(np.float32), offset)
+    assert out.shape == (100_000,) and out.dtype == np.float32
     assert (out.ctypes.data - offset) % CACHE_LINE == 0
 
 
 def test_an_offset_off_the_itemsize_keeps_the_array_aligned():
-    out = aligned_empty(10, np.dtype(np.float64), 3)
+    out = aligned_empty(100_000, np.dtype(np.float64), 3)
     assert out.ctypes.data % 8 == 0 and out.flags.aligned
 
 

@@ -321,6 +321,7 @@ def read_small(info: TensorInfo, max_elems: int, ahead: ReadAhead | None = None)
 
 
 CACHE_LINE = 64
+ALIGNED_FROM = 64 << 10  # bytes
 
 
 def aligned_empty(n: int, dtype: np.dtype, file_offset: int) -> np.ndarray:
@@ -330,12 +331,15 @@ def aligned_empty(n: int, dtype: np.dtype, file_offset: int) -> np.ndarray:
     destination share their place in a cache line (1 GB from the page cache: 0.08 s against 0.5 s when
     the buffer sits 16 bytes off, as malloc places large blocks). Tensors are stored 64-byte aligned, so
     this is usually a cache-line-aligned array; an offset that is not a multiple of the itemsize gets one
-    aligned to the itemsize instead (NumPy's own rule).
+    aligned to the itemsize instead (NumPy's own rule). Under `ALIGNED_FROM` bytes a plain array: placing
+    one costs microseconds (100,000 small tensors: a second), and small reads come from a walk's window.
     """
     import numpy as np
 
     itemsize = dtype.itemsize
     nbytes = n * itemsize
+    if nbytes < ALIGNED_FROM:
+        return np.empty(n, dtype)
     raw = np.empty(nbytes + CACHE_LINE, np.uint8)
     want = file_offset if file_offset % max(itemsize, 1) == 0 else 0
     shift = (want - raw.ctypes.data) % CACHE_LINE
