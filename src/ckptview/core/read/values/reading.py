@@ -251,11 +251,16 @@ def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None
 
 
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
-                ahead: ReadAhead | None = None, expand: bool = False) -> Iterator[np.ndarray]:
+                ahead: ReadAhead | None = None, expand: bool = False,
+                buffers: ReadBuffers | None = None) -> Iterator[np.ndarray]:
     """The logical values in C order, as 1-D arrays of at most `chunk_elems` elements.
 
     A view that repeats its storage is refused in one line (`repeats.RepeatedStorage`, its expanded size
-    said) unless `expand`: the caller asked for every element the view declares."""
+    said) unless `expand`: the caller asked for every element the view declares.
+
+    `buffers`: the caller holds at most the last two chunks it was given (it is done with a chunk once it
+    asks for the one after next), so a tensor stored plainly in a file may be read into these two buffers in
+    turn (no fresh memory, hence no page faults, per chunk): one to compare while the next is read."""
     import numpy as np
 
     storage, source = _readable(info)
@@ -269,7 +274,7 @@ def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
         return
     span = _file_span(source, ahead) if info.is_contiguous else None
     if span is not None:
-        yield from _read_contiguous(info, span, chunk_elems, ahead=ahead)
+        yield from _read_contiguous(info, span, chunk_elems, ahead=ahead, buffers=buffers)
         return
     if info.is_contiguous and has_inflate(source):
         # A compressed zip member: inflate as we go, never the whole (possibly bomb-sized) record.
@@ -315,6 +320,52 @@ def read_small(info: TensorInfo, max_elems: int, ahead: ReadAhead | None = None)
     return next(_read_contiguous(info, span, numel, numel, ahead))
 
 
+CACHE_LINE = 64
+ALIGNED_FROM = 64 << 10  # bytes
+
+
+def aligned_empty(n: int, dtype: np.dtype, file_offset: int) -> np.ndarray:
+    """An uninitialised 1-D array of `n` elements whose address lies at `file_offset` modulo a cache line.
+
+    The kernel copies a file's cached pages into a buffer several times faster when source and
+    destination share their place in a cache line (1 GB from the page cache: 0.08 s against 0.5 s when
+    the buffer sits 16 bytes off, as malloc places large blocks). Tensors are stored 64-byte aligned, so
+    this is usually a cache-line-aligned array; an offset that is not a multiple of the itemsize gets one
+    aligned to the itemsize instead (NumPy's own rule). Under `ALIGNED_FROM` bytes a plain array: placing
+    one costs microseconds (100,000 small tensors: a second), and small reads come from a walk's window.
+    """
+    import numpy as np
+
+    itemsize = dtype.itemsize
+    nbytes = n * itemsize
+    if nbytes < ALIGNED_FROM:
+        return np.empty(n, dtype)
+    raw = np.empty(nbytes + CACHE_LINE, np.uint8)
+    want = file_offset if file_offset % max(itemsize, 1) == 0 else 0
+    shift = (want - raw.ctypes.data) % CACHE_LINE
+    return raw[shift : shift + nbytes].view(dtype)
+
+
+class ReadBuffers:
+    """Two read buffers a walk lends to its chunk reads of one side (`iter_chunks(buffers=...)`), kept from
+    tensor to tensor: a chunk costs neither an allocation nor the page faults of fresh memory."""
+
+    def __init__(self) -> None:
+        self._raw: list[np.ndarray | None] = [None, None]
+
+    def take(self, turn: int, n: int, dtype: np.dtype, file_offset: int) -> np.ndarray:
+        """Buffer `turn` (0 or 1) as `n` elements of `dtype`, placed as `aligned_empty` places them."""
+        import numpy as np
+
+        nbytes = n * dtype.itemsize
+        raw = self._raw[turn]
+        if raw is None or raw.size < nbytes + CACHE_LINE:
+            raw = self._raw[turn] = np.empty(nbytes + CACHE_LINE, np.uint8)
+        want = file_offset if file_offset % max(dtype.itemsize, 1) == 0 else 0
+        shift = (want - raw.ctypes.data) % CACHE_LINE
+        return raw[shift : shift + nbytes].view(dtype)
+
+
 SPAN_FACTOR = 8  # a block of rows may read at most this many times its own elements
 
 
@@ -343,8 +394,10 @@ def _iter_row_blocks(info: TensorInfo, chunk_elems: int, ahead: ReadAhead | None
 
 
 def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_elems: int,
-                     numel: int | None = None, ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
-    """A contiguous view of a stored file range, read chunk by chunk straight into arrays."""
+                     numel: int | None = None, ahead: ReadAhead | None = None,
+                     buffers: ReadBuffers | None = None) -> Iterator[np.ndarray]:
+    """A contiguous view of a stored file range, read chunk by chunk straight into arrays (`buffers`: into
+    its two buffers in turn, each chunk overwriting the one before the last)."""
     import numpy as np
 
     fmap, offset, length = span
@@ -356,9 +409,14 @@ def _read_contiguous(info: TensorInfo, span: tuple[FileMap, int, int], chunk_ele
     if info.offset < 0 or end > offset + length:
         raise TensorDataError("cannot read values: view runs past its storage")
     pos, remaining = start, numel
+    turn = 0
     while remaining:
         n = min(chunk_elems, remaining)
-        out = np.empty(n, dtype=base_dtype)
+        if buffers is not None:
+            out = buffers.take(turn, n, base_dtype, pos)
+            turn ^= 1
+        else:
+            out = aligned_empty(n, base_dtype, pos)
         fmap.readinto(pos, out.view(np.uint8).data, ahead=ahead)
         yield _finish(out, info)
         pos += n * itemsize
