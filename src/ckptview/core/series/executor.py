@@ -391,6 +391,31 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# When a pool pays (measured on a 2-core machine, issue 38): one process measures about 300 MB/s of
+# float32 checkpoints (a 6 x 48 MB run: 0.9 s of reading and figures after 0.35 s of start-up), while
+# each spawned worker costs 0.3-0.5 s of CPU before its first byte (a fresh interpreter importing numpy
+# and the readers) and its tasks re-read the boundary files. W workers save at most (1 - 1/W) of the
+# reading, so the break-even on 2 workers is near 2 x 0.4 s x 300 MB/s = 240 MB on an idle machine;
+# on a shared one it moved past 1 GB (6 x 192 MB: 5.1 s in one process, 8.1 s on a pool of 2). A worker
+# is therefore started only for each full BYTES_PER_WORKER still to read, and only on a core of its own.
+BYTES_PER_WORKER = 1 << 30
+
+
+def choose_workers(total_bytes: int, requested: int | None = None, cores: int | None = None,
+                   per_worker: int = BYTES_PER_WORKER) -> int:
+    """How many local processes read a run that needs ``total_bytes`` read: 1 means in this process.
+
+    ``requested`` (the user's ``--workers N``) is obeyed as given. Otherwise one worker per full
+    ``per_worker`` bytes to read, at most one per core (``cores``: default :func:`default_workers`), so a
+    small run, or any run on one core, is read in the calling process with no pool started."""
+    if requested is not None:
+        return max(1, requested)
+    cores = default_workers() if cores is None else max(1, cores)
+    if per_worker <= 0:
+        return cores
+    return max(1, min(cores, total_bytes // per_worker))
+
+
 def run_tasks(tasks: list[ChainTask], workers: int = 1, scheduler: Any = None,
               token: CancelToken | None = None,
               pool: LocalPool | None = None) -> Generator[tuple[int, TaskResult] | int, None, None]:
