@@ -529,7 +529,12 @@ def _compare_block(ca: np.ndarray, cb: np.ndarray, work: _Work, same_dtype: bool
     if not math.isfinite(dd):
         return _careful(a, b, ca, cb, same_dtype)
     np.abs(d, out=m)
-    changed = int(np.count_nonzero(ca != cb)) if same_dtype and ca.dtype.kind in "iub" else int(np.count_nonzero(m))
+    if same_dtype and ca.dtype == cb.dtype and ca.dtype.kind in "iubfc":
+        # Every value is finite here, and finite B - A is 0 exactly when B == A (gradual underflow): the
+        # count of |B - A| != 0, from a comparison of the narrow values (a third of the float64 count's time).
+        changed = int(np.count_nonzero(ca != cb))
+    else:
+        changed = int(np.count_nonzero(m))
     aa, bb = _sq(a), _sq(b)
     return Sums(numel=n, finite=n, changed=changed, max_abs=float(m.max()), sum_abs=float(m.sum()),
                 aa=aa, bb=bb, ab=_inner(aa, bb, dd), dd=dd)
