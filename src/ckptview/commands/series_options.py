@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="read the checkpoints on this Dask cluster (each worker reads its files directly)")
     p.add_argument("--workers", type=_count, default=None, metavar="N",
-                   help="local worker processes (default: one per core; 1 reads in this process)")
+                   help="local worker processes (default: one per GiB to read, at most one per core: "
+                        "small runs are read in this process; 1 reads in this process)")
     p.add_argument("--no-cache", action="store_true", help="read every checkpoint again, and keep nothing")
     p.add_argument("--clear-cache", action="store_true",
                    help="forget every checkpoint's figures kept in the cache, then exit (no PATH needed)")

@@ -557,7 +557,9 @@ def _compare_block(ca: np.ndarray, cb: np.ndarray, work: _Work, same_dtype: bool
     if not math.isfinite(dd):
         return _careful(a, b, ca, cb, same_dtype)
     np.abs(d, out=m)
-    if same_dtype and ca.dtype.kind in "iub":
+    if same_dtype and ca.dtype == cb.dtype and ca.dtype.kind in "iubfc":
+        # Every value is finite here, and finite B - A is 0 exactly when B == A (gradual underflow): the
+        # count of |B - A| != 0, from a comparison of the narrow values (a third of the float64 count's time).
         changed = int(np.count_nonzero(ca != cb))
     else:  # every |d| is finite and not -0.0: nonzero exactly where its bits are (twice as fast as floats)
         changed = int(np.count_nonzero(m.view(np.uint64)))

@@ -8,7 +8,8 @@ local process pool or on a Dask worker.
 Each checkpoint's bytes are read once. For one tensor, the chain is walked *piece by piece*: piece k of
 checkpoint 0, then piece k of checkpoint 1 (compared with the piece of checkpoint 0 still in hand), ...,
 then piece k+1. Every checkpoint's figures and the sums of its update from the one before come out of
-that one pass, holding two pieces at a time whatever the chain's length. Only a chain's first checkpoint
+that one pass, holding two pieces at a time whatever the chain's length (three when a second core
+compares each pair beside the reading thread). Only a chain's first checkpoint
 may be read twice: when it is there only as the "previous" side of a pair whose own figures are known
 (a run split into segments for parallel workers, or a new checkpoint of a live run compared with the last
 one). The figures do not depend on how the run was cut: pieces are always cut at the same element
@@ -167,10 +168,33 @@ def _by_name(ckpt: Checkpoint) -> dict[str, TensorInfo]:
 
 def _measure_all(names: Iterable[str], infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
                  token: CancelToken | None, chunk_elems: int) -> Generator[int, None, None]:
-    for name in names:
-        if token is not None:
-            token.check()
-        yield from _measure_tensor(name, infos, out, token, chunk_elems)
+    # A second core (no process to start: a thread, numpy releases the GIL) compares each pair of pieces
+    # while this thread reads the next checkpoint's piece and counts its figures; the same arithmetic
+    # in the same order, so the same figures. Its only cost: a third piece in hand.
+    helper = _Helper() if default_workers() > 1 and len(infos) > 1 else None
+    try:
+        for name in names:
+            if token is not None:
+                token.check()
+            yield from _measure_tensor(name, infos, out, token, chunk_elems, helper)
+    finally:
+        if helper is not None:
+            helper.close()
+
+
+class _Helper:
+    """One thread that compares pairs of pieces (`compare_arrays`) beside the reading thread."""
+
+    def __init__(self) -> None:
+        import concurrent.futures as cf
+
+        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="ckptview-series-compare")
+
+    def submit(self, a: np.ndarray, b: np.ndarray) -> Any:
+        return self._pool.submit(compare_arrays, a, b, max(b.size, 1))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _Lane:
@@ -258,7 +282,8 @@ def _take(held: list[np.ndarray]) -> np.ndarray:
 
 
 def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[CheckpointFigures],
-                    token: CancelToken | None, chunk_elems: int) -> Generator[int, None, None]:
+                    token: CancelToken | None, chunk_elems: int,
+                    helper: _Helper | None = None) -> Generator[int, None, None]:
     lanes: list[_Lane | None] = []
     block = min(chunk_elems, max(MIN_BLOCK, chunk_elems // max(1, len(infos))))
     for i, by_name in enumerate(infos):
@@ -275,24 +300,46 @@ def _measure_tensor(name: str, infos: list[dict[str, TensorInfo]], out: list[Che
               and lanes[i].shape == lanes[i - 1].shape  # type: ignore[union-attr]
               and lanes[i].layout == lanes[i - 1].layout for i, _ in enumerate(lanes)]  # type: ignore[union-attr]
     sums = [Sums() if p else None for p in paired]
-    while any(lane is not None and not lane.done for lane in lanes):
-        if token is not None:
-            token.check()
-        previous: np.ndarray | None = None
-        nbytes = 0
-        for i, lane in enumerate(lanes):
-            piece = lane.next_piece() if lane is not None else None
-            nbytes += piece.nbytes if piece is not None else 0
-            pair = sums[i]
+    pending: tuple[int, Any] | None = None  # (lane, its pair's sums being computed by the helper)
+
+    def collect() -> None:
+        nonlocal pending
+        if pending is not None:
+            k, job = pending
+            pending = None
+            part = job.result()
+            pair, lane_k = sums[k], lanes[k]
+            weight = lane_k.weight if lane_k is not None else 1
             if pair is not None:
-                if piece is not None and previous is not None and piece.size == previous.size:
-                    part = compare_arrays(previous, piece, max(piece.size, 1))
-                    weight = lane.weight if lane is not None else 1
-                    pair.add(part if weight == 1 else repeated_sums(part, weight))
-                elif piece is not None or previous is not None:  # one side ended early or failed
-                    sums[i] = None
-            previous = piece
-        yield nbytes
+                pair.add(part if weight == 1 else repeated_sums(part, weight))
+
+    try:
+        while any(lane is not None and not lane.done for lane in lanes):
+            if token is not None:
+                token.check()
+            previous: np.ndarray | None = None
+            nbytes = 0
+            for i, lane in enumerate(lanes):
+                piece = lane.next_piece() if lane is not None else None
+                nbytes += piece.nbytes if piece is not None else 0
+                pair = sums[i]
+                if pair is not None:
+                    if piece is not None and previous is not None and piece.size == previous.size:
+                        if helper is None:
+                            part = compare_arrays(previous, piece, max(piece.size, 1))
+                            weight = lane.weight if lane is not None else 1
+                            pair.add(part if weight == 1 else repeated_sums(part, weight))
+                        else:
+                            collect()  # the pair before, in order: each pair's sums add up piece by piece
+                            pending = (i, helper.submit(previous, piece))
+                    elif piece is not None or previous is not None:  # one side ended early or failed
+                        sums[i] = None
+                previous = piece
+            collect()
+            yield nbytes
+    finally:
+        if pending is not None:
+            pending[1].cancel()
     for i, lane in enumerate(lanes):
         if lane is None:
             continue
@@ -389,6 +436,31 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+# When a pool pays (measured on a 2-core machine, issue 38): one process measures about 300 MB/s of
+# float32 checkpoints (a 6 x 48 MB run: 0.9 s of reading and figures after 0.35 s of start-up), while
+# each spawned worker costs 0.3-0.5 s of CPU before its first byte (a fresh interpreter importing numpy
+# and the readers) and its tasks re-read the boundary files. W workers save at most (1 - 1/W) of the
+# reading, so the break-even on 2 workers is near 2 x 0.4 s x 300 MB/s = 240 MB on an idle machine;
+# on a shared one it moved past 1 GB (6 x 192 MB: 5.1 s in one process, 8.1 s on a pool of 2). A worker
+# is therefore started only for each full BYTES_PER_WORKER still to read, and only on a core of its own.
+BYTES_PER_WORKER = 1 << 30
+
+
+def choose_workers(total_bytes: int, requested: int | None = None, cores: int | None = None,
+                   per_worker: int = BYTES_PER_WORKER) -> int:
+    """How many local processes read a run that needs ``total_bytes`` read: 1 means in this process.
+
+    ``requested`` (the user's ``--workers N``) is obeyed as given. Otherwise one worker per full
+    ``per_worker`` bytes to read, at most one per core (``cores``: default :func:`default_workers`), so a
+    small run, or any run on one core, is read in the calling process with no pool started."""
+    if requested is not None:
+        return max(1, requested)
+    cores = default_workers() if cores is None else max(1, cores)
+    if per_worker <= 0:
+        return cores
+    return max(1, min(cores, total_bytes // per_worker))
 
 
 def run_tasks(tasks: list[ChainTask], workers: int = 1, scheduler: Any = None,

@@ -26,7 +26,9 @@ from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cache import SeriesCache, file_key, location
 from ckptview.core.series.discover import Position, choose_order, find_checkpoints, find_position
 from ckptview.core.series.executor import (
+    BYTES_PER_WORKER,
     LocalPool,
+    choose_workers,
     cluster_threads,
     connect,
     default_workers,
@@ -57,7 +59,7 @@ from ckptview.core.series.timeline import (
 )
 
 Row = tuple[str, tuple[int, ...], str, str | None]  # name, shape, dtype, parameter (optimizer state)
-POOL_MIN_BYTES = 32 << 20  # a run needing fewer bytes read is read in this process
+POOL_MIN_BYTES = BYTES_PER_WORKER  # bytes to read per local worker (executor.choose_workers)
 
 
 @dataclass
@@ -86,7 +88,8 @@ class LiveRun:
         self.remote = remote  # how its URLs are listed and read (the command line's --download, ...)
         self.spectral = spectral  # also each 2-D weight's alpha and stable rank (series --spectral)
         self.cache = cache
-        self.workers = workers if workers is not None else default_workers()
+        self.requested = workers  # the user's --workers (None: chosen per update by executor.choose_workers)
+        self.workers = workers if workers is not None else default_workers()  # a watch's kept pool, at most
         self.scheduler = scheduler
         self.chunk_elems = max(1, int(chunk_elems))
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
@@ -244,8 +247,8 @@ class LiveRun:
         passes = 2 if self.spectral else 1  # progress: the bytes read, then (--spectral) those fitted
         total = passes * sum(_nbytes(ordered[t]) for t in reads) or 1
         client, workers = self._executor()
-        if client is None and total < POOL_MIN_BYTES:
-            workers = 1  # starting worker processes costs more than reading a small run here
+        if client is None:  # in this process unless the run is large enough to pay for starting workers
+            workers = min(self.workers, choose_workers(total, self.requested, per_worker=POOL_MIN_BYTES))
         planned = plan_tasks([[ordered[t].path for t in c] for c in chains], first_prev, list(sizes.items()),
                              1 if client is None and workers <= 1 else max(workers, 2), self.chunk_elems,
                              self.spectral, self.remote)
