@@ -32,3 +32,42 @@ def test_float_and_tuple_keys_are_not_split_at_their_dots(tmp_path) -> None:
     finally:
         ckpt.close()
 
+
+
+def test_an_empty_module_part_is_a_level_of_its_own(tmp_path) -> None:
+    # `.x.y.w` is not `x.y.w`: grouping it under another key's `x.y` put two tensors in one module, and left
+    # an empty group behind. Each group's name is its dotted prefix exactly.
+    path = tmp_path / "empty_parts.pt"
+    torch.save({"x.y.0.a": torch.ones(2), ".x.y.w": torch.ones(3), "a..b.c": torch.ones(4), "a..b.d": torch.ones(5)},
+               path)
+    ckpt = open_checkpoint(str(path))
+    try:
+        top = group_tree(ckpt.root)
+        assert _labels(top) == [
+            ("x", "group", [("y", "group", [("0", "group", [("a", "tensor")])])]),
+            ("", "group", [("x", "group", [("y", "group", [("w", "tensor")])])]),
+            ("a", "group", [("", "group", [("b", "group", [("c", "tensor"), ("d", "tensor")])])])]
+        groups = {r.name: (r.tensors, r.numel) for r in top.walk() if r.is_group}
+        assert groups == {"x": (1, 2), "x.y": (1, 2), "x.y.0": (1, 2), "": (1, 3), ".x": (1, 3), ".x.y": (1, 3),
+                          "a": (2, 9), "a.": (2, 9), "a..b": (2, 9)}
+        assert (top.tensors, top.numel) == (4, 14)
+    finally:
+        ckpt.close()
+
+
+def test_totals_add_up_through_nested_containers(tmp_path) -> None:
+    # Every row's totals are its subtree's: containers inside containers, groups inside both.
+    path = tmp_path / "nested.pt"
+    torch.save({"model": {"enc.l0.w": torch.ones(2, 3), "enc.l1.w": torch.ones(4), "head": torch.ones(5)},
+                "opt": {"state": {0: {"exp_avg": torch.ones(6, dtype=torch.float64)}}}, "step": 3}, path)
+    ckpt = open_checkpoint(str(path))
+    try:
+        top = group_tree(ckpt.root)
+        for row in top.walk():
+            tensors = [r for r in row.walk() if r.node is not None and r.node.kind == "tensor"]
+            assert row.tensors == len(tensors), row.name
+            assert row.numel == sum(r.node.tensor.numel for r in tensors), row.name
+            assert row.nbytes == sum(r.node.tensor.nbytes for r in tensors), row.name
+        assert (top.tensors, top.numel, top.nbytes) == (4, 21, 4 * 15 + 8 * 6)
+    finally:
+        ckpt.close()

@@ -115,12 +115,14 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
     if not root.children and root.kind in ("value", "object", "tensor"):
         # The whole file is one value, e.g. a pickle whose top object is a call `os.system('...')`: show
         # it as a row, so what the file would run is visible in the tree and the details.
-        top.children.append(Row("(root)", root, "", root.kind, top))
+        only = Row("(root)", root, "", root.kind, top)
+        top.children.append(only)
         if root.kind == "tensor" and root.tensor is not None:
-            _add_totals(top, top.children)
+            only.tensors, only.numel, only.nbytes = 1, root.tensor.numel, root.tensor.nbytes
+            _add_totals([only])
         return top
     stack: list[tuple[Node, Row, int]] = [(root, top, 0)]
-    tensors: list[Row] = []
+    made: list[Row] = []  # every row below `top` as made: a parent always before its children
     while stack:
         node, row, depth = stack.pop()
         groups: dict[str, tuple[Row, int]] = {}
@@ -133,54 +135,71 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
                 prefix, _, label = key.rpartition(".")
                 found = groups.get(prefix)
                 if found is None:
-                    found = _group_for(row, prefix, groups, levels, cut)
+                    found = _group_for(row, prefix, groups, levels, cut, made)
                 parent, child_depth = found[0], depth + found[1] + 1
             else:
                 label, parent = str(key), row
             child_row = Row(label, child, f"{prefix_name}{key}", child.kind, parent)
             parent.children.append(child_row)
+            made.append(child_row)
             if child.children:
                 stack.append((child, child_row, child_depth))
-            if child.kind == "tensor" and child.tensor is not None:
-                tensors.append(child_row)
-    _add_totals(top, tensors)
+            if child.kind == "tensor" and (info := child.tensor) is not None:
+                child_row.tensors, child_row.numel, child_row.nbytes = 1, info.numel, info.nbytes
+    _add_totals(made)
     return top
 
 
 def _group_for(row: Row, prefix: str, groups: dict[str, tuple[Row, int]], levels: int,
-               cut: list[bool]) -> tuple[Row, int]:
+               cut: list[bool], made: list[Row]) -> tuple[Row, int]:
     """(the group row for the dotted `prefix` under `row`, its levels below `row`), creating missing levels
-    in first-seen order; at most `levels` deep (a longer prefix: its rest is the last group's label)."""
+    in first-seen order; at most `levels` deep (a longer prefix: its rest is the last group's label).
+
+    A group's key in `groups` is its dotted prefix exactly (`.x` and `x` are two groups; a key with an empty
+    part, `a..b`, keeps it). Levels are looked up from the deepest down: a new prefix (`layers.7.mlp`)
+    mostly shares all but its last level with one seen before (`layers.7.attn`), so one lookup finds
+    where the new levels start."""
+    named = f"{row.name}." if row.name else ""
+    head, dot, last = prefix.rpartition(".")
+    if dot and (up := groups.get(head)) is not None and up[1] < levels:  # the common case: one level new
+        return _new_group(up[0], last, named + prefix, prefix, up[1] + 1, groups, made)
     parts = prefix.split(".", levels)  # never more than levels + 1 pieces, whatever the key's length
     if len(parts) > levels:
         parts[levels - 1:] = [".".join(parts[levels - 1:])]
         cut[0] = True
-    parent, path = row, ""
-    for depth, label in enumerate(parts, start=1):
-        path = f"{path}.{label}" if path else label
-        found = groups.get(path)
-        if found is None:
-            group = Row(label, None, f"{parent.name}.{label}" if parent.name else label, "group", parent)
-            parent.children.append(group)
-            found = groups[path] = (group, depth)
+    have = len(parts) - 1  # levels that exist already (the whole prefix does not: the caller looked)
+    while have and ".".join(parts[:have]) not in groups:
+        have -= 1
+    parent = groups[".".join(parts[:have])][0] if have else row
+    found = None
+    for depth in range(have + 1, len(parts) + 1):
+        path = ".".join(parts[:depth])
+        found = _new_group(parent, parts[depth - 1], named + path, path, depth, groups, made)
         parent = found[0]
-    return groups[path]
+    assert found is not None  # at least the last level was made here
+    return found
 
 
-def _add_totals(top: Row, tensors: list[Row]) -> None:
-    # Push each tensor's numbers up its ancestor chain: no recursion (checkpoints may nest deeply),
-    # and the work is proportional to tensors x depth rather than to a full post-order pass.
-    for row in tensors:
-        node = row.node
-        assert node is not None and node.tensor is not None  # only tensor rows are passed here
-        info = node.tensor
-        numel, nbytes = info.numel, info.nbytes
-        up: Row | None = row
-        while up is not None:
-            up.tensors += 1
-            up.numel += numel
-            up.nbytes += nbytes
-            up = up.parent
+def _new_group(parent: Row, label: str, name: str, path: str, depth: int, groups: dict[str, tuple[Row, int]],
+               made: list[Row]) -> tuple[Row, int]:
+    group = Row(label, None, name, "group", parent)
+    parent.children.append(group)
+    made.append(group)
+    found = groups[path] = (group, depth)
+    return found
+
+
+def _add_totals(made: list[Row]) -> None:
+    """Every row's totals, each summed once: rows are made parents first, so walked backwards every row is
+    complete (its tensor's own figures and all of its children's) when it adds itself to its parent. No
+    recursion (checkpoints nest deeply), one step per row rather than per tensor and ancestor."""
+    for row in reversed(made):
+        if row.tensors:
+            parent = row.parent
+            assert parent is not None  # only `top` has none, and it is not in `made`
+            parent.tensors += row.tensors
+            parent.numel += row.numel
+            parent.nbytes += row.nbytes
 
 
 def find_row(top: Row, name: str) -> Row | None:
