@@ -123,6 +123,10 @@ def test_the_window_opens_a_deep_name(deep, qtbot, tmp_path) -> None:
             qtbot.wait(10)
             assert tab.checkpoint is not None
             np.testing.assert_array_equal(tab.checkpoint.tensor(deep[2]).shape, (2, 2))
+            for title in ("Details", "Statistics", "Heat-map", "Spectrum", "Values", "Optimizer", "Training", "Run"):
+                tab.show_panel(title)
+                qtbot.wait(20)
+                _fits_the_screen(window)
         from ckptview.gui.compare.tab import open_diff
 
         for path in deep[:2]:
@@ -130,8 +134,22 @@ def test_the_window_opens_a_deep_name(deep, qtbot, tmp_path) -> None:
             with qtbot.waitSignals([view.finished], raising=False, timeout=120_000) as blocker:
                 pass
             assert blocker.signal_triggered and view.model.rowCount() >= 1
+            qtbot.wait(50)
+            _fits_the_screen(window)
             series = window.open_series([path, path])
             qtbot.waitUntil(lambda series=series: series.state != "loading", timeout=120_000)
             assert series.state == "ready" and series.result is not None and deep[2] in series.result.tensors
+            qtbot.wait(50)  # laid out and painted with the name in its legends
+            _fits_the_screen(window)
     finally:
         wait_for_workers(30_000)
+
+
+def _fits_the_screen(window) -> None:
+    """No widget of the window wider than the screen: a legend naming the tensor once made a plot 1.5 million
+    pixels wide (a label is as wide as its longest word), and each of its paints took seconds."""
+    from PySide6.QtWidgets import QWidget
+
+    screen = window.screen().availableGeometry().width()
+    wide = [(type(w).__name__, w.objectName(), w.width()) for w in window.findChildren(QWidget) if w.isVisible() and w.width() > screen]
+    assert window.width() <= screen and not wide, (window.width(), screen, wide[:5])

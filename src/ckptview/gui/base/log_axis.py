@@ -123,12 +123,17 @@ class LogTicks(AxisMixinBase):
             return -1 if any(b - a < gap for a, b in itertools.pairwise(positions)) else len(values)
         metrics = tick_font_metrics(self)
         room = LABEL_GAP_CHARS * metrics.averageCharWidth()
-        widths = [metrics.horizontalAdvance(t) + 2 for t in self.tickStrings(values, 1.0, spacing)]
-        inside = [(x, w) for x, w in zip(positions, widths, strict=True) if x - w / 2 >= 0 and x + w / 2 <= size]
-        for (a, wa), (b, wb) in itertools.pairwise(inside):
-            if b - a < (wa + wb) / 2 + room:
+        # Measured as they come: a dense candidate (hundreds of ticks) touches at its first pair, and the
+        # axis tries a dozen candidates a paint (measuring them all was 1.5 million calls in one test).
+        drawn, last_x, last_w = 0, 0.0, 0.0
+        for x, text in zip(positions, self.tickStrings(values, 1.0, spacing), strict=True):
+            w = metrics.horizontalAdvance(text) + 2
+            if x - w / 2 < 0 or x + w / 2 > size:
+                continue
+            if drawn and x - last_x < (last_w + w) / 2 + room:
                 return -1
-        return len(inside)
+            drawn, last_x, last_w = drawn + 1, x, w
+        return drawn
 
     def _pick(self, candidates: list[tuple[float, list[float]]], lo: float, hi: float, size: float) -> Ticks:
         """The first (densest) candidate that draws two labels apart, else the first that draws one."""

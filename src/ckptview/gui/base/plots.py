@@ -18,6 +18,7 @@ from PySide6.QtGui import QAction, QColor, QTextOption
 from PySide6.QtWidgets import QFileDialog, QGraphicsTextItem, QGraphicsView, QWidget
 
 from ckptview.gui.base.palette import Theme, on_palette_change, theme
+from ckptview.gui.base.wrap import name_html
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
     import pyqtgraph as pg
@@ -160,10 +161,8 @@ def series_color(index: int, count: int = 0) -> QColor:
 
 
 def legend_html(entries: Iterable[tuple[QColor, str]]) -> str:
-    """A legend as rich text: a coloured square and the (escaped) name per series."""
-    from html import escape
-
-    return "<br>".join(f"<span style='color:{color.name()}'>&#9632;</span> {escape(text)}"
+    """A legend as rich text: a coloured square and the name (escaped, cut and breakable) per series."""
+    return "<br>".join(f"<span style='color:{color.name()}'>&#9632;</span> {name_html(text)}"
                        for color, text in entries)
 
 

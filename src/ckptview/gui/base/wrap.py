@@ -10,14 +10,37 @@ character stays, in order; only line breaks are added.
 from __future__ import annotations
 
 import re
+from html import escape
 
 from PySide6.QtGui import QFontMetrics, QGuiApplication
 from PySide6.QtWidgets import QWidget
 
-__all__ = ["message_width", "wrap_long_words"]
+from ckptview.core.text import elide
+
+__all__ = ["LINE_CHARS", "NAME_CHARS", "breakable", "message_width", "name_html", "wrap_long_words"]
 
 _BREAK_AFTER = "./_-=:"
 _SPACES = re.compile(r"(\s+)")
+
+
+NAME_CHARS = 200  # a name in a label (a plot's legend): its head and tail, the middle cut past this
+LINE_CHARS = 1000  # a status line that may quote names (a run's summary, an error)
+_BREAKS = re.compile(r"([./_\-=:])")
+
+
+def breakable(text: str, limit: int = NAME_CHARS) -> str:
+    """`text` for a word-wrapped label: cut to `limit` characters (middle elided) and with a break allowed
+    after each `.`, `/`, `_`, `-`, `=`, `:` (a zero-width space).
+
+    A label wraps at spaces only, so it is as wide as its longest word: one tensor name of 200,000
+    characters made a plot's legend, and the window with it, 1.5 million pixels wide (and every paint of
+    it seconds long)."""
+    return _BREAKS.sub("\\1\u200b", elide(text, limit))
+
+
+def name_html(text: str, limit: int = NAME_CHARS) -> str:
+    """`breakable(text)` as rich text: escaped, since a name from a file is text, never markup."""
+    return escape(breakable(text, limit))
 
 
 def message_width(widget: QWidget | None = None) -> int:

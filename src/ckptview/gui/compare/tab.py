@@ -63,6 +63,7 @@ from ckptview.gui.base.palette import color
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.base.wrap import name_html
 from ckptview.gui.graph import CompareGraph
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
@@ -725,7 +726,7 @@ class CompareTab(QWidget):
         row = self.model.rows[i]
         self.rel_marker.setValue(i)
         self.rel_marker.show()
-        self.hist_label.setText(html.escape(f"{row.name}: computing histograms…"))
+        self.hist_label.setText(f"{name_html(row.name)}: computing histograms…")
         self.histograms = {}
         self._hist_row = row
         if not self._from_graph and row.name_a is not None:
@@ -763,7 +764,7 @@ class CompareTab(QWidget):
         if self._hist_row is not None:
             self.hist_plot.hide()
             self.diff_plot.hide()
-            self.hist_label.setText(html.escape(f"{self._hist_row.name}: cannot read values: {exc}"))
+            self.hist_label.setText(f"{name_html(self._hist_row.name)}: {html.escape(f'cannot read values: {exc}')}")
 
     def overlay_counts(self) -> dict[str, np.ndarray | None]:
         """The histogram counts on show (tests read the plots through this)."""

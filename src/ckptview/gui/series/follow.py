@@ -20,6 +20,7 @@ from ckptview.core.series.model import SeriesProgress
 from ckptview.core.series.watch import watch_run
 from ckptview.core.text import printable
 from ckptview.gui.base.workers import JobSlot
+from ckptview.gui.base.wrap import LINE_CHARS, breakable
 
 
 def follow_job(paths: list[str], stall_threshold: float, explode_factor: float, settle: float,
@@ -71,7 +72,7 @@ class Follow(QObject):
             return
         self.tab.cancel()  # the first read: following reads everything that is still missing
         tab = self.tab
-        tab.summary_label.setText(printable(tab.summary_label.text() + " — following…"))
+        tab.summary_label.setText(tab.summary_label.text() + " — following…")  # printable (and breakable) already
         self.slot.start(follow_job, tab.paths, tab.stall_threshold, tab.explode_factor, self.settle,
                         tab.workspace.remote)
 
@@ -91,5 +92,6 @@ class Follow(QObject):
         self.updated.emit(events)
 
     def _on_errored(self, exc: BaseException) -> None:
-        self.tab.summary_label.setText(f"error while following: {printable(str(exc) or type(exc).__name__)}")
+        self.tab.summary_label.setText(breakable(f"error while following: {printable(str(exc) or type(exc).__name__)}",
+                                                 LINE_CHARS))
         self.tab.follow_box.setChecked(False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from html import escape
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
@@ -27,6 +26,7 @@ from ckptview.gui.base.plots import (
     style_color_bar,
     style_plot,
 )
+from ckptview.gui.base.wrap import LINE_CHARS, breakable, name_html
 
 if TYPE_CHECKING:
     import numpy as np
@@ -109,7 +109,7 @@ class LabelAxis(AxisMixinBase):
 
 def inline_legend(entries: Sequence[tuple[str, ...]]) -> str:
     """A legend as one wrapped line of rich text: per (colour, name[, glyph]) entry a coloured square (or the
-    glyph) and the escaped name; a colour that would vanish on the window (the plot's own background) is an
+    glyph) and the name (escaped, cut and breakable: `name_html`); a colour that would vanish on the window (the plot's own background) is an
     outlined square, as it looks on the plot."""
     window = theme().color("window")
 
@@ -118,7 +118,7 @@ def inline_legend(entries: Sequence[tuple[str, ...]]) -> str:
             return "&#9633;"
         return f"<span style='color:{color}'>{glyph}</span>"
 
-    return " &nbsp; ".join(f"{swatch(color, glyph)}&nbsp;{escape(text)}"
+    return " &nbsp; ".join(f"{swatch(color, glyph)}&nbsp;{name_html(text)}"
                            for color, text, glyph in ((*e, "&#9632;")[:3] for e in entries))
 
 
@@ -515,7 +515,7 @@ class HistogramsOverSteps(QWidget):
         self.counts = np.zeros((0, 0), dtype=np.int64)
         self.image.clear()
         self.bar.hide()
-        self.status.setText(message)
+        self.status.setText(breakable(message, LINE_CHARS))
         say_nothing(self.plot, message)
 
     def set_histograms(self, name: str, hists: list[Histogram | None], value_range: tuple[float, float]) -> None:
@@ -539,4 +539,4 @@ class HistogramsOverSteps(QWidget):
         self.plot.setLabel("left", "value")
         nonfinite = sum(h.nan + h.posinf + h.neginf for h in hists if h is not None)
         extra = f"; {nonfinite} NaN/Inf values not drawn" if nonfinite else ""
-        self.status.setText(f"{name}: {bins} bins over [{lo:.4g}, {hi:.4g}] per checkpoint{extra}")
+        self.status.setText(f"{breakable(name)}: {bins} bins over [{lo:.4g}, {hi:.4g}] per checkpoint{extra}")

@@ -17,6 +17,7 @@ from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import theme
 from ckptview.gui.base.plots import make_exportable, say_drawn, say_nothing
+from ckptview.gui.base.wrap import LINE_CHARS, breakable
 from ckptview.gui.series.plots import as_array, inline_legend, style_plots, whole_steps
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class SpectralLines(QWidget):
     def set_message(self, text: str) -> None:
         """A line above the plots (what is being computed, or why nothing is drawn)."""
         self.legend.setTextFormat(Qt.TextFormat.PlainText)
-        self.legend.setText(text)
+        self.legend.setText(breakable(text, LINE_CHARS))
 
     def set_lines(self, x: Sequence[float], lines: Mapping[str, tuple[Sequence[float | None], Sequence[float | None]]],
                   x_label: str) -> None:

@@ -49,6 +49,7 @@ from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.palette import Theme, on_palette_change, theme
 from ckptview.gui.base.tabs import OverflowTabWidget
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
+from ckptview.gui.base.wrap import LINE_CHARS, breakable
 from ckptview.gui.graph import RunGraph
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.plots import (
@@ -281,7 +282,7 @@ class SeriesTab(QWidget):
         self.state = "error"
         self._done()
         message = printable(str(exc) or type(exc).__name__)
-        self.summary_label.setText(f"error: {message}")
+        self.summary_label.setText(breakable(f"error: {message}", LINE_CHARS))
         self.failed.emit(message)
 
     def _on_aborted(self) -> None:
@@ -307,7 +308,7 @@ class SeriesTab(QWidget):
         unsafe = sum(1 for ref in r.checkpoints if ref.unsafe_globals)
         if unsafe:
             text += f"; {unsafe} checkpoint{'' if unsafe == 1 else 's'} reference unsafe globals (not run)"
-        self.summary_label.setText(printable(text + (f" — {suffix}" if suffix else "")))
+        self.summary_label.setText(breakable(printable(text + (f" — {suffix}" if suffix else "")), LINE_CHARS))
 
     # --- showing ---------------------------------------------------------------------------------
     def _build_tree(self) -> None:
