@@ -546,6 +546,9 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+CONNECT_TIMEOUT = 30  # seconds distributed keeps trying a scheduler that does not answer (it may be starting)
+
+
 def connect(scheduler: str) -> Any:
     """A ``distributed.Client`` of the Dask scheduler at ``scheduler`` (tcp://HOST:PORT), or one clear error."""
     try:
@@ -553,7 +556,7 @@ def connect(scheduler: str) -> Any:
     except ImportError:
         raise CheckpointError("--scheduler needs Dask: pip install 'ckptview[series]'") from None
     try:
-        return Client(scheduler, timeout=30)  # type: ignore[no-untyped-call]
+        return Client(scheduler, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError, ValueError) as exc:
         raise CheckpointError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
 
