@@ -10,7 +10,8 @@ benchmarks/_data/ and read before timing, so both sides start from a warm page c
   (torch.load each, float64 figures per tensor: norm, mean, std, max |x|, NaN/Inf, update ratio).
 - diff: `ckptview diff A B --json` of two GPT-2 small state dicts (124M parameters, ~500 MB each) against
   torch.load of both and float64 figures per tensor.
-- info: `ckptview info FILE --json` of a file of 100,000 tensors against torch.load + listing its keys.
+- info: `ckptview info FILE --json` of a file of 100,000 tensors against torch.load + listing its keys, with
+  the floor of any listing through CPython's C unpickler in the same rounds (bench_scale.FLOOR_UNPICKLE).
 - window: the window's launch to a usable tree of that file (benchmarks/launch_timing.py) against
   `torch.load` of the same file.
 
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from bench_scale import DIFF_WITH_TORCH, LAUNCH_TIMING, LIST_WITH_TORCH, many_keys, run_once
+from bench_scale import DIFF_WITH_TORCH, FLOOR_UNPICKLE, LAUNCH_TIMING, LIST_WITH_TORCH, many_keys, run_once
 from bench_series import TORCH as SERIES_WITH_TORCH
 from bench_series import make_run
 from common import DATA, warm
@@ -139,9 +140,22 @@ def main() -> None:
         results.append(report("diff of a GPT-2 small pair", "diff", mine, ref))
     if "info" in rows:
         keys = inputs["keys"]
-        mine, ref = paired(ckptview("info", keys, "--json"), python(LIST_WITH_TORCH, keys), args.repeat)
+        floor: list[dict] = []
+
+        def ours_then_floor() -> dict:  # the C-unpickler floor in the same rounds: ours, floor, torch
+            mine = run_once(ckptview("info", keys, "--json"))
+            floor.append(run_once(python(FLOOR_UNPICKLE, keys)))
+            return mine
+
+        mine, ref = paired(ours_then_floor, python(LIST_WITH_TORCH, keys), args.repeat)
         results.append(report("info --json, 100,000 tensors", "info", mine, ref))
-        print(f"{'':<40} peak {results[-1]['peak_mb']:.0f} MiB, goal < 150 MiB", flush=True)
+        floor_s = statistics.median(r["seconds"] for r in floor)
+        results[-1]["floor_s"] = floor_s
+        print(f"{'':<40} peak {results[-1]['peak_mb']:.0f} MiB, goal < 150 MiB; the C-unpickler floor (zip "
+              f"directory + data.pkl through inert stubs, no checks, no output) {floor_s:.2f} s "
+              f"{statistics.median(r['peak_mb'] for r in floor):.0f} MiB: ckptview at "
+              f"{results[-1]['ours_s'] / floor_s:.2f}x the floor, the floor at "
+              f"{results[-1]['alternative_s'] / floor_s:.1f}x faster than torch", flush=True)
     if "window" in rows:
         keys = inputs["keys"]
         mine, ref = paired(lambda: launch_seconds(keys), python(TORCH_LOAD, keys), args.repeat)
