@@ -26,16 +26,17 @@ _SPACES = re.compile(r"(\s+)")
 NAME_CHARS = 200  # a name in a label (a plot's legend): its head and tail, the middle cut past this
 LINE_CHARS = 1000  # a status line that may quote names (a run's summary, an error)
 _BREAKS = re.compile(r"([./_\-=:])")
+_LONG_WORD = re.compile(r"\S{61,}")  # words a label may break: longer than 60 characters (short text as it is)
 
 
 def breakable(text: str, limit: int = NAME_CHARS) -> str:
     """`text` for a word-wrapped label: cut to `limit` characters (middle elided) and with a break allowed
-    after each `.`, `/`, `_`, `-`, `=`, `:` (a zero-width space).
+    after each `.`, `/`, `_`, `-`, `=`, `:` of a word over 60 characters (a zero-width space).
 
     A label wraps at spaces only, so it is as wide as its longest word: one tensor name of 200,000
     characters made a plot's legend, and the window with it, 1.5 million pixels wide (and every paint of
     it seconds long)."""
-    return _BREAKS.sub("\\1\u200b", elide(text, limit))
+    return _LONG_WORD.sub(lambda word: _BREAKS.sub("\\1\u200b", word.group()), elide(text, limit))
 
 
 def name_html(text: str, limit: int = NAME_CHARS) -> str:
