@@ -47,7 +47,7 @@ test-vision: $(VSTAMP)
 	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks tools resources
+	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

@@ -131,7 +131,7 @@ def readme_pictures(out: str, size: tuple[int, int], tmp: str, wait: Callable[..
     tab.select_name("model_state_dict")
     shoot("statistics")
     # The run picture: the bundled example (the window's start file) after one click on Run.
-    (example,) = win.open_paths([os.path.join(ROOT, "resources", "example.pth")])
+    (example,) = win.open_paths([os.path.join(ROOT, "src", "ckptview", "resources", "example.pth")])
     wait(lambda: example.state != "loading")
     panel = example.show_panel("Run")
     assert panel is not None

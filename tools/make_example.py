@@ -1,7 +1,7 @@
 """Regenerate `example.pth`, the checkpoint the window opens when started without a file.
 
 A small training checkpoint from the README's MLP: model and Adam state after a few seeded steps,
-epoch and loss. Run: `python resources/make_example.py` (needs torch; output is seeded).
+epoch and loss. Run: `python tools/make_example.py` (needs torch; output is seeded).
 """
 
 from __future__ import annotations
@@ -31,4 +31,6 @@ def make(path: str) -> None:
 
 
 if __name__ == "__main__":
-    make(os.path.join(os.path.dirname(os.path.abspath(__file__)), "example.pth"))
+    from ckptview.resources import resource_path
+
+    make(resource_path("example.pth"))

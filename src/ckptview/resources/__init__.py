@@ -1,4 +1,5 @@
-"""Files the app ships: the icon, the bundled example checkpoint and its generator (`make_example.py`)."""
+"""Files the app ships: the icon, the desktop entry, the MIME types and the bundled example checkpoint
+(made by `tools/make_example.py`)."""
 
 from __future__ import annotations
 
