@@ -6,12 +6,10 @@ epoch and loss. Run: `python tools/make_example.py` (needs torch; output is seed
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 
-from ckptview.core.run.worker.example_model import build_mlp
+from ckptview.core.worker.example_model import build_mlp
 
 
 def make(path: str) -> None:

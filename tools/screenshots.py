@@ -33,7 +33,7 @@ def make_checkpoints(folder: str) -> tuple[str, str]:
     import torch
     from torch import nn
 
-    from ckptview.core.run.worker.example_model import build_mlp
+    from ckptview.core.worker.example_model import build_mlp
 
     torch.manual_seed(0)
     model = build_mlp()
@@ -62,7 +62,7 @@ def make_llama(folder: str) -> str:
     try:
         import transformers
     except ImportError:
-        from ckptview.core.run.worker.example_model import build_mlp
+        from ckptview.core.worker.example_model import build_mlp
 
         path = os.path.join(folder, "mlp.pt2")
         torch.export.save(torch.export.export(build_mlp().eval(), (torch.randn(2, 20),)), path)

@@ -7,7 +7,7 @@ passes `model_args` to `timm.create_model`. The same holds for every field a lib
 `backbone` fetched or read from a path, an `attn_implementation` naming a kernel on the Hub, a
 `quantization_config`, `auto_map` at any depth, timm's `local-dir:`/`hf-hub:` names and `pretrained_cfg`
 locations. The builds are checked on the config as data (`core/run/config_guard`), and what a build opens is
-guarded in the worker (`core/run/worker/build_guard`). The timm cases run in the vision venv
+guarded in the worker (`core/worker/build_guard`). The timm cases run in the vision venv
 (test_config_loads_vision.py).
 
 The lead: the meta-device build that names a Trainer folder's optimizer state admitted any class with "For"
@@ -231,7 +231,7 @@ def test_what_a_build_opens_is_guarded(tmp_path):
     """The worker's second line: while a library builds, files outside the installed Python, sockets and
     processes are refused, even when the library catches the error and goes on."""
     from ckptview.core.run.protocol import WorkerError
-    from ckptview.core.run.worker.build_guard import guarded_build
+    from ckptview.core.worker.build_guard import guarded_build
 
     outside = tmp_path / "secret.pth"
     outside.write_bytes(b"x")
@@ -341,7 +341,7 @@ def test_a_trusted_lightning_class_cannot_load_what_its_hyper_parameters_name(tm
 
 def test_a_tokenizer_linked_from_elsewhere_is_not_read(tmp_path):
     """The next-token line reads the folder's own tokenizer.json: a link to a file outside is never opened."""
-    from ckptview.core.run.worker.library import _folder_file
+    from ckptview.core.worker.library import _folder_file
 
     outside = tmp_path / "outside"
     outside.mkdir()

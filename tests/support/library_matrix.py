@@ -20,7 +20,7 @@ import torch
 
 from ckptview.core.run.input_specs import make_array, parse_input_specs
 from ckptview.core.run.result import InputReport
-from ckptview.core.run.worker.forward import to_torch
+from ckptview.core.worker.forward import to_torch
 
 # name: (weights, sharded, dtype); names read "safetensors sharded bf16", "bin fp32", ...
 FORMATS = {f"{weights}{' sharded' if sharded else ''} {short}": (weights, sharded, dtype)

@@ -19,9 +19,9 @@ from ckptview.core.run import request as run_request
 from ckptview.core.run.process import RunError
 from ckptview.core.run.protocol import Job, WorkerError, encode
 from ckptview.core.run.result import PartialRun
-from ckptview.core.run.worker import entry
-from ckptview.core.run.worker.entry import _report, handle
-from ckptview.core.run.worker.forward import describe_outputs, flatten_outputs
+from ckptview.core.worker import entry
+from ckptview.core.worker.entry import _report, handle
+from ckptview.core.worker.forward import describe_outputs, flatten_outputs
 
 
 def execute_here(payload: dict[str, Any], timeout: float, token: Any = None

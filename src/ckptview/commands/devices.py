@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 from ckptview.core.run.devices import format_table
-from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.run.request import probe_devices
 from ckptview.core.text import printable
 
 
@@ -18,8 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the device list; exit 0 (cpu and meta are always there)."""
-    devices = list_devices()
+    """Print the device list; exit 0 (cpu and meta are always there). The devices are probed in the worker
+    process, as the window probes them: torch and the drivers never load in this one."""
+    devices = probe_devices()
     if args.json:
         print(json.dumps([d.to_json() for d in devices], indent=2))
     else:

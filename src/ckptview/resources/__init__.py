@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+__all__ = ["resource_path"]
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -30,8 +30,8 @@ from ckptview.core.graph import library as graph_library
 from ckptview.core.graph.cache import GraphCache
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job
-from ckptview.core.run.worker import graph as worker_graph
-from ckptview.core.run.worker import load_gate
+from ckptview.core.worker import graph as worker_graph
+from ckptview.core.worker import load_gate
 from tests.support.crafted import Payload, crafted_pt2, crafted_torchscript, rewrite_zip
 
 GCC = shutil.which("gcc")

@@ -123,7 +123,7 @@ def test_run_loads_a_training_folder_model_without_its_file_prefix(tmp_path):
     """`run` on an accelerate or Trainer folder: the weights file's name is no part of the state dict keys."""
     from safetensors.torch import save_file
 
-    from ckptview.core.run.worker.loading import load_weights
+    from ckptview.core.worker.loading import load_weights
 
     torch.manual_seed(0)
     trained = Small()
@@ -180,7 +180,7 @@ def test_tied_weight_is_not_reported_left_at_its_initial_value(tmp_path):
     """safetensors keeps one name of a tied pair; loading it loads both (the model's own Parameter)."""
     from safetensors.torch import save_model
 
-    from ckptview.core.run.worker.loading import load_weights
+    from ckptview.core.worker.loading import load_weights
 
     torch.manual_seed(0)
     trained = TiedLM()

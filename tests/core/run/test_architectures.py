@@ -18,7 +18,7 @@ import torch
 from ckptview import cli
 from ckptview.core.run.architectures import ArchitectureRefused, recognize
 from ckptview.core.run.result import InputReport
-from ckptview.core.run.worker.forward import output_stats
+from ckptview.core.worker.forward import output_stats
 from tests.support.library_matrix import remade_inputs
 
 
@@ -260,7 +260,7 @@ def _load_in_process(folder: str, monkeypatch) -> tuple[object, int, object]:
 
     from ckptview.core.run.architectures import recognize
     from ckptview.core.run.protocol import Job
-    from ckptview.core.run.worker.pretrained import load_library_model
+    from ckptview.core.worker.pretrained import load_library_model
 
     initialised = [0]
     for name, real in list(initialization.TORCH_INIT_FUNCTIONS.items()):  # what transformers' init calls

@@ -10,7 +10,7 @@ import torch
 
 from ckptview import cli
 from ckptview.core.run.devices import DeviceError, DeviceInfo, find_device, format_table, parse_device
-from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.worker.device_probe import list_devices
 
 
 def fake_torch(cuda_built: bool = True, cuda_count: int = 0, cuda_ok: bool = True, init_error: str = "",
@@ -121,3 +121,18 @@ def test_devices_command_json(capsys: pytest.CaptureFixture) -> None:
     assert [d["name"] for d in listed if d["available"]][:1] == ["cpu"] and listed[-1]["name"] == "meta"
     assert cli.main(["devices"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("cpu ")
+
+
+def test_devices_command_probes_in_the_worker_process() -> None:
+    """`ckptview devices` starts the worker to probe, as the window does: torch and the drivers never load in
+    the command's own process (a CUDA context or a driver fault stays out of it)."""
+    import subprocess
+    import sys
+
+    probe = ("import json, sys\nfrom ckptview.cli import main\nassert main(['devices', '--json']) == 0\n"
+             "sys.stderr.write(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ckptview'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stderr.strip().splitlines()[-1])
+    assert "ckptview.commands.devices" in loaded
+    assert [m for m in loaded if m == "torch" or m.startswith(("torch.", "ckptview.core.worker"))] == []
+    assert [d["name"] for d in json.loads(out.stdout)][:1] == ["cpu"]

@@ -1,5 +1,5 @@
 """The bundled example runs its forward pass with no code of the user's (issue 33, finding 5): its model is
-ckptview's own (`core/run/worker/example_model.py`), taken only for a file whose bytes are the example's."""
+ckptview's own (`core/worker/example_model.py`), taken only for a file whose bytes are the example's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from ckptview import cli
 from ckptview.core.run.example import example_path
-from ckptview.core.run.worker.example_model import build_mlp
+from ckptview.core.worker.example_model import build_mlp
 from tests.support.library_matrix import remade_inputs
 from tests.support.run_here import worker_here
 

@@ -43,9 +43,9 @@ from ckptview.core.run.request import (
 )
 from ckptview.core.run.result import OtherOutput, OutputInfo, RunResult, ShapeMismatch
 from ckptview.core.run.state_dict import find_state_dict, strip_prefixes, suggest_inputs
-from ckptview.core.run.worker.entry import load_model
-from ckptview.core.run.worker.forward import describe_outputs, to_torch
-from ckptview.core.run.worker.tensors import numpy_to_torch, place_tensor
+from ckptview.core.worker.entry import load_model
+from ckptview.core.worker.forward import describe_outputs, to_torch
+from ckptview.core.worker.tensors import numpy_to_torch, place_tensor
 
 MODULE = "ckv_test_models"
 MODEL_CODE = textwrap.dedent('''

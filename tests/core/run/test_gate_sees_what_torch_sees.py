@@ -335,7 +335,7 @@ def test_a_tar_torch_would_read_is_refused(tmp_path: pathlib.Path, capsys: pytes
 def test_the_worker_checks_the_census_against_torchs_own_archive_reader(tmp_path: pathlib.Path) -> None:
     """In the worker, torch's reader (bytes only) must list the records the census saw and return the bytes it
     checked: a census of one archive does not pass for another."""
-    from ckptview.core.run.worker.load_gate import LoadRefused, same_records_as_torch
+    from ckptview.core.worker.load_gate import LoadRefused, same_records_as_torch
 
     paths = {}
     for name, obj in (("a", {"w": torch.ones(2), "v": 1}), ("b", {"w": torch.ones(2), "v": 2}),

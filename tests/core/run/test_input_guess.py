@@ -13,7 +13,7 @@ from torch import nn
 
 from ckptview.core.run.input_specs import InputSpec, make_array
 from ckptview.core.run.state_dict import suggest_inputs
-from ckptview.core.run.worker.forward import _guess_from_module, to_torch
+from ckptview.core.worker.forward import _guess_from_module, to_torch
 
 
 class CNN(nn.Module):

@@ -6,7 +6,7 @@ Checked for each folder: every weight of the model comes from the file (the libr
 GPT-NeoX's `embed_out`, Mixtral's experts, ViT's and Swin's `attention.attention`), the inputs are the ones the
 model declares, each named with where it came from, and every output equals the library's bit for bit
 (weights sit where a memory map of the file would put them, as the library computes on them: see
-`core/run/worker/tensors.py`). The worker's code runs in this process (`tests/support/run_here.py`): dozens of
+`core/worker/tensors.py`). The worker's code runs in this process (`tests/support/run_here.py`): dozens of
 worker processes would each import torch and transformers again.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ckptview.core.run.request import RunRequest, run
-from ckptview.core.run.worker.forward import flatten_outputs
+from ckptview.core.worker.forward import flatten_outputs
 from tests.support.library_matrix import (
     DIFFUSERS,
     DIFFUSERS_FORMATS,

@@ -29,7 +29,7 @@ from ckptview.core.jobs import drain
 from ckptview.core.run import request as runner
 from ckptview.core.run.lightning import recognize_lightning
 from ckptview.core.run.process import RunError, execute
-from ckptview.core.run.worker.forward import output_stats
+from ckptview.core.worker.forward import output_stats
 
 # Skipped cleanly without lightning; imported by the tests that use it, not when the suite is collected (it
 # imports transformers and matplotlib on the way).
@@ -169,7 +169,7 @@ def test_recognition_reads_the_class_path_and_hyper_parameters_as_data(lit, tmp_
     assert found is not None and found.version == importlib.metadata.version("lightning") and found.class_path == CLASS_PATH
     assert found.hparams_name == saved["hparams_name"] == "kwargs"
     assert found.dropped == ["_class_path", "_instantiator"]
-    from ckptview.core.run.worker.lightning import decode_value
+    from ckptview.core.worker.lightning import decode_value
 
     assert decode_value(found.hparams) == {"hidden": 6, "cfg": CFG}
     assert decode_value(found.hparams)["cfg"]["nested"]["a"] == (1, "x")  # a tuple stays a tuple
@@ -262,7 +262,7 @@ def test_a_namespace_argument_and_its_example_input(lit, tmp_path, capsys, monke
     assert inp["shape"] == [5, 4] and inp["origin"] == "example_input_array"
     reference = lit["module"].NsNet.load_from_checkpoint(path, map_location="cpu").eval()
     from ckptview.core.run.input_specs import InputSpec, make_array
-    from ckptview.core.run.worker.forward import to_torch
+    from ckptview.core.worker.forward import to_torch
 
     spec = InputSpec.from_json({k: inp[k] for k in ("shape", "dtype", "fill", "low", "high")})
     with torch.no_grad():

@@ -31,10 +31,10 @@ from ckptview.core.run.input_specs import InputSpec, make_array, parse_input_spe
 from ckptview.core.run.process import RunError, WorkerJob, execute
 from ckptview.core.run.protocol import MAX_STDERR_LINE, Job, WorkerError, bounded_lines
 from ckptview.core.run.request import RunRequest, inspect_inputs, run
-from ckptview.core.run.worker import load_gate
-from ckptview.core.run.worker.forward import _concrete_size, to_torch
-from ckptview.core.run.worker.loading import load_graph
-from ckptview.core.run.worker.model_code import allow_caller_imports, build_user_model
+from ckptview.core.worker import load_gate
+from ckptview.core.worker.forward import _concrete_size, to_torch
+from ckptview.core.worker.loading import load_graph
+from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
 from tests.support.crafted import (
     Payload,
     crafted_pt2,
@@ -478,7 +478,7 @@ LOADERS = {("torch", "load"), ("jit", "load"), ("export", "load"), ("pickle", "l
 
 
 def test_torch_loads_happen_in_the_load_gate_only() -> None:
-    """No module but core/run/worker/load_gate.py calls torch.load, jit.load, export.load or pickle.load(s)."""
+    """No module but core/worker/load_gate.py calls torch.load, jit.load, export.load or pickle.load(s)."""
     root = pathlib.Path(load_gate.__file__).parents[3]
     callers = []
     for path in sorted(root.rglob("*.py")):
@@ -488,7 +488,7 @@ def test_torch_loads_happen_in_the_load_gate_only() -> None:
                 owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
                 if (owner_name, node.func.attr) in LOADERS:
                     callers.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert callers and all(c.startswith("core/run/worker/load_gate.py:") for c in callers), callers
+    assert callers and all(c.startswith("core/worker/load_gate.py:") for c in callers), callers
 
 
 def test_private_copy_is_owner_only(tmp_path: pathlib.Path) -> None:

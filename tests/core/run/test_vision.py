@@ -23,7 +23,7 @@ import torch
 
 from ckptview import cli
 from ckptview.core.run.result import InputReport
-from ckptview.core.run.worker.forward import first_values, output_stats
+from ckptview.core.worker.forward import first_values, output_stats
 from tests.support.library_matrix import remade_inputs
 
 

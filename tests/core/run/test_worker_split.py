@@ -31,7 +31,7 @@ def test_each_part_is_a_small_module_with_one_job() -> None:
 
 @pytest.mark.parametrize("module", ["ckptview.core.run.request", "ckptview.core.run.process", "ckptview.core.run.protocol",
                                     "ckptview.core.run.result",
-                                    "ckptview.core.run.worker.entry", "ckptview.commands.run",
+                                    "ckptview.core.worker.entry", "ckptview.commands.run",
                                     "ckptview.core.run.model_classes"])
 def test_importing_a_part_imports_neither_torch_nor_numpy(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
@@ -44,8 +44,8 @@ def _messages(stdout: bytes) -> list[PhaseEvent | ResultMessage]:
 
 
 def test_python_dash_m_run_worker_still_answers() -> None:
-    """`python -m ckptview.core.run.worker.entry`: phase events then one result, on stdout, for a request on stdin."""
-    proc = subprocess.run([sys.executable, "-m", "ckptview.core.run.worker.entry"], input=b'{"op": "devices"}',
+    """`python -m ckptview.core.worker.entry`: phase events then one result, on stdout, for a request on stdin."""
+    proc = subprocess.run([sys.executable, "-m", "ckptview.core.worker.entry"], input=b'{"op": "devices"}',
                           capture_output=True, timeout=120)
     messages = _messages(proc.stdout)
     assert proc.returncode == 0 and messages[0] == PhaseEvent("importing torch")

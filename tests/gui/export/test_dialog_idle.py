@@ -29,9 +29,8 @@ def dialog_for(qtbot, window, path) -> ExportDialog:
 
 
 def test_the_example_exports_to_a_user_folder_and_an_idle_bar_is_hidden(qtbot, window):
-    import ckptview.resources
-
     import ckptview
+    import ckptview.resources
     from ckptview.gui.app.main_window import example_path
 
     dialog = dialog_for(qtbot, window, example_path())

@@ -16,8 +16,8 @@ from ckptview.core.run.devices import DeviceInfo
 from ckptview.core.run.input_specs import InputSpec, make_array
 from ckptview.core.run.model_classes import ModelClass
 from ckptview.core.run.result import RunResult, result_json_text
-from ckptview.core.run.worker.device_probe import list_devices
-from ckptview.core.run.worker.forward import to_torch
+from ckptview.core.worker.device_probe import list_devices
+from ckptview.core.worker.forward import to_torch
 
 MODULE = "ckv_panel_models"
 CODE = textwrap.dedent('''

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.worker.device_probe import list_devices
 from tests.core.run.test_gate_sees_what_torch_sees import GCC, _aoti_pt2, from_file_archive
 
 pytestmark = pytest.mark.gui

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.worker.device_probe import list_devices
 
 pytestmark = pytest.mark.gui
 

@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from ckptview.core.run.process import RunError
-from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.worker.device_probe import list_devices
 from tests.core.run.test_lightning import CLASS_PATH, PACKAGE, _cli_checkpoint, _imported_elsewhere, lit
 
 pytestmark = [pytest.mark.gui,

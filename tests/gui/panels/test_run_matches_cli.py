@@ -22,7 +22,7 @@ from ckptview.core.run import request as runner
 from ckptview.core.run.example import example_path
 from ckptview.core.run.process import RunError
 from ckptview.core.run.result import RunResult
-from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.worker.device_probe import list_devices
 from tests.support.library_matrix import CASES, combos, write_folder
 from tests.support.run_here import worker_here
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.core.run.worker.device_probe import list_devices
+from ckptview.core.worker.device_probe import list_devices
 from tests.support.remote_server import RangeServer
 
 pytestmark = pytest.mark.gui

@@ -3,7 +3,7 @@
 The parent reads nothing of the file but what the run reads to recognise the architecture (`config.json`
 beside it, as data; the checkpoint's key names and shapes, from the safe reader). The worker gets the
 architecture and the shapes of the inputs a forward pass would feed, never the file's path: it builds the
-class on `meta` and traces it (`core/run/worker/graph.py`). The traced graph names the model's own
+class on `meta` and traces it (`core/worker/graph.py`). The traced graph names the model's own
 `state_dict()` keys; placing it on a checkpoint maps those to the checkpoint's names (wrapper prefixes
 peeled as a run's loader peels them, tied weights found by identity), and the checkpoint's keys no node
 reads are listed as unread. The traced graph is cached (`cache.py`) by what was traced.

@@ -10,7 +10,7 @@ transformers' own model classes (a value of its auto-model registries, `MODEL_*_
 the library's source as data here, and a `PreTrainedModel` in the child; a tokenizer or a pipeline class the
 config names is never called). The config is read here once, as data, and checked as a run's is
 (`core/run/config_guard`: no `auto_map`, no field that loads a file, a URL or code); the child
-(`core.run.worker.param_order`, where torch is imported) gets that checked copy on stdin and builds it with
+(`core.worker.param_order`, where torch is imported) gets that checked copy on stdin and builds it with
 the run worker's own builder (`worker/library.parameter_names`), whose guard lets the build open nothing but
 the library. The child runs offline (`HF_HUB_OFFLINE`), isolated (`python -I`) in a private folder. Nothing
 here imports torch or transformers in this process; without transformers the order stays unknown.
@@ -31,7 +31,7 @@ from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.child import OFFLINE_ENV, child_command
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config
 
-CHILD = "ckptview.core.run.worker.param_order"  # builds the model on the meta device, with torch
+CHILD = "ckptview.core.worker.param_order"  # builds the model on the meta device, with torch
 
 TIMEOUT_S = 300.0
 MAX_CONFIG_BYTES = 1 << 20

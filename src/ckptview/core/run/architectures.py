@@ -3,7 +3,7 @@
 A forward pass with no code of the user's own needs the model's class. It comes from an installed library
 (transformers, diffusers, timm, torchvision), never from the file's folder: `config.json` is read as JSON,
 and a config that names code shipped beside the weights (`auto_map`) is refused. The worker builds the class
-by name from the library's own registry (`core/run/worker/library.py`).
+by name from the library's own registry (`core/worker/library.py`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Architecture:
 
     def payload(self) -> dict[str, Any]:
         """What the worker's request needs to build it; the inputs it declares are made there, from the model
-        (`core/run/worker/declared_inputs.py`), for the window and the command line alike."""
+        (`core/worker/declared_inputs.py`), for the window and the command line alike."""
         return {"architecture": {**self.to_json(), "config": self.config, "folder": self.folder},
                 "preprocessor": self.preprocessor}
 

@@ -1,5 +1,5 @@
 """The command line of an isolated child of this interpreter (`python -I`), which imports ckptview from this
-process's own package folder and runs one module of `core.run.worker`: the forward pass's worker, the Hub
+process's own package folder and runs one module of `core.worker`: the forward pass's worker, the Hub
 parameter-order child. Kept apart from `process.py` so that a caller that only starts a child (inspect's
 Hub parameter order) does not import the worker protocol and the run's results."""
 
@@ -26,7 +26,7 @@ _BOOTSTRAP = (
 )
 
 def child_command(module: str, *args: str) -> list[str]:
-    """The command line that runs `module.entry()` (a module of `core.run.worker`) in an isolated process of
+    """The command line that runs `module.entry()` (a module of `core.worker`) in an isolated process of
     this interpreter, with `args` after it on its argv."""
     package = os.path.dirname(os.path.abspath(ckptview.__file__))
     return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package, module, *args]

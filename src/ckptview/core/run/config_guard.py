@@ -7,7 +7,7 @@ of any file), a `backbone` is fetched or read from a path, `attn_implementation`
 `quantization_config` loads a quantizer; timm reads `local-dir:PATH` and `hf-hub:REPO` architectures and
 `pretrained_cfg` locations; `_name_or_path` names where the config came from. Everything here is decided from
 the config as data, before any library is imported (the worker checks again, and guards what the build opens:
-`core/run/worker/build_guard.py`).
+`core/worker/build_guard.py`).
 
 The rule, per library (:func:`guarded_config`):
 

@@ -1,5 +1,5 @@
 """The devices a forward pass can run on, as the parent knows them: names, the listing the worker sends,
-and the choice of one (no torch here: `core.run.worker.device_probe` probes them in the worker process)."""
+and the choice of one (no torch here: `core.worker.device_probe` probes them in the worker process)."""
 
 from __future__ import annotations
 

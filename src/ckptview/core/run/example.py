@@ -1,7 +1,7 @@
 """The bundled example checkpoint, recognised by its bytes: its forward pass needs no code of the user's.
 
 `example.pth` (the window opens it when started without a file) is a training checkpoint of the README's MLP.
-Its model code is ckptview's own (`core/run/worker/example_model.py`), never the file's: a file is taken for
+Its model code is ckptview's own (`core/worker/example_model.py`), never the file's: a file is taken for
 the example only when its state dict has the example's keys and shapes and its bytes are the bundled file's,
 whatever it is called and wherever it lies; a file merely named `example.pth` is not.
 """

@@ -4,7 +4,7 @@ Read from ckptview's safe listing (no torch, no import). Lightning's own `load_f
 class the caller already has; only LightningCLI writes the class into the file
 (`hyper_parameters["_class_path"]`, with `_instantiator`). A class path that comes from the file is code the
 file chooses: importing it needs the user's consent (`--trust`, the window's dialog), like a full pickle, and
-happens only in the isolated worker (`core/run/worker/lightning.py`). With `--model` the class is the user's.
+happens only in the isolated worker (`core/worker/lightning.py`). With `--model` the class is the user's.
 
 The hyper-parameters travel to the worker as tagged JSON (`encode_value`): dicts, lists, tuples, sets, plain
 scalars and the two containers Lightning and argparse put there (`argparse.Namespace`, Lightning's

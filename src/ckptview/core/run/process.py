@@ -71,7 +71,7 @@ class Cancellable(Protocol):
 # Run by `python -I -c`: no current directory, PYTHONPATH or user site on sys.path. ckptview is imported from
 # the folder the parent's own ckptview was imported from (argv[1]), not looked up on sys.path.
 # The child's module (argv[2]) is imported from there and its `entry()` run; its own arguments follow.
-WORKER = "ckptview.core.run.worker.entry"  # the forward pass's worker
+WORKER = "ckptview.core.worker.entry"  # the forward pass's worker
 
 
 def worker_command() -> list[str]:

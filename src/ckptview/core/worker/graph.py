@@ -20,10 +20,10 @@ from typing import Any
 
 from ckptview.core.run.input_specs import InputSpec
 from ckptview.core.run.protocol import Job, WorkerError, one_line
-from ckptview.core.run.worker.build_guard import guarded_build
-from ckptview.core.run.worker.declared_inputs import NoDeclaredInputs, declared_inputs
-from ckptview.core.run.worker.forward import keyword_names
-from ckptview.core.run.worker.library import build, tie
+from ckptview.core.worker.build_guard import guarded_build
+from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inputs
+from ckptview.core.worker.forward import keyword_names
+from ckptview.core.worker.library import build, tie
 
 
 def graph_job(job: Job) -> dict[str, Any]:

@@ -23,15 +23,15 @@ from typing import Any
 from ckptview.core.run.lightning import ATTRIBUTE_DICTS
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport
-from ckptview.core.run.worker.build_guard import guarded_build
-from ckptview.core.run.worker.loading import (
+from ckptview.core.worker.build_guard import guarded_build
+from ckptview.core.worker.loading import (
     consent_for,
     load_torch_state_dict,
     load_weights,
     place_module,
     torch_state_dict,
 )
-from ckptview.core.run.worker.model_code import call_user_model, import_user_object
+from ckptview.core.worker.model_code import call_user_model, import_user_object
 
 LIGHTNING_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 

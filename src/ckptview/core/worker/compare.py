@@ -7,9 +7,9 @@ from typing import Any
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job, WorkerError
 from ckptview.core.run.result import CompareResult, OutputDiff
-from ckptview.core.run.worker.forward import describe_outputs, flatten_outputs, same_call, stat_dtype
-from ckptview.core.run.worker.loading import load_graph, load_trusted_pickle, load_weights, module_report
-from ckptview.core.run.worker.pretrained import load_library_model
+from ckptview.core.worker.forward import describe_outputs, flatten_outputs, same_call, stat_dtype
+from ckptview.core.worker.loading import load_graph, load_trusted_pickle, load_weights, module_report
+from ckptview.core.worker.pretrained import load_library_model
 
 
 def compare_checkpoint(job: Job, model: Any, output: Any, inputs: list[Any], device: str,

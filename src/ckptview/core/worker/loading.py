@@ -15,8 +15,8 @@ from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
 from ckptview.core.run.state_dict import find_state_dict, state_dict_node, strip_prefixes
-from ckptview.core.run.worker.load_gate import LoadRefused, load_with_torch
-from ckptview.core.run.worker.tensors import place_tensor
+from ckptview.core.worker.load_gate import LoadRefused, load_with_torch
+from ckptview.core.worker.tensors import place_tensor
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint

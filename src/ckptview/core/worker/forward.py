@@ -18,7 +18,7 @@ from ckptview.core.run.input_specs import InputSpec, conv_input, guess_inputs, t
 from ckptview.core.run.json_checks import MAX_OUTPUTS
 from ckptview.core.run.protocol import WorkerError
 from ckptview.core.run.result import InputReport, OtherOutput, OutputInfo, OutputStats
-from ckptview.core.run.worker.declared_inputs import NoDeclaredInputs, declared_inputs
+from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inputs
 
 if TYPE_CHECKING:
     import numpy as np

@@ -20,9 +20,9 @@ from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
 from ckptview.core.run.state_dict import find_state_dict, strip_prefixes
-from ckptview.core.run.worker.build_guard import guarded_build
-from ckptview.core.run.worker.library import build, checked_config, transformers_class
-from ckptview.core.run.worker.tensors import read_like_file
+from ckptview.core.worker.build_guard import guarded_build
+from ckptview.core.worker.library import build, checked_config, transformers_class
+from ckptview.core.worker.tensors import read_like_file
 
 if TYPE_CHECKING:
     from ckptview.core.checkpoint import Checkpoint

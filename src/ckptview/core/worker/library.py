@@ -3,7 +3,7 @@
 Classes are looked up by name in the library's own registry (transformers' auto mappings, diffusers'
 model classes, timm's and torchvision's model registries), never imported from the checkpoint's folder;
 no `trust_remote_code`, and `from_pretrained` only as `from_pretrained(None, config=..., state_dict=...)`,
-which names no repository to fetch or run anything from (`core/run/worker/pretrained.py` loads the weights).
+which names no repository to fetch or run anything from (`core/worker/pretrained.py` loads the weights).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.protocol import WorkerError, one_line
-from ckptview.core.run.worker.build_guard import guarded_build
-from ckptview.core.run.worker.example_model import MODELS
+from ckptview.core.worker.build_guard import guarded_build
+from ckptview.core.worker.example_model import MODELS
 
 PROMPT = "The capital of France is"
 TOP_K = 5
@@ -138,7 +138,7 @@ def _torchvision(torchvision: Any, name: str, config: dict[str, Any]) -> Any:
 
 
 def _ckptview(ckptview: Any, name: str, config: dict[str, Any]) -> Any:
-    """ckptview's own example model (`core/run/worker/example_model.py`): the code is ckptview's, not the file's."""
+    """ckptview's own example model (`core/worker/example_model.py`): the code is ckptview's, not the file's."""
     if name not in MODELS:
         raise WorkerError(f"ckptview ships no example model {name}", kind="refused")
     return MODELS[name]()

@@ -1,4 +1,4 @@
-"""The forward-pass worker process: `python -m ckptview.core.run.worker.entry`, a JSON request on stdin.
+"""The forward-pass worker process: `python -m ckptview.core.worker.entry`, a JSON request on stdin.
 
 It writes the messages of `core.run_protocol` (phase events, then one result) as JSON lines to the stdout
 it was started with. Its file descriptor 1 is pointed at stderr first, so whatever user code prints cannot
@@ -19,9 +19,9 @@ from typing import Any
 from ckptview.core.run.devices import DeviceError, find_device
 from ckptview.core.run.protocol import Job, ResultMessage, WorkerError, encode, error_kind, one_line
 from ckptview.core.run.result import Latency, LoadReport, RunResult
-from ckptview.core.run.worker.compare import compare_checkpoint
-from ckptview.core.run.worker.device_probe import list_devices
-from ckptview.core.run.worker.forward import (
+from ckptview.core.worker.compare import compare_checkpoint
+from ckptview.core.worker.device_probe import list_devices
+from ckptview.core.worker.forward import (
     describe_outputs,
     forward_call,
     make_inputs,
@@ -29,10 +29,10 @@ from ckptview.core.run.worker.forward import (
     reset_peak,
     time_runs,
 )
-from ckptview.core.run.worker.graph import graph_job
-from ckptview.core.run.worker.library import next_tokens
-from ckptview.core.run.worker.lightning import load_lightning_model
-from ckptview.core.run.worker.loading import (
+from ckptview.core.worker.graph import graph_job
+from ckptview.core.worker.library import next_tokens
+from ckptview.core.worker.lightning import load_lightning_model
+from ckptview.core.worker.loading import (
     load_graph,
     load_trusted_pickle,
     load_weights,
@@ -40,8 +40,8 @@ from ckptview.core.run.worker.loading import (
     note_memory_after_load,
     place_module,
 )
-from ckptview.core.run.worker.model_code import allow_caller_imports, build_user_model
-from ckptview.core.run.worker.pretrained import load_library_model
+from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
+from ckptview.core.worker.pretrained import load_library_model
 
 
 def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:

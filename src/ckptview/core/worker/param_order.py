@@ -13,7 +13,7 @@ import json
 import sys
 import warnings
 
-from ckptview.core.run.worker.library import parameter_names
+from ckptview.core.worker.library import parameter_names
 
 
 def entry() -> None:
