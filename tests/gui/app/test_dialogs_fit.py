@@ -15,8 +15,6 @@ import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
-pytestmark = pytest.mark.gui
-
 FOLDER = "/home/someone/runs/llama-3.1-8b-sft-lr2e-5-wd0.1-warmup2000-seed17-bf16-fsdp"
 LONG_FILE = "checkpoint-epoch=12-step=48000-val_loss=0.1234-the-best-one-of-the-whole-sweep-so-far.ckpt"
 # A name as a file may hold it (the window hands up to SHOWN_CHARS characters of a name to Qt).

@@ -12,8 +12,6 @@ from PySide6.QtWidgets import QLabel
 
 from tests.support.guihelpers import wait_settled
 
-pytestmark = pytest.mark.gui
-
 NAMES = ["weights\u202egnp.safetensors", "two\nlines.safetensors", "esc\x1b[2Jape.safetensors"]
 
 

@@ -8,8 +8,6 @@ import pytest
 from tests.support import corpus  # noqa: E402
 from tests.support.guihelpers import wait_settled
 
-pytestmark = pytest.mark.gui
-
 
 def _check_tab(tab, case: corpus.Case) -> list[str]:
     from PySide6.QtWidgets import QFrame

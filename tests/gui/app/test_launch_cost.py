@@ -14,9 +14,6 @@ from tests.support.guihelpers import make_state_dict, wait_settled
 
 LAUNCH_TIMING = next(p for p in Path(__file__).resolve().parents if (p / "benchmarks").is_dir()) / "benchmarks" / "launch_timing.py"
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture
 def collections():

@@ -14,8 +14,6 @@ from PySide6.QtWidgets import QScrollArea
 
 from tests.support.guihelpers import wait_settled
 
-pytestmark = pytest.mark.gui
-
 SIZES = [(1024, 640), (1280, 800)]
 
 

@@ -32,8 +32,6 @@ from PySide6.QtWidgets import (
 from ckptview.gui.base.workers import wait_for_workers
 from tests.support.guihelpers import wait_settled
 
-pytestmark = pytest.mark.gui
-
 HUGE = 200_000  # laid out whole, a name 450 times longer stopped the window for 95 s; elided, nothing
 BOUND = 16_384  # the longest string the window may hand to Qt for it (labels joining a few fields)
 

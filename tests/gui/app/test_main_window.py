@@ -19,9 +19,6 @@ from ckptview.gui.checkpoint.tree_model import DTYPE, NAME, PARAMS, SIZE
 from ckptview.gui.compare.tab import CompareTab
 from tests.support.guihelpers import make_sharded_folder, make_state_dict, wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]  # offscreen platform
-
 
 def open_one(qtbot, window: MainWindow, path: str) -> CheckpointTab:
     (tab,) = window.open_paths([path])

@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.gui
-
 
 def env_without_display() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}

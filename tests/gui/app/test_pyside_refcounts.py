@@ -23,8 +23,6 @@ from PySide6.QtWidgets import (
 
 from tests.support.guihelpers import make_state_dict, wait_settled
 
-pytestmark = pytest.mark.gui
-
 CALLS, CHECK_EVERY = 5000, 25
 DRIFT = 500  # references legitimately freed during a soak (tabs, panels, caches); a leak is thousands
 LEAK_OF_20000 = 40_000  # what the leaking build lost filling a 20,000-row table (two calls a row)

@@ -10,9 +10,6 @@ from ckptview.gui.app.main_window import _local_paths
 from tests.support.guihelpers import make_state_dict, wait_settled
 from tests.support.remote_server import RangeServer
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 pytest.importorskip("fsspec")
 pytest.importorskip("requests")
 

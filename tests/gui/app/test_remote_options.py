@@ -13,9 +13,6 @@ from ckptview.gui.base.workers import wait_for_workers
 from tests.support.guihelpers import wait_settled
 from tests.support.remote_server import RangeServer
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 pytest.importorskip("fsspec")
 pytest.importorskip("requests")
 

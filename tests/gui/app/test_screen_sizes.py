@@ -15,8 +15,6 @@ from torch import nn
 
 from tests.support.guihelpers import make_sharded_folder, wait_settled
 
-pytestmark = pytest.mark.gui
-
 SIZES = [(1024, 640), (1280, 800)]
 MIN_PLOT = {(1024, 640): 90, (1280, 800): 150}  # pixels of histogram a person can read
 

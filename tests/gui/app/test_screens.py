@@ -19,7 +19,7 @@ import pytest
 from tests.support import layout_checks as check
 from tests.support.screens import build_all, tour
 
-pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.timeout(900)]  # ~45 s a window here
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # ~45 s a window here
 
 SIZES = [(1024, 640), (1280, 800)]
 PALETTES = ["light", "dark"]

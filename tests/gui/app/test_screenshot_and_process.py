@@ -7,14 +7,10 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 from PySide6.QtGui import QImage
 
 from ckptview.gui.app.main_window import example_path
 from tests.support.guihelpers import make_state_dict, wait_settled
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
 
 
 def test_render_main_window_to_png(qtbot, window, tmp_path):

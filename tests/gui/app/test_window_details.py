@@ -7,15 +7,11 @@ from __future__ import annotations
 import math
 import os
 
-import pytest
 import torch
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton
 
 from tests.support.guihelpers import make_state_dict, wait_settled
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
 
 
 def opened(qtbot, window, path):

@@ -14,9 +14,6 @@ from PySide6.QtGui import QGuiApplication
 from tests.gui.series.test_views import assert_no_overlap, texts
 from tests.support.guihelpers import wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):

@@ -20,9 +20,6 @@ from ckptview.core.errors import CheckpointFormatError, FileChangedError
 from ckptview.gui.checkpoint.tab import CheckpointTab
 from tests.support.guihelpers import make_state_dict, wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 def open_ready(qtbot, window, path: str) -> CheckpointTab:
     (tab,) = window.open_paths([path])

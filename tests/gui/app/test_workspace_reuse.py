@@ -14,9 +14,6 @@ from ckptview.gui.compare.tab import compare_open_tabs
 from ckptview.gui.series.tab import SeriesTab
 from tests.support.guihelpers import wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 def count_opens(monkeypatch) -> list[str]:
     """Every file the readers open from now on (whoever asks: tab, comparison, run, plots)."""

@@ -19,9 +19,6 @@ from PySide6.QtWidgets import QLabel, QPushButton
 from ckptview.core.units import human_bytes
 from tests.support.guihelpers import make_state_dict, wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 CLI_WORDS = re.compile(r"`ckptview|ckptview (series|info|diff)|--[a-z]")
 
 

@@ -16,9 +16,6 @@ from PySide6.QtCore import Qt
 
 from tests.support.guihelpers import wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture
 def model_file(tmp_path):

@@ -3,7 +3,6 @@ every request, a tab without a window gets `NullHost`, and `MainWindow` answers 
 
 from __future__ import annotations
 
-import pytest
 from PySide6.QtWidgets import QPushButton, QWidget
 
 from ckptview.core.session import Workspace
@@ -11,9 +10,6 @@ from ckptview.gui.app.main_window import PANELS
 from ckptview.gui.checkpoint.host import NullHost, NullSettings
 from ckptview.gui.checkpoint.tab import SUMMARY_COLLAPSED, CheckpointTab
 from tests.support.guihelpers import make_state_dict, wait_settled
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
 
 
 class RecordingSettings:

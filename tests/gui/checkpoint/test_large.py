@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from PySide6.QtWidgets import QApplication
 
 from ckptview.core.checkpoint import Checkpoint, Node, Storage, TensorInfo
 from ckptview.core.inspect.grouping import find_row
 from ckptview.core.session.opening import prepare
 from ckptview.gui.checkpoint.tab import CheckpointTab
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
 
 LAYERS, PER_LAYER = 10_000, 10
 PARTS = ("attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "attn.o_proj.weight",

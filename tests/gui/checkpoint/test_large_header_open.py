@@ -15,9 +15,6 @@ from ckptview.gui.base.workers import wait_for_workers
 from ckptview.gui.checkpoint.tab import CheckpointTab
 from tests.support.guihelpers import wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 def _wide(path: str, count: int) -> str:
     save_file({f"layers.{i}.weight": torch.full((2,), float(i)) for i in range(count)}, path)

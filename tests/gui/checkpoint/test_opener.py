@@ -16,9 +16,6 @@ from ckptview.gui.checkpoint import opener as tab_opener
 from ckptview.gui.checkpoint.opener import TabOpener
 from tests.support.guihelpers import make_state_dict
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture
 def owner(qtbot):

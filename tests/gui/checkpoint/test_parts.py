@@ -25,9 +25,6 @@ from ckptview.gui.checkpoint.tree_model import NAME, CheckpointTreeModel
 from ckptview.gui.checkpoint.tree_view import NAME_KEEPS, CheckpointTreeView
 from tests.support.guihelpers import make_state_dict
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture
 def opened(tmp_path):

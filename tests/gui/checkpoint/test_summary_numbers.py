@@ -18,8 +18,6 @@ from tests.support.counted_models import exported_file, lightning_file, resnet_f
 from tests.support.deepspeed_run import Net, write_run  # noqa: E402
 from tests.support.guihelpers import wait_settled  # noqa: E402
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):

@@ -10,9 +10,6 @@ from PySide6.QtCore import Qt
 from ckptview.gui.compare.tab import COLUMN, CompareTab, compare_open_tabs, compare_with
 from tests.support.guihelpers import wait_settled
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture
 def pair(tmp_path):

@@ -7,7 +7,6 @@ import os
 import threading
 
 import numpy as np
-import pytest
 import torch
 from PySide6.QtCore import QItemSelectionModel
 from PySide6.QtGui import QDesktopServices
@@ -15,9 +14,6 @@ from PySide6.QtGui import QDesktopServices
 from ckptview.gui.export import dialog as export_dialog
 from ckptview.gui.export.dialog import ExportDialog
 from tests.support.guihelpers import wait_settled
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]  # offscreen platform
 
 
 def _open_dialog(qtbot, window, path) -> ExportDialog:

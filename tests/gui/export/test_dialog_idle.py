@@ -7,15 +7,11 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pytest
 import torch
 from PySide6.QtCore import Qt
 
 from ckptview.gui.export.dialog import ExportDialog, export_nodes
 from tests.support.guihelpers import wait_settled
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
 
 
 def dialog_for(qtbot, window, path) -> ExportDialog:

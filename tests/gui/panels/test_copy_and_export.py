@@ -13,9 +13,6 @@ from PySide6.QtWidgets import QFileDialog
 from ckptview.core import open_checkpoint
 from ckptview.gui.base.plots import EXPORT_TEXT, export_actions
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):

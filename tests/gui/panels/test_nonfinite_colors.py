@@ -13,8 +13,6 @@ from PySide6.QtGui import QColor
 
 from tests.support.guihelpers import wait_settled
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture
 def nonfinite_file(tmp_path) -> str:

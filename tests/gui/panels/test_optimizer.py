@@ -15,9 +15,6 @@ from ckptview.core import open_checkpoint  # noqa: E402
 from ckptview.gui.panels.optimizer import OptimizerPanel  # noqa: E402
 from ckptview.gui.panels.training import TrainingPanel  # noqa: E402
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]  # offscreen platform
-
 
 @pytest.fixture
 def trained(tmp_path):

@@ -15,9 +15,6 @@ from torch import nn
 from ckptview.core import open_checkpoint
 from tests.gui.series.test_views import assert_no_overlap, texts
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):

@@ -8,8 +8,6 @@ import pytest
 from ckptview.core.worker.device_probe import list_devices
 from tests.core.run.test_gate_sees_what_torch_sees import GCC, _aoti_pt2, from_file_archive
 
-pytestmark = pytest.mark.gui
-
 
 def _hostile(kind: str, tmp_path) -> tuple[str, object, str]:
     """(path, marker, what the dialog must name) of a .pt2 with a compiled library or a TorchScript writer."""

@@ -10,8 +10,6 @@ from torch import nn
 
 from ckptview.core.worker.device_probe import list_devices
 
-pytestmark = pytest.mark.gui
-
 
 def cnn_state_dict(path) -> str:
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),

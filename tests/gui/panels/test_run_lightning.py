@@ -11,8 +11,7 @@ from ckptview.core.run.process import RunError
 from ckptview.core.worker.device_probe import list_devices
 from tests.core.run.test_lightning import CLASS_PATH, PACKAGE, _cli_checkpoint, _imported_elsewhere, lit
 
-pytestmark = [pytest.mark.gui,
-              pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed")]
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed")]
 __all__ = ["lit"]  # the fixture, used by name
 
 

@@ -26,8 +26,6 @@ from ckptview.core.worker.device_probe import list_devices
 from tests.support.library_matrix import CASES, combos, write_folder
 from tests.support.run_here import worker_here
 
-pytestmark = pytest.mark.gui
-
 transformers = pytest.importorskip("transformers")
 
 # One architecture per family, in the first way the matrix writes it; (name, in a real worker?)

@@ -15,8 +15,6 @@ from PySide6.QtCore import Qt
 from ckptview.core.worker.device_probe import list_devices
 from tests.support.remote_server import RangeServer
 
-pytestmark = pytest.mark.gui
-
 pytest.importorskip("fsspec")
 pytest.importorskip("requests")
 

@@ -15,8 +15,6 @@ from ckptview.core.figures.spectral import spectrum  # noqa: E402
 from ckptview.gui.panels.spectrum import SpectrumPanel  # noqa: E402
 from tests.support.guihelpers import wait_settled  # noqa: E402
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture
 def ckpt(tmp_path):

@@ -14,8 +14,6 @@ pytest.importorskip("pytestqt")
 from ckptview.core import open_checkpoint  # noqa: E402
 from ckptview.gui.panels.statistics import StatsPanel, format_figure  # noqa: E402
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture
 def ckpt(tmp_path):

@@ -8,9 +8,6 @@ import torch
 
 from ckptview.core import open_checkpoint
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture(scope="module")
 def lightning_file(tmp_path_factory):

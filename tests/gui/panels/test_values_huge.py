@@ -15,8 +15,6 @@ from PySide6.QtCore import Qt
 
 from tests.support.guihelpers import wait_settled
 
-pytestmark = pytest.mark.gui
-
 INT_MAX = 2**31 - 1
 
 

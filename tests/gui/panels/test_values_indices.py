@@ -13,8 +13,6 @@ from PySide6.QtCore import Qt
 
 from ckptview.core import open_checkpoint
 
-pytestmark = pytest.mark.gui
-
 H, V = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
 
 

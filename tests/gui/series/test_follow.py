@@ -14,9 +14,6 @@ from PySide6.QtCore import Qt
 from ckptview.gui.series.follow import Follow
 from ckptview.gui.series.tab import SeriesTab
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 def _state(step: int) -> dict:
     torch.manual_seed(step)

@@ -6,15 +6,11 @@ the Histograms view opened on empty -0.5..0.5 axes because the default selection
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from ckptview.gui.base.plots import nothing_text
 from tests.gui.series.test_views import open_tab, texts
 from tests.support.series_run import STEPS, make_run
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
 
 
 def test_a_stalled_tensor_says_its_update_ratio_is_zero(qtbot, tmp_path):

@@ -6,15 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from ckptview.core import open_checkpoint
 from ckptview.core.figures.spectral import spectrum
 from ckptview.gui.series.tab import SeriesTab
 from tests.core.series.test_spectra import STEPS, WEIGHT, save_run
-
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
 
 
 def expected(paths: list[str], name: str) -> tuple[list[float], list[float]]:

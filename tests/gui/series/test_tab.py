@@ -14,9 +14,6 @@ from ckptview.gui.series.plots import HEAT_FLOOR
 from ckptview.gui.series.tab import SeriesTab
 from tests.core.series.test_timeline import STEPS, flat, torch_figures, torch_update, train_run
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 def open_tab(qtbot, paths: list[str]) -> tuple[SeriesTab, list[int]]:
     tab = SeriesTab(paths)

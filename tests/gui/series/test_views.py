@@ -17,9 +17,6 @@ from ckptview.gui.series.tab import SeriesTab
 from tests.core.series.test_timeline import flat
 from tests.support.series_run import STEPS, make_run
 
-pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING"),
-              pytest.mark.qt_log_ignore("This plugin does not support")]
-
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
