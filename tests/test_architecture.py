@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 import io
 import re
@@ -10,9 +12,21 @@ import tokenize
 from tests.support.paths import SRC
 
 
+@functools.cache
+def _text(path) -> str:
+    """A module's source, read once for every rule."""
+    return path.read_text()
+
+
+@functools.cache
+def _tree(path) -> ast.Module:
+    """A module's syntax tree, parsed once for every rule (rules only read it)."""
+    return ast.parse(_text(path))
+
+
 def test_core_never_imports_qt():
     pattern = re.compile(r"^\s*(from|import)\s+(PySide6|PyQt\d|pyqtgraph|shiboken6)", re.M)
-    offenders = [str(p) for p in (SRC / "core").rglob("*.py") if pattern.search(p.read_text())]
+    offenders = [str(p) for p in (SRC / "core").rglob("*.py") if pattern.search(_text(p))]
     assert offenders == []
 
 
@@ -22,7 +36,7 @@ def test_no_executing_loads_outside_the_trusted_worker():
     for path in SRC.rglob("*.py"):
         if path.name == "entry.py" and path.parent.name == "worker":  # runs only after the user trusts the file, in its own process
             continue
-        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        tokens = tokenize.generate_tokens(io.StringIO(_text(path)).readline)
         code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
         offenders += [f"{path.name}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
     assert offenders == []
@@ -31,7 +45,7 @@ def test_no_executing_loads_outside_the_trusted_worker():
 def test_the_window_package_holds_only_qt_code():
     """Logic without Qt belongs to the core, where the command line can use it too."""
     qt = re.compile(r"^\s*(from|import)\s+(PySide6|pyqtgraph|shiboken6)", re.M)
-    offenders = [str(p.relative_to(SRC)) for p in (SRC / "gui").rglob("*.py") if p.name != "__init__.py" and not qt.search(p.read_text())]
+    offenders = [str(p.relative_to(SRC)) for p in (SRC / "gui").rglob("*.py") if p.name != "__init__.py" and not qt.search(_text(p))]
     assert offenders == []
 
 
@@ -40,7 +54,7 @@ def test_one_module_changes_the_collector():
     window's collector (gui/base/gc_guard.py) and everything else go through its API."""
     pattern = re.compile(r"^\s*(import gc\b|from gc import)", re.M)
     allowed = {SRC / "core" / "gc_policy.py"}
-    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p not in allowed and pattern.search(p.read_text())]
+    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p not in allowed and pattern.search(_text(p))]
     assert offenders == []
 
 
@@ -50,7 +64,7 @@ def test_tabs_reach_their_window_only_through_its_typed_interface():
     pattern = re.compile(r"\b(getattr|hasattr)\(\s*(self\.)?_?(window_?|host)\s*,")
     offenders = []
     for path in (SRC / "gui").rglob("*.py"):
-        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        tokens = tokenize.generate_tokens(io.StringIO(_text(path)).readline)
         code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
         offenders += [f"{path.name}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
     assert offenders == []
@@ -63,7 +77,7 @@ def test_no_thread_local_carries_context_in_the_read_layer():
     pattern = re.compile(r"threading\.local|\blocal\(\)|contextvars|ContextVar")
     offenders = []
     for path in (SRC / "core" / "read").rglob("*.py"):
-        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        tokens = tokenize.generate_tokens(io.StringIO(_text(path)).readline)
         code = " ".join(t.string for t in tokens if t.type not in (tokenize.STRING, tokenize.COMMENT))
         offenders += [f"{path.relative_to(SRC)}: {m.group(0)}" for m in pattern.finditer(code.replace(" ", ""))]
     assert offenders == []
@@ -90,7 +104,6 @@ def test_readers_open_files_as_the_open_found_them():
     """A reader opens its source through `source.file_map()` / `source.open_file()`, and a folder's files
     with the identity the open took (`Source.child_identity`, DCP's `opened_as`): a `FileMap(path)` or
     `open_regular(path)` without one in a reader would read whatever file the path names by then."""
-    import ast
 
     allowed = {
         ("torch_zip.py", "ZipArchive.__init__"),  # `fmap or FileMap(path)`: for callers outside the readers
@@ -98,7 +111,7 @@ def test_readers_open_files_as_the_open_found_them():
     }
     offenders = []
     for path in (SRC / "core" / "read" / "formats").glob("*.py"):
-        for top in ast.parse(path.read_text()).body:
+        for top in _tree(path).body:
             funcs = [(f"{top.name}.{f.name}", f) for f in top.body if isinstance(f, ast.FunctionDef)] \
                 if isinstance(top, ast.ClassDef) else [(top.name, top)] if isinstance(top, ast.FunctionDef) else []
             for where, func in funcs:
@@ -115,13 +128,12 @@ def test_files_are_read_only_through_the_byte_layer():
     """Every read of a file in the core goes through `core/read/bytes/files.py` (`open_regular`, `FileMap`): it
     never blocks on a FIFO, refuses special files, checks identities. A plain `open()` for reading elsewhere
     is a second way in (a FIFO named config.json once hung the run's worker and fed it)."""
-    import ast
 
     offenders = []
     for path in (SRC / "core").rglob("*.py"):
         if path == SRC / "core" / "read" / "files.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open"):
                 continue
             mode = node.args[1] if len(node.args) > 1 else next(
@@ -142,7 +154,6 @@ def _module_name(path) -> str:
 
 def _imports_in(node, importer: str, package: str, modules: set[str], where: str = "module"):
     """(imported ckptview module, line, where) of every import below `node` (see `_import_graph`)."""
-    import ast
 
     for child in ast.iter_child_nodes(node):
         inner = where
@@ -172,14 +183,13 @@ def _import_graph():
     """Every import of a ckptview module by a ckptview module, as the AST has it: (importer, imported,
     line, where) with `where` "function" inside a def or lambda, "type" under `if TYPE_CHECKING:`,
     else "module". `from pkg import mod` counts as an import of `pkg.mod`."""
-    import ast
 
     files = {_module_name(p): p for p in SRC.rglob("*.py")}
     modules = set(files)
     edges = []
     for importer, path in files.items():
         package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
-        for imported, line, where in _imports_in(ast.parse(path.read_text()), importer, package, modules):
+        for imported, line, where in _imports_in(_tree(path), importer, package, modules):
             edges.append((importer, imported, line, where))
     return modules, edges
 
@@ -250,9 +260,8 @@ def test_no_ckptview_module_is_imported_inside_a_function():
 
 def _top_level_names(path) -> tuple[set[str], list[str] | None]:
     """The names a module defines at its top level (not those it imports), and its `__all__` if any."""
-    import ast
 
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     defined: set[str] = set()
     exported = None
     body = list(tree.body)
@@ -273,12 +282,11 @@ def _top_level_names(path) -> tuple[set[str], list[str] | None]:
 def test_names_are_imported_from_where_they_live():
     """`from ckptview.x import name` names what x defines, or what package x names in its `__all__` (its
     public API): never a name x only imports (a re-export that hides where the code lives)."""
-    import ast
 
     files = {_module_name(p): p for p in SRC.rglob("*.py")}
     offenders = []
     for importer, path in files.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in files):
                 continue
             defined, exported = _top_level_names(files[node.module])
@@ -294,11 +302,10 @@ def test_names_are_imported_from_where_they_live():
 
 def test_no_module_imports_a_private_name_of_another():
     """A `_name` is its module's own; what another module needs is public (and so part of an interface)."""
-    import ast
 
     offenders = []
     for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ckptview"):
                 offenders += [f"{_module_name(path)}:{node.lineno} {a.name}" for a in node.names
                               if a.name.startswith("_") and not a.name.startswith("__")]
@@ -309,11 +316,10 @@ def test_modules_define_no_aliases_of_old_names():
     """No `old = new` kept for callers: a module-level assignment of a bare name to another name it
     imported or defined (`_finite = finite_json`), or an import under an alias that only renames a
     function of the core (`drain as run_job`)."""
-    import ast
 
     offenders = []
     for path in SRC.rglob("*.py"):
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         callables = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         for node in tree.body:
             if isinstance(node, ast.ImportFrom):
@@ -332,10 +338,9 @@ def test_modules_define_no_aliases_of_old_names():
 
 def _imported_roots(path) -> set[str]:
     """The top-level names of everything a module imports, anywhere in it (functions included)."""
-    import ast
 
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -365,7 +370,6 @@ def test_nothing_imports_the_worker():
 def test_only_the_workers_module_starts_threads_in_the_window():
     """GUI jobs go through `JobSlot` (gui/base/workers.py, over superqt's workers): no other module of gui/
     builds a worker, a runnable, a thread or a pool of its own, or imports superqt's thread helpers."""
-    import ast
 
     makers = {"GeneratorWorker", "FunctionWorker", "WorkerBase", "create_worker", "thread_worker",
               "new_worker_qthread", "QThreadPool", "QRunnable", "QThread", "Thread", "ThreadPoolExecutor"}
@@ -374,7 +378,7 @@ def test_only_the_workers_module_starts_threads_in_the_window():
     for path in (SRC / "gui").rglob("*.py"):
         if path == allowed:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             named = node.func if isinstance(node, ast.Call) else None
             name = named.attr if isinstance(named, ast.Attribute) else getattr(named, "id", None)
             if name in makers and name != "QThread":  # QThread.currentThread() asks, it starts nothing
@@ -390,7 +394,6 @@ def test_only_the_workers_module_starts_threads_in_the_window():
 def test_the_window_declares_what_it_asks_of_tabs_and_panels():
     """The main tabs share the `Tab` protocol, panels that follow the selection `SupportsSelection`; the
     window and the side panels never probe a widget with getattr/hasattr or call a method by its name."""
-    import ast
 
     from ckptview.gui.base.tab import Tab
     from ckptview.gui.checkpoint.host import SupportsSelection
@@ -406,7 +409,7 @@ def test_the_window_declares_what_it_asks_of_tabs_and_panels():
     offenders = []
     for path in (SRC / "gui" / "app" / "main_window.py", SRC / "gui" / "checkpoint" / "side_panels.py",
                  SRC / "gui" / "export" / "dialog.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
@@ -445,12 +448,11 @@ def test_every_package_names_its_public_api():
     """Each package's `__init__.py` lists its public API in `__all__` (every name bound there), and no
     module imports from a package it is inside (the package's API is for other packages; from inside it
     would run the package's imports before the module's own)."""
-    import ast
 
     missing, unbound, inward = [], [], []
     for init in SRC.rglob("__init__.py"):
         package = _module_name(init)
-        tree = ast.parse(init.read_text())
+        tree = _tree(init)
         defined, exported = _top_level_names(init)
         # A package's names are imported at its top, or (lazily, `lazy_loader.attach`) under TYPE_CHECKING.
         body = tree.body + [n for b in tree.body if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)
@@ -462,7 +464,7 @@ def test_every_package_names_its_public_api():
             unbound += [f"{package}.{name}" for name in exported if name not in bound]
     for path in SRC.rglob("*.py"):
         importer = _module_name(path)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
                     and importer.startswith(node.module + ".")):
                 continue
@@ -480,15 +482,14 @@ def test_the_core_keeps_no_workspace_analysis_or_session_of_its_own():
     `shared_cache()` or registry of sessions by URL): two windows, or two tests, in one process share
     nothing they did not share on purpose. No function of the core rebinds a module's global either (a
     singleton made on first use), but the collector's switches of core/gc_policy.py, which are the process's."""
-    import ast
 
     owned = {"Workspace", "Analysis", "Session", "Holdings", "RemoteFS", "GraphCache", "SeriesCache", "LiveRun"}
     offenders = []
     for path in (SRC / "core").rglob("*.py"):
         if path != SRC / "core" / "gc_policy.py":
             offenders += [f"{path.relative_to(SRC)}:{n.lineno} global {', '.join(n.names)}"
-                          for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Global)]
-        for node in ast.parse(path.read_text()).body:
+                          for n in ast.walk(_tree(path)) if isinstance(n, ast.Global)]
+        for node in _tree(path).body:
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
             calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)] if value is not None else []
             made = {c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", "") for c in calls}
@@ -510,7 +511,6 @@ def test_figures_are_formatted_in_one_module():
     """Every figure a person reads is formatted by core/units.py (`figure`, `number`, `percent`,
     `human_bytes`, ...), and a figure there is none of shows its one marker, `units.MISSING`: no module
     keeps a private number formatter of its own, or writes a missing figure as a dash of its own."""
-    import ast
 
     from ckptview.core.units import MISSING
 
@@ -520,7 +520,7 @@ def test_figures_are_formatted_in_one_module():
     for path in SRC.rglob("*.py"):
         if path == SRC / "core" / "units.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.FunctionDef) and node.name in formatters:
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno} def {node.name}")
             shown = []  # expressions whose value is what a cell or a line shows
@@ -543,14 +543,13 @@ def test_settings_are_read_from_the_environment_once_in_cli():
     alone, once, and handed down (`RemoteOptions`, `args.server_name`); the core reads no environment
     variable but the platform's folder conventions (XDG_*), and passes the environment whole to the
     child processes it starts."""
-    import ast
 
     def environ(node) -> bool:
         return isinstance(node, ast.Attribute) and node.attr == "environ"
 
     offenders = []
     for path in SRC.rglob("*.py"):
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
         if path != SRC / "cli.py":
             offenders += [f"{path.relative_to(SRC)}:{n.lineno} {n.value}" for n in ast.walk(tree)
@@ -577,7 +576,6 @@ def test_local_or_remote_is_decided_once_per_open():
     reads through (`source.fs`); code outside an open that is given a path chooses once too
     (`bytes/fs.py`'s `filesystem`). No reader, pickle or value module asks again, and no function of the
     byte layer's local files does."""
-    import ast
 
     deciders = {SRC / "core" / "read" / "open.py", SRC / "core" / "read" / "bytes" / "fs.py"}
     remote = SRC / "core" / "read" / "bytes" / "remote"
@@ -585,7 +583,7 @@ def test_local_or_remote_is_decided_once_per_open():
     for path in (SRC / "core" / "read").rglob("*.py"):
         if path in deciders or remote in path.parents:
             continue
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         defined = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "is_url"]  # files.py's own
         for node in ast.walk(tree):
             if any(node in ast.walk(d) for d in defined):
@@ -602,14 +600,13 @@ def test_local_or_remote_is_decided_once_per_open():
 def test_a_run_result_is_worded_in_one_place():
     """`core/run/result.py`'s `result_lines` is the one rendering of a `RunResult` (the CLI prints it, the
     run panel shows it above its table): no other module words a result's load, latency or memory."""
-    import ast
 
     fields = {"load_seconds", "latency_ms", "peak_memory_bytes", "peak_memory_kind"}
     offenders = []
     for path in SRC.rglob("*.py"):
         if path == SRC / "core" / "run" / "result.py" or SRC / "core" / "worker" in path.parents:
             continue
-        offenders += [f"{path.relative_to(SRC)}:{n.lineno} .{n.attr}" for n in ast.walk(ast.parse(path.read_text()))
+        offenders += [f"{path.relative_to(SRC)}:{n.lineno} .{n.attr}" for n in ast.walk(_tree(path))
                       if isinstance(n, ast.Attribute) and n.attr in fields]
     assert offenders == []
 
@@ -618,14 +615,13 @@ def test_lazy_package_apis_give_what_their_type_imports_name():
     """A package whose API is imported on first use (`lazy_loader.attach`) gives, for every name of its
     `__all__`, the very object its TYPE_CHECKING import names (what mypy checks is what runs), and lists
     nothing it does not give."""
-    import ast
     import importlib
 
     wrong = []
     for init in (SRC / "core").rglob("__init__.py"):
-        tree = ast.parse(init.read_text())
+        tree = _tree(init)
         lazy = [b for b in tree.body if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)]
-        if not lazy or "lazy_loader.attach" not in init.read_text():
+        if not lazy or "lazy_loader.attach" not in _text(init):
             continue
         package = importlib.import_module(_module_name(init))
         for node in lazy[0].body:
