@@ -15,7 +15,7 @@ $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_av
         torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' | tee "$OUT/torch.txt"
 $PY -m pip install -q --no-deps -e . || exit 1
 $PY -m pip install -q numpy ml_dtypes safetensors pytest pytest-timeout 2>/dev/null
-$PY -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_runner.py -k "cuda or device or meta" \
+$PY -m pytest -q -p no:cacheprovider tests/core/run/test_devices.py tests/core/run/test_forward_pass.py -k "cuda or device or meta" \
     2>&1 | tee "$OUT/tests.txt"
 $PY -m ckptview devices --json | tee "$OUT/devices.json"
 work=$(mktemp -d)
@@ -51,7 +51,7 @@ config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_s
 transformers.LlamaForCausalLM(config).save_pretrained(sys.argv[1])
 PYEOF
   $PY -m ckptview run "$work/llama" --device cuda:0 --json | tee "$OUT/run_llama_cuda.json"
-  $PY -m pytest -q -p no:cacheprovider tests/test_run_architectures.py 2>&1 | tee "$OUT/architectures.txt"
+  $PY -m pytest -q -p no:cacheprovider tests/core/run/test_architectures.py 2>&1 | tee "$OUT/architectures.txt"
 fi
 # 5. A Lightning .ckpt (issue 27) written by Lightning, run on cuda:0 by the user's class with init arguments
 #    from hyper_parameters (needs lightning; skipped without it).
@@ -116,5 +116,5 @@ for name, path, model in (("timm", f"{work}/timm", ref_timm), ("torchvision", f"
     got = json.load(open(f"{out}/run_{name}_cuda.json"))["outputs"][0]["stats"]["mean"]
     print(name, "ckptview mean", got, "library mean", float(expected.mean()))
 PYEOF
-  $PY -m pytest -q -p no:cacheprovider tests/test_run_vision.py 2>&1 | tee "$OUT/vision_tests.txt"
+  $PY -m pytest -q -p no:cacheprovider tests/core/run/test_vision.py 2>&1 | tee "$OUT/vision_tests.txt"
 fi
