@@ -152,7 +152,7 @@ def test_devices_table_escapes_driver_text(monkeypatch, capsys):
 
     fake = [DeviceInfo("cpu", "cpu", True, description=f"cpu{OSC_TITLE}"),
             DeviceInfo("cuda", "cuda", False, reason=f"driver said\n{CLEAR}no")]
-    monkeypatch.setattr(devices, "list_devices", lambda: fake)
+    monkeypatch.setattr(devices, "probe_devices", lambda: fake)
     assert cli.main(["devices"]) == 0
     out = capsys.readouterr().out
     assert raw_controls(out) == [] and len(out.splitlines()) == 2

@@ -8,7 +8,6 @@ replaced), and each refusal is one line, on the command line too. Caps too large
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 import torch
@@ -25,13 +24,22 @@ from tests.support.crafted import rewrite_zip
 LINEAR = "code/__torch__/torch/nn/modules/linear.py"
 
 
+# Traced in a fresh interpreter: in a process that traced a Linear before, torch names the class
+# `___torch_mangle_N.Linear` and stores its code elsewhere, so the record replaced here would not be read.
+_TRACE = ("import sys, warnings, torch\nfrom torch import nn\nwarnings.simplefilter('ignore', DeprecationWarning)\n"
+          "torch.jit.save(torch.jit.trace(nn.Linear(4, 3).eval(), torch.randn(2, 4)), sys.argv[1])\n")
+
+
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    import subprocess
+    import sys
+    import zipfile
+
     folder = tmp_path_factory.mktemp("bases")
     ts = str(folder / "linear.pt")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.trace(nn.Linear(4, 3).eval(), torch.randn(2, 4)), ts)
+    subprocess.run([sys.executable, "-c", _TRACE, ts], check=True)
+    assert any(name.endswith("/" + LINEAR) for name in zipfile.ZipFile(ts).namelist())
     pt2 = str(folder / "mlp.pt2")
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
     torch.export.save(torch.export.export(model, (torch.randn(2, 4),)), pt2)

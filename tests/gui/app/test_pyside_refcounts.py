@@ -38,18 +38,27 @@ def _no_fall(obj: object, call, what: str) -> None:
     """Run `call(i)` CALLS times; fail as soon as `sys.getrefcount(obj)` falls by one per call in a batch.
 
     Other objects holding `obj` may be freed meanwhile (a few references, not one per call): a leak is a
-    fall of at least half the batch, or a net fall over all the calls of a tenth of them.
+    fall of at least half the batch, or a net fall over all the calls of a tenth of them. The collector is
+    emptied first and held off while counting: a collection in the middle would free whatever earlier tests
+    left behind, with its references to None and True, and read as a fall.
     """
-    first = sys.getrefcount(obj)
-    for start in range(0, CALLS, CHECK_EVERY):
-        before = sys.getrefcount(obj)
-        for i in range(start, start + CHECK_EVERY):
-            call(i)
-        after = sys.getrefcount(obj)
-        assert before - after < CHECK_EVERY // 2, (
-            f"{what} dropped {before - after} references to {obj!r} in {CHECK_EVERY} calls "
-            f"({_pyside_version()}): this build would abort the window")
-    assert first - sys.getrefcount(obj) < CALLS // 10, f"{what}: {obj!r} lost references ({_pyside_version()})"
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        first = sys.getrefcount(obj)
+        for start in range(0, CALLS, CHECK_EVERY):
+            before = sys.getrefcount(obj)
+            for i in range(start, start + CHECK_EVERY):
+                call(i)
+            after = sys.getrefcount(obj)
+            assert before - after < CHECK_EVERY // 2, (
+                f"{what} dropped {before - after} references to {obj!r} in {CHECK_EVERY} calls "
+                f"({_pyside_version()}): this build would abort the window")
+        assert first - sys.getrefcount(obj) < CALLS // 10, f"{what}: {obj!r} lost references ({_pyside_version()})"
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Emitter(QObject):
