@@ -4,7 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-vision lint bench screenshots clean
+.PHONY: run test test-fast test-vision lint bench screenshots clean
+
+# The suite runs in one process per core (pytest-xdist; at most 4, JOBS=1 for a single process). A module's
+# tests stay in one process (--dist loadscope), so its fixtures are built once.
+JOBS ?= auto
+XDIST := $(if $(filter 1,$(JOBS)),,-n $(JOBS) --maxprocesses 4 --dist loadscope)
+# -X dev: ResourceWarnings and asyncio/debug checks on; -X faulthandler: a fatal signal (SIGABRT, SIGSEGV,
+# SIGBUS) prints every thread's stack, so a crash in CI is a red test with a trace, not a silent exit.
+PYTEST = $(BIN)/python -X dev -X faulthandler -m pytest -q $(XDIST)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,18 +36,21 @@ $(VSTAMP): pyproject.toml constraints.txt constraints-vision.txt
 run: $(STAMP)
 	$(BIN)/ckptview $(ARGS)
 
-# -X dev: ResourceWarnings and asyncio/debug checks on; -X faulthandler: a fatal signal (SIGABRT, SIGSEGV,
-# SIGBUS) prints every thread's stack, so a crash in CI is a red test with a trace, not a silent exit.
-# The guardrails run first (each takes seconds): lint, the layer contracts (import-linter), types (mypy,
-# strict flags for the core); then the suite.
+# The whole suite, as CI runs it. The guardrails run first (each takes seconds): lint, the layer contracts
+# (import-linter), types (mypy, strict flags for the core); then the suite.
 # Then the timm/torchvision tests in their own venv (test-vision; ~2 min to build it on a fresh clone, ~1 min to
 # run); NO_VISION=1 leaves them out, and so does a disk with under 10 GB free (the venv takes ~7 GB).
 test: lint
-	$(BIN)/python -X dev -X faulthandler -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 	@if [ -n "$(NO_VISION)" ]; then echo "vision tests left out (NO_VISION=1)"; \
 	elif [ ! -f $(VSTAMP) ] && [ "$$(df -Pk . | awk 'NR==2 {print $$4}')" -lt 10000000 ]; then \
 	  echo "vision tests left out: .venv-vision needs ~7 GB and this disk has less than 10 GB free"; \
 	else $(MAKE) --no-print-directory test-vision PYTEST_ARGS=; fi
+
+# The edit loop's lane (a few minutes): everything but the window's tests and the slow ones (worker processes,
+# library models, long soaks). CI runs the whole suite (`make test`).
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow and not gui" $(PYTEST_ARGS)
 
 # timm and torchvision forward passes checked against the libraries, and ckptview's copy of torch's weights-only
 # allowlist held against this second torch release (tests marked `vision`), in .venv-vision.

@@ -83,6 +83,7 @@ def in_process(argv: list[str], capsys) -> tuple:
     return status, err, None, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
 @pytest.mark.parametrize(("case", "change", "named"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_a_config_that_names_a_load_is_refused_in_one_line(bert, tmp_path, capsys, case, change, named, command):
@@ -122,6 +123,7 @@ def test_pinned_fields_never_reach_the_build():
     assert config["_name_or_path"] == "/elsewhere/model"  # the caller's dict is left as it was
 
 
+@pytest.mark.slow
 def test_every_default_config_of_the_library_is_allowed():
     """An allowlist that refused real models would be useless: every config class transformers registers,
     as its defaults and as `save_pretrained` writes it, passes the guard (diffusers' models too)."""
@@ -164,6 +166,7 @@ def test_every_default_config_of_the_library_is_allowed():
     assert checked > 500 and not refused, refused[:10]
 
 
+@pytest.mark.slow
 def test_model_classes_come_from_the_library_s_registries(transformers_unimported):
     """The lead: the class check admitted anything with "For" in its name; now only the values of
     transformers' own auto-model registries, read from its source without importing it."""
@@ -214,6 +217,7 @@ def test_the_meta_build_of_a_trainer_folder_gets_the_same_guard(bert, tmp_path, 
     assert started == []
 
 
+@pytest.mark.slow
 def test_the_meta_build_still_names_a_real_model_s_parameters(bert):
     import torch
 
@@ -261,6 +265,7 @@ UNCHECKED = [h for h in HOSTILE if h[0] in ("quantization", "backbone_path", "hu
                                            "nested_auto_map")]  # a worker each: a few of every kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "change", "named"), UNCHECKED, ids=[h[0] for h in UNCHECKED])
 def test_the_graph_worker_refuses_a_config_that_was_never_checked(bert, tmp_path, case, change, named):
     """The worker's graph op builds with the run's builder: a request whose config skipped the parent's check
@@ -300,6 +305,7 @@ class Loads(L.LightningModule):
 '''
 
 
+@pytest.mark.slow
 def test_a_trusted_lightning_class_cannot_load_what_its_hyper_parameters_name(tmp_path, capsys, monkeypatch):
     """--trust consents to the class the checkpoint names, not to what its hyper-parameters make __init__ open:
     a file elsewhere (here a pickle that runs code under weights_only=False) is refused in one line."""

@@ -100,6 +100,7 @@ def test_every_command_reads_a_deep_name(deep, argv, capsys, monkeypatch) -> Non
             assert "weight" in got.out
 
 
+@pytest.mark.slow
 @pytest.mark.gui
 def test_the_window_opens_a_deep_name(deep, qtbot, tmp_path) -> None:
     pytest.importorskip("pytestqt")

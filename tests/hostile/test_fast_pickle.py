@@ -54,6 +54,7 @@ def _both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
     return fast, reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["hostile", "malformed", "reference"])
 def test_every_corpus_file_reads_the_same_on_both_paths(kind, tmp_path_factory, monkeypatch):
     cases = corpus.shared(kind, tmp_path_factory)

@@ -130,6 +130,7 @@ for arg in sys.argv[1:]:
 """
 
 
+@pytest.mark.slow
 def test_control_the_payloads_are_live(tmp_path):
     """Without ckptview the same files DO run their payload: a fresh corpus, loaded the unsafe way."""
     cases = corpus.make_hostile(tmp_path / "live")

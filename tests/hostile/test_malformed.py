@@ -186,6 +186,7 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.slow
 def test_time_and_memory_stay_bounded(malformed, tmp_path_factory):
     """Peak RSS over every file (including 1 GiB zip bombs) stays far below what the bombs inflate to;
     CPU work per file stays far from what looping or re-expanding would cost."""

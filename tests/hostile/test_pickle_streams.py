@@ -251,6 +251,7 @@ for path in sys.argv[1:]:
 """
 
 
+@pytest.mark.slow
 def test_control_torch_runs_these_payloads(tmp_path):
     """Without ckptview the same files DO run their payloads under torch.load."""
     data, _ = _legacy_bytes(tmp_path)

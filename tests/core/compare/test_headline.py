@@ -62,6 +62,7 @@ def _diff(folder):
         b.close()
 
 
+@pytest.mark.slow
 def test_headline_is_over_the_learnable_parameters(trained):
     folder, ma, mb = trained
     sa, sb = ma.state_dict(), mb.state_dict()

@@ -344,6 +344,7 @@ def test_cli_export_prints_mapping_and_errors_in_one_line(every_dtype, tmp_path,
         assert npz["d.bfloat16"].dtype == ml_dtypes.bfloat16
 
 
+@pytest.mark.slow
 @given(hs.text(max_size=400))
 def test_safe_file_stem_is_a_plain_file_name(name):
     stem = safe_file_stem(name)

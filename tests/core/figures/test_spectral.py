@@ -89,6 +89,7 @@ def test_alpha_xmin_norms_match_weightwatcher(linear_model) -> None:
         ck.close()
 
 
+@pytest.mark.slow
 def test_fit_matches_weightwatcher_fit_on_many_sizes() -> None:
     ww_module()
     from weightwatcher.WW_powerlaw import WWFit  # the fit WeightWatcher runs by default (pl_package="ww")
@@ -135,6 +136,7 @@ def test_singular_values_match_numpy_svd(tmp_path, dtype) -> None:
         ck.close()
 
 
+@pytest.mark.slow
 def test_randomized_states_its_error_and_holds_to_it(tmp_path) -> None:
     torch.save({"w": heavy(600, 300, 5)}, tmp_path / "m.pt")
     ck = open_checkpoint(str(tmp_path / "m.pt"))
@@ -173,6 +175,7 @@ def test_rank_collapse_is_flagged_as_numpy_counts_the_rank(tmp_path) -> None:
     assert got["full"].rank == 40 and "rank_collapse" not in got["full"].flags
 
 
+@pytest.mark.slow
 def test_correlation_traps_are_the_outliers_of_the_shuffled_matrix(tmp_path) -> None:
     rng = np.random.default_rng(4)
     clean = rng.standard_normal((200, 300)).astype(np.float32)

@@ -118,6 +118,7 @@ def _evil_library(tmp_path: pathlib.Path, marker: pathlib.Path) -> pathlib.Path:
     return library
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GCC is None, reason="needs gcc to build the compiled library")
 def test_a_pt2_with_a_compiled_library_draws_with_nothing_loaded(tmp_path, base_pt2, no_loaders) -> None:
     marker = tmp_path / "so.marker"
@@ -157,6 +158,7 @@ def test_a_package_of_only_a_compiled_library_is_one_line_naming_it(tmp_path, no
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_torchscript_code_that_writes_a_file_when_loaded_draws_with_nothing_run(tmp_path, no_loaders) -> None:
     marker = tmp_path / "written.marker"
     path = str(tmp_path / "writes.pt")

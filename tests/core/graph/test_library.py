@@ -86,6 +86,7 @@ def _reference_ops(folder: str) -> list[str]:
             for n in program.graph.nodes if n.op == "call_function"]
 
 
+@pytest.mark.slow
 def test_a_save_pretrained_folder_gets_its_librarys_graph_with_every_key_placed(llama: str, traced: ModelGraph) -> None:
     assert traced.source == "transformers:LlamaForCausalLM"
     ops = [n.op for n in traced.nodes if n.op not in ("input", "output")]
@@ -276,6 +277,7 @@ def test_cancelling_a_trace_stops_its_worker(llama: str, tmp_path) -> None:
     assert steps[0].message == "starting the worker to trace the architecture"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "inputs"), [("t5", ["input_ids", "attention_mask", "decoder_input_ids"]),
                                               ("whisper", ["input_features", "decoder_input_ids"])])
 def test_a_model_is_traced_with_the_inputs_it_declares(name, inputs, tmp_path) -> None:

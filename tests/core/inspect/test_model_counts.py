@@ -31,6 +31,7 @@ def lightning_ckpt(tmp_path_factory):
     return lightning_file(tmp_path_factory.mktemp("lightning"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("made", ["resnet", "exported", "lightning_ckpt"])
 def test_parameters_are_what_torch_counts(request, made):
     model, path = request.getfixturevalue(made)

@@ -139,6 +139,7 @@ print(json.dumps([by_id[id(p)] for g in opt.param_groups for p in g["params"]]))
 """
 
 
+@pytest.mark.slow
 def test_installed_transformers_tells_the_order(tmp_path, transformers_unimported) -> None:
     """With transformers installed, the model config.json names is built on the meta device (in a child
     process) and its named_parameters() order names every parameter for sure. transformers is never imported

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -246,6 +247,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.slow
 def test_dtensor_file_shows_its_local_shard_and_is_not_unsafe(tmp_path, capsys):
     import subprocess
     import sys

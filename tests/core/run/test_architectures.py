@@ -58,6 +58,7 @@ def llama(tmp_path_factory) -> str:
     return str(folder)
 
 
+@pytest.mark.slow
 def test_llama_folder_runs_as_its_library_loads_it(llama, tmp_path, capsys):
     import transformers
 
@@ -90,6 +91,7 @@ def test_llama_folder_runs_as_its_library_loads_it(llama, tmp_path, capsys):
     assert [t["prob"] for t in tokens["top"]] == pytest.approx(top.values.tolist(), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_default_inputs_come_from_the_config_and_meta_reads_no_weights(llama, capsys):
     status, result, err = run_json(capsys, llama, "--device", "meta")
     assert status == 0, err
@@ -105,6 +107,7 @@ def test_default_inputs_come_from_the_config_and_meta_reads_no_weights(llama, ca
     assert "next_tokens" not in result  # nothing to rank on meta
 
 
+@pytest.mark.slow
 def test_bert_outputs_are_named_by_its_output_fields(tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(1)
@@ -124,6 +127,7 @@ def test_bert_outputs_are_named_by_its_output_fields(tmp_path, capsys):
     assert_same_outputs(result, {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output})
 
 
+@pytest.mark.slow
 def test_diffusers_unet_runs_with_latents_and_a_timestep(tmp_path, capsys):
     diffusers = pytest.importorskip("diffusers")
     torch.manual_seed(2)
@@ -161,6 +165,7 @@ def test_auto_map_is_refused_and_nothing_from_the_folder_runs(tmp_path, capsys):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_unknown_architecture_is_refused_in_one_line(tmp_path, capsys):
     pytest.importorskip("transformers")
     folder = tmp_path / "unknown"
@@ -228,6 +233,7 @@ def test_torchvision_resnets_are_recognised_by_keys_and_shapes():
     assert recognize("/nonexistent/weights.pth", tensors) is None
 
 
+@pytest.mark.slow
 def test_a_remote_model_folder_runs_from_its_config_and_weights_only(tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("fsspec")

@@ -113,6 +113,7 @@ def test_parse_device() -> None:
             parse_device(bad)
 
 
+@pytest.mark.slow
 def test_devices_command_json(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["devices", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -123,6 +124,7 @@ def test_devices_command_json(capsys: pytest.CaptureFixture) -> None:
     assert capsys.readouterr().out.splitlines()[0].startswith("cpu ")
 
 
+@pytest.mark.slow
 def test_devices_command_probes_in_the_worker_process() -> None:
     """`ckptview devices` starts the worker to probe, as the window does: torch and the drivers never load in
     the command's own process (a CUDA context or a driver fault stays out of it)."""

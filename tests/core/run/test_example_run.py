@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 
 from ckptview import cli
@@ -21,6 +22,7 @@ def example_model() -> torch.nn.Module:
     return model
 
 
+@pytest.mark.slow
 def test_the_bundled_example_runs_with_no_code(capsys):
     """Through a real worker, as `make run` users would: `ckptview run example.pth`."""
     status = cli.main(["run", example_path(), "--json", "--runs", "1", "--warmup", "0", "--strict"])

@@ -180,6 +180,7 @@ def assert_stats_match(out: OutputInfo | dict, tensor: torch.Tensor) -> None:
 # ------------------------------------------------------------------------------------------ spawning tests
 
 
+@pytest.mark.slow
 def test_state_dict_with_model_file_via_cli_json(files: dict, capsys: pytest.CaptureFixture) -> None:
     """State dict + model file through `ckptview run --json`, then the same input on a training checkpoint."""
     status = cli.main(["run", files["sd.pt"], "--device", "cpu", "--model", f"{files['code']}:MLP",
@@ -215,6 +216,7 @@ def test_state_dict_with_model_file_via_cli_json(files: dict, capsys: pytest.Cap
     assert diff["max_abs_diff"] == pytest.approx(float((expected - other).abs().max()), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_torchscript_graph_input_and_compare_with_pt2(files: dict) -> None:
     """TorchScript runs with the traced input signature; a .pt2 of the same weights gives the same output."""
     result = run(RunRequest(files["ts.pt"], runs=2, compare_path=files["m.pt2"], trust=True, trust_compare=True))
@@ -228,6 +230,7 @@ def test_torchscript_graph_input_and_compare_with_pt2(files: dict) -> None:
     assert diff.max_abs_diff is not None and diff.max_abs_diff < 1e-5  # the .pt2 holds the same weights
 
 
+@pytest.mark.slow
 def test_pt2_on_meta(files: dict) -> None:
     """`.pt2` on meta: the input shape comes from the exported graph; outputs have shapes, no values."""
     result = run(RunRequest(files["m.pt2"], device="meta", runs=1, trust=True))
@@ -255,6 +258,7 @@ def test_no_weights_loaded_fails_loudly_with_the_load_report(files: dict) -> Non
     assert load.tensors == 0
 
 
+@pytest.mark.slow
 def test_partial_load_fails_unless_asked_for_and_then_says_so(files: dict, capsys: pytest.CaptureFixture,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Half the keys fit: the run fails naming what did not load; --allow-missing runs it, every line saying
@@ -294,6 +298,7 @@ def test_full_pickle_refused_without_trust_and_run_with_trust(files: dict) -> No
     os.unlink(marker)
 
 
+@pytest.mark.slow
 def test_exception_in_user_forward_is_one_line(files: dict) -> None:
     with pytest.raises(RunError) as err:
         run(RunRequest(files["sd.pt"], model=f"{files['code']}:Bad", inputs=parse_input_specs("2,20")))
@@ -338,6 +343,7 @@ def test_hang_past_timeout_is_killed(files: dict, monkeypatch) -> None:
         os.unlink(pid_file)
 
 
+@pytest.mark.slow
 def test_cancel_kills_the_worker(files: dict) -> None:
     pid_file = os.path.join(files["folder"], "worker.pid")
     token = CancelToken()
@@ -361,6 +367,7 @@ def test_cancel_kills_the_worker(files: dict) -> None:
     os.unlink(pid_file)
 
 
+@pytest.mark.slow
 def test_segfault_in_user_code_is_reported(files: dict) -> None:
     with pytest.raises(RunError) as err:
         run(RunRequest(files["sd.pt"], model=f"{MODULE}:Bad", model_kwargs={"mode": "segfault"},
@@ -554,6 +561,7 @@ def test_run_on_xla(files: dict) -> None:
     _real_run_on("xla:0", files)
 
 
+@pytest.mark.slow
 def test_an_input_file_goes_in_as_the_forward_takes_it(files: dict, tmp_path) -> None:
     """A `.npy` is one positional input whatever the file is called; an `.npz`'s arrays go by name only where
     the names are the forward's parameters, else in file order (`batch.npy` once became `forward(batch=...)`)."""

@@ -78,6 +78,7 @@ def _aoti_pt2(folder: pathlib.Path, base: str, marker: pathlib.Path) -> str:
         "data/aotinductor/model/wrapper_metadata.json": metadata})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GCC is None, reason="needs gcc to build the fake AOTInductor library")
 def test_a_pt2_with_a_compiled_library_is_listed_and_never_loaded_without_consent(
         tmp_path: pathlib.Path, base: dict, capsys: pytest.CaptureFixture) -> None:
@@ -133,6 +134,7 @@ def from_file_archive(folder: pathlib.Path, marker: pathlib.Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_torchscript_code_with_clean_pickles_still_needs_consent(tmp_path: pathlib.Path,
                                                                 capsys: pytest.CaptureFixture) -> None:
     """Finding 3: every pickle is clean, the code writes a file: `run` without --trust loaded it."""
@@ -162,6 +164,7 @@ def _rename(src: str, dst: str, renames: dict[str, str], replace: dict[str, byte
     return dst
 
 
+@pytest.mark.slow
 def test_record_names_are_found_in_any_case_as_torch_finds_them(tmp_path: pathlib.Path, base: dict,
                                                                 capsys: pytest.CaptureFixture) -> None:
     """Finding 4: sample inputs stored as MODEL.PT, a config naming WEIGHT_0 for weight_0: torch reads both."""
@@ -203,6 +206,7 @@ def _pickled_weight(base: str, dst: str, path_name: str, record: str, data: byte
     return dst
 
 
+@pytest.mark.slow
 def test_payload_config_names_and_nested_programs_are_read_as_torch_reads_them(tmp_path: pathlib.Path,
                                                                                base: dict) -> None:
     """Variations: an absolute `path_name` (os.path.join drops the folder: torch reads 'ROOT//evil'), and a
@@ -276,6 +280,7 @@ def _written_twice(tmp_path: pathlib.Path, name: str, clean_zip: bytes, record: 
     return str(path)
 
 
+@pytest.mark.slow
 def test_a_zip_written_twice_is_refused(tmp_path: pathlib.Path, base: dict, capsys: pytest.CaptureFixture) -> None:
     """Finding 5: ckptview listed the clean copy's data.pkl; torch.load(weights_only=False) ran the other one."""
     marker = tmp_path / "twice.marker"
@@ -319,6 +324,7 @@ def _legacy_tar(path: pathlib.Path, marker: pathlib.Path) -> None:
     assert path.read_bytes().startswith(header)
 
 
+@pytest.mark.slow
 def test_a_tar_torch_would_read_is_refused(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
     """Finding 6: to ckptview an empty legacy checkpoint; torch.load tries tar first and unpickles `storages`."""
     marker = tmp_path / "tar.marker"

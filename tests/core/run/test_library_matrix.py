@@ -60,6 +60,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("matrix"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "combo"), matrix(), ids=[f"{c.name}-{f.replace(' ', '-')}" for c, f in matrix()])
 def test_a_folder_runs_as_its_library_loads_it(case, combo, root):
     if not hasattr(transformers, case.cls):
@@ -100,6 +101,7 @@ def test_a_folder_runs_as_its_library_loads_it(case, combo, root):
     assert worst <= TOLERANCE, (case.name, combo, worst)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "cls", "config", "combo"),
                          [(n, c, cfg, f) for n, c, cfg in DIFFUSERS for f in DIFFUSERS_FORMATS[n]],
                          ids=[f"{n}-{f.replace(' ', '-')}" for n, _, _ in DIFFUSERS for f in DIFFUSERS_FORMATS[n]])

@@ -156,6 +156,7 @@ def _assert_bit_equal(result: dict, reference: torch.Tensor) -> None:
 CFG = {"extra": [1, 2], "nested": {"a": (1, "x"), "b": [0.5, None]}}
 
 
+@pytest.mark.slow
 def test_recognition_reads_the_class_path_and_hyper_parameters_as_data(lit, tmp_path):
     path = _cli_checkpoint(lit, tmp_path / "cli.ckpt", hidden=6, cfg=CFG)
     saved = torch.load(path, weights_only=True)
@@ -191,6 +192,7 @@ def test_recognition_reads_the_class_path_and_hyper_parameters_as_data(lit, tmp_
         checkpoint.close()
 
 
+@pytest.mark.slow
 def test_without_trust_the_class_is_refused_and_never_imported(lit, tmp_path, capsys, monkeypatch):
     path = _cli_checkpoint(lit, tmp_path / "x.ckpt", hidden=6)
     monkeypatch.chdir(lit["root"])  # where the worker would find the package, once trusted
@@ -213,6 +215,7 @@ def test_without_trust_the_class_is_refused_and_never_imported(lit, tmp_path, ca
     assert _imported_elsewhere(lit) == set()
 
 
+@pytest.mark.slow
 def test_with_trust_the_outputs_equal_load_from_checkpoint(lit, tmp_path, capsys, monkeypatch):
     path = _cli_checkpoint(lit, tmp_path / "x.ckpt", hidden=6, cfg=CFG, scale=0.5)
     plain = tmp_path / "plain.ckpt"
@@ -251,6 +254,7 @@ def test_with_trust_the_outputs_equal_load_from_checkpoint(lit, tmp_path, capsys
         _assert_bit_equal(scaled, reference(torch.from_numpy(x)))
 
 
+@pytest.mark.slow
 def test_a_namespace_argument_and_its_example_input(lit, tmp_path, capsys, monkeypatch):
     """hparams_name: a class taking one Namespace gets the saved dict under that name, as in Lightning."""
     torch.manual_seed(5)
@@ -271,6 +275,7 @@ def test_a_namespace_argument_and_its_example_input(lit, tmp_path, capsys, monke
     assert result["outputs"][0]["first"] == out.double().reshape(-1)[:8].tolist()
 
 
+@pytest.mark.slow
 def test_hyper_parameters_the_safe_reader_cannot_rebuild(lit, tmp_path, capsys, monkeypatch):
     """A Namespace value goes through (rebuilt as one); a tensor value is refused in one line, unless given."""
     monkeypatch.chdir(lit["root"])
@@ -304,6 +309,7 @@ def test_hyper_parameters_the_safe_reader_cannot_rebuild(lit, tmp_path, capsys, 
     assert status == 0, err
 
 
+@pytest.mark.slow
 def test_meta_builds_shapes_only(lit, tmp_path, capsys, monkeypatch):
     path = _cli_checkpoint(lit, tmp_path / "x.ckpt", hidden=6)
     monkeypatch.chdir(lit["root"])
@@ -314,6 +320,7 @@ def test_meta_builds_shapes_only(lit, tmp_path, capsys, monkeypatch):
     assert out["shape"] == [2, 3] and out["device"] == "meta" and out["stats"] is None
 
 
+@pytest.mark.slow
 def test_what_is_not_a_lightning_module_or_names_no_class_is_refused(lit, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(lit["root"])
     path = _cli_checkpoint(lit, tmp_path / "x.ckpt", class_path=f"{PACKAGE}.models.NotLit", hidden=6)
@@ -330,6 +337,7 @@ def test_what_is_not_a_lightning_module_or_names_no_class_is_refused(lit, tmp_pa
            "give it with --model" in err
 
 
+@pytest.mark.slow
 def test_on_load_checkpoint_sees_the_checkpoint_before_its_weights_load(lit, tmp_path, capsys, monkeypatch):
     torch.manual_seed(7)
     path = _save(lit["module"].HookNet(hidden=3), tmp_path / "hook.ckpt")

@@ -72,6 +72,7 @@ def test_a_partial_load_the_user_asks_for_says_so_on_every_line(llama_without_a_
     assert status == 0 and json.loads(out)["partial"] == [gone]
 
 
+@pytest.mark.slow
 def test_what_the_library_loads_is_loaded_even_where_the_keys_differ(tmp_path, capsys):
     """transformers 5 writes GPT-NeoX's `embed_out`, Mixtral's per-expert `w1/w2/w3` and ViT's
     `attention.attention` in their Hub layout and converts them while loading: so does a run."""

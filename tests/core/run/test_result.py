@@ -30,6 +30,7 @@ def mlp_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, d
     return folder, make_files(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["state_dict_compare", "meta_compare", "partial_load", "no_weights",
                                   "nested_outputs", "torchscript_graph"])
 def test_cli_json_is_unchanged(case: str, mlp_files: tuple[pathlib.Path, dict[str, str]]) -> None:

@@ -162,6 +162,7 @@ def test_a_file_swapped_after_the_parents_check_is_refused_by_the_worker(tmp_pat
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_trusted_file_is_what_torch_loads(tmp_path: pathlib.Path) -> None:
     """With --trust, the gate hands the file to torch (which then runs its payload): consent is the only way."""
     marker = tmp_path / "ran.marker"
@@ -233,6 +234,7 @@ def test_compare_needs_its_own_consent(tmp_path: pathlib.Path, clean: dict, caps
     assert not marker.exists() and not (tmp_path / "mine.marker").exists()
 
 
+@pytest.mark.slow
 def test_worker_refuses_an_untrusted_second_checkpoint(tmp_path: pathlib.Path, clean: dict) -> None:
     marker = tmp_path / "ran.marker"
     evil_ts = crafted_torchscript(tmp_path, "data.pkl", str(marker))
@@ -269,6 +271,7 @@ def _plant_shadows(folder: pathlib.Path, marker: pathlib.Path) -> None:
         (folder / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r} + ' ')\n")
 
 
+@pytest.mark.slow
 def test_worker_imports_nothing_from_the_callers_folder(tmp_path: pathlib.Path, clean: dict,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """json.py / numpy.py / torch.py in the working directory (and on PYTHONPATH) are never imported."""
@@ -368,6 +371,7 @@ def test_bounded_lines_keep_a_bounded_head_of_a_1_gib_line() -> None:
     assert lines == [(b"x" * 100, True), (b"short line", False)]
 
 
+@pytest.mark.slow
 def test_a_model_printing_a_huge_line_does_not_grow_the_parent(tmp_path: pathlib.Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A TorchScript forward prints a 32 MiB line: the run works, the parent keeps a short tail of it."""
@@ -418,6 +422,7 @@ QUANT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_dynamic_quantized_state_dict_runs_as_load_state_dict_would(tmp_path: pathlib.Path) -> None:
     """Module versions (`_metadata`) reach load_state_dict: a quantize_dynamic MLP's state dict runs."""
     (tmp_path / "quant.py").write_text(QUANT)
@@ -443,6 +448,7 @@ def test_dynamic_quantized_state_dict_runs_as_load_state_dict_would(tmp_path: pa
     assert result.outputs[0].first == pytest.approx(expected.reshape(-1)[:8].tolist(), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_pt2_with_a_dynamic_batch_runs_with_inputs_in_its_range(tmp_path: pathlib.Path) -> None:
     """Batch constrained to [2, 64], exported with batch 4: the run uses the sample inputs' batch."""
     model = nn.Linear(6, 2).eval()

@@ -54,6 +54,7 @@ def test_python_dash_m_run_worker_still_answers() -> None:
     assert "cpu" in [d["name"] for d in result.payload["devices"]]
 
 
+@pytest.mark.slow
 def test_isolated_worker_refuses_a_bad_request_as_one_line() -> None:
     """The bootstrap the runner starts (`python -I`, private folder): bad requests fail as 'protocol'."""
     with pytest.raises(RunError, match="^unknown request 'bogus'$") as err:

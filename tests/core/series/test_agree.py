@@ -57,6 +57,7 @@ def _live(folder: str, **kwargs) -> dict:
     return json.loads(json.dumps(run_live([folder], chunk_elems=CHUNK, **kwargs).to_json()))
 
 
+@pytest.mark.slow
 def test_serial_pool_dask_and_cache_agree_on_the_issue_run(run, cache, monkeypatch):
     folder, paths = run
     expected = _serial(folder)
@@ -124,6 +125,7 @@ def test_watch_events_carry_the_serial_figures_and_findings(run):
     assert live.events() == []  # nothing changed since
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_checkpoint_changed_before_its_task_read_it_is_reported_and_never_cached(run, cache, monkeypatch,
                                                                                    workers):

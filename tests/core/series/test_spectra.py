@@ -139,6 +139,7 @@ def test_alpha_findings_below_2_and_above_6_each_once():
     assert find_findings(_result([2.0, 6.0])) == []  # the bounds are inside the range
 
 
+@pytest.mark.slow
 def test_serial_pool_and_dask_agree_with_spectral(run_dir, monkeypatch):
     expected = _json(run_live([run_dir], workers=1, chunk_elems=CHUNK, spectral=True))
     monkeypatch.setattr(series_live, "POOL_MIN_BYTES", 0)

@@ -46,6 +46,7 @@ def copy_run(run_folder, tmp_path):
 # 24.14: unsafe globals per checkpoint
 
 
+@pytest.mark.slow
 def test_unsafe_global_is_shown_per_checkpoint_in_text_json_and_findings(run_folder, tmp_path, capsys):
     paths = copy_run(run_folder, tmp_path)
     marker = tmp_path / "ran"

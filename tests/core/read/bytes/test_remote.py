@@ -100,6 +100,7 @@ def _info_json(capsys, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_listing_the_1gb_zip_reads_under_1mb_in_few_requests(served, server, capsys):
     server.counters.reset()
     data = _info_json(capsys, f"{server.url}/big.pt")
@@ -213,6 +214,7 @@ def test_access_denied_and_unknown_host_are_one_line(server, capsys):
     assert "\n" not in err and url in err and "host not found" in err
 
 
+@pytest.mark.slow
 def test_run_downloads_a_url_to_a_private_copy_and_runs_it_like_the_local_file(served, server, capsys):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(20, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()

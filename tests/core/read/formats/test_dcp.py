@@ -191,6 +191,7 @@ def multi_rank_dcp(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_multi_rank_dcp_matches_torch(multi_rank_dcp, tmp_path):
     reference, consolidated = _torch_reference(multi_rank_dcp, tmp_path)
     ckpt = open_checkpoint(multi_rank_dcp)

@@ -131,6 +131,7 @@ def test_an_optimizer_file_alone_is_named_by_the_model_states_beside(tmp_path, m
         opened.clear()
 
 
+@pytest.mark.slow
 def test_series_on_the_output_folder(tmp_path, monkeypatch, capsys):
     """`ckptview series OUT` on what engine.save_checkpoint wrote: the tags in step order, read from the files."""
     from ckptview.cli import main
