@@ -57,12 +57,14 @@ def test_a_tab_without_a_window_gets_the_null_host_and_builds_at_once(qtbot, tmp
         tab.start()
     assert tab.state == "ready" and tab.context is not None and tab.context.window is None
     assert [tab.side_tabs.tabText(i) for i in range(tab.side_tabs.count())] == ["Details"]
-    # A null host given panels: in view outside a window, they are built with the page, not placeholders.
+    # A null host given panels: outside a window too, each is built when its side tab is shown or asked for.
     host = NullHost(PANELS)
     with_panels = CheckpointTab(make_state_dict(str(tmp_path / "other.pth")), window=host)
     qtbot.addWidget(with_panels)
     with qtbot.waitSignal(with_panels.loaded, timeout=20_000):
         with_panels.start()
+    assert with_panels.side_panels.widgets == []
+    assert all(with_panels.panel(spec.title) is not None for spec in PANELS)
     assert len(with_panels.side_panels.widgets) == len(PANELS)
     assert not with_panels.findChildren(QWidget, "panelPlaceholder")
     assert not tab.summary.collapsed

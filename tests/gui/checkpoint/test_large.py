@@ -76,7 +76,7 @@ def test_100k_tensors_stay_responsive(qtbot, window):
     # No time bounds here (CI is a busy 2-core box): benchmarks/bench_window.py measures the GUI thread's
     # pauses; this test checks the results and prints the times for a person reading the log.
     assert tab.side_tabs.count() >= 1 and tab.detail is tab.side_tabs.widget(0)
-    # Above LAZY_PANELS_ABOVE tensors a side panel is built when its side tab is first opened.
+    # A side panel is built when its side tab is first opened.
     if tab.side_tabs.count() > 1:
         assert tab.side_tabs.widget(1).objectName() == "panelPlaceholder"
         tab.side_tabs.setCurrentIndex(1)

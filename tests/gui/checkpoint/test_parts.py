@@ -169,10 +169,10 @@ def only_test_panels():
     return specs
 
 
-def side_panels(qtbot, opened: Opened, eager: bool, selection: list, specs: list) -> SidePanels:
+def side_panels(qtbot, opened: Opened, selection: list, specs: list) -> SidePanels:
     context = CheckpointContext(checkpoint=opened.checkpoint, path=opened.checkpoint.path)
     detail = QLabel("details")
-    built = SidePanels(detail, context, eager, lambda: selection, specs)
+    built = SidePanels(detail, context, lambda: selection, specs)
     qtbot.addWidget(built.tabs)
     return built
 
@@ -180,7 +180,7 @@ def side_panels(qtbot, opened: Opened, eager: bool, selection: list, specs: list
 def test_panels_wait_for_their_side_tab_and_get_the_selection(qtbot, opened, only_test_panels):
     weight = find_row(opened.top, "decoder.embed.weight").node
     selection = [weight]
-    side = side_panels(qtbot, opened, eager=False, selection=selection, specs=only_test_panels)
+    side = side_panels(qtbot, opened, selection=selection, specs=only_test_panels)
     titles = [side.tabs.tabText(i) for i in range(side.tabs.count())]
     assert titles == ["Details", "Recorder", "Broken", "Grumpy"]
     assert side.widgets == [] and side.tabs.widget(1).objectName() == "panelPlaceholder"
@@ -190,8 +190,8 @@ def test_panels_wait_for_their_side_tab_and_get_the_selection(qtbot, opened, onl
     assert isinstance(side.tabs.widget(1), PanelScrollArea) and side.tabs.currentIndex() == 1
     assert recorder.seen == [[weight]]  # built late, it starts from the current selection
     assert side.tabs.widget(2).objectName() == "panelPlaceholder"
-    side.build_waiting(every=True)
-    broken = side.panel("Broken")
+    broken = side.panel("Broken")  # asked for: built, in its place among the side tabs
+    assert side.tabs.widget(2).objectName() != "panelPlaceholder" and side.tabs.currentIndex() == 1
     assert isinstance(broken, QLabel) and "failed to start: RuntimeError: no luck" in broken.text()
     side.tell([])  # one panel failing on a selection leaves the others working
     assert recorder.seen == [[weight], []]
@@ -199,8 +199,11 @@ def test_panels_wait_for_their_side_tab_and_get_the_selection(qtbot, opened, onl
     assert side.show_panel("Nothing") is None
 
 
-def test_eager_panels_are_built_with_the_tabs_and_closed_with_them(qtbot, opened, only_test_panels):
-    side = side_panels(qtbot, opened, eager=True, selection=[], specs=only_test_panels)
+def test_panels_asked_for_follow_the_selection_and_close_with_the_tabs(qtbot, opened, only_test_panels):
+    side = side_panels(qtbot, opened, selection=[], specs=only_test_panels)
+    assert side.widgets == []  # nothing is built before it is shown or asked for
+    for title in ("Recorder", "Broken", "Grumpy"):
+        side.panel(title)
     assert len(side.widgets) == 3 and not side.tabs.findChildren(QWidget, "panelPlaceholder")
     group = find_row(opened.top, "encoder.layers")
     (entry,) = entries_of([group])

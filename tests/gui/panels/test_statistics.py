@@ -276,7 +276,8 @@ def test_a_module_group_row_of_a_flat_state_dict_has_statistics(qtbot, window, t
     ref = torch.load(path, weights_only=True)
     (tab,) = window.open_paths([path])
     wait_settled(qtbot, tab)
-    panel = next(w for w in tab.side_panels.widgets if isinstance(w, StatsPanel))
+    panel = tab.panel("Statistics")
+    assert isinstance(panel, StatsPanel)
     with qtbot.waitSignal(panel.statsReady, timeout=10_000):
         assert tab.select_name("encoder.layers.0")  # a synthetic group row: the file has no such key
     names = [k for k in ref if k.startswith("encoder.layers.0.")]
@@ -287,7 +288,7 @@ def test_a_module_group_row_of_a_flat_state_dict_has_statistics(qtbot, window, t
     assert float(shown["mean"]) == pytest.approx(float(both.mean()), rel=1e-5)
     assert float(shown["std"]) == pytest.approx(float(both.std()), rel=1e-5)
     assert float(shown["max"]) == pytest.approx(float(both.max()), rel=1e-5)
-    heatmap = next(w for w in tab.side_panels.widgets if type(w).__name__ == "HeatmapPanel")
+    heatmap = tab.panel("Heat-map")
     assert "select a tensor below it" in heatmap.status.text()  # disabled, with the reason
 
 

@@ -1,8 +1,9 @@
-"""The side tabs of a checkpoint tab: "Details" and the panels its host lists, built when first needed.
+"""The side tabs of a checkpoint tab: "Details" and the panels its host lists, each built when first needed.
 
-Panels cost tens of milliseconds each (plots), some O(tensors): a tab in the background builds them when
-it is first shown, a huge checkpoint builds each one when its side tab is first shown. A panel that fails to
-build, or fails on a selection, is logged and leaves the others working.
+Panels cost tens of milliseconds each (plots), some O(tensors), and a person looks at one at a time: a panel
+is built when its side tab is first shown, or when something asks for it (`panel`, `show_panel`), and is
+then given the current selection. Opening a file builds none of them. A panel that fails to build, or fails
+on a selection, is logged and leaves the others working.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def entries_of(rows: Sequence[Row]) -> Entries:
 class SidePanels(QObject):
     """`tabs`: "Details" first, then the panels of `specs` in that order; `widgets`: the panels built."""
 
-    def __init__(self, detail: QWidget, context: CheckpointContext, eager: bool,
+    def __init__(self, detail: QWidget, context: CheckpointContext,
                  selection: Callable[[], Entries], specs: Sequence[PanelSpec] = (),
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -44,21 +45,15 @@ class SidePanels(QObject):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(detail, "Details")
         for spec in specs:
-            if eager:
-                self.tabs.addTab(PanelScrollArea(self._make(spec)), spec.title)
-            else:
-                placeholder = QLabel(f"Preparing {spec.title}…")
-                placeholder.setObjectName("panelPlaceholder")
-                placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-                self._pending[self.tabs.addTab(placeholder, spec.title)] = spec
+            placeholder = QLabel(f"Preparing {spec.title}…")
+            placeholder.setObjectName("panelPlaceholder")
+            placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            self._pending[self.tabs.addTab(placeholder, spec.title)] = spec
         self.tabs.currentChanged.connect(self.build)
 
-    def build_waiting(self, every: bool) -> None:
-        """Build the panels still waiting: all of them (`every`), or the one whose side tab is current."""
-        if every:
-            for index in sorted(self._pending):
-                self.build(index)
-        elif self._pending:
+    def build_current(self) -> None:
+        """Build the panel whose side tab is current, if it waits (the tab was shown)."""
+        if self._pending:
             self.build(self.tabs.currentIndex())
 
     def build(self, index: int) -> None:
@@ -77,7 +72,8 @@ class SidePanels(QObject):
             self.tabs.show_tab(current)  # current again, and on the bar
         finally:
             self.tabs.blockSignals(False)
-        if old is not None:
+        if old is not None:  # out of the tab at once (removeTab keeps it a child until the deferred delete)
+            old.setParent(None)
             old.deleteLater()
         entries = self._selection()
         if entries:
@@ -89,9 +85,10 @@ class SidePanels(QObject):
             _tell(widget, entries)
 
     def panel(self, title: str) -> QWidget | None:
-        """The side panel titled `title` (the widget itself, not the scroll area around it)."""
+        """The side panel titled `title` (the widget itself, not the scroll area around it), built if it waits."""
         for i in range(self.tabs.count()):
             if self.tabs.tabText(i) == title:
+                self.build(i)
                 page = self.tabs.widget(i)
                 return page.widget() if isinstance(page, QScrollArea) else page
         return None

@@ -60,7 +60,6 @@ from ckptview.gui.checkpoint.tree_view import NAME_WANTS, CheckpointTreeView
 from ckptview.gui.graph import GraphPage
 
 log = logging.getLogger(__name__)
-LAZY_PANELS_ABOVE = 20_000  # tensors above which a side panel is built only when its tab is first shown
 SUMMARY_COLLAPSED = "tab/summary_collapsed"
 
 
@@ -330,9 +329,8 @@ class CheckpointTab(QWidget):
         self.context = CheckpointContext(
             checkpoint=checkpoint, path=self.path, window=self._window,
             select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis)
-        # A tab in the background, or a huge checkpoint, builds its panels later (see SidePanels).
-        eager = top.tensors <= LAZY_PANELS_ABOVE and (self.isVisible() or self.host.is_current(self))
-        self.side_panels = SidePanels(self.detail, self.context, eager, lambda: entries_of(self.selected_rows()),
+        # Each panel is built when its side tab is first shown (see SidePanels).
+        self.side_panels = SidePanels(self.detail, self.context, lambda: entries_of(self.selected_rows()),
                                       self.host.panels, self)
         self.side_tabs = self.side_panels.tabs
         self._stops.append(self.side_panels.close)
@@ -361,7 +359,7 @@ class CheckpointTab(QWidget):
         if self.build_pending:  # the user switched to it before its turn in the build queue
             self.finish_open()
         if self.top is not None and self.state == "ready":
-            self.side_panels.build_waiting(every=self.top.tensors <= LAZY_PANELS_ABOVE)
+            self.side_panels.build_current()
 
     def show_graph(self, on: bool = True) -> GraphPage | None:
         """Show the Graph view beside the tree (on) or the side panels again (off); returns the view."""
