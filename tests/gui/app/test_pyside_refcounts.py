@@ -155,7 +155,7 @@ def test_a_20000_entry_dict_builds_its_training_panel(qtbot, window, tmp_path):
     if "Training" in titles:
         tab.side_tabs.setCurrentIndex(titles.index("Training"))
         qtbot.wait(10)
-        assert tab.side_tabs.currentWidget().objectName() != "panelPlaceholder"
+        assert tab.side_tabs.currentWidget().widget().objectName() != "panelPlaceholder"
     assert window.isVisible() and tab.select_name("metric_19999")
     # The leak lost one reference a call, 40,000 here; what the open itself frees (the reader's tree, caches
     # an earlier test filled) is a few thousand at most.

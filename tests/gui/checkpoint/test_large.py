@@ -78,7 +78,7 @@ def test_100k_tensors_stay_responsive(qtbot, window):
     assert tab.side_tabs.count() >= 1 and tab.detail is tab.side_tabs.widget(0)
     # A side panel is built when its side tab is first opened.
     if tab.side_tabs.count() > 1:
-        assert tab.side_tabs.widget(1).objectName() == "panelPlaceholder"
+        assert tab.side_tabs.widget(1).widget().objectName() == "panelPlaceholder"
         tab.side_tabs.setCurrentIndex(1)
-        assert tab.side_tabs.widget(1).objectName() != "panelPlaceholder"
+        assert tab.side_tabs.widget(1).widget().objectName() != "panelPlaceholder"
         assert tab.panel(tab.side_tabs.tabText(1)) in tab.side_panels.widgets and tab.side_tabs.currentIndex() == 1

@@ -44,11 +44,11 @@ class SidePanels(QObject):
         self.tabs.setObjectName("sideTabs")
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(detail, "Details")
-        for spec in specs:
+        for spec in specs:  # each side tab's page is there from the start; its panel comes into it later
             placeholder = QLabel(f"Preparing {spec.title}…")
             placeholder.setObjectName("panelPlaceholder")
             placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-            self._pending[self.tabs.addTab(placeholder, spec.title)] = spec
+            self._pending[self.tabs.addTab(PanelScrollArea(placeholder), spec.title)] = spec
         self.tabs.currentChanged.connect(self.build)
 
     def build_current(self) -> None:
@@ -57,24 +57,14 @@ class SidePanels(QObject):
             self.build(self.tabs.currentIndex())
 
     def build(self, index: int) -> None:
-        """Replace the placeholder at side-tab `index` with its panel, given the current selection."""
+        """Put its panel in place of the placeholder at side-tab `index`, given the current selection."""
         spec = self._pending.pop(index, None)
         if spec is None:
             return
         widget = self._make(spec)
-        page = PanelScrollArea(widget)
-        current = self.tabs.currentIndex()
-        self.tabs.blockSignals(True)  # swapping a page must not build the neighbours' panels too
-        try:
-            old = self.tabs.widget(index)
-            self.tabs.removeTab(index)
-            self.tabs.insertTab(index, page, spec.title)
-            self.tabs.show_tab(current)  # current again, and on the bar
-        finally:
-            self.tabs.blockSignals(False)
-        if old is not None:  # out of the tab at once (removeTab keeps it a child until the deferred delete)
-            old.setParent(None)
-            old.deleteLater()
+        page = self.tabs.widget(index)
+        assert isinstance(page, PanelScrollArea)
+        page.set_panel(widget)  # the tab itself stays: the bar, the current tab and the menu are unchanged
         entries = self._selection()
         if entries:
             _tell(widget, entries)
@@ -140,8 +130,17 @@ class PanelScrollArea(QScrollArea):
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setWidgetResizable(False)
+        self.set_panel(panel)
+
+    def set_panel(self, panel: QWidget) -> None:
+        """Show `panel` here (a placeholder before it is deleted, as QScrollArea deletes a replaced widget)."""
+        old = self.widget()
+        if old is not None:
+            old.removeEventFilter(self)
+            old.hide()
         self.setWidget(panel)
         panel.installEventFilter(self)
+        self._fit()
 
     def _fit(self) -> None:
         panel = self.widget()
