@@ -39,6 +39,7 @@ from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cells import cell_kinds
 from ckptview.core.series.findings import find_findings
+from ckptview.core.series.log_files import read_run_log
 from ckptview.core.series.model import SeriesProgress, SeriesResult, module_names, module_series
 from ckptview.core.series.spectra import is_matrix, iter_spectra
 from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
@@ -87,6 +88,9 @@ def series_job(paths: list[str], stall_threshold: float, explode_factor: float, 
     are listed and read as the window reads them (its workspace's remote options)."""
     remote = holdings.workspace.remote if holdings is not None else RemoteOptions()
     result = plan_series(paths, stall_threshold, explode_factor, holdings, remote)
+    # What the run logged (trainer_state.json, event files, hparams.yaml): before the figures, so its
+    # curves are drawn while the checkpoints are read.
+    result.log = read_run_log(paths, [ref.path for ref in result.checkpoints], remote, token)
     yield ("plan", result)
     return (yield from iter_series(result, token, holdings=holdings))
 
