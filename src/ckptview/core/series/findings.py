@@ -105,6 +105,12 @@ def is_loss(name: str) -> bool:
     return last == "loss" or last.startswith("loss_") or last.endswith("_loss") or "_loss_" in last
 
 
+def is_rate(name: str) -> bool:
+    """True for a curve of a learning rate: ``lr``, ``learning_rate``, ``last_lr (group 1)``, ``lr-Adam``."""
+    last = name.rsplit("/", 1)[-1].split(" (", 1)[0].lower()
+    return last in ("lr", "last_lr", "learning_rate") or last.startswith(("lr-", "lr_")) or last.endswith("_lr")
+
+
 def loss_findings(result: SeriesResult) -> list[Finding]:
     """Where each loss curve spikes (a value `SPIKE_FACTOR` times the median of the `SPIKE_WINDOW` values
     before it, and `SPIKE_MADS` robust deviations above it) or first stops being finite, over the checkpoints
