@@ -27,6 +27,7 @@ from ckptview.core.inspect.optimizer import is_optimizer_node, scalar_value
 from ckptview.core.inspect.training import HYPER_KEYS
 from ckptview.core.read.formats.training_folder import is_weights_entry
 from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.units import figure
 
 MISSING_SIDE = None  # the value of a side that does not hold the entry ("status" says which)
 LAST = "(last)"  # the path component of a record list's last logged values: ``[..., "log_history", "(last)", "loss"]``
@@ -191,7 +192,13 @@ def _json(value: Any) -> Any:
     return value
 
 
-def iter_text(change: ValueChange) -> Iterator[str]:
-    """The two sides as short texts for a person (`MISSING` words where a side does not hold it)."""
+def iter_text(change: ValueChange, exact: bool = False) -> Iterator[str]:
+    """The two sides as texts for a person: floats to four significant digits unless `exact` (then as
+    Python prints them), "(absent)" where a side does not hold the entry."""
     for side in (change.a, change.b):
-        yield "(absent)" if side is None and change.status != "changed" else short_repr(side, 80)
+        if side is None and change.status != "changed":
+            yield "(absent)"
+        elif isinstance(side, float) and not exact:
+            yield figure(side)
+        else:
+            yield short_repr(side, 80)
