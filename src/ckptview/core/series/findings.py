@@ -154,7 +154,7 @@ def _spikes(curve: ScalarCurve, xs: list[float | None]) -> list[tuple[int, str, 
     """(point index, finding kind, words) of each spike of `curve` and its first non-finite value."""
     out: list[tuple[int, str, str]] = []
     before: list[float] = []
-    nonfinite = False
+    nonfinite = high = False
     for i, (value, at) in enumerate(zip(curve.values, xs, strict=True)):
         if at is None:
             continue
@@ -164,13 +164,17 @@ def _spikes(curve: ScalarCurve, xs: list[float | None]) -> list[tuple[int, str, 
                 out.append((i, "loss_nonfinite", f"became {value}"))
             continue
         window = before[-SPIKE_WINDOW:]
+        spike = False
         if len(window) >= SPIKE_MIN_POINTS:
             median = statistics.median(window)
             mad = statistics.median(abs(v - median) for v in window)
-            if median > 0 and value >= SPIKE_FACTOR * median and value - median > SPIKE_MADS * 1.4826 * mad:
+            spike = median > 0 and value >= SPIKE_FACTOR * median and value - median > SPIKE_MADS * 1.4826 * mad
+            if spike and not high:  # where it rose: the points that stay up after it are the same spike
                 out.append((i, "loss_spike", f"spiked to {figure(value)} ({figure(value / median)}x the median "
                                               f"{figure(median)} of the {len(window)} values before)"))
-        before.append(value)
+        high = spike
+        if not spike:
+            before.append(value)  # the window is what the loss was before it rose
     return out
 
 

@@ -125,8 +125,8 @@ def _read_states(states: list[tuple[str, FileSystem]], log: RunLog, token: Cance
 
 
 def _read_events(events: list[tuple[str, FileSystem]], log: RunLog, base: str, token: CancelToken | None) -> None:
-    """One curve per tag and folder: the folder's files in name order (their names start with the time
-    they were made), a later file's point winning at a step both give."""
+    """One curve per tag and folder: every point as written (TensorBoard's own reader keeps them all, a step
+    written twice too), the folder's files in name order (their names hold the time they were made)."""
     by_folder: dict[str, list[tuple[str, EventScalars]]] = {}
     for path, fs in sorted(events, key=lambda pf: pf[0]):
         entry = LogFile(path, "tfevents")
@@ -143,17 +143,16 @@ def _read_events(events: list[tuple[str, FileSystem]], log: RunLog, base: str, t
         by_folder.setdefault(os.path.dirname(path), []).append((path, scalars))
     for folder, files in by_folder.items():
         source = f"{EVENTS}: {_label(folder, base)}"
-        tags: dict[str, dict[int, float]] = {}
+        tags: dict[str, list[tuple[int, float]]] = {}
         for _, scalars in files:
             for tag, points in scalars.tags.items():
-                merged = tags.setdefault(tag, {})
-                for step, value in zip(points.steps, points.values, strict=True):
-                    merged[step] = value
-        epochs = next((tags[t] for t in ("epoch", "train/epoch") if t in tags), {})
-        for tag, merged in tags.items():
+                tags.setdefault(tag, []).extend(zip(points.steps, points.values, strict=True))
+        # The epoch at a step, where the logger wrote one (Lightning's "epoch", the HF Trainer's "train/epoch").
+        epochs = dict(next((tags[t] for t in ("epoch", "train/epoch") if t in tags), []))
+        for tag, written in tags.items():
             curve = ScalarCurve(tag, source)
-            for step in sorted(merged):
-                curve.add(step, epochs.get(step), merged[step])
+            for step, value in written:
+                curve.add(step, epochs.get(step), value)
             log.curves.append(curve)
 
 
