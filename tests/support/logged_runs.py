@@ -139,9 +139,12 @@ def hf_trainer_run(folder: str) -> Run:
 
 
 def event_scalars(folder: str) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar tag of the event files in `folder`, as tensorboard's own EventAccumulator reads them."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    """Every tag of the scalars plugin in the event files of `folder`, as tensorboard's own reader gives them
+    (its plugin accumulator: simple values and TF2's tensor scalars alike)."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
 
-    acc = EventAccumulator(folder, size_guidance={"scalars": 0})
+    acc = EventAccumulator(folder, size_guidance={"tensors": 0})
     acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto).item())) for e in acc.Tensors(tag)]
+            for tag in acc.PluginTagToContent("scalars")}

@@ -58,11 +58,10 @@ def flatten(data: Any, budget: Budget) -> list[tuple[str, str]]:
         if isinstance(value, dict) and value and depth < MAX_DEPTH:
             budget.charge(len(value), "hyper-parameters")
             stack.extend((f"{name}.{k}", v, depth + 1) for k, v in reversed(list(value.items())))
-        elif isinstance(value, (list, tuple)):
-            budget.charge(len(value), "hyper-parameters")
-            out.append((name, _short_list(value, budget)))
         else:
-            out.append((name, short_repr(value, 300)))
+            text = _short_list(value, budget) if isinstance(value, (list, tuple)) else short_repr(value, 300)
+            budget.charge(len(name) + len(text), "hyper-parameters")  # what is kept: names and texts copied
+            out.append((name, text))
     return out
 
 
