@@ -72,10 +72,11 @@ class ScalarPlots(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.curves_button)
         top.addWidget(self.log_box)
-        top.addWidget(self.legend, 1)
+        top.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
+        layout.addWidget(self.legend)  # a row of its own: wrapped over as many lines as its names need
         layout.addWidget(self.graphics, 1)
         layout.addWidget(self.info)
 

@@ -410,6 +410,8 @@ class SeriesTab(QWidget):
         for name, s in r.tensors.items():
             if s.param is not None or _OPTIMIZER_STATE.search(name) or s.dtype is None or s.shape is None:
                 continue
+            if math.prod(s.shape) <= 1:  # a saved score or counter (Lightning's best_model_score): no weight
+                continue
             if not (dtypes.is_floating(s.dtype) or dtypes.is_complex(s.dtype)):
                 continue
             module = name.rsplit(".", 1)[0] if "." in name else name
