@@ -135,6 +135,12 @@ def read_event_file(path: str, fs: FileSystem, budget: Budget | None = None,
     A corrupt record ends the reading (`error`); a partial last record is left unread (`partial`). A file
     that cannot be opened raises CheckpointError."""
     out = EventScalars(path)
+    try:
+        import google.protobuf  # noqa: F401 - the decoder and the checksum, both of the `series` extra
+        import google_crc32c  # noqa: F401
+    except ImportError:
+        raise EventFileError("reading event files needs protobuf and google-crc32c "
+                             "(pip install 'ckptview[series]')") from None
     with fs.open_regular(path) as fh:
         size = fs.getsize(path)
         budget = budget if budget is not None else Budget.for_stored(size, f"event file {path}", cancel=token)
