@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from ckptview.core.budget import Budget
+from ckptview.core.budget import Budget, BudgetExceeded
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.read.bytes.fs import FileSystem, filesystem
@@ -70,24 +70,22 @@ def read_run_log(run_paths: list[str], checkpoint_paths: list[str], remote: Remo
             found.add(key)
             into.append((path, fs))
 
-    for folder, fs in folders:
-        state = fs.join(folder, TRAINER_STATE)
-        if _is_file(fs, state):
-            note(state, fs, states)
-        for where, name in _walk(folder, fs, DEPTH, listing):
-            path = fs.join(where, name)
-            if is_event_file(name):
-                note(path, fs, events)
-            elif name == HPARAMS:
-                note(path, fs, hparams)
-        parent = fs.dirname(folder.rstrip("/") or folder)
-        if parent and parent != folder:
-            for where, name in _walk(parent, fs, 0, listing):
+    try:
+        for folder, fs in folders:
+            state = fs.join(folder, TRAINER_STATE)
+            if _is_file(fs, state):
+                note(state, fs, states)
+            parent = fs.dirname(folder.rstrip("/") or folder)
+            below = _walk(folder, fs, DEPTH, listing)
+            above = _walk(parent, fs, 0, listing) if parent and parent != folder else iter(())
+            for where, name in [*below, *above]:
                 path = fs.join(where, name)
                 if is_event_file(name):
                     note(path, fs, events)
                 elif name == HPARAMS:
                     note(path, fs, hparams)
+    except BudgetExceeded as exc:  # folders of millions of entries: the logs found so far are read
+        log.files.append(LogFile(folders[0][0] if folders else "", "folders", error=str(exc)))
     base = _common_folder([p for p, _ in events + hparams])
     _read_states(states, log, token)
     _read_events(events, log, base, token)

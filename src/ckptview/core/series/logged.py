@@ -59,7 +59,7 @@ class LogFile:
     """A file the run's log was read from: how many records it gave, and what went wrong (if anything)."""
 
     path: str
-    kind: str  # "trainer_state" | "tfevents" | "hparams"
+    kind: str  # "trainer_state" | "tfevents" | "hparams" | "folders" (the search itself was cut short)
     records: int = 0
     error: str | None = None
 
