@@ -37,6 +37,8 @@ HEADER = 12  # uint64 length + uint32 masked CRC32C of it
 FOOTER = 4  # uint32 masked CRC32C of the data
 BLOCK = 1 << 20  # bytes read at a time
 _MASK_DELTA = 0xA282EAD8
+_HEADER = struct.Struct("<QI")
+_FOOTER = struct.Struct("<I")
 # TensorFlow's DataType numbers of the scalar tensors read (types.proto): the struct code of each.
 _TENSOR_DTYPES = {1: "<f", 2: "<d", 3: "<i", 9: "<q", 19: "<e"}
 _SCALARS_PLUGIN = "scalars"
@@ -72,12 +74,17 @@ class EventFileError(CheckpointError):
     """An event file whose records cannot be read (one line: which record, and why)."""
 
 
-def masked_crc32c(data: bytes | memoryview) -> int:
+def masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC32C of `data`."""
+    crc = int(_crc32c()(data))
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+@cache
+def _crc32c() -> Any:
     import google_crc32c
 
-    crc = int(google_crc32c.value(bytes(data)))
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return google_crc32c.value
 
 
 @cache
@@ -254,13 +261,9 @@ class _Records:
         if not self._have(HEADER):
             self.partial = len(self.buf) > self.pos
             return None
-        header = memoryview(self.buf)[self.pos:self.pos + HEADER]
-        (length,) = struct.unpack("<Q", header[:8])
-        (length_crc,) = struct.unpack("<I", header[8:])
-        if masked_crc32c(header[:8]) != length_crc:
-            header.release()
+        length, length_crc = _HEADER.unpack_from(self.buf, self.pos)
+        if masked_crc32c(bytes(self.buf[self.pos:self.pos + 8])) != length_crc:
             raise EventFileError("its length fails the CRC check")
-        header.release()
         start = self.offset + self.pos
         if length > self.size - start - HEADER - FOOTER or not self._have(HEADER + length + FOOTER):
             # Its length is what was written (its CRC holds): the file ends before the record does, as the
@@ -268,7 +271,7 @@ class _Records:
             self.partial = True
             return None
         body = bytes(self.buf[self.pos + HEADER:self.pos + HEADER + length])
-        (data_crc,) = struct.unpack("<I", self.buf[self.pos + HEADER + length:self.pos + HEADER + length + FOOTER])
+        (data_crc,) = _FOOTER.unpack_from(self.buf, self.pos + HEADER + length)
         if masked_crc32c(body) != data_crc:
             raise EventFileError("its data fails the CRC check")
         self.pos += HEADER + length + FOOTER
