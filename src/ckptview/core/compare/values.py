@@ -21,12 +21,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ckptview.core import dtypes
 from ckptview.core.budget import Budget
-from ckptview.core.checkpoint import Checkpoint, Node, PathKey, join_path
-from ckptview.core.inspect.optimizer import is_optimizer_node, scalar_value
+from ckptview.core.checkpoint import Checkpoint, Node, PathKey, TensorInfo, join_path
+from ckptview.core.errors import TensorDataError
+from ckptview.core.inspect.optimizer import is_optimizer_node
 from ckptview.core.inspect.training import HYPER_KEYS
+from ckptview.core.read.bytes.files import ReadAhead
 from ckptview.core.read.formats.training_folder import is_weights_entry
 from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.read.values.reading import read_values
 from ckptview.core.units import figure
 
 MISSING_SIDE = None  # the value of a side that does not hold the entry ("status" says which)
@@ -60,8 +64,11 @@ def value_changes(a: Checkpoint, b: Checkpoint, budget: Budget | None = None) ->
     """Every value of A or B that differs from the other's (see the module docstring), ranked."""
     if budget is None:
         budget = Budget.for_stored(a.file_size + b.file_size, "the values of both checkpoints")
-    left = _leaves(a, budget)
-    right = _leaves(b, budget)
+    ahead = ReadAhead()  # the one-element tensors' few bytes: from windows of each file read at once
+    with ahead:
+        left = _leaves(a, budget, ahead)
+        right = _leaves(b, budget, ahead)
+    ahead.finish()
     lists = {n for side in (left, right) for n, (_, v) in side.items() if isinstance(v, _Records)}
     changes: list[ValueChange] = []
     for name, (path, value) in left.items():
@@ -89,10 +96,11 @@ def rank(path: tuple[PathKey, ...]) -> int:
     return 2
 
 
-def _leaves(ckpt: Checkpoint, budget: Budget) -> dict[str, tuple[tuple[PathKey, ...], Any]]:
+def _leaves(ckpt: Checkpoint, budget: Budget, ahead: ReadAhead | None = None) -> dict[str, tuple[tuple[PathKey, ...], Any]]:
     """name -> (path, value) of every value leaf of `ckpt` outside the model weights (see the module
     docstring); a list of records is also a value of its own, its length (`_Records`)."""
     out: dict[str, tuple[tuple[PathKey, ...], Any]] = {}
+    weights_beside: dict[int, bool] = {}  # id(container) -> it holds a tensor of more than one element
     stack: list[tuple[Node, tuple[PathKey, ...], bool]] = [(ckpt.root, (), False)]
     while stack:
         node, path, in_optimizer = stack.pop()
@@ -100,14 +108,15 @@ def _leaves(ckpt: Checkpoint, budget: Budget) -> dict[str, tuple[tuple[PathKey, 
         if in_optimizer and node.kind in ("value", "tensor"):
             continue  # per-parameter state (step, exp_avg): the tensor rows compare it
         if node.kind == "value":
+            budget.charge(len(path), "names")  # the name built
             out[join_path(path)] = (path, _plain(node.value))
             continue
         if node.kind == "tensor":
             info = node.tensor
             if (info is not None and info.numel == 1 and not _in_weights(ckpt, path)
-                    and not _beside_weights(node)):
-                budget.charge(1, "values read")
-                number = scalar_value(info) if not info.broken else None
+                    and not _beside_weights(node, weights_beside)):
+                budget.charge(1 + len(path), "values read")
+                number = _scalar(info, ahead) if not info.broken else None
                 out[join_path(path)] = (path, number if number is not None else f"tensor {info.dtype}")
             continue
         if _in_weights(ckpt, path):
@@ -148,12 +157,18 @@ def _in_grown_list(path: tuple[PathKey, ...], lists: set[str]) -> bool:
     return any(isinstance(path[k], int) and join_path(path[:k]) in lists for k in range(1, len(path)))
 
 
-def _beside_weights(node: Node) -> bool:
+def _beside_weights(node: Node, known: dict[int, bool]) -> bool:
     """True for a tensor whose container holds a tensor of more than one element: a state dict's scalar
-    parameter or counter (``num_batches_tracked``), not a saved ``loss`` beside ``epoch``."""
+    parameter or counter (``num_batches_tracked``), not a saved ``loss`` beside ``epoch``. Each container
+    is looked at once (`known`): a million scalars in one dict are not a million looks at it."""
     parent = node.parent
-    return parent is not None and any(c.kind == "tensor" and c.tensor is not None and c.tensor.numel != 1
-                                      for c in parent.children)
+    if parent is None:
+        return False
+    found = known.get(id(parent))
+    if found is None:
+        found = known[id(parent)] = any(c.kind == "tensor" and c.tensor is not None and c.tensor.numel != 1
+                                        for c in parent.children)
+    return found
 
 
 def _is_param_groups(child: Node, parent: Node) -> bool:
@@ -169,6 +184,21 @@ def _in_weights(ckpt: Checkpoint, path: tuple[PathKey, ...]) -> bool:
     if ckpt.format == "training-folder":
         return len(path) == 1 and is_weights_entry(str(path[0]))
     return len(path) == 1 and str(path[0]) in _MODEL_ROOTS
+
+
+def _scalar(info: TensorInfo, ahead: ReadAhead | None) -> float | int | bool | None:
+    """The value of a one-element tensor (`inspect.optimizer.scalar_value`, its bytes through `ahead`)."""
+    import numpy as np
+
+    if dtypes.is_complex(info.dtype):
+        return None
+    try:
+        value = np.asarray(read_values(info, ahead)).reshape(-1)[0]
+    except (TensorDataError, ValueError, TypeError):
+        return None
+    if info.dtype == "bool":
+        return bool(value)
+    return float(value) if dtypes.is_floating(info.dtype) else int(value)
 
 
 def _plain(value: Any) -> Any:
