@@ -2,8 +2,8 @@
 
 README pictures (--out, default docs/screenshots, at --size, light palette): the README's MLP after a few
 Adam steps and the same model later for the comparison, saved as `tree.png`, `statistics.png`,
-`optimizer.png`, `heatmap.png`, `spectrum.png`, `run.png`, `diff.png` and `graph.png` (a tiny Llama's
-graph, traced on meta).
+`optimizer.png`, `heatmap.png`, `spectrum.png`, `run.png`, `series.png` (a training loop's logged loss and
+learning rate beside its checkpoints), `diff.png` and `graph.png` (a tiny Llama's graph, traced on meta).
 
 The tour (--tour DIR): the checkpoints of the layout test (tests/support/screens.py: a sharded Llama, a
 torchvision-layout ResNet, Adam + StepLR training, a Lightning file, a run of ten checkpoints, a
@@ -72,6 +72,46 @@ def make_llama(folder: str) -> str:
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
     transformers.LlamaForCausalLM(config).save_pretrained(path)
     return path
+
+
+def make_logged_run(folder: str) -> str:
+    """A plain training loop's run: Adam + StepLR for 60 steps, a checkpoint every 10 (`step_N.pt` with its
+    step, loss and optimizer), and the loss and learning rate of every step in a TensorBoard event file
+    beside them (when tensorboard is installed)."""
+    import torch
+    from torch import nn
+
+    from ckptview.core.worker.example_model import build_mlp
+
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(0)
+    model = build_mlp()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=20, gamma=0.5)
+    inputs, targets = torch.randn(256, 20), torch.randint(0, 10, (256,))
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(os.path.join(folder, "logs"))
+    except ImportError:
+        writer = None
+    for step in range(1, 61):
+        batch = slice((step * 32) % 256, (step * 32) % 256 + 32)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(inputs[batch]), targets[batch])
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        if writer is not None:
+            writer.add_scalar("train/loss", loss.item(), step)
+            writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
+        if step % 10 == 0:
+            torch.save({"step": step, "model_state_dict": model.state_dict(),
+                        "optimizer_state_dict": optimizer.state_dict(), "scheduler_state_dict": scheduler.state_dict(),
+                        "loss": loss.item()}, os.path.join(folder, f"step_{step}.pt"))
+    if writer is not None:
+        writer.close()
+    return folder
 
 
 def waiter(app: object) -> Callable[..., None]:
@@ -143,6 +183,15 @@ def readme_pictures(out: str, size: tuple[int, int], tmp: str, wait: Callable[..
     wait(lambda: bool(done), timeout=600_000)
     rest(wait, win)
     path = os.path.join(out, "run.png")
+    win.grab().save(path)
+    print(path)
+    # The series picture: a run's logged loss and learning rate beside its checkpoints, one of them chosen.
+    series = win.open_series([make_logged_run(os.path.join(tmp, "logged-run"))])
+    wait(lambda: series.state != "loading", timeout=120_000)
+    series.views.setCurrentWidget(series.scalars)
+    series.scalars.choose_step(30)
+    rest(wait, win)
+    path = os.path.join(out, "series.png")
     win.grab().save(path)
     print(path)
     win.tabs.setCurrentWidget(tab)

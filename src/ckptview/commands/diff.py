@@ -10,8 +10,10 @@ from ckptview.commands import keep_until_exit
 from ckptview.commands.info import write_json, write_json_stream
 from ckptview.core.compare.align import parse_mapping
 from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
+from ckptview.core.compare.values import iter_text
 from ckptview.core.errors import CheckpointError
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.inspect.training import short_fact_keys
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
@@ -37,8 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="match A's names starting with A_PREFIX to B's starting with B_PREFIX "
                         "(after stripping; repeatable, first match wins)")
     p.add_argument("--all", action="store_true",
-                   help="list identical tensors too, and let entries outside the model weights (optimizer "
-                        "state, sample inputs, step counters) count in the exit status")
+                   help="list identical tensors and every value that differs too, and let entries outside the "
+                        "model weights (optimizer state, sample inputs, step counters) count in the exit status")
     p.add_argument("--chunk-elems", type=int, default=DIFF_CHUNK_ELEMS, help=argparse.SUPPRESS)
 
 
@@ -96,6 +98,7 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         out.write(f"stripped: A {printable(al.strip_a or '(nothing)')}, B {printable(al.strip_b or '(nothing)')}\n")
     for pa, pb in al.mapping:
         out.write(f"mapped: A {printable(pa)}* -> B {printable(pb)}*\n")
+    _write_values(out, result, show_identical)
     _write_rows(out, result.weights, show_identical)
     summary = result.summary()
     overall = result.overall_rel_l2()
@@ -131,6 +134,25 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         if names:
             out.write(f"{plural(len(names), 'tensor')} outside the model weights of {side} not compared "
                       f"(the other file has none): {', '.join(map(printable, names[:5]))}{' ...' if len(names) > 5 else ''}\n")
+
+
+def _write_values(out: Any, result: DiffResult, show_all: bool) -> None:
+    """The values beside the tensors that differ: training facts and hyper-parameters (everything with
+    --all), the rest counted."""
+    if not result.values:
+        return
+    shown = [v for v in result.values if show_all or v.rank < 2]
+    out.write(f"\n{plural(len(result.values), 'value')} beside the tensors differ\n")
+    if shown:
+        names = [printable(n) for n in short_fact_keys([v.name for v in shown])]  # Lightning's callback keys cut
+        width = min(max(len(n) for n in names), 60)
+        for v, name in zip(shown, names, strict=True):
+            name = name if len(name) <= width else "..." + name[-(width - 3):]
+            a, b = (printable(t) for t in iter_text(v))
+            out.write(f"  {name:<{width}}  {a} -> {b}\n")
+    hidden = len(result.values) - len(shown)
+    if hidden:
+        out.write(f"  ({plural(hidden, 'other value')} (loop counters, paths, ...) not listed; --all lists them)\n")
 
 
 def _write_rows(out: Any, rows: list[Any], show_identical: bool) -> None:

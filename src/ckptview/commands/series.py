@@ -8,10 +8,11 @@ import sys
 from typing import Any
 
 from ckptview.commands import series_options as series_live
+from ckptview.core.series.findings import is_loss, is_rate
 from ckptview.core.series.model import SeriesResult, TensorSeries
 from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS
 from ckptview.core.text import printable
-from ckptview.core.units import MISSING, figure, percent
+from ckptview.core.units import MISSING, figure, percent, plural
 
 MAX_ERROR_LINES = 20
 
@@ -101,6 +102,7 @@ def print_report(result: SeriesResult) -> None:
                   + ("  alpha (last)  stable rank (last)" if result.spectral else "") + "\n")
         for t in rows:
             out.write(_tensor_row(t, width) + (_spectral_cells(t) if result.spectral else "") + "\n")
+    _write_scalars(out, result)
     out.write(f"\n{len(result.findings)} findings\n")
     for f in result.findings:
         known = f.index < len(result.checkpoints)
@@ -109,6 +111,38 @@ def print_report(result: SeriesResult) -> None:
         subject = f.tensor if f.tensor is not None else (
             result.checkpoints[f.index].file_name if known else f.checkpoint)
         out.write(f"  {printable(where):<12} {f.kind:<14} {printable(subject)}: {printable(f.detail)}\n")
+
+
+def _write_scalars(out: Any, result: SeriesResult) -> None:
+    """What the run logged: each curve's first and last value (losses and learning rates first), the best
+    checkpoint, the logger's hyper-parameters and the log files that could not be read."""
+    curves = sorted(result.scalar_curves(), key=lambda c: (0 if is_loss(c.name) else 1 if is_rate(c.name) else 2))
+    if curves:
+        width = min(max(len(printable(c.name)) for c in curves), 40)
+        out.write(f"\n{plural(len(curves), 'logged scalar')} (first -> last)\n")
+        for c in curves:
+            name = printable(c.name)
+            name = name if len(name) <= width else name[:width - 3] + "..."
+            first = c.steps[0] if c.steps and c.steps[0] is not None else None
+            last = c.steps[-1] if c.steps and c.steps[-1] is not None else None
+            where = f"steps {first}-{last}" if first is not None and last is not None else ""
+            out.write(f"  {name:<{width}}  {figure(c.values[0]):>10} -> {figure(c.values[-1]):<10} "
+                      f"{plural(len(c), 'point'):>10}  {where:<16} {printable(c.source)}\n")
+    best = result.best_checkpoint()
+    if best is not None:
+        found, index = best
+        which = result.checkpoints[index].file_name if index is not None else (found.path or MISSING)
+        metric = f"{found.metric} " if found.metric else ""
+        out.write(f"best checkpoint: {printable(which)} ({printable(metric)}{figure(found.value)}; "
+                  f"{printable(found.source)})\n")
+    log = result.log
+    if log is not None and log.hyper_parameters:
+        shown = ", ".join(f"{n}={v}" for n, v, _ in log.hyper_parameters[:12])
+        more = f", ... {len(log.hyper_parameters) - 12} more" if len(log.hyper_parameters) > 12 else ""
+        out.write(f"hyper-parameters ({printable(log.hyper_parameters[0][2])}): {printable(shown + more)}\n")
+    for f in log.files if log is not None else []:
+        if f.error:
+            out.write(f"log file {printable(f.path)}: {printable(f.error)}\n")
 
 
 def _tensor_row(t: TensorSeries, width: int) -> str:

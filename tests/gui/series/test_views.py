@@ -147,6 +147,7 @@ def test_default_selection_lines_legend_and_ticks(qtbot, run_folder):
     assert all(kind == "module" for kind, _ in tab.selected())
     lines = tab.lines
     assert len(lines.norm_plot.listDataItems()) == 4
+    tab.views.setCurrentWidget(lines)  # a run that logged a loss opens on its Scalars view
     # The legend sits outside the data.
     legend_rect = lines.legend.geometry()
     plot_rect = lines.graphics.mapFromScene(lines.norm_plot.vb.sceneBoundingRect()).boundingRect()

@@ -36,6 +36,7 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.compare.align import Alignment, align
 from ckptview.core.compare.sections import classify_rows, match_tied
+from ckptview.core.compare.values import ValueChange, value_changes
 from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.inspect.roles import learnable_dtype
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
@@ -179,6 +180,7 @@ class DiffResult:
     path_b: str
     alignment: Alignment
     tensors: list[TensorDiff]
+    values: list[ValueChange] = field(default_factory=list)  # non-tensor entries that differ (compare/values.py)
 
     @property
     def weights(self) -> list[TensorDiff]:
@@ -250,6 +252,8 @@ class DiffResult:
         yield "buffers_summary", {status: self.summary(buffers).get(status, 0) for status in STATUSES}
         yield "buffers_rel_l2", _finite_or_none(self.overall_rel_l2(buffers))  # floating-point buffers
         yield "not_compared", {"a": al.not_compared_a, "b": al.not_compared_b}
+        # The values beside the tensors that differ (epoch, step, lr, loss, hyper-parameters, ...), ranked.
+        yield "values", [v.to_json() for v in self.values]
         yield "tensors", (t.to_json() for t in self.weights)
         # Entries outside the model weights: same row shape, their own counts, not in the exit status.
         yield "other", (t.to_json() for t in self.other)
@@ -299,7 +303,11 @@ def plan_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b:
         row.tied_to = pair.tied_to
         rows.append(row)
     classify_rows(rows, a, b)
-    return DiffResult(a.path, b.path, alignment, rows)
+    try:
+        values = value_changes(a, b)
+    except CheckpointError:  # more values than the files pay for: the tensors are still compared
+        values = []
+    return DiffResult(a.path, b.path, alignment, rows, values)
 
 
 # ---------------------------------------------------------------------------------------------------

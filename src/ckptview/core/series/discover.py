@@ -222,8 +222,8 @@ def _from_trainer_state(path: str, pos: Position, remote: RemoteOptions) -> None
             return
         with fs.open_regular(state_file) as fh:
             state = json.loads(fh.read(MAX_TRAINER_STATE_BYTES + 1).decode("utf-8"))
-    except (OSError, ValueError, CheckpointError):
-        return  # a broken trainer state is just not a source of steps
+    except (OSError, ValueError, RecursionError, CheckpointError):
+        return  # a broken trainer state (nested past the parser's depth too) is just not a source of steps
     if not isinstance(state, dict):
         return
     step = _whole(state.get("global_step"))

@@ -1,6 +1,7 @@
 """The findings of a run: first NaN/Inf, stalls, explosions, tensors that come and go,
 checkpoints that could not be read or reference unsafe globals; with spectra, weights whose power-law alpha
-leaves [2, 6].
+leaves [2, 6]; where a logged loss spikes or stops being finite, joined with the module whose update stood
+out at the checkpoint that followed (`loss_findings`).
 
 Findings about values (stalls, explosions) are over floating-point tensors only: an integer buffer or a
 one-element step counter (``num_batches_tracked``, an optimizer's ``step``, ``global_step``) grows by
@@ -9,11 +10,20 @@ design, and 1 -> 12 is training, not an explosion.
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Any
 
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
-from ckptview.core.series.model import Finding, SeriesResult, TensorSeries, is_counter
+from ckptview.core.series.logged import ScalarCurve, place
+from ckptview.core.series.model import Finding, SeriesResult, TensorSeries, is_counter, module_series
 from ckptview.core.units import figure
+
+SPIKE_WINDOW = 20  # points before a loss value its spike is measured against
+SPIKE_MIN_POINTS = 4  # a spike needs at least this many points before it
+SPIKE_FACTOR = 1.5  # a spike is at least this many times the median before it ...
+SPIKE_MADS = 6.0  # ... and this many (scaled) median absolute deviations above it
+STANDOUT = 3.0  # a module's update ratio this many times its own median stands out
 
 
 def _shape_text(shape: tuple[int, ...] | None) -> str:
@@ -83,8 +93,108 @@ def find_findings(result: SeriesResult) -> list[Finding]:
         if result.spectral and not counter:
             for t, detail in _alpha_exits(s, done, refs):
                 add("alpha", order, name, t, detail)
+    for finding in loss_findings(result):
+        found.append((finding.index, len(result.tensors), finding))
     found.sort(key=lambda item: (item[0], item[1]))
     return [f for _, _, f in found]
+
+
+def is_loss(name: str) -> bool:
+    """True for a curve of a loss: ``loss``, ``train_loss``, ``train/loss``, ``eval_loss``, ``val/loss_epoch``."""
+    last = name.rsplit("/", 1)[-1].lower()
+    return last == "loss" or last.startswith("loss_") or last.endswith("_loss") or "_loss_" in last
+
+
+def is_rate(name: str) -> bool:
+    """True for a curve of a learning rate: ``lr``, ``learning_rate``, ``last_lr (group 1)``, ``lr-Adam``."""
+    last = name.rsplit("/", 1)[-1].split(" (", 1)[0].lower()
+    return last in ("lr", "last_lr", "learning_rate") or last.startswith(("lr-", "lr_")) or last.endswith("_lr")
+
+
+def loss_findings(result: SeriesResult) -> list[Finding]:
+    """Where each loss curve spikes (a value `SPIKE_FACTOR` times the median of the `SPIKE_WINDOW` values
+    before it, and `SPIKE_MADS` robust deviations above it) or first stops being finite, over the checkpoints
+    read: each at the first checkpoint at or after it, with the module whose update ratio there stands out
+    most against its own median over the run (`STANDOUT` times or more)."""
+    if not result.done:
+        return []
+    x = result.x_values()
+    last_x = x[result.done - 1]
+    out: list[Finding] = []
+    standouts: dict[int, tuple[str, float, float] | None] = {}
+    for curve in result.scalar_curves():
+        if not is_loss(curve.name):
+            continue
+        placement = place(curve, result.order_by, x)
+        for i, kind, detail in _spikes(curve, placement.x):
+            at = placement.x[i]
+            t = next((k for k, cx in enumerate(x[:result.done]) if at is not None and cx >= at), None)
+            if t is None or at is None or at > last_x:
+                continue
+            if t not in standouts:
+                standouts[t] = _standout(result, t)
+            module = standouts[t]
+            where = f"{curve.name} ({curve.source})"
+            text = f"{where} {detail} at {_place(result, at)}"
+            if module is not None:
+                name, ratio, median = module
+                text += (f", where {name} updated {figure(ratio / median)}x its median "
+                         f"(update ratio {figure(ratio)}, median {figure(median)})")
+            out.append(Finding(kind, None, t, result.checkpoints[t].path, text,
+                               module[0] if module is not None else None))
+    return out
+
+
+def _place(result: SeriesResult, at: float) -> str:
+    axis = {"step": "step", "epoch": "epoch"}.get(result.order_by, "checkpoint")
+    return f"{axis} {at:,.0f}" if float(at).is_integer() else f"{axis} {figure(at)}"
+
+
+def _spikes(curve: ScalarCurve, xs: list[float | None]) -> list[tuple[int, str, str]]:
+    """(point index, finding kind, words) of each spike of `curve` and its first non-finite value."""
+    out: list[tuple[int, str, str]] = []
+    before: list[float] = []
+    nonfinite = high = False
+    for i, (value, at) in enumerate(zip(curve.values, xs, strict=True)):
+        if at is None:
+            continue
+        if not math.isfinite(value):
+            if not nonfinite:
+                nonfinite = True
+                out.append((i, "loss_nonfinite", f"became {value}"))
+            continue
+        window = before[-SPIKE_WINDOW:]
+        spike = False
+        if len(window) >= SPIKE_MIN_POINTS:
+            median = statistics.median(window)
+            mad = statistics.median(abs(v - median) for v in window)
+            spike = median > 0 and value >= SPIKE_FACTOR * median and value - median > SPIKE_MADS * 1.4826 * mad
+            if spike and not high:  # where it rose: the points that stay up after it are the same spike
+                out.append((i, "loss_spike", f"spiked to {figure(value)} ({figure(value / median)}x the median "
+                                              f"{figure(median)} of the {len(window)} values before)"))
+        high = spike
+        if not spike:
+            before.append(value)  # the window is what the loss was before it rose
+    return out
+
+
+def _standout(result: SeriesResult, t: int) -> tuple[str, float, float] | None:
+    """(module, its update ratio at checkpoint t, its median update ratio over the run) of the module whose
+    ratio at t is the largest multiple of its own median, when that is `STANDOUT` or more."""
+    if t == 0:
+        return None
+    owners = {n.rsplit(".", 1)[0] for n, s in result.tensors.items()
+              if "." in n and s.param is None and not is_counter(s)}
+    best: tuple[str, float, float] | None = None
+    for m in module_series(result, owners):
+        ratio = m.update_ratio[t]
+        others = [r for k, r in enumerate(m.update_ratio[:result.done]) if k != t and r is not None and r > 0]
+        if ratio is None or not others:
+            continue
+        median = statistics.median(others)
+        if median > 0 and ratio >= STANDOUT * median and (best is None or ratio / median > best[1] / best[2]):
+            best = (m.name, ratio, median)
+    return best
 
 
 def _alpha_exits(s: TensorSeries, done: int, refs: list[Any]) -> list[tuple[int, str]]:

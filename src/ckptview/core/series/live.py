@@ -36,6 +36,8 @@ from ckptview.core.series.executor import (
     run_tasks,
 )
 from ckptview.core.series.findings import find_findings
+from ckptview.core.series.log_files import read_run_log
+from ckptview.core.series.logged import RunLog
 from ckptview.core.series.model import (
     CheckpointRef,
     SeriesProgress,
@@ -43,6 +45,7 @@ from ckptview.core.series.model import (
     TensorFigures,
     TensorSeries,
 )
+from ckptview.core.series.scalars import ref_scalars
 from ckptview.core.series.timeline import (
     SERIES_CHUNK_ELEMS,
     Measure,
@@ -171,7 +174,8 @@ class LiveRun:
                          key=lambda e: sort_key(e.ref, order_by))  # type: ignore[arg-type]
         self._order = ordered
         yield from self._measure(ordered, token)
-        result = self._assemble(ordered, order_by)
+        log = read_run_log(self.paths, [e.path for e in ordered if not e.gone], self.remote, token)
+        result = self._assemble(ordered, order_by, log)
         self.result = result
         return result
 
@@ -313,10 +317,10 @@ class LiveRun:
             ordered[t].own, ordered[t].pair, ordered[t].pair_prev = None, None, None
 
     # --- the result -------------------------------------------------------------------------------
-    def _assemble(self, ordered: list[Entry], order_by: str) -> SeriesResult:
+    def _assemble(self, ordered: list[Entry], order_by: str, log: RunLog | None = None) -> SeriesResult:
         refs = [dataclasses.replace(e.ref) for e in ordered if e.ref is not None]
         result = SeriesResult(refs, order_by, stall_threshold=self.stall_threshold,
-                              explode_factor=self.explode_factor, spectral=self.spectral)
+                              explode_factor=self.explode_factor, spectral=self.spectral, log=log)
         count = len(ordered)
         tensors: dict[str, TensorSeries] = {}
         for t, e in enumerate(ordered):
@@ -448,8 +452,9 @@ def _open_one(path: str, remote: RemoteOptions) -> tuple[CheckpointRef, list[Row
         return _error_ref(path, error_message(exc)), []
     try:
         tensors = series_entries(ckpt)
+        values, best = ref_scalars(ckpt)
         ref = CheckpointRef(path, find_position(ckpt, path, remote), ckpt.format, sum(info.nbytes for _, info, _ in tensors),
-                            unsafe_globals=list(ckpt.unsafe_globals))
+                            unsafe_globals=list(ckpt.unsafe_globals), values=values, best=best)
         return ref, [(name, tuple(info.shape), info.dtype, param) for name, info, param in tensors]
     finally:
         ckpt.close()
@@ -467,6 +472,9 @@ def _from_meta(path: str, meta: dict[str, Any]) -> tuple[CheckpointRef, list[Row
         fields = dict(meta)
         rows: list[Row] = [(str(n), tuple(int(d) for d in s), str(dt), None if p is None else str(p))
                            for n, s, dt, p in fields.pop("rows")]
+        if "values" not in fields:
+            return None  # kept before checkpoints' scalars were: read the file again
+        fields["values"] = {str(k): float(v) for k, v in fields["values"].items()}
         position = Position(**fields.pop("position"))
         ref = CheckpointRef(path=path, position=position, **fields)
     except (KeyError, TypeError, ValueError):

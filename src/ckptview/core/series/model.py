@@ -15,6 +15,7 @@ from ckptview.core.compare.sections import STEP_KEYS
 from ckptview.core.figures.stats import TensorStats, merge_stats
 from ckptview.core.jobs import Progress
 from ckptview.core.series.discover import Position
+from ckptview.core.series.logged import CHECKPOINT, BestCheckpoint, RunLog, ScalarCurve, curve_json, place
 
 FIGURES = ("norm", "mean", "std", "abs_max", "nan", "inf", "update_ratio", "frac_changed")
 SPECTRAL_FIGURES = ("alpha", "stable_rank")  # with --spectral: of 2-D weights (spectral.matrix_of)
@@ -43,6 +44,10 @@ class CheckpointRef:
     nbytes: int = 0  # bytes of its tensors (progress)
     error: str | None = None  # could not be opened or read as a whole, or changed on disk while read
     unsafe_globals: list[str] = field(default_factory=list)  # globals outside the safe set (recorded, never run)
+    # The scalars it holds about the run (series/scalars.py: loss, lr, epoch, a monitored metric, ...) and
+    # the best checkpoint its state names (a dict of BestCheckpoint's fields; kept as is in the cache).
+    values: dict[str, float] = field(default_factory=dict)
+    best: dict[str, Any] | None = None
 
     @property
     def file_name(self) -> str:
@@ -55,6 +60,7 @@ class CheckpointRef:
         out: dict[str, Any] = {"path": self.path, "step": p.step, "epoch": p.epoch,
                                "step_source": p.step_source, "epoch_source": p.epoch_source,
                                "format": self.format, "unsafe_globals": list(self.unsafe_globals)}
+        out["values"] = {k: _json_number(v) for k, v in self.values.items()}
         if self.error:
             out["error"] = self.error
         return out
@@ -169,11 +175,15 @@ class Finding:
     index: int  # checkpoint index in run order
     checkpoint: str
     detail: str
+    module: str | None = None  # loss_spike: the module whose update stood out at that checkpoint
 
     def to_json(self, refs: list[CheckpointRef]) -> dict[str, Any]:
-        """The contract's finding object (plus the checkpoint's index and step)."""
-        return {"kind": self.kind, "tensor": self.tensor, "checkpoint": self.checkpoint, "detail": self.detail,
-                "index": self.index, "step": refs[self.index].position.step if self.index < len(refs) else None}
+        """The contract's finding object (plus the checkpoint's index and step, and a module where one is named)."""
+        out = {"kind": self.kind, "tensor": self.tensor, "checkpoint": self.checkpoint, "detail": self.detail,
+               "index": self.index, "step": refs[self.index].position.step if self.index < len(refs) else None}
+        if self.module is not None:
+            out["module"] = self.module
+        return out
 
 
 @dataclass
@@ -188,6 +198,7 @@ class SeriesResult:
     stall_threshold: float = 0.0
     explode_factor: float = 10.0
     spectral: bool = False  # read with weight spectra (alpha, stable rank)
+    log: RunLog | None = None  # what the run logged beside its checkpoints (series/log_files.py), once read
 
     @property
     def order_sources(self) -> list[str]:
@@ -219,8 +230,46 @@ class SeriesResult:
             out.append(float(value) if value is not None else float(i))
         return out
 
+    def scalar_curves(self) -> list[ScalarCurve]:
+        """Every scalar the run holds: one curve per value its checkpoints hold (loss, lr, ...), then the
+        curves its log files hold (`log`)."""
+        curves: dict[str, ScalarCurve] = {}
+        for t, ref in enumerate(self.checkpoints):
+            for name, value in ref.values.items():
+                curve = curves.get(name)
+                if curve is None:
+                    curve = curves[name] = ScalarCurve(name, "checkpoint", CHECKPOINT)
+                curve.add(ref.position.step, ref.position.epoch, value, t)
+        return list(curves.values()) + (list(self.log.curves) if self.log is not None else [])
+
+    def best_checkpoint(self) -> tuple[BestCheckpoint, int | None] | None:
+        """The best checkpoint a trainer's state names (the log's, else the last checkpoint's own state), and
+        its index in the run (None when it is not one of the run's checkpoints)."""
+        best = self.log.best if self.log is not None else None
+        if best is None:
+            own = next((ref.best for ref in reversed(self.checkpoints) if ref.best), None)
+            try:
+                best = BestCheckpoint(**own) if own is not None else None
+            except TypeError:  # a cache entry of another shape
+                best = None
+            if best is None:
+                return None
+        index = None
+        if best.path:
+            wanted = best.path.rstrip("/\\")
+            index = next((t for t, ref in enumerate(self.checkpoints) if ref.path.rstrip("/\\") == wanted), None)
+            if index is None:  # written on another machine, or the run moved: by its name
+                name = os.path.basename(wanted.replace("\\", "/"))
+                index = next((t for t, ref in enumerate(self.checkpoints) if ref.file_name == name), None)
+        if index is None and best.step is not None:
+            index = next((t for t, ref in enumerate(self.checkpoints) if ref.position.step == best.step), None)
+        return best, index
+
     def to_json(self) -> dict[str, Any]:
         """The ``ckptview series --json`` object."""
+        x = self.x_values()
+        best = self.best_checkpoint()
+        log = self.log if self.log is not None else RunLog()
         return {
             "checkpoints": [r.to_json() for r in self.checkpoints],
             "order": {"by": self.order_by, "sources": self.order_sources},
@@ -228,6 +277,12 @@ class SeriesResult:
             "modules": [m.to_json() for m in module_series(self)],
             "findings": [f.to_json(self.checkpoints) for f in self.findings],
             "thresholds": {"stall_threshold": self.stall_threshold, "explode_factor": self.explode_factor},
+            "scalars": [curve_json(c, place(c, self.order_by, x)) for c in self.scalar_curves()],
+            "best_checkpoint": None if best is None else {
+                "source": best[0].source, "metric": best[0].metric, "value": _json_number(best[0].value),
+                "path": best[0].path, "step": best[0].step, "index": best[1]},
+            "hyper_parameters": [{"name": n, "value": v, "source": s} for n, v, s in log.hyper_parameters],
+            "log_files": [f.to_json() for f in log.files],
         }
 
 

@@ -53,6 +53,7 @@ from ckptview.core.series.model import (
     SeriesResult,
     TensorSeries,
 )
+from ckptview.core.series.scalars import ref_scalars
 
 if TYPE_CHECKING:
     import numpy as np
@@ -115,9 +116,10 @@ def plan_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: 
             continue
         try:
             tensors = series_entries(ckpt)
+            values, best = ref_scalars(ckpt)
             refs.append(CheckpointRef(path, find_position(ckpt, path, remote), ckpt.format,
                                       sum(info.nbytes for _, info, _ in tensors),
-                                      unsafe_globals=list(ckpt.unsafe_globals)))
+                                      unsafe_globals=list(ckpt.unsafe_globals), values=values, best=best))
             names.append([(name, tuple(info.shape), info.dtype) for name, info, _ in tensors])
             params.update((name, param) for name, _, param in tensors if param is not None)
         except Cancelled:

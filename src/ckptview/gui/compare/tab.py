@@ -64,6 +64,7 @@ from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.base.wrap import name_html
+from ckptview.gui.compare.values import ValueChanges
 from ckptview.gui.graph import CompareGraph
 
 if TYPE_CHECKING:  # imported where a plot or values are first needed, not at start-up
@@ -415,6 +416,7 @@ class CompareTab(QWidget):
         self.summary_label.setObjectName("diffSummary")
         self.summary_label.setWordWrap(True)  # counts, the overall change, buffers: wrapped, never wider
         top, self.progress, self.cancel_button = job_header(self.summary_label, self.cancel)
+        self.values = ValueChanges()  # epoch, step, lr, loss, ... that differ: above the tensors
 
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Filter names…")
@@ -509,6 +511,7 @@ class CompareTab(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.header)
         layout.addLayout(top)
+        layout.addWidget(self.values)
         layout.addLayout(filters)
         layout.addWidget(self.splitter, 1)
 
@@ -541,6 +544,7 @@ class CompareTab(QWidget):
             self._res.hold(item.leases)
             self.result = result
             self.model.set_result(result)
+            self.values.set_values(result.values)
             self._shown_upto = -1
             # Redrawing the plot costs per point: with 100,000 rows, every 2.5 s rather than 4 times a second.
             self._plot_timer.setInterval(max(250, min(2500, len(result.tensors) // 40)))

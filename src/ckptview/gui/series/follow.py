@@ -85,7 +85,7 @@ class Follow(QObject):
         _, result, events, self.gone = item
         tab.progress.hide()
         tab.result = result
-        tab.state = "ready"
+        tab.view.finished(result)
         tab.forget_spectra([e["checkpoint"]["path"] for e in events])  # rewritten, gone or new: fitted again
         tab.refresh()
         tab._update_summary("following" + (f", {self.gone} gone" if self.gone else ""))

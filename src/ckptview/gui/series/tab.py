@@ -39,9 +39,11 @@ from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cells import cell_kinds
 from ckptview.core.series.findings import find_findings
+from ckptview.core.series.log_files import read_run_log
 from ckptview.core.series.model import SeriesProgress, SeriesResult, module_names, module_series
 from ckptview.core.series.spectra import is_matrix, iter_spectra
 from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
+from ckptview.core.series.view_state import Phase, SeriesViewState
 from ckptview.core.session.workspace import Holdings, Workspace
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure
@@ -60,6 +62,7 @@ from ckptview.gui.series.plots import (
     UpdateHeatMap,
     histograms_job,
 )
+from ckptview.gui.series.scalars import ScalarPlots
 from ckptview.gui.series.spectra import SpectralLines
 
 KIND_ROLE = Qt.ItemDataRole.UserRole
@@ -87,6 +90,9 @@ def series_job(paths: list[str], stall_threshold: float, explode_factor: float, 
     are listed and read as the window reads them (its workspace's remote options)."""
     remote = holdings.workspace.remote if holdings is not None else RemoteOptions()
     result = plan_series(paths, stall_threshold, explode_factor, holdings, remote)
+    # What the run logged (trainer_state.json, event files, hparams.yaml): before the figures, so its
+    # curves are drawn while the checkpoints are read.
+    result.log = read_run_log(paths, [ref.path for ref in result.checkpoints], remote, token)
     yield ("plan", result)
     return (yield from iter_series(result, token, holdings=holdings))
 
@@ -122,7 +128,9 @@ class SeriesTab(QWidget):
         self.paths = [p if is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
         self.result: SeriesResult | None = None
-        self.state = "loading"
+        # Its phase (loading, ready, error, cancelled), the curves its Scalars view draws, the step chosen:
+        # plain data (core/series/view_state.py), tested without Qt.
+        self.view = SeriesViewState()
         # The window's workspace (a checkpoint open in a tab is not opened again); a tab outside one has its own.
         self._res = _Resources(workspace if workspace is not None else Workspace())
         self.destroyed.connect(self._res.release)
@@ -193,10 +201,13 @@ class SeriesTab(QWidget):
         left.setSizes([500, 250])
 
         self.lines = LinePlots()
+        self.scalars = ScalarPlots(self.view)  # what the run logged: loss, learning rate, metrics
+        self.scalars.marked.connect(self.lines.mark)
         self.heatmap = UpdateHeatMap()
         self.heatmap.row_clicked.connect(self._on_heat_row)
         self.histograms = HistogramsOverSteps()
         self.views = OverflowTabWidget()
+        self.views.addTab(self.scalars, "Scalars")
         self.views.addTab(self.lines, "Lines")
         self.views.addTab(self.heatmap, "Update heat-map")
         self.views.addTab(self.histograms, "Histograms")
@@ -248,6 +259,11 @@ class SeriesTab(QWidget):
         """Stop reading (what is done stays shown)."""
         self.reading.stop()
 
+    @property
+    def state(self) -> Phase:
+        """Where the reading stands (`Phase`: equal to "loading", "ready", "error" or "cancelled")."""
+        return self.view.phase
+
     def busy(self) -> bool:
         """True while the files are being read."""
         return self._worker is not None and not self._worker.is_done
@@ -255,6 +271,9 @@ class SeriesTab(QWidget):
     def _on_yielded(self, item: Any) -> None:
         if isinstance(item, tuple) and item and item[0] == "plan":
             self.result = item[1]
+            self.view.planned(item[1])
+            if not self.view.drawn():  # nothing logged to draw: the weight figures first
+                self.views.setCurrentWidget(self.lines)
             self._build_tree()
             self.select_default()
             self._update_summary("reading…")
@@ -271,7 +290,7 @@ class SeriesTab(QWidget):
 
     def _on_returned(self, result: SeriesResult) -> None:
         self.result = result
-        self.state = "ready"
+        self.view.finished(result)
         self._refresh_timer.stop()
         self.refresh()
         self._done()
@@ -279,14 +298,14 @@ class SeriesTab(QWidget):
         self.finished.emit(result)
 
     def _on_errored(self, exc: BaseException) -> None:
-        self.state = "error"
-        self._done()
         message = printable(str(exc) or type(exc).__name__)
+        self.view.failed(message)
+        self._done()
         self.summary_label.setText(breakable(f"error: {message}", LINE_CHARS))
         self.failed.emit(message)
 
     def _on_aborted(self) -> None:
-        self.state = "cancelled"
+        self.view.cancelled()
         self._done()
         self.refresh()
         self._update_summary("cancelled")
@@ -348,7 +367,7 @@ class SeriesTab(QWidget):
         """The findings over the checkpoints read so far."""
         if self.result is None:
             return []
-        if self.state == "ready":
+        if self.view.phase == Phase.READY:
             return self.result.findings
         return find_findings(self.result)
 
@@ -374,17 +393,11 @@ class SeriesTab(QWidget):
         self._fill_findings()
         axis = {"step": "step", "epoch": "epoch", "name": "checkpoint"}[r.order_by]
         self.heatmap.set_cells(cell_kinds(r, done, HEAT_FLOOR), [printable(n) for n in r.tensors],
-                               [printable(self._column_label(t)) for t in range(len(r.checkpoints))], axis)
+                               [printable(self.view.column_label(t)) for t in range(len(r.checkpoints))], axis)
         self._update_lines()
+        self.scalars.refresh()
         self._start_spectra(restart=False)
         self.graph.refresh()
-
-    def _column_label(self, t: int) -> str:
-        assert self.result is not None
-        ref = self.result.checkpoints[t]
-        value = ref.position.step if self.result.order_by == "step" else (
-            ref.position.epoch if self.result.order_by == "epoch" else None)
-        return str(value) if value is not None else ref.file_name
 
     def select_default(self) -> None:
         """With nothing selected, select the largest modules (by their floating-point values), so the plots
@@ -396,6 +409,8 @@ class SeriesTab(QWidget):
         order: list[str] = []
         for name, s in r.tensors.items():
             if s.param is not None or _OPTIMIZER_STATE.search(name) or s.dtype is None or s.shape is None:
+                continue
+            if math.prod(s.shape) <= 1:  # a saved score or counter (Lightning's best_model_score): no weight
                 continue
             if not (dtypes.is_floating(s.dtype) or dtypes.is_complex(s.dtype)):
                 continue
@@ -481,6 +496,10 @@ class SeriesTab(QWidget):
         try:
             if finding.tensor:
                 self.select_tensor(finding.tensor)
+            elif finding.module and finding.module in self._module_items:  # a loss spike's module
+                self.tree.clearSelection()
+                self._module_items[finding.module].setSelected(True)
+                self.tree.scrollToItem(self._module_items[finding.module])
         finally:
             self._marking = False
         self.mark_finding(finding)
@@ -492,6 +511,7 @@ class SeriesTab(QWidget):
             return
         x = r.x_values()[finding.index]
         self.lines.mark(x, printable(f"{r.label(finding.index)}: {finding.kind}"))
+        self.scalars.mark(x, printable(f"{r.label(finding.index)}: {finding.kind}"))
         names = list(r.tensors)
         row = names.index(finding.tensor) if finding.tensor in r.tensors else None
         self.heatmap.mark(row, finding.index)
@@ -503,6 +523,7 @@ class SeriesTab(QWidget):
     def _on_selection_changed(self) -> None:
         if not self._marking:  # a selection of the user's own: the last finding's mark goes
             self.lines.mark(None)
+            self.scalars.mark(None)
             self.heatmap.mark(None)
         self._update_lines()
         self._start_histograms()
