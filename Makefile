@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,remote,models,series,graph]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,remote,models,series,graph,quant]'
 	touch $(STAMP)
 
 # The vision venv (timm, torchvision): its own torch, the build torchvision was made for (constraints-vision.txt
