@@ -83,3 +83,141 @@ def fp8_llama(folder: Path, block: list[int] | None = None, seed: int = 0) -> tu
                                   "fmt": "e4m3"}
     write_folder(folder, out, cfg)
     return base, config, reference
+
+
+def _groups(w: torch.Tensor, group_size: int, g_idx: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric min/max scales (fp16) and integer zero points per (group, output) of `w` (out, in), as the
+    GPTQ and AWQ quantizers compute them: scales (groups, out), zeros (groups, out)."""
+    maxq = 2 ** bits - 1
+    groups = int(g_idx.max()) + 1
+    scales = torch.empty(groups, w.shape[0])
+    zeros = torch.empty(groups, w.shape[0])
+    for g in range(groups):
+        cols = w[:, g_idx == g]
+        lo = torch.minimum(cols.min(dim=1).values, torch.zeros(w.shape[0]))
+        hi = torch.maximum(cols.max(dim=1).values, torch.zeros(w.shape[0]))
+        scale = ((hi - lo) / maxq).clamp(min=1e-8)
+        scales[g] = scale
+        zeros[g] = torch.round(-lo / scale).clamp(0, maxq)
+    return scales.half(), zeros.to(torch.int32)
+
+
+def gptq_pack(w: torch.Tensor, bits: int = 4, group_size: int = 32, act_order: bool = False,
+              seed: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`w` (out, in) quantized and packed as AutoGPTQ's `QuantLinear.pack` packs it (its code, reproduced:
+    gptqmodel and AutoGPTQ build CUDA kernels at install and cannot be installed here), with its torch
+    dequantization (`dequantize_weight`) as the reference: ({qweight, qzeros, scales, g_idx}, W (out, in) fp16)."""
+    import numpy as np
+
+    out_f, in_f = w.shape
+    if act_order:
+        order = torch.randperm(in_f, generator=torch.Generator().manual_seed(seed))
+        g_idx = torch.empty(in_f, dtype=torch.int32)
+        g_idx[order] = (torch.arange(in_f) // group_size).to(torch.int32)
+    else:
+        g_idx = (torch.arange(in_f) // group_size).to(torch.int32)
+    scales, zeros = _groups(w.float(), group_size, g_idx, bits)
+    sf = scales.float()
+    intweight = torch.stack([torch.round(w[:, i].float() / sf[g_idx[i]] + zeros[g_idx[i]]).clamp(0, 2 ** bits - 1)
+                             for i in range(in_f)], dim=0).to(torch.int64).numpy().astype(np.uint32)  # (in, out)
+    per = 32 // bits
+    qweight = np.zeros((in_f // per, out_f), dtype=np.uint32)
+    for row in range(qweight.shape[0]):
+        for j in range(per):
+            qweight[row] |= intweight[row * per + j] << (bits * j)
+    zeros_m1 = (zeros - 1).numpy().astype(np.uint32)  # the v1 format stores zero - 1
+    qzeros = np.zeros((zeros.shape[0], out_f // per), dtype=np.uint32)
+    for col in range(qzeros.shape[1]):
+        for j in range(per):
+            qzeros[:, col] |= (zeros_m1[:, col * per + j] & np.uint32(2 ** bits - 1)) << (bits * j)
+    parts = {"qweight": torch.from_numpy(qweight.view(np.int32)), "qzeros": torch.from_numpy(qzeros.view(np.int32)),
+             "scales": scales, "g_idx": g_idx}
+    return parts, gptq_reference(parts, bits)
+
+
+def gptq_reference(parts: dict[str, torch.Tensor], bits: int) -> torch.Tensor:
+    """AutoGPTQ's torch dequantization of packed parts (`dequantize_weight`), transposed to (out, in)."""
+    qweight, qzeros, scales, g_idx = parts["qweight"], parts["qzeros"], parts["scales"], parts["g_idx"]
+    wf = torch.tensor(list(range(0, 32, bits)), dtype=torch.int32).unsqueeze(0)
+    small = torch.int16 if bits == 8 else torch.int8
+    zeros = torch.bitwise_right_shift(torch.unsqueeze(qzeros, 2).expand(-1, -1, 32 // bits), wf.unsqueeze(0)).to(small)
+    zeros = torch.bitwise_and(zeros, (2 ** bits) - 1) + 1
+    zeros = zeros.reshape(scales.shape)
+    weight = torch.bitwise_right_shift(torch.unsqueeze(qweight, 1).expand(-1, 32 // bits, -1),
+                                       wf.unsqueeze(-1)).to(small)
+    weight = torch.bitwise_and(weight, (2 ** bits) - 1)
+    weight = weight.reshape(weight.shape[0] * weight.shape[1], weight.shape[2])
+    return (scales[g_idx.long()] * (weight - zeros[g_idx.long()])).t().contiguous()
+
+
+def awq_pack(w: torch.Tensor, group_size: int = 32) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`w` (out, in) quantized and packed as AutoAWQ's `WQLinear_GEMM.from_linear` packs it (its code,
+    reproduced: AutoAWQ needs CUDA kernels), with its `dequantize_gemm` as the reference:
+    ({qweight, qzeros, scales}, W (out, in) fp16)."""
+    out_f, in_f = w.shape
+    g_idx = (torch.arange(in_f) // group_size).to(torch.int32)
+    scales, zeros = _groups(w.float(), group_size, g_idx, 4)
+    sf = scales.float()
+    intweight = torch.stack([torch.round(w[:, i].float() / sf[i // group_size] + zeros[i // group_size]).clamp(0, 15)
+                             for i in range(in_f)], dim=0).to(torch.int32)  # (in, out)
+    order_map = [0, 2, 4, 6, 1, 3, 5, 7]
+    qweight = torch.zeros((in_f, out_f // 8), dtype=torch.int32)
+    for col in range(out_f // 8):
+        for i in range(8):
+            qweight[:, col] |= intweight[:, col * 8 + order_map[i]] << (i * 4)
+    qzeros = torch.zeros((zeros.shape[0], out_f // 8), dtype=torch.int32)
+    for col in range(out_f // 8):
+        for i in range(8):
+            qzeros[:, col] |= zeros[:, col * 8 + order_map[i]] << (i * 4)
+    parts = {"qweight": qweight, "qzeros": qzeros, "scales": scales}
+    return parts, awq_reference(parts, group_size)
+
+
+def awq_reference(parts: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
+    """AutoAWQ's `dequantize_gemm` (awq/utils/packing_utils.py), transposed to (out, in)."""
+    qweight, qzeros, scales = parts["qweight"], parts["qzeros"], parts["scales"]
+    shifts = torch.arange(0, 32, 4)
+    iweights = torch.bitwise_right_shift(qweight[:, :, None], shifts[None, None, :]).to(torch.int8)
+    iweights = iweights.view(iweights.shape[0], -1)
+    izeros = torch.bitwise_right_shift(qzeros[:, :, None], shifts[None, None, :]).to(torch.int8)
+    izeros = izeros.view(izeros.shape[0], -1)
+    reverse = torch.arange(iweights.shape[-1], dtype=torch.int32).view(-1, 8)[:, [0, 4, 1, 5, 2, 6, 3, 7]].view(-1)
+    iweights, izeros = iweights[:, reverse], izeros[:, reverse]
+    iweights = torch.bitwise_and(iweights, 15)
+    izeros = torch.bitwise_and(izeros, 15)
+    scales_full = scales.repeat_interleave(group_size, dim=0)
+    izeros = izeros.repeat_interleave(group_size, dim=0)
+    return ((iweights - izeros) * scales_full).t().contiguous()
+
+
+def packed_llama(folder: Path, scheme: str, seed: int = 0, **options: Any) -> tuple[dict[str, torch.Tensor], Any,
+                                                                                   dict[str, torch.Tensor]]:
+    """A tiny Llama whose linear weights are GPTQ- or AWQ-packed (`options`: bits, group_size, act_order):
+    (base state dict, config, the reference dequantized weights, fp16 (out, in))."""
+    config, base = tiny_llama(dtype=torch.float16, seed=seed)
+    group_size = options.get("group_size", 32)
+    out: dict[str, torch.Tensor] = {}
+    reference: dict[str, torch.Tensor] = {}
+    for key, value in base.items():
+        if key.endswith("proj.weight"):
+            stem = key[: -len(".weight")]
+            if scheme == "gptq":
+                parts, ref = gptq_pack(value, options.get("bits", 4), group_size, options.get("act_order", False),
+                                       seed=len(out))
+            else:
+                parts, ref = awq_pack(value, group_size)
+            out.update({f"{stem}.{k}": v for k, v in parts.items()})
+            reference[key] = ref
+        else:
+            out[key] = value
+    cfg = config.to_dict()
+    cfg["dtype"] = "float16"
+    if scheme == "gptq":
+        cfg["quantization_config"] = {"quant_method": "gptq", "bits": options.get("bits", 4), "group_size": group_size,
+                                      "desc_act": options.get("act_order", False), "sym": False,
+                                      "checkpoint_format": "gptq"}
+    else:
+        cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group_size, "version": "gemm",
+                                      "zero_point": True}
+    write_folder(folder, out, cfg)
+    return base, config, reference

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ckptview.core.budget import Budget
-from ckptview.core.checkpoint import Checkpoint, Node, Storage, TensorEntry, TensorInfo
+from ckptview.core.checkpoint import Checkpoint, Node, Quantization, Storage, TensorEntry, TensorInfo
 from ckptview.core.read.quant.config import QuantConfig
-from ckptview.core.read.quant.protocol import Anchor, Found, Recognised
+from ckptview.core.read.quant.protocol import Anchor, Decoder, Found, Recognised
 from ckptview.core.read.quant.registry import ordered
 from ckptview.core.read.quant.source import QuantSource
 
-__all__ = ["add_logical_tensors"]
+__all__ = ["add_logical_tensors", "logical_tensor"]
 
 LOGICAL_DTYPE = "float32"
 
@@ -105,19 +105,24 @@ def _place(found: Found, anchor_entry: TensorEntry, recognised: Recognised,
     name = found.logical_name
     if not name.startswith(prefix) or len(name) == len(prefix):
         return None
-    quant = recognised.quant
-    shape = recognised.shape
-    strides = _c_strides(shape)
+    info = logical_tensor(name, recognised.shape, recognised.quant, recognised.decoder)
+    nodes = frozenset(id(by_name[part].node) for part, _info in found.parts.values() if part in by_name) | {id(node)}
+    return _Logical(name, name[len(prefix):], container, nodes, info)
+
+
+def logical_tensor(name: str, shape: tuple[int, ...], quant: Quantization, decoder: Decoder | None) -> TensorInfo:
+    """The logical tensor of a quantized weight: float32 values of `shape` read through `decoder` (a
+    `QuantSource`), `quant` its facts; broken with `quant.problem` (or without a decoder) when they cannot be
+    computed. A format that stores quantized tensors itself (GGUF) makes its tensors with this too."""
     numel = 1
     for size in shape:
         numel *= size
-    source = None if recognised.decoder is None else QuantSource(shape, recognised.decoder, quant.label,
-                                                                    quant.stored_bytes)
+    source = None if decoder is None else QuantSource(shape, decoder, quant.label, quant.stored_bytes)
     storage = Storage(key=name, dtype=LOGICAL_DTYPE, numel=numel, source=source)
-    info = TensorInfo(LOGICAL_DTYPE, shape, strides, 0, storage, broken=quant.problem)
+    broken = quant.problem or (None if decoder is not None else f"cannot read values: {quant.label} is not decoded")
+    info = TensorInfo(LOGICAL_DTYPE, shape, _c_strides(shape), 0, storage, broken=broken)
     info.quant = quant
-    nodes = frozenset(id(by_name[part].node) for part, _info in found.parts.values() if part in by_name) | {id(node)}
-    return _Logical(name, name[len(prefix):], container, nodes, info)
+    return info
 
 
 def _insert(made: list[_Logical]) -> None:
