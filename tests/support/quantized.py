@@ -221,3 +221,95 @@ def packed_llama(folder: Path, scheme: str, seed: int = 0, **options: Any) -> tu
                                       "zero_point": True}
     write_folder(folder, out, cfg)
     return base, config, reference
+
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_pack(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An experts' weight (E, in, out), as the model holds it, in gpt-oss's MXFP4 layout: (blocks (E, out, in/32,
+    16) uint8, scales (E, out, in/32) uint8), each group of 32 scaled by a power of two and rounded to E2M1."""
+    t = w.float().transpose(1, 2).contiguous()  # (E, out, in): the stored orientation
+    e, rows, inputs = t.shape
+    g = t.reshape(e, rows, inputs // 32, 32)
+    amax = g.abs().amax(dim=-1).clamp(min=1e-30)
+    exp = torch.ceil(torch.log2(amax / 6.0)).to(torch.int32)
+    scaled = g / torch.pow(2.0, exp.float())[..., None]
+    codes = (scaled[..., None] - E2M1).abs().argmin(dim=-1).to(torch.uint8)  # nearest code
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed.contiguous(), (exp + 127).to(torch.uint8)
+
+
+def tiny_gpt_oss(seed: int = 0) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(config, bf16 state dict) of a tiny gpt-oss built by transformers."""
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.GptOssConfig(vocab_size=96, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                                       num_experts_per_tok=2, max_position_embeddings=64)
+    model = transformers.GptOssForCausalLM(config).to(torch.bfloat16)
+    return config, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def mxfp4_gpt_oss(folder: Path) -> tuple[dict[str, torch.Tensor], Any, dict[str, torch.Tensor]]:
+    """A tiny gpt-oss with its experts in MXFP4 as OpenAI ships it: (base, config, transformers'
+    `convert_moe_packed_tensors` of each, the reference)."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    config, base = tiny_gpt_oss()
+    out: dict[str, torch.Tensor] = {}
+    reference: dict[str, torch.Tensor] = {}
+    for key, value in base.items():
+        if key.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            blocks, scales = mxfp4_pack(value)
+            out[key + "_blocks"], out[key + "_scales"] = blocks, scales
+            reference[key] = convert_moe_packed_tensors(blocks, scales, dtype=torch.bfloat16)
+        else:
+            out[key] = value
+    cfg = config.to_dict()
+    cfg["dtype"] = "bfloat16"
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+                                                                                     "model.embed_tokens", "lm_head"]}
+    write_folder(folder, out, cfg)
+    return base, config, reference
+
+
+def compressed_linear(w: torch.Tensor, fmt: str, bits: int = 4, symmetric: bool = True, strategy: str = "group",
+                      group_size: int | None = 32) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, Any]]:
+    """One weight compressed by compressed-tensors' own compressor for `fmt` ("pack-quantized",
+    "nvfp4-pack-quantized", "float-quantized"), scales from its own `calculate_qparams`; the reference is the
+    same compressor's `decompress`. (parts without the module prefix, reference weight, the config group's
+    weights arguments)."""
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
+
+    rows, cols = w.shape
+    if fmt == "nvfp4-pack-quantized":
+        args = QuantizationArgs(num_bits=4, type="float", symmetric=True, strategy="tensor_group", group_size=16)
+        scheme = QuantizationScheme(targets=["Linear"], weights=args)
+        glob = generate_gparam(w.float().amin(), w.float().amax())
+        g = w.float().reshape(rows, cols // 16, 16)
+        scale, _zero = calculate_qparams(g.amin(-1), g.amax(-1), args, global_scale=glob)
+        state = {"weight": w, "weight_scale": scale, "weight_global_scale": glob}
+        compressor: Any = NVFP4PackedCompressor
+    else:
+        args = QuantizationArgs(num_bits=bits, type="int", symmetric=symmetric, strategy=strategy,
+                                group_size=group_size if strategy == "group" else None)
+        scheme = QuantizationScheme(targets=["Linear"], weights=args)
+        if strategy == "group":
+            assert group_size is not None
+            g = w.float().reshape(rows, cols // group_size, group_size)
+            lo, hi = g.amin(-1), g.amax(-1)
+        elif strategy == "channel":
+            lo, hi = w.float().amin(-1, keepdim=True), w.float().amax(-1, keepdim=True)
+        else:
+            lo, hi = w.float().amin().reshape(1), w.float().amax().reshape(1)
+        scale, zero = calculate_qparams(lo, hi, args)
+        state = {"weight": w, "weight_scale": scale.to(w.dtype), "weight_zero_point": zero}
+        compressor = PackedQuantizationCompressor
+    parts = compressor.compress(state, scheme)
+    reference = compressor.decompress(dict(parts), scheme)["weight"]
+    return dict(parts), reference, args.model_dump(exclude_none=True)

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from ckptview.core.read.bytes.files import ReadAhead
 
 NAME = "fp8"
-METHODS: tuple[str, ...] = ("fp8", "fbgemm_fp8", "finegrained_fp8")
+METHODS: tuple[str, ...] = ("fp8", "fbgemm_fp8", "finegrained_fp8", "compressed-tensors")  # its float-quantized
+SCALE_REQUIRED = ("fp8", "fbgemm_fp8", "finegrained_fp8")  # configs under which an fp8 weight without a scale is wrong
 FP8 = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
 ANCHORS: tuple[Anchor, ...] = (
     Anchor(suffix="", role="codes", parts={"scale_inv": "_scale_inv", "scale": "_scale"}, logical="", dtypes=FP8),
@@ -44,7 +45,7 @@ def recognise(found: Found, config: QuantConfig) -> Recognised | None:
     shape = tuple(codes.shape)
     fmt = _FORMAT[codes.dtype]
     if scale is None:
-        if config.method not in METHODS or config.skipped(found.logical_name) or len(shape) < 2:
+        if config.method not in SCALE_REQUIRED or config.skipped(found.logical_name) or len(shape) < 2:
             return None  # an fp8 tensor of its own, not a quantized weight
         missing = f"fp8 weight '{found.logical_name}' has no scale ('{found.name('scale_inv')}' is missing)"
         return Recognised(shape, found.quantization(NAME, f"fp8 {fmt}", shape, problem=missing, bits=8), None)

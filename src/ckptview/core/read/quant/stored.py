@@ -47,21 +47,23 @@ def rows(info: TensorInfo, r0: int, r1: int, ahead: ReadAhead | None = None) -> 
     return read_region(info, (slice(r0, r1),), ahead)
 
 
-def columns(info: TensorInfo, c0: int, c1: int, ahead: ReadAhead | None = None) -> np.ndarray:
-    """Columns c0..c1 of every row of a stored matrix, read a few rows at a time (each piece spans at most
-    `PIECE_BYTES`, or one row)."""
+def columns(info: TensorInfo, c0: int, c1: int, ahead: ReadAhead | None = None, r0: int = 0,
+            r1: int | None = None) -> np.ndarray:
+    """Columns c0..c1 of rows r0..r1 (default: every row) of a stored matrix, read a few rows at a time (each
+    piece spans at most `PIECE_BYTES`, or one row)."""
     import numpy as np
 
     n_rows, n_cols = info.shape
+    r1 = n_rows if r1 is None else r1
     row_bytes = max(1, n_cols * dtypes.itemsize(info.dtype))
     step = max(1, PIECE_BYTES // row_bytes)
     out: np.ndarray | None = None
-    for p0 in range(0, n_rows, step):
-        p1 = min(n_rows, p0 + step)
+    for p0 in range(r0, r1, step):
+        p1 = min(r1, p0 + step)
         piece = read_region(info, (slice(p0, p1), slice(c0, c1)), ahead)
         if out is None:
-            out = np.empty((n_rows, c1 - c0), dtype=piece.dtype)
-        out[p0:p1] = piece
+            out = np.empty((r1 - r0, c1 - c0), dtype=piece.dtype)
+        out[p0 - r0 : p1 - r0] = piece
     if out is None:
         return np.empty((0, c1 - c0), dtype=dtypes.storage_numpy_dtype(info.dtype))
     return out
