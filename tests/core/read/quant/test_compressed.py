@@ -64,8 +64,8 @@ def test_float_quantized_is_fp8(tmp_path):
     args = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel"}
     write_folder(tmp_path, {"m.weight": codes, "m.weight_scale": scale}, _config("float-quantized", args))
     ckpt = open_checkpoint(str(tmp_path))
-    from compressed_tensors.quantization.lifecycle.forward import dequantize
     from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
 
     ref = dequantize(codes, scale, args=QuantizationArgs(**args))
     info = ckpt.tensor("m.weight")

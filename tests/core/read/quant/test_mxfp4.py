@@ -10,7 +10,7 @@ import torch
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.read import open_checkpoint
 from ckptview.core.read.values.reading import iter_chunks, read_region, read_values
-from tests.support.quantized import mxfp4_gpt_oss, mxfp4_pack, model_parameters, write_folder
+from tests.support.quantized import model_parameters, mxfp4_gpt_oss, mxfp4_pack, write_folder
 
 GU = "model.layers.0.mlp.experts.gate_up_proj"
 
