@@ -313,3 +313,49 @@ def compressed_linear(w: torch.Tensor, fmt: str, bits: int = 4, symmetric: bool 
     parts = compressor.compress(state, scheme)
     reference = compressor.decompress(dict(parts), scheme)["weight"]
     return dict(parts), reference, args.model_dump(exclude_none=True)
+
+
+def bnb_4bit(w: torch.Tensor, quant_type: str = "nf4", nested: bool = True, blocksize: int = 64
+             ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`w` quantized by bitsandbytes' own `functional.quantize_4bit` on CPU, its parts named as `Linear4bit`
+    saves them (`weight` and `weight.` + `QuantState.as_dict(packed=True)`), and `dequantize_4bit` of them."""
+    import bitsandbytes.functional as bnb_f
+
+    packed, state = bnb_f.quantize_4bit(w, blocksize=blocksize, compress_statistics=nested, quant_type=quant_type)
+    parts = {"weight": packed, **{f"weight.{k}": v for k, v in state.as_dict(packed=True).items()}}
+    return parts, bnb_f.dequantize_4bit(packed, state)
+
+
+def bnb_int8(w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`w` quantized as `Linear8bitLt` stores it (`int8_vectorwise_quant`: `weight` int8, `SCB`), and bitsandbytes'
+    `int8_vectorwise_dequant` of it."""
+    import bitsandbytes.functional as bnb_f
+
+    codes, scb, _outliers = bnb_f.int8_vectorwise_quant(w.half())
+    return {"weight": codes, "SCB": scb}, bnb_f.int8_vectorwise_dequant(codes, scb)
+
+
+def bnb_llama(folder: Path, mode: str) -> tuple[Any, dict[str, torch.Tensor]]:
+    """A tiny Llama whose linear weights bitsandbytes quantized ("nf4", "fp4", "nf4-plain" without nesting,
+    "int8"): (config, the reference dequantized weights)."""
+    config, base = tiny_llama(dtype=torch.bfloat16)
+    out: dict[str, torch.Tensor] = {}
+    reference: dict[str, torch.Tensor] = {}
+    for key, value in base.items():
+        if key.endswith("proj.weight"):
+            stem = key[: -len("weight")]
+            if mode == "int8":
+                parts, ref = bnb_int8(value)
+            else:
+                parts, ref = bnb_4bit(value, mode.split("-")[0], nested=not mode.endswith("plain"))
+            out.update({stem + k: v for k, v in parts.items()})
+            reference[key] = ref
+        else:
+            out[key] = value
+    cfg = config.to_dict()
+    cfg["dtype"] = "bfloat16"
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": mode != "int8",
+                                  "load_in_8bit": mode == "int8", "bnb_4bit_quant_type": mode.split("-")[0],
+                                  "bnb_4bit_use_double_quant": not mode.endswith("plain")}
+    write_folder(folder, out, cfg)
+    return config, reference
