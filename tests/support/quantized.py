@@ -359,3 +359,29 @@ def bnb_llama(folder: Path, mode: str) -> tuple[Any, dict[str, torch.Tensor]]:
                                   "bnb_4bit_use_double_quant": not mode.endswith("plain")}
     write_folder(folder, out, cfg)
     return config, reference
+
+
+def mlx_quantize(w: torch.Tensor, bits: int = 4, group_size: int = 64) -> tuple[dict[str, torch.Tensor], Any]:
+    """`w` (rows, cols) quantized as MLX documents `mlx.core.quantize` (affine: per group, scale = (max - min) /
+    (2**bits - 1), bias = min, q = round((w - bias) / scale); the codes of a row laid end to end in its
+    little-endian bit stream, packed in uint32), scales and biases in w's dtype; and the reference,
+    `scale * q + bias` in float64 (MLX does not run on Linux x86)."""
+    import numpy as np
+
+    rows, cols = w.shape
+    g = w.float().reshape(rows, cols // group_size, group_size)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / (2 ** bits - 1)).clamp(min=1e-8).to(w.dtype)
+    bias = lo.to(w.dtype)
+    q = torch.round((g - bias.float()[..., None]) / scale.float()[..., None]).clamp(0, 2 ** bits - 1)
+    q = q.reshape(rows, cols).to(torch.int64).numpy()
+    bits_total = cols * bits
+    stream = np.zeros((rows, bits_total), dtype=np.uint8)  # one bit a cell, lowest first
+    for b in range(bits):
+        stream[:, b::bits] = (q >> b) & 1
+    as_bytes = np.packbits(stream.reshape(rows, -1, 8), axis=-1, bitorder="little").reshape(rows, -1)
+    words = as_bytes.view("<u4")
+    reference = (scale.double().repeat_interleave(group_size, 1) * torch.from_numpy(q).double()
+                 + bias.double().repeat_interleave(group_size, 1))
+    parts = {"weight": torch.from_numpy(words.astype(np.uint32).copy()), "scales": scale, "biases": bias}
+    return parts, reference
