@@ -38,9 +38,14 @@ def model_parameters(config: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "gpt_oss": "GptOssForCausalLM"}
+
+
 def write_folder(folder: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> Path:
     """`model.safetensors` and `config.json` in `folder` (made)."""
     folder.mkdir(parents=True, exist_ok=True)
+    if config.get("model_type") in ARCHITECTURES and not config.get("architectures"):  # as save_pretrained writes it
+        config = {**config, "architectures": [ARCHITECTURES[config["model_type"]]]}
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(config))
     return folder
