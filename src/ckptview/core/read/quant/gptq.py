@@ -143,9 +143,30 @@ class GptqDecoder:
         return codes
 
     def rows(self, r0: int, r1: int, ahead: ReadAhead | None = None) -> np.ndarray:
+        """Rows r0..r1: each code looked up in a table of its (group, output)'s `2 ** bits` values, rounded to
+        the scales' dtype once per table entry (the table is an eighth of the block or less), so a weight
+        costs a shift, a mask, an index and a gather (see the module docstring for the formula)."""
         import numpy as np
 
         g, zeros, scales = self._tables(ahead)
-        q = self.codes(r0, r1, ahead).astype(np.float32)  # (rows, in)
-        out = (q - zeros[g, r0:r1].T) * scales[g, r0:r1].T
-        return stored.round_to(out.astype(np.float32, copy=False), self.out_dtype)
+        n = r1 - r0
+        levels = 1 << self.bits
+        per = 32 // self.bits
+        # table[g, o, c] = round((c - z[g, o]) * s[g, o]): exact in float32, then rounded as the reference
+        codes = np.arange(levels, dtype=np.float32)
+        table = (codes[None, None, :] - zeros[:, r0:r1, None]) * scales[:, r0:r1, None]
+        flat = stored.round_to(np.ascontiguousarray(table, dtype=np.float32), self.out_dtype).reshape(-1)
+        words = stored.columns(self.qweight, r0, r1, ahead)  # (in / per, rows)
+        w = np.ascontiguousarray(words.T).view(np.uint32).astype(np.int64)  # (rows, in / per)
+        in_features = w.shape[1] * per
+        out = np.empty((n, in_features), dtype=np.float32)
+        row_base = (np.arange(n, dtype=np.int64) * levels)[:, None]
+        index = np.empty_like(w)
+        for k in range(per):
+            group_base = g[k::per].astype(np.int64) * (n * levels)  # the group of inputs k, k + per, ...
+            np.right_shift(w, self.bits * k, out=index)
+            np.bitwise_and(index, levels - 1, out=index)
+            index += row_base
+            index += group_base[None, :]
+            out[:, k::per] = np.take(flat, index)
+        return out
