@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckptview.core.budget import Budget
+from ckptview.core.checkpoint import Storage, TensorInfo
 from ckptview.core.errors import TensorDataError
 from ckptview.core.read.quant.protocol import Decoder
 
@@ -37,6 +38,19 @@ class QuantSource:
         self.stored_bytes = stored_bytes
         self.n_cols = self.shape[-1] if self.shape else 1
         self.n_rows = math.prod(self.shape[:-1]) if self.shape else 1
+        self._codes: TensorInfo | None = None
+
+    def codes_view(self) -> TensorInfo:
+        """The weight's stored codes as a tensor of its shape (float32: an int4 weight's 0..15, an fp8 weight's
+        fp8 values), read as the weight is, a block of rows at a time: every figure of it is a figure of the
+        codes (a 4-bit weight's histogram has its 16 levels)."""
+        if self._codes is None:
+            source = QuantSource(self.shape, _Codes(self.decoder), f"{self.label} codes", self.stored_bytes)
+            strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))
+            self._codes = TensorInfo("float32", self.shape, strides, 0,
+                                     Storage(f"codes of a {self.label} weight", "float32", math.prod(self.shape),
+                                             source=source))
+        return self._codes
 
     def describe(self) -> str:
         return f"{self.label}, dequantized from its parts"
@@ -119,3 +133,30 @@ class QuantSource:
         parts = list(self._blocks(lo * inner, hi * inner, 1 << 22, ahead))
         block = (parts[0] if len(parts) == 1 else np.concatenate(parts)).reshape((hi - lo, *shape[1:]))
         return block[(local,) + tuple(index[1:])]
+
+
+class _Codes:
+    """A decoder's codes as the rows of a tensor (float32), for the figures of the codes."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+
+    def rows(self, r0: int, r1: int, ahead: ReadAhead | None = None) -> np.ndarray:
+        import numpy as np
+
+        codes = self.decoder.codes(r0, r1, ahead)
+        if codes is None:
+            raise TensorDataError("cannot show codes: this weight has no code per weight")
+        return np.asarray(codes).astype(np.float32)
+
+    def codes(self, r0: int, r1: int, ahead: ReadAhead | None = None) -> np.ndarray | None:
+        return self.decoder.codes(r0, r1, ahead)
+
+
+def codes_view(info: TensorInfo) -> TensorInfo | None:
+    """The codes of a quantized weight's logical tensor as a tensor (see `QuantSource.codes_view`); None for
+    any other tensor or one whose values cannot be computed."""
+    source = info.storage.source if info.storage is not None else None
+    if info.quant is None or info.broken or not isinstance(source, QuantSource):
+        return None
+    return source.codes_view()
