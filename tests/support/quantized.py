@@ -390,3 +390,22 @@ def mlx_quantize(w: torch.Tensor, bits: int = 4, group_size: int = 64) -> tuple[
                  + bias.double().repeat_interleave(group_size, 1))
     parts = {"weight": torch.from_numpy(words.astype(np.uint32).copy()), "scales": scale, "biases": bias}
     return parts, reference
+
+
+def modelopt_nvfp4(w: torch.Tensor, as_f4: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`w` (rows, cols) quantized as ModelOpt's published NVFP4 recipe does (global scale amax / (6 * 448),
+    an FP8 e4m3 scale per 16 inputs, E2M1 codes packed two a byte, the low nibble first) and the reference,
+    its `NVFP4QTensor.dequantize`: fp4 * (scale.float() * scale_2) in float32, to bf16 (ModelOpt needs CUDA)."""
+    rows, cols = w.shape
+    x = w.float()
+    scale_2 = (x.abs().max() / (6.0 * 448.0)).reshape(())
+    blocks = x.reshape(rows, cols // 16, 16)
+    scale = (blocks.abs().amax(-1) / 6.0 / scale_2).to(torch.float8_e4m3fn)
+    per = (scale.float() * scale_2)
+    scaled = blocks / per.clamp(min=1e-30)[..., None]
+    codes = (scaled[..., None] - E2M1).abs().argmin(dim=-1).to(torch.uint8).reshape(rows, cols)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()
+    values = E2M1[codes.long()]
+    reference = (values * per.repeat_interleave(16, dim=1)).to(torch.bfloat16)
+    weight = packed.view(torch.float4_e2m1fn_x2) if as_f4 else packed
+    return {"weight": weight, "weight_scale": scale, "weight_scale_2": scale_2.float()}, reference

@@ -8,7 +8,6 @@ import math
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 

@@ -4,7 +4,7 @@ listed in `schemes()`. Adding a scheme is adding a module and listing it here, w
 
 from __future__ import annotations
 
-from ckptview.core.read.quant import awq, bnb, compressed, fp8, gptq, mlx, mxfp4
+from ckptview.core.read.quant import awq, bnb, compressed, fp8, gptq, mlx, mxfp4, nvfp4
 from ckptview.core.read.quant.config import QuantConfig
 from ckptview.core.read.quant.protocol import Scheme
 
@@ -13,7 +13,7 @@ __all__ = ["ordered", "schemes"]
 
 def schemes() -> tuple[Scheme, ...]:
     """Every scheme, in the order they are tried when the config names none."""
-    registered: tuple[Scheme, ...] = (fp8, gptq, awq, mxfp4, compressed, bnb, mlx)
+    registered: tuple[Scheme, ...] = (fp8, gptq, awq, mxfp4, compressed, nvfp4, bnb, mlx)
     return registered
 
 
