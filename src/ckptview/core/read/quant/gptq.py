@@ -158,15 +158,11 @@ class GptqDecoder:
         flat = stored.round_to(np.ascontiguousarray(table, dtype=np.float32), self.out_dtype).reshape(-1)
         words = stored.columns(self.qweight, r0, r1, ahead)  # (in / per, rows)
         w = np.ascontiguousarray(words.T).view(np.uint32).astype(np.int64)  # (rows, in / per)
-        in_features = w.shape[1] * per
-        out = np.empty((n, in_features), dtype=np.float32)
-        row_base = (np.arange(n, dtype=np.int64) * levels)[:, None]
-        index = np.empty_like(w)
-        for k in range(per):
-            group_base = g[k::per].astype(np.int64) * (n * levels)  # the group of inputs k, k + per, ...
-            np.right_shift(w, self.bits * k, out=index)
-            np.bitwise_and(index, levels - 1, out=index)
-            index += row_base
-            index += group_base[None, :]
-            out[:, k::per] = np.take(flat, index)
+        packed = w.shape[1]
+        # index[o, p, k] of the code of input p * per + k: one array, one gather (no strided stores)
+        index = np.right_shift(w[:, :, None], np.arange(0, 32, self.bits, dtype=np.int64)[None, None, :per])
+        np.bitwise_and(index, levels - 1, out=index)
+        index += (np.arange(n, dtype=np.int64) * levels)[:, None, None]
+        index += (g.astype(np.int64) * (n * levels)).reshape(1, packed, per)  # the group of each input
+        out: np.ndarray = np.take(flat, index).reshape(n, packed * per)
         return out

@@ -36,9 +36,28 @@ class _Logical:
     info: TensorInfo
 
 
+# Tensor subclasses of quantization libraries a pickle names: recognised, not decoded (their classes are code
+# the safe reader never imports; their stored parts are listed as the file holds them).
+SUBCLASS_LIBRARIES = {"torchao.": "torchao", "optimum.quanto.": "optimum-quanto", "hqq.": "hqq"}
+
+
+def subclass_note(ckpt: Checkpoint) -> str | None:
+    """One line when the file's pickle names quantized tensor subclasses ckptview does not decode, else None."""
+    named = sorted({g for g in ckpt.globals for prefix in SUBCLASS_LIBRARIES if g.startswith(prefix)})
+    if not named:
+        return None
+    library = next(lib for prefix, lib in SUBCLASS_LIBRARIES.items() if named[0].startswith(prefix))
+    classes = ", ".join(g.rsplit(".", 1)[-1] for g in named[:3]) + (", ..." if len(named) > 3 else "")
+    return (f"{library} quantized tensors ({classes}) are recognised but not decoded: their stored parts are "
+            "listed as the file holds them")
+
+
 def add_logical_tensors(ckpt: Checkpoint, config: QuantConfig) -> int:
     """Add the logical tensor of every quantized weight of `ckpt` (recognised by `config` and the parts'
-    names and dtypes) and mark their parts; the number of weights added."""
+    names and dtypes) and mark their parts; the number of weights added. A pickle naming tensor subclasses
+    of a quantization library ckptview does not decode gets one warning line saying so."""
+    if (note := subclass_note(ckpt)) is not None and note not in ckpt.warnings:
+        ckpt.warnings.append(note)
     entries = ckpt.tensors()
     schemes = ordered(config)
     anchors = [(scheme, anchor) for scheme in schemes for anchor in scheme.ANCHORS]
