@@ -73,6 +73,7 @@ class HistogramView(QWidget):
         self.analysis = analysis  # the checkpoint's: figures computed once, shared with the other panels
         self.items: list[tuple[str, TensorInfo]] = []
         self.histograms: list[Histogram | None] = []  # None: that tensor's preview is not in yet
+        self._codes_bins: int | None = None  # the codes' histogram is drawn, in this many bins
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_exact)
@@ -181,12 +182,14 @@ class HistogramView(QWidget):
         self.status.setText("computing…")
         infos = [info for _, info in self.items]
         bins = self.bins.value()
+        self._codes_bins = None
         if self.codes.isChecked() and not self.codes.isHidden():  # the codes: one bin per level of an integer code
             views = [codes_view(info) for info in infos]
             infos = [view if view is not None else info for view, info in zip(views, infos, strict=True)]
             levels = [1 << int(q.bits) for _, i in self.items if (q := i.quant) is not None and q.scheme != "fp8"
                       and q.bits is not None and q.bits <= 8]
             bins = max(levels) if levels else bins
+            self._codes_bins = bins
         self._set_plot_count(1)
         self.slot.start(self.analysis.histogram_job, infos, bins, self.log_x.isChecked())
 
@@ -238,6 +241,8 @@ class HistogramView(QWidget):
             )
             self.curves.append(curve)
             kind = "exact" if hist.exact else f"preview from {hist.looked_at:,} sampled values"
+            if self._codes_bins:
+                kind = f"its stored codes in {self._codes_bins} bins ({kind})"
             extra = f", zeros {hist.zeros:,} (not on a log axis)" if hist.log_x else ""
             legend.append((color, f"{name}: {kind}; NaN {hist.nan:,}, +Inf {hist.posinf:,}, "
                                   f"−Inf {hist.neginf:,}{extra}"))
