@@ -195,3 +195,22 @@ def test_info_json_gains_the_fields(llama):
     assert codes["part_of"] == W and codes["dtype"] == "float8_e4m3fn" and "quantization" not in codes
     assert scale["part_of"] == W and scale["shape"] == [2, 4]
     assert data["parameters"] == model_parameters(config)
+
+
+def test_the_command_line_lists_weights_and_parts(llama):
+    """`info --json` as the command writes it (the streamed text, not only the dict), and the table."""
+    import subprocess
+    import sys
+
+    folder, _base, config, _reference, _ckpt = llama
+    proc = subprocess.run([sys.executable, "-m", "ckptview", "info", str(folder), "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = [t for t in data["tensors"] if t["name"] == W]
+    assert [("quantization" in t, t.get("part_of")) for t in rows] == [(True, None), (False, W)]
+    assert data["parameters"] == model_parameters(config)
+    table = subprocess.run([sys.executable, "-m", "ckptview", "info", str(folder)], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert "quantized: 7 weights (fp8 e4m3, block 128x128)" in table and "bytes per parameter" in table
+    assert "  model.layers.0.mlp.down_proj.weight_scale_inv" in table or "(part)" in table
