@@ -114,10 +114,19 @@ class AwqDecoder:
         return codes
 
     def rows(self, r0: int, r1: int, ahead: ReadAhead | None = None) -> np.ndarray:
+        """Rows r0..r1: each code looked up in its (group, output)'s table of 16 values, rounded once per
+        entry as the reference rounds (as GPTQ's decoder does)."""
         import numpy as np
 
         zeros, scales = self._tables(ahead)
-        q = self.codes(r0, r1, ahead).astype(np.float32)  # (rows, in)
-        g = np.arange(q.shape[1]) // self.group_size
-        out = (q - zeros[g, r0:r1].T) * scales[g, r0:r1].T
-        return stored.round_to(out.astype(np.float32, copy=False), self.out_dtype)
+        n = r1 - r0
+        levels = 1 << self.bits
+        codes = np.arange(levels, dtype=np.float32)
+        table = (codes[None, None, :] - zeros[:, r0:r1, None]) * scales[:, r0:r1, None]  # (groups, rows, levels)
+        flat = stored.round_to(np.ascontiguousarray(table, dtype=np.float32), self.out_dtype).reshape(-1)
+        q = self.codes(r0, r1, ahead)  # (rows, in)
+        index = q.astype(np.int64)
+        index += (np.arange(n, dtype=np.int64) * levels)[:, None]
+        index += ((np.arange(q.shape[1], dtype=np.int64) // self.group_size) * (n * levels))[None, :]
+        out: np.ndarray = np.take(flat, index)
+        return out
