@@ -409,3 +409,54 @@ def modelopt_nvfp4(w: torch.Tensor, as_f4: bool = False) -> tuple[dict[str, torc
     reference = (values * per.repeat_interleave(16, dim=1)).to(torch.bfloat16)
     weight = packed.view(torch.float4_e2m1fn_x2) if as_f4 else packed
     return {"weight": weight, "weight_scale": scale, "weight_scale_2": scale_2.float()}, reference
+
+
+def _pack3_autogptq(values: Any, along_rows: bool) -> Any:
+    """AutoGPTQ's 3-bit packing loop (`QuantLinear.pack`, bits == 3): 32 codes in 3 words, two of them
+    straddling words; `along_rows`: qweight's (packed down each column), else qzeros' (along each row)."""
+    import numpy as np
+
+    v = values if along_rows else values.T  # pack down axis 0
+    out = np.zeros((v.shape[0] // 32 * 3, v.shape[1]), dtype=np.uint32)
+    i = row = 0
+    while row < out.shape[0]:
+        for j in range(i, i + 10):
+            out[row] |= v[j] << (3 * (j - i))
+        i += 10
+        out[row] |= v[i] << 30
+        row += 1
+        out[row] |= (v[i] >> 2) & 1
+        i += 1
+        for j in range(i, i + 10):
+            out[row] |= v[j] << (3 * (j - i) + 1)
+        i += 10
+        out[row] |= v[i] << 31
+        row += 1
+        out[row] |= (v[i] >> 1) & 0x3
+        i += 1
+        for j in range(i, i + 10):
+            out[row] |= v[j] << (3 * (j - i) + 2)
+        i += 10
+        row += 1
+    return out if along_rows else out.T
+
+
+def gptq3_pack(w: torch.Tensor, group_size: int = 32) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`w` (out, in) quantized to 3 bits and packed by AutoGPTQ's 3-bit loop; the reference is computed from the
+    integers before packing, as its dequantization gives them: fp16(scale[g] * (q - (stored zero + 1)))."""
+    import numpy as np
+
+    out_f, in_f = w.shape
+    g_idx = (torch.arange(in_f) // group_size).to(torch.int32)
+    scales, zeros = _groups(w.float(), group_size, g_idx, 3)
+    sf = scales.float()
+    q = torch.stack([torch.round(w[:, i].float() / sf[g_idx[i]] + zeros[g_idx[i]]).clamp(0, 7)
+                     for i in range(in_f)], dim=0).to(torch.int64)  # (in, out)
+    stored_zeros = ((zeros - 1) & 7).to(torch.int64)  # the v1 format stores zero - 1, in 3 bits
+    qweight = _pack3_autogptq(q.numpy().astype(np.uint32), along_rows=True)
+    qzeros = _pack3_autogptq(stored_zeros.numpy().astype(np.uint32), along_rows=False)
+    reference = (scales[g_idx.long()] * (q - (stored_zeros + 1)[g_idx.long()]).to(torch.float16)).t().contiguous()
+    parts = {"qweight": torch.from_numpy(qweight.view(np.int32).copy()),
+             "qzeros": torch.from_numpy(np.ascontiguousarray(qzeros).view(np.int32).copy()),
+             "scales": scales, "g_idx": g_idx}
+    return parts, reference

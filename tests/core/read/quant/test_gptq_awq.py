@@ -13,7 +13,7 @@ from ckptview.core.figures.stats import tensor_stats
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.read import open_checkpoint
 from ckptview.core.read.values.reading import iter_chunks, read_region, read_values
-from tests.support.quantized import awq_pack, gptq_pack, model_parameters, packed_llama, write_folder
+from tests.support.quantized import awq_pack, gptq3_pack, gptq_pack, model_parameters, packed_llama, write_folder
 
 W = "model.layers.0.mlp.down_proj.weight"
 
@@ -82,7 +82,7 @@ def test_gptq_and_awq_are_told_apart_without_a_config(tmp_path):
     ("scales", "scales 'l.scales' are 3x64; 4 groups of 64 outputs need 4x64"),
     ("zeros", "zero points 'l.qzeros' are missing"),
     ("g_idx", "g_idx 'l.g_idx' has 100 entries for 128 input features"),
-    ("bits", "3-bit GPTQ packing is recognised but not decoded ('l.weight')"),
+    ("bits", "5-bit GPTQ packing is recognised but not decoded ('l.weight')"),
 ])
 def test_bad_parts_are_one_line_and_stay_listed(tmp_path, case, problem):
     torch.manual_seed(0)
@@ -97,8 +97,7 @@ def test_bad_parts_are_one_line_and_stay_listed(tmp_path, case, problem):
     elif case == "g_idx":
         parts["g_idx"] = parts["g_idx"][:100]
     else:
-        qc["bits"] = 3
-        parts["qweight"] = parts["qweight"][:12]  # 12 words hold 128 three-bit codes
+        qc["bits"] = 5
     write_folder(tmp_path, {f"l.{k}": v for k, v in parts.items()}, {"quantization_config": qc})
     ckpt = open_checkpoint(str(tmp_path))
     info = ckpt.tensor("l.weight")
@@ -120,4 +119,17 @@ def test_a_g_idx_naming_a_missing_group_is_refused_in_one_line(tmp_path):
     ckpt = open_checkpoint(str(tmp_path))
     with pytest.raises(Exception, match="g_idx names group 1000 of 4"):
         read_values(ckpt.tensor("l.weight"))
+    ckpt.close()
+
+
+def test_three_bit_codes_straddle_words(tmp_path):
+    """AutoGPTQ's 3-bit packing (32 codes in 3 words), held to the integers it packed."""
+    torch.manual_seed(0)
+    parts, reference = gptq3_pack(torch.randn(64, 128) * 0.02, group_size=32)
+    write_folder(tmp_path, {f"l.{k}": v for k, v in parts.items()}, {"quantization_config": {
+        "quant_method": "gptq", "bits": 3, "group_size": 32}})
+    ckpt = open_checkpoint(str(tmp_path))
+    info = ckpt.tensor("l.weight")
+    assert info.quant.label == "int3 GPTQ, group 32" and info.shape == (64, 128)
+    assert np.array_equal(read_values(info), reference.float().numpy())
     ckpt.close()

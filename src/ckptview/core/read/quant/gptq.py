@@ -5,8 +5,9 @@ of each input channel (permuted under act-order, `desc_act`).
 Reference: AutoGPTQ's and gptqmodel's torch dequantization (`dequantize_weight`): codes and zero points
 unpacked lowest bits first, the zero point + 1 in the v1 checkpoint format (what the Hub holds;
 `checkpoint_format: "gptq_v2"` stores it as it is), `scales[g_idx] * (q - z[g_idx])` computed in the scales'
-dtype (fp16): exact in float32, rounded to it. 2, 4 and 8 bits are decoded; 3-bit packing (codes straddling
-words) is recognised and said to be not decoded.
+dtype (fp16): exact in float32, rounded to it. 2, 4 and 8 bits are packed `32 // bits` a word; 3 bits are
+packed 32 codes in 3 words, a code straddling two words (AutoGPTQ's `pack`): the little-endian bit stream
+of each column's words, as of each zero-point row's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ ANCHORS: tuple[Anchor, ...] = (
     Anchor(suffix=".qweight", role="qweight", logical=".weight", dtypes=frozenset({"int32"}),
            parts={"qzeros": ".qzeros", "scales": ".scales", "g_idx": ".g_idx"}),
 )
-DECODED_BITS = (2, 4, 8)
+DECODED_BITS = (2, 3, 4, 8)
 
 
 def recognise(found: Found, config: QuantConfig) -> Recognised | None:
@@ -45,8 +46,7 @@ def recognise(found: Found, config: QuantConfig) -> Recognised | None:
         return None  # AWQ's layout, or another scheme's
     bits = config.int_value("bits") or 4
     packed_rows, out_features = qweight.shape
-    per = 32 // bits if bits in (2, 3, 4, 8) else 0
-    in_features = packed_rows * per if per and bits != 3 else packed_rows * 32 // 3
+    in_features = packed_rows * 32 // bits if bits in DECODED_BITS else packed_rows * 8
     shape = (out_features, in_features)
     group_size = _group_size(config, in_features, scales)
     act_order = bool(config.get("desc_act")) or bool(config.get("act_order"))
@@ -76,19 +76,21 @@ def _problem(found: Found, bits: int, shape: tuple[int, int], group_size: int, s
     name = found.logical_name
     if bits not in DECODED_BITS:
         return f"{bits}-bit GPTQ packing is recognised but not decoded ('{name}')"
+    qweight = found.info("qweight")
+    if bits == 3 and qweight is not None and (qweight.shape[0] * 32) % 3:
+        return f"3-bit qweight '{found.name('qweight')}' is no whole number of 3-word packs"
     if in_features % group_size:
         return f"group size {group_size} does not divide the {in_features} input features of '{name}'"
     groups = in_features // group_size
     if tuple(scales.shape) != (groups, out_features):
         return (f"scales '{found.name('scales')}' are {'x'.join(map(str, scales.shape))}; {groups} groups of "
                 f"{out_features} outputs need {groups}x{out_features}")
-    per = 32 // bits
+    words = stored.ceil_div(out_features * bits, 32)
     if zeros is None:
         return f"zero points '{found.name('qzeros')}' are missing"
-    if zeros.dtype != "int32" or tuple(zeros.shape) != (groups, stored.ceil_div(out_features, per)):
+    if zeros.dtype != "int32" or tuple(zeros.shape) != (groups, words):
         return (f"zero points '{found.name('qzeros')}' are {'x'.join(map(str, zeros.shape))} {zeros.dtype}; "
-                f"{groups} groups of {out_features} outputs packed {per} a word need "
-                f"{groups}x{stored.ceil_div(out_features, per)} int32")
+                f"{groups} groups of {out_features} {bits}-bit zero points need {groups}x{words} int32")
     g_idx = found.info("g_idx")
     if g_idx is not None and tuple(g_idx.shape) != (in_features,):
         return f"g_idx '{found.name('g_idx')}' has {g_idx.numel} entries for {in_features} input features"
@@ -120,7 +122,7 @@ class GptqDecoder:
         import numpy as np
 
         if self._small is None:
-            in_features = self.qweight.shape[0] * (32 // self.bits)
+            in_features = self.qweight.shape[0] * 32 // self.bits
             out_features = self.qweight.shape[1]
             scales = stored.as_float32(stored.whole(self.scales, ahead))
             groups = scales.shape[0]
@@ -132,13 +134,20 @@ class GptqDecoder:
             else:
                 g = np.arange(in_features, dtype=np.int64) // self.group_size
             assert self.qzeros is not None
-            zeros = packing.unpack(stored.whole(self.qzeros, ahead), self.bits, axis=1)[:, :out_features]
+            packed_zeros = stored.whole(self.qzeros, ahead)
+            zeros = (packing.unpack_stream(packed_zeros, 3, out_features) if self.bits == 3
+                     else packing.unpack(packed_zeros, self.bits, axis=1)[:, :out_features])
             zeros = zeros.astype(np.float32) + (0 if self.v2 else 1)
             self._small = (g, zeros, scales)
         return self._small
 
     def codes(self, r0: int, r1: int, ahead: ReadAhead | None = None) -> np.ndarray:
+        import numpy as np
+
         words = stored.columns(self.qweight, r0, r1, ahead)  # (in / pack, rows)
+        if self.bits == 3:  # each column's words are one bit stream
+            in_features = self.qweight.shape[0] * 32 // 3
+            return packing.unpack_stream(np.ascontiguousarray(words.T), 3, in_features)
         codes: np.ndarray = packing.unpack(words, self.bits, axis=0).T  # (rows, in)
         return codes
 
@@ -156,6 +165,12 @@ class GptqDecoder:
         codes = np.arange(levels, dtype=np.float32)
         table = (codes[None, None, :] - zeros[:, r0:r1, None]) * scales[:, r0:r1, None]
         flat = stored.round_to(np.ascontiguousarray(table, dtype=np.float32), self.out_dtype).reshape(-1)
+        if self.bits == 3:  # codes straddle words: unpacked first, then looked up
+            index = self.codes(r0, r1, ahead).astype(np.int64)
+            index += (np.arange(n, dtype=np.int64) * levels)[:, None]
+            index += (g.astype(np.int64) * (n * levels))[None, :]
+            looked_up: np.ndarray = np.take(flat, index)
+            return looked_up
         words = stored.columns(self.qweight, r0, r1, ahead)  # (in / per, rows)
         w = np.ascontiguousarray(words.T).view(np.uint32).astype(np.int64)  # (rows, in / per)
         packed = w.shape[1]
