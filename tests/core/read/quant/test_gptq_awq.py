@@ -13,7 +13,14 @@ from ckptview.core.figures.stats import tensor_stats
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.read import open_checkpoint
 from ckptview.core.read.values.reading import iter_chunks, read_region, read_values
-from tests.support.quantized import awq_pack, gptq3_pack, gptq_pack, model_parameters, packed_llama, write_folder
+from tests.support.quantized import (
+    awq_pack,
+    gptq3_pack,
+    gptq_pack,
+    model_parameters,
+    packed_llama,
+    write_folder,
+)
 
 W = "model.layers.0.mlp.down_proj.weight"
 
