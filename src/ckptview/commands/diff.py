@@ -130,6 +130,7 @@ def print_table(result: DiffResult, show_identical: bool = False) -> None:
         if changed is not None:
             out.write(f"; their relative change {figure(changed)}")
         out.write("\n")
+    _write_quantization(out, result)
     for side, names in (("A", al.not_compared_a), ("B", al.not_compared_b)):
         if names:
             out.write(f"{plural(len(names), 'tensor')} outside the model weights of {side} not compared "
@@ -153,6 +154,34 @@ def _write_values(out: Any, result: DiffResult, show_all: bool) -> None:
     hidden = len(result.values) - len(shown)
     if hidden:
         out.write(f"  ({plural(hidden, 'other value')} (loop counters, paths, ...) not listed; --all lists them)\n")
+
+
+QUANT_ROWS = 20  # weights listed under "what quantization cost" (--json lists them all)
+
+
+def _write_quantization(out: Any, result: DiffResult) -> None:
+    """What quantization cost: the headline over every quantized weight, then the worst ones."""
+    cost = result.quantization_cost()
+    if cost is None:
+        return
+    out.write(f"\nWhat quantization cost ({printable('; '.join(cost['schemes']))}): "
+              f"{plural(cost['compared'], 'quantized weight')} compared")
+    if cost["rel_error"] is not None:
+        out.write(f", relative error {figure(cost['rel_error'])}, SQNR {figure(cost['sqnr_db'])} dB, "
+                  f"max |error| {figure(cost['max_abs_error'])}, cosine {figure(cost['cosine'])}")
+    out.write("\n")
+    worst = cost["worst"][:QUANT_ROWS]
+    if not worst:
+        return
+    names = [printable(w["name"]) for w in worst]
+    width = min(max(len(n) for n in names), 60)
+    out.write(f"{'worst first':<{width}}  {'rel_error':>10} {'SQNR dB':>8} {'max_abs':>10} {'cosine':>10}  scheme\n")
+    for w, name in zip(worst, names, strict=True):
+        name = name if len(name) <= width else "..." + name[-(width - 3):]
+        out.write(f"{name:<{width}}  {figure(w['rel_error']):>10} {figure(w['sqnr_db']):>8} "
+                  f"{figure(w['max_abs_error']):>10} {figure(w['cosine']):>10}  {printable(w['scheme'] or '')}\n")
+    if len(cost["worst"]) > QUANT_ROWS:
+        out.write(f"... and {len(cost['worst']) - QUANT_ROWS} more (--json lists them all)\n")
 
 
 def _write_rows(out: Any, rows: list[Any], show_identical: bool) -> None:

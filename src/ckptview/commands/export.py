@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="tensor name or glob as `ckptview info` lists them (repeatable; default: all)")
     p.add_argument("--format", choices=FORMATS, help="output format (default: from OUT)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.add_argument("--dequantize", choices=("float32", "bf16"), metavar="{float32,bf16}",
+                   help="write a quantized checkpoint's weights dequantized, as float32 or bf16 (default: its "
+                        "stored parts, bit for bit)")
     p.add_argument("--exact-dtypes", action="store_true",
                    help="keep bfloat16/float8 bits (ml_dtypes types) instead of converting to float32")
     p.add_argument("--expand-repeats", action="store_true",
@@ -107,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> ExportResult:
     ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
     try:
-        plan = plan_export(select_tensors(ckpt, args.key), args.out, args.format, exact_dtypes=args.exact_dtypes,
-                           expand_repeats=args.expand_repeats)
+        dequantize = getattr(args, "dequantize", None)
+        plan = plan_export(select_tensors(ckpt, args.key, dequantize=dequantize is not None), args.out, args.format,
+                           exact_dtypes=args.exact_dtypes, expand_repeats=args.expand_repeats,
+                           dequantized_dtype="bfloat16" if dequantize == "bf16" else "float32")
         job = run_export(plan, force=args.force)
         show = sys.stderr.isatty()
         try:

@@ -145,7 +145,8 @@ def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
                   order: TensorOrder | None = None) -> Iterator[dict[str, Any]]:
     sharing = ckpt.sharing()
     optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
-    entries: Iterable[TensorEntry] = ckpt.tensors() if order is None else sorted(ckpt.tensors(), key=order)
+    listed = ckpt.tensors(with_parts=True)  # a quantized weight's parts: rows of their own, each `part_of` it
+    entries: Iterable[TensorEntry] = listed if order is None else sorted(listed, key=order)
     for entry in entries:
         if only is not None and entry.name not in only:
             continue
@@ -202,6 +203,10 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[s
     if "global_shape" in info.extra:  # a DTensor: the file holds this rank's local shard
         item["global_shape"] = info.extra["global_shape"]
         item["subclass"] = info.extra.get("subclass")
+    if info.quant is not None:  # the logical tensor of a quantized weight: shape, dtype, stats are the real ones
+        item["quantization"] = info.quant.to_json()
+    if info.part_of is not None:  # a stored part of one
+        item["part_of"] = info.part_of
     if stats_for is not None:
         item["stats"] = None
         if not info.broken and info.storage is not None:
@@ -228,7 +233,7 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
     if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
         def rows(ahead: ReadAhead) -> Generator[str, None, None]:
             with_ahead = functools.partial(stats_for, ahead=ahead)
-            for entry in ckpt.tensors():
+            for entry in ckpt.tensors(with_parts=True):
                 yield _dumps(_tensor_item(ckpt, entry, sharing, with_ahead))
 
         yield from read_ahead(rows)
@@ -238,7 +243,7 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
     shapes: dict[int, tuple[tuple[int, ...], str | None, int, tuple[int, ...] | None]] = {}
     # (id(shape), dtype, device) -> the row's text from "shape" to "shares_storage_with": (shared by most rows)
     middles: dict[tuple[int, str, str], str] = {}
-    for entry in ckpt.tensors():
+    for entry in ckpt.tensors(with_parts=True):
         info = entry.info
         shape, dtype, storage = info.shape, info.dtype, info.storage
         known = shapes.get(id(shape))
@@ -255,6 +260,7 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
         if (storage is None or info.broken or info.layout != "strided" or known[1] is None
                 or path_text is None or type(dtype) is not str or type(storage.device) is not str
                 or ((extra := info.extra) and ("shards" in extra or "global_shape" in extra))
+                or info.quant is not None or info.part_of is not None
                 or (info.stride != known[3] and repeats(info) is not None)):  # C order never repeats
             yield _dumps(_tensor_item(ckpt, entry, sharing, None))
             continue
@@ -432,11 +438,20 @@ def print_table(data: dict[str, Any]) -> None:
     """The human-readable listing; every text from the file goes through `printable()`."""
     out = sys.stdout
     tensors = data["tensors"]
-    total_bytes = sum(t["nbytes"] for t in tensors)
-    total_params = sum(math.prod(t["shape"]) for t in tensors)
+    own = [t for t in tensors if "part_of" not in t]  # a quantized weight's parts are counted in it
+    total_bytes = sum(t["nbytes"] for t in own)
+    total_params = sum(math.prod(t["shape"]) for t in own)
     out.write(f"{printable(data['path'])}\n  format {printable(data['format'])}, {human_bytes(data['file_size'])} "
-              f"on disk, {plural(len(tensors), 'tensor')}, {human_count(total_params)} elements, "
+              f"on disk, {plural(len(own), 'tensor')}, {human_count(total_params)} elements, "
               f"{human_bytes(total_bytes)}\n")
+    quantized = [t["quantization"] for t in tensors if "quantization" in t]
+    if quantized:
+        schemes = sorted({printable(q["label"]) for q in quantized})
+        params = data.get("parameters") or 0
+        per = f", {total_bytes / params:.3g} bytes per parameter" if params else ""
+        out.write(f"  quantized: {plural(len(quantized), 'weight')} ({'; '.join(schemes[:4])}"
+                  f"{f'; +{len(schemes) - 4} more' if len(schemes) > 4 else ''}), "
+                  f"{human_count(params)} parameters{per}\n")
     if data["unsafe_globals"]:
         out.write("  UNSAFE GLOBALS (referenced, not run): " + ", ".join(map(printable, data["unsafe_globals"]))
                   + "\n")
@@ -462,6 +477,12 @@ def print_table(data: dict[str, Any]) -> None:
                            f"{plural(r['stored'], 'stored element')}")
             if "global_shape" in t:
                 sparse += f"  local shard of {shape_str(t['global_shape'])}"
+            if "quantization" in t:
+                q = t["quantization"]
+                sparse += f"  {printable(q['label'])}, {q['bits_per_weight']:g} bits per weight"
+            if "part_of" in t:  # beneath its logical tensor: indented
+                name = ("  " + name)[:width] if len(name) + 2 <= width else "  ..." + name[-(width - 5):]
+                sparse += "  (part)"
             out.write(f"{name:<{width}}  {printable(t['dtype']):<14} {shape_str(t['shape']):<20} "
                       f"{human_bytes(t['nbytes']):>10}  {printable(t['device'])}{shared}{sparse}{broken}\n")
             if "stats" in t and t["stats"]:

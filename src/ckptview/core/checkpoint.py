@@ -1,6 +1,14 @@
 """The inert description of a checkpoint: a tree of nodes, tensors and the storages behind them.
 
 Nothing here reads tensor bytes; `ckptview.core.read.values.reading` does that on demand.
+
+A quantized checkpoint stores each quantized weight as parts (GPTQ's `qweight`, `qzeros`, `scales`,
+`g_idx`; FP8's codes and `weight_scale_inv`). The open adds the **logical tensor** beside them
+(`ckptview.core.read.quant`): a `TensorInfo` with the weight's real shape, `dtype` the dtype its values are
+read in (float32), `quant` its `Quantization` facts, and a storage whose byte source dequantizes the parts
+in bounded blocks; each part keeps its node and is marked `part_of` the logical tensor's name.
+`Checkpoint.tensors()` lists the logical tensors and leaves the parts out (so every figure sees the real
+values); `tensors(with_parts=True)` lists both, each logical tensor before its parts.
 """
 
 from __future__ import annotations
@@ -61,6 +69,54 @@ class Storage:
 _NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
 
 
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """What a logical tensor of a quantized checkpoint is made of: the scheme and its facts, the parts.
+
+    Inert facts only (`ckptview.core.read.quant` recognises the scheme and dequantizes). `problem` is set
+    when the scheme is recognised but the values cannot be computed (a scale missing or of the wrong
+    shape, a scheme recognised but not decoded): the tensor is then marked broken with it, its parts listed.
+    """
+
+    scheme: str
+    """The registry's name of the scheme ("fp8", "gptq", "awq", "mxfp4", "nvfp4", "bnb-nf4", ...)."""
+    label: str
+    """For a person: "int4 GPTQ, group 128, act-order", "fp8 e4m3, block 128x128"."""
+    parts: tuple[tuple[str, str], ...]
+    """(role, stored tensor name) of each part, the codes first: (("qweight", "x.qweight"), ...)."""
+    stored_bytes: int
+    """Bytes the parts store (what the file holds for this tensor)."""
+    bits: float | None = None
+    """Bits of one code (4 for int4 and fp4, 8 for fp8), where the scheme has one width."""
+    group_size: int | None = None
+    """Weights sharing one scale along the input dimension, where the scheme groups them."""
+    bits_per_weight: float = 0.0
+    """Stored bits of all the parts per logical weight (4.25 for int4 in groups of 128 with fp16 scales)."""
+    dtype: str | None = None
+    """The dtype of the model the library builds from it (the config's `torch_dtype`), where known."""
+    facts: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)
+    """Scheme-specific facts (block shape, format, symmetric, act-order, ...), plain JSON values."""
+    problem: str | None = None
+    """Why the values cannot be computed, in one line; None when they can."""
+
+    def part_names(self) -> list[str]:
+        """The stored tensors' names, in `parts` order."""
+        return [name for _role, name in self.parts]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `info --json` object of a logical tensor's `"quantization"` (the facts first, then the parts)."""
+        out: dict[str, Any] = {"scheme": self.scheme, "label": self.label, "bits": self.bits,
+                               "group_size": self.group_size, "bits_per_weight": self.bits_per_weight,
+                               "dtype": self.dtype, "stored_bytes": self.stored_bytes}
+        for key, value in self.facts.items():
+            out.setdefault(key, value)
+        out["parts"] = self.part_names()
+        out["roles"] = {role: name for role, name in self.parts}
+        if self.problem is not None:
+            out["problem"] = self.problem
+        return out
+
+
 class TensorInfo:
     """A tensor as the file describes it: a strided view over a Storage.
 
@@ -69,8 +125,8 @@ class TensorInfo:
     (`dataclass(slots=True, weakref_slot=True)` needs Python 3.11). Equality is identity.
     """
 
-    __slots__ = ("__weakref__", "_extra", "broken", "dtype", "is_parameter", "layout", "offset",
-                 "requires_grad", "shape", "storage", "stride")
+    __slots__ = ("__weakref__", "_extra", "broken", "dtype", "is_parameter", "layout", "offset", "part_of",
+                 "quant", "requires_grad", "shape", "storage", "stride")
 
     dtype: str
     shape: tuple[int, ...]
@@ -81,6 +137,10 @@ class TensorInfo:
     is_parameter: bool
     layout: str
     broken: str | None
+    quant: Quantization | None
+    """Set on the logical tensor of a quantized weight (its values are the dequantized weight's)."""
+    part_of: str | None
+    """Set on a stored part of a quantized weight: the logical tensor's name."""
 
     def __init__(self, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
                  storage: Storage | None, requires_grad: bool = False, is_parameter: bool = False,
@@ -90,6 +150,8 @@ class TensorInfo:
         # Most tensors have none: no empty dict each (8 MB at 100,000); a given mapping is copied.
         self._extra: dict[str, Any] | None = dict(extra) if extra else None
         self.broken = broken
+        self.quant: Quantization | None = None
+        self.part_of: str | None = None
 
     @property
     def extra(self) -> Mapping[str, Any]:
@@ -107,7 +169,8 @@ class TensorInfo:
         return (f"TensorInfo(dtype={self.dtype!r}, shape={self.shape!r}, stride={self.stride!r}, "
                 f"offset={self.offset!r}, storage={self.storage!r}, requires_grad={self.requires_grad!r}, "
                 f"is_parameter={self.is_parameter!r}, layout={self.layout!r}, extra={dict(self.extra)!r}, "
-                f"broken={self.broken!r})")
+                f"broken={self.broken!r}{f', quant={self.quant!r}' if self.quant else ''}"
+                f"{f', part_of={self.part_of!r}' if self.part_of else ''})")
 
     @property
     def numel(self) -> int:
@@ -115,7 +178,10 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the logical tensor (numel x itemsize), whatever the storage holds."""
+        """Bytes of the logical tensor (numel x itemsize), whatever the storage holds; for the logical tensor
+        of a quantized weight, the bytes its parts store (what the file holds for it)."""
+        if self.quant is not None:
+            return self.quant.stored_bytes
         return self.numel * dtypes.itemsize(self.dtype)
 
     @property
@@ -346,6 +412,7 @@ class Checkpoint:
     _tensors: list[TensorEntry] | None = field(default=None, repr=False)
     _by_name: dict[str, TensorInfo] | None = field(default=None, repr=False)
     _sharing: dict[str, list[str]] | None = field(default=None, repr=False)
+    _has_parts: bool = field(default=False, repr=False)  # whether the last listing left parts out
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "warnings" and not isinstance(value, BoundedWarnings):
@@ -364,31 +431,50 @@ class Checkpoint:
                 return f"{path}: {what}"
         return self.files.changed()
 
-    def tensors(self) -> list[TensorEntry]:
-        """Every tensor in file order, with its contract name and path."""
+    def tensors(self, with_parts: bool = False) -> list[TensorEntry]:
+        """Every tensor in file order, with its contract name and path.
+
+        The stored parts of a quantized weight (`TensorInfo.part_of`) are left out: the logical tensor the
+        open added stands for them. `with_parts=True` lists them too, each after its logical tensor."""
         if self._tensors is None:
-            entries: list[TensorEntry] = []
-            append = entries.append
-            root = self.root
-            if root.kind == "tensor" and root.tensor is not None:
-                append(TensorEntry("", (), root.tensor, root))
-            # Depth first in file order: a stack of (children left, path, name prefix) per open container,
-            # so names and paths grow by one key instead of being joined from the root for every tensor.
-            stack: list[tuple[Iterator[Node], tuple[PathKey, ...], str]] = [(iter(root.children), (), "")]
-            with paused_gc():
-                while stack:
-                    children, path, prefix = stack[-1]
-                    for child in children:
-                        key = child.key
-                        if child.kind == "tensor" and child.tensor is not None:
-                            append(TensorEntry(prefix + str(key), (*path, key), child.tensor, child))
-                        if child.children:
-                            stack.append((iter(child.children), (*path, key), f"{prefix}{key}."))
-                            break
-                    else:
-                        stack.pop()
-            self._tensors = entries
+            self._tensors = self._listing(False)
+        if with_parts and self._has_parts:
+            return self._listing(True)
         return self._tensors
+
+    def _listing(self, with_parts: bool) -> list[TensorEntry]:
+        entries: list[TensorEntry] = []
+        append = entries.append
+        root = self.root
+        if root.kind == "tensor" and root.tensor is not None:
+            append(TensorEntry("", (), root.tensor, root))
+        # Depth first in file order: a stack of (children left, path, name prefix) per open container,
+        # so names and paths grow by one key instead of being joined from the root for every tensor.
+        stack: list[tuple[Iterator[Node], tuple[PathKey, ...], str]] = [(iter(root.children), (), "")]
+        parts = False
+        with paused_gc():
+            while stack:
+                children, path, prefix = stack[-1]
+                for child in children:
+                    key = child.key
+                    tensor = child.tensor
+                    if child.kind == "tensor" and tensor is not None:
+                        if tensor.part_of is None:
+                            append(TensorEntry(prefix + str(key), (*path, key), tensor, child))
+                        else:
+                            parts = True
+                            if with_parts:
+                                append(TensorEntry(prefix + str(key), (*path, key), tensor, child))
+                    if child.children:
+                        stack.append((iter(child.children), (*path, key), f"{prefix}{key}."))
+                        break
+                else:
+                    stack.pop()
+        if not with_parts:
+            self._has_parts = parts
+        elif parts:
+            entries = _logical_first(entries)
+        return entries
 
     def value_entries(self) -> Iterator[tuple[str, tuple[PathKey, ...], Node]]:
         """(name, path, node) of every non-tensor leaf, in file order, paths built during one walk."""
@@ -445,13 +531,44 @@ class Checkpoint:
                                  for names in groups.values() if len(names) > 1 for name in names}
         return self._sharing
 
+    def parts_of(self, info: TensorInfo) -> list[TensorEntry]:
+        """The stored parts of a logical tensor (`info.quant`), in its `parts` order; [] for any other."""
+        if info.quant is None:
+            return []
+        named = {e.name: e for e in self.tensors(with_parts=True) if e.info.part_of is not None}
+        return [named[name] for name in info.quant.part_names() if name in named]
+
     def drop_caches(self) -> list[Any]:
         """Forget the listing caches (tensors, names, sharing) and return what they held, for a caller that
         frees it a slice at a time (the window closing a tab of 900,000 tensors)."""
         held: list[Any] = [self._tensors] if self._tensors is not None else []
         self._tensors = self._by_name = self._sharing = None
+        self._has_parts = False
         return held
 
     def close(self) -> None:
         """Release mapped files."""
         self.files.close()
+
+
+def _logical_first(entries: list[TensorEntry]) -> list[TensorEntry]:
+    """`entries` with the parts of each logical tensor moved to just after it, in its `parts` order (a part
+    whose logical tensor is not listed stays where it is)."""
+    logical = {e.name: e.info for e in entries if e.info.quant is not None}
+    parts: dict[str, dict[str, TensorEntry]] = {}
+    for entry in entries:
+        owner = entry.info.part_of
+        if owner is not None and owner in logical:
+            parts.setdefault(owner, {})[entry.name] = entry
+    out: list[TensorEntry] = []
+    for entry in entries:
+        owner = entry.info.part_of
+        if owner is not None and owner in logical:
+            continue
+        out.append(entry)
+        quant = entry.info.quant
+        if quant is not None:
+            mine = parts.pop(entry.name, {})
+            out.extend(mine.pop(name) for name in quant.part_names() if name in mine)
+            out.extend(mine.values())
+    return out

@@ -19,6 +19,14 @@ Figures, for the comparable statuses, computed in float64 (complex128 when eithe
   a norm is zero, except that identical tensors have cosine 1;
 - ``frac_changed``: the fraction of all elements whose value differs.
 
+A quantized checkpoint (`core/read/quant`) is compared by its logical tensors: the real, dequantized weights.
+Comparing a model with its quantized version tells **what quantization cost**: each row whose side holds a
+quantized weight gets `quantization` (its scheme) and ``sqnr_db``, the signal-to-quantization-noise ratio
+``10 log10(||A||^2 / ||B - A||^2)`` (``rel_l2`` is then the relative error ``||Q - W|| / ||W||``,
+``max_abs_diff`` the max |error|); the result's `quantization` section gives the same over all quantized
+weights together and lists them worst first. A side's names and values can be seen through a `SideView`
+(a format whose tensors are named or laid out otherwise, as GGUF's: its names mapped, its rows unpermuted).
+
 NaN and infinities: a position where both sides hold NaN, or the same infinity, is unchanged. Any other
 position with a NaN or infinity on either side is changed (it counts in ``frac_changed`` and in
 ``nonfinite_changed``) but is left out of the other figures, which are computed over the positions where
@@ -28,12 +36,12 @@ both values are finite. Integers are compared in float64 (exact up to 2**53).
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
-from ckptview.core.checkpoint import Checkpoint, TensorInfo
+from ckptview.core.checkpoint import Checkpoint, Quantization, TensorEntry, TensorInfo
 from ckptview.core.compare.align import Alignment, align
 from ckptview.core.compare.sections import classify_rows, match_tied
 from ckptview.core.compare.values import ValueChange, value_changes
@@ -135,6 +143,19 @@ class TensorDiff:
     done: bool = False  # figures computed (or nothing to compute)
 
     @property
+    def quantized(self) -> Quantization | None:
+        """The quantization of whichever side holds a quantized weight (B's first), else None."""
+        for info in (self.info_b, self.info_a):
+            if info is not None and info.quant is not None:
+                return info.quant
+        return None
+
+    @property
+    def sqnr_db(self) -> float | None:
+        """``10 log10(||A||^2 / ||B - A||^2)`` in dB (inf when equal: None in JSON; None without figures)."""
+        return sqnr_db(self.sums)
+
+    @property
     def shape_a(self) -> list[int] | None:
         return list(self.info_a.shape) if self.info_a is not None else None
 
@@ -169,6 +190,45 @@ class TensorDiff:
             out["nonfinite_changed"] = self.nonfinite_changed
         if self.error:
             out["error"] = self.error
+        quant = self.quantized
+        if quant is not None:  # what quantization cost this weight
+            out["sqnr_db"] = _finite_or_none(self.sqnr_db)
+            out["quantization"] = {"scheme": quant.scheme, "label": quant.label,
+                                   "bits_per_weight": quant.bits_per_weight,
+                                   "side": "b" if self.info_b is not None and self.info_b.quant is quant else "a"}
+        return out
+
+
+def sqnr_db(sums: Sums | None) -> float | None:
+    """The signal-to-noise ratio of B against A in dB: ``10 log10(||A||^2 / ||B - A||^2)``."""
+    if sums is None:
+        return None
+    if sums.dd == 0:
+        return math.inf
+    if sums.aa == 0:
+        return -math.inf
+    return 10.0 * math.log10(sums.aa / sums.dd)
+
+
+@dataclass(frozen=True)
+class SideView:
+    """How one side of a comparison is seen: `rename` maps a stored name to the name it is aligned by
+    (None: left out), `transform` gives the tensor whose values are compared (GGUF's q/k rows unpermuted)."""
+
+    rename: Callable[[str], str | None] | None = None
+    transform: Callable[[str, TensorInfo], TensorInfo] | None = None
+
+    def entries(self, entries: Sequence[TensorEntry]) -> list[TensorEntry]:
+        """`entries` renamed and transformed (the path of a flat name follows its new name)."""
+        out: list[TensorEntry] = []
+        for entry in entries:
+            renamed = entry.name if self.rename is None else self.rename(entry.name)
+            if renamed is None:
+                continue
+            name: str = renamed
+            info = entry.info if self.transform is None else self.transform(entry.name, entry.info)
+            path = (name,) if entry.path == (entry.name,) and name != entry.name else entry.path
+            out.append(TensorEntry(name, path, info, entry.node))
         return out
 
 
@@ -234,6 +294,38 @@ class DiffResult:
             return None
         return math.sqrt(dd) / math.sqrt(aa) if aa > 0 else (0.0 if dd == 0 else math.inf)
 
+    @property
+    def quantized(self) -> list[TensorDiff]:
+        """The compared weight rows one side of which is a quantized weight, worst (largest error) first."""
+        rows = [t for t in self.weights if t.quantized is not None and t.sums is not None and t.rel_l2 is not None]
+        return sorted(rows, key=lambda t: -(t.rel_l2 if t.rel_l2 is not None and math.isfinite(t.rel_l2)
+                                             else math.inf))
+
+    def quantization_cost(self) -> dict[str, Any] | None:
+        """What quantization cost over all quantized weights together (None when neither side has one):
+        relative error ``sqrt(sum ||Q - W||^2 / sum ||W||^2)``, SQNR in dB, max |error|, cosine of the
+        weights taken as one vector, the schemes, and every weight worst first."""
+        rows = self.quantized
+        pending = [t for t in self.weights if t.quantized is not None]
+        if not pending:
+            return None
+        total = Sums()
+        for t in rows:
+            assert t.sums is not None
+            total.add(t.sums)
+        figures = total.figures() if rows else {}
+        schemes = sorted({q.label for t in pending if (q := t.quantized) is not None})
+        return {
+            "tensors": len(pending), "compared": len(rows), "schemes": schemes,
+            "rel_error": _finite_or_none(figures.get("rel_l2")) if rows else None,
+            "sqnr_db": _finite_or_none(sqnr_db(total)) if rows else None,
+            "max_abs_error": _finite_or_none(figures.get("max_abs_diff")) if rows else None,
+            "cosine": _finite_or_none(figures.get("cosine")) if rows else None,
+            "worst": [{"name": t.name, "rel_error": _finite_or_none(t.rel_l2), "sqnr_db": _finite_or_none(t.sqnr_db),
+                       "max_abs_error": _finite_or_none(t.max_abs_diff), "cosine": _finite_or_none(t.cosine),
+                       "scheme": q.label if (q := t.quantized) is not None else None} for t in rows],
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The ``ckptview diff --json`` object."""
         return {key: list(value) if isinstance(value, Iterator) else value for key, value in self.json_items()}
@@ -258,6 +350,9 @@ class DiffResult:
         # Entries outside the model weights: same row shape, their own counts, not in the exit status.
         yield "other", (t.to_json() for t in self.other)
         yield "other_summary", {status: self.summary(self.other).get(status, 0) for status in STATUSES}
+        cost = self.quantization_cost()
+        if cost is not None:  # a quantized side: what quantization cost, the worst weights first
+            yield "quantization", cost
 
 
 @dataclass(frozen=True)
@@ -281,9 +376,13 @@ def _finite_or_none(x: float | None) -> float | None:
 
 
 def plan_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b: str | None = None,
-              mapping: Sequence[tuple[str, str]] = ()) -> DiffResult:
-    """Align A and B and set every status that needs no values; comparable rows are left ``pending``."""
-    alignment = align(a.tensors(), b.tensors(), strip_a, strip_b, mapping)
+              mapping: Sequence[tuple[str, str]] = (), views: tuple[SideView | None, SideView | None] = (None, None)
+              ) -> DiffResult:
+    """Align A and B and set every status that needs no values; comparable rows are left ``pending``.
+    `views`: how each side's names and values are seen (see `SideView`)."""
+    entries_a = a.tensors() if views[0] is None else views[0].entries(a.tensors())
+    entries_b = b.tensors() if views[1] is None else views[1].entries(b.tensors())
+    alignment = align(entries_a, entries_b, strip_a, strip_b, mapping)
     match_tied(alignment, a, b)
     rows = []
     for pair in alignment.pairs:
@@ -386,9 +485,10 @@ def _set_figures(row: TensorDiff, sums: Sums) -> None:
 
 def iter_diff(a: Checkpoint, b: Checkpoint, strip_a: str | None = None, strip_b: str | None = None,
               mapping: Sequence[tuple[str, str]] = (), token: CancelToken | None = None,
-              chunk_elems: int = DIFF_CHUNK_ELEMS) -> Generator[DiffProgress, None, DiffResult]:
+              chunk_elems: int = DIFF_CHUNK_ELEMS, views: tuple[SideView | None, SideView | None] = (None, None)
+              ) -> Generator[DiffProgress, None, DiffResult]:
     """Plan and compare in one job: yields progress, returns the DiffResult."""
-    result = plan_diff(a, b, strip_a, strip_b, mapping)
+    result = plan_diff(a, b, strip_a, strip_b, mapping, views)
     return (yield from iter_compare(result, token, chunk_elems))
 
 

@@ -119,24 +119,36 @@ class ExportResult:
 # -- choosing tensors ------------------------------------------------------------------------------
 
 
-def select_tensors(ckpt: Checkpoint, keys: Sequence[str] | None = None) -> list[TensorEntry]:
-    """The tensors named by `keys` (exact names or fnmatch globs), in file order; all when `keys` is empty."""
-    entries = ckpt.tensors()
+def exported_entries(ckpt: Checkpoint, dequantize: bool = False) -> list[TensorEntry]:
+    """What an export of `ckpt` writes: the tensors the file stores (a quantized weight's raw parts, bit for
+    bit), or with `dequantize` its logical tensors instead of their parts (the real weights)."""
+    if dequantize:
+        return list(ckpt.tensors())
+    return [e for e in ckpt.tensors(with_parts=True) if e.info.quant is None]
+
+
+def select_tensors(ckpt: Checkpoint, keys: Sequence[str] | None = None, dequantize: bool = False) -> list[TensorEntry]:
+    """The tensors named by `keys` (exact names or fnmatch globs), in file order; all when `keys` is empty.
+    A quantized weight is its stored parts (its name selects them), or, with `dequantize`, its logical tensor."""
+    entries = exported_entries(ckpt, dequantize)
     if not keys:
         return list(entries)
     chosen: set[int] = set()
     for key in keys:
-        matched = [i for i, e in enumerate(entries) if e.name == key or fnmatch.fnmatchcase(e.name, key)]
+        matched = [i for i, e in enumerate(entries) if e.name == key or fnmatch.fnmatchcase(e.name, key)
+                   or (e.info.part_of is not None and (e.info.part_of == key or fnmatch.fnmatchcase(e.info.part_of, key)))]
         if not matched:
             raise ExportError(f"no tensor matches --key {printable(key)!r} (see `ckptview info` for the names)")
         chosen.update(matched)
     return [entries[i] for i in sorted(chosen)]
 
 
-def entries_below(ckpt: Checkpoint, nodes: Iterable[Node]) -> list[TensorEntry]:
-    """The tensors at or below `nodes` (tree selection: tensors and containers), in file order, once each."""
+def entries_below(ckpt: Checkpoint, nodes: Iterable[Node], dequantize: bool = False) -> list[TensorEntry]:
+    """The tensors at or below `nodes` (tree selection: tensors and containers), in file order, once each; a
+    quantized weight selected is its parts (with `dequantize`: its logical tensor)."""
     wanted = {id(n) for node in nodes for n in node.walk() if n.kind == "tensor"}
-    return [e for e in ckpt.tensors() if id(e.node) in wanted]
+    owners = {e.name for e in ckpt.tensors() if id(e.node) in wanted and e.info.quant is not None}
+    return [e for e in exported_entries(ckpt, dequantize) if id(e.node) in wanted or e.info.part_of in owners]
 
 
 # -- planning --------------------------------------------------------------------------------------
@@ -176,9 +188,16 @@ def _np_dtype(torch_name: str) -> np.dtype:
     return dtypes.numpy_dtype(torch_name) or dtypes.storage_numpy_dtype(torch_name)
 
 
+DEQUANTIZED_DTYPES = ("float32", "bfloat16")
+
+
 def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt: str | None = None, *,
-                exact_dtypes: bool = False, expand_repeats: bool = False) -> ExportPlan:
+                exact_dtypes: bool = False, expand_repeats: bool = False,
+                dequantized_dtype: str = "float32") -> ExportPlan:
     """Decide targets, dtypes and notes for exporting `entries` to `out` (reads no tensor bytes).
+
+    A quantized weight's logical tensor among `entries` is written dequantized, as `dequantized_dtype`
+    (float32: its values as computed; bfloat16: rounded to nearest even, as torch's `.to()` rounds).
 
     A view that repeats its storage (`values.repeats`: stride 0, overlapping strides) would write more than
     the file stores: refused in one line, its expanded size first, unless `expand_repeats`."""
@@ -212,8 +231,14 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
         raise ExportError(f"a .npy file holds one tensor and {len(usable)} are selected; give a folder")
     items = []
     targets = _targets([e.name for e in usable], fmt, single, os.path.basename(out))
+    if dequantized_dtype not in DEQUANTIZED_DTYPES:
+        raise ExportError(f"cannot write dequantized weights as {dequantized_dtype} (float32 or bfloat16)")
     for entry, target in zip(usable, targets, strict=True):
-        dtype, note = _dtype_choice(entry.info, fmt, exact_dtypes)
+        note: str | None
+        if entry.info.quant is not None:
+            dtype, note = dequantized_dtype, f"dequantized from its {entry.info.quant.label} parts"
+        else:
+            dtype, note = _dtype_choice(entry.info, fmt, exact_dtypes)
         shown = printable(entry.name)
         found = repeating.get(id(entry))
         if found is not None:

@@ -71,8 +71,10 @@ class ModuleGroup:
 
     @classmethod
     def of_row(cls, row: Row) -> ModuleGroup:
-        """The group standing for `row` (a synthetic group row)."""
-        return cls(row.name, [r.node for r in row.walk() if r.node is not None and r.node.kind == "tensor"])
+        """The group standing for `row` (a synthetic group row): its tensors, a quantized weight's logical
+        tensor standing for its parts."""
+        return cls(row.name, [r.node for r in row.walk() if r.node is not None and r.node.kind == "tensor"
+                              and not is_part(r.node)])
 
     def walk(self) -> Iterator[Node]:
         """The tensor nodes below the group (a group has no node of its own)."""
@@ -91,6 +93,11 @@ Selected = Node | ModuleGroup
 # as that; past the limit the rest of the key is one row (the tensor keeps its whole name).
 MAX_GROUP_DEPTH = MAX_MODULE_DEPTH
 MAX_ROW_DEPTH = 1000  # the pickle reader keeps containers 1000 levels deep: groups never go deeper
+
+
+def is_part(node: Node) -> bool:
+    """Whether `node` is a stored part of a quantized weight (shown beneath its logical tensor's row)."""
+    return node.tensor is not None and node.tensor.part_of is not None
 
 
 def group_tree(root: Node, warnings: list[str] | None = None) -> Row:
@@ -123,6 +130,7 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
         return top
     stack: list[tuple[Node, Row, int]] = [(root, top, 0)]
     made: list[Row] = []  # every row below `top` as made: a parent always before its children
+    logical: dict[str, Row] = {}  # a quantized weight's logical tensor's row, by name: its parts go beneath it
     while stack:
         node, row, depth = stack.pop()
         groups: dict[str, tuple[Row, int]] = {}
@@ -139,13 +147,26 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
                 parent, child_depth = found[0], depth + found[1] + 1
             else:
                 label, parent = str(key), row
+            info = child.tensor if child.kind == "tensor" else None
+            if info is not None and info.part_of is not None and info.part_of in logical:
+                parent = logical[info.part_of]  # a stored part: beneath its weight, in no total (the weight's)
             child_row = Row(label, child, f"{prefix_name}{key}", child.kind, parent)
             parent.children.append(child_row)
             made.append(child_row)
             if child.children:
                 stack.append((child, child_row, child_depth))
-            if child.kind == "tensor" and (info := child.tensor) is not None:
+            if info is not None:
+                if info.part_of is not None:
+                    child_row.numel, child_row.nbytes = info.numel, info.nbytes
+                    continue
                 child_row.tensors, child_row.numel, child_row.nbytes = 1, info.numel, info.nbytes
+                if info.quant is not None:
+                    logical[child_row.name] = child_row
+    for row in logical.values():  # the parts in the weight's order (the codes first), not the file's
+        weight = row.node.tensor if row.node is not None else None
+        if len(row.children) > 1 and weight is not None and (quant := weight.quant) is not None:
+            order = {name: i for i, name in enumerate(quant.part_names())}
+            row.children.sort(key=lambda r: order.get(r.name, len(order)))
     _add_totals(made)
     return top
 

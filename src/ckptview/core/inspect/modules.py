@@ -71,6 +71,8 @@ def module_figures(top: Row, stats_of: Callable[[TensorInfo], TensorStats | None
         node = row.node
         if node is not None and node.kind == "tensor":
             info = node.tensor
+            if info is not None and info.part_of is not None:  # a quantized weight's part: the weight stands for it
+                continue
             if info is None or (keep is not None and not keep(info)):
                 sums[id(row)] = _NONE
             elif is_count(info, node.path):

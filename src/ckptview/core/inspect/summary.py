@@ -17,7 +17,8 @@ from ckptview.core.read.formats.training_folder import is_weights_entry
 class SizeFacts(NamedTuple):
     """The size facts the summary header shows."""
     parameters: int  # elements of the distinct parameters outside optimizer state (as torch counts them)
-    bytes_by_dtype: list[tuple[str, int]]  # (dtype, logical bytes) over the distinct tensors, largest first
+    bytes_by_dtype: list[tuple[str, int]]  # (dtype, bytes) over the distinct tensors, largest first (a quantized
+    # weight's by its stored parts' dtypes)
     buffers: int = 0  # elements of the distinct buffers and integer counters outside optimizer state
 
 
@@ -109,7 +110,8 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
         if known is None or known[0] is not shape:
             known = numels[id(shape)] = (shape, info.numel)
         n = known[1]
-        elements[dtype] = elements.get(dtype, 0) + n
+        if info.quant is None:  # a quantized weight's bytes are its parts', counted by their dtypes below
+            elements[dtype] = elements.get(dtype, 0) + n
         path = entry.path
         if info.extra and MODULE_PART in info.extra:  # the module says what is its own
             any_marked = True
@@ -129,6 +131,10 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
                     placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
             else:
                 model[1] += n
+    for entry in checkpoint.tensors(with_parts=True):
+        part = entry.info
+        if part.part_of is not None:
+            elements[part.dtype] = elements.get(part.dtype, 0) + part.numel
     sizes = Counter({dtype: count * dtypes.itemsize(dtype) for dtype, count in elements.items()})
     if any_marked:
         return SizeFacts(marked[0], sizes.most_common(), marked[1])

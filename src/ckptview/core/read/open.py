@@ -22,6 +22,8 @@ from ckptview.core.read.bytes.remote.urls import folder_url, require_extra, show
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.folder_contents import other_checkpoints, others_note, run_folder_error
 from ckptview.core.read.formats import readers
+from ckptview.core.read.quant.config import read_config
+from ckptview.core.read.quant.recognise import add_logical_tensors
 from ckptview.core.redaction import redact
 
 HEAD_BYTES = 4096
@@ -124,7 +126,10 @@ def _open_with_readers(source: Source, ctx: ReaderContext) -> Checkpoint:
     for reader in readers():
         if reader.sniff(source):
             try:
-                return _compact_warnings(reader.open(source, ctx))
+                ckpt = reader.open(source, ctx)
+                if not ctx.inside_index:  # a weight's parts may lie in two shards: the whole index is looked at
+                    add_logical_tensors(ckpt, read_config(source))
+                return _compact_warnings(ckpt)
             except NotACheckpointError as exc:  # looked like this format, is not: let others try
                 declined = declined or exc
             except CheckpointError:

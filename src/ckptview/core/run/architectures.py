@@ -44,6 +44,8 @@ class Architecture:
     folder: str = ""  # the folder of config.json (a tokenizer.json beside it gives next-token results)
     # preprocessor_config.json beside config.json, read as data: the image or audio sizes the model expects.
     preprocessor: dict[str, Any] = field(default_factory=dict, compare=False)
+    # A quantized folder run with ckptview's dequantized weights: the schemes ("int4 GPTQ, group 128").
+    dequantized: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, str]:
         """The contract's `"architecture"` object."""
@@ -112,9 +114,11 @@ def recognize(path: str, tensors: dict[str, Any] | None = None) -> Architecture 
     found = config_path(path)
     if found is not None:
         config = read_config(found)
+        config, schemes = dequantized_config(config, tensors or {})
         arch = recognize_config(config, os.path.dirname(found))
         if arch is not None:
-            return dataclasses.replace(arch, preprocessor=read_preprocessor(os.path.dirname(found)))
+            return dataclasses.replace(arch, preprocessor=read_preprocessor(os.path.dirname(found)),
+                                       dequantized=schemes)
     return recognize_by_keys(tensors) if tensors else None
 
 
@@ -145,6 +149,28 @@ def recognize_config(config: dict[str, Any], folder: str = "") -> Architecture |
     except ConfigRefused as exc:
         raise ArchitectureRefused(f"{arch.describe()}: {exc}") from None
     return Architecture(arch.library, arch.cls, arch.source, guarded, arch.folder)
+
+
+def dequantized_config(config: dict[str, Any], tensors: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A quantized model's config without its `quantization_config`, and its schemes, when ckptview dequantizes
+    every quantized weight of `tensors` ({key: TensorInfo}, the logical tensors of `core/read/quant`): the model
+    is then built unquantized and loads the dequantized weights (equal to the library's own dequantization), on
+    any device. ArchitectureRefused, naming the scheme, when it does not (no weight of it recognised, or one
+    that cannot be computed): never a model with weights left at random. Other configs are returned as they are."""
+    quantization = config.get("quantization_config")
+    if quantization is None:
+        return config, ()
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    named = str(method)[:40] if isinstance(method, str) else "an unnamed scheme"
+    quants = [info.quant for info in tensors.values() if getattr(info, "quant", None) is not None]
+    if not quants:
+        raise ArchitectureRefused(
+            f"config.json's quantization_config names {named}, and no weight of it is one ckptview dequantizes: its "
+            f"library's quantizer loads libraries and kernels of its own, which ckptview never runs")
+    broken = next((q for q in quants if q.problem is not None), None)
+    if broken is not None:
+        raise ArchitectureRefused(f"cannot dequantize this {broken.label} model: {broken.problem}")
+    return {k: v for k, v in config.items() if k != "quantization_config"}, tuple(sorted({q.label for q in quants}))
 
 
 def _named_architecture(config: dict[str, Any], folder: str) -> Architecture | None:

@@ -283,6 +283,9 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
     check_weights(result, source.kind, request.strict, request.allow_missing)
     if arch is not None:
         result.architecture = arch.to_json()
+        if arch.dequantized:  # a quantized folder: say whose weights ran, and how
+            result.warnings.insert(0, f"the weights are {', '.join(arch.dequantized)}, dequantized by ckptview (equal "
+                                      f"to the library's own dequantization) and run unquantized on {result.device}")
     return result
 
 

@@ -108,6 +108,21 @@ class DetailPanel(QTextBrowser):
         ]
         if info.layout != "strided":
             rows.append(("Layout", _esc(info.layout)))
+        quant = info.quant
+        if quant is not None:  # a quantized weight: what it is made of; its values are the dequantized weight's
+            rows[3] = ("Elements", f"{info.numel:,} parameters ({count_text(info.numel)})")
+            rows[4] = ("Stored", f"{human_bytes(info.nbytes)} in its parts ({info.nbytes:,} bytes, "
+                                 f"{info.nbytes / max(info.numel, 1):.3g} bytes per parameter)")
+            rows.insert(0, ("Quantized", f"{_esc(quant.label)}, {quant.bits_per_weight:g} bits per weight"
+                            + (f"; the model's dtype {_esc(quant.dtype)}" if quant.dtype else "")))
+            links = "<br>".join(f"{_esc(role)}: <a href='{LINK_SCHEME}:{html.escape(part)}'>{_esc(part)}</a>"
+                                for role, part in quant.parts)
+            rows.append(("Parts", links))
+            rows.append(("Values", "<span class='note'>dequantized from its parts, as the scheme's library computes "
+                         "them (float32); the parts beneath keep their raw values</span>"))
+        if info.part_of is not None:
+            rows.insert(0, ("Part of", f"<a href='{LINK_SCHEME}:{html.escape(info.part_of)}'>{_esc(info.part_of)}</a> "
+                            "<span class='note'>(stored values, as the file holds them)</span>"))
         if storage is not None:
             rows += [
                 ("Storage key", _esc(storage.key)),

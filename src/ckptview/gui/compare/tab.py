@@ -55,7 +55,7 @@ from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
-from ckptview.core.text import printable
+from ckptview.core.text import printable, shown
 from ckptview.core.units import MISSING, figure
 from ckptview.gui.base.elide import ElidedLabel
 from ckptview.gui.base.job_header import job_header
@@ -637,6 +637,14 @@ class CompareTab(QWidget):
             differ = sum(1 for t in other if t.status != "identical")
             text += (f" &nbsp; + {len(other)} other entries (optimizer state, inputs, counters), "
                      f"{differ} differ: not in the headline")
+        cost = self.result.quantization_cost()
+        if cost is not None and cost["rel_error"] is not None:  # a base against its quantized version
+            schemes = "; ".join(cost["schemes"][:3]) + ("; …" if len(cost["schemes"]) > 3 else "")
+            worst = cost["worst"][0]["name"] if cost["worst"] else ""
+            text += (f"<br>What quantization cost ({html.escape(shown(schemes))}): relative error "
+                     f"<b>{figure(cost['rel_error'])}</b>, SQNR <b>{figure(cost['sqnr_db'])} dB</b> over "
+                     f"{cost['compared']} quantized weights; worst {html.escape(shown(worst))} "
+                     f"(the chart and the graph show each weight's relative error)")
         strips = []
         if al.strip_a or al.strip_b:
             strips.append(f"stripped A: <code>{al.strip_a or '(nothing)'}</code>, B: <code>{al.strip_b or '(nothing)'}</code>")

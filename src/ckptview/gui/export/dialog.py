@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
 from ckptview.core.errors import CheckpointError
 from ckptview.core.export import plan as export
-from ckptview.core.export.plan import MANIFEST, entries_below, plan_export
+from ckptview.core.export.plan import MANIFEST, entries_below, exported_entries, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.values.repeats import repeats
@@ -95,7 +95,7 @@ class ExportDialog(QDialog):
         self.setObjectName("exportDialog")
         self.checkpoint = checkpoint
         self.selected = entries_below(checkpoint, selection or [])
-        self.everything = checkpoint.tensors()
+        self.everything = exported_entries(checkpoint)  # a quantized weight: its stored parts, bit for bit
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_progress)
         self.slot.returned.connect(self._on_done)

@@ -26,6 +26,7 @@ from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.figures.analysis import Analysis, PreviewReady
 from ckptview.core.figures.histogram import DEFAULT_BINS
 from ckptview.core.jobs import Progress
+from ckptview.core.read.quant.source import codes_view
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.plots import (
     compact_when_short,
@@ -72,6 +73,7 @@ class HistogramView(QWidget):
         self.analysis = analysis  # the checkpoint's: figures computed once, shared with the other panels
         self.items: list[tuple[str, TensorInfo]] = []
         self.histograms: list[Histogram | None] = []  # None: that tensor's preview is not in yet
+        self._codes_bins: int | None = None  # the codes' histogram is drawn, in this many bins
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_exact)
@@ -82,6 +84,11 @@ class HistogramView(QWidget):
         self.bins.setPrefix("bins ")
         self.log_y = QCheckBox("log y")
         self.log_x = QCheckBox("log |x|")
+        # A quantized weight: its stored codes instead of its values (a 4-bit weight has its 16 levels).
+        self.codes = QCheckBox("codes")
+        self.codes.setToolTip("Histogram of the quantized weight's stored codes, one bar per level, instead of "
+                              "its dequantized values")
+        self.codes.setVisible(False)
         self.export_button = QPushButton("Export…")
         self.export_button.setToolTip("Save the histogram as a PNG image or an SVG drawing (also in the plot's "
                                       "right-click menu)")
@@ -92,7 +99,8 @@ class HistogramView(QWidget):
         self.hover = QLabel(" ")
         self.hover.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         controls = self.controls = QHBoxLayout()  # panels put their own choices in front (Optimizer)
-        for w in (self.bins, self.log_y, self.log_x, self.progress, self.cancel_button, self.export_button):
+        for w in (self.bins, self.log_y, self.log_x, self.codes, self.progress, self.cancel_button,
+                  self.export_button):
             controls.addWidget(w)
         controls.addWidget(self.hover, 1)
 
@@ -117,6 +125,7 @@ class HistogramView(QWidget):
 
         self.bins.editingFinished.connect(self._restart)
         self.log_x.toggled.connect(self._restart)
+        self.codes.toggled.connect(self._restart)
         self.log_y.toggled.connect(self._apply_log_y)
         self.cancel_button.clicked.connect(self.slot.cancel)
         self.export_button.clicked.connect(self._ask_export)
@@ -148,6 +157,8 @@ class HistogramView(QWidget):
         titles_if_tall(self.plot)
 
     def _x_label(self) -> str:
+        if self.codes.isChecked() and not self.codes.isHidden():
+            return "stored code"
         return "log10 |x|" if self.log_x.isChecked() else "value"
 
     def plot_items(self) -> list[pg.PlotItem]:
@@ -158,6 +169,7 @@ class HistogramView(QWidget):
     def set_tensors(self, items: list[tuple[str, TensorInfo]]) -> None:
         """Show the histograms of ``items`` (name, info); several are overlaid with a legend."""
         self.items = list(items)
+        self.codes.setVisible(any(info.quant is not None for _, info in self.items))
         self._restart()
 
     def _restart(self) -> None:
@@ -169,7 +181,17 @@ class HistogramView(QWidget):
             return
         self.status.setText("computing…")
         infos = [info for _, info in self.items]
-        self.slot.start(self.analysis.histogram_job, infos, self.bins.value(), self.log_x.isChecked())
+        bins = self.bins.value()
+        self._codes_bins = None
+        if self.codes.isChecked() and not self.codes.isHidden():  # the codes: one bin per level of an integer code
+            views = [codes_view(info) for info in infos]
+            infos = [view if view is not None else info for view, info in zip(views, infos, strict=True)]
+            levels = [1 << int(q.bits) for _, i in self.items if (q := i.quant) is not None and q.scheme != "fp8"
+                      and q.bits is not None and q.bits <= 8]
+            bins = max(levels) if levels else bins
+            self._codes_bins = bins
+        self._set_plot_count(1)
+        self.slot.start(self.analysis.histogram_job, infos, bins, self.log_x.isChecked())
 
     # -- results -------------------------------------------------------------------------------------
     def _on_yielded(self, value: object) -> None:
@@ -219,6 +241,8 @@ class HistogramView(QWidget):
             )
             self.curves.append(curve)
             kind = "exact" if hist.exact else f"preview from {hist.looked_at:,} sampled values"
+            if self._codes_bins:
+                kind = f"its stored codes in {self._codes_bins} bins ({kind})"
             extra = f", zeros {hist.zeros:,} (not on a log axis)" if hist.log_x else ""
             legend.append((color, f"{name}: {kind}; NaN {hist.nan:,}, +Inf {hist.posinf:,}, "
                                   f"−Inf {hist.neginf:,}{extra}"))

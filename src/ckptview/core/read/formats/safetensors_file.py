@@ -87,6 +87,10 @@ def tensor_from_entry(key: str, entry: Any, fmap: FileMap, data_start: int, data
         raise CheckpointFormatError(f"safetensors entry '{key}' has invalid data_offsets")
     begin, end = offsets
     shape_t = tuple(shape)
+    odd_f4 = False
+    if code == "F4" and shape_t:  # the file counts 4-bit values; torch's float4_e2m1fn_x2 counts their pairs
+        odd_f4 = shape_t[-1] % 2 != 0
+        shape_t = (*shape_t[:-1], shape_t[-1] // 2)
     stride = tuple(_contiguous_strides(shape_t))
     itemsize = dtypes.itemsize(dtype)
     length = max(end - begin, 0)
@@ -98,6 +102,8 @@ def tensor_from_entry(key: str, entry: Any, fmap: FileMap, data_start: int, data
         storage.broken = info.broken
     elif any(s < 0 for s in shape_t):
         info.broken = f"negative size in shape {list(shape_t)}"
+    elif odd_f4:
+        info.broken = f"F4 shape {list(shape)} has an odd last dimension: its 4-bit values are no whole bytes"
     elif info.numel * itemsize != end - begin:
         info.broken = f"shape {list(shape_t)} of {dtype} needs {info.numel * itemsize} bytes, entry holds {end - begin}"
     else:

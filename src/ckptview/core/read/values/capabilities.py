@@ -3,8 +3,9 @@
 Each optional ability is a small protocol (magicgui's `Supports*` style); a value read asks with the
 `has_*` guards, which mypy narrows on. The byte layer's sources provide them: `FileSlice` (a plain range
 of a file: `SupportsFileSpan`, `SupportsRangeRead`), `ZipMember` (the same, plus `SupportsInflate` for a
-compressed member), `MemorySource` (`SupportsRangeRead`), and `AssembledSource` of a tensor put together
-from chunks (`SupportsLogicalChunks`). A source is asked once per class, not per read: a protocol's own
+compressed member), `MemorySource` (`SupportsRangeRead`), `AssembledSource` of a tensor put together
+from chunks (`SupportsLogicalChunks`), and `quant.QuantSource` of a quantized weight dequantized from its parts
+(`SupportsLogicalChunks`, `SupportsLogicalRegion`). A source is asked once per class, not per read: a protocol's own
 `isinstance` walks its members each time, a hundred times the cost of the read of a small tensor.
 """
 
@@ -59,6 +60,15 @@ class SupportsLogicalChunks(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsLogicalRegion(Protocol):
+    """A tensor that reads itself and reads a region of itself alone (the rows it spans), not whole."""
+
+    def logical_region(self, index: tuple[int | slice, ...], ahead: ReadAhead | None = None) -> np.ndarray:
+        """`tensor[index]` (ints and slices, as NumPy reads them)."""
+        ...
+
+
 _provided: dict[tuple[type, object], bool] = {}  # (source class, protocol) -> whether it provides it
 
 
@@ -87,3 +97,8 @@ def has_inflate(source: object) -> TypeGuard[SupportsInflate]:
 def has_logical_chunks(source: object) -> TypeGuard[SupportsLogicalChunks]:
     """Whether `source` is a tensor that reads itself (its values, not bytes)."""
     return _provides(type(source), SupportsLogicalChunks)
+
+
+def has_logical_region(source: object) -> TypeGuard[SupportsLogicalRegion]:
+    """Whether `source` is a tensor that reads a region of itself alone."""
+    return _provides(type(source), SupportsLogicalRegion)

@@ -28,6 +28,7 @@ from ckptview.core.read.values.capabilities import (
     has_file_span,
     has_inflate,
     has_logical_chunks,
+    has_logical_region,
     has_range_read,
 )
 from ckptview.core.read.values.repeats import check_expanded
@@ -217,6 +218,9 @@ def read_region(info: TensorInfo, index: tuple[int | slice, ...], ahead: ReadAhe
     The region is read as it is even where the view repeats its storage: its caller sized it (a page of
     the values table), and its elements are what the caller shows."""
     source = info.storage.source if info.storage is not None else None
+    if has_logical_region(source):  # a quantized weight: only the rows the region spans are dequantized
+        _readable(info)
+        return source.logical_region(index, ahead)
     if has_logical_chunks(source):
         return read_values(info, ahead)[index]  # assembled from chunks: the assembly reads itself
     return read_values(region_info(info, index), ahead, expand=True)
@@ -230,6 +234,8 @@ def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None
     import numpy as np
 
     storage, source = _readable(info)
+    if has_logical_region(source) and has_logical_chunks(source) and flat.size:
+        return _pick_logical(source.iter_logical_chunks(DEFAULT_CHUNK_ELEMS, ahead), flat)
     # Only stored file ranges: a compressed member would inflate from its start again for every run.
     span = _file_span(source, ahead)
     if not info.is_contiguous or flat.size == 0 or span is None:
@@ -248,6 +254,24 @@ def read_flat(info: TensorInfo, flat: np.ndarray, ahead: ReadAhead | None = None
                       ahead=ahead)
     fmap.check()  # once for all the runs: none of them comes from a changed file
     return _finish(out, info)
+
+
+def _pick_logical(chunks: Iterator[np.ndarray], flat: np.ndarray) -> np.ndarray:
+    """The values at sorted flat positions `flat`, picked from a tensor's chunks as they stream by (a
+    tensor that reads itself: memory holds one chunk, not the tensor)."""
+    import numpy as np
+
+    picked: list[np.ndarray] = []
+    start = 0
+    for chunk in chunks:
+        end = start + chunk.size
+        lo, hi = np.searchsorted(flat, [start, end])
+        if hi > lo:
+            picked.append(chunk[flat[lo:hi] - start])
+        start = end
+        if hi >= flat.size:
+            break
+    return np.concatenate(picked) if picked else np.empty(0, np.float32)
 
 
 def iter_chunks(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
