@@ -9,6 +9,8 @@ from collections import Counter
 from typing import Any
 
 from ckptview.core.graph import ModelGraph, graph_source, read_graph, to_dot
+from ckptview.core.graph.blocks import architecture, blocks_json
+from ckptview.core.graph.collapse import Hierarchy
 from ckptview.core.jobs import Progress
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
@@ -40,16 +42,34 @@ def run(args: argparse.Namespace) -> int:
                   "(kept in the cache after) ...", file=sys.stderr)
         graph = read_graph(checkpoint, on_progress=_progress if tell else None)
         path = checkpoint.path
+        stored = checkpoint.file_size
+        shapes = {e.name: tuple(e.info.shape) for e in checkpoint.tensors()}
     finally:
         checkpoint.close()
     if args.json:
-        text = json.dumps(graph.to_json())  # whole, then written: never half an object
+        data = graph.to_json()
+        data["blocks"] = _blocks(graph, stored, shapes)
+        text = json.dumps(data)  # whole, then written: never half an object
         sys.stdout.write(text + "\n")
     elif args.dot:
         sys.stdout.write(to_dot(graph))
     else:
         sys.stdout.write(summary(path, graph))
     return 0
+
+
+def _blocks(graph: ModelGraph, stored: int, shapes: dict[str, tuple[int, ...]]) -> list[dict[str, Any]]:
+    """The architecture view's blocks in order, repeated ones folded (`core/graph/blocks`)."""
+    numel = {name: _product(shape) for name, shape in shapes.items()}
+    hierarchy = Hierarchy(graph, stored, numel)
+    return blocks_json(hierarchy, architecture(hierarchy, shapes), numel)
+
+
+def _product(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
 
 
 def _progress(step: Progress) -> None:

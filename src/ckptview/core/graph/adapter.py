@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.graph.blocks.folding import architecture
 from ckptview.core.graph.build import graph_job
 from ckptview.core.graph.cache import GraphCache
-from ckptview.core.graph.collapse import GROUP, Hierarchy, View
+from ckptview.core.graph.collapse import ARCHITECTURE, Hierarchy, View
 from ckptview.core.graph.exported import SOURCE as EXPORTED
+from ckptview.core.graph.inferred import SOURCE as INFERRED
 from ckptview.core.graph.layout import LayoutCache, Placed
 from ckptview.core.graph.model import ModelGraph
 from ckptview.core.graph.module_tree import SOURCE as MODULE_TREE
@@ -40,6 +42,9 @@ def describe_source(graph: ModelGraph) -> str:
         return "TorchScript code"
     if source == MODULE_TREE:
         return f"module tree: {graph.notes[0]}" if graph.notes else "module tree"
+    if source == INFERRED:
+        guess = graph.notes[-1].partition("): ")[2] if graph.notes else ""
+        return f"inferred from key names and shapes, not traced{': ' + guess if guess else ''}"
     library, sep, cls = source.partition(":")
     if sep:
         return f"{library} {cls} on meta"
@@ -57,7 +62,19 @@ def hierarchy_job(checkpoint: Checkpoint | None, job: GraphJob | None = None, to
     else:
         graph = yield from graph_job(checkpoint, token, cache)
     yield Progress(0, 0, f"nesting {len(graph.nodes):,} nodes by module")
-    return Hierarchy(graph)
+    shapes = {e.name: tuple(e.info.shape) for e in checkpoint.tensors()} if checkpoint is not None else {}
+    hierarchy = Hierarchy(graph, checkpoint.file_size if checkpoint is not None else 0,
+                          {name: _numel(shape) for name, shape in shapes.items()})
+    yield Progress(0, 0, "finding the blocks and their repeats")
+    hierarchy.folding = architecture(hierarchy, shapes)
+    return hierarchy
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
 
 
 def held_graph_job(holdings: Holdings, path: str, cache: GraphCache | None = None) -> GraphJob:
@@ -80,10 +97,10 @@ class Laid:
     placed: Placed
 
 
-def layout_job(hierarchy: Hierarchy, expanded: frozenset[str], cache: LayoutCache, token: CancelToken | None = None
-               ) -> Generator[Progress, None, Laid]:
-    """The view of `expanded`, laid out (or taken from `cache`)."""
-    view = hierarchy.view(expanded)
+def layout_job(hierarchy: Hierarchy, expanded: frozenset[str], cache: LayoutCache, token: CancelToken | None = None,
+               mode: str = ARCHITECTURE) -> Generator[Progress, None, Laid]:
+    """The view of `expanded` in `mode` (the architecture view, or every op), laid out (or taken from `cache`)."""
+    view = hierarchy.view(expanded, hierarchy.folding if mode == ARCHITECTURE else None)
     yield Progress(0, 1, f"laying out {len(view.items):,} boxes")
     return Laid(view, cache.layout(view, token=token))
 
@@ -100,8 +117,7 @@ class Coloured:
 
 def reads_of(hierarchy: Hierarchy, view: View) -> list[list[str]]:
     """The checkpoint keys each box of `view` reads (a module's: every node's inside it)."""
-    return [hierarchy.params_below(item.path) if item.kind == GROUP else list(hierarchy.node(item.node).params)
-            for item in view.items]
+    return [hierarchy.keys_of(item) for item in view.items]
 
 
 def key_figures(figure: Figure, keys: Sequence[str], checkpoint: Checkpoint, analysis: Analysis,

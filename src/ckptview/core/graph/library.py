@@ -157,7 +157,7 @@ def place(traced: Traced, checkpoint: Checkpoint, source: str) -> ModelGraph:
                 missing.add(key)
         nodes.append(GraphNode(node.id, node.op, module, node.inputs, tuple(dict.fromkeys(params)), node.shape,
                                node.dtype))
-    graph = ModelGraph(source, nodes)
+    graph = ModelGraph(source, nodes, classes={clean_path(k): v for k, v in traced.graph.classes.items()})
     graph.unread = unread_keys(graph, (e.name for e in entries.values()))
     if traced.tracer != "torch.export":
         graph.notes.append(f"traced by {traced.tracer} (torch.export could not trace it): nodes are module and "

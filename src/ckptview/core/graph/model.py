@@ -73,11 +73,12 @@ class ModelGraph:
     nodes: list[GraphNode] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # checkpoint keys no node reads
     notes: list[str] = field(default_factory=list)  # one line each: why there is no data flow, native code, ...
+    classes: dict[str, str] = field(default_factory=dict)  # module path -> its class name, where the source says
 
     def to_json(self) -> dict[str, Any]:
         """The `graph --json` object."""
         return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unread": list(self.unread),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "classes": dict(self.classes)}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "graph") -> ModelGraph:
@@ -101,7 +102,7 @@ class ModelGraph:
             seen.add(node.id)
             nodes.append(node)
         return cls(source=_text(data, "source", where), nodes=nodes, unread=_texts(data, "unread", where),
-                   notes=_texts(data, "notes", where))
+                   notes=_texts(data, "notes", where), classes=_classes(data, where))
 
     def node(self, node_id: str) -> GraphNode:
         """The node with id `node_id`; KeyError when there is none."""
@@ -131,3 +132,11 @@ def _texts(data: Mapping[str, Any], key: str, where: str) -> list[str]:
     if not isinstance(value, list) or len(value) > MAX_LIST or not all(isinstance(v, str) for v in value):
         raise GraphDataError(f"{where}.{key}: expected a list of strings")
     return [v[:MAX_TEXT] for v in value]
+
+
+def _classes(data: Mapping[str, Any], where: str) -> dict[str, str]:
+    value = data.get("classes", {})
+    if not isinstance(value, Mapping) or len(value) > MAX_NODES or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise GraphDataError(f"{where}.classes: expected an object of module paths to class names")
+    return {k[:MAX_TEXT]: v[:MAX_TEXT] for k, v in value.items()}

@@ -47,16 +47,16 @@ def graph_job(job: Job) -> dict[str, Any]:
     job.enter("tracing")
     what = f"{arch.get('library')} {arch.get('class')}"
     with guarded_build() as guard:  # the forward pass traced opens, fetches and starts nothing either
-        nodes, tracer = _trace(model, inputs, by_name, what, guard)
+        nodes, tracer, classes = _trace(model, inputs, by_name, what, guard)
     guard.check(what)
-    return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes},
+    return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes, "classes": classes},
             "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
             "torch_version": torch.__version__}
 
 
 def _trace(model: Any, inputs: list[Any], by_name: list[str] | None, what: str,
-           guard: Any) -> tuple[list[dict[str, Any]], str]:
-    """(nodes, tracer): torch.export with every input, then the first alone, then torch.fx."""
+           guard: Any) -> tuple[list[dict[str, Any]], str, dict[str, str]]:
+    """(nodes, tracer, classes): torch.export with every input, then the first alone, then torch.fx."""
     import torch
 
     errors: list[str] = []
@@ -64,13 +64,13 @@ def _trace(model: Any, inputs: list[Any], by_name: list[str] | None, what: str,
         try:
             with torch.no_grad():
                 program = torch.export.export(model, *attempt, strict=False)
-            return exported_nodes(program), "torch.export"
+            return exported_nodes(program), "torch.export", module_classes(model, program)
         except Exception as exc:  # noqa: BLE001 - a model export cannot trace: try with less, then fx
             if (refused := guard.message(what)) is not None:
                 raise WorkerError(refused, kind="refused") from None
             errors.append(f"torch.export: {type(exc).__name__}: {one_line(exc)}")
     try:
-        return fx_nodes(model, by_name, inputs), "torch.fx"
+        return fx_nodes(model, by_name, inputs), "torch.fx", module_classes(model, None)
     except Exception as exc:  # noqa: BLE001 - neither traces it: one line saying why
         if (refused := guard.message(what)) is not None:
             raise WorkerError(refused, kind="refused") from None
@@ -93,6 +93,19 @@ def _attempts(inputs: list[Any], by_name: list[str] | None) -> list[tuple[tuple[
         return [full]
     first = ((), {by_name[0]: inputs[0]}) if by_name else ((inputs[0],), {})
     return [full, first]
+
+
+def module_classes(model: Any, program: Any) -> dict[str, str]:
+    """{module path: its class's name}: the model's own modules, and the paths the program's nodes name
+    (`nn_module_stack`, whose spelling the parent cleans as it cleans the nodes' modules)."""
+    classes = {name: type(module).__name__ for name, module in model.named_modules() if name}
+    for node in program.graph.nodes if program is not None else ():
+        for entry in (node.meta.get("nn_module_stack") or {}).values():
+            path, kind = entry[0], entry[1]
+            if isinstance(path, str) and path and path not in classes:
+                name = kind if isinstance(kind, str) else getattr(kind, "__qualname__", "")
+                classes[path] = str(name).rpartition(".")[2]
+    return classes
 
 
 def alias_groups(model: Any) -> list[list[str]]:

@@ -162,8 +162,8 @@ class GraphScene(QGraphicsScene):
             for i in self._bands.get(band, ()):
                 item = view.items[i]
                 x, y, _, h = boxes[i]
-                first = item.label if item.kind == GROUP else item.detail
-                second = item.detail + GROUP_MARK if item.kind == GROUP else item.label
+                first = item.label
+                second = item.detail + GROUP_MARK if item.kind == GROUP else item.detail
                 label = QGraphicsSimpleTextItem(f"{first[:MAX_CHARS]}\n{second[:MAX_CHARS]}", self.label_layer)
                 label.setFont(self.font_)
                 fill = self.fills[i]
