@@ -51,7 +51,49 @@ def graph_job(job: Job) -> dict[str, Any]:
     guard.check(what)
     return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes, "classes": classes},
             "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
-            "torch_version": torch.__version__}
+            "torch_version": torch.__version__, "key_map": converted_keys(model, _names(req.get("keys")))}
+
+
+def keys_job(job: Job) -> dict[str, Any]:
+    """The `keys` request: the architecture built on meta (not traced), and which of the request's checkpoint
+    key names its library's loading renames or merges into which of the model's keys."""
+    req = job.request
+    arch = req.get("architecture")
+    if not isinstance(arch, dict):
+        raise WorkerError("the keys request names no architecture", kind="protocol")
+    job.enter("building the model")
+    model = build(arch, "meta", req.get("dtype"))
+    return {"key_map": converted_keys(model, _names(req.get("keys")))}
+
+
+def _names(value: Any) -> list[str]:
+    return [k for k in value if isinstance(k, str)] if isinstance(value, list) else []
+
+
+def converted_keys(model: Any, keys: list[str]) -> dict[str, str]:
+    """{checkpoint key: the model's key} for the keys transformers' loading renames or merges (the Hub layouts
+    transformers 5 converts as it loads: GPT-NeoX, Mixtral's experts, ViT, Swin), by its own rules and in its
+    own order (`convert_and_load_state_dict_in_model`): what `run` gets from `from_pretrained`."""
+    if not keys or not hasattr(model, "base_model_prefix"):
+        return {}
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:  # a transformers before 5 renames nothing
+        return {}
+    mapping = get_model_conversion_mapping(model)
+    renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
+    converters = [m for m in mapping if isinstance(m, WeightConverter)]
+    meta = model.state_dict()
+    prefix = model.base_model_prefix
+    out: dict[str, str] = {}
+    for key in keys:
+        renamed, _ = rename_source_key(key, renamings, converters, prefix, meta)
+        if renamed not in meta and key in meta:
+            renamed, _ = rename_source_key(key, [], [], base_model_prefix=prefix, meta_state_dict=meta)
+        if renamed != key and renamed in meta:
+            out[key] = renamed
+    return out
 
 
 def _trace(model: Any, inputs: list[Any], by_name: list[str] | None, what: str,
