@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ckptview.core.graph import read_graph
 from ckptview.core.graph import library as graph_library
+from ckptview.core.graph import read_graph
 from ckptview.core.graph.cache import GraphCache
 from ckptview.core.read.open import open_checkpoint
 
