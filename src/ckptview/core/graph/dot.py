@@ -71,10 +71,12 @@ def _text_on(fill: str) -> str:
     return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
 
 
-def to_dot(graph: ModelGraph, colours: Mapping[str, str] | None = None, budget: Budget | None = None) -> str:
-    """The DOT text of `graph` (a `digraph`, clusters nested by module path); `colours`: node id -> `#rrggbb`."""
+def to_dot(graph: ModelGraph, colours: Mapping[str, str] | None = None, budget: Budget | None = None,
+           outlines: Mapping[str, str] | None = None) -> str:
+    """The DOT text of `graph` (a `digraph`, clusters nested by module path); `colours`: node id -> fill
+    `#rrggbb`; `outlines`: node id -> a thick outline's colour (a comparison's added, removed, changed)."""
     budget = budget or Budget.for_stored(0, "the graph's DOT text")
-    colours = colours or {}
+    colours, outlines = colours or {}, outlines or {}
     top = _Cluster("")
     for node in graph.nodes:
         cluster = top
@@ -117,6 +119,9 @@ def to_dot(graph: ModelGraph, colours: Mapping[str, str] | None = None, budget: 
             if fill:
                 style = "filled,dashed" if dashed else "filled"
                 attrs += [f"style={quoted(style)}", f"fillcolor={quoted(fill)}", f"fontcolor={_text_on(fill)}"]
+            outline = outlines.get(node.id)
+            if outline:
+                attrs += [f"color={quoted(outline)}", "penwidth=3"]
             lines.append(f"{pad}{quoted(node.id)} [{', '.join(attrs)}];")
         for child in reversed(list(cluster.children.values())):
             stack.append(f"{pad}}}")

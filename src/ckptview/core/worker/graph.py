@@ -24,6 +24,7 @@ from ckptview.core.worker.build_guard import guarded_build
 from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inputs
 from ckptview.core.worker.forward import keyword_names
 from ckptview.core.worker.library import build, tie
+from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
 
 
 def graph_job(job: Job) -> dict[str, Any]:
@@ -31,6 +32,8 @@ def graph_job(job: Job) -> dict[str, Any]:
     import torch
 
     req = job.request
+    if req.get("model"):
+        return code_graph_job(job)
     arch = req.get("architecture")
     if not isinstance(arch, dict):
         raise WorkerError("the graph request names no architecture", kind="protocol")
@@ -52,6 +55,43 @@ def graph_job(job: Job) -> dict[str, Any]:
     return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes, "classes": classes},
             "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
             "torch_version": torch.__version__, "key_map": converted_keys(model, _names(req.get("keys")))}
+
+
+class _Unguarded:
+    """The user's own code is guarded as a run guards it: not at all (it is theirs, named by them)."""
+
+    def message(self, what: str) -> None:
+        return None
+
+
+def code_graph_job(job: Job) -> dict[str, Any]:
+    """The user's model code (`graph --model`): imported as `run --model` imports it, built on meta where it
+    allows (else on the CPU), traced with inputs of the request's shapes on the same device."""
+    import torch
+
+    req = job.request
+    spec = str(req["model"])
+    allow_caller_imports(req)
+    job.enter("model code")
+    device = "meta"
+    try:
+        with torch.device("meta"):
+            model = build_user_model(spec, req.get("model_kwargs") or {}, req.get("cwd"))
+    except WorkerError:
+        raise
+    except Exception:  # noqa: BLE001 - code that cannot be built on meta is built as a run builds it
+        device = "cpu"
+        model = build_user_model(spec, req.get("model_kwargs") or {}, req.get("cwd"))
+    specs = [InputSpec.from_json(s) for s in req.get("inputs") or []]
+    if not specs:
+        raise WorkerError(f"no inputs for {spec}: the checkpoint's first layer says nothing of them; give their "
+                          "shapes", kind="input")
+    inputs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs]
+    job.enter("tracing")
+    nodes, tracer, classes = _trace(model, inputs, None, spec, _Unguarded())
+    return {"graph": {"source": f"model-code:{spec}", "nodes": nodes, "classes": classes},
+            "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
+            "torch_version": torch.__version__}
 
 
 def keys_job(job: Job) -> dict[str, Any]:

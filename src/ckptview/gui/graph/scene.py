@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.graph.collapse import GROUP, View, group_label
 from ckptview.core.graph.layout import GROUP_MARK, MAX_CHARS, Placed
-from ckptview.core.graph.overlay import BoxFigure, Scale
+from ckptview.core.graph.overlay import BoxFigure, Scale, colour_rgb
 
 INDEX = 0  # item data: the view item a box or label stands for
 FRAME = 1  # item data: the module path of a frame (an expanded module)
@@ -33,20 +33,11 @@ BAND = 2000.0  # scene units of height per edge path item
 OVERVIEW_PIXELS = 4096  # the long side of the zoomed-out picture
 BADGE = 16.0  # the "+" corner of a collapsed module's box: a click there expands it
 NAN_COLOR = QColor(214, 39, 40)
-# A colour-blind-safe sequential map (viridis' stops), readable with dark text on its upper half and light
-# text on its lower half; boxes pick their text colour by luminance.
-STOPS = [(0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
-         (1.0, (253, 231, 37))]
 
 
 def colour_at(t: float) -> QColor:
-    """The colour map at `t` in [0, 1]."""
-    t = min(1.0, max(0.0, t))
-    for (t0, c0), (t1, c1) in zip(STOPS, STOPS[1:], strict=False):
-        if t <= t1:
-            f = 0.0 if t1 == t0 else (t - t0) / (t1 - t0)
-            return QColor(*(round(a + (b - a) * f) for a, b in zip(c0, c1, strict=True)))
-    return QColor(*STOPS[-1][1])
+    """The colour map at `t` in [0, 1] (the core's: viridis; boxes pick their text colour by luminance)."""
+    return QColor(*colour_rgb(t))
 
 
 def text_colour_on(fill: QColor) -> QColor:
