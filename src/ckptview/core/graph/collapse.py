@@ -314,7 +314,8 @@ class _ViewBuilder:
             return  # nothing but bookkeeping inside: its edges pass through
         visible = [i for i in below if not self._hidden(i)]
         if shown == 1 and len(paths) == 1 and len(visible) == 1:  # a module of one op: that op, named once
-            box = self._node_item(visible[0], within, name=group_label(paths[0]), path=paths[0])
+            module = self.h.graph.nodes[visible[0]].module
+            box = self._node_item(visible[0], within, name=group_label(module or paths[0]), path=paths[0])
         else:
             title = self._title(paths[0])
             name = group_label(paths[0]) if len(paths) == 1 else _span(paths)
