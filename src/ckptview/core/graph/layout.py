@@ -28,7 +28,7 @@ from ckptview.core.graph.collapse import GROUP, Item, View
 from ckptview.core.jobs import CancelToken
 
 CHAR_W, NODE_H, GROUP_H, PAD_X = 7.0, 34.0, 40.0, 18.0  # box sizes in scene units (about pixels)
-H_GAP, V_GAP, FRAME_PAD = 16.0, 34.0, 10.0
+H_GAP, V_GAP, FRAME_PAD, TITLE_H = 16.0, 34.0, 10.0, 16.0
 # An edge from a box read by more than FAN_OUT others (rotary cos/sin, the attention mask: read by every
 # layer) that spans more than LONG layers is drawn straight instead of routed through every layer it crosses:
 # routed, 3 such boxes of a 200-layer model put a million bends in the layout (dot ran past 10 minutes on a
@@ -174,25 +174,27 @@ def routed_edges(view: View, layer: list[int]) -> list[int]:
 
 
 def _frames(view: View, boxes: list[Rect]) -> list[Rect]:
-    """Each expanded module's frame: around its items, a deeper frame inside its parent's."""
-    below: dict[str, int] = {}  # frame -> how many levels of non-empty frames it holds
-    for path, members in view.frames:
-        if members:
-            parts = path.split(".")
-            for up in range(len(parts)):
-                parent = ".".join(parts[: up + 1])
-                below[parent] = max(below.get(parent, 0), len(parts) - 1 - up)
-    rects: list[Rect] = []
-    for path, members in view.frames:
-        if not members:
-            rects.append((0.0, 0.0, 0.0, 0.0))
+    """Each expanded module's frame: around its items and the frames inside it, with a strip on top for its
+    title above everything inside (a frame's title never lies over a nested frame's)."""
+    index = {path: f for f, (path, _) in enumerate(view.frames)}
+    inner: dict[int, list[int]] = {}
+    for f, (path, _) in enumerate(view.frames):
+        at = path
+        while "." in at:  # the nearest expanded module above, walked up a level at a time
+            at = at.rpartition(".")[0]
+            if at in index:
+                inner.setdefault(index[at], []).append(f)
+                break
+    rects: list[Rect] = [(0.0, 0.0, 0.0, 0.0)] * len(view.frames)
+    for f in sorted(range(len(view.frames)), key=lambda k: -view.frames[k][0].count(".")):  # deepest first
+        parts = [boxes[i] for i in view.frames[f][1]] + [rects[g] for g in inner.get(f, []) if rects[g][2] > 0]
+        if not parts:
             continue
-        pad = FRAME_PAD * (1 + below.get(path, 0))
-        left = min(boxes[i][0] for i in members) - pad
-        top = min(boxes[i][1] for i in members) - pad - 12  # room for the frame's title
-        right = max(boxes[i][0] + boxes[i][2] for i in members) + pad
-        bottom = max(boxes[i][1] + boxes[i][3] for i in members) + pad
-        rects.append((left, top, right - left, bottom - top))
+        left = min(x for x, _, _, _ in parts) - FRAME_PAD
+        top = min(y for _, y, _, _ in parts) - FRAME_PAD - TITLE_H
+        right = max(x + w for x, _, w, _ in parts) + FRAME_PAD
+        bottom = max(y + h for _, y, _, h in parts) + FRAME_PAD
+        rects[f] = (left, top, right - left, bottom - top)
     return rects
 
 
