@@ -119,12 +119,12 @@ class GraphScene(QGraphicsScene):
         """The drawing's colours from the palette, each checked against what it is drawn on."""
         pal = self.palette_
         text, base, mid = (pal.color(QPalette.ColorRole.Text), pal.color(QPalette.ColorRole.Base),
-                           pal.color(QPalette.ColorRole.Mid))
+                           pal.color(QPalette.ColorRole.Mid))  # mid: the fill of a closed module
         group = _mix(base, mid, 0.35)
         return {"text": readable(text, group, TEXT_CONTRAST), "base": base, "group": group,
                 "title": readable(text, base, TEXT_CONTRAST, 0.3), "edge": readable(text, base, LINE_CONTRAST, 0.5),
-                "edge_text": readable(text, base, TEXT_CONTRAST, 0.2), "frame": readable(mid, base, LINE_CONTRAST),
-                "box": readable(mid, base, LINE_CONTRAST), "highlight": readable(
+                "edge_text": readable(text, base, TEXT_CONTRAST, 0.2), "frame": readable(text, base, LINE_CONTRAST, 0.65),
+                "box": readable(text, base, LINE_CONTRAST, 0.6), "highlight": readable(
                     pal.color(QPalette.ColorRole.Highlight), base, LINE_CONTRAST),
                 **{status: readable(theme().color(key), base, LINE_CONTRAST) for status, key in STATUS_COLOURS.items()}}
 
