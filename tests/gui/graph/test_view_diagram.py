@@ -10,7 +10,7 @@ import json
 import torch
 from PySide6.QtCore import Qt
 
-from ckptview.core.graph.collapse import ALL_OPS, ARCHITECTURE, GROUP
+from ckptview.core.graph.collapse import ALL_OPS, ARCHITECTURE
 from ckptview.gui.graph.canvas import EDGE_LABELS_FROM, LABELS_FROM
 from ckptview.gui.graph.scene import EDGE_LABEL_PX, LABEL_PX, MIN_TEXT_PX
 from tests.support.graphs import llama_program

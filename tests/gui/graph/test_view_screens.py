@@ -128,7 +128,6 @@ def test_every_graph_view_fits_and_reads_at_each_size_and_palette(qtbot, setting
     from ckptview.gui.base.palette import apply_palette
     from ckptview.gui.compare.tab import open_diff
     from ckptview.gui.series.tab import open_series_tab
-    from tests.support import layout_checks as check
     from tests.support.graphview import wait_coloured
 
     settings.set_palette(palette)
