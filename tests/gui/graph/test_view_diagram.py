@@ -61,7 +61,7 @@ def test_labels_are_said_once_and_never_drawn_below_a_readable_size(qtbot, windo
     tab, page = open_graph(qtbot, window, llama_file[0])
     laid_out(qtbot, page, lambda: page.expand("model.layers.0.mlp"))
     page.scene.ensure_all_labels()
-    for i, label in page.scene.labels.items():
+    for label in page.scene.labels.values():
         lines = label.text().split("\n")
         assert len(lines) == 1 or lines[0] != lines[1].split(" · ")[0], label.text()  # never "flatten / flatten"
     texts = {label.text() for label in page.scene.edge_labels}
