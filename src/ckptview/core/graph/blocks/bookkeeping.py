@@ -13,6 +13,8 @@ it is a view or a selection (`PASSING`) read only by bookkeeping. Inputs and out
 
 from __future__ import annotations
 
+import functools
+
 from ckptview.core.budget import Budget
 from ckptview.core.graph.model import INPUT_OP, MODULE_OP, OUTPUT_OP, ModelGraph
 
@@ -35,6 +37,7 @@ THROUGH = 16  # shown nodes one hidden node passes on at most (a mask read by ev
 _FLOATS = ("float", "bfloat", "complex", "half", "double")
 
 
+@functools.lru_cache(maxsize=4096)
 def op_word(op: str) -> str:
     """The op's name without its library and overload: `aten._to_copy.default` -> `_to_copy`."""
     if op.startswith("Tensor."):
@@ -50,10 +53,11 @@ def is_check(word: str) -> bool:
     return word.startswith(("_assert", "_check", "sym_", "_sym"))
 
 
-def hidden_nodes(graph: ModelGraph, budget: Budget) -> list[bool]:
-    """Per node of `graph`: whether the architecture view hides it (see the module's docstring)."""
+def hidden_nodes(graph: ModelGraph, budget: Budget, by_id: dict[str, int] | None = None) -> list[bool]:
+    """Per node of `graph`: whether the architecture view hides it (see the module's docstring); `by_id`:
+    node id -> index, when the caller has it."""
     nodes = graph.nodes
-    by_id = {node.id: i for i, node in enumerate(nodes)}
+    by_id = by_id if by_id is not None else {node.id: i for i, node in enumerate(nodes)}
     data = [False] * len(nodes)
     hidden = [False] * len(nodes)
     readers = [0] * len(nodes)
@@ -85,11 +89,12 @@ def hidden_nodes(graph: ModelGraph, budget: Budget) -> list[bool]:
     return hidden
 
 
-def passed_inputs(graph: ModelGraph, hidden: list[bool], budget: Budget) -> list[tuple[int, ...]]:
+def passed_inputs(graph: ModelGraph, hidden: list[bool], budget: Budget, by_id: dict[str, int] | None = None
+                  ) -> list[tuple[int, ...]]:
     """Per node: the shown nodes whose outputs reach it, through hidden ones (at most `THROUGH` per hidden
     node: the sources of a mask, not every op that built it)."""
     nodes = graph.nodes
-    by_id = {node.id: i for i, node in enumerate(nodes)}
+    by_id = by_id if by_id is not None else {node.id: i for i, node in enumerate(nodes)}
     out: list[tuple[int, ...]] = []
     for i, node in enumerate(nodes):
         found: dict[int, None] = {}

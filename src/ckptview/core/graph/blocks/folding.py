@@ -99,8 +99,8 @@ def architecture(hierarchy: Hierarchy, shapes: Shapes, budget: Budget | None = N
     """What the architecture view of `hierarchy` folds: bookkeeping hidden, repeated runs, shown counts."""
     budget = budget or hierarchy.budget("its architecture")
     graph = hierarchy.graph
-    hidden = hidden_nodes(graph, budget)
-    inputs = passed_inputs(graph, hidden, budget)
+    hidden = hidden_nodes(graph, budget, hierarchy.by_id)
+    inputs = passed_inputs(graph, hidden, budget, hierarchy.by_id)
     shown: dict[str, int] = {}
     for group in hierarchy.bottom_up():
         count = sum(1 for i in group.nodes if not hidden[i]) + sum(shown[c] for c in group.children)
