@@ -100,3 +100,20 @@ def test_the_windows_graph_of_a_deep_path_nests_lays_out_and_folds_without_recur
         text = dot_source(view, list(range(len(view.edges))), [item_size(i) for i in view.items])
     assert len(view.frames) >= LEVELS - 1 and len(arch_view.frames) >= LEVELS - 1
     assert text.count("subgraph cluster_") == len([f for f in view.frames])
+
+
+def test_past_the_work_budget_a_graph_is_one_line(files, capsys, monkeypatch) -> None:
+    """Nesting, folding and DOT charge the one work budget: a file whose graph costs more than its bytes pay
+    for (the floor lowered here) is refused in one line naming the work, never an internal error."""
+    from ckptview.core.budget import Budget
+
+    real = Budget.for_stored.__func__
+
+    def small(cls, stored, subject, **kwargs):
+        return real(cls, stored, subject, **{**kwargs, "per_byte": 0, "floor": 2_000})
+
+    monkeypatch.setattr(Budget, "for_stored", classmethod(small))
+    assert cli.main(["graph", files["safetensors"], "--json"]) == 2  # nesting 3,000 levels: past 2,000 units
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "units of work" in err and "internal error" not in err, err
+    assert cli.main(["graph", files["safetensors"], "--dot"]) == 0  # DOT nests 64 levels at most: within it

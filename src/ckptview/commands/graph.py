@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.compare import diff_checkpoints
 from ckptview.core.graph import ModelGraph, graph_source, read_graph, to_dot
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text + "\n")
     elif args.dot:
         colours, outlines = _colours(comparison)
-        sys.stdout.write(to_dot(graph, colours, outlines=outlines))
+        sys.stdout.write(to_dot(graph, colours, Budget.for_stored(stored, "the graph's DOT text"), outlines))
     else:
         sys.stdout.write(summary(path, graph) + (_compared(args.compare, comparison) if comparison else ""))
     return 0
