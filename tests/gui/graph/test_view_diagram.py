@@ -207,3 +207,33 @@ def test_colours_follow_a_figure_in_the_architecture_view(qtbot, window, llama_f
     wait_coloured(qtbot, page)
     run = next(i for i, item in enumerate(page.view.items) if item.repeat > 1)
     assert page.coloured.boxes[run].nonfinite == 1  # the NaN of layer 1 is in the folded layers' box
+
+
+def test_an_inferred_graph_offers_to_trace_your_model_code(qtbot, window, tmp_path, monkeypatch):
+    """The seeds' MLP in the window: drawn from its names (dashed), then traced from mlp.py in the worker."""
+    from torch import nn
+    from torch.nn import functional as F
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hidden = nn.Linear(20, 256)
+            self.output = nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.output(F.relu(self.hidden(x)))
+
+    torch.save(MLP().state_dict(), tmp_path / "mlp.params")
+    (tmp_path / "mlp.py").write_text("import torch\nfrom torch import nn\nfrom torch.nn import functional as F\n\n\n"
+                                     "class MLP(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                                     "        self.hidden = nn.Linear(20, 256)\n        self.output = nn.Linear(256, 10)\n\n"
+                                     "    def forward(self, x):\n        return self.output(F.relu(self.hidden(x)))\n")
+    tab, page = open_graph(qtbot, window, str(tmp_path / "mlp.params"), every_op=False)
+    assert page.scene.dashed and page.code_button.isVisible()
+    assert "multilayer perceptron: 2 linear layers" in page.source_label.text()
+    monkeypatch.setattr("ckptview.gui.graph.page.choose_model_code", lambda *_: f"{tmp_path / 'mlp.py'}:MLP")
+    with qtbot.waitSignal(page.layout_ready, timeout=600_000):
+        page.code_button.click()
+    assert "your model code mlp.py:MLP, traced" in page.source_label.text() and not page.scene.dashed
+    assert {short for short in (i.title for i in page.view.items)} >= {"linear", "relu"}
+    assert not page.code_button.isVisible() and page.hierarchy.graph.unread == []

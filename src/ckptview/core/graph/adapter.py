@@ -31,6 +31,8 @@ from ckptview.core.graph.model_explorer import MAX_FILE, NodeData, NodeDataError
 from ckptview.core.graph.module_tree import SOURCE as MODULE_TREE
 from ckptview.core.graph.overlay import BoxFigure, Figure, KeyFigures, Scale, box_figures, combine, scale_of
 from ckptview.core.graph.torchscript import SOURCE as TORCHSCRIPT
+from ckptview.core.graph.user_code import SOURCE as MODEL_CODE
+from ckptview.core.graph.user_code import code_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.session.workspace import Holdings
@@ -52,6 +54,8 @@ def describe_source(graph: ModelGraph) -> str:
         guess = graph.notes[-1].partition("): ")[2] if graph.notes else ""
         return f"inferred from key names and shapes, not traced{': ' + guess if guess else ''}"
     library, sep, cls = source.partition(":")
+    if sep and library == MODEL_CODE:
+        return f"your model code {cls}, traced"
     if sep:
         return f"{library} {cls} on meta"
     return source
@@ -81,6 +85,19 @@ def _numel(shape: tuple[int, ...]) -> int:
     for size in shape:
         count *= size
     return count
+
+
+def code_graph_job(spec: str) -> GraphJob:
+    """A graph job that traces your model code `spec` in the worker (`user_code.code_graph`: as `run --model`
+    loads it, the checkpoint never loaded, its keys placed on the graph)."""
+
+    def job(checkpoint: Checkpoint | None, token: CancelToken | None = None) -> Generator[Progress, None, ModelGraph]:
+        if checkpoint is None:
+            raise ValueError("no checkpoint to place the graph on")
+        graph: ModelGraph = yield from code_graph(checkpoint, spec, token=token)
+        return graph
+
+    return job
 
 
 def compared_graph_job(other: Checkpoint, found: dict[str, GraphComparison], cache: GraphCache | None = None

@@ -15,14 +15,13 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QEvent, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QKeySequence, QPainter, QPaintEvent, QPalette, QShortcut
+from PySide6.QtGui import QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QPushButton,
-    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -35,6 +34,7 @@ from ckptview.core.graph.adapter import (
     Coloured,
     GraphJob,
     Laid,
+    code_graph_job,
     colour_job,
     describe_source,
     hierarchy_job,
@@ -47,75 +47,20 @@ from ckptview.core.graph.compare import GraphComparison
 from ckptview.core.graph.dot import INFERRED
 from ckptview.core.graph.layout import INSTALL_HINT, LayoutCache, NoLayoutEngine, engines
 from ckptview.core.graph.model_explorer import NodeData, box_values
-from ckptview.core.graph.overlay import NONFINITE, Figure, KeyFigures, Scale, scale_of
+from ckptview.core.graph.overlay import NONFINITE, Figure, KeyFigures, scale_of
 from ckptview.core.graph.view_state import Reveal, ViewState, around, describe_box, step
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.graph.canvas import GraphCanvas
+from ckptview.gui.graph.code_dialog import choose_model_code
 from ckptview.gui.graph.export import save_png, save_svg
+from ckptview.gui.graph.legend import Legend
 from ckptview.gui.graph.minimap import Minimap
-from ckptview.gui.graph.scene import NAN_COLOR, GraphScene, colour_at
+from ckptview.gui.graph.scene import GraphScene
 from ckptview.gui.graph.toolbar import GraphToolbar
 
 IMPORTED = "imported"  # the figure name of values read from Model Explorer node data
-
-
-class Legend(QWidget):
-    """The colour bar: the figure's name, its range, and the NaN/Inf swatch."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("graphLegend")
-        self.figure: Figure | None = None
-        self.scale: Scale | None = None
-        self.done = False  # the figures arrived (a scale of None then: no box has the figure)
-        self.setMinimumHeight(self.fontMetrics().height() + 8)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-
-    def show_scale(self, figure: Figure | None, scale: Scale | None, done: bool = False) -> None:
-        """Show `figure` over `scale` (figure None: hidden; `done`: the figures arrived)."""
-        self.figure, self.scale, self.done = figure, scale, done
-        self.setVisible(figure is not None)
-        self.update()
-
-    def text(self) -> str:
-        """What the legend says, as text (tests, screen readers)."""
-        if self.figure is None:
-            return ""
-        if self.scale is None:
-            return f"{self.figure.title}: {'no box has one here' if self.done else 'no values yet'}"
-        low, high = self.scale.ticks()
-        return f"{self.figure.title}{' (log)' if self.scale.log else ''}: {low} – {high}; NaN/Inf"
-
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt's name)
-        """Name, low end, the bar, high end, then the NaN/Inf swatch."""
-        if self.figure is None:
-            return
-        painter = QPainter(self)
-        metrics = self.fontMetrics()
-        height = self.height()
-        text_colour = self.palette().color(QPalette.ColorRole.WindowText)
-        painter.setPen(text_colour)
-        x = 4
-        if self.scale is None:
-            painter.drawText(x, 0, self.width(), height, Qt.AlignmentFlag.AlignVCenter, self.text())
-            return
-        low, high = self.scale.ticks()
-        name = self.figure.title + (" (log)" if self.scale.log else "")
-        for part in (name, low):
-            painter.drawText(x, 0, metrics.horizontalAdvance(part) + 2, height, Qt.AlignmentFlag.AlignVCenter, part)
-            x += metrics.horizontalAdvance(part) + 8
-        bar = max(60, min(240, self.width() - x - metrics.horizontalAdvance(high + " NaN/Inf") - 40))
-        for k in range(bar):
-            painter.setPen(colour_at(k / max(1, bar - 1)))
-            painter.drawLine(x + k, 5, x + k, height - 5)
-        x += bar + 6
-        painter.setPen(text_colour)
-        painter.drawText(x, 0, metrics.horizontalAdvance(high) + 2, height, Qt.AlignmentFlag.AlignVCenter, high)
-        x += metrics.horizontalAdvance(high) + 14
-        painter.fillRect(x, 5, 14, height - 10, QColor(NAN_COLOR))
-        painter.drawText(x + 18, 0, 80, height, Qt.AlignmentFlag.AlignVCenter, "NaN/Inf")
 
 
 def _capitalised(step_: Progress) -> str:
@@ -208,9 +153,21 @@ class GraphPage(QWidget):
         self.retry_button.setObjectName("graphRetry")
         self.retry_button.hide()
         self.retry_button.clicked.connect(self.start)
+        self.code_button = QPushButton("Trace your model code…")
+        self.code_button.setObjectName("graphCode")
+        self.code_button.setToolTip("No library names this architecture: trace your own model class (a .py file) "
+                                    "in the worker, as a forward pass with model code runs it")
+        self.code_button.hide()
+        def trace_chosen() -> None:
+            spec = choose_model_code(self, os.getcwd())
+            if spec:
+                self.trace_code(spec)
+
+        self.code_button.clicked.connect(trace_chosen)
         source_row = QHBoxLayout()
         source_row.addWidget(self.source_label, 1)
         source_row.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignTop)
+        source_row.addWidget(self.code_button, 0, Qt.AlignmentFlag.AlignTop)
         box.addLayout(source_row)
         unread_row = QHBoxLayout()
         self.unread_button = QToolButton()
@@ -294,6 +251,19 @@ class GraphPage(QWidget):
             self._say("Reading the graph…", busy=True)
             self.graph_slot.start(hierarchy_job, self.checkpoint, self._job, cache=self._graph_cache)
 
+    def trace_code(self, spec: str) -> None:
+        """Draw the graph of your model code `spec` (`path/file.py:Class`), traced in the worker as a run with
+        model code loads it; the checkpoint's keys are placed on it."""
+        if self.checkpoint is None or self.graph_slot.running:
+            return
+        self._job = code_graph_job(spec)
+        self.state = ViewState(pending=list(self.state.pending))
+        self.cache = LayoutCache()
+        self.unread_list.clear()
+        self.unread_button.hide()
+        self.code_button.hide()
+        self.start()
+
     def cancel(self) -> None:
         """Cancel: the graph's reading (a library's tracing worker is killed), else the layout running."""
         if self.graph_slot.running:
@@ -322,6 +292,7 @@ class GraphPage(QWidget):
             text += " · " + " · ".join(printable(n) for n in notes)
         self.source_label.setText(text)
         self.source_label.setToolTip(text)
+        self.code_button.setVisible(self.checkpoint is not None and graph.source in (INFERRED, "module-tree"))
         self.ops_button.setEnabled(hierarchy.folding is not None)
         self.ops_button.setChecked(self.state.mode == ALL_OPS)
         if graph.unread:
