@@ -90,6 +90,7 @@ def test_the_mlp_state_dict_gets_a_graph_inferred_from_its_names(seeds, capsys) 
     assert '"hidden" -> "output" [label="Nx256 float32"];' in dot
 
 
+@pytest.mark.slow  # a worker imports torch and traces the code
 def test_model_code_is_traced_in_the_worker_and_placed_on_the_keys(seeds, capsys, monkeypatch) -> None:
     monkeypatch.setenv("MLP_MARKER", seeds["marker"])
     data = _json(capsys, seeds["mlp"], "--model", f"{seeds['code']}:MLP")
