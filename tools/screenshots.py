@@ -3,7 +3,8 @@
 README pictures (--out, default docs/screenshots, at --size, light palette): the README's MLP after a few
 Adam steps and the same model later for the comparison, saved as `tree.png`, `statistics.png`,
 `optimizer.png`, `heatmap.png`, `spectrum.png`, `run.png`, `series.png` (a training loop's logged loss and
-learning rate beside its checkpoints), `diff.png` and `graph.png` (a tiny Llama's graph, traced on meta).
+learning rate beside its checkpoints), `diff.png`, `graph.png` (a tiny Llama's architecture view, traced on
+meta) and `graph-layer.png` (one of its decoder layers opened).
 
 The tour (--tour DIR): the checkpoints of the layout test (tests/support/screens.py: a sharded Llama, a
 torchvision-layout ResNet, Adam + StepLR training, a Lightning file, a run of ten checkpoints, a
@@ -207,12 +208,10 @@ def readme_pictures(out: str, size: tuple[int, int], tmp: str, wait: Callable[..
     graph = llama.show_graph(True)
     assert graph is not None
     wait(lambda: graph.view is not None, timeout=600_000)
-    if "g:model" in graph.view.index():
-        graph.expand("model.layers.1.self_attn")
-        wait(lambda: "model.layers.1.self_attn" in graph.expanded)
+    # The architecture view it opens with: the blocks in order, the decoder layers folded "x 4", coloured.
     graph.overlay_box.setCurrentIndex(graph.overlay_box.findText("L2 norm"))
     wait(lambda: graph.coloured is not None and graph.coloured.view is graph.view)
-    weight = next((k for k in graph.hierarchy.readers if k.endswith("layers.1.self_attn.q_proj.weight")),
+    weight = next((k for k in graph.hierarchy.readers if k.endswith("embed_tokens.weight")),
                   next(iter(graph.hierarchy.readers)))
     llama.select_name(weight)
     wait(lambda: not graph.layout_slot.running and not graph.overlay_slot.running)
@@ -220,6 +219,19 @@ def readme_pictures(out: str, size: tuple[int, int], tmp: str, wait: Callable[..
     path = os.path.join(out, "graph.png")
     win.grab().save(path)
     print(path)
+    # A decoder layer opened: its blocks, the tensors' shapes on the edges.
+    run = next((i for i in graph.view.items if i.repeat > 1), None)
+    if run is not None:
+        graph.expand(run.path)
+        wait(lambda: run.path in graph.state.expanded and not graph.layout_slot.running)
+        graph.canvas.set_zoom(1.0)
+        graph.canvas.centre_on(graph.scene.boxes[graph.view.index()[run.key]].rect()
+                               if run.key in graph.view.index() else graph.scene.sceneRect())
+        wait(lambda: not graph.overlay_slot.running)
+        rest(wait, win)
+        path = os.path.join(out, "graph-layer.png")
+        win.grab().save(path)
+        print(path)
     win.close()
 
 

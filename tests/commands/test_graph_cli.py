@@ -44,13 +44,18 @@ def test_json_is_the_contract_whole(files: dict[str, str], capsys: pytest.Captur
     status, out, err = _run(capsys, files["pt2"], "--json")
     assert status == 0 and err == ""
     data = json.loads(out)
-    assert list(data) == ["source", "nodes", "unread", "notes"] and data["source"] == "exported-program"
+    # Contracts only grow: the fields scripts read first stay first, new facts come after.
+    assert list(data)[:4] == ["source", "nodes", "unread", "notes"] and data["source"] == "exported-program"
+    assert list(data)[4:] == ["classes", "blocks"]
     for node in data["nodes"]:
         assert list(node) == ["id", "op", "module", "inputs", "params", "shape", "dtype"]
     checkpoint = open_checkpoint(files["pt2"])
+    blocks = data.pop("blocks")
     assert data == read_graph(checkpoint).to_json()
     checkpoint.close()
     assert ModelGraph.from_json(data).to_json() == data  # what scripts read back is what was printed
+    assert [(b["module"], b["repeat"], b["parameters"]) for b in blocks] == [("0", 1, 4 * 8 + 8), ("1", 1, 0),
+                                                                          ("2", 1, 8 * 2 + 2)]
     ops = [n["op"] for n in data["nodes"]]
     assert ops == ["input", "aten.linear.default", "aten.relu.default", "aten.linear.default", "output"]
     assert [n["params"] for n in data["nodes"]][1] == ["0.weight", "0.bias"]
@@ -69,7 +74,8 @@ def test_dot_clusters_by_module_and_is_valid_dot(files: dict[str, str], capsys: 
                                                  tmp_path) -> None:
     status, out, _ = _run(capsys, files["pt2"], "--dot")
     assert status == 0 and out.startswith('digraph "exported-program" {')
-    assert 'label="0";' in out and '"input" -> "linear";' in out and '"linear_1" -> "output";' in out
+    assert 'label="0";' in out and '"input" -> "linear" [label="2x4 float32"];' in out
+    assert '"linear_1" -> "output" [label="2x2 float32"];' in out  # each edge says the tensor it carries
     dot = os.path.join(os.path.dirname(sys.executable), "graphviz-pure")
     if os.path.exists(dot):  # the dot command as a wheel, where installed: the text is DOT it lays out
         (tmp_path / "g.dot").write_text(out)

@@ -25,7 +25,7 @@ def test_every_corpus_file_draws_or_is_refused_in_one_line(cases, capsys, monkey
         if status == 0:
             drawn += 1
             data = json.loads(out.out)
-            if set(data) != {"source", "nodes", "unread", "notes"}:
+            if set(data) != {"source", "nodes", "unread", "notes", "classes", "blocks"}:
                 failures.append(f"{case.name}: not the contract: {sorted(data)}")
         elif status != 2 or out.out or out.err.count("\n") != 1 or not out.err.startswith("ckptview: "):
             failures.append(f"{case.name}: status {status}, stderr {out.err[:300]!r}")

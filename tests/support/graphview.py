@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
+from ckptview.core.graph.collapse import ALL_OPS
 from tests.support.guihelpers import wait_settled
 
 LAYERS = 2  # layers of the synthetic program the tests' checkpoint holds the keys of
 
 
-def open_graph(qtbot, window, path) -> tuple:
+def open_graph(qtbot, window, path, every_op: bool = True) -> tuple:
+    """A tab's Graph view, laid out: in the view of every op (the tests of nesting, search and overlays), or
+    (`every_op` False) in the architecture view it opens with."""
     tab = window.open_paths([path])[0]
     wait_settled(qtbot, tab)
     assert tab.state == "ready", tab.error_text
     page = tab.show_graph(True)
     assert page is not None and tab.right.currentWidget() is page
     qtbot.waitUntil(lambda: page.view is not None, timeout=30_000)
+    if every_op:
+        laid_out(qtbot, page, lambda: page.set_mode(ALL_OPS))
     return tab, page
 
 

@@ -111,10 +111,11 @@ def test_the_worker_is_told_the_architecture_and_shapes_never_the_file(llama: st
     checkpoint = open_checkpoint(llama)
     arch = recognize(llama, {e.name: e.info for e in checkpoint.tensors()})
     request = graph_library.trace_request(arch, graph_library.float_dtype(checkpoint))
+    request["keys"] = [e.name for e in checkpoint.tensors()]  # names, so the worker says how the library converts them
     checkpoint.close()
     text = json.dumps(request)
     assert "path" not in request and llama not in text and os.path.basename(llama) not in text
-    assert set(request) == {"op", "architecture", "preprocessor", "dtype"} and request["op"] == "graph"
+    assert set(request) == {"op", "architecture", "preprocessor", "dtype", "keys"} and request["op"] == "graph"
     assert sent_requests == [request]  # what the worker was sent, exactly
     assert set(request["architecture"]) == {"library", "class", "source", "config"}
 
@@ -176,24 +177,28 @@ def test_a_trace_that_fails_draws_the_module_tree_saying_why(llama: str, tmp_pat
 
     monkeypatch.setattr(graph_library, "execute", failing)
     graph = _graph(llama, GraphCache(str(tmp_path / "c.sqlite3")))
-    assert graph.source == "module-tree" and len(graph.nodes) > 5
+    assert graph.source == "inferred" and len(graph.nodes) > 5  # drawn from the names, said to be a guess
     assert graph.notes[0].startswith("transformers LlamaForCausalLM from config.json: no graph could be traced")
+    assert "looks like a Llama-style decoder: 2 layers of attention + gated MLP (a guess" in graph.notes[-1]
 
 
-def test_a_plain_state_dict_is_its_module_tree(tmp_path) -> None:
+def test_a_plain_state_dict_gets_a_graph_inferred_from_its_names(tmp_path) -> None:
     path = tmp_path / "plain.pth"
     torch.save({"conv.weight": torch.zeros(2, 1, 3, 3), "conv.bias": torch.zeros(2), "scale": torch.ones(1),
                 "blocks.0.fc.weight": torch.zeros(2, 2)}, path)
     checkpoint = open_checkpoint(str(path))
-    assert graph_source(checkpoint)[0] == "module-tree"
+    assert graph_source(checkpoint)[0] == "inferred"
     graph = read_graph(checkpoint)
     checkpoint.close()
-    assert [(n.id, n.module, n.params) for n in graph.nodes] == [
-        ("conv", "conv", ("conv.weight", "conv.bias")), ("(top)", "", ("scale",)),
-        ("blocks.0.fc", "blocks.0.fc", ("blocks.0.fc.weight",))]
-    assert graph.notes == ["a state dict holds no graph, and no installed library names this architecture: its "
-                           "modules are drawn without data flow"]
-    assert graph.unread == [] and Counter(n.op for n in graph.nodes) == {"module": 3}
+    assert [(n.id, n.op, n.module, n.params) for n in graph.nodes] == [
+        ("(input)", "input", "", ()), ("conv", "Conv2d", "conv", ("conv.weight", "conv.bias")),
+        ("(top)", "module", "", ("scale",)), ("blocks.0.fc", "Linear", "blocks.0.fc", ("blocks.0.fc.weight",)),
+        ("(output)", "output", "", ())]
+    assert graph.nodes[1].inputs == ("(input)",) and graph.nodes[3].inputs == ("conv",)  # 2 channels in, 2 out
+    assert graph.notes == ["a state dict holds no graph, and no installed library names this architecture",
+                           "inferred from the key names and shapes alone (nothing traced, no code run): looks like "
+                           "a convolutional network (a guess from the key names)"]
+    assert graph.unread == [] and Counter(n.op for n in graph.nodes)["module"] == 1
 
 
 def test_a_cache_entry_that_is_not_a_graph_is_traced_again(llama: str, tmp_path, traced, monkeypatch) -> None:

@@ -10,6 +10,7 @@ import torch
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
+from ckptview.core.graph.collapse import short_op
 from ckptview.core.graph.overlay import format_number
 from ckptview.gui.base.workers import wait_for_workers
 from ckptview.gui.graph import GraphPage
@@ -47,7 +48,7 @@ def test_view_search_goes_to_each_match_expanding_its_module(qtbot, window, llam
     assert page.match_label.text() == f"{LAYERS} found"
     laid_out(qtbot, page, lambda: qtbot.keyClick(page.search, Qt.Key.Key_Return))
     assert page.match_label.text() == f"1 of {LAYERS}"
-    assert "model.layers.0.self_attn" in page.expanded
+    assert "model.layers.0.self_attn" in page.state.expanded
     index = page.view.index()["n:_softmax"]
     assert page.scene.marked == {index: "match"}
     view_centre = page.canvas.mapToScene(page.canvas.viewport().rect().center())
@@ -63,7 +64,7 @@ def test_view_a_selected_node_selects_its_tensors_in_the_tree(qtbot, window, lla
     tab, page = open_graph(qtbot, window, llama_file[0])
     laid_out(qtbot, page, lambda: page.expand("model.layers.1.mlp.down_proj"))
     click_box(qtbot, page, "n:permute_13")
-    assert page.op_of("n:permute_13") == "permute"
+    assert short_op(page.hierarchy.node(page.hierarchy.by_id["permute_13"]).op) == "permute"
     assert [r.name for r in tab.selected_rows()] == ["model.layers.1.mlp.down_proj.weight"]
     click_box(qtbot, page, "g:model.layers.0")  # a module: every tensor its nodes read
     names = [r.name for r in tab.selected_rows()]
@@ -76,8 +77,8 @@ def test_view_a_tensor_selected_in_the_tree_shows_its_node(qtbot, window, llama_
     tab, page = open_graph(qtbot, window, llama_file[0])
     laid_out(qtbot, page, lambda: tab.select_name("model.layers.1.self_attn.k_proj.weight"))
     node = next(n for n in llama_program(LAYERS).nodes if "model.layers.1.self_attn.k_proj.weight" in n.params)
-    assert page.selected == ["n:" + node.id]
-    assert "model.layers.1.self_attn.k_proj" in page.expanded
+    assert page.state.selected == ["n:" + node.id]
+    assert "model.layers.1.self_attn.k_proj" in page.state.expanded
     assert page.scene.marked == {page.view.index()["n:" + node.id]: "selected"}
     assert [r.name for r in tab.selected_rows()] == ["model.layers.1.self_attn.k_proj.weight"]  # no echo
 

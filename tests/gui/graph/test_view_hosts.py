@@ -10,6 +10,7 @@ import threading
 import torch
 
 from ckptview.core.graph import graph_job
+from ckptview.core.graph.collapse import ALL_OPS
 from ckptview.core.graph.overlay import CHANGE, NORM, UPDATE, format_number
 from ckptview.core.jobs import Progress
 from ckptview.core.series.model import module_series
@@ -35,8 +36,12 @@ def test_a_comparison_colours_the_graph_of_a_by_the_relative_change(qtbot, windo
     assert view.bottom_stack.currentWidget() is host and view.graph_button.isChecked()
     qtbot.waitUntil(lambda: host.page is not None and host.page.view is not None, timeout=30_000)
     page = host.page
-    assert graph_caches == [window.graph_cache]  # a traced graph is kept in the window's cache
-    qtbot.waitUntil(lambda: page.coloured is not None and page.coloured.figure is CHANGE, timeout=30_000)
+    # Both checkpoints' graphs are read (merged: A's nodes, then B's own), traced ones kept in the window's cache.
+    assert graph_caches == [window.graph_cache, window.graph_cache]
+    assert host.found["comparison"].counts()["added"] == 0  # one architecture: nothing added or removed
+    laid_out(qtbot, page, lambda: page.set_mode(ALL_OPS))
+    qtbot.waitUntil(lambda: page.coloured is not None and page.coloured.figure is CHANGE
+                    and page.coloured.view is page.view, timeout=30_000)
     assert page.overlay_box.currentText() == "relative change" and page.legend.text().startswith("relative")
     rows = {r.name_a: r for r in view.result.tensors if r.name_a is not None}
     # A module's box: the relative change of its tensors taken together, from the diff's own sums.
@@ -62,7 +67,7 @@ def test_a_comparison_colours_the_graph_of_a_by_the_relative_change(qtbot, windo
     laid_out(qtbot, page, lambda: view.select_row(next(i for i, r in enumerate(view.model.rows)
                                                        if r.name_a == target)))
     reader = page.hierarchy.graph.nodes[page.hierarchy.readers[target][0]]
-    assert page.selected == ["n:" + reader.id]
+    assert page.state.selected == ["n:" + reader.id]
     assert view.current_row().name_a == target  # no echo back to the table
     view.show_graph(False)
     assert view.bottom_stack.currentWidget() is view.plots
@@ -97,9 +102,11 @@ def test_a_run_colours_the_graph_by_the_update_ratio_at_a_chosen_step(qtbot, win
     tab.views.setCurrentWidget(tab.graph)  # the graph is read when first shown
     qtbot.waitUntil(lambda: tab.graph.page is not None and tab.graph.page.view is not None, timeout=60_000)
     page = tab.graph.page
-    assert "module tree" in page.source_label.text()
+    assert "inferred from key names and shapes, not traced" in page.source_label.text()
     assert handed == [window.graph_cache]  # a traced graph would be kept in the window's cache
-    qtbot.waitUntil(lambda: page.coloured is not None and page.coloured.figure is UPDATE, timeout=30_000)
+    laid_out(qtbot, page, lambda: page.set_mode(ALL_OPS))
+    qtbot.waitUntil(lambda: page.coloured is not None and page.coloured.figure is UPDATE
+                    and page.coloured.view is page.view, timeout=30_000)
     assert [tab.graph.step_box.itemText(i) for i in range(tab.graph.step_box.count())] == [
         tab.result.label(t) for t in range(3)]
     assert tab.graph.step() == 2  # the last step read
@@ -112,26 +119,27 @@ def test_a_run_colours_the_graph_by_the_update_ratio_at_a_chosen_step(qtbot, win
                             / sum(float(saved[1][k].double().pow(2).sum()) for k in b1))
     laid_out(qtbot, page, lambda: page.expand("blocks"))
     wait_coloured(qtbot, page)
-    text = page.tooltip(page.view.index()["g:blocks.1"])
+    text = page.tooltip(page.view.index()["n:blocks.1.fc"])  # a module of one op: that op's box
     assert text.endswith(f"update ratio {format_number(torch_ratio)}"), text
-    assert page.tooltip(page.view.index()["g:blocks.0"]).endswith("update ratio 0")
+    assert page.tooltip(page.view.index()["n:blocks.0.fc"]).endswith("update ratio 0")
 
     # Another step: its figures, read from the run (no file is read again).
     with qtbot.waitSignal(page.overlay_ready, timeout=30_000):
         tab.graph.set_step(1)
     ratio = module_series(tab.result, ["blocks.0"])[0].update_ratio[1]
-    assert page.tooltip(page.view.index()["g:blocks.0"]).endswith(f"update ratio {format_number(ratio)}")
+    assert page.tooltip(page.view.index()["n:blocks.0.fc"]).endswith(f"update ratio {format_number(ratio)}")
     with qtbot.waitSignal(page.overlay_ready, timeout=30_000):
         page.overlay_box.setCurrentIndex(page.figure_index(NORM))
     norm = float(saved[1]["head.weight"].double().norm())
-    assert page.tooltip(page.view.index()["g:head"]).endswith(f"L2 norm {format_number(norm)}")
+    assert page.tooltip(page.view.index()["n:head"]).endswith(f"L2 norm {format_number(norm)}")
 
     # Selection both ways: a box selects its tensors in the run's tree; a tensor shows its box.
-    click_box(qtbot, page, "g:head")
+    click_box(qtbot, page, "n:head")
     assert ("tensor", "head.weight") in tab.selected()
-    laid_out(qtbot, page, lambda: tab.select_tensor("blocks.1.fc.bias"))
+    tab.select_tensor("blocks.1.fc.bias")  # its box is shown already: outlined and centred, nothing laid out
     reader = page.hierarchy.graph.nodes[page.hierarchy.readers["blocks.1.fc.bias"][0]]
-    assert page.selected == ["n:" + reader.id]
+    assert page.state.selected == ["n:" + reader.id]
+    assert page.scene.marked == {page.view.index()["n:" + reader.id]: "selected"}
     assert [n for _, n in tab.selected()] == ["blocks.1.fc.bias"]
 
 

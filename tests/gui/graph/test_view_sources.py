@@ -15,7 +15,7 @@ from torch import nn
 
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.graph import GraphCache
-from ckptview.core.graph.collapse import GROUP
+from ckptview.core.graph.collapse import ALL_OPS, GROUP
 from ckptview.core.graph.overlay import format_number
 from ckptview.core.jobs import drain
 from ckptview.core.read.open import open_checkpoint
@@ -78,11 +78,12 @@ WEIGHTS: dict[str, dict[str, torch.Tensor]] = {}  # what each file holds, as tor
 
 SOURCES = {"pt2": "exported program", "torchscript": "TorchScript code",
            "llama": "transformers LlamaForCausalLM on meta",
-           "state-dict": "module tree: a state dict holds no graph"}
+           "state-dict": "inferred from key names and shapes, not traced"}
 WEIGHT = {"pt2": "blocks.1.fc2.weight", "torchscript": "blocks.1.fc2.weight", "state-dict": "blocks.1.fc2.weight",
           "llama": "model.layers.1.mlp.down_proj.weight"}
-TOP = {"pt2": {"g:blocks", "g:head"}, "torchscript": {"g:blocks", "g:head"}, "state-dict": {"g:blocks", "g:head"},
-       "llama": {"g:model"}}
+TOP = {"pt2": {"g:blocks"}, "torchscript": {"g:blocks"}, "state-dict": {"g:blocks"}, "llama": {"g:model"}}
+RUN = {"pt2": "blocks.0 × 2", "torchscript": "blocks.0 × 2", "state-dict": "blocks.0 × 2",
+       "llama": "LlamaDecoderLayer × 2"}  # the first, architecture view: the two blocks folded
 
 
 @pytest.fixture
@@ -115,6 +116,8 @@ def test_each_kind_of_file_draws_its_graph_tied_to_the_tree(qtbot, window, files
                     timeout=TRACE_S)
     assert page.view is not None, page.source_label.text()
     assert SOURCES[kind] in page.source_label.text()
+    assert RUN[kind] in {i.label for i in page.view.items}, [i.label for i in page.view.items]
+    laid_out(qtbot, page, lambda: page.set_mode(ALL_OPS))  # every op, as read: one click away
     # Beside the graph the tree keeps Name and Shape (a sharded folder's Shard column gives way too).
     assert [c for c in range(len(COLUMNS)) if not tab.tree.isColumnHidden(c)] == [NAME, SHAPE]
     graph = page.hierarchy.graph
@@ -123,17 +126,19 @@ def test_each_kind_of_file_draws_its_graph_tied_to_the_tree(qtbot, window, files
     # Every weight is placed on a node that reads it (a .pt2 also holds its sample inputs: not weights).
     assert {k for k in keys if not k.startswith("sample_inputs.")} <= placed | set(graph.unread)
     assert graph.unread == [] and not page.unread_button.isVisible()
-    if kind == "state-dict":
-        assert all(not n.inputs for n in graph.nodes) and page.view.edges == []  # no edges invented
-    # Collapsed to the top level first: the modules are single boxes.
+    if kind == "state-dict":  # inferred from names and shapes: drawn dashed, never as traced
+        assert graph.source == "inferred" and page.scene.dashed
+    # Collapsed to the top level: the modules are single boxes, a module of one op that op (the head).
     assert TOP[kind] <= {i.key for i in page.view.items}
     assert all(i.path.count(".") == 0 for i in page.view.items if i.kind == GROUP)
+    head = next(i for i in page.view.items if i.path in ("head", "lm_head"))
+    assert head.kind != GROUP and head.name in ("head", "lm_head")
 
     # A tensor selected in the tree shows the node that reads it, its modules opened.
     weight = WEIGHT[kind]
     reader = graph.nodes[page.hierarchy.readers[weight][0]]
     laid_out(qtbot, page, lambda: tab.select_name(weight))
-    assert page.selected == ["n:" + reader.id] and reader.module in page.expanded
+    assert page.state.selected == ["n:" + reader.id] and "n:" + reader.id in page.view.index()
     assert [r.name for r in tab.selected_rows()] == [weight]  # the graph did not send it back
     # A module's box selected in the graph selects every tensor it reads in the tree.
     module = reader.module.rpartition(".")[0]  # the block (layer) holding the reader's module
@@ -188,7 +193,7 @@ def test_reading_a_library_graph_shows_progress_and_can_be_cancelled(qtbot, wind
     assert "LlamaForCausalLM" in page.source_label.text()
     db = sqlite3.connect(fresh.path)  # the trace was kept in the cache the window handed down
     try:
-        assert db.execute("SELECT count(*) FROM graphs").fetchone() == (1,)
+        assert db.execute("SELECT count(*) FROM graphs").fetchone() == (2,)  # the trace, and its key map
     finally:
         db.close()
     fresh.close()

@@ -1,5 +1,6 @@
 """The one way to a checkpoint's graph: the program its file holds, else the architecture an installed library
-names, else its module tree (see `docs/guide/graph.md` for what each shows and what is never run)."""
+names, else a graph inferred from its key names and shapes, else its module tree (see `docs/guide/graph.md`
+for what each shows and what is never run)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Callable, Generator
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.cache import GraphCache
 from ckptview.core.graph.exported import exported_graph
+from ckptview.core.graph.inferred import SOURCE as INFERRED
+from ckptview.core.graph.inferred import inferred_graph
 from ckptview.core.graph.library import library_graph
 from ckptview.core.graph.model import ModelGraph
 from ckptview.core.graph.module_tree import module_tree_graph
@@ -26,24 +29,25 @@ def graph_source(checkpoint: Checkpoint) -> tuple[str, Architecture | None, str]
     """(where the graph will come from, the library's architecture or None, why there is no data flow or "").
 
     Cheap (no worker, no code walked): "exported-program", "torchscript", "library" (a worker traces it,
-    unless cached) or "module-tree". Reads the config.json beside a local checkpoint, as data."""
+    unless cached) or "inferred" (from key names and shapes; the module tree where nothing looks like a
+    layer). Reads the config.json beside a local checkpoint, as data."""
     program = PROGRAMS.get(checkpoint.format)
     if program is not None:
         return program, None, ""
     if is_url(checkpoint.path):
-        return "module-tree", None, (f"{NO_GRAPH} here: the architecture of a remote checkpoint is not looked "
-                                     "up (its config.json is not read); download it to draw its library's graph")
+        return INFERRED, None, (f"{NO_GRAPH} here: the architecture of a remote checkpoint is not looked "
+                                "up (its config.json is not read); download it to draw its library's graph")
     _, tensors = find_state_dict(checkpoint)
     try:
         arch = recognize(checkpoint.path, tensors) if tensors else None
     except ArchitectureRefused as exc:
-        return "module-tree", None, f"{exc}; its modules are drawn without data flow"
+        return INFERRED, None, str(exc)
     if arch is None:
         pickled = " (a full-model pickle's forward is code in the file, never run)" if checkpoint.unsafe_globals else ""
-        return "module-tree", None, f"{NO_GRAPH}{pickled}: its modules are drawn without data flow"
+        return INFERRED, None, f"{NO_GRAPH}{pickled}"
     missing = missing_library(arch)
     if missing is not None:
-        return "module-tree", None, f"{missing}: its modules are drawn without data flow"
+        return INFERRED, None, missing
     return "library", arch, ""
 
 
@@ -62,8 +66,9 @@ def graph_job(checkpoint: Checkpoint, token: CancelToken | None = None, cache: G
         try:
             return (yield from library_graph(checkpoint, arch, token, cache))
         except RunError as exc:  # the class refuses its config, export and fx fail, the worker died
-            why = f"{arch.describe()}: no graph could be traced ({exc}); its modules are drawn without data flow"
-    return module_tree_graph(checkpoint, why)
+            why = f"{arch.describe()}: no graph could be traced ({exc})"
+    return inferred_graph(checkpoint, why) or module_tree_graph(checkpoint, f"{why}: its modules are drawn "
+                                                                           "without data flow")
 
 
 def read_graph(checkpoint: Checkpoint, token: CancelToken | None = None,

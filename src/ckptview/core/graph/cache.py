@@ -19,7 +19,7 @@ from typing import Any
 
 from ckptview.core.series.cache import cache_dir
 
-VERSION = 1  # of what an entry holds: a new version starts a new database file
+VERSION = 2  # of what an entry holds (2: module classes): a new version starts a new database file
 DB_NAME = f"graphs-v{VERSION}.sqlite3"
 MAX_ENTRIES = 200  # the least recently used beyond this are dropped
 _SCHEMA = "CREATE TABLE IF NOT EXISTS graphs (key TEXT PRIMARY KEY, traced TEXT NOT NULL, used REAL NOT NULL);"

@@ -17,16 +17,18 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
+from typing import Any, TypeVar
 
 from ckptview.core.errors import Cancelled
 from ckptview.core.graph.collapse import GROUP, Item, View
 from ckptview.core.jobs import CancelToken
 
 CHAR_W, NODE_H, GROUP_H, PAD_X = 7.0, 34.0, 40.0, 18.0  # box sizes in scene units (about pixels)
-H_GAP, V_GAP, FRAME_PAD = 16.0, 34.0, 10.0
+H_GAP, V_GAP, FRAME_PAD, TITLE_H = 16.0, 34.0, 10.0, 16.0
 # An edge from a box read by more than FAN_OUT others (rotary cos/sin, the attention mask: read by every
 # layer) that spans more than LONG layers is drawn straight instead of routed through every layer it crosses:
 # routed, 3 such boxes of a 200-layer model put a million bends in the layout (dot ran past 10 minutes on a
@@ -36,6 +38,15 @@ MAX_CHARS = 40  # a box's line is cut past this many characters
 GROUP_MARK = "   +"  # the end of a closed module's second line: its corner that opens it on a click
 WRAP = 8  # boxes with no edge (a module tree) are set in rows of this many
 INSTALL_HINT = "pip install 'ckptview[graph]'"
+# igraph 1.0's Sugiyama (Brandes-Koepf placement) recurses once per vertex of a chain of blocks, up to every
+# vertex of its widest layer, dummies included: 144-146 bytes of C stack each, measured here (a 2 MiB thread
+# stack holds 14,500, 1 MiB 7,159; a 65,000-wide layer in an 8 MiB pool thread crashed the window). A part of
+# more than MAX_SUGIYAMA_VERTICES (boxes + dummies) is laid out by `layered` instead; igraph runs in a thread
+# of LAYOUT_STACK bytes, over 4x what the cap needs (tests/core/graph/test_layout_stack.py proves it in a child).
+SUGIYAMA_FRAME = 146
+MAX_SUGIYAMA_VERTICES = 50_000
+LAYOUT_STACK = 32 << 20
+T = TypeVar("T")
 Rect = tuple[float, float, float, float]  # x, y (top left), width, height
 Point = tuple[float, float]
 
@@ -60,7 +71,9 @@ class Placed:
 def item_size(item: Item) -> tuple[float, float]:
     """The box an item needs for its two lines of text (a closed module's second line ends in its mark)."""
     chars = max(len(item.label), len(item.detail) + (len(GROUP_MARK) if item.kind == GROUP else 0), 4)
-    return min(chars, MAX_CHARS) * CHAR_W + PAD_X, GROUP_H if item.kind == GROUP else NODE_H
+    if item.kind == GROUP or item.detail:
+        return min(chars, MAX_CHARS) * CHAR_W + PAD_X, GROUP_H
+    return min(chars, MAX_CHARS) * CHAR_W + PAD_X, NODE_H
 
 
 def engines() -> list[str]:
@@ -161,25 +174,27 @@ def routed_edges(view: View, layer: list[int]) -> list[int]:
 
 
 def _frames(view: View, boxes: list[Rect]) -> list[Rect]:
-    """Each expanded module's frame: around its items, a deeper frame inside its parent's."""
-    below: dict[str, int] = {}  # frame -> how many levels of non-empty frames it holds
-    for path, members in view.frames:
-        if members:
-            parts = path.split(".")
-            for up in range(len(parts)):
-                parent = ".".join(parts[: up + 1])
-                below[parent] = max(below.get(parent, 0), len(parts) - 1 - up)
-    rects: list[Rect] = []
-    for path, members in view.frames:
-        if not members:
-            rects.append((0.0, 0.0, 0.0, 0.0))
+    """Each expanded module's frame: around its items and the frames inside it, with a strip on top for its
+    title above everything inside (a frame's title never lies over a nested frame's)."""
+    index = {path: f for f, (path, _) in enumerate(view.frames)}
+    inner: dict[int, list[int]] = {}
+    for f, (path, _) in enumerate(view.frames):
+        at = path
+        while "." in at:  # the nearest expanded module above, walked up a level at a time
+            at = at.rpartition(".")[0]
+            if at in index:
+                inner.setdefault(index[at], []).append(f)
+                break
+    rects: list[Rect] = [(0.0, 0.0, 0.0, 0.0)] * len(view.frames)
+    for f in sorted(range(len(view.frames)), key=lambda k: -view.frames[k][0].count(".")):  # deepest first
+        parts = [boxes[i] for i in view.frames[f][1]] + [rects[g] for g in inner.get(f, []) if rects[g][2] > 0]
+        if not parts:
             continue
-        pad = FRAME_PAD * (1 + below.get(path, 0))
-        left = min(boxes[i][0] for i in members) - pad
-        top = min(boxes[i][1] for i in members) - pad - 12  # room for the frame's title
-        right = max(boxes[i][0] + boxes[i][2] for i in members) + pad
-        bottom = max(boxes[i][1] + boxes[i][3] for i in members) + pad
-        rects.append((left, top, right - left, bottom - top))
+        left = min(x for x, _, _, _ in parts) - FRAME_PAD
+        top = min(y for _, y, _, _ in parts) - FRAME_PAD - TITLE_H
+        right = max(x + w for x, _, w, _ in parts) + FRAME_PAD
+        bottom = max(y + h for _, y, _, h in parts) + FRAME_PAD
+        rects[f] = (left, top, right - left, bottom - top)
     return rects
 
 
@@ -225,17 +240,20 @@ def _igraph(view: View, layer: list[int], routed: list[int], sizes: list[tuple[f
             alone.extend(members)
             continue
         local = {v: k for k, v in enumerate(members)}
-        graph = igraph.Graph(n=len(members), edges=[(local[a], local[b]) for a, b in (pairs[e] for e in edges)],
-                             directed=True)
+        local_pairs = [(local[a], local[b]) for a, b in (pairs[e] for e in edges)]
+        local_layers = [layer[v] for v in members]
         token.check()
-        placed = graph.layout_sugiyama(layers=[layer[v] for v in members], maxiter=40)
+        if sugiyama_size(local_layers, local_pairs) <= MAX_SUGIYAMA_VERTICES:
+            coords, routing = _in_sized_thread(partial(_sugiyama, igraph, local_layers, local_pairs), token)
+        else:  # past what igraph's recursion is proven to hold (see MAX_SUGIYAMA_VERTICES): layered by hand
+            coords, routing = layered(local_layers, local_pairs), [[] for _ in local_pairs]
         token.check()
-        xs = [float(x) for x, _ in placed.coords]
+        xs = [float(x) for x, _ in coords]
         left = min(xs)
         for v, x in zip(members, xs, strict=True):
             points[v] = (x - left + offset, float(layer[v]))
         right = max(xs) - left + offset
-        for e, route in zip(edges, placed.edge_routing, strict=True):
+        for e, route in zip(edges, routing, strict=True):
             # One bend per layer strictly between the edge's ends (whatever else a route may hold).
             a, b = pairs[e]
             low, high = sorted((layer[a], layer[b]))
@@ -279,6 +297,72 @@ def _igraph(view: View, layer: list[int], routed: list[int], sizes: list[tuple[f
         line.append((xs[b], ys[b] - sizes[b][1] / 2))
         lines[e] = line
     return boxes, lines
+
+
+def sugiyama_size(layers: list[int], pairs: list[tuple[int, int]]) -> int:
+    """The vertices igraph's Sugiyama places for a part: its boxes and one dummy per layer an edge crosses."""
+    return len(layers) + sum(max(0, abs(layers[b] - layers[a]) - 1) for a, b in pairs)
+
+
+def _sugiyama(igraph: ModuleType, layers: list[int], pairs: list[tuple[int, int]]
+              ) -> tuple[list[tuple[float, float]], list[list[tuple[float, float]]]]:
+    graph = igraph.Graph(n=len(layers), edges=pairs, directed=True)
+    placed = graph.layout_sugiyama(layers=layers, maxiter=40)
+    return [tuple(c) for c in placed.coords], [list(map(tuple, r)) for r in placed.edge_routing]
+
+
+_STACK_LOCK = threading.Lock()
+
+
+def _in_sized_thread(work: Callable[[], T], token: CancelToken) -> T:
+    """`work()` in a thread of its own with a `LAYOUT_STACK` stack, whatever thread calls: igraph's C recursion
+    needs the room its vertex cap was measured with, which a pool thread (8 MiB here, 512 KiB on macOS) or the
+    main thread may not have. Cancel returns at once (the thread finishes its C call and is dropped)."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            result["error"] = exc
+
+    with _STACK_LOCK:  # the size is the process's setting for new threads: set for this one only
+        previous = threading.stack_size(LAYOUT_STACK)
+        try:
+            thread = threading.Thread(target=run, name="ckptview-layout", daemon=True)
+            thread.start()
+        finally:
+            threading.stack_size(previous)
+    while thread.is_alive():
+        thread.join(0.05)
+        if token.cancelled:
+            raise Cancelled("cancelled")
+    if "error" in result:
+        raise result["error"]
+    value: T = result["value"]
+    return value
+
+
+def layered(layers: list[int], pairs: list[tuple[int, int]]) -> list[tuple[float, float]]:
+    """A layered placement without a library, for parts past igraph's proven size: each layer's boxes ordered
+    by the mean place of the boxes they read (one sweep down), side by side. Linear in boxes and edges (plus
+    the sort of each layer); edges are drawn straight."""
+    count = len(layers)
+    ins: list[list[int]] = [[] for _ in range(count)]
+    for a, b in pairs:
+        if layers[a] < layers[b]:
+            ins[b].append(a)
+    rows: dict[int, list[int]] = {}
+    for v in range(count):
+        rows.setdefault(layers[v], []).append(v)
+    place = [0.0] * count
+    for row in sorted(rows):
+        members = rows[row]
+        keys = {v: (sum(place[u] for u in ins[v]) / len(ins[v]) if ins[v] else float(v)) for v in members}
+        members.sort(key=lambda v: keys[v])
+        for rank, v in enumerate(members):
+            place[v] = float(rank)
+    return [(place[v], float(layers[v])) for v in range(count)]
 
 
 def _parts(count: int, pairs: list[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
@@ -332,11 +416,14 @@ def dot_source(view: View, routed: list[int], sizes: list[tuple[float, float]]) 
         inside.setdefault(f, []).append(i)
     children: dict[int | None, list[int]] = {}
     paths = [p for p, _ in view.frames]
+    index = {path: f for f, path in enumerate(paths)}
     for f, path in enumerate(paths):
         parent = None
-        for g in range(f - 1, -1, -1):
-            if path.startswith(paths[g] + "."):
-                parent = g
+        at = path
+        while "." in at:  # the nearest expanded module above, walked up one level at a time
+            at = at.rpartition(".")[0]
+            if at in index:
+                parent = index[at]
                 break
         children.setdefault(parent, []).append(f)
 
@@ -344,15 +431,17 @@ def dot_source(view: View, routed: list[int], sizes: list[tuple[float, float]]) 
         w, h = sizes[i]
         return f"i{i} [width={w / 72:.3f}, height={h / 72:.3f}];"
 
-    def cluster(f: int) -> None:
-        lines.append(f"subgraph cluster_{f} {{ margin=12;")
-        for g in children.get(f, []):
-            cluster(g)
-        lines.extend(node(i) for i in inside.get(f, []))
-        lines.append("}")
+    stack: list[int | str] = [f for f in reversed(children.get(None, []))]
+    while stack:  # explicit: frames nest as deep as module paths do
+        entry = stack.pop()
+        if isinstance(entry, str):
+            lines.append(entry)
+            continue
+        lines.append(f"subgraph cluster_{entry} {{ margin=12;")
+        lines.extend(node(i) for i in inside.get(entry, []))
+        stack.append("}")
+        stack.extend(reversed(children.get(entry, [])))
 
-    for f in children.get(None, []):
-        cluster(f)
     lines.extend(node(i) for i in range(len(view.items)) if i not in deepest)
     lines.extend(f"i{view.edges[e][0]} -> i{view.edges[e][1]};" for e in routed)
     lines.append("}")
@@ -412,29 +501,29 @@ class LayoutCache:
     def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self._lock = threading.Lock()
-        self._placed: OrderedDict[tuple[frozenset[str], str | None], Placed] = OrderedDict()
+        self._placed: OrderedDict[tuple[Hashable, str | None], Placed] = OrderedDict()
 
-    def get(self, expanded: frozenset[str], engine: str | None = None) -> Placed | None:
-        """The layout kept for this expanded set, if any."""
+    def get(self, key: Hashable, engine: str | None = None) -> Placed | None:
+        """The layout kept for this view's key (its expanded set and mode), if any."""
         with self._lock:
-            found = self._placed.get((expanded, engine))
+            found = self._placed.get((key, engine))
             if found is not None:
-                self._placed.move_to_end((expanded, engine))
+                self._placed.move_to_end((key, engine))
             return found
 
-    def put(self, expanded: frozenset[str], engine: str | None, placed: Placed) -> None:
+    def put(self, key: Hashable, engine: str | None, placed: Placed) -> None:
         """Keep a layout (the oldest goes past `keep`)."""
         with self._lock:
-            self._placed[(expanded, engine)] = placed
-            self._placed.move_to_end((expanded, engine))
+            self._placed[(key, engine)] = placed
+            self._placed.move_to_end((key, engine))
             while len(self._placed) > self.keep:
                 self._placed.popitem(last=False)
 
     def layout(self, view: View, engine: str | None = None, token: CancelToken | None = None,
                run: Callable[[View, str | None, CancelToken | None], Placed] = layout) -> Placed:
         """The cached layout of `view`, or a new one (kept)."""
-        found = self.get(view.expanded, engine)
+        found = self.get(view.key, engine)
         if found is None:
             found = run(view, engine, token)
-            self.put(view.expanded, engine, found)
+            self.put(view.key, engine, found)
         return found

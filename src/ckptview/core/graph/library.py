@@ -40,9 +40,10 @@ class Traced:
     model_keys: list[str] = field(default_factory=list)
     aliases: list[list[str]] = field(default_factory=list)
     tracer: str = "torch.export"
+    key_map: dict[str, str] = field(default_factory=dict)  # checkpoint key -> model key the library converts it to
 
     def to_json(self) -> dict[str, Any]:
-        """The form the worker sends and the cache keeps."""
+        """The form the worker sends and the cache keeps (its key map apart: it depends on the checkpoint)."""
         return {"graph": self.graph.to_json(), "model_keys": list(self.model_keys),
                 "aliases": [list(g) for g in self.aliases], "tracer": self.tracer}
 
@@ -61,7 +62,16 @@ class Traced:
             raise GraphDataError("traced graph: aliases is not a list of groups of names")
         if not isinstance(tracer, str):
             raise GraphDataError("traced graph: tracer is not a name")
-        return cls(ModelGraph.from_json(data.get("graph"), "traced graph"), keys, aliases, tracer[:40])
+        return cls(ModelGraph.from_json(data.get("graph"), "traced graph"), keys, aliases, tracer[:40],
+                   key_map_from_json(data.get("key_map", {})))
+
+
+def key_map_from_json(data: Any) -> dict[str, str]:
+    """A key map the worker sent or the cache kept; GraphDataError when it is not one."""
+    if not isinstance(data, Mapping) or len(data) > _MAX_KEYS or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise GraphDataError("traced graph: key_map is not an object of names")
+    return dict(data)
 
 
 def float_dtype(checkpoint: Checkpoint) -> str | None:
@@ -90,15 +100,25 @@ def _version(package: str) -> str:
 
 
 def request_key(request: dict[str, Any]) -> str:
-    """The cache key of a trace request: what it traces, the library's and torch's versions."""
+    """The cache key of a trace request: what it traces, the library's and torch's versions (never the
+    checkpoint's key names: any checkpoint of the architecture finds the trace)."""
     library = str(request["architecture"]["library"])
-    return trace_key({"request": request, "library": _version(library), "torch": _version("torch")})
+    traced = {k: v for k, v in request.items() if k != "keys"}
+    return trace_key({"request": traced, "library": _version(library), "torch": _version("torch")})
+
+
+def map_key(request: dict[str, Any], keys: list[str]) -> str:
+    """The cache key of the key map of `keys` for the architecture of `request`."""
+    return trace_key({"keys of": request_key(request), "keys": keys})
 
 
 def traced_architecture(request: dict[str, Any], token: CancelToken | None = None, cache: GraphCache | None = None,
                         timeout: float = TIMEOUT) -> Generator[Progress, None, Traced]:
     """The traced graph of a request: from the cache, else from a worker (then kept in the cache). `cache`:
-    the caller's (the window keeps one); without, the user's cache file is opened for this call only."""
+    the caller's (the window keeps one); without, the user's cache file is opened for this call only.
+
+    A request naming the checkpoint's `keys` gets their key map too (which the library's loading converts):
+    from the cache, else from the worker that traces, else from a worker that only builds the model."""
     if cache is None:
         own = GraphCache()
         try:
@@ -106,31 +126,72 @@ def traced_architecture(request: dict[str, Any], token: CancelToken | None = Non
         finally:
             own.close()
     key = request_key(request)
+    keys = list(request.get("keys") or [])
+    traced: Traced | None = _kept(cache, key, Traced.from_json)
+    if traced is None:
+        yield Progress(0, 0, "starting the worker to trace the architecture")
+        fresh: Traced = _checked(Traced.from_json, (yield from _execute(request, timeout, token)))
+        traced = fresh
+        cache.put(key, traced.to_json())
+        if keys:
+            cache.put(map_key(request, keys), traced.key_map)
+        return traced
+    if keys and request["architecture"].get("library") == "transformers" and _unmatched(keys, traced):
+        kept = _kept(cache, map_key(request, keys), key_map_from_json)
+        if kept is None:
+            yield Progress(0, 0, "starting the worker to read how the library converts the checkpoint's keys")
+            answer = yield from _execute({**request, "op": "keys"}, timeout, token)
+            kept = _checked(lambda data: key_map_from_json(data.get("key_map", {})), answer)
+            cache.put(map_key(request, keys), kept)
+        traced.key_map = kept
+    return traced
+
+
+def _kept(cache: GraphCache, key: str, read: Any) -> Any:
     kept = cache.get(key)
-    if kept is not None:
-        try:
-            return Traced.from_json(kept)
-        except GraphDataError:
-            cache.drop(key)
-    yield Progress(0, 0, "starting the worker to trace the architecture")
+    if kept is None:
+        return None
     try:
-        payload = yield from execute(request, timeout, token)
+        return read(kept)
+    except (GraphDataError, AttributeError):
+        cache.drop(key)
+        return None
+
+
+def _execute(request: dict[str, Any], timeout: float, token: CancelToken | None) -> Generator[Progress, None, Any]:
+    try:
+        return (yield from execute(request, timeout, token))
     except RunError as exc:
         if exc.kind == "cancelled":
             raise Cancelled(str(exc)) from None
         raise
+
+
+def _checked(read: Any, payload: Any) -> Any:
     try:
-        traced = Traced.from_json(payload)
-    except GraphDataError as exc:
+        return read(payload)
+    except (GraphDataError, AttributeError) as exc:
         raise RunError(f"the worker sent a malformed graph: {exc}", kind="protocol") from None
-    cache.put(key, traced.to_json())
-    return traced
+
+
+def _unmatched(keys: list[str], traced: Traced) -> bool:
+    """Whether the model reads a tensor the checkpoint's keys do not name, even with wrapper prefixes peeled and
+    tied weights found (a checkpoint in the Hub's layout; an extra key of the checkpoint needs no conversion)."""
+    mapping, _ = strip_prefixes(keys, traced.model_keys)
+    model_set = set(traced.model_keys)
+    covered = set(mapping.values()) & model_set
+    for group in traced.aliases:
+        if covered.intersection(group):
+            covered.update(group)
+    return bool(model_set - covered)
 
 
 def library_graph(checkpoint: Checkpoint, arch: Architecture, token: CancelToken | None = None,
                   cache: GraphCache | None = None) -> Generator[Progress, None, ModelGraph]:
     """The graph of `arch` placed on an opened checkpoint's keys (a worker traces it unless it is cached)."""
-    traced = yield from traced_architecture(trace_request(arch, float_dtype(checkpoint)), token, cache)
+    _, entries = state_dict_entries(checkpoint)
+    request = {**trace_request(arch, float_dtype(checkpoint)), "keys": list(entries)}
+    traced = yield from traced_architecture(request, token, cache)
     return place(traced, checkpoint, f"{arch.library}:{arch.cls}")
 
 
@@ -139,10 +200,14 @@ def place(traced: Traced, checkpoint: Checkpoint, source: str) -> ModelGraph:
     _, entries = state_dict_entries(checkpoint)
     model_set = set(traced.model_keys)
     mapping, stripped = strip_prefixes(entries, traced.model_keys)
-    by_model: dict[str, str] = {}
+    by_model: dict[str, list[str]] = {}  # model key -> the checkpoint's names for it (experts merged: several)
+    converted = 0
     for ckpt_key, model_key in mapping.items():
+        if model_key not in model_set and ckpt_key in traced.key_map:  # the library's own conversion
+            model_key = traced.key_map[ckpt_key]
+            converted += 1
         if model_key in model_set:
-            by_model.setdefault(model_key, entries[ckpt_key].name)
+            by_model.setdefault(model_key, []).append(entries[ckpt_key].name)
     twins = {name: group for group in traced.aliases for name in group}
     missing: set[str] = set()
     nodes = []
@@ -152,18 +217,21 @@ def place(traced: Traced, checkpoint: Checkpoint, source: str) -> ModelGraph:
         for key in node.params:
             hit = next((by_model[k] for k in _preferred(twins.get(key, [key]), key, module) if k in by_model), None)
             if hit is not None:
-                params.append(hit)
+                params.extend(hit)
             elif key in model_set:
                 missing.add(key)
         nodes.append(GraphNode(node.id, node.op, module, node.inputs, tuple(dict.fromkeys(params)), node.shape,
                                node.dtype))
-    graph = ModelGraph(source, nodes)
+    graph = ModelGraph(source, nodes, classes={clean_path(k): v for k, v in traced.graph.classes.items()})
     graph.unread = unread_keys(graph, (e.name for e in entries.values()))
     if traced.tracer != "torch.export":
         graph.notes.append(f"traced by {traced.tracer} (torch.export could not trace it): nodes are module and "
                            "function calls, without shapes")
     if stripped:
         graph.notes.append(f"the checkpoint's keys carry the prefix {''.join(stripped)!r}, which the model's do not")
+    if converted:
+        graph.notes.append(f"{converted} of the checkpoint's keys are in the Hub's layout, placed as the library's "
+                           "loading converts them")
     if missing:
         shown = ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
         graph.notes.append(f"{len(missing)} tensors the model reads are not in the checkpoint: {shown}")

@@ -8,6 +8,7 @@ invented, and a note says why there is none.
 
 from __future__ import annotations
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.limits import MAX_GRAPH_NODES, GraphRefused
 from ckptview.core.graph.model import MODULE_OP, GraphNode, ModelGraph
@@ -17,11 +18,13 @@ SOURCE = "module-tree"
 TOP = "(top)"  # the id of the node holding keys that sit at the top of the state dict
 
 
-def module_tree_graph(checkpoint: Checkpoint, why: str) -> ModelGraph:
+def module_tree_graph(checkpoint: Checkpoint, why: str, budget: Budget | None = None) -> ModelGraph:
     """The module tree of an opened checkpoint's model weights, with `why` (one line) as its first note."""
+    budget = budget or Budget.for_stored(checkpoint.file_size, "the module tree")
     _, entries = state_dict_entries(checkpoint)
     modules: dict[str, list[str]] = {}
     for key, entry in entries.items():
+        budget.charge(1 + len(key) // 64, "keys read")
         modules.setdefault(key.rpartition(".")[0], []).append(entry.name)
     if len(modules) > MAX_GRAPH_NODES:
         raise GraphRefused(f"the checkpoint's keys name {len(modules):,} modules, more than the "

@@ -20,6 +20,28 @@ if TYPE_CHECKING:
     from ckptview.core.series.model import TensorSeries
 
 
+# A colour-blind-safe sequential map (viridis' stops), readable with dark text on its upper half and light
+# text on its lower half: the window, DOT and Model Explorer's gradient all colour by it.
+COLOUR_STOPS = [(0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
+                (1.0, (253, 231, 37))]
+
+
+def colour_rgb(t: float) -> tuple[int, int, int]:
+    """The colour map at `t` in [0, 1], as red, green, blue of 0-255."""
+    t = min(1.0, max(0.0, t))
+    for (t0, c0), (t1, c1) in zip(COLOUR_STOPS, COLOUR_STOPS[1:], strict=False):
+        if t <= t1:
+            f = 0.0 if t1 == t0 else (t - t0) / (t1 - t0)
+            r, g, b = (round(a + (z - a) * f) for a, z in zip(c0, c1, strict=True))
+            return r, g, b
+    return COLOUR_STOPS[-1][1]
+
+
+def colour_hex(t: float) -> str:
+    """The colour map at `t` as `#rrggbb`."""
+    return "#{:02x}{:02x}{:02x}".format(*colour_rgb(t))
+
+
 def format_number(value: float) -> str:
     """A figure as the graph shows it: 5 significant digits (`12.346`, `0.00012346`, `1.2346e+07`)."""
     if not math.isfinite(value):

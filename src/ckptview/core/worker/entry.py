@@ -29,7 +29,7 @@ from ckptview.core.worker.forward import (
     reset_peak,
     time_runs,
 )
-from ckptview.core.worker.graph import graph_job
+from ckptview.core.worker.graph import graph_job, keys_job
 from ckptview.core.worker.library import next_tokens
 from ckptview.core.worker.lightning import load_lightning_model
 from ckptview.core.worker.loading import (
@@ -133,6 +133,8 @@ def handle(job: Job) -> dict[str, Any]:
         return run_job(job).to_json()
     if op == "graph":  # a library's architecture traced on meta: no file is named, none is read
         return graph_job(job)
+    if op == "keys":  # which checkpoint key names the library's loading converts: names only, no file
+        return keys_job(job)
     raise WorkerError(f"unknown request '{op}'", kind="protocol")
 
 

@@ -24,6 +24,7 @@ from ckptview.core.worker.build_guard import guarded_build
 from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inputs
 from ckptview.core.worker.forward import keyword_names
 from ckptview.core.worker.library import build, tie
+from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
 
 
 def graph_job(job: Job) -> dict[str, Any]:
@@ -31,6 +32,8 @@ def graph_job(job: Job) -> dict[str, Any]:
     import torch
 
     req = job.request
+    if req.get("model"):
+        return code_graph_job(job)
     arch = req.get("architecture")
     if not isinstance(arch, dict):
         raise WorkerError("the graph request names no architecture", kind="protocol")
@@ -47,16 +50,95 @@ def graph_job(job: Job) -> dict[str, Any]:
     job.enter("tracing")
     what = f"{arch.get('library')} {arch.get('class')}"
     with guarded_build() as guard:  # the forward pass traced opens, fetches and starts nothing either
-        nodes, tracer = _trace(model, inputs, by_name, what, guard)
+        nodes, tracer, classes = _trace(model, inputs, by_name, what, guard)
     guard.check(what)
-    return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes},
+    return {"graph": {"source": f"{arch.get('library')}:{arch.get('class')}", "nodes": nodes, "classes": classes},
+            "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
+            "torch_version": torch.__version__, "key_map": converted_keys(model, _names(req.get("keys")))}
+
+
+class _Unguarded:
+    """The user's own code is guarded as a run guards it: not at all (it is theirs, named by them)."""
+
+    def message(self, what: str) -> None:
+        return None
+
+
+def code_graph_job(job: Job) -> dict[str, Any]:
+    """The user's model code (`graph --model`): imported as `run --model` imports it, built on meta where it
+    allows (else on the CPU), traced with inputs of the request's shapes on the same device."""
+    import torch
+
+    req = job.request
+    spec = str(req["model"])
+    allow_caller_imports(req)
+    job.enter("model code")
+    device = "meta"
+    try:
+        with torch.device("meta"):
+            model = build_user_model(spec, req.get("model_kwargs") or {}, req.get("cwd"))
+    except WorkerError:
+        raise
+    except Exception:  # noqa: BLE001 - code that cannot be built on meta is built as a run builds it
+        device = "cpu"
+        model = build_user_model(spec, req.get("model_kwargs") or {}, req.get("cwd"))
+    specs = [InputSpec.from_json(s) for s in req.get("inputs") or []]
+    if not specs:
+        raise WorkerError(f"no inputs for {spec}: the checkpoint's first layer says nothing of them; give their "
+                          "shapes", kind="input")
+    inputs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs]
+    job.enter("tracing")
+    nodes, tracer, classes = _trace(model, inputs, None, spec, _Unguarded())
+    return {"graph": {"source": f"model-code:{spec}", "nodes": nodes, "classes": classes},
             "model_keys": list(model.state_dict()), "aliases": alias_groups(model), "tracer": tracer,
             "torch_version": torch.__version__}
 
 
+def keys_job(job: Job) -> dict[str, Any]:
+    """The `keys` request: the architecture built on meta (not traced), and which of the request's checkpoint
+    key names its library's loading renames or merges into which of the model's keys."""
+    req = job.request
+    arch = req.get("architecture")
+    if not isinstance(arch, dict):
+        raise WorkerError("the keys request names no architecture", kind="protocol")
+    job.enter("building the model")
+    model = build(arch, "meta", req.get("dtype"))
+    return {"key_map": converted_keys(model, _names(req.get("keys")))}
+
+
+def _names(value: Any) -> list[str]:
+    return [k for k in value if isinstance(k, str)] if isinstance(value, list) else []
+
+
+def converted_keys(model: Any, keys: list[str]) -> dict[str, str]:
+    """{checkpoint key: the model's key} for the keys transformers' loading renames or merges (the Hub layouts
+    transformers 5 converts as it loads: GPT-NeoX, Mixtral's experts, ViT, Swin), by its own rules and in its
+    own order (`convert_and_load_state_dict_in_model`): what `run` gets from `from_pretrained`."""
+    if not keys or not hasattr(model, "base_model_prefix"):
+        return {}
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:  # a transformers before 5 renames nothing
+        return {}
+    mapping = get_model_conversion_mapping(model)
+    renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
+    converters = [m for m in mapping if isinstance(m, WeightConverter)]
+    meta = model.state_dict()
+    prefix = model.base_model_prefix
+    out: dict[str, str] = {}
+    for key in keys:
+        renamed, _ = rename_source_key(key, renamings, converters, prefix, meta)
+        if renamed not in meta and key in meta:
+            renamed, _ = rename_source_key(key, [], [], base_model_prefix=prefix, meta_state_dict=meta)
+        if renamed != key and renamed in meta:
+            out[key] = renamed
+    return out
+
+
 def _trace(model: Any, inputs: list[Any], by_name: list[str] | None, what: str,
-           guard: Any) -> tuple[list[dict[str, Any]], str]:
-    """(nodes, tracer): torch.export with every input, then the first alone, then torch.fx."""
+           guard: Any) -> tuple[list[dict[str, Any]], str, dict[str, str]]:
+    """(nodes, tracer, classes): torch.export with every input, then the first alone, then torch.fx."""
     import torch
 
     errors: list[str] = []
@@ -64,13 +146,13 @@ def _trace(model: Any, inputs: list[Any], by_name: list[str] | None, what: str,
         try:
             with torch.no_grad():
                 program = torch.export.export(model, *attempt, strict=False)
-            return exported_nodes(program), "torch.export"
+            return exported_nodes(program), "torch.export", module_classes(model, program)
         except Exception as exc:  # noqa: BLE001 - a model export cannot trace: try with less, then fx
             if (refused := guard.message(what)) is not None:
                 raise WorkerError(refused, kind="refused") from None
             errors.append(f"torch.export: {type(exc).__name__}: {one_line(exc)}")
     try:
-        return fx_nodes(model, by_name, inputs), "torch.fx"
+        return fx_nodes(model, by_name, inputs), "torch.fx", module_classes(model, None)
     except Exception as exc:  # noqa: BLE001 - neither traces it: one line saying why
         if (refused := guard.message(what)) is not None:
             raise WorkerError(refused, kind="refused") from None
@@ -93,6 +175,19 @@ def _attempts(inputs: list[Any], by_name: list[str] | None) -> list[tuple[tuple[
         return [full]
     first = ((), {by_name[0]: inputs[0]}) if by_name else ((inputs[0],), {})
     return [full, first]
+
+
+def module_classes(model: Any, program: Any) -> dict[str, str]:
+    """{module path: its class's name}: the model's own modules, and the paths the program's nodes name
+    (`nn_module_stack`, whose spelling the parent cleans as it cleans the nodes' modules)."""
+    classes = {name: type(module).__name__ for name, module in model.named_modules() if name}
+    for node in program.graph.nodes if program is not None else ():
+        for entry in (node.meta.get("nn_module_stack") or {}).values():
+            path, kind = entry[0], entry[1]
+            if isinstance(path, str) and path and path not in classes:
+                name = kind if isinstance(kind, str) else getattr(kind, "__qualname__", "")
+                classes[path] = str(name).rpartition(".")[2]
+    return classes
 
 
 def alias_groups(model: Any) -> list[list[str]]:

@@ -680,9 +680,9 @@ class CompareTab(QWidget):
             self.select_row(int(points[0].data()))
 
     # --- the graph ---------------------------------------------------------------------------------
-    def _graph_source(self) -> tuple[Checkpoint, Analysis] | None:
+    def _graph_source(self) -> tuple[Checkpoint, Analysis, Checkpoint] | None:
         leases = self._res.leases
-        return (leases[0].checkpoint, leases[0].analysis) if leases else None
+        return (leases[0].checkpoint, leases[0].analysis, leases[1].checkpoint) if len(leases) == 2 else None
 
     def show_graph(self, on: bool = True) -> CompareGraph:
         """Show A's graph in place of the plots (on), or the plots again; returns the graph's host."""

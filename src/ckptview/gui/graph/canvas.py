@@ -1,7 +1,9 @@
-"""The graph's view: pan by dragging, zoom with the wheel (or +/-), level of detail by zoom, clicks and hover.
+"""The graph's view: pan by dragging, zoom with the wheel (or +/-), level of detail by zoom, clicks, hover and
+the keyboard (arrows between boxes, Enter to open, Backspace to close: `navigated`).
 
 Per frame nothing in Python depends on the graph's size: Qt paints the items the BSP index finds in the
-exposed area, and a zoom changes at most which of three layers are shown (`GraphScene.set_detail`).
+exposed area, and a zoom changes at most which layers are shown (`GraphScene.set_detail`). Text is shown
+from the zoom where it is `MIN_TEXT_PX` high on screen and hidden below it: never drawn smaller.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QMouseEvent, QPainter, QResizeEvent, QWheelEvent
 from PySide6.QtWidgets import QFrame, QGraphicsView, QToolTip, QWidget
 
-from ckptview.gui.graph.scene import GraphScene
+from ckptview.gui.graph.scene import EDGE_LABEL_PX, LABEL_PX, MIN_TEXT_PX, GraphScene
 
-LABELS_FROM = 0.45  # scale from which labels are drawn (below, 11 px text is under 5 px: unreadable)
+LABELS_FROM = MIN_TEXT_PX / LABEL_PX  # scale from which box labels are drawn (their text at least 8 px high)
+EDGE_LABELS_FROM = MIN_TEXT_PX / EDGE_LABEL_PX  # and edges' shapes (smaller text: from a closer zoom)
 BOXES_FROM = 0.04  # scale from which boxes and edges are drawn; below, the picture of the whole drawing
+KEYS = {Qt.Key.Key_Up: "up", Qt.Key.Key_Down: "down", Qt.Key.Key_Left: "left", Qt.Key.Key_Right: "right",
+        Qt.Key.Key_Return: "open", Qt.Key.Key_Enter: "open", Qt.Key.Key_Backspace: "close"}
 MIN_SCALE, MAX_SCALE = 0.0005, 4.0
 
 
@@ -24,6 +29,8 @@ class GraphCanvas(QGraphicsView):
     clicked = Signal(int, bool)
     frame_clicked = Signal(str)
     background_clicked = Signal()
+    navigated = Signal(str)  # "up" | "down" | "left" | "right" | "open" | "close"
+    moved = Signal()  # the part of the drawing shown changed (a pan, a zoom, a resize)
 
     def __init__(self, scene: GraphScene, parent: QWidget | None = None) -> None:
         super().__init__(scene, parent)
@@ -39,6 +46,7 @@ class GraphCanvas(QGraphicsView):
         self.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
         self.tooltip_text = lambda index: ""  # set by the page: the hover text of box `index`
         self.level = -1
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
 
     @property
     def scale_factor(self) -> float:
@@ -87,30 +95,33 @@ class GraphCanvas(QGraphicsView):
     def centre_on(self, rect: QRectF) -> None:
         """Bring `rect` to the middle, zoomed in enough to read it."""
         if self.scale_factor < LABELS_FROM:
-            self.set_zoom(0.8)
+            self.set_zoom(1.0)
         self.centerOn(rect.center())
         self._update_detail()
 
     def _update_detail(self) -> None:
         scale = self.scale_factor
-        level = 2 if scale >= LABELS_FROM else (1 if scale >= BOXES_FROM else 0)
+        level = 3 if scale >= EDGE_LABELS_FROM else 2 if scale >= LABELS_FROM else 1 if scale >= BOXES_FROM else 0
         if level != self.level:
             self.level = level
             self.graph_scene.set_detail(level)
-        if level == 2:
+        if level >= 2:
             self.graph_scene.ensure_labels(self.mapToScene(self.viewport().rect()).boundingRect())
+        self.moved.emit()
 
     def scrollContentsBy(self, dx: int, dy: int) -> None:  # noqa: N802 (Qt's name)
         """A pan brings the labels of what comes into view (built once, for the bands it touches)."""
         super().scrollContentsBy(dx, dy)
-        if self.level == 2:
+        if self.level >= 2:
             self.graph_scene.ensure_labels(self.mapToScene(self.viewport().rect()).boundingRect())
+        self.moved.emit()
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         """More room shows more labels."""
         super().resizeEvent(event)
-        if self.level == 2:
+        if self.level >= 2:
             self.graph_scene.ensure_labels(self.mapToScene(self.viewport().rect()).boundingRect())
+        self.moved.emit()
 
     def refresh_detail(self) -> None:
         """Apply the level of detail to a new drawing."""
@@ -126,9 +137,12 @@ class GraphCanvas(QGraphicsView):
         event.accept()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
-        """+ and - zoom; 0 fits the drawing."""
+        """+ and - zoom; 0 fits the drawing; arrows, Enter and Backspace move between boxes (`navigated`)."""
         key = event.key()
-        if key in (Qt.Key.Key_Plus, Qt.Key.Key_Equal):
+        if key in KEYS and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+            self.navigated.emit(KEYS[Qt.Key(key)])
+            event.accept()
+        elif key in (Qt.Key.Key_Plus, Qt.Key.Key_Equal):
             self.zoom(1.25)
         elif key == Qt.Key.Key_Minus:
             self.zoom(0.8)

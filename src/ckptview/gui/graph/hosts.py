@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.graph import GraphCache
-from ckptview.core.graph.adapter import held_graph_job
+from ckptview.core.graph.adapter import compared_graph_job, held_graph_job
+from ckptview.core.graph.compare import GraphComparison
 from ckptview.core.graph.overlay import ABS_MAX, CHANGE, NONFINITE, NORM, UPDATE, pair_figures, step_figures
 from ckptview.core.session.workspace import Holdings
 from ckptview.core.text import printable
@@ -81,22 +82,27 @@ class _Host(QWidget):
 
 
 class CompareGraph(_Host):
-    """The graph of a comparison's checkpoint A, coloured by each box's relative change ||B - A|| / ||A||."""
+    """The two checkpoints' graphs merged (A's nodes, then those only B has), coloured by each box's relative
+    change ||B - A|| / ||A||, with the nodes added, removed and changed in shape outlined."""
 
-    def __init__(self, source: Callable[[], tuple[Checkpoint, Analysis] | None],
+    def __init__(self, source: Callable[[], tuple[Checkpoint, Analysis, Checkpoint] | None],
                  result: Callable[[], DiffResult | None], parent: QWidget | None = None,
                  graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent, graph_cache)
         self.source, self.result = source, result
         self.finished = False
-        self.waiting.setText("The graph of A is drawn once both files are open.")
+        self.found: dict[str, GraphComparison] = {}  # the merged graph's comparison, once read
+        self.waiting.setText("The graphs are drawn once both files are open.")
 
     def _make(self) -> GraphPage | None:
         found = self.source()
         if found is None:
             return None
-        checkpoint, analysis = found
-        return GraphPage(checkpoint, analysis, graph_cache=self.graph_cache)
+        checkpoint, analysis, other = found
+        page = GraphPage(checkpoint, analysis, compared_graph_job(other, self.found, self.graph_cache),
+                         graph_cache=self.graph_cache)
+        page.graph_ready.connect(lambda: page.set_comparison(self.found.get("comparison")))
+        return page
 
     def set_finished(self, finished: bool) -> None:
         """The comparison is done (its relative changes are final) or started again."""

@@ -1,30 +1,27 @@
-"""The Graph view of a checkpoint: the model's graph nested by module, searched, coloured by its weights.
+"""The Graph view of a checkpoint: the model's blocks as a diagram, every op one click away, searched, coloured.
 
-The graph is read (the core's `graph_job`, with its progress; Cancel stops it and the tracing worker with
-it), nested (`Hierarchy`) and laid out (`core.graph.layout`) in workers (`core.graph.adapter`'s jobs), one
-job at a time per kind (a new layout cancels the one running; Cancel stops it); layouts are kept per
-expanded set. Selecting a box selects the tensors it reads in the tree (`keys_selected`); a tensor
-selected in the tree shows the node that reads it (`show_keys`), expanding its module. Nothing here reads
-tensor bytes on the GUI thread: overlay figures come from the checkpoint's `Analysis` in a worker, for the
-boxes shown only.
+What is shown and why lives in a Qt-free `ViewState` (`core/graph/view_state.py`): the status, the mode (the
+architecture view, or every op), the modules open and pinned, the selection (kept when it is asked for before
+the graph is read), the search. This widget renders it: the graph is read, nested and folded
+(`core.graph.adapter.hierarchy_job`) and laid out in workers, one job at a time per kind (a new layout cancels
+the one running; Cancel stops it); layouts are kept per view. Selecting a box selects the tensors it reads in
+the tree (`keys_selected`); a tensor selected in the tree shows the node that reads it (`show_keys`), opening
+its module. Nothing here reads tensor bytes on the GUI thread: overlay figures come from the checkpoint's
+`Analysis` in a worker, for the boxes shown only; Model Explorer's node data is read and written in a worker.
 """
 
 from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QEvent, QObject, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QKeySequence, QPainter, QPaintEvent, QPalette, QShortcut
+from PySide6.QtCore import QEvent, QRectF, Qt, Signal
+from PySide6.QtGui import QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
-    QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QListWidget,
-    QMenu,
     QPushButton,
-    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -37,83 +34,37 @@ from ckptview.core.graph.adapter import (
     Coloured,
     GraphJob,
     Laid,
+    code_graph_job,
     colour_job,
     describe_source,
     hierarchy_job,
     layout_job,
+    read_node_data_job,
+    save_node_data_job,
 )
-from ckptview.core.graph.collapse import GROUP, Hierarchy, View, short_op
+from ckptview.core.graph.collapse import ALL_OPS, ARCHITECTURE, GROUP, Hierarchy, View
+from ckptview.core.graph.compare import GraphComparison
+from ckptview.core.graph.dot import INFERRED
 from ckptview.core.graph.layout import INSTALL_HINT, LayoutCache, NoLayoutEngine, engines
-from ckptview.core.graph.overlay import CHECKPOINT_FIGURES, NONFINITE, Figure, KeyFigures, Scale, describe
+from ckptview.core.graph.model_explorer import NodeData, box_values
+from ckptview.core.graph.overlay import NONFINITE, Figure, KeyFigures, scale_of
+from ckptview.core.graph.view_state import Reveal, ViewState, around, describe_box, step
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.graph.canvas import GraphCanvas
+from ckptview.gui.graph.code_dialog import choose_model_code
 from ckptview.gui.graph.export import save_png, save_svg
-from ckptview.gui.graph.scene import NAN_COLOR, GraphScene, colour_at
+from ckptview.gui.graph.legend import Legend
+from ckptview.gui.graph.minimap import Minimap
+from ckptview.gui.graph.scene import GraphScene
+from ckptview.gui.graph.toolbar import GraphToolbar
+
+IMPORTED = "imported"  # the figure name of values read from Model Explorer node data
 
 
-class Legend(QWidget):
-    """The colour bar: the figure's name, its range, and the NaN/Inf swatch."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("graphLegend")
-        self.figure: Figure | None = None
-        self.scale: Scale | None = None
-        self.done = False  # the figures arrived (a scale of None then: no box has the figure)
-        self.setMinimumHeight(self.fontMetrics().height() + 8)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-
-    def show_scale(self, figure: Figure | None, scale: Scale | None, done: bool = False) -> None:
-        """Show `figure` over `scale` (figure None: hidden; `done`: the figures arrived)."""
-        self.figure, self.scale, self.done = figure, scale, done
-        self.setVisible(figure is not None)
-        self.update()
-
-    def text(self) -> str:
-        """What the legend says, as text (tests, screen readers)."""
-        if self.figure is None:
-            return ""
-        if self.scale is None:
-            return f"{self.figure.title}: {'no box has one here' if self.done else 'no values yet'}"
-        low, high = self.scale.ticks()
-        return f"{self.figure.title}{' (log)' if self.scale.log else ''}: {low} – {high}; NaN/Inf"
-
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt's name)
-        """Name, low end, the bar, high end, then the NaN/Inf swatch."""
-        if self.figure is None:
-            return
-        painter = QPainter(self)
-        metrics = self.fontMetrics()
-        height = self.height()
-        text_colour = self.palette().color(QPalette.ColorRole.WindowText)
-        painter.setPen(text_colour)
-        x = 4
-        if self.scale is None:
-            painter.drawText(x, 0, self.width(), height, Qt.AlignmentFlag.AlignVCenter, self.text())
-            return
-        low, high = self.scale.ticks()
-        name = self.figure.title + (" (log)" if self.scale.log else "")
-        for part in (name, low):
-            painter.drawText(x, 0, metrics.horizontalAdvance(part) + 2, height, Qt.AlignmentFlag.AlignVCenter, part)
-            x += metrics.horizontalAdvance(part) + 8
-        bar = max(60, min(240, self.width() - x - metrics.horizontalAdvance(high + " NaN/Inf") - 40))
-        for k in range(bar):
-            painter.setPen(colour_at(k / max(1, bar - 1)))
-            painter.drawLine(x + k, 5, x + k, height - 5)
-        x += bar + 6
-        painter.setPen(text_colour)
-        painter.drawText(x, 0, metrics.horizontalAdvance(high) + 2, height, Qt.AlignmentFlag.AlignVCenter, high)
-        x += metrics.horizontalAdvance(high) + 14
-        painter.fillRect(x, 5, 14, height - 10, QColor(NAN_COLOR))
-        painter.drawText(x + 18, 0, 80, height, Qt.AlignmentFlag.AlignVCenter, "NaN/Inf")
-
-
-def _button(text: str) -> QToolButton:
-    button = QToolButton()
-    button.setText(text)
-    return button
+def _capitalised(step_: Progress) -> str:
+    return printable(step_.message[:1].upper() + step_.message[1:]) + "…" if step_.message else ""
 
 
 class GraphPage(QWidget):
@@ -121,12 +72,15 @@ class GraphPage(QWidget):
 
     `checkpoint` and `analysis` give the figures of its weights (None: a host gives every figure, as a run
     does for a step, with `set_given_figures`); `job` replaces the core's `graph_job` (a host that opens
-    the checkpoint in the worker first); `name` is what an export is called after."""
+    the checkpoint in the worker first, a comparison that merges two graphs); `name` is what an export is
+    called after."""
 
     keys_selected = Signal(list)
     graph_ready = Signal()
     layout_ready = Signal()
     overlay_ready = Signal()
+    legend: Legend
+    canvas: GraphCanvas
 
     def __init__(self, checkpoint: Checkpoint | None, analysis: Analysis | None, job: GraphJob | None = None,
                  parent: QWidget | None = None, name: str = "", graph_cache: GraphCache | None = None) -> None:
@@ -137,71 +91,61 @@ class GraphPage(QWidget):
         self._graph_cache = graph_cache  # where the core keeps traced graphs: the window's (None: the user's file)
         self.name = name or (os.path.basename(checkpoint.path.rstrip("/" + os.sep)) if checkpoint is not None
                              else "graph")
-        self.hierarchy: Hierarchy | None = None
+        self.state = ViewState()
         self.view: View | None = None
-        self.expanded: frozenset[str] = frozenset({""})
         self.cache = LayoutCache()
-        self.selected: list[str] = []  # item keys ("n:<id>", "g:<path>") of the selected boxes
-        self.matches: list[int] = []  # graph node indices matching the search, in graph order
-        self.match_at = -1
         self.figure: Figure | None = None
         self.coloured: Coloured | None = None
+        self.comparison: GraphComparison | None = None
         self._known: dict[str, KeyFigures] = {}  # figures of this checkpoint's tensors, by key
         self._given: dict[str, dict[str, KeyFigures]] = {}  # figures a host gave, by figure then key
+        self._imported: NodeData | None = None  # values read from Model Explorer node data
         self._focus: str | None = None  # item key to centre after the next layout
         self._laid: Laid | None = None  # the drawing shown
         self._from_tree = False
         self.graph_slot, self.layout_slot, self.overlay_slot = JobSlot(self), JobSlot(self), JobSlot(self)
-        self.graph_slot.yielded.connect(self._on_graph_progress)
+        self.file_slot = JobSlot(self)  # Model Explorer node data, read or written
+        self.graph_slot.yielded.connect(self._on_progress)
         self.graph_slot.returned.connect(self._on_graph)
         self.graph_slot.errored.connect(self._on_graph_error)
-        self.layout_slot.yielded.connect(lambda p: self._say(p.message.capitalize() + "…", busy=True))
+        self.layout_slot.yielded.connect(self._on_progress)
         self.layout_slot.returned.connect(self._on_laid)
-        self.layout_slot.errored.connect(self._on_layout_error)
-        self.overlay_slot.yielded.connect(self._on_overlay_progress)
+        self.layout_slot.errored.connect(lambda exc: self._say(
+            str(exc) if isinstance(exc, NoLayoutEngine) else f"layout failed: {printable(exc)}"))
+        def read_so_far(p: Progress) -> None:
+            if p.total:
+                self.legend.setToolTip(f"{p.done:,} of {p.total:,} tensors read")
+
+        self.overlay_slot.yielded.connect(read_so_far)
         self.overlay_slot.returned.connect(self._on_coloured)
         self.overlay_slot.errored.connect(lambda exc: self._say(f"overlay failed: {printable(exc)}"))
+        self.file_slot.returned.connect(self._on_node_data)
+        self.file_slot.errored.connect(lambda exc: self._say(f"Model Explorer data: {printable(exc)}"))
         self._build()
+
+    @property
+    def hierarchy(self) -> Hierarchy | None:
+        """The graph nested by module, once read."""
+        return self.state.hierarchy
 
     # -- widgets ---------------------------------------------------------------------------------------
     def _build(self) -> None:
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.setSpacing(3)
-        top = QHBoxLayout()
-        self.search = QLineEdit()
-        self.search.setObjectName("graphSearch")
-        self.search.setPlaceholderText("Find a node by name or op (Enter: next)")
-        self.search.setClearButtonEnabled(True)
-        self.search.textChanged.connect(self._on_search_text)
-        self.search.returnPressed.connect(self.next_match)
-        self.match_label = QLabel("")
-        self.overlay_box = QComboBox()
-        self.overlay_box.setObjectName("graphOverlay")
-        self.overlay_box.addItem("No colours", None)
-        if self.checkpoint is not None and self.analysis is not None:
-            for figure in CHECKPOINT_FIGURES:
-                self.overlay_box.addItem(figure.title, figure)
-        self.overlay_box.setToolTip("Colour each box by a figure of the tensors it reads")
-        self.overlay_box.currentIndexChanged.connect(lambda _i: self.set_figure(self.overlay_box.currentData()))
-        self.top_button = _button("Top level")
-        self.top_button.setToolTip("Collapse every module")
-        self.top_button.clicked.connect(self.collapse_all)
-        self.fit_button = _button("Fit")
-        self.fit_button.setToolTip("Show the whole drawing (0)")
-        self.fit_button.clicked.connect(self._fit)
-        self.export_button = _button("Export")
-        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        menu = QMenu(self.export_button)
-        menu.addAction("Save as SVG…", lambda: self._export_dialog("svg"))
-        menu.addAction("Save as PNG…", lambda: self._export_dialog("png"))
-        self.export_button.setMenu(menu)
-        top.addWidget(self.search, 1)
-        top.addWidget(self.match_label)
-        top.addWidget(self.overlay_box)
-        for button in (self.top_button, self.fit_button, self.export_button):
-            top.addWidget(button)
-        box.addLayout(top)
+        bar = self.toolbar = GraphToolbar(self.checkpoint is not None and self.analysis is not None)
+        self.search, self.match_label, self.overlay_box = bar.search, bar.match_label, bar.overlay_box
+        self.top_button, self.fit_button, self.export_button = bar.top_button, bar.fit_button, bar.export_button
+        self.ops_button, self.pin_button = bar.ops_button, bar.pin_button
+        bar.search.textChanged.connect(self._on_search_text)
+        bar.next_requested.connect(self.next_match)
+        bar.overlay_box.currentIndexChanged.connect(lambda _i: self.set_figure(self.overlay_box.currentData()))
+        bar.ops_button.toggled.connect(lambda on: self.set_mode(ALL_OPS if on else ARCHITECTURE))
+        bar.pin_button.clicked.connect(self.toggle_pin)
+        bar.top_button.clicked.connect(self.collapse_all)
+        bar.fit_button.clicked.connect(lambda: self.canvas.fit())
+        bar.export_chosen.connect(self._export_dialog)
+        box.addWidget(bar)
         self.source_label = QLabel("Reading the graph…")
         self.source_label.setObjectName("graphSource")
         self.source_label.setWordWrap(True)
@@ -209,9 +153,21 @@ class GraphPage(QWidget):
         self.retry_button.setObjectName("graphRetry")
         self.retry_button.hide()
         self.retry_button.clicked.connect(self.start)
+        self.code_button = QPushButton("Trace your model code…")
+        self.code_button.setObjectName("graphCode")
+        self.code_button.setToolTip("No library names this architecture: trace your own model class (a .py file) "
+                                    "in the worker, as a forward pass with model code runs it")
+        self.code_button.hide()
+        def trace_chosen() -> None:
+            spec = choose_model_code(self, os.getcwd())
+            if spec:
+                self.trace_code(spec)
+
+        self.code_button.clicked.connect(trace_chosen)
         source_row = QHBoxLayout()
         source_row.addWidget(self.source_label, 1)
         source_row.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignTop)
+        source_row.addWidget(self.code_button, 0, Qt.AlignmentFlag.AlignTop)
         box.addLayout(source_row)
         unread_row = QHBoxLayout()
         self.unread_button = QToolButton()
@@ -231,7 +187,9 @@ class GraphPage(QWidget):
         self.canvas = GraphCanvas(self.scene)
         self.canvas.clicked.connect(self._on_clicked)
         self.canvas.frame_clicked.connect(self.collapse)
+        self.canvas.navigated.connect(self._on_navigated)
         self.canvas.tooltip_text = self.tooltip
+        self.minimap = Minimap(self.canvas)
         box.addWidget(self.canvas, 1)
         bottom = QHBoxLayout()
         self.legend = Legend()
@@ -245,22 +203,9 @@ class GraphPage(QWidget):
         bottom.addWidget(self.status)
         bottom.addWidget(self.cancel_button)
         box.addLayout(bottom)
-        self.search.installEventFilter(self)
         shortcut = QShortcut(QKeySequence(Qt.Key.Key_F3), self)  # F3 anywhere in the view, too
         shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         shortcut.activated.connect(self.next_match)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        """In the search field: Escape clears it, F3 goes to the next match."""
-        if watched is self.search and event.type() == QEvent.Type.KeyPress:
-            key = event.key()  # type: ignore[attr-defined]
-            if key == Qt.Key.Key_Escape:
-                self.clear_search()
-                return True
-            if key == Qt.Key.Key_F3:
-                self.next_match()
-                return True
-        return super().eventFilter(watched, event)
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         """A new palette (View > Palette, the desktop's light/dark switch) redraws the graph in its colours."""
@@ -272,24 +217,26 @@ class GraphPage(QWidget):
         """Draw the graph shown again in the widget's palette, where it was, with its marks and colours."""
         self.scene.palette_ = QPalette(self.palette())
         laid = self._laid
-        if laid is None or laid.view is not self.view:
+        if laid is None or laid.view is not self.view or self.hierarchy is None:
             return
         centre, scale = self.canvas.mapToScene(self.canvas.viewport().rect().center()), self.canvas.scale_factor
-        self.scene.draw(laid.view, laid.placed)
+        self.scene.draw(laid.view, laid.placed, self.hierarchy.graph, self.hierarchy.graph.source == INFERRED)
         self.canvas.set_zoom(scale)
         self.canvas.centerOn(centre)
         self.canvas.refresh_detail()
+        self.minimap.redraw()
         self._apply_marks()
         coloured = self.coloured
         if coloured is not None and coloured.view is self.view:
             self.scene.colour(coloured.boxes, coloured.scale, coloured.figure is NONFINITE)
 
-    def _fit(self) -> None:
-        self.canvas.fit()
-
     def _say(self, text: str, busy: bool = False) -> None:
         self.status.setText(text)
         self.cancel_button.setVisible(busy)
+
+    def _on_progress(self, step_: Progress) -> None:
+        if step_.message:
+            self._say(_capitalised(step_), busy=True)
 
     # -- reading and laying out ------------------------------------------------------------------------
     def start(self) -> None:
@@ -298,193 +245,224 @@ class GraphPage(QWidget):
             if not engines():
                 self.source_label.setText(f"Drawing a graph needs a layout library: {INSTALL_HINT}")
                 return
+            self.state.loading()
             self.retry_button.hide()
             self.source_label.setText("Reading the graph…")
             self._say("Reading the graph…", busy=True)
             self.graph_slot.start(hierarchy_job, self.checkpoint, self._job, cache=self._graph_cache)
 
+    def trace_code(self, spec: str) -> None:
+        """Draw the graph of your model code `spec` (`path/file.py:Class`), traced in the worker as a run with
+        model code loads it; the checkpoint's keys are placed on it."""
+        if self.checkpoint is None or self.graph_slot.running:
+            return
+        self._job = code_graph_job(spec)
+        self.state = ViewState(pending=list(self.state.pending))
+        self.cache = LayoutCache()
+        self.unread_list.clear()
+        self.unread_button.hide()
+        self.code_button.hide()
+        self.start()
+
     def cancel(self) -> None:
         """Cancel: the graph's reading (a library's tracing worker is killed), else the layout running."""
         if self.graph_slot.running:
             self.graph_slot.cancel()
+            self.state.cancelled()
             self.source_label.setText("Reading the graph was cancelled.")
             self.retry_button.show()
             self._say("Cancelled.")
-        else:
-            self.cancel_layout()
-
-    def _on_graph_progress(self, step: Progress) -> None:
-        if step.message:
-            self._say(printable(step.message[:1].upper() + step.message[1:]) + "…", busy=True)
+        elif self.layout_slot.running:
+            self.layout_slot.cancel()
+            self._say("Layout cancelled.")
 
     def _on_graph_error(self, exc: object) -> None:
-        self.source_label.setText(f"No graph: {printable(exc)}")
+        self.state.failed(printable(exc))
+        self.source_label.setText(f"No graph: {self.state.message}")
         self._say("")
 
     def _on_graph(self, hierarchy: Hierarchy) -> None:
-        self.hierarchy = hierarchy
+        reveal = self.state.ready(hierarchy)
         graph = hierarchy.graph
         notes = graph.notes[1:] if graph.source == "module-tree" else list(graph.notes)  # the first: in the source
+        if graph.source == INFERRED:
+            notes = notes[:-1]  # the guess: in the source line
         text = f"Graph: {printable(describe_source(graph))} · {len(graph.nodes):,} nodes"
         if notes:
             text += " · " + " · ".join(printable(n) for n in notes)
         self.source_label.setText(text)
         self.source_label.setToolTip(text)
+        self.code_button.setVisible(self.checkpoint is not None and graph.source in (INFERRED, "module-tree"))
+        self.ops_button.setEnabled(hierarchy.folding is not None)
+        self.ops_button.setChecked(self.state.mode == ALL_OPS)
         if graph.unread:
             self.unread_button.setText(f"{len(graph.unread):,} keys no node reads")
             self.unread_button.show()
             self.unread_list.addItems([printable(k) for k in graph.unread])
         self.graph_ready.emit()
-        self.relayout(hierarchy.top())
+        if reveal is not None:  # a tensor selected while the graph was read: shown now, never dropped
+            self._bring(reveal)
+        else:
+            self.relayout(self.state.expanded)
 
     def relayout(self, expanded: frozenset[str], focus: str | None = None) -> None:
         """Lay out the view of `expanded` in a worker (cancelling a layout still running)."""
         if self.hierarchy is None:
             return
         self._focus = focus
-        self._pending = frozenset(expanded) | {""}
-        self.layout_slot.start(layout_job, self.hierarchy, self._pending, self.cache)
-
-    def cancel_layout(self) -> None:
-        """Stop the layout running; the drawing shown stays."""
-        if self.layout_slot.running:
-            self.layout_slot.cancel()
-            self._say("Layout cancelled.")
-
-    def _on_layout_error(self, exc: object) -> None:
-        if isinstance(exc, NoLayoutEngine):
-            self._say(str(exc))
-        else:
-            self._say(f"layout failed: {printable(exc)}")
+        self.state.expanded = frozenset(expanded) | {""}
+        self.layout_slot.start(layout_job, self.hierarchy, self.state.expanded, self.cache, mode=self.state.mode)
 
     def _on_laid(self, laid: Laid) -> None:
+        assert self.hierarchy is not None
         first = self.view is None
         self._laid = laid
-        self.view, self.expanded = laid.view, laid.view.expanded
-        self.scene.draw(laid.view, laid.placed)
+        self.view = laid.view
+        graph = self.hierarchy.graph
+        self.scene.draw(laid.view, laid.placed, graph, graph.source == INFERRED)
         self.canvas.refresh_detail()
+        self.minimap.redraw()
+        self.set_comparison(self.comparison)
         self._apply_marks()
         self._say(f"{len(laid.view.items):,} boxes, {len(laid.view.edges):,} edges ({laid.placed.engine})")
         if self._focus is not None and self._focus in (index := laid.view.index()):
             self.canvas.centre_on(self.scene.boxes[index[self._focus]].rect())
-        elif first:
+        elif first or self._focus is None:
             self.canvas.start_view()
         self._focus = None
         if self.figure is not None:
             self.set_figure(self.figure)
         self.layout_ready.emit()
 
-    # -- expanding and collapsing ----------------------------------------------------------------------
+    # -- opening and closing ---------------------------------------------------------------------------
     def expand(self, path: str) -> None:
-        """Open module `path` (and those above it)."""
+        """Open module `path` (and those above it); the others close unless pinned."""
         if self.hierarchy is not None:
-            self.relayout(self.hierarchy.expand_to(self.expanded, path), focus=None)
+            self.relayout(self.state.opened(path), focus="g:" + path if path else None)
 
     def collapse(self, path: str) -> None:
         """Close module `path` (and those inside it); it becomes one box again."""
         if self.hierarchy is not None:
-            self.relayout(self.hierarchy.collapse(self.expanded, path), focus="g:" + path)
+            self.relayout(self.state.closed(path), focus="g:" + path)
 
     def collapse_all(self) -> None:
-        """Back to the top level."""
+        """Back to the first view (the architecture's diagram, or every op's top level)."""
         if self.hierarchy is not None:
-            self.relayout(self.hierarchy.top())
+            self.state.pinned = frozenset()
+            self.pin_button.setChecked(False)
+            self.relayout(self.state.first())
+
+    def set_mode(self, mode: str) -> None:
+        """The architecture view (ARCHITECTURE) or every op as traced (ALL_OPS)."""
+        if self.ops_button.isChecked() != (mode == ALL_OPS):
+            self.ops_button.setChecked(mode == ALL_OPS)  # comes back here through `toggled`
+            return
+        if self.hierarchy is not None and mode != self.state.mode:
+            self.relayout(self.state.set_mode(mode))
+
+    def toggle_pin(self) -> None:
+        """Pin (or unpin) the open module around the selected box, so that opening another keeps it open."""
+        index = self.view.index() if self.view is not None else {}
+        chosen = next((index[k] for k in self.state.selected if k in index), None)
+        path = around(self.view, chosen) if self.view is not None and chosen is not None else None
+        if path is None:
+            self.pin_button.setChecked(False)
+            self._say("Select a box inside an open module to pin that module.")
+            return
+        pinned = self.state.toggle_pin(path)
+        self.pin_button.setChecked(pinned)
+        self._say(f"{printable(path)} {'pinned open' if pinned else 'unpinned'}")
 
     # -- selection, both ways ------------------------------------------------------------------------
     def _on_clicked(self, index: int, expand: bool) -> None:
         assert self.view is not None
         item = self.view.items[index]
         if expand and item.kind == GROUP:
-            self.selected = [item.key]
+            self.state.selected = [item.key]
             self.expand(item.path)
             return
         self.select_items([item.key])
 
+    def _on_navigated(self, direction: str) -> None:
+        """The keyboard: arrows move the selection between boxes, Enter opens a module, Backspace closes one."""
+        view, laid = self.view, self._laid
+        if view is None or laid is None or not view.items:
+            return
+        index = view.index()
+        current = next((index[k] for k in self.state.selected if k in index), -1)
+        if direction == "open":
+            if current >= 0 and view.items[current].kind == GROUP:
+                self.expand(view.items[current].path)
+        elif direction == "close":
+            path = around(view, current) if current >= 0 else None
+            if path is not None:
+                self.collapse(path)
+        else:
+            target = step(view, laid.placed.boxes, current, direction) if current >= 0 else 0
+            self.select_items([view.items[target].key])
+            self.canvas.centre_on(self.scene.boxes[target].rect())
+
     def select_items(self, keys: list[str]) -> None:
         """Select the boxes of `keys` and the tensors they read in the tree."""
-        self.selected = keys
+        self.state.selected = keys
         self._apply_marks()
         if self._from_tree or self.hierarchy is None:
             return
-        self.keys_selected.emit(self.keys_of(keys))
-
-    def keys_of(self, item_keys: list[str]) -> list[str]:
-        """The checkpoint keys the boxes of `item_keys` read."""
-        assert self.hierarchy is not None
-        found: dict[str, None] = {}
-        for key in item_keys:
-            kind, _, name = key.partition(":")
-            params = (self.hierarchy.params_below(name) if kind == "g" else
-                      self.hierarchy.node(self.hierarchy.by_id[name]).params if name in self.hierarchy.by_id else ())
-            for p in params:
-                found.setdefault(p)
-        return list(found)
+        self.keys_selected.emit(self.state.keys_of(self.view, keys))
 
     def show_keys(self, keys: list[str]) -> bool:
-        """Show and select the node that reads the first of `keys` that a node reads (expanding its module)."""
-        if self.hierarchy is None:
-            return False
-        for key in keys:
-            readers = self.hierarchy.readers.get(key)
-            if readers:
-                break
-        else:
-            return False
-        node = self.hierarchy.node(readers[0])
+        """Show and select the node that reads the first of `keys` a node reads (opening its module); asked
+        while the graph is still being read, it is shown once the graph is there."""
+        reveal = self.state.reveal_keys(keys)
+        if reveal is None:
+            return self.hierarchy is None and bool(keys)
         self._from_tree = True
         try:
-            self.select_items(["n:" + node.id])
+            self.select_items([reveal.focus])
         finally:
             self._from_tree = False
-        self._bring("n:" + node.id, node.module)
+        self._bring(reveal)
         return True
 
-    def _bring(self, item_key: str, module: str) -> None:
-        """Centre the box of `item_key`, expanding `module` first when the box is not shown."""
-        assert self.hierarchy is not None
+    def _bring(self, reveal: Reveal) -> None:
+        """Centre the box of `reveal.focus`, laying out what shows it first when it is not shown."""
+        self.ops_button.blockSignals(True)
+        self.ops_button.setChecked(self.state.mode == ALL_OPS)
+        self.ops_button.blockSignals(False)
         index = self.view.index() if self.view is not None else {}
-        if item_key in index:
-            self.canvas.centre_on(self.scene.boxes[index[item_key]].rect())
+        if reveal.focus in index and self.view is not None and self.view.key == (reveal.expanded, self.state.mode):
+            self._apply_marks()
+            self.canvas.centre_on(self.scene.boxes[index[reveal.focus]].rect())
         else:
-            self.relayout(self.hierarchy.expand_to(self.expanded, module), focus=item_key)
+            self.relayout(reveal.expanded, focus=reveal.focus)
 
     def _apply_marks(self) -> None:
         if self.view is None:
             return
         index = self.view.index()
         marks: dict[int, str] = {}
-        if 0 <= self.match_at < len(self.matches) and self.hierarchy is not None:
-            key = "n:" + self.hierarchy.node(self.matches[self.match_at]).id
-            if key in index:
-                marks[index[key]] = "match"
-        for key in self.selected:
+        match = self.state.match_key()
+        if match is not None and match in index:
+            marks[index[match]] = "match"
+        for key in self.state.selected:
             if key in index:
                 marks[index[key]] = "selected"
         self.scene.mark(marks)
 
     # -- search ----------------------------------------------------------------------------------------
     def _on_search_text(self, text: str) -> None:
-        self.matches, self.match_at = [], -1
-        needle = text.strip().lower()
-        if needle and self.hierarchy is not None:
-            self.matches = [i for i, n in enumerate(self.hierarchy.graph.nodes)
-                            if needle in n.id.lower() or needle in n.op.lower()]
-        self.match_label.setText(f"{len(self.matches):,} found" if needle else "")
+        found = self.state.search(text)
+        self.match_label.setText(f"{found:,} found" if text.strip() else "")
         self._apply_marks()
 
     def next_match(self) -> None:
-        """Go to the next match (Enter, F3): its module is expanded, the node centred and highlighted."""
-        if not self.matches or self.hierarchy is None:
+        """Go to the next match (Enter, F3): its module is opened, the node centred and highlighted."""
+        reveal = self.state.next_match()
+        if reveal is None:
             return
-        self.match_at = (self.match_at + 1) % len(self.matches)
-        node = self.hierarchy.node(self.matches[self.match_at])
-        self.match_label.setText(f"{self.match_at + 1:,} of {len(self.matches):,}")
+        self.match_label.setText(f"{self.state.match_at + 1:,} of {len(self.state.matches):,}")
         self._apply_marks()
-        self._bring("n:" + node.id, node.module)
-
-    def clear_search(self) -> None:
-        """Escape: clear the search field."""
-        self.search.clear()
+        self._bring(reveal)
 
     # -- overlays --------------------------------------------------------------------------------------
     def set_figure(self, figure: Figure | None) -> None:
@@ -497,6 +475,10 @@ class GraphPage(QWidget):
             self.legend.show_scale(None, None)
             return
         self.legend.show_scale(figure, None)
+        if figure.name == IMPORTED and self._imported is not None:  # per node, from Model Explorer's data
+            boxes = box_values(self.hierarchy, self.view, self._imported.values)
+            self._on_coloured(Coloured(figure, self.view, boxes, scale_of(figure, [b.value for b in boxes])))
+            return
         given = self._given.get(figure.name)
         if given is not None:  # nothing to read: the host's figures
             self.overlay_slot.start(colour_job, figure, self.hierarchy, self.view, None, None, given)
@@ -520,10 +502,6 @@ class GraphPage(QWidget):
         """Where `figure` is in the colour list (-1: not offered)."""
         return next((i for i in range(self.overlay_box.count()) if self.overlay_box.itemData(i) is figure), -1)
 
-    def _on_overlay_progress(self, step: Progress) -> None:
-        if step.total:
-            self.legend.setToolTip(f"{step.done:,} of {step.total:,} tensors read")
-
     def _on_coloured(self, coloured: Coloured) -> None:
         if coloured.view is not self.view:
             return
@@ -533,28 +511,37 @@ class GraphPage(QWidget):
         self.legend.setToolTip("")
         self.overlay_ready.emit()
 
+    def set_comparison(self, comparison: GraphComparison | None) -> None:
+        """A comparison's merged graph is shown: outline the boxes of nodes added, removed, changed in shape."""
+        self.comparison = comparison
+        if comparison is None or self.view is None or self.hierarchy is None:
+            return
+        status: dict[int, str] = {}
+        for i, item in enumerate(self.view.items):
+            ids = ([self.hierarchy.node(item.node).id] if item.kind != GROUP else
+                   [self.hierarchy.node(n).id for p in (item.instances or (item.path,)) for n in self.hierarchy.below(p)])
+            found = {comparison.status.get(node_id, "same") for node_id in ids}
+            kind = next((k for k in ("shape", "added", "removed") if k in found), None)
+            if kind is not None:
+                status[i] = kind
+        self.scene.set_status(status)
+
     def tooltip(self, index: int) -> str:
         """The hover text of box `index`: name, op or count, module, tensors read, the overlay's figure."""
         if self.view is None or self.hierarchy is None or index >= len(self.view.items):
             return ""
-        item = self.view.items[index]
-        if item.kind == GROUP:
-            lines = [item.path, item.detail + " (click + or double-click to expand)"]
-        else:
-            node = self.hierarchy.node(item.node)
-            lines = [node.id, node.op, f"module: {node.module or '(top)'}"]
-            if node.shape is not None:
-                lines.append(f"output: {' x '.join(str(s) for s in node.shape)} {node.dtype or ''}".rstrip())
-            if node.params:
-                lines.append("reads: " + ", ".join(node.params[:4]) + (" …" if len(node.params) > 4 else ""))
-        if self.coloured is not None and self.coloured.view is self.view:
-            lines.append(describe(self.coloured.figure, self.coloured.boxes[index]))
+        coloured = self.coloured if self.coloured is not None and self.coloured.view is self.view else None
+        compared = None
+        if self.comparison is not None and self.view.items[index].kind != GROUP:
+            compared = self.comparison.status.get(self.hierarchy.node(self.view.items[index].node).id, "same")
+        lines = describe_box(self.hierarchy, self.view, index, coloured.figure if coloured else None,
+                             coloured.boxes[index] if coloured else None, compared)
         return "\n".join(printable(line) for line in lines)
 
-    # -- export --------------------------------------------------------------------------------------
+    # -- export and Model Explorer -------------------------------------------------------------------
     def export_svg(self, path: str) -> None:
         """Save the whole drawing as SVG."""
-        self.scene.set_detail(2)
+        self.scene.set_detail(3)
         self.scene.ensure_all_labels()
         try:
             save_svg(self.scene, path, f"ckptview: {self.name}")
@@ -563,18 +550,63 @@ class GraphPage(QWidget):
 
     def export_png(self, path: str) -> bool:
         """Save the whole drawing as PNG (scaled down past 8,000 px a side)."""
-        self.scene.set_detail(2)
+        self.scene.set_detail(3)
         self.scene.ensure_all_labels()
         try:
             return save_png(self.scene, path, self.palette().color(QPalette.ColorRole.Base))
         finally:
             self.canvas.refresh_detail()
 
+    def export_node_data(self, path: str, read: bool = False) -> bool:
+        """Save every node's figure shown as Model Explorer node data (`read`: colour by such a file instead),
+        in a worker; False when there is nothing to save or no graph yet."""
+        if self.hierarchy is None:
+            return False
+        if read:
+            self.file_slot.start(read_node_data_job, path, self.hierarchy)
+            return True
+        figure = self.figure
+        if figure is None or figure.name == IMPORTED:
+            self._say("Choose a colour to save first.")
+            return False
+        given = self._given.get(figure.name)
+        self.file_slot.start(save_node_data_job, path, figure, self.hierarchy,
+                             None if given is not None else self.checkpoint, None if given is not None else self.analysis,
+                             given if given is not None else self._known)
+        return True
+
+    def _on_node_data(self, result: object) -> None:
+        """A node-data file was written (a count), or read (its values: offered and shown as a colour)."""
+        if not isinstance(result, NodeData):
+            self._say(f"Saved Model Explorer data for {result:,} nodes")
+            return
+        self._imported = result
+        figure = Figure(IMPORTED, "Model Explorer data", False, "given")
+        if self.figure_index(figure) < 0:
+            previous = next((i for i in range(self.overlay_box.count())
+                             if isinstance(self.overlay_box.itemData(i), Figure)
+                             and self.overlay_box.itemData(i).name == IMPORTED), -1)
+            if previous >= 0:
+                self.overlay_box.removeItem(previous)
+            self.overlay_box.addItem(figure.title, figure)
+        self._say(f"Model Explorer data: {len(result.values):,} nodes"
+                  + (f", {result.unknown:,} keys of no node here" if result.unknown else ""))
+        self.overlay_box.setCurrentIndex(self.figure_index(figure))
+
     def _export_dialog(self, kind: str) -> None:
         base = os.path.splitext(self.name)[0] or "graph"
-        path, _ = QFileDialog.getSaveFileName(self, f"Save the graph as {kind.upper()}", f"{base}-graph.{kind}",
-                                              f"{kind.upper()} (*.{kind})")
+        if kind == "open-node-data":
+            path, _ = QFileDialog.getOpenFileName(self, "Colour by Model Explorer node data", "", "JSON (*.json)")
+            if path:
+                self.export_node_data(path, read=True)
+            return
+        suffix = "json" if kind == "node-data" else kind
+        path, _ = QFileDialog.getSaveFileName(self, f"Save the graph as {suffix.upper()}", f"{base}-graph.{suffix}",
+                                              f"{suffix.upper()} (*.{suffix})")
         if not path:
+            return
+        if kind == "node-data":
+            self.export_node_data(path)
             return
         try:
             if kind == "svg":
@@ -589,15 +621,10 @@ class GraphPage(QWidget):
     # -- lifetime ------------------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop every job (the tab is closing or reloading)."""
-        for slot in (self.graph_slot, self.layout_slot, self.overlay_slot):
+        for slot in (self.graph_slot, self.layout_slot, self.overlay_slot, self.file_slot):
             slot.cancel()
 
     def item_rect(self, key: str) -> QRectF | None:
         """The scene rectangle of the box of `key` (tests, screenshots)."""
         index = self.view.index() if self.view is not None else {}
         return self.scene.boxes[index[key]].rect() if key in index else None
-
-    def op_of(self, key: str) -> str:
-        """The short op of node box `key` (tests)."""
-        assert self.hierarchy is not None
-        return short_op(self.hierarchy.node(self.hierarchy.by_id[key.partition(":")[2]]).op)
