@@ -105,8 +105,8 @@ def test_the_series_tab_and_the_comparison_export_their_plots(qtbot, tmp_path, m
         torch.save({"step": step, "model": model.state_dict()}, tmp_path / f"s{step}.pt")
     tab = open_tab(qtbot, [tmp_path])
     tab.spectral_box.setChecked(True)
-    names = exported(qtbot, tab, tmp_path, monkeypatch, 4)
-    assert sorted(names) == ["norms-and-update-ratios", "spectra-over-the-run", "update-heatmap",
+    names = exported(qtbot, tab, tmp_path, monkeypatch, 5)
+    assert sorted(names) == ["logged-scalars", "norms-and-update-ratios", "spectra-over-the-run", "update-heatmap",
                              "values-over-the-run"]
     view = CompareTab(str(tmp_path / "s1.pt"), str(tmp_path / "s3.pt"))
     qtbot.addWidget(view)

@@ -13,6 +13,7 @@ from ckptview.gui.compare.tab import CompareTab
 from ckptview.gui.series.tab import SeriesTab
 from tests.support import layout_checks as check
 from tests.support.logged_runs import hf_trainer_run, lightning_run, plain_run
+from tests.support.screens import rest
 
 
 def drawn(plot) -> dict[tuple[float, ...], list[float]]:
@@ -118,6 +119,7 @@ def test_each_librarys_run_fits_and_reads(qtbot, settings, runs, palette) -> Non
                 assert tab.state == "ready", tab.summary_label.text()
                 assert tab.views.currentWidget() is tab.scalars, name
                 qtbot.waitUntil(lambda tab=tab: not tab.reading.running, timeout=60_000)
+                rest(lambda check, timeout: qtbot.waitUntil(check, timeout=timeout), window)  # layouts delivered
                 where = f"{size[0]}x{size[1]}-{palette}/{name}"
                 keys = {line.key for line in tab.view.drawn()}
                 assert any("loss" in k for k in keys) and any("lr" in k or "learning_rate" in k for k in keys), keys
