@@ -52,12 +52,17 @@ MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # an empty name, no dimensions, a type, an offs
 
 @dataclass(frozen=True)
 class GgufArray:
-    """A metadata array too long (or too nested) to keep whole: its item type, its length and its first items
-    (nested arrays as summaries of their own, without items)."""
+    """A metadata array: its item type, its length and its items, all of them when it is short and flat
+    (`whole`), else the first few (nested arrays as summaries of their own, without items)."""
 
     item_type: str
     count: int
     head: tuple[Any, ...] = ()
+
+    @property
+    def whole(self) -> tuple[Any, ...] | None:
+        """Every item, when all are kept (a per-layer head count); None for a summarized array."""
+        return self.head if len(self.head) == self.count and self.item_type != "array" else None
 
     def __repr__(self) -> str:
         shown = ", ".join(repr(v) for v in self.head)
@@ -81,7 +86,7 @@ class GgufHeader:
 
     version: int
     byte_order: str  # "little" or "big"
-    metadata: dict[str, Any] = field(default_factory=dict)  # key -> value (str, number, bool, list, GgufArray)
+    metadata: dict[str, Any] = field(default_factory=dict)  # key -> value (str, number, bool, GgufArray)
     types: dict[str, str] = field(default_factory=dict)  # key -> its GGUF type ("uint32", "array[string]")
     tensors: list[TensorRecord] = field(default_factory=list)
     alignment: int = DEFAULT_ALIGNMENT
@@ -229,7 +234,8 @@ def _value(cur: _Cursor, type_id: int, key: str, budget: Budget) -> tuple[Any, s
 
 
 def _array(cur: _Cursor, key: str, budget: Budget) -> tuple[Any, str]:
-    """An array: kept whole when short and flat, else summarized; nested arrays walked with an explicit stack."""
+    """An array (`GgufArray`): kept whole when short and flat, else summarized; nested arrays walked with an
+    explicit stack."""
     shown = elide(key, NAME_IN_ERROR)
     item, count = _array_head(cur, shown, budget)
     type_name = f"array[{TYPE_NAMES[item]}]"
@@ -239,10 +245,10 @@ def _array(cur: _Cursor, key: str, budget: Budget) -> tuple[Any, str]:
         raw = cur.take(kept * size, f"the items of '{shown}'")
         items = list(struct.unpack(f"{cur.order}{kept}{code}", raw))
         cur.skip((count - kept) * size, f"the items of '{shown}'")
-        return (items if count <= WHOLE_ARRAY else GgufArray(TYPE_NAMES[item], count, tuple(items))), type_name
+        return GgufArray(TYPE_NAMES[item], count, tuple(items)), type_name
     if item == STRING:
         strings = _strings(cur, count, shown, WHOLE_ARRAY if count <= WHOLE_ARRAY else SHOWN_ITEMS)
-        return (strings if count <= WHOLE_ARRAY else GgufArray("string", count, tuple(strings))), type_name
+        return GgufArray("string", count, tuple(strings)), type_name
     # Arrays of arrays: each nested array walked to its end; the first few of the outer one summarized.
     heads: list[GgufArray] = []
     stack = [count]  # items left at each open level

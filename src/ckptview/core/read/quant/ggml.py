@@ -96,7 +96,8 @@ def dequantize(blocks: np.ndarray, kind: GgmlType) -> np.ndarray:
     if kind.name == "Q8_K":
         d = flat[:, :4].copy().view(np.float32)
         q = flat[:, 4 : 4 + kind.block_size].view(np.int8).astype(np.float32)
-        out = d * q
+        with np.errstate(all="ignore"):
+            out = d * q
     else:
         try:
             import gguf.quants
@@ -107,7 +108,8 @@ def dequantize(blocks: np.ndarray, kind: GgmlType) -> np.ndarray:
         if found is None or not hasattr(found, "dequantize_blocks"):
             raise TensorDataError(f"the installed gguf package does not dequantize ggml {kind.name}")
         found.init_grid()  # the IQ types' lattice, built once
-        out = found.dequantize_blocks(flat)
+        with np.errstate(all="ignore"):  # a NaN or infinite scale is a value to show, not a warning
+            out = found.dequantize_blocks(flat)
     return np.asarray(out, dtype=np.float32).reshape(n_rows, -1)
 
 
