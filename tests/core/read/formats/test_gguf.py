@@ -17,6 +17,7 @@ from safetensors.numpy import load_file
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.read import open_checkpoint
 from ckptview.core.read.bytes.sources import FileSlice
+from ckptview.core.read.values.reading import read_values
 from tests.support.gguf_files import blocks_of, write_gguf
 
 TOKENS = ["<unk>", "<s>", "</s>"] + [f"tok{i}" for i in range(5000)]
@@ -126,3 +127,26 @@ def test_export_writes_the_blocks_or_the_dequantized_weights(model, tmp_path):
         ref = gguf.quants.dequantize(t.data, t.tensor_type)
         got = deq[t.name].astype(np.float32)
         assert got.shape == ref.shape and np.array_equal(got.view(np.uint32), ref.view(np.uint32)), t.name
+
+
+def test_a_big_endian_file_reads_as_gguf_reads_it(tmp_path):
+    """gguf's writer byte-swaps plain arrays for a big-endian file and leaves blocks as they are: so does the read."""
+    path = tmp_path / "be.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama", endianess=gguf.GGUFEndian.BIG)
+    writer.add_context_length(4096)
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    writer.add_tensor("f32", x.copy())
+    writer.add_tensor("f16", x.astype(np.float16))
+    writer.add_tensor("q8", gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0),
+                      raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    ckpt = open_checkpoint(str(path))
+    assert ckpt.metadata["byte_order"] == "big"
+    assert {n.key: n.value for n in ckpt.values()}["llama.context_length"] == 4096
+    for t in gguf.GGUFReader(str(path)).tensors:
+        ref = gguf.quants.dequantize(t.data, t.tensor_type) if t.tensor_type.name == "Q8_0" else np.asarray(t.data)
+        assert np.array_equal(read_values(ckpt.tensor(t.name)).astype(np.float32), ref.astype(np.float32)), t.name
+    ckpt.close()
