@@ -73,3 +73,30 @@ def test_a_type_gguf_cannot_dequantize_lists_its_blocks(tmp_path):
     (part,) = ckpt.parts_of(info)
     assert np.array_equal(read_values(part.info), raw)
     ckpt.close()
+
+
+@pytest.mark.parametrize("kind", sorted(ggml.UNIT_SCALES))
+def test_the_codes_are_the_stored_integers(tmp_path, kind):
+    """A block type's codes (the histogram's view of its levels), 0 .. 2**bits - 1: Q4_0's nibbles and Q8_0's bytes
+    as their layout stores them; every type's dequantized weight is its scales applied to them."""
+    rng = np.random.default_rng(1)
+    block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]][0]
+    blocks = blocks_of(kind, rng.standard_normal((4, 2 * block)).astype(np.float32), rng)
+    ckpt = open_checkpoint(str(write_gguf(tmp_path / "c.gguf", {"w": (blocks, kind)})))
+    source = ckpt.tensor("w").storage.source
+    codes = np.concatenate(list(source.iter_codes(1 << 16))).reshape(4, 2 * block)
+    bits = ggml.TYPES[gguf.GGMLQuantizationType[kind].value].bits
+    assert codes.min() >= 0 and codes.max() < 2 ** bits
+    if kind == "Q4_0":  # 2 bytes of scale, then 16 bytes: weight j < 16 the low nibble of byte j, else the high
+        qs = blocks.reshape(-1, 18)[:, 2:]
+        assert np.array_equal(codes.reshape(-1, 32), np.concatenate([qs & 0x0F, qs >> 4], axis=1))
+    if kind == "Q8_0":  # 2 bytes of scale, then 32 signed bytes
+        q = blocks.reshape(-1, 34)[:, 2:].view(np.int8).astype(np.int32)
+        assert np.array_equal(codes.reshape(-1, 32), q + 128)
+    if kind == "Q6_K":  # d (f16 at 208) x the int8 scale of each 16 weights (at 192) x (q - 32)
+        flat = blocks.reshape(-1, 210)
+        d = flat[:, 208:210].copy().view(np.float16).astype(np.float32)
+        scale = np.repeat(flat[:, 192:208].view(np.int8).astype(np.float32), 16, axis=1)
+        want = (d * scale) * (codes.reshape(-1, 256) - 32).astype(np.float32)
+        assert np.array_equal(want, gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q6_K).reshape(-1, 256))
+    ckpt.close()

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from ckptview.core.read.bytes.files import ReadAhead
 
-__all__ = ["FILE_TYPES", "PLAIN", "TYPES", "GgmlDecoder", "GgmlType", "dequantize"]
+__all__ = ["FILE_TYPES", "PLAIN", "TYPES", "GgmlDecoder", "GgmlType", "codes", "dequantize"]
 
 SCHEME = "gguf"
 
@@ -87,6 +87,36 @@ FILE_TYPES: dict[int, str] = {
 }
 
 
+# The codes of a block type, as its own dequantization gives them: each block's scales set to 1 and its minimums
+# to 0 (byte offset in the block -> bytes), the result offset by `shift` into 0 .. 2**bits - 1 (Q4_0 stores
+# q - 8, Q6_K q - 32, Q8_0 a signed byte). The package unpacks the bits; only where the scales lie is said here.
+_ONE, _ZERO = b"\x00\x3c", b"\x00\x00"  # float16 1.0 and 0.0, little-endian
+_K_SCALES = bytes([1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1])  # Q4_K/Q5_K: eight 6-bit scales of 1, minimums of 0
+UNIT_SCALES: dict[str, tuple[tuple[tuple[int, bytes], ...], int]] = {
+    "Q4_0": (((0, _ONE),), 8), "Q4_1": (((0, _ONE), (2, _ZERO)), 0), "Q5_0": (((0, _ONE),), 16),
+    "Q5_1": (((0, _ONE), (2, _ZERO)), 0), "Q8_0": (((0, _ONE),), 128),
+    "Q2_K": (((0, bytes([1] * 16)), (80, _ONE), (82, _ZERO)), 0),
+    "Q4_K": (((0, _ONE), (2, _ZERO), (4, _K_SCALES)), 0), "Q5_K": (((0, _ONE), (2, _ZERO), (4, _K_SCALES)), 0),
+    "Q6_K": (((192, bytes([1] * 16)), (208, _ONE)), 32), "Q8_K": (((0, b"\x00\x00\x80\x3f"),), 128),
+}
+
+
+def codes(blocks: np.ndarray, kind: GgmlType) -> np.ndarray | None:
+    """The stored codes of uint8 rows of blocks of `kind` (integers 0 .. 2**bits - 1, one per weight), or None
+    for a type without one code per weight (the IQ types' lattice indices, TQ, MXFP4, NVFP4)."""
+    import numpy as np
+
+    unit = UNIT_SCALES.get(kind.name)
+    if unit is None:
+        return None
+    patches, shift = unit
+    flat = np.array(blocks, dtype=np.uint8).reshape(-1, kind.type_size)
+    for offset, value in patches:
+        flat[:, offset : offset + len(value)] = np.frombuffer(value, dtype=np.uint8)
+    values = dequantize(flat.reshape(blocks.shape), kind)
+    return (np.rint(values) + shift).astype(np.int32)
+
+
 def dequantize(blocks: np.ndarray, kind: GgmlType) -> np.ndarray:
     """uint8 rows of whole blocks of `kind` as float32 rows of weights (the gguf package's own arithmetic)."""
     import numpy as np
@@ -125,7 +155,9 @@ class GgmlDecoder:
         return dequantize(stored.rows(self.blocks, r0, r1, ahead), self.kind)
 
     def codes(self, r0: int, r1: int, ahead: ReadAhead | None = None) -> np.ndarray | None:
-        return None  # the block formats' codes are no per-weight integers a histogram could show alike
+        if self.kind.name not in UNIT_SCALES:
+            return None
+        return codes(stored.rows(self.blocks, r0, r1, ahead), self.kind)
 
 
 def block_bytes(kind: GgmlType, shape: tuple[int, ...]) -> int:
