@@ -16,6 +16,7 @@ mapping tables is copied here: the `gguf` package is asked.
 from __future__ import annotations
 
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core.budget import Budget
@@ -69,7 +70,7 @@ def gguf_view(ckpt: Checkpoint, other: Checkpoint) -> SideView | None:
     budget = Budget.for_stored(ckpt.file_size, "mapping a GGUF file's tensor names")
     per_block = sum(1 + len(keys) for keys in gguf.TensorNameMap.block_mappings_cfg.values())
     budget.charge(blocks * per_block, "names of blocks mapped")
-    table = gguf.get_tensor_name_map(model_arch, blocks)
+    table = _name_map(gguf, model_arch, blocks)
     present = set(names)
     renamed: dict[str, str] = {}
     for entry in other.tensors():
@@ -94,6 +95,23 @@ def gguf_view(ckpt: Checkpoint, other: Checkpoint) -> SideView | None:
         return info if heads is None else unpermuted(info, heads)
 
     return SideView(rename=rename, transform=transform)
+
+
+_MAP_LOCK = threading.Lock()
+
+
+def _name_map(gguf: Any, arch: Any, blocks: int) -> Any:
+    """gguf's `TensorNameMap` for `arch`: its constructor merges an architecture's own block names (Arctic's)
+    into the class's shared table, so the table is put back after it (under a lock: comparisons run in
+    jobs), and a later map of another architecture is not built with them."""
+    shared = gguf.TensorNameMap.block_mappings_cfg
+    with _MAP_LOCK:
+        saved = dict(shared)
+        try:
+            return gguf.get_tensor_name_map(arch, blocks)
+        finally:
+            shared.clear()
+            shared.update(saved)
 
 
 def _block_of(name: str) -> int | None:

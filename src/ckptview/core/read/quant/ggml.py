@@ -114,7 +114,8 @@ def codes(blocks: np.ndarray, kind: GgmlType) -> np.ndarray | None:
     for offset, value in patches:
         flat[:, offset : offset + len(value)] = np.frombuffer(value, dtype=np.uint8)
     values = dequantize(flat.reshape(blocks.shape), kind)
-    return (np.rint(values) + shift).astype(np.int32)
+    out: np.ndarray = (np.rint(values) + shift).astype(np.int32)
+    return out
 
 
 def dequantize(blocks: np.ndarray, kind: GgmlType) -> np.ndarray:
