@@ -22,6 +22,8 @@ from ckptview.core.compare.gguf_view import side_views
 from ckptview.core.read import open_checkpoint
 from tests.support.gguf_files import convert_llama
 
+pytestmark = pytest.mark.slow  # a tiny Llama built and loaded by transformers: ~15 s for the module
+
 TYPES = {"attn_q.weight": "Q4_0", "attn_k.weight": "Q5_1", "attn_v.weight": "Q8_0", "ffn_down.weight": "Q4_1",
          "ffn_up.weight": "Q5_0", "token_embd.weight": "F16"}
 
@@ -136,7 +138,6 @@ def test_the_command_line_says_what_converting_cost(pair):
 LLAMA_CPP = os.environ.get("CKPTVIEW_LLAMA_CPP")  # a llama.cpp checkout (its convert_hf_to_gguf.py and gguf-py)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not LLAMA_CPP, reason="llama.cpp's converter is not committed: set CKPTVIEW_LLAMA_CPP to a "
                                           "llama.cpp checkout to run it on the tiny Llama")
 def test_llama_cpps_own_converter(tmp_path):
