@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 
 from common import DATA, run_side, warm
@@ -209,7 +210,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--listing-only", action="store_true")
     parser.add_argument("--stats-only", action="store_true")
+    parser.add_argument("--build", choices=("listing", "stats"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.build:  # in a process of its own: a child inherits its parent's peak RSS (the writer's buffers)
+        sparse_7b() if args.build == "listing" else dense_1b(args.layers)
+        return
+    kinds = [k for k, skip in (("listing", args.stats_only), ("stats", args.listing_only)) if not skip]
+    for kind in kinds:
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--build", kind, "--layers", str(args.layers)],
+                       check=True)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     src = os.path.join(root, "src")
     if not args.stats_only:
