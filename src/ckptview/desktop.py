@@ -17,7 +17,7 @@ from typing import Any
 
 from ckptview.resources import resource_path
 
-MIME_TYPES = ("application/x-pytorch-checkpoint", "application/x-safetensors")
+MIME_TYPES = ("application/x-pytorch-checkpoint", "application/x-safetensors", "application/x-gguf")
 MANIFEST = os.path.join("ckptview", "desktop-install.json")
 
 

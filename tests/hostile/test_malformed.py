@@ -77,7 +77,9 @@ def test_corpus_covers_the_issue(malformed):
                      "view_negative_shape.pth", "view_overflow_shape.pth", "view_negative_stride.pth",
                      "view_offset_beyond.pth", "view_elements_1e15.pth", "deep_100k.pkl", "zip_bomb_storage.pth",
                      "st_huge_header.safetensors", "st_invalid_json.safetensors", "st_overlap.safetensors",
-                     "st_out_of_range.safetensors"):
+                     "st_out_of_range.safetensors", "gguf_tensor_count_4e18.gguf", "gguf_array_1e9.gguf",
+                     "gguf_nested_arrays_100k.gguf", "gguf_huge_dims.gguf", "gguf_offset_past_end.gguf",
+                     "gguf_overlap.gguf", "gguf_unknown_type.gguf", "gguf_key_length_1e18.gguf"):
         assert expected in names
 
 

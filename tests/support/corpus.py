@@ -586,7 +586,61 @@ def make_malformed(folder: Path) -> list[Case]:
                                         b' "bad": {"dtype": "F32", "shape": [1000000000000000],'
                                         b' "data_offsets": [0, 16]}}'), four.tobytes(),
        broken=("bad",), good={"good": four})
+    _malformed_gguf(folder, add, four)
     return cases
+
+
+def _malformed_gguf(folder: Path, add: Any, four: np.ndarray) -> None:
+    """GGUF headers that lie (issue 42): counts, lengths, dimensions, offsets and types no file could hold."""
+    from tests.support.gguf_files import RawGguf, blocks_of, write_gguf
+
+    def gg(name: str, raw: RawGguf, **kw: Any) -> Case:
+        return add(name, raw.bytes(), **kw)
+
+    def good() -> RawGguf:  # a fine F32 tensor `good` of four values at offset 0
+        raw = RawGguf().add_u32("llama.block_count", 1).add_tensor("good", (4,), 0, 0)
+        raw.data = four.tobytes() + bytes(28)
+        return raw
+
+    raw = good()
+    raw.n_tensors = 1 << 62
+    gg("gguf_tensor_count_4e18.gguf", raw, error=("tensors",))
+    raw = good()
+    raw.n_kv = 1 << 62
+    gg("gguf_kv_count_4e18.gguf", raw, error=("metadata keys",))
+    raw = good()
+    raw.kv.append(raw.s(b"key", 1 << 60))
+    gg("gguf_key_length_1e18.gguf", raw, error=("truncated",))
+    gg("gguf_array_1e9.gguf", good().add_kv("big", 9, struct.pack("<IQ", 4, 10**9)), error=("1,000,000,000 items",))
+    gg("gguf_string_array_1e9.gguf", good().add_kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 10**9)),
+       error=("1,000,000,000 items",))
+    depth = 100_000  # arrays nested 100,000 deep, 12 bytes a level: walked with a stack, shown summarized
+    gg("gguf_nested_arrays_100k.gguf", good().add_kv("nested", 9, struct.pack("<IQ", 9, 1) * depth
+                                                       + struct.pack("<IQ", 0, 0)),
+       good={"good": four}, value="[1 x array: [1 x array]]")
+    gg("gguf_unknown_value_type.gguf", good().add_kv("odd", 77, b"\0" * 8), error=("unknown value type",))
+    gg("gguf_alignment_3.gguf", good().add_u32("general.alignment", 3), error=("power of two",))
+    gg("gguf_version_1.gguf", RawGguf(version=1), error=("version 1",))
+    gg("gguf_dimensions_1000.gguf", good().add_tensor("bad", (1,) * 1000, 0, 32), error=("dimensions",))
+    gg("gguf_elements_int64.gguf", good().add_tensor("bad", (1 << 62, 8), 0, 32), error=("int64",))
+    gg("gguf_duplicate_tensor.gguf", good().add_tensor("good", (4,), 0, 0), error=("twice",))
+    gg("gguf_huge_dims.gguf", good().add_tensor("bad", (1 << 40, 1 << 20), 0, 32), broken=("bad",),
+       good={"good": four})
+    gg("gguf_offset_past_end.gguf", good().add_tensor("bad", (4,), 0, 1 << 40), broken=("bad",), good={"good": four})
+    gg("gguf_overlap.gguf", good().add_tensor("also", (2,), 0, 8), error=("overlap",))
+    gg("gguf_unknown_type.gguf", good().add_tensor("bad", (32,), 99, 32), broken=("bad",), good={"good": four})
+    gg("gguf_partial_blocks.gguf", good().add_tensor("bad", (20,), 2, 32), broken=("bad",), good={"good": four})
+    # A real file (gguf's writer) cut every 10%: a one-line error or its cut tensors broken.
+    real = folder / "_gguf_ref.gguf"
+    rng = np.random.default_rng(0)
+    weights = {f"blk.{i}.ffn_up.weight": (blocks_of("Q4_0", rng.standard_normal((8, 64)).astype(np.float32), rng),
+                                          "Q4_0") for i in range(4)}
+    write_gguf(real, weights, "llama", {"tokenizer.ggml.tokens": [f"t{i}" for i in range(300)]})
+    whole = real.read_bytes()
+    real.unlink()
+    for pct in range(10, 100, 10):
+        add(f"gguf_cut_{pct:02d}.gguf", whole[: len(whole) * pct // 100], error=("truncated", "past the end", "left in the file"),
+            error_or_broken=True)
 
 
 

@@ -10,6 +10,7 @@ from ckptview.commands import keep_until_exit
 from ckptview.commands.info import write_json, write_json_stream
 from ckptview.core.compare.align import parse_mapping
 from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
+from ckptview.core.compare.gguf_view import side_views
 from ckptview.core.compare.values import iter_text
 from ckptview.core.errors import CheckpointError
 from ckptview.core.gc_policy import paused_gc
@@ -62,7 +63,7 @@ def _diff(args: argparse.Namespace) -> int:
         b = open_checkpoint(args.b, ReaderContext(remote=args.remote))
         try:
             result = diff_checkpoints(a, b, strip_a=args.strip_a, strip_b=args.strip_b, mapping=mapping,
-                                      chunk_elems=args.chunk_elems)
+                                      chunk_elems=args.chunk_elems, views=side_views(a, b))
         finally:
             b.close()
             keep_until_exit(b)

@@ -42,7 +42,7 @@ def test_install_writes_parseable_files_and_uninstall_leaves_nothing(tmp_path, m
     types = {t.get("type"): t for t in root.findall(f"{NS}mime-type")}
     assert set(types) == set(desktop.MIME_TYPES)
     globs = {g.get("pattern") for t in types.values() for g in t.findall(f"{NS}glob")}
-    assert globs == {"*.pth", "*.pt", "*.ckpt", "*.safetensors", "*.pt2"}  # *.bin only by its bytes
+    assert globs == {"*.pth", "*.pt", "*.ckpt", "*.safetensors", "*.pt2", "*.gguf"}  # *.bin only by its bytes
     assert types["application/x-pytorch-checkpoint"].find(f"{NS}magic") is not None
     assert (base / "icons" / "hicolor" / "scalable" / "apps" / "ckptview.svg").read_text().startswith("<svg")
 
@@ -50,6 +50,7 @@ def test_install_writes_parseable_files_and_uninstall_leaves_nothing(tmp_path, m
         globs2 = (base / "mime" / "globs2").read_text()
         assert "application/x-pytorch-checkpoint:*.pth" in globs2
         assert "application/x-safetensors:*.safetensors" in globs2
+        assert "application/x-gguf:*.gguf" in globs2
     desktop.install(refresh=refresh)  # installing twice is harmless
     desktop.uninstall(refresh=refresh)
     assert snapshot(base) == before

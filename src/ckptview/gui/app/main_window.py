@@ -66,7 +66,7 @@ from ckptview.resources import resource_path
 TITLE_BAR = 32  # pixels a window manager's title bar takes above the window (the frame is not ours)
 FILE_POLL_MS = 1000  # how often open files are compared with the disk (size, mtime, inode)
 FILES_PER_POLL = 8  # background tabs checked per poll, in turn (the current tab is checked every time)
-FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.pt2 *.tar *.pkl *.distcp *.json);;"
+FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.gguf *.pt2 *.tar *.pkl *.distcp *.json);;"
                "All files (*)")
 
 

@@ -49,6 +49,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.compare.diff import DiffProgress, diff_chunks, iter_compare, plan_diff
+from ckptview.core.compare.gguf_view import side_views
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
 from ckptview.core.gc_policy import keep_out_of_collections
@@ -276,7 +277,8 @@ def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
     try:
         b = workspace.acquire(path_b)
         try:
-            result = plan_diff(a.checkpoint, b.checkpoint, strip_a, strip_b, mapping)
+            result = plan_diff(a.checkpoint, b.checkpoint, strip_a, strip_b, mapping,
+                               side_views(a.checkpoint, b.checkpoint))
             # Both trees live as long as the tab: out of the collector's view, as an opened tab's tree is
             # (the window thaws and collects them when the tab closes: `trees`).
             keep_out_of_collections()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ckptview.core.read.formats import (
     dcp,
+    gguf_file,
     hf_sharded,
     plain_pickle,
     safetensors_file,
@@ -52,7 +53,7 @@ class Reader(Protocol):
 def readers() -> tuple[Reader, ...]:
     """Every reader, highest declared priority first."""
     registered: tuple[Reader, ...] = (
-        torch_zip, torch_legacy, safetensors_file, plain_pickle,
+        torch_zip, torch_legacy, safetensors_file, gguf_file, plain_pickle,
         # folder and multi-file formats (sharded, distributed, exported programs)
         training_folder, hf_sharded, dcp, torch_export,
     )
