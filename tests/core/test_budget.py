@@ -36,7 +36,7 @@ def test_frames_of_every_walk_are_summed() -> None:
 
     walk(MAX_FRAMES - 1)
     assert budget.depth == 0
-    with pytest.raises(BudgetExceeded, match="deeper than"):
+    with pytest.raises(BudgetExceeded, match=f"nests deeper than {MAX_FRAMES} levels"):
         walk(MAX_FRAMES)
     assert budget.depth == 0
 
