@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError, RemoteError
 from ckptview.core.read.bytes.files import (
@@ -121,6 +122,11 @@ def _is_pseudo(path: str) -> bool:
 
 def _open_with_readers(source: Source, ctx: ReaderContext) -> Checkpoint:
     declined: NotACheckpointError | None = None
+    try:
+        stored = source.stored
+    except (CheckpointError, OSError):  # a folder the byte layer cannot size: the budget's floor
+        stored = 0
+    ctx = ctx.with_budget(Budget.for_stored(stored, "the file", cancel=ctx.cancel))  # one per source opened
     for reader in readers():
         if reader.sniff(source):
             try:

@@ -7,9 +7,11 @@ else is read until a value is asked for.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.read.bytes.files import FileMap
@@ -40,12 +42,12 @@ class ZipArchive:
     MARKER = "data.pkl"
 
     def __init__(self, path: str, start: int = 0, length: int | None = None, what: str = "zip",
-                 fmap: FileMap | None = None) -> None:
-        self.path, self.what = path, what
+                 fmap: FileMap | None = None, budget: Budget | None = None) -> None:
+        self.path, self.what, self.budget = path, what, budget
         self.fmap = fmap or FileMap(path)
         if start < 0 or (length is not None and (length < 0 or start + length > self.fmap.size)):
             raise TensorDataError(f"record {what} runs past the end of the file ({self.fmap.size} bytes)")
-        entries = read_central_directory(path, start, length, source=self.fmap)
+        entries = read_central_directory(path, start, length, source=self.fmap, budget=budget)
         self.infos: dict[str, ZipEntry] = {entry.name: entry for entry in entries}  # the last of a repeated name
         duplicates: set[str] = set()
         if len(self.infos) != len(entries):
@@ -76,12 +78,14 @@ class ZipArchive:
             return None
         return ZipMember(self.fmap, info)
 
-    def read_small(self, name: str, limit: int = MAX_PICKLE_BYTES) -> bytes:
-        """A record's bytes, CRC-checked."""
+    def read_small(self, name: str, limit: int = MAX_PICKLE_BYTES, budget: Budget | None = None,
+                   units: Callable[[bytes | bytearray], int] = len, what: str = "bytes read") -> bytes:
+        """A record's bytes, CRC-checked; charged to `budget` (the archive's when not given) as they are read or
+        inflated (`units` of each piece)."""
         member = self.member(name)
         if member is None:
             raise CheckpointFormatError(f"record '{name}' missing")
-        data = member.read_all(limit)
+        data = member.read_all(limit, budget if budget is not None else self.budget, units, what)
         info = self.infos[self.prefix + name]
         # torch.serialization.set_crc32_options(False) writes 0 for every record: nothing to check then.
         if info.crc != 0 and zlib.crc32(data) != info.crc:
@@ -106,13 +110,15 @@ class ZipArchive:
         return obj, globals_seen
 
 
-def opened_archive(checkpoint: Checkpoint, cls: type[ZipArchive] = ZipArchive) -> ZipArchive:
+def opened_archive(checkpoint: Checkpoint, cls: type[ZipArchive] = ZipArchive, budget: Budget | None = None
+                   ) -> ZipArchive:
     """The archive of an opened checkpoint, read again through the file map its open made (a file changed
-    since is refused, never read in its place): for readers of its other records (code, programs)."""
+    since is refused, never read in its place): for readers of its other records (code, programs), whose
+    reads charge `budget`."""
     fmap = next((f for f in checkpoint.files if isinstance(f, FileMap) and f.path == checkpoint.path), None)
     if fmap is None:
         raise CheckpointFormatError(f"{checkpoint.path}: the archive is no longer open")
-    return cls(checkpoint.path, fmap=fmap)
+    return cls(checkpoint.path, fmap=fmap, budget=budget)
 
 
 def load_embedded(fmap: FileMap, offset: int, length: int, what: str) -> tuple[Any, list[str]]:
