@@ -117,12 +117,12 @@ class Budget:
         finally:
             self.depth -= 1
 
-    def enter(self, what: str = "a level") -> None:
-        """`frame()` without the context manager, for a walk's hot path: pair every call with `leave()` (in a
-        `finally`), whether it returned or raised."""
+    def enter(self, what: str = "a level", units: int = 1) -> None:
+        """`frame()` without the context manager, for a walk's hot path: charges `units` for the level; pair
+        every call with `leave()` (in a `finally`), whether it returned or raised."""
         if self.depth >= MAX_FRAMES:
             raise BudgetExceeded(self.subject, what, MAX_FRAMES, self.stored, nesting=True)
-        self.charge(1, what)
+        self.charge(units, what)
         self.depth += 1  # only once entered: a refused level is not left
 
     def leave(self) -> None:

@@ -42,6 +42,8 @@ _GLOBALS = {"torch", "ops", "__torch__", "CONSTANTS", "getattr", "annotate", "un
             "enumerate", "zip", "min", "max", "abs", "round", "hash", "ord", "chr", "divmod", "sorted"}
 NODE_COST = 16
 """Units one node costs (a GraphNode and its id hold ~250 bytes); each edge costs one more."""
+STEP = 2
+"""Units each call, block, statement and expression walked costs (~1.5 microseconds of CPU each)."""
 _UNBOUND = object()  # a name's value before a branch bound it, when it had none
 
 
@@ -139,7 +141,7 @@ class ScriptGraph:
             raise GraphRefused(f"TorchScript code: {owner[:100]}.{func.name[:60]} calls itself (recursion, which "
                                "TorchScript does not compile); not drawn")
         budget = self.budget
-        budget.enter("a call")
+        budget.enter("a call", STEP)
         try:
             from_root = len(self.calls) == 1  # literals the top forward hands on are never folded (Const.folds)
             params = func.args.args
@@ -265,7 +267,7 @@ class ScriptGraph:
         if known is not None:
             return known
         budget = self.budget
-        budget.enter("a list of modules")
+        budget.enter("a list of modules", STEP)
         try:
             if node.kind == "tensor":
                 value: Any = Flow((), (node.name,))
@@ -308,7 +310,7 @@ class ScriptGraph:
     def _block(self, body: list[ast.stmt], frame: _Frame) -> bool:
         """Walk statements in order; True when the block ended in a return, break or continue."""
         budget = self.budget
-        budget.enter("a block")
+        budget.enter("a block", STEP)
         try:
             for stmt in body:  # noqa: SIM110 - a loop, not any(): no generator frame per level of nesting
                 if self._statement(stmt, frame):
@@ -327,7 +329,7 @@ class ScriptGraph:
 
     def _statement(self, stmt: ast.stmt, frame: _Frame) -> bool:
         budget = self.budget
-        budget.enter("a statement")
+        budget.enter("a statement", STEP)
         try:
             if isinstance(stmt, ast.Assign):
                 value = self._eval(stmt.value, frame)
@@ -426,7 +428,7 @@ class ScriptGraph:
             self._set(frame, target.id, value)
         elif isinstance(target, (ast.Tuple, ast.List)):
             budget = self.budget
-            budget.enter("a target unpacked")
+            budget.enter("a target unpacked", STEP)
             try:
                 items = value.items if isinstance(value, Seq) and len(value.items) == len(target.elts) else None
                 for i, element in enumerate(target.elts):
@@ -440,7 +442,7 @@ class ScriptGraph:
 
     def _eval(self, expr: ast.expr, frame: _Frame) -> Any:  # noqa: C901 - one branch per kind of expression
         budget = self.budget
-        budget.enter("an expression")
+        budget.enter("an expression", STEP)
         try:
             if isinstance(expr, ast.Constant):
                 return Const(expr.value, not frame.root)
