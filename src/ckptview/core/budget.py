@@ -28,8 +28,8 @@ from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.jobs import CancelToken
 from ckptview.core.units import human_bytes
 
-__all__ = ["FLOOR", "JSON_VALUE", "MAX_FRAMES", "PER_BYTE", "SOURCE_TOKEN", "Budget", "BudgetExceeded", "json_units",
-           "source_units"]
+__all__ = ["FLOOR", "JSON_VALUE", "MAX_FRAMES", "NESTED_FLOOR", "OPEN_COST", "PER_BYTE", "SOURCE_TOKEN", "Budget", "BudgetExceeded",
+           "json_units", "source_units"]
 
 PER_BYTE = 64
 """Units of work each stored byte pays for (a value touched, a byte parsed, a node or edge emitted)."""
@@ -40,6 +40,12 @@ MAX_FRAMES = 200
 holds 1,000 Python frames; a walk takes up to four per level)."""
 CHECK_EVERY = 4096
 """Units charged between two looks at the cancel token."""
+OPEN_COST = 4096
+"""Units a file opened inside another open (a shard, a part of a folder) costs the enclosing open: a folder of
+countless tiny files stops at what its bytes pay for (about a thousand files at the floor)."""
+NESTED_FLOOR = 1 << 16
+"""The floor of a nested open's own budget (its bytes pay for the rest): a tiny file in a folder is read
+whole (a pickle of a few bytes costs ~10,000 units), never at the floor of a file opened on its own."""
 
 # What a unit is: at most about 16 bytes of memory held, or a microsecond of CPU. So `PER_BYTE` units a byte
 # keep a file under 1 MB below 1 GiB and a minute of CPU, whatever it declares. A parser whose cost per
@@ -56,13 +62,20 @@ _TOKEN = re.compile(rb"[A-Za-z0-9_]+|[^A-Za-z0-9_\s]")
 class BudgetExceeded(CheckpointFormatError):
     """A file asks for more work than its bytes pay for. One line for a person; the fields for a front end."""
 
-    def __init__(self, subject: str, what: str, limit: int, stored: int, *, nesting: bool = False) -> None:
+    def __init__(self, subject: str, what: str, limit: int, stored: int, *, nesting: bool = False,
+                 note: str = "") -> None:
         self.subject, self.what, self.limit, self.stored, self.nesting = subject, what, limit, stored, nesting
+        self.note = note
         if nesting:  # `limit` is MAX_FRAMES: levels, not units
             text = f"{subject} nests deeper than {limit} levels in all (down to {what}), deeper than any reader walks: refused"
         else:
             text = f"{subject} would take more than {limit:,} units of work ({what}) from {human_bytes(stored)}: refused"
-        super().__init__(text)
+        super().__init__(text + note)
+
+    def noting(self, note: str) -> BudgetExceeded:
+        """The same refusal with `note` after it (what a reader found before it ran out)."""
+        return BudgetExceeded(self.subject, self.what, self.limit, self.stored, nesting=self.nesting,
+                              note=self.note + note)
 
 
 @dataclass

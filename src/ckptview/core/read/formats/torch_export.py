@@ -84,7 +84,7 @@ class _Archive(ZipArchive):
         if where is None:
             raise CheckpointFormatError(f"record '{name}' is compressed; a torch.save record must be stored")
         _, offset, length = where
-        return load_embedded(self.fmap, offset, length, name)
+        return load_embedded(self.fmap, offset, length, name, self.budget)
 
 
 class SizeTexts:
@@ -262,7 +262,7 @@ def _payloads(archive: _Archive, folder: str, config_name: str, parent: Node, gl
             except CheckpointError as exc:
                 value = _Opaque(f"<unreadable {path_name}: {exc}>")
                 warnings.append(f"'{fqn}' is unreadable: {exc}")
-        node = build_tree(value)
+        node = build_tree(value, sizes.budget)
         node.key = fqn
         parent.add(node)
 
@@ -385,7 +385,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     models = sorted(n[len(archive.prefix) + len("models/"):-len(".json")] for n in archive.infos
                     if n.startswith(archive.prefix + "models/") and n.endswith(".json"))
     if not models:
-        native = census(archive.fmap).native
+        native = census(archive.fmap, budget=budget).native
         raise CheckpointFormatError("pt2 archive holds no models/*.json program (an AOTInductor-only package?)"
                                     + (f"; its native code: {', '.join(native[:3])}" if native else ""))
     root = Node(key="", kind="dict", type_name="ExportedProgram")
@@ -412,7 +412,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
             try:
                 sample, found = archive.pickled(f"data/sample_inputs/{model}.pt")
                 globals_seen += [g for g in found if g not in globals_seen]
-                node = build_tree(sample)
+                node = build_tree(sample, budget)
                 node.key = "sample_inputs"
                 parent.add(node)
             except CheckpointError as exc:
@@ -420,7 +420,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         info_meta[model] = {k: program.get(k) for k in ("torch_version", "schema_version") if k in program}
     # Every record torch.export.load would unpickle (pickled weights and constants whatever their encoding,
     # opaque objects, sample inputs, legacy payload files), read by the same census the run gate uses.
-    pickles = census(archive.fmap)
+    pickles = census(archive.fmap, budget=budget)
     globals_seen += [g for g in pickles.globals if g not in globals_seen]
     for record in pickles.unreadable:
         warnings.append(f"pickle {record} is unreadable: torch.export.load would unpickle it unchecked")

@@ -106,7 +106,8 @@ class ZipArchive:
         """The archive's object (tensors as lazily read TensorInfo) and the globals it names."""
         obj, globals_seen, _ = load_torch_pickle(self.read_small("data.pkl"),
                                                  storage_loader(self, "data", self.byteorder()),
-                                                 what=f"{self.what} data.pkl" if self.what != "zip" else "data.pkl")
+                                                 what=f"{self.what} data.pkl" if self.what != "zip" else "data.pkl",
+                                                 budget=self.budget)
         return obj, globals_seen
 
 
@@ -121,10 +122,12 @@ def opened_archive(checkpoint: Checkpoint, cls: type[ZipArchive] = ZipArchive, b
     return cls(checkpoint.path, fmap=fmap, budget=budget)
 
 
-def load_embedded(fmap: FileMap, offset: int, length: int, what: str) -> tuple[Any, list[str]]:
-    """A torch.save archive stored inside a larger file (DCP chunks, .pt2 records): (object, globals)."""
+def load_embedded(fmap: FileMap, offset: int, length: int, what: str, budget: Budget | None = None
+                  ) -> tuple[Any, list[str]]:
+    """A torch.save archive stored inside a larger file (DCP chunks, .pt2 records): (object, globals); its
+    reading charged to `budget` (the enclosing file's)."""
     try:
-        return ZipArchive(fmap.path, offset, length, what, fmap=fmap).load()
+        return ZipArchive(fmap.path, offset, length, what, fmap=fmap, budget=budget).load()
     except NotACheckpointError as exc:  # inside a checkpoint this is a broken record, not another format
         raise CheckpointFormatError(f"record {what} is not a torch.save archive ({exc})") from None
 
@@ -169,12 +172,13 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a zip archive (torch.save, TorchScript) into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     path = source.path
-    archive = ZipArchive(path, fmap=source.file_map())
+    budget = ctx.budget_for(source)
+    archive = ZipArchive(path, fmap=source.file_map(), budget=budget)
     byteorder = archive.byteorder()
     is_script = archive.has("constants.pkl") and any(
         n.startswith(archive.prefix + "code/") for n in archive.infos)
     data = archive.read_small("data.pkl")
-    obj, globals_seen, _ = load_torch_pickle(data, storage_loader(archive, "data", byteorder))
+    obj, globals_seen, _ = load_torch_pickle(data, storage_loader(archive, "data", byteorder), budget=budget)
     metadata: dict[str, Any] = {"archive_root": archive.root, "byteorder": byteorder}
     for record in ("version", ".data/version"):
         if archive.has(record):
@@ -186,7 +190,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         fmt = "torchscript"
         constants = archive.read_small("constants.pkl")
         const_obj, const_globals, _ = load_torch_pickle(
-            constants, storage_loader(archive, "constants", byteorder), what="constants.pkl")
+            constants, storage_loader(archive, "constants", byteorder), what="constants.pkl", budget=budget)
         globals_seen += [g for g in const_globals if g not in globals_seen]
         if const_obj and isinstance(obj, StubObject):
             obj.items["__constants__"] = const_obj  # shown beside the module's own members
@@ -194,14 +198,14 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
                                         if n.startswith(archive.prefix + "code/") and n.endswith(".py"))
         # torch.jit.load unpickles more than data.pkl and constants.pkl (traced_inputs.pkl, *.debug_pkl):
         # the run gate's census reads every one of them, and what it finds is listed like the rest.
-        found = census(archive.fmap, torchscript=True)
+        found = census(archive.fmap, torchscript=True, budget=budget)
         globals_seen += [g for g in found.globals if g not in globals_seen]
         unreadable = [f"native code: {n} (a compiled library; loading the file runs it)" for n in found.native]
         unreadable += [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
                        for u in found.unreadable] + [f"not checked: {a}" for a in found.ambiguous]
         if found.native:
             metadata["native_code"] = found.native
-    ckpt = make_checkpoint(path, fmt, source.size, obj, globals_seen, files=[archive.fmap], **metadata)
+    ckpt = make_checkpoint(path, fmt, source.size, obj, globals_seen, budget, files=[archive.fmap], **metadata)
     if is_script:
         ckpt.warnings += unreadable
     if byteorder == "big":
