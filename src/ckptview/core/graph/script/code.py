@@ -104,7 +104,7 @@ class ScriptCode:
 def dotted_name(node: ast.expr) -> str | None:
     """`a.b.c` of a chain of attributes over a name, else None (iterative: a chain may be long)."""
     parts: list[str] = []
-    while isinstance(node, ast.Attribute):
+    while isinstance(node, ast.Attribute):  # bounded: one node each of a syntax tree charged when parsed
         parts.append(node.attr)
         node = node.value
     if not isinstance(node, ast.Name):

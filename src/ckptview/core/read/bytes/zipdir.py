@@ -171,7 +171,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
 
 def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
     pos = 0
-    while pos + 4 <= len(extra):
+    while pos + 4 <= len(extra):  # bounded: each step consumes 4 or more bytes of one entry's extra field
         tag, length = struct.unpack_from("<HH", extra, pos)
         body = extra[pos + 4 : pos + 4 + length]
         pos += 4 + length

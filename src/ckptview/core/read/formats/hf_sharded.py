@@ -267,7 +267,7 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
     kinds = {s.format for s in shards.values()}
     fmt = "hf-sharded-safetensors" if kinds == {"safetensors"} else "hf-sharded-bin"
     root = Node(key="", kind="dict", type_name=fmt)
-    by_shard = {name: {e.name: e for e in s.tensors()} for name, s in shards.items()}
+    by_shard = {name: {e.name: e for e in s.tensors()} for name, s in shards.items()}  # charged: each just below
     budget.charge(ENTRY_COST * (len(weight_map) + sum(map(len, by_shard.values())) + 1), "index entries placed")
     placed: set[tuple[str, str]] = set()
     for key, shard in weight_map.items():  # charged above
@@ -286,13 +286,13 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
                 if index_path is not None:
                     warnings.append(f"tensor '{key}' in shard '{shard}' is not listed in the index")
                 _add_tensor(root, key, entry.info, shard)
-    globals_seen: list[str] = []
-    unsafe: list[str] = []
+    seen: dict[str, None] = {}  # every global named, in order (sets: shards may name many)
+    bad: dict[str, None] = {}
     files = OpenFiles()
     for name, shard_ckpt in shards.items():
-        globals_seen += [g for g in shard_ckpt.globals if g not in globals_seen]
-        unsafe += [g for g in shard_ckpt.unsafe_globals if g not in unsafe]
-        warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)
+        seen.update(dict.fromkeys(shard_ckpt.globals))
+        bad.update(dict.fromkeys(shard_ckpt.unsafe_globals))
+        warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)  # bounded: each warning once (BoundedWarnings)
         files.add(shard_ckpt.files)
     total = sum(s.file_size for s in shards.values()) + (fs.getsize(index_path) if index_path else 0)
     first = next(iter(shards.values()))
@@ -300,13 +300,13 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
                                 "index": os.path.basename(index_path) if index_path else None}
     for node in first.root.children:  # a safetensors shard's __metadata__ (the same in every shard)
         if node.key == "__metadata__":
-            metadata["shard_metadata"] = {c.key: c.value for c in node.children}
+            metadata["shard_metadata"] = {c.key: c.value for c in node.children}  # bounded: one node's, once
     declared = index_meta.get("total_size")
     actual = _stored_bytes(root)
     if isinstance(declared, int) and declared != actual:
         warnings.append(f"index declares total_size {declared}, the shards hold {actual} bytes of tensors")
     return Checkpoint(path=path if not fs.isdir(path) else folder, format=fmt, file_size=total, root=root,
-                      globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata, files=files)
+                      globals=list(seen), unsafe_globals=list(bad), warnings=warnings, metadata=metadata, files=files)
 
 
 def _stored_bytes(root: Node) -> int:

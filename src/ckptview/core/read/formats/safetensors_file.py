@@ -292,6 +292,6 @@ def _overlaps(children: list[Node], data_start: int) -> tuple[list[tuple[PathKey
             if len(pairs) < MAX_LISTED:
                 pairs.append((last_key, key))
         last_end, last_key = end, key
-    while runs:  # freed run by run: a million tuples freed at once hold the lock for a tenth of a second
+    while runs:  # bounded: one sorted run freed per step; freed run by run: a million tuples freed at once hold the lock for a tenth of a second
         runs.pop()
     return pairs, count

@@ -144,7 +144,7 @@ def sympy_text(expr: str) -> str:
         return ", ".join(dict.fromkeys(symbols)) if symbols else expr[:200]
 
 
-def _expr_text(node: Any, depth: int) -> str:
+def _expr_text(node: Any, depth: int) -> str:  # bounded: 50 levels, then its symbols are shown
     import ast
 
     if depth > 50:
@@ -230,7 +230,7 @@ def _payload_tensor(archive: _Archive, folder: str, fqn: str, entry: dict[str, A
     return info
 
 
-def _payloads(archive: _Archive, folder: str, config_name: str, parent: Node, globals_seen: list[str],
+def _payloads(archive: _Archive, folder: str, config_name: str, parent: Node, globals_seen: dict[str, None],
               warnings: list[str], storages: dict[str, Storage], sizes: SizeTexts) -> None:
     config = archive.json(config_name)
     if config is None:
@@ -258,7 +258,7 @@ def _payloads(archive: _Archive, folder: str, config_name: str, parent: Node, gl
         else:
             try:
                 value, found = archive.pickled(folder + path_name)
-                globals_seen += [g for g in found if g not in globals_seen]
+                globals_seen.update(dict.fromkeys(found))
             except CheckpointError as exc:
                 value = _Opaque(f"<unreadable {path_name}: {exc}>")
                 warnings.append(f"'{fqn}' is unreadable: {exc}")
@@ -365,7 +365,7 @@ def _describe(item: dict[str, Any]) -> str:
 
 def _signature_node(sig: dict[str, Any]) -> Node:
     node = Node(key="signature", kind="dict", type_name="signature")
-    for side in ("inputs", "outputs"):
+    for side in ("inputs", "outputs"):  # bounded: two sides; their entries were charged by `signature`
         user = [i for i in sig[side] if i["kind"] in ("user_input", "user_output", "constant_input")]
         lst = node.add(Node(key=side, kind="list", type_name="list"))
         for i, item in enumerate(user):
@@ -389,7 +389,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         raise CheckpointFormatError("pt2 archive holds no models/*.json program (an AOTInductor-only package?)"
                                     + (f"; its native code: {', '.join(native[:3])}" if native else ""))
     root = Node(key="", kind="dict", type_name="ExportedProgram")
-    globals_seen: list[str] = []
+    globals_seen: dict[str, None] = {}  # every global named, in order (a set: payloads may name many)
     warnings: list[str] = []
     signatures: dict[str, Any] = {}
     storages: dict[str, Storage] = {}
@@ -411,26 +411,26 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         if f"{archive.prefix}data/sample_inputs/{model}.pt" in archive.infos:
             try:
                 sample, found = archive.pickled(f"data/sample_inputs/{model}.pt")
-                globals_seen += [g for g in found if g not in globals_seen]
+                globals_seen.update(dict.fromkeys(found))
                 node = build_tree(sample, budget)
                 node.key = "sample_inputs"
                 parent.add(node)
             except CheckpointError as exc:
                 warnings.append(f"sample inputs of '{model}' are unreadable: {exc}")
-        info_meta[model] = {k: program.get(k) for k in ("torch_version", "schema_version") if k in program}
+        info_meta[model] = {k: program.get(k) for k in ("torch_version", "schema_version") if k in program}  # bounded
     # Every record torch.export.load would unpickle (pickled weights and constants whatever their encoding,
     # opaque objects, sample inputs, legacy payload files), read by the same census the run gate uses.
     pickles = census(archive.fmap, budget=budget)
-    globals_seen += [g for g in pickles.globals if g not in globals_seen]
+    globals_seen.update(dict.fromkeys(pickles.globals))
     for record in pickles.unreadable:
         warnings.append(f"pickle {record} is unreadable: torch.export.load would unpickle it unchecked")
     warnings += [f"not checked: {a}" for a in pickles.ambiguous]
     # Compiled libraries (AOTInductor): torch.export.load loads them, and loading a library runs its code.
     warnings[:0] = [f"native code: {n} (a compiled library; loading the .pt2 runs it)" for n in pickles.native]
-    unsafe = unsafe_of(globals_seen)
+    unsafe = unsafe_of(list(globals_seen))
     if unsafe:
         warnings.insert(0, "file references globals outside the safe set (nothing was run): " + ", ".join(unsafe))
-    return Checkpoint(path=path, format=NAME, file_size=source.size, root=root, globals=globals_seen,
+    return Checkpoint(path=path, format=NAME, file_size=source.size, root=root, globals=list(globals_seen),
                       unsafe_globals=unsafe, warnings=warnings, files=OpenFiles([archive.fmap]),
                       metadata={"models": models, "program_info": info_meta, "native_code": pickles.native,
                                 "signature": signatures[models[0]] if len(models) == 1 else signatures})

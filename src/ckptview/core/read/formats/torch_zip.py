@@ -191,7 +191,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         constants = archive.read_small("constants.pkl")
         const_obj, const_globals, _ = load_torch_pickle(
             constants, storage_loader(archive, "constants", byteorder), what="constants.pkl", budget=budget)
-        globals_seen += [g for g in const_globals if g not in globals_seen]
+        globals_seen = list(dict.fromkeys([*globals_seen, *const_globals]))
         if const_obj and isinstance(obj, StubObject):
             obj.items["__constants__"] = const_obj  # shown beside the module's own members
         metadata["code_files"] = sorted(n[len(archive.prefix) + 5:] for n in archive.infos
@@ -199,7 +199,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         # torch.jit.load unpickles more than data.pkl and constants.pkl (traced_inputs.pkl, *.debug_pkl):
         # the run gate's census reads every one of them, and what it finds is listed like the rest.
         found = census(archive.fmap, torchscript=True, budget=budget)
-        globals_seen += [g for g in found.globals if g not in globals_seen]
+        globals_seen = list(dict.fromkeys([*globals_seen, *found.globals]))
         unreadable = [f"native code: {n} (a compiled library; loading the file runs it)" for n in found.native]
         unreadable += [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
                        for u in found.unreadable] + [f"not checked: {a}" for a in found.ambiguous]

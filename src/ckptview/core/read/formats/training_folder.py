@@ -192,24 +192,22 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
 
 def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warnings: list[str],
              fs: FileSystem) -> Checkpoint:
-    globals_seen: list[str] = []
-    unsafe: list[str] = []
+    seen: dict[str, None] = {}  # every global named, in order (sets: parts may name many)
+    bad: dict[str, None] = {}
     files = OpenFiles()
     formats: dict[str, str] = {}
     by_entry: dict[str, list[str]] = {}  # each entry's unsafe globals: a run loads the model's entry alone
     for key, ckpt in parts:
         by_entry[key] = list(ckpt.unsafe_globals)
-        globals_seen += [g for g in ckpt.globals if g not in globals_seen]
-        for g in ckpt.unsafe_globals:
-            if g not in unsafe:
-                unsafe.append(g)
-        warnings.extend(f"{key}: {w}" for w in ckpt.warnings)
+        seen.update(dict.fromkeys(ckpt.globals))
+        bad.update(dict.fromkeys(ckpt.unsafe_globals))
+        warnings.extend(f"{key}: {w}" for w in ckpt.warnings)  # bounded: each part's warnings once
         files.add(ckpt.files)
         formats[key] = ckpt.format
     total = sum(fs.getsize(fs.join(folder, n)) for n in _files(folder, fs))
     model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
-    return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
-                      unsafe_globals=unsafe, warnings=warnings, files=files,
+    return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=list(seen),
+                      unsafe_globals=list(bad), warnings=warnings, files=files,
                       metadata={"files": formats, "model_entry": model, "unsafe_by_entry": by_entry})
 
 

@@ -74,10 +74,13 @@ class PickleCensus:
                 *(f"unchecked {a}" for a in self.ambiguous)]
 
     def _add(self, names: list[str], torchscript: bool) -> None:
+        known, bad = set(self.globals), set(self.unsafe)  # sets: a pickle may name thousands
         for name in names:
-            if name not in self.globals:
+            if name not in known:
+                known.add(name)
                 self.globals.append(name)
-            if not is_safe_global(name, torchscript=torchscript) and name not in self.unsafe:
+            if name not in bad and not is_safe_global(name, torchscript=torchscript):
+                bad.add(name)
                 self.unsafe.append(name)
 
     def _program(self, text: str) -> None:
@@ -314,7 +317,7 @@ def _programs(entries: list[ZipEntry], name: str, result: PickleCensus, depth: i
             else:
                 result._program(f"native library {library}")
     for model, libraries in aoti.items():
-        for library in libraries:
+        for library in libraries:  # bounded: each library is one record of the (charged) directory
             result._program(f"native library {library}")  # torch.export.load dlopens it: its constructors run
         if not libraries:
             result._program(f"AOTInductor package {where}{AOTI_DIR}{model}/ (compiled code)")

@@ -40,7 +40,7 @@ def path_key(key: Any) -> PathKey:
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
 
-def _plain_tuple(value: Any, depth: int = 0) -> bool:
+def _plain_tuple(value: Any, depth: int = 0) -> bool:  # bounded: three levels of 64 items
     """A small tuple of scalars (or of such tuples): a dict key like ('a', 1), a torch.Size."""
     return (isinstance(value, tuple) and len(value) <= 64 and depth < 3
             and all(isinstance(v, _SCALARS) or _plain_tuple(v, depth + 1) for v in value))
@@ -89,7 +89,7 @@ def _module_state(stub: StubObject) -> list[tuple[Any, Any]] | None:
     non_persistent = state.get("_non_persistent_buffers_set")
     if not isinstance(non_persistent, (set, frozenset, list, tuple)):
         non_persistent = ()
-    for part in _MODULE_PARTS:
+    for part in _MODULE_PARTS:  # bounded: three parts, each a dict the tree's nodes are charged for
         sub = state.get(part)
         if isinstance(sub, dict):
             items.extend((k, v) for k, v in sub.items() if v is not None)
@@ -213,7 +213,7 @@ def release_tree(root: Node) -> None:
     pass over millions of objects costs a listing a sizeable share of its time (at exit too).
     """
     stack = [root]
-    while stack:
+    while stack:  # bounded: each node of a tree built (and charged) once
         node = stack.pop()
         if node.children:
             stack.extend(node.children)
