@@ -300,7 +300,7 @@ def _make_call_rebuild(generic: Emulator, storage_twin: Any, tensor_twin: Any, r
 
 
 class _Session:
-    """One load: the globals seen, the copy budget, the objects re-classed (to restore after).
+    """One load: the globals seen, what its copies may still cost, the objects re-classed (to restore after).
 
     The callbacks the C unpickler runs for every tensor are closures (no attribute lookups).
     """
@@ -419,7 +419,7 @@ class _Session:
                 cost += len(a)
         self.copied += cost
         if self.copied > self.budget:
-            raise Decline("copy budget")
+            raise Decline("copies past the budget")
 
     def find_class(self, module: str, name: str) -> Any:
         """The reference's `_global`: a record (or a torch constant), never an import."""
