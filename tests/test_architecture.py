@@ -652,3 +652,33 @@ def test_a_command_imports_only_the_features_it_uses():
                 "ckptview.core.series.", "ckptview.core.compare.", "ckptview.core.export.", "ckptview.core.graph.",
                 "ckptview.gui", "torch")
     assert [m for m in loaded if m.startswith(unwanted)] == []
+
+
+def test_no_loop_over_what_a_file_declares_runs_outside_the_budget():
+    """Readers and parsers (core/read, core/graph, minus the byte layer and the drawing of built graphs, each
+    exempt with its reason in tests/support/budget_rule.py) charge the one work budget: every `while` loop,
+    every loop inside a loop and every function that calls itself charges it (`charge`, `enter`, `frame`,
+    `affords`) or says on its line why it is bounded. docs/architecture.md states the rule."""
+    from tests.support import budget_rule
+
+    assert [str(f) for f in budget_rule.findings(SRC)] == []
+
+
+def test_the_budget_rule_finds_uncharged_loops_and_recursion(tmp_path):
+    """The rule itself: an uncharged while, loop in a loop and recursion are found; charged or reasoned ones
+    are not."""
+    from tests.support import budget_rule
+
+    folder = tmp_path / "core" / "read"
+    folder.mkdir(parents=True)
+    (folder / "bad.py").write_text(
+        "def scan(data):\n    pos = 0\n    while pos < len(data):\n        pos += 1\n"
+        "def pairs(a):\n    for x in a:\n        for y in a:\n            print(x, y)\n"
+        "def walk(node):\n    return [walk(c) for c in node]\n")
+    (folder / "good.py").write_text(
+        "def scan(data, budget):\n    pos = 0\n    while pos < len(data):\n        budget.charge(1)\n        pos += 1\n"
+        "def pairs(a):\n    for x in a:  # bounded: a is three items\n        for y in a:\n            print(x, y)\n"
+        "class W:\n    def walk(self, node, budget):\n        budget.enter('a node')\n"
+        "        return [self.walk(c, budget) for c in node]\n")
+    found = sorted((f.path, f.line) for f in budget_rule.findings(tmp_path))
+    assert found == [("core/read/bad.py", 3), ("core/read/bad.py", 7), ("core/read/bad.py", 9)], found

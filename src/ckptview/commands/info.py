@@ -11,13 +11,14 @@ import math
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import TYPE_CHECKING, Any
 
 from ckptview.commands import keep_until_exit
 from ckptview.core import dtypes, figures, inspect  # the last two load a name on first use (start-up)
-from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
+from ckptview.core.budget import Budget
+from ckptview.core.checkpoint import Checkpoint, Node, Sharing, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
 from ckptview.core.figures.stats import TensorStats, tensor_stats
 from ckptview.core.gc_policy import paused_gc
@@ -143,7 +144,7 @@ def _module_items(ckpt: Checkpoint, memo: _StatsMemo, only: set[str] | None) -> 
 def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,
                   only: set[str] | None = None, expand_repeats: bool = False,
                   order: TensorOrder | None = None) -> Iterator[dict[str, Any]]:
-    sharing = ckpt.sharing()
+    sharing = _listed_sharing(ckpt)
     optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
     listed = ckpt.tensors(with_parts=True)  # a quantized weight's parts: rows of their own, each `part_of` it
     entries: Iterable[TensorEntry] = listed if order is None else sorted(listed, key=order)
@@ -178,7 +179,15 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
     return item
 
 
-def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: dict[str, list[str]],
+def _listed_sharing(ckpt: Checkpoint) -> Sharing:
+    """The checkpoint's sharing, once the pairs a listing names are paid for by the file's bytes: 30,000 views of
+    one storage in a 1.5 MB file would list 900 million names (refused in one line)."""
+    sharing = ckpt.sharing()
+    Budget.for_stored(ckpt.file_size, "the listing").charge(sharing.pairs, "names of tensors sharing a storage")
+    return sharing
+
+
+def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: Mapping[str, list[str]],
                  stats_for: Any) -> dict[str, Any]:
     """One row of the tensors section (`"repeats"`: a view that repeats its storage, what it stores)."""
     info = entry.info
@@ -226,7 +235,7 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
     kept; anything unusual (a non-int dimension, a key that is neither str nor int) goes through
     the encoder, which stays the definition of the output.
     """
-    sharing = ckpt.sharing()
+    sharing = _listed_sharing(ckpt)
     if spectral:  # the rows of `_tensor_items`, which knows which tensors are weights
         yield from (_dumps(item) for item in _tensor_items(ckpt, stats_for, spectral, expand_repeats=expand_repeats))
         return

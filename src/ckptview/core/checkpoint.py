@@ -396,6 +396,30 @@ class OpenFiles:
             fmap.close()
 
 
+class Sharing(Mapping[str, list[str]]):
+    """name -> names of the other tensors over the same storage (only tensors that share one).
+
+    Each storage's names are kept once: 30,000 views of one storage are 30,000 names, not 900 million, and a
+    tensor's others are listed when asked for. `pairs` says how many (tensor, other) pairs a full listing
+    holds, so a caller that lists them all can weigh that first."""
+
+    def __init__(self, groups: list[tuple[str, ...]]) -> None:
+        self._group = {name: group for group in groups for name in group}
+        self.pairs = sum(len(group) * (len(group) - 1) for group in groups)
+
+    def __getitem__(self, name: str) -> list[str]:
+        return [n for n in self._group[name] if n != name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._group)
+
+    def __len__(self) -> int:
+        return len(self._group)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._group
+
+
 @dataclass(eq=False)
 class Checkpoint:
     """What a reader found in a file: the tree plus what the file referenced and what looked wrong."""
@@ -411,7 +435,7 @@ class Checkpoint:
     files: OpenFiles = field(default_factory=OpenFiles, repr=False)  # what the reader opened, to close
     _tensors: list[TensorEntry] | None = field(default=None, repr=False)
     _by_name: dict[str, TensorInfo] | None = field(default=None, repr=False)
-    _sharing: dict[str, list[str]] | None = field(default=None, repr=False)
+    _sharing: Sharing | None = field(default=None, repr=False)
     _has_parts: bool = field(default=False, repr=False)  # whether the last listing left parts out
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -508,7 +532,7 @@ class Checkpoint:
                 self._by_name.setdefault(entry.name, entry.info)  # the first, if a name repeats
         return self._by_name[name]
 
-    def sharing(self) -> dict[str, list[str]]:
+    def sharing(self) -> Sharing:
         """name -> names of the other tensors over the same storage (only tensors that share one)."""
         if self._sharing is None:
             first: dict[int, str] = {}  # id(storage) -> the first tensor over it
@@ -517,7 +541,7 @@ class Checkpoint:
                 entries = self.tensors()
                 if len({id(e.info.storage) for e in entries}) == len(entries):
                     # Every tensor over a storage of its own (safetensors always; at most one without one).
-                    self._sharing = {}
+                    self._sharing = Sharing([])
                     return self._sharing
                 for entry in entries:
                     storage = entry.info.storage
@@ -527,8 +551,7 @@ class Checkpoint:
                             groups.setdefault(key, [first[key]]).append(entry.name)
                         else:
                             first[key] = entry.name
-                self._sharing = {name: [n for n in names if n != name]
-                                 for names in groups.values() if len(names) > 1 for name in names}
+                self._sharing = Sharing([tuple(names) for names in groups.values() if len(names) > 1])
         return self._sharing
 
     def parts_of(self, info: TensorInfo) -> list[TensorEntry]:

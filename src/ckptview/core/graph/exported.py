@@ -7,39 +7,49 @@ nodes as `torch.export.load(f).graph`, in the same order, including the `getitem
 adds for an operator with several outputs; parameter and buffer placeholders are not nodes of their own:
 each checkpoint key sits on the nodes that read it. A compiled library (AOTInductor) beside the program is
 listed in a note and never loaded.
+
+Every unit of work is charged to one budget of the file's stored bytes: the JSON as it is read (or inflated)
+and what parsing it builds, each argument value visited, each node and edge emitted, each size expression
+parsed (once: a value's metadata is read once, however many nodes name it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import CheckpointFormatError
-from ckptview.core.graph.limits import MAX_ARG_DEPTH, MAX_GRAPH_NODES, GraphRefused
+from ckptview.core.graph.limits import MAX_GRAPH_NODES, GraphRefused
 from ckptview.core.graph.model import INPUT_OP, OUTPUT_OP, GraphNode, ModelGraph
 from ckptview.core.graph.placing import aliases, unread_keys, with_params
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.read.formats.torch_export import SCALAR_TYPES, read_program, sympy_text
+from ckptview.core.read.formats.torch_export import SCALAR_TYPES, SizeTexts, read_program
 
 SOURCE = "exported-program"
+SUBJECT = "the exported program"
+NODE_COST = 16
+"""Units one node costs (a GraphNode and its id hold ~250 bytes); each edge costs one more."""
 # Input kinds of the graph signature whose placeholders are checkpoint entries, and the field naming them.
 _STATE_INPUTS = {"parameter": "parameter_name", "buffer": "buffer_name", "tensor_constant": "tensor_constant_name",
                  "custom_obj": "custom_obj_name"}
-_STEP = 2000  # nodes between progress reports and cancel checks
+_STEP = 2000  # nodes between progress reports
 
 
 def exported_graph(checkpoint: Checkpoint, token: CancelToken | None = None
                    ) -> Generator[Progress, None, ModelGraph]:
-    """The graph of an opened `.pt2` (format `torch-export`); yields progress, checks `token`."""
+    """The graph of an opened `.pt2` (format `torch-export`); yields progress; its work charged to one budget of
+    the file's stored bytes (`BudgetExceeded` past it), which looks at `token` as it is charged."""
+    budget = Budget.for_stored(checkpoint.file_size, SUBJECT, cancel=token)
     models = [str(m) for m in checkpoint.metadata.get("models") or []]
     names = {entry.name for entry in checkpoint.tensors()}
     graph = ModelGraph(SOURCE)
     for model in models:
         prefix = "" if len(models) == 1 else f"{model}."
-        program = read_program(checkpoint, model)
-        yield from _add_program(graph, program, prefix, names, token)
-    _place_aliases(graph, checkpoint)
+        program = read_program(checkpoint, model, budget)
+        yield from _add_program(graph, program, prefix, names, budget)
+    _place_aliases(graph, checkpoint, budget)
     graph.unread = unread_keys(graph, (e.name for e in checkpoint.tensors()
                                        if "sample_inputs" not in e.path[:2]))
     native = checkpoint.metadata.get("native_code") or []
@@ -51,7 +61,7 @@ def exported_graph(checkpoint: Checkpoint, token: CancelToken | None = None
 
 
 def _add_program(graph: ModelGraph, program: dict[str, Any], prefix: str, names: set[str],
-                 token: CancelToken | None) -> Generator[Progress, None, None]:
+                 budget: Budget) -> Generator[Progress, None, None]:
     module = _obj(program.get("graph_module"), "graph_module")
     body = _obj(module.get("graph"), "graph_module.graph")
     signature = _obj(module.get("signature") or {}, "graph_module.signature")
@@ -64,13 +74,11 @@ def _add_program(graph: ModelGraph, program: dict[str, Any], prefix: str, names:
     if len(nodes) + len(graph.nodes) > MAX_GRAPH_NODES:
         raise GraphRefused(f"serialized program holds {len(nodes):,} nodes, more than the {MAX_GRAPH_NODES:,} "
                            "a graph is drawn with")
-    builder = _Builder(graph, prefix, tensors)
+    builder = _Builder(graph, prefix, tensors, budget)
     builder.inputs(body.get("inputs") or [], signature.get("input_specs") or [], names)
     total = len(nodes)
-    for i, record in enumerate(nodes):
+    for i, record in enumerate(nodes):  # each node charged as it is added
         if i % _STEP == 0:
-            if token is not None:
-                token.check()
             yield Progress(i, total, "reading the exported program")
         builder.node(_obj(record, f"graph node {i}"))
     builder.outputs(body.get("outputs") or [])
@@ -79,8 +87,10 @@ def _add_program(graph: ModelGraph, program: dict[str, Any], prefix: str, names:
 class _Builder:
     """Nodes of one program in order; value names resolved to node ids and placeholders to checkpoint keys."""
 
-    def __init__(self, graph: ModelGraph, prefix: str, tensors: dict[str, Any]) -> None:
-        self.graph, self.prefix, self.tensors = graph, prefix, tensors
+    def __init__(self, graph: ModelGraph, prefix: str, tensors: dict[str, Any], budget: Budget) -> None:
+        self.graph, self.prefix, self.tensors, self.budget = graph, prefix, tensors, budget
+        self.sizes = SizeTexts(budget)
+        self.metas: dict[str, tuple[tuple[int | str, ...] | None, str | None]] = {}  # value name -> its _meta
         self.ids: dict[str, str] = {}  # value name -> id of the node that makes it
         self.keys: dict[str, str] = {}  # placeholder name -> checkpoint key
         self.taken = {n.id for n in graph.nodes}
@@ -92,7 +102,8 @@ class _Builder:
         base = self.prefix + name
         n = self.next.get(base, 0)  # a counter per base: a million getitems cost a million steps
         candidate = base if n == 0 else f"{base}_{n}"
-        while candidate in self.taken:
+        while candidate in self.taken:  # each name taken is skipped at most once per base
+            self.budget.charge(1, "node names tried")
             n += 1
             candidate = f"{base}_{n}"
         self.next[base] = n + 1
@@ -100,20 +111,28 @@ class _Builder:
         return candidate
 
     def _meta(self, name: str) -> tuple[tuple[int | str, ...] | None, str | None]:
+        """A value's shape and dtype, read once per value (many nodes may name one value)."""
+        known = self.metas.get(name)
+        if known is not None:
+            return known
         meta = self.tensors.get(name)
-        if not isinstance(meta, dict):
-            return None, None
-        sizes = meta.get("sizes")
-        shape = tuple(_size(s) for s in sizes) if isinstance(sizes, list) else None
-        dtype = SCALAR_TYPES.get(meta["dtype"]) if isinstance(meta.get("dtype"), int) else None
+        shape, dtype = None, None
+        if isinstance(meta, dict):
+            sizes = meta.get("sizes")
+            if isinstance(sizes, list):
+                self.budget.charge(len(sizes) + 1, "sizes read")
+                shape = tuple(self.sizes.size(s) for s in sizes)
+            dtype = SCALAR_TYPES.get(meta["dtype"]) if isinstance(meta.get("dtype"), int) else None
+        self.metas[name] = shape, dtype
         return shape, dtype
 
     def inputs(self, args: list[Any], specs: list[Any], names: set[str]) -> None:
         """Placeholders: user inputs become input nodes, the program's state maps to checkpoint keys."""
         if not isinstance(args, list) or not isinstance(specs, list):
             raise CheckpointFormatError("serialized program: graph inputs are not a list")
+        self.budget.charge(len(args) + 1, "inputs read")
         for i, arg in enumerate(args):
-            name = next(_value_names(arg), None)
+            name = next(_value_names(arg, self.budget), None)
             if name is None:
                 continue  # a constant input (as_int, as_none): no value to draw
             spec = specs[i] if i < len(specs) and isinstance(specs[i], dict) and len(specs[i]) == 1 else {}
@@ -148,7 +167,7 @@ class _Builder:
         if not isinstance(arguments, list):
             raise CheckpointFormatError(f"serialized program: inputs of a {op[:80]} node are not a list")
         # Each input is a named argument {"name": schema name, "arg": value, "kind"}: only `arg` names values.
-        read = list(dict.fromkeys(_value_names([a.get("arg") for a in arguments if isinstance(a, dict)])))
+        read = list(dict.fromkeys(_value_names([a.get("arg") for a in arguments if isinstance(a, dict)], self.budget)))
         inputs = tuple(self.ids[n] for n in read if n in self.ids)
         params = tuple(self.keys[n] for n in read if n in self.keys)
         metadata = record.get("metadata")
@@ -173,35 +192,45 @@ class _Builder:
         self._add(GraphNode(node_id, op, module, inputs, params))
         # As torch's deserializer: one getitem node per output (lists nest: a getitem of the list, then
         # one per element), named after the value it yields.
-        self._getitems(node_id, module, outputs if len(outputs) != 1 else _listed(outputs[0]), 0)
+        self._getitems(node_id, module, outputs if len(outputs) != 1 else _listed(outputs[0]))
 
-    def _getitems(self, parent: str, module: str, items: Iterable[Any], depth: int) -> None:
-        if depth > MAX_ARG_DEPTH:
-            raise GraphRefused(f"serialized program: outputs nested more than {MAX_ARG_DEPTH} deep")
-        for item in items:
+    def _getitems(self, parent: str, module: str, items: list[Any]) -> None:
+        """One getitem node per output, in torch's order: a list's node, then its elements' (depth first; an
+        explicit stack, as a hostile record nests lists as deep as its size allows)."""
+        stack: list[tuple[str, Iterator[Any]]] = [(parent, iter(items))]
+        while stack:  # each item charged as its node is added
+            owner, pending = stack[-1]
+            item = next(pending, _END)
+            if item is _END:
+                stack.pop()
+                continue
             kind, value = _output_kind(item)
             if kind in ("as_tensors", "as_sym_ints", "as_sym_floats", "as_ints", "as_floats", "as_strings",
                         "as_bools", "as_sym_bools"):
                 list_id = self._unique("getitem")
-                self._add(GraphNode(list_id, "getitem", module, (parent,)))
-                self._getitems(list_id, module, value if isinstance(value, list) else [], depth + 1)
+                self._add(GraphNode(list_id, "getitem", module, (owner,)))
+                stack.append((list_id, iter(value if isinstance(value, list) else [])))
                 continue
             name = None if kind == "as_none" else _plain_name(item if kind is None else value)
             node_id = self._unique(name or ("as_none" if kind == "as_none" else "getitem"))
             shape, dtype = self._meta(name) if name else (None, None)
             if name:
                 self.ids[name] = node_id
-            self._add(GraphNode(node_id, "getitem", module, (parent,), (), shape, dtype))
+            self._add(GraphNode(node_id, "getitem", module, (owner,), (), shape, dtype))
 
     def _add(self, node: GraphNode) -> None:
         if len(self.graph.nodes) >= MAX_GRAPH_NODES:
-            raise GraphRefused(f"serialized program yields more than {MAX_GRAPH_NODES:,} nodes")
+            raise GraphRefused(f"serialized program yields more than {MAX_GRAPH_NODES:,} nodes, more than a graph "
+                               "is drawn with")
+        shape = node.shape or ()
+        texts = sum(len(s) for s in shape if isinstance(s, str)) // 16  # a symbolic size is text to show
+        self.budget.charge(NODE_COST + len(node.inputs) + len(node.params) + len(shape) + texts, "nodes and edges")
         self.graph.nodes.append(node)
 
     def outputs(self, outputs: list[Any]) -> None:
         if not isinstance(outputs, list):
             raise CheckpointFormatError("serialized program: graph outputs are not a list")
-        read = list(dict.fromkeys(_value_names(outputs)))
+        read = list(dict.fromkeys(_value_names(outputs, self.budget)))
         self._add(GraphNode(self._unique(OUTPUT_OP), OUTPUT_OP, "", tuple(self.ids[n] for n in read if n in self.ids),
                             tuple(self.keys[n] for n in read if n in self.keys)))
 
@@ -212,33 +241,24 @@ def _obj(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _size(value: Any) -> int | str:
-    if isinstance(value, dict):
-        if isinstance(value.get("as_int"), int):
-            return int(value["as_int"])
-        expr = value.get("as_expr")
-        if isinstance(expr, dict):
-            return sympy_text(str(expr.get("expr_str", "?")))
-    return "?"
+_END = object()
 
 
-def _value_names(arg: Any) -> Iterator[str]:
+def _value_names(arg: Any, budget: Budget) -> Iterator[str]:
     """The names of the values an argument refers to (tensors, sizes, objects), in order; never into a subgraph.
 
-    Iterative and bounded in depth: a hostile record nests lists as deep as its size allows."""
-    stack: list[tuple[Any, int]] = [(arg, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_ARG_DEPTH:
-            raise GraphRefused(f"serialized program: an argument nested more than {MAX_ARG_DEPTH} deep")
+    An explicit stack (a hostile record nests lists as deep as its size allows), each value visited charged."""
+    stack: list[Any] = [arg]
+    while stack:  # each value visited charged
+        value = stack.pop()
+        budget.charge(1, "argument values read")
         if isinstance(value, dict):
             for key in ("name", "as_name"):
                 if isinstance(value.get(key), str) and "graph" not in value:
                     yield value[key]
-            stack.extend((v, depth + 1) for k, v in reversed(list(value.items()))
-                         if k != "as_graph" and isinstance(v, (dict, list)))
+            stack.extend(v for k, v in reversed(list(value.items())) if k != "as_graph" and isinstance(v, (dict, list)))
         elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in reversed(value) if isinstance(v, (dict, list)))
+            stack.extend(v for v in reversed(value) if isinstance(v, (dict, list)))
 
 
 def _output_kind(item: Any) -> tuple[str | None, Any]:
@@ -325,16 +345,17 @@ def clean_path(path: str) -> str:
     return ".".join(p for p in parts if "(" not in p and "[" not in p)
 
 
-def _place_aliases(graph: ModelGraph, checkpoint: Checkpoint) -> None:
+def _place_aliases(graph: ModelGraph, checkpoint: Checkpoint, budget: Budget) -> None:
     """A key no node reads whose tensor is another key's (tied weights: one storage, one view) sits where that
     one is read: export keeps one placeholder of a tied pair, the checkpoint keeps both names."""
     placed = graph.placed()
     extra: dict[str, list[str]] = {}
-    for key, twins in aliases(checkpoint).items():
+    for key, twins in aliases(checkpoint, budget).items():
         if key in placed:
             continue
-        for twin in twins:
+        for twin in twins:  # charged: each placement
             for node_id in placed.get(twin, ()):
+                budget.charge(1, "tied keys placed")
                 extra.setdefault(node_id, []).append(key)
     if extra:
         graph.nodes[:] = [n if n.id not in extra else with_params(n, dict.fromkeys((*n.params, *extra[n.id])))

@@ -1,9 +1,11 @@
-"""What a graph reader will do for one file, at most: the caps that keep its work bounded by the file's bytes.
+"""What a graph reader refuses, and the sizes a graph keeps: everything else a file can make a reader do is
+charged to the one work budget (`ckptview.core.budget`), paid for by the file's bytes.
 
 A hostile `.pt2` program or TorchScript code record can ask for more than its size pays for (a node list of
-millions, an expression nested thousands deep, a method that calls itself, a call tree that doubles at
-every level). Each reader counts against these caps and refuses beyond them with one `GraphRefused` line;
-`docs/limits.md` lists them.
+millions, an expression nested thousands deep, a call tree that doubles at every level, a record that
+inflates a thousandfold): the budget refuses each in one `BudgetExceeded` line. What is left here are sizes
+of one structure (a graph's node list, its notes) and `GraphRefused`, a file that cannot be read as a graph;
+`docs/limits.md` lists them all.
 """
 
 from __future__ import annotations
@@ -11,20 +13,9 @@ from __future__ import annotations
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.graph.model import MAX_NODES
 
-# Nodes of one graph (a Llama-70B-sized program is ~20,000; the window draws a few hundred thousand at most).
+# Nodes of one graph: the size of the one list the window draws and `ModelGraph.from_json` reads back (a
+# Llama-70B-sized program is ~20,000).
 MAX_GRAPH_NODES = MAX_NODES
-# Bytes of one TorchScript code record read, and of all records of one archive together.
-MAX_CODE_RECORD = 16 << 20
-MAX_CODE_TOTAL = 256 << 20
-# Nesting of one expression or statement of TorchScript code walked (its parser has a bound of its own).
-MAX_SYNTAX_DEPTH = 200
-# Methods and functions inlined into one another (TorchScript forbids recursion: a cycle is refused).
-MAX_INLINE_DEPTH = 64
-# Statements and expressions evaluated over the whole inlining: a call tree that doubles at every level
-# of a short file would otherwise cost 2**depth.
-MAX_STEPS = 2_000_000
-# Nesting of one argument of a serialized program node (lists of optional tensors are three deep).
-MAX_ARG_DEPTH = 32
 # Notes kept on one graph (the rest are counted).
 MAX_NOTES = 20
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.model import GraphNode, ModelGraph
 
 
-def aliases(checkpoint: Checkpoint) -> dict[str, list[str]]:
+def aliases(checkpoint: Checkpoint, budget: Budget) -> dict[str, list[str]]:
     """{key: the other keys that are the same tensor}: one storage, one view (shape, stride, offset, dtype).
 
     Tied weights (an LM head over its embedding) are saved as two names over one storage; a view of a
@@ -19,6 +20,7 @@ def aliases(checkpoint: Checkpoint) -> dict[str, list[str]]:
     by_name = {entry.name: entry.info for entry in checkpoint.tensors() if entry.name in sharing}
     out: dict[str, list[str]] = {}
     for name, others in sharing.items():
+        budget.charge(len(others) + 1, "tensors sharing storage compared")
         info = by_name.get(name)
         if info is None:
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.graph.model import ModelGraph
 from ckptview.core.graph.placing import unread_keys
@@ -19,16 +20,18 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.formats.torch_zip import opened_archive
 
 SOURCE = "torchscript"
+SUBJECT = "the TorchScript code"
 
 
 def torchscript_graph(checkpoint: Checkpoint, token: CancelToken | None = None
                       ) -> Generator[Progress, None, ModelGraph]:
-    """The graph of an opened TorchScript archive (format `torchscript`); checks `token` as it walks."""
+    """The graph of an opened TorchScript archive (format `torchscript`): its work charged to one budget of
+    the file's stored bytes (`BudgetExceeded` past it), which looks at `token` as it is charged."""
     yield Progress(0, 0, "reading the TorchScript code")
     root = checkpoint.root
     constants = next((c for c in root.children if c.key == "__constants__"), None)
-    walk = ScriptGraph(ScriptCode(opened_archive(checkpoint)), root, constants,
-                       None if token is None else token.check)
+    budget = Budget.for_stored(checkpoint.file_size, SUBJECT, cancel=token)
+    walk = ScriptGraph(ScriptCode(opened_archive(checkpoint), budget), root, constants, budget)
     walk.forward()
     graph = ModelGraph(SOURCE, walk.nodes, notes=list(walk.notes))
     graph.unread = unread_keys(graph, (e.name for e in checkpoint.tensors()))

@@ -7,7 +7,8 @@ when the open began: its path (local or URL), its first bytes, whether it is a f
 over the path after its head chose the reader is never listed in its place.
 
 No thread-local carries context in `ckptview.core.read`: a reader's `open(source, ctx)` gets the cancel
-token, the progress callback, the remote session of the open in progress (the shards of an index join
+token, the work budget of its source (`ctx.budget_for(source)`: every loop over what the file declares
+charges it), the progress callback, the remote session of the open in progress (the shards of an index join
 it, so one transfer counts them all) with the options it reads with (`RemoteOptions`) and whether it runs inside an index's open (a shard that is itself
 an index is refused, not recursed into). A nested open (an index's shards, a training folder's parts)
 goes through `ctx.open_child(path)`: the same open that began it (`open_checkpoint`, which binds itself
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
+from ckptview.core.budget import Budget
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes.files import FileIdentity, FileMap
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem
@@ -89,6 +91,14 @@ class Source:
         """The file's size when the open began (asked of the byte layer when no identity was taken)."""
         return self.identity.size if self.identity is not None else self.fs.getsize(self.path)
 
+    @property
+    def stored(self) -> int:
+        """The bytes the source holds, which pay for the work it may cause: a file's size; a local folder's
+        checkpoint files' sizes summed (0 when they were not listed: the budget's floor)."""
+        if not self.is_dir:
+            return self.size
+        return sum(identity.size for identity in (self.identities or {}).values())
+
     def child_identity(self, path: str) -> FileIdentity | None:
         """The identity, when the open began, of `path` (a file directly in this local folder), or None."""
         if not self.identities or self.fs.remote:
@@ -115,6 +125,20 @@ class ReaderContext:
     reads with it. The entry point (cli.py, the window) builds it once."""
     opener: Opener | None = field(default=None, compare=False, repr=False)
     """The open this context belongs to (`open_checkpoint` sets itself here); `open_child` calls it."""
+    budget: Budget | None = field(default=None, compare=False, repr=False)
+    """The work budget of the source being read: `open_checkpoint` makes one per source (file or folder) from
+    the bytes it stores; what a reader reads for that source (its records, the parts of a folder) charges it,
+    a nested open (`open_child`) gets its own."""
+
+    def budget_for(self, source: Source) -> Budget:
+        """The work budget of `source`: the open's, or one of its stored bytes for a reader run on its own."""
+        if self.budget is not None:
+            return self.budget
+        return Budget.for_stored(source.stored, "the file", cancel=self.cancel)
+
+    def with_budget(self, budget: Budget) -> ReaderContext:
+        """This context reading a source whose work `budget` pays for."""
+        return self if self.budget is budget else replace(self, budget=budget)
 
     @property
     def reports(self) -> bool:

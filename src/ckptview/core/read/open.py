@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
+from ckptview.core.budget import NESTED_FLOOR, OPEN_COST, Budget
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint
 from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError, RemoteError
 from ckptview.core.read.bytes.files import (
@@ -123,6 +124,16 @@ def _is_pseudo(path: str) -> bool:
 
 def _open_with_readers(source: Source, ctx: ReaderContext) -> Checkpoint:
     declined: NotACheckpointError | None = None
+    try:
+        stored = source.stored
+    except (CheckpointError, OSError):  # a folder the byte layer cannot size: the budget's floor
+        stored = 0
+    if ctx.budget is None:  # one budget per source opened: a top-level open gets the floor
+        budget = Budget.for_stored(stored, "the file", cancel=ctx.cancel)
+    else:  # a nested open (a shard, a part): the enclosing open pays for opening it, its bytes for the rest
+        ctx.budget.charge(OPEN_COST, "files opened")
+        budget = Budget.for_stored(stored, "the file", cancel=ctx.cancel, floor=NESTED_FLOOR)
+    ctx = ctx.with_budget(budget)
     for reader in readers():
         if reader.sniff(source):
             try:

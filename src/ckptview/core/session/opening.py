@@ -7,7 +7,7 @@ the filter index and the summary figures.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ckptview.core.checkpoint import Checkpoint
@@ -31,7 +31,7 @@ class Opened:
 
     checkpoint: Checkpoint
     top: Row
-    sharing: dict[str, list[str]]
+    sharing: Mapping[str, list[str]]
     leaf_count: int
     facts: SizeFacts
     sharded: bool = False

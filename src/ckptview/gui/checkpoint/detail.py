@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QUrl, Signal
@@ -43,7 +44,7 @@ class DetailPanel(QTextBrowser):
 
     tensor_link_activated = Signal(str)
 
-    def __init__(self, checkpoint: Checkpoint, sharing: dict[str, list[str]] | None = None,
+    def __init__(self, checkpoint: Checkpoint, sharing: Mapping[str, list[str]] | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.checkpoint = checkpoint
@@ -58,7 +59,7 @@ class DetailPanel(QTextBrowser):
         if url.scheme() == LINK_SCHEME:
             self.tensor_link_activated.emit(url.path() or url.toString()[len(LINK_SCHEME) + 1:])
 
-    def sharing(self) -> dict[str, list[str]]:
+    def sharing(self) -> Mapping[str, list[str]]:
         """name -> other tensors over the same storage (computed on first use)."""
         if self._sharing is None:
             self._sharing = self.checkpoint.sharing()

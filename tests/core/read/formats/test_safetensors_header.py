@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from ckptview.cli import main
 from ckptview.core import open_checkpoint
+from ckptview.core.budget import FLOOR
 from ckptview.core.errors import Cancelled, CheckpointError, CheckpointFormatError
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.context import ReaderContext
@@ -193,16 +194,17 @@ def test_the_listing_in_pieces_is_the_listing_of_the_whole_header(monkeypatch, t
     assert [t["name"] for t in data["tensors"]] == list(reference)
 
 
-def test_many_tensors_are_refused_in_pieces_as_whole(monkeypatch, tmp_path):
-    monkeypatch.setattr(safetensors_file, "MAX_TENSORS", 20)
-    for n, metadata in ((21, False), (20, True), (25, True)):
+def test_many_tensors_are_charged_in_pieces_as_whole(monkeypatch, tmp_path):
+    """Entries are charged to the open's budget: 20 members of the header pay for all its floor allows."""
+    monkeypatch.setattr(safetensors_file, "TENSOR_COST", FLOOR // 20 - 1000)  # the rest: a little else
+    for n, metadata in ((21, False), (19, True), (25, True)):
         header = {**({"__metadata__": {"a": "b"}} if metadata else {}), **_entries(n)}
         path = _write(tmp_path / f"m{n}.safetensors", header, bytes(4 * n))
         pieces, whole = _in_pieces_and_whole(monkeypatch, path)
         assert pieces == whole
-        assert (whole[0] == 2) == (n > 20)
-        if n > 20:
-            assert f"lists {n} tensors; refusing more than 20" in whole[2]
+        assert (whole[0] == 2) == (n + metadata > 20)
+        if n + metadata > 20:
+            assert "would take more than" in whole[2] and "(header entries)" in whole[2]
 
 
 def test_values_read_in_pieces_equal_torch(monkeypatch, tmp_path):

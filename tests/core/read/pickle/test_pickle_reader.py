@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 
+from ckptview.core.budget import Budget
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.read.pickle.to_tree import build_tree
 from ckptview.core.read.pickle.vm import StubObject, unpickle
@@ -60,7 +61,7 @@ def test_unknown_class_instance_becomes_stub_with_state(protocol):
     assert stub.cls.endswith("Namespace")
     state = stub.state if isinstance(stub.state, dict) else stub.state[0]
     assert state == {"lr": 0.1, "name": "run"}
-    tree = build_tree(result)
+    tree = build_tree(result, Budget.for_stored(0, "x"))
     assert [n.name for n in tree.walk() if n.kind == "value"] == ["args.lr", "args.name"]
 
 
@@ -94,11 +95,11 @@ def test_deep_nesting_and_cycles_are_bounded():
     depth = 100_000
     data = b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b"."
     result, _, _ = unpickle(data)
-    tree = build_tree(result)
+    tree = build_tree(result, Budget.for_stored(0, "x"))
     assert 1000 <= sum(1 for _ in tree.walk()) <= depth  # deep nesting is cut, not a crash
     cyclic = []
     cyclic.append(cyclic)
-    tree = build_tree(unpickle(pickle.dumps(cyclic, protocol=2))[0])
+    tree = build_tree(unpickle(pickle.dumps(cyclic, protocol=2))[0], Budget.for_stored(0, "x"))
     assert tree.children[0].kind == "value" and "cycle" in repr(tree.children[0].value)
 
 
@@ -110,4 +111,4 @@ def test_exponential_sharing_is_refused():
     data += b"."
     obj = unpickle(bytes(data))[0]
     with pytest.raises(CheckpointFormatError, match="more than"):
-        build_tree(obj, max_nodes=100_000)
+        build_tree(obj, Budget.for_stored(len(data), "the pickle"))

@@ -2,8 +2,9 @@
 
 TorchScript serializes every class and function it compiled as Python source under `code/`, one record per
 qualified prefix: `__torch__.torch.nn.modules.linear.___torch_mangle_4.Linear` is class `Linear` of
-`code/__torch__/torch/nn/modules/linear/___torch_mangle_4.py`. A record is read (CRC-checked, bounded)
-and parsed with `ast` the first time a definition in it is asked for; nothing is imported, compiled or run.
+`code/__torch__/torch/nn/modules/linear/___torch_mangle_4.py`. A record is read (CRC-checked, charged as it
+inflates) and parsed with `ast` the first time a definition in it is asked for; nothing is imported, compiled
+or run.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from ckptview.core.budget import Budget, BudgetExceeded, source_units
 from ckptview.core.errors import CheckpointError
-from ckptview.core.graph.limits import MAX_CODE_RECORD, MAX_CODE_TOTAL, GraphRefused
+from ckptview.core.graph.limits import GraphRefused
 from ckptview.core.read.formats.torch_zip import ZipArchive
-from ckptview.core.units import human_bytes
 
 
 @dataclass
@@ -28,34 +29,31 @@ class ClassCode:
 
 
 class ScriptCode:
-    """The definitions of one archive's code records, parsed on demand; every read and parse is bounded."""
+    """The definitions of one archive's code records, parsed on demand; every read and parse charged to `budget`.
 
-    def __init__(self, archive: ZipArchive) -> None:
-        self.archive = archive
+    A record is charged while it is read or inflated, by what `ast.parse` will build from it (`source_units`:
+    each token), so a few KB that inflate to megabytes of code stop at what the file pays for, before any of
+    it is parsed."""
+
+    def __init__(self, archive: ZipArchive, budget: Budget) -> None:
+        self.archive, self.budget = archive, budget
         self._modules: dict[str, dict[str, ast.stmt] | None] = {}
         self._classes: dict[str, ClassCode | None] = {}
-        self.bytes_read = 0
 
     def _record(self, prefix: str) -> dict[str, ast.stmt] | None:
         """{top-level name: definition} of the record for a qualified prefix (`__torch__.a.b`), None if absent."""
         if prefix in self._modules:
             return self._modules[prefix]
         name = "code/" + prefix.replace(".", "/") + ".py"
-        member = self.archive.member(name)
-        if member is None:
+        if self.archive.member(name) is None:
             self._modules[prefix] = None
             return None
-        if member.file_size > MAX_CODE_RECORD:
-            raise GraphRefused(f"TorchScript code record '{name[:120]}' is {member.file_size:,} bytes, more than "
-                               f"the {human_bytes(MAX_CODE_RECORD)} a record of code is read")
-        if self.bytes_read + member.file_size > MAX_CODE_TOTAL:
-            raise GraphRefused(f"TorchScript code records hold more than the {human_bytes(MAX_CODE_TOTAL)} of code "
-                               "one archive's graph reads")
         try:
-            data = self.archive.read_small(name, MAX_CODE_RECORD)
+            data = self.archive.read_small(name, budget=self.budget, units=source_units, what="tokens of code parsed")
+        except BudgetExceeded:
+            raise
         except CheckpointError as exc:
             raise GraphRefused(f"TorchScript code record '{name[:120]}': {exc}") from None
-        self.bytes_read += len(data)
         try:
             tree = ast.parse(data.decode("utf-8", "replace"), filename=name, mode="exec")
         except SyntaxError as exc:
@@ -64,9 +62,11 @@ class ScriptCode:
         except (ValueError, RecursionError, MemoryError) as exc:
             raise GraphRefused(f"TorchScript code record '{name[:120]}' cannot be parsed: "
                                f"{type(exc).__name__}") from None
-        found = {stmt.name: stmt for stmt in tree.body if isinstance(stmt, (ast.ClassDef, ast.FunctionDef))}
-        self._modules[prefix] = dict(found)
-        return self._modules[prefix]
+        self.budget.charge(len(tree.body) + 1, "definitions listed")
+        found: dict[str, ast.stmt] = {stmt.name: stmt for stmt in tree.body
+                                      if isinstance(stmt, (ast.ClassDef, ast.FunctionDef))}
+        self._modules[prefix] = found
+        return found
 
     def _definition(self, qualname: str) -> ast.stmt | None:
         prefix, _, name = qualname.rpartition(".")
@@ -83,6 +83,7 @@ class ScriptCode:
         found = None
         if isinstance(node, ast.ClassDef):
             found = ClassCode(qualname)
+            self.budget.charge(len(node.body) + 1, "definitions listed")
             for stmt in node.body:
                 if isinstance(stmt, ast.FunctionDef):
                     found.methods[stmt.name] = stmt
@@ -103,7 +104,7 @@ class ScriptCode:
 def dotted_name(node: ast.expr) -> str | None:
     """`a.b.c` of a chain of attributes over a name, else None (iterative: a chain may be long)."""
     parts: list[str] = []
-    while isinstance(node, ast.Attribute):
+    while isinstance(node, ast.Attribute):  # bounded: one node each of a syntax tree charged when parsed
         parts.append(node.attr)
         node = node.value
     if not isinstance(node, ast.Name):

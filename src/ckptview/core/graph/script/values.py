@@ -2,8 +2,12 @@
 
 A tensor is only where it comes from (`Flow`: the nodes that make it, the checkpoint keys it is); a module is
 its path in the archive's module tree and its class; everything the graph does not need (ints, strings,
-devices) is one `UNKNOWN`. Literals of the code itself stay `Const` so that `if inplace:` over a literal
-`False` takes one branch, as torch's inliner folds it.
+devices) is one `UNKNOWN`. Literals stay `Const` so that `if inplace:` over a literal `False` takes one
+branch where torch's inliner folds it (see `Const.folds`).
+
+Lists share: `[a, a]` holds `a` twice, not a copy of it, so thirty lines of `b = [a, a]` are thirty small
+lists, and what a list carries is computed once per list (`Flows`, memoised until a list changes), never
+by unfolding it: unfolded, those thirty lines are 2**31 items.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Node
 
 
@@ -22,11 +27,18 @@ class Flow:
     keys: tuple[str, ...] = ()
 
 
+NO_DATA = Flow()
+
+
 @dataclass(eq=False)
 class Seq:
-    """A list or tuple the code built (`annotate(List[Tensor], [])`, `(a, b)`); `torch.append` adds to it."""
+    """A list or tuple the code built (`annotate(List[Tensor], [])`, `(a, b)`); `torch.append` adds to it
+    (through `Flows.extend`, which forgets what lists carried)."""
 
     items: list[Any] = field(default_factory=list)
+    flow: Flow = field(default=NO_DATA, repr=False)
+    """What it carries, valid while `epoch` is the walk's."""
+    epoch: int = field(default=-1, repr=False)
 
 
 @dataclass(frozen=True)
@@ -60,9 +72,15 @@ class Dotted:
 
 @dataclass(frozen=True)
 class Const:
-    """A value written in the code (a literal, a `Final` class constant)."""
+    """A value written in the code (a literal, a `Final` class constant).
+
+    `folds`: whether an `if` over it is folded as torch's graph folds it. torch inlines every callee's
+    *optimized* graph, whose constants are propagated, into the top `forward`'s graph, which is not: a literal
+    written in the top `forward`, or handed from there to a callee, is a constant no pass folds (`F.relu(x)`
+    called by the top module keeps both `relu_` and `relu`); one written in a callee folds there."""
 
     value: Any
+    folds: bool = True
 
 
 class _Unknown:
@@ -72,44 +90,87 @@ class _Unknown:
 
 UNKNOWN: Any = _Unknown()  # a value the graph does not follow (an int computed at run time, a device)
 
-MAX_SEQ = 100_000  # items one list built by the code keeps (appends in a loop are read once anyway)
 
+class Flows:
+    """What values carry (`flow`), memoised per list and charged to the walk's budget: every list is unfolded
+    once per change of any list, its items and what it carries paid for."""
 
-def data(value: Any, depth: int = 0) -> tuple[list[str], list[str]]:
-    """(node ids, checkpoint keys) a value carries, lists and tuples flattened, in order."""
-    if isinstance(value, Flow):
-        return list(value.ids), list(value.keys)
-    ids: list[str] = []
-    keys: list[str] = []
-    if isinstance(value, Seq) and depth < 32:
-        for item in value.items:
-            more_ids, more_keys = data(item, depth + 1)
-            ids += more_ids
-            keys += more_keys
-    return ids, keys
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.epoch = 0
 
+    def changed(self) -> None:
+        """A list changed: what every list carries is computed again when next asked."""
+        self.epoch += 1
 
-def has_data(value: Any) -> bool:
-    """Whether a value carries tensor data."""
-    ids, keys = data(value)
-    return bool(ids or keys)
+    def extend(self, seq: Seq, items: list[Any]) -> None:
+        """`torch.append` / `extend` / `insert`: items added to a list the code built."""
+        self.budget.charge(len(items) + 1, "list items added")
+        seq.items.extend(items)
+        self.changed()
 
+    def flow(self, value: Any) -> Flow:
+        """The node ids and checkpoint keys a value carries, lists flattened (each id and key once, in order)."""
+        if type(value) is Flow:
+            return value
+        if type(value) is not Seq:
+            return NO_DATA
+        if value.epoch == self.epoch:
+            return value.flow
+        return self._unfold(value)
 
-def flow_of(values: list[Any]) -> Flow:
-    """One Flow of everything the values carry (duplicates dropped, order kept)."""
-    ids: list[str] = []
-    keys: list[str] = []
-    for value in values:
-        more_ids, more_keys = data(value)
-        ids += more_ids
-        keys += more_keys
-    return Flow(tuple(dict.fromkeys(ids)), tuple(dict.fromkeys(keys)))
+    def _unfold(self, top: Seq) -> Flow:
+        """Post-order over the lists below `top` not yet known this epoch (an explicit stack: lists nest as
+        deep as the code makes them); a list that holds itself carries what its other items carry."""
+        budget, epoch = self.budget, self.epoch
+        open_lists = {id(top)}
+        stack: list[tuple[Seq, int]] = [(top, 0)]
+        while stack:
+            seq, i = stack[-1]
+            items = seq.items
+            if i < len(items):
+                stack[-1] = (seq, i + 1)
+                item = items[i]
+                if type(item) is Seq and item.epoch != epoch and id(item) not in open_lists:
+                    open_lists.add(id(item))
+                    stack.append((item, 0))
+                continue
+            stack.pop()
+            ids: dict[str, None] = {}
+            keys: dict[str, None] = {}
+            for item in items:
+                carried = item if type(item) is Flow else item.flow if type(item) is Seq and item.epoch == epoch \
+                    else None
+                if carried is not None:
+                    ids.update(dict.fromkeys(carried.ids))
+                    keys.update(dict.fromkeys(carried.keys))
+                    budget.charge(len(carried.ids) + len(carried.keys), "list items unfolded")
+            budget.charge(len(items) + 1, "list items unfolded")
+            seq.flow, seq.epoch = (Flow(tuple(ids), tuple(keys)) if ids or keys else NO_DATA), epoch
+        return top.flow
 
+    def has_data(self, value: Any) -> bool:
+        """Whether a value carries tensor data."""
+        carried = self.flow(value)
+        return bool(carried.ids or carried.keys)
 
-def merge(a: Any, b: Any) -> Any:
-    """The value of a name after an `if` whose branches gave it `a` and `b`."""
-    if a is b or (type(a) is type(b) and not isinstance(a, Seq) and a == b):
-        return a
-    if has_data(a) or has_data(b):
-        return flow_of([a, b])
-    return UNKNOWN
+    def of(self, values: list[Any]) -> Flow:
+        """One Flow of everything the values carry (each id and key once, order kept)."""
+        if len(values) == 1:
+            return self.flow(values[0])
+        ids: dict[str, None] = {}
+        keys: dict[str, None] = {}
+        for value in values:
+            carried = self.flow(value)
+            ids.update(dict.fromkeys(carried.ids))
+            keys.update(dict.fromkeys(carried.keys))
+            self.budget.charge(len(carried.ids) + len(carried.keys) + 1, "values joined")
+        return Flow(tuple(ids), tuple(keys)) if ids or keys else NO_DATA
+
+    def merge(self, a: Any, b: Any) -> Any:
+        """The value of a name after an `if` whose branches gave it `a` and `b`."""
+        if a is b or (type(a) is type(b) and not isinstance(a, Seq) and a == b):
+            return a
+        if self.has_data(a) or self.has_data(b):
+            return self.of([a, b])
+        return UNKNOWN

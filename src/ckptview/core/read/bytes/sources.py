@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from ckptview.core.budget import Budget
 from ckptview.core.errors import CheckpointFormatError, TensorDataError
 from ckptview.core.read.bytes.files import FileMap, ReadAhead
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from ckptview.core.read.bytes.zipdir import ZipEntry
 
 MAX_INFLATED_RECORD = 256 << 20
+_PIECE = 1 << 20  # bytes read or inflated between two charges of a record read whole
 
 
 class FileSlice:
@@ -230,13 +232,35 @@ class ZipMember:
         except zlib.error as exc:
             raise TensorDataError(f"corrupt zip: record '{self.name}' does not inflate ({exc})") from None
 
-    def read_all(self, limit: int) -> bytes:
-        """The member's bytes (for pickles and small records), refusing more than `limit`."""
+    def read_all(self, limit: int, budget: Budget | None = None, units: Callable[[bytes | bytearray], int] = len,
+                 what: str = "bytes read") -> bytes:
+        """The member's bytes (for pickles and small records), refusing more than `limit`.
+
+        With a `budget`, every piece is charged as it is read or inflated (`units(piece)`: its length, or
+        what parsing it will cost), so a record that inflates past what the file pays for stops there, a
+        piece past the budget, whatever size it declares."""
         if self.compress_type != 0:
-            # torch never compresses its records; a compressed one is inflated in memory, so it gets a
-            # far smaller budget than a stored one (which is read from the file as it is).
+            # Compressed records (torch deflates TorchScript code) are inflated in memory: one allocation,
+            # bounded far below what a stored record may be (read from the file as it is).
             limit = min(limit, MAX_INFLATED_RECORD)
         if self.file_size > limit:
             raise CheckpointFormatError(
                 f"record '{self.name}' declares {self.file_size} bytes, more than the {limit} allowed")
-        return bytes(self.open_buffer())
+        if budget is None:
+            return bytes(self.open_buffer())
+        pieces: Iterator[bytes | bytearray]
+        if self.compress_type == 0:
+            pieces = (self.read_range(start, min(_PIECE, self.compress_size - start))
+                      for start in range(0, self.compress_size, _PIECE))
+            want = self.compress_size
+        else:
+            want = self._wanted()
+            pieces = self._inflate(0, want, _PIECE, exact=False)
+        out = bytearray()
+        for piece in pieces:  # charged: each piece, before the next is read
+            budget.charge(units(piece), what)
+            out += piece
+        if len(out) != want:
+            raise TensorDataError(f"corrupt zip: record '{self.name}' inflates to {len(out)} bytes, "
+                                  f"declared {self.file_size}")
+        return bytes(out)

@@ -14,6 +14,7 @@ import os
 import struct
 from typing import NamedTuple, Protocol
 
+from ckptview.core.budget import Budget
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.read.bytes.files import open_regular
 
@@ -22,7 +23,7 @@ _EOCD64_LOCATOR = struct.Struct("<4sLQL")
 _EOCD64 = struct.Struct("<4sQ2H2L4Q")
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
 _MAX_COMMENT = 0xFFFF
-MAX_ENTRIES = 10_000_000
+ENTRY_COST = 12  # units one entry costs (a ZipEntry and its name hold ~180 bytes)
 
 
 class ZipEntry(NamedTuple):
@@ -48,11 +49,12 @@ AMBIGUOUS = "ambiguous zip"
 
 
 def read_central_directory(path: str, start: int = 0, length: int | None = None,
-                           source: ByteSource | None = None) -> list[ZipEntry]:
+                           source: ByteSource | None = None, budget: Budget | None = None) -> list[ZipEntry]:
     """Every member of the zip at `path` (or of the zip stored in bytes [start, start+length) of it),
     in directory order, with header offsets counted from the start of the file.
 
-    `source` (the byte layer's open file, local or remote) is read instead of opening `path` again."""
+    `source` (the byte layer's open file, local or remote) is read instead of opening `path` again. The
+    entries the directory declares are charged to `budget` before they are parsed."""
     if length is None:
         length = (source.size if source is not None else os.path.getsize(path)) - start  # local without one
     size = length
@@ -73,8 +75,10 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
             # torch always writes ZIP64 end records: the directory ends where that record starts.
             n_total, cd_size, cd_offset, dir_end = _zip64_end(fh, tail, pos, eocd_at)
         concat = dir_end - cd_size - cd_offset  # bytes prepended to the archive
-        if concat < 0 or cd_size > size or n_total > MAX_ENTRIES:
+        if concat < 0 or cd_size > size:
             raise CheckpointFormatError("truncated or corrupt zip: central directory out of range")
+        if budget is not None:  # every entry is at least 46 bytes of the directory, which the file holds
+            budget.charge(ENTRY_COST * min(n_total, cd_size // _CENTRAL.size + 1), "zip directory entries")
         if concat:  # zipfile would shift every offset by this much, torch reads them as written
             raise CheckpointFormatError(
                 f"{AMBIGUOUS}: its directory is {concat} bytes from where its offsets say (bytes before the "
@@ -145,7 +149,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
     make = tuple.__new__  # ZipEntry without its Python-level __new__: a listing makes 100,000
     pos, end = 0, len(directory)
     header = _CENTRAL.size
-    while pos < end:
+    while pos < end:  # bounded: each entry consumes at least 46 bytes of the directory (charged by the caller)
         if pos + header > end:
             raise CheckpointFormatError("corrupt zip: central directory entry cut short")
         sig, flags, method, crc, csize, usize, name_len, extra_len, comment_len, offset = unpack(directory, pos)
@@ -167,7 +171,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
 
 def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
     pos = 0
-    while pos + 4 <= len(extra):
+    while pos + 4 <= len(extra):  # bounded: each step consumes 4 or more bytes of one entry's extra field
         tag, length = struct.unpack_from("<HH", extra, pos)
         body = extra[pos + 4 : pos + 4 + length]
         pos += 4 + length

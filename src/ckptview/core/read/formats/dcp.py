@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Node, NodeKind, OpenFiles, Storage, TensorInfo
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.read.bytes.files import FileIdentity, FileMap
@@ -40,7 +41,8 @@ PRIORITY = 110  # above torch-zip: a `.distcp` file is a run of zips that torch-
 METADATA_FILE = ".metadata"
 MAX_METADATA_BYTES = 1 << 30
 MAX_BYTES_ITEM = 16 << 20  # non-tensor items larger than this are listed, not read
-MAX_BYTES_ITEMS_READ = 20_000
+ENTRY_COST = 12  # units an item, chunk or storage record of the metadata costs (its objects, its node)
+ITEM_READ_COST = 8192  # units a non-tensor item read costs beyond its bytes (a zip directory, a pickle)
 _DISTCP = re.compile(r"^__\d+_\d+\.distcp$")
 _DCP = "torch.distributed.checkpoint."
 # The dataclasses a DCP `.metadata` always names: decoded here, never constructed.
@@ -130,12 +132,13 @@ class Location:
         return f"{self.file} @ {self.offset}"
 
 
-def _locations(storage_data: Any) -> dict[tuple[str, tuple[int, ...] | None], Location]:
+def _locations(storage_data: Any, budget: Budget) -> dict[tuple[str, tuple[int, ...] | None], Location]:
     """(fqn, chunk offsets or None) -> Location, from the metadata's storage_data mapping."""
     if not isinstance(storage_data, dict):
         raise CheckpointFormatError("DCP metadata: storage_data is not a mapping (not a FileSystemWriter checkpoint?)")
     out: dict[tuple[str, tuple[int, ...] | None], Location] = {}
-    for index, info in storage_data.items():
+    budget.charge(ENTRY_COST * (len(storage_data) + 1), "storage records listed")
+    for index, info in storage_data.items():  # charged above: each record
         key_fields, info_fields = fields(index), fields(info)
         fqn = key_fields.get("fqn")
         rel, offset, length = (info_fields.get(k) for k in ("relative_path", "offset", "length"))
@@ -199,12 +202,14 @@ def _tree_path(fqn: str, planner_data: Any) -> tuple[Any, ...]:
 
 
 class _TreeBuilder:
-    def __init__(self) -> None:
+    def __init__(self, budget: Budget) -> None:
         self.root = Node(key="", kind="dict", type_name="dcp")
         self._dirs: dict[tuple[Any, ...], Node] = {(): self.root}
+        self.budget = budget
 
     def parent_of(self, path: tuple[Any, ...]) -> Node:
-        for depth in range(1, len(path)):
+        self.budget.charge(len(path) * len(path), "path components looked up")  # a prefix per level
+        for depth in range(1, len(path)):  # charged above
             prefix = path[:depth]
             if prefix not in self._dirs:
                 parent = self._dirs[path[: depth - 1]]
@@ -216,7 +221,7 @@ class _TreeBuilder:
 
 
 def _tensor_info(fqn: str, meta: dict[str, Any], locs: dict[tuple[str, tuple[int, ...] | None], Location],
-                 files: _Files) -> TensorInfo:
+                 files: _Files, budget: Budget) -> TensorInfo:
     dtype = _dtype_of(meta.get("properties"))
     shape = _ints(meta.get("size"), f"size of '{fqn}'")
     chunk_stubs = meta.get("chunks")
@@ -225,7 +230,8 @@ def _tensor_info(fqn: str, meta: dict[str, Any], locs: dict[tuple[str, tuple[int
     chunks: list[Chunk] = []
     shards: list[dict[str, Any]] = []
     broken: str | None = None
-    for stub in chunk_stubs:
+    budget.charge(ENTRY_COST * (len(chunk_stubs) + 1), "chunks listed")
+    for stub in chunk_stubs:  # charged above: each chunk
         f = fields(stub)
         offsets = _ints(f.get("offsets"), f"chunk offsets of '{fqn}'")
         sizes = _ints(f.get("sizes"), f"chunk sizes of '{fqn}'")
@@ -243,7 +249,8 @@ def _tensor_info(fqn: str, meta: dict[str, Any], locs: dict[tuple[str, tuple[int
     source = AssembledSource(shape, chunks, sorted({s["file"] for s in shards}))
     storage = Storage(key=f"dcp:{fqn}", dtype=dtype, numel=numel, device="cpu", source=source)
     stride, acc = [], 1
-    for size in reversed(shape):
+    budget.charge(len(shape), "sizes read")
+    for size in reversed(shape):  # charged above
         stride.append(acc)
         acc *= max(size, 1)
     info = TensorInfo(dtype=dtype, shape=shape, stride=tuple(reversed(stride)), offset=0, storage=storage,
@@ -262,12 +269,14 @@ class DcpBytesItem:
         return f"<{self.loc.length}-byte torch.save'd object at {self.loc.where()}: {self.reason}>"
 
 
-def _read_bytes_item(files: _Files, loc: Location) -> tuple[Any, list[str]]:
+def _read_bytes_item(files: _Files, loc: Location, budget: Budget) -> tuple[Any, list[str]]:
     if loc.transforms:
         return DcpBytesItem(loc, f"stored with transforms {list(loc.transforms)}"), []
     if loc.length > MAX_BYTES_ITEM:
         return DcpBytesItem(loc, "not read (large)"), []
-    return load_embedded(files.get(loc.file), loc.offset, loc.length, loc.where())
+    if not budget.affords(ITEM_READ_COST + 4 * loc.length):
+        return DcpBytesItem(loc, "not read (the folder's work budget is spent)"), []
+    return load_embedded(files.get(loc.file), loc.offset, loc.length, loc.where(), budget)
 
 
 def _opened_as(source: Source, folder: str) -> dict[str, FileIdentity]:
@@ -285,6 +294,7 @@ def _opened_as(source: Source, folder: str) -> dict[str, FileIdentity]:
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a torch.distributed.checkpoint folder into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     path, fs = source.path, source.fs
+    budget = ctx.budget_for(source)
     folder = _folder_of(path, fs) or fs.dirname(path)
     meta_path = fs.join(folder, METADATA_FILE)
     if not fs.isfile(meta_path):
@@ -295,7 +305,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     files = _Files(folder, _opened_as(source, folder), fs)
     with fs.open_regular(meta_path, files.opened_as.get(fs.abspath(meta_path))) as fh:  # never blocks on a FIFO
         data = fh.read()
-    obj, globals_seen, _ = load_torch_pickle(data, None, what=".metadata")
+    obj, globals_seen, _ = load_torch_pickle(data, None, what=".metadata", budget=budget)
     if not isinstance(obj, StubObject) or not obj.cls.endswith("checkpoint.metadata.Metadata"):
         raise NotACheckpointError(f"not a checkpoint: .metadata holds a {getattr(obj, 'cls', type(obj).__name__)}, "
                                   "not DCP metadata")
@@ -303,17 +313,18 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     items = top.get("state_dict_metadata")
     if not isinstance(items, dict):
         raise CheckpointFormatError("DCP metadata: state_dict_metadata is not a mapping")
-    locs = _locations(top.get("storage_data"))
-    builder = _TreeBuilder()
+    locs = _locations(top.get("storage_data"), budget)
+    builder = _TreeBuilder(budget)
     warnings: list[str] = []
-    bytes_read = 0
-    for fqn, item in items.items():
+    budget.charge(ENTRY_COST * (len(items) + 1), "items listed")
+    seen = dict.fromkeys(globals_seen)  # every global named, in order (a set: items may name many)
+    for fqn, item in items.items():  # charged above: each item
         if not isinstance(fqn, str) or not isinstance(item, StubObject):
             raise CheckpointFormatError("DCP metadata: malformed state_dict_metadata entry")
         tree_path = _tree_path(fqn, top.get("planner_data"))
         parent = builder.parent_of(tree_path)
         if item.cls.endswith(".TensorStorageMetadata"):
-            info = _tensor_info(fqn, fields(item), locs, files)
+            info = _tensor_info(fqn, fields(item), locs, files, budget)
             parent.add(Node(key=tree_path[-1], kind="tensor", type_name="Tensor", tensor=info))
             if info.broken:
                 warnings.append(f"tensor '{fqn}' is broken: {info.broken}")
@@ -324,20 +335,20 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         if loc is None:
             value: Any = f"<no stored record for '{fqn}'>"
             warnings.append(f"item '{fqn}' has no stored record")
-        elif bytes_read >= MAX_BYTES_ITEMS_READ:
-            value = DcpBytesItem(loc, "not read (too many items)")
         else:
-            bytes_read += 1
             try:
-                value, item_globals = _read_bytes_item(files, loc)
+                value, item_globals = _read_bytes_item(files, loc, budget)
             except (CheckpointFormatError, TensorDataError) as exc:
                 value, item_globals = DcpBytesItem(loc, f"unreadable: {exc}"), []
                 warnings.append(f"item '{fqn}' is unreadable: {exc}")
-            globals_seen += [g for g in item_globals if g not in globals_seen]
-        node = build_tree(value)
+            seen.update(dict.fromkeys(item_globals))
+        node = build_tree(value, budget)
         node.key = tree_path[-1]
         parent.add(node)
-    total = size + sum(fs.getsize(fs.join(folder, f)) for f in fs.listdir(folder)
+    globals_seen = list(seen)
+    listing = fs.listdir(folder)
+    budget.charge(ENTRY_COST * (len(listing) + 1), "folder entries listed")
+    total = size + sum(fs.getsize(fs.join(folder, f)) for f in listing
                        if f.endswith(".distcp") and fs.isfile(fs.join(folder, f)))
     unsafe = [g for g in unsafe_of(globals_seen) if g not in EXPECTED_GLOBALS]
     ckpt = Checkpoint(path=folder, format=NAME, file_size=total, root=builder.root, globals=list(globals_seen),

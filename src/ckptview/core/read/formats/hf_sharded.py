@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ckptview.core.budget import Budget, json_units
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint, Node, OpenFiles
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.read.bytes.files import FileIdentity
@@ -32,6 +33,7 @@ MIN_INDEX_ENTRIES = 100_000
 MAX_INDEX_ENTRIES = 1_000_000
 SHARD_BYTES_PER_TENSOR = 24
 INDEX_PIECE = 16 << 20  # bytes read and counted at a time
+ENTRY_COST = 16  # units an entry placed costs (a Node over a shard's tensor, its shard record)
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 # Weight file bases the libraries write (transformers, diffusers, peft, ...), preferred in this order.
 LIBRARY_BASES = ("model", "diffusion_pytorch_model", "pytorch_model", "adapter_model", "pytorch_lora_weights")
@@ -100,13 +102,14 @@ def sniff(source: Source) -> bool:
     return stripped.startswith(b"{") and (b'"weight_map"' in head or path.endswith(".index.json"))
 
 
-def read_index(path: str, expected: FileIdentity | None = None,
-               fs: FileSystem = LOCAL) -> tuple[dict[str, str], dict[str, Any]]:
-    """(weight_map, index metadata) of an index file, validated (refused when it is no longer `expected`)."""
+def read_index(path: str, expected: FileIdentity | None = None, fs: FileSystem = LOCAL,
+               budget: Budget | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(weight_map, index metadata) of an index file, validated (refused when it is no longer `expected`); its
+    JSON charged to `budget` (one of the index's own bytes when none is given) while it is read."""
     size = fs.getsize(path)
     if size > MAX_INDEX_BYTES:
         raise CheckpointFormatError(f"index file is {size} bytes, more than the {MAX_INDEX_BYTES} allowed")
-    raw = _read_counted(path, expected, fs)
+    raw = _read_counted(path, expected, fs, budget if budget is not None else Budget.for_stored(size, "the index"))
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -115,14 +118,14 @@ def read_index(path: str, expected: FileIdentity | None = None,
     if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
         raise NotACheckpointError(f"not a checkpoint: {os.path.basename(path)} has no weight_map")
     weight_map = index["weight_map"]
-    for key, shard in weight_map.items():
+    for key, shard in weight_map.items():  # charged: parsed from the JSON just charged
         if not isinstance(shard, str) or not shard:
             raise CheckpointFormatError(f"index: weight_map['{key}'] is not a file name")
     meta = index.get("metadata")
     return weight_map, meta if isinstance(meta, dict) else {}
 
 
-def _read_counted(path: str, expected: FileIdentity | None, fs: FileSystem) -> bytes:
+def _read_counted(path: str, expected: FileIdentity | None, fs: FileSystem, budget: Budget) -> bytes:
     """The index's bytes, read in pieces and refused as soon as they hold more names than allowed.
 
     Every JSON value after the first follows a ',', ':' or '[', and every object starts with '{': their
@@ -134,10 +137,11 @@ def _read_counted(path: str, expected: FileIdentity | None, fs: FileSystem) -> b
     held = values = 0
     limit: int | None = None
     with fs.open_regular(path, expected) as fh:  # never blocks on a FIFO named like an index
-        while piece := fh.read(INDEX_PIECE):
+        while piece := fh.read(INDEX_PIECE):  # each piece charged by what its parse will build
             held += len(piece)
             if held > MAX_INDEX_BYTES:  # it grew while read
                 raise CheckpointFormatError(f"index file is over the {MAX_INDEX_BYTES} bytes allowed")
+            budget.charge(json_units(piece), f"JSON of {os.path.basename(path)[:120]}")
             values += piece.count(b",") + piece.count(b":") + piece.count(b"[") + piece.count(b"{")
             entries = values // 2  # each weight_map entry is a name and a value
             if entries > MIN_INDEX_ENTRIES:
@@ -229,15 +233,16 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
                 ctx: ReaderContext, fs: FileSystem, index_identity: FileIdentity | None = None) -> Checkpoint:
     warnings: list[str] = BoundedWarnings()
     warnings.extend(notes)
+    budget = ctx.budget_for(Source(path, fs=fs))
     if index_path is not None:
-        weight_map, index_meta = read_index(index_path, index_identity, fs)
+        weight_map, index_meta = read_index(index_path, index_identity, fs, budget)
         shard_names = list(dict.fromkeys(weight_map.values()))
     else:
         weight_map, index_meta = {}, {}
         shard_names = files
     shards: dict[str, Checkpoint] = {}
     shard_ctx = ctx.in_index()  # the shards join this open's session; an index among them is refused
-    for name in shard_names:
+    for name in shard_names:  # each shard opened is charged (OPEN_COST, by the open itself)
         shard_path = _shard_path(folder, name, fs)
         if not fs.isfile(shard_path):
             warnings.append(f"shard '{name}' is missing")
@@ -253,18 +258,19 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
             raise CheckpointFormatError(f"shard '{name}': {exc}") from None
     if not shards:
         raise CheckpointFormatError("none of the shards could be opened")
-    return _combine(path, folder, index_path, weight_map, index_meta, shards, warnings, fs)
+    return _combine(path, folder, index_path, weight_map, index_meta, shards, warnings, fs, budget)
 
 
 def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[str, str],
              index_meta: dict[str, Any], shards: dict[str, Checkpoint], warnings: list[str],
-             fs: FileSystem) -> Checkpoint:
+             fs: FileSystem, budget: Budget) -> Checkpoint:
     kinds = {s.format for s in shards.values()}
     fmt = "hf-sharded-safetensors" if kinds == {"safetensors"} else "hf-sharded-bin"
     root = Node(key="", kind="dict", type_name=fmt)
-    by_shard = {name: {e.name: e for e in s.tensors()} for name, s in shards.items()}
+    by_shard = {name: {e.name: e for e in s.tensors()} for name, s in shards.items()}  # charged: each just below
+    budget.charge(ENTRY_COST * (len(weight_map) + sum(map(len, by_shard.values())) + 1), "index entries placed")
     placed: set[tuple[str, str]] = set()
-    for key, shard in weight_map.items():
+    for key, shard in weight_map.items():  # charged above
         entries = by_shard.get(shard)
         if entries is None:
             continue  # the shard's absence is already a warning
@@ -275,18 +281,18 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
         _add_tensor(root, key, entry.info, shard)
         placed.add((shard, key))
     for shard, entries in by_shard.items():
-        for key, entry in entries.items():
+        for key, entry in entries.items():  # charged above
             if (shard, key) not in placed:
                 if index_path is not None:
                     warnings.append(f"tensor '{key}' in shard '{shard}' is not listed in the index")
                 _add_tensor(root, key, entry.info, shard)
-    globals_seen: list[str] = []
-    unsafe: list[str] = []
+    seen: dict[str, None] = {}  # every global named, in order (sets: shards may name many)
+    bad: dict[str, None] = {}
     files = OpenFiles()
     for name, shard_ckpt in shards.items():
-        globals_seen += [g for g in shard_ckpt.globals if g not in globals_seen]
-        unsafe += [g for g in shard_ckpt.unsafe_globals if g not in unsafe]
-        warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)
+        seen.update(dict.fromkeys(shard_ckpt.globals))
+        bad.update(dict.fromkeys(shard_ckpt.unsafe_globals))
+        warnings.extend(f"{name}: {w}" for w in shard_ckpt.warnings)  # bounded: each warning once (BoundedWarnings)
         files.add(shard_ckpt.files)
     total = sum(s.file_size for s in shards.values()) + (fs.getsize(index_path) if index_path else 0)
     first = next(iter(shards.values()))
@@ -294,13 +300,13 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
                                 "index": os.path.basename(index_path) if index_path else None}
     for node in first.root.children:  # a safetensors shard's __metadata__ (the same in every shard)
         if node.key == "__metadata__":
-            metadata["shard_metadata"] = {c.key: c.value for c in node.children}
+            metadata["shard_metadata"] = {c.key: c.value for c in node.children}  # bounded: one node's, once
     declared = index_meta.get("total_size")
     actual = _stored_bytes(root)
     if isinstance(declared, int) and declared != actual:
         warnings.append(f"index declares total_size {declared}, the shards hold {actual} bytes of tensors")
     return Checkpoint(path=path if not fs.isdir(path) else folder, format=fmt, file_size=total, root=root,
-                      globals=globals_seen, unsafe_globals=unsafe, warnings=warnings, metadata=metadata, files=files)
+                      globals=list(seen), unsafe_globals=list(bad), warnings=warnings, metadata=metadata, files=files)
 
 
 def _stored_bytes(root: Node) -> int:

@@ -65,7 +65,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     path = source.path
     fmap = source.file_map()
     torch_legacy.refuse_tar(fmap)
-    stream = PickleStream(fmap.read_all())
+    stream = PickleStream(fmap.read_all(), budget=ctx.budget_for(source))
     first = stream.read("pickle")
     if torch_legacy.is_magic(first):  # a legacy torch.save whose magic number is written unusually
         return torch_legacy.read_after_magic(path, fmap, stream)

@@ -8,6 +8,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Node, OpenFiles, PathKey, Storage, TensorInfo
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.jobs import Progress, drain
@@ -27,7 +28,7 @@ from ckptview.core.text import elide
 
 NAME = "safetensors"
 PRIORITY = 90
-MAX_TENSORS = 1_000_000  # the largest real models hold ~100k; a header listing millions is an attack
+TENSOR_COST = 40  # units an entry costs (its TensorInfo, Storage, FileSlice and Node hold ~600 bytes)
 MAX_LISTED = 20  # warnings of one kind listed one by one before they are counted
 NAME_IN_ERROR = 80  # characters of a tensor name quoted in an error (a name may be 90 MB)
 SORT_RUN = 1 << 15  # ranges sorted in one call when the header lists them out of offset order
@@ -128,29 +129,32 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
 
     A header read in pieces hands each piece's Progress to `ctx.report` (which checks `ctx.cancel`
     first, and may raise to stop the open)."""
-    return drain(iter_open(source), ctx.report if ctx.reports else None)
+    return drain(iter_open(source, ctx.budget_for(source)), ctx.report if ctx.reports else None)
 
 
-def iter_open(source: Source) -> Generator[Progress, None, Checkpoint]:
-    """`open`, yielding Progress (header bytes read) between pieces of the header."""
+def iter_open(source: Source, budget: Budget) -> Generator[Progress, None, Checkpoint]:
+    """`open`, yielding Progress (header bytes read) between pieces of the header; each piece's entries
+    charged to `budget`."""
     path = source.path
     raw, data_start, size = read_header_bytes(path, source.identity, source.fs)
     fmap = source.file_map()
     try:
         if len(raw) > PIECE_BYTES:
             try:
-                return (yield from _build(path, raw, fmap, data_start, size, header_pieces(raw, PIECE_BYTES), True))
+                return (yield from _build(path, raw, fmap, data_start, size, header_pieces(raw, PIECE_BYTES), True,
+                                          budget))
             except (NotInPieces, _Restart):
-                pass  # malformed or ambiguous piece by piece: the whole header decides
+                pass  # malformed or ambiguous piece by piece: the whole header decides (charged again)
         pieces = [(parse_whole(raw), len(raw))]
-        return (yield from _build(path, raw, fmap, data_start, size, iter(pieces), False))
+        return (yield from _build(path, raw, fmap, data_start, size, iter(pieces), False, budget))
     except BaseException:
         fmap.close()
         raise
 
 
 def _build(path: str, raw: bytes, fmap: FileMap, data_start: int, size: int,
-           pieces: Iterator[tuple[dict[str, Any], int]], in_pieces: bool) -> Generator[Progress, None, Checkpoint]:
+           pieces: Iterator[tuple[dict[str, Any], int]], in_pieces: bool, budget: Budget
+           ) -> Generator[Progress, None, Checkpoint]:
     """The Checkpoint from the header's members, converted one piece at a time (each piece freed after).
 
     Sound entries (a known dtype, a contiguous shape that exactly fills its byte range inside the data
@@ -171,19 +175,15 @@ def _build(path: str, raw: bytes, fmap: FileMap, data_start: int, size: int,
     overlaps: list[tuple[PathKey, PathKey]] = []
     overlap_count = 0
     total = len(raw)
-    for piece, done in pieces:
+    for piece, done in pieces:  # each piece's entries charged before they are converted
+        budget.charge(TENSOR_COST * len(piece), "header entries")
         if in_pieces:
             count += len(piece)
             seen.update(piece)
             if len(seen) != count:  # a name repeated from an earlier piece: JSON keeps the last value
                 raise _Restart()
-            if count - ("__metadata__" in seen) > MAX_TENSORS:  # the whole header says how many
-                raise _Restart()
         if "__metadata__" in piece:
             metadata = piece.pop("__metadata__")
-        if not in_pieces and len(piece) > MAX_TENSORS:
-            raise CheckpointFormatError(
-                f"safetensors header lists {len(piece)} tensors; refusing more than {MAX_TENSORS}")
         for key, entry in piece.items():
             info = None
             try:  # anything missing, unhashable or of the wrong arity leaves the entry to the full checks
@@ -244,7 +244,8 @@ def _build(path: str, raw: bytes, fmap: FileMap, data_start: int, size: int,
                       metadata={"header_bytes": data_start - 8})
     if isinstance(metadata, dict):
         meta_node = root.add(Node(key="__metadata__", kind="dict", type_name="dict"))
-        for k, v in metadata.items():
+        budget.charge(len(metadata), "header metadata entries")
+        for k, v in metadata.items():  # charged above
             meta_node.add(Node(key=str(k), kind="value", type_name=type(v).__name__, value=v))
     elif metadata is not None:
         ckpt.warnings.append("safetensors __metadata__ is not an object; ignored")
@@ -297,6 +298,6 @@ def _overlaps(children: list[Node], data_start: int) -> tuple[list[tuple[PathKey
             if len(pairs) < MAX_LISTED:
                 pairs.append((last_key, key))
         last_end, last_key = end, key
-    while runs:  # freed run by run: a million tuples freed at once hold the lock for a tenth of a second
+    while runs:  # bounded: one sorted run freed per step; freed run by run: a million tuples freed at once hold the lock for a tenth of a second
         runs.pop()
     return pairs, count

@@ -83,7 +83,7 @@ def header_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> Iterator[tuple[
     start += 1
     want = piece_bytes
     pieces = 0
-    while True:
+    while True:  # bounded: each step parses a piece (its entries charged by the caller) or doubles its length
         match = _CUT.search(raw, start + want) if start + want < total else None
         last = match is None
         end = total if match is None else match.end() - 1  # the cut: just before the comma

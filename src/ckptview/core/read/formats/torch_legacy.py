@@ -59,16 +59,17 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     """Read torch.save's legacy format into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     path = source.path
     fmap = source.file_map()
+    budget = ctx.budget_for(source)
     refuse_tar(fmap)
     # The pickles sit at the start, the storages after them: parse a prefix (never the whole file, and
     # never through a map that a shrinking file would turn into SIGBUS), longer until the pickles fit.
     length = min(fmap.size, FIRST_PREFIX)
-    while True:
-        stream = PickleStream(fmap.read(0, length))
+    while True:  # bounded: the prefix grows fourfold to the file's size; each parse is charged
+        stream = PickleStream(fmap.read(0, length), budget=budget)
         try:
             first = stream.read("legacy header")
             if not is_magic(first):  # the bytes looked like a legacy header but the value is not the magic
-                whole = PickleStream(fmap.read_all())  # a plain pickle stream is read whole, as plain_pickle does
+                whole = PickleStream(fmap.read_all(), budget=budget)  # read whole, as plain_pickle does
                 return stream_checkpoint(path, fmap, whole, whole.read("pickle"))
             return read_after_magic(path, fmap, stream)
         except CheckpointFormatError as exc:
@@ -152,7 +153,7 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
             trailing = stream.read_rest("pickle after the storages")
         else:
             trailing = size - pos
-    ckpt = make_checkpoint(path, NAME, size, obj, stream.globals,
+    ckpt = make_checkpoint(path, NAME, size, obj, stream.globals, stream.budget,
                            byteorder=byteorder, pickles=stream.count, files=[fmap])
     if stream.count > 5:
         ckpt.warnings.append(f"{stream.count - 5} more pickles follow the storages (torch.load does not read "

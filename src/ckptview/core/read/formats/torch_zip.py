@@ -7,9 +7,11 @@ else is read until a value is asked for.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.read.bytes.files import FileMap
@@ -40,12 +42,12 @@ class ZipArchive:
     MARKER = "data.pkl"
 
     def __init__(self, path: str, start: int = 0, length: int | None = None, what: str = "zip",
-                 fmap: FileMap | None = None) -> None:
-        self.path, self.what = path, what
+                 fmap: FileMap | None = None, budget: Budget | None = None) -> None:
+        self.path, self.what, self.budget = path, what, budget
         self.fmap = fmap or FileMap(path)
         if start < 0 or (length is not None and (length < 0 or start + length > self.fmap.size)):
             raise TensorDataError(f"record {what} runs past the end of the file ({self.fmap.size} bytes)")
-        entries = read_central_directory(path, start, length, source=self.fmap)
+        entries = read_central_directory(path, start, length, source=self.fmap, budget=budget)
         self.infos: dict[str, ZipEntry] = {entry.name: entry for entry in entries}  # the last of a repeated name
         duplicates: set[str] = set()
         if len(self.infos) != len(entries):
@@ -76,12 +78,14 @@ class ZipArchive:
             return None
         return ZipMember(self.fmap, info)
 
-    def read_small(self, name: str, limit: int = MAX_PICKLE_BYTES) -> bytes:
-        """A record's bytes, CRC-checked."""
+    def read_small(self, name: str, limit: int = MAX_PICKLE_BYTES, budget: Budget | None = None,
+                   units: Callable[[bytes | bytearray], int] = len, what: str = "bytes read") -> bytes:
+        """A record's bytes, CRC-checked; charged to `budget` (the archive's when not given) as they are read or
+        inflated (`units` of each piece)."""
         member = self.member(name)
         if member is None:
             raise CheckpointFormatError(f"record '{name}' missing")
-        data = member.read_all(limit)
+        data = member.read_all(limit, budget if budget is not None else self.budget, units, what)
         info = self.infos[self.prefix + name]
         # torch.serialization.set_crc32_options(False) writes 0 for every record: nothing to check then.
         if info.crc != 0 and zlib.crc32(data) != info.crc:
@@ -102,23 +106,28 @@ class ZipArchive:
         """The archive's object (tensors as lazily read TensorInfo) and the globals it names."""
         obj, globals_seen, _ = load_torch_pickle(self.read_small("data.pkl"),
                                                  storage_loader(self, "data", self.byteorder()),
-                                                 what=f"{self.what} data.pkl" if self.what != "zip" else "data.pkl")
+                                                 what=f"{self.what} data.pkl" if self.what != "zip" else "data.pkl",
+                                                 budget=self.budget)
         return obj, globals_seen
 
 
-def opened_archive(checkpoint: Checkpoint, cls: type[ZipArchive] = ZipArchive) -> ZipArchive:
+def opened_archive(checkpoint: Checkpoint, cls: type[ZipArchive] = ZipArchive, budget: Budget | None = None
+                   ) -> ZipArchive:
     """The archive of an opened checkpoint, read again through the file map its open made (a file changed
-    since is refused, never read in its place): for readers of its other records (code, programs)."""
+    since is refused, never read in its place): for readers of its other records (code, programs), whose
+    reads charge `budget`."""
     fmap = next((f for f in checkpoint.files if isinstance(f, FileMap) and f.path == checkpoint.path), None)
     if fmap is None:
         raise CheckpointFormatError(f"{checkpoint.path}: the archive is no longer open")
-    return cls(checkpoint.path, fmap=fmap)
+    return cls(checkpoint.path, fmap=fmap, budget=budget)
 
 
-def load_embedded(fmap: FileMap, offset: int, length: int, what: str) -> tuple[Any, list[str]]:
-    """A torch.save archive stored inside a larger file (DCP chunks, .pt2 records): (object, globals)."""
+def load_embedded(fmap: FileMap, offset: int, length: int, what: str, budget: Budget | None = None
+                  ) -> tuple[Any, list[str]]:
+    """A torch.save archive stored inside a larger file (DCP chunks, .pt2 records): (object, globals); its
+    reading charged to `budget` (the enclosing file's)."""
     try:
-        return ZipArchive(fmap.path, offset, length, what, fmap=fmap).load()
+        return ZipArchive(fmap.path, offset, length, what, fmap=fmap, budget=budget).load()
     except NotACheckpointError as exc:  # inside a checkpoint this is a broken record, not another format
         raise CheckpointFormatError(f"record {what} is not a torch.save archive ({exc})") from None
 
@@ -163,12 +172,13 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a zip archive (torch.save, TorchScript) into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     path = source.path
-    archive = ZipArchive(path, fmap=source.file_map())
+    budget = ctx.budget_for(source)
+    archive = ZipArchive(path, fmap=source.file_map(), budget=budget)
     byteorder = archive.byteorder()
     is_script = archive.has("constants.pkl") and any(
         n.startswith(archive.prefix + "code/") for n in archive.infos)
     data = archive.read_small("data.pkl")
-    obj, globals_seen, _ = load_torch_pickle(data, storage_loader(archive, "data", byteorder))
+    obj, globals_seen, _ = load_torch_pickle(data, storage_loader(archive, "data", byteorder), budget=budget)
     metadata: dict[str, Any] = {"archive_root": archive.root, "byteorder": byteorder}
     for record in ("version", ".data/version"):
         if archive.has(record):
@@ -180,22 +190,22 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         fmt = "torchscript"
         constants = archive.read_small("constants.pkl")
         const_obj, const_globals, _ = load_torch_pickle(
-            constants, storage_loader(archive, "constants", byteorder), what="constants.pkl")
-        globals_seen += [g for g in const_globals if g not in globals_seen]
+            constants, storage_loader(archive, "constants", byteorder), what="constants.pkl", budget=budget)
+        globals_seen = list(dict.fromkeys([*globals_seen, *const_globals]))
         if const_obj and isinstance(obj, StubObject):
             obj.items["__constants__"] = const_obj  # shown beside the module's own members
         metadata["code_files"] = sorted(n[len(archive.prefix) + 5:] for n in archive.infos
                                         if n.startswith(archive.prefix + "code/") and n.endswith(".py"))
         # torch.jit.load unpickles more than data.pkl and constants.pkl (traced_inputs.pkl, *.debug_pkl):
         # the run gate's census reads every one of them, and what it finds is listed like the rest.
-        found = census(archive.fmap, torchscript=True)
-        globals_seen += [g for g in found.globals if g not in globals_seen]
+        found = census(archive.fmap, torchscript=True, budget=budget)
+        globals_seen = list(dict.fromkeys([*globals_seen, *found.globals]))
         unreadable = [f"native code: {n} (a compiled library; loading the file runs it)" for n in found.native]
         unreadable += [f"pickle {u} is unreadable: torch.jit.load would unpickle it unchecked"
                        for u in found.unreadable] + [f"not checked: {a}" for a in found.ambiguous]
         if found.native:
             metadata["native_code"] = found.native
-    ckpt = make_checkpoint(path, fmt, source.size, obj, globals_seen, files=[archive.fmap], **metadata)
+    ckpt = make_checkpoint(path, fmt, source.size, obj, globals_seen, budget, files=[archive.fmap], **metadata)
     if is_script:
         ckpt.warnings += unreadable
     if byteorder == "big":

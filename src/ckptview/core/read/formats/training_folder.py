@@ -27,6 +27,7 @@ import json
 import re
 from typing import Any
 
+from ckptview.core.budget import OPEN_COST, Budget, json_units
 from ckptview.core.checkpoint import Checkpoint, Node, OpenFiles
 from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem
@@ -36,8 +37,7 @@ from ckptview.core.read.pickle.to_tree import build_tree
 
 NAME = "training-folder"
 PRIORITY = 120  # above DCP and Hub folders: a step folder holds one of those and more
-MAX_JSON_BYTES = 4 << 20
-MAX_FILES = 200
+MAX_JSON_BYTES = 4 << 20  # one JSON file read whole: a bound on one allocation (its parse is charged)
 # Files that only a training step writes beside the model (checked by name; the content by its reader).
 _TRAINING_FILE = re.compile(
     r"^(optimizer(_\d+)?\.(pt|bin|pth)|scheduler(_\d+)?\.(pt|bin|pth)|rng_state(_\d+)?\.pth|scaler\.pt"
@@ -85,26 +85,31 @@ def sniff(source: Source) -> bool:
         return False
 
 
-def _json_node(path: str, fs: FileSystem) -> Node:
+def _json_node(path: str, fs: FileSystem, budget: Budget) -> Node:
     size = fs.getsize(path)
     if size > MAX_JSON_BYTES:
         return Node(key="", kind="value", type_name="str", value=f"<JSON file of {size} bytes, not read>")
     with fs.open_regular(path) as fh:
-        raw = fh.read()
+        raw = fh.read(MAX_JSON_BYTES + 1)  # no more than was sized: it may have grown since
+    if len(raw) > MAX_JSON_BYTES:
+        return Node(key="", kind="value", type_name="str", value=f"<JSON file of more than {size} bytes, not read>")
+    budget.charge(json_units(raw), f"JSON of {path.rsplit('/', 1)[-1][:120]}")
     try:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         return Node(key="", kind="value", type_name="str", value=f"<not valid JSON: {str(exc)[:80]}>")
-    return build_tree(value)
+    return build_tree(value, budget)
 
 
 def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A001 - the reader protocol's name
     """Read a training step folder into one Checkpoint: every file a top-level entry, metadata only, nothing run."""
     folder, fs = source.path, source.fs
+    budget = ctx.budget_for(source)
     root = Node(key="", kind="dict", type_name=NAME)
     parts: list[tuple[str, Checkpoint]] = []
     warnings: list[str] = []
     files = _files(folder, fs)
+    budget.charge(len(files) + 1, "folder entries listed")
     used: set[str] = set()
 
     def add_part(key: str, opener: Any) -> None:
@@ -132,7 +137,7 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         if ws.index:
             try:
                 index_path = fs.join(folder, ws.index)
-                weight_map, _ = hf_sharded.read_index(index_path, source.child_identity(index_path), fs)
+                weight_map, _ = hf_sharded.read_index(index_path, source.child_identity(index_path), fs, budget)
                 members += list(dict.fromkeys(weight_map.values()))
             except CheckpointError:
                 pass
@@ -151,13 +156,14 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     for sub in _dcp_subfolders(folder, fs):
         add_part(sub, lambda sub=sub: dcp.open(Source.folder(fs.join(folder, sub), fs=fs), ctx))
     rest = [n for n in files if n not in used]
-    if len(rest) > MAX_FILES:
-        warnings.append(f"{len(rest) - MAX_FILES} more files not listed")
-        rest = rest[:MAX_FILES]
-    for name in rest:
+    for i, name in enumerate(rest):  # each file opened is charged (OPEN_COST, by the open itself)
+        if not budget.affords(2 * OPEN_COST):  # what is left is for the rest of the open
+            warnings.append(f"{len(rest) - i} more files not listed: the folder's work budget is spent")
+            break
         full = fs.join(folder, name)
         if name.endswith(".json"):
-            node = _json_node(full, fs)
+            budget.charge(OPEN_COST, "files opened")
+            node = _json_node(full, fs, budget)
             node.key = name
             root.add(node)
             continue
@@ -186,24 +192,22 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
 
 def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warnings: list[str],
              fs: FileSystem) -> Checkpoint:
-    globals_seen: list[str] = []
-    unsafe: list[str] = []
+    seen: dict[str, None] = {}  # every global named, in order (sets: parts may name many)
+    bad: dict[str, None] = {}
     files = OpenFiles()
     formats: dict[str, str] = {}
     by_entry: dict[str, list[str]] = {}  # each entry's unsafe globals: a run loads the model's entry alone
     for key, ckpt in parts:
         by_entry[key] = list(ckpt.unsafe_globals)
-        globals_seen += [g for g in ckpt.globals if g not in globals_seen]
-        for g in ckpt.unsafe_globals:
-            if g not in unsafe:
-                unsafe.append(g)
-        warnings.extend(f"{key}: {w}" for w in ckpt.warnings)
+        seen.update(dict.fromkeys(ckpt.globals))
+        bad.update(dict.fromkeys(ckpt.unsafe_globals))
+        warnings.extend(f"{key}: {w}" for w in ckpt.warnings)  # bounded: each part's warnings once
         files.add(ckpt.files)
         formats[key] = ckpt.format
     total = sum(fs.getsize(fs.join(folder, n)) for n in _files(folder, fs))
     model = next((k for k, _ in parts if is_weights_entry(k) and formats[k] != "dcp"), None)
-    return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=globals_seen,
-                      unsafe_globals=unsafe, warnings=warnings, files=files,
+    return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=list(seen),
+                      unsafe_globals=list(bad), warnings=warnings, files=files,
                       metadata={"files": formats, "model_entry": model, "unsafe_by_entry": by_entry})
 
 

@@ -29,6 +29,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core.budget import Budget, BudgetExceeded, json_units
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import FileMap
 from ckptview.core.read.bytes.fs import filesystem
@@ -45,6 +46,7 @@ MAX_PICKLE_BYTES = 512 << 20  # a pickle record larger than this is not checked,
 MAX_NESTING = 4  # torch.save archives inside archive records
 MAX_PICKLES_PER_STREAM = 64
 FIRST_PREFIX = 4 << 20  # a pickle stream is read from a prefix of the file, longer until its pickles fit
+_PIECE = 1 << 20  # bytes inflated between two charges
 NATIVE_SUFFIXES = (".so", ".dll", ".dylib", ".pyd")
 AOTI_DIR = "data/aotinductor/"
 _NOT_A_ZIP = "end of central directory not found"
@@ -72,10 +74,13 @@ class PickleCensus:
                 *(f"unchecked {a}" for a in self.ambiguous)]
 
     def _add(self, names: list[str], torchscript: bool) -> None:
+        known, bad = set(self.globals), set(self.unsafe)  # sets: a pickle may name thousands
         for name in names:
-            if name not in self.globals:
+            if name not in known:
+                known.add(name)
                 self.globals.append(name)
-            if not is_safe_global(name, torchscript=torchscript) and name not in self.unsafe:
+            if name not in bad and not is_safe_global(name, torchscript=torchscript):
+                bad.add(name)
                 self.unsafe.append(name)
 
     def _program(self, text: str) -> None:
@@ -104,19 +109,22 @@ class _Bytes:
         return self.data[max(offset, 0) : max(offset, 0) + max(length, 0)]
 
 
-def census(source: str | FileMap, torchscript: bool | None = None) -> PickleCensus:
+def census(source: str | FileMap, torchscript: bool | None = None, budget: Budget | None = None) -> PickleCensus:
     """Read everything torch.load / jit.load / export.load could run from `source` (a path, a URL, or a file of
-    the byte layer already open), without torch: see the module's doc."""
+    the byte layer already open), without torch: see the module's doc. Its work is charged to `budget` (one of
+    the file's bytes when none is given): a record that inflates past it, or a pickle that costs more than
+    the file pays for, is a finding (not checked), never hours of work."""
     result = PickleCensus()
     fmap = filesystem(source).file_map(source) if isinstance(source, str) else source  # local or remote: once
     try:
         if fmap.size == 0:
             return result
+        budget = budget if budget is not None else Budget.for_stored(fmap.size, "the file")
         name = posixpath.basename(fmap.path.split("?", 1)[0].rstrip("/")) or "file"
         if is_torch_tar(fmap):
             result.ambiguous.append(f"{name}: torch.load reads it as a tar archive (torch's oldest format), "
                                     "not as the pickles ckptview reads")
-        _scan_file(fmap, name, result, torchscript, depth=0)
+        _scan_file(fmap, name, result, torchscript, 0, budget)
     finally:
         if isinstance(source, str):
             fmap.close()
@@ -126,7 +134,7 @@ def census(source: str | FileMap, torchscript: bool | None = None) -> PickleCens
 def census_bytes(data: bytes, name: str = "file", torchscript: bool | None = None) -> PickleCensus:
     """`census` over bytes in memory (a record of another file, as torch.load reads it from a buffer)."""
     result = PickleCensus()
-    _scan_file(_Bytes(data), name, result, torchscript, depth=0)
+    _scan_file(_Bytes(data), name, result, torchscript, 0, Budget.for_stored(len(data), "the file"))
     return result
 
 
@@ -182,34 +190,39 @@ def is_torch_tar(source: ByteSource) -> bool:
 # Files, streams and archives
 
 
-def _scan_file(source: ByteSource, name: str, result: PickleCensus, torchscript: bool | None, depth: int) -> None:
+def _scan_file(source: ByteSource, name: str, result: PickleCensus, torchscript: bool | None, depth: int,
+               budget: Budget) -> None:
     """A whole file or a torch.save record: zip members as torch reads them, else a pickle stream."""
     if depth > MAX_NESTING:
         result.unreadable.append(f"{name}: archives nested too deeply")
         return
     is_zip = source.read(0, 4) == ZIP_MAGIC
     try:
-        entries: list[ZipEntry] | None = read_central_directory(name, source=source)
+        entries: list[ZipEntry] | None = read_central_directory(name, source=source, budget=budget)
+    except BudgetExceeded:
+        raise
     except CheckpointError as exc:
         entries = None
         if is_zip or _NOT_A_ZIP not in str(exc):  # torch.jit.load / export.load would try it as a zip
             result.unreadable.append(f"{name}: unreadable zip ({str(exc)[:160]})")
     if entries is not None:
-        _scan_zip(source, entries, name, result, torchscript, depth)
+        _scan_zip(source, entries, name, result, torchscript, depth, budget)
     if not is_zip:  # torch.load reads a file that does not start as a zip as a pickle stream
-        _scan_stream(source, name, result, bool(torchscript))
+        _scan_stream(source, name, result, bool(torchscript), budget)
 
 
-def _scan_stream(source: ByteSource, name: str, result: PickleCensus, torchscript: bool) -> None:
+def _scan_stream(source: ByteSource, name: str, result: PickleCensus, torchscript: bool, budget: Budget) -> None:
     """Consecutive pickles from the start, read by the same stream reader as `info`: the legacy header and
     its four followers, else one; a pickle torch would run that the safe VM cannot read is a finding."""
     length = min(source.size, FIRST_PREFIX)
-    while True:
-        stream = PickleStream(source.read(0, length), emulate=False)
+    while True:  # bounded: the prefix grows eightfold to the record's size; each parse is charged
+        stream = PickleStream(source.read(0, length), emulate=False, budget=budget)
         required, failure = 1, None
-        while not stream.at_end() and stream.count < MAX_PICKLES_PER_STREAM:
+        while not stream.at_end() and stream.count < MAX_PICKLES_PER_STREAM:  # each pickle begun is charged
             try:
                 obj = stream.read(name, _Pid)
+            except BudgetExceeded:
+                raise
             except CheckpointError as exc:  # any failure of the safe VM on hostile bytes is "not checked"
                 if stream.count < required:  # torch would unpickle this one: not readable means not checked
                     failure = str(exc)
@@ -240,7 +253,7 @@ def _tail(member: str) -> str:
 
 
 def _scan_zip(source: ByteSource, entries: list[ZipEntry], name: str, result: PickleCensus,
-              torchscript: bool | None, depth: int) -> None:
+              torchscript: bool | None, depth: int, budget: Budget) -> None:
     by_fold: dict[str, ZipEntry] = {}
     for entry in entries:
         other = by_fold.setdefault(_fold(entry.name), entry)
@@ -258,7 +271,7 @@ def _scan_zip(source: ByteSource, entries: list[ZipEntry], name: str, result: Pi
         result._program(f"TorchScript code ({code} records in {name}:code/)" if depth else
                         f"TorchScript code ({code} records in code/)")
     _programs(entries, name, result, depth)
-    referenced = _pt2_pickled_records(source, entries, by_fold, name, result, depth)
+    referenced = _pt2_pickled_records(source, entries, by_fold, name, result, depth, budget)
     for entry, tail in zip(entries, tails, strict=True):
         kind = referenced.get(entry.name)
         if kind is None:
@@ -273,15 +286,15 @@ def _scan_zip(source: ByteSource, entries: list[ZipEntry], name: str, result: Pi
         if kind is None:
             continue
         where = f"{name}:{entry.name}"
-        raw = _read_member(source, entry, where, result)
+        raw = _read_member(source, entry, where, result, budget)
         if raw is None:
             continue
         if depth == 0:
             result.checked.setdefault(_tail(entry.name), []).append(zlib.crc32(raw))
         if kind == "torch.load":  # an archive inside decides for itself (torch.load hands TorchScript to jit.load)
-            _scan_file(_Bytes(raw), where, result, None if raw[:4] == ZIP_MAGIC else torchscript, depth + 1)
+            _scan_file(_Bytes(raw), where, result, None if raw[:4] == ZIP_MAGIC else torchscript, depth + 1, budget)
         else:
-            _scan_stream(_Bytes(raw), where, result, bool(torchscript))
+            _scan_stream(_Bytes(raw), where, result, bool(torchscript), budget)
 
 
 def _programs(entries: list[ZipEntry], name: str, result: PickleCensus, depth: int) -> None:
@@ -304,14 +317,16 @@ def _programs(entries: list[ZipEntry], name: str, result: PickleCensus, depth: i
             else:
                 result._program(f"native library {library}")
     for model, libraries in aoti.items():
-        for library in libraries:
+        for library in libraries:  # bounded: each library is one record of the (charged) directory
             result._program(f"native library {library}")  # torch.export.load dlopens it: its constructors run
         if not libraries:
             result._program(f"AOTInductor package {where}{AOTI_DIR}{model}/ (compiled code)")
 
 
-def _read_member(source: ByteSource, entry: ZipEntry, where: str, result: PickleCensus) -> bytes | None:
-    """A record's bytes as miniz extracts them: after its local header, stored ones for their declared size."""
+def _read_member(source: ByteSource, entry: ZipEntry, where: str, result: PickleCensus, budget: Budget
+                 ) -> bytes | None:
+    """A record's bytes as miniz extracts them: after its local header, stored ones for their declared size;
+    charged to `budget` as they are read or inflated (a record that inflates past it is not checked)."""
     if entry.file_size > MAX_PICKLE_BYTES:
         result.unreadable.append(f"{where}: {entry.file_size} bytes, too large to check")
         return None
@@ -329,24 +344,33 @@ def _read_member(source: ByteSource, entry: ZipEntry, where: str, result: Pickle
             result.ambiguous.append(f"{where}: stored record declares {entry.file_size} and {entry.compress_size} "
                                     "bytes; torch and zipfile would read different bytes")
             return None
+        budget.charge(entry.file_size, "bytes of records read")
         return source.read(start, entry.file_size)
     if entry.compress_type != 8:
         result.unreadable.append(f"{where}: zip compression {entry.compress_type}, which torch cannot read either")
         return None
+    inflater = zlib.decompressobj(-15)
+    compressed = source.read(start, entry.compress_size)
+    out = bytearray()
     try:
-        inflater = zlib.decompressobj(-15)
-        raw = inflater.decompress(source.read(start, entry.compress_size), MAX_PICKLE_BYTES + 1)
+        while True:  # charged: each piece inflated, before the next
+            piece = inflater.decompress(compressed, _PIECE)
+            compressed = inflater.unconsumed_tail
+            if not piece:
+                break
+            if len(out) + len(piece) > MAX_PICKLE_BYTES:
+                result.unreadable.append(f"{where}: inflates past {MAX_PICKLE_BYTES} bytes, too large to check")
+                return None
+            budget.charge(len(piece), "bytes of records inflated")
+            out += piece
     except zlib.error as exc:
         result.unreadable.append(f"{where}: {str(exc)[:80]}")
         return None
-    if len(raw) > MAX_PICKLE_BYTES:
-        result.unreadable.append(f"{where}: inflates past {MAX_PICKLE_BYTES} bytes, too large to check")
-        return None
-    return raw
+    return bytes(out)
 
 
 def _pt2_pickled_records(source: ByteSource, entries: list[ZipEntry], by_fold: dict[str, ZipEntry], name: str,
-                         result: PickleCensus, depth: int) -> dict[str, str]:
+                         result: PickleCensus, depth: int, budget: Budget) -> dict[str, str]:
     """Members a .pt2 payload config names as pickled: {member: 'torch.load' | 'pickle'} (as torch reads them).
 
     torch joins its folder ('data/weights/') and `path_name` with os.path.join (an absolute `path_name`
@@ -355,11 +379,12 @@ def _pt2_pickled_records(source: ByteSource, entries: list[ZipEntry], by_fold: d
     for entry in entries:
         if not _fold(entry.name).endswith("_config.json"):
             continue
-        raw = _read_member(source, entry, f"{name}:{entry.name}", PickleCensus())
+        raw = _read_member(source, entry, f"{name}:{entry.name}", PickleCensus(), budget)
         if raw is None:
             continue
         if depth == 0:  # what it names decides what torch unpickles: the same bytes must reach torch
             result.checked.setdefault(_tail(entry.name), []).append(zlib.crc32(raw))
+        budget.charge(json_units(raw), f"JSON of record '{entry.name[:120]}'")
         try:
             config = json.loads(raw)
         except Exception:  # noqa: BLE001 - torch fails on it too; its records are still read by suffix
@@ -369,7 +394,7 @@ def _pt2_pickled_records(source: ByteSource, entries: list[ZipEntry], by_fold: d
             continue
         folder = posixpath.dirname(entry.name)
         root, _, below = folder.partition("/")
-        for item in entries_of.values():
+        for item in entries_of.values():  # charged: parsed from the JSON just charged
             if not isinstance(item, dict):
                 continue
             path_name = str(item.get("path_name", ""))

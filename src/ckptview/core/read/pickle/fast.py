@@ -14,9 +14,9 @@ the reference. It is the "restricting globals" pattern of Python's documentation
   load runs to a guarded twin whose `__setstate__`, `append`, `extend`, `add` and `__setitem__` do
   exactly what the reference VM does (record on a stub, refuse elsewhere), so BUILD can never write
   attributes of our objects. After the load the objects get their own classes back.
-* Calls are charged against the same copy budget as the reference (at least as much), so a
+* Calls are charged as the reference charges them, within what the open's budget has left, so a
   copy-amplifier pickle is refused here too; shared (memoised) objects stay shared, and the tree
-  builder's own limits bound their expansion.
+  builder's charges bound their expansion.
 * Anything unexpected (an exception of any kind, a budget exceeded, a decline) means: run the
   reference instead. The fast path never produces an error message of its own.
 """
@@ -33,13 +33,14 @@ from functools import lru_cache
 from typing import Any
 
 from ckptview.core import dtypes
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Storage, TensorInfo
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.read.pickle import torch_globals
 from ckptview.core.read.pickle.vm import (
-    COPY_BUDGET_BASE,
-    COPY_BUDGET_PER_BYTE,
+    COPIED,
     MAX_STRING_LINE,
+    PICKLE_COST,
     RENAMED_MODULES,
     RENAMED_NAMES,
     Emulator,
@@ -140,7 +141,7 @@ def _scan(view: memoryview, pos: int) -> Scan:
     unpack_from = struct.unpack_from
     instantiates = False
     try:
-        while True:
+        while True:  # bounded: each step reads at least one opcode (the pickle is charged when it loads)
             skipped = run(view, pos)
             assert skipped is not None  # the pattern also matches no opcode at all: it always matches
             pos = skipped.end()
@@ -299,7 +300,7 @@ def _make_call_rebuild(generic: Emulator, storage_twin: Any, tensor_twin: Any, r
 
 
 class _Session:
-    """One load: the globals seen, the copy budget, the objects re-classed (to restore after).
+    """One load: the globals seen, what its copies may still cost, the objects re-classed (to restore after).
 
     The callbacks the C unpickler runs for every tensor are closures (no attribute lookups).
     """
@@ -411,14 +412,14 @@ class _Session:
         raise Decline(f"a {type(value).__name__} in the object graph")
 
     def charge(self, args: tuple[Any, ...]) -> None:
-        """The reference's copy budget (`SafeUnpickler._charge`): the same cost, the same limit."""
+        """The reference's charge for copies (`SafeUnpickler._charge`): the same cost, within what is left."""
         cost = len(args)
         for a in args[:4]:
             if isinstance(a, _SIZED):
                 cost += len(a)
         self.copied += cost
         if self.copied > self.budget:
-            raise Decline("copy budget")
+            raise Decline("copies past the budget")
 
     def find_class(self, module: str, name: str) -> Any:
         """The reference's `_global`: a record (or a torch constant), never an import."""
@@ -472,8 +473,14 @@ def fast_unpickle(
     persistent_load: Callable[[Any], Any] | None = None,
     resolve_global: Callable[[GlobalRef], Any] | None = None,
     pos: int = 0,
+    budget: Budget | None = None,
 ) -> tuple[Any, list[str], int] | None:
-    """What `pickle_reader.unpickle` returns for the pickle at `pos`, or None: then run the reference."""
+    """What `pickle_reader.unpickle` returns for the pickle at `pos`, or None: then run the reference.
+
+    Charged to `budget` as the reference charges it (a pickle begun, its bytes, the elements calls copy),
+    once it succeeded; a load that would copy past what the budget has left declines (the reference then
+    runs and says so)."""
+    budget = budget if budget is not None else Budget.for_stored(len(data), "the pickle")
     try:
         found = scan(data, pos)
     except Decline:
@@ -481,7 +488,7 @@ def fast_unpickle(
     end = found.end
     view = memoryview(data)
     session = _Session(emulators or {}, resolve_global, persistent_load,
-                       COPY_BUDGET_BASE + COPY_BUDGET_PER_BYTE * len(view), found.proto, found.instantiates)
+                       budget.remaining - PICKLE_COST - (end - pos), found.proto, found.instantiates)
     # A bytes object that is exactly the pickle is shared by BytesIO, not copied.
     whole = type(data) is bytes and pos == 0 and end == len(data)
     stream = io.BufferedReader(io.BytesIO(data if whole else view[pos:end]), 1 << 20)
@@ -499,5 +506,9 @@ def fast_unpickle(
     finally:
         session.restore()
         globals_seen = list(session.globals_seen)
+        copied = session.copied
         session.close()
+    budget.charge(PICKLE_COST, "pickles begun")
+    budget.charge(end - pos, "bytes of pickle read")
+    budget.charge(copied, COPIED)
     return obj, globals_seen, end

@@ -1,7 +1,8 @@
 """Turn the inert object graph of a pickle into the checkpoint's Node tree.
 
-Iterative (a 100,000-deep nesting cannot exhaust the Python stack), cycle-safe, and bounded: a pickle
-whose shared references would expand into more than `MAX_NODES` nodes is refused.
+Iterative (a 100,000-deep nesting cannot exhaust the Python stack), cycle-safe, and charged: every node
+built costs `NODE_COST` units of the open's budget, so a pickle whose shared references would expand into
+more nodes than its bytes pay for (a 234-byte "billion laughs") is refused in one line.
 """
 
 from __future__ import annotations
@@ -9,19 +10,19 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import MODULE_PART, Node, NodeKind, PathKey, ReprKey, TensorInfo
-from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.read.pickle.torch_globals import NumpyArray, SizeValue
 from ckptview.core.read.pickle.vm import GlobalRef, StubObject
 
-MAX_NODES = 5_000_000
+NODE_COST = 12
+"""Units a node of the tree costs (a Node holds ~190 bytes)."""
 # Real checkpoints nest a few dozen levels. Deeper content is cut: every node's path costs its
-# depth, so a 100,000-deep nesting with a leaf per level would make listing its names quadratic.
+# depth, so a 100,000-deep nesting with a leaf per level would make listing its names quadratic. A bound on
+# one path's length, not on how often anything happens.
 MAX_DEPTH = 1_000
-# Nodes made by expanding a container again where the pickle references it again (memo GET). A
-# 234-byte pickle of ten lists each holding the previous one ten times expands to 10^10 nodes.
-MAX_REPEATED_NODES = 500_000
+REPEATED = "tree items made by repeating shared containers"
 REPR_LIMIT = 100_000
 
 _MODULE_PARTS = ("_parameters", "_buffers", "_modules")
@@ -39,7 +40,7 @@ def path_key(key: Any) -> PathKey:
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
 
-def _plain_tuple(value: Any, depth: int = 0) -> bool:
+def _plain_tuple(value: Any, depth: int = 0) -> bool:  # bounded: three levels of 64 items
     """A small tuple of scalars (or of such tuples): a dict key like ('a', 1), a torch.Size."""
     return (isinstance(value, tuple) and len(value) <= 64 and depth < 3
             and all(isinstance(v, _SCALARS) or _plain_tuple(v, depth + 1) for v in value))
@@ -88,7 +89,7 @@ def _module_state(stub: StubObject) -> list[tuple[Any, Any]] | None:
     non_persistent = state.get("_non_persistent_buffers_set")
     if not isinstance(non_persistent, (set, frozenset, list, tuple)):
         non_persistent = ()
-    for part in _MODULE_PARTS:
+    for part in _MODULE_PARTS:  # bounded: three parts, each a dict the tree's nodes are charged for
         sub = state.get(part)
         if isinstance(sub, dict):
             items.extend((k, v) for k, v in sub.items() if v is not None)
@@ -141,34 +142,26 @@ def _is_container_like(value: Any) -> bool:
     return isinstance(value, (dict, list, tuple, StubObject, TensorInfo, set, frozenset))
 
 
-def build_tree(obj: Any, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH,
-               cut: list[DepthLimit] | None = None) -> Node:
-    """The Node tree of an unpickled object graph; `cut` (when given) receives a marker for every
-    container nested too deep to be shown (so no caller walks the tree to find them)."""
+def build_tree(obj: Any, budget: Budget, *, max_depth: int = MAX_DEPTH, cut: list[DepthLimit] | None = None
+               ) -> Node:
+    """The Node tree of an unpickled object graph, each node charged to `budget`; `cut` (when given) receives a
+    marker for every container nested too deep to be shown (so no caller walks the tree to find them)."""
     with paused_gc():
-        return _build_tree(obj, max_nodes, max_depth, cut)
+        return _build_tree(obj, budget, max_depth, cut)
 
 
-def _build_tree(obj: Any, max_nodes: int, max_depth: int, cut: list[DepthLimit] | None = None) -> Node:
+def _build_tree(obj: Any, budget: Budget, max_depth: int, cut: list[DepthLimit] | None = None) -> Node:
     root = Node(key="", kind="value")
-    count = 0
     active: set[int] = set()  # ids of the containers on the current path: a repeat is a cycle
     # Depth-first with an explicit stack; an int on the stack marks leaving that container.
     expanded: set[int] = set()  # ids of containers already shown once
-    repeated = 0
     work: list[tuple[Node, Any, int, bool] | int] = [(root, obj, 0, False)]
-    while work:
+    while work:  # each node charged as it is made
         item = work.pop()
         if isinstance(item, int):
             active.discard(item)
             continue
         node, value, depth, repeat = item
-        count += 1
-        repeated += repeat
-        if count > max_nodes or repeated > MAX_REPEATED_NODES:
-            raise CheckpointFormatError(
-                f"the pickle expands to more than {count - 1 if count > max_nodes else MAX_REPEATED_NODES} "
-                f"items by repeating shared containers; refusing")
         scalar = _SCALAR_TYPES.get(type(value))
         if scalar is not None:  # most leaves: numbers and strings, no further questions
             node.type_name, node.value = scalar, value  # (kind is already "value")
@@ -195,28 +188,20 @@ def _build_tree(obj: Any, max_nodes: int, max_depth: int, cut: list[DepthLimit] 
         expanded.add(id(value))
         active.add(id(value))
         work.append(id(value))
+        budget.charge(NODE_COST * (len(children) + 1), REPEATED if repeat else "tree items")
         pending = []
         kids = []
-        tensors = 0
         for key, child in children:
             if type(key) is not str and type(key) is not int:
                 key = path_key(key)
             if type(child) is TensorInfo:  # most leaves of a state dict: made here, never stacked
                 kids.append(Node(key, "tensor", "Parameter" if child.is_parameter else "Tensor", (), child,
                                  None, node))
-                tensors += 1
                 continue
             child_node = Node(key, "value", parent=node)
             kids.append(child_node)
             pending.append((child_node, child, depth + 1, repeat))
         node.children = kids
-        if tensors:  # counted as if stacked: the same limits
-            count += tensors
-            repeated += tensors * repeat
-            if count > max_nodes or repeated > MAX_REPEATED_NODES:
-                raise CheckpointFormatError(
-                    f"the pickle expands to more than {max_nodes if count > max_nodes else MAX_REPEATED_NODES} "
-                    f"items by repeating shared containers; refusing")
         work.extend(reversed(pending))
     return root
 
@@ -228,7 +213,7 @@ def release_tree(root: Node) -> None:
     pass over millions of objects costs a listing a sizeable share of its time (at exit too).
     """
     stack = [root]
-    while stack:
+    while stack:  # bounded: each node of a tree built (and charged) once
         node = stack.pop()
         if node.children:
             stack.extend(node.children)

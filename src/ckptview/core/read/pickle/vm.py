@@ -7,6 +7,11 @@ dotted name, the arguments and the state, so the tree of a full-model pickle can
 
 Every failure (truncation, stack underflow, bad memo index, unhashable key, ...) is raised as
 `CheckpointFormatError` with a one-line message.
+
+Its work is charged to the open's budget (`ckptview.core.budget`): `PICKLE_COST` for each pickle begun (a
+file of countless tiny pickles), every byte of opcodes read (each opcode reads at least one and does a
+bounded amount of work on what earlier opcodes pushed), and every element a call copies (`builtins.list`
+of one memoized list, again and again).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core.budget import Budget
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.gc_policy import paused_gc
 
@@ -28,8 +34,10 @@ from ckptview.core.gc_policy import paused_gc
 RENAMED_MODULES = {**_compat_pickle.IMPORT_MAPPING, "exceptions": "builtins"}
 RENAMED_NAMES = _compat_pickle.NAME_MAPPING
 
-# Elements that calls may copy in all (see SafeUnpickler._charge): generous for honest pickles.
-COPY_BUDGET_BASE, COPY_BUDGET_PER_BYTE = 10_000_000, 4
+PICKLE_COST = 4096
+"""Units each pickle begun costs (a VM and its dispatch table, ~50 microseconds): a stream of a few bytes a
+pickle stops after about a thousand of them at the budget's floor."""
+COPIED = "elements copied by calls"
 MAX_STRING_LINE = 1 << 20  # text opcodes (protocol 0) end with a newline within this many bytes
 
 
@@ -128,9 +136,12 @@ class SafeUnpickler:
         persistent_load: Callable[[Any], Any] | None = None,
         resolve_global: Callable[[GlobalRef], Any] | None = None,
         what: str = "pickle",
+        budget: Budget | None = None,
     ) -> None:
         self.data = memoryview(data)
-        self.pos = pos
+        self.pos = self.start = pos
+        self.budget = budget if budget is not None else Budget.for_stored(len(self.data), f"the {what}")
+        self.budget.charge(PICKLE_COST, "pickles begun")
         self.emulators = emulators or {}
         self.persistent_load = persistent_load
         self.resolve_global = resolve_global
@@ -141,7 +152,6 @@ class SafeUnpickler:
         self.memo: dict[int, Any] = {}
         self._result: Any = None
         self.proto = 0  # until a PROTO opcode says otherwise (protocols 0 and 1 have none)
-        self.copied, self.copy_budget = 0, COPY_BUDGET_BASE + COPY_BUDGET_PER_BYTE * len(self.data)
         self._stopped = False
         self._dispatch_list: list[Callable[[], None] | None] = [None] * 256
         for op, opname in _OPNAMES.items():
@@ -216,7 +226,7 @@ class SafeUnpickler:
         return ref
 
     def _charge(self, args: Any) -> None:
-        """Count the elements a call copies: a few bytes of pickle must not buy unbounded work.
+        """Charge the elements a call copies: a few bytes of pickle must not buy unbounded work.
 
         `builtins.list(big)` or `OrderedDict(big)` repeated on one memoized value copies it each time;
         an honest pickle copies each element about once, so the total is bounded by the file's size.
@@ -225,10 +235,7 @@ class SafeUnpickler:
         if isinstance(args, (list, tuple)):
             cost += sum(len(a) for a in args[:4] if isinstance(a, (list, tuple, dict, set, frozenset, str, bytes,
                                                                    bytearray)))
-        self.copied += cost
-        if self.copied > self.copy_budget:
-            raise self._fail(f"calls copy more than {self.copy_budget} elements, far more than the file holds "
-                             f"(a pickle built to exhaust time or memory?)")
+        self.budget.charge(cost, COPIED)
 
     def _call(self, func: Any, args: Any, kwargs: dict[str, Any] | None = None) -> Any:
         # Only calls handed a container can copy much (set(big), OrderedDict(big)); skipping the
@@ -259,7 +266,9 @@ class SafeUnpickler:
         """Run until STOP and return the unpickled (inert) object."""
         try:
             with paused_gc():
-                return self._run()
+                result = self._run()
+            self.budget.charge(self.pos - self.start, "bytes of pickle read")
+            return result
         except CheckpointFormatError:
             raise
         except RecursionError:
@@ -278,7 +287,7 @@ class SafeUnpickler:
         mark = _MARK
         pos = self.pos
         try:
-            while True:
+            while True:  # bounded: each opcode reads at least one byte (charged when the pickle ends)
                 if pos >= size:
                     self.pos = pos
                     raise self._fail("truncated: no STOP opcode")
@@ -691,9 +700,11 @@ def unpickle(
     resolve_global: Callable[[GlobalRef], Any] | None = None,
     what: str = "pickle",
     pos: int = 0,
+    budget: Budget | None = None,
 ) -> tuple[Any, list[str], int]:
-    """Unpickle one object safely; returns (object, globals referenced in order, end position)."""
+    """Unpickle one object safely; returns (object, globals referenced in order, end position). Its work is
+    charged to `budget` (one of the pickle's own bytes when none is given)."""
     vm = SafeUnpickler(data, pos=pos, emulators=emulators, persistent_load=persistent_load,
-                       resolve_global=resolve_global, what=what)
+                       resolve_global=resolve_global, what=what, budget=budget)
     obj = vm.load()
     return obj, list(vm.globals_seen), vm.pos
