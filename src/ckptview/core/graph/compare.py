@@ -70,7 +70,7 @@ def compare_graphs(a: ModelGraph, b: ModelGraph, shapes_a: Mapping[str, tuple[in
     at_a = {node.id: place for place, node in places_a.items()}
     matched: dict[str, str] = {}  # B's id -> A's id
     status: dict[str, str] = {}
-    for place, node in places_a.items():
+    for place, node in places_a.items():  # bounded: each node once, its keys read (charged when built)
         other = places_b.get(place)
         if other is None:
             status[node.id] = REMOVED
@@ -87,7 +87,8 @@ def compare_graphs(a: ModelGraph, b: ModelGraph, shapes_a: Mapping[str, tuple[in
         if node.id in matched:
             continue
         new_id = ADDED_PREFIX + node.id
-        while new_id in taken:
+        while new_id in taken:  # charged: a prefix per id an earlier node took
+            budget.charge(1 + len(new_id), "node ids made unique")
             new_id = ADDED_PREFIX + new_id
         taken.add(new_id)
         matched[node.id] = new_id

@@ -138,7 +138,7 @@ def inferred_graph(checkpoint: Checkpoint, why: str, budget: Budget | None = Non
 def _unique(name: str, taken: set[str]) -> str:
     """`name`, or `name#k` when a module path already spells it (a hostile key); added to `taken`."""
     found, k = name, 0
-    while found in taken:
+    while found in taken:  # bounded: `name#k` names are module paths of this base only (linear in the layers)
         k += 1
         found = f"{name}#{k}"
     taken.add(found)
@@ -169,12 +169,12 @@ def family(shapes: Mapping[str, tuple[int, ...]]) -> str:
     """A guess, in words, of the family a state dict's key names suggest (a guess, never a fact)."""
     keys = list(shapes)
     numbered: dict[str, set[str]] = {}
-    for key in keys:
+    for key in keys:  # bounded: the matches of a key are within its characters (paid for at the open)
         for match in _NUMBERED.finditer(key):
             numbered.setdefault(key[:match.end(1)], set()).add(match.group(2))
     count = max((len(v) for v in numbered.values()), default=0)
     for name, needs, block in _FAMILIES:
-        if all(any(part in key for key in keys) for part in needs):
+        if all(any(part in key for key in keys) for part in needs):  # bounded: a few fixed parts, each over the keys
             blocks = f": {count} layer{'s' if count != 1 else ''} of {block}" if count else ""
             return f"looks like {name}{blocks} (a guess from the key names)"
     ops = [layer.op for key, shape in shapes.items() if key.endswith("weight")

@@ -114,7 +114,7 @@ def box_values(hierarchy: Hierarchy, view: View, values: Mapping[str, float]) ->
     """Each box of `view` given per-node `values`: a node's own; a closed module's the largest inside it (Model
     Explorer's `max` of a group)."""
     boxes: list[BoxFigure] = []
-    for item in view.items:
+    for item in view.items:  # bounded: a run's instances are disjoint, so each node is read once
         if item.kind == GROUP:
             found = [values[hierarchy.graph.nodes[i].id] for p in (item.instances or (item.path,))
                      for i in hierarchy.below(p) if hierarchy.graph.nodes[i].id in values]

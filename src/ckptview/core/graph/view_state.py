@@ -129,7 +129,7 @@ class ViewState:
         if self.mode == ARCHITECTURE and h.folding is not None and h.folding.hidden[index]:
             self.mode = ALL_OPS
         path = node.module
-        while path and self._shown(path) <= 1:  # a module of one op is that op's box: open the one above
+        while path and self._shown(path) <= 1:  # bounded: one step per level of a built module path  # a module of one op is that op's box: open the one above
             path = parent_path(path)
         return Reveal(self.opened(path) if path else self.expanded | {""}, "n:" + node.id)
 
@@ -227,7 +227,7 @@ def around(view: View, index: int) -> str | None:
     item = view.items[index]
     path = item.path if item.kind != GROUP else parent_path(item.path)
     open_paths = {p for p, _ in view.frames}
-    while path and path not in open_paths:
+    while path and path not in open_paths:  # bounded: one step per level of a built module path
         path = parent_path(path)
     return path or None
 

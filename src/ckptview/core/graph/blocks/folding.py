@@ -84,9 +84,9 @@ def runs_of(hierarchy: Hierarchy, sigs: Mapping[str, str], inputs: list[tuple[in
     for group in hierarchy.groups.values():
         children = group.children
         k = 0
-        while k < len(children):
+        while k < len(children):  # bounded: each child once, as a run's first or in a run (`_feeds` charges)
             run = [children[k]]
-            while (k + len(run) < len(children) and sigs[children[k + len(run)]] == sigs[run[0]]
+            while (k + len(run) < len(children) and sigs[children[k + len(run)]] == sigs[run[0]]  # bounded: k moves past
                    and _feeds(hierarchy, inputs, run[-1], children[k + len(run)], budget)):
                 run.append(children[k + len(run)])
             if len(run) >= 2:
@@ -103,7 +103,7 @@ def architecture(hierarchy: Hierarchy, shapes: Shapes, budget: Budget | None = N
     inputs = passed_inputs(graph, hidden, budget, hierarchy.by_id)
     shown: dict[str, int] = {}
     for group in hierarchy.bottom_up():
-        count = sum(1 for i in group.nodes if not hidden[i]) + sum(shown[c] for c in group.children)
+        count = sum(1 for i in group.nodes if not hidden[i]) + sum(shown[c] for c in group.children)  # bounded: once each
         shown[group.path] = count
     sigs = signatures(hierarchy, shapes, budget)
     runs = runs_of(hierarchy, sigs, inputs, budget)
@@ -115,7 +115,7 @@ def _entries(hierarchy: Hierarchy, folding: Folding, path: str) -> int:
     group = hierarchy.groups[path]
     count = sum(1 for i in group.nodes if not folding.hidden[i])
     k = 0
-    while k < len(group.children):
+    while k < len(group.children):  # bounded: each child of a built module once
         child = group.children[k]
         run = folding.run_of(child)
         k += len(run) if run else 1
@@ -138,7 +138,7 @@ def first_view(hierarchy: Hierarchy, folding: Folding, limit: int = FIRST_VIEW_B
                 heapq.heappush(heap, (-folding.shown[child], child))
 
     offer("")
-    while heap:
+    while heap:  # bounded: each module of the built graph pushed once
         _, path = heapq.heappop(heap)
         added = _entries(hierarchy, folding, path) - 1
         if added <= 0 or boxes + added <= limit:

@@ -48,14 +48,26 @@ class QuantConfig:
 
     def skipped(self, name: str) -> bool:
         """Whether the config leaves the module of `name` unquantized (`modules_to_not_convert`, `ignore`)."""
-        for key in ("modules_to_not_convert", "ignore", "ignored_layers"):
-            listed = self.raw.get(key)
-            if isinstance(listed, list):
-                for entry in listed:
-                    if isinstance(entry, str) and entry and not entry.startswith("re:") and (
-                            name == entry or name.startswith(entry + ".")):
-                        return True
+        unquantized = self._unquantized()
+        if not unquantized:
+            return False
+        prefix = name
+        while prefix:  # bounded: one look-up per level of the name
+            if prefix in unquantized:
+                return True
+            prefix = prefix.rpartition(".")[0]
         return False
+
+    def _unquantized(self) -> frozenset[str]:
+        """The module names the config lists as left unquantized (`re:` patterns aside), built once."""
+        cached = self.__dict__.get("_unquantized_names")
+        if cached is None:
+            cached = frozenset(entry for key in ("modules_to_not_convert", "ignore", "ignored_layers")
+                               if isinstance(self.raw.get(key), list)
+                               for entry in self.raw[key] if isinstance(entry, str) and entry
+                               and not entry.startswith("re:"))
+            object.__setattr__(self, "_unquantized_names", cached)
+        return cached
 
 
 NO_CONFIG = QuantConfig()

@@ -106,7 +106,7 @@ class Mxfp4Decoder:
 
         pieces = []
         r = r0
-        while r < r1:
+        while r < r1:  # bounded: one step per expert the rows asked for span
             e, i0 = divmod(r, self.inputs)
             i1 = min(self.inputs, i0 + (r1 - r))
             pieces.append(self._expert_band(e, i0, i1, ahead, scaled))

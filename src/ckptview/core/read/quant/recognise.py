@@ -150,9 +150,9 @@ def _insert(made: list[_Logical]) -> None:
     by_container: dict[int, tuple[Node, dict[int, list[_Logical]]]] = {}
     for logical in made:
         _node, owners = by_container.setdefault(id(logical.container), (logical.container, {}))
-        for part in logical.parts:
+        for part in logical.parts:  # bounded: a scheme's few parts per weight
             owners.setdefault(part, []).append(logical)
-    for container, owners in by_container.values():
+    for container, owners in by_container.values():  # bounded: each child and each logical node once
         children: list[Node] = []
         placed: set[int] = set()
         for child in container.children:

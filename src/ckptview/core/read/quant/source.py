@@ -96,7 +96,7 @@ class QuantSource:
     def iter_logical_chunks(self, chunk_elems: int, ahead: ReadAhead | None = None) -> Iterator[np.ndarray]:
         """The dequantized values in C order, as 1-D float32 arrays of at most `max(chunk_elems, one row)`."""
         size = max(chunk_elems, self.n_cols, 1)
-        for block in self._blocks(0, self.n_rows, chunk_elems, ahead):
+        for block in self._blocks(0, self.n_rows, chunk_elems, ahead):  # bounded: the values read, once each
             flat = block.reshape(-1)
             for start in range(0, flat.size, size):
                 yield flat[start : start + size]
