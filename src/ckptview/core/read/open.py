@@ -6,7 +6,13 @@ import os
 import stat
 
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint
-from ckptview.core.errors import CheckpointError, CheckpointFormatError, NotACheckpointError, RemoteError
+from ckptview.core.errors import (
+    Cancelled,
+    CheckpointError,
+    CheckpointFormatError,
+    NotACheckpointError,
+    RemoteError,
+)
 from ckptview.core.read.bytes.files import (
     FileIdentity,
     folder_identities,
@@ -23,6 +29,7 @@ from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.folder_contents import other_checkpoints, others_note, run_folder_error
 from ckptview.core.read.formats import readers
 from ckptview.core.redaction import redact
+from ckptview.core.units import human_bytes
 
 HEAD_BYTES = 4096
 
@@ -74,23 +81,38 @@ def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
     require_extra(url)
     # A download (--download, the window's "Download and open") reports each piece and stops on cancel.
     fs = RemoteFS(opening(url, ctx.session, ctx.remote, ctx.report if ctx.reports else None))
+    began = fs.session is not ctx.session  # this open began the session: it ends it too
     ctx = ctx.with_session(fs.session)
     try:
         try:
-            kind = "dir" if fs.file(url).is_dir else "file"
+            remote = fs.file(url)
         except RemoteError as exc:
             raise not_found(url) if is_missing(exc) else exc from None
+        kind = "dir" if remote.is_dir else "file"
         head = b""
         if kind == "file":
             with fs.open_regular(url) as fh:
                 head = fh.read(HEAD_BYTES)
         path = shown(url) if kind == "file" else folder_url(shown(url))
-        ckpt = _open_with_readers(Source(path, head, kind == "dir", fs=fs), ctx)
+        try:
+            ckpt = _open_with_readers(Source(path, head, kind == "dir", fs=fs), ctx)
+        finally:
+            remote.forget_head()  # read: its first bytes need not be kept beside the cache
+            if began:
+                fs.session.settle()
     except CheckpointError as exc:
-        raise type(exc)(redact(str(exc))) if type(exc).__init__ is CheckpointError.__init__ else exc from None
+        if type(exc).__init__ is not CheckpointError.__init__:
+            raise
+        redacted = type(exc)(redact(str(exc)))
+        redacted.__dict__.update(exc.__dict__)  # markers (a missing file) stay
+        raise redacted from None
     ckpt.path = shown(ckpt.path)
     ckpt.metadata["_transfer"] = fs.session.transfer
     ckpt.metadata.setdefault("_identities", {})
+    downloads = fs.session.downloads
+    if began and len(downloads) > 1:  # said once for the open, not once a file
+        ckpt.warnings.append(f"the server does not honour range requests: {len(downloads)} files were downloaded "
+                             f"whole ({human_bytes(sum(downloads))}) to read them")
     return ckpt
 
 
@@ -127,7 +149,7 @@ def _open_with_readers(source: Source, ctx: ReaderContext) -> Checkpoint:
                 return _compact_warnings(reader.open(source, ctx))
             except NotACheckpointError as exc:  # looked like this format, is not: let others try
                 declined = declined or exc
-            except CheckpointError:
+            except (CheckpointError, Cancelled):  # a cancelled open is not a malformed file
                 raise
             except (MemoryError, RecursionError) as exc:
                 raise CheckpointFormatError(f"{reader.NAME}: file is too large or too deeply nested ({type(exc).__name__})") from None

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core.checkpoint import BoundedWarnings, Checkpoint, Node, OpenFiles
-from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointFormatError, NotACheckpointError
+from ckptview.core.errors import UNRECOVERABLE, CheckpointFormatError, NotACheckpointError
 from ckptview.core.read.bytes.files import FileIdentity
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem
+from ckptview.core.read.bytes.remote.causes import is_missing
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 
 NAME = "hf-sharded"
@@ -237,20 +238,26 @@ def _open_files(path: str, folder: str, index_path: str | None, files: list[str]
         shard_names = files
     shards: dict[str, Checkpoint] = {}
     shard_ctx = ctx.in_index()  # the shards join this open's session; an index among them is refused
+    paths: dict[str, str] = {}
     for name in shard_names:
         shard_path = _shard_path(folder, name, fs)
-        if not fs.isfile(shard_path):
+        # A remote shard's absence is told by its open's first request (asking first costs a round trip).
+        if not fs.remote and not fs.isfile(shard_path):
             warnings.append(f"shard '{name}' is missing")
             continue
-        try:
-            shards[name] = shard_ctx.open_child(shard_path)
-        except UNRECOVERABLE:  # a network failure or a changed file: never a partial set shown whole
-            raise
-        except CheckpointError as exc:
-            if index_path is None and len(shard_names) > 1:  # a stray file in a folder of shards
-                warnings.append(f"'{name}' skipped: {exc}")
-                continue
-            raise CheckpointFormatError(f"shard '{name}': {exc}") from None
+        paths[name] = shard_path
+    # Every shard's header at once where they are remote: a handful of round trips for hundreds of shards.
+    for name, opened in zip(paths, shard_ctx.open_children(list(paths.values()), "shards"), strict=True):
+        if isinstance(opened, Checkpoint):
+            shards[name] = opened
+        elif is_missing(opened):
+            warnings.append(f"shard '{name}' is missing")
+        elif isinstance(opened, UNRECOVERABLE):  # a network failure or a changed file: never a partial set
+            raise opened
+        elif index_path is None and len(shard_names) > 1:  # a stray file in a folder of shards
+            warnings.append(f"'{name}' skipped: {opened}")
+        else:
+            raise CheckpointFormatError(f"shard '{name}': {opened}") from None
     if not shards:
         raise CheckpointFormatError("none of the shards could be opened")
     return _combine(path, folder, index_path, weight_map, index_meta, shards, warnings, fs)

@@ -19,6 +19,8 @@ from ckptview.core.redaction import redact
 class FsspecBackend:
     """Any other protocol (hf://, s3://, gs://, memory://, ...) through fsspec's ranged reads."""
 
+    lists_everything = True  # a bucket's or a repository's listing names every object in the folder
+
     def __init__(self, url: str, transfer: Transfer, options: RemoteOptions) -> None:
         import fsspec
 

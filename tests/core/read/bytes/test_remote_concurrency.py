@@ -1,0 +1,160 @@
+"""A remote folder of shards lists at the speed of round trips: every header asked for at once (a bounded
+pool), one request a shard where its header fits the first range, connections kept, progress, a cancel
+that cuts what is in flight. The local range server holds the first N shard requests until N are in
+flight together, so a client that asks one at a time fails on the counts instead of passing by luck."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import pytest
+
+from ckptview.core.errors import Cancelled, CheckpointError
+from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.read.bytes.remote.file import FIRST
+from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.context import ReaderContext
+from ckptview.core.read.open import open_checkpoint
+from tests.support.remote_server import RangeServer
+from tests.support.shards import Shards, write_shards
+
+pytest.importorskip("requests")
+
+SHARD = re.compile(r"\.safetensors$")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Shards]:
+    """24 shards whose headers fit the first range, and 12 whose headers run past it; each shard holds a
+    256 KiB tensor too, so reading a shard whole shows in the bytes."""
+    root = tmp_path_factory.mktemp("shards")
+    return {"short": write_shards(str(root / "short"), 24, 40, pad_bytes=256 << 10),
+            "long": write_shards(str(root / "long"), 12, 600, pad_bytes=256 << 10)}
+
+
+@pytest.fixture
+def server(folders):
+    srv = RangeServer(os.path.dirname(folders["short"].folder))
+    yield srv
+    srv.stop()
+
+
+def _listing(ckpt) -> list[tuple[str, tuple, str]]:
+    return sorted((e.name, tuple(e.info.shape), e.info.dtype) for e in ckpt.tensors())
+
+
+def _local(shards: Shards) -> list[tuple[str, tuple, str]]:
+    ckpt = open_checkpoint(shards.folder)
+    try:
+        return _listing(ckpt)
+    finally:
+        ckpt.close()
+
+
+def _shard_requests(srv: RangeServer) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for path in srv.counters.paths:
+        name = path.rsplit("/", 1)[-1]
+        if SHARD.search(name):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _open(url: str, concurrency: int, **ctx) -> object:
+    return open_checkpoint(url, ReaderContext(remote=RemoteOptions(concurrency=concurrency), **ctx))
+
+
+def test_every_shard_header_is_asked_for_at_once_one_request_a_shard(folders, server):
+    shards = folders["short"]
+    server.shaping.delay = 0.01  # a round trip
+    server.shaping.hold(8, SHARD.pattern)  # the first 8 shard requests go on only once 8 are in flight
+    ckpt = _open(f"{server.url}/short/", concurrency=8)
+    assert _listing(ckpt) == _local(shards)
+    assert server.shaping.hold_timeouts == 0  # 8 were in flight together...
+    assert server.shaping.max_in_flight == 8  # ... and never more than the pool allows
+    requests = _shard_requests(server)
+    assert sorted(requests) == sorted(shards.names) and set(requests.values()) == {1}  # one request a shard
+    for name in shards.names:  # the header's bytes (within the first range), never the 256 KiB tensor
+        assert server.counters.bytes_by_path[f"/short/{name}"] <= max(1.1 * shards.headers[name], FIRST)
+    # Besides: the folder with its listing in one request, a look for DCP's `.metadata` (a web server's
+    # listing may hide dot files), the index in two (its 86 KB run past the first range).
+    assert server.counters.requests <= len(shards.names) + 4
+    assert ckpt.metadata["_transfer"].requests == server.counters.requests
+
+
+def test_a_longer_header_costs_exactly_the_rest_and_teaches_the_next_shards(folders, server):
+    shards = folders["long"]
+    assert min(shards.headers.values()) > FIRST
+    server.shaping.hold(4, SHARD.pattern)
+    ckpt = _open(f"{server.url}/long/", concurrency=4)
+    assert _listing(ckpt) == _local(shards)
+    assert server.shaping.hold_timeouts == 0 and server.shaping.max_in_flight <= 4
+    requests = _shard_requests(server)
+    assert set(requests.values()) <= {1, 2}
+    # Only shards asked for before any header of theirs was known needed a second request: after that,
+    # the first range is as long as the headers the session has seen, and a tenth more.
+    assert sum(1 for n in requests.values() if n == 2) <= 4 + 3
+    assert sum(1 for n in requests.values() if n == 1) >= len(shards.names) - 7
+    for name in shards.names:
+        assert server.counters.bytes_by_path[f"/long/{name}"] <= 1.1 * shards.headers[name] + 1
+
+
+def test_connections_are_kept_and_reused(folders, server):
+    ckpt = _open(f"{server.url}/short/", concurrency=4)
+    assert len(ckpt.tensors()) == sum(1 for _ in _local(folders["short"]))
+    assert server.counters.requests > 20
+    assert len(server.counters.connections) <= 4 + 1  # a pool of 4, not a connection a request
+
+
+def test_a_remote_open_reports_shards_read_of_all(folders, server):
+    seen: list[Progress] = []
+    _open(f"{server.url}/short/", concurrency=8, progress=seen.append)
+    counted = [p for p in seen if "shards read" in p.message]
+    total = len(folders["short"].names)
+    assert [p.done for p in counted] == list(range(1, total + 1))
+    assert {p.total for p in counted} == {total} and counted[-1].message == f"{total} of {total} shards read"
+
+
+def test_cancel_cuts_the_requests_in_flight(folders, server):
+    """Shard requests that are never answered: cancelling the open ends it and every thread of its pool
+    (their sockets are shut), long before any request's deadline (600 s here) would have."""
+    blocked = server.shaping.block(SHARD.pattern)
+    token = CancelToken()
+    outcome: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            open_checkpoint(f"{server.url}/short/",
+                            ReaderContext(cancel=token, remote=RemoteOptions(concurrency=4, deadline=600)))
+        except BaseException as exc:  # handed to the test
+            outcome["error"] = exc
+
+    opener = threading.Thread(target=run)
+    opener.start()
+    assert server.shaping.wait_in_flight(4)  # four shard requests wait on the server
+    token.cancel()
+    opener.join(60)
+    assert not opener.is_alive()
+    assert isinstance(outcome.get("error"), Cancelled), outcome
+    pool = [t for t in threading.enumerate() if t.name == "ckptview-fan-out"]
+    for thread in pool:  # cut: each returns now, while the server still holds its request
+        thread.join(60)
+    assert not any(t.is_alive() for t in pool)
+    assert not blocked.is_set()
+
+
+def test_a_host_without_range_support_is_said_once(folders, tmp_path):
+    shards = write_shards(str(tmp_path / "small"), 3, 4, pad_bytes=128 << 10)  # past the first range
+    srv = RangeServer(str(tmp_path), honour_range=False)
+    try:
+        with pytest.raises(CheckpointError, match="does not honour range requests"):
+            _open(f"{srv.url}/small/", concurrency=4)
+        ckpt = open_checkpoint(f"{srv.url}/small/",
+                               ReaderContext(remote=RemoteOptions(download=True, concurrency=4)))
+        assert _listing(ckpt) == _local(shards)
+        said = [w for w in ckpt.warnings if "range requests" in w]
+        assert len(said) == 1 and "3 files were downloaded whole" in said[0], ckpt.warnings
+    finally:
+        srv.stop()
