@@ -201,6 +201,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(403, b"forbidden", head=head)
         full = os.path.realpath(os.path.join(srv.root, rel.lstrip("/")))
         if not full.startswith(os.path.realpath(srv.root)) or not os.path.exists(full):
+            if m:  # the Hub says which kind of 'not found' (huggingface_hub's file_exists reads it)
+                return self._send(404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound",
+                                                                       "Content-Type": "application/json"},
+                                  head=head)
             return self._send(404, b"not found", head=head)
         if os.path.isdir(full):
             if not srv.listings:  # an object store: folders are not there, only their files

@@ -29,8 +29,14 @@ class _Shaped:
         path = environ.get("PATH_INFO", "") + ("?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else "")
         client = (environ.get("REMOTE_ADDR"), environ.get("REMOTE_PORT"))
         self.shaping.enter(path)
+
+        def start(status: str, headers: list[tuple[str, str]], *args: Any) -> Any:
+            # moto names its server ('amazon.com') and werkzeug names itself too: a client that checks its
+            # headers strictly (aiohttp's own parser, under `python -X dev`) refuses the second 'Server'.
+            return start_response(status, [(k, v) for k, v in headers if k.lower() != "server"], *args)
+
         try:
-            body = self.app(environ, start_response)
+            body = self.app(environ, start)
         except BaseException:
             self.shaping.leave()
             raise

@@ -158,3 +158,34 @@ def test_a_host_without_range_support_is_said_once(folders, tmp_path):
         assert len(said) == 1 and "3 files were downloaded whole" in said[0], ckpt.warnings
     finally:
         srv.stop()
+
+
+def test_hf_repo_of_shards_through_huggingface_hub(folders, tmp_path, monkeypatch):
+    """hf://ORG/REPO through huggingface_hub's HfFileSystem, pointed at the local stand-in of the Hub: the
+    same pool, one ranged GET a shard, and the listing of the local folder."""
+    pytest.importorskip("huggingface_hub")
+    import shutil
+
+    shards = folders["short"]
+    shutil.copytree(shards.folder, tmp_path / "hub" / "org" / "shards")
+    srv = RangeServer(str(tmp_path))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    import huggingface_hub.constants as c
+    from huggingface_hub import HfFileSystem
+
+    monkeypatch.setattr(c, "ENDPOINT", srv.url)
+    monkeypatch.setattr(c, "HUGGINGFACE_CO_URL_TEMPLATE", srv.url + "/{repo_id}/resolve/{revision}/{filename}")
+    HfFileSystem.clear_instance_cache()
+    srv.shaping.delay = 0.01
+    srv.shaping.hold(8, SHARD.pattern)
+    try:
+        ckpt = _open("hf://org/shards", concurrency=8)
+        assert _listing(ckpt) == _local(shards)
+        assert srv.shaping.hold_timeouts == 0 and srv.shaping.max_in_flight == 8
+        requests = _shard_requests(srv)
+        assert sorted(requests) == sorted(shards.names) and set(requests.values()) == {1}
+        for name in shards.names:
+            assert srv.counters.bytes_by_path[f"/org/shards/resolve/main/{name}"] <= FIRST
+    finally:
+        HfFileSystem.clear_instance_cache()
+        srv.stop()
