@@ -8,10 +8,9 @@ import sys
 from collections import Counter
 from typing import Any
 
+from ckptview.commands.opening import open_given
 from ckptview.core.graph import ModelGraph, graph_source, read_graph, to_dot
 from ckptview.core.jobs import Progress
-from ckptview.core.read.context import ReaderContext
-from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.core.units import plural
 
@@ -31,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the graph and print it; a bad file is one line on stderr and a non-zero status (cli.main)."""
-    checkpoint = open_checkpoint(args.path, ReaderContext(remote=args.remote))
+    checkpoint = open_given(args.path, args.remote)
     try:
         kind, arch, _ = graph_source(checkpoint)
         tell = sys.stderr.isatty() and arch is not None

@@ -16,6 +16,7 @@ from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import TYPE_CHECKING, Any
 
 from ckptview.commands import keep_until_exit
+from ckptview.commands.opening import open_given
 from ckptview.core import dtypes, figures, inspect  # the last two load a name on first use (start-up)
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
@@ -24,8 +25,6 @@ from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.jobs import drain
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
-from ckptview.core.read.context import ReaderContext
-from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import printable
@@ -377,7 +376,7 @@ def _list(args: argparse.Namespace) -> int:
         except inspect.QueryError as exc:
             print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
             return 2
-    ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
+    ckpt = open_given(args.path, args.remote)
     try:
         only, order = None, None
         if query is not None and query.needs_figures:  # nan>0, norm>10, sort:-norm: every tensor's figures first

@@ -189,3 +189,26 @@ def test_hf_repo_of_shards_through_huggingface_hub(folders, tmp_path, monkeypatc
     finally:
         HfFileSystem.clear_instance_cache()
         srv.stop()
+
+
+def test_the_command_line_shows_shards_read_on_a_terminal_only(folders, server, monkeypatch, capsys):
+    import io
+    import json
+    import sys
+
+    from ckptview.cli import main
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["info", "--json", f"{server.url}/short/"]) == 0
+    total = len(folders["short"].names)
+    assert f"ckptview: {total} of {total} shards read" in terminal.getvalue()
+    assert terminal.getvalue().endswith("\r")  # the line cleared before the listing
+    assert len(json.loads(capsys.readouterr().out)["tensors"]) == total * (40 + 1)  # and each its pad
+    monkeypatch.undo()
+    assert main(["info", "--json", f"{server.url}/short/"]) == 0  # a script's stderr: nothing
+    assert capsys.readouterr().err == ""
