@@ -271,6 +271,8 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
     root = Node(key="", kind="dict", type_name=fmt)
     by_shard = {name: {e.name: e for e in s.tensors()} for name, s in shards.items()}
     placed: set[tuple[str, str]] = set()
+    # Every tensor of a shard names it with the same (read-only) value: one list, not one per tensor.
+    named = {shard: [{"file": shard}] for shard in by_shard}
     for key, shard in weight_map.items():
         entries = by_shard.get(shard)
         if entries is None:
@@ -279,14 +281,14 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
         if entry is None:
             warnings.append(f"tensor '{key}' is listed in the index but missing from shard '{shard}'")
             continue
-        _add_tensor(root, key, entry.info, shard)
+        _add_tensor(root, key, entry.info, named[shard])
         placed.add((shard, key))
     for shard, entries in by_shard.items():
         for key, entry in entries.items():
             if (shard, key) not in placed:
                 if index_path is not None:
                     warnings.append(f"tensor '{key}' in shard '{shard}' is not listed in the index")
-                _add_tensor(root, key, entry.info, shard)
+                _add_tensor(root, key, entry.info, named[shard])
     globals_seen: list[str] = []
     unsafe: list[str] = []
     files = OpenFiles()
@@ -326,7 +328,7 @@ def _stored_bytes(root: Node) -> int:
     return total
 
 
-def _add_tensor(root: Node, key: str, info: Any, shard: str) -> None:
-    info.set_extra("shards", [{"file": shard}])
+def _add_tensor(root: Node, key: str, info: Any, shard: list[dict[str, str]]) -> None:
+    info.set_extra("shards", shard)
     root.add(Node(key=key, kind="tensor", type_name="Parameter" if info.is_parameter else "Tensor", tensor=info))
 
