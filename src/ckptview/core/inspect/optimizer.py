@@ -43,7 +43,7 @@ from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.formats.hf_sharded import weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
-from ckptview.core.read.values.reading import read_values
+from ckptview.core.read.values.reading import read_scalar, read_values
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -141,9 +141,11 @@ def scalar_value(info: TensorInfo) -> float | int | bool | None:
     if info.numel != 1:
         return None
     try:
-        import numpy as np  # lazily: `info --json` must not pay numpy's import
+        value = read_scalar(info)  # its bytes, without NumPy: `info --json` must not pay NumPy's import
+        if value is None:  # a dtype struct does not read (complex, float8, quantized): NumPy's, lazily
+            import numpy as np
 
-        value = np.asarray(read_values(info)).reshape(-1)[0]
+            value = np.asarray(read_values(info)).reshape(-1)[0]
     except (CheckpointError, ValueError, TypeError):
         return None
     if dtypes.is_complex(info.dtype):
