@@ -51,10 +51,12 @@ torch.save(opt.state_dict(), folder + "/optimizer.pt")
 json.dump({"global_step": 2}, open(folder + "/trainer_state.json", "w"))
 """
 CKPT_LIST = """
-import sys, time, json, gc
+import sys, time, json
+from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.read.open import open_checkpoint
 t0 = time.process_time()
 ck = open_checkpoint(sys.argv[1])
+keep_out_of_collections()  # what the window and the commands do with a tree they keep (core/gc_policy.py)
 rows = [(e.name, e.info.shape, e.info.dtype) for e in ck.tensors()]
 print(json.dumps({"cpu": time.process_time() - t0, "n": len(rows)}))
 """
@@ -116,7 +118,7 @@ def run(cmd: list[str], env: dict[str, str]) -> dict:
     result = {"s": wall, "cpu": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
               "mb": peak / 1024}
     last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-    if last.startswith("{") and '"cpu"' in last:
+    if last.startswith('{"cpu": '):  # what CKPT_LIST and SAFE_LIST print
         result["inner"] = json.loads(last)
     return result
 
