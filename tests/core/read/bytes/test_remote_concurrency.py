@@ -212,3 +212,36 @@ def test_the_command_line_shows_shards_read_on_a_terminal_only(folders, server, 
     monkeypatch.undo()
     assert main(["info", "--json", f"{server.url}/short/"]) == 0  # a script's stderr: nothing
     assert capsys.readouterr().err == ""
+
+
+def test_a_remote_training_folder_reads_its_files_at_once(tmp_path):
+    """A Trainer step folder over https://: its optimizer, scheduler, RNG and scaler files are opened at
+    once too (the server holds the four until all four are in flight), and list as the local folder does."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    model = torch.nn.Linear(4, 3)
+    save_file(model.state_dict(), str(folder / "model.safetensors"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    torch.save(opt.state_dict(), folder / "optimizer.pt")
+    torch.save(torch.optim.lr_scheduler.StepLR(opt, 2).state_dict(), folder / "scheduler.pt")
+    torch.save({"python": 1, "cpu": torch.get_rng_state()}, folder / "rng_state.pth")
+    torch.save({"scale": 1024.0, "growth_factor": 2.0}, folder / "scaler.pt")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    srv = RangeServer(str(tmp_path))
+    srv.shaping.hold(4, r"\.(pt|pth)$")
+    try:
+        ckpt = _open(f"{srv.url}/checkpoint-4/", concurrency=8)
+        assert srv.shaping.hold_timeouts == 0 and srv.shaping.max_in_flight >= 4
+        local = open_checkpoint(str(folder))
+        assert _listing(ckpt) == _listing(local)
+        assert [c.key for c in ckpt.root.children] == [c.key for c in local.root.children]
+        local.close()
+    finally:
+        srv.stop()

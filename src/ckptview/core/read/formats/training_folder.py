@@ -154,6 +154,8 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     if len(rest) > MAX_FILES:
         warnings.append(f"{len(rest) - MAX_FILES} more files not listed")
         rest = rest[:MAX_FILES]
+    # The step's other files (optimizer, scheduler, RNG states, ...): remote ones opened at once.
+    opened = ctx.open_children([fs.join(folder, n) for n in rest if not n.endswith(".json")], "files")
     for name in rest:
         full = fs.join(folder, name)
         if name.endswith(".json"):
@@ -161,17 +163,16 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
             node.key = name
             root.add(node)
             continue
-        try:
-            ckpt = ctx.open_child(full)
-        except NotACheckpointError:
+        ckpt = next(opened)
+        if isinstance(ckpt, NotACheckpointError):
             size = fs.getsize(full)
             root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))
             continue
-        except UNRECOVERABLE:
-            raise
-        except CheckpointError as exc:
-            warnings.append(f"'{name}' not read: {exc}")
-            root.add(Node(key=name, kind="value", type_name="str", value=f"<not read: {exc}>"))
+        if isinstance(ckpt, UNRECOVERABLE):
+            raise ckpt
+        if isinstance(ckpt, CheckpointError):
+            warnings.append(f"'{name}' not read: {ckpt}")
+            root.add(Node(key=name, kind="value", type_name="str", value=f"<not read: {ckpt}>"))
             continue
         node = ckpt.root
         node.key = name
