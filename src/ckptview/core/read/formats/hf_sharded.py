@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ckptview.core.checkpoint import BoundedWarnings, Checkpoint, Node, OpenFiles
+from ckptview.core import dtypes
+from ckptview.core.checkpoint import BoundedWarnings, Checkpoint, Node, OpenFiles, TensorInfo
 from ckptview.core.errors import UNRECOVERABLE, CheckpointFormatError, NotACheckpointError
 from ckptview.core.read.bytes.files import FileIdentity
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem
@@ -269,26 +270,26 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
     kinds = {s.format for s in shards.values()}
     fmt = "hf-sharded-safetensors" if kinds == {"safetensors"} else "hf-sharded-bin"
     root = Node(key="", kind="dict", type_name=fmt)
-    by_shard = {name: {e.name: e for e in s.tensors()} for name, s in shards.items()}
-    placed: set[tuple[str, str]] = set()
+    by_shard = {name: _tensor_infos(s) for name, s in shards.items()}
     # Every tensor of a shard names it with the same (read-only) value: one list, not one per tensor.
     named = {shard: [{"file": shard}] for shard in by_shard}
+    children: list[Node] = []
     for key, shard in weight_map.items():
-        entries = by_shard.get(shard)
-        if entries is None:
+        infos = by_shard.get(shard)
+        if infos is None:
             continue  # the shard's absence is already a warning
-        entry = entries.get(key)
-        if entry is None:
+        info = infos.pop(key, None)  # taken: what stays in `infos` is what the index does not list
+        if info is None:
             warnings.append(f"tensor '{key}' is listed in the index but missing from shard '{shard}'")
             continue
-        _add_tensor(root, key, entry.info, named[shard])
-        placed.add((shard, key))
-    for shard, entries in by_shard.items():
-        for key, entry in entries.items():
-            if (shard, key) not in placed:
-                if index_path is not None:
-                    warnings.append(f"tensor '{key}' in shard '{shard}' is not listed in the index")
-                _add_tensor(root, key, entry.info, named[shard])
+        children.append(_tensor_node(root, key, info, named[shard]))
+    for shard, infos in by_shard.items():
+        for key, info in infos.items():
+            if index_path is not None:
+                warnings.append(f"tensor '{key}' in shard '{shard}' is not listed in the index")
+            children.append(_tensor_node(root, key, info, named[shard]))
+    if children:
+        root.children = children
     globals_seen: list[str] = []
     unsafe: list[str] = []
     files = OpenFiles()
@@ -316,6 +317,7 @@ def _stored_bytes(root: Node) -> int:
     """Tensor bytes as the index's total_size counts them: a storage shared by tied tensors once."""
     seen: set[int] = set()
     total = 0
+    sizes: dict[str, int] = {}  # itemsize by dtype (91,000 tensors, a handful of dtypes)
     for node in root.children:
         info = node.tensor
         if info is None:
@@ -324,11 +326,23 @@ def _stored_bytes(root: Node) -> int:
             if id(info.storage) in seen:
                 continue
             seen.add(id(info.storage))
-        total += info.nbytes
+        size = sizes.get(info.dtype)
+        if size is None:
+            size = sizes[info.dtype] = dtypes.itemsize(info.dtype)
+        total += info.numel * size  # TensorInfo.nbytes, the itemsize looked up once per dtype
     return total
 
 
-def _add_tensor(root: Node, key: str, info: Any, shard: list[dict[str, str]]) -> None:
+def _tensor_infos(shard: Checkpoint) -> dict[str, TensorInfo]:
+    """A shard's tensors by name. A safetensors shard's are its root's tensor children (its reader makes
+    nothing deeper): read straight from them, without a `TensorEntry` each (91,000 in a 163-shard model)."""
+    if shard.format == "safetensors":
+        return {c.key: c.tensor for c in shard.root.children  # type: ignore[misc]  # its keys are str
+                if c.kind == "tensor" and c.tensor is not None}
+    return {e.name: e.info for e in shard.tensors()}
+
+
+def _tensor_node(root: Node, key: str, info: TensorInfo, shard: list[dict[str, str]]) -> Node:
     info.set_extra("shards", shard)
-    root.add(Node(key=key, kind="tensor", type_name="Parameter" if info.is_parameter else "Tensor", tensor=info))
+    return Node(key, "tensor", "Parameter" if info.is_parameter else "Tensor", (), info, None, root)
 
