@@ -245,3 +245,21 @@ def test_a_remote_training_folder_reads_its_files_at_once(tmp_path):
         local.close()
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("listings", [True, False], ids=["listed", "object-store"])
+def test_a_missing_remote_shard_is_the_same_warning_as_a_local_one(tmp_path, listings):
+    """No request asks first whether a shard is there: its open's first request tells (a 404), and the
+    listing says what the local folder's does."""
+    shards = write_shards(str(tmp_path / "m"), 3, 5)
+    os.unlink(os.path.join(shards.folder, shards.names[1]))
+    srv = RangeServer(str(tmp_path))
+    srv.listings = listings
+    try:
+        ckpt = _open(f"{srv.url}/m/model.safetensors.index.json", concurrency=4)
+        local = open_checkpoint(shards.index)
+        assert _listing(ckpt) == _listing(local)
+        assert [w for w in ckpt.warnings if "missing" in w] == [w for w in local.warnings if "missing" in w] != []
+        local.close()
+    finally:
+        srv.stop()
