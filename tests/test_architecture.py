@@ -500,6 +500,35 @@ def test_the_core_keeps_no_workspace_analysis_or_session_of_its_own():
     assert offenders == []
 
 
+def test_the_core_keeps_no_cache_or_registry_of_its_own_at_module_level():
+    """A module-level dict, set or list named a cache or a registry is state a caller did not hand down: the
+    parameter orders a library told (`hf_order`) once lived in `_cache` and `_registry`, shared by every
+    window and test of a process. Caches are made by the caller (`ParamOrderCache`, `GraphCache`, ...);
+    the one process-wide cache left on purpose is the remote block cache's bound (docs/architecture.md)."""
+    import ast
+
+    allowed = {"core/read/bytes/remote/cache.py:CACHE"}
+    containers = {"dict", "set", "list", "OrderedDict", "defaultdict", "WeakValueDictionary", "WeakKeyDictionary"}
+    offenders = []
+    for path in (SRC / "core").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            made = (isinstance(value, (ast.Dict, ast.Set, ast.List))
+                    or isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", ""))
+                    in containers | {"BlockCache"})
+            for name in names:
+                where = f"{path.relative_to(SRC).as_posix()}:{name}"
+                if made and ("cache" in name.lower() or "registry" in name.lower()) and where not in allowed:
+                    offenders.append(where)
+    assert offenders == []
+
+
 def test_the_architecture_page_names_every_package():
     """docs/architecture.md maps the code: every package of src has its row there."""
     page = (SRC.parents[1] / "docs" / "architecture.md").read_text()

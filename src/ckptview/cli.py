@@ -19,7 +19,7 @@ from typing import Any, Protocol, cast
 
 from ckptview import __version__, commands
 from ckptview.core.errors import CheckpointError
-from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.remote.options import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, RemoteOptions
 from ckptview.core.read.bytes.remote.urls import parse_size
 from ckptview.core.redaction import redact
 from ckptview.core.text import printable
@@ -79,6 +79,9 @@ def remote_parent() -> argparse.ArgumentParser:
     group.add_argument("--deadline", metavar="SECONDS",
                        help="the most one request to a URL may take, connect to last byte (default 120, "
                             "plus 1 s per 128 KiB it carries)")
+    group.add_argument("--concurrency", metavar="N",
+                       help=f"requests in flight at once when many remote files are read, a folder's shards "
+                            f"(default {DEFAULT_CONCURRENCY}, at most {MAX_CONCURRENCY})")
     return parser
 
 
@@ -223,14 +226,15 @@ def _redact(text: str, urls: bool = False) -> str:
 
 
 def remote_options(argv: list[str], env: Mapping[str, str]) -> tuple[RemoteOptions, list[str]]:
-    """The `RemoteOptions` of this invocation, and argv without --download, --max-download SIZE and
-    --deadline SECONDS (anywhere in it, any command and the window). The environment gives defaults, read
-    here and nowhere else: CKPTVIEW_DOWNLOAD=1, CKPTVIEW_MAX_DOWNLOAD (bytes), CKPTVIEW_DEADLINE and
-    CKPTVIEW_TIMEOUT (seconds)."""
+    """The `RemoteOptions` of this invocation, and argv without --download, --max-download SIZE,
+    --deadline SECONDS and --concurrency N (anywhere in it, any command and the window). The environment
+    gives defaults, read here and nowhere else: CKPTVIEW_DOWNLOAD=1, CKPTVIEW_MAX_DOWNLOAD (bytes),
+    CKPTVIEW_DEADLINE and CKPTVIEW_TIMEOUT (seconds), CKPTVIEW_CONCURRENCY (requests)."""
     download = env.get("CKPTVIEW_DOWNLOAD", "") not in ("", "0")
     max_download = _env_number(env, "CKPTVIEW_MAX_DOWNLOAD", int)
     deadline = _env_number(env, "CKPTVIEW_DEADLINE", float)
     timeout = _env_number(env, "CKPTVIEW_TIMEOUT", float)
+    concurrency = _env_number(env, "CKPTVIEW_CONCURRENCY", float)
     out: list[str] = []
     rest = iter(argv)
     for arg in rest:
@@ -242,12 +246,16 @@ def remote_options(argv: list[str], env: Mapping[str, str]) -> tuple[RemoteOptio
             download = True
             continue
         name, eq, value = arg.partition("=")
-        if name not in ("--max-download", "--deadline"):
+        if name not in ("--max-download", "--deadline", "--concurrency"):
             out.append(arg)
             continue
         if not eq:
             value = next(rest, "")
-        if name == "--max-download":
+        if name == "--concurrency":
+            if not value.isdigit() or not 1 <= int(value) <= MAX_CONCURRENCY:
+                raise ValueError(f"--concurrency: not a number of requests from 1 to {MAX_CONCURRENCY}: {value!r}")
+            concurrency = int(value)
+        elif name == "--max-download":
             try:
                 max_download = parse_size(value)
             except ValueError:
@@ -263,7 +271,9 @@ def remote_options(argv: list[str], env: Mapping[str, str]) -> tuple[RemoteOptio
     defaults = RemoteOptions()
     options = RemoteOptions(download=download, max_download=max_download,
                             deadline=max(0.01, deadline) if deadline is not None else defaults.deadline,
-                            timeout=max(0.01, timeout) if timeout is not None else defaults.timeout)
+                            timeout=max(0.01, timeout) if timeout is not None else defaults.timeout,
+                            concurrency=int(concurrency) if concurrency is not None and concurrency >= 1
+                            else defaults.concurrency)
     return options, out
 
 

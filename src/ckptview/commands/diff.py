@@ -8,6 +8,7 @@ from typing import Any
 
 from ckptview.commands import keep_until_exit
 from ckptview.commands.info import write_json, write_json_stream
+from ckptview.commands.opening import open_given
 from ckptview.core.compare.align import parse_mapping
 from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
 from ckptview.core.compare.gguf_view import side_views
@@ -15,8 +16,6 @@ from ckptview.core.compare.values import iter_text
 from ckptview.core.errors import CheckpointError
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.training import short_fact_keys
-from ckptview.core.read.context import ReaderContext
-from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.core.units import figure, percent, plural, shape_str
 
@@ -58,9 +57,9 @@ def _diff(args: argparse.Namespace) -> int:
         mapping = parse_mapping(args.map)
     except ValueError as exc:
         raise CheckpointError(str(exc)) from None
-    a = open_checkpoint(args.a, ReaderContext(remote=args.remote))
+    a = open_given(args.a, args.remote)
     try:
-        b = open_checkpoint(args.b, ReaderContext(remote=args.remote))
+        b = open_given(args.b, args.remote)
         try:
             result = diff_checkpoints(a, b, strip_a=args.strip_a, strip_b=args.strip_b, mapping=mapping,
                                       chunk_elems=args.chunk_elems, views=side_views(a, b))

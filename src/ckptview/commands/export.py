@@ -10,9 +10,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from ckptview.commands.opening import open_given
 from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, run_export, select_tensors
-from ckptview.core.read.context import ReaderContext
-from ckptview.core.read.open import open_checkpoint
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, plural
 
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> ExportResult:
-    ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
+    ckpt = open_given(args.path, args.remote)
     try:
         dequantize = getattr(args, "dequantize", None)
         plan = plan_export(select_tensors(ckpt, args.key, dequantize=dequantize is not None), args.out, args.format,

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from ckptview.commands.opening import open_given
 from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.compare import diff_checkpoints
@@ -20,8 +21,6 @@ from ckptview.core.graph.compare import ADDED, REMOVED, SHAPE, GraphComparison, 
 from ckptview.core.graph.overlay import CHANGE, colour_hex, format_number, pair_figures, scale_of
 from ckptview.core.graph.user_code import code_graph
 from ckptview.core.jobs import Progress, drain
-from ckptview.core.read.context import ReaderContext
-from ckptview.core.read.open import open_checkpoint
 from ckptview.core.run.input_specs import InputSpecError, parse_input_specs
 from ckptview.core.run.process import RunError
 from ckptview.core.text import printable
@@ -77,7 +76,7 @@ def _graph_of(checkpoint: Checkpoint, args: argparse.Namespace, tell: Callable[[
 
 def run(args: argparse.Namespace) -> int:
     """Read the graph and print it; a bad file is one line on stderr and a non-zero status (cli.main)."""
-    checkpoint = open_checkpoint(args.path, ReaderContext(remote=args.remote))
+    checkpoint = open_given(args.path, args.remote)
     other: Checkpoint | None = None
     comparison: GraphComparison | None = None
     try:
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         path, stored = checkpoint.path, checkpoint.file_size
         shapes = {e.name: tuple(e.info.shape) for e in checkpoint.tensors()}
         if args.compare:
-            other = open_checkpoint(args.compare, ReaderContext(remote=args.remote))
+            other = open_given(args.compare, args.remote)
             graph_b = _graph_of(other, args, tell)
             pairs = pair_figures(diff_checkpoints(checkpoint, other).tensors)
             comparison = compare_graphs(graph, graph_b, shapes, {e.name: tuple(e.info.shape) for e in other.tensors()},

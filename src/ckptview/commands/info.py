@@ -16,6 +16,7 @@ from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import TYPE_CHECKING, Any
 
 from ckptview.commands import keep_until_exit
+from ckptview.commands.opening import open_given
 from ckptview.core import dtypes, figures, inspect  # the last two load a name on first use (start-up)
 from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Node, Sharing, TensorEntry, TensorInfo
@@ -25,14 +26,13 @@ from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.jobs import drain
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
-from ckptview.core.read.context import ReaderContext
-from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes, human_count, plural, shape_str
 
 if TYPE_CHECKING:
+    from ckptview.core.inspect.hf_order import ParamOrders
     from ckptview.core.inspect.query import Query
 
 TensorOrder = Callable[[TensorEntry], Any]  # the sort key of the tensors' listing (a `sort:` filter term)
@@ -57,14 +57,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def info_dict(ckpt: Checkpoint, *, stats: bool = False, spectral: bool = False,
               only: set[str] | None = None, expand_repeats: bool = False,
-              order: TensorOrder | None = None) -> dict[str, Any]:
+              order: TensorOrder | None = None, orders: ParamOrders | None = None) -> dict[str, Any]:
     """The `info --json` object of the command-line contract (`only`: the names a filter kept;
     `expand_repeats`: spectra of views that repeat their storage too, on every element they declare;
-    `order`: the sort key of the tensors a `sort:` term asks for)."""
+    `order`: the sort key of the tensors a `sort:` term asks for; `orders`: the parameter orders learned
+    before, which name a Trainer folder's optimizer state)."""
     with paused_gc():
         return {key: list(value) if isinstance(value, Iterator) else value
                 for key, value in info_items(ckpt, stats=stats, spectral=spectral, only=only,
-                                             expand_repeats=expand_repeats, order=order)}
+                                             expand_repeats=expand_repeats, order=order, orders=orders)}
 
 
 class JsonTexts:
@@ -76,7 +77,7 @@ class JsonTexts:
 
 def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, spectral: bool = False,
                only: set[str] | None = None, expand_repeats: bool = False,
-               order: TensorOrder | None = None) -> Iterator[tuple[str, Any]]:
+               order: TensorOrder | None = None, orders: ParamOrders | None = None) -> Iterator[tuple[str, Any]]:
     """The contract's (key, value) pairs in order; `tensors` and `values` come as iterators, so a
     writer can stream a million entries without holding them all (see `write_json_stream`).
 
@@ -101,7 +102,7 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, 
     if memo is not None:  # each module's figures over its floating-point tensors, the counters apart
         yield "modules", _module_items(ckpt, memo, only)
     yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some
-    yield "optimizers", _optimizers(ckpt)  # metadata only (reads nothing but 0-d step tensors)
+    yield "optimizers", _optimizers(ckpt, orders)  # metadata only (reads nothing but 0-d step tensors)
     if (transfer := ckpt.metadata.get("_transfer")) is not None:  # a URL: what the network cost, last
         yield "transfer", transfer.as_dict()
 
@@ -318,11 +319,11 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _optimizers(ckpt: Checkpoint) -> list[dict[str, Any]]:
+def _optimizers(ckpt: Checkpoint, orders: ParamOrders | None = None) -> list[dict[str, Any]]:
     """The optimizers section; the optimizer module is imported only when something could be one."""
     if not _has_key(ckpt.root, "param_groups"):
         return []
-    return inspect.optimizers_json(ckpt)
+    return inspect.optimizers_json(ckpt, orders)
 
 
 def _has_key(root: Node, key: str) -> bool:
@@ -392,8 +393,9 @@ def _list(args: argparse.Namespace) -> int:
         except inspect.QueryError as exc:
             print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
             return 2
-    ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
+    ckpt = open_given(args.path, args.remote)
     try:
+        orders = _param_orders(ckpt)
         only, order = None, None
         if query is not None and query.needs_figures:  # nan>0, norm>10, sort:-norm: every tensor's figures first
             drain(inspect.compute_figures(query, [e.info for e in ckpt.tensors()], figures.Analysis()))
@@ -409,12 +411,12 @@ def _list(args: argparse.Namespace) -> int:
                     write_json_stream(info_items(ckpt, stats=args.stats, encoded=True,
                                                  spectral=getattr(args, "spectral", False), only=only,
                                                  expand_repeats=getattr(args, "expand_repeats", False),
-                                                 order=order))
+                                                 order=order, orders=orders))
                 spool.seek(0)
                 shutil.copyfileobj(spool, sys.stdout, 1 << 20)
             return 0
         data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False), only=only,
-                         expand_repeats=getattr(args, "expand_repeats", False), order=order)
+                         expand_repeats=getattr(args, "expand_repeats", False), order=order, orders=orders)
     finally:
         ckpt.close()
         _let_go(ckpt)
@@ -423,6 +425,27 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     print_table(data)
     return 0
+
+
+def _param_orders(ckpt: Checkpoint) -> ParamOrders | None:
+    """The parameter orders that name a Trainer folder's optimizer state: the user's cache of them, with
+    what this checkpoint asks learned first when it is not there yet.
+
+    A command prints once, so it does not print guessed names that a minute's wait would make sure: the
+    first `info` of a config (and transformers version) waits for its model to be built on the meta device
+    in a worker (seconds, said on a terminal), every later one reads the cache at metadata cost. The window
+    shows the tree at once instead, the names marked until the order arrives.
+    """
+    if not _has_key(ckpt.root, "param_groups"):  # no optimizer: nothing of the kind is imported
+        return None
+    cache = inspect.ParamOrderCache()
+    pending = inspect.pending_orders(ckpt, cache)
+    if pending:
+        if sys.stderr.isatty():
+            print(f"ckptview: learning the parameter order of {', '.join(r.arch for r in pending)} from "
+                  f"{pending[0].library} in a worker (once: kept in the cache after) ...", file=sys.stderr)
+        cache.learn(pending)
+    return cache
 
 
 def _figure_order(query: Query) -> TensorOrder:

@@ -20,6 +20,7 @@ docs/limits.md lists the numbers.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -80,7 +81,8 @@ class BudgetExceeded(CheckpointFormatError):
 
 @dataclass
 class Budget:
-    """The work one file (or one job over it) may still cause. Used by one thread at a time."""
+    """The work one file (or one job over it) may still cause. Used by one thread at a time, but for
+    `charge_shared` (the files of a folder opened at once on several threads, each paying for its open)."""
 
     subject: str
     """What is being read, as a person calls it ("the TorchScript code", "the program's model.json")."""
@@ -93,6 +95,7 @@ class Budget:
     spent: int = 0
     depth: int = 0
     _next_check: int = field(default=CHECK_EVERY, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def for_stored(cls, stored: int, subject: str, *, cancel: CancelToken | None = None,
@@ -115,6 +118,11 @@ class Budget:
             self._next_check = self.spent + CHECK_EVERY
             if self.cancel is not None:
                 self.cancel.check()
+
+    def charge_shared(self, units: int, what: str) -> None:
+        """`charge`, from one of several threads charging this budget at once (nested opens run concurrently)."""
+        with self._lock:
+            self.charge(units, what)
 
     def affords(self, units: int) -> bool:
         """Whether `units` more could be charged (to choose a cheaper way before starting, not to skip a charge)."""

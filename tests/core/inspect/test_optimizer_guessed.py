@@ -15,6 +15,7 @@ from ckptview.cli import main
 from ckptview.core.compare.sections import optimizer_labels
 from ckptview.core.inspect.optimizer import find_optimizers, state_labels
 from ckptview.core.read.open import open_checkpoint
+from tests.support.trainer_folders import write_bert_trainer
 
 
 class SelfAttention(nn.Module):
@@ -118,51 +119,132 @@ def test_info_prints_the_mapping_note_and_flags(tmp_path, capsys) -> None:
     assert "(guessed)" in out and opt["note"] in out
 
 
-_BERT_SCRIPT = """
-import json, sys, torch, transformers
-folder = sys.argv[1]
-config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                 intermediate_size=32, max_position_embeddings=24, num_labels=3)
-torch.manual_seed(0)
-model = transformers.BertForSequenceClassification(config)
-model.save_pretrained(folder)
-named = list(model.named_parameters())
-decay = [p for n, p in named if "bias" not in n and "LayerNorm" not in n]
-no_decay = [p for n, p in named if "bias" in n or "LayerNorm" in n]
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}])
-for p in model.parameters():
-    p.grad = torch.randn_like(p)
-opt.step()
-torch.save(opt.state_dict(), folder + "/optimizer.pt")
-by_id = {id(p): n for n, p in named}
-print(json.dumps([by_id[id(p)] for g in opt.param_groups for p in g["params"]]))
-"""
+
+
+@pytest.fixture(scope="module")
+def bert_trainer(tmp_path_factory):
+    """A Trainer-style folder written by transformers itself (model.safetensors, config.json) and torch
+    (optimizer.pt), made in a child process: transformers is never imported here."""
+    folder = tmp_path_factory.mktemp("trainer") / "checkpoint-2"
+    return folder, write_bert_trainer(folder)
+
+
+def _no_build(monkeypatch) -> list:
+    """Fail the test if a model is built (the child started) from here on; the calls it would have made."""
+    from ckptview.core.inspect import hf_order
+
+    started: list = []
+
+    def refuse(*args):
+        started.append(args)
+        raise AssertionError("a model was built to list the checkpoint")
+
+    monkeypatch.setattr(hf_order, "_build", refuse)
+    return started
 
 
 @pytest.mark.slow
-def test_installed_transformers_tells_the_order(tmp_path, transformers_unimported) -> None:
+def test_installed_transformers_tells_the_order(bert_trainer, tmp_path, transformers_unimported) -> None:
     """With transformers installed, the model config.json names is built on the meta device (in a child
-    process) and its named_parameters() order names every parameter for sure. transformers is never imported
-    in this process (the folder is made by a child too)."""
-    import importlib.util
-    import subprocess
+    process, once: `ParamOrderCache.learn`) and its named_parameters() order names every parameter for sure.
+    transformers is never imported in this process (the folder is made by a child too)."""
     import sys
 
-    if importlib.util.find_spec("transformers") is None:
-        pytest.skip("transformers is not installed")
-    folder = tmp_path / "checkpoint-2"
-    folder.mkdir()
-    proc = subprocess.run([sys.executable, "-c", _BERT_SCRIPT, str(folder)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    truth = json.loads(proc.stdout.strip().splitlines()[-1])
-    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    from ckptview.core.inspect.optimizer import pending_orders
+    from ckptview.core.inspect.order_cache import ParamOrderCache
+
+    folder, truth = bert_trainer
+    cache = ParamOrderCache(str(tmp_path / "orders.sqlite3"))
     ckpt = open_checkpoint(str(folder))
     try:
-        (found,) = find_optimizers(ckpt)
+        (request,) = pending_orders(ckpt, cache)
+        assert request.arch == "BertForSequenceClassification" and request.library.startswith("transformers ")
+        assert cache.learn([request]) == 1
+        (found,) = find_optimizers(ckpt, cache)
     finally:
         ckpt.close()
     assert found.mapping in ("exact", "by-order"), found.note
-    assert "BertForSequenceClassification" in found.note
+    assert "BertForSequenceClassification" in found.note and found.order_pending is None
     assert not any(p.guessed for p in found.params)
     assert [p.name for p in found.params] == truth
     assert "transformers" not in sys.modules
+
+
+@pytest.mark.parametrize("opened", ["folder", "optimizer.pt"])
+def test_listing_a_trainer_optimizer_never_builds_a_model(bert_trainer, tmp_path, monkeypatch, opened) -> None:
+    """Listing costs what the metadata costs: the folder, or its optimizer.pt alone (named by the model beside
+    it), lists with the names marked guessed and the order pending, and no model is built to list it."""
+    from ckptview.core.inspect.order_cache import ParamOrderCache
+
+    folder, truth = bert_trainer
+    started = _no_build(monkeypatch)
+    cache = ParamOrderCache(str(tmp_path / "orders.sqlite3"))  # empty: nothing learned yet
+    ckpt = open_checkpoint(str(folder if opened == "folder" else folder / "optimizer.pt"))
+    try:
+        (found,) = find_optimizers(ckpt, cache)
+        labels = state_labels(ckpt, cache)
+    finally:
+        ckpt.close()
+    assert started == []
+    assert found.order_pending is not None and found.order_pending.arch == "BertForSequenceClassification"
+    assert found.mapping == "guessed"
+    for p in found.params:  # every name it is sure of is right; the others say they are guessed
+        assert p.guessed or p.name == truth[p.index]
+        if p.guessed and p.node is not None:
+            assert labels[id(p.node)].endswith("(guessed)")
+
+
+def test_an_order_learned_once_is_read_back_by_config_and_library_version(bert_trainer, tmp_path,
+                                                                          monkeypatch) -> None:
+    """The order depends on the model class, its config and the library's version, never on the folder: a
+    copy of the checkpoint elsewhere is named from the cache without a build; a changed config or another
+    transformers version is asked again."""
+    import dataclasses
+    import shutil
+
+    from ckptview.core.inspect.hf_order import order_request
+    from ckptview.core.inspect.order_cache import ParamOrderCache
+
+    folder, truth = bert_trainer
+    path = str(tmp_path / "orders.sqlite3")
+    first = ParamOrderCache(path)
+    first.learn([order_request(str(folder))])
+    first.close()
+    copy = tmp_path / "elsewhere" / "checkpoint-2"
+    shutil.copytree(folder, copy)
+    started = _no_build(monkeypatch)
+    cache = ParamOrderCache(path)  # another process's view of the same file
+    ckpt = open_checkpoint(str(copy / "optimizer.pt"))
+    try:
+        (found,) = find_optimizers(ckpt, cache)
+    finally:
+        ckpt.close()
+    assert started == [] and found.order_pending is None
+    assert [p.name for p in found.params] == truth and not any(p.guessed for p in found.params)
+    request = order_request(str(copy))
+    other = dataclasses.replace(request, library="transformers 0.0.1", key="")
+    assert order_request(str(folder)).key == request.key
+    config = json.loads((copy / "config.json").read_text())
+    config["hidden_dropout_prob"] = 0.25
+    (copy / "config.json").write_text(json.dumps(config))
+    assert order_request(str(copy)).key != request.key and cache.known(order_request(str(copy))) is None
+    assert cache.known(dataclasses.replace(other, key="x" * 40)) is None
+
+
+def test_info_learns_the_order_once_then_lists_at_metadata_cost(bert_trainer, tmp_path, monkeypatch,
+                                                               capsys) -> None:
+    """The command line decides to wait: its first `info` of a config builds the model once (the names it
+    prints are sure), and every later one reads the user's cache and builds nothing."""
+    from ckptview.core.inspect import hf_order
+
+    folder, truth = bert_trainer
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    built = []
+    real = hf_order._build
+    monkeypatch.setattr(hf_order, "_build", lambda *a: built.append(a[0]) or real(*a))
+    for _ in range(2):
+        assert main(["info", "--json", str(folder / "optimizer.pt")]) == 0
+        (opt,) = json.loads(capsys.readouterr().out)["optimizers"]
+        assert [p["name"] for p in opt["params"]] == truth and not any(p["name_guessed"] for p in opt["params"])
+    assert built == ["BertForSequenceClassification"]  # once, for both
+    assert (tmp_path / "cache" / "ckptview").is_dir()

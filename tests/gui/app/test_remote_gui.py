@@ -64,3 +64,43 @@ def test_a_dropped_link_opens_and_a_404_is_a_message_in_its_tab(qtbot, window, s
     assert tab.state != "ready"
     assert "missing.pth" in tab.error_text and ("not found" in tab.error_text or "no such file" in tab.error_text)
     assert window.isVisible()
+
+
+@pytest.fixture
+def shards_server(tmp_path):
+    from tests.support.shards import write_shards
+
+    shards = write_shards(str(tmp_path / "m"), 12, 20)
+    srv = RangeServer(str(tmp_path))
+    yield srv, shards
+    srv.stop()
+
+
+def test_a_remote_folder_shows_shards_read_of_all_as_it_opens(qtbot, window, shards_server):
+    srv, shards = shards_server
+    (tab,) = window.open_paths([f"{srv.url}/m/"])
+    seen: list[str] = []
+    tab.opener.progress.connect(lambda step: seen.append(step.message))
+    wait_settled(qtbot, tab, timeout=60_000)
+    assert tab.state == "ready", tab.error_text
+    assert len(tab.checkpoint.tensors()) == 12 * 20
+    assert f"{len(shards.names)} of {len(shards.names)} shards read" in seen, seen
+
+
+def test_cancel_stops_a_remote_folders_open_and_its_requests(qtbot, window, shards_server):
+    """The loading page's Cancel, while the shard requests wait on a host that never answers them: the tab
+    says so at once, and every thread of the open's pool returns (its request cut), not at its deadline."""
+    import threading
+
+    srv, _ = shards_server
+    blocked = srv.shaping.block(r"\.safetensors$")
+    (tab,) = window.open_paths([f"{srv.url}/m/"])
+    assert srv.shaping.wait_in_flight(4)
+    tab._loading.cancel_clicked.emit()
+    assert tab.state == "error" and "cancelled" in tab.error_text
+    pool = [t for t in threading.enumerate() if t.name == "ckptview-fan-out"]
+    assert pool  # the shard requests were in flight ...
+    for thread in pool:  # ... and each returns now, while the host still holds its request
+        thread.join(60)
+    assert not any(t.is_alive() for t in pool)
+    assert not blocked.is_set()

@@ -5,6 +5,13 @@ the optimizer got its parameters (`model.named_parameters()`). The library that 
 knows it: when transformers is installed, the model named by `config.json` (``architectures[0]``) is built
 on the meta device (no weights, no memory) in an isolated child process, and its parameter names are read.
 
+Learning it costs seconds and a few hundred MB (torch and transformers imported in the child), so it never
+happens during a listing: `order_request` (cheap: the config read as data, checked, and the library's
+version) says what would be asked; `ParamOrders.known`, of the orders a caller hands down (the SQLite cache
+of `order_cache`, keyed by the config and the library's version), answers at once when it was learned
+before; and `learn` (the child) runs only when a front end decides it should: the command line before it
+prints, the window in the background with the tree shown first. This module keeps no state of its own.
+
 Only the installed library's code runs, and only to build a model class: the class must be one of
 transformers' own model classes (a value of its auto-model registries, `MODEL_*_MAPPING_NAMES`, read from
 the library's source as data here, and a `PreTrainedModel` in the child; a tokenizer or a pipeline class the
@@ -18,13 +25,16 @@ here imports torch or transformers in this process; without transformers the ord
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
 import re
 import subprocess
 import tempfile
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
@@ -35,10 +45,33 @@ CHILD = "ckptview.core.worker.param_order"  # builds the model on the meta devic
 
 TIMEOUT_S = 300.0
 MAX_CONFIG_BYTES = 1 << 20
+KEY_VERSION = 1  # of what a key covers: a new version asks every order again
 _ARCH = re.compile(r"^[A-Z][A-Za-z0-9_]{0,100}$")
-_cache: dict[tuple[str, int, int], list[str] | None] = {}
 
-_registry: dict[tuple[str, int], frozenset[str]] = {}
+
+@dataclass(frozen=True)
+class OrderRequest:
+    """What learning a folder's parameter order would ask of the library: a model class of it, the checked
+    config, and the library's version (the order is theirs, so that is the key, never the folder)."""
+
+    folder: str
+    arch: str
+    config: dict[str, Any] = field(hash=False, compare=False, repr=False)
+    library: str = ""  # "transformers 4.57.1"
+    key: str = ""
+
+    def describe(self) -> str:
+        """How the order is learned, for a note: 'the order of transformers' BertForMaskedLM, ...'."""
+        return f"the order of transformers' {self.arch}, built from config.json on the meta device"
+
+
+class ParamOrders(Protocol):
+    """Parameter orders learned before (a cache the caller hands down), asked without waiting."""
+
+    def known(self, request: OrderRequest) -> list[str] | None:
+        """The names in `named_parameters()` order, when learned before for this key ([]: learned that the
+        library cannot tell them); else None."""
+        ...
 
 
 def available() -> bool:
@@ -51,7 +84,8 @@ def available() -> bool:
 
 def model_classes() -> frozenset[str]:
     """transformers' model class names: every value of its auto-model registries (`MODEL_*_MAPPING_NAMES`
-    in `models/auto/modeling_auto.py`), read from the installed source as data (parsed, never imported)."""
+    in `models/auto/modeling_auto.py`), read from the installed source as data (parsed, never imported).
+    Read again on each call: only `learn` asks, and its child costs far more."""
     import ast
 
     try:
@@ -61,32 +95,26 @@ def model_classes() -> frozenset[str]:
     if spec is None or not spec.origin:
         return frozenset()
     path = os.path.join(os.path.dirname(spec.origin), "models", "auto", "modeling_auto.py")
+    names: set[str] = set()
     try:
-        key = (path, os.stat(path).st_mtime_ns)
-    except OSError:
+        with open_regular(path) as fh:  # the byte layer, as every read of the core
+            tree = ast.parse(fh.read().decode("utf-8"), filename=path)
+    except (OSError, CheckpointError, SyntaxError, ValueError):
         return frozenset()
-    if key not in _registry:
-        names: set[str] = set()
-        try:
-            with open_regular(path) as fh:  # the byte layer, as every read of the core
-                tree = ast.parse(fh.read().decode("utf-8"), filename=path)
-        except (OSError, CheckpointError, SyntaxError, ValueError):
-            tree = None
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id.startswith("MODEL")
-                                                    and t.id.endswith("_MAPPING_NAMES") for t in node.targets):
-                for item in ast.walk(node.value):
-                    if isinstance(item, ast.Tuple) and len(item.elts) == 2:
-                        for value in ast.walk(item.elts[1]):
-                            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                                names.add(value.value)
-        _registry[key] = frozenset(names)
-    return _registry[key]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id.startswith("MODEL")
+                                                and t.id.endswith("_MAPPING_NAMES") for t in node.targets):
+            for item in ast.walk(node.value):
+                if isinstance(item, ast.Tuple) and len(item.elts) == 2:
+                    for value in ast.walk(item.elts[1]):
+                        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                            names.add(value.value)
+    return frozenset(names)
 
 
-def _checked_config(folder: str) -> tuple[str, dict[str, Any]] | None:
-    """(the model class, the config as the build gets it) of `folder`'s config.json, or None: no config, not a
-    model class of transformers' registries, or a config that asks for code or loads (config_guard)."""
+def _read_config(folder: str) -> tuple[str, dict[str, Any]] | None:
+    """(the model class, the config as the build gets it) of `folder`'s config.json, or None: no config, a
+    name that is not a class name, or a config that asks for code or loads (config_guard)."""
     path = os.path.join(folder, "config.json")
     try:
         with open_regular(path) as fh:  # the byte layer: a FIFO named config.json is refused, never read
@@ -100,12 +128,21 @@ def _checked_config(folder: str) -> tuple[str, dict[str, Any]] | None:
         return None  # code of its own: never run
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if not isinstance(arch, str) or not _ARCH.match(arch) or arch not in model_classes():
-        return None  # a model class of the library (BertForMaskedLM), never a tokenizer or a pipeline class
+    if not isinstance(arch, str) or not _ARCH.match(arch):
+        return None
     try:
         return arch, guarded_config("transformers", arch, config)
     except ConfigRefused:
         return None
+
+
+def _checked_config(folder: str) -> tuple[str, dict[str, Any]] | None:
+    """`_read_config`, and the class one of transformers' own model classes (its registries), never a
+    tokenizer or a pipeline class."""
+    found = _read_config(folder)
+    if found is None or found[0] not in model_classes():
+        return None
+    return found
 
 
 def architecture(folder: str) -> str | None:
@@ -115,19 +152,38 @@ def architecture(folder: str) -> str | None:
     return checked[0] if checked is not None else None
 
 
-def parameter_order(folder: str) -> list[str] | None:
-    """``named_parameters()`` names of the model `folder`'s config.json describes, or None when unknown."""
+def order_request(folder: str) -> OrderRequest | None:
+    """What learning `folder`'s parameter order would ask (its config read as data and checked, the installed
+    library's version), or None when it cannot be learned: a URL, no config, a config that loads or runs
+    something, or no transformers. Cheap: nothing is built, the library's registry is not read."""
     if not folder or "://" in folder or not os.path.isdir(folder) or not available():
         return None
-    try:
-        st = os.stat(os.path.join(folder, "config.json"))
-    except OSError:
+    found = _read_config(folder)
+    if found is None:
         return None
-    key = (os.path.realpath(folder), st.st_size, st.st_mtime_ns)
-    if key not in _cache:
-        checked = _checked_config(folder)
-        _cache[key] = _build(*checked) if checked is not None else None
-    return _cache[key]
+    arch, config = found
+    try:
+        library = f"transformers {importlib.metadata.version('transformers')}"
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    text = json.dumps([KEY_VERSION, library, arch, config], sort_keys=True, default=str)
+    key = hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+    return OrderRequest(os.path.realpath(folder), arch, config, library, key)
+
+
+def learn(request: OrderRequest) -> list[str] | None:
+    """The ``named_parameters()`` names of the model `request` describes, built in the child (seconds), or
+    None: a class that is not one of the library's models, or a build that failed."""
+    if request.arch not in model_classes():
+        return None  # a model class of the library (BertForMaskedLM), never a tokenizer or a pipeline class
+    return _build(request.arch, request.config)
+
+
+def parameter_order(folder: str) -> list[str] | None:
+    """``named_parameters()`` names of the model `folder`'s config.json describes, learned now (the child:
+    seconds), or None when unknown. A listing asks `ParamOrders.known` instead and never waits for this."""
+    request = order_request(folder)
+    return learn(request) if request is not None else None
 
 
 def _build(arch: str, config: dict[str, Any]) -> list[str] | None:

@@ -37,13 +37,13 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, PathKey, TensorInfo
 from ckptview.core.errors import CheckpointError
 from ckptview.core.inspect import zero
-from ckptview.core.inspect.hf_order import architecture, parameter_order
+from ckptview.core.inspect.hf_order import OrderRequest, ParamOrders, order_request
 from ckptview.core.inspect.optimizer_align import align_groups
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.formats.hf_sharded import weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
-from ckptview.core.read.values.reading import read_values
+from ckptview.core.read.values.reading import read_scalar, read_values
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -117,6 +117,9 @@ class OptimizerState:
     model: Node | None = None  # the model state dict the names come from
     id_kind: str = "index"  # index | object-id | name
     note: str = ""  # why the mapping is what it is, for a person
+    # The model's own order is not known yet, and the library its config names can tell it (`hf_order.learn`,
+    # seconds in a child): the names are guessed until it is learned and handed down in the orders.
+    order_pending: OrderRequest | None = None
 
     @property
     def path(self) -> tuple[PathKey, ...]:
@@ -138,9 +141,11 @@ def scalar_value(info: TensorInfo) -> float | int | bool | None:
     if info.numel != 1:
         return None
     try:
-        import numpy as np  # lazily: `info --json` must not pay numpy's import
+        value = read_scalar(info)  # its bytes, without NumPy: `info --json` must not pay NumPy's import
+        if value is None:  # a dtype struct does not read (complex, float8, quantized): NumPy's, lazily
+            import numpy as np
 
-        value = np.asarray(read_values(info)).reshape(-1)[0]
+            value = np.asarray(read_values(info)).reshape(-1)[0]
     except (CheckpointError, ValueError, TypeError):
         return None
     if dtypes.is_complex(info.dtype):
@@ -256,8 +261,14 @@ def _classify_by_groups(groups: list[dict[str, Any]]) -> str:
     return "unknown"
 
 
-def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
-    """Every optimizer state dict in the checkpoint, mapped to parameter names (metadata only)."""
+def find_optimizers(ckpt: Checkpoint | Node, orders: ParamOrders | None = None) -> list[OptimizerState]:
+    """Every optimizer state dict in the checkpoint, mapped to parameter names (metadata only).
+
+    `orders`: the parameter orders learned before (the caller's cache). A model file that stores names
+    sorted (safetensors) loses the model's order; a Trainer folder's config.json may name a library model
+    whose order tells the names for sure: from `orders` when it was learned, else the names are guessed
+    (marked) and `order_pending` says what `hf_order.learn` would ask. Nothing here waits for a library.
+    """
     root = ckpt.root if isinstance(ckpt, Checkpoint) else ckpt
     found = [n for n in root.walk() if is_optimizer_node(n)]
     nodes = [n for n in found if not any(a in found for a in _ancestors(n))]
@@ -265,13 +276,24 @@ def find_optimizers(ckpt: Checkpoint | Node) -> list[OptimizerState]:
     folder = ckpt.path if isinstance(ckpt, Checkpoint) and ckpt.format == "training-folder" else None
     file_name = os.path.basename(ckpt.path) if isinstance(ckpt, Checkpoint) else ""
     beside = _deepspeed_beside(ckpt) if isinstance(ckpt, Checkpoint) and nodes else None
-    found_opts = [_build(n, set(map(id, nodes)), folder, file_name, beside) for n in nodes]
+    found_opts = [_build(n, set(map(id, nodes)), folder, file_name, beside, orders) for n in nodes]
     if isinstance(ckpt, Checkpoint) and any(o.model is None for o in found_opts):
-        _name_by_model_beside(ckpt, [o for o in found_opts if o.model is None])
+        _name_by_model_beside(ckpt, [o for o in found_opts if o.model is None], orders)
     return found_opts
 
 
-def _name_by_model_beside(ckpt: Checkpoint, optimizers: list[OptimizerState]) -> None:
+def pending_orders(ckpt: Checkpoint | Node, orders: ParamOrders | None = None) -> list[OrderRequest]:
+    """The parameter orders a library could tell and `orders` does not know yet (one per key), for a front
+    end to learn (`ParamOrderCache.learn`) and then name the optimizers again."""
+    pending: dict[str, OrderRequest] = {}
+    for opt in find_optimizers(ckpt, orders):
+        if opt.order_pending is not None:
+            pending.setdefault(opt.order_pending.key, opt.order_pending)
+    return list(pending.values())
+
+
+def _name_by_model_beside(ckpt: Checkpoint, optimizers: list[OptimizerState],
+                          orders: ParamOrders | None = None) -> None:
     """An optimizer file opened alone (a training folder's ``optimizer.bin``): the model file beside it, the
     one of the same number (``optimizer_1.bin``: ``model_1.safetensors``), names its parameters."""
     beside = _model_beside(ckpt)
@@ -285,7 +307,7 @@ def _name_by_model_beside(ckpt: Checkpoint, optimizers: list[OptimizerState]) ->
                         f"the folder {folder} to map them")
             continue
         opt.model = model
-        _map(opt, folder)
+        _map(opt, folder, orders)
         opt.note = f"names from the model beside this file ({label}): {opt.note}"
 
 
@@ -372,7 +394,7 @@ def _ancestors(node: Node) -> Iterable[Node]:
 
 
 def _build(node: Node, optimizer_ids: set[int], folder: str | None = None, file_name: str = "",
-           beside: tuple[str, Node] | None = None) -> OptimizerState:
+           beside: tuple[str, Node] | None = None, orders: ParamOrders | None = None) -> OptimizerState:
     state = _child(node, "state")
     groups_node = _child(node, "param_groups")
     assert state is not None and groups_node is not None
@@ -404,7 +426,7 @@ def _build(node: Node, optimizer_ids: set[int], folder: str | None = None, file_
         _map_zero(opt, partitions)
         return opt
     opt.model = find_model(node, optimizer_ids)
-    _map(opt, folder)
+    _map(opt, folder, orders)
     return opt
 
 
@@ -568,9 +590,9 @@ def _greedy(hints: list[Shape | None], shapes: list[Shape]) -> list[int] | None:
     return out
 
 
-def _map(opt: OptimizerState, folder: str | None = None) -> None:
+def _map(opt: OptimizerState, folder: str | None = None, orders: ParamOrders | None = None) -> None:
     """Fill in names and the mapping confidence (`folder`: a training folder whose config.json may tell the
-    model's parameter order through an installed transformers)."""
+    model's parameter order through an installed transformers, when `orders` learned it before)."""
     entries = model_entries(opt.model) if opt.model is not None else []
     params = [p for p in opt.params if p.group is not None]
     if not entries:
@@ -583,12 +605,15 @@ def _map(opt: OptimizerState, folder: str | None = None) -> None:
     library = ""
     if guessed:
         entries = guess_model_order(entries)
-        known = _library_order(folder)
+        request = order_request(folder) if folder else None
+        known = orders.known(request) if request is not None and orders is not None else None
         if known is not None and {e.name for e in entries} <= set(known):
             rank = {name: i for i, name in enumerate(known)}
             entries = sorted(entries, key=lambda e: rank[e.name])
             guessed = False
-            library = known_from(folder)
+            library = request.describe() if request is not None else ""
+        elif known is None and request is not None:
+            opt.order_pending = request  # the library could tell: guessed (marked) until it is learned
     hints = [p.shape_hint() for p in params]
     shapes = [e.shape for e in entries]
     by_group: dict[int | None, list[int]] = {}
@@ -637,16 +662,6 @@ def _map(opt: OptimizerState, folder: str | None = None) -> None:
                 + (f"; the model file lists names sorted, not in model order: {unsure} of {len(params)} names "
                    "guessed from the usual order of such names (marked guessed; the others have a shape no other "
                    "tensor has)" if unsure else ""))
-
-
-def _library_order(folder: str | None) -> list[str] | None:
-    return parameter_order(folder) if folder else None
-
-
-def known_from(folder: str | None) -> str:
-    """How the model order was learned, for the note."""
-    arch = architecture(folder) if folder else None
-    return f"the order of transformers' {arch}, built from config.json on the meta device"
 
 
 def _flag_guessed(params: list[ParamState], hints: list[Shape | None], shapes: list[Shape]) -> int:
@@ -815,10 +830,10 @@ def _map_by_name(opt: OptimizerState, entries: list[ModelEntry]) -> None:
 # info --json
 
 
-def optimizers_json(ckpt: Checkpoint) -> list[dict[str, Any]]:
+def optimizers_json(ckpt: Checkpoint, orders: ParamOrders | None = None) -> list[dict[str, Any]]:
     """The ``"optimizers"`` list of ``info --json`` (reads only the 0-d step tensors)."""
     out = []
-    for opt in find_optimizers(ckpt):
+    for opt in find_optimizers(ckpt, orders):
         params = []
         for p in opt.params:
             state: dict[str, Any] = {}
@@ -839,11 +854,11 @@ def optimizers_json(ckpt: Checkpoint) -> list[dict[str, Any]]:
 # The tree: optimizer state named by parameter
 
 
-def state_labels(ckpt: Checkpoint | Node) -> dict[int, str]:
+def state_labels(ckpt: Checkpoint | Node, orders: ParamOrders | None = None) -> dict[int, str]:
     """id(node) -> display label for mapped optimizer state: ``"0 · encoder.0.weight"`` for a parameter's
     state, ``"exp_avg of encoder.0.weight"`` for each of its entries."""
     labels: dict[int, str] = {}
-    for opt in find_optimizers(ckpt):
+    for opt in find_optimizers(ckpt, orders):
         for p in opt.params:
             if p.node is None or p.name is None:
                 continue
@@ -853,10 +868,10 @@ def state_labels(ckpt: Checkpoint | Node) -> dict[int, str]:
     return labels
 
 
-def label_state_rows(top: Any, ckpt: Checkpoint | Node) -> None:
+def label_state_rows(top: Any, ckpt: Checkpoint | Node, orders: ParamOrders | None = None) -> None:
     """Relabel the display rows (``core.grouping.Row``) of mapped optimizer state; the filter finds them by
     parameter name too."""
-    labels = state_labels(ckpt)
+    labels = state_labels(ckpt, orders)
     if not labels:
         return
     for row in top.walk():

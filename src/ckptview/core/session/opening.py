@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, group_tree
-from ckptview.core.inspect.optimizer import label_state_rows
+from ckptview.core.inspect.hf_order import OrderRequest, ParamOrders
+from ckptview.core.inspect.optimizer import label_state_rows, pending_orders
+from ckptview.core.inspect.order_cache import ParamOrderCache
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -41,6 +43,9 @@ class Opened:
     # The tab's hold on the checkpoint (the window's workspace shares it with comparisons and other
     # tabs): released, never closed, when the tab lets it go. Without one, the checkpoint is this tab's.
     lease: Lease | None = None
+    # Parameter orders a library could tell and the orders handed down do not know yet: the optimizer's
+    # names are marked guessed until the tab has them learned (`learn_orders`, in the background).
+    pending: list[OrderRequest] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.lease is None:
@@ -73,15 +78,18 @@ class LargeHeader(Exception):
         self.size = size
 
 
-def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lease | None = None) -> Opened:
+def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lease | None = None,
+            orders: ParamOrders | None = None) -> Opened:
     """Group rows, sharing, counts and the filter index for `checkpoint` (O(tensors): off the GUI thread).
 
-    `token` is checked between the steps (each takes seconds at a million tensors).
+    `token` is checked between the steps (each takes seconds at a million tensors). `orders`: the parameter
+    orders learned before, which name a Trainer folder's optimizer state (never learned here: `pending`).
     """
     check = token.check if token is not None else lambda: None
     top = group_tree(checkpoint.root, checkpoint.warnings)
     check()
-    label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
+    label_state_rows(top, checkpoint, orders)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
+    pending = pending_orders(checkpoint, orders) if orders is not None else []
     check()
     flat = list(top.walk())
     leaves = sum(1 for r in flat if not r.children and r is not top)
@@ -90,7 +98,17 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     sharded = any("shards" in e.info.extra for e in tensors)
     devices = frozenset(e.info.device for e in tensors)
     return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
-                  devices=devices, lease=lease)
+                  devices=devices, lease=lease, pending=pending)
+
+
+def learn_orders(opened: Opened, orders: ParamOrderCache) -> int:
+    """Learn the parameter orders `opened` waits for (a library model built in a child process each:
+    seconds) into `orders`, then name its optimizer state rows again; how many were learned. Off the GUI
+    thread: the tab shows its tree meanwhile, the names marked guessed."""
+    learned = orders.learn(opened.pending)
+    label_state_rows(opened.top, opened.checkpoint, orders)
+    opened.pending = pending_orders(opened.checkpoint, orders)
+    return learned
 
 
 def open_and_prepare(path: str, header_limit: int | None = None, token: CancelToken | None = None,
@@ -140,7 +158,7 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
     if progress is not None:
         progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
     try:
-        opened = prepare(checkpoint, token, lease)
+        opened = prepare(checkpoint, token, lease, workspace.orders if workspace is not None else None)
     except BaseException:
         lease.release()
         raise

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ckptview.core.errors import Cancelled
 from ckptview.core.figures.analysis import Analysis
+from ckptview.core.inspect.order_cache import ParamOrderCache
 from ckptview.core.read import open as opening
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -99,12 +100,16 @@ class Workspace:
     """The open checkpoints of one window, by path, each held while a lease on it is held.
 
     The window (or a command) makes one and hands it to whatever opens files for it: its tabs, its
-    comparisons, its runs, with the `RemoteOptions` its URLs are read with. Nothing in the core keeps one
-    of its own."""
+    comparisons, its runs, with the `RemoteOptions` its URLs are read with and the parameter orders its
+    optimizers are named by. Nothing in the core keeps one of its own."""
 
-    def __init__(self, opener: Opener | None = None, remote: RemoteOptions | None = None) -> None:
+    def __init__(self, opener: Opener | None = None, remote: RemoteOptions | None = None,
+                 orders: ParamOrderCache | None = None) -> None:
         self._opener = opener
         self.remote = remote if remote is not None else RemoteOptions()  # how its URLs are read
+        # The parameter orders libraries told (a Trainer folder's optimizer named by them): the window's
+        # cache, learned in the background and kept between runs; None: nothing asked of a library.
+        self.orders = orders
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         # Checkpoints held by a lease: what the window must not take apart when one of their holders goes.

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from ckptview import __version__
 from ckptview.core.checkpoint import Node
 from ckptview.core.graph import GraphCache
+from ckptview.core.inspect.order_cache import ParamOrderCache
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -124,7 +125,8 @@ class MainWindow(QMainWindow):
         self._actions = list(actions)
         # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
         # command line's --download, --deadline, ...).
-        self._workspace = Workspace(remote=remote)
+        # The parameter orders libraries told (a Trainer folder's optimizer named by them), kept between runs.
+        self._workspace = Workspace(remote=remote, orders=ParamOrderCache())
         apply_palette(self.settings.palette())  # before any widget: each is built in the chosen colours
         # Where its Graph views keep the architectures they traced (`TabHost.graph_cache`; opened on first use).
         self.graph_cache = GraphCache()
@@ -670,6 +672,8 @@ class MainWindow(QMainWindow):
         for page in tabs_in(self.tabs):
             page.release()
         self.graph_cache.close()
+        if self._workspace.orders is not None:
+            self._workspace.orders.close()
         super().closeEvent(event)
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.graph import GraphCache
+from ckptview.core.inspect.hf_order import ParamOrders
 from ckptview.core.session.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -188,6 +189,9 @@ class CheckpointContext:
     # Figures and values of this checkpoint (statistics, histograms, spectra, heat-maps, values pages): every
     # panel asks here, so each tensor is read once; shared with whatever else holds the checkpoint.
     analysis: Analysis = field(default_factory=Analysis)
+    # The parameter orders libraries told (the window's workspace's): they name a Trainer folder's optimizer
+    # state. One arriving while the tab is open is announced to `FollowsParameterOrder` panels.
+    param_orders: ParamOrders | None = None
 
 
 @runtime_checkable
@@ -196,6 +200,16 @@ class SupportsSelection(Protocol):
 
     def set_selection(self, entries: Sequence[Node | ModuleGroup]) -> None:
         """Show what `entries` (the selected rows, in order) are; an empty list lets go of what it shows."""
+        ...
+
+
+@runtime_checkable
+class FollowsParameterOrder(Protocol):
+    """A side panel that names optimizer state by parameter: told when a library's parameter order, learned
+    in the background after the tab opened, names it for sure (until then the names are marked guessed)."""
+
+    def parameter_order_arrived(self) -> None:
+        """Name the optimizer state again with `context.param_orders`, which now knows more."""
         ...
 
 

@@ -40,9 +40,10 @@ from ckptview.gui.base.gc_guard import collect_when_deleted
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.detail import DetailPanel
 from ckptview.gui.checkpoint.filter import TreeFilter
-from ckptview.gui.checkpoint.host import CheckpointContext, NullHost, TabHost
+from ckptview.gui.checkpoint.host import CheckpointContext, FollowsParameterOrder, NullHost, TabHost
 from ckptview.gui.checkpoint.marks import NonFiniteMarks
 from ckptview.gui.checkpoint.opener import TabOpener
+from ckptview.gui.checkpoint.orders import OrderLearner
 from ckptview.gui.checkpoint.pages import (
     OPEN_LINK,
     SERIES_LINK,
@@ -99,6 +100,8 @@ class CheckpointTab(QWidget):
         self._offers: dict[str, Offer] = {}  # what the error page offers, by key
         self.error_actions: dict[str, QPushButton] = {}
         self.opener = TabOpener(self.path, self, self.host.workspace)
+        self.order_learner = OrderLearner(self)  # a Trainer folder's parameter order, after the tree is shown
+        self.order_learner.arrived.connect(self._on_order_arrived)
         self._remote: RemoteOptions | None = None  # this tab's remote options, when not the window's (WAIT)
         self.opener.progress.connect(self._on_open_progress)
         self.opener.opened.connect(self._on_opened)
@@ -170,7 +173,21 @@ class CheckpointTab(QWidget):
         moved = f", {transfer.bytes:,} bytes in {transfer.requests} requests" if transfer is not None else ""
         self.status_message.emit(f"Opened {printable(os.path.basename(self.path.split('?')[0]))}: "
                                  f"{opened.top.tensors:,} tensors in {self.opener.elapsed():.2f} s{moved}")
+        asked = self.order_learner.start(opened, self.host.workspace.orders)
+        if asked is not None:  # the tree is shown; its optimizer names are marked guessed until this arrives
+            self.status_message.emit(f"Naming the optimizer state: {printable(asked)} builds its model in a worker…")
         self.loaded.emit()
+
+    def _on_order_arrived(self, learned: int) -> None:
+        """The library's parameter order arrived: the tree's labels and the panels name the state again."""
+        if self.state != "ready":
+            return
+        self.tree.viewport().update()  # the rows' labels were named again in the worker
+        for widget in self.side_panels.widgets:
+            if isinstance(widget, FollowsParameterOrder):
+                widget.parameter_order_arrived()
+        self.status_message.emit("Optimizer state named by the model's own parameter order" if learned else
+                                 "The library could not tell the model's parameter order: names stay guessed")
 
     def _show_error(self, text: str) -> None:
         if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
@@ -328,7 +345,8 @@ class CheckpointTab(QWidget):
         self.detail.tensor_link_activated.connect(self.select_name)
         self.context = CheckpointContext(
             checkpoint=checkpoint, path=self.path, window=self._window,
-            select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis)
+            select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis,
+            param_orders=self.host.workspace.orders)
         # Each panel is built when its side tab is first shown (see SidePanels).
         self.side_panels = SidePanels(self.detail, self.context, lambda: entries_of(self.selected_rows()),
                                       self.host.panels, self)
@@ -518,6 +536,7 @@ class CheckpointTab(QWidget):
 
     def _release(self) -> None:
         self.opener.abandon()
+        self.order_learner.stop()  # a parameter order still on its way is dropped (the cache keeps it)
         stops, self._stops = self._stops, []
         for stop in stops:  # the filter's job and the panels' jobs
             stop()

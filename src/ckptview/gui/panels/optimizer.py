@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.grouping import Selected
+from ckptview.core.inspect.hf_order import ParamOrders
 from ckptview.core.inspect.optimizer import OptimizerState, ParamState, find_optimizers
 from ckptview.core.inspect.optimizer_figures import ParamFigures, iter_figures
 from ckptview.core.jobs import Progress
@@ -81,7 +82,8 @@ class OptimizerPanel(QWidget):
         self.context = context
         self.analysis = context.analysis if context is not None else Analysis()
         ckpt = checkpoint if checkpoint is not None else context.checkpoint if context is not None else None
-        self.optimizers: list[OptimizerState] = find_optimizers(ckpt) if ckpt is not None else []
+        self.checkpoint = ckpt
+        self.optimizers: list[OptimizerState] = find_optimizers(ckpt, self._orders()) if ckpt is not None else []
         self.current: OptimizerState | None = None
         self.figures: dict[int, ParamFigures] = {}
         self.columns: list[str] = []
@@ -151,6 +153,18 @@ class OptimizerPanel(QWidget):
         self.destroyed.connect(self.slot.cancel)
         if self.optimizers:
             self.show_optimizer(0)
+
+    def _orders(self) -> ParamOrders | None:
+        return self.context.param_orders if self.context is not None else None
+
+    def parameter_order_arrived(self) -> None:
+        """A library's parameter order arrived (`FollowsParameterOrder`): name the parameters again."""
+        if self.checkpoint is None or not self.optimizers:
+            return
+        index = max(0, self.chooser.currentIndex())
+        self.optimizers = find_optimizers(self.checkpoint, self._orders())
+        self.current = None
+        self.show_optimizer(min(index, len(self.optimizers) - 1))
 
     # -- showing an optimizer ------------------------------------------------------------------------
     def show_optimizer(self, index: int) -> None:

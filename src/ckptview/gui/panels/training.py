@@ -69,7 +69,8 @@ class TrainingPanel(QWidget):
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.checkpoint = checkpoint if checkpoint is not None else context.checkpoint if context else None
-        self.optimizers: list[OptimizerState] = find_optimizers(self.checkpoint) if self.checkpoint else []
+        orders = context.param_orders if context is not None else None
+        self.optimizers: list[OptimizerState] = find_optimizers(self.checkpoint, orders) if self.checkpoint else []
         self.summary = training_summary(self.checkpoint, read_scalars=False) if self.checkpoint else TrainingSummary()
         self.tables: dict[str, QTableWidget] = {}
         self._read = False

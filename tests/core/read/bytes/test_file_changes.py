@@ -99,9 +99,10 @@ def core(op):
     return {"outcome": outcome, "changed_on_disk": changed}
 
 def command(argv, module, path, other=None):
-    # The command opens the file itself: change it right after that open (and one read).
+    # The command opens the file itself (every command through commands/opening.py): change it right after
+    # that open (and one read).
     import importlib
-    mod = importlib.import_module(f"ckptview.commands.{module}")
+    mod = importlib.import_module("ckptview.commands.opening")
     real = mod.open_checkpoint
     def opened_then_changed(p, ctx=None):
         ckpt = real(p, ctx)

@@ -22,7 +22,8 @@ REFUSED = "pass --download"  # what a server that ignores Range gets without --d
 
 @pytest.fixture(autouse=True)
 def _no_settings(monkeypatch):
-    for name in ("CKPTVIEW_DOWNLOAD", "CKPTVIEW_MAX_DOWNLOAD", "CKPTVIEW_DEADLINE", "CKPTVIEW_TIMEOUT"):
+    for name in ("CKPTVIEW_DOWNLOAD", "CKPTVIEW_MAX_DOWNLOAD", "CKPTVIEW_DEADLINE", "CKPTVIEW_TIMEOUT",
+                 "CKPTVIEW_CONCURRENCY"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -54,6 +55,34 @@ def test_the_environment_gives_defaults_and_the_command_line_wins():
     options, rest = remote_options(["info", "--deadline", "3", "x.pt", "--max-download=1K"], {"CKPTVIEW_DEADLINE": "7"})
     assert options == RemoteOptions(max_download=1024, deadline=3.0) and rest == ["info", "x.pt"]
     assert remote_options([], {"CKPTVIEW_DEADLINE": "soon", "CKPTVIEW_TIMEOUT": "-"})[0] == RemoteOptions()
+
+
+def test_concurrency_from_the_environment_and_the_command_line():
+    options, rest = remote_options(["info", "x.pt"], {"CKPTVIEW_CONCURRENCY": "8"})
+    assert options.concurrency == 8 and rest == ["info", "x.pt"]
+    options, rest = remote_options(["--concurrency", "4", "info", "x.pt"], {"CKPTVIEW_CONCURRENCY": "8"})
+    assert options.concurrency == 4 and rest == ["info", "x.pt"]
+    assert remote_options(["--concurrency=64"], {})[0].concurrency == 64
+    assert remote_options([], {"CKPTVIEW_CONCURRENCY": "many"})[0] == RemoteOptions()
+    assert RemoteOptions(concurrency=1000).concurrency == 64  # a host is never asked for more at once
+    for bad in ("0", "65", "four"):
+        with pytest.raises(ValueError, match="--concurrency"):
+            remote_options(["--concurrency", bad], {})
+
+
+def test_info_reads_a_folders_shards_with_the_command_lines_concurrency(tmp_path, capsys):
+    from tests.support.shards import write_shards
+
+    shards = write_shards(str(tmp_path / "m"), 9, 10)
+    srv = RangeServer(str(tmp_path))
+    srv.shaping.hold(3, r"\.safetensors$")  # three shard requests wait until three are in flight
+    try:
+        assert main(["info", "--json", "--concurrency", "3", f"{srv.url}/m/"]) == 0, capsys.readouterr().err
+        data = json.loads(capsys.readouterr().out)
+        assert len(data["tensors"]) == 9 * 10 and data["transfer"]["requests"] >= len(shards.names)
+        assert srv.shaping.hold_timeouts == 0 and srv.shaping.max_in_flight == 3
+    finally:
+        srv.stop()
 
 
 def test_series_reads_urls_with_the_command_lines_options(no_range, capsys):

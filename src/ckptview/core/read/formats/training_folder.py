@@ -156,10 +156,15 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     for sub in _dcp_subfolders(folder, fs):
         add_part(sub, lambda sub=sub: dcp.open(Source.folder(fs.join(folder, sub), fs=fs), ctx))
     rest = [n for n in files if n not in used]
-    for i, name in enumerate(rest):  # each file opened is charged (OPEN_COST, by the open itself)
-        if not budget.affords(2 * OPEN_COST):  # what is left is for the rest of the open
-            warnings.append(f"{len(rest) - i} more files not listed: the folder's work budget is spent")
-            break
+    # Each file opened is charged OPEN_COST by the open itself: list what the budget affords, keeping some for
+    # the rest of the open.
+    affordable = max(0, budget.remaining // OPEN_COST - 2)
+    if len(rest) > affordable:
+        warnings.append(f"{len(rest) - affordable} more files not listed: the folder's work budget is spent")
+        rest = rest[:affordable]
+    # The step's other files (optimizer, scheduler, RNG states, ...): remote ones opened at once.
+    opened = ctx.open_children([fs.join(folder, n) for n in rest if not n.endswith(".json")], "files")
+    for name in rest:
         full = fs.join(folder, name)
         if name.endswith(".json"):
             budget.charge(OPEN_COST, "files opened")
@@ -167,17 +172,16 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
             node.key = name
             root.add(node)
             continue
-        try:
-            ckpt = ctx.open_child(full)
-        except NotACheckpointError:
+        ckpt = next(opened)
+        if isinstance(ckpt, NotACheckpointError):
             size = fs.getsize(full)
             root.add(Node(key=name, kind="value", type_name="str", value=f"<file of {size} bytes, not a checkpoint>"))
             continue
-        except UNRECOVERABLE:
-            raise
-        except CheckpointError as exc:
-            warnings.append(f"'{name}' not read: {exc}")
-            root.add(Node(key=name, kind="value", type_name="str", value=f"<not read: {exc}>"))
+        if isinstance(ckpt, UNRECOVERABLE):
+            raise ckpt
+        if isinstance(ckpt, CheckpointError):
+            warnings.append(f"'{name}' not read: {ckpt}")
+            root.add(Node(key=name, kind="value", type_name="str", value=f"<not read: {ckpt}>"))
             continue
         node = ckpt.root
         node.key = name

@@ -130,6 +130,38 @@ def _read_bytes(storage: Storage, source: ByteSource, start: int, length: int,
         raise TensorDataError(f"cannot read storage '{storage.key}': {exc}") from None
 
 
+# One element of these dtypes is decoded with `struct` (bfloat16: the high half of a float32).
+_STRUCT_CODES = {"float32": "f", "float64": "d", "float16": "e", "int64": "q", "int32": "i", "int16": "h",
+                 "int8": "b", "uint8": "B", "uint16": "H", "uint32": "I", "uint64": "Q", "bool": "?"}
+
+
+def read_scalar(info: TensorInfo) -> float | int | bool | None:
+    """The value of a one-element tensor of a plain dtype, read as its few bytes without NumPy (an optimizer's
+    `step` counters: a listing that shows them does not pay NumPy's import); None for any other tensor
+    (several elements, another dtype, a source that assembles itself), which `read_values` reads."""
+    import struct
+
+    code = _STRUCT_CODES.get(info.dtype)
+    if info.numel != 1 or (code is None and info.dtype != "bfloat16"):
+        return None
+    storage, source = _readable(info)
+    if has_logical_chunks(source):
+        return None
+    itemsize = dtypes.itemsize(info.dtype)
+    if info.offset < 0 or (info.offset + 1) * itemsize > storage.nbytes:
+        raise TensorDataError(f"cannot read values: view needs element {info.offset}, storage holds "
+                              f"{storage.nbytes // itemsize}")
+    raw = bytes(_read_bytes(storage, source, info.offset * itemsize, itemsize))
+    if len(raw) != itemsize:
+        raise TensorDataError(f"cannot read values: storage '{storage.key}' is shorter than its view")
+    order = ">" if storage.byteorder == "big" else "<"
+    if info.dtype == "bfloat16":
+        value: float | int | bool = struct.unpack(order + "f", raw + b"\0\0" if order == ">" else b"\0\0" + raw)[0]
+    else:
+        value = struct.unpack(order + (code or ""), raw)[0]
+    return value
+
+
 def read_values(info: TensorInfo, ahead: ReadAhead | None = None, expand: bool = False) -> np.ndarray:
     """The tensor's exact values as a read-only array (read into memory: only the bytes its view spans).
 

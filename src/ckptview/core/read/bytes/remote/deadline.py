@@ -74,6 +74,11 @@ class Deadline:
         for sock in socks:
             _shut(sock)
 
+    def cut(self) -> None:
+        """End the request now (its sockets shut down: a read blocked on them returns at once)."""
+        self._ends = time.monotonic()
+        self._expire()
+
     def __enter__(self) -> Deadline:
         self._timer.start()
         return self
@@ -179,6 +184,37 @@ def watched_adapter() -> Any:
             return manager
 
     return WatchedAdapter
+
+
+class InFlight:
+    """The deadlines of the requests a session has in flight, to cut them all at once when it is abandoned
+    (an open cancelled while a pool of requests waits on the server): no thread stays blocked on a socket."""
+
+    def __init__(self) -> None:
+        self._live: set[Deadline] = set()
+        self._lock = threading.Lock()
+        self.abandoned = False
+
+    def add(self, deadline: Deadline) -> bool:
+        """Count `deadline` in flight; False (and cut) when the session was abandoned already."""
+        with self._lock:
+            if not self.abandoned:
+                self._live.add(deadline)
+                return True
+        deadline.cut()
+        return False
+
+    def discard(self, deadline: Deadline) -> None:
+        with self._lock:
+            self._live.discard(deadline)
+
+    def abandon(self) -> None:
+        """Cut every request in flight; later ones are refused by `add`."""
+        with self._lock:
+            self.abandoned = True
+            live, self._live = list(self._live), set()
+        for deadline in live:
+            deadline.cut()
 
 
 class DeadlinePassed(Exception):

@@ -54,8 +54,10 @@ def begin_session(url: str, options: RemoteOptions | None = None,
 
 
 def not_found(url: str) -> NotACheckpointError:
-    """'no such file: URL'."""
-    return NotACheckpointError(f"no such file: {shown(url)}")
+    """'no such file: URL' (`causes.is_missing` says True of it: a shard that is not there)."""
+    exc = NotACheckpointError(f"no such file: {shown(url)}")
+    exc.missing = True  # type: ignore[attr-defined]  # the marker `is_missing` reads, as `missing_error` sets it
+    return exc
 
 
 class RemoteFS:
@@ -75,11 +77,18 @@ class RemoteFS:
         with self.session.lock:
             return self.session.known.get(real_url(url).rstrip("/"))
 
+    def _listed_absent(self, url: str) -> bool:
+        """True when the folder of `url` was listed whole and did not name it (no request needed)."""
+        with self.session.lock:
+            return dirname(real_url(url).rstrip("/")) in self.session.listed
+
     def kind(self, url: str) -> str | None:
         """'file', 'dir' or None (not there); network errors other than 'not found' raise."""
         known = self._known(url)
         if known is not None:
             return "dir" if known[0] else "file"
+        if self._listed_absent(url):
+            return None
         try:
             f = self.file(url, first=1)
         except RemoteError as exc:

@@ -19,6 +19,8 @@ from ckptview.core.redaction import redact
 class FsspecBackend:
     """Any other protocol (hf://, s3://, gs://, memory://, ...) through fsspec's ranged reads."""
 
+    lists_everything = True  # a bucket's or a repository's listing names every object in the folder
+
     def __init__(self, url: str, transfer: Transfer, options: RemoteOptions) -> None:
         import fsspec
 
@@ -26,9 +28,10 @@ class FsspecBackend:
         timeout = options.timeout
         kwargs: dict[str, Any] = {}
         proto = protocol(url)
-        if proto == "s3":
+        if proto == "s3":  # as many connections kept as requests may be in flight (botocore keeps 10)
             kwargs = {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
-                                        "retries": {"max_attempts": 2}}}
+                                        "retries": {"max_attempts": 2},
+                                        "max_pool_connections": options.concurrency}}
         if proto == "hf":  # the hub reads its timeouts at import: set them where it looks for them
             from huggingface_hub import constants
 

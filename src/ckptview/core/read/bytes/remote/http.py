@@ -2,7 +2,10 @@
 
 Each request runs under an overall deadline (`deadline.Deadline`: connect, first byte, whole body);
 every 206 answer's Content-Range must be the range asked for (first byte, last byte, and the size when
-the file's size is known); a whole-file download writes at most the size it was given.
+the file's size is known); a whole-file download writes at most the size it was given. The files of one
+remote session share one `HttpPool`: one requests session whose connections are kept and reused, as many
+as requests may be in flight at once (`RemoteOptions.concurrency`), and the requests in flight, cut
+together when the session is abandoned (a cancelled open).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ckptview.core.read.bytes.remote.cache import Transfer
 from ckptview.core.read.bytes.remote.causes import missing_error, network_cause, status_cause
 from ckptview.core.read.bytes.remote.deadline import (
     Deadline,
+    InFlight,
     allowance,
     late,
     request_timeout,
@@ -31,19 +35,46 @@ MAX_LISTING = 4 << 20  # an HTML folder listing larger than this is not read
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 
 
+HOSTS_KEPT = 8  # hosts whose connections a pool keeps (a redirect to a CDN is a second host)
+
+
+class HttpPool:
+    """The connections of one remote session's https:// files: one requests session, its pool per host
+    sized to the requests that may be in flight at once, and those requests, to cut them all together."""
+
+    def __init__(self, options: RemoteOptions) -> None:
+        import requests
+
+        self.http = requests.Session()
+        adapter = watched_adapter()
+        for scheme in ("http://", "https://"):
+            self.http.mount(scheme, adapter(pool_connections=HOSTS_KEPT, pool_maxsize=options.concurrency))
+        self.http.headers["User-Agent"] = "ckptview"
+        self.http.headers["Accept-Encoding"] = "identity"  # byte ranges of the file, never of a gzip of it
+        self.in_flight = InFlight()
+
+    def abandon(self) -> None:
+        """Cut every request in flight now and refuse new ones (the open was cancelled)."""
+        self.in_flight.abandon()
+
+    def close(self) -> None:
+        """Close the kept connections."""
+        self.http.close()
+
+
 class HttpBackend:
     """https:// and http:// through `requests`: ranged GETs, redirects followed, a deadline on each."""
 
-    def __init__(self, url: str, transfer: Transfer, options: RemoteOptions) -> None:
+    lists_everything = False  # an HTML listing may leave names out (web servers hide dot files)
+
+    def __init__(self, url: str, transfer: Transfer, options: RemoteOptions, pool: HttpPool | None = None) -> None:
         import requests
 
         self.url, self.requests, self.transfer, self.options = url, requests, transfer, options
-        self.http = requests.Session()
-        adapter = watched_adapter()
-        self.http.mount("http://", adapter())
-        self.http.mount("https://", adapter())
-        self.http.headers["User-Agent"] = "ckptview"
-        self.http.headers["Accept-Encoding"] = "identity"  # byte ranges of the file, never of a gzip of it
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else HttpPool(options)
+        self.http = self.pool.http
+        self._listing: bytes | None = None  # a folder's HTML listing, when the first request brought it whole
 
     @contextlib.contextmanager
     def _within(self, nbytes: int) -> Iterator[Deadline]:
@@ -51,11 +82,22 @@ class HttpBackend:
         limit = Deadline(allowance(self.options.deadline, nbytes))
         try:
             with limit:
-                yield limit
+                if not self.pool.in_flight.add(limit):
+                    raise Cancelled("cancelled")
+                try:
+                    yield limit
+                finally:
+                    self.pool.in_flight.discard(limit)
+        except Cancelled:
+            raise
         except Exception:
+            if self.pool.in_flight.abandoned:  # cut because the open was cancelled, not by its deadline
+                raise Cancelled("cancelled") from None
             if limit.passed():  # whatever the cut connection looked like to the library
                 raise late(shown(self.url), limit.seconds) from None
             raise
+        if self.pool.in_flight.abandoned:
+            raise Cancelled("cancelled")
         if limit.passed():  # a body cut short may have looked complete (a listing)
             raise late(shown(self.url), limit.seconds)
 
@@ -86,13 +128,18 @@ class HttpBackend:
         if resp.status_code == 416:  # an empty file
             return 0, self._validator(resp), b"", False
         if resp.status_code in (403, 404) and self.url.split("?", 1)[0].endswith("/"):
-            return 0, "", b"", True  # a folder the server does not list (object stores, CDNs)
+            self._listing = b""  # a folder the server does not list (object stores, CDNs)
+            return 0, "", b"", True
         if resp.status_code == 404:
             raise missing_error(f"cannot open {shown(self.url)}: {status_cause(404)}")
         if resp.status_code >= 400:
             raise RemoteError(f"cannot open {shown(self.url)}: {status_cause(resp.status_code)}")
         if final.split("?", 1)[0].endswith("/") or self.url.split("?", 1)[0].endswith("/"):
-            return 0, "", b"", True  # a folder (servers redirect 'folder' to 'folder/')
+            # A folder (servers redirect 'folder' to 'folder/'): its listing came whole (a 200, not a part of
+            # it), so it is kept, and listing the folder costs no second request.
+            if resp.status_code == 200 and "html" in str(resp.headers.get("Content-Type", "")).lower():
+                self._listing = self._read_listing(resp)
+            return 0, "", b"", True
         if resp.status_code == 200:  # Range ignored: the whole file is coming
             length = resp.headers.get("Content-Length")
             if length is not None and length.isdigit() and int(length) <= first:
@@ -204,24 +251,31 @@ class HttpBackend:
                                       "it announced (connection cut?)")
 
     def close(self) -> None:
-        """Close the pooled connections."""
-        self.http.close()
+        """Close the pooled connections (those of the session's pool stay for its other files)."""
+        if self._own_pool:
+            self.pool.close()
+
+    def _read_listing(self, resp: Any) -> bytes:
+        try:
+            raw: bytes = resp.raw.read(MAX_LISTING, decode_content=True)
+        except Exception as exc:
+            raise RemoteError(f"cannot list {shown(self.url)}: {network_cause(exc, self.options.timeout)}") from None
+        self.transfer.add(len(raw), 0)
+        return raw
 
     def listdir(self) -> list[tuple[str, bool, int | None]]:
         """(name, is a folder, None) for each name linked from the folder's HTML listing."""
-        with self._within(MAX_LISTING) as limit:
-            resp = self._get({}, limit)
-            with contextlib.closing(resp):
-                if resp.status_code in (403, 404):  # not listed: its files are reached by name only
-                    return []
-                if resp.status_code >= 400:
-                    raise RemoteError(f"cannot list {shown(self.url)}: {status_cause(resp.status_code)}")
-                try:
-                    raw = resp.raw.read(MAX_LISTING, decode_content=True)
-                except Exception as exc:
-                    raise RemoteError(f"cannot list {shown(self.url)}: {network_cause(exc, self.options.timeout)}") from None
-                self.transfer.add(len(raw), 0)
-                text = raw.decode("utf-8", "replace")
+        raw = self._listing
+        if raw is None:
+            with self._within(MAX_LISTING) as limit:
+                resp = self._get({}, limit)
+                with contextlib.closing(resp):
+                    if resp.status_code in (403, 404):  # not listed: its files are reached by name only
+                        return []
+                    if resp.status_code >= 400:
+                        raise RemoteError(f"cannot list {shown(self.url)}: {status_cause(resp.status_code)}")
+                    raw = self._read_listing(resp)
+        text = raw.decode("utf-8", "replace")
         names: dict[str, tuple[str, bool, int | None]] = {}
         for href in re.findall(r'href="([^"?#]+)"', text):
             name = unquote(href.rstrip("/").rsplit("/", 1)[-1])
