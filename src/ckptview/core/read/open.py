@@ -170,7 +170,7 @@ def _open_with_readers(source: Source, ctx: ReaderContext) -> Checkpoint:
             try:
                 ckpt = reader.open(source, ctx)
                 if not ctx.inside_index:  # a weight's parts may lie in two shards: the whole index is looked at
-                    add_logical_tensors(ckpt, read_config(source))
+                    add_logical_tensors(ckpt, lambda: read_config(source))
                 return _compact_warnings(ckpt)
             except NotACheckpointError as exc:  # looked like this format, is not: let others try
                 declined = declined or exc

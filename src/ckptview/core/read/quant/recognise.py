@@ -12,14 +12,14 @@ left as it is. Every candidate looked at is charged to a budget the file's bytes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Node, Quantization, Storage, TensorEntry, TensorInfo
 from ckptview.core.read.quant.config import QuantConfig
 from ckptview.core.read.quant.protocol import Anchor, Decoder, Found, Recognised
-from ckptview.core.read.quant.registry import ordered
+from ckptview.core.read.quant.registry import ordered, schemes
 from ckptview.core.read.quant.source import QuantSource
 
 __all__ = ["add_logical_tensors", "logical_tensor"]
@@ -52,23 +52,29 @@ def subclass_note(ckpt: Checkpoint) -> str | None:
             "listed as the file holds them")
 
 
-def add_logical_tensors(ckpt: Checkpoint, config: QuantConfig) -> int:
-    """Add the logical tensor of every quantized weight of `ckpt` (recognised by `config` and the parts'
-    names and dtypes) and mark their parts; the number of weights added. A pickle naming tensor subclasses
-    of a quantization library ckptview does not decode gets one warning line saying so."""
+def add_logical_tensors(ckpt: Checkpoint, read_config: Callable[[], QuantConfig]) -> int:
+    """Add the logical tensor of every quantized weight of `ckpt` (recognised by its config and the parts'
+    names and dtypes) and mark their parts; the number of weights added. `read_config` is called only when a
+    tensor looks like a part (a remote folder of plain weights costs no request for its config.json). A
+    pickle naming tensor subclasses of a quantization library ckptview does not decode gets one warning line
+    saying so."""
     if (note := subclass_note(ckpt)) is not None and note not in ckpt.warnings:
         ckpt.warnings.append(note)
     entries = ckpt.tensors()
-    schemes = ordered(config)
-    anchors = [(scheme, anchor) for scheme in schemes for anchor in scheme.ANCHORS]
-    by_dtype = frozenset(d for _s, a in anchors if a.dtypes is not None for d in a.dtypes)
+    anchors = [(scheme, anchor) for scheme in schemes() for anchor in scheme.ANCHORS]
+    by_dtype: dict[str, tuple[str, ...]] = {}  # a dtype an anchor names -> the suffixes its anchors end with
+    for _s, anchor in anchors:
+        for dtype in anchor.dtypes or ():
+            by_dtype[dtype] = (*by_dtype.get(dtype, ()), anchor.suffix)
     by_suffix = tuple({a.suffix for _s, a in anchors if a.dtypes is None and a.suffix})
     budget = Budget.for_stored(ckpt.file_size, "recognising quantized weights")
-    candidates = [e for e in entries if e.info.part_of is None and e.info.quant is None and (
-        e.info.dtype in by_dtype or (by_suffix and e.name.endswith(by_suffix)))]
+    candidates = [e for e in entries if e.info.part_of is None and e.info.quant is None
+                  and _could_be_part(e, by_dtype, by_suffix)]
     budget.charge(len(entries), "tensors looked at")
     if not candidates:
         return 0
+    config = read_config()
+    anchors = [(scheme, anchor) for scheme in ordered(config) for anchor in scheme.ANCHORS]  # its own first
     by_name: dict[str, TensorEntry] = {}
     for entry in entries:
         by_name.setdefault(entry.name, entry)
@@ -94,6 +100,12 @@ def add_logical_tensors(ckpt: Checkpoint, config: QuantConfig) -> int:
         _insert(made)
         ckpt.drop_caches()
     return len(made)
+
+
+def _could_be_part(entry: TensorEntry, by_dtype: Mapping[str, tuple[str, ...]], by_suffix: tuple[str, ...]) -> bool:
+    """Whether some scheme's anchor could name `entry` (its dtype with a suffix of that dtype's anchors)."""
+    suffixes = by_dtype.get(entry.info.dtype)
+    return bool(suffixes and entry.name.endswith(suffixes)) or bool(by_suffix and entry.name.endswith(by_suffix))
 
 
 def _matches(entry: TensorEntry, anchor: Anchor) -> bool:
