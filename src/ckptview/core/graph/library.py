@@ -79,7 +79,7 @@ def trace_request(arch: Architecture, dtype: str | None) -> dict[str, Any]:
     read); the worker feeds the inputs the built model declares, as a run does."""
     return {"op": "graph", "architecture": {"library": arch.library, "class": arch.cls, "source": arch.source,
                                             "config": arch.config},
-            "preprocessor": arch.preprocessor, "dtype": dtype}
+            "preprocessor": arch.preprocessor, "dtype": dtype, **arch.expect()}
 
 
 def _version(package: str) -> str:
@@ -90,9 +90,12 @@ def _version(package: str) -> str:
 
 
 def request_key(request: dict[str, Any]) -> str:
-    """The cache key of a trace request: what it traces, the library's and torch's versions."""
+    """The cache key of a trace request: what it traces, the library's and torch's versions. The listing the
+    build is held against (`expect`) is not part of it: a graph traced once serves every checkpoint of that
+    architecture, and one refused is never kept."""
     library = str(request["architecture"]["library"])
-    return trace_key({"request": request, "library": _version(library), "torch": _version("torch")})
+    traced = {k: v for k, v in request.items() if k != "expect"}
+    return trace_key({"request": traced, "library": _version(library), "torch": _version("torch")})
 
 
 def traced_architecture(request: dict[str, Any], token: CancelToken | None = None, cache: GraphCache | None = None,

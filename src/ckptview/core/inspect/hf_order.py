@@ -30,6 +30,8 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.child import OFFLINE_ENV, child_command
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config
+from ckptview.core.run.config_json import load_json
+from ckptview.core.run.declared_sizes import Listing, check_declared
 
 CHILD = "ckptview.core.worker.param_order"  # builds the model on the meta device, with torch
 
@@ -84,17 +86,18 @@ def model_classes() -> frozenset[str]:
     return _registry[key]
 
 
-def _checked_config(folder: str) -> tuple[str, dict[str, Any]] | None:
+def _checked_config(folder: str, listing: Listing | None = None) -> tuple[str, dict[str, Any]] | None:
     """(the model class, the config as the build gets it) of `folder`'s config.json, or None: no config, not a
-    model class of transformers' registries, or a config that asks for code or loads (config_guard)."""
+    model class of transformers' registries, a config that asks for code or loads (config_guard), or one that
+    declares more layers or larger sizes than the checkpoint of `listing` holds (declared_sizes)."""
     path = os.path.join(folder, "config.json")
     try:
         with open_regular(path) as fh:  # the byte layer: a FIFO named config.json is refused, never read
             raw = fh.read(MAX_CONFIG_BYTES + 1)
         if len(raw) > MAX_CONFIG_BYTES:
             return None
-        config = json.loads(raw)
-    except (OSError, ValueError, RecursionError, CheckpointError):
+        config = load_json(bytes(raw))  # its nesting bounded before it is parsed (config_json)
+    except (OSError, ValueError, CheckpointError):  # ConfigRefused is a ValueError
         return None
     if not isinstance(config, dict) or "auto_map" in config:
         return None  # code of its own: never run
@@ -103,9 +106,12 @@ def _checked_config(folder: str) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(arch, str) or not _ARCH.match(arch) or arch not in model_classes():
         return None  # a model class of the library (BertForMaskedLM), never a tokenizer or a pipeline class
     try:
-        return arch, guarded_config("transformers", arch, config)
+        guarded = guarded_config("transformers", arch, config)
+        if listing is not None:
+            check_declared(guarded, listing)
     except ConfigRefused:
         return None
+    return arch, guarded
 
 
 def architecture(folder: str) -> str | None:
@@ -115,27 +121,32 @@ def architecture(folder: str) -> str | None:
     return checked[0] if checked is not None else None
 
 
-def parameter_order(folder: str) -> list[str] | None:
-    """``named_parameters()`` names of the model `folder`'s config.json describes, or None when unknown."""
+def parameter_order(folder: str, listing: Listing | None = None) -> list[str] | None:
+    """``named_parameters()`` names of the model `folder`'s config.json describes, or None when unknown.
+
+    `listing`: the model file's tensors; the config must agree with them (its declared sizes here, what the
+    child builds on meta there: `core/run/declared_sizes.py`), or the order stays unknown."""
     if not folder or "://" in folder or not os.path.isdir(folder) or not available():
         return None
     try:
         st = os.stat(os.path.join(folder, "config.json"))
     except OSError:
         return None
-    key = (os.path.realpath(folder), st.st_size, st.st_mtime_ns)
+    key = (os.path.realpath(folder), st.st_size, st.st_mtime_ns,
+           (listing.tensors, listing.elements) if listing is not None else None)
     if key not in _cache:
-        checked = _checked_config(folder)
-        _cache[key] = _build(*checked) if checked is not None else None
+        checked = _checked_config(folder, listing)
+        _cache[key] = _build(*checked, listing) if checked is not None else None
     return _cache[key]
 
 
-def _build(arch: str, config: dict[str, Any]) -> list[str] | None:
+def _build(arch: str, config: dict[str, Any], listing: Listing | None = None) -> list[str] | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(OFFLINE_ENV, TOKENIZERS_PARALLELISM="false")
     with tempfile.TemporaryDirectory(prefix="ckptview-hf-") as private:
         try:
-            proc = subprocess.run(child_command(CHILD), input=json.dumps({"class": arch, "config": config}),
+            proc = subprocess.run(child_command(CHILD), input=json.dumps({"class": arch, "config": config,
+                                                                      "expect": listing.to_json() if listing else None}),
                                   capture_output=True, text=True, timeout=TIMEOUT_S, cwd=private, env=env)
         except (OSError, subprocess.SubprocessError):
             return None

@@ -44,6 +44,7 @@ from ckptview.core.read.formats.hf_sharded import weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_values
+from ckptview.core.run.declared_sizes import Listing
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -583,7 +584,7 @@ def _map(opt: OptimizerState, folder: str | None = None) -> None:
     library = ""
     if guessed:
         entries = guess_model_order(entries)
-        known = _library_order(folder)
+        known = _library_order(folder, Listing.of(e.shape for e in entries))
         if known is not None and {e.name for e in entries} <= set(known):
             rank = {name: i for i, name in enumerate(known)}
             entries = sorted(entries, key=lambda e: rank[e.name])
@@ -639,8 +640,8 @@ def _map(opt: OptimizerState, folder: str | None = None) -> None:
                    "tensor has)" if unsure else ""))
 
 
-def _library_order(folder: str | None) -> list[str] | None:
-    return parameter_order(folder) if folder else None
+def _library_order(folder: str | None, listing: Listing) -> list[str] | None:
+    return parameter_order(folder, listing) if folder else None
 
 
 def known_from(folder: str | None) -> str:

@@ -13,11 +13,14 @@ import json
 import sys
 import warnings
 
+from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.worker.library import parameter_names
 
 
 def entry() -> None:
-    """stdin: {"class": the model class, "config": the checked config}; stdout: the names, one JSON line."""
+    """stdin: {"class": the model class, "config": the checked config, "expect": the checkpoint's listing};
+    stdout: the names, one JSON line."""
     warnings.simplefilter("ignore")
     request = json.loads(sys.stdin.read())
-    print(json.dumps(parameter_names(request["config"], request["class"])))
+    listing = Listing.from_json(request.get("expect"))  # the checkpoint the order is for: the build held against it
+    print(json.dumps(parameter_names(request["config"], request["class"], listing)))
