@@ -18,17 +18,19 @@ here imports torch or transformers in this process; without transformers the ord
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
-import tempfile
 from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
-from ckptview.core.run.child import OFFLINE_ENV, child_command
+from ckptview.core.run.child import OFFLINE_ENV, scratch_folder, start_child
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config
 from ckptview.core.run.config_json import load_json
 from ckptview.core.run.declared_sizes import Listing, check_declared
@@ -143,17 +145,30 @@ def parameter_order(folder: str, listing: Listing | None = None) -> list[str] | 
 def _build(arch: str, config: dict[str, Any], listing: Listing | None = None) -> list[str] | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(OFFLINE_ENV, TOKENIZERS_PARALLELISM="false")
-    with tempfile.TemporaryDirectory(prefix="ckptview-hf-") as private:
-        try:
-            proc = subprocess.run(child_command(CHILD), input=json.dumps({"class": arch, "config": config,
-                                                                      "expect": listing.to_json() if listing else None}),
-                                  capture_output=True, text=True, timeout=TIMEOUT_S, cwd=private, env=env)
-        except (OSError, subprocess.SubprocessError):
-            return None
-    if proc.returncode != 0:
+    request = json.dumps({"class": arch, "config": config, "expect": listing.to_json() if listing else None})
+    private = scratch_folder("hf")  # removed by the child as it leaves, and here in any case
+    try:
+        # Tied to this process: it dies with it, taking its folder along (core/run/child.py).
+        child = start_child(CHILD, cwd=private, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=os.name == "posix")
+    except OSError:
+        shutil.rmtree(private, ignore_errors=True)
         return None
     try:
-        names = json.loads(proc.stdout.strip().splitlines()[-1])
+        out, _ = child.proc.communicate(request.encode(), timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        out = b""
+    finally:
+        if child.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(child.proc.pid, signal.SIGKILL) if os.name == "posix" else child.proc.kill()
+            child.proc.communicate()
+        child.close()
+        shutil.rmtree(private, ignore_errors=True)
+    if child.proc.returncode != 0:
+        return None
+    try:
+        names = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         return None
     return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
