@@ -1,0 +1,67 @@
+"""A panel's running job as a person sees it: a progress bar that moves and a Cancel button, shown while the
+panel's `JobSlot` is busy and hidden when it is idle (so an idle panel's layout is what it was).
+
+The bar follows the job's `Progress`: its fraction when the job knows its total, a busy indicator when it does
+not (a factorisation that LAPACK does in one call: the job's message then says the seconds it has run). Cancel
+asks the slot to stop (`JobSlot.stop`): the core's loops look at the token between bounded steps, so the job
+ends within a fraction of a second and the slot forwards `aborted`; `cancelled` is emitted at once, for the
+panel to say so in its own words.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QWidget
+
+from ckptview.core.jobs import Progress
+from ckptview.gui.base.workers import JobSlot
+
+STEPS = 1000
+
+
+class JobBar(QWidget):
+    """Progress and Cancel of `slot`'s jobs, visible only while one runs."""
+
+    cancelled = Signal()  # the user pressed Cancel
+
+    def __init__(self, slot: JobSlot, parent: QWidget | None = None, width: int = 140, steps: bool = True) -> None:
+        """`steps`: the jobs yield `Progress` with a total (False: a busy indicator from the start, for jobs
+        that report nothing, such as the values table's tiles)."""
+        super().__init__(parent)
+        self.slot = slot
+        self.steps = steps
+        self.progress = QProgressBar()
+        self.progress.setRange(0, STEPS)
+        self.progress.setTextVisible(False)
+        self.progress.setMaximumWidth(width)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop computing (what is done so far stays)")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.cancel_button)
+        self.cancel_button.clicked.connect(self.cancel)
+        slot.busy.connect(self._on_busy)
+        slot.yielded.connect(self._on_yielded)
+        self._on_busy(slot.running)
+
+    def cancel(self) -> None:
+        """Ask the running jobs to stop (the slot forwards their `aborted`)."""
+        if self.slot.running:
+            self.slot.stop()
+            self.cancelled.emit()
+
+    def _on_busy(self, busy: bool) -> None:
+        self.setVisible(busy)
+        if busy:
+            self.progress.setRange(0, STEPS if self.steps else 0)
+            self.progress.setValue(0)
+
+    def _on_yielded(self, value: object) -> None:
+        if not isinstance(value, Progress):
+            return
+        if value.total <= 0:
+            self.progress.setRange(0, 0)  # a busy indicator: the job does not know how far it is
+        else:
+            self.progress.setRange(0, STEPS)
+            self.progress.setValue(int(value.fraction * STEPS))
