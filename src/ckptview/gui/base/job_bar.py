@@ -10,13 +10,14 @@ panel to say so in its own words.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QWidget
 
 from ckptview.core.jobs import Progress
 from ckptview.gui.base.workers import JobSlot
 
 STEPS = 1000
+SHOW_AFTER_MS = 200  # a job shorter than this shows no bar
 
 
 class JobBar(QWidget):
@@ -41,9 +42,15 @@ class JobBar(QWidget):
         layout.addWidget(self.progress)
         layout.addWidget(self.cancel_button)
         self.cancel_button.clicked.connect(self.cancel)
-        slot.busy.connect(self._on_busy)
+        # Shown once a job has run SHOW_AFTER_MS (a quick one never flickers it), hidden when none runs; both
+        # from the event loop, never inside the paint that started a job (the values table's tiles).
+        self._show_timer = QTimer(self)
+        self._show_timer.setSingleShot(True)
+        self._show_timer.setInterval(SHOW_AFTER_MS)
+        self._show_timer.timeout.connect(lambda: self._on_busy(self.slot.running, now=True))
+        slot.busy.connect(self._on_busy, Qt.ConnectionType.QueuedConnection)
         slot.yielded.connect(self._on_yielded)
-        self._on_busy(slot.running)
+        self.setVisible(False)
 
     def cancel(self) -> None:
         """Ask the running jobs to stop (the slot forwards their `aborted`)."""
@@ -51,11 +58,16 @@ class JobBar(QWidget):
             self.slot.stop()
             self.cancelled.emit()
 
-    def _on_busy(self, busy: bool) -> None:
+    def _on_busy(self, busy: bool, now: bool = False) -> None:
+        busy = busy and self.slot.running
+        if busy and not now:
+            if not self.isVisible():
+                self.progress.setRange(0, STEPS if self.steps else 0)
+                self.progress.setValue(0)
+                self._show_timer.start()
+            return
+        self._show_timer.stop()
         self.setVisible(busy)
-        if busy:
-            self.progress.setRange(0, STEPS if self.steps else 0)
-            self.progress.setValue(0)
 
     def _on_yielded(self, value: object) -> None:
         if not isinstance(value, Progress):
