@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptview.core.run.child import _alive, scratch_folder, sweep_stale
+from ckptview.core.run.child import scratch_folder, sweep_stale
 
 SRC = str(Path(__file__).resolve().parents[3] / "src")
 WAIT_S = 300.0  # the bound on waiting for a child to end: far above the seconds it takes, never asserted on
@@ -53,6 +53,19 @@ PARENT = textwrap.dedent('''
         parameter_order(arg)
     print("the child ended while its parent lived", flush=True)
 ''')
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not reaped by whoever adopted it, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except OSError:
+        return False
 
 
 def _scratch(root: Path) -> list[str]:

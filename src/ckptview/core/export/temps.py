@@ -24,6 +24,7 @@ import ctypes
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
@@ -37,13 +38,14 @@ def syncfs_available() -> bool:
     return _syncfs() is not None
 
 
-def _syncfs() -> ctypes._CFuncPtr | None:
+def _syncfs() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True).syncfs  # type: ignore[no-any-return]
+        call: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
         return None
+    return call
 
 
 def sync_filesystem(folder: str) -> None:

@@ -12,6 +12,7 @@ same float64.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -77,9 +78,13 @@ def product(a: np.ndarray, b: np.ndarray, token: CancelToken | None, span: Span)
         def block(r0: int = r0, r1: int = r1) -> None:
             np.matmul(a[r0:r1], b, out=out[r0:r1])
 
-        yield from abandonable(block, token, lambda waited, k=k: span.at(k, steps, waited))
+        yield from abandonable(block, token, functools.partial(_waiting, span, k, steps))
         yield span.at(k + 1, steps)
     return out
+
+
+def _waiting(span: Span, done: int, steps: int, waited: float) -> Progress:
+    return span.at(done, steps, waited)
 
 
 def transposed_product(a: np.ndarray, b: np.ndarray, token: CancelToken | None, span: Span
@@ -97,7 +102,7 @@ def transposed_product(a: np.ndarray, b: np.ndarray, token: CancelToken | None, 
         def block(r0: int = r0, r1: int = r1) -> None:
             out[...] += a[r0:r1].T @ b[r0:r1]
 
-        yield from abandonable(block, token, lambda waited, k=k: span.at(k, steps, waited))
+        yield from abandonable(block, token, functools.partial(_waiting, span, k, steps))
         yield span.at(k + 1, steps)
     return out
 

@@ -23,6 +23,7 @@ The power law of the tail (alpha, xmin, KS distance) is fitted as WeightWatcher 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Generator, Iterator
@@ -335,9 +336,7 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
             if filled == buffer.size:
                 # One block's product is one BLAS call: Cancel abandons it rather than wait (linalg_steps).
                 done = (seen - values.size + pos) * (_STEPS * 6 // 10) // max(total, 1)
-                yield from abandonable(lambda: flush(buffer), token,
-                                       lambda waited, done=done: Progress(done, _STEPS,
-                                                                          f"summing W^T W ({waited:.0f} s)"))
+                yield from abandonable(lambda: flush(buffer), token, functools.partial(_summing, done))
                 filled = 0
                 yield Progress(done, _STEPS, "summing W^T W")
         yield Progress(seen * (_STEPS * 6 // 10) // max(total, 1), _STEPS, "reading")
@@ -345,11 +344,15 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
         raise TensorDataError(f"no spectrum: read {seen:,} values of {total:,}")
     if filled:
         rest = buffer[:filled]
-        yield from abandonable(lambda: flush(rest), token, lambda waited: Progress(_STEPS * 6 // 10, _STEPS,
-                                                                                  f"summing W^T W ({waited:.0f} s)"))
+        yield from abandonable(lambda: flush(rest), token, functools.partial(_summing, _STEPS * 6 // 10))
     if bad[0]:
         raise _non_finite(bad[0])
     return gram, moments
+
+
+def _summing(done: int, waited: float) -> Progress:
+    """The progress said while a block of W^T W is summed (one BLAS call)."""
+    return Progress(done, _STEPS, f"summing W^T W ({waited:.0f} s)")
 
 
 def _count_traps_streamed(info: TensorInfo, shape: tuple[int, int], moments: _Moments,
@@ -380,7 +383,8 @@ def _exact_eigenvalues(matrix: np.ndarray, token: CancelToken | None, summed: Sp
     import numpy as np
 
     gram_matrix = yield from gram(matrix, token, summed)
-    return (yield from call(lambda: np.clip(np.linalg.eigvalsh(gram_matrix), 0.0, None), token, eigen))
+    evals: np.ndarray = yield from call(lambda: np.clip(np.linalg.eigvalsh(gram_matrix), 0.0, None), token, eigen)
+    return evals
 
 
 def _randomized_eigenvalues(matrix: np.ndarray, k: int, fro2: float, token: CancelToken | None, span: Span
@@ -404,7 +408,7 @@ def _randomized_eigenvalues(matrix: np.ndarray, k: int, fro2: float, token: Canc
         return span.part(index, parts, f"{span.words}: {words} ({index + 1} of {parts})")
 
     def qr(a: np.ndarray, part: Span) -> Generator[Progress, None, np.ndarray]:
-        q, _ = yield from call(lambda: np.linalg.qr(a), token, part.tail())  # after the part's product
+        q: np.ndarray = (yield from call(lambda: np.linalg.qr(a), token, part.tail()))[0]  # after its product
         return q
 
     part = next_part("sketch")

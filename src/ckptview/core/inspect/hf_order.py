@@ -40,7 +40,7 @@ CHILD = "ckptview.core.worker.param_order"  # builds the model on the meta devic
 TIMEOUT_S = 300.0
 MAX_CONFIG_BYTES = 1 << 20
 _ARCH = re.compile(r"^[A-Z][A-Za-z0-9_]{0,100}$")
-_cache: dict[tuple[str, int, int], list[str] | None] = {}
+_cache: dict[tuple[str, int, int, tuple[int, int] | None], list[str] | None] = {}
 
 _registry: dict[tuple[str, int], frozenset[str]] = {}
 

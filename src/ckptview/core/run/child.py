@@ -6,7 +6,7 @@ run's results.
 
 Children die with their parent (issue 43, finding 11): each gets the read end of a pipe whose write end only this
 process holds (`Child.close` lets go of it; the kernel closes it when this process dies, however it dies), and
-this process's pid; the child's bootstrap watches the pipe and sets the kernel's parent-death signal first
+this process's pid, on its command line; the child's bootstrap watches the pipe and sets the kernel's parent-death signal first
 thing (`core/worker/lifeline.py`), and removes its scratch folder when it leaves. A folder left by a child that
 was killed outright is removed by the next process that starts a child, once the pid in its name is gone
 (:func:`sweep_stale`, once per process).
@@ -32,7 +32,6 @@ __all__ = ["OFFLINE_ENV", "Child", "child_command", "scratch_folder", "start_chi
 # No network for a library build in a child (the Hub libraries read these when first imported).
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DIFFUSERS_OFFLINE": "1",
                "HF_HUB_DISABLE_TELEMETRY": "1"}
-LIFELINE_ENV = "CKPTVIEW_LIFELINE"  # read (and removed from the environment) by core/worker/lifeline.py
 
 _BOOTSTRAP = (
     "import sys, importlib, importlib.util as u\n"
@@ -40,7 +39,7 @@ _BOOTSTRAP = (
     "s = u.spec_from_file_location('ckptview', sys.argv[1] + '/__init__.py', "
     "submodule_search_locations=[sys.argv[1]])\n"
     "m = u.module_from_spec(s); sys.modules['ckptview'] = m; s.loader.exec_module(m)\n"
-    "importlib.import_module('ckptview.core.worker.lifeline').hold()\n"
+    "importlib.import_module('ckptview.core.worker.lifeline').hold(sys.argv.pop(3))\n"
     "importlib.import_module(sys.argv[2]).entry()\n"
 )
 # The scratch folders this module makes: ckptview-<kind>-<the parent's pid>-<random>.
@@ -48,11 +47,12 @@ _SCRATCH = re.compile(r"^ckptview-(run|hf)-(\d+)-")
 _swept = threading.Event()
 
 
-def child_command(module: str, *args: str) -> list[str]:
+def child_command(module: str, *args: str, lifeline: str = "-") -> list[str]:
     """The command line that runs `module.entry()` (a module of `core.worker`) in an isolated process of
-    this interpreter, with `args` after it on its argv."""
+    this interpreter, with `args` after it on its argv; `lifeline` ("PARENT_PID:FD:FOLDER", or "-" for none)
+    is taken off its argv by the bootstrap and handed to `core/worker/lifeline.py`."""
     package = os.path.dirname(os.path.abspath(ckptview.__file__))
-    return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package, module, *args]
+    return [sys.executable, "-I", "-u", "-X", "faulthandler", "-c", _BOOTSTRAP, package, module, lifeline, *args]
 
 
 def scratch_folder(kind: str) -> str:
@@ -90,18 +90,14 @@ def sweep_stale(root: str | None = None, force: bool = False) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether process `pid` exists (a zombie counts as gone)."""
+    """Whether process `pid` exists (one that ended but is not yet reaped counts: its folder waits a start)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):
+    except OSError:
         return True  # another user's process: alive, its folder is not ours anyway
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
+    return True
 
 
 @dataclass
@@ -126,8 +122,8 @@ def start_child(module: str, *args: str, cwd: str, env: dict[str, str], **popen:
         return Child(subprocess.Popen(child_command(module, *args), cwd=cwd, env=env, **popen), -1)
     read_end, write_end = os.pipe()  # both ends close-on-exec: no other child inherits them
     try:
-        proc = subprocess.Popen(child_command(module, *args), cwd=cwd,
-                                env={**env, LIFELINE_ENV: f"{os.getpid()}:{read_end}:{os.path.abspath(cwd)}"},
+        lifeline = f"{os.getpid()}:{read_end}:{os.path.abspath(cwd)}"
+        proc = subprocess.Popen(child_command(module, *args, lifeline=lifeline), cwd=cwd, env=env,
                                 pass_fds=(read_end,), **popen)
     except BaseException:
         os.close(write_end)

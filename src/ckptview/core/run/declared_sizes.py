@@ -103,7 +103,8 @@ class Listing:
         if not isinstance(data, dict):
             return None
         tensors, elements, shapes = data.get("tensors"), data.get("elements"), data.get("shapes") or []
-        if not (_count(tensors) and _count(elements) and isinstance(shapes, list)):
+        if not (isinstance(tensors, int) and isinstance(elements, int) and _count(tensors) and _count(elements)
+                and isinstance(shapes, list)):
             return None
         counts: dict[tuple[int, ...], int] = {}
         for item in shapes:

@@ -3,7 +3,7 @@
 A worker outlived its parent: after the window crashed (or the OOM killer, or a closed terminal took it), the
 worker went on (1.4 GB and growing in one case) and its `ckptview-run-*` folder stayed behind (issue 43,
 finding 11). The parent (`core/run/child.py`) hands every child the read end of a pipe whose write end only it
-holds, and its pid, in `CKPTVIEW_LIFELINE`; :func:`hold` runs first thing in the child (the bootstrap calls it
+holds, and its pid, on the child's command line; :func:`hold` runs first thing in the child (the bootstrap calls it
 before the child's own module is imported) and sets two independent lines:
 
 - **the pipe**: a thread blocks reading it; the kernel closes the parent's end when the parent dies, however it
@@ -30,25 +30,31 @@ import signal
 import sys
 import threading
 
-ENV = "CKPTVIEW_LIFELINE"  # "PARENT_PID:FD:SCRATCH_FOLDER", set by core/run/child.py
 _PR_SET_PDEATHSIG = 1
 _SCRATCH = re.compile(r"^ckptview-[a-z]+-\d+-")  # the folders core/run/child.py makes
 
-_folder = ""  # this child's own scratch folder ("" when it has none)
+
+class _Own:
+    """What this child owns and removes as it leaves."""
+
+    folder = ""  # its scratch folder ("" when it has none)
+
+
+_own = _Own()
 _leaving = threading.Lock()
 
 
-def hold() -> None:
-    """Set both lines to the parent (the pipe's thread and the death signal); leave at once when the parent is
-    already gone. Nothing happens in a process started otherwise (no `CKPTVIEW_LIFELINE`)."""
-    global _folder
-    parent, _, rest = os.environ.pop(ENV, "").partition(":")
+def hold(spec: str) -> None:
+    """Set both lines to the parent named by `spec` ("PARENT_PID:FD:SCRATCH_FOLDER", from the command line)
+    (the pipe's thread and the death signal); leave at once when the parent is already gone. Nothing
+    happens for "-" (a child started without a lifeline)."""
+    parent, _, rest = spec.partition(":")
     fd_text, _, folder = rest.partition(":")
     if not parent.isdigit():
         return
     # Its own scratch folder: the one it was started in, named as core/run/child.py names them; nothing else.
     if folder and _SCRATCH.match(os.path.basename(folder)) and os.path.realpath(folder) == os.getcwd():
-        _folder = os.getcwd()
+        _own.folder = os.getcwd()
     signal.signal(signal.SIGTERM, lambda *_: leave(1))
     _death_signal(signal.SIGTERM)
     if os.getppid() != int(parent):
@@ -92,10 +98,10 @@ def leave(status: int) -> None:
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
-    if _folder:
+    if _own.folder:
         with contextlib.suppress(OSError):
             os.chdir("/")
-        shutil.rmtree(_folder, ignore_errors=True)
+        shutil.rmtree(_own.folder, ignore_errors=True)
     if os.name == "posix" and status != 0 and os.getpgrp() == os.getpid():
         with contextlib.suppress(OSError):
             os.killpg(os.getpid(), signal.SIGKILL)  # what model code started goes too (this process last)
