@@ -70,12 +70,13 @@ def press_cancel(qtbot, panel, gate: Gate) -> None:
         gate.at_cancel = gate.calls
         panel.job_bar.cancel_button.click()
         gate.go.set()
-    qtbot.waitUntil(lambda: not panel.job_bar.isVisible(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not panel.job_bar.cancel_button.isVisible(), timeout=WAIT_MS)
+    assert panel.job_bar.retry_button.isVisible()  # Compute, to start it again
 
 
 def test_the_spectrum_panel_says_computing_shows_progress_and_cancels_a_held_lapack_call(qtbot, ckpt, monkeypatch):
     """The factorisation held (as a 16k x 16k one holds it for minutes): Cancel ends the job while it still
-    runs; the plots said "computing…" meanwhile, "Cancelled" after; picking the weight again computes it."""
+    runs; the plots said "computing…" meanwhile, "Cancelled" after; Compute computes it."""
     from ckptview.gui.panels.spectrum import SpectrumPanel
 
     entered, release = threading.Event(), threading.Event()
@@ -104,10 +105,11 @@ def test_the_spectrum_panel_says_computing_shows_progress_and_cancels_a_held_lap
         assert nothing_text(panel.esd_plot).startswith("Cancelled")
     finally:
         release.set()
-    qtbot.waitUntil(lambda: not panel.slot.running, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not panel.slot.running and panel.job_bar.retry_button.isVisible(), timeout=WAIT_MS)
     with qtbot.waitSignal(panel.ready, timeout=WAIT_MS):
-        panel.show_weight(0)  # picked again: computed now
+        panel.job_bar.retry_button.click()
     assert nothing_text(panel.esd_plot) == ""
+    qtbot.waitUntil(lambda: not panel.job_bar.isVisible(), timeout=WAIT_MS)
 
 
 def test_a_module_s_statistics_stop_at_the_next_chunk(qtbot, ckpt, monkeypatch):
@@ -131,6 +133,9 @@ def test_a_module_s_statistics_stop_at_the_next_chunk(qtbot, ckpt, monkeypatch):
     press_cancel(qtbot, panel, gate)
     assert gate.after_cancel() <= 1, gate.after_cancel()  # the chunk in flight, none after
     assert panel.status.text().startswith("Cancelled")
+    with qtbot.waitSignal(panel.statsReady, timeout=WAIT_MS):
+        panel.job_bar.retry_button.click()  # Compute: the module's figures, this time to the end
+    assert panel.figures(0)["numel"] == f"{4 * 300 * 200:,}"
 
 
 def test_the_heat_map_stops_at_the_next_block_of_rows(qtbot, ckpt, monkeypatch):
@@ -153,3 +158,6 @@ def test_the_heat_map_stops_at_the_next_block_of_rows(qtbot, ckpt, monkeypatch):
     press_cancel(qtbot, panel, gate)
     assert gate.after_cancel() <= 1, gate.after_cancel()
     assert panel.status.text().startswith("Cancelled")
+    with qtbot.waitSignal(panel.ready, timeout=WAIT_MS):
+        panel.job_bar.retry_button.click()
+    assert panel.heatmap is not None

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 BLOCK_FLOPS = 1 << 30  # floating-point operations of one step (tens of milliseconds on a laptop core)
-MIN_BLOCK_ROWS = 64  # rows of a summed block at least (a Gram matrix is rewritten once per block)
+MIN_BLOCK_ROWS = 64  # rows of a summed block at least (the sum is rewritten once per block)
+COLUMN_BLOCKS_FROM = 256  # a.T @ b with at least this many result rows is cut by result rows, not summed
 
 
 @dataclass(frozen=True)
@@ -89,20 +90,35 @@ def _waiting(span: Span, done: int, steps: int, waited: float) -> Progress:
 
 def transposed_product(a: np.ndarray, b: np.ndarray, token: CancelToken | None, span: Span
                        ) -> Generator[Progress, None, Any]:
-    """`a.T @ b` (float64) for `a` and `b` of the same rows, summed over blocks of rows, one per step."""
+    """`a.T @ b` (float64) for `a` and `b` of the same rows, one block per step: a block of the result's rows
+    (a block of `a`'s columns, each a whole product: nothing summed twice) when it has many rows, else the
+    sum over blocks of rows (a sketch's thin result: each block of the large operand read once)."""
     import numpy as np
 
-    rows = a.shape[0]
-    out = np.zeros((a.shape[1], b.shape[1]), dtype=np.result_type(a, b))
-    step = _rows_per_block(rows, 2 * a.shape[1] * b.shape[1], MIN_BLOCK_ROWS)
-    steps = math.ceil(rows / step) if rows else 0
-    for k in range(steps):
-        r0, r1 = k * step, min(rows, (k + 1) * step)
+    inner, rows_out, cols_out = a.shape[0], a.shape[1], b.shape[1]
+    if rows_out >= COLUMN_BLOCKS_FROM:
+        out = np.empty((rows_out, cols_out), dtype=np.result_type(a, b))
+        step = _rows_per_block(rows_out, 2 * inner * cols_out)
+        steps = math.ceil(rows_out / step)
+        for k in range(steps):
+            c0, c1 = k * step, min(rows_out, (k + 1) * step)
 
-        def block(r0: int = r0, r1: int = r1) -> None:
+            def block(c0: int = c0, c1: int = c1) -> None:
+                np.matmul(a[:, c0:c1].T, b, out=out[c0:c1])
+
+            yield from abandonable(block, token, functools.partial(_waiting, span, k, steps))
+            yield span.at(k + 1, steps)
+        return out
+    out = np.zeros((rows_out, cols_out), dtype=np.result_type(a, b))
+    step = _rows_per_block(inner, 2 * rows_out * cols_out, MIN_BLOCK_ROWS)
+    steps = math.ceil(inner / step) if inner else 0
+    for k in range(steps):
+        r0, r1 = k * step, min(inner, (k + 1) * step)
+
+        def summed(r0: int = r0, r1: int = r1) -> None:
             out[...] += a[r0:r1].T @ b[r0:r1]
 
-        yield from abandonable(block, token, functools.partial(_waiting, span, k, steps))
+        yield from abandonable(summed, token, functools.partial(_waiting, span, k, steps))
         yield span.at(k + 1, steps)
     return out
 

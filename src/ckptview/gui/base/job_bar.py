@@ -21,9 +21,11 @@ SHOW_AFTER_MS = 200  # a job shorter than this shows no bar
 
 
 class JobBar(QWidget):
-    """Progress and Cancel of `slot`'s jobs, visible only while one runs."""
+    """Progress and Cancel of `slot`'s jobs, visible while one runs; after a Cancel, a Compute button that
+    starts the work again (the panel's `retry`), until the next job starts."""
 
     cancelled = Signal()  # the user pressed Cancel
+    retry = Signal()  # the user pressed Compute (after a Cancel): the panel starts its job again
 
     def __init__(self, slot: JobSlot, parent: QWidget | None = None, width: int = 140, steps: bool = True) -> None:
         """`steps`: the jobs yield `Progress` with a total (False: a busy indicator from the start, for jobs
@@ -37,11 +39,17 @@ class JobBar(QWidget):
         self.progress.setMaximumWidth(width)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop computing (what is done so far stays)")
+        self.retry_button = QPushButton("Compute")
+        self.retry_button.setToolTip("Compute what was cancelled")
+        self.retry_button.hide()
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.progress)
         layout.addWidget(self.cancel_button)
+        layout.addWidget(self.retry_button)
         self.cancel_button.clicked.connect(self.cancel)
+        self.retry_button.clicked.connect(self._retry)
+        self._offer_retry = False
         # Shown once a job has run SHOW_AFTER_MS (a quick one never flickers it), hidden when none runs; both
         # from the event loop, never inside the paint that started a job (the values table's tiles).
         self._show_timer = QTimer(self)
@@ -55,19 +63,33 @@ class JobBar(QWidget):
     def cancel(self) -> None:
         """Ask the running jobs to stop (the slot forwards their `aborted`)."""
         if self.slot.running:
+            self._offer_retry = True
             self.slot.stop()
             self.cancelled.emit()
+
+    def _retry(self) -> None:
+        self._offer_retry = False
+        self._show(busy=False)
+        self.retry.emit()
 
     def _on_busy(self, busy: bool, now: bool = False) -> None:
         busy = busy and self.slot.running
         if busy and not now:
-            if not self.isVisible():
+            self._offer_retry = False
+            if not (self.isVisible() and self.cancel_button.isVisible()):
                 self.progress.setRange(0, STEPS if self.steps else 0)
                 self.progress.setValue(0)
                 self._show_timer.start()
             return
         self._show_timer.stop()
-        self.setVisible(busy)
+        self._show(busy)
+
+    def _show(self, busy: bool) -> None:
+        """Progress and Cancel while busy; Compute alone when idle after a Cancel; nothing otherwise."""
+        self.progress.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        self.retry_button.setVisible(not busy and self._offer_retry)
+        self.setVisible(busy or self._offer_retry)
 
     def _on_yielded(self, value: object) -> None:
         if not isinstance(value, Progress):

@@ -88,6 +88,7 @@ class HeatmapPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.slot.aborted.connect(self._on_aborted)
         self.job_bar = JobBar(self.slot)  # progress and Cancel while the tensor is read
+        self.job_bar.retry.connect(self._restart)
         self.axis = QSpinBox(minimum=0, maximum=0)
         self.axis.setPrefix("rows = dim ")
         self.percentile = QDoubleSpinBox(minimum=50.0, maximum=100.0, value=DEFAULT_PERCENTILE, decimals=1,
@@ -161,7 +162,7 @@ class HeatmapPanel(QWidget):
         self.slot.start(self.analysis.matrix_preview, self.info, self.axis.value())
 
     def _on_aborted(self) -> None:
-        self.status.setText("Cancelled: select the tensor again (or change the axis) to read it.")
+        self.status.setText("Cancelled: the tensor was not read (Compute reads it).")
         say_nothing(self.plot, "Cancelled.")
 
     def _on_result(self, hm: object) -> None:

@@ -153,6 +153,7 @@ class SpectrumPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.slot.aborted.connect(self._on_aborted)
         self.job_bar = JobBar(self.slot)  # progress that moves, and Cancel (a large matrix takes minutes)
+        self.job_bar.retry.connect(self._compute_rest)
         self.graphics = pg.GraphicsLayoutWidget()
         follow_background(self.graphics)
         make_exportable(self.graphics, "spectrum")
@@ -271,6 +272,15 @@ class SpectrumPanel(QWidget):
         self._pending = list(indices)
         self.slot.start(job, [self.weights[i][1] for i in indices])
 
+    def _compute_rest(self) -> None:
+        """Compute every weight not computed yet (Compute, after a Cancel), the one shown first."""
+        rest = [i for i in range(len(self.weights)) if i not in self.spectra and i not in self.errors]
+        if rest:
+            first = [self.current] if self.current in rest else []
+            self._compute(first + [i for i in rest if i != self.current])
+            if self.current in rest:
+                self._clear_plots(COMPUTING)
+
     def cancel(self) -> None:
         """Stop computing (the Cancel button): what is computed stays; a weight picked again is computed then."""
         self.job_bar.cancel()
@@ -297,8 +307,7 @@ class SpectrumPanel(QWidget):
             self._clear_plots(COMPUTING)
             self.figures.setText(COMPUTING)
             if not self.slot.running:  # cancelled before it was computed: picking it computes it (first)
-                rest = [i for i in range(len(self.weights)) if i not in self.spectra and i not in self.errors]
-                self._compute([index] + [i for i in rest if i != index])
+                self._compute_rest()
 
     # -- table --------------------------------------------------------------------------------------
     def _fill_row(self, row: int, index: int, name: str, info: TensorInfo, s: Spectrum | None) -> None:
@@ -396,10 +405,13 @@ class SpectrumPanel(QWidget):
 
     def _on_aborted(self) -> None:
         left = len([i for i in self._pending if i not in self.spectra and i not in self.errors])
-        self.status.setText(f"Cancelled: {self._summary()}; {left} not computed (pick one to compute it).")
+        self.status.setText(f"Cancelled: {self._summary()}; {left} not computed (Compute, or pick one).")
         if self.current >= 0 and self.current not in self.spectra and self.current not in self.errors:
-            self._clear_plots("Cancelled: pick the weight again to compute it.")
+            self._clear_plots("Cancelled: press Compute, or pick the weight again.")
             self.figures.setText("")
+        self.table.blockSignals(True)
+        self.table.clearSelection()  # so that picking the same row again is a pick (and computes it)
+        self.table.blockSignals(False)
 
     def _summary(self) -> str:
         flagged = sum(1 for s in self.spectra.values() if s.flags)

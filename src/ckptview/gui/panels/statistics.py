@@ -126,6 +126,8 @@ class StatsPanel(QWidget):
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
         self.slot.aborted.connect(self._on_aborted)
         self.job_bar = JobBar(self.slot)  # progress and Cancel: a module's aggregate reads every tensor in it
+        self.job_bar.retry.connect(lambda: self.set_selection(self._entries))
+        self._entries: Sequence[Selected] = []
         self.table = QTableWidget(len(JSON_KEYS), 0)
         self.table.setVerticalHeaderLabels([LABELS[k] for k in JSON_KEYS])
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -173,6 +175,7 @@ class StatsPanel(QWidget):
 
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
+        self._entries = list(entries)
         self.targets, counters = _split(entries)
         self._counters, self._counters_left = counters[:MAX_COUNTERS], max(0, len(counters) - MAX_COUNTERS)
         self._counter_values = {}
@@ -236,7 +239,7 @@ class StatsPanel(QWidget):
         self.statsReady.emit()
 
     def _on_aborted(self) -> None:
-        self.status.setText("Cancelled: the figures shown '…' were not computed; select again to compute them.")
+        self.status.setText("Cancelled: the figures shown '…' were not computed (Compute computes them).")
 
     def _on_yielded(self, value: object) -> None:
         if isinstance(value, Progress):

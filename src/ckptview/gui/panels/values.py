@@ -256,7 +256,9 @@ class ValuesPanel(QWidget):
         # The tiles being read, and Cancel (a strided slice of a large tensor reads many places of the file).
         self.job_bar = JobBar(self.model.tiles, steps=False)
         self.job_bar.cancelled.connect(
-            lambda: self.status.setText("Cancelled: the cells shown '…' were not read; scroll to read them."))
+            lambda: self.status.setText("Cancelled: the cells shown '…' were not read (Compute or scrolling "
+                                        "reads them)."))
+        self.job_bar.retry.connect(lambda: self.table.viewport().update())  # the cells shown ask again
         self.table = QTableView()
         self.table.setModel(self.model)
         for header in (self.table.horizontalHeader(), self.table.verticalHeader()):
