@@ -18,9 +18,9 @@ from ckptview.core.run.process import RunError, execute
 from ckptview.core.run.protocol import PhaseEvent, ResultMessage, parse_message
 from tests.support.paths import SRC
 
-CORE = SRC / "core" / "run"
-PARTS = ("request", "process", "worker/entry", "protocol", "result", "json_checks", "worker/loading",
-         "worker/model_code", "worker/forward", "worker/compare")
+CORE = SRC / "core"
+PARTS = ("run/request", "run/process", "worker/entry", "run/protocol", "run/result", "run/json_checks",
+         "worker/loading", "worker/model_code", "worker/forward", "worker/compare")
 
 
 def test_each_part_is_a_small_module_with_one_job() -> None:
