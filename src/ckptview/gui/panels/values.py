@@ -258,8 +258,8 @@ class ValuesPanel(QWidget):
         self.job_bar.cancelled.connect(
             lambda: self.status.setText("Cancelled: the cells shown '…' were not read (Compute or scrolling "
                                         "reads them)."))
-        self.job_bar.retry.connect(lambda: self.table.viewport().update())  # the cells shown ask again
         self.table = QTableView()
+        self.job_bar.retry.connect(self.table.viewport().update)  # the cells shown ask for their tiles again
         self.table.setModel(self.model)
         for header in (self.table.horizontalHeader(), self.table.verticalHeader()):
             # Fixed sections: Qt must not measure 4,096 columns or 50,000 rows to lay them out.
