@@ -4,7 +4,8 @@
 
 Writes (once, into benchmarks/_data) a safetensors file of COUNT float32 tensors of 4 values each, then
 times `ckptview export FILE --out DIR/` (a folder of .npy files) and `--out X.npz` in fresh processes,
-and prints seconds, microseconds per tensor and peak RSS. The output goes to a temporary folder under
+and prints seconds, microseconds per tensor, CPU seconds (user and system: what the program costs, less
+moved by other processes on a shared machine than the wall time) and peak RSS. The output goes to a temporary folder under
 --out-dir (default: benchmarks/_data, the disk a user's export would use; /dev/shm times the program
 without the disk). Nothing is asserted: benchmarks are not tests.
 """
@@ -61,7 +62,7 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
             status = "" if r["rc"] == 0 else f" rc={r['rc']} {r['stderr'].strip()[-200:]}"
             print(f"{fmt:12s} {r['seconds']:8.2f} s  {r['seconds'] / args.count * 1e6:7.1f} us/tensor  "
-                  f"peak {r['peak_mb']:7.1f} MiB{status}")
+                  f"cpu {r['cpu_seconds']:7.2f} s  peak {r['peak_mb']:7.1f} MiB{status}")
     print(f"load average: {os.getloadavg()[0]:.2f}")
 
 

@@ -15,9 +15,9 @@ import json, resource, subprocess, sys, time
 t0 = time.perf_counter()
 proc = subprocess.run(json.loads(sys.argv[1]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 elapsed = time.perf_counter() - t0
-peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"seconds": elapsed, "peak_mb": peak_kb / 1024, "rc": proc.returncode,
-                  "stderr": proc.stderr.decode()[-500:]}))
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"seconds": elapsed, "peak_mb": usage.ru_maxrss / 1024, "rc": proc.returncode,
+                  "cpu_seconds": usage.ru_utime + usage.ru_stime, "stderr": proc.stderr.decode()[-500:]}))
 """
 
 

@@ -8,6 +8,7 @@ any thread.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -90,3 +91,44 @@ def relay(gen: Generator[Y, Any, R], transform: Callable[[Y], Z]) -> Generator[Z
             result: R = stop.value
             return result
         yield transform(value)
+
+
+WAIT_SLICE = 0.05  # seconds between two looks at the token while a call that cannot look runs
+
+
+def abandonable(call: Callable[[], R], token: CancelToken | None, waiting: Callable[[float], Y],
+                every: float = 0.5) -> Generator[Y, None, R]:
+    """`call()` (one routine that cannot look at a token: a LAPACK factorisation, a BLAS product) run in a
+    thread of its own while the job waits for it, yielding `waiting(seconds elapsed)` every `every` seconds.
+
+    Cancel stops the *job* within `WAIT_SLICE`: the call is abandoned (it finishes in its thread, its result
+    dropped, its memory freed then), so a single uninterruptible call never holds a job past Cancel. The
+    thread is a daemon: an application leaving does not wait for it. An exception of the call is raised here.
+    """
+    if token is None:
+        return call()
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the job that waits
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="ckptview-abandonable", daemon=True).start()
+    started = time.monotonic()
+    next_report = started + every
+    while not done.wait(WAIT_SLICE):
+        token.check()  # Cancelled: the job ends here; the call runs on, its result never read
+        now = time.monotonic()
+        if now >= next_report:
+            next_report = now + every
+            yield waiting(now - started)
+    token.check()
+    if "error" in box:
+        raise box["error"]
+    result: R = box["result"]
+    return result

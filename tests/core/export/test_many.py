@@ -23,6 +23,7 @@ from ckptview.core import open_checkpoint
 from ckptview.core.errors import Cancelled
 from ckptview.core.export import blocks as export_io
 from ckptview.core.export import plan as export_mod
+from ckptview.core.export import temps as export_temps
 from ckptview.core.export.plan import MANIFEST, export_tensors, select_tensors
 from ckptview.core.jobs import CancelToken
 
@@ -81,26 +82,62 @@ def test_a_folder_of_many_npy_files_matches_safetensors(many, tmp_path, monkeypa
     assert sorted(os.listdir(out)) == sorted([MANIFEST, *(os.path.basename(p) for p in result.files.values())])
 
 
-def test_every_file_is_synced_before_any_is_renamed(many, tmp_path, monkeypatch):
+@pytest.mark.parametrize("count", [300, 30])
+def test_every_file_is_synced_before_any_is_renamed(many, tmp_path, monkeypatch, count):
+    """Into a folder that exists: each file fsynced (or, for many, the file system synced once) before any
+    temporary file is renamed to its name."""
     synced, renamed = [], []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_fsync, real_replace, real_syncfs = os.fsync, os.replace, export_temps.sync_filesystem
 
     def fsync(fd):
         synced.append(os.readlink(f"/proc/self/fd/{fd}") if os.path.exists("/proc/self/fd") else fd)
         real_fsync(fd)
 
+    def syncfs(folder):
+        synced.append(("syncfs", folder))
+        real_syncfs(folder)
+
     def replace(src, dst):
         renamed.append(src)
-        assert len(synced) >= len(renamed)
+        assert synced, "renamed before anything was synced"
         real_replace(src, dst)
 
     monkeypatch.setattr(export_mod.os, "fsync", fsync)
+    monkeypatch.setattr(export_temps.os, "fsync", fsync)
     monkeypatch.setattr(export_mod.os, "replace", replace)
     monkeypatch.setattr(export_io.os, "fsync", fsync)
-    _drive(export_tensors(select_tensors(open_checkpoint(many))[:300], str(tmp_path / "out") + "/"))
-    assert len(renamed) == 301  # 300 files and the manifest
-    if os.path.exists("/proc/self/fd"):
+    monkeypatch.setattr(export_temps, "sync_filesystem", syncfs)
+    out = tmp_path / "out"
+    out.mkdir()  # exists: temporary files renamed one by one
+    _drive(export_tensors(select_tensors(open_checkpoint(many))[:count], str(out) + "/"))
+    assert len(renamed) == count + 1  # the files and the manifest
+    whole = [s for s in synced if isinstance(s, tuple)]
+    if count > export_temps.SYNC_BATCH and export_temps.syncfs_available():
+        assert whole == [("syncfs", str(out))]  # one flush of the file system, not an fsync per file
+    elif os.path.exists("/proc/self/fd"):
         assert set(renamed) <= set(synced)
+
+
+def test_a_new_folder_is_staged_and_renamed_whole_once_durable(many, tmp_path, monkeypatch):
+    """A folder that does not exist yet: every file written under its name in a staging folder beside it,
+    made durable, then the one folder renamed; no file renamed alone."""
+    events = []
+    real_rename, real_syncfs = os.rename, export_temps.sync_filesystem
+    monkeypatch.setattr(export_mod.os, "replace", lambda *a: events.append(("replace", a)))
+    monkeypatch.setattr(export_temps, "sync_filesystem", lambda f: events.append(("sync", f)) or real_syncfs(f))
+    monkeypatch.setattr(export_mod.os, "rename", lambda a, b: events.append(("rename", b)) or real_rename(a, b))
+    out = tmp_path / "new" / "out"
+    _, result = _drive(export_tensors(select_tensors(open_checkpoint(many)), str(out) + "/"))
+    kinds = [k for k, _ in events]
+    assert "replace" not in kinds and kinds.count("rename") == 1
+    if export_temps.syncfs_available():
+        assert kinds == ["sync", "rename"]
+    assert events[-1] == ("rename", str(out))
+    assert sorted(os.listdir(out)) == sorted([MANIFEST, *(os.path.basename(p) for p in result.files.values())])
+    assert os.listdir(out.parent) == ["out"]  # no staging folder left
+    with safe_open(many, "np") as f:
+        for name, path in list(result.files.items())[:50]:
+            assert np.array_equal(np.load(path), f.get_tensor(name)), name
 
 
 @pytest.mark.parametrize("out_name", ["out/", "out.npz", "out.safetensors"])
@@ -124,6 +161,13 @@ def test_cancel_between_reports_stops_at_once(many, tmp_path, monkeypatch, out_n
         return real(info, chunk_elems, **kwargs)
 
     monkeypatch.setattr(export_mod, "iter_chunks", counted)
+    real_small = export_mod.read_small
+
+    def counted_small(info, max_elems, ahead=None):
+        written.append(info)
+        return real_small(info, max_elems, ahead)
+
+    monkeypatch.setattr(export_mod, "read_small", counted_small)  # tiny tensors: read at once
     out = str(tmp_path / out_name)
     with pytest.raises(Cancelled):
         _drive(export_tensors(select_tensors(open_checkpoint(many)), out, token=token))
@@ -139,3 +183,30 @@ def test_cli_progress_on_a_terminal_is_bounded(many, tmp_path, monkeypatch, caps
     assert 2 <= err.count("\r") <= COUNT // 10
     with np.load(tmp_path / "o.npz") as z, safe_open(many, "np") as f:
         assert len(z.files) == COUNT and np.array_equal(z["block.7.w3"], f.get_tensor("block.7.w3"))
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_full_disk_midway_leaves_nothing(many, tmp_path, monkeypatch, capsys, exists):
+    """Tiny tensors are written in one call each: a write that fails there is one line, and neither the staging
+    folder, a temporary file nor a final one is left (nor the folder, when the export made it)."""
+    import errno
+
+    real, count = export_io._write, [0]
+
+    def full(fd, data):
+        count[0] += 1
+        if count[0] > 100:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(export_io, "_write", full)
+    work = tmp_path / "work"
+    work.mkdir()
+    if exists:
+        (work / "out").mkdir()
+    assert main(["export", many, "--out", str(work / "out") + "/"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "Traceback" not in err
+    assert os.listdir(work) == (["out"] if exists else [])
+    if exists:
+        assert os.listdir(work / "out") == []

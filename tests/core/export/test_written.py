@@ -436,8 +436,9 @@ def _signal_during_export(tmp_path, signame, out_name):
     work.mkdir()
     sig = getattr(signal, signame)
 
-    def part_file_open() -> None:
-        assert any(name.endswith(".part") for _, _, files in os.walk(work) for name in files)
+    def part_file_open() -> None:  # a .part file, or a new folder's staging folder (its files under their names)
+        assert any(name.endswith(".part") or name.startswith(".ckptview-export-")
+                   for _, dirs, files in os.walk(work) for name in files + dirs)
 
     restored = [signame] if signame in ("SIGPIPE", "SIGXFSZ") else []
     returncode, err = signal_while_writing(SLOW_EXPORT, src, work / out_name, tmp_path / "marker", sig,

@@ -115,7 +115,9 @@ def test_the_worker_is_told_the_architecture_and_shapes_never_the_file(llama: st
     checkpoint.close()
     text = json.dumps(request)
     assert "path" not in request and llama not in text and os.path.basename(llama) not in text
-    assert set(request) == {"op", "architecture", "preprocessor", "dtype", "keys"} and request["op"] == "graph"
+    assert set(request) == {"op", "architecture", "preprocessor", "dtype", "keys", "expect"} and request["op"] == "graph"
+    # What the build is held against (issue 43): the file's tensor count, elements and shapes, never a name.
+    assert set(request["expect"]) == {"tensors", "elements", "shapes"} and "weight" not in json.dumps(request["expect"])
     assert sent_requests == [request]  # what the worker was sent, exactly
     assert set(request["architecture"]) == {"library", "class", "source", "config"}
 

@@ -65,6 +65,24 @@ def _convert(src: np.ndarray, dst: np.ndarray, dtype: np.dtype, shift: bool) -> 
         np.copyto(dst.view(dtype), src, casting="unsafe")
 
 
+def converted_bytes(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`values` (C order) as the bytes of `dtype`, converted as `BlockWriter.write_values` converts them, in one
+    array (for a file small enough to be written in one call)."""
+    import numpy as np
+
+    src = values.reshape(-1)
+    out = np.empty(src.size * dtype.itemsize, dtype=np.uint8)
+    _convert(src, out, dtype, _is_bf16(src.dtype) and dtype == np.dtype(np.float32))
+    return out
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write all of `data` to `fd` (a write may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[_write(fd, view):]
+
+
 class BlockWriter:
     """Sequential writer over a descriptor it owns: `write` bytes, `write_values` converted values, `close`."""
 

@@ -54,6 +54,11 @@ def _header(descr: str, shape: tuple[int, ...]) -> bytes:
     return out.getvalue()
 
 
+def npy_bytes(descr: str, shape: tuple[int, ...], raw: np.ndarray) -> bytes:
+    """A whole small .npy file: its header and `raw`, the values' bytes (`blocks.converted_bytes`)."""
+    return _header(descr, tuple(int(s) for s in shape)) + raw.tobytes()
+
+
 def write_npy(fh: IO[bytes], descr: str, shape: tuple[int, ...], chunks: Iterable[np.ndarray]) -> Iterator[int]:
     """Write one array as .npy: header, then each C-order chunk; yields the bytes of each chunk written."""
     import numpy as np

@@ -15,11 +15,11 @@ import json
 import os
 import shutil
 import time
+import typing
 import zipfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
@@ -29,8 +29,10 @@ from ckptview.core.export import npy
 from ckptview.core.export import safetensors as st
 from ckptview.core.export.blocks import BlockWriter
 from ckptview.core.export.safe_names import Deduplicator, is_safe_member, safe_file_stem
+from ckptview.core.export.temps import SYNC_BATCH, Temps, sync_folder, syncfs_available
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, iter_chunks
+from ckptview.core.read.bytes.files import ReadAhead, read_ahead
+from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, iter_chunks, read_small
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import elide, printable
 from ckptview.core.units import human_bytes
@@ -41,10 +43,10 @@ if TYPE_CHECKING:
 FORMATS = ("npy", "npz", "safetensors")
 MANIFEST = "manifest.json"
 _SUFFIXES = {".npy": "npy", ".npz": "npz", ".safetensors": "safetensors"}
-_TEMP_PREFIX = ".ckptview-export-"
 REPORT_SECONDS = 0.05  # progress is yielded at most this often (once per tensor flooded the window's queue)
-SYNC_BATCH = 256  # finished .npy files fsynced together, by SYNC_THREADS threads (ext4 joins their flushes)
-SYNC_THREADS = 8
+# A .npy file up to this size is read at once (from windows of the file, `read_ahead`) and written in one call:
+# a folder of 200,000 tiny tensors pays a few system calls each, not a chunk reader and a block writer each.
+SMALL_FILE_BYTES = 64 << 10
 NAME_IN_PROGRESS = 200  # characters of a tensor name in a progress message
 _clock = time.monotonic  # one name for the tests to drive the progress cadence with
 
@@ -101,7 +103,19 @@ class ExportPlan:
 
     def existing(self) -> list[str]:
         """The final paths that exist already (the GUI asks before replacing them)."""
-        return [p for p in self.final_paths() if os.path.lexists(p)]
+        if self.format != "npy" or self.single_file:
+            return [p for p in self.final_paths() if os.path.lexists(p)]
+        try:  # one listing of the folder, not a look-up per file (200,000 of them)
+            present = set(os.listdir(self.out))
+        except FileNotFoundError:
+            return []
+        except OSError:  # not a folder, not readable: each path looked up, as for a single file
+            return [p for p in self.final_paths() if os.path.lexists(p)]
+        return [p for p in self.final_paths() if os.path.basename(p) in present]
+
+    def staged(self) -> bool:
+        """Whether the export writes a new folder of .npy files: staged beside it, renamed into place whole."""
+        return self.format == "npy" and not self.single_file and not os.path.lexists(self.out)
 
 
 @dataclass
@@ -311,86 +325,6 @@ def _values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterato
         raise ExportError(f"{item.name}: read {count} values, expected {item.info.numel}")
 
 
-class _Temps:
-    """Temporary files in the target folder, removed unless renamed into place; finished files fsynced in batches."""
-
-    def __init__(self) -> None:
-        self.paths: dict[str, None] = {}  # ordered, and removing one of 200,000 is not a scan
-        self._unsynced: list[int] = []
-        self._pool: ThreadPoolExecutor | None = None
-
-    def create(self, folder: str) -> tuple[str, IO[bytes]]:
-        """A new temporary file as a buffered file object."""
-        path, fd = self.create_fd(folder)
-        return path, os.fdopen(fd, "wb")
-
-    def create_fd(self, folder: str) -> tuple[str, int]:
-        """A new temporary file as a descriptor (for a `BlockWriter`)."""
-        # Not mkstemp: its 0600 mode would survive the rename; 0666 lets the umask decide, as for any file.
-        while True:
-            path = os.path.join(folder, f"{_TEMP_PREFIX}{os.urandom(8).hex()}.part")
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-                break
-            except FileExistsError:
-                continue
-        self.paths[path] = None
-        return path, fd
-
-    def sync_later(self, fd: int) -> None:
-        """Take a written file's descriptor: fsynced and closed with others (at the latest by `sync_all`)."""
-        self._unsynced.append(fd)
-        if len(self._unsynced) >= SYNC_BATCH:
-            self.sync_all()
-
-    def sync_all(self) -> None:
-        """fsync and close every descriptor taken so far; the syncs of a batch run side by side.
-
-        One at a time, each small file's fsync waits for its own journal commit; issued together, the
-        file system commits them at once.
-        """
-        fds, self._unsynced = self._unsynced, []
-        try:
-            if len(fds) == 1:
-                os.fsync(fds[0])
-            elif fds:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="ckptview-export-sync")
-                step = -(-len(fds) // SYNC_THREADS)
-                for done in self._pool.map(_fsync_all, [fds[i:i + step] for i in range(0, len(fds), step)]):
-                    del done
-        except BaseException:
-            self.shutdown()  # Ctrl-C, a signal: no fsync left running on a descriptor about to be closed
-            raise
-        finally:
-            _close_all(fds)
-
-    def discard(self) -> None:
-        _close_all(self._unsynced)
-        self._unsynced = []
-        self.shutdown()
-        for path in self.paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self.paths.clear()
-
-    def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-
-def _fsync_all(fds: list[int]) -> None:
-    for fd in fds:
-        os.fsync(fd)
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
 def check_free_space(plan: ExportPlan, folder: str) -> None:
     """Refuse, before writing anything, an export larger than the free space where it goes."""
     probe = os.path.abspath(folder)
@@ -406,7 +340,7 @@ def check_free_space(plan: ExportPlan, folder: str) -> None:
                           f"{probe} has {human_bytes(free)} ({free:,} bytes) free")
 
 
-def _finish_file(fh: IO[bytes]) -> None:
+def _finish_file(fh: typing.IO[bytes]) -> None:
     fh.flush()
     os.fsync(fh.fileno())  # the bytes are on disk before the name says the file is complete
     fh.close()
@@ -414,25 +348,39 @@ def _finish_file(fh: IO[bytes]) -> None:
 
 def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | None = None,
                chunk_elems: int = EXPORT_CHUNK_ELEMS) -> Generator[Progress, None, ExportResult]:
-    """Write `plan`, yielding Progress in bytes; returns the ExportResult. Cancelling removes temp files."""
+    """Write `plan`, yielding Progress in bytes; returns the ExportResult. Cancelling removes temp files.
+
+    A new folder of .npy files is written in a staging folder beside it and renamed into place whole; any
+    other export writes temporary files renamed one by one (`temps.py`). Either way every byte is on disk
+    before a final name says the file is complete."""
     token = token or CancelToken()
     if not force and (existing := plan.existing()):
         raise ExportExistsError(existing)
+    staged = plan.staged()
     folder = plan.out if plan.format == "npy" and not plan.single_file else os.path.dirname(plan.out)
-    check_free_space(plan, folder)
-    made_folder = not os.path.isdir(folder)
+    where = os.path.dirname(os.path.abspath(plan.out.rstrip(os.sep) or plan.out)) if staged else folder
+    check_free_space(plan, where)
+    made = _missing_folders(where)
     try:
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(where, exist_ok=True)
     except OSError as exc:
-        raise ExportError(f"cannot create folder {folder}: {exc.strerror or exc}") from None
-    temps = _Temps()
+        raise ExportError(f"cannot create folder {where}: {exc.strerror or exc}") from None
+    files = len(plan.items) if plan.format == "npy" and not plan.single_file else 1
+    temps = Temps(whole_filesystem=files > SYNC_BATCH and syncfs_available())
     total = plan.total_bytes
     done = 0
     renames: list[tuple[str, str]] = []
-    writer = {"npy": _write_npy_files, "npz": _write_npz, "safetensors": _write_safetensors}[plan.format]
-    chunks = writer(plan, folder, temps, renames, chunk_elems)
     placed: list[str] = []
+    chunks: Generator[tuple[ExportItem, int], None, None] | None = None
     try:
+        if staged:
+            write_to = temps.stage(where)
+        else:
+            write_to = folder
+            if folder != where or not os.path.isdir(folder):
+                os.makedirs(folder, exist_ok=True)
+        writer = {"npy": _write_npy_files, "npz": _write_npz, "safetensors": _write_safetensors}[plan.format]
+        chunks = writer(plan, write_to, temps, renames, chunk_elems)
         # The token is checked for every chunk; progress is reported at most every REPORT_SECONDS (a
         # report per tiny tensor cost more than its write, and flooded the window with queued signals).
         next_report = _clock()
@@ -444,38 +392,74 @@ def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | No
                 next_report = now + REPORT_SECONDS
                 yield Progress(done, total, f"writing {elide(item.name, NAME_IN_PROGRESS)}")
         token.check()
+        manifest = _write_manifest(plan, write_to, temps, renames)
         temps.sync_all()
-        manifest = _write_manifest(plan, folder, temps, renames)
-        yield Progress(done, total, f"moving {len(renames):,} files into place" if len(renames) > 1
-                       else "moving the file into place")
-        if not force and (existing := [dst for _, dst in renames if os.path.lexists(dst)]):
-            raise ExportExistsError(existing)  # appeared while we were writing
-        for i, (src, dst) in enumerate(renames):
-            if i % 1024 == 1023:
-                token.check()
-                now = _clock()
-                if now >= next_report:
-                    next_report = now + REPORT_SECONDS
-                    yield Progress(done, total, f"moved {i:,} of {len(renames):,} files into place")
-            os.replace(src, dst)
-            del temps.paths[src]
-            placed.append(dst)
+        if staged:
+            yield Progress(done, total, "moving the folder into place")
+            _place_folder(plan, temps, force)
+            placed.append(plan.out)
+            manifest = os.path.join(plan.out, MANIFEST)
+        else:
+            yield Progress(done, total, f"moving {len(renames):,} files into place" if len(renames) > 1
+                           else "moving the file into place")
+            if not force and (existing := [dst for _, dst in renames if os.path.lexists(dst)]):
+                raise ExportExistsError(existing)  # appeared while we were writing
+            for i, (src, dst) in enumerate(renames):
+                if i % 1024 == 1023:
+                    token.check()
+                    now = _clock()
+                    if now >= next_report:
+                        next_report = now + REPORT_SECONDS
+                        yield Progress(done, total, f"moved {i:,} of {len(renames):,} files into place")
+                os.replace(src, dst)
+                del temps.paths[src]
+                placed.append(dst)
         temps.shutdown()
     except BaseException as exc:  # Cancelled, GeneratorExit (worker closed us), errors, Ctrl-C
-        chunks.close()  # closes the open temporary file before it is removed
+        if chunks is not None:
+            chunks.close()  # closes the open temporary file before it is removed
         temps.discard()
         for dst in placed:  # stopped while moving files into place: no export is left half there
             with contextlib.suppress(OSError):
-                os.unlink(dst)
-        if made_folder:
-            with contextlib.suppress(OSError):  # only if still empty: never remove what we did not create
-                os.rmdir(folder)
+                os.unlink(dst) if not os.path.isdir(dst) else shutil.rmtree(dst)
+        for made_folder in made:  # only if still empty: never remove what we did not create
+            with contextlib.suppress(OSError):
+                os.rmdir(made_folder)
         if isinstance(exc, OSError) and not isinstance(exc, CheckpointError):
             raise ExportError(f"cannot write {plan.out}: {exc.strerror or exc}") from exc
         raise
-    files = {item.name: (os.path.join(folder, item.target) if plan.format == "npy" else item.target)
-             for item in plan.items}
-    return ExportResult(plan.format, plan.out, files, list(plan.notes), done, manifest)
+    out_folder = plan.out if staged else folder
+    files_written = {item.name: (os.path.join(out_folder, item.target) if plan.format == "npy" else item.target)
+                     for item in plan.items}
+    return ExportResult(plan.format, plan.out, files_written, list(plan.notes), done, manifest)
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """The folders `os.makedirs(folder)` would create, deepest first (removed again if the export stops)."""
+    out = []
+    path = os.path.abspath(folder)
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        out.append(path)
+        path = os.path.dirname(path)
+    return out
+
+
+def _place_folder(plan: ExportPlan, temps: Temps, force: bool) -> None:
+    """Rename the staging folder to the export's folder, once every file in it is durable. A folder that
+    appeared there meanwhile: refused, or (force) the files moved into it one by one."""
+    staging = temps.staging
+    assert staging is not None
+    target = plan.out.rstrip(os.sep) or plan.out
+    if os.path.lexists(target):
+        if not force:
+            raise ExportExistsError([target])
+        for name in os.listdir(staging):
+            os.replace(os.path.join(staging, name), os.path.join(target, name))
+        os.rmdir(staging)
+    else:
+        os.rename(staging, target)
+    temps.staging = None
+    sync_folder(os.path.dirname(os.path.abspath(target)))  # the new name is on disk too
 
 
 def export_tensors(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt: str | None = None, *,
@@ -491,24 +475,64 @@ def _tensor_error(item: ExportItem, exc: Exception) -> ExportError:
     return ExportError(f"cannot export {item.name!r}: {exc}")
 
 
-def _write_npy_files(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
+def _write_npy_files(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
                      chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
+    """Each item as a .npy file: small ones read at once from windows of the file and written in one call,
+    others streamed through a `BlockWriter`; in the staging folder under their final names, or as temporary
+    files renamed later."""
+    return read_ahead(lambda ahead: _npy_files(plan, folder, temps, renames, chunk_elems, ahead))
+
+
+def _npy_files(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]], chunk_elems: int,
+               ahead: ReadAhead) -> Generator[tuple[ExportItem, int], None, None]:
+    staged = temps.staging is not None
     for item in plan.items:
-        path, fd = temps.create_fd(folder)
-        writer = BlockWriter(fd, item.nbytes + 128, direct=item.nbytes >= export_io.DIRECT_MIN)
-        try:
-            descr = npy.header_descr(item.np_dtype, item.dtype)
-            yield from _guarded(item, npy.write_npy_blocks(writer, descr, item.info.shape, item.np_dtype,
-                                                           _values(item, chunk_elems, convert=False)))
-            # The rest, then fsync with other files (all before any rename names one complete).
-            temps.sync_later(writer.finish())
-        finally:
-            writer.abort()  # no write left in flight when the temporary file is removed
-        target = plan.out if plan.single_file else os.path.join(folder, item.target)
-        renames.append((path, target))
+        descr = npy.header_descr(item.np_dtype, item.dtype)
+        small = _read_small(item, ahead)
+        if staged:
+            path, fd = os.path.join(folder, item.target), temps.create_staged(item.target)
+        else:
+            path, fd = temps.create_fd(folder)
+        if small is not None:
+            try:
+                export_io.write_all(fd, npy.npy_bytes(descr, item.info.shape, small))
+            except BaseException:
+                os.close(fd)
+                raise
+            temps.sync_later(fd, folder)
+            yield item, small.nbytes
+        else:
+            writer = BlockWriter(fd, item.nbytes + 128, direct=item.nbytes >= export_io.DIRECT_MIN)
+            try:
+                yield from _guarded(item, npy.write_npy_blocks(writer, descr, item.info.shape, item.np_dtype,
+                                                               _values(item, chunk_elems, convert=False)))
+                # The rest, then made durable with the others (all before any name says one is complete).
+                temps.sync_later(writer.finish(), folder)
+            finally:
+                writer.abort()  # no write left in flight when the temporary file is removed
+        if not staged:
+            renames.append((path, plan.out if plan.single_file else os.path.join(folder, item.target)))
 
 
-def _write_npz(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
+def _read_small(item: ExportItem, ahead: ReadAhead) -> np.ndarray | None:
+    """The bytes of a small item's .npy values (converted to the dtype written), read at once; None for an item
+    the streaming path writes (large, expanded, not plainly stored)."""
+    if item.expand or item.nbytes > SMALL_FILE_BYTES:
+        return None
+    try:
+        values = read_small(item.info, item.info.numel, ahead)
+    except (CheckpointError, OSError):
+        raise
+    except Exception as exc:  # a value-reading bug still reaches the user as one line naming the tensor
+        raise _tensor_error(item, exc) from exc
+    if values is None:
+        return None
+    if values.size != item.info.numel:
+        raise ExportError(f"{item.name}: read {values.size} values, expected {item.info.numel}")
+    return export_io.converted_bytes(values, item.np_dtype)
+
+
+def _write_npz(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
                chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     path, fh = temps.create(folder)
     with fh:
@@ -522,7 +546,7 @@ def _write_npz(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple
     renames.append((path, plan.out))
 
 
-def _write_safetensors(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
+def _write_safetensors(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
                        chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     by_key = {item.target: item for item in plan.items}
     ordered = st.layout([st.Entry(i.target, i.dtype, i.info.shape, i.nbytes) for i in plan.items])
@@ -557,7 +581,7 @@ def _guarded(item: ExportItem, written: Iterator[int]) -> Iterator[tuple[ExportI
         raise _tensor_error(item, exc) from exc
 
 
-def _write_manifest(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]]) -> str | None:
+def _write_manifest(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]]) -> str | None:
     """manifest.json beside a folder of .npy files: tensor name -> file, dtypes and notes."""
     if plan.format != "npy" or plan.single_file:
         return None
@@ -572,11 +596,20 @@ def _write_manifest(plan: ExportPlan, folder: str, temps: _Temps, renames: list[
     lines = ",\n ".join(json.dumps(t, ensure_ascii=True) for t in tensors)
     text = (f'{{"format": "npy",\n "tensors": [\n {lines}\n ],\n'
             f' "notes": {json.dumps(plan.notes, ensure_ascii=True)}\n}}\n')
+    final = os.path.join(folder, MANIFEST)
+    if temps.staging is not None:
+        fd = temps.create_staged(MANIFEST)
+        try:
+            export_io.write_all(fd, text.encode("ascii"))
+        except BaseException:
+            os.close(fd)
+            raise
+        temps.sync_later(fd, folder)
+        return final
     path, fh = temps.create(folder)
     with fh:
         fh.write(text.encode("ascii"))
         _finish_file(fh)
-    final = os.path.join(folder, MANIFEST)
     renames.append((path, final))
     return final
 

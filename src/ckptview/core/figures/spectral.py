@@ -23,6 +23,7 @@ The power law of the tail (alpha, xmin, KS distance) is fitted as WeightWatcher 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Generator, Iterator
@@ -31,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
 from ckptview.core.errors import TensorDataError
+from ckptview.core.figures.linalg_steps import Span, call, gram, product, transposed_product
 from ckptview.core.figures.spectral_fit import PowerLawFit, iter_power_law_fit
-from ckptview.core.jobs import CancelToken, Progress, drain, relay
+from ckptview.core.jobs import CancelToken, Progress, abandonable, drain, relay
 from ckptview.core.read.values.reading import iter_chunks
 from ckptview.core.read.values.repeats import refusal
 
@@ -167,34 +169,33 @@ def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
         raise refused
     rows, cols = shape
     small = min(rows, cols)
+    size = f"{rows:,} x {cols:,}"
+    eigen = Span(_STEPS * 6 // 10, _STEPS * 7 // 10, _STEPS, f"eigenvalues of a {small:,} x {small:,} Gram matrix")
     if small <= exact_limit and rows >= cols:
         # Tall (or square): W^T W summed over blocks of rows as they are read; memory is the n x n Gram
         # matrix and one block, whatever the number of rows (a 50,257-row head: 5 MB, not 309 MB).
         method, error = "exact", 0.0
-        gram, moments = yield from _stream_gram(info, rows, cols, token, expand)
-        fro2 = float(np.trace(gram))
-        evals = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
-        del gram
-        yield Progress(_STEPS * 7 // 10, _STEPS, "eigenvalues")
+        gram_matrix, moments = yield from _stream_gram(info, rows, cols, token, expand)
+        fro2 = float(np.trace(gram_matrix))
+        evals = yield from call(lambda: np.clip(np.linalg.eigvalsh(gram_matrix), 0.0, None), token, eigen)
+        del gram_matrix
         traps = _count_traps_streamed(info, (rows, cols), moments, token, expand)
     else:
-        matrix = yield from _read_matrix(info, rows, cols, token, expand)
-        flat = matrix.reshape(-1)
-        bad = int(flat.size - np.count_nonzero(np.isfinite(flat)))
-        if bad:
-            raise _non_finite(bad)
-        fro2 = float(np.dot(flat, flat))
+        matrix, moments = yield from _read_matrix(info, rows, cols, token, expand)
+        fro2 = moments.squares
         if small <= exact_limit:
             method, error = "exact", 0.0
-            evals = _exact_eigenvalues(matrix)
+            summed = Span(_STEPS // 2, _STEPS * 6 // 10, _STEPS, f"Gram matrix of a {size} matrix")
+            evals = yield from _exact_eigenvalues(matrix, token, summed, eigen)
         else:
             method = "randomized"
-            evals, error = _randomized_eigenvalues(matrix, min(RANDOMIZED_RANK, small), fro2, token)
-        yield Progress(_STEPS * 7 // 10, _STEPS, "eigenvalues")
+            steps = Span(_STEPS // 2, _STEPS * 7 // 10, _STEPS, f"randomized SVD of a {size} matrix")
+            evals, error = yield from _randomized_eigenvalues(matrix, min(RANDOMIZED_RANK, small), fro2, token,
+                                                              steps)
         if token is not None:
             token.check()
-        traps = _count_traps(matrix)
-        del matrix, flat
+        traps = _count_traps(matrix, moments, token)
+        del matrix
     sv = np.sqrt(evals[::-1])  # descending
     fit = yield from relay(iter_power_law_fit(evals, token),
                            lambda p: Progress(_STEPS * 7 // 10 + int(p.fraction * _STEPS * 3 // 10), _STEPS,
@@ -219,9 +220,10 @@ def spectrum(info: TensorInfo, exact_limit: int = EXACT_LIMIT, expand: bool = Fa
 
 
 def _read_matrix(info: TensorInfo, rows: int, cols: int, token: CancelToken | None,
-                 expand: bool = False) -> Generator[Progress, None, np.ndarray]:
+                 expand: bool = False) -> Generator[Progress, None, tuple[np.ndarray, _Moments]]:
     """The values as a float64 rows x cols array, filled chunk by chunk (C order: conv kernels flatten
-    to out x in*kh*kw)."""
+    to out x in*kh*kw), and their moments, gathered as they are read (no pass over the whole matrix that
+    Cancel could not stop); NaN/Inf refused."""
     import numpy as np
 
     chunks = _checked_chunks(info, expand)
@@ -232,6 +234,8 @@ def _read_matrix(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
     matrix = np.empty((rows, cols), dtype=np.float64)
     flat = matrix.reshape(-1)
     total = flat.size
+    moments = _Moments()
+    bad = 0
     pos = 0
     for chunk in chunks:
         if token is not None:
@@ -239,12 +243,18 @@ def _read_matrix(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
         n = chunk.size
         if pos + n > total:
             raise TensorDataError("no spectrum: the tensor yields more values than its shape holds")
-        flat[pos : pos + n] = chunk if chunk.dtype.kind in "fiu" else chunk.astype(np.float64)
+        part = flat[pos : pos + n]
+        part[...] = chunk if chunk.dtype.kind in "fiu" else chunk.astype(np.float64)
+        bad += int(n - np.count_nonzero(np.isfinite(part)))
+        if not bad:
+            moments.add(part)
         pos += n
         yield Progress(pos * (_STEPS // 2) // max(total, 1), _STEPS, "reading")
     if pos != total:
         raise TensorDataError(f"no spectrum: read {pos:,} values of {total:,}")
-    return matrix
+    if bad:
+        raise _non_finite(bad)
+    return matrix, moments
 
 
 def _checked_chunks(info: TensorInfo, expand: bool = False) -> Iterator[np.ndarray]:
@@ -324,16 +334,25 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
             filled += take
             pos += take
             if filled == buffer.size:
-                flush(buffer)
+                # One block's product is one BLAS call: Cancel abandons it rather than wait (linalg_steps).
+                done = (seen - values.size + pos) * (_STEPS * 6 // 10) // max(total, 1)
+                yield from abandonable(lambda: flush(buffer), token, functools.partial(_summing, done))
                 filled = 0
+                yield Progress(done, _STEPS, "summing W^T W")
         yield Progress(seen * (_STEPS * 6 // 10) // max(total, 1), _STEPS, "reading")
     if seen != total:
         raise TensorDataError(f"no spectrum: read {seen:,} values of {total:,}")
     if filled:
-        flush(buffer[:filled])
+        rest = buffer[:filled]
+        yield from abandonable(lambda: flush(rest), token, functools.partial(_summing, _STEPS * 6 // 10))
     if bad[0]:
         raise _non_finite(bad[0])
     return gram, moments
+
+
+def _summing(done: int, waited: float) -> Progress:
+    """The progress said while a block of W^T W is summed (one BLAS call)."""
+    return Progress(done, _STEPS, f"summing W^T W ({waited:.0f} s)")
 
 
 def _count_traps_streamed(info: TensorInfo, shape: tuple[int, int], moments: _Moments,
@@ -357,34 +376,51 @@ def _count_traps_streamed(info: TensorInfo, shape: tuple[int, int], moments: _Mo
     return count
 
 
-def _exact_eigenvalues(matrix: np.ndarray) -> np.ndarray:
-    """All eigenvalues of W^T W, ascending and clipped at 0, from the smaller float64 Gram matrix."""
+def _exact_eigenvalues(matrix: np.ndarray, token: CancelToken | None, summed: Span, eigen: Span
+                       ) -> Generator[Progress, None, np.ndarray]:
+    """All eigenvalues of W^T W, ascending and clipped at 0, from the smaller float64 Gram matrix (summed in
+    steps, then one factorisation that Cancel abandons)."""
     import numpy as np
 
-    rows, cols = matrix.shape
-    gram = matrix.T @ matrix if rows >= cols else matrix @ matrix.T
-    evals = np.linalg.eigvalsh(gram)
-    return np.clip(evals, 0.0, None)
+    gram_matrix = yield from gram(matrix, token, summed)
+    evals: np.ndarray = yield from call(lambda: np.clip(np.linalg.eigvalsh(gram_matrix), 0.0, None), token, eigen)
+    return evals
 
 
-def _randomized_eigenvalues(matrix: np.ndarray, k: int, fro2: float,
-                            token: CancelToken | None) -> tuple[np.ndarray, float]:
+def _randomized_eigenvalues(matrix: np.ndarray, k: int, fro2: float, token: CancelToken | None, span: Span
+                            ) -> Generator[Progress, None, tuple[np.ndarray, float]]:
     """The top `k` eigenvalues of W^T W (ascending) by seeded subspace iteration, and the bound
-    ``||(I - QQ^T) W||_F^2`` by which each may be low (Weyl: A^T A = B^T B + R^T R, R^T R >= 0)."""
+    ``||(I - QQ^T) W||_F^2`` by which each may be low (Weyl: A^T A = B^T B + R^T R, R^T R >= 0).
+
+    Eight products with the whole matrix (the sketch, three power iterations of two, the projection), each
+    in steps of rows; the QR and SVD factorisations of the thin results run whole, abandoned on Cancel."""
     import numpy as np
 
     tall = matrix if matrix.shape[0] >= matrix.shape[1] else matrix.T
     n = tall.shape[1]
     width = min(n, k + _OVERSAMPLE)
     rng = np.random.default_rng(0)
-    basis, _ = np.linalg.qr(tall @ rng.standard_normal((n, width)))
+    parts = 2 + 2 * _POWER_ITERATIONS
+    phase = iter(range(parts))
+
+    def next_part(words: str) -> Span:
+        index = next(phase)
+        return span.part(index, parts, f"{span.words}: {words} ({index + 1} of {parts})")
+
+    def qr(a: np.ndarray, part: Span) -> Generator[Progress, None, np.ndarray]:
+        q: np.ndarray = (yield from call(lambda: np.linalg.qr(a), token, part.tail()))[0]  # after its product
+        return q
+
+    part = next_part("sketch")
+    basis = yield from qr((yield from product(tall, rng.standard_normal((n, width)), token, part)), part)
     for _ in range(_POWER_ITERATIONS):
-        if token is not None:
-            token.check()
-        back, _ = np.linalg.qr(tall.T @ basis)
-        basis, _ = np.linalg.qr(tall @ back)
-    projected = basis.T @ tall  # width x n
-    sv = np.linalg.svd(projected, compute_uv=False)[:k]
+        part = next_part("power iteration")
+        back = yield from qr((yield from transposed_product(tall, basis, token, part)), part)
+        part = next_part("power iteration")
+        basis = yield from qr((yield from product(tall, back, token, part)), part)
+    part = next_part("projection")
+    projected = yield from transposed_product(basis, tall, token, part)  # width x n
+    sv = (yield from call(lambda: np.linalg.svd(projected, compute_uv=False), token, part.tail()))[:k]
     residual = max(0.0, fro2 - float(np.vdot(projected, projected)))
     return np.sort(sv ** 2), residual
 
@@ -401,19 +437,22 @@ def trap_threshold(matrix_shape: tuple[int, int], std: float) -> float:
     return float(std * (m * n) ** 0.25)
 
 
-def _count_traps(matrix: np.ndarray) -> int:
-    """Elements beyond :func:`trap_threshold`, counted a block of rows at a time (no full-size temporary)."""
+def _count_traps(matrix: np.ndarray, moments: _Moments, token: CancelToken | None = None) -> int:
+    """Elements beyond :func:`trap_threshold`, counted a block of rows at a time (no full-size temporary),
+    the token looked at between blocks."""
     import numpy as np
 
-    flat = matrix.reshape(-1)
-    mean = float(flat.mean())
-    std = float(flat.std())
+    mean, std = moments.mean_std()
     if std == 0.0:
         return 0
     limit = trap_threshold(matrix.shape, std)
+    if max(abs(moments.low - mean), abs(moments.high - mean)) <= limit:
+        return 0  # even the extremes stay within: no element can be beyond
     step = max(1, (1 << 20) // max(1, matrix.shape[1]))
     count = 0
     for r0 in range(0, matrix.shape[0], step):
+        if token is not None:
+            token.check()
         block = matrix[r0 : r0 + step]
         count += int(np.count_nonzero(np.abs(block - mean) > limit))
     return count

@@ -89,7 +89,7 @@ def trace_request(arch: Architecture, dtype: str | None) -> dict[str, Any]:
     read); the worker feeds the inputs the built model declares, as a run does."""
     return {"op": "graph", "architecture": {"library": arch.library, "class": arch.cls, "source": arch.source,
                                             "config": arch.config},
-            "preprocessor": arch.preprocessor, "dtype": dtype}
+            "preprocessor": arch.preprocessor, "dtype": dtype, **arch.expect()}
 
 
 def _version(package: str) -> str:
@@ -100,10 +100,11 @@ def _version(package: str) -> str:
 
 
 def request_key(request: dict[str, Any]) -> str:
-    """The cache key of a trace request: what it traces, the library's and torch's versions (never the
-    checkpoint's key names: any checkpoint of the architecture finds the trace)."""
+    """The cache key of a trace request: what it traces, the library's and torch's versions. Neither the
+    checkpoint's key names nor the listing the build is held against (`expect`) are part of it: a graph traced
+    once serves every checkpoint of that architecture, and one refused is never kept."""
     library = str(request["architecture"]["library"])
-    traced = {k: v for k, v in request.items() if k != "keys"}
+    traced = {k: v for k, v in request.items() if k not in ("keys", "expect")}
     return trace_key({"request": traced, "library": _version(library), "torch": _version("torch")})
 
 

@@ -25,21 +25,25 @@ here imports torch or transformers in this process; without transformers the ord
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
-from ckptview.core.run.child import OFFLINE_ENV, child_command
+from ckptview.core.run.child import OFFLINE_ENV, scratch_folder, start_child
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config
+from ckptview.core.run.config_json import load_json
+from ckptview.core.run.declared_sizes import Listing, check_declared
 
 CHILD = "ckptview.core.worker.param_order"  # builds the model on the meta device, with torch
 
@@ -59,6 +63,9 @@ class OrderRequest:
     config: dict[str, Any] = field(hash=False, compare=False, repr=False)
     library: str = ""  # "transformers 4.57.1"
     key: str = ""
+    listing: Listing | None = field(default=None, hash=False, compare=False, repr=False)
+    """The model file's tensors, whose counts bound what the child may build (not part of the key: the order
+    is the library's)."""
 
     def describe(self) -> str:
         """How the order is learned, for a note: 'the order of transformers' BertForMaskedLM, ...'."""
@@ -112,7 +119,7 @@ def model_classes() -> frozenset[str]:
     return frozenset(names)
 
 
-def _read_config(folder: str) -> tuple[str, dict[str, Any]] | None:
+def _read_config(folder: str, listing: Listing | None = None) -> tuple[str, dict[str, Any]] | None:
     """(the model class, the config as the build gets it) of `folder`'s config.json, or None: no config, a
     name that is not a class name, or a config that asks for code or loads (config_guard)."""
     path = os.path.join(folder, "config.json")
@@ -121,8 +128,8 @@ def _read_config(folder: str) -> tuple[str, dict[str, Any]] | None:
             raw = fh.read(MAX_CONFIG_BYTES + 1)
         if len(raw) > MAX_CONFIG_BYTES:
             return None
-        config = json.loads(raw)
-    except (OSError, ValueError, RecursionError, CheckpointError):
+        config = load_json(bytes(raw))  # its nesting bounded before it is parsed (config_json)
+    except (OSError, ValueError, CheckpointError):  # ConfigRefused is a ValueError
         return None
     if not isinstance(config, dict) or "auto_map" in config:
         return None  # code of its own: never run
@@ -131,9 +138,12 @@ def _read_config(folder: str) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(arch, str) or not _ARCH.match(arch):
         return None
     try:
-        return arch, guarded_config("transformers", arch, config)
+        guarded = guarded_config("transformers", arch, config)
+        if listing is not None:  # a config declaring more layers or larger sizes than the file holds
+            check_declared(guarded, listing)
     except ConfigRefused:
         return None
+    return arch, guarded
 
 
 def _checked_config(folder: str) -> tuple[str, dict[str, Any]] | None:
@@ -152,13 +162,13 @@ def architecture(folder: str) -> str | None:
     return checked[0] if checked is not None else None
 
 
-def order_request(folder: str) -> OrderRequest | None:
+def order_request(folder: str, listing: Listing | None = None) -> OrderRequest | None:
     """What learning `folder`'s parameter order would ask (its config read as data and checked, the installed
     library's version), or None when it cannot be learned: a URL, no config, a config that loads or runs
     something, or no transformers. Cheap: nothing is built, the library's registry is not read."""
     if not folder or "://" in folder or not os.path.isdir(folder) or not available():
         return None
-    found = _read_config(folder)
+    found = _read_config(folder, listing)
     if found is None:
         return None
     arch, config = found
@@ -168,7 +178,7 @@ def order_request(folder: str) -> OrderRequest | None:
         return None
     text = json.dumps([KEY_VERSION, library, arch, config], sort_keys=True, default=str)
     key = hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
-    return OrderRequest(os.path.realpath(folder), arch, config, library, key)
+    return OrderRequest(os.path.realpath(folder), arch, config, library, key, listing)
 
 
 def learn(request: OrderRequest) -> list[str] | None:
@@ -176,29 +186,45 @@ def learn(request: OrderRequest) -> list[str] | None:
     None: a class that is not one of the library's models, or a build that failed."""
     if request.arch not in model_classes():
         return None  # a model class of the library (BertForMaskedLM), never a tokenizer or a pipeline class
-    return _build(request.arch, request.config)
+    return _build(request.arch, request.config, request.listing)
 
 
-def parameter_order(folder: str) -> list[str] | None:
+def parameter_order(folder: str, listing: Listing | None = None) -> list[str] | None:
     """``named_parameters()`` names of the model `folder`'s config.json describes, learned now (the child:
-    seconds), or None when unknown. A listing asks `ParamOrders.known` instead and never waits for this."""
-    request = order_request(folder)
+    seconds), or None when unknown. A listing asks `ParamOrders.known` instead and never waits for this.
+    `listing`: the model file's tensors; the config must agree with them (its declared sizes here, what the
+    child builds on meta there: `core/run/declared_sizes.py`), or the order stays unknown."""
+    request = order_request(folder, listing)
     return learn(request) if request is not None else None
 
 
-def _build(arch: str, config: dict[str, Any]) -> list[str] | None:
+def _build(arch: str, config: dict[str, Any], listing: Listing | None = None) -> list[str] | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(OFFLINE_ENV, TOKENIZERS_PARALLELISM="false")
-    with tempfile.TemporaryDirectory(prefix="ckptview-hf-") as private:
-        try:
-            proc = subprocess.run(child_command(CHILD), input=json.dumps({"class": arch, "config": config}),
-                                  capture_output=True, text=True, timeout=TIMEOUT_S, cwd=private, env=env)
-        except (OSError, subprocess.SubprocessError):
-            return None
-    if proc.returncode != 0:
+    request = json.dumps({"class": arch, "config": config, "expect": listing.to_json() if listing else None})
+    private = scratch_folder("hf")  # removed by the child as it leaves, and here in any case
+    try:
+        # Tied to this process: it dies with it, taking its folder along (core/run/child.py).
+        child = start_child(CHILD, cwd=private, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=os.name == "posix")
+    except OSError:
+        shutil.rmtree(private, ignore_errors=True)
         return None
     try:
-        names = json.loads(proc.stdout.strip().splitlines()[-1])
+        out, _ = child.proc.communicate(request.encode(), timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        out = b""
+    finally:
+        if child.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(child.proc.pid, signal.SIGKILL) if os.name == "posix" else child.proc.kill()
+            child.proc.communicate()
+        child.close()
+        shutil.rmtree(private, ignore_errors=True)
+    if child.proc.returncode != 0:
+        return None
+    try:
+        names = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         return None
     return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None

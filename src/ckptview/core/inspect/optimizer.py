@@ -44,6 +44,7 @@ from ckptview.core.read.formats.hf_sharded import weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_scalar, read_values
+from ckptview.core.run.declared_sizes import Listing
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -605,7 +606,7 @@ def _map(opt: OptimizerState, folder: str | None = None, orders: ParamOrders | N
     library = ""
     if guessed:
         entries = guess_model_order(entries)
-        request = order_request(folder) if folder else None
+        request = order_request(folder, Listing.of(e.shape for e in entries)) if folder else None
         known = orders.known(request) if request is not None and orders is not None else None
         if known is not None and {e.name for e in entries} <= set(known):
             rank = {name: i for i, name in enumerate(known)}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular, special_kind
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
+from ckptview.core.run.config_json import load_json
+from ckptview.core.run.declared_sizes import Listing, check_declared
 from ckptview.core.run.example import EXAMPLE_CLASS, EXAMPLE_SOURCE, is_bundled_example
 from ckptview.core.run.state_dict import state_dict_tensors
 
@@ -46,6 +47,8 @@ class Architecture:
     preprocessor: dict[str, Any] = field(default_factory=dict, compare=False)
     # A quantized folder run with ckptview's dequantized weights: the schemes ("int4 GPTQ, group 128").
     dequantized: tuple[str, ...] = ()
+    # The checkpoint's tensors the build is held against (`declared_sizes`); None: not recognised from a file.
+    listing: Listing | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, str]:
         """The contract's `"architecture"` object."""
@@ -59,7 +62,11 @@ class Architecture:
         """What the worker's request needs to build it; the inputs it declares are made there, from the model
         (`core/worker/declared_inputs.py`), for the window and the command line alike."""
         return {"architecture": {**self.to_json(), "config": self.config, "folder": self.folder},
-                "preprocessor": self.preprocessor}
+                "preprocessor": self.preprocessor, **self.expect()}
+
+    def expect(self) -> dict[str, Any]:
+        """The request's `expect`: the listing of the checkpoint the build must agree with ({} when none)."""
+        return {"expect": self.listing.to_json()} if self.listing is not None else {}
 
 
 def config_path(path: str) -> str | None:
@@ -92,12 +99,13 @@ def check_config_size(size: int) -> None:
 
 
 def parse_config(raw: bytes) -> dict[str, Any]:
-    """config.json's bytes as data; ArchitectureRefused when they are not one JSON object of bounded size."""
+    """config.json's bytes as data; ArchitectureRefused when they are not one JSON object of bounded size and
+    nesting (both checked while the bytes are scanned, before they are parsed: `config_json`)."""
     check_config_size(len(raw))
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ArchitectureRefused(f"config.json is not valid JSON: {type(exc).__name__}") from None
+        data = load_json(bytes(raw))
+    except ConfigRefused as exc:
+        raise ArchitectureRefused(str(exc)) from None
     if not isinstance(data, dict):
         raise ArchitectureRefused("config.json is not a JSON object")
     return data
@@ -115,7 +123,7 @@ def recognize(path: str, tensors: dict[str, Any] | None = None) -> Architecture 
     if found is not None:
         config = read_config(found)
         config, schemes = dequantized_config(config, tensors or {})
-        arch = recognize_config(config, os.path.dirname(found))
+        arch = recognize_config(config, os.path.dirname(found), tensors)
         if arch is not None:
             return dataclasses.replace(arch, preprocessor=read_preprocessor(os.path.dirname(found)),
                                        dequantized=schemes)
@@ -137,18 +145,24 @@ def read_preprocessor(folder: str) -> dict[str, Any]:
         raise ArchitectureRefused(str(exc).replace("config.json", PREPROCESSOR)) from None
 
 
-def recognize_config(config: dict[str, Any], folder: str = "") -> Architecture | None:
+def recognize_config(config: dict[str, Any], folder: str = "", tensors: dict[str, Any] | None = None
+                     ) -> Architecture | None:
     """The architecture a config.json (read as data) names, its config as the build gets it (pinned and
     checked by `config_guard.guarded_config`); ArchitectureRefused for `auto_map`, odd names, or a field
-    that would make the library load something."""
+    that would make the library load something. `tensors` ({state-dict key: TensorInfo} of the checkpoint
+    beside it): the config's declared layers and sizes must fit them (`declared_sizes`), and the worker
+    holds the build against them too."""
     arch = _named_architecture(config, folder)
     if arch is None:
         return None
+    listing = Listing.of_tensors(tensors) if tensors else None
     try:
         guarded = guarded_config(arch.library, arch.cls, arch.config)
+        if listing is not None:
+            check_declared(guarded, listing)
     except ConfigRefused as exc:
         raise ArchitectureRefused(f"{arch.describe()}: {exc}") from None
-    return Architecture(arch.library, arch.cls, arch.source, guarded, arch.folder)
+    return Architecture(arch.library, arch.cls, arch.source, guarded, arch.folder, listing=listing)
 
 
 def dequantized_config(config: dict[str, Any], tensors: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -224,7 +238,7 @@ def recognize_by_keys(tensors: dict[str, Any]) -> Architecture | None:
     if name is None:
         return None
     config = {"num_classes": int(fc.shape[0]), "in_channels": int(conv1.shape[1])}
-    return Architecture("torchvision", name, "keys and shapes", config)
+    return Architecture("torchvision", name, "keys and shapes", config, listing=Listing.of_tensors(tensors))
 
 
 def recognize_checkpoint(path: str) -> Architecture | None:

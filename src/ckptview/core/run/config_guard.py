@@ -27,7 +27,6 @@ The rule, per library (:func:`guarded_config`):
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
@@ -98,6 +97,7 @@ def guarded_config(library: str, cls: str, config: dict[str, Any]) -> dict[str, 
     for a field that would make `library` open a file, fetch a URL, download or run code."""
     if not isinstance(config, dict):
         raise ConfigRefused("config.json is not a JSON object")
+    config = copied(config, "config.json")  # depth and size first, without recursion; the caller's dict untouched
     if library == "transformers":
         return _transformers(config)
     if library == "diffusers":
@@ -170,16 +170,38 @@ def check_model_args(args: dict[str, Any], where: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _transformers(config: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(config)
+def _transformers(out: dict[str, Any]) -> dict[str, Any]:
     _walk(out, "config.json", transformers=True)
     out["use_pretrained_backbone"] = False  # transformers 4.x loads a pretrained backbone by default (DETR)
     return out
 
 
-def _plain_config(config: dict[str, Any], where: str, pin_backbone: bool) -> dict[str, Any]:
-    out = copy.deepcopy(config)
+def _plain_config(out: dict[str, Any], where: str, pin_backbone: bool) -> dict[str, Any]:
     _walk(out, where, transformers=pin_backbone)
+    return out
+
+
+def copied(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """A copy of a config's dicts and lists (the caller's stays as it was), made with an explicit stack: a
+    config nested deeper than MAX_DEPTH, or holding more than MAX_ITEMS values, is refused before it is
+    copied, never by a RecursionError (`copy.deepcopy` recurses once per level)."""
+    out: dict[str, Any] = {}
+    stack: list[tuple[Any, Any, int]] = [(config, out, 0)]
+    seen = 0
+    while stack:
+        source, target, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigRefused(f"{where} nests deeper than {MAX_DEPTH} levels: not a model config")
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in items:
+            seen += 1
+            if seen > MAX_ITEMS:
+                raise ConfigRefused(f"{where} holds more than {MAX_ITEMS:,} values: not a model config")
+            if isinstance(value, (dict, list)):
+                child: Any = {} if isinstance(value, dict) else [None] * len(value)
+                stack.append((value, child, depth + 1))
+                value = child
+            target[key] = value
     return out
 
 

@@ -108,7 +108,7 @@ def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancel
                 raise RunError("cancelled", kind="cancelled")
             if "config.json" in fs.listdir(url):
                 raw = yield from _read_config(fs, f"{base}/config.json", token)
-                arch = recognize_config(parse_config(raw))
+                arch = recognize_config(parse_config(raw), tensors=tensors)
         if arch is None and tensors:
             arch = recognize_by_keys(tensors)
     except ArchitectureRefused as exc:

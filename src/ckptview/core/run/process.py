@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections import deque
@@ -23,7 +22,7 @@ from typing import Any, Protocol
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
-from ckptview.core.run.child import OFFLINE_ENV, child_command
+from ckptview.core.run.child import OFFLINE_ENV, child_command, scratch_folder, start_child
 from ckptview.core.run.protocol import (
     MAX_EVENT_LINE,
     MAX_EVENTS,
@@ -99,14 +98,16 @@ class WorkerJob:
             kwargs["start_new_session"] = True  # its own process group: kill() reaches user subprocesses
         else:
             kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-        self.workdir = tempfile.mkdtemp(prefix="ckptview-run-")  # mode 0700
+        self.workdir = scratch_folder("run")  # mode 0700, named for this process (core/run/child.py)
         self.started = time.monotonic()
         try:
-            self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, cwd=self.workdir, env=_worker_env(), **kwargs)
+            # Its lifeline: it dies with this process, and takes its folder along (core/worker/lifeline.py).
+            self.child = start_child(WORKER, cwd=self.workdir, env=_worker_env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
         except OSError:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
+        self.proc = self.child.proc
         self.events: deque[PhaseEvent] = deque(maxlen=MAX_EVENTS)
         self.result: ResultMessage | None = None
         self.result_at = 0.0
@@ -183,6 +184,7 @@ class WorkerJob:
             self.proc.wait(timeout=10)
         for thread in self._threads:
             thread.join(timeout=2)
+        self.child.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def elapsed(self) -> float:

@@ -31,6 +31,7 @@ from ckptview.core.worker.forward import (
 )
 from ckptview.core.worker.graph import graph_job, keys_job
 from ckptview.core.worker.library import next_tokens
+from ckptview.core.worker.lifeline import leave
 from ckptview.core.worker.lightning import load_lightning_model
 from ckptview.core.worker.loading import (
     load_graph,
@@ -75,8 +76,8 @@ def entry() -> None:
     status = main()
     sys.stderr.flush()
     # Skip interpreter teardown: threads left running by model code or a slow device shutdown must not
-    # keep the process alive after the result is written.
-    os._exit(status)
+    # keep the process alive after the result is written; its scratch folder goes with it (lifeline).
+    leave(status)
 
 
 def main() -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.run.input_specs import InputSpec
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.worker.build_guard import guarded_build
@@ -38,7 +39,7 @@ def graph_job(job: Job) -> dict[str, Any]:
     if not isinstance(arch, dict):
         raise WorkerError("the graph request names no architecture", kind="protocol")
     job.enter("building the model")
-    model = build(arch, "meta", req.get("dtype"))
+    model = build(arch, "meta", req.get("dtype"), Listing.from_json(req.get("expect")))  # held against the file
     tie(model)
     specs = [InputSpec.from_json(s) for s in req.get("inputs") or []] or _declared(model, arch, req)
     if not specs:

@@ -15,8 +15,10 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
+from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.run.protocol import WorkerError, one_line
 from ckptview.core.worker.build_guard import guarded_build
+from ckptview.core.worker.build_size import held_against
 from ckptview.core.worker.example_model import MODELS
 
 PROMPT = "The capital of France is"
@@ -24,9 +26,28 @@ TOP_K = 5
 MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer.json larger than this is not read
 
 
-def build(arch: dict[str, Any], device: str, dtype_name: str | None) -> Any:
+def build(arch: dict[str, Any], device: str, dtype_name: str | None, listing: Listing | None = None) -> Any:
     """The model named by `arch` (see `core.run.architectures.Architecture.payload`) on `device`, in eval mode,
-    built with `dtype_name` as the default floating-point dtype (None: the library's own default)."""
+    built with `dtype_name` as the default floating-point dtype (None: the library's own default).
+
+    `listing` (the request's `expect`: the checkpoint the model is for): the model is built on `meta` first,
+    bounded by the listing and checked against it (`build_size`), and built on `device` only when it agrees."""
+    if listing is not None:
+        model = held_against(lambda on: _build(arch, on, dtype_name), listing, f"{arch['library']} {arch['class']}")
+        if device == "meta":
+            return model
+        del model
+    return _build(arch, device, dtype_name)
+
+
+def check_against_file(arch: dict[str, Any], listing: Listing | None) -> None:
+    """Build `arch` on `meta`, bounded by and checked against the checkpoint's `listing` (nothing kept); for a
+    library that builds the model itself afterwards (transformers' from_pretrained)."""
+    if listing is not None:
+        build(arch, "meta", None, listing)
+
+
+def _build(arch: dict[str, Any], device: str, dtype_name: str | None) -> Any:
     import torch
 
     library, name = arch["library"], arch["class"]
@@ -148,10 +169,11 @@ _BUILDERS = {"transformers": _transformers, "diffusers": _diffusers, "timm": _ti
              "ckptview": _ckptview}
 
 
-def parameter_names(config: dict[str, Any], arch: str) -> list[str]:
+def parameter_names(config: dict[str, Any], arch: str, listing: Listing | None = None) -> list[str]:
     """`named_parameters()` names of transformers' `arch` built on the meta device from `config` (the same
-    build, checks and guard as a run's: a model class of the library's registry, nothing loaded)."""
-    model = build({"library": "transformers", "class": arch, "config": config}, "meta", None)
+    build, checks and guard as a run's: a model class of the library's registry, nothing loaded), held against
+    the checkpoint's `listing` when given."""
+    model = build({"library": "transformers", "class": arch, "config": config}, "meta", None, listing)
     return [name for name, _ in model.named_parameters()]
 
 

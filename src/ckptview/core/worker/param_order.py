@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 import warnings
 
+from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.worker.library import parameter_names
+from ckptview.core.worker.lifeline import leave
 
 
 def entry() -> None:
-    """stdin: {"class": the model class, "config": the checked config}; stdout: the names, one JSON line."""
+    """stdin: {"class": the model class, "config": the checked config, "expect": the checkpoint's listing};
+    stdout: the names, one JSON line."""
     warnings.simplefilter("ignore")
-    request = json.loads(sys.stdin.read())
-    print(json.dumps(parameter_names(request["config"], request["class"])))
+    status = 1
+    try:
+        request = json.loads(sys.stdin.read())
+        listing = Listing.from_json(request.get("expect"))  # the checkpoint it is for: the build held against it
+        print(json.dumps(parameter_names(request["config"], request["class"], listing)))
+        status = 0
+    except Exception:  # noqa: BLE001 - no order: the parent reads the status, stderr says why
+        traceback.print_exc()
+    finally:
+        leave(status)  # its scratch folder goes with it (lifeline)

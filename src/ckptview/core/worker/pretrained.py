@@ -17,11 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core.read.open import open_checkpoint
+from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import LoadReport, ShapeMismatch, Unplaced
 from ckptview.core.run.state_dict import find_state_dict, strip_prefixes
 from ckptview.core.worker.build_guard import guarded_build
-from ckptview.core.worker.library import build, checked_config, transformers_class
+from ckptview.core.worker.library import build, check_against_file, checked_config, transformers_class
 from ckptview.core.worker.tensors import read_like_file
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def _transformers(job: Job, arch: dict[str, Any], checkpoint: Checkpoint, device
     name = arch["class"]
     what = f"transformers {name}"
     config_data = checked_config(arch)  # config_guard again, as for every build in the worker
+    check_against_file(arch, Listing.from_json(job.request.get("expect")))  # on meta, before anything is read
     found_under, state, unplaced, moved = _read_state(job, checkpoint, device)  # before the guard: files
     raw_keys = set(state)
     job.enter("loading")
@@ -169,7 +171,7 @@ def _built(job: Job, arch: dict[str, Any], checkpoint: Checkpoint, device: str) 
     import torch
 
     job.enter("building the model")
-    model = build(arch, device, None)
+    model = build(arch, device, None, Listing.from_json(job.request.get("expect")))
     found_under, state, unplaced, moved = _read_state(job, checkpoint, device)
     job.enter("loading")
     library = arch["library"]

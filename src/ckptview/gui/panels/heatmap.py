@@ -13,6 +13,7 @@ from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.heatmap import HeatMap
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
+from ckptview.gui.base.job_bar import JobBar
 from ckptview.gui.base.log_axis import index_axis
 from ckptview.gui.base.plots import (
     follow_background,
@@ -85,6 +86,9 @@ class HeatmapPanel(QWidget):
         self.slot.yielded.connect(
             lambda p: self.status.setText(f"reading… {p.fraction:.0%}") if isinstance(p, Progress) else None)
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.slot.aborted.connect(self._on_aborted)
+        self.job_bar = JobBar(self.slot)  # progress and Cancel while the tensor is read
+        self.job_bar.retry.connect(self._restart)
         self.axis = QSpinBox(minimum=0, maximum=0)
         self.axis.setPrefix("rows = dim ")
         self.percentile = QDoubleSpinBox(minimum=50.0, maximum=100.0, value=DEFAULT_PERCENTILE, decimals=1,
@@ -99,6 +103,7 @@ class HeatmapPanel(QWidget):
         controls.addWidget(self.axis)
         controls.addWidget(self.percentile)
         controls.addStretch(1)
+        controls.addWidget(self.job_bar)
         self.graphics = pg.GraphicsLayoutWidget()
         follow_background(self.graphics)
         make_exportable(self.graphics, "heatmap")
@@ -155,6 +160,10 @@ class HeatmapPanel(QWidget):
         self.status.setText("reading…")
         say_nothing(self.plot, "reading…")
         self.slot.start(self.analysis.matrix_preview, self.info, self.axis.value())
+
+    def _on_aborted(self) -> None:
+        self.status.setText("Cancelled: the tensor was not read (Compute reads it).")
+        say_nothing(self.plot, "Cancelled.")
 
     def _on_result(self, hm: object) -> None:
         assert isinstance(hm, HeatMap)

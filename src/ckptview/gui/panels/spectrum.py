@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
     QCheckBox,
+    QHBoxLayout,
     QLabel,
     QSplitter,
     QTableWidget,
@@ -29,6 +30,7 @@ from ckptview.core.jobs import Progress
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure, human_bytes
+from ckptview.gui.base.job_bar import JobBar
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.plots import (
@@ -46,6 +48,7 @@ from ckptview.gui.checkpoint.host import CheckpointContext
 if TYPE_CHECKING:
     from ckptview.core.figures.spectral import Spectrum
 
+COMPUTING = "computing…"
 COLUMNS = ("weight", "matrix", "alpha", "stable rank", "spectral norm", "flags")
 MAX_WEIGHTS = 2000  # rows of the table at most (a whole LLM: every Linear of it)
 FLAG_TIPS = {
@@ -148,6 +151,9 @@ class SpectrumPanel(QWidget):
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_returned)
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.slot.aborted.connect(self._on_aborted)
+        self.job_bar = JobBar(self.slot)  # progress that moves, and Cancel (a large matrix takes minutes)
+        self.job_bar.retry.connect(self._compute_rest)
         self.graphics = pg.GraphicsLayoutWidget()
         follow_background(self.graphics)
         make_exportable(self.graphics, "spectrum")
@@ -201,7 +207,10 @@ class SpectrumPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.expand_box)
-        layout.addWidget(self.status)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.job_bar)
+        layout.addLayout(status_row)
         self._clear_plots()
 
     # -- selection ----------------------------------------------------------------------------------
@@ -237,11 +246,13 @@ class SpectrumPanel(QWidget):
             self._fill_row(row, row, name, info, None)
         self.table.blockSignals(False)
         self.table.setSortingEnabled(True)
-        self._clear_plots()
+        self._pending = []
         self._offer_expansion(weights)
         if not weights:
+            self._clear_plots()
             self.status.setText("Select a weight or a module to see its spectrum (2-D weights and conv kernels).")
             return
+        self._clear_plots(COMPUTING)  # a weight is selected: its plots wait for it, they never ask for one
         expand = self.expand_box.isChecked()
         pending = [i for i, (_, info) in enumerate(weights) if self.analysis.cached_spectrum(info, expand) is None]
         for i, (_, info) in enumerate(weights):
@@ -249,13 +260,30 @@ class SpectrumPanel(QWidget):
             if cached is not None:
                 self._accept(i, cached)
         if pending:
-            self.status.setText("computing…")
-            job = functools.partial(self.analysis.spectral_job, expand=expand)
-            self.slot.start(job, [weights[i][1] for i in pending])
-            self._pending = pending
+            self._compute(pending)
         else:
             self.status.setText(self._summary())
             self.tableReady.emit()
+
+    def _compute(self, indices: list[int]) -> None:
+        """Compute the spectra of weights `indices`, in that order (a new job: the one running is dropped)."""
+        self.status.setText("computing…")
+        job = functools.partial(self.analysis.spectral_job, expand=self.expand_box.isChecked())
+        self._pending = list(indices)
+        self.slot.start(job, [self.weights[i][1] for i in indices])
+
+    def _compute_rest(self) -> None:
+        """Compute every weight not computed yet (Compute, after a Cancel), the one shown first."""
+        rest = [i for i in range(len(self.weights)) if i not in self.spectra and i not in self.errors]
+        if rest:
+            first = [self.current] if self.current in rest else []
+            self._compute(first + [i for i in rest if i != self.current])
+            if self.current in rest:
+                self._clear_plots(COMPUTING)
+
+    def cancel(self) -> None:
+        """Stop computing (the Cancel button): what is computed stays; a weight picked again is computed then."""
+        self.job_bar.cancel()
 
     def _offer_expansion(self, weights: list[tuple[str, TensorInfo]]) -> None:
         """The box appears when a weight repeats its storage, with what expanding them would read."""
@@ -276,8 +304,10 @@ class SpectrumPanel(QWidget):
             self._clear_plots("Could not read this weight.")
             self.figures.setText(self.errors[index])
         else:
-            self._clear_plots("computing…")
-            self.figures.setText("computing…")
+            self._clear_plots(COMPUTING)
+            self.figures.setText(COMPUTING)
+            if not self.slot.running:  # cancelled before it was computed: picking it computes it (first)
+                self._compute_rest()
 
     # -- table --------------------------------------------------------------------------------------
     def _fill_row(self, row: int, index: int, name: str, info: TensorInfo, s: Spectrum | None) -> None:
@@ -349,7 +379,11 @@ class SpectrumPanel(QWidget):
     # -- job events ---------------------------------------------------------------------------------
     def _on_yielded(self, value: object) -> None:
         if isinstance(value, Progress):
-            self.status.setText(f"computing spectra… {value.fraction:.0%}")
+            done = len([i for i in self._pending if i in self.spectra or i in self.errors])
+            parts = ([f"weight {done + 1} of {len(self._pending)}"] if len(self._pending) > 1 else []) + \
+                ([value.message] if value.message else [])
+            self.status.setText(f"computing spectra… {value.fraction:.0%}"
+                                + (f" ({', '.join(parts)})" if parts else ""))
         elif isinstance(value, SpectrumReady):
             self._accept(self._pending[value.index], value.spectrum)
         elif isinstance(value, TargetFailed):
@@ -368,6 +402,16 @@ class SpectrumPanel(QWidget):
     def _on_returned(self, _results: object) -> None:
         self.status.setText(self._summary())
         self.tableReady.emit()
+
+    def _on_aborted(self) -> None:
+        left = len([i for i in self._pending if i not in self.spectra and i not in self.errors])
+        self.status.setText(f"Cancelled: {self._summary()}; {left} not computed (Compute, or pick one).")
+        if self.current >= 0 and self.current not in self.spectra and self.current not in self.errors:
+            self._clear_plots("Cancelled: press Compute, or pick the weight again.")
+            self.figures.setText("")
+        self.table.blockSignals(True)
+        self.table.clearSelection()  # so that picking the same row again is a pick (and computes it)
+        self.table.blockSignals(False)
 
     def _summary(self) -> str:
         flagged = sum(1 for s in self.spectra.values() if s.flags)

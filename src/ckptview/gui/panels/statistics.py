@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QMenu,
@@ -26,6 +27,7 @@ from ckptview.core.jobs import Progress
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import shown
 from ckptview.core.units import MISSING, number
+from ckptview.gui.base.job_bar import JobBar
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -122,6 +124,10 @@ class StatsPanel(QWidget):
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_returned)
         self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.slot.aborted.connect(self._on_aborted)
+        self.job_bar = JobBar(self.slot)  # progress and Cancel: a module's aggregate reads every tensor in it
+        self.job_bar.retry.connect(lambda: self.set_selection(self._entries))
+        self._entries: Sequence[Selected] = []
         self.table = QTableWidget(len(JSON_KEYS), 0)
         self.table.setVerticalHeaderLabels([LABELS[k] for k in JSON_KEYS])
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -154,7 +160,10 @@ class StatsPanel(QWidget):
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.addWidget(self.table)
         top_layout.addWidget(self.counters)
-        top_layout.addWidget(self.status)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.job_bar)
+        top_layout.addLayout(status_row)
         splitter.addWidget(top)
         splitter.addWidget(self.histogram)
         layout = QVBoxLayout(self)
@@ -166,6 +175,7 @@ class StatsPanel(QWidget):
 
     def set_selection(self, entries: Sequence[Selected]) -> None:
         """Show the figures of the selected tensors/modules; cancels the job of the previous selection."""
+        self._entries = list(entries)
         self.targets, counters = _split(entries)
         self._counters, self._counters_left = counters[:MAX_COUNTERS], max(0, len(counters) - MAX_COUNTERS)
         self._counter_values = {}
@@ -227,6 +237,9 @@ class StatsPanel(QWidget):
     def _on_returned(self, _results: object) -> None:
         self.status.setText(self.note)
         self.statsReady.emit()
+
+    def _on_aborted(self) -> None:
+        self.status.setText("Cancelled: the figures shown '…' were not computed (Compute computes them).")
 
     def _on_yielded(self, value: object) -> None:
         if isinstance(value, Progress):

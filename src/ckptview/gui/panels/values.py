@@ -32,6 +32,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.grouping import Selected
 from ckptview.core.read.values.slicing import LazySlice2D, SliceError, default_spec
+from ckptview.gui.base.job_bar import JobBar
 from ckptview.gui.base.plots import nonfinite_colors
 from ckptview.gui.base.tables import compact
 from ckptview.gui.base.workers import JobSlot
@@ -109,6 +110,7 @@ class ValuesModel(QAbstractTableModel):
         self.tiles = JobSlot(self, replace=False)  # tiles load side by side; a new slice drops them all
         self.tiles.returned.connect(self._on_tile)
         self.tiles.errored.connect(self._on_tile_error)
+        self.tiles.aborted.connect(self._on_tile_error)  # cancelled: those tiles may be asked for again
         self._tiles: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._pending: set[tuple[int, int]] = set()
         self.origin = (0, 0)  # the slice's row and column shown first (the page); tiles keep slice coordinates
@@ -251,7 +253,13 @@ class ValuesPanel(QWidget):
         self.status = QLabel("Select a tensor to see its values.")
         self.status.setWordWrap(True)
         self.model = ValuesModel(self, self.analysis)
+        # The tiles being read, and Cancel (a strided slice of a large tensor reads many places of the file).
+        self.job_bar = JobBar(self.model.tiles, steps=False)
+        self.job_bar.cancelled.connect(
+            lambda: self.status.setText("Cancelled: the cells shown '…' were not read (Compute or scrolling "
+                                        "reads them)."))
         self.table = QTableView()
+        self.job_bar.retry.connect(self.table.viewport().update)  # the cells shown ask for their tiles again
         self.table.setModel(self.model)
         for header in (self.table.horizontalHeader(), self.table.verticalHeader()):
             # Fixed sections: Qt must not measure 4,096 columns or 50,000 rows to lay them out.
@@ -289,7 +297,10 @@ class ValuesPanel(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.pages)
         layout.addWidget(self.table, 1)
-        layout.addWidget(self.status)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.job_bar)
+        layout.addLayout(status_row)
         self.spec.returnPressed.connect(self._load)
         self.digits.currentIndexChanged.connect(lambda _i: self.model.set_digits(self.digits.currentData()))
         self.model.tileLoaded.connect(self._fit_columns)
