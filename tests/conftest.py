@@ -22,3 +22,21 @@ def transformers_unimported(monkeypatch):
 
     for name in [n for n in sys.modules if n == "transformers" or n.startswith("transformers.")]:
         monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem) -> None:
+    """A library that adds a `logging.StreamHandler()` when it is imported (lightning does) binds whatever
+    `sys.stderr` was then: imported during a test that captures output, it holds that test's stream, closed
+    once the test ends, and every later record prints "--- Logging error ---" into another test's output. Such
+    a handler is pointed back at the process's own stderr, so no test depends on which test imported what."""
+    import logging
+    import sys
+
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(v, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and getattr(stream, "closed", False):
+                handler.stream = sys.__stderr__  # not setStream: it flushes the closed stream first

@@ -236,7 +236,7 @@ def test_the_workers_graph_op_reads_no_file_and_loads_nothing(tmp_path, monkeypa
 
 def test_the_worker_falls_back_to_fx_where_export_cannot_trace(monkeypatch) -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
-    monkeypatch.setattr(worker_graph, "build", lambda arch, device, dtype: model)
+    monkeypatch.setattr(worker_graph, "build", lambda arch, device, dtype, expect=None: model)
 
     def no_export(*args, **kwargs):
         raise RuntimeError("data-dependent control flow")

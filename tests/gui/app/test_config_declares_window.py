@@ -1,5 +1,6 @@
 """The window on a config that does not describe its file (issue 43, findings 9 and 10): the Run panel builds
-and says why in one line, the Graph tab draws the module tree naming the refusal, no worker is started, and
+and says why in one line, the Graph tab draws what the keys say (inferred
+or the module tree) naming the refusal, no worker is started, and
 nothing logs "panel 'Run' failed to build". The folders are tests/hostile/test_config_declares.py's."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def test_the_run_panel_says_why_in_one_line(saved, tmp_path, qtbot, no_worker, c
 
 
 @pytest.mark.parametrize("case", ["layers", "deep"])
-def test_the_window_builds_its_panels_and_draws_the_module_tree(saved, tmp_path, qtbot, window, no_worker, case,
+def test_the_window_builds_its_panels_and_draws_from_the_keys(saved, tmp_path, qtbot, window, no_worker, case,
                                                               caplog):
     from tests.support.guihelpers import wait_settled
 
@@ -48,4 +49,4 @@ def test_the_window_builds_its_panels_and_draws_the_module_tree(saved, tmp_path,
     page = tab.show_graph(True)
     qtbot.waitUntil(lambda: page.hierarchy is not None, timeout=60_000)
     graph = page.hierarchy.graph
-    assert graph.source == "module-tree" and WORDS[case] in graph.notes[0], graph.notes
+    assert graph.source in ("inferred", "module-tree") and WORDS[case] in graph.notes[0], graph.notes

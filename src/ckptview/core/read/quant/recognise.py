@@ -64,7 +64,7 @@ def add_logical_tensors(ckpt: Checkpoint, read_config: Callable[[], QuantConfig]
     anchors = [(scheme, anchor) for scheme in schemes() for anchor in scheme.ANCHORS]
     by_dtype: dict[str, tuple[str, ...]] = {}  # a dtype an anchor names -> the suffixes its anchors end with
     for _s, anchor in anchors:
-        for dtype in anchor.dtypes or ():
+        for dtype in anchor.dtypes or ():  # bounded: the registry's anchors, written in ckptview
             by_dtype[dtype] = (*by_dtype.get(dtype, ()), anchor.suffix)
     by_suffix = tuple({a.suffix for _s, a in anchors if a.dtypes is None and a.suffix})
     budget = Budget.for_stored(ckpt.file_size, "recognising quantized weights")
