@@ -7,10 +7,10 @@ import sys
 from typing import Any
 
 from ckptview.commands import keep_until_exit
+from ckptview.commands.failures import CommandFailure
 from ckptview.commands.info import write_json, write_json_stream
 from ckptview.core.compare.align import parse_mapping
 from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
-from ckptview.core.errors import CheckpointError
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
@@ -54,7 +54,7 @@ def _diff(args: argparse.Namespace) -> int:
     try:
         mapping = parse_mapping(args.map)
     except ValueError as exc:
-        raise CheckpointError(str(exc)) from None
+        raise CommandFailure(str(exc)) from None
     a = open_checkpoint(args.a, ReaderContext(remote=args.remote))
     try:
         b = open_checkpoint(args.b, ReaderContext(remote=args.remote))

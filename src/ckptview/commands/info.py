@@ -16,6 +16,7 @@ from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import TYPE_CHECKING, Any
 
 from ckptview.commands import keep_until_exit
+from ckptview.commands.failures import CommandFailure
 from ckptview.core import dtypes, figures, inspect  # the last two load a name on first use (start-up)
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
@@ -375,8 +376,7 @@ def _list(args: argparse.Namespace) -> int:
         try:
             query = inspect.parse_query(args.filter)
         except inspect.QueryError as exc:
-            print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
-            return 2
+            raise CommandFailure(f"--filter: {exc}") from None
     ckpt = open_checkpoint(args.path, ReaderContext(remote=args.remote))
     try:
         only, order = None, None

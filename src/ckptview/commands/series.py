@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ckptview.commands import series_options as series_live
+from ckptview.commands.failures import CommandFailure
 from ckptview.core.series.model import SeriesResult, TensorSeries
 from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS
 from ckptview.core.text import printable
@@ -59,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.clear_cache:
         return series_live.clear_cache()
     if not args.paths:
-        print("ckptview: series: give a run folder, checkpoints or globs (PATH)", file=sys.stderr)
-        return 2
+        raise CommandFailure("series: give a run folder, checkpoints or globs (PATH)")
     if args.watch:
         return series_live.watch(args)
     result = series_live.read_run(args)
