@@ -26,6 +26,12 @@ class RecordingSettings:
     def set_flag(self, key: str, value: bool) -> None:
         self.flags[key] = value
 
+    def column_choice(self, column: str) -> bool | None:
+        return None
+
+    def set_column_choice(self, column: str, shown: bool | None) -> None:
+        pass
+
 
 class RecordingHost:
     """A `TabHost` that writes down what the tab asks of it."""

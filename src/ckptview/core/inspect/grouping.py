@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from ckptview.core.checkpoint import MAX_MODULE_DEPTH, Node
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.read.formats import training_folder
 
 
 class Row:
@@ -128,6 +129,8 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
         groups: dict[str, tuple[Row, int]] = {}
         prefix_name = f"{row.name}." if row.name else ""
         levels = max(0, min(MAX_GROUP_DEPTH, MAX_ROW_DEPTH - depth - 1))
+        if node.type_name == training_folder.NAME:  # its keys are file names: `model.safetensors` is one row
+            levels = 0
         for child in node.children:
             key = child.key
             child_depth = depth + 1

@@ -854,14 +854,18 @@ def state_labels(ckpt: Checkpoint | Node) -> dict[int, str]:
 
 
 def label_state_rows(top: Any, ckpt: Checkpoint | Node) -> None:
-    """Relabel the display rows (``core.grouping.Row``) of mapped optimizer state; the filter finds them by
-    parameter name too."""
+    """Relabel the display rows (``core.grouping.Row``) of mapped optimizer state: a parameter's state row
+    reads ``"0 · encoder.0.weight"``; its entries keep their keys (``exp_avg``: the row above names the
+    parameter, and ``exp_avg of model.layers.0.post_attention_layernorm.weight`` repeated under it was cut
+    at any width). The filter finds both by parameter name too."""
     labels = state_labels(ckpt)
     if not labels:
         return
     for row in top.walk():
         label = labels.get(id(row.node)) if row.node is not None else None
         if label is not None:
-            row.label = label
+            parent = row.parent
+            if parent is None or parent.node is None or id(parent.node) not in labels:
+                row.label = label
             # Label first, joined by a dot: name globs anchored at a dot boundary still match the name.
             row.search_name = f"{label}.{row.name}".lower()

@@ -57,6 +57,14 @@ class TabSettings(Protocol):
         """Remember an on/off choice."""
         ...
 
+    def column_choice(self, column: str) -> bool | None:
+        """The user's choice for a tree column: shown, hidden, or None (the tree decides)."""
+        ...
+
+    def set_column_choice(self, column: str, shown: bool | None) -> None:
+        """Remember the user's choice for a tree column (None: the tree decides again)."""
+        ...
+
 
 class Buildable(Protocol):
     """A tab whose page the window builds when its turn in the queue comes."""
@@ -122,6 +130,13 @@ class NullSettings:
         return default
 
     def set_flag(self, key: str, value: bool) -> None:
+        """Forgotten at once."""
+
+    def column_choice(self, column: str) -> bool | None:
+        """No choice: the tree decides."""
+        return None
+
+    def set_column_choice(self, column: str, shown: bool | None) -> None:
         """Forgotten at once."""
 
 

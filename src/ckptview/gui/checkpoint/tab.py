@@ -302,7 +302,7 @@ class CheckpointTab(QWidget):
         box.addWidget(self.summary)
 
         self.model = CheckpointTreeModel(top, self, flat=opened.flat)
-        self.tree = CheckpointTreeView(self.model, opened.sharded, opened.devices)
+        self.tree = CheckpointTreeView(self.model, opened.sharded, opened.devices, settings)
         self.tree.status_message.connect(self.status_message)
         self.filter = TreeFilter(self.model, self.tree, top, opened.leaf_count, self, opened.analysis)
         self.filter_edit, self.match_label = self.filter.edit, self.filter.match_label
@@ -348,9 +348,10 @@ class CheckpointTab(QWidget):
         self.splitter.addWidget(self.right)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        # The tree gets what its columns need beside a 240 px Name, the side panels (histograms, the
-        # optimizer's table) ~560: at 1024 px they share the width in that proportion (Qt scales them).
-        tree_wants = min(max(self.tree.columns_width() + NAME_WANTS + 20, 400), 640)
+        # The tree gets what its columns need beside its widest name (at least 240 px), the side panels
+        # (histograms, the optimizer's table) ~560: at 1024 px they share the width in that proportion (Qt
+        # scales them); where that is too narrow for both, columns give way to the names (fit_columns).
+        tree_wants = min(max(self.tree.columns_width() + max(NAME_WANTS, self.tree.names_width()) + 20, 400), 640)
         self.splitter.setSizes([tree_wants, 560])
         box.addWidget(self.splitter, 1)
         self.stack.show_only(page)

@@ -276,8 +276,12 @@ class CheckpointTreeModel(QAbstractItemModel):
         """The cell's whole text (cells are elided), then the row's full name and what it holds."""
         info = row.node.tensor if row.node is not None else None
         name = shown(row.name)
-        if row.label and row.label != row.name and not row.name.endswith(row.label):
-            name = f"{shown(row.label)}\n{name}"  # an optimizer row named by its parameter: both names
+        label = row.label
+        up = row.parent
+        if up is not None and " · " in up.label and up.search_name == f"{up.label}.{up.name}".lower():
+            label = f"{label} of {up.label.partition(' · ')[2]}"  # optimizer state: the row above names it
+        if label and label != row.name and not row.name.endswith(label):
+            name = f"{shown(label)}\n{name}"  # an optimizer row named by its parameter: both names
         node = row.node
         if column != NAME:
             whole = (repr(node.value) if node is not None and node.kind == "value" and column == SHAPE
@@ -322,6 +326,29 @@ class CheckpointTreeModel(QAbstractItemModel):
                 if text and not (is_value and column == SHAPE and len(text) > VALUE_CHARS):
                     found.add(shown(text))
         return {c: sorted(found, key=len, reverse=True)[:count] for c, found in texts.items()}
+
+    def widest_names(self, sample: int = WIDTH_SAMPLE, count: int = 64) -> list[tuple[int, str]]:
+        """(depth below the top, name as shown) of the `count` longest names among the top-level rows and up
+        to `sample` rows spread over the whole tree: what the Name column makes room for."""
+        rows = self.flat_rows()
+        step = max(1, len(rows) // sample)
+        depth: dict[int, int] = {id(self.top): -1}
+        found: list[tuple[int, str]] = []
+        for row in rows[::step] + self.kids(self.top):
+            if row is self.top:
+                continue
+            chain = []
+            up: Row | None = row
+            while up is not None and id(up) not in depth:
+                chain.append(up)
+                up = up.parent
+            level = depth[id(up)] if up is not None else -1
+            for link in reversed(chain):
+                level += 1
+                depth[id(link)] = level
+            found.append((depth[id(row)], shown(row.label)))
+        found.sort(key=lambda item: len(item[1]) + 2 * item[0], reverse=True)
+        return found[:count]
 
     def set_nonfinite(self, marks: dict[int, tuple[int, int]]) -> None:
         """Mark rows holding NaN/Inf (`core.inspect.marks.nonfinite_marks`): names in the NaN colour, counts
