@@ -9,6 +9,7 @@ elements, bytes) of its subtree. The GUI's tree model is a thin adapter over the
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from ckptview.core.checkpoint import MAX_MODULE_DEPTH, Node
 from ckptview.core.gc_policy import paused_gc
@@ -19,7 +20,7 @@ class Row:
     """One display row: a core node (container, tensor, value) or a synthetic module group."""
 
     __slots__ = ("label", "node", "name", "kind", "parent", "children", "tensors", "numel", "nbytes",
-                 "search_name")
+                 "params", "search_name")
 
     def __init__(self, label: str, node: Node | None, name: str, kind: str, parent: Row | None) -> None:
         self.label = label
@@ -31,6 +32,9 @@ class Row:
         self.tensors = 0
         self.numel = 0
         self.nbytes = 0
+        # Elements of the model's parameters here and below, as `module.parameters()` counts them (a tied
+        # weight once): only where `group_tree` was given the counts (`summary.size_facts` decides them)
+        self.params = 0
         lowered = name.lower()
         self.search_name = name if lowered == name else lowered  # one string, not two, for most names
 
@@ -94,14 +98,23 @@ MAX_GROUP_DEPTH = MAX_MODULE_DEPTH
 MAX_ROW_DEPTH = 1000  # the pickle reader keeps containers 1000 levels deep: groups never go deeper
 
 
-def group_tree(root: Node, warnings: list[str] | None = None) -> Row:
+class ParameterCounts(NamedTuple):
+    """Which tensors are the model's parameters: id(node) -> elements for each (every name of a tied weight),
+    and (id(node) of a second name, id(node) of the first) for each tied weight, counted once above both."""
+
+    elements: dict[int, int]
+    tied: list[tuple[int, int]]
+
+
+def group_tree(root: Node, warnings: list[str] | None = None, parameters: ParameterCounts | None = None) -> Row:
     """The display rows of `root`, dotted string keys nested by module path, with subtree totals.
 
     Iterative whatever the nesting; a key of more than `MAX_GROUP_DEPTH` dotted levels is grouped that deep
-    and the rest of it kept as one row, with one line appended to `warnings` (when given, once)."""
+    and the rest of it kept as one row, with one line appended to `warnings` (when given, once). With
+    `parameters` each row's `params` counts the model's parameters below it."""
     with paused_gc():  # hundreds of thousands of rows and no garbage: skip the collector's passes
         cut = [False]
-        top = _group_tree(root, cut)
+        top = _group_tree(root, cut, parameters)
     if cut[0] and warnings is not None and DEPTH_WARNING not in warnings:
         warnings.append(DEPTH_WARNING)
     return top
@@ -111,7 +124,10 @@ DEPTH_WARNING = (f"tensor names nest deeper than {MAX_GROUP_DEPTH} module levels
                  "shown as one row")
 
 
-def _group_tree(root: Node, cut: list[bool]) -> Row:
+def _group_tree(root: Node, cut: list[bool], parameters: ParameterCounts | None = None) -> Row:
+    counts = parameters.elements if parameters is not None else {}
+    tied = {n for pair in parameters.tied for n in pair} if parameters is not None else set()
+    tied_rows: dict[int, Row] = {}
     top = Row("", root, "", root.kind, None)
     if not root.children and root.kind in ("value", "object", "tensor"):
         # The whole file is one value, e.g. a pickle whose top object is a call `os.system('...')`: show
@@ -120,6 +136,7 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
         top.children.append(only)
         if root.kind == "tensor" and root.tensor is not None:
             only.tensors, only.numel, only.nbytes = 1, root.tensor.numel, root.tensor.nbytes
+            only.params = counts.get(id(root), 0)
             _add_totals([only])
         return top
     stack: list[tuple[Node, Row, int]] = [(root, top, 0)]
@@ -149,8 +166,34 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
                 stack.append((child, child_row, child_depth))
             if child.kind == "tensor" and (info := child.tensor) is not None:
                 child_row.tensors, child_row.numel, child_row.nbytes = 1, info.numel, info.nbytes
+                if counts:
+                    child_row.params = counts.get(id(child), 0)
+                    if id(child) in tied:
+                        tied_rows[id(child)] = child_row
     _add_totals(made)
+    if parameters is not None:
+        _count_tied_once(parameters.tied, tied_rows)
     return top
+
+
+def _count_tied_once(tied: list[tuple[int, int]], rows: dict[int, Row]) -> None:
+    """A tied weight counts in each module that holds one of its names, once in a module holding both:
+    taken off the rows above both of them (the lowest row the two share, and its ancestors)."""
+    for second, first in tied:
+        a, b = rows.get(second), rows.get(first)
+        if a is None or b is None:
+            continue
+        above: set[int] = set()
+        up: Row | None = b
+        while up is not None:
+            above.add(id(up))
+            up = up.parent
+        shared = a.parent
+        while shared is not None and id(shared) not in above:
+            shared = shared.parent
+        while shared is not None:
+            shared.params -= a.params
+            shared = shared.parent
 
 
 def _group_for(row: Row, prefix: str, groups: dict[str, tuple[Row, int]], levels: int,
@@ -203,6 +246,7 @@ def _add_totals(made: list[Row]) -> None:
             parent.tensors += row.tensors
             parent.numel += row.numel
             parent.nbytes += row.nbytes
+            parent.params += row.params
 
 
 def find_row(top: Row, name: str) -> Row | None:

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ckptview.core import dtypes
-from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, PathKey, TensorEntry, TensorInfo
+from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, PathKey, TensorEntry
 from ckptview.core.inspect import zero
+from ckptview.core.inspect.grouping import ParameterCounts
 from ckptview.core.inspect.roles import BUFFER_NAMES, COUNTER_NAMES, last_name, learnable_dtype, tensor_role
 from ckptview.core.read.formats.training_folder import is_weights_entry
 
@@ -19,30 +20,38 @@ class SizeFacts(NamedTuple):
     parameters: int  # elements of the distinct parameters outside optimizer state (as torch counts them)
     bytes_by_dtype: list[tuple[str, int]]  # (dtype, logical bytes) over the distinct tensors, largest first
     buffers: int = 0  # elements of the distinct buffers and integer counters outside optimizer state
+    counted: ParameterCounts | None = None  # which tensors those parameters are (the tree's column counts them)
 
 
-def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
+def _distinct(checkpoint: Checkpoint) -> tuple[list[TensorEntry], list[tuple[TensorEntry, TensorEntry]]]:
+    """The distinct tensors, and (copy, the entry first seen) for every other name of one of them."""
     # Tied weights (`lm_head.weight is embed.weight`) are one tensor saved under two names: count once.
     # Most storages back one view, so only a second view of a storage costs a key: a set of a million
     # (storage, offset, shape, stride) tuples took a third of a second to free, in one go, holding the GIL.
-    first: dict[int, TensorInfo] = {}  # id(storage) -> its first view, or id(info) of a tensor without one
-    views: set[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = set()
+    first: dict[int, TensorEntry] = {}  # id(storage) -> its first view, or id(info) of a tensor without one
+    views: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], TensorEntry] = {}
     out = []
+    copies = []
     for entry in checkpoint.tensors():
         info = entry.info
         key = id(info.storage) if info.storage is not None else id(info)
         seen = first.get(key)
         if seen is None:
-            first[key] = info
-        elif seen is info or info.storage is None:
+            first[key] = entry
+        elif seen.info is info:
+            copies.append((entry, seen))
+            continue
+        elif info.storage is None:
             continue
         else:
             view = (info.offset, info.shape, info.stride)
-            if view == (seen.offset, seen.shape, seen.stride) or (key, *view) in views:
+            was = seen if view == (seen.info.offset, seen.info.shape, seen.info.stride) else views.get((key, *view))
+            if was is not None:
+                copies.append((entry, was))
                 continue
-            views.add((key, *view))
+            views[(key, *view)] = entry
         out.append(entry)
-    return out
+    return out, copies
 
 
 # Where a training checkpoint keeps the model's weights (Lightning's `state_dict`, DeepSpeed's `module`, ...).
@@ -102,7 +111,11 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     in_model = _in_model(checkpoint, checkpoint.tensors())
     placeholders: dict[tuple[PathKey, ...], set[str]] = {}  # owner of a `module` -> its empty parameters
     learnable: dict[str, bool] = {}  # dtype -> whether it can be a parameter's
-    for entry in _distinct(checkpoint):
+    distinct, copies = _distinct(checkpoint)
+    # id(node) -> elements of each tensor counted, as a module's own (`marked`) and by the rules (`model`)
+    counted_marked: dict[int, int] = {}
+    counted_model: dict[int, int] = {}
+    for entry in distinct:
         info = entry.info
         shape, dtype = info.shape, info.dtype
         known = numels.get(id(shape))
@@ -113,7 +126,10 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
         path = entry.path
         if info.extra and MODULE_PART in info.extra:  # the module says what is its own
             any_marked = True
-            marked[tensor_role(info, path) != "parameter"] += n
+            role = tensor_role(info, path) != "parameter"
+            marked[role] += n
+            if not role:
+                counted_marked[id(entry.node)] = n
         elif not any_marked and in_model(path):  # a file that marks any: nothing unmarked counts
             # `tensor_role` of a tensor its module does not mark, inlined (100,000 calls a listing)
             parameter = learnable.get(dtype)
@@ -125,14 +141,20 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
                 parameter = not (name in BUFFER_NAMES or name in COUNTER_NAMES and len(shape) <= 1 and n == 1)
             if parameter:
                 model[0] += n
+                counted_model[id(entry.node)] = n
                 if not n and len(path) >= 2 and path[-2] == "module":  # ZeRO-3's placeholder
                     placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
             else:
                 model[1] += n
     sizes = Counter({dtype: count * dtypes.itemsize(dtype) for dtype, count in elements.items()})
+    counted = counted_marked if any_marked else counted_model
+    tied = [(id(copy.node), id(was.node)) for copy, was in copies if id(was.node) in counted]
+    for copy_node, was_node in tied:  # each name of a parameter is the parameter (a module's own counts it)
+        counted[copy_node] = counted[was_node]
+    found = ParameterCounts(counted, tied)
     if any_marked:
-        return SizeFacts(marked[0], sizes.most_common(), marked[1])
-    return SizeFacts(model[0] + _partitioned(checkpoint.root, placeholders), sizes.most_common(), model[1])
+        return SizeFacts(marked[0], sizes.most_common(), marked[1], found)
+    return SizeFacts(model[0] + _partitioned(checkpoint.root, placeholders), sizes.most_common(), model[1], found)
 
 
 def _partitioned(root: Node, placeholders: dict[tuple[PathKey, ...], set[str]]) -> int:

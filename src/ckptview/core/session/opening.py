@@ -79,7 +79,9 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     `token` is checked between the steps (each takes seconds at a million tensors).
     """
     check = token.check if token is not None else lambda: None
-    top = group_tree(checkpoint.root, checkpoint.warnings)
+    facts = size_facts(checkpoint)  # which tensors are the model's parameters: the tree's column counts them
+    check()
+    top = group_tree(checkpoint.root, checkpoint.warnings, facts.counted)
     check()
     label_state_rows(top, checkpoint)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
     check()
@@ -89,7 +91,7 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     check()
     sharded = any("shards" in e.info.extra for e in tensors)
     devices = frozenset(e.info.device for e in tensors)
-    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
+    return Opened(checkpoint, top, checkpoint.sharing(), leaves, facts, sharded, flat=flat,
                   devices=devices, lease=lease)
 
 

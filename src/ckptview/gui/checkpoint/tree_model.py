@@ -25,6 +25,13 @@ from ckptview.gui.base.palette import color
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
 NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE, SHARD = range(7)
+HEADER_TIPS = {
+    PARAMS: "Elements of the model's parameters here and below, as sum(p.numel() for p in model.parameters()) "
+            "counts them (the Summary's number): buffers, counters and optimizer state are none",
+    SIZE: "Bytes of the tensors here and below",
+    SHARD: "Which file of the sharded checkpoint holds the tensor",
+    DEVICE: "The device the tensor was saved from",
+}
 
 
 def shard_text(info: Any) -> str:
@@ -74,7 +81,7 @@ def _sort_key(column: int) -> Any:
         SHAPE: lambda r: (len(tensor(r).shape), tensor(r).shape) if tensor(r) else (-1, ()),
         DTYPE: lambda r: tensor(r).dtype if tensor(r) else "",
         SIZE: lambda r: r.nbytes,
-        PARAMS: lambda r: r.numel,
+        PARAMS: lambda r: r.params,
         DEVICE: lambda r: tensor(r).device if tensor(r) else "",
         SHARD: lambda r: shard_text(tensor(r)),
     }
@@ -199,6 +206,8 @@ class CheckpointTreeModel(QAbstractItemModel):
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS.get(section)
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight if section in (SIZE, PARAMS) else Qt.AlignmentFlag.AlignLeft)
         return None
@@ -241,7 +250,7 @@ class CheckpointTreeModel(QAbstractItemModel):
             if column == SHAPE and (found := repeats(info)) is not None:  # what the file stores is less
                 return f"{shape_text(info.shape)} (repeats {format_factor(found.factor)})"
             return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
-                    count_text(row.numel), info.device)[column]
+                    count_text(row.params) if row.params else "", info.device)[column]
         if node is not None and node.kind == "value":
             if column == SHAPE:
                 if isinstance(node.value, float):  # a loss, a learning rate: readable; exact in the tooltip
@@ -257,8 +266,8 @@ class CheckpointTreeModel(QAbstractItemModel):
             return f"{n:,} item{'s' if n != 1 else ''}"
         if row.tensors and column == SIZE:
             return human_bytes(row.nbytes)
-        if row.tensors and column == PARAMS:
-            return count_text(row.numel)
+        if row.params and column == PARAMS:
+            return count_text(row.params)
         return ""
 
     def _icon(self, row: Row) -> QIcon:

@@ -56,7 +56,7 @@ from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable
-from ckptview.core.units import MISSING, figure
+from ckptview.core.units import MISSING, figure, plural
 from ckptview.gui.base.elide import ElidedLabel
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.palette import color
@@ -620,14 +620,15 @@ class CompareTab(QWidget):
         parts = [f"<span style='background:{status_color(s).name()};color:{text_color}'>&nbsp;{n} {s}&nbsp;</span>"
                  for s, n in sorted(counts.items(), key=lambda kv: _status_rank(kv[0]))]
         overall = self.result.overall_rel_l2()
-        text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
+        text = f"{plural(len(self.result.weights), 'model weight')}: " + " ".join(parts)
         if overall is not None:
             text += (f" &nbsp; overall relative change <b>{figure(overall)}</b> "
-                     f"(over the {len(self.result.parameters)} parameters)")
+                     f"(over the {plural(len(self.result.parameters), 'parameter tensor')})")
         buffers = self.result.buffers
         if buffers:
             differ = sum(1 for t in buffers if t.status != "identical")
-            text += f" &nbsp; {len(buffers)} buffers (running statistics, counters), {differ} differ: not in the headline"
+            text += (f" &nbsp; {plural(len(buffers), 'buffer')} (running statistics, counters), {differ} differ: "
+                     "not in the headline")
         other = self.result.other
         if other:
             differ = sum(1 for t in other if t.status != "identical")
