@@ -45,11 +45,12 @@ def _distinct(checkpoint: Checkpoint) -> tuple[list[TensorEntry], list[tuple[Ten
             continue
         else:
             view = (info.offset, info.shape, info.stride)
-            was = seen if view == (seen.info.offset, seen.info.shape, seen.info.stride) else views.get((key, *view))
+            where = (key, *view)
+            was = seen if view == (seen.info.offset, seen.info.shape, seen.info.stride) else views.get(where)
             if was is not None:
                 copies.append((entry, was))
                 continue
-            views[(key, *view)] = entry
+            views[where] = entry
         out.append(entry)
     return out, copies
 
