@@ -40,7 +40,7 @@ from ckptview.core.inspect import zero
 from ckptview.core.inspect.hf_order import architecture, parameter_order
 from ckptview.core.inspect.optimizer_align import align_groups
 from ckptview.core.read.bytes.files import is_url
-from ckptview.core.read.formats.hf_sharded import weight_sets
+from ckptview.core.read.formats.hf_sharded import HUB_FORMATS, weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_values
@@ -686,7 +686,7 @@ _ROLES = (
 
 def order_lost(model: Node | None) -> bool:
     """True when the model's tensors come from a file that stores names sorted (safetensors, a HF index)."""
-    return model is not None and (model.type_name == "safetensors" or model.type_name.startswith("hf-sharded"))
+    return model is not None and (model.type_name == "safetensors" or model.type_name in HUB_FORMATS)
 
 
 def _role(name: str) -> int:

@@ -89,7 +89,9 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     leaves = sum(1 for r in flat if not r.children and r is not top)
     tensors = checkpoint.tensors()
     check()
-    sharded = any("shards" in e.info.extra for e in tensors)
+    # A Shard column says something where the tensors lie in more than one file (one file: no column).
+    sharded = len({str(s.get("file")) for e in tensors for s in e.info.extra.get("shards", ())
+                   if isinstance(s, dict)}) > 1
     devices = frozenset(e.info.device for e in tensors)
     return Opened(checkpoint, top, checkpoint.sharing(), leaves, facts, sharded, flat=flat,
                   devices=devices, lease=lease)

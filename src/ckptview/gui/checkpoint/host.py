@@ -117,6 +117,10 @@ class TabHost(Protocol):
         """Open a series tab over these paths (an error page's "Open as series")."""
         ...
 
+    def open_diff(self, a: str, b: str) -> None:
+        """Open the comparison of two checkpoints (an error page's "Compare first and last")."""
+        ...
+
 
 class NullSettings:
     """Settings outside a window: never ask before opening, nothing remembered."""
@@ -187,6 +191,9 @@ class NullHost:
     def open_series(self, paths: list[str]) -> QWidget | None:
         """No window to open a series tab in."""
         return None
+
+    def open_diff(self, a: str, b: str) -> None:
+        """No window to open a comparison in."""
 
 
 @dataclass

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
     QSizePolicy,
@@ -87,12 +88,14 @@ class LoadingPage(QWidget):
 
 class ErrorPage(QWidget):
     """"Could not open NAME", the reason (selectable), where the file is, the actions that fix it (`offers`:
-    (key, button text, tooltip); `action_clicked(key)`; the buttons in `offer_buttons`), and Reload."""
+    (key, button text, tooltip); `action_clicked(key)`; the buttons in `offer_buttons`), and Reload. An
+    offer listed in `menus` (key -> entries) gets a menu instead: `action_clicked("KEY#N")` for entry N."""
 
     reload_clicked = Signal()
     action_clicked = Signal(str)
 
-    def __init__(self, name: str, path: str, text: str, offers: Sequence[tuple[str, str, str]] = ()) -> None:
+    def __init__(self, name: str, path: str, text: str, offers: Sequence[tuple[str, str, str]] = (),
+                 menus: dict[str, Sequence[str]] | None = None) -> None:
         super().__init__()
         box = QVBoxLayout(self)
         box.addStretch(1)
@@ -119,7 +122,14 @@ class ErrorPage(QWidget):
             button.setObjectName(f"{key}Action")
             button.setToolTip(tip)
             button.setDefault(i == 0)
-            button.clicked.connect(lambda _checked=False, key=key: self.action_clicked.emit(key))
+            entries = (menus or {}).get(key)
+            if entries is not None:
+                menu = QMenu(button)
+                for n, entry in enumerate(entries):
+                    menu.addAction(printable(entry), lambda key=key, n=n: self.action_clicked.emit(f"{key}#{n}"))
+                button.setMenu(menu)
+            else:
+                button.clicked.connect(lambda _checked=False, key=key: self.action_clicked.emit(key))
             self.offer_buttons[key] = button
         retry = QPushButton("Reload")
         retry.setObjectName("reloadButton")

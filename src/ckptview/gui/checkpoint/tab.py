@@ -33,7 +33,7 @@ from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
-from ckptview.core.session.offers import DOWNLOAD, OPEN, SERIES, WAIT, Offer, offers_for
+from ckptview.core.session.offers import COMPARE, DOWNLOAD, EACH, OPEN, SERIES, WAIT, Offer, offers_for
 from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
 from ckptview.gui.base.gc_guard import collect_when_deleted
@@ -179,7 +179,8 @@ class CheckpointTab(QWidget):
         self.state, self.error_text = "error", text
         shown_text, offers = offers_for(self.opener.error, text)  # in the window's words, with what fixes it
         self._offers = {offer.key: offer for offer in offers}
-        page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers])
+        page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers],
+                         {o.key: o.names for o in offers if o.choices})
         page.reload_clicked.connect(self.reload)
         page.action_clicked.connect(self.take_offer)
         self.error_label, self.error_actions = page.label, page.offer_buttons
@@ -188,12 +189,19 @@ class CheckpointTab(QWidget):
         self.failed.emit(text)
 
     def take_offer(self, key: str) -> None:
-        """Do what the error page offers: open the folder as a run, open the one checkpoint it holds, download
-        a file whose server ignores ranges, or wait longer for a slow server."""
+        """Do what the error page offers: open the folder as a run, open one checkpoint it holds (`each#N`: the
+        Nth of them), compare its first and last, download a file whose server ignores ranges, or wait longer
+        for a slow server."""
+        key, _, entry = key.partition("#")
         offer = self._offers.get(key)
         if offer is None or self.state != "error":
             return
-        if offer.key == SERIES:
+        if offer.key == EACH and entry.isdigit() and int(entry) < len(offer.choices):
+            self.host.open_paths([offer.choices[int(entry)]])  # one of several: this page stays for the others
+        elif offer.key == COMPARE and isinstance(offer.value, tuple):
+            self.host.open_diff(*offer.value)
+            self.host.close_page(self)
+        elif offer.key == SERIES:
             self.host.open_series([str(offer.value)])
             self.host.close_page(self)  # the run's tab takes the place of this error
         elif offer.key == OPEN:
