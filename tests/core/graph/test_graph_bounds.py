@@ -20,6 +20,7 @@ from ckptview.core.graph import GraphRefused, exported, read_graph
 from ckptview.core.graph.script import code as script_code
 from ckptview.core.graph.script import evaluate as script_eval
 from ckptview.core.read.open import open_checkpoint
+from tests.support.cli_failure import failure_stdout
 from tests.support.crafted import rewrite_zip
 
 LINEAR = "code/__torch__/torch/nn/modules/linear.py"
@@ -53,7 +54,7 @@ def _refused(path: str, capsys: pytest.CaptureFixture, words: str) -> None:
     capsys.readouterr()
     assert cli.main(["graph", path, "--json"]) == 2
     out = capsys.readouterr()
-    assert out.out == "" and out.err.count("\n") == 1 and words.replace("\\", "") in out.err
+    assert failure_stdout(out.out) and out.err.count("\n") == 1 and words.replace("\\", "") in out.err
 
 
 def _class(body: str) -> str:

@@ -198,3 +198,22 @@ def test_a_training_checkpoint_counts_its_model_only(tmp_path):
         assert row("model_state_dict.1").params == 128
     finally:
         ckpt.close()
+
+
+def test_a_model_s_buffers_are_no_training_facts(tmp_path, resnet):
+    """A state dict's (and a .pt2's) `bn1.num_batches_tracked` is a module's counter: the Training tab showed for
+    every file with a BatchNorm. A training checkpoint's own `step` and `loss` still are facts."""
+    from ckptview.core.inspect.training import training_summary
+
+    _model, path = resnet
+    ckpt = open_checkpoint(path)
+    try:
+        assert training_summary(ckpt, read_scalars=False).is_empty
+    finally:
+        ckpt.close()
+    torch.save({"step": torch.tensor(7), "loss": torch.tensor(0.5), "w": torch.ones(2)}, tmp_path / "t.pt")
+    ckpt = open_checkpoint(str(tmp_path / "t.pt"))
+    try:
+        assert [name for name, _ in training_summary(ckpt).scalars] == ["step", "loss"]
+    finally:
+        ckpt.close()

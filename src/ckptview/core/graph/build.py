@@ -10,7 +10,7 @@ from ckptview.core.graph.cache import GraphCache
 from ckptview.core.graph.exported import exported_graph
 from ckptview.core.graph.library import library_graph
 from ckptview.core.graph.model import ModelGraph
-from ckptview.core.graph.module_tree import module_tree_graph
+from ckptview.core.graph.module_tree import is_pickled_model, module_tree_graph
 from ckptview.core.graph.torchscript import torchscript_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read.bytes.files import is_url
@@ -39,8 +39,11 @@ def graph_source(checkpoint: Checkpoint) -> tuple[str, Architecture | None, str]
     except ArchitectureRefused as exc:
         return "module-tree", None, f"{exc}; its modules are drawn without data flow"
     if arch is None:
-        pickled = " (a full-model pickle's forward is code in the file, never run)" if checkpoint.unsafe_globals else ""
-        return "module-tree", None, f"{NO_GRAPH}{pickled}: its modules are drawn without data flow"
+        if is_pickled_model(checkpoint):  # a module, not a state dict: say so (its note called it one)
+            return "module-tree", None, ("a full-model pickle's forward is code in the file, never run, and no "
+                                         "installed library names this architecture: its modules are drawn with "
+                                         "their classes, without data flow")
+        return "module-tree", None, f"{NO_GRAPH}: its modules are drawn without data flow"
     missing = missing_library(arch)
     if missing is not None:
         return "module-tree", None, f"{missing}: its modules are drawn without data flow"

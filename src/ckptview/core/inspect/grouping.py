@@ -148,8 +148,11 @@ def _group_tree(root: Node, cut: list[bool], parameters: ParameterCounts | None 
         levels = max(0, min(MAX_GROUP_DEPTH, MAX_ROW_DEPTH - depth - 1))
         if node.type_name == training_folder.NAME:  # its keys are file names: `model.safetensors` is one row
             levels = 0
+        module = node.kind == "object" and any(_is_mode(c) for c in node.children)
         for child in node.children:
             key = child.key
+            if module and _bookkeeping(child):  # a module's train/eval flag, a TorchScript module's private
+                continue  # attributes (kept in the checkpoint: its code reads them; no row of the tree)
             child_depth = depth + 1
             if type(key) is str and "." in key and levels:  # a ReprKey (2.5, a tuple) is one row
                 prefix, _, label = key.rpartition(".")
@@ -195,6 +198,20 @@ def _count_tied_once(tied: list[tuple[int, int]], rows: dict[int, Row]) -> None:
             shared.params -= a.params
             shared = shared.parent
 
+
+def _is_mode(node: Node) -> bool:
+    """The `training` flag every torch.nn.Module (pickled or TorchScript) keeps among its attributes."""
+    return node.key == "training" and node.kind == "value" and isinstance(node.value, bool)
+
+
+def _bookkeeping(node: Node) -> bool:
+    """A module's member that is torch's bookkeeping, not a weight or a setting: its `training` flag and its
+    private attributes (`_is_full_backward_hook`, `_reversed_padding_repeated_twice`; a pickled module's are
+    left out when it is read, a TorchScript module keeps them for its code)."""
+    if _is_mode(node):
+        return True
+    return (isinstance(node.key, str) and node.key.startswith("_") and node.kind != "tensor"
+            and not any(n.kind == "tensor" for n in node.walk()))
 
 def _group_for(row: Row, prefix: str, groups: dict[str, tuple[Row, int]], levels: int,
                cut: list[bool], made: list[Row]) -> tuple[Row, int]:

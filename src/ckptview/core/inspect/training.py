@@ -12,6 +12,7 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, Node, PathKey, join_path
 from ckptview.core.inspect.optimizer import is_optimizer_node, plain, scalar_value
+from ckptview.core.inspect.roles import BUFFER_NAMES
 from ckptview.core.read.pickle.to_tree import short_repr
 
 # Containers at the top of a checkpoint whose scalar leaves are training facts too (Lightning's
@@ -77,12 +78,18 @@ def training_summary(ckpt: Checkpoint | Node, read_scalars: bool = True) -> Trai
             _flatten(child, key if key != "hyper_parameters" else "", out.hyper_parameters)
         elif key in FACT_CONTAINERS and child.kind in ("dict", "object"):
             _scalar_leaves(child, key, out, read_scalars, depth=2)
-        else:
+        elif not (child.kind == "tensor" and _model_tensor(key)):
             fact = _scalar(child, read_scalars)
             if fact is not None:
                 out.scalars.append((key, fact))
     out.schedulers = find_schedulers(root)
     return out
+
+
+def _model_tensor(key: str) -> bool:
+    """A one-element tensor at the top that is a module's (`bn1.num_batches_tracked` of a state dict or a .pt2,
+    a top-level module's `running_mean`), not a fact of the run."""
+    return "." in key or key in BUFFER_NAMES
 
 
 # trainer_state.json keys worth a row (the rest is in the tree), in this order.

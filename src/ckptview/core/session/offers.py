@@ -26,13 +26,13 @@ SERIES, OPEN, DOWNLOAD, WAIT, COMPARE, EACH = "series", "open", "download", "wai
 @dataclass(frozen=True)
 class Offer:
     """One action the error page offers: `key` (what the tab does), the button's text and tooltip, and
-    `value` (the path to open, the byte limit of a download, the seconds to wait, the two paths to compare);
-    `choices` (the paths of EACH, one entry of the button's menu per path, `names` their labels)."""
+    `value` (the path to open, the byte limit of a download, the seconds to wait); `choices` (the two paths to
+    compare, the paths of EACH) and `names` (when given, the button is a menu of them, one per choice)."""
 
     key: str
     text: str
     tip: str
-    value: str | int | float | tuple[str, str] | None = None
+    value: str | int | float | None = None
     choices: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
 
@@ -82,7 +82,7 @@ def _folder(error: FolderOfCheckpoints) -> tuple[str, list[Offer]]:
     series = Offer(SERIES, "Open as series", "Show its checkpoints as a training run: norms, update ratios and "
                    "findings over the steps (File > Open Series…)", folder)
     compare = Offer(COMPARE, "Compare first and last", f"Compare {names[0]} with {names[-1]}, tensor by tensor",
-                    (paths[0], paths[-1]))
+                    choices=(paths[0], paths[-1]))
     latest = Offer(OPEN, "Open the last", f"Open {names[-1]} in a tab of its own", paths[-1])
     each = Offer(EACH, "Open one…", "Open any of them in a tab of its own", choices=tuple(paths), names=tuple(names))
     return (f"This folder holds {plural(len(names), 'checkpoint')} ({listed(names)}), not one: open one, compare "

@@ -15,8 +15,9 @@ from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, group_tree
-from ckptview.core.inspect.optimizer import label_state_rows
+from ckptview.core.inspect.optimizer import is_optimizer_node, label_state_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
+from ckptview.core.inspect.training import training_summary
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import ReaderContext
@@ -38,6 +39,9 @@ class Opened:
     devices: frozenset[str] = frozenset({"cpu"})  # where the tensors were saved
     flat: list[Row] | None = None  # every row, for the filter index
     signature: Signature | None = None  # the file as it was when opened
+    # What the file holds besides tensors, for the views that show only those (`FEATURES`): optimizer state,
+    # training facts (epoch, loss, schedulers, hyper-parameters)
+    features: frozenset[str] = frozenset()
     # The tab's hold on the checkpoint (the window's workspace shares it with comparisons and other
     # tabs): released, never closed, when the tab lets it go. Without one, the checkpoint is this tab's.
     lease: Lease | None = None
@@ -63,6 +67,17 @@ class Opened:
 
 
 PROGRESS_INTERVAL = 0.1  # seconds between two progress steps handed to the GUI thread
+OPTIMIZER, TRAINING = "optimizer", "training"  # `Opened.features`
+
+
+def features_of(checkpoint: Checkpoint) -> frozenset[str]:
+    """What `checkpoint` holds that only some views show: optimizer state, training facts (metadata only)."""
+    found = set()
+    if any(is_optimizer_node(node) for node in checkpoint.root.walk()):
+        found.add(OPTIMIZER)
+    if not training_summary(checkpoint, read_scalars=False).is_empty:
+        found.add(TRAINING)
+    return frozenset(found)
 
 
 class LargeHeader(Exception):
@@ -93,8 +108,10 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     sharded = len({str(s.get("file")) for e in tensors for s in e.info.extra.get("shards", ())
                    if isinstance(s, dict)}) > 1
     devices = frozenset(e.info.device for e in tensors)
+    features = features_of(checkpoint)
+    check()
     return Opened(checkpoint, top, checkpoint.sharing(), leaves, facts, sharded, flat=flat,
-                  devices=devices, lease=lease)
+                  devices=devices, lease=lease, features=features)
 
 
 def open_and_prepare(path: str, header_limit: int | None = None, token: CancelToken | None = None,

@@ -39,6 +39,7 @@ from ckptview.core.graph import GraphCache
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.session.opening import OPTIMIZER, TRAINING
 from ckptview.core.session.titles import distinct_titles
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
@@ -92,8 +93,8 @@ PANELS = [
     PanelSpec("Heat-map", HeatmapPanel, 20),
     PanelSpec("Spectrum", SpectrumPanel, 25),
     PanelSpec("Values", ValuesPanel, 30),
-    PanelSpec("Optimizer", OptimizerPanel, 40),
-    PanelSpec("Training", TrainingPanel, 50),
+    PanelSpec("Optimizer", OptimizerPanel, 40, needs=OPTIMIZER),  # only where the file holds optimizer state
+    PanelSpec("Training", TrainingPanel, 50, needs=TRAINING),  # only where it holds epoch, loss, schedulers, ...
     PanelSpec("Run", RunPanel, 60),
 ]
 

@@ -223,8 +223,11 @@ class SupportsSelection(Protocol):
 
 @dataclass(frozen=True)
 class PanelSpec:
-    """A side panel: its side tab's title, the factory that builds it, and where its tab goes (by order)."""
+    """A side panel: its side tab's title, the factory that builds it, where its tab goes (by order), and what
+    the checkpoint must hold for the tab to be there at all (`needs`: one of `opening.features_of`'s words;
+    None: every checkpoint)."""
 
     title: str
     factory: Callable[[CheckpointContext], QWidget]
     order: int = 1000
+    needs: str | None = None

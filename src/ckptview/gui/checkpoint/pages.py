@@ -3,6 +3,7 @@ question before a huge header; and the safety banner above a tree. Widgets only:
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Sequence
 
@@ -126,7 +127,7 @@ class ErrorPage(QWidget):
             if entries is not None:
                 menu = QMenu(button)
                 for n, entry in enumerate(entries):
-                    menu.addAction(printable(entry), lambda key=key, n=n: self.action_clicked.emit(f"{key}#{n}"))
+                    menu.addAction(printable(entry), functools.partial(self.action_clicked.emit, f"{key}#{n}"))
                 button.setMenu(menu)
             else:
                 button.clicked.connect(lambda _checked=False, key=key: self.action_clicked.emit(key))

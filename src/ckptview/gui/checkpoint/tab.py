@@ -164,8 +164,8 @@ class CheckpointTab(QWidget):
             if place["filter"]:
                 self.filter.set_text(place["filter"])
             restore_place(self.tree, self.tree.tree_model, opened.top, place)
-            if 0 <= place["side_tab"] < self.side_tabs.count():
-                self.side_tabs.setCurrentIndex(place["side_tab"])
+            if place["side_tab"]:
+                self.side_panels.show_panel(place["side_tab"])
         keep_out_of_collections()
         transfer = opened.checkpoint.metadata.get("_transfer")
         moved = f", {transfer.bytes:,} bytes in {transfer.requests} requests" if transfer is not None else ""
@@ -180,7 +180,7 @@ class CheckpointTab(QWidget):
         shown_text, offers = offers_for(self.opener.error, text)  # in the window's words, with what fixes it
         self._offers = {offer.key: offer for offer in offers}
         page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers],
-                         {o.key: o.names for o in offers if o.choices})
+                         {o.key: o.names for o in offers if o.names})
         page.reload_clicked.connect(self.reload)
         page.action_clicked.connect(self.take_offer)
         self.error_label, self.error_actions = page.label, page.offer_buttons
@@ -198,8 +198,8 @@ class CheckpointTab(QWidget):
             return
         if offer.key == EACH and entry.isdigit() and int(entry) < len(offer.choices):
             self.host.open_paths([offer.choices[int(entry)]])  # one of several: this page stays for the others
-        elif offer.key == COMPARE and isinstance(offer.value, tuple):
-            self.host.open_diff(*offer.value)
+        elif offer.key == COMPARE and len(offer.choices) == 2:
+            self.host.open_diff(*offer.choices)
             self.host.close_page(self)
         elif offer.key == SERIES:
             self.host.open_series([str(offer.value)])
@@ -254,7 +254,7 @@ class CheckpointTab(QWidget):
             return
         if self.state == "ready" and self.model is not None and self.top is not None:
             self._place = save_place(self.tree, self.model, self.top, self.filter_edit.text(),
-                                     self.side_tabs.currentIndex())
+                                     self.side_tabs.tabText(self.side_tabs.currentIndex()))
         self._release()
         trees = self.trees()
         self.checkpoint = self.top = self.model = self.context = None
@@ -340,8 +340,9 @@ class CheckpointTab(QWidget):
             select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis)
         # A tab in the background, or a huge checkpoint, builds its panels later (see SidePanels).
         eager = top.tensors <= LAZY_PANELS_ABOVE and (self.isVisible() or self.host.is_current(self))
+        panels = [spec for spec in self.host.panels if spec.needs is None or spec.needs in opened.features]
         self.side_panels = SidePanels(self.detail, self.context, eager, lambda: entries_of(self.selected_rows()),
-                                      self.host.panels, self)
+                                      panels, self)
         self.side_tabs = self.side_panels.tabs
         self._stops.append(self.side_panels.close)
 
