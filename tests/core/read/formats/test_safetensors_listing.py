@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import struct
 
 import pytest
@@ -84,7 +85,22 @@ def _recorded_fields(stdout: str) -> object:
     if isinstance(listing, dict):
         assert all(isinstance(listing.get(key, 0), int) for key in ADDED)
         listing = {k: v for k, v in listing.items() if k not in ADDED}
+        # Worded since (issue 45): an entry past the end of the file is "cut off", and a warning says the
+        # file looks cut short. The recorded wording, so that the listing is compared as it was.
+        listing["warnings"] = [_as_recorded(w) for w in listing.get("warnings", [])
+                               if not w.startswith("the file is cut short")]
+        for tensor in listing.get("tensors", []):
+            if "broken" in tensor:
+                tensor["broken"] = _as_recorded(tensor["broken"])
     return listing
+
+
+_CUT_OFF = re.compile(r"cut off: its data_offsets \[(-?\d+), (-?\d+)\] end past the (\d+)-byte data region the file "
+                      r"holds")
+
+
+def _as_recorded(text: str) -> str:
+    return _CUT_OFF.sub(r"data_offsets [\1, \2] lie outside the \3-byte data region", text)
 
 
 def _write(path: str, header: dict) -> int:

@@ -47,6 +47,10 @@ class ByteSource(Protocol):
 AMBIGUOUS = "ambiguous zip"
 
 
+class TruncatedZip(CheckpointFormatError):
+    """The zip's end (its central directory) is missing or cut: a file cut short, as a download that stopped."""
+
+
 def read_central_directory(path: str, start: int = 0, length: int | None = None,
                            source: ByteSource | None = None) -> list[ZipEntry]:
     """Every member of the zip at `path` (or of the zip stored in bytes [start, start+length) of it),
@@ -62,7 +66,7 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
         tail = fh.read(tail_len)
         pos = tail.rfind(b"PK\x05\x06")
         if pos < 0 or len(tail) - pos < _EOCD.size:
-            raise CheckpointFormatError("truncated or corrupt zip: end of central directory not found")
+            raise TruncatedZip("truncated or corrupt zip: end of central directory not found")
         _, disk, cd_disk, _n_disk, n_total, cd_size, cd_offset, _comment = _EOCD.unpack_from(tail, pos)
         eocd_at = size - tail_len + pos
         if disk or cd_disk:
@@ -74,7 +78,7 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
             n_total, cd_size, cd_offset, dir_end = _zip64_end(fh, tail, pos, eocd_at)
         concat = dir_end - cd_size - cd_offset  # bytes prepended to the archive
         if concat < 0 or cd_size > size or n_total > MAX_ENTRIES:
-            raise CheckpointFormatError("truncated or corrupt zip: central directory out of range")
+            raise TruncatedZip("truncated or corrupt zip: central directory out of range")
         if concat:  # zipfile would shift every offset by this much, torch reads them as written
             raise CheckpointFormatError(
                 f"{AMBIGUOUS}: its directory is {concat} bytes from where its offsets say (bytes before the "
@@ -82,7 +86,7 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
         fh.seek(cd_offset + concat)
         directory = fh.read(cd_size)
     if len(directory) != cd_size:
-        raise CheckpointFormatError("truncated zip: central directory cut short")
+        raise TruncatedZip("truncated zip: central directory cut short")
     return _parse_entries(directory, n_total, concat + start)
 
 
