@@ -20,6 +20,7 @@ KINDS = {
     "not_found": "no file or folder at the path",
     "not_a_checkpoint": "the file or folder is in no format ckptview reads",
     "folder_of_checkpoints": "a folder that is no checkpoint but holds several (the message says what to run)",
+    "not_a_series": "a series needs at least two checkpoints, and the paths hold one",
     "format": "the file claims a known format but is malformed, truncated or inconsistent",
     "unsafe": "the file asks for something the safe reader refuses, or code nobody trusted",
     "limit": "the file asks for more work than its bytes pay for, or is past one of the limits (docs/limits.md)",

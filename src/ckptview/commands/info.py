@@ -435,7 +435,8 @@ def print_table(data: dict[str, Any]) -> None:
     total_bytes = sum(t["nbytes"] for t in tensors)
     total_params = sum(math.prod(t["shape"]) for t in tensors)
     out.write(f"{printable(data['path'])}\n  format {printable(data['format'])}, {human_bytes(data['file_size'])} "
-              f"on disk, {plural(len(tensors), 'tensor')}, {human_count(total_params)} elements, "
+              f"on disk, {plural(len(tensors), 'tensor')}, "
+              f"{human_count(total_params)} element{'' if total_params == 1 else 's'}, "
               f"{human_bytes(total_bytes)}\n")
     if data["unsafe_globals"]:
         out.write("  UNSAFE GLOBALS (referenced, not run): " + ", ".join(map(printable, data["unsafe_globals"]))

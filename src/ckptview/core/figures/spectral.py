@@ -35,6 +35,7 @@ from ckptview.core.figures.spectral_fit import PowerLawFit, iter_power_law_fit
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
 from ckptview.core.read.values.reading import iter_chunks
 from ckptview.core.read.values.repeats import refusal
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -243,7 +244,7 @@ def _read_matrix(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
         pos += n
         yield Progress(pos * (_STEPS // 2) // max(total, 1), _STEPS, "reading")
     if pos != total:
-        raise TensorDataError(f"no spectrum: read {pos:,} values of {total:,}")
+        raise TensorDataError(f"no spectrum: read {plural(pos, 'value')} of {total:,}")
     return matrix
 
 
@@ -328,7 +329,7 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
                 filled = 0
         yield Progress(seen * (_STEPS * 6 // 10) // max(total, 1), _STEPS, "reading")
     if seen != total:
-        raise TensorDataError(f"no spectrum: read {seen:,} values of {total:,}")
+        raise TensorDataError(f"no spectrum: read {plural(seen, 'value')} of {total:,}")
     if filled:
         flush(buffer[:filled])
     if bad[0]:

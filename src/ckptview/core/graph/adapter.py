@@ -26,6 +26,7 @@ from ckptview.core.graph.overlay import BoxFigure, Figure, KeyFigures, Scale, bo
 from ckptview.core.graph.torchscript import SOURCE as TORCHSCRIPT
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.session.workspace import Holdings
+from ckptview.core.units import plural
 
 GraphJob = Callable[[Checkpoint | None, CancelToken | None], Generator[Progress, None, ModelGraph]]
 
@@ -56,7 +57,7 @@ def hierarchy_job(checkpoint: Checkpoint | None, job: GraphJob | None = None, to
         raise ValueError("no checkpoint to read a graph from")
     else:
         graph = yield from graph_job(checkpoint, token, cache)
-    yield Progress(0, 0, f"nesting {len(graph.nodes):,} nodes by module")
+    yield Progress(0, 0, f"nesting {plural(len(graph.nodes), 'node')} by module")
     return Hierarchy(graph)
 
 

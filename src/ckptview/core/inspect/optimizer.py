@@ -44,6 +44,7 @@ from ckptview.core.read.formats.hf_sharded import HUB_FORMATS, weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_values
+from ckptview.core.units import plural
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -605,7 +606,7 @@ def _map(opt: OptimizerState, folder: str | None = None) -> None:
             opt.mapping = "guessed" if unsure else "exact"
             opt.note = ("the model file lists names sorted, not in model order, and no guess of that order fits: "
                         "parameters matched by state shape only"
-                        + (f"; {unsure} of {len(params)} names guessed (another tensor has the same shape)"
+                        + (f"; {unsure} of {plural(len(params), 'name')} guessed (another tensor has the same shape)"
                            if unsure else ""))
             return
     if found.picked is None:
@@ -634,9 +635,9 @@ def _map(opt: OptimizerState, folder: str | None = None) -> None:
     opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
                 + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
                 + doubt
-                + (f"; the model file lists names sorted, not in model order: {unsure} of {len(params)} names "
-                   "guessed from the usual order of such names (marked guessed; the others have a shape no other "
-                   "tensor has)" if unsure else ""))
+                + (f"; the model file lists names sorted, not in model order: {unsure} of "
+                   f"{plural(len(params), 'name')} guessed from the usual order of such names (marked guessed; the "
+                   "others have a shape no other tensor has)" if unsure else ""))
 
 
 def _library_order(folder: str | None) -> list[str] | None:
@@ -749,8 +750,8 @@ def _fmt_shape(shape: Shape) -> str:
 def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[ModelEntry], model: str) -> str:
     """Why no alignment fits, for a person: too many parameters, a shape the model lacks, or the order."""
     if len(params) > len(entries):
-        return (f"the optimizer has {len(params)} parameters, '{model}' only {len(entries)} tensors that can be "
-                "parameters")
+        return (f"the optimizer has {plural(len(params), 'parameter')}, '{model}' only "
+                f"{plural(len(entries), 'tensor')} that can be parameters")
     need: dict[Shape, int] = {}
     for h in hints:
         if h is not None:
@@ -762,8 +763,8 @@ def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[Mo
     if short:
         s, n, found = short[0]
         more = f" (and {len(short) - 1} more shapes)" if len(short) > 1 else ""
-        return (f"{n} parameters have state of shape {_fmt_shape(s)}, '{model}' has {found} tensors of that "
-                f"shape{more}")
+        return (f"{plural(n, 'parameter')} {'has' if n == 1 else 'have'} state of shape {_fmt_shape(s)}, '{model}' "
+                f"has {plural(found, 'tensor')} of that shape{more}")
     groups = sorted({p.group for p in params if p.group is not None})
     shapes = [e.shape for e in entries]
     for g in groups:

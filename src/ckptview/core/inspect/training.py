@@ -14,6 +14,7 @@ from ckptview.core.checkpoint import Checkpoint, Node, PathKey, join_path
 from ckptview.core.inspect.optimizer import is_optimizer_node, plain, scalar_value
 from ckptview.core.inspect.roles import BUFFER_NAMES
 from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.units import plural
 
 # Containers at the top of a checkpoint whose scalar leaves are training facts too (Lightning's
 # ModelCheckpoint keeps best_model_score under "callbacks").
@@ -195,7 +196,7 @@ def value_text(node: Node) -> str:
         if node.kind == "tuple":
             return f"({items},)" if len(node.children) == 1 else f"({items})"
         return f"[{items}]"
-    return f"<{node.type_name} of {len(node.children)} items>"
+    return f"<{node.type_name} of {plural(len(node.children), 'item')}>"
 
 
 # ---------------------------------------------------------------------------------------------------

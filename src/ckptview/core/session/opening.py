@@ -24,6 +24,7 @@ from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.session.file_checks import Signature, safetensors_header_size, signature
 from ckptview.core.session.workspace import Lease, Workspace
+from ckptview.core.units import plural
 
 
 @dataclass
@@ -159,7 +160,7 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
         raise
     checkpoint = lease.checkpoint
     if progress is not None:
-        progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
+        progress(Progress(0, 0, f"arranging {plural(len(checkpoint.root.children), 'entry')}"))
     try:
         opened = prepare(checkpoint, token, lease)
     except BaseException:

@@ -43,6 +43,7 @@ from ckptview.core.session.opening import OPTIMIZER, TRAINING
 from ckptview.core.session.titles import distinct_titles
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
+from ckptview.core.units import plural
 from ckptview.gui.app.start_page import StartPage
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.palette import Theme, apply_palette, on_palette_change, tinted
@@ -222,7 +223,7 @@ class MainWindow(QMainWindow):
         tab = self.current_tab()
         ckpt = tab.checkpoint if tab is not None else None
         transfer = ckpt.metadata.get("_transfer") if ckpt is not None else None
-        text = (f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests"
+        text = (f"transferred {transfer.bytes:,} bytes in {plural(transfer.requests, 'request')}"
                 if transfer is not None else "")
         if self.transfer_label.text() != text:
             self.transfer_label.setText(text)

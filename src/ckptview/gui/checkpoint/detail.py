@@ -12,7 +12,7 @@ from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import shown
-from ckptview.core.units import count_text, human_bytes, shape_text
+from ckptview.core.units import count_text, human_bytes, plural, shape_text
 from ckptview.gui.base.palette import color, on_palette_change
 
 LINK_SCHEME = "tensor"
@@ -115,7 +115,7 @@ class DetailPanel(QTextBrowser):
             rows += [
                 ("Storage key", _esc(storage.key)),
                 ("Storage", f"{storage.numel:,} × {_esc(storage.dtype)} = {human_bytes(storage.nbytes)}"),
-                ("Storage offset", f"{info.offset:,} elements"),
+                ("Storage offset", f"{plural(info.offset, 'element')}"),
             ]
             if storage.source is not None:
                 rows.append(("Bytes in", _esc(storage.source.describe())))

@@ -26,7 +26,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.jobs import Progress
 from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 from ckptview.gui.base.palette import mute, style_banner
 
 __all__ = ["AskPage", "ErrorPage", "LoadingPage", "PageStack", "safety_banner"]
@@ -153,7 +153,7 @@ class AskPage(QWidget):
         box.addStretch(1)
         self.label = QLabel(
             f"<b>{html.escape(name)}</b> has a {self.size_text} header: metadata "
-            f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
+            f"for about {plural(max(1, size // HEADER_BYTES_PER_TENSOR), 'tensor')}. Reading it takes a while and "
             "a lot of memory (several times the header size); the window stays usable meanwhile. "
             "Open it anyway?")
         self.label.setObjectName("askLabel")

@@ -36,6 +36,7 @@ from ckptview.core.redaction import redact
 from ckptview.core.session.offers import COMPARE, DOWNLOAD, EACH, OPEN, SERIES, WAIT, Offer, offers_for
 from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
+from ckptview.core.units import plural
 from ckptview.gui.base.gc_guard import collect_when_deleted
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.detail import DetailPanel
@@ -168,9 +169,9 @@ class CheckpointTab(QWidget):
                 self.side_panels.show_panel(place["side_tab"])
         keep_out_of_collections()
         transfer = opened.checkpoint.metadata.get("_transfer")
-        moved = f", {transfer.bytes:,} bytes in {transfer.requests} requests" if transfer is not None else ""
+        moved = f", {transfer.bytes:,} bytes in {plural(transfer.requests, 'request')}" if transfer is not None else ""
         self.status_message.emit(f"Opened {printable(os.path.basename(self.path.split('?')[0]))}: "
-                                 f"{opened.top.tensors:,} tensors in {self.opener.elapsed():.2f} s{moved}")
+                                 f"{plural(opened.top.tensors, 'tensor')} in {self.opener.elapsed():.2f} s{moved}")
         self.loaded.emit()
 
     def _show_error(self, text: str) -> None:

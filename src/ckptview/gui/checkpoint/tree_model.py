@@ -20,7 +20,7 @@ from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, RowOrder, visible_rows
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
-from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
+from ckptview.core.units import count_text, human_bytes, natural_key, plural, shape_text
 from ckptview.gui.base.palette import color
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
@@ -315,7 +315,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         if info is not None and (found := repeats(info)) is not None:
             return f"{name}\n{found.describe(info.dtype)}"
         if row.tensors > 1 or row.is_group:
-            return f"{name}\n{row.tensors:,} tensors, {count_text(row.numel)} parameters, {human_bytes(row.nbytes)}"
+            params = f"{count_text(row.params)} parameter{'' if row.params == 1 else 's'}"
+            return f"{name}\n{plural(row.tensors, 'tensor')}, {params}, {human_bytes(row.nbytes)}"
         return name
 
     def widest_texts(self, sample: int = WIDTH_SAMPLE, count: int = 4) -> dict[int, list[str]]:

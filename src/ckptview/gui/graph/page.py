@@ -47,6 +47,7 @@ from ckptview.core.graph.layout import INSTALL_HINT, LayoutCache, NoLayoutEngine
 from ckptview.core.graph.overlay import CHECKPOINT_FIGURES, NONFINITE, Figure, KeyFigures, Scale, describe
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
+from ckptview.core.units import plural
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.graph.canvas import GraphCanvas
 from ckptview.gui.graph.export import save_png, save_svg
@@ -325,13 +326,13 @@ class GraphPage(QWidget):
         self.hierarchy = hierarchy
         graph = hierarchy.graph
         notes = graph.notes[1:] if graph.source == "module-tree" else list(graph.notes)  # the first: in the source
-        text = f"Graph: {printable(describe_source(graph))} · {len(graph.nodes):,} nodes"
+        text = f"Graph: {printable(describe_source(graph))} · {plural(len(graph.nodes), 'node')}"
         if notes:
             text += " · " + " · ".join(printable(n) for n in notes)
         self.source_label.setText(text)
         self.source_label.setToolTip(text)
         if graph.unread:
-            self.unread_button.setText(f"{len(graph.unread):,} keys no node reads")
+            self.unread_button.setText(f"{plural(len(graph.unread), 'key')} no node reads")
             self.unread_button.show()
             self.unread_list.addItems([printable(k) for k in graph.unread])
         self.graph_ready.emit()
@@ -522,7 +523,7 @@ class GraphPage(QWidget):
 
     def _on_overlay_progress(self, step: Progress) -> None:
         if step.total:
-            self.legend.setToolTip(f"{step.done:,} of {step.total:,} tensors read")
+            self.legend.setToolTip(f"{step.done:,} of {plural(step.total, 'tensor')} read")
 
     def _on_coloured(self, coloured: Coloured) -> None:
         if coloured.view is not self.view:

@@ -16,6 +16,7 @@ from typing import NamedTuple, Protocol
 
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.read.bytes.files import open_regular
+from ckptview.core.units import plural
 
 _EOCD = struct.Struct("<4s4H2LH")
 _EOCD64_LOCATOR = struct.Struct("<4sLQL")
@@ -165,7 +166,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
         append(make(ZipEntry, (name, offset + concat if concat else offset, method, csize, usize, crc)))
     if pos != end or len(entries) != n_total and n_total != 0xFFFF:
         raise CheckpointFormatError(
-            f"corrupt zip: central directory holds {len(entries)} entries, the end record says {n_total}")
+            f"corrupt zip: central directory holds {plural(len(entries), 'entry')}, the end record says {n_total}")
     return entries
 
 

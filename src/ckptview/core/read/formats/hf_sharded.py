@@ -19,6 +19,7 @@ from ckptview.core.errors import UNRECOVERABLE, CheckpointError, CheckpointForma
 from ckptview.core.read.bytes.files import FileIdentity
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.units import plural
 
 NAME = "hf-sharded"
 PRIORITY = 60
@@ -56,7 +57,9 @@ class WeightSet:
 
     @property
     def label(self) -> str:
-        return self.index or (self.files[0] if len(self.files) == 1 else f"{self.files[0]} (+{len(self.files) - 1} shards)")
+        if self.index or len(self.files) == 1:
+            return self.index or self.files[0]
+        return f"{self.files[0]} (+{plural(len(self.files) - 1, 'shard')})"
 
     def rank(self) -> tuple[int, int, int, str]:
         """Sort key: plain before variants, library names in their order, safetensors before .bin."""

@@ -24,7 +24,7 @@ from ckptview.core.read.formats.safetensors_header import (
 )
 from ckptview.core.read.pickle.torch_globals import check_view
 from ckptview.core.text import elide
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 
 NAME = "safetensors"
 PRIORITY = 90
@@ -262,8 +262,8 @@ def _cut_short(cut: list[Node], tensors: int, data_start: int, size: int) -> str
     expected = max(ends, default=size)
     whole = tensors - len(cut)
     return (f"the file is cut short (an incomplete download?): it ends at {size:,} bytes, its header describes "
-            f"{expected:,} ({human_bytes(expected)}); {whole} of {tensors} tensors are whole, {len(cut)} cut off "
-            "and marked broken")
+            f"{expected:,} ({human_bytes(expected)}); {whole} of {plural(tensors, 'tensor')} whole, {len(cut)} cut "
+            "off and marked broken")
 
 
 def _overlap_error(pair: tuple[PathKey, PathKey], count: int) -> CheckpointFormatError:

@@ -14,6 +14,7 @@ from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.read.pickle.torch_globals import NumpyArray, SizeValue
 from ckptview.core.read.pickle.vm import GlobalRef, StubObject
+from ckptview.core.units import plural
 
 MAX_NODES = 5_000_000
 # Real checkpoints nest a few dozen levels. Deeper content is cut: every node's path costs its
@@ -48,7 +49,7 @@ def _plain_tuple(value: Any, depth: int = 0) -> bool:
 def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
     """repr() of a plain value, bounded in length and never recursing into deep containers."""
     if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 0 and not _plain_tuple(value):
-        return f"<{type(value).__name__} of {len(value)} items>"
+        return f"<{type(value).__name__} of {plural(len(value), 'item')}>"
     try:
         text = repr(value)
     except Exception:  # a stub's repr cannot fail, but a huge int's can (digit limit)
