@@ -81,3 +81,18 @@ def test_a_torchscript_tree_lists_no_module_bookkeeping(qtbot, window, files):
                    or "_reversed_padding_repeated_twice" in n]
     assert not bookkeeping, bookkeeping
     assert tab.top.tensors == 9  # conv and linear weights and biases, BatchNorm's five
+
+
+def test_a_pt2_signature_reads_whole_in_the_shape_column(qtbot, window, files):
+    """`x: float32[2, 3, 8, 8]` was cut short in the Shape column (a value's text counted 16 characters)."""
+    from ckptview.gui.checkpoint.tree_model import SHAPE
+    from tests.support.layout_checks import cut_in_any_row
+
+    tab = opened(qtbot, window, files["pt2"])
+    tab.expand_all()
+    rows = [r for r in tab.model.flat_rows() if r.name.startswith("signature.") and r.node.kind == "value"]
+    assert rows
+    for row in rows:
+        shown = tab.model.index_of(row).siblingAtColumn(SHAPE).data()
+        assert shown == row.node.value, shown  # the spec itself, not its repr in quotes
+    assert not cut_in_any_row(tab.tree, SHAPE, "pt2")

@@ -62,6 +62,13 @@ def shard_label(info: Any) -> str:
     name = shard_text(info)
     match = _SHARD_OF.search(name)
     return f"{int(match.group(1))} of {int(match.group(2))}" if match else name
+def is_signature(row: Row) -> bool:
+    """A row of a `.pt2`'s signature (`signature.inputs.0`: `x: float32[s0, 20]`): a shape, sized and shown
+    whole in the Shape column like a tensor's, not a value's repr cut to its first characters."""
+    up = row.parent.parent if row.parent is not None else None
+    return up is not None and up.node is not None and up.node.type_name == "signature"
+
+
 FETCH_CHUNK = 5000
 WIDTH_SAMPLE = 4000  # rows whose texts size the columns (spread over the tree; the top-level rows too)
 VALUE_CHARS = 16  # a value's text (a repr) longer than this does not widen the Shape column: its tooltip has it
@@ -252,6 +259,8 @@ class CheckpointTreeModel(QAbstractItemModel):
             return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
                     count_text(row.params) if row.params else "", info.device)[column]
         if node is not None and node.kind == "value":
+            if column == SHAPE and is_signature(row):  # `x: float32[s0, 20]`: a shape, read whole
+                return str(node.value)
             if column == SHAPE:
                 if isinstance(node.value, float):  # a loss, a learning rate: readable; exact in the tooltip
                     return f"{node.value:.5g}"
@@ -330,7 +339,7 @@ class CheckpointTreeModel(QAbstractItemModel):
         for row in picked:
             if row is self.top:
                 continue
-            is_value = row.node is not None and row.node.kind == "value"
+            is_value = row.node is not None and row.node.kind == "value" and not is_signature(row)
             for column, found in texts.items():
                 text = self._text(row, column)
                 if text and not (is_value and column == SHAPE and len(text) > VALUE_CHARS):
