@@ -67,3 +67,16 @@ def test_every_count_before_a_plural_goes_through_plural():
 def test_the_guard_finds_what_it_is_for():
     bad = ast.parse('n = 1\ntext = f"{n} keys and {len(x):,} checkpoints"\nok = f"{MAX_NODES:,} nodes"')
     assert [(e, w) for _, e, w in counted_plurals(bad)] == [("n", "keys"), ("len(x)", "checkpoints")]
+
+
+def test_irregular_plurals_are_spelled_out():
+    """`plural(n, "entry")` read "21 entrys": a noun whose plural is not noun + "s" names it."""
+    problems = []
+    for path in sorted(Path(SRC).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "plural" and len(node.args) == 2 \
+                    and not node.keywords and isinstance(node.args[1], ast.Constant):
+                noun = str(node.args[1].value)
+                if re.search(r"([^aeo]y|s|x|ch|sh)$", noun):
+                    problems.append(f"{path.name}:{node.lineno}: plural(..., {noun!r}) needs its plural")
+    assert not problems, "\n".join(problems)

@@ -160,7 +160,7 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
         raise
     checkpoint = lease.checkpoint
     if progress is not None:
-        progress(Progress(0, 0, f"arranging {plural(len(checkpoint.root.children), 'entry')}"))
+        progress(Progress(0, 0, f"arranging {plural(len(checkpoint.root.children), 'entry', 'entries')}"))
     try:
         opened = prepare(checkpoint, token, lease)
     except BaseException:

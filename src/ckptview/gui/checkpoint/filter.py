@@ -216,7 +216,7 @@ class TreeFilter(QObject):
         if self.model.filtered:
             text = f"{self.model.match_count:,} of {self.leaf_count:,} match"
         else:
-            text = f"{plural(self.leaf_count, 'entry')}"
+            text = f"{plural(self.leaf_count, 'entry', 'entries')}"
         placed = self.model.figure_order
         if placed is not None:
             text += f" · by {placed.order.words}"

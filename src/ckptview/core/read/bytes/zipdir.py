@@ -166,7 +166,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
         append(make(ZipEntry, (name, offset + concat if concat else offset, method, csize, usize, crc)))
     if pos != end or len(entries) != n_total and n_total != 0xFFFF:
         raise CheckpointFormatError(
-            f"corrupt zip: central directory holds {plural(len(entries), 'entry')}, the end record says {n_total}")
+            f"corrupt zip: central directory holds {plural(len(entries), 'entry', 'entries')}, the end record says {n_total}")
     return entries
 
 
