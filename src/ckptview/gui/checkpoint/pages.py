@@ -188,7 +188,10 @@ def centered(*widgets: QWidget) -> QHBoxLayout:
     return row
 
 
-OPEN_LINK, SERIES_LINK = "open:", "series:"  # the banner's links: open one other checkpoint, the folder as a run
+OPEN_LINK, SERIES_LINK = "open:", "series:"
+BANNER_GLOBALS = 4  # unsafe globals named in the banner's text (all of them, up to MAX_TIP_GLOBALS, in its tooltip)
+MAX_TIP_GLOBALS = 60
+UNSAFE_WARNING = "file references globals outside the safe set (nothing was run): "  # the readers' per-file line  # the banner's links: open one other checkpoint, the folder as a run
 
 
 def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
@@ -209,13 +212,18 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     icon.setPixmap(frame.style().standardIcon(pixmap).pixmap(24, 24))
     row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
     parts = []
+    tip = ""
     if unsafe:
-        names = ", ".join(f"<code>{html.escape(shown(g))}</code>" for g in unsafe[:12])
-        more = f" and {len(unsafe) - 12} more" if len(unsafe) > 12 else ""
+        # A few names in the text (an HF Trainer folder names a dozen: ten lines of a 640 px screen), every
+        # one in the tooltip.
+        names = ", ".join(f"<code>{html.escape(shown(g))}</code>" for g in unsafe[:BANNER_GLOBALS])
+        more = f" and {len(unsafe) - BANNER_GLOBALS} more" if len(unsafe) > BANNER_GLOBALS else ""
         parts.append(f"<b>This file references code outside the safe set:</b> {names}{more}. ckptview did not "
                      "import or run any of it; <code>torch.load(weights_only=False)</code> would.")
-    # The reader also reports unsafe globals as a warning; the sentence above already names them.
-    warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
+        tip = "Referenced, never imported or run:\n" + "\n".join(shown(g) for g in unsafe[:MAX_TIP_GLOBALS])
+    # The readers also say so, file by file (`X: file references globals outside the safe set ...`): the
+    # sentence above names them all already.
+    warnings = [w for w in warnings if not (unsafe and (all(g in w for g in unsafe) or UNSAFE_WARNING in w))]
     others = list(checkpoint.metadata.get("_other_checkpoints") or ())
     for warning in warnings[:5]:
         line = html.escape(shown(window_words(warning)))  # no command line: the links below do it
@@ -230,6 +238,7 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     text = QLabel("<br>".join(parts))
     text.setTextFormat(Qt.TextFormat.RichText)  # always: the parts are escaped here, never guessed at by Qt
     text.setObjectName("bannerText")
+    text.setToolTip(tip)
     text.setWordWrap(True)
     text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)
