@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         remote, argv = remote_options(argv, os.environ)
     except ValueError as exc:
-        print(f"ckptview: {printable(exc)}", file=sys.stderr)
+        report("usage", str(exc), wants_json(argv))
         return 2
     json_out = wants_json(argv)
     if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):

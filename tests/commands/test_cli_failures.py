@@ -74,6 +74,7 @@ def test_json_failure_of_a_truncated_file_and_a_missing_one(tmp_path, capsys):
     ["series", "--json"],  # no PATH
     ["run", "{path}", "--device", "cpu", "--json", "--model-kwargs", "[1"],
     ["{path}", "--json"],  # a window launch given a command's option
+    ["info", "{path}", "--json", "--deadline", "soon"],  # a remote option's value
 ])
 def test_json_usage_errors_are_objects_of_kind_usage(tmp_path, capsys, argv):
     path = tmp_path / "m.pt"

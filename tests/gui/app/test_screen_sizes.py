@@ -267,3 +267,20 @@ def test_a_column_chosen_in_the_header_menu_is_remembered(qtbot, window, tmp_pat
     assert not second.tree.isColumnHidden(SHARD)
     second.tree.set_column_choice(SIZE, None)  # back to automatic
     assert window.settings.column_choice(COLUMNS[SIZE]) is None
+
+
+@pytest.mark.slow
+def test_columns_that_gave_way_come_back_after_the_graph_and_on_a_wider_window(qtbot, window, library_folders):
+    from ckptview.gui.checkpoint.tree_model import PARAMS, SHARD
+
+    tab = opened(qtbot, window, library_folders["llama"], (1024, 640))
+    tab.expand_all()
+    settled(qtbot)
+    assert {SHARD, PARAMS} <= tab.tree.yielded  # gave way to the names at 1024
+    tab.show_graph(True)
+    tab.show_graph(False)
+    window.resize(1600, 900)
+    qtbot.waitUntil(lambda: window.width() == 1600)
+    tab.splitter.setSizes([900, 700])
+    settled(qtbot)
+    assert not tab.tree.isColumnHidden(SHARD) and not tab.tree.isColumnHidden(PARAMS)

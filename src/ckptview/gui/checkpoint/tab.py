@@ -389,7 +389,9 @@ class CheckpointTab(QWidget):
             self.graph.start()
         width = sum(self.splitter.sizes()) or self.width()
         if on and self._columns_hidden is None:  # beside the graph the tree keeps room for its names
-            self._columns_hidden = {c: self.tree.isColumnHidden(c) for c in (DTYPE, SIZE, PARAMS, DEVICE, SHARD)}
+            # (a column that gave way to the names counts as shown: the tree decides again after)
+            self._columns_hidden = {c: self.tree.isColumnHidden(c) and c not in self.tree.yielded
+                                    for c in (DTYPE, SIZE, PARAMS, DEVICE, SHARD)}
             for column in self._columns_hidden:
                 self.tree.setColumnHidden(column, True)
         elif not on and self._columns_hidden is not None:
