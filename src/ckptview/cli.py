@@ -15,10 +15,11 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, NoReturn, Protocol, cast
 
 from ckptview import __version__, commands
-from ckptview.core.errors import CheckpointError
+from ckptview.commands.failures import CommandFailure, error_kind, report
+from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.read.bytes.remote.options import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, RemoteOptions
 from ckptview.core.read.bytes.remote.urls import parse_size
 from ckptview.core.redaction import redact
@@ -85,13 +86,29 @@ def remote_parent() -> argparse.ArgumentParser:
     return parser
 
 
-def build_parser(modules: dict[str, Subcommand]) -> argparse.ArgumentParser:
-    """The argument parser over the given subcommand modules."""
-    parser = argparse.ArgumentParser(prog="ckptview", description="Browse PyTorch checkpoints safely.",
-                                     usage=USAGE, epilog=WINDOW_USAGE, parents=[remote_parent()],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser whose errors, under `--json` (`json_errors`), also print the error object on stdout
+    (docs/cli.md); stderr gets argparse's usage and error lines as ever."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        """argparse's usage and `PROG: error: MESSAGE` on stderr, the object on stdout under --json; exit 2."""
+        self.print_usage(sys.stderr)
+        report("usage", f"{self.prog}: {message}", self.json_errors, line=f"{self.prog}: error: {message}")
+        self.exit(2)
+
+
+def build_parser(modules: dict[str, Subcommand], json_errors: bool = False) -> argparse.ArgumentParser:
+    """The argument parser over the given subcommand modules (`json_errors`: argv asks for --json)."""
+    parser_class = type("CommandParser", (CommandParser,), {"json_errors": json_errors})
+    parser = parser_class(prog="ckptview", description="Browse PyTorch checkpoints safely.",
+                          usage=USAGE, epilog=WINDOW_USAGE, parents=[remote_parent()],
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ckptview {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}")
+    # prog: without it argparse makes each subcommand's program name of the usage above (the window's
+    # lines too), so `ckptview diff one.pt` printed all of it before `diff: error: ...`.
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(modules) + "}", prog="ckptview")
     for module in modules.values():
         module.add_parser(sub)
     return parser
@@ -157,49 +174,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         remote, argv = remote_options(argv, os.environ)
     except ValueError as exc:
-        print(f"ckptview: {printable(exc)}", file=sys.stderr)
+        report("usage", str(exc), wants_json(argv))
         return 2
+    json_out = wants_json(argv)
     if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
         hint = _command_option_hint(argv)
         if hint is not None:
-            print(f"ckptview: {printable(hint)}", file=sys.stderr)
+            report("usage", hint, json_out)
             return 2
         return _launch_gui(argv, remote)
     modules = _subcommand_modules(argv[0] if argv[0] in SUBCOMMANDS else None)
-    args = build_parser(modules).parse_args(argv)
+    args = build_parser(modules, json_errors=json_out).parse_args(argv)
     args.remote = remote  # what every command's reads of URLs go by
+    json_out = bool(getattr(args, "json", False))
     urls = any("://" in a for a in argv)
     try:
         return int(modules[args.command].run(args))
-    except CheckpointError as exc:
-        print(f"ckptview: {printable(_redact(str(exc), urls))}", file=sys.stderr)
-        return getattr(exc, "exit_status", 2)
-    except FileNotFoundError as exc:
-        print(f"ckptview: no such file: {printable(exc.filename)}", file=sys.stderr)
-        return 2
-    except IsADirectoryError as exc:
-        print(f"ckptview: is a folder, not a checkpoint: {printable(exc.filename)}", file=sys.stderr)
-        return 2
-    except PermissionError as exc:
-        print(f"ckptview: permission denied: {printable(exc.filename)}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         return 0
-    except OSError as exc:  # EIO, ENOSPC, ...: one line naming the file and the error
+    except (Exception, KeyboardInterrupt) as exc:
+        if error_kind(exc) == "internal" and os.environ.get("CKPTVIEW_DEBUG"):
+            raise
+        message, status = _failure_text(exc, urls)
+        report(error_kind(exc), message, json_out)
+        return status
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether `argv` asks for --json (or an abbreviation argparse takes for it), before the parse."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if len(arg) > 3 and "--json".startswith(arg):
+            return True
+    return False
+
+
+def _failure_text(exc: BaseException, urls: bool) -> tuple[str, int]:
+    """(the one line a failure prints, without `ckptview: `; the exit status) for an error a command raised."""
+    if isinstance(exc, CommandFailure):
+        return str(exc), exc.status
+    if isinstance(exc, CheckpointError):
+        return _redact(str(exc), urls), getattr(exc, "exit_status", 2)
+    if isinstance(exc, FileNotFoundError):
+        return f"no such file: {exc.filename}", 2
+    if isinstance(exc, IsADirectoryError):
+        return f"is a folder, not a checkpoint: {exc.filename}", 2
+    if isinstance(exc, PermissionError):
+        return f"permission denied: {exc.filename}", 2
+    if isinstance(exc, OSError):  # EIO, ENOSPC, ...: one line naming the file and the error
         code = errno.errorcode.get(exc.errno or 0, "")
         where = f"{exc.filename}: " if exc.filename else ""
-        print(printable(_redact(f"ckptview: {where}{exc.strerror or exc}", urls)) + (f" ({code})" if code else ""),
-              file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("ckptview: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # a bug of ours: still one line, unless asked for the traceback
-        if os.environ.get("CKPTVIEW_DEBUG"):
-            raise
-        print(f"ckptview: internal error: {type(exc).__name__}: {printable(_redact(str(exc), urls))} (CKPTVIEW_DEBUG=1 "
-              "shows the traceback; please report it)", file=sys.stderr)
-        return 2  # diff(1)'s "trouble" status, like every other error
+        return _redact(f"{where}{exc.strerror or exc}", urls) + (f" ({code})" if code else ""), 2
+    if isinstance(exc, (KeyboardInterrupt, Cancelled)):
+        return "interrupted", 130
+    # a bug of ours: still one line, unless asked for the traceback
+    return (f"internal error: {type(exc).__name__}: {_redact(str(exc), urls)} (CKPTVIEW_DEBUG=1 shows the "
+            "traceback; please report it)"), 2  # diff(1)'s "trouble" status, like every other error
 
 
 def _command_option_hint(argv: list[str]) -> str | None:

@@ -84,11 +84,12 @@ def _depth(row) -> int:
 @pytest.mark.parametrize("argv", [["info", "{f}", "--filter", "weight"], ["info", "{f}", "--filter", "m.m.m"],
                                   ["info", "{f}"], ["info", "{f}", "--json", "--filter", "weight"],
                                   ["diff", "{f}", "{f}"], ["diff", "{f}", "{f}", "--json"],
-                                  ["series", "{f}", "{f}"], ["series", "{f}", "{f}", "--json"]])
+                                  ["series", "{f}", "{o}"], ["series", "{f}", "{o}", "--json"]])
 def test_every_command_reads_a_deep_name(deep, argv, capsys, monkeypatch) -> None:
     monkeypatch.setenv("CKPTVIEW_DEBUG", "")
     for path in deep[:2]:
-        args = [a.replace("{f}", path) for a in argv]
+        other = deep[1] if path == deep[0] else deep[0]  # a series needs two checkpoints (issue 45)
+        args = [a.replace("{f}", path).replace("{o}", other) for a in argv]
         status = main(args + (["--no-cache", "--workers", "1"] if args[0] == "series" else []))
         got = capsys.readouterr()
         assert "internal error" not in got.err and "Recursion" not in got.err, (args, got.err[:300])

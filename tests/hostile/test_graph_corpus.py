@@ -8,6 +8,7 @@ import pytest
 
 from ckptview import cli
 from tests.support import corpus
+from tests.support.cli_failure import failure_stdout
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,8 @@ def test_every_corpus_file_draws_or_is_refused_in_one_line(cases, capsys, monkey
             data = json.loads(out.out)
             if set(data) != {"source", "nodes", "unread", "notes", "classes", "blocks"}:
                 failures.append(f"{case.name}: not the contract: {sorted(data)}")
-        elif status != 2 or out.out or out.err.count("\n") != 1 or not out.err.startswith("ckptview: "):
+        elif status != 2 or not failure_stdout(out.out) or out.err.count("\n") != 1 or \
+                not out.err.startswith("ckptview: "):
             failures.append(f"{case.name}: status {status}, stderr {out.err[:300]!r}")
         elif "internal error" in out.err:
             failures.append(f"{case.name}: {out.err.strip()[:300]}")

@@ -22,6 +22,7 @@ from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import iter_chunks, read_values
 from tests.support import corpus
+from tests.support.cli_failure import failure_stdout
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def test_cli_reports_unsafe_globals_in_process(hostile, capsys):
         status = cli.main(["info", "--json", str(case.path)])
         out, err = capsys.readouterr()
         if case.error is not None:
-            assert status != 0 and out == ""
+            assert status != 0 and failure_stdout(out)
             assert err.count("\n") == 1 and err.startswith("ckptview: ") and "Traceback" not in err, err
             continue
         assert status == 0, (case.name, err)
@@ -187,7 +188,7 @@ def test_cli_subprocess_refuses_ambiguous_zip(hostile):
     case = _by_name(hostile, "two_data_pkl")
     proc = subprocess.run([sys.executable, "-m", "ckptview", "info", "--json", str(case.path)],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.returncode != 0 and failure_stdout(proc.stdout)
     assert proc.stderr.count("\n") == 1 and "ambiguous" in proc.stderr
     assert not case.marker.exists()
 

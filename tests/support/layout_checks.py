@@ -126,6 +126,12 @@ def name_of(widget: QWidget) -> str:
 # --- item views ----------------------------------------------------------------------------------------
 def displayed_text(view: QAbstractItemView, index: QModelIndex) -> tuple[str, str]:
     """(what the cell draws, its whole text): the delegate's rule, then the style's own elision."""
+    drawn, whole, _wanted = text_room(view, index)
+    return drawn, whole
+
+
+def text_room(view: QAbstractItemView, index: QModelIndex) -> tuple[str, str, int]:
+    """(what the cell draws, its whole text, the pixels its cell would need to draw it whole)."""
     option = QStyleOptionViewItem()
     view.initViewItemOption(option)
     option.rect = view.visualRect(index)
@@ -138,7 +144,8 @@ def displayed_text(view: QAbstractItemView, index: QModelIndex) -> tuple[str, st
     margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, view) + 1
     room = text_rect.width() - 2 * margin
     drawn = option.fontMetrics.elidedText(option.text, option.textElideMode, room) if option.text else ""
-    return drawn, whole
+    wanted = option.rect.width() - room + option.fontMetrics.horizontalAdvance(whole)  # its margins and icon too
+    return drawn, whole, wanted
 
 
 def rows_in_view(view: QAbstractItemView, limit: int = 60) -> list[QModelIndex]:
@@ -172,6 +179,38 @@ def elided_cells(view: QAbstractItemView, columns: Iterable[int], where: str) ->
                 title = view.model().headerData(column, Qt.Orientation.Horizontal)
                 problems.append(f"{where}: {title} drawn {drawn!r} of {whole!r}")
     return problems
+
+
+def cut_in_any_row(view: Any, column: int, where: str, beside: int | None = None) -> list[str]:
+    """A line per cell of `column` that is drawn cut, over every row of the tree as expanded: the view is
+    scrolled a page at a time (and put back), so rows below the fold count too. With `beside` (a column
+    that stays), a text too long to be whole even with only that column beside it may be cut, but its
+    tooltip must hold it."""
+    bar = view.verticalScrollBar()
+    start = bar.value()
+    problems: dict[str, None] = {}
+    value = bar.minimum()
+    header = view.header()
+    while True:
+        bar.setValue(value)
+        for row in rows_in_view(view):
+            index = row.siblingAtColumn(column)
+            drawn, whole, wanted = text_room(view, index)
+            if drawn == whole:
+                continue
+            title = view.model().headerData(column, Qt.Orientation.Horizontal)
+            most = view.viewport().width() - (header.sectionSize(beside) if beside is not None else 0)
+            cell = view.visualRect(index)
+            if beside is not None and cell.left() + wanted > most:  # no column could make room for it
+                if whole not in str(index.data(Qt.ItemDataRole.ToolTipRole) or ""):
+                    problems[f"{where}: {title} {drawn!r} is cut and its tooltip lacks {whole!r}"] = None
+                continue
+            problems[f"{where}: {title} drawn {drawn!r} of {whole!r}"] = None
+        if value >= bar.maximum():
+            break
+        value = min(bar.maximum(), value + max(1, bar.pageStep()))
+    bar.setValue(start)
+    return list(problems)
 
 
 def elided_without_tooltip(view: QAbstractItemView, column: int, where: str) -> list[str]:

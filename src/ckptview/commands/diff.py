@@ -7,13 +7,13 @@ import sys
 from typing import Any
 
 from ckptview.commands import keep_until_exit
+from ckptview.commands.failures import CommandFailure
 from ckptview.commands.info import write_json, write_json_stream
 from ckptview.commands.opening import open_given
 from ckptview.core.compare.align import parse_mapping
 from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
 from ckptview.core.compare.gguf_view import side_views
 from ckptview.core.compare.values import iter_text
-from ckptview.core.errors import CheckpointError
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.training import short_fact_keys
 from ckptview.core.text import printable
@@ -56,7 +56,7 @@ def _diff(args: argparse.Namespace) -> int:
     try:
         mapping = parse_mapping(args.map)
     except ValueError as exc:
-        raise CheckpointError(str(exc)) from None
+        raise CommandFailure(str(exc)) from None
     a = open_given(args.a, args.remote)
     try:
         b = open_given(args.b, args.remote)

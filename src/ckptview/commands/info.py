@@ -16,6 +16,7 @@ from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import TYPE_CHECKING, Any
 
 from ckptview.commands import keep_until_exit
+from ckptview.commands.failures import CommandFailure
 from ckptview.commands.opening import open_given
 from ckptview.core import dtypes, figures, inspect  # the last two load a name on first use (start-up)
 from ckptview.core.budget import Budget
@@ -391,8 +392,7 @@ def _list(args: argparse.Namespace) -> int:
         try:
             query = inspect.parse_query(args.filter)
         except inspect.QueryError as exc:
-            print(f"ckptview: --filter: {printable(exc)}", file=sys.stderr)
-            return 2
+            raise CommandFailure(f"--filter: {exc}") from None
     ckpt = open_given(args.path, args.remote)
     try:
         orders = _param_orders(ckpt)
@@ -474,7 +474,8 @@ def print_table(data: dict[str, Any]) -> None:
     total_bytes = sum(t["nbytes"] for t in own)
     total_params = sum(math.prod(t["shape"]) for t in own)
     out.write(f"{printable(data['path'])}\n  format {printable(data['format'])}, {human_bytes(data['file_size'])} "
-              f"on disk, {plural(len(own), 'tensor')}, {human_count(total_params)} elements, "
+              f"on disk, {plural(len(own), 'tensor')}, "
+              f"{human_count(total_params)} element{'' if total_params == 1 else 's'}, "
               f"{human_bytes(total_bytes)}\n")
     quantized = [t["quantization"] for t in tensors if "quantization" in t]
     if quantized:

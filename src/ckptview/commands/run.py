@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ckptview.commands.failures import error_kind, report
 from ckptview.core.run import request as runner
 from ckptview.core.run.devices import parse_device
 from ckptview.core.run.input_specs import InputSpecError, parse_input_specs
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = runner.run(build_request(args), remote=args.remote)
     except RunError as exc:
-        print(f"ckptview: {printable(exc)}", file=sys.stderr)
+        report(error_kind(exc), str(exc), args.json)
         return 2 if exc.kind in REFUSED else 1
     for warning in result.warnings:
         print(f"ckptview: warning: {printable(warning)}", file=sys.stderr)

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ckptview.commands import series_options as series_live
+from ckptview.commands.failures import CommandFailure
 from ckptview.core.series.findings import is_loss, is_rate
 from ckptview.core.series.model import SeriesResult, TensorSeries
 from ckptview.core.series.timeline import SERIES_CHUNK_ELEMS
@@ -60,11 +61,14 @@ def run(args: argparse.Namespace) -> int:
     if args.clear_cache:
         return series_live.clear_cache()
     if not args.paths:
-        print("ckptview: series: give a run folder, checkpoints or globs (PATH)", file=sys.stderr)
-        return 2
+        raise CommandFailure("series: give a run folder, checkpoints or globs (PATH)")
     if args.watch:
         return series_live.watch(args)
     result = series_live.read_run(args)
+    if len(result.checkpoints) == 1:  # no change to follow: not a "timeline" of one step
+        only = result.checkpoints[0].path
+        raise CommandFailure(f"series: a training run needs at least two checkpoints, and {', '.join(args.paths)} "
+                             f"holds one: {only} (`ckptview info {only}` lists it)", kind="not_a_series")
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1, allow_nan=False)
         sys.stdout.write("\n")
@@ -84,7 +88,7 @@ def print_report(result: SeriesResult) -> None:
     out = sys.stdout
     sources = ", ".join(result.order_sources) or MISSING
     by = {"step": "step", "epoch": "epoch", "name": "the numbers in their names"}[result.order_by]
-    out.write(f"{len(result.checkpoints)} checkpoints, ordered by {by} (found in: {printable(sources)})\n")
+    out.write(f"{plural(len(result.checkpoints), 'checkpoint')}, ordered by {by} (found in: {printable(sources)})\n")
     out.write(f"{'#':>3} {'step':>8} {'epoch':>7}  {'format':<12} path\n")
     for i, ref in enumerate(result.checkpoints):
         pos = ref.position
@@ -103,7 +107,7 @@ def print_report(result: SeriesResult) -> None:
         for t in rows:
             out.write(_tensor_row(t, width) + (_spectral_cells(t) if result.spectral else "") + "\n")
     _write_scalars(out, result)
-    out.write(f"\n{len(result.findings)} findings\n")
+    out.write(f"\n{plural(len(result.findings), 'finding')}\n")
     for f in result.findings:
         known = f.index < len(result.checkpoints)
         where = result.label(f.index) if known else "?"

@@ -14,6 +14,7 @@ from ckptview.core.series.live import LiveRun
 from ckptview.core.series.model import SeriesProgress, SeriesResult
 from ckptview.core.series.watch import watch_run
 from ckptview.core.text import printable
+from ckptview.core.units import plural
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,7 +74,7 @@ def clear_cache() -> int:
     cache = SeriesCache()
     held = cache.clear()
     cache.close()
-    print(f"cleared the series cache ({held} checkpoints): {printable(cache.path)}")
+    print(f"cleared the series cache ({plural(held, 'checkpoint')}): {printable(cache.path)}")
     return 0
 
 

@@ -16,6 +16,10 @@ class NotACheckpointError(CheckpointError):
     """The file is not in any format ckptview reads."""
 
 
+class NoSuchFile(NotACheckpointError):
+    """Nothing at the path (a file, a folder or a URL)."""
+
+
 class FolderOfCheckpoints(NotACheckpointError):
     """A folder that is no checkpoint but holds some (a training run): the message says what opens them,
     `folder` and `names` (its checkpoint files, sorted) let a window offer to open them."""

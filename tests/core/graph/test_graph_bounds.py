@@ -22,6 +22,7 @@ from ckptview.core.budget import FLOOR, MAX_FRAMES, BudgetExceeded
 from ckptview.core.errors import CheckpointError
 from ckptview.core.graph import GraphRefused, exported, read_graph
 from ckptview.core.read.open import open_checkpoint
+from tests.support.cli_failure import failure_stdout
 from tests.support.crafted import rewrite_zip
 from tests.support.graph_attacks import LINEAR, rewrite
 
@@ -55,7 +56,7 @@ def _refused(path: str, capsys: pytest.CaptureFixture, words: str,
     capsys.readouterr()
     assert cli.main(["graph", path, "--json"]) == 2
     out = capsys.readouterr()
-    assert out.out == "" and out.err.count("\n") == 1 and re.search(words, out.err), out.err
+    assert failure_stdout(out.out) and out.err.count("\n") == 1 and re.search(words, out.err), out.err
 
 
 def _class(body: str) -> str:

@@ -196,7 +196,7 @@ def test_a_full_model_pickle_is_drawn_from_its_names_and_runs_nothing(tmp_path, 
     torch.save({"fc.weight": torch.zeros(2, 2), "hook": Payload(str(marker))}, path)
     graph = _draw(str(path))
     assert graph.source == "inferred" and [n.params for n in graph.nodes if n.params] == [("fc.weight",)]
-    assert "a full-model pickle's forward is code in the file, never run" in graph.notes[0]
+    assert "a state dict holds no graph" in graph.notes[0]  # a dict of tensors (and a payload): no module
     assert not marker.exists()
 
 

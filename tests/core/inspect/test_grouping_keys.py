@@ -71,3 +71,25 @@ def test_totals_add_up_through_nested_containers(tmp_path) -> None:
         assert (top.tensors, top.numel, top.nbytes) == (4, 21, 4 * 15 + 8 * 6)
     finally:
         ckpt.close()
+
+
+def test_a_training_folders_file_names_are_one_row_each(tmp_path) -> None:
+    # `model.safetensors` read as a module `model` holding `safetensors`, `optimizer.pt` as `optimizer > pt`.
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    save_file({"model.embed.weight": torch.ones(4, 2)}, str(folder / "model.safetensors"))
+    torch.save({"state": {0: {"step": torch.tensor(2.0), "exp_avg": torch.ones(4, 2)}},
+                "param_groups": [{"lr": 0.1, "params": [0]}]}, folder / "optimizer.pt")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    ckpt = open_checkpoint(str(folder))
+    try:
+        assert ckpt.format == "training-folder"
+        top = group_tree(ckpt.root)
+        assert [r.label for r in top.children] == ["model.safetensors", "optimizer.pt", "trainer_state.json"]
+        model = top.children[0]
+        assert [r.label for r in model.children] == ["model"]  # inside a file, keys are module paths again
+        assert [e.name for e in ckpt.tensors()][0] == "model.safetensors.model.embed.weight"
+    finally:
+        ckpt.close()

@@ -119,3 +119,102 @@ def test_a_filter_keeps_the_modules_of_what_it_keeps(resnet):
                   and v.is_floating_point()]
         assert module["tensors"] == len(floats)
         _check(module["stats"], _torch_aggregate(floats))
+
+
+# --- every row of the tree counts parameters the same way (issue 45, defect 2) ----------------------------
+def _rows(path):
+    from ckptview.core.inspect.grouping import find_row, group_tree
+
+    ckpt = open_checkpoint(path)
+    facts = size_facts(ckpt)
+    top = group_tree(ckpt.root, parameters=facts.counted)
+    return ckpt, facts, top, lambda name: find_row(top, name)
+
+
+@pytest.mark.parametrize("made", ["resnet", "exported", "lightning_ckpt"])
+def test_every_row_counts_the_parameters_torch_counts(request, made):
+    """The tree's Parameters column counted Adam's state (`optimizer_state_dict` 15,896, `step of fc1.weight`
+    1) where the summary said 7,946: each row now counts its module's `parameters()`, nothing else."""
+    model, path = request.getfixturevalue(made)
+    ckpt, facts, top, row = _rows(path)
+    try:
+        truth = sum(p.numel() for p in model.parameters())
+        assert top.params == facts.parameters == truth
+        if made == "exported":  # the program's sample inputs and constants are no parameters
+            counted = {e.name for e in ckpt.tensors() if row(e.name).params}
+            assert sum(row(n).params for n in counted) == truth
+            assert not any("input" in n.lower() for n in counted), counted
+            return
+        prefix = "state_dict.net." if made == "lightning_ckpt" else ""
+        net = model.net if made == "lightning_ckpt" else model
+        for name, module in net.named_modules():
+            if name and module.state_dict():  # a ReLU saves nothing: no row
+                assert row(prefix + name).params == sum(p.numel() for p in module.parameters()), name
+        named = dict(net.named_parameters())
+        for entry in ckpt.tensors():
+            own = entry.name.startswith(prefix) and entry.name[len(prefix):] in named
+            assert row(entry.name).params == (entry.info.numel if own else 0), entry.name
+        if made == "lightning_ckpt":
+            assert row("optimizer_states").params == 0 and row("optimizer_states.0.state.0.step").params == 0
+    finally:
+        ckpt.close()
+
+
+def test_tied_weights_count_once_in_the_model_and_in_each_module(tmp_path):
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 8)
+            self.body = torch.nn.Linear(8, 8)
+            self.head = torch.nn.Linear(8, 50, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = Tied()
+    path = tmp_path / "tied.pt"
+    torch.save(model.state_dict(), path)
+    ckpt, facts, top, row = _rows(str(path))
+    try:
+        assert top.params == facts.parameters == sum(p.numel() for p in model.parameters()) == 400 + 72
+        assert row("head").params == sum(p.numel() for p in model.head.parameters()) == 400
+        assert row("embed").params == 400 and row("head.weight").params == 400  # both rows are the parameter
+    finally:
+        ckpt.close()
+
+
+def test_a_training_checkpoint_counts_its_model_only(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.BatchNorm1d(64), torch.nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 20)).sum().backward()
+    opt.step()
+    path = tmp_path / "train.pt"
+    torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": opt.state_dict(), "epoch": 1}, path)
+    ckpt, facts, top, row = _rows(str(path))
+    try:
+        truth = sum(p.numel() for p in model.parameters())
+        assert top.params == row("model_state_dict").params == facts.parameters == truth
+        assert row("optimizer_state_dict").params == 0
+        assert row("optimizer_state_dict.state.0.step").params == 0
+        assert row("model_state_dict.1.running_mean").params == 0
+        assert row("model_state_dict.1").params == 128
+    finally:
+        ckpt.close()
+
+
+def test_a_model_s_buffers_are_no_training_facts(tmp_path, resnet):
+    """A state dict's (and a .pt2's) `bn1.num_batches_tracked` is a module's counter: the Training tab showed for
+    every file with a BatchNorm. A training checkpoint's own `step` and `loss` still are facts."""
+    from ckptview.core.inspect.training import training_summary
+
+    _model, path = resnet
+    ckpt = open_checkpoint(path)
+    try:
+        assert training_summary(ckpt, read_scalars=False).is_empty
+    finally:
+        ckpt.close()
+    torch.save({"step": torch.tensor(7), "loss": torch.tensor(0.5), "w": torch.ones(2)}, tmp_path / "t.pt")
+    ckpt = open_checkpoint(str(tmp_path / "t.pt"))
+    try:
+        assert [name for name, _ in training_summary(ckpt).scalars] == ["step", "loss"]
+    finally:
+        ckpt.close()

@@ -469,7 +469,7 @@ def test_cli_hostile_or_missing_input_is_one_line(tmp_path, capsys):
 
 def test_cli_truncated_checkpoint_in_a_run_is_reported_and_the_rest_read(tmp_path, capsys):
     paths = train_run(tmp_path / "run", steps=4)
-    os.truncate(paths[2], os.path.getsize(paths[2]) // 2)
+    os.truncate(paths[2], 40)  # inside data.pkl: unreadable (a later cut is listed from its records, issue 45)
     assert main(["series", str(tmp_path / "run"), "--json"]) == 2
     captured = capsys.readouterr()
     out = json.loads(captured.out)

@@ -25,9 +25,15 @@ def _check_tab(tab, case: corpus.Case) -> list[str]:
         return problems
     if tab.state != "ready":
         return [f"state {tab.state}"]
-    if case.error is not None and not case.error_or_broken:
+    if case.error is not None and not case.error_or_broken and not case.salvaged:
         problems.append("opened, expected an error")
     banner = tab.findChild(QFrame, "safetyBanner")
+    if case.salvaged and case.warning:  # a zip cut short, listed from its records: the banner says so
+        from PySide6.QtWidgets import QLabel
+
+        said = " ".join(label.text() for label in banner.findChildren(QLabel)) if banner is not None else ""
+        if case.warning not in said:
+            problems.append(f"the banner does not say {case.warning!r}")
     if case.unsafe:
         if banner is None or not banner.isVisible():
             problems.append("no unsafe-globals banner")

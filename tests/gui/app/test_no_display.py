@@ -40,3 +40,13 @@ def test_a_chosen_platform_or_a_display_is_enough():
     assert no_display_reason({"DISPLAY": ":0"}, "linux") is None
     assert no_display_reason({"WAYLAND_DISPLAY": "wayland-0"}, "linux") is None
     assert no_display_reason({}, "darwin") is None and no_display_reason({}, "win32") is None
+
+
+def test_the_no_display_message_names_every_command():
+    """Its list of what runs on a terminal left out `graph` and `devices`."""
+    from ckptview.cli import SUBCOMMANDS
+    from ckptview.gui.app.launch import no_display_reason
+
+    said = no_display_reason({}, "linux")
+    assert said is not None
+    assert [c for c in SUBCOMMANDS if c not in said] == []

@@ -36,7 +36,7 @@ def test_open_url_shows_tree_transfer_and_recent_without_tokens(qtbot, window, s
     assert window.tabs.tabText(window.tabs.indexOf(tab)) == "model.pth"
     assert window.settings.recent_files() == [f"{server.url}/model.pth"]
     status = window.statusBar().currentMessage()
-    assert "requests" in status and "bytes" in status
+    assert "request" in status and "bytes" in status
     transfer = tab.checkpoint.metadata["_transfer"]
     qtbot.waitUntil(lambda: window.transfer_label.text() ==
                     f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests", timeout=10_000)

@@ -60,11 +60,11 @@ def settled(qtbot) -> None:
         QApplication.processEvents()
 
 
-def opened(qtbot, window, path, size):
+def opened(qtbot, window, path, size, timeout=10_000):
     window.resize(*size)
     qtbot.waitUntil(lambda: window.size().width() == size[0] and window.size().height() == size[1])
     tab = window.open_paths([path])[0]
-    wait_settled(qtbot, tab)
+    wait_settled(qtbot, tab, timeout)
     assert tab.state == "ready", tab.error_text
     assert not tab.summary.collapsed  # the default: the Summary open
     return tab
@@ -134,14 +134,14 @@ def test_texts_are_elided_where_they_do_not_differ_and_whole_in_tooltips(qtbot, 
     assert loss.data() == "2.3796"
     assert "2.379629373550415" in loss.data(Qt.ItemDataRole.ToolTipRole)
     state = index_of("optimizer_state_dict.state.0.step", NAME)
-    assert state.data().startswith("step of ") and "hidden.weight" in state.data()
+    assert state.data() == "step" and state.parent().data() == "0 · hidden.weight"  # the row above names it
     tip = state.data(Qt.ItemDataRole.ToolTipRole)
     assert "step of hidden.weight" in tip and "optimizer_state_dict.state.0.step" in tip
     delegate = tab.tree.itemDelegateForColumn(NAME)
     assert delegate is not None
     metrics = tab.tree.fontMetrics()
-    shown = delegate.elided(state.data(), metrics, metrics.horizontalAdvance("step of hidden.w…"))
-    assert shown.startswith("step of ") and "…" in shown
+    shown = delegate.elided(state.parent().data(), metrics, metrics.horizontalAdvance("0 · hidden.w…"))
+    assert shown.startswith("0 · ") and "…" in shown
 
 
 def test_two_selected_tensors_have_distinct_statistics_columns(qtbot, window, training_file):
@@ -191,3 +191,96 @@ def test_long_facts_never_make_the_window_wider_than_1024(qtbot, window, tmp_pat
     assert window.width() == 1024
     dtypes = tab.findChild(QLabel, "fact_bytes_by_dtype")
     assert "complex64" in dtypes.toolTip() and "bool" in dtypes.toolTip()  # whole where it is cut
+
+
+# --- names whole at 1024x640 (issue 45, defect 1) ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def library_folders(tmp_path_factory) -> dict[str, str]:
+    """What the libraries write: `save_pretrained` of a tiny Llama in shards (an index and six safetensors
+    files), and an HF Trainer's checkpoint folder (model.safetensors, optimizer.pt with AdamW's state,
+    scheduler.pt, trainer_state.json)."""
+    import os
+    import warnings
+
+    transformers = pytest.importorskip("transformers")
+    from tests.support.screens import build_llama
+
+    folder = tmp_path_factory.mktemp("libraries")
+    llama = build_llama(str(folder / "llama"))
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int) -> dict:
+            ids = torch.randint(0, 256, (16,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+
+    args = transformers.TrainingArguments(output_dir=str(folder / "trainer"), max_steps=2, save_steps=2,
+                                          per_device_train_batch_size=4, report_to=[], use_cpu=True,
+                                          disable_tqdm=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        transformers.Trainer(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens()).train()
+    trainer = str(folder / "trainer" / "checkpoint-2")
+    assert os.path.exists(os.path.join(trainer, "optimizer.pt"))
+    return {"llama": llama, "trainer": trainer}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["llama", "trainer"])
+def test_names_are_whole_at_1024_and_columns_yield(qtbot, window, library_folders, case):
+    """`input_layernorm` read `input…rnorm` and `exp_avg of ...` `exp_av…weight` while Shape, Dtype, Size,
+    Parameters and Shard kept their widths: the columns give way to the names, Shape last."""
+    from ckptview.gui.checkpoint.tree_model import NAME, SHAPE
+    from tests.support.layout_checks import cut_in_any_row
+
+    tab = opened(qtbot, window, library_folders[case], (1024, 640), timeout=120_000)  # a Hub model's order:
+    tab.expand_all()  # transformers in a worker process
+    settled(qtbot)
+    assert not cut_in_any_row(tab.tree, NAME, case)
+    assert not tab.tree.isColumnHidden(SHAPE)
+    assert window.width() == 1024
+
+
+def test_a_column_chosen_in_the_header_menu_is_remembered(qtbot, window, tmp_path):
+    from ckptview.gui.checkpoint.tree_model import COLUMNS, SHARD, SIZE
+
+    folder = make_sharded_folder(tmp_path / "sharded")
+    tab = opened(qtbot, window, folder, (1280, 800))
+    menu = tab.tree.build_header_menu()
+    actions = {a.text(): a for a in menu.actions() if a.isCheckable()}
+    assert "Name" not in actions and actions["Size"].isChecked()  # Name is never hidden
+    actions["Size"].trigger()  # hidden by the user
+    assert tab.tree.isColumnHidden(SIZE)
+    second = opened(qtbot, window, folder, (1280, 800))
+    assert second.tree.isColumnHidden(SIZE)  # the next tab too, and the next run (settings)
+    assert window.settings.column_choice(COLUMNS[SIZE]) is False
+    # A column the user asked for stays, however narrow the tree: the names are cut first then.
+    second.tree.build_header_menu()  # a fresh menu reflects the state
+    second.tree.set_column_choice(SHARD, True)
+    window.resize(1024, 640)
+    settled(qtbot)
+    assert not second.tree.isColumnHidden(SHARD)
+    second.tree.set_column_choice(SIZE, None)  # back to automatic
+    assert window.settings.column_choice(COLUMNS[SIZE]) is None
+
+
+@pytest.mark.slow
+def test_columns_that_gave_way_come_back_after_the_graph_and_on_a_wider_window(qtbot, window, library_folders):
+    from ckptview.gui.checkpoint.tree_model import PARAMS, SHARD
+
+    tab = opened(qtbot, window, library_folders["llama"], (1024, 640))
+    tab.expand_all()
+    settled(qtbot)
+    assert {SHARD, PARAMS} <= tab.tree.yielded  # gave way to the names at 1024
+    tab.show_graph(True)
+    tab.show_graph(False)
+    window.resize(1600, 900)
+    qtbot.waitUntil(lambda: window.width() == 1600)
+    tab.splitter.setSizes([900, 700])
+    settled(qtbot)
+    assert not tab.tree.isColumnHidden(SHARD) and not tab.tree.isColumnHidden(PARAMS)

@@ -149,7 +149,7 @@ def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, ot
     tab.tree.expand(tab.model.index_of(find_row(tab.top, "decoder.embed")))  # collapsed when a file opens
     select(tab, "encoder.layers.0.attn.q_proj.weight")
     tab.side_tabs.setCurrentIndex(tab.side_tabs.count() - 1)
-    side = tab.side_tabs.currentIndex()
+    side = tab.side_tabs.tabText(tab.side_tabs.currentIndex())
     assert not tab.check_file() and not tab.changed_bar.isVisible()
     settle_reads(qtbot)  # a read in flight while the file is rewritten faults until the core checks it
     _resave(path, new=__import__("torch").zeros(5))  # a training loop saving over the same path
@@ -169,7 +169,7 @@ def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, ot
     assert [r.name for r in tab.selected_rows()] == ["encoder.layers.0.attn.q_proj.weight"]
     assert "4 × 4" in tab.detail.toPlainText()  # the new file's shape, not the old 8 × 16
     assert tab.model.index_of(find_row(tab.top, "new")).isValid()
-    assert tab.side_tabs.currentIndex() == side
+    assert tab.side_tabs.tabText(tab.side_tabs.currentIndex()) == side  # by title: the tabs may differ now
     assert tab.tree.isExpanded(tab.model.index_of(find_row(tab.top, "decoder.embed")))  # expanded by hand
     assert len(window.checkpoint_tabs()) == 2
     keeps_state(other, "decoder.embed.weight")
@@ -186,7 +186,7 @@ def test_selecting_after_the_file_shrank_shows_the_bar_instead_of_reading(qtbot,
     tab = open_ready(qtbot, window, path)
     select(tab, "a.weight")  # the panels read its values through a map of the file
     settle_reads(qtbot)  # no event runs between the truncation and select(): nothing reads meanwhile
-    os.truncate(path, 1000)  # pages past the new end now fault when touched
+    os.truncate(path, 40)  # pages past the new end now fault when touched; inside data.pkl: nothing to salvage
     select(tab, "b.weight")
     assert tab.changed_bar.isVisible() and "size" in tab.changed_bar.label.text()
     assert wait_for_workers(60_000)

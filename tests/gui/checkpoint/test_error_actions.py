@@ -170,3 +170,52 @@ def test_a_hub_folder_with_other_checkpoints_links_to_them(qtbot, window, tmp_pa
     assert isinstance(series, SeriesTab) and series.paths == [str(folder)]
     with qtbot.waitSignal(series.finished, timeout=60_000):
         pass
+
+
+def test_a_folder_of_many_checkpoints_offers_each_a_comparison_and_a_series(qtbot, window, tmp_path):
+    """Sixteen unrelated checkpoints read as `hf-sharded-safetensors, 2 tensors` (one stray bf16 file): the
+    folder says what it holds and offers the latest, the first and latest compared, the series, and each."""
+    from safetensors.torch import save_file
+
+    from ckptview.gui.compare.tab import CompareTab
+
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    for i in (1, 2, 10):
+        torch.save(torch.nn.Linear(2 + i, 3).state_dict(), folder / f"probe_{i}.pt")
+    save_file({"emb": torch.zeros(4, 2, dtype=torch.bfloat16)}, str(folder / "stray.safetensors"))
+    names = ["probe_1.pt", "probe_2.pt", "probe_10.pt", "stray.safetensors"]
+    (tab,) = window.open_paths([str(folder)])
+    wait_settled(qtbot, tab)
+    assert tab.state == "error"
+    shown = page_texts(tab)
+    assert "4 checkpoints" in shown and not CLI_WORDS.search(shown), shown
+    assert "no checkpoint" not in shown  # the sentence of defect 8
+    assert set(tab.error_actions) >= {"series", "compare", "open", "each"}
+    assert names[-1] in tab.error_actions["open"].toolTip()  # the latest, not the first
+    menu = tab.error_actions["each"].menu()
+    assert [a.text() for a in menu.actions()] == names
+    width = sum(b.sizeHint().width() for b in tab.error_actions.values())
+    assert width < 900  # the buttons fit a 1024 px window, whatever the names
+    menu.actions()[1].trigger()  # one of them, the error page stays for the others
+    opened = window.current_tab()
+    assert opened is not None and opened.path == str(folder / "probe_2.pt")
+    window.tabs.setCurrentWidget(tab)
+    qtbot.mouseClick(tab.error_actions["compare"], Qt.MouseButton.LeftButton)
+    compare = window.tabs.currentWidget()
+    assert isinstance(compare, CompareTab)
+    assert (compare.path_a, compare.path_b) == (str(folder / names[0]), str(folder / names[-1]))
+
+
+def test_a_one_file_save_pretrained_folder_has_no_shard_column(qtbot, window, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from ckptview.gui.checkpoint.tree_model import SHARD
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "one")
+    (tab,) = window.open_paths([str(tmp_path / "one")])
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready"
+    assert tab.checkpoint.format == "hf-safetensors"
+    assert tab.tree.isColumnHidden(SHARD) and SHARD not in tab.tree.applicable

@@ -79,3 +79,35 @@ def test_a_zero3_step_counts_its_partitioned_parameters(qtbot, window, tmp_path,
     (step,) = write_run(tmp_path / "out", monkeypatch, steps=(3,), stage=3, world=2)
     truth = sum(p.numel() for p in Net().parameters())
     _check_window(qtbot, window, step.folder, truth, ["zero_pp_rank_0_mp_rank_00_model_states.pt"])
+
+
+def test_the_tree_s_parameters_column_means_what_the_summary_means(qtbot, window, tmp_path) -> None:
+    """The summary said 7,946 parameters while the tree's Parameters column gave `optimizer_state_dict` 15,896
+    and `step of fc1.weight` 1: it counted every element. One meaning: the model's parameters."""
+    import torch
+    from PySide6.QtCore import Qt
+
+    from ckptview.gui.checkpoint.tree_model import PARAMS
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 20)).sum().backward()
+    opt.step()
+    path = tmp_path / "mlp.pth"
+    torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": opt.state_dict(), "epoch": 1}, path)
+    truth = sum(p.numel() for p in model.parameters())
+    (tab,) = window.open_paths([str(path)])
+    wait_settled(qtbot, tab, timeout=30_000)
+    assert tab.summary.facts["Parameters"] == f"{truth:,}"
+
+    def cell(name: str) -> str:
+        assert tab.select_name(name), name
+        return tab.tree.selectionModel().selectedRows(PARAMS)[0].data()
+
+    assert cell("model_state_dict") == f"{truth:,}"
+    assert cell("model_state_dict.0.weight") == "5,120"
+    assert cell("optimizer_state_dict") == "" and cell("optimizer_state_dict.state.0.step") == ""
+    assert cell("optimizer_state_dict.state.0.exp_avg") == ""
+    header = tab.model.headerData(PARAMS, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+    assert "model.parameters()" in header

@@ -231,3 +231,20 @@ def test_buffers_and_counters_stay_out_of_the_headline_and_its_plot(qtbot, tmp_p
     aa = sum(float((sd[k] ** 2).sum()) for k in params)
     assert f"overall relative change <b>{(dd / aa) ** 0.5:.4g}</b>" in view.summary_label.text()
     assert "3 buffers" in view.summary_label.text()
+
+
+def test_statuses_read_as_words_and_the_tensor_axis_as_whole_numbers(qtbot, pair):
+    """The filter listed raw ids (`only_a`, `dtype_mismatch`) beside its labels, the summary and the Status
+    column said them too; the plot's tensor axis had ticks at 0.5, 1.5 between its tensors."""
+    a, b, _sd, _sd_b = pair
+    view = open_view(qtbot, a, b)
+    texts = [view.status_combo.itemText(i) for i in range(view.status_combo.count())]
+    assert not [t for t in texts if "_" in t], texts
+    assert "only in A" in texts and "dtype differs" in texts
+    status = [view.proxy.index(r, COLUMN["status"]).data() for r in range(view.proxy.rowCount())]
+    assert "only in A" in status and not [s for s in status if "_" in s], status
+    assert "only_a" not in view.summary_label.text() and "only in A" in view.summary_label.text()
+    axis = view.rel_plot.getAxis("bottom")
+    for lo, hi in ((-0.3, 2.3), (-0.1, 0.1), (0.0, 3.0)):
+        values = [v for _spacing, vs in axis.tickValues(lo, hi, 400) for v in vs]
+        assert values and all(float(v).is_integer() for v in values), (lo, hi, values)

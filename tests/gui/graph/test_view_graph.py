@@ -86,7 +86,7 @@ def test_view_a_tensor_selected_in_the_tree_shows_its_node(qtbot, window, llama_
 @needs_igraph
 def test_view_lists_the_keys_no_node_reads(qtbot, window, llama_file):
     tab, page = open_graph(qtbot, window, llama_file[0])
-    assert page.unread_button.isVisible() and page.unread_button.text() == "1 keys no node reads"
+    assert page.unread_button.isVisible() and page.unread_button.text() == "1 key no node reads"
     page.unread_button.click()
     assert page.unread_list.isVisible() and page.unread_list.item(0).text() == "extra.scale"
 

@@ -172,7 +172,9 @@ def test_tree_names_optimizer_state_by_parameter(tmp_path):
     opt.step()
     torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "c.pt")
     opened = prepare(open_checkpoint(tmp_path / "c.pt"))
-    assert find_row(opened.top, "optimizer.state.1.exp_avg_sq").label == "exp_avg_sq of bias"
+    row = find_row(opened.top, "optimizer.state.1.exp_avg_sq")
+    assert row.label == "exp_avg_sq" and row.parent.label == "1 · bias"  # the row above names the parameter
+    assert "exp_avg_sq of bias" in row.search_name
 
 
 def test_training_folder_in_the_panels(qtbot, tmp_path, monkeypatch):

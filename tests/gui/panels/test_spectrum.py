@@ -56,6 +56,9 @@ def click_header(qtbot, panel: SpectrumPanel, column: int) -> None:
     qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, header.height() // 2))
 
 
+GRAM = "W<sup>T</sup>W"
+
+
 def test_module_table_figures_sorting_and_flags(qtbot, ckpt) -> None:
     ck, _path = ckpt
     panel = SpectrumPanel()
@@ -102,6 +105,9 @@ def test_clicking_a_row_draws_its_spectrum_and_reopening_is_immediate(qtbot, ckp
     assert panel.esd_plot.ctrl.logXCheck.isChecked() and panel.esd_plot.ctrl.logYCheck.isChecked()
     (sv,) = panel.sv_plot.listDataItems()
     np.testing.assert_allclose(sv.yData, s.singular_values, rtol=1e-12)
+    # One form of the Gram matrix on the axis and in the legend (the axis said W^T W, the legend WᵀW)
+    axis = panel.esd_plot.getAxis("bottom").labelText
+    assert GRAM in axis and GRAM in panel.esd_legend.text() and "^" not in axis
 
     passes = panel.analysis.spectral_passes
     with qtbot.waitSignal(panel.tableReady, timeout=30_000):  # every spectrum cached: no pass below

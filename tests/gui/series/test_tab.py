@@ -139,8 +139,20 @@ def test_truncated_checkpoint_is_a_finding_and_the_rest_shows(qtbot, tmp_path):
     tab, done = open_tab(qtbot, [str(tmp_path / "run")])
     assert done == [0, 1, 2, 3] and tab.state == "ready"
     texts = findings_text(tab)
-    assert any(t.startswith("step 2") and "unreadable" in t and "step_2.pt" in t for t in texts)
+    # the cut file is listed from the records before the cut (issue 45): what the cut took is unreadable
+    assert any(t.startswith("step 2") and "unreadable" in t and "cut off" in t for t in texts), texts
     tab.select_tensor("model.head.weight")
     _, norms, ratios = tab.lines.line("model.head.weight")
     assert np.isnan(norms[1]) and np.isfinite(norms[[0, 2, 3]]).all()
     assert np.isnan(ratios[2]) and np.isfinite(ratios[3])  # no ratio across the hole
+
+
+def test_a_single_checkpoint_is_no_timeline(qtbot, tmp_path):
+    """One checkpoint showed as a one-step "timeline": the tab says a series needs two."""
+    torch.save({"w": torch.ones(3)}, tmp_path / "step1.pt")
+    tab = SeriesTab([str(tmp_path)])
+    qtbot.addWidget(tab)
+    with qtbot.waitSignals([tab.finished], timeout=60_000, raising=False):
+        tab.start()
+    text = tab.summary_label.text()
+    assert "at least two" in text and "1 checkpoints" not in text, text

@@ -35,7 +35,7 @@ from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, iter_chunks, read_small
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import elide, printable
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -322,7 +322,7 @@ def _values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterato
         count += chunk.size
         yield chunk
     if count != item.info.numel:
-        raise ExportError(f"{item.name}: read {count} values, expected {item.info.numel}")
+        raise ExportError(f"{item.name}: read {plural(count, 'value')}, expected {item.info.numel}")
 
 
 def check_free_space(plan: ExportPlan, folder: str) -> None:
@@ -410,7 +410,7 @@ def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | No
                     now = _clock()
                     if now >= next_report:
                         next_report = now + REPORT_SECONDS
-                        yield Progress(done, total, f"moved {i:,} of {len(renames):,} files into place")
+                        yield Progress(done, total, f"moved {i:,} of {plural(len(renames), 'file')} into place")
                 os.replace(src, dst)
                 del temps.paths[src]
                 placed.append(dst)

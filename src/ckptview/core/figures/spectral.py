@@ -37,6 +37,7 @@ from ckptview.core.figures.spectral_fit import PowerLawFit, iter_power_law_fit
 from ckptview.core.jobs import CancelToken, Progress, abandonable, drain, relay
 from ckptview.core.read.values.reading import iter_chunks
 from ckptview.core.read.values.repeats import refusal
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -251,7 +252,7 @@ def _read_matrix(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
         pos += n
         yield Progress(pos * (_STEPS // 2) // max(total, 1), _STEPS, "reading")
     if pos != total:
-        raise TensorDataError(f"no spectrum: read {pos:,} values of {total:,}")
+        raise TensorDataError(f"no spectrum: read {plural(pos, 'value')} of {total:,}")
     if bad:
         raise _non_finite(bad)
     return matrix, moments
@@ -341,7 +342,7 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
                 yield Progress(done, _STEPS, "summing W^T W")
         yield Progress(seen * (_STEPS * 6 // 10) // max(total, 1), _STEPS, "reading")
     if seen != total:
-        raise TensorDataError(f"no spectrum: read {seen:,} values of {total:,}")
+        raise TensorDataError(f"no spectrum: read {plural(seen, 'value')} of {total:,}")
     if filled:
         rest = buffer[:filled]
         yield from abandonable(lambda: flush(rest), token, functools.partial(_summing, _STEPS * 6 // 10))

@@ -27,6 +27,7 @@ from ckptview.core.errors import TensorDataError
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read.values import repeats
 from ckptview.core.read.values.reading import iter_chunks
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -328,7 +329,7 @@ def stored_part(info: TensorInfo) -> tuple[TensorInfo, int]:
     """(what to read, how many times each value read counts): of a view that repeats its storage, only what
     it stores (`ckptview.core.read.values.repeats`): figures cost the bytes stored, never the shape declared."""
     if info.numel >= MAX_COUNTED:
-        raise TensorDataError(f"cannot compute figures: the tensor declares {info.numel} elements")
+        raise TensorDataError(f"cannot compute figures: the tensor declares {plural(info.numel, 'element')}")
     return repeats.stored_part(info)
 
 

@@ -36,6 +36,7 @@ from ckptview.core.graph.user_code import code_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.session.workspace import Holdings
+from ckptview.core.units import plural
 
 GraphJob = Callable[[Checkpoint | None, CancelToken | None], Generator[Progress, None, ModelGraph]]
 
@@ -71,7 +72,7 @@ def hierarchy_job(checkpoint: Checkpoint | None, job: GraphJob | None = None, to
         raise ValueError("no checkpoint to read a graph from")
     else:
         graph = yield from graph_job(checkpoint, token, cache)
-    yield Progress(0, 0, f"nesting {len(graph.nodes):,} nodes by module")
+    yield Progress(0, 0, f"nesting {plural(len(graph.nodes), 'node')} by module")
     shapes = {e.name: tuple(e.info.shape) for e in checkpoint.tensors()} if checkpoint is not None else {}
     hierarchy = Hierarchy(graph, checkpoint.file_size if checkpoint is not None else 0,
                           {name: _numel(shape) for name, shape in shapes.items()})

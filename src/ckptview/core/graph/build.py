@@ -13,7 +13,8 @@ from ckptview.core.graph.inferred import SOURCE as INFERRED
 from ckptview.core.graph.inferred import inferred_graph
 from ckptview.core.graph.library import library_graph
 from ckptview.core.graph.model import ModelGraph
-from ckptview.core.graph.module_tree import module_tree_graph
+from ckptview.core.graph.module_tree import SOURCE as MODULE_TREE
+from ckptview.core.graph.module_tree import is_pickled_model, module_tree_graph
 from ckptview.core.graph.torchscript import torchscript_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read.bytes.files import is_url
@@ -29,8 +30,8 @@ def graph_source(checkpoint: Checkpoint) -> tuple[str, Architecture | None, str]
     """(where the graph will come from, the library's architecture or None, why there is no data flow or "").
 
     Cheap (no worker, no code walked): "exported-program", "torchscript", "library" (a worker traces it,
-    unless cached) or "inferred" (from key names and shapes; the module tree where nothing looks like a
-    layer). Reads the config.json beside a local checkpoint, as data."""
+    unless cached), "module-tree" (a full-model pickle: its modules by their classes) or "inferred" (from key
+    names and shapes; the module tree where nothing looks like a layer). Reads the config.json beside a local checkpoint, as data."""
     program = PROGRAMS.get(checkpoint.format)
     if program is not None:
         return program, None, ""
@@ -43,8 +44,11 @@ def graph_source(checkpoint: Checkpoint) -> tuple[str, Architecture | None, str]
     except ArchitectureRefused as exc:
         return INFERRED, None, str(exc)
     if arch is None:
-        pickled = " (a full-model pickle's forward is code in the file, never run)" if checkpoint.unsafe_globals else ""
-        return INFERRED, None, f"{NO_GRAPH}{pickled}"
+        if is_pickled_model(checkpoint):  # a module, not a state dict: its classes say more than its keys
+            return MODULE_TREE, None, ("a full-model pickle's forward is code in the file, never run, and no "
+                                       "installed library names this architecture: its modules are drawn with "
+                                       "their classes, without data flow")
+        return INFERRED, None, NO_GRAPH
     missing = missing_library(arch)
     if missing is not None:
         return INFERRED, None, missing
@@ -62,6 +66,8 @@ def graph_job(checkpoint: Checkpoint, token: CancelToken | None = None, cache: G
         return (yield from exported_graph(checkpoint, token))
     if kind == "torchscript":
         return (yield from torchscript_graph(checkpoint, token))
+    if kind == MODULE_TREE:
+        return module_tree_graph(checkpoint, why)
     if arch is not None:
         try:
             return (yield from library_graph(checkpoint, arch, token, cache))

@@ -26,6 +26,7 @@ from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.run.architectures import Architecture
 from ckptview.core.run.process import RunError, execute
 from ckptview.core.run.state_dict import state_dict_entries, strip_prefixes
+from ckptview.core.units import plural
 
 TIMEOUT = 900.0  # seconds a worker may take to build and trace (a 70B-parameter program takes minutes)
 _MAX_KEYS = 10_000_000
@@ -235,7 +236,8 @@ def place(traced: Traced, checkpoint: Checkpoint, source: str) -> ModelGraph:
                            "loading converts them")
     if missing:
         shown = ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
-        graph.notes.append(f"{len(missing)} tensors the model reads are not in the checkpoint: {shown}")
+        verb = "is" if len(missing) == 1 else "are"
+        graph.notes.append(f"{plural(len(missing), 'tensor')} the model reads {verb} not in the checkpoint: {shown}")
     return graph
 
 

@@ -23,6 +23,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.spectral import matrix_of
 from ckptview.core.jobs import CancelToken, Progress, relay
 from ckptview.core.read.bytes.files import read_ahead
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     from ckptview.core.figures.analysis import Analysis
@@ -172,7 +173,8 @@ def _compute(values: FigureValues, infos: Sequence[TensorInfo], analysis: Analys
             token.check()
 
         def rebased(p: Progress, i: int = i) -> Progress:
-            return Progress(i * 1000 + int(p.fraction * 1000), total * 1000, f"figures ({words}) of {total:,} tensors")
+            return Progress(i * 1000 + int(p.fraction * 1000), total * 1000,
+                            f"figures ({words}) of {plural(total, 'tensor')}")
 
         figures: dict[str, float | None] = {}
         if stats_wanted:
@@ -196,7 +198,7 @@ def _compute(values: FigureValues, infos: Sequence[TensorInfo], analysis: Analys
                                 "spectral_norm": spectrum.spectral_norm})
         values.put(info, {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in figures.items()}
                    | dict.fromkeys(values.wanted - figures.keys()))
-        yield Progress(i + 1, total, f"figures ({words}) of {total:,} tensors")
+        yield Progress(i + 1, total, f"figures ({words}) of {plural(total, 'tensor')}")
     return values
 
 

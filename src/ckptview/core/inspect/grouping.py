@@ -9,16 +9,18 @@ elements, bytes) of its subtree. The GUI's tree model is a thin adapter over the
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from ckptview.core.checkpoint import MAX_MODULE_DEPTH, Node
 from ckptview.core.gc_policy import paused_gc
+from ckptview.core.read.formats import training_folder
 
 
 class Row:
     """One display row: a core node (container, tensor, value) or a synthetic module group."""
 
     __slots__ = ("label", "node", "name", "kind", "parent", "children", "tensors", "numel", "nbytes",
-                 "search_name")
+                 "params", "search_name")
 
     def __init__(self, label: str, node: Node | None, name: str, kind: str, parent: Row | None) -> None:
         self.label = label
@@ -30,6 +32,9 @@ class Row:
         self.tensors = 0
         self.numel = 0
         self.nbytes = 0
+        # Elements of the model's parameters here and below, as `module.parameters()` counts them (a tied
+        # weight once): only where `group_tree` was given the counts (`summary.size_facts` decides them)
+        self.params = 0
         lowered = name.lower()
         self.search_name = name if lowered == name else lowered  # one string, not two, for most names
 
@@ -100,14 +105,23 @@ def is_part(node: Node) -> bool:
     return node.tensor is not None and node.tensor.part_of is not None
 
 
-def group_tree(root: Node, warnings: list[str] | None = None) -> Row:
+class ParameterCounts(NamedTuple):
+    """Which tensors are the model's parameters: id(node) -> elements for each (every name of a tied weight),
+    and (id(node) of a second name, id(node) of the first) for each tied weight, counted once above both."""
+
+    elements: dict[int, int]
+    tied: list[tuple[int, int]]
+
+
+def group_tree(root: Node, warnings: list[str] | None = None, parameters: ParameterCounts | None = None) -> Row:
     """The display rows of `root`, dotted string keys nested by module path, with subtree totals.
 
     Iterative whatever the nesting; a key of more than `MAX_GROUP_DEPTH` dotted levels is grouped that deep
-    and the rest of it kept as one row, with one line appended to `warnings` (when given, once)."""
+    and the rest of it kept as one row, with one line appended to `warnings` (when given, once). With
+    `parameters` each row's `params` counts the model's parameters below it."""
     with paused_gc():  # hundreds of thousands of rows and no garbage: skip the collector's passes
         cut = [False]
-        top = _group_tree(root, cut)
+        top = _group_tree(root, cut, parameters)
     if cut[0] and warnings is not None and DEPTH_WARNING not in warnings:
         warnings.append(DEPTH_WARNING)
     return top
@@ -117,7 +131,10 @@ DEPTH_WARNING = (f"tensor names nest deeper than {MAX_GROUP_DEPTH} module levels
                  "shown as one row")
 
 
-def _group_tree(root: Node, cut: list[bool]) -> Row:
+def _group_tree(root: Node, cut: list[bool], parameters: ParameterCounts | None = None) -> Row:
+    counts = parameters.elements if parameters is not None else {}
+    tied = {n for pair in parameters.tied for n in pair} if parameters is not None else set()
+    tied_rows: dict[int, Row] = {}
     top = Row("", root, "", root.kind, None)
     if not root.children and root.kind in ("value", "object", "tensor"):
         # The whole file is one value, e.g. a pickle whose top object is a call `os.system('...')`: show
@@ -126,6 +143,7 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
         top.children.append(only)
         if root.kind == "tensor" and root.tensor is not None:
             only.tensors, only.numel, only.nbytes = 1, root.tensor.numel, root.tensor.nbytes
+            only.params = counts.get(id(root), 0)
             _add_totals([only])
         return top
     stack: list[tuple[Node, Row, int]] = [(root, top, 0)]
@@ -136,8 +154,13 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
         groups: dict[str, tuple[Row, int]] = {}
         prefix_name = f"{row.name}." if row.name else ""
         levels = max(0, min(MAX_GROUP_DEPTH, MAX_ROW_DEPTH - depth - 1))
+        if node.type_name == training_folder.NAME:  # its keys are file names: `model.safetensors` is one row
+            levels = 0
+        module = node.kind == "object" and any(_is_mode(c) for c in node.children)
         for child in node.children:
             key = child.key
+            if module and _bookkeeping(child):  # a module's train/eval flag, a TorchScript module's private
+                continue  # attributes (kept in the checkpoint: its code reads them; no row of the tree)
             child_depth = depth + 1
             if type(key) is str and "." in key and levels:  # a ReprKey (2.5, a tuple) is one row
                 prefix, _, label = key.rpartition(".")
@@ -160,6 +183,10 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
                     child_row.numel, child_row.nbytes = info.numel, info.nbytes
                     continue
                 child_row.tensors, child_row.numel, child_row.nbytes = 1, info.numel, info.nbytes
+                if counts:
+                    child_row.params = counts.get(id(child), 0)
+                    if id(child) in tied:
+                        tied_rows[id(child)] = child_row
                 if info.quant is not None:
                     logical[child_row.name] = child_row
     for row in logical.values():  # the parts in the weight's order (the codes first), not the file's
@@ -168,8 +195,44 @@ def _group_tree(root: Node, cut: list[bool]) -> Row:
             order = {name: i for i, name in enumerate(quant.part_names())}
             row.children.sort(key=lambda r: order.get(r.name, len(order)))
     _add_totals(made)
+    if parameters is not None:
+        _count_tied_once(parameters.tied, tied_rows)
     return top
 
+
+def _count_tied_once(tied: list[tuple[int, int]], rows: dict[int, Row]) -> None:
+    """A tied weight counts in each module that holds one of its names, once in a module holding both:
+    taken off the rows above both of them (the lowest row the two share, and its ancestors)."""
+    for second, first in tied:
+        a, b = rows.get(second), rows.get(first)
+        if a is None or b is None:
+            continue
+        above: set[int] = set()
+        up: Row | None = b
+        while up is not None:
+            above.add(id(up))
+            up = up.parent
+        shared = a.parent
+        while shared is not None and id(shared) not in above:
+            shared = shared.parent
+        while shared is not None:
+            shared.params -= a.params
+            shared = shared.parent
+
+
+def _is_mode(node: Node) -> bool:
+    """The `training` flag every torch.nn.Module (pickled or TorchScript) keeps among its attributes."""
+    return node.key == "training" and node.kind == "value" and isinstance(node.value, bool)
+
+
+def _bookkeeping(node: Node) -> bool:
+    """A module's member that is torch's bookkeeping, not a weight or a setting: its `training` flag and its
+    private attributes (`_is_full_backward_hook`, `_reversed_padding_repeated_twice`; a pickled module's are
+    left out when it is read, a TorchScript module keeps them for its code)."""
+    if _is_mode(node):
+        return True
+    return (isinstance(node.key, str) and node.key.startswith("_") and node.kind != "tensor"
+            and not any(n.kind == "tensor" for n in node.walk()))
 
 def _group_for(row: Row, prefix: str, groups: dict[str, tuple[Row, int]], levels: int,
                cut: list[bool], made: list[Row]) -> tuple[Row, int]:
@@ -221,6 +284,7 @@ def _add_totals(made: list[Row]) -> None:
             parent.tensors += row.tensors
             parent.numel += row.numel
             parent.nbytes += row.nbytes
+            parent.params += row.params
 
 
 def find_row(top: Row, name: str) -> Row | None:

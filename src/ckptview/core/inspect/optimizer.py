@@ -40,11 +40,12 @@ from ckptview.core.inspect import zero
 from ckptview.core.inspect.hf_order import OrderRequest, ParamOrders, order_request
 from ckptview.core.inspect.optimizer_align import align_groups
 from ckptview.core.read.bytes.files import is_url
-from ckptview.core.read.formats.hf_sharded import weight_sets
+from ckptview.core.read.formats.hf_sharded import HUB_FORMATS, weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_scalar, read_values
 from ckptview.core.run.declared_sizes import Listing
+from ckptview.core.units import plural
 
 # Buffers modules register under these names; they sit in the state dict but are never parameters.
 KNOWN_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked", "inv_freq", "position_ids",
@@ -631,7 +632,7 @@ def _map(opt: OptimizerState, folder: str | None = None, orders: ParamOrders | N
             opt.mapping = "guessed" if unsure else "exact"
             opt.note = ("the model file lists names sorted, not in model order, and no guess of that order fits: "
                         "parameters matched by state shape only"
-                        + (f"; {unsure} of {len(params)} names guessed (another tensor has the same shape)"
+                        + (f"; {unsure} of {plural(len(params), 'name')} guessed (another tensor has the same shape)"
                            if unsure else ""))
             return
     if found.picked is None:
@@ -660,9 +661,9 @@ def _map(opt: OptimizerState, folder: str | None = None, orders: ParamOrders | N
     opt.note = (f"{how}; {verified} of {len(params)} checked by state shape"
                 + (f"; {skipped} model tensors skipped as buffers/not optimized" if skipped else "")
                 + doubt
-                + (f"; the model file lists names sorted, not in model order: {unsure} of {len(params)} names "
-                   "guessed from the usual order of such names (marked guessed; the others have a shape no other "
-                   "tensor has)" if unsure else ""))
+                + (f"; the model file lists names sorted, not in model order: {unsure} of "
+                   f"{plural(len(params), 'name')} guessed from the usual order of such names (marked guessed; the "
+                   "others have a shape no other tensor has)" if unsure else ""))
 
 
 def _flag_guessed(params: list[ParamState], hints: list[Shape | None], shapes: list[Shape]) -> int:
@@ -702,7 +703,7 @@ _ROLES = (
 
 def order_lost(model: Node | None) -> bool:
     """True when the model's tensors come from a file that stores names sorted (safetensors, a HF index)."""
-    return model is not None and (model.type_name == "safetensors" or model.type_name.startswith("hf-sharded"))
+    return model is not None and (model.type_name == "safetensors" or model.type_name in HUB_FORMATS)
 
 
 def _role(name: str) -> int:
@@ -765,8 +766,8 @@ def _fmt_shape(shape: Shape) -> str:
 def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[ModelEntry], model: str) -> str:
     """Why no alignment fits, for a person: too many parameters, a shape the model lacks, or the order."""
     if len(params) > len(entries):
-        return (f"the optimizer has {len(params)} parameters, '{model}' only {len(entries)} tensors that can be "
-                "parameters")
+        return (f"the optimizer has {plural(len(params), 'parameter')}, '{model}' only "
+                f"{plural(len(entries), 'tensor')} that can be parameters")
     need: dict[Shape, int] = {}
     for h in hints:
         if h is not None:
@@ -778,8 +779,8 @@ def misfit(params: list[ParamState], hints: list[Shape | None], entries: list[Mo
     if short:
         s, n, found = short[0]
         more = f" (and {len(short) - 1} more shapes)" if len(short) > 1 else ""
-        return (f"{n} parameters have state of shape {_fmt_shape(s)}, '{model}' has {found} tensors of that "
-                f"shape{more}")
+        return (f"{plural(n, 'parameter')} {'has' if n == 1 else 'have'} state of shape {_fmt_shape(s)}, '{model}' "
+                f"has {plural(found, 'tensor')} of that shape{more}")
     groups = sorted({p.group for p in params if p.group is not None})
     shapes = [e.shape for e in entries]
     for g in groups:
@@ -870,14 +871,18 @@ def state_labels(ckpt: Checkpoint | Node, orders: ParamOrders | None = None) -> 
 
 
 def label_state_rows(top: Any, ckpt: Checkpoint | Node, orders: ParamOrders | None = None) -> None:
-    """Relabel the display rows (``core.grouping.Row``) of mapped optimizer state; the filter finds them by
-    parameter name too."""
+    """Relabel the display rows (``core.grouping.Row``) of mapped optimizer state: a parameter's state row
+    reads ``"0 · encoder.0.weight"``; its entries keep their keys (``exp_avg``: the row above names the
+    parameter, and ``exp_avg of model.layers.0.post_attention_layernorm.weight`` repeated under it was cut
+    at any width). The filter finds both by parameter name too."""
     labels = state_labels(ckpt, orders)
     if not labels:
         return
     for row in top.walk():
         label = labels.get(id(row.node)) if row.node is not None else None
         if label is not None:
-            row.label = label
+            parent = row.parent
+            if parent is None or parent.node is None or id(parent.node) not in labels:
+                row.label = label
             # Label first, joined by a dot: name globs anchored at a dot boundary still match the name.
             row.search_name = f"{label}.{row.name}".lower()

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ckptview.core import dtypes
-from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, PathKey, TensorEntry, TensorInfo
+from ckptview.core.checkpoint import MODULE_PART, Checkpoint, Node, PathKey, TensorEntry
 from ckptview.core.inspect import zero
+from ckptview.core.inspect.grouping import ParameterCounts
 from ckptview.core.inspect.roles import BUFFER_NAMES, COUNTER_NAMES, last_name, learnable_dtype, tensor_role
 from ckptview.core.read.formats.training_folder import is_weights_entry
 
@@ -20,35 +21,44 @@ class SizeFacts(NamedTuple):
     bytes_by_dtype: list[tuple[str, int]]  # (dtype, bytes) over the distinct tensors, largest first (a quantized
     # weight's by its stored parts' dtypes)
     buffers: int = 0  # elements of the distinct buffers and integer counters outside optimizer state
+    counted: ParameterCounts | None = None  # which tensors those parameters are (the tree's column counts them)
 
 
-def _distinct(checkpoint: Checkpoint) -> list[TensorEntry]:
+def _distinct(checkpoint: Checkpoint) -> tuple[list[TensorEntry], list[tuple[TensorEntry, TensorEntry]]]:
+    """The distinct tensors, and (copy, the entry first seen) for every other name of one of them."""
     # Tied weights (`lm_head.weight is embed.weight`) are one tensor saved under two names: count once.
     entries = checkpoint.tensors()
     if not checkpoint.sharing() and not any(e.info.storage is None for e in entries):
         # No storage backs two tensors (safetensors always; `sharing` is computed once per checkpoint and
         # every listing asks for it): every tensor is distinct, and a million keys need not be built.
-        return entries
+        return entries, []
     # Most storages back one view, so only a second view of a storage costs a key: a set of a million
     # (storage, offset, shape, stride) tuples took a third of a second to free, in one go, holding the GIL.
-    first: dict[int, TensorInfo] = {}  # id(storage) -> its first view, or id(info) of a tensor without one
-    views: set[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = set()
+    first: dict[int, TensorEntry] = {}  # id(storage) -> its first view, or id(info) of a tensor without one
+    views: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], TensorEntry] = {}
     out = []
+    copies = []
     for entry in entries:
         info = entry.info
         key = id(info.storage) if info.storage is not None else id(info)
         seen = first.get(key)
         if seen is None:
-            first[key] = info
-        elif seen is info or info.storage is None:
+            first[key] = entry
+        elif seen.info is info:
+            copies.append((entry, seen))
+            continue
+        elif info.storage is None:
             continue
         else:
             view = (info.offset, info.shape, info.stride)
-            if view == (seen.offset, seen.shape, seen.stride) or (key, *view) in views:
+            where = (key, *view)
+            was = seen if view == (seen.info.offset, seen.info.shape, seen.info.stride) else views.get(where)
+            if was is not None:
+                copies.append((entry, was))
                 continue
-            views.add((key, *view))
+            views[where] = entry
         out.append(entry)
-    return out
+    return out, copies
 
 
 # Where a training checkpoint keeps the model's weights (Lightning's `state_dict`, DeepSpeed's `module`, ...).
@@ -110,7 +120,11 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
     role_names = BUFFER_NAMES | COUNTER_NAMES  # a name in neither is a parameter's, whatever its shape
     parameters = buffers = 0  # model[0], model[1] in the loop's locals (100,000s of additions)
     quantized = False
-    for entry in _distinct(checkpoint):
+    distinct, copies = _distinct(checkpoint)
+    # id(node) -> elements of each tensor counted, as a module's own (`marked`) and by the rules (`model`)
+    counted_marked: dict[int, int] = {}
+    counted_model: dict[int, int] = {}
+    for entry in distinct:
         info = entry.info
         shape, dtype = info.shape, info.dtype
         known = numels.get(id(shape))
@@ -125,7 +139,10 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
         extra = info.extra
         if extra and MODULE_PART in extra:  # the module says what is its own
             any_marked = True
-            marked[tensor_role(info, path) != "parameter"] += n
+            role = tensor_role(info, path) != "parameter"
+            marked[role] += n
+            if not role:
+                counted_marked[id(entry.node)] = n
         elif not any_marked and in_model(path):  # a file that marks any: nothing unmarked counts
             # `tensor_role` of a tensor its module does not mark, inlined (100,000 calls a listing)
             parameter = learnable.get(dtype)
@@ -138,6 +155,7 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
                     parameter = not (name in BUFFER_NAMES or len(shape) <= 1 and n == 1)
             if parameter:
                 parameters += n
+                counted_model[id(entry.node)] = n
                 if not n and len(path) >= 2 and path[-2] == "module":  # ZeRO-3's placeholder
                     placeholders.setdefault(path[:-2], set()).add(str(path[-1]))
             else:
@@ -148,9 +166,14 @@ def size_facts(checkpoint: Checkpoint) -> SizeFacts:
         if part.part_of is not None:
             elements[part.dtype] = elements.get(part.dtype, 0) + part.numel
     sizes = Counter({dtype: count * dtypes.itemsize(dtype) for dtype, count in elements.items()})
+    counted = counted_marked if any_marked else counted_model
+    tied = [(id(copy.node), id(was.node)) for copy, was in copies if id(was.node) in counted]
+    for copy_node, was_node in tied:  # each name of a parameter is the parameter (a module's own counts it)
+        counted[copy_node] = counted[was_node]
+    found = ParameterCounts(counted, tied)
     if any_marked:
-        return SizeFacts(marked[0], sizes.most_common(), marked[1])
-    return SizeFacts(model[0] + _partitioned(checkpoint.root, placeholders), sizes.most_common(), model[1])
+        return SizeFacts(marked[0], sizes.most_common(), marked[1], found)
+    return SizeFacts(model[0] + _partitioned(checkpoint.root, placeholders), sizes.most_common(), model[1], found)
 
 
 def _partitioned(root: Node, placeholders: dict[tuple[PathKey, ...], set[str]]) -> int:

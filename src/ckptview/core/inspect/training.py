@@ -12,7 +12,9 @@ from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, Node, PathKey, join_path
 from ckptview.core.inspect.optimizer import is_optimizer_node, plain, scalar_value
+from ckptview.core.inspect.roles import BUFFER_NAMES
 from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.units import plural
 
 # Containers at the top of a checkpoint whose scalar leaves are training facts too (Lightning's
 # ModelCheckpoint keeps best_model_score under "callbacks").
@@ -77,12 +79,18 @@ def training_summary(ckpt: Checkpoint | Node, read_scalars: bool = True) -> Trai
             _flatten(child, key if key != "hyper_parameters" else "", out.hyper_parameters)
         elif key in FACT_CONTAINERS and child.kind in ("dict", "object"):
             _scalar_leaves(child, key, out, read_scalars, depth=2)
-        else:
+        elif not (child.kind == "tensor" and _model_tensor(key)):
             fact = _scalar(child, read_scalars)
             if fact is not None:
                 out.scalars.append((key, fact))
     out.schedulers = find_schedulers(root)
     return out
+
+
+def _model_tensor(key: str) -> bool:
+    """A one-element tensor at the top that is a module's (`bn1.num_batches_tracked` of a state dict or a .pt2,
+    a top-level module's `running_mean`), not a fact of the run."""
+    return "." in key or key in BUFFER_NAMES
 
 
 # trainer_state.json keys worth a row (the rest is in the tree), in this order.
@@ -188,7 +196,7 @@ def value_text(node: Node) -> str:
         if node.kind == "tuple":
             return f"({items},)" if len(node.children) == 1 else f"({items})"
         return f"[{items}]"
-    return f"<{node.type_name} of {len(node.children)} items>"
+    return f"<{node.type_name} of {plural(len(node.children), 'item')}>"
 
 
 # ---------------------------------------------------------------------------------------------------

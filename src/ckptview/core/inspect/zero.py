@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ckptview.core.checkpoint import Node, PathKey, TensorInfo
 from ckptview.core.read.pickle.vm import StubObject
+from ckptview.core.units import plural
 
 MASTER_KEYS = ("single_partition_of_fp32_groups", "fp32_flat_groups")  # ZeRO-1/2 (and bf16), ZeRO-3
 MASTER_WEIGHT = "fp32"  # DeepSpeed's own name for a parameter's fp32 master weight (checkpoint/constants.py)
@@ -213,7 +214,7 @@ def layout(opt_node: Node, flat_states: list[tuple[int | None, Node | None]], fi
             fragment.param = tensor
     pieces = sum(1 for f in out.fragments if f.piece is not None)
     out.note = (f"{what} ({where}): flat partitions named by {how}"
-                + (f"; {pieces} of {len(out.fragments)} parameters are pieces (the rest is on other ranks)"
+                + (f"; {pieces} of {plural(len(out.fragments), 'parameter')} are pieces (the rest is on other ranks)"
                    if pieces else ""))
     return out
 

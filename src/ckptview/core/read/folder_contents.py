@@ -13,6 +13,7 @@ from ckptview.core.errors import FolderOfCheckpoints
 from ckptview.core.read.bytes import files
 from ckptview.core.read.context import Source
 from ckptview.core.read.formats import readers
+from ckptview.core.units import natural_key, plural
 
 MAX_SNIFFED = 200  # entries of a folder looked at; a bigger folder is described by its first ones
 _HEAD_BYTES = 4096
@@ -41,9 +42,10 @@ def sniffs(path: str) -> bool:
 
 
 def checkpoint_names(folder: str, skip: set[str] | None = None) -> list[str]:
-    """The names of the entries of a local ``folder`` that some reader recognises, sorted (not ``skip``)."""
+    """The names of the entries of a local ``folder`` that some reader recognises (not ``skip``), in natural
+    order (`step9` before `step10`: a run's order, its latest last)."""
     try:
-        names = sorted(n for n in os.listdir(folder) if not n.startswith("."))
+        names = sorted((n for n in os.listdir(folder) if not n.startswith(".")), key=natural_key)
     except OSError:
         return []
     skip = skip or set()
@@ -65,15 +67,20 @@ def run_folder_error(folder: str) -> FolderOfCheckpoints | None:
     if sniffs(folder):
         return None
     names = checkpoint_names(folder)
-    if not names:
-        return None
+    return folder_error(folder, names) if names else None
+
+
+def folder_error(folder: str, names: list[str]) -> FolderOfCheckpoints:
+    """The error of a folder that is no checkpoint but holds `names` (in natural order): how many, and what
+    opens each, two of them and all of them."""
     if len(names) == 1:
-        return FolderOfCheckpoints(f"not a checkpoint: folder {folder} is none, it holds one: `ckptview info "
-                                   f"{os.path.join(folder, names[0])}` lists it", folder, names)
-    what = f"{len(names)} checkpoints"
-    return FolderOfCheckpoints(f"not a checkpoint: folder {folder} holds {what} ({listed(names)}), not one: "
-                               f"`ckptview series {folder}` shows them as a training run; `ckptview info "
-                               f"{os.path.join(folder, names[0])}` lists one", folder, names)
+        return FolderOfCheckpoints(f"not a checkpoint: folder {folder} is none itself, but it holds one: "
+                                   f"`ckptview info {os.path.join(folder, names[0])}` lists it", folder, names)
+    first, latest = os.path.join(folder, names[0]), os.path.join(folder, names[-1])
+    return FolderOfCheckpoints(
+        f"not a checkpoint: folder {folder} holds {plural(len(names), 'checkpoint')} ({listed(names)}), not one: "
+        f"`ckptview info {latest}` lists the last, `ckptview diff {first} {latest}` compares two, "
+        f"`ckptview series {folder}` follows them as a training run", folder, names)
 
 
 def other_checkpoints(folder: str, used: set[str], warnings: list[str] | None = None) -> list[str]:
@@ -88,6 +95,6 @@ def others_note(folder: str, names: list[str]) -> str | None:
     """A warning naming `names`, the other checkpoints of ``folder`` (`other_checkpoints`), or None."""
     if not names:
         return None
-    what = "1 other checkpoint" if len(names) == 1 else f"{len(names)} other checkpoints"
+    what = plural(len(names), "other checkpoint")
     return (f"the folder also holds {what}, not part of this one: {listed(names)} "
             f"(open them by name; `ckptview series {folder}` shows a run)")

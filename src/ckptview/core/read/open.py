@@ -28,8 +28,14 @@ from ckptview.core.read.bytes.remote.causes import is_missing
 from ckptview.core.read.bytes.remote.fs import RemoteFS, not_found, opening
 from ckptview.core.read.bytes.remote.urls import folder_url, require_extra, shown
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
-from ckptview.core.read.folder_contents import other_checkpoints, others_note, run_folder_error
-from ckptview.core.read.formats import readers
+from ckptview.core.read.folder_contents import (
+    checkpoint_names,
+    folder_error,
+    other_checkpoints,
+    others_note,
+    run_folder_error,
+)
+from ckptview.core.read.formats import hf_sharded, readers
 from ckptview.core.read.quant.config import read_config
 from ckptview.core.read.quant.recognise import add_logical_tensors
 from ckptview.core.redaction import redact
@@ -74,7 +80,14 @@ def _open(path: str, ctx: ReaderContext | None) -> Checkpoint:
                 raise error from None
         raise
     ckpt.metadata.setdefault("_identities", identities)
-    if stat.S_ISDIR(st.st_mode) and ckpt.format.startswith("hf-sharded"):
+    if stat.S_ISDIR(st.st_mode) and ckpt.format in hf_sharded.HUB_FORMATS:
+        if ckpt.format in hf_sharded.ONE_FILE_FORMATS and not hf_sharded.described(path):
+            # One weight file, nothing saying it is a model's folder (no config): among other checkpoints it is
+            # one of a folder of them (a stray bf16 file was the folder, the other fifteen a warning).
+            names = checkpoint_names(path)
+            if len(names) > 1:
+                ckpt.close()
+                raise folder_error(path, names)
         used = set(ckpt.metadata.get("shards") or ())
         others = other_checkpoints(path, used, list(ckpt.warnings))
         note = others_note(path, others)

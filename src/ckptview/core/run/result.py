@@ -403,7 +403,7 @@ def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
         top = ", ".join(f"{t['token']!r} {t['prob']:.3f}" for t in result.next_tokens["top"])
         lines.append(f"next token after {result.next_tokens['prompt']!r}: {top}")
     lat = result.latency_ms
-    lines.append(f"latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}, {lat.runs} runs "
+    lines.append(f"latency {lat.median:.3f} ms median (min {lat.min:.3f}, max {lat.max:.3f}, {plural(lat.runs, 'run')} "
                  f"after {lat.warmup} warm-up)")
     if result.peak_memory_bytes is not None:
         lines.append(f"peak memory {human_bytes(result.peak_memory_bytes)} ({result.peak_memory_kind})")

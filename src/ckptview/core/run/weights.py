@@ -7,6 +7,7 @@ import dataclasses
 
 from ckptview.core.run.process import RunError
 from ckptview.core.run.result import LoadReport, RunResult
+from ckptview.core.units import plural
 
 # Source kinds whose weights come from the checkpoint into a model built without them (runner's names).
 _LOADS_WEIGHTS = ("state_dict", "library", "lightning")
@@ -38,10 +39,10 @@ def weight_warnings(load: LoadReport, device: str) -> list[str]:
         shapes = load.mismatched_shapes
         named = [f"{k} (checkpoint {shapes[k].checkpoint}, model {shapes[k].model})" if k in shapes else k
                  for k in load.mismatched]
-        out.append(f"{len(named)} keys with mismatched shapes (not loaded): {_first(named)}")
+        out.append(f"{plural(len(named), 'key')} with mismatched shapes (not loaded): {_first(named)}")
     if load.unplaced:
         named = [f"{u.name} ({u.reason})" for u in load.unplaced]
-        out.append(f"{len(named)} tensors could not be placed on {device} (not loaded): {_first(named)}")
+        out.append(f"{plural(len(named), 'tensor')} could not be placed on {device} (not loaded): {_first(named)}")
     return out
 
 
@@ -53,7 +54,7 @@ def check_weights(result: RunResult, kind: str, strict: bool, allow_missing: boo
     load = result.load
     if not load.tensors:
         total = len(load.unexpected) + len(load.mismatched) + len(load.unplaced)
-        raise RunError(f"no weights loaded: none of the checkpoint's {total} tensors fit the model "
+        raise RunError(f"no weights loaded: none of the checkpoint's {plural(total, 'tensor')} fit the model "
                        f"({'; '.join(result.warnings) or 'the checkpoint holds no tensors'})",
                        kind="weights", result=result)
     if strict and result.warnings:

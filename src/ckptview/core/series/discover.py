@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptview.core.checkpoint import Checkpoint, Node
-from ckptview.core.errors import CheckpointError, NotACheckpointError
+from ckptview.core.errors import CheckpointError, NoSuchFile, NotACheckpointError
 from ckptview.core.inspect.optimizer import scalar_value
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem, filesystem
@@ -75,7 +75,7 @@ def find_checkpoints(paths: list[str], remote: RemoteOptions = DEFAULT_REMOTE) -
         elif os.path.exists(raw):
             out.append(raw)
         else:
-            raise NotACheckpointError(f"no such file: {raw}")
+            raise NoSuchFile(f"no such file: {raw}")
     seen: set[str] = set()
     unique = []
     for path in out:

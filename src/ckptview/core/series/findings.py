@@ -17,7 +17,7 @@ from typing import Any
 from ckptview.core.figures.spectral import ALPHA_HIGH, ALPHA_LOW
 from ckptview.core.series.logged import ScalarCurve, place
 from ckptview.core.series.model import Finding, SeriesResult, TensorSeries, is_counter, module_series
-from ckptview.core.units import figure
+from ckptview.core.units import figure, plural
 
 SPIKE_WINDOW = 20  # points before a loss value its spike is measured against
 SPIKE_MIN_POINTS = 4  # a spike needs at least this many points before it
@@ -71,11 +71,11 @@ def find_findings(result: SeriesResult) -> list[Finding]:
                 continue
             if st.nan and not first_nan:
                 first_nan = True
-                add("nan", order, name, t, f"first NaN: {st.nan} of {st.numel} values")
+                add("nan", order, name, t, f"first NaN: {st.nan} of {plural(st.numel, 'value')}")
             inf = st.posinf + st.neginf
             if inf and not first_inf:
                 first_inf = True
-                add("inf", order, name, t, f"first Inf: {inf} of {st.numel} values")
+                add("inf", order, name, t, f"first Inf: {inf} of {plural(st.numel, 'value')}")
             before = s.stats[t - 1] if neighbour and not counter else None
             if before is not None and before.l2 > 0 and st.l2 > result.explode_factor * before.l2:
                 add("explosion", order, name, t,
@@ -86,9 +86,9 @@ def find_findings(result: SeriesResult) -> list[Finding]:
             last = s.update_ratio[done - 1]
             if result.stall_threshold > 0:
                 detail = (f"update ratio below {figure(result.stall_threshold)} from here on "
-                          f"({done - stall} of {done} checkpoints; last {figure(last or 0.0)})")
+                          f"({done - stall} of {plural(done, 'checkpoint')}; last {figure(last or 0.0)})")
             else:
-                detail = f"no change from here on ({done - stall} of {done} checkpoints)"
+                detail = f"no change from here on ({done - stall} of {plural(done, 'checkpoint')})"
             add("stalled", order, name, stall, detail)
         if result.spectral and not counter:
             for t, detail in _alpha_exits(s, done, refs):

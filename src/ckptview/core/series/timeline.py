@@ -54,6 +54,7 @@ from ckptview.core.series.model import (
     TensorSeries,
 )
 from ckptview.core.series.scalars import ref_scalars
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -155,7 +156,7 @@ def none_readable(refs: list[CheckpointRef]) -> CheckpointError:
     """The one error of a run none of whose checkpoints could be planned (the only fatal case)."""
     if len(refs) == 1:
         return CheckpointError(f"{refs[0].path}: {refs[0].error}")
-    return CheckpointError(f"none of the {len(refs)} checkpoints could be read (first: {refs[0].path}: "
+    return CheckpointError(f"none of the {plural(len(refs), 'checkpoint')} could be read (first: {refs[0].path}: "
                            f"{refs[0].error})")
 
 

@@ -15,23 +15,26 @@ from dataclasses import dataclass
 
 from ckptview.core.errors import FolderOfCheckpoints, RangesIgnored, RemoteTooSlow
 from ckptview.core.read.folder_contents import listed
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 
 __all__ = ["DOWNLOAD_LIMIT", "Offer", "offers_for", "window_words"]
 
 DOWNLOAD_LIMIT = 4 << 30  # bytes "Download and open" fetches at most from a server that announces no size
-SERIES, OPEN, DOWNLOAD, WAIT = "series", "open", "download", "wait"
+SERIES, OPEN, DOWNLOAD, WAIT, COMPARE, EACH = "series", "open", "download", "wait", "compare", "each"
 
 
 @dataclass(frozen=True)
 class Offer:
     """One action the error page offers: `key` (what the tab does), the button's text and tooltip, and
-    `value` (the path to open, the byte limit of a download, the seconds to wait)."""
+    `value` (the path to open, the byte limit of a download, the seconds to wait); `choices` (the two paths to
+    compare, the paths of EACH) and `names` (when given, the button is a menu of them, one per choice)."""
 
     key: str
     text: str
     tip: str
     value: str | int | float | None = None
+    choices: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
 
 
 # Command-line words left in any other message, and what the window says instead.
@@ -70,15 +73,20 @@ def offers_for(error: BaseException | None, text: str) -> tuple[str, list[Offer]
 
 
 def _folder(error: FolderOfCheckpoints) -> tuple[str, list[Offer]]:
-    names, folder = error.names, error.folder
-    first = Offer(OPEN, f"Open {names[0]}", f"Open {os.path.join(folder, names[0])} in a tab of its own",
-                  os.path.join(folder, names[0]))
+    names, folder = error.names, error.folder  # in natural order: a run's latest last
+    paths = [os.path.join(folder, name) for name in names]
     if len(names) == 1:
-        return f"This folder is no checkpoint: it holds one, {names[0]}.", [first]
+        return (f"This folder is not a checkpoint itself; it holds one, {names[0]}.",
+                [Offer(OPEN, f"Open {names[0]}", f"Open {paths[0]} in a tab of its own", paths[0])])
+    # Short button texts (the names are in the tooltips and the menu): a long name never widens the window.
     series = Offer(SERIES, "Open as series", "Show its checkpoints as a training run: norms, update ratios and "
                    "findings over the steps (File > Open Series…)", folder)
-    return (f"This folder is no checkpoint: it holds {len(names)} checkpoints ({listed(names)}), the "
-            "checkpoints of a training run.", [series, first])
+    compare = Offer(COMPARE, "Compare first and last", f"Compare {names[0]} with {names[-1]}, tensor by tensor",
+                    choices=(paths[0], paths[-1]))
+    latest = Offer(OPEN, "Open the last", f"Open {names[-1]} in a tab of its own", paths[-1])
+    each = Offer(EACH, "Open one…", "Open any of them in a tab of its own", choices=tuple(paths), names=tuple(names))
+    return (f"This folder holds {plural(len(names), 'checkpoint')} ({listed(names)}), not one: open one, compare "
+            "two, or follow them as a training run.", [series, compare, latest, each])
 
 
 def _ranges(error: RangesIgnored) -> tuple[str, list[Offer]]:

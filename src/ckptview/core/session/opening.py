@@ -16,15 +16,17 @@ from ckptview.core.figures.analysis import Analysis
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, group_tree
 from ckptview.core.inspect.hf_order import OrderRequest, ParamOrders
-from ckptview.core.inspect.optimizer import label_state_rows, pending_orders
+from ckptview.core.inspect.optimizer import is_optimizer_node, label_state_rows, pending_orders
 from ckptview.core.inspect.order_cache import ParamOrderCache
 from ckptview.core.inspect.summary import SizeFacts, size_facts
+from ckptview.core.inspect.training import training_summary
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.session.file_checks import Signature, safetensors_header_size, signature
 from ckptview.core.session.workspace import Lease, Workspace
+from ckptview.core.units import plural
 
 
 @dataclass
@@ -40,6 +42,9 @@ class Opened:
     devices: frozenset[str] = frozenset({"cpu"})  # where the tensors were saved
     flat: list[Row] | None = None  # every row, for the filter index
     signature: Signature | None = None  # the file as it was when opened
+    # What the file holds besides tensors, for the views that show only those (`FEATURES`): optimizer state,
+    # training facts (epoch, loss, schedulers, hyper-parameters)
+    features: frozenset[str] = frozenset()
     # The tab's hold on the checkpoint (the window's workspace shares it with comparisons and other
     # tabs): released, never closed, when the tab lets it go. Without one, the checkpoint is this tab's.
     lease: Lease | None = None
@@ -68,6 +73,17 @@ class Opened:
 
 
 PROGRESS_INTERVAL = 0.1  # seconds between two progress steps handed to the GUI thread
+OPTIMIZER, TRAINING = "optimizer", "training"  # `Opened.features`
+
+
+def features_of(checkpoint: Checkpoint) -> frozenset[str]:
+    """What `checkpoint` holds that only some views show: optimizer state, training facts (metadata only)."""
+    found = set()
+    if any(is_optimizer_node(node) for node in checkpoint.root.walk()):
+        found.add(OPTIMIZER)
+    if not training_summary(checkpoint, read_scalars=False).is_empty:
+        found.add(TRAINING)
+    return frozenset(found)
 
 
 class LargeHeader(Exception):
@@ -86,7 +102,9 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     orders learned before, which name a Trainer folder's optimizer state (never learned here: `pending`).
     """
     check = token.check if token is not None else lambda: None
-    top = group_tree(checkpoint.root, checkpoint.warnings)
+    facts = size_facts(checkpoint)  # which tensors are the model's parameters: the tree's column counts them
+    check()
+    top = group_tree(checkpoint.root, checkpoint.warnings, facts.counted)
     check()
     label_state_rows(top, checkpoint, orders)  # optimizer state named by parameter: "exp_avg of encoder.0.weight"
     pending = pending_orders(checkpoint, orders) if orders is not None else []
@@ -95,10 +113,14 @@ def prepare(checkpoint: Checkpoint, token: CancelToken | None = None, lease: Lea
     leaves = sum(1 for r in flat if not r.children and r is not top)
     tensors = checkpoint.tensors()
     check()
-    sharded = any("shards" in e.info.extra for e in tensors)
+    # A Shard column says something where the tensors lie in more than one file (one file: no column).
+    sharded = len({str(s.get("file")) for e in tensors for s in e.info.extra.get("shards", ())
+                   if isinstance(s, dict)}) > 1
     devices = frozenset(e.info.device for e in tensors)
-    return Opened(checkpoint, top, checkpoint.sharing(), leaves, size_facts(checkpoint), sharded, flat=flat,
-                  devices=devices, lease=lease, pending=pending)
+    features = features_of(checkpoint)
+    check()
+    return Opened(checkpoint, top, checkpoint.sharing(), leaves, facts, sharded, flat=flat,
+                  devices=devices, lease=lease, pending=pending, features=features)
 
 
 def learn_orders(opened: Opened, orders: ParamOrderCache) -> int:
@@ -156,7 +178,7 @@ def open_and_prepare(path: str, header_limit: int | None = None, token: CancelTo
         raise
     checkpoint = lease.checkpoint
     if progress is not None:
-        progress(Progress(0, 0, f"arranging {len(checkpoint.root.children):,} entries"))
+        progress(Progress(0, 0, f"arranging {plural(len(checkpoint.root.children), 'entry', 'entries')}"))
     try:
         opened = prepare(checkpoint, token, lease, workspace.orders if workspace is not None else None)
     except BaseException:

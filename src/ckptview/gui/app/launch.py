@@ -138,7 +138,8 @@ def no_display_reason(env: dict[str, str] | None = None, platform: str | None = 
     if env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"):
         return None
     return ("no display found (neither DISPLAY nor WAYLAND_DISPLAY is set): the window needs a graphical "
-            "session. On a terminal, `ckptview info FILE` lists a checkpoint (also diff, export, run, series); "
+            "session. On a terminal, `ckptview info FILE` lists a checkpoint (also diff, export, run, series, graph, "
+            "devices); "
             "QT_QPA_PLATFORM=offscreen runs the window without a screen.")
 
 

@@ -40,9 +40,11 @@ from ckptview.core.inspect.order_cache import ParamOrderCache
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote import remember, shown
 from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.session.opening import OPTIMIZER, TRAINING
 from ckptview.core.session.titles import distinct_titles
 from ckptview.core.session.workspace import Workspace
 from ckptview.core.text import printable
+from ckptview.core.units import plural
 from ckptview.gui.app.start_page import StartPage
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.palette import Theme, apply_palette, on_palette_change, tinted
@@ -93,8 +95,8 @@ PANELS = [
     PanelSpec("Heat-map", HeatmapPanel, 20),
     PanelSpec("Spectrum", SpectrumPanel, 25),
     PanelSpec("Values", ValuesPanel, 30),
-    PanelSpec("Optimizer", OptimizerPanel, 40),
-    PanelSpec("Training", TrainingPanel, 50),
+    PanelSpec("Optimizer", OptimizerPanel, 40, needs=OPTIMIZER),  # only where the file holds optimizer state
+    PanelSpec("Training", TrainingPanel, 50, needs=TRAINING),  # only where it holds epoch, loss, schedulers, ...
     PanelSpec("Run", RunPanel, 60),
 ]
 
@@ -156,12 +158,12 @@ class MainWindow(QMainWindow):
         self.pages.addWidget(self.start_page)
         self.pages.addWidget(self.tabs)
         self.setCentralWidget(self.pages)
-        self._update_start_page()
         self._build_status_bar()
         self._build_actions()
         on_palette_change(self, self._tint_icons)
         self._build_menus()
         self._build_toolbar()
+        self._update_start_page()  # none open yet: the start page, the actions on a tab waiting for one
         # Opened files whose tab is in the background wait here and are built one per event-loop turn.
         self._build_queue: list[CheckpointTab] = []
         self._build_timer = QTimer(self, singleShot=True, interval=0)
@@ -223,7 +225,7 @@ class MainWindow(QMainWindow):
         tab = self.current_tab()
         ckpt = tab.checkpoint if tab is not None else None
         transfer = ckpt.metadata.get("_transfer") if ckpt is not None else None
-        text = (f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests"
+        text = (f"transferred {transfer.bytes:,} bytes in {plural(transfer.requests, 'request')}"
                 if transfer is not None else "")
         if self.transfer_label.text() != text:
             self.transfer_label.setText(text)
@@ -417,6 +419,15 @@ class MainWindow(QMainWindow):
         else:
             self.pages.setCurrentWidget(self.start_page)
             self.start_page.set_recent(self.settings.recent_files())
+        self._update_tab_actions()
+
+    def _update_tab_actions(self) -> None:
+        """Actions on the current tab are enabled only when there is one they act on (not on the start page)."""
+        checkpoint = self.current_tab() is not None
+        for action in (self.expand_action, self.collapse_action, self.find_action, self.graph_action,
+                       self.reload_action):
+            action.setEnabled(checkpoint)
+        self.close_action.setEnabled(self.tabs.count() > 0)
 
     def _on_tab_status(self, tab: QWidget, text: str) -> None:
         """A tab's message: kept with the tab, shown only while that tab is the current one."""
@@ -625,6 +636,7 @@ class MainWindow(QMainWindow):
             widget.check_file()
         title = self.tabs.tabText(index) if widget is not None else ""
         self.setWindowTitle(f"{title} — ckptview" if title else "ckptview")
+        self._update_tab_actions()
         # The status bar speaks for the current tab only: another tab's message must not linger there.
         self.statusBar().showMessage(self._tab_status.get(widget, "") if widget is not None else "")
 

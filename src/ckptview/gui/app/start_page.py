@@ -76,6 +76,9 @@ class StartPage(QWidget):
         """Show these recent files (newest first), each a button that opens it; its tooltip the whole path."""
         for button in self._recent:
             self.recent_layout.removeWidget(button)
+            # Hidden at once: deleteLater() waits for the event loop, which a window driven without one
+            # (tools/screenshots.py) never runs, and the old buttons stayed above the new ones.
+            button.hide()
             button.deleteLater()
         self._recent = []
         for path in paths[:MAX_RECENT]:

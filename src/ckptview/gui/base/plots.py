@@ -107,11 +107,11 @@ def style_color_bar(bar: pg.ColorBarItem, owner: QWidget) -> None:
     on_palette_change(owner, lambda t: _color_plot(bar, t))
 
 
-def plot_widget(bottom: str = "", left: str = "", name: str = "plot") -> pg.PlotWidget:
+def plot_widget(bottom: str = "", left: str = "", name: str = "plot", bottom_axis: Any = None) -> pg.PlotWidget:
     """A PlotWidget styled by :func:`style_plot`, its axis titles left out while it is short, exported by
-    its context menu as `name`.png/.svg."""
+    its context menu as `name`.png/.svg; `bottom_axis`: an AxisItem of its own (whole numbers, ...)."""
     import pyqtgraph as pg
-    widget = pg.PlotWidget()
+    widget = pg.PlotWidget(axisItems={"bottom": bottom_axis} if bottom_axis is not None else None)
     style_plot(widget, bottom, left)
     compact_when_short(widget)
     make_exportable(widget, name)

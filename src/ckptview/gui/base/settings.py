@@ -61,6 +61,20 @@ class Settings:
         """Save an on/off choice."""
         self._qs.setValue(key, bool(value))
 
+    def column_choice(self, column: str) -> bool | None:
+        """Whether the user asked for a tree column (`Size`, ...) shown (True) or hidden (False); None: the
+        tree decides (columns give way to the names); key `tree/columns/<column>`."""
+        value = self._qs.value(f"tree/columns/{column}", "")
+        return {"shown": True, "hidden": False}.get(str(value))
+
+    def set_column_choice(self, column: str, shown: bool | None) -> None:
+        """Keep the user's choice for a tree column (None: let the tree decide again)."""
+        key = f"tree/columns/{column}"
+        if shown is None:
+            self._qs.remove(key)
+        else:
+            self._qs.setValue(key, "shown" if shown else "hidden")
+
     def header_ask_bytes(self) -> int | None:
         """Header size above which opening asks first (None: never ask); key `open/header_ask_bytes`."""
         value = self._qs.value("open/header_ask_bytes", HEADER_ASK_BYTES)

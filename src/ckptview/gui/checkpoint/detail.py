@@ -13,7 +13,7 @@ from ckptview.core.checkpoint import Checkpoint, TensorInfo
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import shown
-from ckptview.core.units import count_text, human_bytes, shape_text
+from ckptview.core.units import count_text, human_bytes, plural, shape_text
 from ckptview.gui.base.palette import color, on_palette_change
 
 LINK_SCHEME = "tensor"
@@ -74,7 +74,7 @@ class DetailPanel(QTextBrowser):
         node = row.node
         title = f"<h3>{_esc(row.name or '(root)')}</h3>"
         if node is not None and node.kind == "tensor" and node.tensor is not None:
-            body = self._tensor_html(row.name, node.tensor)
+            body = self._tensor_html(row.name, node.tensor, row.params > 0)
         elif node is not None and node.kind == "value":
             text = repr(node.value) if not isinstance(node.value, str) else node.value
             cut = ""
@@ -89,13 +89,16 @@ class DetailPanel(QTextBrowser):
             rows = [("Kind", _esc(kind))]
             if node is not None:
                 rows.append(("Items", f"{len(node.children):,}"))
-            rows += [("Tensors", f"{row.tensors:,}"), ("Parameters", f"{row.numel:,}"),
+            rows += [("Tensors", f"{row.tensors:,}"), ("Elements", f"{row.numel:,}"),
+                     ("Parameters", f"{row.params:,}"),
                      ("Size", f"{human_bytes(row.nbytes)} ({row.nbytes:,} bytes)")]
             body = _table(rows)
         self.setHtml(_css() + title + body)
 
-    def _tensor_html(self, name: str, info: TensorInfo) -> str:
+    def _tensor_html(self, name: str, info: TensorInfo, parameter: bool = False) -> str:
+        """`parameter`: the tensor is one of the model's parameters (as the tree's Parameters column counts)."""
         storage = info.storage
+        saved_as = " <span class='note'>(saved as torch.nn.Parameter)</span>" if info.is_parameter else ""
         rows = [
             ("Shape", f"{_esc(shape_text(info.shape))} &nbsp; <span class='note'>{_esc(list(info.shape))}</span>"),
             ("Stride", _esc(list(info.stride))),
@@ -105,7 +108,7 @@ class DetailPanel(QTextBrowser):
             ("Saved device", _esc(info.device)),
             ("Contiguous", "yes" if info.is_contiguous else "no"),
             ("Requires grad", "yes" if info.requires_grad else "no"),
-            ("Parameter", "yes" if info.is_parameter else "no"),
+            ("Parameter", ("yes" if parameter else "no") + saved_as),
         ]
         if info.layout != "strided":
             rows.append(("Layout", _esc(info.layout)))
@@ -128,7 +131,7 @@ class DetailPanel(QTextBrowser):
             rows += [
                 ("Storage key", _esc(storage.key)),
                 ("Storage", f"{storage.numel:,} × {_esc(storage.dtype)} = {human_bytes(storage.nbytes)}"),
-                ("Storage offset", f"{info.offset:,} elements"),
+                ("Storage offset", f"{plural(info.offset, 'element')}"),
             ]
             if storage.source is not None:
                 rows.append(("Bytes in", _esc(storage.source.describe())))

@@ -15,6 +15,7 @@ from ckptview.core.inspect.figure_terms import compute_figures
 from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, QueryError, RowOrder, parse_query, row_order, visible_rows
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.units import plural
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.tree_model import CheckpointTreeModel
@@ -215,7 +216,7 @@ class TreeFilter(QObject):
         if self.model.filtered:
             text = f"{self.model.match_count:,} of {self.leaf_count:,} match"
         else:
-            text = f"{self.leaf_count:,} entries"
+            text = f"{plural(self.leaf_count, 'entry', 'entries')}"
         placed = self.model.figure_order
         if placed is not None:
             text += f" · by {placed.order.words}"

@@ -58,6 +58,14 @@ class TabSettings(Protocol):
         """Remember an on/off choice."""
         ...
 
+    def column_choice(self, column: str) -> bool | None:
+        """The user's choice for a tree column: shown, hidden, or None (the tree decides)."""
+        ...
+
+    def set_column_choice(self, column: str, shown: bool | None) -> None:
+        """Remember the user's choice for a tree column (None: the tree decides again)."""
+        ...
+
 
 class Buildable(Protocol):
     """A tab whose page the window builds when its turn in the queue comes."""
@@ -110,6 +118,10 @@ class TabHost(Protocol):
         """Open a series tab over these paths (an error page's "Open as series")."""
         ...
 
+    def open_diff(self, a: str, b: str) -> None:
+        """Open the comparison of two checkpoints (an error page's "Compare first and last")."""
+        ...
+
 
 class NullSettings:
     """Settings outside a window: never ask before opening, nothing remembered."""
@@ -123,6 +135,13 @@ class NullSettings:
         return default
 
     def set_flag(self, key: str, value: bool) -> None:
+        """Forgotten at once."""
+
+    def column_choice(self, column: str) -> bool | None:
+        """No choice: the tree decides."""
+        return None
+
+    def set_column_choice(self, column: str, shown: bool | None) -> None:
         """Forgotten at once."""
 
 
@@ -174,6 +193,9 @@ class NullHost:
         """No window to open a series tab in."""
         return None
 
+    def open_diff(self, a: str, b: str) -> None:
+        """No window to open a comparison in."""
+
 
 @dataclass
 class CheckpointContext:
@@ -215,8 +237,11 @@ class FollowsParameterOrder(Protocol):
 
 @dataclass(frozen=True)
 class PanelSpec:
-    """A side panel: its side tab's title, the factory that builds it, and where its tab goes (by order)."""
+    """A side panel: its side tab's title, the factory that builds it, where its tab goes (by order), and what
+    the checkpoint must hold for the tab to be there at all (`needs`: one of `opening.features_of`'s words;
+    None: every checkpoint)."""
 
     title: str
     factory: Callable[[CheckpointContext], QWidget]
     order: int = 1000
+    needs: str | None = None

@@ -3,6 +3,7 @@ question before a huge header; and the safety banner above a tree. Widgets only:
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Sequence
 
@@ -11,6 +12,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
     QSizePolicy,
@@ -24,7 +26,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.jobs import Progress
 from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 from ckptview.gui.base.palette import mute, style_banner
 
 __all__ = ["AskPage", "ErrorPage", "LoadingPage", "PageStack", "safety_banner"]
@@ -87,12 +89,14 @@ class LoadingPage(QWidget):
 
 class ErrorPage(QWidget):
     """"Could not open NAME", the reason (selectable), where the file is, the actions that fix it (`offers`:
-    (key, button text, tooltip); `action_clicked(key)`; the buttons in `offer_buttons`), and Reload."""
+    (key, button text, tooltip); `action_clicked(key)`; the buttons in `offer_buttons`), and Reload. An
+    offer listed in `menus` (key -> entries) gets a menu instead: `action_clicked("KEY#N")` for entry N."""
 
     reload_clicked = Signal()
     action_clicked = Signal(str)
 
-    def __init__(self, name: str, path: str, text: str, offers: Sequence[tuple[str, str, str]] = ()) -> None:
+    def __init__(self, name: str, path: str, text: str, offers: Sequence[tuple[str, str, str]] = (),
+                 menus: dict[str, Sequence[str]] | None = None) -> None:
         super().__init__()
         box = QVBoxLayout(self)
         box.addStretch(1)
@@ -119,7 +123,14 @@ class ErrorPage(QWidget):
             button.setObjectName(f"{key}Action")
             button.setToolTip(tip)
             button.setDefault(i == 0)
-            button.clicked.connect(lambda _checked=False, key=key: self.action_clicked.emit(key))
+            entries = (menus or {}).get(key)
+            if entries is not None:
+                menu = QMenu(button)
+                for n, entry in enumerate(entries):
+                    menu.addAction(printable(entry), functools.partial(self.action_clicked.emit, f"{key}#{n}"))
+                button.setMenu(menu)
+            else:
+                button.clicked.connect(lambda _checked=False, key=key: self.action_clicked.emit(key))
             self.offer_buttons[key] = button
         retry = QPushButton("Reload")
         retry.setObjectName("reloadButton")
@@ -142,7 +153,7 @@ class AskPage(QWidget):
         box.addStretch(1)
         self.label = QLabel(
             f"<b>{html.escape(name)}</b> has a {self.size_text} header: metadata "
-            f"for about {max(1, size // HEADER_BYTES_PER_TENSOR):,} tensors. Reading it takes a while and "
+            f"for about {plural(max(1, size // HEADER_BYTES_PER_TENSOR), 'tensor')}. Reading it takes a while and "
             "a lot of memory (several times the header size); the window stays usable meanwhile. "
             "Open it anyway?")
         self.label.setObjectName("askLabel")
@@ -177,7 +188,10 @@ def centered(*widgets: QWidget) -> QHBoxLayout:
     return row
 
 
-OPEN_LINK, SERIES_LINK = "open:", "series:"  # the banner's links: open one other checkpoint, the folder as a run
+OPEN_LINK, SERIES_LINK = "open:", "series:"
+BANNER_GLOBALS = 4  # unsafe globals named in the banner's text (all of them, up to MAX_TIP_GLOBALS, in its tooltip)
+MAX_TIP_GLOBALS = 60
+UNSAFE_WARNING = "file references globals outside the safe set (nothing was run): "  # the readers' per-file line  # the banner's links: open one other checkpoint, the folder as a run
 
 
 def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
@@ -198,13 +212,18 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     icon.setPixmap(frame.style().standardIcon(pixmap).pixmap(24, 24))
     row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
     parts = []
+    tip = ""
     if unsafe:
-        names = ", ".join(f"<code>{html.escape(shown(g))}</code>" for g in unsafe[:12])
-        more = f" and {len(unsafe) - 12} more" if len(unsafe) > 12 else ""
+        # A few names in the text (an HF Trainer folder names a dozen: ten lines of a 640 px screen), every
+        # one in the tooltip.
+        names = ", ".join(f"<code>{html.escape(shown(g))}</code>" for g in unsafe[:BANNER_GLOBALS])
+        more = f" and {len(unsafe) - BANNER_GLOBALS} more" if len(unsafe) > BANNER_GLOBALS else ""
         parts.append(f"<b>This file references code outside the safe set:</b> {names}{more}. ckptview did not "
                      "import or run any of it; <code>torch.load(weights_only=False)</code> would.")
-    # The reader also reports unsafe globals as a warning; the sentence above already names them.
-    warnings = [w for w in warnings if not (unsafe and all(g in w for g in unsafe))]
+        tip = "Referenced, never imported or run:\n" + "\n".join(shown(g) for g in unsafe[:MAX_TIP_GLOBALS])
+    # The readers also say so, file by file (`X: file references globals outside the safe set ...`): the
+    # sentence above names them all already.
+    warnings = [w for w in warnings if not (unsafe and (all(g in w for g in unsafe) or UNSAFE_WARNING in w))]
     others = list(checkpoint.metadata.get("_other_checkpoints") or ())
     for warning in warnings[:5]:
         line = html.escape(shown(window_words(warning)))  # no command line: the links below do it
@@ -219,6 +238,7 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     text = QLabel("<br>".join(parts))
     text.setTextFormat(Qt.TextFormat.RichText)  # always: the parts are escaped here, never guessed at by Qt
     text.setObjectName("bannerText")
+    text.setToolTip(tip)
     text.setWordWrap(True)
     text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)

@@ -11,7 +11,7 @@ from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.inspect.grouping import Row, chart_rows
 from ckptview.core.inspect.summary import SizeFacts, size_facts
 from ckptview.core.text import printable
-from ckptview.core.units import MISSING, count_text, human_bytes
+from ckptview.core.units import MISSING, count_text, human_bytes, plural
 from ckptview.gui.base.palette import mute
 from ckptview.gui.base.size_chart import SizeChart
 
@@ -90,8 +90,8 @@ class SummaryHeader(QWidget):
         self.bars = chart_rows(top, limit=8)
         self.chart = SizeChart(self.bars)
         layout.addWidget(self.chart, 1)
-        self.headline = (f"{checkpoint.format}, {human_bytes(checkpoint.file_size)}, {top.tensors:,} tensors, "
-                         f"{params:,} parameters")
+        self.headline = (f"{checkpoint.format}, {human_bytes(checkpoint.file_size)}, {plural(top.tensors, 'tensor')}, "
+                         f"{plural(params, 'parameter')}")
         self.toggle.toggled.connect(self._on_toggled)
         self.toggle.setChecked(not collapsed)
         self._on_toggled(not collapsed)

@@ -33,9 +33,10 @@ from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
-from ckptview.core.session.offers import DOWNLOAD, OPEN, SERIES, WAIT, Offer, offers_for
+from ckptview.core.session.offers import COMPARE, DOWNLOAD, EACH, OPEN, SERIES, WAIT, Offer, offers_for
 from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
+from ckptview.core.units import plural
 from ckptview.gui.base.gc_guard import collect_when_deleted
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.detail import DetailPanel
@@ -166,13 +167,13 @@ class CheckpointTab(QWidget):
             if place["filter"]:
                 self.filter.set_text(place["filter"])
             restore_place(self.tree, self.tree.tree_model, opened.top, place)
-            if 0 <= place["side_tab"] < self.side_tabs.count():
-                self.side_tabs.setCurrentIndex(place["side_tab"])
+            if place["side_tab"]:
+                self.side_panels.show_panel(place["side_tab"])
         keep_out_of_collections()
         transfer = opened.checkpoint.metadata.get("_transfer")
-        moved = f", {transfer.bytes:,} bytes in {transfer.requests} requests" if transfer is not None else ""
+        moved = f", {transfer.bytes:,} bytes in {plural(transfer.requests, 'request')}" if transfer is not None else ""
         self.status_message.emit(f"Opened {printable(os.path.basename(self.path.split('?')[0]))}: "
-                                 f"{opened.top.tensors:,} tensors in {self.opener.elapsed():.2f} s{moved}")
+                                 f"{plural(opened.top.tensors, 'tensor')} in {self.opener.elapsed():.2f} s{moved}")
         asked = self.order_learner.start(opened, self.host.workspace.orders)
         if asked is not None:  # the tree is shown; its optimizer names are marked guessed until this arrives
             self.status_message.emit(f"Naming the optimizer state: {printable(asked)} builds its model in a worker…")
@@ -195,7 +196,8 @@ class CheckpointTab(QWidget):
         self.state, self.error_text = "error", text
         shown_text, offers = offers_for(self.opener.error, text)  # in the window's words, with what fixes it
         self._offers = {offer.key: offer for offer in offers}
-        page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers])
+        page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers],
+                         {o.key: o.names for o in offers if o.names})
         page.reload_clicked.connect(self.reload)
         page.action_clicked.connect(self.take_offer)
         self.error_label, self.error_actions = page.label, page.offer_buttons
@@ -204,12 +206,19 @@ class CheckpointTab(QWidget):
         self.failed.emit(text)
 
     def take_offer(self, key: str) -> None:
-        """Do what the error page offers: open the folder as a run, open the one checkpoint it holds, download
-        a file whose server ignores ranges, or wait longer for a slow server."""
+        """Do what the error page offers: open the folder as a run, open one checkpoint it holds (`each#N`: the
+        Nth of them), compare its first and last, download a file whose server ignores ranges, or wait longer
+        for a slow server."""
+        key, _, entry = key.partition("#")
         offer = self._offers.get(key)
         if offer is None or self.state != "error":
             return
-        if offer.key == SERIES:
+        if offer.key == EACH and entry.isdigit() and int(entry) < len(offer.choices):
+            self.host.open_paths([offer.choices[int(entry)]])  # one of several: this page stays for the others
+        elif offer.key == COMPARE and len(offer.choices) == 2:
+            self.host.open_diff(*offer.choices)
+            self.host.close_page(self)
+        elif offer.key == SERIES:
             self.host.open_series([str(offer.value)])
             self.host.close_page(self)  # the run's tab takes the place of this error
         elif offer.key == OPEN:
@@ -262,7 +271,7 @@ class CheckpointTab(QWidget):
             return
         if self.state == "ready" and self.model is not None and self.top is not None:
             self._place = save_place(self.tree, self.model, self.top, self.filter_edit.text(),
-                                     self.side_tabs.currentIndex())
+                                     self.side_tabs.tabText(self.side_tabs.currentIndex()))
         self._release()
         trees = self.trees()
         self.checkpoint = self.top = self.model = self.context = None
@@ -318,7 +327,7 @@ class CheckpointTab(QWidget):
         box.addWidget(self.summary)
 
         self.model = CheckpointTreeModel(top, self, flat=opened.flat)
-        self.tree = CheckpointTreeView(self.model, opened.sharded, opened.devices)
+        self.tree = CheckpointTreeView(self.model, opened.sharded, opened.devices, settings)
         self.tree.status_message.connect(self.status_message)
         self.filter = TreeFilter(self.model, self.tree, top, opened.leaf_count, self, opened.analysis)
         self.filter_edit, self.match_label = self.filter.edit, self.filter.match_label
@@ -347,9 +356,11 @@ class CheckpointTab(QWidget):
             checkpoint=checkpoint, path=self.path, window=self._window,
             select_name=self.select_name, show_status=self.status_message.emit, analysis=opened.analysis,
             param_orders=self.host.workspace.orders)
-        # Each panel is built when its side tab is first shown (see SidePanels).
+        # Each panel is built when its side tab is first shown (see SidePanels); a panel whose view does not
+        # apply (Optimizer without optimizer state) has no tab.
+        panels = [spec for spec in self.host.panels if spec.needs is None or spec.needs in opened.features]
         self.side_panels = SidePanels(self.detail, self.context, lambda: entries_of(self.selected_rows()),
-                                      self.host.panels, self)
+                                      panels, self)
         self.side_tabs = self.side_panels.tabs
         self._stops.append(self.side_panels.close)
 
@@ -364,9 +375,10 @@ class CheckpointTab(QWidget):
         self.splitter.addWidget(self.right)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        # The tree gets what its columns need beside a 240 px Name, the side panels (histograms, the
-        # optimizer's table) ~560: at 1024 px they share the width in that proportion (Qt scales them).
-        tree_wants = min(max(self.tree.columns_width() + NAME_WANTS + 20, 400), 640)
+        # The tree gets what its columns need beside its widest name (at least 240 px), the side panels
+        # (histograms, the optimizer's table) ~560: at 1024 px they share the width in that proportion (Qt
+        # scales them); where that is too narrow for both, columns give way to the names (fit_columns).
+        tree_wants = min(max(self.tree.columns_width() + max(NAME_WANTS, self.tree.names_width()) + 20, 400), 640)
         self.splitter.setSizes([tree_wants, 560])
         box.addWidget(self.splitter, 1)
         self.stack.show_only(page)
@@ -394,7 +406,9 @@ class CheckpointTab(QWidget):
             self.graph.start()
         width = sum(self.splitter.sizes()) or self.width()
         if on and self._columns_hidden is None:  # beside the graph the tree keeps room for its names
-            self._columns_hidden = {c: self.tree.isColumnHidden(c) for c in (DTYPE, SIZE, PARAMS, DEVICE, SHARD)}
+            # (a column that gave way to the names counts as shown: the tree decides again after)
+            self._columns_hidden = {c: self.tree.isColumnHidden(c) and c not in self.tree.yielded
+                                    for c in (DTYPE, SIZE, PARAMS, DEVICE, SHARD)}
             for column in self._columns_hidden:
                 self.tree.setColumnHidden(column, True)
         elif not on and self._columns_hidden is not None:

@@ -20,11 +20,18 @@ from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, RowOrder, visible_rows
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
-from ckptview.core.units import count_text, human_bytes, natural_key, shape_text
+from ckptview.core.units import count_text, human_bytes, natural_key, plural, shape_text
 from ckptview.gui.base.palette import color
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
 NAME, SHAPE, DTYPE, SIZE, PARAMS, DEVICE, SHARD = range(7)
+HEADER_TIPS = {
+    PARAMS: "Elements of the model's parameters here and below, as sum(p.numel() for p in model.parameters()) "
+            "counts them (the Summary's number): buffers, counters and optimizer state are none",
+    SIZE: "Bytes of the tensors here and below",
+    SHARD: "Which file of the sharded checkpoint holds the tensor",
+    DEVICE: "The device the tensor was saved from",
+}
 
 
 def shard_text(info: Any) -> str:
@@ -55,6 +62,13 @@ def shard_label(info: Any) -> str:
     name = shard_text(info)
     match = _SHARD_OF.search(name)
     return f"{int(match.group(1))} of {int(match.group(2))}" if match else name
+def is_signature(row: Row) -> bool:
+    """A row of a `.pt2`'s signature (`signature.inputs.0`: `x: float32[s0, 20]`): a shape, sized and shown
+    whole in the Shape column like a tensor's, not a value's repr cut to its first characters."""
+    up = row.parent.parent if row.parent is not None else None
+    return up is not None and up.node is not None and up.node.type_name == "signature"
+
+
 FETCH_CHUNK = 5000
 WIDTH_SAMPLE = 4000  # rows whose texts size the columns (spread over the tree; the top-level rows too)
 VALUE_CHARS = 16  # a value's text (a repr) longer than this does not widen the Shape column: its tooltip has it
@@ -74,7 +88,7 @@ def _sort_key(column: int) -> Any:
         SHAPE: lambda r: (len(tensor(r).shape), tensor(r).shape) if tensor(r) else (-1, ()),
         DTYPE: lambda r: tensor(r).dtype if tensor(r) else "",
         SIZE: lambda r: r.nbytes,
-        PARAMS: lambda r: r.numel,
+        PARAMS: lambda r: r.params,
         DEVICE: lambda r: tensor(r).device if tensor(r) else "",
         SHARD: lambda r: shard_text(tensor(r)),
     }
@@ -199,6 +213,8 @@ class CheckpointTreeModel(QAbstractItemModel):
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS.get(section)
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight if section in (SIZE, PARAMS) else Qt.AlignmentFlag.AlignLeft)
         return None
@@ -241,8 +257,10 @@ class CheckpointTreeModel(QAbstractItemModel):
             if column == SHAPE and (found := repeats(info)) is not None:  # what the file stores is less
                 return f"{shape_text(info.shape)} (repeats {format_factor(found.factor)})"
             return (row.label, shape_text(info.shape), info.dtype, human_bytes(row.nbytes),
-                    count_text(row.numel), info.device)[column]
+                    count_text(row.params) if row.params else "", info.device)[column]
         if node is not None and node.kind == "value":
+            if column == SHAPE and is_signature(row):  # `x: float32[s0, 20]`: a shape, read whole
+                return str(node.value)
             if column == SHAPE:
                 if isinstance(node.value, float):  # a loss, a learning rate: readable; exact in the tooltip
                     return f"{node.value:.5g}"
@@ -257,8 +275,8 @@ class CheckpointTreeModel(QAbstractItemModel):
             return f"{n:,} item{'s' if n != 1 else ''}"
         if row.tensors and column == SIZE:
             return human_bytes(row.nbytes)
-        if row.tensors and column == PARAMS:
-            return count_text(row.numel)
+        if row.params and column == PARAMS:
+            return count_text(row.params)
         return ""
 
     def _icon(self, row: Row) -> QIcon:
@@ -276,8 +294,12 @@ class CheckpointTreeModel(QAbstractItemModel):
         """The cell's whole text (cells are elided), then the row's full name and what it holds."""
         info = row.node.tensor if row.node is not None else None
         name = shown(row.name)
-        if row.label and row.label != row.name and not row.name.endswith(row.label):
-            name = f"{shown(row.label)}\n{name}"  # an optimizer row named by its parameter: both names
+        label = row.label
+        up = row.parent
+        if up is not None and " · " in up.label and up.search_name == f"{up.label}.{up.name}".lower():
+            label = f"{label} of {up.label.partition(' · ')[2]}"  # optimizer state: the row above names it
+        if label and label != row.name and not row.name.endswith(label):
+            name = f"{shown(label)}\n{name}"  # an optimizer row named by its parameter: both names
         node = row.node
         if column != NAME:
             whole = (repr(node.value) if node is not None and node.kind == "value" and column == SHAPE
@@ -302,7 +324,8 @@ class CheckpointTreeModel(QAbstractItemModel):
         if info is not None and (found := repeats(info)) is not None:
             return f"{name}\n{found.describe(info.dtype)}"
         if row.tensors > 1 or row.is_group:
-            return f"{name}\n{row.tensors:,} tensors, {count_text(row.numel)} parameters, {human_bytes(row.nbytes)}"
+            params = f"{count_text(row.params)} parameter{'' if row.params == 1 else 's'}"
+            return f"{name}\n{plural(row.tensors, 'tensor')}, {params}, {human_bytes(row.nbytes)}"
         return name
 
     def widest_texts(self, sample: int = WIDTH_SAMPLE, count: int = 4) -> dict[int, list[str]]:
@@ -316,12 +339,35 @@ class CheckpointTreeModel(QAbstractItemModel):
         for row in picked:
             if row is self.top:
                 continue
-            is_value = row.node is not None and row.node.kind == "value"
+            is_value = row.node is not None and row.node.kind == "value" and not is_signature(row)
             for column, found in texts.items():
                 text = self._text(row, column)
                 if text and not (is_value and column == SHAPE and len(text) > VALUE_CHARS):
                     found.add(shown(text))
         return {c: sorted(found, key=len, reverse=True)[:count] for c, found in texts.items()}
+
+    def widest_names(self, sample: int = WIDTH_SAMPLE, count: int = 64) -> list[tuple[int, str]]:
+        """(depth below the top, name as shown) of the `count` longest names among the top-level rows and up
+        to `sample` rows spread over the whole tree: what the Name column makes room for."""
+        rows = self.flat_rows()
+        step = max(1, len(rows) // sample)
+        depth: dict[int, int] = {id(self.top): -1}
+        found: list[tuple[int, str]] = []
+        for row in rows[::step] + self.kids(self.top):
+            if row is self.top:
+                continue
+            chain = []
+            up: Row | None = row
+            while up is not None and id(up) not in depth:
+                chain.append(up)
+                up = up.parent
+            level = depth[id(up)] if up is not None else -1
+            for link in reversed(chain):
+                level += 1
+                depth[id(link)] = level
+            found.append((depth[id(row)], shown(row.label)))
+        found.sort(key=lambda item: len(item[1]) + 2 * item[0], reverse=True)
+        return found[:count]
 
     def set_nonfinite(self, marks: dict[int, tuple[int, int]]) -> None:
         """Mark rows holding NaN/Inf (`core.inspect.marks.nonfinite_marks`): names in the NaN colour, counts

@@ -15,9 +15,10 @@ RESTORE_ROWS_LIMIT = 200_000  # tensors up to which a reload restores expansion 
 RESTORE_EXPANDED_LIMIT = 2000  # expanded (and selected) rows remembered across a reload
 
 
-def save_place(tree: QTreeView, model: CheckpointTreeModel, top: Row, filter_text: str, side_tab: int,
+def save_place(tree: QTreeView, model: CheckpointTreeModel, top: Row, filter_text: str, side_tab: str,
                ) -> dict[str, Any]:
-    """The current, selected and expanded rows by name, the filter text and the side tab."""
+    """The current, selected and expanded rows by name, the filter text and the side tab (by its title: the
+    file reloaded may hold other side tabs, a Training tab no more)."""
     current = tree.currentIndex()
     selected = [model.row_of(i).name for i in tree.selectionModel().selectedRows(0)]
     place: dict[str, Any] = {

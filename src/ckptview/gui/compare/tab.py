@@ -57,9 +57,10 @@ from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.text import printable, shown
-from ckptview.core.units import MISSING, figure
+from ckptview.core.units import MISSING, figure, plural
 from ckptview.gui.base.elide import ElidedLabel
 from ckptview.gui.base.job_header import job_header
+from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.plots import legend_html, plot_widget
 from ckptview.gui.base.tables import keep_rows_visible
@@ -77,6 +78,10 @@ if TYPE_CHECKING:  # imported where a plot or values are first needed, not at st
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 STATUSES = ("identical", "changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "pending")
+# What a person reads for each status (the ids stay in `diff --json` and the code).
+STATUS_WORDS = {"identical": "identical", "changed": "changed", "dtype_mismatch": "dtype differs",
+                "shape_mismatch": "shape differs", "only_a": "only in A", "only_b": "only in B",
+                "error": "unreadable", "pending": "not compared yet"}
 
 
 def status_color(status: str) -> QColor:
@@ -246,7 +251,9 @@ class DiffTableModel(QAbstractTableModel):
     def _display(row: TensorDiff, key: str, index: int) -> str:
         if key == "order":
             return str(index + 1)
-        if key in ("status", "dtype_a", "dtype_b"):
+        if key == "status":
+            return STATUS_WORDS.get(row.status, row.status)
+        if key in ("dtype_a", "dtype_b"):
             return str(getattr(row, key) or "")
         if key == "name":  # optimizer state by parameter: "exp_avg of encoder.0.weight"
             return row.label or row.name
@@ -429,7 +436,7 @@ class CompareTab(QWidget):
         self.status_combo.addItem("Model weights", "section:weights")
         self.status_combo.addItem("Other entries (optimizer state, inputs, counters)", "section:other")
         for status in ("changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "identical"):
-            self.status_combo.addItem(status, status)
+            self.status_combo.addItem(STATUS_WORDS[status], status)
         self.graph_button = QToolButton()
         self.graph_button.setText("Graph")
         self.graph_button.setObjectName("graphButton")
@@ -463,8 +470,8 @@ class CompareTab(QWidget):
         self.status_combo.currentIndexChanged.connect(
             lambda _i: self.model.set_filter(status=self.status_combo.currentData()))
 
-        self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖",
-                                    "relative-change")
+        self.rel_plot = plot_widget("tensor (model order)", "relative change ‖B−A‖/‖A‖", "relative-change",
+                                    bottom_axis=log_tick_axis("bottom", whole_numbers=True))  # tensors are 0, 1, 2
         # Points, not a line: neighbouring tensors are unrelated, a line between them would mean nothing.
         self.rel_curve = self.rel_plot.plot([], [], pen=None, symbol="o", symbolSize=6, symbolPen=None,
                                             symbolBrush=color("plot_accent"))
@@ -623,17 +630,19 @@ class CompareTab(QWidget):
         al = self.result.alignment
         counts = self.result.summary()
         text_color = color("text").name()
-        parts = [f"<span style='background:{status_color(s).name()};color:{text_color}'>&nbsp;{n} {s}&nbsp;</span>"
+        parts = [f"<span style='background:{status_color(s).name()};color:{text_color}'>&nbsp;{n} "
+                 f"{STATUS_WORDS.get(s, s)}&nbsp;</span>"
                  for s, n in sorted(counts.items(), key=lambda kv: _status_rank(kv[0]))]
         overall = self.result.overall_rel_l2()
-        text = f"{len(self.result.weights)} model weights: " + " ".join(parts)
+        text = f"{plural(len(self.result.weights), 'model weight')}: " + " ".join(parts)
         if overall is not None:
             text += (f" &nbsp; overall relative change <b>{figure(overall)}</b> "
-                     f"(over the {len(self.result.parameters)} parameters)")
+                     f"(over the {plural(len(self.result.parameters), 'parameter tensor')})")
         buffers = self.result.buffers
         if buffers:
             differ = sum(1 for t in buffers if t.status != "identical")
-            text += f" &nbsp; {len(buffers)} buffers (running statistics, counters), {differ} differ: not in the headline"
+            text += (f" &nbsp; {plural(len(buffers), 'buffer')} (running statistics, counters), {differ} differ: "
+                     "not in the headline")
         other = self.result.other
         if other:
             differ = sum(1 for t in other if t.status != "identical")

@@ -39,7 +39,7 @@ from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 from ckptview.gui.base.palette import color
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.base.wrap import message_width, wrap_long_words
@@ -188,7 +188,7 @@ class ExportDialog(QDialog):
 
     @staticmethod
     def _scope_text(label: str, entries: list[TensorEntry]) -> str:
-        return f"{label}: {len(entries)} tensors, {human_bytes(sum(e.info.nbytes for e in entries))}"
+        return f"{label}: {plural(len(entries), 'tensor')}, {human_bytes(sum(e.info.nbytes for e in entries))}"
 
     def _default_path(self, fmt: str) -> str:
         path = self.checkpoint.path
@@ -246,7 +246,7 @@ class ExportDialog(QDialog):
         self.expand_box.setVisible(count > 0)
         if count:
             self.expand_box.setText(f"Write {count} tensor(s) that repeat their storage expanded: "
-                                    f"{elements:,} elements, {human_bytes(nbytes)}")
+                                    f"{plural(elements, 'element')}, {human_bytes(nbytes)}")
         try:
             plan = self.plan()
         except CheckpointError as exc:
@@ -306,7 +306,7 @@ class ExportDialog(QDialog):
         self.open_button.setVisible(False)
         self.progress.setValue(0)
         self.status.setStyleSheet("")
-        self.status.setText(f"Writing {len(plan.items)} tensors to {printable(plan.out)} …")
+        self.status.setText(f"Writing {plural(len(plan.items), 'tensor')} to {printable(plan.out)} …")
         self._set_running(True)
         self.progress.show()
         self.worker = self.slot.start(run_export, plan, force=bool(existing))
@@ -332,7 +332,8 @@ class ExportDialog(QDialog):
     def _on_done(self, result: ExportResult) -> None:
         self.result = result
         self.progress.setValue(1000)
-        text = f"Wrote {len(result.files)} tensors ({human_bytes(result.bytes_written)}) to {printable(result.out)}"
+        text = (f"Wrote {plural(len(result.files), 'tensor')} ({human_bytes(result.bytes_written)}) to "
+                f"{printable(result.out)}")
         self.status.setText(text)
         self.open_button.setVisible(True)
         try:

@@ -51,6 +51,7 @@ from ckptview.core.graph.overlay import NONFINITE, Figure, KeyFigures, scale_of
 from ckptview.core.graph.view_state import Reveal, ViewState, around, describe_box, step
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
+from ckptview.core.units import plural
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.graph.canvas import GraphCanvas
 from ckptview.gui.graph.code_dialog import choose_model_code
@@ -287,7 +288,7 @@ class GraphPage(QWidget):
         notes = graph.notes[1:] if graph.source == "module-tree" else list(graph.notes)  # the first: in the source
         if graph.source == INFERRED:
             notes = notes[:-1]  # the guess: in the source line
-        text = f"Graph: {printable(describe_source(graph))} · {len(graph.nodes):,} nodes"
+        text = f"Graph: {printable(describe_source(graph))} · {plural(len(graph.nodes), 'node')}"
         if notes:
             text += " · " + " · ".join(printable(n) for n in notes)
         self.source_label.setText(text)
@@ -296,7 +297,7 @@ class GraphPage(QWidget):
         self.ops_button.setEnabled(hierarchy.folding is not None)
         self.ops_button.setChecked(self.state.mode == ALL_OPS)
         if graph.unread:
-            self.unread_button.setText(f"{len(graph.unread):,} keys no node reads")
+            self.unread_button.setText(f"{plural(len(graph.unread), 'key')} no node reads")
             self.unread_button.show()
             self.unread_list.addItems([printable(k) for k in graph.unread])
         self.graph_ready.emit()

@@ -30,7 +30,7 @@ from ckptview.core.inspect.hf_order import ParamOrders
 from ckptview.core.inspect.optimizer import OptimizerState, ParamState, find_optimizers
 from ckptview.core.inspect.optimizer_figures import ParamFigures, iter_figures
 from ckptview.core.jobs import Progress
-from ckptview.core.units import MISSING, number, shape_text
+from ckptview.core.units import MISSING, number, plural, shape_text
 from ckptview.gui.base.tables import (
     cell_text,
     compact,
@@ -310,7 +310,7 @@ class OptimizerPanel(QWidget):
 
     def _on_done(self, _: object) -> None:
         errors = [f for f in self.figures.values() if f.error]
-        self._set_status(f"{len(errors)} parameters could not be read: {errors[0].error}" if errors else "")
+        self._set_status(f"{plural(len(errors), 'parameter')} could not be read: {errors[0].error}" if errors else "")
         self._fit_param_columns()
         self.figuresReady.emit()
 

@@ -29,7 +29,7 @@ from ckptview.core.inspect.grouping import Selected
 from ckptview.core.jobs import Progress
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import printable
-from ckptview.core.units import MISSING, figure, human_bytes
+from ckptview.core.units import MISSING, figure, human_bytes, plural
 from ckptview.gui.base.job_bar import JobBar
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import color
@@ -71,6 +71,8 @@ def weights_of(entries: Sequence[Selected]) -> list[tuple[str, TensorInfo]]:
                 seen.add(id(info))
                 out.append((node.name or "(root)", info))
     return out[:MAX_WEIGHTS]
+
+GRAM = "W<sup>T</sup>W"  # the Gram matrix whose eigenvalues the ESD is, in one form on the axis and legend
 
 
 class _Number(QTableWidgetItem):
@@ -159,7 +161,7 @@ class SpectrumPanel(QWidget):
         make_exportable(self.graphics, "spectrum")
         self.esd_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
                                                          "bottom": log_tick_axis("bottom")})
-        style_plot(self.esd_plot, "eigenvalue of W^T W", "density", widget=self)
+        style_plot(self.esd_plot, f"eigenvalue of {GRAM}", "density", widget=self)
         self.esd_plot.setLogMode(x=True, y=True)
         self.sv_plot = self.graphics.addPlot(axisItems={"left": log_tick_axis("left"),
                                                         "bottom": log_tick_axis("bottom")})
@@ -293,7 +295,7 @@ class SpectrumPanel(QWidget):
             elements = sum(r.elements for r in found)
             nbytes = sum(info.nbytes for _, info in weights if repeats(info) is not None)
             self.expand_box.setText(f"Compute {len(found)} weight(s) that repeat their storage on every element: "
-                                    f"{elements:,} elements, {human_bytes(nbytes)}")
+                                    f"{plural(elements, 'element')}, {human_bytes(nbytes)}")
 
     def show_weight(self, index: int) -> None:
         """Draw weight `index` of the table's list (at once when its spectrum is known)."""
@@ -442,7 +444,7 @@ class SpectrumPanel(QWidget):
         legend: list[tuple[str, str]] = []
         if x.size:
             self.esd_plot.plot(x, y, pen=pg.mkPen(fg), symbol="o", symbolSize=4, symbolBrush=fg, name="ESD")
-            legend.append((fg.name(), "ESD (points): density of the eigenvalues of W<sup>T</sup>W"))
+            legend.append((fg.name(), f"ESD (points): density of the eigenvalues of {GRAM}"))
         if fx.size and s.fit is not None:
             fit_color, xmin_color = color("plot_mark").name(), color("plot_accent").name()
             self.esd_plot.plot(fx, fy, pen=pg.mkPen(fit_color, width=2, style=Qt.PenStyle.DashLine),

@@ -26,7 +26,7 @@ from ckptview.core.inspect.modules import split
 from ckptview.core.jobs import Progress
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.text import shown
-from ckptview.core.units import MISSING, number
+from ckptview.core.units import MISSING, number, plural
 from ckptview.gui.base.job_bar import JobBar
 from ckptview.gui.base.tables import cell_text, keep_rows_visible, set_header_tip
 from ckptview.gui.base.workers import JobSlot
@@ -65,7 +65,7 @@ def _split(entries: Sequence[Selected]) -> tuple[list[Target], list[tuple[str, T
         elif node.children or node.kind == "module":  # a container, or a module-group row
             figures, counts = split(node.walk())
             if figures:
-                out.append((f"{node.name or '(root)'} ({len(figures)} tensors)", figures))
+                out.append((f"{node.name or '(root)'} ({plural(len(figures), 'tensor')})", figures))
             counters += counts
     return out[:MAX_COLUMNS], counters
 

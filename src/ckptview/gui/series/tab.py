@@ -46,7 +46,7 @@ from ckptview.core.series.timeline import iter_series, open_for_run, plan_series
 from ckptview.core.series.view_state import Phase, SeriesViewState
 from ckptview.core.session.workspace import Holdings, Workspace
 from ckptview.core.text import printable
-from ckptview.core.units import MISSING, figure
+from ckptview.core.units import MISSING, figure, plural
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.palette import Theme, on_palette_change, theme
 from ckptview.gui.base.tabs import OverflowTabWidget
@@ -318,12 +318,17 @@ class SeriesTab(QWidget):
         r = self.result
         if r is None:
             return
+        if len(r.checkpoints) == 1 and not suffix:  # nothing changes across one checkpoint
+            self.summary_label.setText(breakable(printable(
+                f"{r.checkpoints[0].path} is one checkpoint: a series needs at least two to show how the weights "
+                "change (File > Open shows this one; the series follows more as they are written)"), LINE_CHARS))
+            return
         by = {"step": "step", "epoch": "epoch", "name": "numbers in their names"}[r.order_by]
         sources = ", ".join(r.order_sources)
-        text = f"{len(r.checkpoints)} checkpoints, {len(r.tensors)} tensors, ordered by {by}"
+        text = f"{plural(len(r.checkpoints), 'checkpoint')}, {plural(len(r.tensors), 'tensor')}, ordered by {by}"
         if sources and r.order_by != "name":
             text += f" (found in: {sources})"
-        text += f"; {len(self.current_findings())} findings"
+        text += f"; {plural(len(self.current_findings()), 'finding')}"
         unsafe = sum(1 for ref in r.checkpoints if ref.unsafe_globals)
         if unsafe:
             text += f"; {unsafe} checkpoint{'' if unsafe == 1 else 's'} reference unsafe globals (not run)"

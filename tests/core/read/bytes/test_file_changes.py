@@ -22,6 +22,7 @@ import torch
 from ckptview.core.errors import FileChangedError
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import read_values
+from tests.support.cli_failure import failure_stdout
 
 MUTATIONS = ("truncate", "rewrite", "rename", "grow", "delete")
 
@@ -188,8 +189,9 @@ def test_changed_file_is_one_clear_error_never_a_fault(files, mutation, tmp_path
         lines = got["stderr"].strip().splitlines()
         assert len(lines) == 1 and "changed on disk" in lines[0], (op, got["stderr"])
         assert "Traceback" not in got["stderr"]
-    assert report["info"]["stdout"] == ""  # --json: whole or absent
-    assert report["diff"]["stdout"] == ""
+    assert failure_stdout(report["info"]["stdout"])  # --json: whole or absent, the failure's object alone
+    assert failure_stdout(report["diff"]["stdout"])
+    assert json.loads(report["info"]["stdout"])["error"]["kind"] == "changed"
     assert report["export"]["left"] == [] and report["export"]["left_in_work"] == []
 
 

@@ -21,6 +21,7 @@ from ckptview import cli
 from ckptview.core.errors import CheckpointError, NotACheckpointError
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import read_values
+from tests.support.cli_failure import failure_stdout
 
 needs_posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
 
@@ -47,7 +48,7 @@ def test_fifo_is_refused_at_once(tmp_path):
         open_checkpoint(fifo)
     proc = _cli("info", str(fifo), "--json")
     _one_line(proc, "FIFO", str(fifo))
-    assert proc.stdout == ""
+    assert failure_stdout(proc.stdout)
 
 
 @needs_posix
@@ -60,7 +61,7 @@ def test_fifo_inside_a_folder_never_blocks(tmp_path):
     proc = _cli("info", str(tmp_path), "--json")
     assert proc.returncode == 2, proc.stderr
     _one_line(proc, "FIFO")
-    assert proc.stdout == ""
+    assert failure_stdout(proc.stdout)
 
 
 @needs_posix
@@ -93,7 +94,7 @@ def test_proc_pseudo_files_are_named(name):
         open_checkpoint(path)
     proc = _cli("info", path, "--json")
     _one_line(proc, "pseudo-file", path)
-    assert proc.stdout == ""
+    assert failure_stdout(proc.stdout)
 
 
 def test_io_error_is_one_line_naming_file_and_error(tmp_path, monkeypatch, capsys):
@@ -110,7 +111,7 @@ def test_io_error_is_one_line_naming_file_and_error(tmp_path, monkeypatch, capsy
         read_values(ckpt.tensor("w"))
     rc = cli.main(["info", str(path), "--json", "--stats"])
     out, err = capsys.readouterr()
-    assert rc == 2 and out == ""  # JSON whole or absent
+    assert rc == 2 and failure_stdout(out)  # JSON whole or absent: the failure's object alone
     assert err.count("\n") == 1 and "EIO" in err and "model.pt" in err and "internal error" not in err
 
 
@@ -132,7 +133,7 @@ def test_info_json_is_whole_or_absent(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(info, "tensor_stats", fail_late)
     rc = cli.main(["info", str(path), "--json", "--stats"])
     out, err = capsys.readouterr()
-    assert rc == 2 and out == "" and "Input/output error" in err
+    assert rc == 2 and failure_stdout(out) and "Input/output error" in err
     monkeypatch.setattr(info, "tensor_stats", real)
     assert cli.main(["info", str(path), "--json", "--stats"]) == 0
     doc = json.loads(capsys.readouterr().out)

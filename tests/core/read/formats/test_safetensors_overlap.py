@@ -17,6 +17,7 @@ from ckptview.cli import main
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.read.formats import safetensors_file
 from ckptview.core.read.open import open_checkpoint
+from tests.support.cli_failure import failure_stdout
 
 
 def _write(path, header: dict, data: bytes) -> str:
@@ -61,7 +62,7 @@ def test_overlapping_entries_are_refused_like_safetensors_refuses_them(tmp_path,
                  ["export", path, "--out", str(out) + "/"], ["export", path, "--out", str(out) + ".npz"]):
         assert main(argv) == 2, argv
         got = capsys.readouterr()
-        assert got.out == "" and got.err.count("\n") == 1 and "overlap" in got.err, (argv, got)
+        assert failure_stdout(got.out, argv) and got.err.count("\n") == 1 and "overlap" in got.err, (argv, got)
     assert not os.path.exists(out) and not os.path.exists(str(out) + ".npz")
 
 

@@ -260,14 +260,17 @@ def test_broken_files_in_a_training_folder(tmp_path, capsys) -> None:
     ckpt = open_checkpoint(str(folder))
     entries = {c.key: c for c in ckpt.root.children}
     assert set(entries) == {"model.safetensors", "optimizer.pt", "trainer_state.json", "scheduler.pt"}
-    assert any(w.startswith("'optimizer.pt' not read") for w in ckpt.warnings), ckpt.warnings
+    # cut in half: listed from its records before the cut (issue 45), what the cut took marked broken
+    assert any(w.startswith("optimizer.pt: salvaged") for w in ckpt.warnings), ckpt.warnings
     assert "not valid JSON" in entries["trainer_state.json"].value
     assert "os.system" in ckpt.unsafe_globals
-    assert len(ckpt.tensors()) == len(net.state_dict())
+    model = [e for e in ckpt.tensors() if e.name.startswith("model.safetensors.")]
+    assert len(model) == len(net.state_dict())
     ckpt.close()
     # Nothing readable at all: one line naming the first problem, exit status 2.
     (folder / "model.safetensors").unlink()
     (folder / "scheduler.pt").unlink()
+    (folder / "optimizer.pt").write_bytes(raw[:40])  # inside data.pkl: nothing to salvage
     from ckptview.cli import main
 
     assert main(["info", str(folder)]) == 2

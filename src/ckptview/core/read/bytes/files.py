@@ -23,6 +23,7 @@ from ckptview.core.errors import (
     CheckpointError,
     CheckpointFormatError,
     FileChangedError,
+    NoSuchFile,
     NotACheckpointError,
     TensorDataError,
 )
@@ -90,7 +91,7 @@ def stat_checked(path: str) -> os.stat_result:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise NotACheckpointError(f"no such file: {path}") from None
+        raise NoSuchFile(f"no such file: {path}") from None
     except OSError as exc:
         raise io_error(path, exc) from None
     if (what := special_kind(st.st_mode)) is not None:

@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 from ckptview.core.budget import Budget
 from ckptview.core.errors import CheckpointFormatError
 from ckptview.core.read.bytes.files import open_regular
+from ckptview.core.units import plural
 
 _EOCD = struct.Struct("<4s4H2LH")
 _EOCD64_LOCATOR = struct.Struct("<4sLQL")
@@ -48,6 +49,10 @@ class ByteSource(Protocol):
 AMBIGUOUS = "ambiguous zip"
 
 
+class TruncatedZip(CheckpointFormatError):
+    """The zip's end (its central directory) is missing or cut: a file cut short, as a download that stopped."""
+
+
 def read_central_directory(path: str, start: int = 0, length: int | None = None,
                            source: ByteSource | None = None, budget: Budget | None = None) -> list[ZipEntry]:
     """Every member of the zip at `path` (or of the zip stored in bytes [start, start+length) of it),
@@ -64,7 +69,7 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
         tail = fh.read(tail_len)
         pos = tail.rfind(b"PK\x05\x06")
         if pos < 0 or len(tail) - pos < _EOCD.size:
-            raise CheckpointFormatError("truncated or corrupt zip: end of central directory not found")
+            raise TruncatedZip("truncated or corrupt zip: end of central directory not found")
         _, disk, cd_disk, _n_disk, n_total, cd_size, cd_offset, _comment = _EOCD.unpack_from(tail, pos)
         eocd_at = size - tail_len + pos
         if disk or cd_disk:
@@ -76,7 +81,7 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
             n_total, cd_size, cd_offset, dir_end = _zip64_end(fh, tail, pos, eocd_at)
         concat = dir_end - cd_size - cd_offset  # bytes prepended to the archive
         if concat < 0 or cd_size > size:
-            raise CheckpointFormatError("truncated or corrupt zip: central directory out of range")
+            raise TruncatedZip("truncated or corrupt zip: central directory out of range")
         if budget is not None:  # every entry is at least 46 bytes of the directory, which the file holds
             budget.charge(ENTRY_COST * min(n_total, cd_size // _CENTRAL.size + 1), "zip directory entries")
         if concat:  # zipfile would shift every offset by this much, torch reads them as written
@@ -86,7 +91,7 @@ def read_central_directory(path: str, start: int = 0, length: int | None = None,
         fh.seek(cd_offset + concat)
         directory = fh.read(cd_size)
     if len(directory) != cd_size:
-        raise CheckpointFormatError("truncated zip: central directory cut short")
+        raise TruncatedZip("truncated zip: central directory cut short")
     return _parse_entries(directory, n_total, concat + start)
 
 
@@ -165,7 +170,7 @@ def _parse_entries(directory: bytes, n_total: int, concat: int) -> list[ZipEntry
         append(make(ZipEntry, (name, offset + concat if concat else offset, method, csize, usize, crc)))
     if pos != end or len(entries) != n_total and n_total != 0xFFFF:
         raise CheckpointFormatError(
-            f"corrupt zip: central directory holds {len(entries)} entries, the end record says {n_total}")
+            f"corrupt zip: central directory holds {plural(len(entries), 'entry', 'entries')}, the end record says {n_total}")
     return entries
 
 

@@ -22,9 +22,14 @@ from ckptview.core.read.bytes.files import FileIdentity
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem
 from ckptview.core.read.bytes.remote.causes import is_missing
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
+from ckptview.core.units import plural
 
 NAME = "hf-sharded"
 PRIORITY = 60
+# The formats a Hub folder opens as: its weights in shards (or with an index), or in one file.
+SHARDED_FORMATS = ("hf-sharded-safetensors", "hf-sharded-bin")
+ONE_FILE_FORMATS = ("hf-safetensors", "hf-bin")
+HUB_FORMATS = SHARDED_FORMATS + ONE_FILE_FORMATS
 MAX_INDEX_BYTES = 256 << 20
 # How many names an index may map, before its JSON is parsed (parsed whole, each name costs ~100 bytes
 # of Python objects: 21 million tiny names under the byte limit took 2.7-4.3 GB). Up to MIN_INDEX_ENTRIES
@@ -56,7 +61,9 @@ class WeightSet:
 
     @property
     def label(self) -> str:
-        return self.index or (self.files[0] if len(self.files) == 1 else f"{self.files[0]} (+{len(self.files) - 1} shards)")
+        if self.index or len(self.files) == 1:
+            return self.index or self.files[0]
+        return f"{self.files[0]} (+{plural(len(self.files) - 1, 'shard')})"
 
     def rank(self) -> tuple[int, int, int, str]:
         """Sort key: plain before variants, library names in their order, safetensors before .bin."""
@@ -83,6 +90,15 @@ def weight_sets(folder: str, fs: FileSystem = LOCAL) -> list[WeightSet]:
         if key not in sets:
             sets[key] = WeightSet(*key, files=tuple(found))
     return sorted(sets.values(), key=WeightSet.rank)
+
+
+# Files that say a folder is one model's, as the libraries write them beside its weights.
+CONFIG_NAMES = ("config.json", "adapter_config.json")
+
+
+def described(folder: str, fs: FileSystem = LOCAL) -> bool:
+    """True when `folder` holds a config the libraries write beside a model's weights."""
+    return any(fs.isfile(fs.join(folder, name)) for name in CONFIG_NAMES)
 
 
 def _index_files(folder: str, fs: FileSystem) -> list[str]:
@@ -273,7 +289,9 @@ def _combine(path: str, folder: str, index_path: str | None, weight_map: dict[st
              index_meta: dict[str, Any], shards: dict[str, Checkpoint], warnings: list[str],
              fs: FileSystem, budget: Budget) -> Checkpoint:
     kinds = {s.format for s in shards.values()}
-    fmt = "hf-sharded-safetensors" if kinds == {"safetensors"} else "hf-sharded-bin"
+    # One weight file (`save_pretrained` under its shard size) is no set of shards.
+    sharded = index_path is not None or len(shards) > 1
+    fmt = ("hf-sharded-" if sharded else "hf-") + ("safetensors" if kinds == {"safetensors"} else "bin")
     root = Node(key="", kind="dict", type_name=fmt)
     by_shard = {name: _tensor_infos(s) for name, s in shards.items()}  # charged: each just below
     budget.charge(ENTRY_COST * (len(weight_map) + sum(map(len, by_shard.values())) + 1), "index entries placed")

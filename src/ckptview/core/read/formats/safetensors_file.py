@@ -25,6 +25,7 @@ from ckptview.core.read.formats.safetensors_header import (
 )
 from ckptview.core.read.pickle.torch_globals import check_view
 from ckptview.core.text import elide
+from ckptview.core.units import human_bytes, plural
 
 NAME = "safetensors"
 PRIORITY = 90
@@ -98,7 +99,11 @@ def tensor_from_entry(key: str, entry: Any, fmap: FileMap, data_start: int, data
     storage = Storage(key=f"{key} @ {begin}", dtype=dtype, numel=length // itemsize, device="cpu",
                       source=FileSlice(fmap, data_start + begin, length))
     info = TensorInfo(dtype=dtype, shape=shape_t, stride=stride, offset=0, storage=storage)
-    if begin < 0 or end < begin or end > data_size:
+    if 0 <= begin <= end and end > data_size:  # the file ends before the data its header describes
+        info.broken = (f"cut off: its data_offsets [{begin}, {end}] end past the {data_size}-byte data region "
+                       "the file holds")
+        storage.broken = info.broken
+    elif begin < 0 or end < begin:
         info.broken = f"data_offsets [{begin}, {end}] lie outside the {data_size}-byte data region"
         storage.broken = info.broken
     elif any(s < 0 for s in shape_t):
@@ -249,9 +254,23 @@ def _build(path: str, raw: bytes, fmap: FileMap, data_start: int, size: int,
             meta_node.add(Node(key=str(k), kind="value", type_name=type(v).__name__, value=v))
     elif metadata is not None:
         ckpt.warnings.append("safetensors __metadata__ is not an object; ignored")
+    cut = [n for n in broken if n.tensor is not None and (n.tensor.broken or "").startswith("cut off")]
+    if cut:
+        ckpt.warnings.insert(0, _cut_short(cut, len(children), data_start, size))
     for node in broken:
         ckpt.warnings.append(f"tensor '{node.key}' is broken: {node.tensor.broken}")  # type: ignore[union-attr]
     return ckpt
+
+
+def _cut_short(cut: list[Node], tensors: int, data_start: int, size: int) -> str:
+    """The warning of a file that ends before the data its header describes: how much it should hold."""
+    ends = [n.tensor.storage.source.offset + n.tensor.storage.source.length for n in cut
+            if n.tensor is not None and n.tensor.storage is not None and isinstance(n.tensor.storage.source, FileSlice)]
+    expected = max(ends, default=size)
+    whole = tensors - len(cut)
+    return (f"the file is cut short (an incomplete download?): it ends at {size:,} bytes, its header describes "
+            f"{expected:,} ({human_bytes(expected)}); {whole} of {plural(tensors, 'tensor')} whole, {len(cut)} cut "
+            "off and marked broken")
 
 
 def _overlap_error(pair: tuple[PathKey, PathKey], count: int) -> CheckpointFormatError:

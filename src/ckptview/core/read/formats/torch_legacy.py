@@ -25,6 +25,7 @@ from ckptview.core.read.pickle.torch_globals import StorageClass
 from ckptview.core.read.pickle.torch_tree import make_checkpoint
 from ckptview.core.read.pickle.vm import StubObject
 from ckptview.core.text import printable
+from ckptview.core.units import plural
 
 NAME = "torch-legacy"
 PRIORITY = 80
@@ -135,7 +136,7 @@ def read_after_magic(path: str, fmap: FileMap, stream: PickleStream) -> Checkpoi
             break
         nbytes = storage.nbytes
         if numel != storage.numel:
-            storage.broken = f"storage '{key}' records {numel} elements, the pickle says {storage.numel}"
+            storage.broken = f"storage '{key}' records {plural(numel, 'element')}, the pickle says {storage.numel}"
         elif pos + nbytes > size:
             storage.broken = f"storage '{key}' runs past the end of the file (truncated)"
         storage.source = FileSlice(fmap, pos, nbytes)

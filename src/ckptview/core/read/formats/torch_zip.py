@@ -2,6 +2,11 @@
 
 Reads the central directory and `data.pkl` only. Storages become lazily-read zip members; nothing
 else is read until a value is asked for.
+
+A file cut short (a download that stopped) has no central directory: its records before the cut are found
+by their local headers instead (`zip_salvage`; data.pkl comes first and says how large every storage is),
+the listing is whole, the tensors whose records the cut took are marked broken, and the first warning says
+what happened (`salvaged`).
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from ckptview.core.checkpoint import Checkpoint, Storage
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError, TensorDataError
 from ckptview.core.read.bytes.files import FileMap
 from ckptview.core.read.bytes.sources import ZipMember
-from ckptview.core.read.bytes.zipdir import ZipEntry, case_collision, read_central_directory
+from ckptview.core.read.bytes.zip_salvage import LocalRecords, Salvaged
+from ckptview.core.read.bytes.zipdir import TruncatedZip, ZipEntry, case_collision, read_central_directory
 from ckptview.core.read.context import DEFAULT, ReaderContext, Source
 from ckptview.core.read.pickle.census import census
 from ckptview.core.read.pickle.torch_globals import StorageClass
 from ckptview.core.read.pickle.torch_tree import load_torch_pickle, make_checkpoint
 from ckptview.core.read.pickle.vm import StubObject
+from ckptview.core.units import human_bytes, plural
 
 NAME = "torch-zip"
 PRIORITY = 100
@@ -42,12 +49,19 @@ class ZipArchive:
     MARKER = "data.pkl"
 
     def __init__(self, path: str, start: int = 0, length: int | None = None, what: str = "zip",
-                 fmap: FileMap | None = None, budget: Budget | None = None) -> None:
+                 fmap: FileMap | None = None, budget: Budget | None = None,
+                 salvaged: tuple[list[ZipEntry], Salvaged] | None = None) -> None:
+        """`salvaged`: the records of a file cut short, found by their local headers, and where that stopped."""
         self.path, self.what, self.budget = path, what, budget
         self.fmap = fmap or FileMap(path)
         if start < 0 or (length is not None and (length < 0 or start + length > self.fmap.size)):
             raise TensorDataError(f"record {what} runs past the end of the file ({self.fmap.size} bytes)")
-        entries = read_central_directory(path, start, length, source=self.fmap, budget=budget)
+        self.salvage = salvaged[1] if salvaged is not None else None
+        self.expected = 0  # a salvaged archive: the bytes its records need at least (data.pkl's storages)
+        if salvaged is not None:
+            entries = salvaged[0]
+        else:
+            entries = read_central_directory(path, start, length, source=self.fmap, budget=budget)
         self.infos: dict[str, ZipEntry] = {entry.name: entry for entry in entries}  # the last of a repeated name
         duplicates: set[str] = set()
         if len(self.infos) != len(entries):
@@ -157,6 +171,9 @@ def storage_loader(archive: ZipArchive, folder: str, byteorder: str) -> Any:
         info = infos.get(prefix + key)
         if info is None:
             storage.broken = f"storage '{record}' missing"
+            if archive.salvage is not None:  # not in the records read before the file ends
+                storage.broken = (f"storage '{record}' cut off: the file ends at byte {archive.salvage.size:,}, "
+                                  "before its record is whole")
             return storage
         nbytes = numel * itemsize(dtype)
         member = ZipMember(fmap, info)
@@ -173,7 +190,11 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
     """Read a zip archive (torch.save, TorchScript) into a Checkpoint: metadata only, no tensor bytes, nothing run."""
     path = source.path
     budget = ctx.budget_for(source)
-    archive = ZipArchive(path, fmap=source.file_map(), budget=budget)
+    fmap = source.file_map()
+    try:
+        archive = ZipArchive(path, fmap=fmap, budget=budget)
+    except TruncatedZip as exc:
+        archive = salvaged_archive(path, fmap, exc, budget)
     byteorder = archive.byteorder()
     is_script = archive.has("constants.pkl") and any(
         n.startswith(archive.prefix + "code/") for n in archive.infos)
@@ -206,6 +227,8 @@ def open(source: Source, ctx: ReaderContext = DEFAULT) -> Checkpoint:  # noqa: A
         if found.native:
             metadata["native_code"] = found.native
     ckpt = make_checkpoint(path, fmt, source.size, obj, globals_seen, budget, files=[archive.fmap], **metadata)
+    if archive.salvage is not None:
+        ckpt.warnings.insert(0, salvage_warning(ckpt, archive))
     if is_script:
         ckpt.warnings += unreadable
     if byteorder == "big":
@@ -241,3 +264,64 @@ def _check_dtypes(ckpt: Checkpoint) -> None:
             ok = known[dtype] = dtypes.is_known(dtype)
         if not ok:
             entry.info.broken = f"unknown dtype {dtype}"
+
+
+def salvaged_archive(path: str, fmap: FileMap, truncated: TruncatedZip, budget: Budget) -> ZipArchive:
+    """The archive of a zip whose end is missing, from the records before the cut (`zip_salvage`); data.pkl,
+    the first, says how many bytes each storage record holds. Refused when data.pkl itself is not whole.
+    Every byte looked at and every pickle op is charged to the open's `budget`."""
+    sizes: dict[str, int] = {}
+    walk = LocalRecords(fmap, budget, sizes.get)
+    entries: list[ZipEntry] = []
+    for entry in walk:
+        entries.append(entry)
+        root, _, leaf = entry.name.rpartition("/")
+        if leaf == ZipArchive.MARKER and root.count("/") == 0 and not sizes:  # data.pkl: the storages' sizes
+            sizes.update(_storage_sizes(ZipMember(fmap, entry), root + "/" if root else "", budget))
+    stop = walk.result
+    if not any(e.name.rpartition("/")[2] == ZipArchive.MARKER for e in entries):
+        if stop.cut is not None:  # a record the file ends in, data.pkl not whole before it
+            raise CheckpointFormatError(f"truncated zip (an incomplete download?): the file ends at {stop.size:,} "
+                                        f"bytes, inside its record '{stop.cut[:80]}', before data.pkl is whole; "
+                                        "nothing can be listed")
+        raise CheckpointFormatError(f"{truncated}, and no whole data.pkl record before byte {stop.stopped_at:,} "
+                                    "(an incomplete download?); nothing can be listed")
+    archive = ZipArchive(path, fmap=fmap, budget=budget, salvaged=(entries, stop))
+    data_pkl = next(e for e in entries if e.name.rpartition("/")[2] == ZipArchive.MARKER)
+    archive.expected = data_pkl.header_offset + data_pkl.compress_size + sum(sizes.values())  # at least
+    return archive
+
+
+def _storage_sizes(member: ZipMember, prefix: str, budget: Budget) -> dict[str, int]:
+    """record name -> bytes, for every storage data.pkl names (read with the safe reader, nothing runs)."""
+    sizes: dict[str, int] = {}
+
+    def note(pid: Any) -> Storage:
+        if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage" and isinstance(pid[1], StorageClass) \
+                and isinstance(pid[2], str) and isinstance(pid[4], int) and pid[4] >= 0:
+            sizes[f"{prefix}data/{pid[2]}"] = pid[4] * dtypes.itemsize(pid[1].dtype)
+            return Storage(f"data/{pid[2]}", pid[1].dtype, pid[4], "cpu", None)
+        raise CheckpointFormatError(f"unexpected persistent id {str(pid)[:80]}")
+
+    data = member.read_all(MAX_PICKLE_BYTES, budget)
+    info = member.entry
+    if info.crc != 0 and zlib.crc32(data) != info.crc:
+        raise CheckpointFormatError(f"corrupt zip: CRC mismatch in record '{info.name}'")
+    load_torch_pickle(data, note, budget=budget)
+    return sizes
+
+
+def salvage_warning(ckpt: Checkpoint, archive: ZipArchive) -> str:
+    """The first warning of a salvaged listing: cut short, the size its records need, what was read."""
+    stop = archive.salvage
+    assert stop is not None
+    tensors = ckpt.tensors()
+    cut = sum(1 for e in tensors if e.info.storage is not None and e.info.storage.broken and "cut off" in
+              e.info.storage.broken)
+    expected = archive.expected
+    need = (f"its records need at least {expected:,} bytes ({human_bytes(expected)})" if expected > stop.size
+            else "its zip directory is missing")
+    read = (f"all {plural(len(tensors), 'tensor')} read whole" if not cut else
+            f"{len(tensors) - cut} of {plural(len(tensors), 'tensor')} read whole, {cut} cut off and marked broken")
+    return (f"salvaged: the file is cut short (an incomplete download?): it ends at {stop.size:,} bytes and {need}; "
+            f"listed from the records before the cut: {read}")

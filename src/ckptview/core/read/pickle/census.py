@@ -36,6 +36,7 @@ from ckptview.core.read.bytes.fs import filesystem
 from ckptview.core.read.bytes.zipdir import ByteSource, ZipEntry, read_central_directory
 from ckptview.core.read.pickle.stream import PickleStream
 from ckptview.core.read.pickle.torch_globals import is_safe_global
+from ckptview.core.units import plural
 
 # torch.load's legacy header: the pickled magic number, then protocol version, sys_info, the object and its
 # storage keys (five pickles in a row, each run by torch), then raw storage bytes.
@@ -268,8 +269,8 @@ def _scan_zip(source: ByteSource, entries: list[ZipEntry], name: str, result: Pi
     if torchscript is None:  # TorchScript archives carry code/ and constants.pkl
         torchscript = bool(code) and "constants.pkl" in tails
     if code:  # torch.jit.load compiles and runs these (torch.load hands such an archive to torch.jit.load)
-        result._program(f"TorchScript code ({code} records in {name}:code/)" if depth else
-                        f"TorchScript code ({code} records in code/)")
+        result._program(f"TorchScript code ({plural(code, 'record')} in {name}:code/)" if depth else
+                        f"TorchScript code ({plural(code, 'record')} in code/)")
     _programs(entries, name, result, depth)
     referenced = _pt2_pickled_records(source, entries, by_fold, name, result, depth, budget)
     for entry, tail in zip(entries, tails, strict=True):

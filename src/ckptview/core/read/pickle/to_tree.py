@@ -15,6 +15,7 @@ from ckptview.core.checkpoint import MODULE_PART, Node, NodeKind, PathKey, ReprK
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.read.pickle.torch_globals import NumpyArray, SizeValue
 from ckptview.core.read.pickle.vm import GlobalRef, StubObject
+from ckptview.core.units import plural
 
 NODE_COST = 12
 """Units a node of the tree costs (a Node holds ~190 bytes)."""
@@ -49,7 +50,7 @@ def _plain_tuple(value: Any, depth: int = 0) -> bool:  # bounded: three levels o
 def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
     """repr() of a plain value, bounded in length and never recursing into deep containers."""
     if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 0 and not _plain_tuple(value):
-        return f"<{type(value).__name__} of {len(value)} items>"
+        return f"<{type(value).__name__} of {plural(len(value), 'item')}>"
     try:
         text = repr(value)
     except Exception:  # a stub's repr cannot fail, but a huge int's can (digit limit)

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ckptview.core.units import plural
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -76,7 +78,7 @@ def coverage_problem(shape: tuple[int, ...], chunks: list[Chunk]) -> str | None:
     numel = math.prod(shape)
     if total != numel:
         # Chunks lie within bounds; a differing element count means gaps or overlaps.
-        return f"chunks hold {total} elements, the tensor has {numel}"
+        return f"chunks hold {plural(total, 'element')}, the tensor has {numel}"
     return None
 
 

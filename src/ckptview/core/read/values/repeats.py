@@ -32,7 +32,7 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.errors import TensorDataError
 from ckptview.core.read.values.capabilities import has_logical_chunks
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 
 STRIDE_0 = "stride 0"
 OVERLAPPING = "overlapping strides"
@@ -62,7 +62,7 @@ class Repeats:
     def size_text(self, dtype: str) -> str:
         """The expanded size in words: `500,000,000 elements (1.9 GiB as float32)`."""
         nbytes = self.elements * dtypes.itemsize(dtype) if dtypes.is_known(dtype) else 0
-        return f"{self.elements:,} elements ({human_bytes(nbytes)} as {dtype})"
+        return f"{plural(self.elements, 'element')} ({human_bytes(nbytes)} as {dtype})"
 
     def describe(self, dtype: str) -> str:
         """One phrase, the expanded size first: `declares 500,000,000 elements (1.9 GiB as float32) over 2

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
-from ckptview.core.errors import NotACheckpointError, RemoteError, TensorDataError
+from ckptview.core.errors import NoSuchFile, NotACheckpointError, RemoteError, TensorDataError
 from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import FileIdentity, FileMap, ReadAhead
 from ckptview.core.read.bytes.remote.causes import is_missing
@@ -53,9 +53,9 @@ def begin_session(url: str, options: RemoteOptions | None = None,
     return Session(root, options, report)
 
 
-def not_found(url: str) -> NotACheckpointError:
+def not_found(url: str) -> NoSuchFile:
     """'no such file: URL' (`causes.is_missing` says True of it: a shard that is not there)."""
-    exc = NotACheckpointError(f"no such file: {shown(url)}")
+    exc = NoSuchFile(f"no such file: {shown(url)}")
     exc.missing = True  # type: ignore[attr-defined]  # the marker `is_missing` reads, as `missing_error` sets it
     return exc
 
