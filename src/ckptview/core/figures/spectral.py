@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
+from ckptview.core.blas_policy import one_blas_thread
 from ckptview.core.errors import TensorDataError
 from ckptview.core.figures.spectral_fit import PowerLawFit, iter_power_law_fit
 from ckptview.core.jobs import CancelToken, Progress, drain, relay
@@ -173,7 +174,8 @@ def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
         method, error = "exact", 0.0
         gram, moments = yield from _stream_gram(info, rows, cols, token, expand)
         fro2 = float(np.trace(gram))
-        evals = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
+        with one_blas_thread():  # the same figures whoever computes them (blas_policy)
+            evals = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
         del gram
         yield Progress(_STEPS * 7 // 10, _STEPS, "eigenvalues")
         traps = _count_traps_streamed(info, (rows, cols), moments, token, expand)
@@ -183,7 +185,8 @@ def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
         bad = int(flat.size - np.count_nonzero(np.isfinite(flat)))
         if bad:
             raise _non_finite(bad)
-        fro2 = float(np.dot(flat, flat))
+        with one_blas_thread():
+            fro2 = float(np.dot(flat, flat))
         if small <= exact_limit:
             method, error = "exact", 0.0
             evals = _exact_eigenvalues(matrix)
@@ -307,8 +310,9 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
         finite = int(np.count_nonzero(np.isfinite(block)))
         bad[0] += block.size - finite
         if not bad[0]:
-            moments.add(block)
-            gram[...] += block.T @ block
+            with one_blas_thread():
+                moments.add(block)
+                gram[...] += block.T @ block
 
     for chunk in chunks:
         if token is not None:
@@ -362,8 +366,9 @@ def _exact_eigenvalues(matrix: np.ndarray) -> np.ndarray:
     import numpy as np
 
     rows, cols = matrix.shape
-    gram = matrix.T @ matrix if rows >= cols else matrix @ matrix.T
-    evals = np.linalg.eigvalsh(gram)
+    with one_blas_thread():
+        gram = matrix.T @ matrix if rows >= cols else matrix @ matrix.T
+        evals = np.linalg.eigvalsh(gram)
     return np.clip(evals, 0.0, None)
 
 
@@ -377,15 +382,18 @@ def _randomized_eigenvalues(matrix: np.ndarray, k: int, fro2: float,
     n = tall.shape[1]
     width = min(n, k + _OVERSAMPLE)
     rng = np.random.default_rng(0)
-    basis, _ = np.linalg.qr(tall @ rng.standard_normal((n, width)))
+    with one_blas_thread():
+        basis, _ = np.linalg.qr(tall @ rng.standard_normal((n, width)))
     for _ in range(_POWER_ITERATIONS):
         if token is not None:
             token.check()
-        back, _ = np.linalg.qr(tall.T @ basis)
-        basis, _ = np.linalg.qr(tall @ back)
-    projected = basis.T @ tall  # width x n
-    sv = np.linalg.svd(projected, compute_uv=False)[:k]
-    residual = max(0.0, fro2 - float(np.vdot(projected, projected)))
+        with one_blas_thread():
+            back, _ = np.linalg.qr(tall.T @ basis)
+            basis, _ = np.linalg.qr(tall @ back)
+    with one_blas_thread():
+        projected = basis.T @ tall  # width x n
+        sv = np.linalg.svd(projected, compute_uv=False)[:k]
+        residual = max(0.0, fro2 - float(np.vdot(projected, projected)))
     return np.sort(sv ** 2), residual
 
 
