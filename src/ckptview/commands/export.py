@@ -10,9 +10,11 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, run_export, select_tensors
+from ckptview.commands import cluster_options
+from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, select_tensors
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
+from ckptview.core.sweep.writing import export_placed
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, plural
 
@@ -34,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expand-repeats", action="store_true",
                    help="write tensors that repeat their storage (stride 0, overlapping strides) expanded, "
                         "every element they declare (refused without it: see docs/limits.md)")
+    cluster_options.add_arguments(p, "read and write the tensors (OUT must be on a file system they share)")
 
 
 class Terminated(BaseException):
@@ -109,7 +112,7 @@ def _export(args: argparse.Namespace) -> ExportResult:
     try:
         plan = plan_export(select_tensors(ckpt, args.key), args.out, args.format, exact_dtypes=args.exact_dtypes,
                            expand_repeats=args.expand_repeats)
-        job = run_export(plan, force=args.force)
+        job = export_placed(ckpt, args.path, args.remote, plan, cluster_options.placement(args), force=args.force)
         show = sys.stderr.isatty()
         try:
             while True:

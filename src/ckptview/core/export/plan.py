@@ -16,7 +16,7 @@ import os
 import shutil
 import time
 import zipfile
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
@@ -172,7 +172,8 @@ def _dtype_choice(info: TensorInfo, fmt: str, exact: bool) -> tuple[str, str | N
     return name, None
 
 
-def _np_dtype(torch_name: str) -> np.dtype:
+def np_dtype_of(torch_name: str) -> np.dtype:
+    """The NumPy dtype of values written as torch dtype `torch_name`."""
     return dtypes.numpy_dtype(torch_name) or dtypes.storage_numpy_dtype(torch_name)
 
 
@@ -219,7 +220,7 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
         if found is not None:
             expanded = f"written expanded, as asked: it {found.describe(entry.info.dtype)}"
             note = f"{note}; {expanded}" if note else expanded
-        items.append(ExportItem(entry.name, entry.info, target, dtype, _np_dtype(dtype),
+        items.append(ExportItem(entry.name, entry.info, target, dtype, np_dtype_of(dtype),
                                 f"{shown}: {note}" if note else None, expand=found is not None))
         if fmt != "npy" and target != entry.name:
             notes.append(f"'{shown}' stored under key '{printable(target)}' (unsafe or duplicate name)")
@@ -274,7 +275,7 @@ EXPORT_CHUNK_ELEMS = min(DEFAULT_CHUNK_ELEMS, 1 << 18)
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def _values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterator[np.ndarray]:
+def item_values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterator[np.ndarray]:
     """The item's logical values as chunks (of the dtype written unless `convert` is False); checks the count."""
     count = 0
     for chunk in iter_chunks(item.info, chunk_elems, expand=item.expand):
@@ -286,7 +287,7 @@ def _values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterato
         raise ExportError(f"{item.name}: read {count} values, expected {item.info.numel}")
 
 
-class _Temps:
+class Temps:
     """Temporary files in the target folder, removed unless renamed into place; finished files fsynced in batches."""
 
     def __init__(self) -> None:
@@ -387,9 +388,18 @@ def _finish_file(fh: IO[bytes]) -> None:
     fh.close()
 
 
+ItemWriter = Callable[[ExportPlan, str, Temps, list[tuple[str, str]], int], Generator[tuple[ExportItem, int], None, None]]
+"""Writes a plan's items into temporary files of `Temps` in the folder, each to be renamed to its final name
+(appended to the list), given the chunk size; yields (item, bytes) as it writes."""
+
+
 def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | None = None,
-               chunk_elems: int = EXPORT_CHUNK_ELEMS) -> Generator[Progress, None, ExportResult]:
-    """Write `plan`, yielding Progress in bytes; returns the ExportResult. Cancelling removes temp files."""
+               chunk_elems: int = EXPORT_CHUNK_ELEMS,
+               writer: ItemWriter | None = None) -> Generator[Progress, None, ExportResult]:
+    """Write `plan`, yielding Progress in bytes; returns the ExportResult. Cancelling removes temp files.
+
+    `writer`: who writes the items' bytes (default: this process, as the format writes them; an export on
+    workers writes the same bytes where the caller laid them out, see `export.placed`)."""
     token = token or CancelToken()
     if not force and (existing := plan.existing()):
         raise ExportExistsError(existing)
@@ -400,11 +410,12 @@ def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | No
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot create folder {folder}: {exc.strerror or exc}") from None
-    temps = _Temps()
+    temps = Temps()
     total = plan.total_bytes
     done = 0
     renames: list[tuple[str, str]] = []
-    writer = {"npy": _write_npy_files, "npz": _write_npz, "safetensors": _write_safetensors}[plan.format]
+    if writer is None:
+        writer = {"npy": _write_npy_files, "npz": _write_npz, "safetensors": _write_safetensors}[plan.format]
     chunks = writer(plan, folder, temps, renames, chunk_elems)
     placed: list[str] = []
     try:
@@ -466,15 +477,15 @@ def _tensor_error(item: ExportItem, exc: Exception) -> ExportError:
     return ExportError(f"cannot export {item.name!r}: {exc}")
 
 
-def _write_npy_files(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
+def _write_npy_files(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
                      chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     for item in plan.items:
         path, fd = temps.create_fd(folder)
         writer = BlockWriter(fd, item.nbytes + 128, direct=item.nbytes >= export_io.DIRECT_MIN)
         try:
             descr = npy.header_descr(item.np_dtype, item.dtype)
-            yield from _guarded(item, npy.write_npy_blocks(writer, descr, item.info.shape, item.np_dtype,
-                                                           _values(item, chunk_elems, convert=False)))
+            yield from named_errors(item, npy.write_npy_blocks(writer, descr, item.info.shape, item.np_dtype,
+                                                           item_values(item, chunk_elems, convert=False)))
             # The rest, then fsync with other files (all before any rename names one complete).
             temps.sync_later(writer.finish())
         finally:
@@ -483,7 +494,7 @@ def _write_npy_files(plan: ExportPlan, folder: str, temps: _Temps, renames: list
         renames.append((path, target))
 
 
-def _write_npz(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
+def _write_npz(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
                chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
     path, fh = temps.create(folder)
     with fh:
@@ -491,37 +502,41 @@ def _write_npz(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple
             for item in plan.items:
                 with npy.open_npz_member(zf, item.target) as member:
                     descr = npy.header_descr(item.np_dtype, item.dtype)
-                    yield from _guarded(item, npy.write_npy(member, descr, item.info.shape,
-                                                            _values(item, chunk_elems)))
+                    yield from named_errors(item, npy.write_npy(member, descr, item.info.shape,
+                                                            item_values(item, chunk_elems)))
         _finish_file(fh)
     renames.append((path, plan.out))
 
 
-def _write_safetensors(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]],
-                       chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
+def safetensors_layout(plan: ExportPlan) -> tuple[bytes, list[ExportItem]]:
+    """A safetensors export's header (length prefix included) and its items in the order their bytes follow it."""
     by_key = {item.target: item for item in plan.items}
     ordered = st.layout([st.Entry(i.target, i.dtype, i.info.shape, i.nbytes) for i in plan.items])
     metadata = {"format": "pt"}
     for item in plan.items:
         if q := item.info.extra.get("quantization"):
             metadata[f"ckptview.quantization.{item.target}"] = json.dumps(q, default=str)
-    header = st.header_bytes(ordered, metadata)
+    return st.header_bytes(ordered, metadata), [by_key[entry.key] for entry in ordered]
+
+
+def _write_safetensors(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
+                       chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
+    header, ordered = safetensors_layout(plan)
     path, fd = temps.create_fd(folder)
     size = len(header) + plan.total_bytes
     writer = BlockWriter(fd, size, direct=size >= export_io.DIRECT_MIN)
     try:
         writer.write(header)
-        for entry in ordered:
-            item = by_key[entry.key]
-            yield from _guarded(item, st.write_tensor_blocks(writer, item.np_dtype,
-                                                             _values(item, chunk_elems, convert=False)))
+        for item in ordered:
+            yield from named_errors(item, st.write_tensor_blocks(writer, item.np_dtype,
+                                                             item_values(item, chunk_elems, convert=False)))
         writer.close()
     finally:
         writer.abort()
     renames.append((path, plan.out))
 
 
-def _guarded(item: ExportItem, written: Iterator[int]) -> Iterator[tuple[ExportItem, int]]:
+def named_errors(item: ExportItem, written: Iterator[int]) -> Iterator[tuple[ExportItem, int]]:
     """Pair each chunk's byte count with its item; reading errors name the tensor."""
     try:
         for nbytes in written:
@@ -532,7 +547,7 @@ def _guarded(item: ExportItem, written: Iterator[int]) -> Iterator[tuple[ExportI
         raise _tensor_error(item, exc) from exc
 
 
-def _write_manifest(plan: ExportPlan, folder: str, temps: _Temps, renames: list[tuple[str, str]]) -> str | None:
+def _write_manifest(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]]) -> str | None:
     """manifest.json beside a folder of .npy files: tensor name -> file, dtypes and notes."""
     if plan.format != "npy" or plan.single_file:
         return None

@@ -129,6 +129,7 @@ def merge_found(tasks: Sequence[StatsTask], done: dict[int, StatsDone], found: d
                 assert not isinstance(result, PartialSummary)
                 found[piece.index] = result
             else:
+                assert not isinstance(result, TensorStats)
                 blocks.setdefault(piece.index, []).append((piece.start, result))
     for index, parts in blocks.items():
         parts.sort(key=lambda p: p[0])
