@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from distributed.diagnostics.plugin import WorkerPlugin
+
 ROOT = Path(__file__).resolve().parents[2]
 START_LIMIT = 180.0  # seconds a start may take on a loaded machine before the test fails (a hang guard)
 
@@ -88,7 +90,7 @@ class DaskProcesses:
                 proc.wait(60)
 
 
-class KillFirstTask:
+class KillFirstTask(WorkerPlugin):
     """A worker plugin: the first task any worker starts kills that worker's process, once in the whole
     cluster (a file created exclusively decides which), as a machine lost mid-run would."""
 
@@ -96,12 +98,6 @@ class KillFirstTask:
 
     def __init__(self, flag: str) -> None:
         self.flag = flag
-
-    def setup(self, worker: Any) -> None:
-        self.worker = worker
-
-    def teardown(self, worker: Any) -> None:
-        pass
 
     def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
         if finish != "executing":

@@ -74,11 +74,10 @@ def fingerprint(infos: Sequence[tuple[str, TensorInfo]]) -> str:
 @contextmanager
 def opened(path: str, remote: RemoteOptions) -> Iterator[Checkpoint]:
     """The checkpoint at `path` opened here (metadata only), closed after."""
-    try:
-        ckpt = open_checkpoint(path, ReaderContext(remote=remote))
-    except FileNotFoundError:
+    if not is_url(path) and not os.path.lexists(path):  # the caller opened it: it is not where this task runs
         raise TaskFailed(f"cannot read {path} on {socket.gethostname()}: a local path must lie on a file "
-                         "system every worker shares (or give a URL)") from None
+                         "system every worker shares (or give a URL)")
+    ckpt = open_checkpoint(path, ReaderContext(remote=remote))
     try:
         yield ckpt
     finally:
