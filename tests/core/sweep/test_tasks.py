@@ -57,10 +57,12 @@ def values(tmp_path):
     state = {"f32": torch.randn(40, 250), "bf16": torch.randn(7001).bfloat16(), "f16": torch.randn(3333).half(),
              "i64": torch.arange(-2000, 2500), "nan": nan, "small": torch.randn(3), "f64": torch.randn(2999).double(),
              "bool": torch.rand(4001) > 0.5, "zeros": torch.zeros(2100)}
+    shared = torch.randn(30, 20)
+    pt_only = {"tied.a": shared, "tied.b": shared}  # one tensor under two names (safetensors refuses it)
     path = tmp_path / "values.safetensors"
     save_file(state, path)
     pt = tmp_path / "values.pt"
-    torch.save(state, pt)
+    torch.save({**state, **pt_only}, pt)
     return path, pt
 
 

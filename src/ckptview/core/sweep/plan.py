@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ckptview.core.checkpoint import TensorInfo
-from ckptview.core.read.values.reading import file_position
 from ckptview.core.read.values.repeats import repeats
+from ckptview.core.sweep.source import stored_plainly
 
 MIN_TASK_BYTES = 32 << 20  # a task reads at least this much (each opens the checkpoint for itself)
 TASKS_PER_SLOT = 4  # tasks per worker thread: a slow worker, or a large tensor, leaves the others work
@@ -52,7 +52,7 @@ def task_bytes(total: int, slots: int) -> int:
 
 def blockable(info: TensorInfo) -> bool:
     """Whether `info` may be read in blocks: C-contiguous values stored plainly in one file, each read once."""
-    return repeats(info) is None and file_position(info) is not None
+    return repeats(info) is None and stored_plainly(info)
 
 
 def cut(work: Sequence[Work], share: int, chunk_elems: int) -> list[tuple[Piece, ...]]:

@@ -21,13 +21,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ckptview.core.checkpoint import Checkpoint, TensorInfo
+from ckptview.core import dtypes
+from ckptview.core.checkpoint import ByteSource, Checkpoint, TensorInfo
 from ckptview.core.errors import CheckpointError, FileChangedError
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.files import FileMap, is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.sources import FileSlice, ZipMember
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
-from ckptview.core.read.values.capabilities import has_file_span
 from ckptview.core.redaction import redact
 
 R = TypeVar("R")
@@ -50,25 +51,52 @@ def task_path(path: str) -> str:
     return path if is_url(path) else os.path.abspath(path)
 
 
+def _file(fmap: FileMap) -> list[Any]:
+    """A file as two opens of it agree on: its name, size, modification time or validator (no read)."""
+    remote = getattr(fmap, "remote", None)
+    return [os.path.basename(fmap.path), fmap.size, fmap.identity.mtime_ns, getattr(remote, "validator", None)]
+
+
+def _where(source: ByteSource | None) -> list[Any]:
+    """Where a storage's bytes lie, from the open's metadata alone (a zip member's local header unread)."""
+    if isinstance(source, FileSlice):
+        return ["slice", *_file(source.fmap), source.offset, source.length]
+    if isinstance(source, ZipMember):
+        return ["member", *_file(source.fmap), source.name, source.header_offset, source.compress_type,
+                source.compress_size, source.file_size]
+    return [type(source).__name__, source.describe() if source is not None else None]
+
+
 def fingerprint(infos: Sequence[tuple[str, TensorInfo]]) -> str:
     """What the tensors a task reads are, in the file: equal in the caller's open and the task's, or the
-    file changed between them."""
+    file changed between them. Reads nothing: a caller planning a thousand tasks of a remote file makes no
+    request for them."""
     rows: list[Any] = []
     for name, info in infos:
         storage = info.storage
         row: list[Any] = [name, info.dtype, list(info.shape), list(info.stride), info.offset, info.layout,
                           info.broken]
         if storage is not None:
-            row += [storage.key, storage.nbytes, storage.byteorder]
-            source = storage.source
-            span = source.file_span(None) if source is not None and has_file_span(source) else None
-            if span is not None:
-                fmap, offset, length = span
-                remote = getattr(fmap, "remote", None)
-                row += [os.path.basename(fmap.path), offset, length, fmap.size, fmap.identity.mtime_ns,
-                        getattr(remote, "validator", None)]
+            row += [storage.key, storage.nbytes, storage.byteorder, *_where(storage.source)]
         rows.append(row)
     return hashlib.blake2b(json.dumps(rows, default=str).encode(), digest_size=16).hexdigest()
+
+
+def stored_plainly(info: TensorInfo) -> bool:
+    """Whether `info`'s values lie plainly in one file, in C order and little-endian (a safetensors tensor,
+    a stored zip record), decided from metadata alone: such a tensor may be read in blocks of its own."""
+    storage = info.storage
+    if (info.broken or info.layout != "strided" or storage is None or storage.broken or info.numel == 0
+            or storage.byteorder != "little" or not dtypes.is_known(info.dtype)):
+        return False
+    source = storage.source
+    if not (isinstance(source, FileSlice) or isinstance(source, ZipMember) and source.compress_type == 0):
+        return False
+    expected, step = [], 1
+    for size in reversed(info.shape):
+        expected.append(step)
+        step *= size
+    return tuple(reversed(expected)) == tuple(info.stride)
 
 
 @contextmanager

@@ -73,13 +73,14 @@ def _write(task: WriteTask) -> list[Written]:
 
 def _tasks(ckpt: Checkpoint, path: str, remote: RemoteOptions, plan: ExportPlan, places: Sequence[Place],
            slots: int, chunk_elems: int) -> list[WriteTask]:
-    index = {id(entry.info): i for i, entry in enumerate(ckpt.tensors())}
+    # By name and tensor: a tied weight is one TensorInfo under two names (each written under its own).
+    index = {(entry.name, id(entry.info)): i for i, entry in enumerate(ckpt.tensors())}
     work = [Work(p.item, plan.items[p.item].name, plan.items[p.item].nbytes) for p in places]
     by_item = {p.item: p for p in places}
     tasks = []
     for pieces in cut(work, task_bytes(plan.total_bytes, slots), 1):
         items = [plan.items[p.index] for p in pieces]
-        entries = tuple(Entry(index[id(item.info)], item.name, item.dtype, item.expand, by_item[p.index])
+        entries = tuple(Entry(index[item.name, id(item.info)], item.name, item.dtype, item.expand, by_item[p.index])
                         for p, item in zip(pieces, items, strict=True))
         tasks.append(WriteTask(task_path(path), remote, plan.format, entries,
                                fingerprint([(item.name, item.info) for item in items]), chunk_elems))
