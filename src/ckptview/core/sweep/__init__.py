@@ -10,12 +10,17 @@ import lazy_loader
 
 if TYPE_CHECKING:
     from ckptview.core.sweep.listing import ListingFigures, listing_figures
+    from ckptview.core.sweep.pairs import compare_placed
     from ckptview.core.sweep.runner import LOCAL, Placement, Sweep, SweepReport
+    from ckptview.core.sweep.writing import export_placed
 
-__all__ = ["LOCAL", "ListingFigures", "Placement", "Sweep", "SweepReport", "listing_figures"]
+__all__ = ["LOCAL", "ListingFigures", "Placement", "Sweep", "SweepReport", "compare_placed", "export_placed",
+           "listing_figures"]
 
 # Each name is imported on first use: a module of this package imports none of the others (SPEC 1).
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "listing": ["ListingFigures", "listing_figures"],
+    "pairs": ["compare_placed"],
     "runner": ["LOCAL", "Placement", "Sweep", "SweepReport"],
+    "writing": ["export_placed"],
 })

@@ -101,7 +101,8 @@ def compare_placed(result: DiffResult, path_a: str, path_b: str, remote: RemoteO
                    sweep: Sweep | None = None) -> Generator[DiffProgress, None, DiffResult]:
     """Fill in the figures of every pending row of `result` (planned from `path_a` and `path_b` with `strip_a`,
     `strip_b`, `mapping`) where `placement` says: in this process (`iter_compare`, when the bytes do not pay
-    for workers) or in tasks that each open both files. `sweep`: one already opened (its report is kept)."""
+    for workers) or in tasks that each open both files. `sweep`: one already opened (its report is kept).
+    As `iter_compare`, a progress's `index` is a row up to which every row has its figures (-1: none new)."""
     pending = [i for i, row in enumerate(result.tensors) if not row.done]
     total = sum(_pair_bytes(result.tensors[i]) for i in pending)
     own = sweep is None
@@ -116,6 +117,7 @@ def compare_placed(result: DiffResult, path_a: str, path_b: str, remote: RemoteO
                           _sides([result.tensors[p.index] for p in pieces]), chunk_elems)
                  for pieces in groups]
         done = 0
+        upto = -1  # every row up to this one has its figures (tasks finish in any order)
         yield DiffProgress(0, total, "comparing")
         for t, found in runner.run(compare_rows, tasks, token):
             for index, state in zip(tasks[t].rows, found.rows, strict=True):
@@ -124,7 +126,11 @@ def compare_placed(result: DiffResult, path_a: str, path_b: str, remote: RemoteO
                     setattr(row, key, value)
             done += found.bytes_read
             runner.report.bytes_read += found.bytes_read
-            yield DiffProgress(min(done, total), total, result.tensors[tasks[t].rows[-1]].name, tasks[t].rows[-1])
+            first = upto
+            while upto + 1 < len(result.tensors) and result.tensors[upto + 1].done:
+                upto += 1
+            name = result.tensors[tasks[t].rows[-1]].name
+            yield DiffProgress(min(done, total), total, name, upto if upto > first else -1)
         return result
     finally:
         if own:

@@ -17,7 +17,7 @@ from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.sweep.source import stored_plainly
 
-MIN_TASK_BYTES = 32 << 20  # a task reads at least this much (each opens the checkpoint for itself)
+MIN_TASK_BYTES = 16 << 20  # a task reads at least this much (each opens the checkpoint for itself)
 TASKS_PER_SLOT = 4  # tasks per worker thread: a slow worker, or a large tensor, leaves the others work
 
 
@@ -56,8 +56,9 @@ def blockable(info: TensorInfo) -> bool:
 
 
 def cut(work: Sequence[Work], share: int, chunk_elems: int) -> list[tuple[Piece, ...]]:
-    """`work` as tasks of about `share` bytes each: small tensors grouped in order, large blockable ones cut
-    into blocks of whole `chunk_elems` chunks."""
+    """`work` as tasks of at most about `share` bytes each: tensors grouped in order (a group closed before
+    it would pass the share), those larger than a share cut into blocks of whole `chunk_elems` chunks when
+    they may be (else a task of their own)."""
     tasks: list[tuple[Piece, ...]] = []
     group: list[Piece] = []
     held = 0
@@ -69,6 +70,9 @@ def cut(work: Sequence[Work], share: int, chunk_elems: int) -> list[tuple[Piece,
             for start, stop in zip(bounds, bounds[1:], strict=False):
                 tasks.append((Piece(item.index, item.name, start, min(stop, item.numel)),))
             continue
+        if group and held + item.nbytes > share:
+            tasks.append(tuple(group))
+            group, held = [], 0
         group.append(Piece(item.index, item.name))
         held += item.nbytes
         if held >= share:

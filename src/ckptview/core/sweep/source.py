@@ -26,6 +26,7 @@ from ckptview.core.checkpoint import ByteSource, Checkpoint, TensorInfo
 from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.read.bytes.files import FileMap, is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
+from ckptview.core.read.bytes.remote.urls import real_url
 from ckptview.core.read.bytes.sources import FileSlice, ZipMember
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
@@ -46,9 +47,9 @@ class TaskFailed(CheckpointError):
 
 
 def task_path(path: str) -> str:
-    """The path a task opens: a URL as given (its query string is its credential), a local path made
-    absolute (the workers do not share the caller's working folder)."""
-    return path if is_url(path) else os.path.abspath(path)
+    """The path a task opens: a URL as the user gave it (a shown one mapped back: its query string may be its
+    credential), a local path made absolute (the workers do not share the caller's working folder)."""
+    return real_url(path) if is_url(path) else os.path.abspath(path)
 
 
 def _file(fmap: FileMap) -> list[Any]:
