@@ -118,7 +118,8 @@ def layout(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str,
 def _finish_npz(plan: ExportPlan, places: list[Place], crcs: dict[int, int]) -> None:
     """The entries' headers and the central directory of an npz whose members are written."""
     path = places[0].path
-    with open(path, "r+b") as fh:
+    # Written, never read: the members are in place, the headers and the directory go around them.
+    with os.fdopen(os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0)), "wb") as fh:
         zf = zipfile.ZipFile(fh, "w", allowZip64=True)
         end = 0
         for place in places:
