@@ -74,7 +74,7 @@ class LocalPool:
         try:
             futures = {self._pool.submit(fn, task): i for i, task in enumerate(tasks)}
             pending = set(futures)
-            while pending:
+            while pending:  # bounded: the tasks given, each once
                 if token is not None:
                     token.check()
                 done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)

@@ -318,7 +318,7 @@ def iter_partial_summary(
             assert view is not None  # counts are kept only for a dtype with a bit-pattern view
             bits = chunk.reshape(-1).view(view)
             # bincount copies its input as intp (4x a 16-bit chunk): feed it slices to bound that copy.
-            for start in range(0, bits.size, _BINCOUNT_SLICE):
+            for start in range(0, bits.size, _BINCOUNT_SLICE):  # bounded: the chunk's values
                 part = np.bincount(bits[start : start + _BINCOUNT_SLICE], minlength=out.counts.size)
                 out.counts += part if weight == 1 else part * weight
         else:

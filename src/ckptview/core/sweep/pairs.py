@@ -127,7 +127,7 @@ def compare_placed(result: DiffResult, path_a: str, path_b: str, remote: RemoteO
             done += found.bytes_read
             runner.report.bytes_read += found.bytes_read
             first = upto
-            while upto + 1 < len(result.tensors) and result.tensors[upto + 1].done:
+            while upto + 1 < len(result.tensors) and result.tensors[upto + 1].done:  # bounded: moves on, over rows
                 upto += 1
             name = result.tensors[tasks[t].rows[-1]].name
             yield DiffProgress(min(done, total), total, name, upto if upto > first else -1)

@@ -123,7 +123,7 @@ def merge_found(tasks: Sequence[StatsTask], done: dict[int, StatsDone], found: d
     """Each tensor's statistics from its tasks' results: a whole tensor's as found, a cut one's blocks merged
     in order (an error in any block is the tensor's, the first block's first)."""
     blocks: dict[int, list[tuple[int, PartialSummary | str]]] = {}
-    for t, task in enumerate(tasks):
+    for t, task in enumerate(tasks):  # bounded: every piece once (the tensors the open paid for)
         for piece, result in zip(task.pieces, done[t].found, strict=True):
             if piece.stop is None:
                 assert not isinstance(result, PartialSummary)
