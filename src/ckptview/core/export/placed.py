@@ -16,8 +16,10 @@ failure anywhere leaves no file under a final name. The writers must share the f
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 import zipfile
 import zlib
 from collections.abc import Callable, Generator, Iterator
@@ -28,6 +30,7 @@ from ckptview.core.export import npy
 from ckptview.core.export import safetensors as st
 from ckptview.core.export.blocks import BlockWriter
 from ckptview.core.export.plan import (
+    ExportError,
     ExportItem,
     ExportPlan,
     ItemWriter,
@@ -40,13 +43,15 @@ from ckptview.core.export.plan import (
 
 @dataclass(frozen=True)
 class Place:
-    """Where one item's bytes go: `item` (its position in the plan), the temporary `path`, the `offset` its
-    bytes start at, and the `header` written before its values (an .npy header; empty for safetensors)."""
+    """Where one item's bytes go: `item` (its position in the plan), the temporary `path` (the file with inode
+    `inode` the caller made), the `offset` its bytes start at, and the `header` written before its values (an
+    .npy header; empty for safetensors)."""
 
     item: int
     path: str
     offset: int
     header: bytes = b""
+    inode: int = 0
 
 
 Written = tuple[int, int, int]  # (item position, bytes of values written, CRC-32 of all its bytes)
@@ -71,17 +76,19 @@ def _member(item: ExportItem, header_offset: int, size: int, crc: int = 0) -> zi
     return info
 
 
-def _create(temps: Temps, folder: str, size: int, head: bytes = b"") -> str:
-    """A temporary file of `size` bytes beginning with `head` (the rest written by the items' writers)."""
+def _create(temps: Temps, folder: str, size: int, head: bytes = b"") -> tuple[str, int]:
+    """A temporary file of `size` bytes beginning with `head` (the rest written by the items' writers), and its
+    inode (a writer checks it opens that very file)."""
     path, fd = temps.create_fd(folder)
     try:
         if head:
             os.write(fd, head)
         if size > len(head):
             os.ftruncate(fd, size)
+        inode = os.fstat(fd).st_ino
     finally:
         os.close(fd)
-    return path
+    return path, inode
 
 
 def layout(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]]) -> list[Place]:
@@ -90,17 +97,17 @@ def layout(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str,
     if plan.format == "npy":
         places = []
         for i, item in enumerate(plan.items):
-            path = _create(temps, folder, 0)
+            path, inode = _create(temps, folder, 0)
             renames.append((path, plan.out if plan.single_file else os.path.join(folder, item.target)))
-            places.append(Place(i, path, 0, _npy_header(item)))
+            places.append(Place(i, path, 0, _npy_header(item), inode))
         return places
     position = {id(item): i for i, item in enumerate(plan.items)}
     if plan.format == "safetensors":
         header, ordered = safetensors_layout(plan)
-        path = _create(temps, folder, len(header) + plan.total_bytes, header)
+        path, inode = _create(temps, folder, len(header) + plan.total_bytes, header)
         places, offset = [], len(header)
         for item in ordered:
-            places.append(Place(position[id(item)], path, offset))
+            places.append(Place(position[id(item)], path, offset, b"", inode))
             offset += item.nbytes
         renames.append((path, plan.out))
         return places
@@ -110,9 +117,9 @@ def layout(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str,
         entry = len(_member(item, offset, len(head) + item.nbytes).FileHeader(True))
         places.append(Place(i, "", offset + entry, head))
         offset += entry + len(head) + item.nbytes
-    path = _create(temps, folder, offset)
+    path, inode = _create(temps, folder, offset)
     renames.append((path, plan.out))
-    return [Place(p.item, path, p.offset, p.header) for p in places]
+    return [Place(p.item, path, p.offset, p.header, inode) for p in places]
 
 
 def _finish_npz(plan: ExportPlan, places: list[Place], crcs: dict[int, int]) -> None:
@@ -181,8 +188,18 @@ def write_item(item: ExportItem, fmt: str, place: Place, chunk_elems: int) -> tu
     """Write `item`'s bytes at `place` of the temporary file the caller made (opened here, never created):
     what the one-process export writes for it. Returns (bytes of values, CRC-32 of all its bytes: npz)."""
     size = len(place.header) + item.nbytes
-    fd = os.open(place.path, os.O_WRONLY | getattr(os, "O_BINARY", 0))
+    # Never a link, never another file: the folder may be shared with others, who could put one in its place.
+    refused = ExportError(f"{place.path} is not the temporary file the export made: nothing written to it")
     try:
+        fd = os.open(place.path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symbolic link where the file was
+            raise refused from None
+        raise
+    try:
+        found = os.fstat(fd)  # a hard link to another file: another inode, a second name
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1 or (place.inode and found.st_ino != place.inode):
+            raise refused
         os.lseek(fd, place.offset, os.SEEK_SET)
     except BaseException:
         os.close(fd)
