@@ -170,8 +170,9 @@ def main() -> None:
     parser.add_argument("--no-local", action="store_true", help="only the Dask rows")
     args = parser.parse_args()
 
-    from ckptview.core.sweep.runner import Placement
     from tests.support.dask_processes import DaskProcesses
+
+    from ckptview.core.sweep.runner import Placement
 
     folder = Path(DATA) / "distributed"
     files = make(folder, int(FULL * args.scale))
