@@ -22,9 +22,9 @@ from ckptview.core.read.bytes.files import FileMap  # noqa: E402
 from ckptview.core.read.bytes.remote.options import RemoteOptions  # noqa: E402
 from ckptview.core.read.open import open_checkpoint  # noqa: E402
 from ckptview.core.sweep import runner as sweep_runner  # noqa: E402
-from ckptview.core.sweep import spectra as sweep_spectra  # noqa: E402
 from ckptview.core.sweep import stats as sweep_stats  # noqa: E402
 from ckptview.core.sweep.listing import listing_figures  # noqa: E402
+from ckptview.core.sweep.plan import Work, cut, task_bytes  # noqa: E402
 from ckptview.core.sweep.runner import Placement  # noqa: E402
 from tests.support.dask_processes import DaskProcesses, KillFirstTask  # noqa: E402
 
@@ -130,7 +130,9 @@ def test_the_caller_reads_no_value_and_every_task_is_counted(cluster, mixed_pt, 
     slots = sum(client.nthreads().values())
     planned = len(sweep_stats.stats_tasks([(i, entries[i]) for i in stats_of], str(mixed_pt), RemoteOptions(),
                                           slots, {}))
-    assert found.report.tasks == planned + 1  # the spectra fit in one task (less than a share of bytes)
+    weights = [Work(i, entries[i].name, entries[i].info.nbytes) for i in spectra_of]
+    spectra_tasks = len(cut(weights, task_bytes(sum(w.nbytes for w in weights), slots), 1))
+    assert found.report.tasks == planned + spectra_tasks
     assert found.report.bytes_read >= sum(entries[i].info.nbytes for i in stats_of if entries[i].info.numel)
     assert set(found.stats) == set(stats_of) and set(found.spectra) == set(spectra_of)
     ckpt.close()
@@ -252,4 +254,3 @@ def test_an_unreachable_scheduler_is_one_line(mixed_pt, monkeypatch):
     code, out, err = _run(["info", str(mixed_pt), "--stats", "--scheduler", "tcp://127.0.0.1:9"])
     assert code == 2 and out == ""
     assert err.startswith("ckptview: cannot reach the Dask scheduler tcp://127.0.0.1:9") and err.count("\n") == 1
-    assert sweep_spectra  # the module the spectra tasks run (imported by the workers too)

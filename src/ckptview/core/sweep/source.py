@@ -25,6 +25,7 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import ByteSource, Checkpoint, TensorInfo
 from ckptview.core.errors import CheckpointError, FileChangedError
 from ckptview.core.read.bytes.files import FileMap, is_url
+from ckptview.core.read.bytes.remote.fs import RemoteFileMap
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.bytes.remote.urls import real_url
 from ckptview.core.read.bytes.sources import FileSlice, ZipMember
@@ -111,6 +112,17 @@ def opened(path: str, remote: RemoteOptions) -> Iterator[Checkpoint]:
         yield ckpt
     finally:
         ckpt.close()
+        _end_sessions(ckpt)
+
+
+def _end_sessions(ckpt: Checkpoint) -> None:
+    """Close the remote sessions of a task's open: their pooled connections, now. A worker runs many tasks,
+    each opening its own; left to the collector, every one would keep a server's connections open until a
+    collection closes their sockets from a finalizer, on whichever thread it runs (on Python 3.11 before
+    3.11.9 that can deadlock a Dask worker whose profiler is sampling: CPython gh-106883)."""
+    sessions = {id(f.remote.session): f.remote.session for f in ckpt.files if isinstance(f, RemoteFileMap)}
+    for session in sessions.values():
+        session.close()
 
 
 def pick(ckpt: Checkpoint, indexes: Sequence[int], names: Sequence[str], expected: str) -> list[TensorInfo]:
