@@ -17,7 +17,7 @@ PYTEST = $(BIN)/python -X dev -X faulthandler -m pytest -q $(XDIST)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,remote,models,series,graph]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,remote,models,series,graph,cluster]'
 	touch $(STAMP)
 
 # The vision venv (timm, torchvision): its own torch, the build torchvision was made for (constraints-vision.txt

@@ -6,16 +6,18 @@ import argparse
 import sys
 from typing import Any
 
-from ckptview.commands import keep_until_exit
+from ckptview.commands import cluster_options, keep_until_exit
 from ckptview.commands.failures import CommandFailure
 from ckptview.commands.info import write_json, write_json_stream
 from ckptview.commands.opening import open_given
 from ckptview.core.compare.align import parse_mapping
-from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, diff_checkpoints
+from ckptview.core.compare.diff import DIFF_CHUNK_ELEMS, DiffResult, plan_diff
 from ckptview.core.compare.gguf_view import side_views
 from ckptview.core.compare.values import iter_text
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.training import short_fact_keys
+from ckptview.core.jobs import drain
+from ckptview.core.sweep.pairs import compare_placed
 from ckptview.core.text import printable
 from ckptview.core.units import figure, percent, plural, shape_str
 
@@ -42,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="list identical tensors and every value that differs too, and let entries outside the "
                         "model weights (optimizer state, sample inputs, step counters) count in the exit status")
     p.add_argument("--chunk-elems", type=int, default=DIFF_CHUNK_ELEMS, help=argparse.SUPPRESS)
+    cluster_options.add_arguments(p, "compare the values")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,8 +64,10 @@ def _diff(args: argparse.Namespace) -> int:
     try:
         b = open_given(args.b, args.remote)
         try:
-            result = diff_checkpoints(a, b, strip_a=args.strip_a, strip_b=args.strip_b, mapping=mapping,
-                                      chunk_elems=args.chunk_elems, views=side_views(a, b))
+            # Planned here from metadata; the values compared here, or on workers that open both files.
+            result = plan_diff(a, b, args.strip_a, args.strip_b, mapping, side_views(a, b))
+            drain(compare_placed(result, args.a, args.b, args.remote, cluster_options.placement(args),
+                                 args.strip_a, args.strip_b, mapping, chunk_elems=args.chunk_elems))
         finally:
             b.close()
             keep_until_exit(b)

@@ -10,8 +10,10 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from ckptview.commands import cluster_options
 from ckptview.commands.opening import open_given
-from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, run_export, select_tensors
+from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, select_tensors
+from ckptview.core.sweep.writing import export_placed
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, plural
 
@@ -36,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expand-repeats", action="store_true",
                    help="write tensors that repeat their storage (stride 0, overlapping strides) expanded, "
                         "every element they declare (refused without it: see docs/limits.md)")
+    cluster_options.add_arguments(p, "read and write the tensors (OUT must be on a file system they share)")
 
 
 class Terminated(BaseException):
@@ -113,7 +116,7 @@ def _export(args: argparse.Namespace) -> ExportResult:
         plan = plan_export(select_tensors(ckpt, args.key, dequantize=dequantize is not None), args.out, args.format,
                            exact_dtypes=args.exact_dtypes, expand_repeats=args.expand_repeats,
                            dequantized_dtype="bfloat16" if dequantize == "bf16" else "float32")
-        job = run_export(plan, force=args.force)
+        job = export_placed(ckpt, args.path, args.remote, plan, cluster_options.placement(args), force=args.force)
         show = sys.stderr.isatty()
         try:
             while True:

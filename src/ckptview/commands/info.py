@@ -15,10 +15,10 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from json.encoder import encode_basestring_ascii  # the C encoder's quoting
 from typing import TYPE_CHECKING, Any
 
-from ckptview.commands import keep_until_exit
+from ckptview.commands import cluster_options, keep_until_exit
 from ckptview.commands.failures import CommandFailure
 from ckptview.commands.opening import open_given
-from ckptview.core import dtypes, figures, inspect  # the last two load a name on first use (start-up)
+from ckptview.core import dtypes, figures, inspect, sweep  # the last three: names loaded on first use
 from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Node, Sharing, TensorEntry, TensorInfo
 from ckptview.core.errors import TensorDataError
@@ -54,19 +54,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expand-repeats", action="store_true",
                    help="with --spectral: also the spectra of tensors that repeat their storage (stride 0, "
                         "overlapping strides), computed on every element they declare (refused without it)")
+    cluster_options.add_arguments(p, "with --stats or --spectral: read the values")
 
 
 def info_dict(ckpt: Checkpoint, *, stats: bool = False, spectral: bool = False,
               only: set[str] | None = None, expand_repeats: bool = False,
-              order: TensorOrder | None = None, orders: ParamOrders | None = None) -> dict[str, Any]:
+              order: TensorOrder | None = None, orders: ParamOrders | None = None,
+              given: sweep.ListingFigures | None = None) -> dict[str, Any]:
     """The `info --json` object of the command-line contract (`only`: the names a filter kept;
     `expand_repeats`: spectra of views that repeat their storage too, on every element they declare;
     `order`: the sort key of the tensors a `sort:` term asks for; `orders`: the parameter orders learned
-    before, which name a Trainer folder's optimizer state)."""
+    before, which name a Trainer folder's optimizer state; `given`: figures computed beforehand, on workers,
+    by position in `ckpt.tensors()`)."""
     with paused_gc():
         return {key: list(value) if isinstance(value, Iterator) else value
                 for key, value in info_items(ckpt, stats=stats, spectral=spectral, only=only,
-                                             expand_repeats=expand_repeats, order=order, orders=orders)}
+                                             expand_repeats=expand_repeats, order=order, orders=orders,
+                                             given=given)}
 
 
 class JsonTexts:
@@ -78,19 +82,22 @@ class JsonTexts:
 
 def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, spectral: bool = False,
                only: set[str] | None = None, expand_repeats: bool = False,
-               order: TensorOrder | None = None, orders: ParamOrders | None = None) -> Iterator[tuple[str, Any]]:
+               order: TensorOrder | None = None, orders: ParamOrders | None = None,
+               given: sweep.ListingFigures | None = None) -> Iterator[tuple[str, Any]]:
     """The contract's (key, value) pairs in order; `tensors` and `values` come as iterators, so a
     writer can stream a million entries without holding them all (see `write_json_stream`).
 
     `encoded`: the tensors come as `JsonTexts`, the very text `json.dumps` writes for each row.
+    `given`: statistics and spectra computed beforehand (on workers), used in place of reading here.
     """
-    memo = _StatsMemo() if stats else None
+    spectra = _by_info(ckpt, given.spectra) if given is not None else None
+    memo = _StatsMemo(_by_info(ckpt, given.stats) if given is not None else None) if stats else None
     yield "path", ckpt.path
     yield "format", ckpt.format
     yield "file_size", ckpt.file_size
-    yield "tensors", (JsonTexts(_tensor_texts(ckpt, memo, spectral, expand_repeats))
+    yield "tensors", (JsonTexts(_tensor_texts(ckpt, memo, spectral, expand_repeats, spectra))
                       if encoded and only is None and order is None
-                      else _tensor_items(ckpt, memo, spectral, only, expand_repeats, order))
+                      else _tensor_items(ckpt, memo, spectral, only, expand_repeats, order, spectra))
     yield "values", ({"name": name, "path": list(path), "type": node.type_name, "repr": short_repr(node.value)}
                      for name, path, node in ckpt.value_entries() if only is None or name in only)
     yield "globals", list(ckpt.globals)
@@ -108,15 +115,28 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, 
         yield "transfer", transfer.as_dict()
 
 
+def _by_info(ckpt: Checkpoint, found: dict[int, Any]) -> dict[int, Any]:
+    """Figures by position in `ckpt.tensors()` as figures by `id(info)`, as the listing looks them up."""
+    entries = ckpt.tensors()
+    return {id(entries[i].info): value for i, value in found.items()}
+
+
 class _StatsMemo:
     """The statistics of each tensor as the listing computes them (its ``"stats"`` rows), kept so that the
-    modules' figures merge them instead of reading the values again."""
+    modules' figures merge them instead of reading the values again; `given`: statistics (or the one-line
+    error of a tensor whose values cannot be read) computed beforehand by workers, by `id(info)`."""
 
-    def __init__(self) -> None:
+    def __init__(self, given: dict[int, TensorStats | str] | None = None) -> None:
         self.done: dict[int, TensorStats] = {}
+        self.given = given
 
     def __call__(self, info: TensorInfo, ahead: ReadAhead | None = None) -> dict[str, Any]:
-        found = self.done[id(info)] = tensor_stats(info, ahead=ahead)
+        found = self.given.get(id(info)) if self.given is not None else None
+        if isinstance(found, str):
+            raise TensorDataError(found)
+        if found is None:
+            found = tensor_stats(info, ahead=ahead)
+        self.done[id(info)] = found
         return found.to_json()
 
     def get(self, info: TensorInfo) -> TensorStats | None:
@@ -145,7 +165,7 @@ def _module_items(ckpt: Checkpoint, memo: _StatsMemo, only: set[str] | None) -> 
 
 def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,
                   only: set[str] | None = None, expand_repeats: bool = False,
-                  order: TensorOrder | None = None) -> Iterator[dict[str, Any]]:
+                  order: TensorOrder | None = None, spectra: dict[int, Any] | None = None) -> Iterator[dict[str, Any]]:
     sharing = _listed_sharing(ckpt)
     optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
     listed = ckpt.tensors(with_parts=True)  # a quantized weight's parts: rows of their own, each `part_of` it
@@ -153,8 +173,39 @@ def _tensor_items(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
     for entry in entries:
         if only is not None and entry.name not in only:
             continue
-        weight = spectral and not any(entry.path[:len(p)] == p for p in optimizer_state)
-        yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), weight, expand_repeats)
+        weight = spectral and not _in_paths(entry, optimizer_state)
+        yield _with_spectral(ckpt, entry, _tensor_item(ckpt, entry, sharing, stats_for), weight, expand_repeats,
+                             spectra)
+
+
+def _in_paths(entry: TensorEntry, paths: tuple[tuple[Any, ...], ...]) -> bool:
+    return any(entry.path[:len(p)] == p for p in paths)
+
+
+def _has_spectrum(info: TensorInfo) -> bool:
+    """Whether a weight's row gets a `"spectral"` object (a matrix with values; see `_with_spectral`)."""
+    return figures.matrix_of(info) is not None and info.storage is not None
+
+
+def _has_stats(info: TensorInfo) -> bool:
+    """Whether a row's `"stats"` are computed (see `_tensor_item`)."""
+    return not info.broken and info.storage is not None
+
+
+def listing_work(ckpt: Checkpoint, stats: bool, spectral: bool,
+                 only: set[str] | None = None) -> tuple[list[int], list[int]]:
+    """The positions in `ckpt.tensors()` of the tensors whose statistics, and of the weights whose spectra,
+    the listing shows: the work a fan-out does in its place."""
+    optimizer_state = _optimizer_state_paths(ckpt) if spectral else ()
+    stats_of, spectra_of = [], []
+    for i, entry in enumerate(ckpt.tensors()):
+        if only is not None and entry.name not in only:
+            continue
+        if stats and _has_stats(entry.info):
+            stats_of.append(i)
+        if spectral and not _in_paths(entry, optimizer_state) and _has_spectrum(entry.info):
+            spectra_of.append(i)
+    return stats_of, spectra_of
 
 
 def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
@@ -165,17 +216,20 @@ def _optimizer_state_paths(ckpt: Checkpoint) -> tuple[tuple[Any, ...], ...]:
 
 
 def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], spectral: bool,
-                   expand_repeats: bool = False) -> dict[str, Any]:
+                   expand_repeats: bool = False, given: dict[int, Any] | None = None) -> dict[str, Any]:
     """The row with its `"spectral"` object when asked for and the tensor is a weight matrix (else no key).
 
     A view that repeats its storage gets none unless `expand_repeats`: one warning line says its expanded
-    size and how to ask for it."""
-    if not spectral:
-        return item
-    if figures.matrix_of(entry.info) is None or entry.info.storage is None:
+    size and how to ask for it. `given`: spectra (or one-line errors) computed beforehand, by `id(info)`."""
+    if not spectral or not _has_spectrum(entry.info):
         return item
     try:
-        item["spectral"] = figures.spectrum(entry.info, expand=expand_repeats).to_json()
+        found = given.get(id(entry.info)) if given is not None else None
+        if isinstance(found, str):
+            raise TensorDataError(found)
+        if found is None:
+            found = figures.spectrum(entry.info, expand=expand_repeats)
+        item["spectral"] = found.to_json()
     except TensorDataError as exc:  # unreadable values or NaN: the listing still completes, without the key
         ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
     return item
@@ -220,7 +274,7 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: Mapping[str, lis
         item["part_of"] = info.part_of
     if stats_for is not None:
         item["stats"] = None
-        if not info.broken and info.storage is not None:
+        if _has_stats(info):
             try:
                 item["stats"] = stats_for(info)
             except TensorDataError as exc:  # unreadable values: the listing still completes
@@ -229,7 +283,7 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: Mapping[str, lis
 
 
 def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool = False,
-                  expand_repeats: bool = False) -> Iterator[str]:
+                  expand_repeats: bool = False, spectra: dict[int, Any] | None = None) -> Iterator[str]:
     """The rows of `_tensor_items` as the text `json.dumps` writes for each, a row at a time.
 
     A plain row (no statistics, not broken, strided, one file) is formatted directly: a third of the
@@ -239,7 +293,8 @@ def _tensor_texts(ckpt: Checkpoint, stats_for: _StatsMemo | None, spectral: bool
     """
     sharing = _listed_sharing(ckpt)
     if spectral:  # the rows of `_tensor_items`, which knows which tensors are weights
-        yield from (_dumps(item) for item in _tensor_items(ckpt, stats_for, spectral, expand_repeats=expand_repeats))
+        yield from (_dumps(item) for item in _tensor_items(ckpt, stats_for, spectral, expand_repeats=expand_repeats,
+                                                           spectra=spectra))
         return
     if stats_for is not None:  # small tensors' bytes come from windows of the file (`read_ahead`)
         def rows(ahead: ReadAhead) -> Generator[str, None, None]:
@@ -403,20 +458,26 @@ def _list(args: argparse.Namespace) -> int:
             only = inspect.matching_names(inspect.group_tree(ckpt.root, ckpt.warnings), query)
         if query is not None and query.order is not None:  # sort:-norm: most first, file order among equals
             order = _figure_order(query)
+        spectral = getattr(args, "spectral", False)
+        given = None
+        if args.stats or spectral:  # on workers when placed there, or when the file pays for this machine's cores
+            stats_of, spectra_of = listing_work(ckpt, args.stats, spectral, only)
+            given = sweep.listing_figures(ckpt, args.path, args.remote, cluster_options.placement(args), stats_of,
+                                          spectra_of, getattr(args, "expand_repeats", False))
         if args.json and not sys.stdout.isatty():  # scripts: streamed, memory stays flat
             # Whole or not at all: streamed into a spooled file (memory bounded, disk beyond) and
             # copied to stdout only once complete, so an error half-way leaves stdout empty.
             with tempfile.SpooledTemporaryFile(4 << 20, mode="w+", encoding="utf-8") as spool:
                 with paused_gc(), contextlib.redirect_stdout(spool):
-                    write_json_stream(info_items(ckpt, stats=args.stats, encoded=True,
-                                                 spectral=getattr(args, "spectral", False), only=only,
+                    write_json_stream(info_items(ckpt, stats=args.stats, encoded=True, spectral=spectral, only=only,
                                                  expand_repeats=getattr(args, "expand_repeats", False),
-                                                 order=order, orders=orders))
+                                                 order=order, orders=orders, given=given))
                 spool.seek(0)
                 shutil.copyfileobj(spool, sys.stdout, 1 << 20)
             return 0
-        data = info_dict(ckpt, stats=args.stats, spectral=getattr(args, "spectral", False), only=only,
-                         expand_repeats=getattr(args, "expand_repeats", False), order=order, orders=orders)
+        data = info_dict(ckpt, stats=args.stats, spectral=spectral, only=only,
+                         expand_repeats=getattr(args, "expand_repeats", False), order=order, orders=orders,
+                         given=given)
     finally:
         ckpt.close()
         _let_go(ckpt)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ckptview.core.cluster import local as cluster_local
+from ckptview.core.cluster import tasks as cluster_tasks
+from ckptview.core.cluster.local import BYTES_PER_WORKER, choose_workers
 from ckptview.core.jobs import drain
-from ckptview.core.series import executor as series_executor
 from ckptview.core.series import live as series_live
-from ckptview.core.series.executor import BYTES_PER_WORKER, choose_workers, measure_chain
 from ckptview.core.series.live import LiveRun, run_live
 from tests.core.series.test_live import CHUNK, run_dir  # noqa: F401 - the fixture
 
@@ -46,9 +47,9 @@ class _InlinePool:
     def __init__(self, workers: int) -> None:
         _InlinePool.sizes.append(workers)
 
-    def run(self, tasks, token):
+    def run(self, fn, tasks, token):
         for i, task in enumerate(tasks):
-            yield i, measure_chain(task, token)
+            yield i, fn(task)
 
     def close(self) -> None:
         pass
@@ -56,8 +57,8 @@ class _InlinePool:
 
 def test_a_small_run_is_read_without_a_pool(run_dir, monkeypatch):  # noqa: F811
     expected = run_live([run_dir], workers=1, chunk_elems=CHUNK).to_json()
-    monkeypatch.setattr(series_executor, "default_workers", lambda: 16)  # many cores, a small run
-    monkeypatch.setattr(series_executor, "LocalPool", _NoPool)
+    monkeypatch.setattr(cluster_local, "default_workers", lambda: 16)  # many cores, a small run
+    monkeypatch.setattr(cluster_tasks, "LocalPool", _NoPool)
     monkeypatch.setattr(series_live, "LocalPool", _NoPool)
     run = LiveRun([run_dir], chunk_elems=CHUNK)  # no --workers: the rule chooses
     run.discover()
@@ -66,10 +67,10 @@ def test_a_small_run_is_read_without_a_pool(run_dir, monkeypatch):  # noqa: F811
 
 def test_a_large_run_on_many_cores_uses_the_pool(run_dir, monkeypatch):  # noqa: F811
     expected = run_live([run_dir], workers=1, chunk_elems=CHUNK).to_json()
-    monkeypatch.setattr(series_executor, "default_workers", lambda: 4)
+    monkeypatch.setattr(cluster_local, "default_workers", lambda: 4)
     monkeypatch.setattr(series_live, "default_workers", lambda: 4)
     monkeypatch.setattr(series_live, "POOL_MIN_BYTES", 1)  # every byte "large": a worker per core
-    monkeypatch.setattr(series_executor, "LocalPool", _InlinePool)
+    monkeypatch.setattr(cluster_tasks, "LocalPool", _InlinePool)
     _InlinePool.sizes = []
     assert run_live([run_dir], chunk_elems=CHUNK).to_json() == expected
     assert _InlinePool.sizes and _InlinePool.sizes[0] == 4
@@ -77,7 +78,7 @@ def test_a_large_run_on_many_cores_uses_the_pool(run_dir, monkeypatch):  # noqa:
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_an_explicit_count_decides(run_dir, monkeypatch, workers):  # noqa: F811
-    monkeypatch.setattr(series_executor, "LocalPool", _InlinePool)
+    monkeypatch.setattr(cluster_tasks, "LocalPool", _InlinePool)
     _InlinePool.sizes = []
     run_live([run_dir], workers=workers, chunk_elems=CHUNK)
     if workers == 1:

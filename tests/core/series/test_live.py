@@ -101,9 +101,9 @@ def test_dask_local_cluster_equals_serial(run_dir, monkeypatch):
 def test_unreachable_scheduler_is_one_clear_error(run_dir, capsys, monkeypatch):
     pytest.importorskip("distributed")
     from ckptview.cli import main
-    from ckptview.core.series import executor
+    from ckptview.core.cluster import scheduler
 
-    monkeypatch.setattr(executor, "CONNECT_TIMEOUT", 2)  # distributed retries a refused port until then
+    monkeypatch.setattr(scheduler, "CONNECT_TIMEOUT", 2)  # distributed retries a refused port until then
 
     code = main(["series", run_dir, "--no-cache", "--scheduler", "tcp://127.0.0.1:9", "--workers", "1"])
     err = capsys.readouterr().err

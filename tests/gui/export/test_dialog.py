@@ -91,15 +91,15 @@ def test_cancel_leaves_no_file(qtbot, window, tmp_path, monkeypatch):
     src = tmp_path / "big.pt"
     torch.save({"a": torch.zeros(300_000), "b": torch.ones(300_000)}, src)
     gate = threading.Event()
-    real = export_dialog.run_export
+    real = export_dialog.export_job
 
-    def gated(plan, *, force=False, token=None):
-        job = real(plan, force=force, token=token, chunk_elems=50_000)
+    def gated(checkpoint, plan, placement, remote, *, force=False, token=None):
+        job = real(checkpoint, plan, placement, remote, force=force, token=token, chunk_elems=50_000)
         yield next(job)
         gate.wait(10)  # hold the worker after its first chunk until the test has pressed Cancel
         yield from job
 
-    monkeypatch.setattr(export_dialog, "run_export", gated)
+    monkeypatch.setattr(export_dialog, "export_job", gated)
     dialog = _open_dialog_plain(qtbot, window, str(src))
     out = tmp_path / "big.safetensors"
     dialog.format_box.setCurrentIndex(dialog.format_box.findData("safetensors"))

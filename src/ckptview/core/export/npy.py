@@ -20,7 +20,7 @@ ML_DTYPE_NAMES = frozenset({
 })
 
 # A fixed timestamp makes two exports of the same tensors byte-identical.
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
 def header_descr(dtype: np.dtype, torch_name: str) -> str:
@@ -81,6 +81,6 @@ def write_npy_blocks(writer: BlockWriter, descr: str, shape: tuple[int, ...], dt
 
 def open_npz_member(zf: zipfile.ZipFile, key: str) -> IO[bytes]:
     """A writable member `key + '.npy'` of an open zip (stored, zip64 so it may exceed 4 GiB)."""
-    info = zipfile.ZipInfo(key + ".npy", date_time=_ZIP_DATE)
+    info = zipfile.ZipInfo(key + ".npy", date_time=ZIP_DATE)
     info.compress_type = zipfile.ZIP_STORED  # like np.savez: members stay mappable and fast to read
     return zf.open(info, "w", force_zip64=True)

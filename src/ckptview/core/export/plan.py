@@ -17,7 +17,7 @@ import shutil
 import time
 import typing
 import zipfile
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -198,7 +198,8 @@ def _dtype_choice(info: TensorInfo, fmt: str, exact: bool) -> tuple[str, str | N
     return name, None
 
 
-def _np_dtype(torch_name: str) -> np.dtype:
+def np_dtype_of(torch_name: str) -> np.dtype:
+    """The NumPy dtype of values written as torch dtype `torch_name`."""
     return dtypes.numpy_dtype(torch_name) or dtypes.storage_numpy_dtype(torch_name)
 
 
@@ -258,7 +259,7 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
         if found is not None:
             expanded = f"written expanded, as asked: it {found.describe(entry.info.dtype)}"
             note = f"{note}; {expanded}" if note else expanded
-        items.append(ExportItem(entry.name, entry.info, target, dtype, _np_dtype(dtype),
+        items.append(ExportItem(entry.name, entry.info, target, dtype, np_dtype_of(dtype),
                                 f"{shown}: {note}" if note else None, expand=found is not None))
         if fmt != "npy" and target != entry.name:
             notes.append(f"'{shown}' stored under key '{printable(target)}' (unsafe or duplicate name)")
@@ -313,7 +314,7 @@ EXPORT_CHUNK_ELEMS = min(DEFAULT_CHUNK_ELEMS, 1 << 18)
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def _values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterator[np.ndarray]:
+def item_values(item: ExportItem, chunk_elems: int, convert: bool = True) -> Iterator[np.ndarray]:
     """The item's logical values as chunks (of the dtype written unless `convert` is False); checks the count."""
     count = 0
     for chunk in iter_chunks(item.info, chunk_elems, expand=item.expand):
@@ -346,17 +347,25 @@ def _finish_file(fh: typing.IO[bytes]) -> None:
     fh.close()
 
 
+ItemWriter = Callable[[ExportPlan, str, Temps, list[tuple[str, str]], int], Generator[tuple[ExportItem, int], None, None]]
+"""Writes a plan's items into temporary files of `Temps` in the folder, each to be renamed to its final name
+(appended to the list), given the chunk size; yields (item, bytes) as it writes."""
+
+
 def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | None = None,
-               chunk_elems: int = EXPORT_CHUNK_ELEMS) -> Generator[Progress, None, ExportResult]:
+               chunk_elems: int = EXPORT_CHUNK_ELEMS,
+               writer: ItemWriter | None = None) -> Generator[Progress, None, ExportResult]:
     """Write `plan`, yielding Progress in bytes; returns the ExportResult. Cancelling removes temp files.
 
     A new folder of .npy files is written in a staging folder beside it and renamed into place whole; any
     other export writes temporary files renamed one by one (`temps.py`). Either way every byte is on disk
-    before a final name says the file is complete."""
+    before a final name says the file is complete. `writer`: who writes the items' bytes (default: this
+    process, as the format writes them; an export on workers writes the same bytes where the caller laid them
+    out, see `export.placed`, into temporary files renamed one by one)."""
     token = token or CancelToken()
     if not force and (existing := plan.existing()):
         raise ExportExistsError(existing)
-    staged = plan.staged()
+    staged = plan.staged() and writer is None
     folder = plan.out if plan.format == "npy" and not plan.single_file else os.path.dirname(plan.out)
     where = os.path.dirname(os.path.abspath(plan.out.rstrip(os.sep) or plan.out)) if staged else folder
     check_free_space(plan, where)
@@ -379,7 +388,8 @@ def run_export(plan: ExportPlan, *, force: bool = False, token: CancelToken | No
             write_to = folder
             if folder != where or not os.path.isdir(folder):
                 os.makedirs(folder, exist_ok=True)
-        writer = {"npy": _write_npy_files, "npz": _write_npz, "safetensors": _write_safetensors}[plan.format]
+        if writer is None:
+            writer = {"npy": _write_npy_files, "npz": _write_npz, "safetensors": _write_safetensors}[plan.format]
         chunks = writer(plan, write_to, temps, renames, chunk_elems)
         # The token is checked for every chunk; progress is reported at most every REPORT_SECONDS (a
         # report per tiny tensor cost more than its write, and flooded the window with queued signals).
@@ -504,8 +514,8 @@ def _npy_files(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[
         else:
             writer = BlockWriter(fd, item.nbytes + 128, direct=item.nbytes >= export_io.DIRECT_MIN)
             try:
-                yield from _guarded(item, npy.write_npy_blocks(writer, descr, item.info.shape, item.np_dtype,
-                                                               _values(item, chunk_elems, convert=False)))
+                yield from named_errors(item, npy.write_npy_blocks(writer, descr, item.info.shape, item.np_dtype,
+                                                               item_values(item, chunk_elems, convert=False)))
                 # The rest, then made durable with the others (all before any name says one is complete).
                 temps.sync_later(writer.finish(), folder)
             finally:
@@ -540,37 +550,41 @@ def _write_npz(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[
             for item in plan.items:
                 with npy.open_npz_member(zf, item.target) as member:
                     descr = npy.header_descr(item.np_dtype, item.dtype)
-                    yield from _guarded(item, npy.write_npy(member, descr, item.info.shape,
-                                                            _values(item, chunk_elems)))
+                    yield from named_errors(item, npy.write_npy(member, descr, item.info.shape,
+                                                            item_values(item, chunk_elems)))
         _finish_file(fh)
     renames.append((path, plan.out))
 
 
-def _write_safetensors(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
-                       chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
+def safetensors_layout(plan: ExportPlan) -> tuple[bytes, list[ExportItem]]:
+    """A safetensors export's header (length prefix included) and its items in the order their bytes follow it."""
     by_key = {item.target: item for item in plan.items}
     ordered = st.layout([st.Entry(i.target, i.dtype, i.info.shape, i.nbytes) for i in plan.items])
     metadata = {"format": "pt"}
     for item in plan.items:
         if q := item.info.extra.get("quantization"):
             metadata[f"ckptview.quantization.{item.target}"] = json.dumps(q, default=str)
-    header = st.header_bytes(ordered, metadata)
+    return st.header_bytes(ordered, metadata), [by_key[entry.key] for entry in ordered]
+
+
+def _write_safetensors(plan: ExportPlan, folder: str, temps: Temps, renames: list[tuple[str, str]],
+                       chunk_elems: int) -> Generator[tuple[ExportItem, int], None, None]:
+    header, ordered = safetensors_layout(plan)
     path, fd = temps.create_fd(folder)
     size = len(header) + plan.total_bytes
     writer = BlockWriter(fd, size, direct=size >= export_io.DIRECT_MIN)
     try:
         writer.write(header)
-        for entry in ordered:
-            item = by_key[entry.key]
-            yield from _guarded(item, st.write_tensor_blocks(writer, item.np_dtype,
-                                                             _values(item, chunk_elems, convert=False)))
+        for item in ordered:
+            yield from named_errors(item, st.write_tensor_blocks(writer, item.np_dtype,
+                                                                 item_values(item, chunk_elems, convert=False)))
         writer.close()
     finally:
         writer.abort()
     renames.append((path, plan.out))
 
 
-def _guarded(item: ExportItem, written: Iterator[int]) -> Iterator[tuple[ExportItem, int]]:
+def named_errors(item: ExportItem, written: Iterator[int]) -> Iterator[tuple[ExportItem, int]]:
     """Pair each chunk's byte count with its item; reading errors name the tensor."""
     try:
         for nbytes in written:

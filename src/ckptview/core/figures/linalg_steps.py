@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ckptview.core.blas_policy import one_blas_thread
 from ckptview.core.jobs import CancelToken, Progress, abandonable
 
 if TYPE_CHECKING:
@@ -54,13 +55,25 @@ class Span:
                     words or self.words)
 
 
+def _abandonable(func: Callable[[], Any], token: CancelToken | None, waiting: Callable[[float], Progress]
+                 ) -> Generator[Progress, None, Any]:
+    """`jobs.abandonable` of `func` run on one BLAS thread (`blas_policy`): the same figures whoever computes
+    them, this process or a worker."""
+
+    def one_thread() -> Any:
+        with one_blas_thread():
+            return func()
+
+    return (yield from abandonable(one_thread, token, waiting))
+
+
 def _rows_per_block(rows: int, flops_per_row: int, floor: int = 1) -> int:
     return max(floor, min(rows, BLOCK_FLOPS // max(1, flops_per_row)))
 
 
 def call(func: Callable[[], Any], token: CancelToken | None, span: Span) -> Generator[Progress, None, Any]:
     """One call that cannot be cut (a factorisation): abandoned on Cancel, its seconds said while it runs."""
-    result = yield from abandonable(func, token, lambda waited: span.at(0, 1, waited))
+    result = yield from _abandonable(func, token, lambda waited: span.at(0, 1, waited))
     yield span.at(1, 1)
     return result
 
@@ -79,7 +92,7 @@ def product(a: np.ndarray, b: np.ndarray, token: CancelToken | None, span: Span)
         def block(r0: int = r0, r1: int = r1) -> None:
             np.matmul(a[r0:r1], b, out=out[r0:r1])
 
-        yield from abandonable(block, token, functools.partial(_waiting, span, k, steps))
+        yield from _abandonable(block, token, functools.partial(_waiting, span, k, steps))
         yield span.at(k + 1, steps)
     return out
 
@@ -106,7 +119,7 @@ def transposed_product(a: np.ndarray, b: np.ndarray, token: CancelToken | None, 
             def block(c0: int = c0, c1: int = c1) -> None:
                 np.matmul(a[:, c0:c1].T, b, out=out[c0:c1])
 
-            yield from abandonable(block, token, functools.partial(_waiting, span, k, steps))
+            yield from _abandonable(block, token, functools.partial(_waiting, span, k, steps))
             yield span.at(k + 1, steps)
         return out
     out = np.zeros((rows_out, cols_out), dtype=np.result_type(a, b))
@@ -118,7 +131,7 @@ def transposed_product(a: np.ndarray, b: np.ndarray, token: CancelToken | None, 
         def summed(r0: int = r0, r1: int = r1) -> None:
             out[...] += a[r0:r1].T @ b[r0:r1]
 
-        yield from abandonable(summed, token, functools.partial(_waiting, span, k, steps))
+        yield from _abandonable(summed, token, functools.partial(_waiting, span, k, steps))
         yield span.at(k + 1, steps)
     return out
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
+from ckptview.core.blas_policy import one_blas_thread
 from ckptview.core.errors import TensorDataError
 from ckptview.core.figures.linalg_steps import Span, call, gram, product, transposed_product
 from ckptview.core.figures.spectral_fit import PowerLawFit, iter_power_law_fit
@@ -248,7 +249,8 @@ def _read_matrix(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
         part[...] = chunk if chunk.dtype.kind in "fiu" else chunk.astype(np.float64)
         bad += int(n - np.count_nonzero(np.isfinite(part)))
         if not bad:
-            moments.add(part)
+            with one_blas_thread():  # its sum of squares: the same bits whoever computes it (blas_policy)
+                moments.add(part)
         pos += n
         yield Progress(pos * (_STEPS // 2) // max(total, 1), _STEPS, "reading")
     if pos != total:
@@ -318,8 +320,9 @@ def _stream_gram(info: TensorInfo, rows: int, cols: int, token: CancelToken | No
         finite = int(np.count_nonzero(np.isfinite(block)))
         bad[0] += block.size - finite
         if not bad[0]:
-            moments.add(block)
-            gram[...] += block.T @ block
+            with one_blas_thread():
+                moments.add(block)
+                gram[...] += block.T @ block
 
     for chunk in chunks:
         if token is not None:
@@ -422,7 +425,8 @@ def _randomized_eigenvalues(matrix: np.ndarray, k: int, fro2: float, token: Canc
     part = next_part("projection")
     projected = yield from transposed_product(basis, tall, token, part)  # width x n
     sv = (yield from call(lambda: np.linalg.svd(projected, compute_uv=False), token, part.tail()))[:k]
-    residual = max(0.0, fro2 - float(np.vdot(projected, projected)))
+    with one_blas_thread():
+        residual = max(0.0, fro2 - float(np.vdot(projected, projected)))
     return np.sort(sv ** 2), residual
 
 

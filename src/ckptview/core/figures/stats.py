@@ -187,68 +187,94 @@ class Summary:
     table: ValueTable | None = None
 
 
+@dataclass(frozen=True)
+class ChunkFigures:
+    """What one chunk of a wide-dtype tensor adds to its figures: counts, and the figures of its finite values
+    (`part`, None when it holds none). A tensor's statistics are these folded in order (`_Moments.absorb`)."""
+
+    numel: int = 0
+    zeros: int = 0
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    part: TensorStats | None = None
+
+
+def chunk_figures(chunk: np.ndarray, weight: int = 1, integer: bool = False) -> ChunkFigures:
+    """The figures of one chunk's values, each counted `weight` times (`integer`: the tensor's dtype is one)."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in a sum is handled below
+        return _chunk_figures(chunk.reshape(-1), weight, integer)
+
+
+def _chunk_figures(chunk: np.ndarray, weight: int, integer: bool) -> ChunkFigures:
+    import numpy as np
+
+    numel = chunk.size * weight
+    if chunk.size == 0:
+        return ChunkFigures(numel)
+    nan = posinf = neginf = 0
+    if chunk.dtype.kind == "c":
+        # Magnitude computed in double precision; NaN/Inf parts stay NaN/Inf.
+        chunk = np.abs(chunk.astype(np.complex128, copy=False))
+    lo: Number | None
+    hi: Number | None
+    total: float | None = None
+    if integer:
+        lo, hi = int(chunk.min()), int(chunk.max())
+        x = chunk.astype(np.float64)
+        finite = x
+    else:
+        x = chunk.astype(np.float64, copy=False)
+        lo = hi = None
+        total = float(x.sum())
+        finite = x
+        if not math.isfinite(total):  # any NaN/Inf (or float64 overflow): take the careful path
+            nan = int(np.count_nonzero(np.isnan(x))) * weight
+            posinf = int(np.count_nonzero(x == np.inf)) * weight
+            neginf = int(np.count_nonzero(x == -np.inf)) * weight
+            finite = x[np.isfinite(x)]
+            total = None
+    # One pass per figure, each on the narrowest array holding the same values: when every value is
+    # finite, zeros, min and max are read from the chunk itself (float32 converts to float64 exactly).
+    same = finite is x and total is not None and chunk.dtype.kind == "f" and chunk.dtype.itemsize <= 8
+    narrow = chunk if same else finite
+    zeros = (finite.size - int(np.count_nonzero(narrow))) * weight
+    n = finite.size
+    if n == 0:
+        return ChunkFigures(numel, zeros, nan, posinf, neginf)
+    mean = (total if same and total is not None else float(finite.sum())) / n  # x.sum(): not summed again
+    if lo is None:
+        lo, hi = float(narrow.min()), float(narrow.max())
+    # The deviations overwrite the float64 copy when it is this pass's own (never the caller's chunk).
+    own = finite is not chunk and finite.base is not chunk
+    d = np.subtract(finite, mean, out=finite) if own else finite - mean
+    # einsum, not np.dot: a BLAS dot spins its thread pool (8x slower here, 1 Mi values: 8.4 ms against
+    # 1.0 ms) and its sum's order depends on its thread count; einsum's does not (as diff._sq).
+    m2 = float(np.einsum("i,i->", d, d))
+    # Each value repeated `weight` times: same mean, `weight` times the squared deviations.
+    part = TensorStats(numel=n * weight, mean=mean, min=lo, max=hi, finite=n * weight, m2=m2 * weight)
+    return ChunkFigures(numel, zeros, nan, posinf, neginf, part)
+
+
 class _Moments:
-    """Running figures of the wide-dtype path, merged chunk by chunk in float64."""
+    """Running figures of the wide-dtype path, merged chunk by chunk in float64, in the chunks' order."""
 
     def __init__(self, integer: bool) -> None:
         self.integer = integer
         self.numel = self.zeros = self.nan = self.posinf = self.neginf = 0
         self.part: TensorStats = TensorStats()
 
-    def add(self, chunk: np.ndarray, weight: int = 1) -> None:
-        """Add the values of `chunk`, each counted `weight` times."""
-        import numpy as np
-
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in a sum is handled below
-            self._add(chunk.reshape(-1), weight)
-
-    def _add(self, chunk: np.ndarray, weight: int) -> None:
-        import numpy as np
-
-        self.numel += chunk.size * weight
-        if chunk.size == 0:
-            return
-        if chunk.dtype.kind == "c":
-            # Magnitude computed in double precision; NaN/Inf parts stay NaN/Inf.
-            chunk = np.abs(chunk.astype(np.complex128, copy=False))
-        lo: Number | None
-        hi: Number | None
-        total: float | None = None
-        if self.integer:
-            lo, hi = int(chunk.min()), int(chunk.max())
-            x = chunk.astype(np.float64)
-            finite = x
-        else:
-            x = chunk.astype(np.float64, copy=False)
-            lo = hi = None
-            total = float(x.sum())
-            finite = x
-            if not math.isfinite(total):  # any NaN/Inf (or float64 overflow): take the careful path
-                self.nan += int(np.count_nonzero(np.isnan(x))) * weight
-                self.posinf += int(np.count_nonzero(x == np.inf)) * weight
-                self.neginf += int(np.count_nonzero(x == -np.inf)) * weight
-                finite = x[np.isfinite(x)]
-                total = None
-        # One pass per figure, each on the narrowest array holding the same values: when every value is
-        # finite, zeros, min and max are read from the chunk itself (float32 converts to float64 exactly).
-        same = finite is x and total is not None and chunk.dtype.kind == "f" and chunk.dtype.itemsize <= 8
-        narrow = chunk if same else finite
-        self.zeros += (finite.size - int(np.count_nonzero(narrow))) * weight
-        n = finite.size
-        if n == 0:
-            return
-        mean = (total if same and total is not None else float(finite.sum())) / n  # x.sum(): not summed again
-        if lo is None:
-            lo, hi = float(narrow.min()), float(narrow.max())
-        # The deviations overwrite the float64 copy when it is this pass's own (never the caller's chunk).
-        own = finite is not chunk and finite.base is not chunk
-        d = np.subtract(finite, mean, out=finite) if own else finite - mean
-        # einsum, not np.dot: a BLAS dot spins its thread pool (8x slower here, 1 Mi values: 8.4 ms against
-        # 1.0 ms) and its sum's order depends on its thread count; einsum's does not (as diff._sq).
-        m2 = float(np.einsum("i,i->", d, d))
-        # Each value repeated `weight` times: same mean, `weight` times the squared deviations.
-        chunk_stats = TensorStats(numel=n * weight, mean=mean, min=lo, max=hi, finite=n * weight, m2=m2 * weight)
-        self.part = merge_stats([self.part, chunk_stats])
+    def absorb(self, figures: ChunkFigures) -> None:
+        """Add the next chunk's figures."""
+        self.numel += figures.numel
+        self.zeros += figures.zeros
+        self.nan += figures.nan
+        self.posinf += figures.posinf
+        self.neginf += figures.neginf
+        if figures.part is not None:
+            self.part = merge_stats([self.part, figures.part])
 
     def stats(self) -> TensorStats:
         p = self.part
@@ -258,6 +284,72 @@ class _Moments:
         )
 
 
+@dataclass
+class PartialSummary:
+    """One pass over consecutive chunks of a tensor's values (the whole tensor, or a block of it read by a
+    worker of its own). Parts merged in order (`merge_partials`) give exactly the Summary of one pass over
+    all of their chunks: value tables add up, and the figures of each chunk are folded in the same order."""
+
+    dtype: np.dtype | None = None  # of the values (None: no chunk at all)
+    counts: np.ndarray | None = None  # dtypes of at most 16 bits: exact count of each bit pattern
+    chunks: list[ChunkFigures] = field(default_factory=list)  # wider dtypes: each chunk's figures, in order
+
+
+def iter_partial_summary(
+    chunks: Iterable[np.ndarray], total: int = 0, token: CancelToken | None = None, weight: int = 1
+) -> Generator[Progress, None, PartialSummary]:
+    """One pass over ``chunks`` (see `iter_summary`), its figures kept apart so that they merge exactly."""
+    import numpy as np
+
+    out = PartialSummary()
+    view: np.dtype | None = None
+    integer = False
+    done = 0
+    for chunk in chunks:
+        if token is not None:
+            token.check()
+        chunk = np.asarray(chunk)
+        if out.dtype is None:
+            out.dtype = chunk.dtype
+            view = _table_dtype(chunk.dtype)
+            integer = chunk.dtype.kind in "iub"
+            if view is not None:
+                out.counts = np.zeros(1 << (8 * view.itemsize), dtype=np.int64)
+        if out.counts is not None:
+            assert view is not None  # counts are kept only for a dtype with a bit-pattern view
+            bits = chunk.reshape(-1).view(view)
+            # bincount copies its input as intp (4x a 16-bit chunk): feed it slices to bound that copy.
+            for start in range(0, bits.size, _BINCOUNT_SLICE):  # bounded: the chunk's values
+                part = np.bincount(bits[start : start + _BINCOUNT_SLICE], minlength=out.counts.size)
+                out.counts += part if weight == 1 else part * weight
+        else:
+            out.chunks.append(chunk_figures(chunk, weight, integer))
+        done += chunk.size
+        yield Progress(done, max(total, done), "statistics")
+    return out
+
+
+def merge_partials(parts: Sequence[PartialSummary]) -> Summary:
+    """The Summary of a tensor from the partial summaries of its consecutive blocks, in order."""
+    dtype = next((p.dtype for p in parts if p.dtype is not None), None)
+    if dtype is None:  # no chunk at all: an empty tensor
+        return Summary(TensorStats())
+    integer = dtype.kind in "iub"
+    if _table_dtype(dtype) is not None:
+        counts = None
+        for p in parts:
+            if p.counts is not None:
+                counts = p.counts.copy() if counts is None else counts + p.counts
+        assert counts is not None
+        table = ValueTable(_pattern_values(dtype), counts, integer=integer)
+        return Summary(table.stats(), table)
+    moments = _Moments(integer=integer)
+    for p in parts:
+        for figures in p.chunks:
+            moments.absorb(figures)
+    return Summary(moments.stats())
+
+
 def iter_summary(
     chunks: Iterable[np.ndarray], total: int = 0, token: CancelToken | None = None, weight: int = 1
 ) -> Generator[Progress, None, Summary]:
@@ -265,45 +357,11 @@ def iter_summary(
 
     ``total`` is the number of elements expected (for progress only). Each value counts ``weight``
     times (a stride-0 view's stored values: see ``ckptview.core.read.values.repeats``). Raises
-    ``Cancelled`` when ``token`` is cancelled between chunks.
+    ``Cancelled`` when ``token`` is cancelled between chunks. The pass is `iter_partial_summary` merged
+    alone: a tensor read in blocks by several workers gets the same figures, bit for bit.
     """
-    import numpy as np
-
-    counts: np.ndarray | None = None
-    view: np.dtype | None = None
-    first_dtype: np.dtype | None = None
-    moments: _Moments | None = None
-    done = 0
-    for chunk in chunks:
-        if token is not None:
-            token.check()
-        chunk = np.asarray(chunk)
-        if first_dtype is None:
-            first_dtype = chunk.dtype
-            view = _table_dtype(chunk.dtype)
-            if view is not None:
-                counts = np.zeros(1 << (8 * view.itemsize), dtype=np.int64)
-            else:
-                moments = _Moments(integer=chunk.dtype.kind in "iub")
-        if counts is not None:
-            assert view is not None  # counts are kept only for a dtype with a bit-pattern view
-            bits = chunk.reshape(-1).view(view)
-            # bincount copies its input as intp (4x a 16-bit chunk): feed it slices to bound that copy.
-            for start in range(0, bits.size, _BINCOUNT_SLICE):
-                part = np.bincount(bits[start : start + _BINCOUNT_SLICE], minlength=counts.size)
-                counts += part if weight == 1 else part * weight
-        else:
-            assert moments is not None
-            moments.add(chunk, weight)
-        done += chunk.size
-        yield Progress(done, max(total, done), "statistics")
-    if first_dtype is None:  # no chunk at all: an empty tensor
-        return Summary(TensorStats())
-    if counts is not None:
-        table = ValueTable(_pattern_values(first_dtype), counts, integer=first_dtype.kind in "iub")
-        return Summary(table.stats(), table)
-    assert moments is not None
-    return Summary(moments.stats())
+    part = yield from iter_partial_summary(chunks, total, token, weight)
+    return merge_partials([part])
 
 
 def compute_stats(chunks: Iterable[np.ndarray], token: CancelToken | None = None) -> TensorStats:

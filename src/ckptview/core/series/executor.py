@@ -1,4 +1,5 @@
-"""The per-checkpoint work of a run's timeline as plain tasks, run on an executor (Qt-free, no torch).
+"""The per-checkpoint work of a run's timeline as plain tasks (Qt-free, no torch), run where
+`ckptview.core.cluster` runs tasks: in this process, on a local pool, or on Dask.
 
 A task is a *chain* of consecutive checkpoints (in run order) and a group of tensor names. It is a pure
 function of its arguments (:func:`measure_chain`): it opens each checkpoint itself (a local path on
@@ -20,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
+from ckptview.core.cluster import tasks as cluster_tasks
+from ckptview.core.cluster.local import LocalPool, default_workers
 from ckptview.core.compare.diff import Sums, compare_arrays, repeated_sums
 from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError, TensorDataError
 from ckptview.core.figures.spectral import iter_spectrum, matrix_of
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 TaskResult = list["CheckpointFigures"]
-Submit = Callable[["ChainTask"], Any]
 
 
 @dataclass(frozen=True)
@@ -426,168 +427,10 @@ def _groups(names: list[tuple[str, int]], count: int) -> list[tuple[str, ...] | 
     return [tuple(b) for b in bins if b]
 
 
-# ---------------------------------------------------------------------------------------------------
-# Executors.
-
-
-def default_workers() -> int:
-    """The local pool's size: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-# When a pool pays (measured on a 2-core machine, issue 38): one process measures about 300 MB/s of
-# float32 checkpoints (a 6 x 48 MB run: 0.9 s of reading and figures after 0.35 s of start-up), while
-# each spawned worker costs 0.3-0.5 s of CPU before its first byte (a fresh interpreter importing numpy
-# and the readers) and its tasks re-read the boundary files. W workers save at most (1 - 1/W) of the
-# reading, so the break-even on 2 workers is near 2 x 0.4 s x 300 MB/s = 240 MB on an idle machine;
-# on a shared one it moved past 1 GB (6 x 192 MB: 5.1 s in one process, 8.1 s on a pool of 2). A worker
-# is therefore started only for each full BYTES_PER_WORKER still to read, and only on a core of its own.
-BYTES_PER_WORKER = 1 << 30
-
-
-def choose_workers(total_bytes: int, requested: int | None = None, cores: int | None = None,
-                   per_worker: int = BYTES_PER_WORKER) -> int:
-    """How many local processes read a run that needs ``total_bytes`` read: 1 means in this process.
-
-    ``requested`` (the user's ``--workers N``) is obeyed as given. Otherwise one worker per full
-    ``per_worker`` bytes to read, at most one per core (``cores``: default :func:`default_workers`), so a
-    small run, or any run on one core, is read in the calling process with no pool started."""
-    if requested is not None:
-        return max(1, requested)
-    cores = default_workers() if cores is None else max(1, cores)
-    if per_worker <= 0:
-        return cores
-    return max(1, min(cores, total_bytes // per_worker))
-
-
 def run_tasks(tasks: list[ChainTask], workers: int = 1, scheduler: Any = None,
               token: CancelToken | None = None,
               pool: LocalPool | None = None) -> Generator[tuple[int, TaskResult] | int, None, None]:
-    """Run ``tasks``; yields (task index, result) as each finishes (any order), and, for tasks run in this
-    process, the bytes read as they are read (an int).
-
-    ``scheduler`` ("tcp://HOST:PORT" or a ``distributed.Client``) runs them on a Dask cluster; else a local
-    process pool of ``workers`` processes (in this process when ``workers`` is 1 or there is one task):
-    ``pool`` when given (kept for the next call), else one made for this call.
-    """
-    if not tasks:
-        return
-    if scheduler is not None:
-        yield from _run_dask(tasks, scheduler, token)
-    elif workers <= 1 or len(tasks) == 1:
-        for i, task in enumerate(tasks):
-            result = yield from iter_measure_chain(task, token)
-            yield i, result
-    elif pool is not None:
-        yield from pool.run(tasks, token)
-    else:
-        own = LocalPool(min(workers, len(tasks)))
-        try:
-            yield from own.run(tasks, token)
-        finally:
-            own.close()
-
-
-class LocalPool:
-    """Worker processes kept between runs (a watch reads a new checkpoint without starting them again).
-
-    spawn, not fork: a forked child of a threaded parent (the GUI, a watchdog observer) may deadlock.
-    A cancelled or failed run stops the workers at once; the next run starts new ones.
-    """
-
-    def __init__(self, workers: int) -> None:
-        self.workers = max(1, workers)
-        self._pool: Any = None
-
-    def run(self, tasks: list[ChainTask], token: CancelToken | None) -> Generator[tuple[int, TaskResult], None, None]:
-        """Run ``tasks`` on the workers; yields (task index, result) as each finishes."""
-        import concurrent.futures as cf
-        import multiprocessing
-
-        if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_worker_init)
-        finished = False
-        try:
-            futures = {self._pool.submit(measure_chain, task): i for i, task in enumerate(tasks)}
-            pending = set(futures)
-            while pending:
-                if token is not None:
-                    token.check()
-                done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
-                for fut in done:
-                    try:
-                        result = fut.result()
-                    except cf.process.BrokenProcessPool:
-                        raise CheckpointError("a worker process died while reading (out of memory?)") from None
-                    yield futures[fut], result
-            finished = True
-        finally:
-            if not finished:  # cancelled or failed: stop the workers now rather than wait for their tasks
-                processes = getattr(self._pool, "_processes", None) or {}
-                for proc in list(processes.values()):
-                    proc.terminate()
-                self.close()
-
-    def close(self) -> None:
-        """Stop the workers (waits for them to exit)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-
-def _worker_init() -> None:
-    """A pool worker leaves Ctrl+C to its parent, which stops it (no traceback from every worker)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-CONNECT_TIMEOUT = 30  # seconds distributed keeps trying a scheduler that does not answer (it may be starting)
-
-
-def connect(scheduler: str) -> Any:
-    """A ``distributed.Client`` of the Dask scheduler at ``scheduler`` (tcp://HOST:PORT), or one clear error."""
-    try:
-        from distributed import Client
-    except ImportError:
-        raise CheckpointError("--scheduler needs Dask: pip install 'ckptview[series]'") from None
-    try:
-        return Client(scheduler, timeout=CONNECT_TIMEOUT)  # type: ignore[no-untyped-call]
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise CheckpointError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
-
-
-def cluster_threads(client: Any) -> int:
-    """How many tasks a Dask cluster runs at once (its workers' threads)."""
-    try:
-        return max(1, int(sum(client.nthreads().values())))
-    except (OSError, TimeoutError, AttributeError):
-        return 1
-
-
-def _run_dask(tasks: list[ChainTask], scheduler: Any,
-              token: CancelToken | None) -> Generator[tuple[int, TaskResult], None, None]:
-    from distributed import as_completed
-
-    own = isinstance(scheduler, str)
-    client = connect(scheduler) if own else scheduler
-    try:
-        futures = client.map(measure_chain, tasks, pure=False)
-        index = {fut.key: i for i, fut in enumerate(futures)}
-        finished = False
-        try:
-            for fut in as_completed(futures):  # type: ignore[no-untyped-call]
-                if token is not None and token.cancelled:
-                    raise Cancelled("cancelled")
-                yield index[fut.key], fut.result()
-            finished = True
-        finally:
-            if not finished:
-                client.cancel(futures)
-    finally:
-        if own:
-            client.close()
+    """Measure ``tasks`` where `ckptview.core.cluster.run_tasks` runs them: on Dask (``scheduler``), on a
+    local pool of ``workers`` processes (``pool`` when kept), or here; yields (task index, result) as each
+    finishes, and the bytes read as they are read by tasks run in this process (an int)."""
+    return cluster_tasks.run_tasks(measure_chain, tasks, workers, scheduler, token, pool, iter_measure_chain)

@@ -17,6 +17,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core.cluster.local import BYTES_PER_WORKER, LocalPool, choose_workers, default_workers
+from ckptview.core.cluster.scheduler import cluster_threads, connect
 from ckptview.core.compare.diff import Sums
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.figures.stats import Summary
@@ -25,16 +27,7 @@ from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cache import SeriesCache, file_key, location
 from ckptview.core.series.discover import Position, choose_order, find_checkpoints, find_position
-from ckptview.core.series.executor import (
-    BYTES_PER_WORKER,
-    LocalPool,
-    choose_workers,
-    cluster_threads,
-    connect,
-    default_workers,
-    plan_tasks,
-    run_tasks,
-)
+from ckptview.core.series.executor import plan_tasks, run_tasks
 from ckptview.core.series.findings import find_findings
 from ckptview.core.series.log_files import read_run_log
 from ckptview.core.series.logged import RunLog
@@ -62,7 +55,7 @@ from ckptview.core.series.timeline import (
 )
 
 Row = tuple[str, tuple[int, ...], str, str | None]  # name, shape, dtype, parameter (optimizer state)
-POOL_MIN_BYTES = BYTES_PER_WORKER  # bytes to read per local worker (executor.choose_workers)
+POOL_MIN_BYTES = BYTES_PER_WORKER  # bytes to read per local worker (cluster.choose_workers)
 
 
 @dataclass
@@ -91,7 +84,7 @@ class LiveRun:
         self.remote = remote  # how its URLs are listed and read (the command line's --download, ...)
         self.spectral = spectral  # also each 2-D weight's alpha and stable rank (series --spectral)
         self.cache = cache
-        self.requested = workers  # the user's --workers (None: chosen per update by executor.choose_workers)
+        self.requested = workers  # the user's --workers (None: chosen per update by cluster.choose_workers)
         self.workers = workers if workers is not None else default_workers()  # a watch's kept pool, at most
         self.scheduler = scheduler
         self.chunk_elems = max(1, int(chunk_elems))

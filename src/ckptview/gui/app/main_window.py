@@ -43,8 +43,10 @@ from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.session.opening import OPTIMIZER, TRAINING
 from ckptview.core.session.titles import distinct_titles
 from ckptview.core.session.workspace import Workspace
+from ckptview.core.sweep.runner import Placement
 from ckptview.core.text import printable
 from ckptview.core.units import plural
+from ckptview.gui.app.compute_on import choose_compute
 from ckptview.gui.app.start_page import StartPage
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
 from ckptview.gui.base.palette import Theme, apply_palette, on_palette_change, tinted
@@ -104,6 +106,7 @@ ACTIONS = [
     ActionSpec("File", "Export…", export_nodes, EXPORT_SHORTCUT),
     ActionSpec("Tools", "Compare With…", compare_with),
     ActionSpec("Tools", "Compare Two Open Tabs…", compare_open_tabs),
+    ActionSpec("Tools", "Compute On…", choose_compute),
 ]
 
 
@@ -584,6 +587,11 @@ class MainWindow(QMainWindow):
     def workspace(self) -> Workspace:
         """This window's open checkpoints: each file opened once, shared by its tabs (`TabHost`)."""
         return self._workspace
+
+    def placement(self) -> Placement:
+        """Where a comparison's and an export's reading runs (Tools > Compute On…): a Dask scheduler, else
+        this machine (its cores when a checkpoint is large enough)."""
+        return Placement(self.settings.scheduler())
 
     def current_context(self) -> CheckpointContext | None:
         """The panel context of the current tab (None while loading or on an error)."""

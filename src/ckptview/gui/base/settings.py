@@ -97,6 +97,16 @@ class Settings:
         """Keep the palette choice ("system", "light" or "dark")."""
         self._qs.setValue("view/palette", choice if choice in PALETTES else "system")
 
+    def scheduler(self) -> str | None:
+        """The Dask scheduler a comparison's and an export's reading runs on (None: this machine, its cores
+        when a checkpoint is large enough); key `compute/scheduler` (Tools > Compute On…)."""
+        value = str(self._qs.value("compute/scheduler", "") or "").strip()
+        return value or None
+
+    def set_scheduler(self, address: str | None) -> None:
+        """Keep the scheduler's address (None or empty: this machine)."""
+        self._qs.setValue("compute/scheduler", (address or "").strip())
+
     def sync(self) -> None:
         """Write to disk now."""
         self._qs.sync()

@@ -48,7 +48,7 @@ from PySide6.QtWidgets import (
 )
 
 from ckptview.core.checkpoint import Checkpoint, TensorInfo
-from ckptview.core.compare.diff import DiffProgress, diff_chunks, iter_compare, plan_diff
+from ckptview.core.compare.diff import DiffProgress, diff_chunks, plan_diff
 from ckptview.core.compare.gguf_view import side_views
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.figures.histogram import iter_exact_histogram, iter_tensor_histogram
@@ -56,6 +56,8 @@ from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.session.workspace import Lease, Workspace
+from ckptview.core.sweep.pairs import compare_placed
+from ckptview.core.sweep.runner import LOCAL, Placement
 from ckptview.core.text import printable, shown
 from ckptview.core.units import MISSING, figure, plural
 from ckptview.gui.base.elide import ElidedLabel
@@ -275,10 +277,11 @@ class DiffPlanned:
 
 
 def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
-             mapping: Sequence[tuple[str, str]], workspace: Workspace,
+             mapping: Sequence[tuple[str, str]], workspace: Workspace, placement: Placement = LOCAL,
              token: CancelToken | None = None) -> Generator[Any, None, DiffResult]:
     """Take both files from the window's workspace (opened only when not open there already, or changed),
-    yield the plan (with the leases), then the comparison's progress."""
+    yield the plan (with the leases), then the comparison's progress; the values are compared where
+    `placement` says (Tools > Compute On…: this machine, or a Dask cluster whose workers open both files)."""
     a = workspace.acquire(path_a)
     handed = False
     try:
@@ -297,7 +300,8 @@ def diff_job(path_a: str, path_b: str, strip_a: str | None, strip_b: str | None,
     finally:
         if not handed:
             a.release()
-    return (yield from _coalesced(iter_compare(result, token)))
+    return (yield from _coalesced(compare_placed(result, path_a, path_b, workspace.remote, placement, strip_a,
+                                                 strip_b, mapping, token)))
 
 
 _clock = time.monotonic  # the tests fake it
@@ -378,10 +382,12 @@ class CompareTab(QWidget):
 
     def __init__(self, path_a: str, path_b: str, strip_a: str | None = None, strip_b: str | None = None,
                  mapping: Sequence[tuple[str, str]] = (), parent: QWidget | None = None,
-                 workspace: Workspace | None = None, graph_cache: GraphCache | None = None) -> None:
+                 workspace: Workspace | None = None, graph_cache: GraphCache | None = None,
+                 placement: Placement = LOCAL) -> None:
         super().__init__(parent)
         # The window's (a file open in a tab is not opened again); a view outside a window has its own.
         self.workspace = workspace if workspace is not None else Workspace()
+        self.placement = placement  # where the values are compared (the window's Tools > Compute On…)
         self.graph_cache = graph_cache  # where the Graph view's traced graphs are kept: the window's
         self.path_a, self.path_b = os.path.abspath(path_a), os.path.abspath(path_b)
         self.strip_a, self.strip_b, self.mapping = strip_a, strip_b, list(mapping)
@@ -533,7 +539,7 @@ class CompareTab(QWidget):
         self.cancel_button.setEnabled(True)
         self.progress.show()
         self.job.start(diff_job, self.path_a, self.path_b, self.strip_a, self.strip_b, self.mapping,
-                       self.workspace)
+                       self.workspace, self.placement)
 
     def cancel(self) -> None:
         """Stop the running comparison; rows already compared keep their figures."""
@@ -802,7 +808,8 @@ def _status_rank(status: str) -> int:
 # --- ways in ---------------------------------------------------------------------------------------
 def open_diff(window: Any, path_a: str, path_b: str) -> CompareTab:
     """Open a comparison tab in ``window`` and start it (the ``--diff`` handler)."""
-    view = CompareTab(path_a, path_b, workspace=window.workspace, graph_cache=window.graph_cache)
+    view = CompareTab(path_a, path_b, workspace=window.workspace, graph_cache=window.graph_cache,
+                      placement=window.placement())
     title = f"{os.path.basename(path_a)} ↔ {os.path.basename(path_b)}"
     window.add_tab(view, title, [f"A: {view.path_a}", f"B: {view.path_b}"])
     view.start()

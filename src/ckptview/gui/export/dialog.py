@@ -30,14 +30,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ckptview.core import sweep
 from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
 from ckptview.core.errors import CheckpointError
-from ckptview.core.export import plan as export
 from ckptview.core.export.plan import MANIFEST, entries_below, exported_entries, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.session.offers import window_words
+from ckptview.core.sweep.runner import LOCAL, Placement
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes, plural
 from ckptview.gui.base.palette import color
@@ -49,10 +51,14 @@ if TYPE_CHECKING:  # imported where first needed, not at start-up (numpy)
     from ckptview.core.export.plan import ExportPlan, ExportResult
 
 
-def run_export(plan: ExportPlan, *, token: CancelToken | None = None, **options: Any,
+def export_job(checkpoint: Checkpoint, plan: ExportPlan, placement: Placement, remote: RemoteOptions, *,
+               force: bool = False, token: CancelToken | None = None, **options: Any,
                ) -> Generator[Progress, None, ExportResult]:
-    """The core's `run_export` (its module imports numpy: imported when an export starts, not at launch)."""
-    return export.run_export(plan, token=token, **options)
+    """`plan` written where `placement` says (Tools > Compute On…): in this process, on this machine's cores
+    for a large checkpoint, or by the workers of a Dask cluster, each opening the file itself (the core's
+    modules import numpy: imported when an export starts, not at launch)."""
+    return sweep.export_placed(checkpoint, checkpoint.path, remote, plan, placement, force=force, token=token,
+                               **options)
 
 
 # (format, label, what the default output name ends with)
@@ -89,11 +95,14 @@ class ExportDialog(QDialog):
     """Choose format, target and dtype handling; run the export with progress, cancel and "Open folder"."""
 
     def __init__(self, checkpoint: Checkpoint, selection: list[Node] | None = None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, placement: Placement = LOCAL,
+                 remote: RemoteOptions | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Export tensors")
         self.setObjectName("exportDialog")
         self.checkpoint = checkpoint
+        # Where the tensors are read and written (the window's Tools > Compute On…), how its URLs are read.
+        self.placement, self.remote = placement, remote if remote is not None else RemoteOptions()
         self.selected = entries_below(checkpoint, selection or [])
         self.everything = exported_entries(checkpoint)  # a quantized weight: its stored parts, bit for bit
         self.slot = JobSlot(self)
@@ -309,7 +318,8 @@ class ExportDialog(QDialog):
         self.status.setText(f"Writing {plural(len(plan.items), 'tensor')} to {printable(plan.out)} …")
         self._set_running(True)
         self.progress.show()
-        self.worker = self.slot.start(run_export, plan, force=bool(existing))
+        self.worker = self.slot.start(export_job, self.checkpoint, plan, self.placement, self.remote,
+                                      force=bool(existing))
 
     def cancel(self) -> None:
         """Stop a running export; the core removes its temporary files."""
@@ -429,7 +439,8 @@ def export_nodes(window: Any, nodes: list[Node] | None = None) -> ExportDialog |
     if context is None:
         window.statusBar().showMessage("Open a checkpoint to export its tensors.", 8000)
         return None
-    dialog = ExportDialog(context.checkpoint, selection_nodes(window) if nodes is None else nodes, window)
+    dialog = ExportDialog(context.checkpoint, selection_nodes(window) if nodes is None else nodes, window,
+                          window.placement(), window.workspace.remote)
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.open()
     return dialog
