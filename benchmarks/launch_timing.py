@@ -94,6 +94,8 @@ def time_to_tree(path: str, timeout_s: float = 600.0) -> dict[str, Any]:
         app.processEvents()  # one more round: the view lays out and paints its first rows
         shown = time.perf_counter()
         read = marks.get("read_end", shown) - marks.get("read_start", shown)
+        # The worker may begin reading before launch() returns: the start-up ends where the read began then.
+        opened_at = min(opened_at, marks.get("read_start", opened_at))
         result = {"path": path, "state": tab.state, "error": tab.error_text,
                   "seconds": round(shown - start, 3),
                   "startup_seconds": round(opened_at - start, 3),

@@ -119,7 +119,7 @@ def test_json_failures_name_their_kind(monkeypatch, capsys, tmp_path, raised, ki
         raise raised
 
     monkeypatch.delenv("CKPTVIEW_DEBUG", raising=False)
-    monkeypatch.setattr(info, "open_checkpoint", fail)
+    monkeypatch.setattr(info, "open_given", fail)  # how every command opens its path
     assert main(["info", str(tmp_path / "m.pt"), "--json"]) == status
     out, err = capsys.readouterr()
     assert error_object(out)["kind"] == kind

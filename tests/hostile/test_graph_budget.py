@@ -27,6 +27,7 @@ from ckptview.core.jobs import CancelToken
 from ckptview.core.read.open import open_checkpoint
 from tests.support import graph_attacks
 from tests.support.bounded import Outcome, run_bounded
+from tests.support.cli_failure import failure_stdout
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,8 @@ def _bounded(*args: str) -> Outcome:
 
 def _refused(outcome: Outcome, *words: str) -> str:
     """One line on stderr, status 2, naming `words`."""
-    assert outcome.status == 2 and outcome.out == "", outcome.describe()
+    # nothing but the --json failure object on stdout, where --json was asked for
+    assert outcome.status == 2 and (outcome.out == "" or failure_stdout(outcome.out)), outcome.describe()
     line = outcome.err.strip()
     assert outcome.err.count("\n") == 1 and line.startswith("ckptview: "), outcome.describe()
     for word in words:

@@ -171,7 +171,7 @@ def summary(path: str, graph: ModelGraph) -> str:
 
 def _compared(other: str, comparison: GraphComparison) -> str:
     counts = comparison.counts()
-    lines = [f"  compared with {printable(other)}: {counts['same']:,} nodes the same, {counts[SHAPE]:,} changed in "
+    lines = [f"  compared with {printable(other)}: {plural(counts['same'], 'node')} the same, {counts[SHAPE]:,} changed in "
              f"shape, {counts[REMOVED]:,} removed, {counts[ADDED]:,} added"]
     ranked = sorted(((v, n) for n, v in comparison.change.items() if v is not None), reverse=True)[:SHOWN_CHANGES]
     if ranked:

@@ -6,6 +6,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtGui import QKeySequence
 
+from ckptview.core.units import plural
 from ckptview.gui.app.main_window import _local_paths
 from tests.support.guihelpers import make_state_dict, wait_settled
 from tests.support.remote_server import RangeServer
@@ -39,7 +40,7 @@ def test_open_url_shows_tree_transfer_and_recent_without_tokens(qtbot, window, s
     assert "request" in status and "bytes" in status
     transfer = tab.checkpoint.metadata["_transfer"]
     qtbot.waitUntil(lambda: window.transfer_label.text() ==
-                    f"transferred {transfer.bytes:,} bytes in {transfer.requests} requests", timeout=10_000)
+                    f"transferred {transfer.bytes:,} bytes in {plural(transfer.requests, 'request')}", timeout=10_000)
     assert "SECRET" not in window.tabs.tabToolTip(0) and "pw" not in window.tabs.tabToolTip(0)
     assert tab.path == f"{server.url}/model.pth"  # what the tab logs and shows carries no token
     assert all("token=hf_SECRET" in p for p in server.counters.paths)  # ... yet every request carried it

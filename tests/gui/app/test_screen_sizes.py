@@ -238,8 +238,10 @@ def test_names_are_whole_at_1024_and_columns_yield(qtbot, window, library_folder
     from ckptview.gui.checkpoint.tree_model import NAME, SHAPE
     from tests.support.layout_checks import cut_in_any_row
 
-    tab = opened(qtbot, window, library_folders[case], (1024, 640), timeout=120_000)  # a Hub model's order:
-    tab.expand_all()  # transformers in a worker process
+    tab = opened(qtbot, window, library_folders[case], (1024, 640), timeout=120_000)
+    # A Hub model's order (transformers in a worker process) names the optimizer state once it arrives.
+    qtbot.waitUntil(lambda: not any((r.label or "").endswith("(guessed)") for r in tab.top.walk()), timeout=300_000)
+    tab.expand_all()
     settled(qtbot)
     assert not cut_in_any_row(tab.tree, NAME, case)
     assert not tab.tree.isColumnHidden(SHAPE)

@@ -19,7 +19,7 @@ from ckptview.core.graph.collapse import ALL_OPS, GROUP
 from ckptview.core.graph.overlay import format_number
 from ckptview.core.jobs import drain
 from ckptview.core.read.open import open_checkpoint
-from ckptview.gui.checkpoint.tree_model import COLUMNS, NAME, SHAPE, SHARD
+from ckptview.gui.checkpoint.tree_model import COLUMNS, NAME, SHAPE
 from tests.support.graphview import click_box, laid_out
 from tests.support.guihelpers import wait_settled
 from tests.support.layout_engines import needs_igraph
@@ -171,8 +171,9 @@ def test_each_kind_of_file_draws_its_graph_tied_to_the_tree(qtbot, window, files
     assert text.endswith(f"L2 norm {format_number(core)}"), text
     tab.show_graph(False)
     # the columns beside the panels again (some may give way to the names there: issue 45)
-    assert [tab.tree.isColumnHidden(c) for c in range(len(COLUMNS))] == columns
-    assert tab.tree.isColumnHidden(SHARD) == (kind != "llama") or SHARD in tab.tree.yielded
+    # (the side panel beside the tree may be built by now, the tree narrower: more columns may yield)
+    assert all(tab.tree.isColumnHidden(c) == hidden or c in tab.tree.yielded for c, hidden in enumerate(columns))
+    assert not tab.tree.isColumnHidden(NAME) and not tab.tree.isColumnHidden(SHAPE)
     assert no_torch_loader == []
 
 

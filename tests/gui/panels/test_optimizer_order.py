@@ -44,7 +44,7 @@ def test_the_tree_shows_first_and_the_names_fill_in(qtbot, window, trainer, tmp_
             let_go.set()
         names = [panel.row_texts(r)["name"] for r in range(panel.params_table.rowCount())]
         assert names == truth  # every name sure, in the optimizer's order
-        labels = [row.label for row in tab.top.walk() if row.label and " of " in row.label]
+        labels = [row.label for row in tab.top.walk() if row.label and " · " in row.label]  # "0 · encoder.0.weight"
         assert labels and not any(label.endswith("(guessed)") for label in labels)
     finally:
         let_go.set()

@@ -31,7 +31,7 @@ from ckptview.core.read.bytes.files import ReadAhead
 from ckptview.core.read.formats.training_folder import is_weights_entry
 from ckptview.core.read.pickle.to_tree import short_repr
 from ckptview.core.read.values.reading import read_values
-from ckptview.core.units import figure
+from ckptview.core.units import figure, plural
 
 MISSING_SIDE = None  # the value of a side that does not hold the entry ("status" says which)
 LAST = "(last)"  # the path component of a record list's last logged values: ``[..., "log_history", "(last)", "loss"]``
@@ -135,7 +135,7 @@ class _Records(int):
     """A list of records' length, as a value: shown as "N records"."""
 
     def __repr__(self) -> str:
-        return f"{int(self)} records"
+        return f"{plural(int(self), 'record')}"
 
 
 def _last_logged(records: Node, budget: Budget) -> dict[str, Any]:

@@ -538,7 +538,7 @@ def _read_small(item: ExportItem, ahead: ReadAhead) -> np.ndarray | None:
     if values is None:
         return None
     if values.size != item.info.numel:
-        raise ExportError(f"{item.name}: read {values.size} values, expected {item.info.numel}")
+        raise ExportError(f"{item.name}: read {plural(values.size, 'value')}, expected {item.info.numel}")
     return export_io.converted_bytes(values, item.np_dtype)
 
 

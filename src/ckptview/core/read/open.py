@@ -39,7 +39,7 @@ from ckptview.core.read.formats import hf_sharded, readers
 from ckptview.core.read.quant.config import read_config
 from ckptview.core.read.quant.recognise import add_logical_tensors
 from ckptview.core.redaction import redact
-from ckptview.core.units import human_bytes
+from ckptview.core.units import human_bytes, plural
 
 HEAD_BYTES = 4096
 
@@ -136,7 +136,7 @@ def _open_url(url: str, ctx: ReaderContext) -> Checkpoint:
     ckpt.metadata.setdefault("_identities", {})
     downloads = fs.session.downloads
     if began and len(downloads) > 1:  # said once for the open, not once a file
-        ckpt.warnings.append(f"the server does not honour range requests: {len(downloads)} files were downloaded "
+        ckpt.warnings.append(f"the server does not honour range requests: {plural(len(downloads), 'file')} were downloaded "
                              f"whole ({human_bytes(sum(downloads))}) to read them")
     return ckpt
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptview.core.run.config_guard import MAX_DEPTH, ConfigRefused
+from ckptview.core.units import plural
 
 REGISTERED_PER_TENSOR = 4  # parameters, buffers and modules a build may register per tensor of the file
 REGISTERED_FLOOR = 1024
@@ -90,7 +91,7 @@ class Listing:
 
     def describe(self) -> str:
         """`1 tensor of 4,096 elements`."""
-        return f"{self.tensors:,} tensor{'s' if self.tensors != 1 else ''} of {self.elements:,} elements"
+        return f"{self.tensors:,} tensor{'s' if self.tensors != 1 else ''} of {plural(self.elements, 'element')}"
 
     def to_json(self) -> dict[str, Any]:
         """The form a worker request carries."""
@@ -142,7 +143,7 @@ def check_declared(config: dict[str, Any], listing: Listing, where: str = "confi
                                         f"{listing.describe()}: it does not describe this file; not built")
             elif _SIZE.search(key) and _number(value) and value > max_size:
                 raise ConfigRefused(f"{where} declares {name} = {_shown(value)}, larger than all "
-                                    f"{listing.elements:,} elements of the checkpoint beside it: it does not "
+                                    f"{plural(listing.elements, 'element')} of the checkpoint beside it: it does not "
                                     "describe this file; not built")
 
 

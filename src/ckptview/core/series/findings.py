@@ -171,7 +171,7 @@ def _spikes(curve: ScalarCurve, xs: list[float | None]) -> list[tuple[int, str, 
             spike = median > 0 and value >= SPIKE_FACTOR * median and value - median > SPIKE_MADS * 1.4826 * mad
             if spike and not high:  # where it rose: the points that stay up after it are the same spike
                 out.append((i, "loss_spike", f"spiked to {figure(value)} ({figure(value / median)}x the median "
-                                              f"{figure(median)} of the {len(window)} values before)"))
+                                              f"{figure(median)} of the {plural(len(window), 'value')} before)"))
         high = spike
         if not spike:
             before.append(value)  # the window is what the loss was before it rose

@@ -14,6 +14,7 @@ from ckptview.core.budget import Budget
 from ckptview.core.jobs import CancelToken
 from ckptview.core.read.bytes.fs import FileSystem
 from ckptview.core.read.pickle.to_tree import short_repr
+from ckptview.core.units import plural
 
 HPARAMS = "hparams.yaml"
 MAX_BYTES = 16 << 20
@@ -70,6 +71,6 @@ def _short_list(items: list[Any] | tuple[Any, ...], budget: Budget) -> str:
     parts = []
     for item in items[:16]:
         budget.charge(1, "hyper-parameters")
-        parts.append(f"<{len(item)} items>" if isinstance(item, (list, tuple, dict)) else short_repr(item, 60))
+        parts.append(f"<{plural(len(item), 'item')}>" if isinstance(item, (list, tuple, dict)) else short_repr(item, 60))
     more = f", ... {len(items) - 16} more" if len(items) > 16 else ""
     return "[" + ", ".join(parts) + more + "]"

@@ -23,6 +23,7 @@ from typing import Any
 
 from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.run.protocol import WorkerError
+from ckptview.core.units import plural
 
 
 class _TooLarge(BaseException):
@@ -59,9 +60,9 @@ def bounded(listing: Listing, what: str) -> Iterator[Tally]:
         tally.registered += units
         tally.elements += elements
         if tally.registered > listing.max_registered:
-            tally.over = f"more than {listing.max_registered:,} parameters, buffers and modules"
+            tally.over = f"more than {plural(listing.max_registered, 'parameter')}, buffers and modules"
         elif tally.elements > listing.max_elements:
-            tally.over = f"more than {listing.max_elements:,} elements of parameters and buffers"
+            tally.over = f"more than {plural(listing.max_elements, 'element')} of parameters and buffers"
         if tally.over:
             raise _TooLarge
 
@@ -110,7 +111,7 @@ def check_built(model: Any, listing: Listing, what: str) -> None:
         else:
             unmatched += size
     if unmatched > listing.max_unmatched:
-        raise WorkerError(f"{what}: the config declares a model of {tensors:,} tensors and {total:,} elements, "
+        raise WorkerError(f"{what}: the config declares a model of {plural(tensors, 'tensor')} and {plural(total, 'element')}, "
                           f"{unmatched:,} of them in tensors whose shape the checkpoint ({listing.describe()}) "
                           "does not have; not built", kind="refused")
 

@@ -114,7 +114,7 @@ class DetailPanel(QTextBrowser):
             rows.append(("Layout", _esc(info.layout)))
         quant = info.quant
         if quant is not None:  # a quantized weight: what it is made of; its values are the dequantized weight's
-            rows[3] = ("Elements", f"{info.numel:,} parameters ({count_text(info.numel)})")
+            rows[3] = ("Elements", f"{plural(info.numel, 'parameter')} ({count_text(info.numel)})")
             rows[4] = ("Stored", f"{human_bytes(info.nbytes)} in its parts ({info.nbytes:,} bytes, "
                                  f"{info.nbytes / max(info.numel, 1):.3g} bytes per parameter)")
             rows.insert(0, ("Quantized", f"{_esc(quant.label)}, {quant.bits_per_weight:g} bits per weight"

@@ -115,7 +115,7 @@ class GraphPage(QWidget):
             str(exc) if isinstance(exc, NoLayoutEngine) else f"layout failed: {printable(exc)}"))
         def read_so_far(p: Progress) -> None:
             if p.total:
-                self.legend.setToolTip(f"{p.done:,} of {p.total:,} tensors read")
+                self.legend.setToolTip(f"{p.done:,} of {plural(p.total, 'tensor')} read")
 
         self.overlay_slot.yielded.connect(read_so_far)
         self.overlay_slot.returned.connect(self._on_coloured)
@@ -579,7 +579,7 @@ class GraphPage(QWidget):
     def _on_node_data(self, result: object) -> None:
         """A node-data file was written (a count), or read (its values: offered and shown as a colour)."""
         if not isinstance(result, NodeData):
-            self._say(f"Saved Model Explorer data for {result:,} nodes")
+            self._say(f"Saved Model Explorer data for {plural(result, 'node')}")
             return
         self._imported = result
         figure = Figure(IMPORTED, "Model Explorer data", False, "given")
@@ -590,8 +590,8 @@ class GraphPage(QWidget):
             if previous >= 0:
                 self.overlay_box.removeItem(previous)
             self.overlay_box.addItem(figure.title, figure)
-        self._say(f"Model Explorer data: {len(result.values):,} nodes"
-                  + (f", {result.unknown:,} keys of no node here" if result.unknown else ""))
+        self._say(f"Model Explorer data: {plural(len(result.values), 'node')}"
+                  + (f", {plural(result.unknown, 'key')} of no node here" if result.unknown else ""))
         self.overlay_box.setCurrentIndex(self.figure_index(figure))
 
     def _export_dialog(self, kind: str) -> None:

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QMenu, QToolButton
 
 from ckptview.core.series.view_state import METRICS, RATES, SeriesViewState
 from ckptview.core.text import printable
+from ckptview.core.units import plural
 from ckptview.gui.base.log_axis import log_tick_axis
 from ckptview.gui.base.palette import theme
 from ckptview.gui.base.plots import make_exportable, say_drawn, say_nothing
@@ -139,7 +140,7 @@ class ScalarPlots(QWidget):
         self.menu.clear()
         for line in self.view.lines():
             placed = any(x is not None for x in line.placement.x)
-            action = QAction(printable(f"{line.key}: {len(line.curve)} points"), self.menu)
+            action = QAction(printable(f"{line.key}: {plural(len(line.curve), 'point')}"), self.menu)
             action.setCheckable(True)
             action.setChecked(line.key in self.view.chosen)
             action.setEnabled(placed)

@@ -33,6 +33,7 @@ from ckptview.core.read.formats.gguf_header import MAGIC, NAME_IN_ERROR, GgufHea
 from ckptview.core.read.quant import ggml
 from ckptview.core.read.quant.recognise import logical_tensor
 from ckptview.core.text import elide
+from ckptview.core.units import plural
 
 NAME = "gguf"
 PRIORITY = 85
@@ -131,7 +132,7 @@ def _tensor_nodes(record: TensorRecord, header: GgufHeader, fmap: FileMap,
             problem = f"ggml type {record.type_id} is unknown: its raw bytes are listed"
         else:
             label, ggml_type = f"gguf {kind.name}", kind.name
-            problem = (f"rows of {shape[-1]:,} weights are no whole blocks of {kind.block_size} ({kind.name}): "
+            problem = (f"rows of {plural(shape[-1], 'weight')} are no whole blocks of {kind.block_size} ({kind.name}): "
                        "its raw bytes are listed")
         quant = Quantization(ggml.SCHEME, label, (("blocks", name),), length,
                              facts={"ggml_type": ggml_type, "data_offset": start}, problem=problem)

@@ -25,6 +25,7 @@ from ckptview.core.budget import Budget
 from ckptview.core.errors import CheckpointFormatError, NotACheckpointError
 from ckptview.core.read.bytes.files import FileMap
 from ckptview.core.text import elide
+from ckptview.core.units import plural
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -171,7 +172,7 @@ def read_header(fmap: FileMap, budget: Budget) -> GgufHeader:
         raise CheckpointFormatError(f"GGUF header declares {n_kv:,} metadata keys; {cur.left():,} bytes hold "
                                     f"at most {cur.left() // MIN_KV:,}")
     if n_tensors > cur.left() // MIN_TENSOR_INFO:
-        raise CheckpointFormatError(f"GGUF header declares {n_tensors:,} tensors; {cur.left():,} bytes hold at "
+        raise CheckpointFormatError(f"GGUF header declares {plural(n_tensors, 'tensor')}; {cur.left():,} bytes hold at "
                                     f"most {cur.left() // MIN_TENSOR_INFO:,}")
     header = GgufHeader(version, "little" if order == "<" else "big")
     budget.charge(n_kv + n_tensors, "metadata keys and tensors")
@@ -278,7 +279,7 @@ def _array_head(cur: _Cursor, shown: str, budget: Budget) -> tuple[int, int]:
     count = cur.u64(f"the length of '{shown}'")
     least = MIN_ITEM[item]
     if count > cur.left() // least:
-        raise CheckpointFormatError(f"GGUF metadata '{shown}' declares {count:,} items of {TYPE_NAMES[item]} "
+        raise CheckpointFormatError(f"GGUF metadata '{shown}' declares {plural(count, 'item')} of {TYPE_NAMES[item]} "
                                     f"(at least {least} bytes each); {cur.left():,} bytes are left in the file")
     budget.charge(count if item in (STRING, ARRAY) else 1 + count // 4096, "metadata array items")
     return item, count

@@ -16,6 +16,7 @@ from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.read.quant import packing, stored
 from ckptview.core.read.quant.config import QuantConfig
 from ckptview.core.read.quant.protocol import Anchor, Found, Recognised
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,7 +66,7 @@ def _problem(found: Found, bits: int, version: str, shape: tuple[int, int], grou
         return f"group size {group_size} does not divide the {in_features} input features of '{name}'"
     groups = in_features // group_size
     if tuple(scales.shape) != (groups, out_features):
-        return (f"scales '{found.name('scales')}' are {'x'.join(map(str, scales.shape))}; {groups} groups of "
+        return (f"scales '{found.name('scales')}' are {'x'.join(map(str, scales.shape))}; {plural(groups, 'group')} of "
                 f"{out_features} outputs need {groups}x{out_features}")
     if zeros is None:
         return f"zero points '{found.name('qzeros')}' are missing"

@@ -23,6 +23,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.read.quant import stored
 from ckptview.core.read.quant.config import QuantConfig
 from ckptview.core.read.quant.protocol import Anchor, Found, Recognised
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,7 +62,7 @@ def _int8(found: Found, config: QuantConfig) -> Recognised | None:
     shape = tuple(codes.shape)
     problem = None
     if tuple(scb.shape) != shape[:1]:
-        problem = f"row statistics '{found.name('SCB')}' have {scb.numel} values for {shape[0]} rows"
+        problem = f"row statistics '{found.name('SCB')}' have {plural(scb.numel, 'value')} for {plural(shape[0], 'row')}"
     quant = found.quantization(NAME, "int8 LLM.int8 (bitsandbytes), per row", shape, problem=problem, bits=8,
                                dtype=config.model_dtype, format="llm.int8")
     return Recognised(shape, quant, None if problem else Int8Decoder(codes, scb))
@@ -116,7 +117,7 @@ def _problem4(found: Found, state: dict[str, Any], shape: tuple[int, ...], codes
     absmax, quant_map = found.info("absmax"), found.info("quant_map")
     blocks = stored.ceil_div(numel, blocksize)
     if absmax is None or absmax.numel != blocks:
-        have = "missing" if absmax is None else f"{absmax.numel} values"
+        have = "missing" if absmax is None else f"{plural(absmax.numel, 'value')}"
         return f"absmax '{found.name('absmax')}' is {have}; {numel} codes in blocks of {blocksize} need {blocks}"
     if quant_map is None or quant_map.numel != 16:
         return f"quant map '{found.name('quant_map')}' is missing or not 16 values"
@@ -127,7 +128,7 @@ def _problem4(found: Found, state: dict[str, Any], shape: tuple[int, ...], codes
             return f"the nested quantization of '{name}' is incomplete"
         if nested_absmax.numel != stored.ceil_div(blocks, nested_size) or nested_map.numel != 256 \
                 or absmax.dtype != "uint8":
-            return (f"nested absmax '{found.name('nested_absmax')}' has {nested_absmax.numel} values; {blocks} "
+            return (f"nested absmax '{found.name('nested_absmax')}' has {plural(nested_absmax.numel, 'value')}; {blocks} "
                     f"blocks in blocks of {nested_size} need {stored.ceil_div(blocks, nested_size)}")
         if not isinstance(state.get("nested_offset"), (int, float)):
             return f"the nested quantization of '{name}' has no offset"

@@ -21,6 +21,7 @@ from ckptview.core.errors import CheckpointError, TensorDataError
 from ckptview.core.read.quant import fp4, packing, stored
 from ckptview.core.read.quant.config import QuantConfig
 from ckptview.core.read.quant.protocol import Anchor, Found, Recognised
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,7 +79,7 @@ def _nvfp4(found: Found, packed: TensorInfo, scale: TensorInfo | None, config: Q
         problem = (f"scale '{found.name('scale')}' is {_dims(scale.shape)} {scale.dtype}; {_dims(shape)} in groups "
                    f"of {group} needs {rows}x{stored.ceil_div(shape[1], group)} float8")
     elif glob.numel != 1:
-        problem = f"global scale '{found.name('global_scale')}' holds {glob.numel} values, not one"
+        problem = f"global scale '{found.name('global_scale')}' holds {plural(glob.numel, 'value')}, not one"
     quant = found.quantization(NAME, label, shape, problem=problem, bits=4, group_size=group, dtype=config.model_dtype,
                                format="nvfp4-pack-quantized")
     if problem is not None or scale is None or glob is None:
@@ -126,7 +127,7 @@ def _int(found: Found, packed: TensorInfo, scale: TensorInfo | None, config: Qua
             problem = f"zero points '{found.name('zero_point')}' are {_dims(zero.shape)} {zero.dtype}; need {_dims(need)} int32"
     g_idx = found.info("g_idx")
     if problem is None and g_idx is not None and tuple(g_idx.shape) != (logical[1],):
-        problem = f"g_idx '{found.name('g_idx')}' has {g_idx.numel} entries for {logical[1]} columns"
+        problem = f"g_idx '{found.name('g_idx')}' has {plural(g_idx.numel, 'entry', 'entries')} for {plural(logical[1], 'column')}"
     label = f"int{bits} compressed-tensors, " + (f"group {group_size}" if kind == "group" else f"per-{kind}") + \
         ("" if symmetric else ", asymmetric") + (", act-order" if g_idx is not None else "")
     quant = found.quantization(NAME, label, logical, problem=problem, bits=bits,
@@ -168,7 +169,7 @@ def _scale_layout(found: Found, shape: tuple[int, ...], scale: TensorInfo,
         size = args.get("group_size")
         group_size = size if type(size) is int and size > 0 else stored.ceil_div(cols, groups)
         if stored.ceil_div(cols, group_size) != groups:
-            return "group", groups, group_size, (f"scale '{found.name('scale')}' is {_dims(s_shape)}; {cols} columns in "
+            return "group", groups, group_size, (f"scale '{found.name('scale')}' is {_dims(s_shape)}; {plural(cols, 'column')} in "
                                                  f"groups of {group_size} need {rows}x{stored.ceil_div(cols, group_size)}")
         return "group", groups, group_size, None
     return "group", 0, 0, f"scale '{found.name('scale')}' is {_dims(s_shape)}, which fits no layout of {_dims(shape)}"

@@ -19,6 +19,7 @@ from ckptview.core.errors import TensorDataError
 from ckptview.core.read.quant import packing, stored
 from ckptview.core.read.quant.config import QuantConfig
 from ckptview.core.read.quant.protocol import Anchor, Found, Recognised
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -83,17 +84,17 @@ def _problem(found: Found, bits: int, shape: tuple[int, int], group_size: int, s
         return f"group size {group_size} does not divide the {in_features} input features of '{name}'"
     groups = in_features // group_size
     if tuple(scales.shape) != (groups, out_features):
-        return (f"scales '{found.name('scales')}' are {'x'.join(map(str, scales.shape))}; {groups} groups of "
+        return (f"scales '{found.name('scales')}' are {'x'.join(map(str, scales.shape))}; {plural(groups, 'group')} of "
                 f"{out_features} outputs need {groups}x{out_features}")
     words = stored.ceil_div(out_features * bits, 32)
     if zeros is None:
         return f"zero points '{found.name('qzeros')}' are missing"
     if zeros.dtype != "int32" or tuple(zeros.shape) != (groups, words):
         return (f"zero points '{found.name('qzeros')}' are {'x'.join(map(str, zeros.shape))} {zeros.dtype}; "
-                f"{groups} groups of {out_features} {bits}-bit zero points need {groups}x{words} int32")
+                f"{plural(groups, 'group')} of {out_features} {bits}-bit zero points need {groups}x{words} int32")
     g_idx = found.info("g_idx")
     if g_idx is not None and tuple(g_idx.shape) != (in_features,):
-        return f"g_idx '{found.name('g_idx')}' has {g_idx.numel} entries for {in_features} input features"
+        return f"g_idx '{found.name('g_idx')}' has {plural(g_idx.numel, 'entry', 'entries')} for {in_features} input features"
     return None
 
 

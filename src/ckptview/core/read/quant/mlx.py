@@ -17,6 +17,7 @@ from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.read.quant import packing, stored
 from ckptview.core.read.quant.config import QuantConfig
 from ckptview.core.read.quant.protocol import Anchor, Found, Recognised
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,7 +68,7 @@ def recognise(found: Found, config: QuantConfig) -> Recognised | None:
     if bits not in BITS or words * 32 % bits:
         problem = f"{bits}-bit MLX codes do not fill the {words} words of a row of '{found.name('weight')}'"
     elif group <= 0 or cols % group:
-        problem = f"group size {group} does not divide the {cols} columns of '{found.logical_name}'"
+        problem = f"group size {group} does not divide the {plural(cols, 'column')} of '{found.logical_name}'"
     elif s_shape != (rows, cols // group):
         problem = (f"scales '{found.name('scales')}' are {'x'.join(map(str, s_shape))}; {rows}x{cols} in groups of "
                    f"{group} need {rows}x{cols // group}")

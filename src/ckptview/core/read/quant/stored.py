@@ -15,6 +15,7 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.errors import TensorDataError
 from ckptview.core.read.values.reading import read_region, read_values
+from ckptview.core.units import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,7 +33,7 @@ def matrix(info: TensorInfo, columns: int | None = None) -> TensorInfo:
     if not info.is_contiguous:
         raise TensorDataError("cannot dequantize: a stored part is not contiguous")
     if columns <= 0 or numel % columns:
-        raise TensorDataError(f"cannot dequantize: a part of {numel} elements is no matrix of {columns} columns")
+        raise TensorDataError(f"cannot dequantize: a part of {plural(numel, 'element')} is no matrix of {plural(columns, 'column')}")
     return TensorInfo(info.dtype, (numel // columns, columns), (columns, 1), info.offset, info.storage,
                       broken=info.broken)
 
