@@ -537,6 +537,29 @@ def test_the_architecture_page_names_every_package():
     assert sorted(packages - rows) == []
 
 
+def test_the_architecture_page_names_every_module():
+    """docs/architecture.md's row of each package names each of its modules in backticks (`open.py` or
+    `open`), so a maintainer finds every module on the map and a new one gets its words there; a `.py` the
+    row names is a module that exists."""
+    page = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    rows = {}
+    for line in page.splitlines():
+        if line.startswith("| `ckptview"):
+            cells = line.split("|")
+            rows[cells[1].strip().strip("`")] = set(re.findall(r"`([^`]+)`", "|".join(cells[2:])))
+    unnamed, stale = [], []
+    for path in SRC.rglob("*.py"):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        package = _module_name(path).rpartition(".")[0]
+        if not {path.stem, path.name} & rows.get(package, set()):
+            unnamed.append(f"{package}: {path.stem}")
+    for package, names in rows.items():
+        folder = SRC.parent / package.replace(".", "/")
+        stale += [f"{package}: {n}" for n in names if re.fullmatch(r"\w+\.py", n) and not (folder / n).exists()]
+    assert (sorted(unnamed), sorted(stale)) == ([], [])
+
+
 def test_figures_are_formatted_in_one_module():
     """Every figure a person reads is formatted by core/units.py (`figure`, `number`, `percent`,
     `human_bytes`, ...), and a figure there is none of shows its one marker, `units.MISSING`: no module
