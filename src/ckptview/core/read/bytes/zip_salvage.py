@@ -102,7 +102,7 @@ class LocalRecords:
             window = tail + piece
             base = at - len(tail)
             found = window.find(_DESCRIPTOR_SIG)
-            while found >= 0:
+            while found >= 0:  # bounded: each turn moves past a byte of the window charged above
                 hit = self._descriptor_at(data_at, base + found, method)
                 if hit is not None:
                     return hit
