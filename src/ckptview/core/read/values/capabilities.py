@@ -11,6 +11,7 @@ from chunks (`SupportsLogicalChunks`), and `quant.QuantSource` of a quantized we
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
@@ -69,14 +70,9 @@ class SupportsLogicalRegion(Protocol):
         ...
 
 
-_provided: dict[tuple[type, object], bool] = {}  # (source class, protocol) -> whether it provides it
-
-
+@functools.cache  # a protocol's issubclass checks every member: once per (source class, protocol)
 def _provides(kind: type, capability: object) -> bool:
-    found = _provided.get((kind, capability))
-    if found is None:
-        found = _provided[(kind, capability)] = issubclass(kind, capability)  # type: ignore[arg-type]
-    return found
+    return issubclass(kind, capability)  # type: ignore[arg-type]
 
 
 def has_file_span(source: object) -> TypeGuard[SupportsFileSpan]:
