@@ -546,9 +546,9 @@ def _self_changing_classes(paths) -> set[str]:
         for cls in (n for n in ast.walk(_tree(path)) if isinstance(n, ast.ClassDef)):
             for method in cls.body:
                 if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name not in (
-                        "__init__", "__post_init__", "__new__"):
-                    if any(_changed_root(n) == "self" for n in ast.walk(method)):
-                        found.add(cls.name)
+                        "__init__", "__post_init__", "__new__") and any(
+                        _changed_root(n) == "self" for n in ast.walk(method)):
+                    found.add(cls.name)
     return found
 
 
@@ -643,22 +643,67 @@ def test_the_architecture_page_names_every_module():
     assert (sorted(unnamed), sorted(stale)) == ([], [])
 
 
+# Modules that may define a formatter of figures (a function whose result is one number formatted).
+FORMATTERS = {"core/units.py": "the formatters: `figure`, `number`, `percent`, `human_bytes`, `count_text`, ..."}
+_PRECISION = re.compile(r"(\.\d*)?[eEfFgGn%]$|\.\d+$")
+
+
+def _formats_a_number(node) -> bool:
+    """`node` is one number formatted with a precision: `f"{x:.5g}"`, `format(x, ".3f")`, `"%.2f" % x`,
+    `"{:.1%}".format(x)` (a thousands separator alone, `{n:,}`, is an integer written in a sentence)."""
+    if isinstance(node, ast.JoinedStr):
+        parts = [v for v in node.values if not (isinstance(v, ast.Constant) and not v.value.strip(" %"))]
+        spec = parts[0].format_spec if len(parts) == 1 and isinstance(parts[0], ast.FormattedValue) else None
+        return spec is not None and bool(_PRECISION.search(ast.unparse(spec)[2:-1]))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "format":
+        return len(node.args) > 1
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        text = node.func.value.value if isinstance(node.func.value, ast.Constant) else None
+        return isinstance(text, str) and bool(re.fullmatch(r"\{:[^}]*[eEfFgG%]\}", text))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant):
+        return isinstance(node.left.value, str) and bool(re.fullmatch(r"%[-+ #0]*\d*(\.\d+)?[eEfFgG]", node.left.value))
+    return False
+
+
+def number_formatters(src) -> list[str]:
+    """"path:line name" of each function or lambda whose result is one number formatted (what a formatter
+    is, whatever its name), outside the modules `FORMATTERS` allows."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        relative = path.relative_to(src).as_posix()
+        if relative in FORMATTERS:
+            continue
+        for func in ast.walk(_tree(path)):
+            if isinstance(func, ast.Lambda):
+                results = [func.body]
+            elif isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                results = [r.value for r in ast.walk(func) if isinstance(r, ast.Return) and r.value is not None]
+            else:
+                continue
+            results += [v for r in list(results) if isinstance(r, ast.IfExp) for v in (r.body, r.orelse)]
+            if any(_formats_a_number(r) for r in results):
+                found.append(f"{relative}:{func.lineno} {getattr(func, 'name', 'lambda')}")
+    return found
+
+
 def test_figures_are_formatted_in_one_module():
-    """Every figure a person reads is formatted by core/units.py (`figure`, `number`, `percent`,
-    `human_bytes`, ...), and a figure there is none of shows its one marker, `units.MISSING`: no module
-    keeps a private number formatter of its own, or writes a missing figure as a dash of its own."""
+    """A figure a person reads alone (a cell, a tooltip's value, a status line's number) is formatted by
+    core/units.py (`figure`, `number`, `percent`, `human_bytes`, `count_text`, ...), the one module in
+    `FORMATTERS`: no other module has a function whose result is one number formatted, whatever its name. A
+    figure inside a sentence (an error's `{n:,} bytes`, a label's `{alpha:.3g}`) is written in place with
+    its format spec. A figure there is none of shows the one marker, `units.MISSING`, never a dash of a
+    module's own."""
 
     from ckptview.core.units import MISSING
 
+    for relative in FORMATTERS:
+        _exempt(relative)
     markers = {"-", "—", "–", "n/a", "N/A", MISSING}
-    formatters = {"_fmt", "_num", "_g", "_pct", "_bytes", "_human", "_gib", "_format_number"}
-    offenders = []
+    offenders = number_formatters(SRC)
     for path in SRC.rglob("*.py"):
-        if path == _exempt("core/units.py"):
+        if path.relative_to(SRC).as_posix() in FORMATTERS:
             continue
         for node in ast.walk(_tree(path)):
-            if isinstance(node, ast.FunctionDef) and node.name in formatters:
-                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} def {node.name}")
             shown = []  # expressions whose value is what a cell or a line shows
             if isinstance(node, ast.IfExp):
                 shown = [node.body, node.orelse]
@@ -672,6 +717,20 @@ def test_figures_are_formatted_in_one_module():
             offenders += [f"{path.relative_to(SRC)}:{node.lineno} {e.value!r}" for e in shown
                           if isinstance(e, ast.Constant) and e.value in markers]
     assert offenders == []
+
+
+def test_the_formatter_finder_finds_formatters_by_what_they_return(tmp_path):
+    """The finder itself: functions and lambdas returning one formatted number are found, whatever their
+    names; a sentence with a figure in it and an integer with separators are not."""
+    (tmp_path / "m.py").write_text(
+        "def a(x):\n    return f'{x:.5g}'\n"
+        "def b(x):\n    return format(x, '.3f')\n"
+        "c = lambda x: '%.2f' % x\n"
+        "def d(x):\n    return f'{x:.1f}%' if x else 'none'\n"
+        "def e(x):\n    return '{:.1%}'.format(x)\n"
+        "def ok1(n):\n    return f'{n:,}'\n"
+        "def ok2(n, what):\n    return f'read {n:.3g} bytes of {what}'\n")
+    assert sorted(f.split()[-1] for f in number_formatters(tmp_path)) == ["a", "b", "d", "e", "lambda"]
 
 
 def test_settings_are_read_from_the_environment_once_in_cli():
