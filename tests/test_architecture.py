@@ -733,6 +733,36 @@ def test_the_formatter_finder_finds_formatters_by_what_they_return(tmp_path):
     assert sorted(f.split()[-1] for f in number_formatters(tmp_path)) == ["a", "b", "d", "e", "lambda"]
 
 
+# Functions that step a job's generator themselves, and why `jobs.drain` does not do for them.
+STEPPERS = {
+    "core/jobs.py:drain": "runs a job to its end from outside a generator (commands, plain-function forms)",
+    "core/jobs.py:relay": "a job's values transformed as they pass, sends and throws handed on",
+    "core/read/bytes/files.py:run": "as `yield from`, with the read-ahead active around each step",
+    "core/figures/analysis.py:_lead": "a job whose progress other callers waiting on the same figure follow",
+    "core/series/timeline.py:_iter_series": "one tensor's failure becomes its error; the run goes on",
+    "core/series/executor.py:_finish": "a summary fed piece by piece from a box, not a job",
+    "gui/base/workers.py:work": "`JobSlot`'s worker: Cancel checked and each value emitted to the window",
+    "gui/compare/tab.py:_coalesced": "a comparison's progress coalesced for the window as it passes",
+}
+
+
+def test_a_job_is_run_to_its_end_by_drain():
+    """`jobs.drain` runs a job's generator to its end and returns its value; a function that steps one
+    itself (`next` or `send`, its value taken from `StopIteration`) is a relay or a driver with a reason in
+    `STEPPERS`, and every entry there still steps one."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        for func in ast.walk(_tree(path)):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            inner = [n for n in ast.walk(func) if n is not func and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            nested = {id(n) for f in inner for n in ast.walk(f)}
+            if any(isinstance(h, ast.ExceptHandler) and h.type is not None and "StopIteration" in ast.unparse(h.type)
+                   and id(h) not in nested for h in ast.walk(func)):
+                found.add(f"{path.relative_to(SRC).as_posix()}:{func.name}")
+    assert (sorted(found - set(STEPPERS)), sorted(set(STEPPERS) - found)) == ([], [])
+
+
 def test_settings_are_read_from_the_environment_once_in_cli():
     """ckptview's own settings (CKPTVIEW_*: remote defaults, the single-instance name) are read by cli.py
     alone, once, and handed down (`RemoteOptions`, `args.server_name`); the core reads no environment
