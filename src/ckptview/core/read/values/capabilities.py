@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,9 +70,13 @@ class SupportsLogicalRegion(Protocol):
         ...
 
 
-@functools.cache  # a protocol's issubclass checks every member: once per (source class, protocol)
 def _provides(kind: type, capability: object) -> bool:
-    return issubclass(kind, capability)  # type: ignore[arg-type]
+    return _subclass(kind, capability)
+
+
+@functools.cache  # a protocol's issubclass checks every member: once per (source class, protocol)
+def _subclass(kind: Any, capability: Any) -> bool:
+    return issubclass(kind, capability)
 
 
 def has_file_span(source: object) -> TypeGuard[SupportsFileSpan]:
