@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from ckptview.commands import cluster_options
 from ckptview.commands.opening import open_given
 from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, select_tensors
+from ckptview.core.jobs import Progress, drain
 from ckptview.core.sweep.writing import export_placed
 from ckptview.core.text import printable
 from ckptview.core.units import human_bytes, plural
@@ -118,13 +119,12 @@ def _export(args: argparse.Namespace) -> ExportResult:
                            dequantized_dtype="bfloat16" if dequantize == "bf16" else "float32")
         job = export_placed(ckpt, args.path, args.remote, plan, cluster_options.placement(args), force=args.force)
         show = sys.stderr.isatty()
+
+        def shown(progress: Progress) -> None:
+            sys.stderr.write(f"\r{progress.fraction:6.1%} {printable(progress.message)[:60]:<60}")
+
         try:
-            while True:
-                progress = next(job)
-                if show:
-                    sys.stderr.write(f"\r{progress.fraction:6.1%} {printable(progress.message)[:60]:<60}")
-        except StopIteration as stop:
-            return stop.value
+            return drain(job, shown if show else None)
         finally:
             job.close()  # on Ctrl-C or SIGTERM: removes the temporary files now, not at garbage collection
             if show:

@@ -65,8 +65,11 @@ class Progress:
 def drain(gen: Generator[Y, Any, R], on_yield: Callable[[Y], None] | None = None) -> R:
     """Run a job generator to its end, handing each yielded value to `on_yield`; returns its return value.
 
-    The one place a job's generator is driven outside a ``yield from`` (CLI commands, plain-function forms,
-    GUI workers). `on_yield` may raise (e.g. :class:`Cancelled`) to stop the job; the generator is closed.
+    How a job is run to its end from outside a generator (CLI commands, plain-function forms). A generator
+    that passes a job on with changes steps it itself (`relay`; a coalescing or recording relay), and so does
+    `JobSlot`'s worker (gui/base/workers.py), which checks Cancel before each step: each is listed with its
+    reason in tests/test_architecture.py (`STEPPERS`). `on_yield` may raise (e.g. :class:`Cancelled`) to
+    stop the job; the generator is closed.
     """
     while True:
         try:

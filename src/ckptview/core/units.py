@@ -1,5 +1,6 @@
-"""Human-readable numbers, shapes and orderings shared by the CLI and the window: every figure a person
-reads is formatted here, with one marker for a figure there is none of (`MISSING`)."""
+"""Human-readable numbers, shapes and orderings shared by the CLI and the window: a figure a person reads
+alone (a cell, a value, a size) is formatted here, with one marker for a figure there is none of (`MISSING`);
+a figure inside a sentence is written in place with its format spec (tests/test_architecture.py)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def number(value: object, spec: str = ".4g") -> str:
     return format(value, spec) if isinstance(value, float) else str(value)
 
 
-def percent(fraction: float | None) -> str:
-    """0.125 -> '12.5%'; `MISSING` for none."""
-    return MISSING if fraction is None else f"{100 * fraction:.1f}%"
+def percent(fraction: float | None, spec: str = ".1f") -> str:
+    """0.125 -> '12.5%' (`spec` for 100 times the fraction); `MISSING` for none."""
+    return MISSING if fraction is None else f"{100 * fraction:{spec}}%"
 
 
 def gib(nbytes: int) -> str:

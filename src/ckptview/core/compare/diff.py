@@ -64,7 +64,6 @@ DIFF_CHUNK_ELEMS = 1 << 18
 BLOCK_ELEMS = 1 << 16
 
 STATUSES = ("changed", "dtype_mismatch", "shape_mismatch", "only_a", "only_b", "error", "identical")
-COMPARABLE = ("identical", "changed", "dtype_mismatch")
 FIGURES = ("max_abs_diff", "mean_abs_diff", "rel_l2", "cosine", "frac_changed")
 
 

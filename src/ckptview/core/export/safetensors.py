@@ -12,7 +12,7 @@ import json
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from ckptview.core import dtypes
 from ckptview.core.export.blocks import BlockWriter
@@ -60,19 +60,6 @@ def header_bytes(ordered: Sequence[Entry], metadata: dict[str, str] | None = Non
     if len(text) > MAX_HEADER:
         raise ValueError(f"safetensors header would be {len(text)} bytes, over the {MAX_HEADER} limit")
     return struct.pack("<Q", len(text)) + text
-
-
-def write_tensor(fh: IO[bytes], chunks: Iterable[np.ndarray]) -> Iterator[int]:
-    """Append one tensor's C-order chunks (little-endian) to the byte buffer; yields bytes per chunk."""
-    import numpy as np
-
-    for chunk in chunks:
-        raw = np.ascontiguousarray(chunk).reshape(-1)
-        if raw.dtype.byteorder == ">":  # safetensors is little-endian whatever the machine
-            raw = raw.astype(raw.dtype.newbyteorder("<"))
-        view = raw.view(np.uint8)
-        fh.write(view.data)
-        yield view.nbytes
 
 
 def write_tensor_blocks(writer: BlockWriter, dtype: np.dtype, chunks: Iterable[np.ndarray]) -> Iterator[int]:

@@ -412,8 +412,3 @@ def stats_json_for(info: TensorInfo, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
                    ahead: ReadAhead | None = None) -> dict[str, Any]:
     """The ``"stats"`` object of ``ckptview info --stats`` for one tensor."""
     return tensor_stats(info, chunk_elems=chunk_elems, ahead=ahead).to_json()
-
-
-def group_stats(infos: Sequence[TensorInfo], token: CancelToken | None = None) -> TensorStats:
-    """Aggregate statistics over several tensors (a module)."""
-    return merge_stats(tensor_stats(info, token) for info in infos)

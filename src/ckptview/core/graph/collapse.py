@@ -431,8 +431,3 @@ def _span(paths: list[str]) -> str:
     if first.rpartition(".")[2].isdigit() and last.isdigit():
         return f"{first}–{last}"
     return f"{first} …"
-
-
-def sizes_below(hierarchy: Hierarchy, numel: Mapping[str, int], path: str) -> int:
-    """The elements of the distinct checkpoint keys read inside module `path` (its parameter count)."""
-    return sum(numel.get(key, 0) for key in hierarchy.params_below(path))

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ckptview.core import units
+
 if TYPE_CHECKING:
     from ckptview.core.compare.diff import TensorDiff
     from ckptview.core.series.model import TensorSeries
@@ -43,10 +45,8 @@ def colour_hex(t: float) -> str:
 
 
 def format_number(value: float) -> str:
-    """A figure as the graph shows it: 5 significant digits (`12.346`, `0.00012346`, `1.2346e+07`)."""
-    if not math.isfinite(value):
-        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
-    return f"{value:.5g}"
+    """A figure as the graph shows it: 5 significant digits (`12.346`, `0.00012346`, `1.2346e+07`, `inf`)."""
+    return units.figure(value, ".5g")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ Everything else that is floating point (or complex, or a quantized dtype) counts
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 from ckptview.core import dtypes
@@ -36,16 +37,11 @@ BUFFER_NAMES = frozenset({
 COUNTER_NAMES = frozenset({"step", "global_step", "epoch", "iteration", "iter", "_step_count", "num_updates",
                            "steps", "current_epoch", "last_epoch"})
 
-_LEARNABLE_DTYPES: dict[str, bool] = {}
-
-
+@functools.cache  # asked once per tensor of a listing, of a handful of dtype names
 def learnable_dtype(dtype: str) -> bool:
     """True for the dtypes a parameter can have: floating point, complex, quantized."""
-    known = _LEARNABLE_DTYPES.get(dtype)
-    if known is None:
-        known = _LEARNABLE_DTYPES[dtype] = (dtypes.is_known(dtype) and (
-            dtypes.is_floating(dtype) or dtypes.is_complex(dtype) or dtypes.is_quantized(dtype)))
-    return known
+    return dtypes.is_known(dtype) and (
+        dtypes.is_floating(dtype) or dtypes.is_complex(dtype) or dtypes.is_quantized(dtype))
 
 
 def last_name(path: tuple[PathKey, ...]) -> str:

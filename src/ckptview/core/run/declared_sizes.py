@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core import units
 from ckptview.core.run.config_guard import MAX_DEPTH, ConfigRefused
 from ckptview.core.units import plural
 
@@ -164,4 +165,4 @@ def _layer_count(value: Any, key: str) -> float | None:
 
 
 def _shown(value: float) -> str:
-    return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e30 else f"{value:.3g}"
+    return units.number(int(value) if float(value).is_integer() and abs(value) < 1e30 else float(value), ".3g")

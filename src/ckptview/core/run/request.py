@@ -160,11 +160,6 @@ def _census(path: str, torchscript: bool = False) -> Any:
         raise RunError(f"cannot read {path}: {exc.strerror or exc}", kind="input") from None
 
 
-def torch_findings(path: str, torchscript: bool = False) -> list[str]:
-    """What torch would run from `path`: the load gate's census findings (no torch, nothing run)."""
-    return list(_census(path, torchscript).findings())
-
-
 _KIND_WORDS = {TORCHSCRIPT: "TorchScript archive", EXPORT: ".pt2 program", PICKLE: "full-model pickle"}
 
 

@@ -79,13 +79,7 @@ class CheckpointFigures:
 def measure_chain(task: ChainTask, token: CancelToken | None = None,
                   key_of: Callable[[str], str | None] | None = None) -> TaskResult:
     """Figures of every tensor of ``task`` in every checkpoint of its chain (see the module docstring)."""
-    gen = iter_measure_chain(task, token, key_of)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            result: TaskResult = stop.value
-            return result
+    return drain(iter_measure_chain(task, token, key_of))
 
 
 def iter_measure_chain(task: ChainTask, token: CancelToken | None = None,

@@ -30,7 +30,7 @@ from ckptview.core.compare.diff import Sums, compare_arrays, paired_chunks, repe
 from ckptview.core.errors import Cancelled, CheckpointError, FileChangedError
 from ckptview.core.figures.stats import Summary, iter_summary, stored_part
 from ckptview.core.inspect.optimizer import find_optimizers
-from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.read import open as opening
 from ckptview.core.read.bytes.files import ReadAhead
 from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
@@ -385,13 +385,7 @@ def run_series(paths: list[str], stall_threshold: float = 0.0, explode_factor: f
                remote: RemoteOptions = DEFAULT_REMOTE) -> SeriesResult:
     """Plan and read a whole run (plain-function form of :func:`plan_series` + :func:`iter_series`)."""
     result = plan_series(paths, stall_threshold, explode_factor, remote=remote)
-    gen = iter_series(result, token, chunk_elems, remote=remote)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            done: SeriesResult = stop.value
-            return done
+    return drain(iter_series(result, token, chunk_elems, remote=remote))
 
 
 def model_tensors(ckpt: Checkpoint) -> list[tuple[str, TensorInfo]]:

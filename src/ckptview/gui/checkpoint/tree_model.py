@@ -20,7 +20,7 @@ from ckptview.core.inspect.grouping import Row
 from ckptview.core.inspect.query import Query, RowOrder, visible_rows
 from ckptview.core.read.values.repeats import format_factor, repeats
 from ckptview.core.text import SHOWN_CHARS, short_repr, shown
-from ckptview.core.units import count_text, human_bytes, natural_key, plural, shape_text
+from ckptview.core.units import count_text, figure, human_bytes, natural_key, plural, shape_text
 from ckptview.gui.base.palette import color
 
 COLUMNS = ("Name", "Shape", "Dtype", "Size", "Parameters", "Device", "Shard")
@@ -263,7 +263,7 @@ class CheckpointTreeModel(QAbstractItemModel):
                 return str(node.value)
             if column == SHAPE:
                 if isinstance(node.value, float):  # a loss, a learning rate: readable; exact in the tooltip
-                    return f"{node.value:.5g}"
+                    return figure(node.value, ".5g")
                 return short_repr(node.value, 60)
             if column == DTYPE:
                 return node.type_name or type(node.value).__name__

@@ -59,7 +59,7 @@ from ckptview.core.session.workspace import Lease, Workspace
 from ckptview.core.sweep.pairs import compare_placed
 from ckptview.core.sweep.runner import LOCAL, Placement
 from ckptview.core.text import printable, shown
-from ckptview.core.units import MISSING, figure, plural
+from ckptview.core.units import MISSING, figure, percent, plural
 from ckptview.gui.base.elide import ElidedLabel
 from ckptview.gui.base.job_header import job_header
 from ckptview.gui.base.log_axis import log_tick_axis
@@ -264,7 +264,7 @@ class DiffTableModel(QAbstractTableModel):
         if key in ("shape_a", "shape_b"):
             return _shape(getattr(row, key))
         if key == "frac_changed":
-            return "" if row.frac_changed is None else f"{100 * row.frac_changed:.2f}%"
+            return "" if row.frac_changed is None else percent(row.frac_changed, ".2f")
         return figure(getattr(row, key))
 
 

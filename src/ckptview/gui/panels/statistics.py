@@ -44,12 +44,6 @@ LABELS = {
 Target = tuple[str, list[TensorInfo]]
 
 
-def targets_of(entries: Sequence[Selected]) -> list[Target]:
-    """(label, tensors) per selected node: a tensor alone, or the floating-point tensors under a container
-    (its counters apart, on the panel's counters line)."""
-    return _split(entries)[0]
-
-
 def counter_text(name: str, info: TensorInfo, figure: str | None) -> str:
     """One counter on the counters' line: its value when it has one element, else its max."""
     shown = "…" if figure is None else figure

@@ -70,11 +70,6 @@ def training_files(folder: str, fs: FileSystem = LOCAL) -> list[str]:
     return [n for n in _files(folder, fs) if _TRAINING_FILE.match(n) or _DEEPSPEED_FILE.match(n)]
 
 
-def is_deepspeed_file(name: str) -> bool:
-    """True for the file names DeepSpeed gives a tag's model and optimizer states."""
-    return bool(_DEEPSPEED_FILE.match(name))
-
-
 def sniff(source: Source) -> bool:
     """True for a folder holding a training step's files (optimizer, scheduler, RNG, trainer state) or DCP subfolders."""
     if not source.is_dir:
@@ -213,5 +208,3 @@ def _combine(folder: str, root: Node, parts: list[tuple[str, Checkpoint]], warni
     return Checkpoint(path=folder, format=NAME, file_size=total, root=root, globals=list(seen),
                       unsafe_globals=list(bad), warnings=warnings, files=files,
                       metadata={"files": formats, "model_entry": model, "unsafe_by_entry": by_entry})
-
-

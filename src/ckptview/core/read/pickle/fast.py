@@ -208,18 +208,11 @@ def _twin(base: type, **methods: Any) -> type:
 
 # Guarded twin per type an emulation or a persistent_load may return; exact builtins need none
 # (no __dict__: BUILD on them fails, which sends the pickle to the reference).
-_TWINS: dict[type, type] = {}
-_BASE_OF: dict[type, type] = {}
-
-
-def _register(base: type, twin: type) -> None:
-    _TWINS[base] = twin
-    _BASE_OF[twin] = base
-
-
-for _base in (TensorInfo, Storage, torch_globals.DtypeValue, torch_globals.DeviceValue, torch_globals.SizeValue,
-              torch_globals.LayoutValue, torch_globals.StorageClass, torch_globals.BrokenValue):
-    _register(_base, _twin(_base))
+_TWINS: dict[type, type] = {
+    base: _twin(base)
+    for base in (TensorInfo, Storage, torch_globals.DtypeValue, torch_globals.DeviceValue, torch_globals.SizeValue,
+                 torch_globals.LayoutValue, torch_globals.StorageClass, torch_globals.BrokenValue)}
+_BASE_OF: dict[type, type] = {twin: base for base, twin in _TWINS.items()}
 
 
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None), tuple, list, dict, set, frozenset, complex})

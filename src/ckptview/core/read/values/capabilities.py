@@ -11,8 +11,9 @@ from chunks (`SupportsLogicalChunks`), and `quant.QuantSource` of a quantized we
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,14 +70,13 @@ class SupportsLogicalRegion(Protocol):
         ...
 
 
-_provided: dict[tuple[type, object], bool] = {}  # (source class, protocol) -> whether it provides it
-
-
 def _provides(kind: type, capability: object) -> bool:
-    found = _provided.get((kind, capability))
-    if found is None:
-        found = _provided[(kind, capability)] = issubclass(kind, capability)  # type: ignore[arg-type]
-    return found
+    return _subclass(kind, capability)
+
+
+@functools.cache  # a protocol's issubclass checks every member: once per (source class, protocol)
+def _subclass(kind: Any, capability: Any) -> bool:
+    return issubclass(kind, capability)
 
 
 def has_file_span(source: object) -> TypeGuard[SupportsFileSpan]:
