@@ -579,7 +579,8 @@ class GraphPage(QWidget):
     def _on_node_data(self, result: object) -> None:
         """A node-data file was written (a count), or read (its values: offered and shown as a colour)."""
         if not isinstance(result, NodeData):
-            self._say(f"Saved Model Explorer data for {plural(result, 'node')}")
+            count = result if isinstance(result, int) else 0
+            self._say(f"Saved Model Explorer data for {plural(count, 'node')}")
             return
         self._imported = result
         figure = Figure(IMPORTED, "Model Explorer data", False, "given")
