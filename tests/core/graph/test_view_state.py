@@ -81,3 +81,19 @@ def test_the_keyboard_steps_along_edges_and_rows() -> None:
     inner = opened.index()["g:model.layers.0"]
     assert around(opened, inner) == "model.layers"
     assert describe_box(hierarchy, opened, inner)[0] == "model.layers.0"
+
+
+def test_the_graph_is_read_once_and_again_after_a_failure_or_a_cancel() -> None:
+    """`GraphPage.start` reads only when `may_read`: not while reading, not once read; again after either end."""
+    state = ViewState()
+    assert state.status is Status.IDLE and state.may_read()
+    state.loading()
+    assert not state.may_read()
+    state.failed("the TorchScript code would take more than 10 nodes")
+    assert state.status is Status.FAILED and state.message.startswith("the TorchScript") and state.may_read()
+    state.loading()
+    state.cancelled()
+    assert state.status is Status.CANCELLED and state.may_read()
+    state.loading()
+    state.ready(_hierarchy())
+    assert state.status is Status.READY and not state.may_read() and state.hierarchy is not None

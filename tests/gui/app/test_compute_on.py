@@ -54,7 +54,7 @@ def test_the_choice_is_kept_in_the_settings_and_read_by_the_window(qtbot, window
 
 
 def test_the_menu_has_the_item(window):
-    assert "Compute On…" in [a.text() for a in window.menu("Tools").actions()]
+    assert "Compute On…" in [a.text() for a in window.menus.menu("Tools").actions()]
 
 
 @pytest.fixture()

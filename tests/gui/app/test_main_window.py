@@ -158,7 +158,7 @@ def test_filter_fires_after_typing(qtbot, window, state_dict_file):
     qtbot.keyClicks(tab.filter_edit, "lm_head")
     qtbot.waitUntil(lambda: tab.model.filtered, timeout=30_000)
     assert visible_names(tab) == ["lm_head.weight"]
-    window.find_action.trigger()  # Ctrl+F focuses and selects the filter box
+    window.menus.find_action.trigger()  # Ctrl+F focuses and selects the filter box
     assert tab.filter_edit.selectedText() == "lm_head"
 
 
@@ -260,10 +260,10 @@ def test_keyboard_tabs_and_close(qtbot, window, state_dict_file, tmp_path):
     assert window.current_tab() is first
     qtbot.keyClick(first.tree, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert first.filter_edit.hasFocus()
-    assert window.next_tab_action.shortcut().toString() == "Ctrl+Tab"
-    assert window.close_action.shortcut().toString() == "Ctrl+W"
-    assert window.open_action.shortcut().toString() == "Ctrl+O"
-    window.close_action.trigger()
+    assert window.menus.next_tab_action.shortcut().toString() == "Ctrl+Tab"
+    assert window.menus.close_action.shortcut().toString() == "Ctrl+W"
+    assert window.menus.open_action.shortcut().toString() == "Ctrl+O"
+    window.menus.close_action.trigger()
     assert window.tabs.count() == 1 and window.current_tab() is second
 
 
@@ -278,8 +278,8 @@ def test_recent_files_persist(qtbot, settings, state_dict_file):
     again = MainWindow(Settings(settings._qs.fileName()))
     qtbot.addWidget(again)
     assert again.settings.recent_files() == [os.path.abspath(state_dict_file)]
-    again._fill_recent_menu()
-    entry = next(a for a in again.recent_menu.actions() if a.toolTip() == os.path.abspath(state_dict_file))
+    again.menus.fill_recent()
+    entry = next(a for a in again.menus.recent_menu.actions() if a.toolTip() == os.path.abspath(state_dict_file))
     entry.trigger()
     wait_settled(qtbot, again.current_tab())
     assert again.current_tab().state == "ready"
@@ -308,7 +308,7 @@ def test_listed_panels_actions_and_tabs(qtbot, settings, state_dict_file):
     panel.context.select_name("encoder.layers.1.mlp.fc.weight")
     assert panel.selections[-1] == ["encoder.layers.1.mlp.fc.weight"]
     assert win.current_selection()[0].name == "encoder.layers.1.mlp.fc.weight"
-    action = next(a for a in win.menu("Tools").actions() if a.text() == "Record window")
+    action = next(a for a in win.menus.menu("Tools").actions() if a.text() == "Record window")
     action.trigger()
     assert calls == [win]
     index = win.add_tab(QLabel("diff"), "a ↔ b", "comparison")

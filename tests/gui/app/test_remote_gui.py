@@ -24,13 +24,13 @@ def server(tmp_path):
 
 
 def test_open_url_shows_tree_transfer_and_recent_without_tokens(qtbot, window, server, monkeypatch):
-    assert window.open_url_action.shortcut() == QKeySequence("Ctrl+L")
+    assert window.menus.open_url_action.shortcut() == QKeySequence("Ctrl+L")
     host = server.url.split("://", 1)[1]
     from PySide6.QtWidgets import QInputDialog
 
     monkeypatch.setattr(QInputDialog, "getText",
                         staticmethod(lambda *a, **k: (f"http://me:pw@{host}/model.pth?token=hf_SECRET", True)))
-    window.open_url_action.trigger()
+    window.menus.open_url_action.trigger()
     (tab,) = window.checkpoint_tabs()
     wait_settled(qtbot, tab)
     assert tab.state == "ready", tab.error_text

@@ -26,8 +26,8 @@ def test_tab_actions_are_disabled_with_nothing_open(qtbot, window, tmp_path):
 
     from tests.support.guihelpers import wait_settled
 
-    tab_actions = (window.expand_action, window.collapse_action, window.find_action, window.graph_action,
-                   window.reload_action, window.close_action)
+    tab_actions = (window.menus.expand_action, window.menus.collapse_action, window.menus.find_action, window.menus.graph_action,
+                   window.menus.reload_action, window.menus.close_action)
     assert window.start_page.isVisible()
     assert not [a.text() for a in tab_actions if a.isEnabled()]
     torch.save({"w": torch.ones(2)}, tmp_path / "m.pt")

@@ -160,10 +160,10 @@ def test_resaved_file_shows_the_bar_and_reload_keeps_the_place(qtbot, window, ot
     assert tab.changed_bar.findChild(QPushButton, "reloadButton").text() == "Reload"
     keeps_state(other, "decoder.embed.weight")  # polled too, but its file did not change
 
-    assert window.reload_action.shortcut() == QKeySequence("Ctrl+R")
-    assert window.reload_action in window.menus["File"].actions()
+    assert window.menus.reload_action.shortcut() == QKeySequence("Ctrl+R")
+    assert window.menus.reload_action in window.menus["File"].actions()
     window.tabs.setCurrentWidget(tab)
-    window.reload_action.trigger()
+    window.menus.reload_action.trigger()
     wait_settled(qtbot, tab)
     assert tab.state == "ready" and not tab.changed_bar.changed_text and not tab.changed_bar.isVisible()
     assert [r.name for r in tab.selected_rows()] == ["encoder.layers.0.attn.q_proj.weight"]

@@ -130,14 +130,14 @@ def test_the_view_menu_switches_the_palette_and_settings_keep_it(qtbot, settings
         palette_menu = next(a.menu() for a in view.actions() if a.menu() is not None and "Palette" in a.text())
         texts = [a.text().replace("&", "") for a in palette_menu.actions()]
         assert texts == ["Follow the System", "Light", "Dark"]
-        assert window.palette_actions["system"].isChecked()
-        window.palette_actions["dark"].trigger()
-        assert theme().dark and window.palette_actions["dark"].isChecked()
+        assert window.menus.palette_actions["system"].isChecked()
+        window.menus.palette_actions["dark"].trigger()
+        assert theme().dark and window.menus.palette_actions["dark"].isChecked()
         dark_window = Theme.named("dark").roles["window"]
         qtbot.waitUntil(lambda: window.palette().color(QPalette.ColorRole.Window).name() == dark_window)
         settings.sync()
         assert Settings(settings._qs.fileName()).palette() == "dark"  # the next run starts dark
-        window.palette_actions["light"].trigger()
+        window.menus.palette_actions["light"].trigger()
         assert not theme().dark and settings.palette() == "light"
     finally:
         window.close()

@@ -105,7 +105,7 @@ def test_ways_in_from_the_window(qtbot, window, pair):
     for v in (view2, view3):
         qtbot.waitUntil(lambda v=v: not v.busy, timeout=20_000)
     window.close_tab(window.tabs.indexOf(view3))  # closing releases the view's files
-    assert any(a.text() == "Compare With…" for a in window.menu("Tools").actions())
+    assert any(a.text() == "Compare With…" for a in window.menus.menu("Tools").actions())
 
 
 def test_sections_weights_and_other_entries(qtbot, tmp_path):

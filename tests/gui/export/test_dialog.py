@@ -24,7 +24,7 @@ def _open_dialog(qtbot, window, path) -> ExportDialog:
     flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
     tree.selectionModel().select(labels["decoder"], flags)  # a module group: every tensor below it
     tree.selectionModel().select(labels["step"], flags)
-    action = next(a for a in window.menu("File").actions() if a.text() == "Export…")
+    action = next(a for a in window.menus.menu("File").actions() if a.text() == "Export…")
     assert action.shortcut().toString() == export_dialog.SHORTCUT
     action.trigger()
     dialog = window.findChild(ExportDialog)

@@ -171,9 +171,9 @@ def test_compare_needs_its_own_consent_naming_both_files(qtbot, mlp_files, tmp_p
     panel = RunPanel(path=mlp_files["full"], devices=list_devices(),
                      confirm_trust=lambda items: asked.append(items) or False)
     qtbot.addWidget(panel)
-    main_findings = panel._source.findings
+    main_findings = panel.state.source.findings
     assert f"{MODULE}.Marked" in main_findings
-    panel.trusted[mlp_files["full"]] = main_findings  # the main file was trusted before
+    panel.state.trusted[mlp_files["full"]] = main_findings  # the main file was trusted before
     panel.input_edit.setText("2,20")
     panel.compare_edit.setText(str(stranger))
     with qtbot.waitSignal(panel.runFailed) as blocker:
@@ -181,7 +181,7 @@ def test_compare_needs_its_own_consent_naming_both_files(qtbot, mlp_files, tmp_p
     assert blocker.args[0] == "not run: the file was not trusted"
     ((path, names),) = asked[0]  # only the file not yet trusted is asked about
     assert path == str(stranger) and names == ["posix.system"]
-    panel.trusted.clear()
+    panel.state.trusted.clear()
     asked.clear()
     assert panel.start_run() is False
     assert [p for p, _ in asked[0]] == [mlp_files["full"], str(stranger)]
@@ -215,7 +215,7 @@ def test_input_probe_does_not_load_an_unsafe_graph(qtbot, tmp_path, monkeypatch)
     monkeypatch.setattr(runner, "execute", lambda *a, **k: started.append(a) or iter(()))
     panel = RunPanel(path=path, devices=list_devices())
     qtbot.addWidget(panel)
-    assert "posix.system" in panel._source.findings
+    assert "posix.system" in panel.state.source.findings
     assert panel.source_label.text().endswith("its pickles name code (posix.system): it runs only if you trust it")
     panel.show()
     qtbot.waitUntil(lambda: panel.input_edit.text() == "x:2,4@float32=normal")  # from the JSON, nothing loaded

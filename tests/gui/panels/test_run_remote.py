@@ -143,7 +143,7 @@ def test_cancel_stops_reading_the_config(qtbot, served) -> None:
             assert panel.status_label.text() == "cancelling…"
             served.hang.set()  # the request in flight returns; the job stops at its next check
         assert "cancelled" in blocker.args[0] and "give model code" in blocker.args[0]
-        assert panel._arch is None and panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
+        assert panel.state.arch is None and panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
         assert wait_for_workers(30_000)
     finally:
         served.hang = None

@@ -120,7 +120,7 @@ def test_window_opens_a_run_from_the_command_line_and_closing_cancels(qtbot, set
     qtbot.addWidget(window)
     tab = window.tabs.currentWidget()
     assert isinstance(tab, SeriesTab) and window.tabs.tabText(window.tabs.currentIndex()) == "Series: run"
-    assert window.open_series_action in window.menus["File"].actions()
+    assert window.menus.open_series_action in window.menus["File"].actions()
     qtbot.waitUntil(lambda: tab.state != "loading", timeout=60_000)
     assert tab.result is not None and tab.result.done == 3
     # A second series tab, closed at once: its reading stops and nothing fires into the deleted tab.

@@ -71,6 +71,10 @@ class ViewState:
         """Reading the graph was cancelled (it may be read again)."""
         self.status = Status.CANCELLED
 
+    def may_read(self) -> bool:
+        """The graph may be read: none is read nor being read (again after a failure or a cancel)."""
+        return self.status not in (Status.LOADING, Status.READY)
+
     def ready(self, hierarchy: Hierarchy) -> Reveal | None:
         """The graph arrived: the first view's modules, or what a selection made while loading asks for."""
         self.hierarchy, self.status = hierarchy, Status.READY

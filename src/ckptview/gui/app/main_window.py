@@ -4,36 +4,27 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import (
-    QAction,
-    QActionGroup,
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
-    QGuiApplication,
     QIcon,
-    QKeySequence,
 )
 from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
-    QMenu,
-    QMessageBox,
     QProgressBar,
     QStackedWidget,
     QStyle,
     QTabWidget,
-    QToolBar,
     QWidget,
 )
 
-from ckptview import __version__
 from ckptview.core.checkpoint import Node
 from ckptview.core.graph import GraphCache
 from ckptview.core.inspect.order_cache import ParamOrderCache
@@ -47,9 +38,10 @@ from ckptview.core.sweep.runner import Placement
 from ckptview.core.text import printable
 from ckptview.core.units import plural
 from ckptview.gui.app.compute_on import choose_compute
+from ckptview.gui.app.menus import ActionSpec, WindowHost, WindowMenus
 from ckptview.gui.app.start_page import StartPage
 from ckptview.gui.base.gc_guard import collect_when_deleted, install_gc_guard
-from ckptview.gui.base.palette import Theme, apply_palette, on_palette_change, tinted
+from ckptview.gui.base.palette import apply_palette
 from ckptview.gui.base.settings import Settings
 from ckptview.gui.base.tab import Tab, tabs_in
 from ckptview.gui.base.workers import file_events
@@ -80,16 +72,6 @@ FILE_FILTER = ("Checkpoints (*.pth *.pt *.ckpt *.bin *.safetensors *.gguf *.pt2 
 # is the extension point, and mypy checks every entry); a new panel is a class taking a CheckpointContext
 # (gui/checkpoint/host.py) and a line here. ACTIONS are menu items whose callback gets the window.
 # MainWindow(panels=..., actions=...) takes others (tests add their own).
-
-
-@dataclass(frozen=True)
-class ActionSpec:
-    """A menu item: its menu, its text, `callback(window)` when triggered, and an optional shortcut."""
-
-    menu: str
-    text: str
-    callback: Callable[[Any], object]
-    shortcut: str | None = None
 
 
 PANELS = [
@@ -127,7 +109,6 @@ class MainWindow(QMainWindow):
         install_gc_guard()  # garbage (closed tabs, plots) is collected on this thread, never a worker's
         self.settings = settings or Settings()
         self._panels = sorted(panels, key=lambda p: p.order)  # every tab's side panels (`TabHost.panels`)
-        self._actions = list(actions)
         # This window's open checkpoints, shared by its tabs (`TabHost`), and how its URLs are read (the
         # command line's --download, --deadline, ...).
         # The parameter orders libraries told (a Trainer folder's optimizer named by them), kept between runs.
@@ -162,10 +143,8 @@ class MainWindow(QMainWindow):
         self.pages.addWidget(self.tabs)
         self.setCentralWidget(self.pages)
         self._build_status_bar()
-        self._build_actions()
-        on_palette_change(self, self._tint_icons)
-        self._build_menus()
-        self._build_toolbar()
+        host: WindowHost = self  # mypy checks here that the window gives its menus what their actions call
+        self.menus = WindowMenus(self, host, actions)  # the menus, their actions, the toolbar (gui/app/menus.py)
         self._update_start_page()  # none open yet: the start page, the actions on a tab waiting for one
         # Opened files whose tab is in the background wait here and are built one per event-loop turn.
         self._build_queue: list[CheckpointTab] = []
@@ -200,12 +179,6 @@ class MainWindow(QMainWindow):
     def _icon(self, pixmap: QStyle.StandardPixmap) -> QIcon:
         return self.style().standardIcon(pixmap)
 
-    def _tint_icons(self, current: Theme) -> None:
-        """The toolbar's black arrows drawn in the palette's text colour (they vanished on dark)."""
-        sp = QStyle.StandardPixmap
-        for action, pixmap in ((self.expand_action, sp.SP_ArrowDown), (self.collapse_action, sp.SP_ArrowUp)):
-            action.setIcon(tinted(self._icon(pixmap), current.color("window_text")))
-
     def _build_status_bar(self) -> None:
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
@@ -233,146 +206,12 @@ class MainWindow(QMainWindow):
         if self.transfer_label.text() != text:
             self.transfer_label.setText(text)
 
-    def _action(self, text: str, slot: Any, shortcut: Any = None, icon: QIcon | None = None) -> QAction:
-        action = QAction(text, self)
-        if icon is not None:
-            action.setIcon(icon)
-        if shortcut is not None:
-            action.setShortcut(QKeySequence(shortcut))
-        action.triggered.connect(lambda _checked=False: slot())
-        self.addAction(action)  # shortcuts work even while the menu bar is hidden
-        return action
-
-    def _build_actions(self) -> None:
-        sp = QStyle.StandardPixmap
-        self.open_action = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
-                                        self._icon(sp.SP_DialogOpenButton))
-        self.example_action = self._action("Open &Example", self.open_example)
-        self.open_series_action = self._action("Open &Series…", self.open_series_dialog)
-        self.open_url_action = self._action("Open &URL…", self.open_url_dialog, "Ctrl+L")
-        self.reload_action = self._action("&Reload", self.reload_current_tab, "Ctrl+R",
-                                          self._icon(sp.SP_BrowserReload))
-        self.reload_action.setStatusTip("Open the current tab's file again, keeping the selection")
-        self.close_action = self._action("&Close Tab", self.close_current_tab, "Ctrl+W",
-                                         self._icon(sp.SP_DialogCloseButton))
-        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
-        self.find_action = self._action("&Find…", self.focus_filter, "Ctrl+F",
-                                        self._icon(sp.SP_FileDialogContentsView))
-        self.expand_action = self._action("&Expand All", lambda: self._on_tab(CheckpointTab.expand_all), "Ctrl+E",
-                                          self._icon(sp.SP_ArrowDown))
-        self.collapse_action = self._action("Co&llapse All", lambda: self._on_tab(CheckpointTab.collapse_all),
-                                            "Ctrl+Shift+E", self._icon(sp.SP_ArrowUp))
-        self.graph_action = self._action("&Graph", lambda: self._on_tab(CheckpointTab.toggle_graph), "Ctrl+G")
-        self.graph_action.setStatusTip("Show the model's graph beside the tree, or the panels again")
-        self.next_tab_action = self._action("&Next Tab", lambda: self._cycle_tab(1), "Ctrl+Tab")
-        self.prev_tab_action = self._action("&Previous Tab", lambda: self._cycle_tab(-1), "Ctrl+Shift+Tab")
-        self.about_action = self._action("&About ckptview", self.about)
-
-    def _build_menus(self) -> None:
-        self.menus: dict[str, QMenu] = {}
-        file_menu = self.menu("File")
-        file_menu.addAction(self.open_action)
-        file_menu.addAction(self.open_url_action)
-        self.recent_menu = file_menu.addMenu("Open &Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
-        self._fill_recent_menu()
-        file_menu.addAction(self.example_action)
-        file_menu.addAction(self.open_series_action)
-        file_menu.addAction(self.reload_action)
-        file_menu.addSeparator()
-        file_menu.addAction(self.close_action)
-        file_menu.addSeparator()
-        file_menu.addAction(self.quit_action)
-        self.menu("Edit").addAction(self.find_action)
-        view = self.menu("View")
-        for action in (self.expand_action, self.collapse_action, self.graph_action, None, self.next_tab_action,
-                       self.prev_tab_action):
-            view.addSeparator() if action is None else view.addAction(action)
-        view.addSeparator()
-        self._build_palette_menu(view)
-        for spec in self._actions:
-            action = self._action(spec.text, lambda spec=spec: spec.callback(self), spec.shortcut)
-            if spec.menu.replace("&", "") == "File":  # keep Close and Quit at the bottom of File
-                file_menu.insertAction(self.close_action, action)
-            else:
-                self.menu(spec.menu).addAction(action)
-        self.menu("Help").addAction(self.about_action)
-
-    def _build_palette_menu(self, view: QMenu) -> None:
-        """View > Palette: the system's choice, light or dark; kept in settings (`view/palette`)."""
-        menu = view.addMenu("&Palette")
-        group = QActionGroup(self)
-        group.setExclusive(True)
-        self.palette_actions: dict[str, QAction] = {}
-        for choice, text in (("system", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark")):
-            action = menu.addAction(text)
-            action.setCheckable(True)
-            action.setChecked(choice == self.settings.palette())
-            action.triggered.connect(lambda _checked=False, choice=choice: self.set_palette(choice))
-            group.addAction(action)
-            self.palette_actions[choice] = action
-        hints = QGuiApplication.styleHints()
-        hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
-
     def set_palette(self, choice: str) -> None:
         """Use the palette `choice` ("system", "light" or "dark") now and in later runs."""
         self.settings.set_palette(choice)
         self.settings.sync()
         apply_palette(self.settings.palette())
-        action = self.palette_actions.get(self.settings.palette())
-        if action is not None and not action.isChecked():
-            action.setChecked(True)
-
-    def _on_color_scheme_changed(self, _scheme: Any) -> None:
-        if self.settings.palette() == "system":  # the desktop switched between light and dark
-            apply_palette("system")
-
-    def menu(self, title: str) -> QMenu:
-        """The menu called `title` ("File", "Tools", ...), created when missing (Help stays last)."""
-        key = title.replace("&", "")
-        if key not in self.menus:
-            menu = QMenu(f"&{key}", self)
-            help_menu = self.menus.get("Help")
-            if help_menu is not None:
-                self.menuBar().insertMenu(help_menu.menuAction(), menu)
-            else:
-                self.menuBar().addMenu(menu)
-            self.menus[key] = menu
-        return self.menus[key]
-
-    def _build_toolbar(self) -> None:
-        """Open, Expand, Collapse and Find, at the right end of the menu bar: a row of its own cost 32 px
-        of a 640 px screen (the histograms' room). A native menu bar (macOS) holds no widgets: a toolbar."""
-        bar = QToolBar("Main")
-        bar.setObjectName("mainToolbar")
-        bar.setMovable(False)
-        bar.setIconSize(QSize(16, 16))
-        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for action in (self.open_action, None, self.expand_action, self.collapse_action, None, self.find_action):
-            bar.addSeparator() if action is None else bar.addAction(action)
-        self.toolbar = bar
-        if self.menuBar().isNativeMenuBar():
-            self.addToolBar(bar)
-        else:
-            bar.setStyleSheet("QToolBar { border: none; padding: 0; spacing: 2px; }")
-            bar.setContentsMargins(0, 0, 0, 0)
-            self.menuBar().setCornerWidget(bar, Qt.Corner.TopRightCorner)
-
-    def _fill_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        files = self.settings.recent_files()
-        for i, path in enumerate(files):
-            name = printable(os.path.basename(path)).replace("&", "&&")
-            label = f"&{i + 1} {name}" if i < 9 else name
-            action = self.recent_menu.addAction(label)
-            action.triggered.connect(lambda _checked=False, p=path: self.open_paths([p]))
-            action.setToolTip(printable(path))
-            action.setStatusTip(printable(path))
-        if files:
-            self.recent_menu.addSeparator()
-            self.recent_menu.addAction("Clear Recent", self.settings.clear_recent)
-        else:
-            self.recent_menu.addAction("No recent files").setEnabled(False)
+        self.menus.check_palette(self.settings.palette())
 
     # --- opening ---------------------------------------------------------------------------------
     def open_paths(self, paths: Iterable[str]) -> list[CheckpointTab]:
@@ -426,11 +265,7 @@ class MainWindow(QMainWindow):
 
     def _update_tab_actions(self) -> None:
         """Actions on the current tab are enabled only when there is one they act on (not on the start page)."""
-        checkpoint = self.current_tab() is not None
-        for action in (self.expand_action, self.collapse_action, self.find_action, self.graph_action,
-                       self.reload_action):
-            action.setEnabled(checkpoint)
-        self.close_action.setEnabled(self.tabs.count() > 0)
+        self.menus.enable_for(self.current_tab() is not None, self.tabs.count() > 0)
 
     def _on_tab_status(self, tab: QWidget, text: str) -> None:
         """A tab's message: kept with the tab, shown only while that tab is the current one."""
@@ -632,10 +467,6 @@ class MainWindow(QMainWindow):
         if self.tabs.count():
             self.close_tab(self.tabs.currentIndex())
 
-    def _cycle_tab(self, step: int) -> None:
-        if self.tabs.count() > 1:
-            self.tabs.setCurrentIndex((self.tabs.currentIndex() + step) % self.tabs.count())
-
     def _on_current_changed(self, index: int) -> None:
         widget = self.tabs.widget(index)
         if isinstance(widget, CheckpointTab):
@@ -647,20 +478,6 @@ class MainWindow(QMainWindow):
         self._update_tab_actions()
         # The status bar speaks for the current tab only: another tab's message must not linger there.
         self.statusBar().showMessage(self._tab_status.get(widget, "") if widget is not None else "")
-
-    def _on_tab(self, action: Callable[[CheckpointTab], object]) -> None:
-        tab = self.current_tab()
-        if tab is not None:
-            action(tab)
-
-    def focus_filter(self) -> None:
-        """Ctrl+F: the current tab's filter box."""
-        self._on_tab(CheckpointTab.focus_filter)
-
-    def about(self) -> None:
-        """Help > About."""
-        QMessageBox.about(self, "About ckptview",
-                          f"<b>ckptview {__version__}</b><p>Browse PyTorch checkpoints without executing them.</p>")
 
     # --- drag and drop, closing --------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

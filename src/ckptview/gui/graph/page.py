@@ -48,7 +48,7 @@ from ckptview.core.graph.dot import INFERRED
 from ckptview.core.graph.layout import INSTALL_HINT, LayoutCache, NoLayoutEngine, engines
 from ckptview.core.graph.model_explorer import NodeData, box_values
 from ckptview.core.graph.overlay import NONFINITE, Figure, KeyFigures, scale_of
-from ckptview.core.graph.view_state import Reveal, ViewState, around, describe_box, step
+from ckptview.core.graph.view_state import Reveal, Status, ViewState, around, describe_box, step
 from ckptview.core.jobs import Progress
 from ckptview.core.text import printable
 from ckptview.core.units import plural
@@ -109,6 +109,7 @@ class GraphPage(QWidget):
         self.graph_slot.yielded.connect(self._on_progress)
         self.graph_slot.returned.connect(self._on_graph)
         self.graph_slot.errored.connect(self._on_graph_error)
+        self.graph_slot.aborted.connect(lambda: self.state.cancelled())  # the state is replaced by a trace
         self.layout_slot.yielded.connect(self._on_progress)
         self.layout_slot.returned.connect(self._on_laid)
         self.layout_slot.errored.connect(lambda exc: self._say(
@@ -242,9 +243,10 @@ class GraphPage(QWidget):
     # -- reading and laying out ------------------------------------------------------------------------
     def start(self) -> None:
         """Read the graph in a worker (once; again after it was cancelled)."""
-        if self.hierarchy is None and not self.graph_slot.running:
+        if self.state.may_read():
             if not engines():
-                self.source_label.setText(f"Drawing a graph needs a layout library: {INSTALL_HINT}")
+                self.state.failed(f"Drawing a graph needs a layout library: {INSTALL_HINT}")
+                self.source_label.setText(self.state.message)
                 return
             self.state.loading()
             self.retry_button.hide()
@@ -255,7 +257,7 @@ class GraphPage(QWidget):
     def trace_code(self, spec: str) -> None:
         """Draw the graph of your model code `spec` (`path/file.py:Class`), traced in the worker as a run with
         model code loads it; the checkpoint's keys are placed on it."""
-        if self.checkpoint is None or self.graph_slot.running:
+        if self.checkpoint is None or self.state.status is Status.LOADING:
             return
         self._job = code_graph_job(spec)
         self.state = ViewState(pending=list(self.state.pending))
@@ -625,6 +627,8 @@ class GraphPage(QWidget):
         """Stop every job (the tab is closing or reloading)."""
         for slot in (self.graph_slot, self.layout_slot, self.overlay_slot, self.file_slot):
             slot.cancel()
+        if self.state.status is Status.LOADING:
+            self.state.cancelled()  # read again when asked
 
     def item_rect(self, key: str) -> QRectF | None:
         """The scene rectangle of the box of `key` (tests, screenshots)."""

@@ -36,18 +36,18 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
-from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
 from ckptview.core.run import request as runner
-from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
+from ckptview.core.run.architectures import Architecture
 from ckptview.core.run.devices import DeviceInfo, parse_device
 from ckptview.core.run.fetch import recognize_url
 from ckptview.core.run.input_specs import InputSpecError, describe_inputs, parse_input_specs
 from ckptview.core.run.model_classes import ModelClass, ModelCodeError, classes_in_file
 from ckptview.core.run.process import RunError, phase_words
 from ckptview.core.run.result import RunResult, partial_words, result_json_text, result_lines
-from ckptview.core.run.state_dict import find_state_dict, state_dict_tensors, suggest_inputs
+from ckptview.core.run.state_dict import find_state_dict, suggest_inputs
+from ckptview.core.run.view_state import DEFAULT_DEVICES, Line, ModelLine, Phase, RunViewState
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
 from ckptview.gui.base.palette import color
@@ -57,9 +57,6 @@ from ckptview.gui.checkpoint.host import CheckpointContext
 
 COLUMNS = ("output", "shape", "dtype", "device", "mean", "std", "min", "max", "NaN", "Inf", "first values",
            "max |Δ| vs second")
-# Before the worker has listed the machine's devices, these two always exist.
-DEFAULT_DEVICES = [DeviceInfo("cpu", "cpu", True, description="CPU"),
-                   DeviceInfo("meta", "meta", True, description="shape-only dry run: no memory, no values")]
 # Devices probed once per session (a probe starts a worker process); panels share it.
 _probed_devices: list[DeviceInfo] | None = None
 
@@ -132,21 +129,20 @@ class RunPanel(QWidget):
         super().__init__(parent)
         self.context = context
         self.path = path or (context.path if context is not None else "")
+        # What the panel shows and allows, without Qt (core/run/view_state.py): this widget renders it.
+        self.state = RunViewState(self.path)
         # Asked with [(path, findings), ...] for every file torch would load that needs consent.
         self.confirm_trust = confirm_trust or (lambda items: ask_trust(self, items))
         # Asked with (model file, its classes) when the file defines more than one candidate.
         self.pick_class = pick_class or (lambda file, classes: ask_model_class(self, file, classes))
-        self.trusted: dict[str, list[str]] = {}  # path -> the findings the user accepted for it
-        self.result: RunResult | None = None
-        self.last_error = ""
         # Run jobs mostly wait on a worker process, for as long as a run takes: `waits` slots run them in a
         # pool of their own, so they never hold the threads that statistics and histograms need.
         self.run_job = JobSlot(self, waits=True)
         self.run_job.yielded.connect(self._on_progress)
         self.run_job.returned.connect(self._on_result)
-        self.run_job.errored.connect(lambda exc: self._show_error(str(exc)))
-        self.run_job.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
-        self.run_job.busy.connect(lambda busy: None if busy else self._set_running(False))
+        self.run_job.errored.connect(lambda exc: self._show_error(str(exc), self.state.failed))
+        self.run_job.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped", self.state.cancelled))
+        self.run_job.busy.connect(lambda busy: None if busy else self._show_buttons(ended=True))
         self.probe_job = JobSlot(self, waits=True)  # the devices, listed in a worker process
         self.probe_job.returned.connect(_remember_devices)
         self.probe_job.returned.connect(self.set_devices)
@@ -163,12 +159,8 @@ class RunPanel(QWidget):
         self._worker: GeneratorWorker | None = None  # the run in flight
         self._inspect: GeneratorWorker | None = None
         self._recognize: GeneratorWorker | None = None
-        self._recognizing = False  # until its result (or error) has reached this thread
         self._probe_wanted = devices is None
         self._prefill_wanted = True
-        self._source: runner.SourceInfo | None = None
-        self._arch: Architecture | None = None  # a state dict's architecture, named by its config.json
-        self._refused = ""  # why a state dict's folder names no architecture ckptview builds
         self._build()
         self.set_devices(devices or DEFAULT_DEVICES)
         self._describe_source()
@@ -278,7 +270,7 @@ class RunPanel(QWidget):
 
     def set_devices(self, devices: list[DeviceInfo]) -> None:
         """Fill the device combo; unavailable devices are greyed out with the reason as tooltip."""
-        current = self.device_combo.currentData()
+        chosen = self.state.offer(devices, self.device_combo.currentData())
         self.device_combo.clear()
         model = self.device_combo.model()
         for dev in devices:
@@ -292,22 +284,15 @@ class RunPanel(QWidget):
             if not dev.available and isinstance(model, QStandardItemModel):
                 item = model.item(row)
                 item.setEnabled(False)
-        names = [d.name for d in devices if d.available]
-        self.select_device(current if current in names else names[0] if names else "cpu")
+        self.select_device(chosen)
         self.devicesChanged.emit()
 
     def select_device(self, name: str) -> bool:
         """Select `name` when it is listed and available."""
         index = self.device_combo.findData(name)
-        if index < 0 or not self._item_enabled(index):
+        if index < 0 or not self.state.available(name):
             return False
         self.device_combo.setCurrentIndex(index)
-        return True
-
-    def _item_enabled(self, index: int) -> bool:
-        model = self.device_combo.model()
-        if isinstance(model, QStandardItemModel):
-            return model.item(index).isEnabled()
         return True
 
     def device(self) -> str:
@@ -331,75 +316,35 @@ class RunPanel(QWidget):
     # ------------------------------------------------------------------------------------ source and inputs
 
     def _describe_source(self) -> None:
-        if not self.path:
-            self.source_label.setText("no checkpoint")
-            return
-        try:
-            self._source = runner.classify_source(self.path, checkpoint=self._checkpoint())
-        except CheckpointError as exc:
-            self._source = None
-            self.source_label.setText(str(exc))
-            return
-        self._arch, self._refused = self._architecture()
+        if self.path:
+            try:
+                self.state.classified(runner.classify_source(self.path, checkpoint=self._checkpoint()))
+            except CheckpointError as exc:
+                self.state.classified(None, str(exc))
+            else:
+                self.state.name_local(self._checkpoint())
         self._show_source()
-        needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE, runner.LIGHTNING)
+        if self.state.source is None:
+            return
+        needs_code = self.state.needs_code()
         self.model_edit.setEnabled(needs_code)
         self.model_browse.setEnabled(needs_code)
         self.kwargs_edit.setEnabled(needs_code)
 
-    def _show_source(self, pending: str = "") -> None:
+    def _show_source(self) -> None:
         """The Model line: what the file is, the architecture its library names (or why none), what runs."""
-        if self._source is None:
-            return
-        words = SOURCE_WORDS[self._source.kind]
-        if self._source.lightning is not None:
-            words = printable(lightning_words(self._source))  # its version and class come from the file
-        if pending:
-            words = f"state dict: {pending}"
-        elif self._arch is not None and self._arch.library == "ckptview":
-            words = ("the bundled example: ckptview's own MLP (Linear 20→256, ReLU, Linear 256→10) runs it; "
-                     "Run needs nothing more")
-        elif self._arch is not None:
-            words = (f"state dict: {self._arch.describe()}, built by the installed library "
-                     f"(or give model code below)")
-        elif self._refused:
-            words = f"state dict: {self._refused}"
-        programs = self._source.programs
-        if programs and self._source.kind != runner.LIGHTNING:  # TorchScript, .pt2 programs, libraries: asked once
-            words += f"; loading it runs code from the file ({printable(_shown(programs))}), only if you trust it"
-        found = [f for f in self._source.findings if f not in programs]
-        if found and self._source.kind not in (runner.PICKLE, runner.LIGHTNING):
-            words += f"; its pickles name code ({printable(_shown(found))}): it runs only if you trust it"
-        self.source_label.setText(words)
-
-    def _architecture(self) -> tuple[Architecture | None, str]:
-        """The architecture a state dict's config.json names (read as data), or the reason it cannot run."""
-        if self._source is None or self._source.kind != runner.STATE_DICT or not self.path or is_url(self.path):
-            return None, ""
-        try:
-            checkpoint = self._checkpoint()
-            tensors = state_dict_tensors(self.path, checkpoint)  # the tab's, else read (metadata only)
-            arch = recognize(self.path, tensors)
-            if arch is not None and (missing := missing_library(arch)):
-                return None, missing
-            return arch, ""
-        except ArchitectureRefused as exc:
-            return None, str(exc)
-
-    def _remote_state_dict(self) -> bool:
-        return self._source is not None and self._source.kind == runner.STATE_DICT and is_url(self.path)
+        self.source_label.setText(model_words(self.state.model_line(), self.state.source))
 
     def recognize_remote(self) -> bool:
         """A URL's architecture, as for a local folder, but its config.json is fetched in a worker (progress
         in the status line, Cancel stops it); on the way Run waits. False when there is nothing to fetch."""
-        if not self._remote_state_dict() or self._busy():
+        if not self.state.fetches_config() or not self.state.recognizing("reading the model's config.json…"):
             return False
         checkpoint = self._checkpoint()  # the open tab's keys and shapes (metadata in memory, no I/O)
         tensors = find_state_dict(checkpoint)[1] if checkpoint is not None else None
-        self._recognizing = True
-        self._show_source(pending="reading the model's config.json…")
+        self._show_source()
         self.status_label.setText("reading the model's config.json…")
-        self._set_running(True)
+        self._show_buttons()
         self._recognize = self.recognize_job.start(recognize_url, self.path, tensors, options=self._remote())
         return True
 
@@ -409,14 +354,14 @@ class RunPanel(QWidget):
             self.status_label.setText(_escape(printable(redact(progress.message) + done)) + "…")
 
     def _on_recognized(self, arch: Architecture | None) -> None:
-        self._arch, self._refused, self._recognizing = arch, "", False
+        self.state.named(arch)
         self._show_source()
         self.status_label.setText("")
         if arch is not None:
             self._declared_placeholder()
         elif self._checkpoint() is not None:  # no config names one: the first layer's guess, as for a local file
             self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
-        self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
+        self._show_buttons()  # the answer is here: Run is offered before anyone hears of it
         self.recognitionFinished.emit(self.source_label.text())
 
     def _recognition_failed(self, message: str, error: bool = False) -> None:
@@ -424,13 +369,13 @@ class RunPanel(QWidget):
         if error and self._recognize is not None and self._recognize.token.cancelled:
             message, error = CANCELLED_CONFIG, False  # the request Cancel cut short failed on its way out
         message = window_words(redact(message.splitlines()[0] if message else "unknown error"))
-        self._arch, self._refused, self._recognizing = None, message, False
+        self.state.named(None, message)
         self._show_source()
         self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>"
                                   if error
                                   else "")
         self.status_label.setToolTip(message if error else "")
-        self._set_running(False)  # the answer is here: Run is offered before anyone hears of it
+        self._show_buttons()  # the answer is here: Run is offered before anyone hears of it
         self.recognitionFinished.emit(self.source_label.text())
 
     def _checkpoint(self) -> Any:
@@ -439,14 +384,14 @@ class RunPanel(QWidget):
 
     def prefill_inputs(self) -> None:
         """Fill the input field from the graph (TorchScript/.pt2, read in a worker) or a first-layer guess."""
-        if self.input_edit.text() or not self.path or self._source is None:
+        if self.input_edit.text() or not self.path or self.state.source is None:
             return
-        if self._source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
+        if self.state.source.kind in (runner.TORCHSCRIPT, runner.EXPORT):
             # ckptview's own reading of the graph (the .pt2's JSON); nothing is loaded, nothing from the file runs.
             self._inspect = self.inspect_job.start(runner.inspect_inputs, self.path)
-        elif self._arch is not None:
+        elif self.state.arch is not None:
             self._declared_placeholder()  # what the model declares, decided where the model is (the worker)
-        elif self._recognizing:
+        elif self.state.phase is Phase.RECOGNIZING:
             pass  # the architecture's inputs, or the guess, when its config.json has been read
         else:
             self._set_prefill(suggest_inputs(self.path, self._checkpoint()))
@@ -472,12 +417,12 @@ class RunPanel(QWidget):
         try:
             classes = classes_in_file(path)
         except ModelCodeError as exc:
-            self._show_error(str(exc))
+            self._show_error(str(exc), self.state.refused_start)
             return False
         modules = [c for c in classes if c.is_module]
         candidates = modules + [c for c in classes if not c.is_module]
         if not candidates:
-            self._show_error(f"{os.path.basename(path)} defines no class")
+            self._show_error(f"{os.path.basename(path)} defines no class", self.state.refused_start)
             return False
         name = candidates[0].name if len(modules) == 1 or len(candidates) == 1 else self.pick_class(path, candidates)
         if not name:
@@ -513,37 +458,36 @@ class RunPanel(QWidget):
 
     def start_run(self) -> bool:
         """Start the job off the GUI thread; False (with the reason shown) when it cannot start."""
-        if self._busy():
+        if not self.state.can_start():
             return False
         try:
             request = self.build_request()
             source = runner.classify_source(request.path, request.model, self._checkpoint())
             # model code (or an architecture its library knows) first; consent below
-            runner.check_trust(source, True, bool(request.model) or self._arch is not None)
+            runner.check_trust(source, True, bool(request.model) or self.state.arch is not None)
             second = runner.compare_source(source, request.compare_path)
-            wanted = [(p, found) for p, found in ((request.path, source.findings),
-                                                  (request.compare_path, second.findings if second else []))
-                      if p and found and self.trusted.get(p) != found]
+            wanted = self.state.consent_wanted([(request.path, source.findings),
+                                                (request.compare_path, second.findings if second else [])])
             if wanted:
                 if not self.confirm_trust(wanted):
                     self._show_error("not run: " + ("the files were" if len(wanted) > 1 else "the file was")
-                                     + " not trusted")
+                                     + " not trusted", self.state.refused_start)
                     return False
-                self.trusted.update(dict(wanted))
+                self.state.consented(wanted)
             if source.findings:
-                request.trust, request.trusted_findings = True, self.trusted[request.path]
+                request.trust, request.trusted_findings = True, self.state.trusted[request.path]
             if second is not None and second.findings and request.compare_path:
                 request.trust_compare = True
-                request.compare_trusted_findings = self.trusted[request.compare_path]
+                request.compare_trusted_findings = self.state.trusted[request.compare_path]
         except CheckpointError as exc:
-            self._show_error(str(exc))
+            self._show_error(str(exc), self.state.refused_start)
             return False
-        self.result = None
+        self.state.starting()
         self.copy_button.setEnabled(False)
         self.table.setRowCount(0)
         self.summary_label.setText("")
         self.status_label.setText("starting the worker…")
-        self._set_running(True)
+        self._show_buttons()
         self._worker = self.run_job.start(runner.run_iter, request, remote=self._remote())
         return True
 
@@ -554,9 +498,9 @@ class RunPanel(QWidget):
 
     def copy_result(self) -> bool:
         """Put the last result on the clipboard as `ckptview run --json` prints it; False when there is none."""
-        if self.result is None:
+        if self.state.result is None:
             return False
-        QGuiApplication.clipboard().setText(result_json_text(self.result))
+        QGuiApplication.clipboard().setText(result_json_text(self.state.result))
         return True
 
     def cancel_run(self) -> None:
@@ -566,33 +510,43 @@ class RunPanel(QWidget):
                 self.status_label.setText("cancelling…")
                 job.stop()
 
+    @property
+    def result(self) -> RunResult | None:
+        """The last run's result (None before one, while one runs, after an error)."""
+        return self.state.result
+
+    @property
+    def last_error(self) -> str:
+        """The last error shown, one line."""
+        return self.state.error
+
     def is_running(self) -> bool:
-        """True while a job is in flight."""
-        return self._worker is not None and not self._worker.is_done
+        """True while a run is in flight."""
+        return self.state.running()
 
-    def _busy(self) -> bool:
-        """A run, or the reading of a URL's config.json, is in flight: Run waits for it."""
-        return self.is_running() or self._recognizing
-
-    def _set_running(self, running: bool) -> None:
-        self.run_button.setEnabled(not running)
-        self.cancel_button.setEnabled(running)
-        if not running:
+    def _show_buttons(self, ended: bool = False) -> None:
+        """Run while it may start, Cancel while something is in flight (`ended`: the run's job is over)."""
+        if ended:
+            self.state.ended()
             self._worker = None
+        self.run_button.setEnabled(self.state.can_start())
+        self.cancel_button.setEnabled(self.state.busy)
 
     def _on_progress(self, progress: object) -> None:
+        self.state.progressed()
         if isinstance(progress, Progress) and progress.message:
             self.status_label.setText(f"{phase_words(progress.message)}…")
 
-    def _show_error(self, message: str) -> None:
+    def _show_error(self, message: str, record: Callable[[str], None]) -> None:
+        """Show an error; `record` is the state's word for what it ended (a run failed, cancelled, refused)."""
         message = window_words(message)
-        self.last_error = message
+        record(message)
         self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>")
         self.status_label.setToolTip(message)
         self.runFailed.emit(message)
 
     def _on_result(self, result: RunResult) -> None:
-        self.result = result
+        self.state.finished(result)
         self.copy_button.setEnabled(True)
         device = _escape(printable(result.device))
         partial = result.partial or []
@@ -622,6 +576,32 @@ class RunPanel(QWidget):
                 self.table.setItem(row, col, QTableWidgetItem(printable(text)))
         self.table.resizeColumnsToContents()
         self.runFinished.emit(result)
+
+
+def model_words(line: ModelLine, source: runner.SourceInfo | None) -> str:
+    """The Model line's words for the state's `ModelLine`: what the file is, the architecture its library
+    names (or why none), what trusting it runs."""
+    if line.line is Line.NO_CHECKPOINT:
+        return "no checkpoint"
+    if line.line is Line.UNREADABLE or source is None:
+        return line.detail
+    words = SOURCE_WORDS[line.kind]
+    if source.lightning is not None:
+        words = printable(lightning_words(source))  # its version and class come from the file
+    if line.line is Line.PENDING:
+        words = f"state dict: {line.detail}"
+    elif line.line is Line.BUNDLED:
+        words = ("the bundled example: ckptview's own MLP (Linear 20→256, ReLU, Linear 256→10) runs it; "
+                 "Run needs nothing more")
+    elif line.line is Line.ARCHITECTURE:
+        words = f"state dict: {line.detail}, built by the installed library (or give model code below)"
+    elif line.line is Line.REFUSED:
+        words = f"state dict: {line.detail}"
+    if line.programs:  # TorchScript, .pt2 programs, libraries: asked once
+        words += f"; loading it runs code from the file ({printable(_shown(list(line.programs)))}), only if you trust it"
+    if line.findings:
+        words += f"; its pickles name code ({printable(_shown(list(line.findings)))}): it runs only if you trust it"
+    return words
 
 
 def lightning_words(source: runner.SourceInfo) -> str:
