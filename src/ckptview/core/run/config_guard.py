@@ -1,3 +1,4 @@
+from ckptview.core.message import Fix, Hint, Message
 """What a folder's config may ask of the library that builds its model: never a file, a URL, a download or code.
 
 A forward pass (and the meta-device build that names a Trainer folder's optimizer state, and a model graph)
@@ -222,9 +223,8 @@ def _walk(root: dict[str, Any], where: str, transformers: bool) -> None:
             if not isinstance(key, str):
                 continue
             if key in REFUSED_KEYS and value not in (None, False, {}, []):
-                raise ConfigRefused(f"{field} {REFUSED_KEYS[key]}: ckptview never runs or fetches what a model's "
-                                    "folder names" + ("; give model code you trust with --model"
-                                                      if key == "auto_map" else ""))
+                raise ConfigRefused(Message(f"{field} {REFUSED_KEYS[key]}: ckptview never runs or fetches what a "
+                                            "model's folder names", *([Hint(Fix.MODEL)] if key == "auto_map" else [])))
             if key in PINNED_AWAY:
                 if "implementation" in key:  # a kernel named on the Hub is a refusal, not a silent default
                     _check_strings(value, field, free_text=frozenset())

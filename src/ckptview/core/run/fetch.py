@@ -28,6 +28,7 @@ from ckptview.core.run.architectures import (
     recognize_config,
 )
 from ckptview.core.run.process import Cancellable, RunError
+from ckptview.core.message import rephrased
 
 FETCH_BLOCK = 16 << 20  # bytes per range read
 CONFIG_BLOCK = 256 << 10  # bytes per range read of a remote config.json: progress and cancel in between
@@ -112,7 +113,7 @@ def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancel
         if arch is None and tensors:
             arch = recognize_by_keys(tensors)
     except ArchitectureRefused as exc:
-        raise ArchitectureRefused(redact(str(exc))) from None
+        raise ArchitectureRefused(rephrased(exc, redact)) from None
     except RunError:
         raise
     except (CheckpointError, OSError) as exc:  # RemoteError, not found, a deadline: one line

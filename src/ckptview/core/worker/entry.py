@@ -43,6 +43,7 @@ from ckptview.core.worker.loading import (
 )
 from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
 from ckptview.core.worker.pretrained import load_library_model
+from ckptview.core.message import message_of
 
 
 def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:
@@ -99,7 +100,7 @@ def main() -> int:
             raise WorkerError("the request is not a JSON object", kind="protocol")
         message = ResultMessage(True, handle(job))
     except WorkerError as exc:
-        message = ResultMessage(False, _report(job), str(exc), exc.kind)
+        message = ResultMessage(False, _report(job), message_of(exc), exc.kind)
     except BaseException as exc:  # noqa: BLE001 - anything from user code becomes one line
         message = ResultMessage(False, {"traceback": traceback.format_exc(limit=20), **_report(job)},
                                 f"{_phase_words(job.phase)}: {type(exc).__name__}: {one_line(exc)}",

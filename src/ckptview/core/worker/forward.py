@@ -19,6 +19,8 @@ from ckptview.core.run.json_checks import MAX_OUTPUTS
 from ckptview.core.run.protocol import WorkerError
 from ckptview.core.run.result import InputReport, OtherOutput, OutputInfo, OutputStats
 from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inputs
+from ckptview.core.message import Fix, Hint, Message
+from ckptview.core.message import message_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,7 +163,7 @@ def make_inputs(req: dict[str, Any], model: Any,
     if specs is None and req.get("source") in ("state_dict", "pickle", "lightning"):
         specs, origin = _guess_from_module(model), "guessed from the first layer"
     if not specs:
-        raise WorkerError("no input shape: pass --input-shape, e.g. 2,20 (the model does not declare one)",
+        raise WorkerError(Message("no input shape (the model does not declare one)", Hint(Fix.INPUT_SHAPE)),
                           kind="input")
     seed = int(req.get("seed", 0))
     tensors = [to_torch(run_inputs.make_array(s, seed, i), s.dtype, device)
@@ -179,7 +181,7 @@ def _declared(model: Any, req: dict[str, Any]) -> tuple[list[InputSpec] | None, 
     try:
         found = declared_inputs(model, req.get("architecture") or {}, req.get("preprocessor"))
     except NoDeclaredInputs as exc:
-        raise WorkerError(str(exc), kind="input") from None
+        raise WorkerError(message_of(exc), kind="input") from None
     if not found:
         return None, None
     return [s for s, _ in found], [o for _, o in found]

@@ -26,6 +26,7 @@ from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inpu
 from ckptview.core.worker.forward import keyword_names
 from ckptview.core.worker.library import build, tie
 from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
+from ckptview.core.message import message_of
 
 
 def graph_job(job: Job) -> dict[str, Any]:
@@ -166,7 +167,7 @@ def _declared(model: Any, arch: dict[str, Any], req: dict[str, Any]) -> list[Inp
     try:
         return [spec for spec, _ in declared_inputs(model, arch, req.get("preprocessor"))]
     except NoDeclaredInputs as exc:
-        raise WorkerError(str(exc), kind="input") from None
+        raise WorkerError(message_of(exc), kind="input") from None
 
 
 def _attempts(inputs: list[Any], by_name: list[str] | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

@@ -20,6 +20,7 @@ from ckptview.core.run.protocol import WorkerError, one_line
 from ckptview.core.worker.build_guard import guarded_build
 from ckptview.core.worker.build_size import held_against
 from ckptview.core.worker.example_model import MODELS
+from ckptview.core.message import message_of, rephrased
 
 PROMPT = "The capital of France is"
 TOP_K = 5
@@ -86,7 +87,7 @@ def checked_config(arch: dict[str, Any]) -> dict[str, Any]:
     try:
         return guarded_config(library, name, config)
     except ConfigRefused as exc:
-        raise WorkerError(f"{library} {name}: {exc}", kind="refused") from None
+        raise WorkerError(rephrased(exc, lambda said: f"{library} {name}: {said}"), kind="refused") from None
 
 
 def _transformers(transformers: Any, name: str, config: dict[str, Any]) -> Any:
@@ -138,7 +139,7 @@ def _timm(timm: Any, name: str, config: dict[str, Any]) -> Any:
     try:  # model_args reach the model's constructor; create_model's own (checkpoint_path...) are refused
         pretrained, args = timm_parts(config)
     except ConfigRefused as exc:
-        raise WorkerError(str(exc), kind="refused") from None
+        raise WorkerError(message_of(exc), kind="refused") from None
     # This release's own parameters too, whatever they are called: given to create_model here, `checkpoint_path`
     # would torch.load a file the config names, `pretrained` download.
     own = sorted((set(inspect.signature(timm.create_model).parameters) - {"model_name", "kwargs"}) & set(args))

@@ -230,7 +230,7 @@ class HttpBackend:
                     for chunk in resp.iter_content(1 << 20):
                         if total + len(chunk) > limit:
                             why = ("than the size it announced" if announced
-                                   else "(--max-download; the server announced no size)")
+                                   else "(the most a download may fetch; the server announced no size)")
                             raise RemoteError(f"cannot read {shown(self.url)}: the server sent more than {limit} "
                                               f"bytes ({human_bytes(limit)}) {why}; download stopped")
                         into.write(chunk)
