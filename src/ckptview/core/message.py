@@ -10,11 +10,11 @@ A test (tests/test_architecture.py) fails when a string of the core names a flag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
-__all__ = ["NEUTRAL", "Fix", "Hint", "Message", "hints_of", "message_of", "reason_of", "rephrased"]
+__all__ = ["NEUTRAL", "Fix", "Hint", "Message", "hints_of", "message_of", "reason_of", "rephrased", "worded"]
 
 
 class Fix(str, Enum):
@@ -24,7 +24,8 @@ class Fix(str, Enum):
     TRUST_COMPARE = "trust_compare"  # the same for the second checkpoint of a comparison
     MODEL = "model"  # give model code (a factory or a class)
     MODEL_KWARGS = "model_kwargs"  # give the model's init arguments
-    INPUT_SHAPE = "input_shape"  # give the input (args: the input's name, when the model has several)
+    INPUT_SHAPE = "input_shape"  # give the input's shape
+    INPUT_NAMED = "input_named"  # give the input the model takes by a name ckptview cannot make (args: it)
     ALLOW_MISSING = "allow_missing"  # run a partial load anyway
     DOWNLOAD = "download"  # download a file whose server ignores range requests
     MAX_DOWNLOAD = "max_download"  # the most a download of unknown size may fetch
@@ -46,6 +47,7 @@ NEUTRAL = {
     Fix.MODEL: "give model code you trust (package.module:factory or path/to/file.py:Class)",
     Fix.MODEL_KWARGS: "give the model's init arguments",
     Fix.INPUT_SHAPE: "give the input's shape",
+    Fix.INPUT_NAMED: "give it as {0}:SHAPE@DTYPE",
     Fix.ALLOW_MISSING: "allowing missing weights runs a partial load anyway",
     Fix.DOWNLOAD: "allow the download to read it",
     Fix.MAX_DOWNLOAD: "give the most a download may fetch",
@@ -75,8 +77,7 @@ class Message(str):
     hints: tuple[Hint, ...]
 
     def __new__(cls, reason: str, *hints: Hint) -> Message:
-        advice = ", or ".join(NEUTRAL[h.fix].format(*h.args, "", "") for h in hints)
-        self = super().__new__(cls, f"{reason}; {advice}" if advice else reason)
+        self = super().__new__(cls, _sentence(reason, hints, NEUTRAL))
         self.reason, self.hints = reason, tuple(hints)
         return self
 
@@ -86,6 +87,20 @@ class Message(str):
     def map(self, words: Callable[[str], str]) -> Message:
         """The same hints with `words(reason)` as the reason (redaction, whitespace)."""
         return Message(words(self.reason), *self.hints)
+
+
+def _sentence(reason: str, hints: tuple[Hint, ...], words: Mapping[Fix, str]) -> str:
+    """`reason`, then each hint in `words` (a template of the hint's args; an empty one is left out)."""
+    said = [words[h.fix].format(*h.args) for h in hints if words[h.fix]]
+    advice = ", or ".join([", ".join(said[:-1]), said[-1]] if len(said) > 2 else said)
+    return f"{reason}; {advice}" if advice else reason
+
+
+def worded(said: object, words: Mapping[Fix, str]) -> str:
+    """`said` (an error, a Message, any text) in a front end's `words` for its fixes ({Fix: template of the
+    hint's args}, every Fix in it): its reason and hints; plain text as it is."""
+    text = message_of(said)
+    return _sentence(text.reason, text.hints, words) if isinstance(text, Message) else text
 
 
 def message_of(said: object) -> str:

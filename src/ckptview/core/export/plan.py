@@ -31,7 +31,7 @@ from ckptview.core.export.blocks import BlockWriter
 from ckptview.core.export.safe_names import Deduplicator, is_safe_member, safe_file_stem
 from ckptview.core.export.temps import SYNC_BATCH, Temps, sync_folder, syncfs_available
 from ckptview.core.jobs import CancelToken, Progress
-from ckptview.core.message import Fix, Hint, Message
+from ckptview.core.message import Fix, Hint, Message, rephrased
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, iter_chunks, read_small
 from ckptview.core.read.values.repeats import repeats
@@ -207,9 +207,9 @@ def np_dtype_of(torch_name: str) -> np.dtype:
 DEQUANTIZED_DTYPES = ("float32", "bfloat16")
 
 
-def _note(words: Callable[[str], str], note: str) -> str:
-    """`words` around a note's reason (its hints, when it has any, kept after them)."""
-    return note.map(words) if isinstance(note, Message) else words(note)
+def _around(note: str, before: str = "", after: str = "") -> str:
+    """`before` and `after` around a note's reason (the fixes a core message carries kept after them)."""
+    return rephrased(note, lambda said: f"{before}{said}{after}")
 
 
 def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt: str | None = None, *,
@@ -264,9 +264,9 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
         found = repeating.get(id(entry))
         if found is not None:
             expanded = f"written expanded, as asked: it {found.describe(entry.info.dtype)}"
-            note = _note(lambda said: f"{said}; {expanded}", note) if note else expanded
+            note = _around(note, after=f"; {expanded}") if note else expanded
         items.append(ExportItem(entry.name, entry.info, target, dtype, np_dtype_of(dtype),
-                                _note(lambda said: f"{shown}: {said}", note) if note else None,
+                                _around(note, before=f"{shown}: ") if note else None,
                                 expand=found is not None))
         if fmt != "npy" and target != entry.name:
             notes.append(f"'{shown}' stored under key '{printable(target)}' (unsafe or duplicate name)")

@@ -17,11 +17,11 @@ from ckptview.core.graph.module_tree import SOURCE as MODULE_TREE
 from ckptview.core.graph.module_tree import is_pickled_model, module_tree_graph
 from ckptview.core.graph.torchscript import torchscript_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
+from ckptview.core.message import message_of
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
 from ckptview.core.run.process import RunError
 from ckptview.core.run.state_dict import find_state_dict
-from ckptview.core.message import message_of
 
 NO_GRAPH = "a state dict holds no graph, and no installed library names this architecture"
 PROGRAMS = {"torch-export": "exported-program", "torchscript": "torchscript"}

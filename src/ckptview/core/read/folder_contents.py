@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 
 from ckptview.core.errors import FolderOfCheckpoints
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.read.bytes import files
 from ckptview.core.read.context import Source
 from ckptview.core.read.formats import readers
 from ckptview.core.units import natural_key, plural
-from ckptview.core.message import Fix, Hint, Message
 
 MAX_SNIFFED = 200  # entries of a folder looked at; a bigger folder is described by its first ones
 _HEAD_BYTES = 4096

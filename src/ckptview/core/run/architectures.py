@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptview.core.errors import CheckpointError
+from ckptview.core.message import Fix, Hint, Message, message_of, rephrased
 from ckptview.core.read.bytes.files import open_regular, special_kind
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.config_json import load_json
 from ckptview.core.run.declared_sizes import Listing, check_declared
 from ckptview.core.run.example import EXAMPLE_CLASS, EXAMPLE_SOURCE, is_bundled_example
 from ckptview.core.run.state_dict import state_dict_tensors
-from ckptview.core.message import Fix, Hint, Message
-from ckptview.core.message import Fix, Hint, Message, message_of, rephrased
 
 MAX_CONFIG_BYTES = 4 << 20  # a config.json larger than this is not a model config
 EXTRA = "pip install 'ckptview[models]'"

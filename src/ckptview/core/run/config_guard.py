@@ -1,4 +1,4 @@
-from ckptview.core.message import Fix, Hint, Message
+
 """What a folder's config may ask of the library that builds its model: never a file, a URL, a download or code.
 
 A forward pass (and the meta-device build that names a Trainer folder's optimizer state, and a model graph)
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from ckptview.core.message import Fix, Hint, Message
 
 MAX_DEPTH = 64  # nested sub-configs (text_config.vision_config...), far more than any real config has
 MAX_ITEMS = 1_000_000  # values visited, at most (a 4 MiB config.json holds fewer)

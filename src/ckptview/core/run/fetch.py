@@ -13,6 +13,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.message import rephrased
 from ckptview.core.read.bytes.remote.fs import RemoteFS, begin_session
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.bytes.remote.urls import shown
@@ -28,7 +29,6 @@ from ckptview.core.run.architectures import (
     recognize_config,
 )
 from ckptview.core.run.process import Cancellable, RunError
-from ckptview.core.message import rephrased
 
 FETCH_BLOCK = 16 << 20  # bytes per range read
 CONFIG_BLOCK = 256 << 10  # bytes per range read of a remote config.json: progress and cancel in between

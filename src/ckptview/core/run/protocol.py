@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptview.core.run.json_checks import MAX_TEXT
-from ckptview.core.run.result import PartialRun
 from ckptview.core.message import Fix, Hint
 from ckptview.core.message import Message as Said
+from ckptview.core.run.json_checks import MAX_TEXT
+from ckptview.core.run.result import PartialRun
 
 # What the parent keeps of the worker's output, whatever the worker writes.
 MAX_EVENT_LINE = 64 << 20  # one JSON line (the result holds every output's statistics)

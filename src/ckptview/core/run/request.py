@@ -18,6 +18,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
+from ckptview.core.message import Fix, Hint, Message, message_of
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.open import open_checkpoint
@@ -32,7 +33,6 @@ from ckptview.core.run.process import Cancellable, RunError, execute
 from ckptview.core.run.result import RunResult
 from ckptview.core.run.state_dict import suggest_inputs
 from ckptview.core.run.weights import check_weights, weight_warnings
-from ckptview.core.message import Fix, Hint, Message, message_of
 
 # Source kinds, in order of how much trust they need.
 TORCHSCRIPT, EXPORT, STATE_DICT, PICKLE = "torchscript", "export", "state_dict", "pickle"

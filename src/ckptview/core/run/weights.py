@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.run.process import RunError
 from ckptview.core.run.result import LoadReport, RunResult
 from ckptview.core.units import plural
-from ckptview.core.message import Fix, Hint, Message
 
 # Source kinds whose weights come from the checkpoint into a model built without them (runner's names).
 _LOADS_WEIGHTS = ("state_dict", "library", "lightning")

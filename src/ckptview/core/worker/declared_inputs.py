@@ -16,9 +16,9 @@ import importlib
 import inspect
 from typing import Any
 
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.run.architectures import timm_config
 from ckptview.core.run.input_specs import InputSpec
-from ckptview.core.message import Fix, Hint, Message
 
 TEXT_TOKENS = 8
 DEFAULT_IMAGE = 224
@@ -156,7 +156,7 @@ def _transformers_input(model: Any, name: str, why: str, preprocessor: dict[str,
         spec = InputSpec(shape=(1, samples), dtype=_float_dtype(model), name=name)
         return [(spec, f"{name}: {why}; {origin}")]
     raise NoDeclaredInputs(Message(f"the model's main input is {name}, which ckptview cannot make",
-                                   Hint(Fix.INPUT_SHAPE, (name,))))
+                                   Hint(Fix.INPUT_NAMED, (name,))))
 
 
 def _image_size(vision: Any, preprocessor: dict[str, Any]) -> tuple[tuple[int, int], str]:

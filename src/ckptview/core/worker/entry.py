@@ -16,6 +16,7 @@ import time
 import traceback
 from typing import Any
 
+from ckptview.core.message import message_of
 from ckptview.core.run.devices import DeviceError, find_device
 from ckptview.core.run.protocol import Job, ResultMessage, WorkerError, encode, error_kind, one_line
 from ckptview.core.run.result import Latency, LoadReport, RunResult
@@ -43,7 +44,6 @@ from ckptview.core.worker.loading import (
 )
 from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
 from ckptview.core.worker.pretrained import load_library_model
-from ckptview.core.message import message_of
 
 
 def load_model(job: Job, path: str, device: str) -> tuple[Any, LoadReport]:

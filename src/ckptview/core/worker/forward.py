@@ -13,14 +13,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
+from ckptview.core.message import Fix, Hint, Message, message_of
 from ckptview.core.run import input_specs as run_inputs
 from ckptview.core.run.input_specs import InputSpec, conv_input, guess_inputs, token_input
 from ckptview.core.run.json_checks import MAX_OUTPUTS
 from ckptview.core.run.protocol import WorkerError
 from ckptview.core.run.result import InputReport, OtherOutput, OutputInfo, OutputStats
 from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inputs
-from ckptview.core.message import Fix, Hint, Message
-from ckptview.core.message import message_of
 
 if TYPE_CHECKING:
     import numpy as np

@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from ckptview.core.message import message_of
 from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.run.input_specs import InputSpec
 from ckptview.core.run.protocol import Job, WorkerError, one_line
@@ -26,7 +27,6 @@ from ckptview.core.worker.declared_inputs import NoDeclaredInputs, declared_inpu
 from ckptview.core.worker.forward import keyword_names
 from ckptview.core.worker.library import build, tie
 from ckptview.core.worker.model_code import allow_caller_imports, build_user_model
-from ckptview.core.message import message_of
 
 
 def graph_job(job: Job) -> dict[str, Any]:

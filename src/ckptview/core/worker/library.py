@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from ckptview.core.errors import CheckpointError
+from ckptview.core.message import message_of, rephrased
 from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.declared_sizes import Listing
@@ -20,7 +21,6 @@ from ckptview.core.run.protocol import WorkerError, one_line
 from ckptview.core.worker.build_guard import guarded_build
 from ckptview.core.worker.build_size import held_against
 from ckptview.core.worker.example_model import MODELS
-from ckptview.core.message import message_of, rephrased
 
 PROMPT = "The capital of France is"
 TOP_K = 5

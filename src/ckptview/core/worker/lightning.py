@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.run.lightning import ATTRIBUTE_DICTS
 from ckptview.core.run.protocol import Job, WorkerError, one_line
 from ckptview.core.run.result import USER_CODE, LoadReport
@@ -32,7 +33,6 @@ from ckptview.core.worker.loading import (
     torch_state_dict,
 )
 from ckptview.core.worker.model_code import call_user_model, import_user_object
-from ckptview.core.message import Fix, Hint, Message
 
 LIGHTNING_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.message import message_of, rephrased
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
@@ -51,6 +52,7 @@ from ckptview.core.run.state_dict import find_state_dict, state_dict_tensors, su
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
 from ckptview.gui.base.palette import color
+from ckptview.gui.base.wording import window_text
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.base.wrap import message_width, wrap_long_words
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -144,7 +146,7 @@ class RunPanel(QWidget):
         self.run_job = JobSlot(self, waits=True)
         self.run_job.yielded.connect(self._on_progress)
         self.run_job.returned.connect(self._on_result)
-        self.run_job.errored.connect(lambda exc: self._show_error(str(exc)))
+        self.run_job.errored.connect(lambda exc: self._show_error(message_of(exc)))
         self.run_job.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped"))
         self.run_job.busy.connect(lambda busy: None if busy else self._set_running(False))
         self.probe_job = JobSlot(self, waits=True)  # the devices, listed in a worker process
@@ -156,7 +158,7 @@ class RunPanel(QWidget):
         self.recognize_job = JobSlot(self, waits=True)  # a URL's config.json, fetched off the GUI thread
         self.recognize_job.yielded.connect(self._on_recognize_progress)
         self.recognize_job.returned.connect(self._on_recognized)
-        self.recognize_job.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
+        self.recognize_job.errored.connect(lambda exc: self._recognition_failed(message_of(exc), error=True))
         self.recognize_job.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
         # No hook on its end: each of the three above offers Run again, and a late one would end a run the
         # user started meanwhile.
@@ -340,7 +342,8 @@ class RunPanel(QWidget):
             self._source = None
             self.source_label.setText(str(exc))
             return
-        self._arch, self._refused = self._architecture()
+        self._arch, refused = self._architecture()
+        self._refused = window_text(refused)
         self._show_source()
         needs_code = self._source.kind in (runner.STATE_DICT, runner.PICKLE, runner.LIGHTNING)
         self.model_edit.setEnabled(needs_code)
@@ -384,7 +387,7 @@ class RunPanel(QWidget):
                 return None, missing
             return arch, ""
         except ArchitectureRefused as exc:
-            return None, str(exc)
+            return None, message_of(exc)
 
     def _remote_state_dict(self) -> bool:
         return self._source is not None and self._source.kind == runner.STATE_DICT and is_url(self.path)
@@ -423,7 +426,7 @@ class RunPanel(QWidget):
         """A refusal (auto_map, library missing) or a config that cannot be read: one line, no URL secrets."""
         if error and self._recognize is not None and self._recognize.token.cancelled:
             message, error = CANCELLED_CONFIG, False  # the request Cancel cut short failed on its way out
-        message = window_words(redact(message.splitlines()[0] if message else "unknown error"))
+        message = window_text(rephrased(message, lambda said: redact(said.splitlines()[0] if said else "unknown error")))
         self._arch, self._refused, self._recognizing = None, message, False
         self._show_source()
         self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>"
@@ -472,7 +475,7 @@ class RunPanel(QWidget):
         try:
             classes = classes_in_file(path)
         except ModelCodeError as exc:
-            self._show_error(str(exc))
+            self._show_error(message_of(exc))
             return False
         modules = [c for c in classes if c.is_module]
         candidates = modules + [c for c in classes if not c.is_module]
@@ -536,7 +539,7 @@ class RunPanel(QWidget):
                 request.trust_compare = True
                 request.compare_trusted_findings = self.trusted[request.compare_path]
         except CheckpointError as exc:
-            self._show_error(str(exc))
+            self._show_error(message_of(exc))
             return False
         self.result = None
         self.copy_button.setEnabled(False)
@@ -585,7 +588,7 @@ class RunPanel(QWidget):
             self.status_label.setText(f"{phase_words(progress.message)}…")
 
     def _show_error(self, message: str) -> None:
-        message = window_words(message)
+        message = window_text(message)
         self.last_error = message
         self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>")
         self.status_label.setToolTip(message)
@@ -640,34 +643,6 @@ def summary_text(result: RunResult) -> str:
     the CLI prints them) and its warnings."""
     mark = f"  {partial_words(result)}" if result.partial else ""
     return printable_lines(result_lines(result, outputs=False) + [f"warning: {w}{mark}" for w in result.warnings])
-
-
-# The core's messages name the command line's flags; in the window the same thing is a field or a dialog.
-# Longest first: `--trust-compare` before `--trust`, the whole model-code advice before `--model`.
-_FLAG_WORDS = (
-    ("give the model code with --model package.module:factory or --model path/to/file.py:ClassName",
-     "give the model code in the Model code field (package.module:factory or path/to/file.py:ClassName, "
-     "or Browse… for a .py file)"),
-    ("pass --input-shape", "fill the Input field"),
-    ("--input-shape", "the Input field"),
-    ("--input-file", "the Input field"),
-    ("without --trust-compare", "without trusting the Compare with file"),
-    ("--trust-compare", "trust for the Compare with file"),
-    ("without --trust", "without trusting the file (Run asks for it)"),
-    ("--trust", "trust (Run asks for it)"),
-    ("--strict: ", "strict: "),
-    ("--allow-missing runs a partial load anyway", "Allow missing weights runs a partial load anyway"),
-    ("--allow-missing", "Allow missing weights"),
-    ("--model", "the Model code field"),
-    ("--device", "the Device field"),
-)
-
-
-def window_words(message: str) -> str:
-    """A core message with each command-line flag replaced by the window's own field or action."""
-    for flag, words in _FLAG_WORDS:
-        message = message.replace(flag, words)
-    return message
 
 
 def printable_lines(lines: list[str]) -> str:

@@ -21,13 +21,13 @@ from typing import Any
 
 from ckptview.core.errors import Cancelled, FileChangedError, RangesIgnored, RemoteError
 from ckptview.core.jobs import Progress
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.read.bytes.remote.cache import CACHE, Transfer
 from ckptview.core.read.bytes.remote.fsspec_backend import FsspecBackend
 from ckptview.core.read.bytes.remote.http import HttpBackend, HttpPool
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.bytes.remote.urls import protocol, remember, require_extra, shown
 from ckptview.core.units import human_bytes
-from ckptview.core.message import Fix, Hint, Message
 
 BLOCK = 256 << 10            # read-ahead: a small read fetches the aligned 256 KiB blocks around it
 FIRST = 64 << 10             # the first request of a file (its size, validator and first bytes), at least
