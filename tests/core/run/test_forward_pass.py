@@ -282,7 +282,7 @@ def test_partial_load_fails_unless_asked_for_and_then_says_so(files: dict, capsy
     assert all(line.endswith("[partial load: 2 weights not from the file]") for line in captured.out.splitlines())
     assert cli.main([*args, "--allow-missing", "--strict"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("ckptview: --strict: 2 missing keys") and err.count("\n") == 1
+    assert err.startswith("ckptview: strict load: 2 missing keys") and err.count("\n") == 1
 
 
 def test_full_pickle_refused_without_trust_and_run_with_trust(files: dict) -> None:
@@ -531,7 +531,8 @@ def test_cli_errors_are_one_line(files: dict, capsys: pytest.CaptureFixture) -> 
     assert cli.main(["run", files["sd.pt"], "--device", "tpu"]) != 0
     assert "unknown device 'tpu'" in capsys.readouterr().err
     assert cli.main(["run", files["full.pt"]]) != 0
-    assert "refusing to run a full-model pickle without --trust" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "refusing to run a full-model pickle nobody trusted" in err and "pass --trust to allow" in err
 
 
 # ------------------------------------------------------------------------------------------ accelerators

@@ -199,7 +199,7 @@ def test_without_trust_the_class_is_refused_and_never_imported(lit, tmp_path, ca
     status, _, err = run_cli(capsys, path)
     assert status == 2
     assert err == (f"ckptview: lightning: x.ckpt names class {CLASS_PATH}; importing it runs code chosen by the "
-                   f"file: pass --trust to allow\n")
+                   f"file; pass --trust to allow\n")
     assert _imported_elsewhere(lit) == set()
 
     # The worker's own gate refuses too, when asked without consent (or with consent for another class).
