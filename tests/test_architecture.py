@@ -907,3 +907,40 @@ def test_the_budget_rule_finds_uncharged_loops_and_recursion(tmp_path):
         "        return [self.walk(c, budget) for c in node]\n")
     found = sorted((f.path, f.line) for f in budget_rule.findings(tmp_path))
     assert found == [("core/read/bad.py", 3), ("core/read/bad.py", 7), ("core/read/bad.py", 9)], found
+
+
+# Strings of the core that name a flag and are no message: each with why it may.
+_FLAG_STRINGS_ALLOWED = {
+    ("core/run/result.py", "--model"): "architecture.source of user-given model code, a value of the --json "
+                                       "contract since it was added; result_lines words it",
+}
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+_COMMAND = re.compile(r"\bckptview (?:info|diff|export|run|devices|series|graph)\b")
+
+
+def _message_strings(tree: ast.Module):
+    """(line, text) of every string constant and f-string literal part of a module that is no docstring (a
+    string standing as a statement documents the code before or around it)."""
+    docs = {id(node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+def test_no_core_message_names_a_flag_or_a_command():
+    """The core words for no front end (issue 47): a fix is a `core.message.Hint`, worded as a flag by
+    `commands/wording.py` and as a button or field by `gui/base/wording.py`; no core string says `--trust`
+    or `ckptview series DIR`."""
+    core = SRC / "core"
+    offenders, allowed = [], set()
+    for path in sorted(core.rglob("*.py")):
+        where = str(path.relative_to(SRC))
+        for line, text in _message_strings(_tree(path)):
+            if _FLAG.search(text) or _COMMAND.search(text):
+                if (where, text) in _FLAG_STRINGS_ALLOWED:
+                    allowed.add((where, text))
+                else:
+                    offenders.append(f"{where}:{line} {text[:100]!r}")
+    assert offenders == []
+    assert allowed == set(_FLAG_STRINGS_ALLOWED), "an allowed string is gone: drop it from the list"

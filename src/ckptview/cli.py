@@ -19,6 +19,7 @@ from typing import Any, NoReturn, Protocol, cast
 
 from ckptview import __version__, commands
 from ckptview.commands.failures import CommandFailure, error_kind, report
+from ckptview.commands.wording import cli_words
 from ckptview.core.errors import Cancelled, CheckpointError
 from ckptview.core.read.bytes.remote.options import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, RemoteOptions
 from ckptview.core.read.bytes.remote.urls import parse_size
@@ -215,7 +216,7 @@ def _failure_text(exc: BaseException, urls: bool) -> tuple[str, int]:
     if isinstance(exc, CommandFailure):
         return str(exc), exc.status
     if isinstance(exc, CheckpointError):
-        return _redact(str(exc), urls), getattr(exc, "exit_status", 2)
+        return _redact(cli_words(exc), urls), getattr(exc, "exit_status", 2)
     if isinstance(exc, FileNotFoundError):
         return f"no such file: {exc.filename}", 2
     if isinstance(exc, IsADirectoryError):

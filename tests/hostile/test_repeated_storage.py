@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from ckptview.cli import main
+from ckptview.core.message import Fix, Hint, hints_of
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.repeats import BOTH, OVERLAPPING, STRIDE_0, RepeatedStorage, repeats
 
@@ -273,9 +274,11 @@ def test_the_export_dialog_offers_the_expansion_with_its_size(hostile, qtbot, tm
     assert not dialog.expand_box.isHidden()
     declared = 8_000_000 + 8 * 1536 ** 2 + 2048 ** 2
     assert f"{declared:,} elements" in dialog.expand_box.text()
-    with pytest.raises(CheckpointError, match="--expand-repeats"):
+    with pytest.raises(CheckpointError, match="declares") as refused:
         dialog.plan()
-    assert "declares" in dialog.notes.toPlainText() and not dialog.export_button.isEnabled()
+    assert Hint(Fix.EXPAND_REPEATS) in hints_of(refused.value)
+    notes = dialog.notes.toPlainText()
+    assert "declares" in notes and "--" not in notes and not dialog.export_button.isEnabled()
     dialog.expand_box.setChecked(True)
     assert dialog.plan().total_bytes >= declared * 4 and dialog.export_button.isEnabled()
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from ckptview.commands import cluster_options
 from ckptview.commands.opening import open_given
+from ckptview.commands.wording import cli_words
 from ckptview.core.export.plan import FORMATS, ExportResult, plan_export, select_tensors
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.sweep.writing import export_placed
@@ -155,4 +156,4 @@ def print_result(result: ExportResult) -> None:
     if result.manifest:
         print(f"manifest: {printable(result.manifest)}")
     for note in result.notes:
-        print(f"note: {printable(note)}", file=sys.stderr)
+        print(f"note: {printable(cli_words(note))}", file=sys.stderr)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckptview.commands.opening import open_given
+from ckptview.commands.wording import cli_words
 from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.compare import diff_checkpoints
@@ -165,7 +166,7 @@ def summary(path: str, graph: ModelGraph) -> str:
         lines.append(f"  unread ({len(graph.unread)}, no node reads them): "
                      + ", ".join(map(printable, graph.unread[:SHOWN_UNREAD]))
                      + (" ..." if len(graph.unread) > SHOWN_UNREAD else ""))
-    lines += [f"  note: {printable(note)}" for note in graph.notes]
+    lines += [f"  note: {printable(cli_words(note))}" for note in graph.notes]
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ckptview.commands import cluster_options, keep_until_exit
 from ckptview.commands.failures import CommandFailure
 from ckptview.commands.opening import open_given
+from ckptview.commands.wording import cli_words
 from ckptview.core import dtypes, figures, inspect, sweep  # the last three: names loaded on first use
 from ckptview.core.budget import Budget
 from ckptview.core.checkpoint import Checkpoint, Node, Sharing, TensorEntry, TensorInfo
@@ -26,6 +27,7 @@ from ckptview.core.figures.stats import TensorStats, tensor_stats
 from ckptview.core.gc_policy import paused_gc
 from ckptview.core.inspect.summary import size_facts
 from ckptview.core.jobs import drain
+from ckptview.core.message import rephrased
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.pickle.to_tree import release_tree, short_repr
 from ckptview.core.read.values.repeats import format_factor, repeats
@@ -109,7 +111,7 @@ def info_items(ckpt: Checkpoint, *, stats: bool = False, encoded: bool = False, 
     yield "parameters", size_facts(ckpt).parameters  # as sum(p.numel() for p in model.parameters()) counts
     if memo is not None:  # each module's figures over its floating-point tensors, the counters apart
         yield "modules", _module_items(ckpt, memo, only)
-    yield "warnings", list(ckpt.warnings)  # after the tensors: reading statistics may add some
+    yield "warnings", [cli_words(w) for w in ckpt.warnings]  # after the tensors: reading statistics may add some
     yield "optimizers", _optimizers(ckpt, orders)  # metadata only (reads nothing but 0-d step tensors)
     if (transfer := ckpt.metadata.get("_transfer")) is not None:  # a URL: what the network cost, last
         yield "transfer", transfer.as_dict()
@@ -231,7 +233,7 @@ def _with_spectral(ckpt: Checkpoint, entry: TensorEntry, item: dict[str, Any], s
             found = figures.spectrum(entry.info, expand=expand_repeats)
         item["spectral"] = found.to_json()
     except TensorDataError as exc:  # unreadable values or NaN: the listing still completes, without the key
-        ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
+        ckpt.warnings.append(rephrased(exc, lambda said: f"tensor '{entry.name}': {said}"))
     return item
 
 
@@ -278,7 +280,7 @@ def _tensor_item(ckpt: Checkpoint, entry: TensorEntry, sharing: Mapping[str, lis
             try:
                 item["stats"] = stats_for(info)
             except TensorDataError as exc:  # unreadable values: the listing still completes
-                ckpt.warnings.append(f"tensor '{entry.name}': {exc}")
+                ckpt.warnings.append(rephrased(exc, lambda said: f"tensor '{entry.name}': {said}"))
     return item
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptview.commands.failures import error_kind, report
+from ckptview.commands.wording import cli_words
 from ckptview.core.run import request as runner
 from ckptview.core.run.devices import parse_device
 from ckptview.core.run.input_specs import InputSpecError, parse_input_specs
@@ -82,10 +83,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = runner.run(build_request(args), remote=args.remote)
     except RunError as exc:
-        report(error_kind(exc), str(exc), args.json)
+        report(error_kind(exc), cli_words(exc), args.json)
         return 2 if exc.kind in REFUSED else 1
     for warning in result.warnings:
-        print(f"ckptview: warning: {printable(warning)}", file=sys.stderr)
+        print(f"ckptview: warning: {printable(cli_words(warning))}", file=sys.stderr)
     if args.json:
         print(result_json_text(result))
     else:

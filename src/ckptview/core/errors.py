@@ -1,15 +1,27 @@
-"""Errors the core raises, each with a one-line message meant for a person."""
+"""Errors the core raises, each with a one-line message meant for a person, in no front end's words."""
 
 from __future__ import annotations
 
+from ckptview.core.message import Message
 from ckptview.core.redaction import redact
 
 
+def one_line(message: str) -> str:
+    """`message` on one line (its whitespace runs made single spaces), a Message's hints kept."""
+    if isinstance(message, Message):
+        return message.map(one_line)
+    return " ".join(str(message).split())
+
+
 class CheckpointError(Exception):
-    """Base of every error ckptview raises about a file; str(err) is one line for a person."""
+    """Base of every error ckptview raises about a file; str(err) is one line for a person.
+
+    `message` is that line, a `core.message.Message` when the error says what fixes it: the front ends
+    word its hints (a flag, a button)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+        self.message = one_line(message)
+        super().__init__(self.message)
 
 
 class NotACheckpointError(CheckpointError):
@@ -53,7 +65,7 @@ class RemoteError(CheckpointError):
     """
 
     def __init__(self, message: str) -> None:
-        super().__init__(redact(str(message)))
+        super().__init__(message.map(redact) if isinstance(message, Message) else redact(str(message)))
 
 
 class RangesIgnored(RemoteError):

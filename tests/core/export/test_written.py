@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 from ckptview.cli import main
+from ckptview.commands.wording import cli_words
 from ckptview.core import open_checkpoint
 from ckptview.core.errors import Cancelled
 from ckptview.core.export.plan import (
@@ -29,6 +30,7 @@ from ckptview.core.export.plan import (
 )
 from ckptview.core.export.safe_names import Deduplicator, is_safe_member, safe_file_stem
 from ckptview.core.jobs import CancelToken
+from ckptview.core.message import Fix, Hint, hints_of
 
 ML_DTYPES = {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
              torch.float8_e5m2fnuz, torch.float8_e8m0fnu}
@@ -269,8 +271,9 @@ def test_existing_files_need_force(every_dtype, tmp_path):
     entries = select_tensors(open_checkpoint(path), ["views.*"])
     out = tmp_path / "v.npz"
     out.write_bytes(b"precious")
-    with pytest.raises(ExportExistsError, match="use --force"):
+    with pytest.raises(ExportExistsError, match="exists") as exists:
         _run(export_tensors(entries, out))
+    assert hints_of(exists.value) == (Hint(Fix.FORCE),) and "use --force" in cli_words(exists.value)
     assert out.read_bytes() == b"precious" and sorted(os.listdir(tmp_path)) == ["v.npz"]
     _run(export_tensors(entries, out, force=True))
     with np.load(out) as npz:
@@ -312,8 +315,9 @@ def test_select_and_entries_below(every_dtype):
     ckpt = open_checkpoint(path)
     assert [e.name for e in select_tensors(ckpt, ["views.s*"])] == ["views.sliced", "views.scalar"]
     assert [e.name for e in select_tensors(ckpt, ["d.int8", "d.uint8"])] == ["d.int8", "d.uint8"]
-    with pytest.raises(ExportError, match="no tensor matches --key 'nope'"):
+    with pytest.raises(ExportError, match="no tensor matches 'nope'") as none:
         select_tensors(ckpt, ["nope"])
+    assert "--" not in str(none.value) and "`ckptview info`" in cli_words(none.value)
     views = next(n for n in ckpt.root.walk() if n.key == "views.base")
     # A tensor picked twice (itself and through the root) is exported once, in file order.
     picked = entries_below(ckpt, [views, ckpt.root])
@@ -479,8 +483,10 @@ def test_expanded_tensor_exports_exactly_or_is_refused_up_front(tmp_path, capsys
     huge = torch.arange(1000.0).expand(10**9, 1000)  # 1e12 elements over 1000 stored
     torch.save({"small": small, "huge": huge}, src)
     ckpt = open_checkpoint(src)
-    with pytest.raises(ExportError, match="small.*declares 60 elements .*--expand-repeats"):
+    with pytest.raises(ExportError, match="small.*declares 60 elements ") as repeated:
         plan_export(select_tensors(ckpt, ["small"]), tmp_path / "s.npz")
+    assert hints_of(repeated.value) == (Hint(Fix.EXPAND_REPEATS), Hint(Fix.LEAVE_OUT))
+    assert "--expand-repeats" in cli_words(repeated.value) and "--" not in str(repeated.value)
     _, result = _run(export_tensors(select_tensors(ckpt, ["small"]), tmp_path / "s.npz", expand_repeats=True))
     with np.load(result.out) as npz:
         np.testing.assert_array_equal(npz["small"], torch.load(src)["small"].numpy())

@@ -20,8 +20,10 @@ import pytest
 import torch
 
 from ckptview import cli
+from ckptview.commands.wording import cli_words
 from ckptview.core import open_checkpoint
 from ckptview.core.jobs import CancelToken
+from ckptview.core.message import Fix, Hint, hints_of
 from ckptview.core.run.input_specs import (
     InputSpec,
     InputSpecError,
@@ -280,15 +282,16 @@ def test_partial_load_fails_unless_asked_for_and_then_says_so(files: dict, capsy
     assert all(line.endswith("[partial load: 2 weights not from the file]") for line in captured.out.splitlines())
     assert cli.main([*args, "--allow-missing", "--strict"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("ckptview: --strict: 2 missing keys") and err.count("\n") == 1
+    assert err.startswith("ckptview: strict load: 2 missing keys") and err.count("\n") == 1
 
 
 def test_full_pickle_refused_without_trust_and_run_with_trust(files: dict) -> None:
     marker = os.path.join(files["folder"], "unpickled.marker")
     request = RunRequest(files["full.pt"], runs=1, cwd=files["folder"])
-    with pytest.raises(RunError, match="refusing to run a full-model pickle without --trust") as err:
+    with pytest.raises(RunError, match="refusing to run a full-model pickle nobody trusted") as err:
         run(request)
     assert err.value.kind == "refused" and f"{MODULE}.Marked" in str(err.value)
+    assert hints_of(err.value) == (Hint(Fix.TRUST),) and "pass --trust" in cli_words(err.value)
     assert not os.path.exists(marker), "something from the file ran without trust"
     request.trust = True
     result = run(request)
@@ -389,11 +392,11 @@ def test_classify_sources_and_trust(files: dict) -> None:
     assert pickled.kind == PICKLE and f"{MODULE}.Marked" in pickled.unsafe_globals
     # with model code, a full pickle's weights are read safely as a state dict
     assert classify_source(files["full.pt"], model="x:y").kind == STATE_DICT
-    with pytest.raises(RunError, match="state dict .* --model"):
+    with pytest.raises(RunError, match="state dict .*; give model code you trust"):
         check_trust(classify_source(files["sd.pt"]), trust=False, has_model=False)
     check_trust(pickled, trust=True, has_model=False)
     for graph in ("ts.pt", "m.pt2"):  # a graph's program runs when it loads: consent, always
-        with pytest.raises(RunError, match="without --trust: loading it runs code from the file") as refused:
+        with pytest.raises(RunError, match="nobody trusted: loading it runs code from the file") as refused:
             check_trust(classify_source(files[graph]), trust=False, has_model=False)
         assert refused.value.kind == "refused"
 
@@ -528,7 +531,8 @@ def test_cli_errors_are_one_line(files: dict, capsys: pytest.CaptureFixture) -> 
     assert cli.main(["run", files["sd.pt"], "--device", "tpu"]) != 0
     assert "unknown device 'tpu'" in capsys.readouterr().err
     assert cli.main(["run", files["full.pt"]]) != 0
-    assert "refusing to run a full-model pickle without --trust" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "refusing to run a full-model pickle nobody trusted" in err and "pass --trust to allow" in err
 
 
 # ------------------------------------------------------------------------------------------ accelerators

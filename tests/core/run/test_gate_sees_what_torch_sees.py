@@ -93,7 +93,7 @@ def test_a_pt2_with_a_compiled_library_is_listed_and_never_loaded_without_consen
     assert "NATIVE CODE (compiled libraries, run if torch loads the file): data/aotinductor/model/evil.so" in (
         capsys.readouterr().out)
     err = _one_line_refusal(capsys, ["run", path, "--input-shape", "2,4"])
-    assert err.startswith("ckptview: refusing to load this .pt2 program without --trust: loading it runs code from "
+    assert err.startswith("ckptview: refusing to load this .pt2 program nobody trusted: loading it runs code from "
                           "the file: exported program models/model.json, native library data/aotinductor/model/evil.so")
     assert runner.inspect_inputs(path)[0].shape == (2, 4)  # the run panel's signature: the JSON, nothing loaded
     assert not marker.exists()
@@ -143,7 +143,7 @@ def test_torchscript_code_with_clean_pickles_still_needs_consent(tmp_path: pathl
     found = census(path)
     assert found.unsafe == [] and found.unreadable == [] and found.programs[0].startswith("TorchScript code (")
     err = _one_line_refusal(capsys, ["run", path, "--input-shape", "2,4"])
-    assert err.startswith("ckptview: refusing to load this TorchScript archive without --trust: loading it runs code "
+    assert err.startswith("ckptview: refusing to load this TorchScript archive nobody trusted: loading it runs code "
                           "from the file: TorchScript code (")
     assert runner.inspect_inputs(path) is None  # no shapes in TorchScript code: left empty, nothing loaded
     assert not marker.exists()

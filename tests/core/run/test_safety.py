@@ -85,9 +85,9 @@ def test_pt2_pickled_record_is_listed_and_refused(record: str, tmp_path: pathlib
     assert "UNSAFE GLOBALS (referenced, not run): posix.system" in capsys.readouterr().out
     assert cli.main(["run", path]) == 2
     err = capsys.readouterr().err
-    assert err == ("ckptview: refusing to load this .pt2 program without --trust: loading it runs code from the "
+    assert err == ("ckptview: refusing to load this .pt2 program nobody trusted: loading it runs code from the "
                    "file: exported program models/model.json; torch would unpickle records that import and run "
-                   "posix.system\n")
+                   "posix.system; pass --trust to allow\n")
     inspect_inputs(path)  # the run panel's input signature: read from the JSON, nothing loaded
     assert not marker.exists()
 
@@ -184,7 +184,7 @@ def test_torchscript_pickled_record_is_refused(record: str, tmp_path: pathlib.Pa
     assert cli.main(["info", path, "--json"]) == 0  # info and the banner list it too, whichever record
     assert "posix.system" in json.loads(capsys.readouterr().out)["unsafe_globals"]
     assert cli.main(["run", path, "--input-shape", "2,4"]) == 2
-    assert "refusing to load this TorchScript archive without --trust" in capsys.readouterr().err
+    assert "refusing to load this TorchScript archive nobody trusted" in capsys.readouterr().err
     assert not marker.exists()
 
 
@@ -226,8 +226,8 @@ def test_compare_needs_its_own_consent(tmp_path: pathlib.Path, clean: dict, caps
     mine = tmp_path / "mine.pt"
     torch.save(Payload(str(tmp_path / "mine.marker")), mine)
     assert cli.main(["run", str(mine), "--trust", "--compare", str(stranger), "--input-shape", "2,4"]) == 2
-    assert capsys.readouterr().err == ("ckptview: refusing to load the second checkpoint without --trust-compare: "
-                                       "loading it imports and runs posix.system\n")
+    assert capsys.readouterr().err == ("ckptview: refusing to load the second checkpoint nobody trusted: loading it "
+                                       "imports and runs posix.system; pass --trust-compare to allow\n")
     evil_ts = crafted_torchscript(tmp_path, "constants.pkl", str(marker))
     assert cli.main(["run", clean["ts"], "--trust", "--compare", evil_ts]) == 2
     assert "--trust-compare" in capsys.readouterr().err

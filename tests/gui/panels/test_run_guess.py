@@ -8,6 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from ckptview.commands.wording import cli_words
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.worker.device_probe import list_devices
 
 
@@ -31,14 +33,25 @@ def test_cnn_prefills_an_image_batch_and_errors_name_the_fields(qtbot, tmp_path)
     assert "Model code" in shown and "--model" not in shown and "--" not in panel.last_error
 
 
-@pytest.mark.parametrize(("core", "window"), [
-    ("no input shape: pass --input-shape, e.g. 2,20 (the model does not declare one)", "Input field"),
-    ("refusing to load the second checkpoint without --trust-compare: loading it imports and runs x",
-     "Compare with"),
-    ("--strict: lm_head.weight left at its initial value", "strict"),
-])
-def test_core_messages_speak_of_the_window(core, window):
-    from ckptview.gui.panels.run import window_words
+@pytest.mark.parametrize("fix", list(Fix))
+def test_every_fix_of_the_core_is_worded_by_both_front_ends(fix):
+    """A fix the core names reaches the command line as a flag or a command, and the window without one."""
+    from ckptview.gui.base.wording import window_text
 
-    words = window_words(core)
+    said = Message("the reason", Hint(fix, ("a.pt", "b.pt")))
+    cli, window = cli_words(said), window_text(said)
+    assert str(said).startswith("the reason") and "--" not in str(said) and "ckptview " not in str(said)
+    assert cli.startswith("the reason; ") and ("--" in cli or "`ckptview " in cli)
+    assert window.startswith("the reason") and "--" not in window and "ckptview " not in window
+
+
+@pytest.mark.parametrize(("said", "window"), [
+    (Message("no input shape (the model does not declare one)", Hint(Fix.INPUT_SHAPE)), "Input field"),
+    (Message("refusing to load the second checkpoint nobody trusted", Hint(Fix.TRUST_COMPARE)), "Compare with"),
+    (Message("3 weights of the model not loaded", Hint(Fix.ALLOW_MISSING)), "Allow missing weights"),
+])
+def test_core_messages_speak_of_the_window(said, window):
+    from ckptview.gui.base.wording import window_text
+
+    words = window_text(said)
     assert window in words and "--" not in words

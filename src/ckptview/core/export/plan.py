@@ -31,6 +31,7 @@ from ckptview.core.export.blocks import BlockWriter
 from ckptview.core.export.safe_names import Deduplicator, is_safe_member, safe_file_stem
 from ckptview.core.export.temps import SYNC_BATCH, Temps, sync_folder, syncfs_available
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.message import Fix, Hint, Message, rephrased
 from ckptview.core.read.bytes.files import ReadAhead, read_ahead
 from ckptview.core.read.values.reading import DEFAULT_CHUNK_ELEMS, iter_chunks, read_small
 from ckptview.core.read.values.repeats import repeats
@@ -56,12 +57,12 @@ class ExportError(CheckpointError):
 
 
 class ExportExistsError(ExportError):
-    """Files the export would write exist already (overwrite with force=True / --force)."""
+    """Files the export would write exist already (overwrite with force=True)."""
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = list(paths)
         more = f" (and {len(paths) - 1} more)" if len(paths) > 1 else ""
-        super().__init__(f"{paths[0]} exists{more}; use --force to overwrite")
+        super().__init__(Message(f"{paths[0]} exists{more}", Hint(Fix.FORCE)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,7 +153,7 @@ def select_tensors(ckpt: Checkpoint, keys: Sequence[str] | None = None, dequanti
         matched = [i for i, e in enumerate(entries) if e.name == key or fnmatch.fnmatchcase(e.name, key)
                    or (e.info.part_of is not None and (e.info.part_of == key or fnmatch.fnmatchcase(e.info.part_of, key)))]
         if not matched:
-            raise ExportError(f"no tensor matches --key {printable(key)!r} (see `ckptview info` for the names)")
+            raise ExportError(Message(f"no tensor matches {printable(key)!r}", Hint(Fix.NAMES)))
         chosen.update(matched)
     return [entries[i] for i in sorted(chosen)]
 
@@ -191,7 +192,7 @@ def _dtype_choice(info: TensorInfo, fmt: str, exact: bool) -> tuple[str, str | N
     if name in npy.ML_DTYPE_NAMES:
         if fmt == "safetensors" or exact:
             return name, None
-        return "float32", f"{name} converted to float32 (exact values; --exact-dtypes keeps the bits)"
+        return "float32", Message(f"{name} converted to float32 (exact values)", Hint(Fix.EXACT_DTYPES))
     np_name = dtypes.storage_numpy_dtype(name).name
     if np_name != name:  # packed sub-byte and bits types: no NumPy or safetensors equivalent
         return np_name, f"{name} written as raw {np_name} (no NumPy type holds it)"
@@ -204,6 +205,11 @@ def np_dtype_of(torch_name: str) -> np.dtype:
 
 
 DEQUANTIZED_DTYPES = ("float32", "bfloat16")
+
+
+def _around(note: str, before: str = "", after: str = "") -> str:
+    """`before` and `after` around a note's reason (the fixes a core message carries kept after them)."""
+    return rephrased(note, lambda said: f"{before}{said}{after}")
 
 
 def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt: str | None = None, *,
@@ -238,8 +244,8 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
         first = next(e for e in usable if id(e) in repeating)
         found = repeating[id(first)]
         more = f" (and {len(repeating) - 1} more)" if len(repeating) > 1 else ""
-        raise ExportError(f"cannot export {printable(first.name)}{more}: it {found.describe(first.info.dtype)}; "
-                          "--expand-repeats writes the expanded tensor, or leave it out with --key")
+        raise ExportError(Message(f"cannot export {printable(first.name)}{more}: it "
+                                  f"{found.describe(first.info.dtype)}", Hint(Fix.EXPAND_REPEATS), Hint(Fix.LEAVE_OUT)))
     if not usable:
         raise ExportError("nothing to export: no readable tensor selected" + (f" ({notes[0]})" if notes else ""))
     if single and len(usable) != 1:
@@ -258,15 +264,16 @@ def plan_export(entries: Sequence[TensorEntry], out: str | os.PathLike[str], fmt
         found = repeating.get(id(entry))
         if found is not None:
             expanded = f"written expanded, as asked: it {found.describe(entry.info.dtype)}"
-            note = f"{note}; {expanded}" if note else expanded
+            note = _around(note, after=f"; {expanded}") if note else expanded
         items.append(ExportItem(entry.name, entry.info, target, dtype, np_dtype_of(dtype),
-                                f"{shown}: {note}" if note else None, expand=found is not None))
+                                _around(note, before=f"{shown}: ") if note else None,
+                                expand=found is not None))
         if fmt != "npy" and target != entry.name:
             notes.append(f"'{shown}' stored under key '{printable(target)}' (unsafe or duplicate name)")
     if fmt == "safetensors" and (refused := [i for i in items if i.dtype not in st.CODES]):
         shown = ", ".join(printable(i.name) for i in refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
-        raise ExportError(f"safetensors has no {refused[0].dtype} dtype ({shown}); "
-                          "export to npy/npz or leave them out with --key")
+        raise ExportError(Message(f"safetensors has no {refused[0].dtype} dtype ({shown}): export to npy/npz",
+                                  Hint(Fix.LEAVE_OUT)))
     notes.extend(item.note for item in items if item.note)
     if exact_dtypes and fmt in ("npy", "npz") and any(i.dtype in npy.ML_DTYPE_NAMES for i in items):
         notes.append("bfloat16/float8 arrays load with np.load after `import ml_dtypes`")

@@ -25,6 +25,7 @@ from ckptview.core.figures.histogram import iter_exact_histogram, tensor_sample_
 from ckptview.core.figures.spectral import iter_spectrum
 from ckptview.core.figures.stats import chunk_source, iter_summary, merge_stats, stored_part
 from ckptview.core.jobs import CancelToken, Progress, relay
+from ckptview.core.message import message_of
 from ckptview.core.read.bytes.files import read_ahead
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.read.values.slicing import LazySlice2D
@@ -427,7 +428,7 @@ def _per_target(targets: Sequence[A], compute: Callable[[int, A], Generator[Prog
         try:
             found = yield from compute(i, target)
         except CheckpointError as exc:
-            yield TargetFailed(i, str(exc))
+            yield TargetFailed(i, message_of(exc))
             results.append(None)
             continue
         yield ready(i, found)

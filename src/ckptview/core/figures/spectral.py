@@ -56,8 +56,6 @@ ALPHA_LOW, ALPHA_HIGH = 2.0, 6.0  # WeightWatcher's well-trained range
 JSON_KEYS = ("spectral_norm", "stable_rank", "frobenius_norm", "alpha", "xmin", "ks_distance",
              "num_singular_values", "rank", "method", "flags")
 _STEPS = 1000  # progress units of one matrix
-# How to ask for the spectrum of a view that repeats its storage, said in its refusal.
-EXPAND_HINT = "ask for the expanded tensor to compute it (info --spectral --expand-repeats; the Spectrum panel's box)"
 
 
 @dataclass(frozen=True)
@@ -167,7 +165,7 @@ def iter_spectrum(info: TensorInfo, token: CancelToken | None = None,
     if shape is None:
         raise TensorDataError(f"no spectrum: a {info.dtype} tensor of shape {list(info.shape)} is not a "
                               "floating matrix of at least 2 x 2")
-    if not expand and (refused := refusal(info, "no spectrum", hint=EXPAND_HINT)) is not None:
+    if not expand and (refused := refusal(info, "no spectrum")) is not None:
         raise refused
     rows, cols = shape
     small = min(rows, cols)

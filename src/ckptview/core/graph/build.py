@@ -17,6 +17,7 @@ from ckptview.core.graph.module_tree import SOURCE as MODULE_TREE
 from ckptview.core.graph.module_tree import is_pickled_model, module_tree_graph
 from ckptview.core.graph.torchscript import torchscript_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
+from ckptview.core.message import message_of
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
 from ckptview.core.run.process import RunError
@@ -42,7 +43,7 @@ def graph_source(checkpoint: Checkpoint) -> tuple[str, Architecture | None, str]
     try:
         arch = recognize(checkpoint.path, tensors) if tensors else None
     except ArchitectureRefused as exc:
-        return INFERRED, None, str(exc)
+        return INFERRED, None, message_of(exc)
     if arch is None:
         if is_pickled_model(checkpoint):  # a module, not a state dict: its classes say more than its keys
             return MODULE_TREE, None, ("a full-model pickle's forward is code in the file, never run, and no "

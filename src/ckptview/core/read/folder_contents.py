@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from ckptview.core.errors import FolderOfCheckpoints
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.read.bytes import files
 from ckptview.core.read.context import Source
 from ckptview.core.read.formats import readers
@@ -74,13 +75,12 @@ def folder_error(folder: str, names: list[str]) -> FolderOfCheckpoints:
     """The error of a folder that is no checkpoint but holds `names` (in natural order): how many, and what
     opens each, two of them and all of them."""
     if len(names) == 1:
-        return FolderOfCheckpoints(f"not a checkpoint: folder {folder} is none itself, but it holds one: "
-                                   f"`ckptview info {os.path.join(folder, names[0])}` lists it", folder, names)
+        return FolderOfCheckpoints(Message(f"not a checkpoint: folder {folder} is none itself, but it holds one",
+                                           Hint(Fix.OPEN, (os.path.join(folder, names[0]),))), folder, names)
     first, latest = os.path.join(folder, names[0]), os.path.join(folder, names[-1])
-    return FolderOfCheckpoints(
-        f"not a checkpoint: folder {folder} holds {plural(len(names), 'checkpoint')} ({listed(names)}), not one: "
-        f"`ckptview info {latest}` lists the last, `ckptview diff {first} {latest}` compares two, "
-        f"`ckptview series {folder}` follows them as a training run", folder, names)
+    return FolderOfCheckpoints(Message(
+        f"not a checkpoint: folder {folder} holds {plural(len(names), 'checkpoint')} ({listed(names)}), not one",
+        Hint(Fix.OPEN, (latest,)), Hint(Fix.COMPARE, (first, latest)), Hint(Fix.SERIES, (folder,))), folder, names)
 
 
 def other_checkpoints(folder: str, used: set[str], warnings: list[str] | None = None) -> list[str]:
@@ -96,5 +96,5 @@ def others_note(folder: str, names: list[str]) -> str | None:
     if not names:
         return None
     what = plural(len(names), "other checkpoint")
-    return (f"the folder also holds {what}, not part of this one: {listed(names)} "
-            f"(open them by name; `ckptview series {folder}` shows a run)")
+    return Message(f"the folder also holds {what}, not part of this one: {listed(names)} (open them by name)",
+                   Hint(Fix.SERIES, (folder,)))

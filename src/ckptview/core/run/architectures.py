@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptview.core.errors import CheckpointError
+from ckptview.core.message import Fix, Hint, Message, message_of, rephrased
 from ckptview.core.read.bytes.files import open_regular, special_kind
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.config_json import load_json
@@ -105,7 +106,7 @@ def parse_config(raw: bytes) -> dict[str, Any]:
     try:
         data = load_json(bytes(raw))
     except ConfigRefused as exc:
-        raise ArchitectureRefused(str(exc)) from None
+        raise ArchitectureRefused(message_of(exc)) from None
     if not isinstance(data, dict):
         raise ArchitectureRefused("config.json is not a JSON object")
     return data
@@ -142,7 +143,7 @@ def read_preprocessor(folder: str) -> dict[str, Any]:
     try:
         return read_config(candidate)
     except ArchitectureRefused as exc:
-        raise ArchitectureRefused(str(exc).replace("config.json", PREPROCESSOR)) from None
+        raise ArchitectureRefused(rephrased(exc, lambda said: said.replace("config.json", PREPROCESSOR))) from None
 
 
 def recognize_config(config: dict[str, Any], folder: str = "", tensors: dict[str, Any] | None = None
@@ -161,7 +162,7 @@ def recognize_config(config: dict[str, Any], folder: str = "", tensors: dict[str
         if listing is not None:
             check_declared(guarded, listing)
     except ConfigRefused as exc:
-        raise ArchitectureRefused(f"{arch.describe()}: {exc}") from None
+        raise ArchitectureRefused(rephrased(exc, lambda said: f"{arch.describe()}: {said}")) from None
     return Architecture(arch.library, arch.cls, arch.source, guarded, arch.folder, listing=listing)
 
 
@@ -191,9 +192,9 @@ def _named_architecture(config: dict[str, Any], folder: str) -> Architecture | N
     if "auto_map" in config:
         named = config["auto_map"]
         shown = ", ".join(f"{k}: {v}" for k, v in named.items())[:200] if isinstance(named, dict) else "?"
-        raise ArchitectureRefused(
+        raise ArchitectureRefused(Message(
             f"config.json names model code shipped with the weights (auto_map {shown}): ckptview never runs "
-            f"code from a model's folder; give model code you trust with --model")
+            f"code from a model's folder", Hint(Fix.MODEL)))
     if isinstance(config.get("_class_name"), str):  # diffusers components
         return Architecture("diffusers", _name(config["_class_name"], "_class_name"), "config.json", config, folder)
     architectures = config.get("architectures")

@@ -1,3 +1,4 @@
+
 """What a folder's config may ask of the library that builds its model: never a file, a URL, a download or code.
 
 A forward pass (and the meta-device build that names a Trainer folder's optimizer state, and a model graph)
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from ckptview.core.message import Fix, Hint, Message
 
 MAX_DEPTH = 64  # nested sub-configs (text_config.vision_config...), far more than any real config has
 MAX_ITEMS = 1_000_000  # values visited, at most (a 4 MiB config.json holds fewer)
@@ -222,9 +225,8 @@ def _walk(root: dict[str, Any], where: str, transformers: bool) -> None:
             if not isinstance(key, str):
                 continue
             if key in REFUSED_KEYS and value not in (None, False, {}, []):
-                raise ConfigRefused(f"{field} {REFUSED_KEYS[key]}: ckptview never runs or fetches what a model's "
-                                    "folder names" + ("; give model code you trust with --model"
-                                                      if key == "auto_map" else ""))
+                raise ConfigRefused(Message(f"{field} {REFUSED_KEYS[key]}: ckptview never runs or fetches what a "
+                                            "model's folder names", *([Hint(Fix.MODEL)] if key == "auto_map" else [])))
             if key in PINNED_AWAY:
                 if "implementation" in key:  # a kernel named on the Hub is a refusal, not a silent default
                     _check_strings(value, field, free_text=frozenset())

@@ -13,6 +13,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.message import rephrased
 from ckptview.core.read.bytes.remote.fs import RemoteFS, begin_session
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.bytes.remote.urls import shown
@@ -112,7 +113,7 @@ def recognize_url(url: str, tensors: dict[str, Any] | None = None, token: Cancel
         if arch is None and tensors:
             arch = recognize_by_keys(tensors)
     except ArchitectureRefused as exc:
-        raise ArchitectureRefused(redact(str(exc))) from None
+        raise ArchitectureRefused(rephrased(exc, redact)) from None
     except RunError:
         raise
     except (CheckpointError, OSError) as exc:  # RemoteError, not found, a deadline: one line

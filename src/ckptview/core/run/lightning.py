@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptview.core.checkpoint import ReprKey
+from ckptview.core.message import Fix, Hint, Message
 
 VERSION_KEY = "pytorch-lightning_version"
 HPARAMS_KEY = "hyper_parameters"
@@ -70,16 +71,16 @@ class LightningCheckpoint:
                 "class_source": self.class_source, "hparams": self.hparams, "hparams_name": self.hparams_name,
                 "hparams_type": self.hparams_type}
 
-    def consent_line(self) -> str:
+    def consent_line(self) -> Message:
         """The refusal without consent (exit 2), naming the class the worker would import."""
-        return (f"lightning: {self.name} names class {self.class_path}; importing it runs code chosen by the "
-                f"file: pass --trust to allow")
+        return Message(f"lightning: {self.name} names class {self.class_path}; importing it runs code chosen by "
+                       f"the file", Hint(Fix.TRUST))
 
-    def no_class_line(self) -> str:
+    def no_class_line(self) -> Message:
         """The refusal when the file names no class and the user gave none."""
-        return (f"lightning: {self.name} (Lightning {self.version}) names no LightningModule class (only "
-                f"LightningCLI writes one, in {CLASS_SOURCE}): give it with --model package.module:Class or "
-                f"--model path/to/file.py:Class; its init arguments come from {HPARAMS_KEY}")
+        return Message(f"lightning: {self.name} (Lightning {self.version}) names no LightningModule class (only "
+                       f"LightningCLI writes one, in {CLASS_SOURCE}; its init arguments come from {HPARAMS_KEY})",
+                       Hint(Fix.MODEL))
 
     def describe(self) -> str:
         """One line for people."""

@@ -3,7 +3,8 @@
 The parent writes one request object to the worker's stdin. The worker answers on its own result stream
 with `{"event": "phase", "phase": ...}` lines as it goes, then one `{"event": "result", "ok": ...}` line:
 on success the op's payload (for a run, `RunResult.to_json()`), on failure `error`, `kind` and what was
-reported so far (`load`, `inputs`, `traceback`). `parse_message` reads one such line back.
+reported so far (`load`, `inputs`, `traceback`); an error that says what fixes it (`core.message`) also
+carries its `reason` and `hints` (`[[fix, *args], ...]`). `parse_message` reads one such line back.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core.message import Fix, Hint
+from ckptview.core.message import Message as Said
 from ckptview.core.run.json_checks import MAX_TEXT
 from ckptview.core.run.result import PartialRun
 
@@ -21,6 +24,7 @@ MAX_EVENT_LINE = 64 << 20  # one JSON line (the result holds every output's stat
 MAX_EVENTS = 1024
 MAX_PHASE = 100  # characters of a phase name
 MAX_STDERR_LINE = 2000
+MAX_HINTS = 4  # fixes one failure names
 STDERR_TAIL = 40
 _CHUNK = 1 << 16
 
@@ -33,7 +37,7 @@ class WorkerError(Exception):
 
     def __init__(self, message: str, kind: str = "exception") -> None:
         super().__init__(message)
-        self.kind = kind
+        self.message, self.kind = message, kind
 
 
 class Job:
@@ -75,7 +79,9 @@ class ResultMessage:
         """The message as JSON-able data (payload keys inline, as the contract has always had them)."""
         if self.ok:
             return {"event": "result", "ok": True, **self.payload}
-        return {"event": "result", "ok": False, "error": self.error, "kind": self.kind, **self.payload}
+        said = {"reason": self.error.reason, "hints": [[h.fix.value, *h.args] for h in self.error.hints]} if (
+            isinstance(self.error, Said)) else {}
+        return {"event": "result", "ok": False, "error": self.error, "kind": self.kind, **said, **self.payload}
 
     def partial(self) -> PartialRun:
         """A failure's report so far (load report, inputs, traceback)."""
@@ -108,15 +114,31 @@ def parse_message(raw: bytes | str) -> Message | None:
     if not isinstance(data, dict):
         return None
     if data.get("event") == "result":
-        payload = {k: v for k, v in data.items() if k not in ("event", "ok", "error", "kind")}
+        payload = {k: v for k, v in data.items() if k not in ("event", "ok", "error", "kind", "reason", "hints")}
         if data.get("ok") is True:
             return ResultMessage(True, payload)
         error, kind = data.get("error"), data.get("kind")
-        return ResultMessage(False, payload, error[:MAX_TEXT] if isinstance(error, str) else "the worker failed",
+        return ResultMessage(False, payload, _said(data) or (error[:MAX_TEXT] if isinstance(error, str)
+                                                             else "the worker failed"),
                              kind[:40] if isinstance(kind, str) else "exception")
     if isinstance(data.get("phase"), str):
         return PhaseEvent(data["phase"][:MAX_PHASE])
     return None
+
+
+def _said(data: dict[str, Any]) -> Said | None:
+    """A failure's reason and hints as a Message; None when the worker sent none, or anything malformed."""
+    reason, hints = data.get("reason"), data.get("hints")
+    if not isinstance(reason, str) or not isinstance(hints, list) or not 0 < len(hints) <= MAX_HINTS:
+        return None
+    fixes = {fix.value: fix for fix in Fix}
+    said = []
+    for hint in hints:
+        if (not isinstance(hint, list) or not hint or len(hint) > 3 or hint[0] not in fixes
+                or not all(isinstance(arg, str) for arg in hint)):
+            return None
+        said.append(Hint(fixes[hint[0]], tuple(arg[:MAX_TEXT] for arg in hint[1:])))
+    return Said(reason[:MAX_TEXT], *said)
 
 
 def encode(message: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
+from ckptview.core.message import Fix, Hint, Message, message_of
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.open import open_checkpoint
@@ -172,15 +173,14 @@ def check_trust(source: SourceInfo, trust: bool, has_model: bool) -> None:
             raise RunError(source.lightning.consent_line(), kind="refused")
         return
     if source.kind == STATE_DICT and not has_model:
-        raise RunError("this file is a state dict (weights only) and no installed library names its "
-                       "architecture (no config.json beside it): give the model code with "
-                       "--model package.module:factory or --model path/to/file.py:ClassName", kind="refused")
+        raise RunError(Message("this file is a state dict (weights only) and no installed library names its "
+                               "architecture (no config.json beside it)", Hint(Fix.MODEL)), kind="refused")
     if source.findings and not trust:
         if source.kind == PICKLE and not source.programs:
-            raise RunError(f"refusing to run a full-model pickle without --trust: loading it imports and runs "
-                           f"{_names(source.findings)}", kind="refused")
-        raise RunError(f"refusing to load this {_KIND_WORDS[source.kind]} without --trust: {_what_runs(source)}",
-                       kind="refused")
+            raise RunError(Message(f"refusing to run a full-model pickle nobody trusted: loading it imports and runs "
+                                   f"{_names(source.findings)}", Hint(Fix.TRUST)), kind="refused")
+        raise RunError(Message(f"refusing to load this {_KIND_WORDS[source.kind]} nobody trusted: "
+                               f"{_what_runs(source)}", Hint(Fix.TRUST)), kind="refused")
 
 
 def _what_runs(source: SourceInfo) -> str:
@@ -192,11 +192,11 @@ def _what_runs(source: SourceInfo) -> str:
 
 
 def check_compare_trust(compare: SourceInfo | None, trust_compare: bool) -> None:
-    """Refuse a second checkpoint that torch would load and that needs its own consent (--trust-compare)."""
+    """Refuse a second checkpoint that torch would load and that needs its own consent (`trust_compare`)."""
     if compare is not None and compare.findings and not trust_compare:
         verb = "runs" if compare.programs else "imports and runs"
-        raise RunError(f"refusing to load the second checkpoint without --trust-compare: loading it {verb} "
-                       f"{_names(compare.findings)}", kind="refused")
+        raise RunError(Message(f"refusing to load the second checkpoint nobody trusted: loading it {verb} "
+                               f"{_names(compare.findings)}", Hint(Fix.TRUST_COMPARE)), kind="refused")
 
 
 def _names(found: list[str]) -> str:
@@ -248,7 +248,7 @@ def _run_local(request: RunRequest, token: Cancellable | None) -> Generator[Prog
     try:  # a state dict with no code: the architecture its installed library names (config.json)
         arch = recognize_checkpoint(request.path) if source.kind == STATE_DICT and not request.model else None
     except ArchitectureRefused as exc:  # code shipped with the weights, or the library is missing
-        raise RunError(str(exc), kind="refused") from None
+        raise RunError(message_of(exc), kind="refused") from None
     if arch is not None:
         source.kind = LIBRARY
     check_trust(source, request.trust, bool(request.model))

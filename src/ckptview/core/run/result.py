@@ -34,6 +34,10 @@ from ckptview.core.run.json_checks import (
 from ckptview.core.run.record import Record
 from ckptview.core.units import figure, human_bytes, plural
 
+# `architecture.source` of a class the user gave as model code: a value of the `--json` contract (it has always
+# been the flag's name), worded by `result_lines`.
+USER_CODE = "--model"
+
 __all__ = ["CompareResult", "InputReport", "Latency", "LoadReport",
            "OtherOutput", "OutputDiff", "OutputInfo", "OutputStats", "PartialRun",
            "RunResult", "ShapeMismatch", "Unplaced", "finite_json", "partial_words", "result_json_text",
@@ -374,7 +378,8 @@ def result_lines(result: RunResult, outputs: bool = True) -> list[str]:
     lines = []
     if result.architecture is not None:
         arch = result.architecture
-        lines.append(f"architecture {arch['library']} {arch['class']} from {arch['source']}")
+        source = "the model code given" if arch["source"] == USER_CODE else arch["source"]
+        lines.append(f"architecture {arch['library']} {arch['class']} from {source}")
     lines.append(f"device {result.device} ({result.source}), loaded in {result.load_seconds:.3f} s, "
                  f"{plural(load.tensors, 'tensor')}, {human_bytes(load.bytes_moved)}")
     if load.cuda_allocated is not None:

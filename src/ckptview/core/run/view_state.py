@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptview.core.message import message_of
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.run import request as runner
 from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
@@ -110,7 +111,7 @@ class RunViewState:
             else:
                 self.named(arch)
         except ArchitectureRefused as exc:
-            self.named(None, str(exc))
+            self.named(None, message_of(exc))  # a Message: each front end words its fixes
 
     def fetches_config(self) -> bool:
         """A URL's state dict: its config.json is fetched (in a worker) to name its architecture."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.run.process import RunError
 from ckptview.core.run.result import LoadReport, RunResult
 from ckptview.core.units import plural
@@ -58,11 +59,11 @@ def check_weights(result: RunResult, kind: str, strict: bool, allow_missing: boo
                        f"({'; '.join(result.warnings) or 'the checkpoint holds no tensors'})",
                        kind="weights", result=result)
     if strict and result.warnings:
-        raise RunError(f"--strict: {'; '.join(result.warnings)}", kind="weights", result=result)
+        raise RunError(f"strict load: {'; '.join(result.warnings)}", kind="weights", result=result)
     missing = not_loaded(load)
     if missing and not allow_missing:
         why = "; ".join(weight_warnings(dataclasses.replace(load, unexpected=[]), result.device))
-        raise RunError(f"{len(missing)} weight{'s' if len(missing) != 1 else ''} of the model not loaded from the "
-                       f"file, so the outputs would be those of random values: {why} (--allow-missing runs a "
-                       f"partial load anyway)", kind="weights", result=result)
+        raise RunError(Message(f"{len(missing)} weight{'s' if len(missing) != 1 else ''} of the model not loaded "
+                               f"from the file, so the outputs would be those of random values: {why}",
+                               Hint(Fix.ALLOW_MISSING)), kind="weights", result=result)
     result.partial = missing or None

@@ -1,23 +1,22 @@
 """What a tab that could not open its file says in the window's own words, and the actions that fix it.
 
-The core's messages are written for the command line (`ckptview series DIR`, "pass --download"); a window
-user is never sent there. Each error the window knows how to resolve gets a sentence without commands and
-flags and a button that does what the command would: open the folder as a run, open the one checkpoint a
-folder holds, download a file whose server ignores range requests (its size said first), wait longer for
-a slow server. Qt-free: the tab makes the buttons from these offers.
+The tab passes the error's text already in the window's words (`gui/base/wording.py` words the fixes a
+core message carries). Each error the window knows how to resolve gets a sentence of its own and a button
+that does what the fix says: open the folder as a run, open the one checkpoint a folder holds, download a
+file whose server ignores range requests (its size said first), wait longer for a slow server. Qt-free:
+the tab makes the buttons from these offers.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from ckptview.core.errors import FolderOfCheckpoints, RangesIgnored, RemoteTooSlow
 from ckptview.core.read.folder_contents import listed
 from ckptview.core.units import human_bytes, plural
 
-__all__ = ["DOWNLOAD_LIMIT", "Offer", "offers_for", "window_words"]
+__all__ = ["DOWNLOAD_LIMIT", "Offer", "offers_for"]
 
 DOWNLOAD_LIMIT = 4 << 30  # bytes "Download and open" fetches at most from a server that announces no size
 SERIES, OPEN, DOWNLOAD, WAIT, COMPARE, EACH = "series", "open", "download", "wait", "compare", "each"
@@ -37,39 +36,19 @@ class Offer:
     names: tuple[str, ...] = ()
 
 
-# Command-line words left in any other message, and what the window says instead.
-_CLI_WORDS = (
-    (re.compile(r"\s*\(the deadline of a request: --deadline SECONDS or CKPTVIEW_DEADLINE\)"), ""),
-    (re.compile(r";?\s*\(?open them by name; `ckptview series [^`]*` shows a run\)?"), " (open them by name)"),
-    (re.compile(r"`ckptview info ([^`]*)` lists (it|one)"), r"open \1 to see it"),
-    (re.compile(r"`ckptview series ([^`]*)` shows (them|a run)( as a training run)?"), r"File > Open Series… shows \2"),
-    (re.compile(r"pass --download to do that"), "the window offers to download it"),
-    (re.compile(r"use --force to overwrite"), "Export asks before replacing them"),
-    (re.compile(r"--exact-dtypes keeps the bits"), "“Keep exact bfloat16/float8 bits” keeps them"),
-    (re.compile(r"leave (it|them) out with --key"), r"leave \1 out of the selection"),
-    (re.compile(r"no tensor matches --key (.*?) \(see `ckptview info` for the names\)"), r"no tensor is called \1"),
-)
-
-
-def window_words(message: str) -> str:
-    """`message` with the command lines and flags it names put in the window's words."""
-    for pattern, words in _CLI_WORDS:
-        message = pattern.sub(words, message)
-    return message
-
-
 def offers_for(error: BaseException | None, text: str) -> tuple[str, list[Offer]]:
-    """The sentence the error page shows for `error` (its one-line `text`) and the actions it offers."""
+    """The sentence the error page shows for `error` (its one-line `text`, in the window's words) and the
+    actions it offers."""
     if isinstance(error, FolderOfCheckpoints) and error.names:
         return _folder(error)
     if isinstance(error, RangesIgnored):
         return _ranges(error)
     if isinstance(error, RemoteTooSlow):
         wait = max(4 * error.seconds, 60.0)
-        return (window_words(text) + ": the server may be slow or stalled.",
+        return (text + ": the server may be slow or stalled.",
                 [Offer(WAIT, f"Reload, waiting up to {wait:.0f} s", "Open it again, giving every request of "
                        f"this tab {wait:.0f} s from now on", wait)])
-    return window_words(text), []
+    return text, []
 
 
 def _folder(error: FolderOfCheckpoints) -> tuple[str, list[Offer]]:

@@ -16,6 +16,7 @@ import importlib
 import inspect
 from typing import Any
 
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.run.architectures import timm_config
 from ckptview.core.run.input_specs import InputSpec
 
@@ -142,8 +143,8 @@ def _transformers_input(model: Any, name: str, why: str, preprocessor: dict[str,
         mels = _int(getattr(config, "num_mel_bins", None), 0)
         positions = _int(getattr(config, "max_source_positions", None), 0)
         if not mels or not positions:
-            raise NoDeclaredInputs("the model takes input_features but its config names no num_mel_bins and "
-                                   "max_source_positions: give the input with --input-shape")
+            raise NoDeclaredInputs(Message("the model takes input_features but its config names no num_mel_bins "
+                                           "and max_source_positions", Hint(Fix.INPUT_SHAPE)))
         # Whisper's encoder takes exactly 2 frames per position (two convolutions, the second of stride 2).
         spec = InputSpec(shape=(1, mels, 2 * positions), dtype=_float_dtype(model), name=name)
         return [(spec, f"{name}: {why}; num_mel_bins {mels} x 2*max_source_positions {2 * positions} "
@@ -154,8 +155,8 @@ def _transformers_input(model: Any, name: str, why: str, preprocessor: dict[str,
             AUDIO_SECONDS_SAMPLES, "one second at 16 kHz (no preprocessor_config.json names a rate)")
         spec = InputSpec(shape=(1, samples), dtype=_float_dtype(model), name=name)
         return [(spec, f"{name}: {why}; {origin}")]
-    raise NoDeclaredInputs(f"the model's main input is {name}, which ckptview cannot make: give it with "
-                           f"--input-shape {name}:SHAPE@DTYPE")
+    raise NoDeclaredInputs(Message(f"the model's main input is {name}, which ckptview cannot make",
+                                   Hint(Fix.INPUT_NAMED, (name,))))
 
 
 def _image_size(vision: Any, preprocessor: dict[str, Any]) -> tuple[tuple[int, int], str]:

@@ -16,6 +16,7 @@ import time
 import traceback
 from typing import Any
 
+from ckptview.core.message import message_of
 from ckptview.core.run.devices import DeviceError, find_device
 from ckptview.core.run.protocol import Job, ResultMessage, WorkerError, encode, error_kind, one_line
 from ckptview.core.run.result import Latency, LoadReport, RunResult
@@ -99,7 +100,7 @@ def main() -> int:
             raise WorkerError("the request is not a JSON object", kind="protocol")
         message = ResultMessage(True, handle(job))
     except WorkerError as exc:
-        message = ResultMessage(False, _report(job), str(exc), exc.kind)
+        message = ResultMessage(False, _report(job), message_of(exc), exc.kind)
     except BaseException as exc:  # noqa: BLE001 - anything from user code becomes one line
         message = ResultMessage(False, {"traceback": traceback.format_exc(limit=20), **_report(job)},
                                 f"{_phase_words(job.phase)}: {type(exc).__name__}: {one_line(exc)}",

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckptview.core import dtypes
+from ckptview.core.message import Fix, Hint, Message, message_of
 from ckptview.core.run import input_specs as run_inputs
 from ckptview.core.run.input_specs import InputSpec, conv_input, guess_inputs, token_input
 from ckptview.core.run.json_checks import MAX_OUTPUTS
@@ -161,7 +162,7 @@ def make_inputs(req: dict[str, Any], model: Any,
     if specs is None and req.get("source") in ("state_dict", "pickle", "lightning"):
         specs, origin = _guess_from_module(model), "guessed from the first layer"
     if not specs:
-        raise WorkerError("no input shape: pass --input-shape, e.g. 2,20 (the model does not declare one)",
+        raise WorkerError(Message("no input shape (the model does not declare one)", Hint(Fix.INPUT_SHAPE)),
                           kind="input")
     seed = int(req.get("seed", 0))
     tensors = [to_torch(run_inputs.make_array(s, seed, i), s.dtype, device)
@@ -179,7 +180,7 @@ def _declared(model: Any, req: dict[str, Any]) -> tuple[list[InputSpec] | None, 
     try:
         found = declared_inputs(model, req.get("architecture") or {}, req.get("preprocessor"))
     except NoDeclaredInputs as exc:
-        raise WorkerError(str(exc), kind="input") from None
+        raise WorkerError(message_of(exc), kind="input") from None
     if not found:
         return None, None
     return [s for s, _ in found], [o for _, o in found]

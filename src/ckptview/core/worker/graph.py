@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from ckptview.core.message import message_of
 from ckptview.core.run.declared_sizes import Listing
 from ckptview.core.run.input_specs import InputSpec
 from ckptview.core.run.protocol import Job, WorkerError, one_line
@@ -166,7 +167,7 @@ def _declared(model: Any, arch: dict[str, Any], req: dict[str, Any]) -> list[Inp
     try:
         return [spec for spec, _ in declared_inputs(model, arch, req.get("preprocessor"))]
     except NoDeclaredInputs as exc:
-        raise WorkerError(str(exc), kind="input") from None
+        raise WorkerError(message_of(exc), kind="input") from None
 
 
 def _attempts(inputs: list[Any], by_name: list[str] | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from ckptview.core.errors import CheckpointError
+from ckptview.core.message import message_of, rephrased
 from ckptview.core.read.bytes.files import open_regular
 from ckptview.core.run.config_guard import ConfigRefused, guarded_config, timm_parts
 from ckptview.core.run.declared_sizes import Listing
@@ -86,7 +87,7 @@ def checked_config(arch: dict[str, Any]) -> dict[str, Any]:
     try:
         return guarded_config(library, name, config)
     except ConfigRefused as exc:
-        raise WorkerError(f"{library} {name}: {exc}", kind="refused") from None
+        raise WorkerError(rephrased(exc, lambda said: f"{library} {name}: {said}"), kind="refused") from None
 
 
 def _transformers(transformers: Any, name: str, config: dict[str, Any]) -> Any:
@@ -138,7 +139,7 @@ def _timm(timm: Any, name: str, config: dict[str, Any]) -> Any:
     try:  # model_args reach the model's constructor; create_model's own (checkpoint_path...) are refused
         pretrained, args = timm_parts(config)
     except ConfigRefused as exc:
-        raise WorkerError(str(exc), kind="refused") from None
+        raise WorkerError(message_of(exc), kind="refused") from None
     # This release's own parameters too, whatever they are called: given to create_model here, `checkpoint_path`
     # would torch.load a file the config names, `pretrained` download.
     own = sorted((set(inspect.signature(timm.create_model).parameters) - {"model_name", "kwargs"}) & set(args))

@@ -20,9 +20,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.run.lightning import ATTRIBUTE_DICTS
 from ckptview.core.run.protocol import Job, WorkerError, one_line
-from ckptview.core.run.result import LoadReport
+from ckptview.core.run.result import USER_CODE, LoadReport
 from ckptview.core.worker.build_guard import guarded_build
 from ckptview.core.worker.loading import (
     consent_for,
@@ -50,7 +51,7 @@ def load_lightning_model(job: Job, path: str, device: str) -> tuple[Any, LoadRep
     user = req.get("model")
     job.enter("model code")
     if user:
-        cls, shown, source = import_user_object(user, req.get("cwd")), _spec_name(user), "--model"
+        cls, shown, source = import_user_object(user, req.get("cwd")), _spec_name(user), USER_CODE
     else:
         shown, source = str(spec.get("class_path") or ""), str(spec.get("class_source") or "")
         consent = consent_for(job, "main")
@@ -142,8 +143,9 @@ def init_kwargs(cls: Any, spec: Mapping[str, Any], overrides: Mapping[str, Any])
     for key, value in kwargs.items():
         why = _unrebuilt(value)
         if why:
-            raise WorkerError(f"lightning: {spec.get('name')}'s {why}, which ckptview does not rebuild as an init "
-                              f"argument of {cls.__name__} ({key}): give it with --model-kwargs", kind="refused")
+            raise WorkerError(Message(f"lightning: {spec.get('name')}'s {why}, which ckptview does not rebuild as "
+                                      f"an init argument of {cls.__name__} ({key})", Hint(Fix.MODEL_KWARGS)),
+                              kind="refused")
     return kwargs
 
 
@@ -209,8 +211,8 @@ def _load_with_hook(model: Any, path: str, shown: str) -> LoadReport:
     gate) before its state dict is loaded, as in load_from_checkpoint; refused when torch may not load it."""
     checkpoint = torch_state_dict(path, ())
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), Mapping):
-        raise WorkerError(f"lightning: {shown} overrides on_load_checkpoint, which needs the whole checkpoint "
-                          f"loaded by torch, and its pickles name more than tensors and plain data: give a class "
-                          f"without that hook with --model", kind="refused")
+        raise WorkerError(Message(f"lightning: {shown} overrides on_load_checkpoint, which needs the whole "
+                                  f"checkpoint loaded by torch, and its pickles name more than tensors and plain "
+                                  f"data: give a class without that hook", Hint(Fix.MODEL)), kind="refused")
     model.on_load_checkpoint(checkpoint)
     return load_torch_state_dict(model, checkpoint["state_dict"], "state_dict")

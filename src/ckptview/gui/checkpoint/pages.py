@@ -24,10 +24,10 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.checkpoint import Checkpoint
 from ckptview.core.jobs import Progress
-from ckptview.core.session.offers import window_words
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes, plural
 from ckptview.gui.base.palette import mute, style_banner
+from ckptview.gui.base.wording import window_text
 
 __all__ = ["AskPage", "ErrorPage", "LoadingPage", "PageStack", "safety_banner"]
 HEADER_BYTES_PER_TENSOR = 110  # a safetensors header entry, roughly: for "about N tensors" when asking
@@ -226,7 +226,7 @@ def safety_banner(checkpoint: Checkpoint) -> QFrame | None:
     warnings = [w for w in warnings if not (unsafe and (all(g in w for g in unsafe) or UNSAFE_WARNING in w))]
     others = list(checkpoint.metadata.get("_other_checkpoints") or ())
     for warning in warnings[:5]:
-        line = html.escape(shown(window_words(warning)))  # no command line: the links below do it
+        line = html.escape(shown(window_text(warning)))  # no command line: the links below do it
         if others and warning.startswith("the folder also holds"):
             links = [f"<a href='{OPEN_LINK}{i}'>Open {html.escape(shown(name))}</a>" for i, name in enumerate(others[:3])]
             if len(others) > 1:

@@ -30,6 +30,7 @@ from ckptview.core.checkpoint import Checkpoint, Node
 from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, find_row
 from ckptview.core.jobs import Progress
+from ckptview.core.message import message_of, rephrased
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
@@ -38,6 +39,7 @@ from ckptview.core.session.opening import Opened
 from ckptview.core.text import printable, shown
 from ckptview.core.units import plural
 from ckptview.gui.base.gc_guard import collect_when_deleted
+from ckptview.gui.base.wording import window_text
 from ckptview.gui.checkpoint.change_bar import FileChangeBar
 from ckptview.gui.checkpoint.detail import DetailPanel
 from ckptview.gui.checkpoint.filter import TreeFilter
@@ -191,10 +193,12 @@ class CheckpointTab(QWidget):
                                  "The library could not tell the model's parameter order: names stay guessed")
 
     def _show_error(self, text: str) -> None:
+        error = self.opener.error
+        said = message_of(error) if error is not None and str(error) == text else text  # with what fixes it
         if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
-            text = redact(text)
+            text, said = redact(text), rephrased(said, redact)
         self.state, self.error_text = "error", text
-        shown_text, offers = offers_for(self.opener.error, text)  # in the window's words, with what fixes it
+        shown_text, offers = offers_for(error, window_text(said))  # in the window's words, with buttons
         self._offers = {offer.key: offer for offer in offers}
         page = ErrorPage(self._name, self.path, shown_text, [(o.key, o.text, o.tip) for o in offers],
                          {o.key: o.names for o in offers if o.names})

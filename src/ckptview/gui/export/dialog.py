@@ -35,14 +35,15 @@ from ckptview.core.checkpoint import Checkpoint, Node, TensorEntry
 from ckptview.core.errors import CheckpointError
 from ckptview.core.export.plan import MANIFEST, entries_below, exported_entries, plan_export
 from ckptview.core.jobs import CancelToken, Progress
+from ckptview.core.message import message_of
 from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.values.repeats import repeats
-from ckptview.core.session.offers import window_words
 from ckptview.core.sweep.runner import LOCAL, Placement
 from ckptview.core.text import printable, shown
 from ckptview.core.units import human_bytes, plural
 from ckptview.gui.base.palette import color
+from ckptview.gui.base.wording import window_text
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.base.wrap import message_width, wrap_long_words
 from ckptview.resources import resource_path
@@ -108,7 +109,7 @@ class ExportDialog(QDialog):
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_progress)
         self.slot.returned.connect(self._on_done)
-        self.slot.errored.connect(lambda exc: self._show_error(str(exc)))
+        self.slot.errored.connect(lambda exc: self._show_error(message_of(exc)))
         self.slot.aborted.connect(lambda: self.status.setText("Cancelled: nothing was written."))
         self.slot.busy.connect(self._on_busy)
         self.worker: GeneratorWorker | None = None  # the running export's job (None when none runs)
@@ -259,13 +260,13 @@ class ExportDialog(QDialog):
         try:
             plan = self.plan()
         except CheckpointError as exc:
-            self.notes.setPlainText(window_words(str(exc)))
+            self.notes.setPlainText(window_text(exc))
             self.preview.setPlainText("")
             self.existing_label.setText("")
             self.export_button.setEnabled(False)
             return
         self.export_button.setEnabled(True)
-        self.notes.setPlainText("\n".join(window_words(n) for n in plan.notes)
+        self.notes.setPlainText("\n".join(window_text(n) for n in plan.notes)
                                 or "All values are written exactly as stored.")
         existing = set(plan.existing())
         self.preview.setPlainText(preview_text(plan, existing))
@@ -305,7 +306,7 @@ class ExportDialog(QDialog):
         try:
             plan = self.plan()
         except CheckpointError as exc:
-            self._show_error(str(exc))
+            self._show_error(message_of(exc))
             return
         existing = plan.existing()
         if existing and not self.confirm_overwrite(existing):
@@ -373,7 +374,7 @@ class ExportDialog(QDialog):
 
     def _show_error(self, message: str) -> None:
         self.status.setStyleSheet(f"color: {color('error').name()}")
-        self.status.setText(shown(window_words(message)))
+        self.status.setText(shown(window_text(message)))
 
     def result_folder(self) -> str | None:
         """The folder holding what was written (the .npy folder, or the file's folder)."""

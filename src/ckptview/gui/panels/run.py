@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress
+from ckptview.core.message import message_of, rephrased
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
 from ckptview.core.run import request as runner
@@ -51,6 +52,7 @@ from ckptview.core.run.view_state import DEFAULT_DEVICES, Line, ModelLine, Phase
 from ckptview.core.text import printable
 from ckptview.core.units import MISSING, figure_or_text, human_bytes
 from ckptview.gui.base.palette import color
+from ckptview.gui.base.wording import window_text
 from ckptview.gui.base.workers import GeneratorWorker, JobSlot
 from ckptview.gui.base.wrap import message_width, wrap_long_words
 from ckptview.gui.checkpoint.host import CheckpointContext
@@ -140,7 +142,7 @@ class RunPanel(QWidget):
         self.run_job = JobSlot(self, waits=True)
         self.run_job.yielded.connect(self._on_progress)
         self.run_job.returned.connect(self._on_result)
-        self.run_job.errored.connect(lambda exc: self._show_error(str(exc), self.state.failed))
+        self.run_job.errored.connect(lambda exc: self._show_error(message_of(exc), self.state.failed))
         self.run_job.aborted.connect(lambda: self._show_error("cancelled; the worker was stopped", self.state.cancelled))
         self.run_job.busy.connect(lambda busy: None if busy else self._show_buttons(ended=True))
         self.probe_job = JobSlot(self, waits=True)  # the devices, listed in a worker process
@@ -152,7 +154,7 @@ class RunPanel(QWidget):
         self.recognize_job = JobSlot(self, waits=True)  # a URL's config.json, fetched off the GUI thread
         self.recognize_job.yielded.connect(self._on_recognize_progress)
         self.recognize_job.returned.connect(self._on_recognized)
-        self.recognize_job.errored.connect(lambda exc: self._recognition_failed(str(exc), error=True))
+        self.recognize_job.errored.connect(lambda exc: self._recognition_failed(message_of(exc), error=True))
         self.recognize_job.aborted.connect(lambda: self._recognition_failed(CANCELLED_CONFIG))
         # No hook on its end: each of the three above offers Run again, and a late one would end a run the
         # user started meanwhile.
@@ -320,7 +322,7 @@ class RunPanel(QWidget):
             try:
                 self.state.classified(runner.classify_source(self.path, checkpoint=self._checkpoint()))
             except CheckpointError as exc:
-                self.state.classified(None, str(exc))
+                self.state.classified(None, message_of(exc))
             else:
                 self.state.name_local(self._checkpoint())
         self._show_source()
@@ -368,7 +370,7 @@ class RunPanel(QWidget):
         """A refusal (auto_map, library missing) or a config that cannot be read: one line, no URL secrets."""
         if error and self._recognize is not None and self._recognize.token.cancelled:
             message, error = CANCELLED_CONFIG, False  # the request Cancel cut short failed on its way out
-        message = window_words(redact(message.splitlines()[0] if message else "unknown error"))
+        message = window_text(rephrased(message, lambda said: redact(said.splitlines()[0] if said else "unknown error")))
         self.state.named(None, message)
         self._show_source()
         self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>"
@@ -417,7 +419,7 @@ class RunPanel(QWidget):
         try:
             classes = classes_in_file(path)
         except ModelCodeError as exc:
-            self._show_error(str(exc), self.state.refused_start)
+            self._show_error(message_of(exc), self.state.refused_start)
             return False
         modules = [c for c in classes if c.is_module]
         candidates = modules + [c for c in classes if not c.is_module]
@@ -480,7 +482,7 @@ class RunPanel(QWidget):
                 request.trust_compare = True
                 request.compare_trusted_findings = self.state.trusted[request.compare_path]
         except CheckpointError as exc:
-            self._show_error(str(exc), self.state.refused_start)
+            self._show_error(message_of(exc), self.state.refused_start)
             return False
         self.state.starting()
         self.copy_button.setEnabled(False)
@@ -539,7 +541,7 @@ class RunPanel(QWidget):
 
     def _show_error(self, message: str, record: Callable[[str], None]) -> None:
         """Show an error; `record` is the state's word for what it ended (a run failed, cancelled, refused)."""
-        message = window_words(message)
+        message = window_text(message)
         record(message)
         self.status_label.setText(f"<span style='color:{color('error').name()}'>{_escape(printable(message))}</span>")
         self.status_label.setToolTip(message)
@@ -584,7 +586,7 @@ def model_words(line: ModelLine, source: runner.SourceInfo | None) -> str:
     if line.line is Line.NO_CHECKPOINT:
         return "no checkpoint"
     if line.line is Line.UNREADABLE or source is None:
-        return line.detail
+        return window_text(line.detail)
     words = SOURCE_WORDS[line.kind]
     if source.lightning is not None:
         words = printable(lightning_words(source))  # its version and class come from the file
@@ -596,7 +598,7 @@ def model_words(line: ModelLine, source: runner.SourceInfo | None) -> str:
     elif line.line is Line.ARCHITECTURE:
         words = f"state dict: {line.detail}, built by the installed library (or give model code below)"
     elif line.line is Line.REFUSED:
-        words = f"state dict: {line.detail}"
+        words = f"state dict: {window_text(line.detail)}"
     if line.programs:  # TorchScript, .pt2 programs, libraries: asked once
         words += f"; loading it runs code from the file ({printable(_shown(list(line.programs)))}), only if you trust it"
     if line.findings:
@@ -620,34 +622,6 @@ def summary_text(result: RunResult) -> str:
     the CLI prints them) and its warnings."""
     mark = f"  {partial_words(result)}" if result.partial else ""
     return printable_lines(result_lines(result, outputs=False) + [f"warning: {w}{mark}" for w in result.warnings])
-
-
-# The core's messages name the command line's flags; in the window the same thing is a field or a dialog.
-# Longest first: `--trust-compare` before `--trust`, the whole model-code advice before `--model`.
-_FLAG_WORDS = (
-    ("give the model code with --model package.module:factory or --model path/to/file.py:ClassName",
-     "give the model code in the Model code field (package.module:factory or path/to/file.py:ClassName, "
-     "or Browse… for a .py file)"),
-    ("pass --input-shape", "fill the Input field"),
-    ("--input-shape", "the Input field"),
-    ("--input-file", "the Input field"),
-    ("without --trust-compare", "without trusting the Compare with file"),
-    ("--trust-compare", "trust for the Compare with file"),
-    ("without --trust", "without trusting the file (Run asks for it)"),
-    ("--trust", "trust (Run asks for it)"),
-    ("--strict: ", "strict: "),
-    ("--allow-missing runs a partial load anyway", "Allow missing weights runs a partial load anyway"),
-    ("--allow-missing", "Allow missing weights"),
-    ("--model", "the Model code field"),
-    ("--device", "the Device field"),
-)
-
-
-def window_words(message: str) -> str:
-    """A core message with each command-line flag replaced by the window's own field or action."""
-    for flag, words in _FLAG_WORDS:
-        message = message.replace(flag, words)
-    return message
 
 
 def printable_lines(lines: list[str]) -> str:

@@ -42,6 +42,7 @@ from ckptview.gui.base.plots import (
     style_plot,
 )
 from ckptview.gui.base.tables import cell_text
+from ckptview.gui.base.wording import window_text
 from ckptview.gui.base.workers import JobSlot
 from ckptview.gui.checkpoint.host import CheckpointContext
 
@@ -152,7 +153,7 @@ class SpectrumPanel(QWidget):
         self.slot = JobSlot(self)
         self.slot.yielded.connect(self._on_yielded)
         self.slot.returned.connect(self._on_returned)
-        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {exc}"))
+        self.slot.errored.connect(lambda exc: self.status.setText(f"error: {window_text(exc)}"))
         self.slot.aborted.connect(self._on_aborted)
         self.job_bar = JobBar(self.slot)  # progress that moves, and Cancel (a large matrix takes minutes)
         self.job_bar.retry.connect(self._compute_rest)
@@ -390,7 +391,7 @@ class SpectrumPanel(QWidget):
             self._accept(self._pending[value.index], value.spectrum)
         elif isinstance(value, TargetFailed):
             index = self._pending[value.index]
-            self.errors[index] = value.message
+            self.errors[index] = window_text(value.message)
             row = self._row_of(index)
             if row >= 0:
                 name, info = self.weights[index]

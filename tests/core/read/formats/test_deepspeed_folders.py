@@ -11,6 +11,7 @@ import torch
 
 from ckptview.commands.info import info_dict
 from ckptview.core.inspect.optimizer import find_optimizers
+from ckptview.core.message import Fix, Hint, hints_of
 from ckptview.core.read.folder_contents import run_folder_error
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.values.reading import read_values
@@ -154,11 +155,11 @@ def test_the_output_folder_is_a_run(tmp_path, monkeypatch):
             position = find_position(ckpt, s.folder)
             assert position.step == s.step
             assert position.step_source == "file: mp_rank_00_model_states.pt.global_steps"
-            assert run_folder_error(s.folder) is None  # one step: never "ckptview series" on it
+            assert run_folder_error(s.folder) is None  # one step: never a series of it
         finally:
             ckpt.close()
     error = run_folder_error(out)
-    assert error is not None and "3 checkpoints" in str(error) and f"ckptview series {out}" in str(error)
+    assert error is not None and "3 checkpoints" in str(error) and Hint(Fix.SERIES, (str(out),)) in hints_of(error)
     assert len(error.names) == 3  # what the window offers to open
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import TensorInfo
 from ckptview.core.errors import TensorDataError
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.read.values.capabilities import has_logical_chunks
 from ckptview.core.units import human_bytes, plural
 
@@ -131,21 +132,21 @@ def stored_part(info: TensorInfo) -> tuple[TensorInfo, int]:
     return (found.part, found.weight) if found is not None else (info, 1)
 
 
-def refusal(info: TensorInfo, what: str, name: str = "", hint: str = "") -> RepeatedStorage | None:
+def refusal(info: TensorInfo, what: str, name: str = "") -> RepeatedStorage | None:
     """The one-line refusal of `what` (`no spectrum`, `not exported`) for a view that repeats its storage,
-    its expanded size first; None when the view does not repeat. `hint`: how to ask for the expansion."""
+    its expanded size first, with the hint that asking for the expansion reads it; None when the view does
+    not repeat."""
     found = repeats(info)
     if found is None:
         return None
     who = f"'{name}' " if name else ""
-    tail = f"; {hint}" if hint else ""
-    return RepeatedStorage(f"{what}: {who}{found.describe(info.dtype)}{tail}")
+    return RepeatedStorage(Message(f"{what}: {who}{found.describe(info.dtype)}", Hint(Fix.EXPAND_REPEATS)))
 
 
 def check_expanded(info: TensorInfo, expand: bool, what: str = "cannot read every element") -> None:
     """Raise the refusal unless `expand` (the caller asked for the expanded tensor) or the view repeats nothing."""
     if not expand:
-        refused = refusal(info, what, hint="ask for the expanded tensor to read it whole")
+        refused = refusal(info, what)
         if refused is not None:
             raise refused
 

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from ckptview.core.errors import RemoteTooSlow
+from ckptview.core.message import Fix, Hint, Message
 
 MIN_RATE = 128 << 10  # bytes per second: a request's allowance grows by one second per 128 KiB it carries
 
@@ -33,8 +34,8 @@ def allowance(deadline: float, nbytes: int) -> float:
 
 def late(url_shown: str, seconds: float) -> RemoteTooSlow:
     """The one-line error of a request that ran past its deadline."""
-    return RemoteTooSlow(f"cannot read {url_shown}: no complete answer within {seconds:.4g} s (the deadline of "
-                         "a request: --deadline SECONDS or CKPTVIEW_DEADLINE)", seconds)
+    return RemoteTooSlow(Message(f"cannot read {url_shown}: no complete answer within {seconds:.4g} s (the "
+                                 "deadline of a request)", Hint(Fix.DEADLINE)), seconds)
 
 
 class Deadline:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ckptview.core.errors import Cancelled, FileChangedError, RangesIgnored, RemoteError
 from ckptview.core.jobs import Progress
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.read.bytes.remote.cache import CACHE, Transfer
 from ckptview.core.read.bytes.remote.fsspec_backend import FsspecBackend
 from ckptview.core.read.bytes.remote.http import HttpBackend, HttpPool
@@ -67,22 +68,22 @@ class RemoteFile:
     def _download(self, full: int | None) -> int:
         """The whole file (`full` bytes announced, or None) into a temporary file read from then on; its size.
 
-        Only with --download, and never more than announced (or than --max-download when nothing was):
+        Only when the user allowed the download, and never more than announced (or than the user's cap when
+        nothing was):
         a body without end is stopped, and the temporary file (unnamed, or removed at once) goes with it.
         """
         session = self.session
         cap = session.options.max_download
         what = f"{full} bytes ({human_bytes(full)})" if full is not None else "the whole file (size unknown)"
         if not session.options.download:
-            raise RangesIgnored(f"cannot open {self.shown}: the server does not honour range requests; reading "
-                                f"it means downloading {what}: pass --download to do that", self.shown, full)
+            raise RangesIgnored(Message(f"cannot open {self.shown}: the server does not honour range requests; "
+                                        f"reading it means downloading {what}", Hint(Fix.DOWNLOAD)), self.shown, full)
         if full is None and cap is None:
-            raise RangesIgnored(f"cannot open {self.shown}: the server does not honour range requests and "
-                                "announces no size: pass --max-download SIZE (e.g. 2G) to download at most SIZE",
-                                self.shown, None)
+            raise RangesIgnored(Message(f"cannot open {self.shown}: the server does not honour range requests and "
+                                        "announces no size", Hint(Fix.MAX_DOWNLOAD)), self.shown, None)
         if full is not None and cap is not None and full > cap:
-            raise RemoteError(f"cannot open {self.shown}: downloading it means {what}, more than --max-download "
-                              f"{human_bytes(cap)}")
+            raise RemoteError(Message(f"cannot open {self.shown}: downloading it means {what}, more than the "
+                                      f"{human_bytes(cap)} a download may fetch", Hint(Fix.MAX_DOWNLOAD)))
         limit = full if full is not None else (cap or 0)
         local = tempfile.TemporaryFile(prefix="ckptview-download-")  # noqa: SIM115 - kept open, closed by close()
         report = session.report

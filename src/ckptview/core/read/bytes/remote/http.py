@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ckptview.core.errors import Cancelled, FileChangedError, RemoteError
+from ckptview.core.message import Fix, Hint, Message
 from ckptview.core.read.bytes.remote.cache import Transfer
 from ckptview.core.read.bytes.remote.causes import missing_error, network_cause, status_cause
 from ckptview.core.read.bytes.remote.deadline import (
@@ -230,9 +231,10 @@ class HttpBackend:
                     for chunk in resp.iter_content(1 << 20):
                         if total + len(chunk) > limit:
                             why = ("than the size it announced" if announced
-                                   else "(--max-download; the server announced no size)")
-                            raise RemoteError(f"cannot read {shown(self.url)}: the server sent more than {limit} "
-                                              f"bytes ({human_bytes(limit)}) {why}; download stopped")
+                                   else "(the most a download may fetch; the server announced no size)")
+                            raise RemoteError(Message(f"cannot read {shown(self.url)}: the server sent more than "
+                                                      f"{limit} bytes ({human_bytes(limit)}) {why}; download stopped",
+                                                      *([] if announced else [Hint(Fix.MAX_DOWNLOAD)])))
                         into.write(chunk)
                         total += len(chunk)
                         self.transfer.add(len(chunk), 0)
