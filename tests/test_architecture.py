@@ -509,8 +509,8 @@ AMBIENT = {
     "core/gc_policy.py:_workers_building": "the collector's switches are the process's",
     "commands/__init__.py:_kept": "what a command keeps until its process exits (`keep_until_exit`)",
     "core/read/bytes/remote/cache.py:CACHE": "the remote block cache's one 64 MiB bound; blocks keyed by file",
-    "core/read/bytes/remote/urls.py:_REAL": "a shown URL (no token) maps back to the one the user gave, so "
-                                            "tabs and logs hand the shown form around and never the secret",
+    "core/read/bytes/location.py:_HELD": "weak: a held `Location`, found by its shown URL only while its "
+                                         "holder (an open's session, a tab) lives, so no token outlives it",
     "core/worker/build_guard.py:_state": "the worker process's audit hook (one per process, one job each)",
     "core/worker/lifeline.py:_own": "the scratch folder the worker process removes as it leaves",
     "gui/base/gc_guard.py:_guard": "the window's collector, one per QApplication",
@@ -802,7 +802,8 @@ def test_local_or_remote_is_decided_once_per_open():
     (`bytes/fs.py`'s `filesystem`). No reader, pickle or value module asks again, and no function of the
     byte layer's local files does."""
 
-    deciders = {_exempt("core/read/open.py"), _exempt("core/read/bytes/fs.py")}
+    deciders = {_exempt("core/read/open.py"), _exempt("core/read/bytes/fs.py"),
+                _exempt("core/read/bytes/location.py", "locate")}
     remote = SRC / "core" / "read" / "bytes" / "remote"
     offenders = []
     for path in (SRC / "core" / "read").rglob("*.py"):
@@ -819,6 +820,30 @@ def test_local_or_remote_is_decided_once_per_open():
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno} is_url(...)")
             if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and node.left.value == "://":
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno} '://' in ...")
+    assert offenders == []
+
+
+# Modules outside the byte layer that may call `is_url` themselves, each with its reason (none: they ask
+# `locate(path).is_remote`, the `Location` that also keeps a URL's token to itself).
+IS_URL_CALLERS: dict[str, str] = {}
+
+
+def test_is_url_is_called_only_in_the_byte_layer():
+    """Whether a path is a URL is the byte layer's question (`files.is_url`, under core/read/bytes/); code
+    elsewhere asks the path's `Location` (`locate(path).is_remote`), or is in `IS_URL_CALLERS` with why."""
+    layer = SRC / "core" / "read" / "bytes"
+    allowed = {_exempt(relative) for relative in IS_URL_CALLERS}
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if layer in path.parents or path in allowed:
+            continue
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "is_url":
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} is_url(...)")
     assert offenders == []
 
 

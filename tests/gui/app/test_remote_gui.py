@@ -105,3 +105,33 @@ def test_cancel_stops_a_remote_folders_open_and_its_requests(qtbot, window, shar
         thread.join(60)
     assert not any(t.is_alive() for t in pool)
     assert not blocked.is_set()
+
+
+def test_a_reload_keeps_the_token_and_closing_the_tab_lets_it_go(qtbot, window, server):
+    """The tab holds its URL's `Location`: a reload requests with the token the user gave; once the tab is
+    closed and its open's session collected, no state of the process keeps the token (issue 47, finding 4)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    from ckptview.core.gc_policy import release_parked
+    from ckptview.core.read.bytes.location import held_tokens
+
+    host = server.url.split("://", 1)[1]
+    (tab,) = window.open_paths([f"http://me:pw@{host}/model.pth?X-Amz-Signature=hf_SECRET"])
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready", tab.error_text
+    assert tab.path == f"{server.url}/model.pth" and "SECRET" not in repr(tab.location)
+    server.counters.reset()
+    tab.reload()
+    wait_settled(qtbot, tab)
+    assert tab.state == "ready", tab.error_text
+    assert server.counters.paths and all("X-Amz-Signature=hf_SECRET" in p for p in server.counters.paths)
+    window.close_tab(window.tabs.indexOf(tab))
+    del tab
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+    def gone() -> bool:
+        release_parked()  # what the window does once a closed tab is deleted: the session's cycle is collected
+        return tab_url not in held_tokens()
+
+    tab_url = f"{server.url}/model.pth"
+    qtbot.waitUntil(gone, timeout=10_000)

@@ -18,7 +18,7 @@ from ckptview.core.graph.module_tree import is_pickled_model, module_tree_graph
 from ckptview.core.graph.torchscript import torchscript_graph
 from ckptview.core.jobs import CancelToken, Progress, drain
 from ckptview.core.message import message_of
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
 from ckptview.core.run.process import RunError
 from ckptview.core.run.state_dict import find_state_dict
@@ -36,7 +36,7 @@ def graph_source(checkpoint: Checkpoint) -> tuple[str, Architecture | None, str]
     program = PROGRAMS.get(checkpoint.format)
     if program is not None:
         return program, None, ""
-    if is_url(checkpoint.path):
+    if locate(checkpoint.path).is_remote:
         return INFERRED, None, (f"{NO_GRAPH} here: the architecture of a remote checkpoint is not looked "
                                 "up (its config.json is not read); download it to draw its library's graph")
     _, tensors = find_state_dict(checkpoint)

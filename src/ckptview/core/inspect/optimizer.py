@@ -39,7 +39,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.inspect import zero
 from ckptview.core.inspect.hf_order import OrderRequest, ParamOrders, order_request
 from ckptview.core.inspect.optimizer_align import align_groups
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.formats.hf_sharded import HUB_FORMATS, weight_sets
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.to_tree import short_repr
@@ -348,7 +348,7 @@ def _open_beside(ckpt: Checkpoint, name: str) -> Node | None:
     """The tree of the file `name` beside the checkpoint's file (metadata only), None when it is not there or
     does not open. It is closed at once: its names and shapes stay, its values are read from its own tab."""
     path = os.path.join(os.path.dirname(ckpt.path), name)
-    if is_url(ckpt.path) or not os.path.isfile(path):
+    if locate(ckpt.path).is_remote or not os.path.isfile(path):
         return None
     try:
         beside = open_checkpoint(path)  # a header, an index or a pickle's records

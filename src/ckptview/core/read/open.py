@@ -19,11 +19,11 @@ from ckptview.core.read.bytes.files import (
     FileIdentity,
     folder_identities,
     io_error,
-    is_url,
     open_regular,
     stat_checked,
 )
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.causes import is_missing
 from ckptview.core.read.bytes.remote.fs import RemoteFS, not_found, opening
 from ckptview.core.read.bytes.remote.urls import folder_url, require_extra, shown
@@ -61,7 +61,7 @@ def open_checkpoint(path: str | os.PathLike[str], ctx: ReaderContext | None = No
 
 def _open(path: str, ctx: ReaderContext | None) -> Checkpoint:
     ctx = (DEFAULT if ctx is None else ctx).opened_by(open_checkpoint)
-    if is_url(path):
+    if locate(path).is_remote:
         return _open_url(path, ctx)
     st = stat_checked(path)  # a FIFO, socket or device is refused here, before anything opens it
     if stat.S_ISDIR(st.st_mode):

@@ -19,7 +19,7 @@ from typing import Any
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import Progress, drain
 from ckptview.core.message import Fix, Hint, Message, message_of
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.open import open_checkpoint
 from ckptview.core.read.pickle.census import census
@@ -229,7 +229,7 @@ def run_iter(request: RunRequest, token: Cancellable | None = None, remote: Remo
     folder: its config, tokenizer and weights): the worker loads local files, and checks them like any
     other before torch sees them; `remote` is what the user allowed for those reads (`--download`, ...).
     """
-    urls = [p for p in (request.path, request.compare_path) if p and is_url(p)]
+    urls = [p for p in (request.path, request.compare_path) if p and locate(p).is_remote]
     if not urls:
         return (yield from _run_local(request, token))
     with tempfile.TemporaryDirectory(prefix="ckptview-fetch-") as folder:
@@ -302,7 +302,7 @@ def inspect_inputs(path: str) -> list[InputSpec] | None:
 
     A .pt2's user inputs come from its program JSON; TorchScript code declares no shapes: None (the run reads
     them from the graph, after consent); a state dict: a guess from its first layer. No worker is started."""
-    if is_url(path):
+    if locate(path).is_remote:
         return None  # not worth reading a remote file before the user asks for a run: the input shape is typed
     try:
         checkpoint = open_checkpoint(path)

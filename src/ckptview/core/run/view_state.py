@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptview.core.message import message_of
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.run import request as runner
 from ckptview.core.run.architectures import Architecture, ArchitectureRefused, missing_library, recognize
 from ckptview.core.run.devices import DeviceInfo
@@ -100,7 +100,7 @@ class RunViewState:
     def name_local(self, checkpoint: Any = None) -> None:
         """Name the architecture a local state dict's config.json names (read as data; `checkpoint`, the tab's
         opened one, saves reading its metadata again), or why none runs; a URL's is fetched (`fetches_config`)."""
-        if self.source is None or self.source.kind != runner.STATE_DICT or not self.path or is_url(self.path):
+        if self.source is None or self.source.kind != runner.STATE_DICT or not self.path or locate(self.path).is_remote:
             self.named(None)
             return
         try:
@@ -115,7 +115,7 @@ class RunViewState:
 
     def fetches_config(self) -> bool:
         """A URL's state dict: its config.json is fetched (in a worker) to name its architecture."""
-        return self.source is not None and self.source.kind == runner.STATE_DICT and is_url(self.path)
+        return self.source is not None and self.source.kind == runner.STATE_DICT and locate(self.path).is_remote
 
     def needs_code(self) -> bool:
         """The source needs model code beside the file (the Model code and Arguments fields apply)."""

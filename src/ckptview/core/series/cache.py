@@ -32,7 +32,8 @@ from typing import Any
 from ckptview.core.compare.diff import Sums
 from ckptview.core.errors import CheckpointError
 from ckptview.core.figures.stats import TensorStats
-from ckptview.core.read.bytes.files import folder_identities, is_url, open_regular
+from ckptview.core.read.bytes.files import folder_identities, open_regular
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.fs import RemoteFS, begin_session
 from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -80,7 +81,7 @@ def default_path() -> str:
 
 def location(path: str) -> str:
     """The path as the cache knows it: a URL as shown, a local path resolved."""
-    return path if is_url(path) else os.path.realpath(path)
+    return path if locate(path).is_remote else os.path.realpath(path)
 
 
 def stored_location(path: str) -> str:
@@ -95,7 +96,7 @@ def file_key(path: str, chunk_elems: int, remote: RemoteOptions = DEFAULT_REMOTE
     """The cache key of ``path`` as it is now (raises OSError/CheckpointError when it cannot be read; a
     URL is asked with `remote`)."""
     parts: list[Any] = [VERSION, chunk_elems, location(path)]
-    if is_url(path):  # asked through a session of its own: what the server says now
+    if locate(path).is_remote:  # asked through a session of its own: what the server says now
         fs = RemoteFS(begin_session(path, remote))
         rf = fs.file(path)
         if rf.is_dir:

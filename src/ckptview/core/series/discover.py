@@ -19,8 +19,8 @@ from typing import Any
 from ckptview.core.checkpoint import Checkpoint, Node
 from ckptview.core.errors import CheckpointError, NoSuchFile, NotACheckpointError
 from ckptview.core.inspect.optimizer import scalar_value
-from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.fs import LOCAL, FileSystem, filesystem
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import Source
@@ -60,7 +60,7 @@ def find_checkpoints(paths: list[str], remote: RemoteOptions = DEFAULT_REMOTE) -
     out: list[str] = []
     for raw in paths:
         raw = os.path.expanduser(str(raw))
-        if is_url(raw):  # a URL: a remote run folder is listed like a local one, through a session of its own
+        if locate(raw).is_remote:  # a URL: a remote run folder is listed like a local one, through a session of its own
             fs = filesystem(raw, options=remote)
             out += expand_folder(raw, fs) if fs.isdir(raw) and not _is_checkpoint_folder(raw, fs) else [raw]
             continue

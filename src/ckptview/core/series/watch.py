@@ -24,8 +24,8 @@ from typing import Any
 
 from ckptview.core.errors import CheckpointError
 from ckptview.core.jobs import CancelToken
-from ckptview.core.read.bytes.files import is_url
 from ckptview.core.read.bytes.fs import filesystem
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import DEFAULT as DEFAULT_REMOTE
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cache import file_key, location
@@ -68,7 +68,7 @@ def candidates(paths: list[str], remote: RemoteOptions = DEFAULT_REMOTE) -> list
 
 def observe(path: str, remote: RemoteOptions = DEFAULT_REMOTE) -> Any:
     """What says a file is still being written: (size, mtime) of it, or of every file of a folder."""
-    if is_url(path):
+    if locate(path).is_remote:
         return file_key(path, 0, remote)
     st = os.stat(path)
     if not os.path.isdir(path):
@@ -98,7 +98,7 @@ def watch_run(run: LiveRun, *, interval: float = 10.0, settle: float = 1.0, toke
     """Follow ``run`` until cancelled: yields progress, and the events each time the timeline changed."""
     wake = threading.Event()
     observer = _start_observer(run.paths, wake)
-    remote = observer is None or any(is_url(p) for p in run.paths)
+    remote = observer is None or any(locate(p).is_remote for p in run.paths)
     seen: dict[str, tuple[Any, float]] = {}  # location -> (observation, when it was first seen so)
     read_as: dict[str, Any] = {}  # location -> the observation of the file when it was last read
     run.keep_workers()
@@ -189,7 +189,7 @@ def _start_observer(paths: list[str], wake: threading.Event) -> Any:
     folders = set()
     for raw in paths:
         raw = os.path.expanduser(raw)
-        if is_url(raw):
+        if locate(raw).is_remote:
             continue
         folder = raw if os.path.isdir(raw) else os.path.dirname(os.path.abspath(raw))
         if os.path.isdir(folder):

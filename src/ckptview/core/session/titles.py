@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import posixpath
 
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 
 
 def _parts(path: str) -> list[str]:
     """The components of a local path or of a URL's path, last one first ('' parts dropped)."""
-    if is_url(path):
+    if locate(path).is_remote:
         body = path.split("://", 1)[1].split("?", 1)[0]
         return [p for p in reversed(body.split("/")) if p]
     return [p for p in reversed(os.path.normpath(path).split(os.sep)) if p]
@@ -32,6 +32,6 @@ def distinct_titles(paths: list[str]) -> list[str]:
             if all(theirs[:depth] != mine[:depth] for theirs in others):
                 break
             depth += 1
-        sep = posixpath.sep if is_url(paths[i]) else os.sep
+        sep = posixpath.sep if locate(paths[i]).is_remote else os.sep
         out.append(sep.join(reversed(mine[:depth])))
     return out

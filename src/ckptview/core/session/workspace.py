@@ -28,7 +28,7 @@ from ckptview.core.errors import Cancelled
 from ckptview.core.figures.analysis import Analysis
 from ckptview.core.inspect.order_cache import ParamOrderCache
 from ckptview.core.read import open as opening
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.session.file_checks import Signature, signature
@@ -128,7 +128,7 @@ class Workspace:
         a worker: it stats the file, and may read its metadata. Errors are the opener's.
         """
         open_file = opener or self._opener or self._open_checkpoint
-        if is_url(path):  # not shared: see the module docstring
+        if locate(path).is_remote:  # not shared: see the module docstring
             return self._private(open_file(path))
         key = os.path.abspath(path)
         while True:
@@ -249,7 +249,7 @@ class Holdings:
 
         A URL keeps its first open (remote files are not shared, and a changed one fails its reads with
         `FileChangedError`); raises Cancelled once `release` was called (the run's tab is closing)."""
-        remote = is_url(path)
+        remote = locate(path).is_remote
         key = path if remote else os.path.abspath(path)
         with self._lock:
             old = self._leases.get(key)

@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 from ckptview.core import dtypes
 from ckptview.core.checkpoint import ByteSource, Checkpoint, TensorInfo
 from ckptview.core.errors import CheckpointError, FileChangedError
-from ckptview.core.read.bytes.files import FileMap, is_url
+from ckptview.core.read.bytes.files import FileMap
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.fs import RemoteFileMap
 from ckptview.core.read.bytes.remote.options import RemoteOptions
-from ckptview.core.read.bytes.remote.urls import real_url
 from ckptview.core.read.bytes.sources import FileSlice, ZipMember
 from ckptview.core.read.context import ReaderContext
 from ckptview.core.read.open import open_checkpoint
@@ -50,7 +50,8 @@ class TaskFailed(CheckpointError):
 def task_path(path: str) -> str:
     """The path a task opens: a URL as the user gave it (a shown one mapped back: its query string may be its
     credential), a local path made absolute (the workers do not share the caller's working folder)."""
-    return real_url(path) if is_url(path) else os.path.abspath(path)
+    location = locate(path)
+    return location.reach if location.is_remote else os.path.abspath(path)
 
 
 def _file(fmap: FileMap) -> list[Any]:
@@ -104,7 +105,7 @@ def stored_plainly(info: TensorInfo) -> bool:
 @contextmanager
 def opened(path: str, remote: RemoteOptions) -> Iterator[Checkpoint]:
     """The checkpoint at `path` opened here (metadata only), closed after."""
-    if not is_url(path) and not os.path.lexists(path):  # the caller opened it: it is not where this task runs
+    if not locate(path).is_remote and not os.path.lexists(path):  # the caller opened it: it is not where this task runs
         raise TaskFailed(f"cannot read {path} on {socket.gethostname()}: a local path must lie on a file "
                          "system every worker shares (or give a URL)")
     ckpt = open_checkpoint(path, ReaderContext(remote=remote))

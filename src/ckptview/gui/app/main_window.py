@@ -28,8 +28,7 @@ from PySide6.QtWidgets import (
 from ckptview.core.checkpoint import Node
 from ckptview.core.graph import GraphCache
 from ckptview.core.inspect.order_cache import ParamOrderCache
-from ckptview.core.read.bytes.files import is_url
-from ckptview.core.read.bytes.remote import remember, shown
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.session.opening import OPTIMIZER, TRAINING
 from ckptview.core.session.titles import distinct_titles
@@ -218,7 +217,8 @@ class MainWindow(QMainWindow):
         """Open each path in its own tab (or switch to its tab when already open); the one way in."""
         opened = []
         for raw in paths:
-            path = _normalized(str(raw))
+            held = locate(str(raw).strip())  # a URL's token: held here until its tab holds it
+            path = held.shown if held.is_remote else _normalized(str(raw))
             existing = self.tab_for(path)
             if existing is not None:
                 self.tabs.setCurrentWidget(existing)
@@ -518,19 +518,18 @@ def _local_paths(mime: Any) -> list[str]:
     if mime is None or not mime.hasUrls():
         return []
     return [url.toLocalFile() if url.isLocalFile() else url.toString() for url in mime.urls()
-            if url.isLocalFile() or is_url(url.toString())]  # dropped links open as URLs
+            if url.isLocalFile() or locate(url.toString()).is_remote]  # dropped links open as URLs
 
 
 def _normalized(path: str) -> str:
     """A local path made absolute; a URL in its shown form (no credentials or tokens: tabs and logs
     carry that form, reads map it back to the URL given)."""
-    if is_url(path.strip()):
-        return remember(path.strip())
+    location = locate(path.strip())
+    if location.is_remote:
+        return location.shown
     return os.path.abspath(os.path.expanduser(path))
 
 
 def _shown(path: str) -> str:
     """What a person sees of a path: a URL without user:password or query tokens."""
-    if not is_url(path):
-        return path
-    return shown(path)
+    return locate(path).shown

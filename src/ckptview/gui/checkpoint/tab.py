@@ -31,7 +31,7 @@ from ckptview.core.gc_policy import keep_out_of_collections
 from ckptview.core.inspect.grouping import Row, find_row
 from ckptview.core.jobs import Progress
 from ckptview.core.message import message_of, rephrased
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.redaction import redact
 from ckptview.core.session.offers import COMPARE, DOWNLOAD, EACH, OPEN, SERIES, WAIT, Offer, offers_for
@@ -84,7 +84,10 @@ class CheckpointTab(QWidget):
 
     def __init__(self, path: str, window: TabHost | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.path = path if "://" in path else os.path.abspath(path)
+        # Where it is: a URL's token stays in this Location, held as long as the tab (reloads reach it);
+        # `path` is what the tab shows and logs.
+        self.location = locate(path)
+        self.path = self.location.shown if self.location.is_remote or "://" in path else os.path.abspath(path)
         self._window = window  # what panels see (None outside a window); the tab itself asks `host`
         self.host: TabHost = window if window is not None else NullHost()
         self.state = "loading"
@@ -195,7 +198,7 @@ class CheckpointTab(QWidget):
     def _show_error(self, text: str) -> None:
         error = self.opener.error
         said = message_of(error) if error is not None and str(error) == text else text  # with what fixes it
-        if is_url(self.path):  # a library's message may quote the URL with its token (internal errors too)
+        if self.location.is_remote:  # a library's message may quote the URL with its token (internal errors too)
             text, said = redact(text), rephrased(said, redact)
         self.state, self.error_text = "error", text
         shown_text, offers = offers_for(error, window_text(said))  # in the window's words, with buttons

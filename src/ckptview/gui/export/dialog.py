@@ -36,7 +36,7 @@ from ckptview.core.errors import CheckpointError
 from ckptview.core.export.plan import MANIFEST, entries_below, exported_entries, plan_export
 from ckptview.core.jobs import CancelToken, Progress
 from ckptview.core.message import message_of
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.read.values.repeats import repeats
 from ckptview.core.sweep.runner import LOCAL, Placement
@@ -78,7 +78,7 @@ def default_folder(checkpoint_path: str) -> str:
     """Where an export goes unless the user says: beside the checkpoint, unless that is a URL, a folder
     that cannot be written, or inside the installed package (the bundled example): then the user's
     documents folder (or home)."""
-    if not is_url(checkpoint_path):
+    if not locate(checkpoint_path).is_remote:
         folder = os.path.dirname(os.path.abspath(checkpoint_path))
         inside = any(folder == p or folder.startswith(p + os.sep) for p in INSTALLED_FOLDERS)
         if not inside and os.access(folder, os.W_OK):

@@ -35,7 +35,7 @@ from ckptview.core import dtypes
 from ckptview.core.checkpoint import module_prefixes
 from ckptview.core.graph import GraphCache
 from ckptview.core.jobs import CancelToken
-from ckptview.core.read.bytes.files import is_url
+from ckptview.core.read.bytes.location import locate
 from ckptview.core.read.bytes.remote.options import RemoteOptions
 from ckptview.core.series.cells import cell_kinds
 from ckptview.core.series.findings import find_findings
@@ -125,7 +125,7 @@ class SeriesTab(QWidget):
                  graph_cache: GraphCache | None = None) -> None:
         super().__init__(parent)
         self.graph_cache = graph_cache  # where the Graph view's traced graphs are kept: the window's
-        self.paths = [p if is_url(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
+        self.paths = [p if locate(p).is_remote else os.path.abspath(os.path.expanduser(p)) for p in paths]
         self.stall_threshold, self.explode_factor = stall_threshold, explode_factor
         self.result: SeriesResult | None = None
         # Its phase (loading, ready, error, cancelled), the curves its Scalars view draws, the step chosen:

@@ -40,15 +40,13 @@ if TYPE_CHECKING:
         EXTRA_HINT,
         folder_url,
         parse_size,
-        real_url,
-        remember,
         require_extra,
         shown,
 )
 
 __all__ = ["EXTRA_HINT", "RemoteFS", "RemoteFile", "RemoteFileMap", "RemoteOptions", "Session", "Transfer",
-           "begin_session", "folder_url", "not_found", "opening", "parse_size", "real_url", "remember",
-           "require_extra", "shown"]
+           "begin_session", "folder_url", "not_found", "opening", "parse_size", "require_extra",
+           "shown"]
 
 # Each name is imported on first use: a module of this package imports none of the others (SPEC 1).
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
@@ -56,5 +54,5 @@ __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "file": ["RemoteFile", "Session"],
     "fs": ["RemoteFileMap", "RemoteFS", "begin_session", "not_found", "opening"],
     "options": ["RemoteOptions"],
-    "urls": ["EXTRA_HINT", "folder_url", "parse_size", "real_url", "remember", "require_extra", "shown"],
+    "urls": ["EXTRA_HINT", "folder_url", "parse_size", "require_extra", "shown"],
 })

@@ -17,7 +17,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptview.core.errors import Cancelled, FileChangedError, RangesIgnored, RemoteError
 from ckptview.core.jobs import Progress
@@ -26,8 +26,11 @@ from ckptview.core.read.bytes.remote.cache import CACHE, Transfer
 from ckptview.core.read.bytes.remote.fsspec_backend import FsspecBackend
 from ckptview.core.read.bytes.remote.http import HttpBackend, HttpPool
 from ckptview.core.read.bytes.remote.options import RemoteOptions
-from ckptview.core.read.bytes.remote.urls import protocol, remember, require_extra, shown
+from ckptview.core.read.bytes.remote.urls import protocol, require_extra, shown
 from ckptview.core.units import human_bytes
+
+if TYPE_CHECKING:
+    from ckptview.core.read.bytes.location import Location
 
 BLOCK = 256 << 10            # read-ahead: a small read fetches the aligned 256 KiB blocks around it
 FIRST = 64 << 10             # the first request of a file (its size, validator and first bytes), at least
@@ -51,7 +54,6 @@ class RemoteFile:
     def __init__(self, url: str, session: Session, first: int = FIRST) -> None:
         self.url, self.shown, self.session = url, shown(url), session
         self.serial = next(_SERIALS)  # the cache's key (an id() could be reused by a later file)
-        remember(url)
         self.backend = backend_for(url, session)
         self._changed: str | None = None
         self._head = b""
@@ -231,8 +233,11 @@ class Session:
     options they are read with. The open that begins it hands it down in its `ReaderContext`."""
 
     def __init__(self, root: str, options: RemoteOptions | None = None,
-                 report: Callable[[Progress], None] | None = None) -> None:
+                 report: Callable[[Progress], None] | None = None, location: Location | None = None) -> None:
         self.root = root
+        # The `Location` the open began with: held here, its token lives as long as the session (and the
+        # checkpoint whose files read through it), and no longer.
+        self.location = location
         self.options = options if options is not None else RemoteOptions()
         # The open's report: a download (`--download`, the window's "Download and open") hands it each
         # piece, and whatever it raises (Cancelled) stops the download.

@@ -16,6 +16,7 @@ from typing import BinaryIO
 from ckptview.core.errors import NoSuchFile, NotACheckpointError, RemoteError, TensorDataError
 from ckptview.core.jobs import Progress
 from ckptview.core.read.bytes.files import FileIdentity, FileMap, ReadAhead
+from ckptview.core.read.bytes.location import Location, locate
 from ckptview.core.read.bytes.remote.causes import is_missing
 from ckptview.core.read.bytes.remote.file import FIRST, RemoteFile, Session
 from ckptview.core.read.bytes.remote.options import RemoteOptions
@@ -24,8 +25,6 @@ from ckptview.core.read.bytes.remote.urls import (
     folder_url,
     join,
     normalize,
-    real_url,
-    remember,
     require_extra,
     shown,
     strip_userinfo,
@@ -44,13 +43,14 @@ def opening(url: str, outer: Session | None = None, options: RemoteOptions | Non
     return begin_session(url, options, report)
 
 
-def begin_session(url: str, options: RemoteOptions | None = None,
+def begin_session(url: str | Location, options: RemoteOptions | None = None,
                   report: Callable[[Progress], None] | None = None) -> Session:
-    """A fresh session for opening `url` (a file or a folder); files below it are read through it."""
-    url = real_url(url)
-    root = url if url.endswith("/") else dirname(url.split("?", 1)[0]) + "/"
-    remember(url)
-    return Session(root, options, report)
+    """A fresh session for opening `url` (a file or a folder); files below it are read through it. The
+    session holds `url`'s `Location` (its token, if any) for as long as it lives."""
+    location = url if isinstance(url, Location) else locate(url)
+    real = location.reach
+    root = real if real.endswith("/") else dirname(real.split("?", 1)[0]) + "/"
+    return Session(root, options, report, location=location)
 
 
 def not_found(url: str) -> NoSuchFile:
@@ -68,19 +68,27 @@ class RemoteFS:
     def __init__(self, session: Session) -> None:
         self.session = session
 
+    def _real(self, url: str) -> str:
+        """The URL to request for `url`: the session's own Location's when `url` is its shown form, else
+        that of a Location still held (`locate`), else `url` as it is."""
+        own = self.session.location
+        if isinstance(own, Location) and strip_userinfo(url) == own.shown:
+            return own.reach
+        return locate(url).reach
+
     def file(self, url: str, first: int = 0) -> RemoteFile:
         """The RemoteFile of `url` in this session (stat'ed by its first request)."""
         require_extra(url)
-        return self.session.file(real_url(url), first)
+        return self.session.file(self._real(url), first)
 
     def _known(self, url: str) -> tuple[bool, int | None] | None:
         with self.session.lock:
-            return self.session.known.get(real_url(url).rstrip("/"))
+            return self.session.known.get(self._real(url).rstrip("/"))
 
     def _listed_absent(self, url: str) -> bool:
         """True when the folder of `url` was listed whole and did not name it (no request needed)."""
         with self.session.lock:
-            return dirname(real_url(url).rstrip("/")) in self.session.listed
+            return dirname(self._real(url).rstrip("/")) in self.session.listed
 
     def kind(self, url: str) -> str | None:
         """'file', 'dir' or None (not there); network errors other than 'not found' raise."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import posixpath
 import re
-import threading
 from urllib.parse import urlsplit, urlunsplit
 
 from ckptview.core.errors import RemoteError
@@ -22,8 +21,6 @@ REMOTE_PROTOCOLS = frozenset({
     "http", "https", "hf", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oci", "ocilake", "oss",
     "webhdfs", "hdfs", "dbfs", "sftp", "ssh", "ftp", "smb", "github", "box", "dropbox", "lakefs", "memory",
 })
-_REAL: dict[str, str] = {}  # shown URL -> URL with its query string (presigned tokens stay in here)
-_LOCK = threading.Lock()
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -79,22 +76,6 @@ def require_extra(url: str) -> None:
         if module and importlib.util.find_spec(module) is None:
             raise RemoteError(f"cannot open {shown(url)}: URLs need the remote extra ({module} is missing): "
                               f"{EXTRA_HINT}")
-
-
-def remember(url: str) -> str:
-    """The shown form of `url`, to hand around in its place (tabs, logs); reads map it back to `url`."""
-    url = strip_userinfo(url)
-    with _LOCK:
-        if shown(url) != url:  # never map a URL's token away by a later mention without it
-            _REAL[shown(url)] = url
-    return shown(url)
-
-
-def real_url(url: str) -> str:
-    """The URL to request for `url` (a shown URL maps back to the one the user gave, tokens included)."""
-    url = strip_userinfo(url)
-    with _LOCK:
-        return _REAL.get(url, url)
 
 
 def folder_url(url: str) -> str:
