@@ -66,6 +66,9 @@ def test_labels_are_said_once_and_never_drawn_below_a_readable_size(qtbot, windo
         assert len(lines) == 1 or lines[0] != lines[1].split(" · ")[0], label.text()  # never "flatten / flatten"
     texts = {label.text() for label in page.scene.edge_labels}
     assert "16x28672 bfloat16" in texts or "1x16x28672 bfloat16" in texts, sorted(texts)[:10]
+    placed = [(label.text(), label.sceneBoundingRect()) for label in page.scene.edge_labels]
+    stacked = [(a, b) for i, (a, ra) in enumerate(placed) for b, rb in placed[i + 1:] if ra.intersects(rb)]
+    assert not stacked, stacked  # a tensor two boxes read is said once; crossing edges' labels move apart
     for scale in (0.05, 0.3, 0.6, LABELS_FROM, 0.8, EDGE_LABELS_FROM, 1.0, 2.5):
         page.canvas.set_zoom(scale)
         if page.scene.label_layer.isVisible():

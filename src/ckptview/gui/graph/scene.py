@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, QSizeF, Qt
 from PySide6.QtGui import (
     QBrush,
     QColor,
@@ -50,6 +50,8 @@ from ckptview.gui.base.palette import contrast, theme
 INDEX = 0  # item data: the view item a box or label stands for
 FRAME = 1  # item data: the module path of a frame (an expanded module)
 BAND = 2000.0  # scene units of height per edge path item
+LABEL_SPOTS = (0.5, 0.3, 0.7, 0.15, 0.85)  # where along its first segment an edge's label may sit, in turn
+LABEL_ROW = 32.0  # scene units of height per row of the placed edge labels' index (taller than a label)
 OVERVIEW_PIXELS = 4096  # the long side of the zoomed-out picture
 BADGE = 16.0  # the "+" corner of a collapsed module's box: a click there expands it
 NAN_COLOR = QColor(214, 39, 40)
@@ -102,6 +104,8 @@ class GraphScene(QGraphicsScene):
         self.titles: list[QGraphicsSimpleTextItem] = []
         self._bands: dict[int, list[int]] = {}  # band of the drawing -> the boxes whose top is in it
         self._edge_bands: dict[int, list[int]] = {}
+        self._said: set[tuple[int, int, int]] = set()  # (tensor, where it leaves its box): labelled
+        self._label_rects: dict[int, list[QRectF]] = {}  # the edge labels placed, by row
         self._frame_bands: dict[int, list[tuple[str, QRectF]]] = {}
         self._title_rects: list[QRectF] = []
         self._built: set[int] = set()
@@ -157,7 +161,8 @@ class GraphScene(QGraphicsScene):
         self.view, self.placed, self.marked, self.status, self.overview = view, placed, {}, {}, None
         self.frame_layer, self.edge_layer = self._layer(0), self._layer(1)
         self.box_layer, self.label_layer, self.edge_label_layer = self._layer(2), self._layer(3), self._layer(3)
-        self._frame_bands, self._edge_bands, self._built = {}, {}, set()
+        self._frame_bands, self._edge_bands, self._built, self._said = {}, {}, set(), set()
+        self._label_rects = {}
         self.titles, self.edge_labels, self._title_rects = [], [], []
         frame_pen = self._pen(c["frame"], 1, Qt.PenStyle.DashLine)
         for (path, _), (x, y, w, h) in zip(view.frames, placed.frames, strict=True):
@@ -230,7 +235,8 @@ class GraphScene(QGraphicsScene):
         return len(self._bands.get(band, ()))
 
     def _edge_texts(self, band: int) -> int:
-        """Each edge's tensor (shape and dtype) beside its first segment."""
+        """Each edge's tensor (shape and dtype) beside its first segment; a tensor several boxes read leaves its
+        box by one point, so it is said once there, not once per reader on top of each other."""
         if self.graph is None or self.view is None or self.placed is None or not self.view.sources:
             return 0
         metrics = QFontMetricsF(self.edge_font)
@@ -238,17 +244,35 @@ class GraphScene(QGraphicsScene):
         for e in self._edge_bands.get(band, ()):
             if e in self.placed.straight or e >= len(self.view.sources):
                 continue
+            (x0, y0), (x1, y1) = self.placed.edges[e][0], self.placed.edges[e][1]
+            said = (self.view.sources[e], round(x0), round(y0))
+            if said in self._said:
+                continue
+            self._said.add(said)
             text = shape_text(self.graph.nodes[self.view.sources[e]])
             if not text:
                 continue
-            (x0, y0), (x1, y1) = self.placed.edges[e][0], self.placed.edges[e][1]
             label = QGraphicsSimpleTextItem(text, self.edge_label_layer)
             label.setFont(self.edge_font)
             label.setBrush(QBrush(self.colours["edge_text"]))
-            label.setPos((x0 + x1) / 2 + 4, (y0 + y1) / 2 - metrics.height() / 2)
+            size = QSizeF(metrics.horizontalAdvance(text), metrics.height())
+            label.setPos(self._free_spot((x0, y0), (x1, y1), size))
             self.edge_labels.append(label)
             count += 1
         return count
+
+    def _free_spot(self, start: tuple[float, float], end: tuple[float, float], size: QSizeF) -> QPointF:
+        """Where along an edge's first segment its label covers no label said before (crossing edges put
+        their midpoints side by side); the middle when every spot is taken."""
+        (x0, y0), (x1, y1) = start, end
+        spots = [QPointF(x0 + (x1 - x0) * t + 4, y0 + (y1 - y0) * t - size.height() / 2) for t in LABEL_SPOTS]
+        spot = next((p for p in spots if not self._covers(QRectF(p, size))), spots[0])
+        self._label_rects.setdefault(int(spot.y() // LABEL_ROW), []).append(QRectF(spot, size))
+        return spot
+
+    def _covers(self, rect: QRectF) -> bool:
+        rows = range(int(rect.top() // LABEL_ROW) - 1, int(rect.bottom() // LABEL_ROW) + 1)
+        return any(rect.intersects(placed) for row in rows for placed in self._label_rects.get(row, ()))
 
     def _frame_titles(self, band: int) -> int:
         """Each frame's title in its top strip; one that would cross a title already drawn moves right past
