@@ -97,10 +97,10 @@ def test_cancel_stops_a_remote_folders_open_and_its_requests(qtbot, window, shar
     blocked = srv.shaping.block(r"\.safetensors$")
     (tab,) = window.open_paths([f"{srv.url}/m/"])
     assert srv.shaping.wait_in_flight(4)
+    pool = [t for t in threading.enumerate() if t.name == "ckptview-fan-out"]  # before Cancel: it ends them
+    assert pool  # the shard requests are in flight ...
     tab._loading.cancel_clicked.emit()
     assert tab.state == "error" and "cancelled" in tab.error_text
-    pool = [t for t in threading.enumerate() if t.name == "ckptview-fan-out"]
-    assert pool  # the shard requests were in flight ...
     for thread in pool:  # ... and each returns now, while the host still holds its request
         thread.join(60)
     assert not any(t.is_alive() for t in pool)
