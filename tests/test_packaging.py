@@ -23,3 +23,22 @@ def test_resources_are_found_where_the_package_is_installed() -> None:
 
     for name in ("ckptview.svg", "example.pth", "ckptview.desktop", "ckptview.xml"):
         assert pathlib.Path(resource_path(name)).is_file(), name
+
+
+def _pins(name: str) -> dict[str, str]:
+    """A constraints file's pins, by normalised package name."""
+    pins = {}
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            package, version = line.split("==", 1)
+            pins[package.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def test_the_vision_venv_pins_only_what_the_main_one_leaves_free() -> None:
+    """The Makefile joins constraints.txt (less its torch pin) with constraints-vision.txt: a package pinned in
+    both, at two versions, makes pip give up (a PyYAML pin left behind did, and `make test` failed)."""
+    main, vision = _pins("constraints.txt"), _pins("constraints-vision.txt")
+    assert {"torch", "torchvision", "timm"} <= vision.keys()
+    assert sorted(name for name in vision.keys() & main.keys() if name != "torch") == []
