@@ -128,8 +128,6 @@ def test_an_unreadable_config_is_one_line_without_credentials(qtbot, served) -> 
 
 
 def test_cancel_stops_reading_the_config(qtbot, served) -> None:
-    from ckptview.gui.base.workers import wait_for_workers
-
     panel, checkpoint = remote_panel(qtbot, f"{served.url}/bert/")
     served.hang = threading.Event()  # the server answers nothing until released
     try:
@@ -138,13 +136,15 @@ def test_cancel_stops_reading_the_config(qtbot, served) -> None:
                 panel.show()
                 panel.activateWindow()
             assert panel.cancel_button.isEnabled()
+            jobs = set(panel.recognize_job._workers)  # this panel's request: Cancel lets go of it
             panel.input_edit.setFocus()
             qtbot.keyClick(panel.input_edit, Qt.Key.Key_Escape)  # Escape cancels, as for a run
             assert panel.status_label.text() == "cancelling…"
             served.hang.set()  # the request in flight returns; the job stops at its next check
         assert "cancelled" in blocker.args[0] and "give model code" in blocker.args[0]
         assert panel.state.arch is None and panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
-        assert wait_for_workers(30_000)
+        assert jobs  # ... and its thread returns (another test's jobs may still be winding down: not waited for)
+        qtbot.waitUntil(lambda: all(job.is_done for job in jobs), timeout=30_000)
     finally:
         served.hang = None
         checkpoint.close()
