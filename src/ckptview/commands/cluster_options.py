@@ -13,7 +13,7 @@ def add_arguments(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help=f"{what} on this Dask cluster: each worker opens the file or URL itself (a local path "
                         "must be on a file system every worker shares)")
-    p.add_argument("--workers", type=_count, default=None, metavar="N",
+    p.add_argument("--workers", type=worker_count, default=None, metavar="N",
                    help=f"{what} in N local worker processes (default: one per GiB to read, at most one per "
                         "core; 1: in this process)")
 
@@ -23,7 +23,8 @@ def placement(args: argparse.Namespace) -> Placement:
     return Placement(getattr(args, "scheduler", None), getattr(args, "workers", None))
 
 
-def _count(text: str) -> int:
+def worker_count(text: str) -> int:
+    """`--workers N`'s type: a whole number, 1 or more (`series` takes it too)."""
     try:
         value = int(text)
     except ValueError:

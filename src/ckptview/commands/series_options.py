@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from ckptview.commands.cluster_options import worker_count
 from ckptview.core.jobs import drain
 from ckptview.core.series.cache import SeriesCache
 from ckptview.core.series.live import LiveRun
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--settle", type=_positive, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="read the checkpoints on this Dask cluster (each worker reads its files directly)")
-    p.add_argument("--workers", type=_count, default=None, metavar="N",
+    p.add_argument("--workers", type=worker_count, default=None, metavar="N",
                    help="local worker processes (default: one per GiB to read, at most one per core: "
                         "small runs are read in this process; 1 reads in this process)")
     p.add_argument("--no-cache", action="store_true", help="read every checkpoint again, and keep nothing")
@@ -43,16 +44,6 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number > 0, not {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text!r}")
     return value
 
 
