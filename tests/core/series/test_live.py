@@ -22,8 +22,9 @@ from ckptview.core.series.cache import SeriesCache, default_path, file_key
 from ckptview.core.series.executor import ChainTask, measure_chain, plan_tasks
 from ckptview.core.series.live import LiveRun, run_live
 from ckptview.core.series.timeline import run_series
-from ckptview.core.series.watch import candidates, is_temporary
+from ckptview.core.series.watch import candidates, is_change, is_temporary
 from tests.core.series.test_timeline import train_run
+from tests.support.export_signals import as_at_a_terminal
 
 CHUNK = 37  # small pieces: many per tensor, cut mid-row, so pairing and re-cutting are exercised
 
@@ -304,6 +305,17 @@ def _added(path: str):
     return lambda e: e["event"] == "added" and os.path.basename(e["checkpoint"]["path"]) == path
 
 
+def test_the_watch_wakes_on_changes_not_on_its_own_reads():
+    """Each pass of the watch opens and reads the run's files; waking on those events woke it at once, for
+    ever: `series --watch` held a core at 100% while nothing changed."""
+    events = pytest.importorskip("watchdog.events")
+    path = "/run/step_1.pt"
+    assert not is_change(events.FileOpenedEvent(path)) and not is_change(events.FileClosedNoWriteEvent(path))
+    for changed in (events.FileCreatedEvent(path), events.FileModifiedEvent(path), events.FileClosedEvent(path),
+                    events.FileMovedEvent(path + ".tmp", path), events.FileDeletedEvent(path)):
+        assert is_change(changed), changed
+
+
 @pytest.mark.slow
 def test_watch_reports_each_checkpoint_once_and_whole(tmp_path):
     run = tmp_path / "run"
@@ -313,7 +325,8 @@ def test_watch_reports_each_checkpoint_once_and_whole(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "ckptview", "series", str(run), "--watch", "--json",
                              "--no-cache", "--workers", "1", "--settle", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=as_at_a_terminal)
     lines = _Lines(proc)
     try:
         first = lines.until(_added("step_1.pt"))
@@ -351,10 +364,13 @@ def test_watch_reports_each_checkpoint_once_and_whole(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl+C
         try:
-            err = proc.stderr.read()
             proc.wait(timeout=120)
+            err = proc.stderr.read()
             lines.reader.join(timeout=120)
         finally:
+            if proc.poll() is None:  # a watch that Ctrl+C did not stop is not left running after the test
+                proc.kill()
+                proc.wait()
             proc.stdout.close()
             proc.stderr.close()
     assert proc.returncode == 130 and "Traceback" not in err, err

@@ -184,6 +184,16 @@ def _wait(wake: threading.Event, delay: float, token: CancelToken | None) -> Non
             return
 
 
+# watchdog's events of a file opened, and closed without a write (inotify's IN_OPEN, IN_CLOSE_NOWRITE): each
+# pass of the watch reads the run's files, so waking on these woke the watch at once, forever (a core at 100%).
+_READS = frozenset({"opened", "closed_no_write"})
+
+
+def is_change(event: Any) -> bool:
+    """A watchdog event that may change what the run holds (the watch's own reads open and close files)."""
+    return event.event_type not in _READS
+
+
 def _start_observer(paths: list[str], wake: threading.Event) -> Any:
     """A watchdog observer that sets ``wake`` on any change under the run's local folders (None: poll)."""
     folders = set()
@@ -204,7 +214,8 @@ def _start_observer(paths: list[str], wake: threading.Event) -> Any:
 
     class _Wake(FileSystemEventHandler):
         def on_any_event(self, event: Any) -> None:
-            wake.set()
+            if is_change(event):
+                wake.set()
 
     observer = Observer()
     for folder in sorted(folders):
