@@ -444,8 +444,7 @@ def _signal_during_export(tmp_path, signame, out_name):
         assert any(name.endswith(".part") or name.startswith(".ckptview-export-")
                    for _, dirs, files in os.walk(work) for name in files + dirs)
 
-    # SIGPIPE and SIGXFSZ Python ignores at start; SIGHUP is ignored when the suite itself runs under nohup
-    restored = [signame] if signame in ("SIGPIPE", "SIGXFSZ", "SIGHUP") else []
+    restored = [signame] if signame in ("SIGPIPE", "SIGXFSZ") else []
     returncode, err = signal_while_writing(SLOW_EXPORT, src, work / out_name, tmp_path / "marker", sig,
                                            part_file_open, *restored)
     assert returncode == (130 if signame == "SIGINT" else 128 + sig), err
