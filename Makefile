@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-vision lint bench screenshots clean
+.PHONY: run test suite test-fast test-vision vision-left-out lint bench screenshots clean
 
 # The suite runs in one process per core (pytest-xdist; at most 4, JOBS=1 for a single process). A module's
 # tests stay in one process (--dist loadscope), so its fixtures are built once.
@@ -26,26 +26,43 @@ $(STAMP): pyproject.toml constraints.txt
 VVENV := .venv-vision
 VSTAMP := $(VVENV)/.installed
 
-$(VSTAMP): pyproject.toml constraints.txt constraints-vision.txt
+# After .venv, never beside it: both installs write the project's metadata (src/ckptview.egg-info).
+$(VSTAMP): pyproject.toml constraints.txt constraints-vision.txt | $(STAMP)
 	test -x $(VVENV)/bin/python || $(PYTHON) -m venv $(VVENV)
 	$(VVENV)/bin/python -m pip install -q --upgrade pip
 	sed '/^torch==/d' constraints.txt | cat - constraints-vision.txt > $(VVENV)/constraints.txt
 	$(VVENV)/bin/python -m pip install -q -c $(VVENV)/constraints.txt -e '.[test,models,vision]'
 	touch $(VSTAMP)
 
+# `make test` leaves the vision tests out with NO_VISION=1, or while .venv-vision is not built and the disk has
+# under 10 GB free (the venv takes ~7 GB).
+ifneq ($(NO_VISION),)
+VISION_LANE := vision-left-out
+VISION_WHY := NO_VISION=1
+else ifeq ($(wildcard $(VSTAMP))$(shell [ "$$(df -Pk . | awk 'NR==2 {print $$4}')" -lt 10000000 ] && echo low),low)
+VISION_LANE := vision-left-out
+VISION_WHY := .venv-vision needs ~7 GB and this disk has less than 10 GB free
+else
+VISION_LANE := test-vision
+endif
+
 run: $(STAMP)
 	$(BIN)/ckptview $(ARGS)
 
-# The whole suite, as CI runs it. The guardrails run first (each takes seconds): lint, the layer contracts
-# (import-linter), types (mypy, strict flags for the core); then the suite.
-# Then the timm/torchvision tests in their own venv (test-vision; ~2 min to build it on a fresh clone, ~1 min to
-# run); NO_VISION=1 leaves them out, and so does a disk with under 10 GB free (the venv takes ~7 GB).
-test: lint
+# The whole suite, as CI runs it, in two lanes side by side (make -j2; a line of output at a time): the main lane
+# runs the guardrails (each takes seconds but a cold mypy: lint, the layer contracts with import-linter, types)
+# and then the suite; the vision lane builds .venv-vision once .venv is built (~2 min, while lint runs) and then
+# runs the timm/torchvision tests (test-vision). On a fresh clone of a 2-core machine that takes the vision venv
+# and the cold mypy off the critical path (docs/development.md: where CI's time goes).
+LANES := $(if $(filter 1,$(JOBS)),1,2)
+test:
+	@$(MAKE) --no-print-directory -j$(LANES) -Oline suite $(VISION_LANE)
+
+suite: lint
 	$(PYTEST) $(PYTEST_ARGS)
-	@if [ -n "$(NO_VISION)" ]; then echo "vision tests left out (NO_VISION=1)"; \
-	elif [ ! -f $(VSTAMP) ] && [ "$$(df -Pk . | awk 'NR==2 {print $$4}')" -lt 10000000 ]; then \
-	  echo "vision tests left out: .venv-vision needs ~7 GB and this disk has less than 10 GB free"; \
-	else $(MAKE) --no-print-directory test-vision PYTEST_ARGS=; fi
+
+vision-left-out:
+	@echo "vision tests left out: $(VISION_WHY)"
 
 # The edit loop's lane (a few minutes): everything but the window's tests and the slow ones (worker processes,
 # library models, long soaks). CI runs the whole suite (`make test`).
@@ -53,9 +70,13 @@ test-fast: $(STAMP)
 	$(PYTEST) -m "not slow and not gui" $(PYTEST_ARGS)
 
 # timm and torchvision forward passes checked against the libraries, and ckptview's copy of torch's weights-only
-# allowlist held against this second torch release (tests marked `vision`), in .venv-vision.
+# allowlist held against this second torch release (tests marked `vision`), in .venv-vision. Only the modules that
+# mark tests `vision` are collected (collecting the rest would import every library of the suite for nothing);
+# VISION_ARGS adds pytest arguments of its own.
+VISION_TESTS = $(shell grep -rlE 'mark\.vision' tests --include='test_*.py' | sort)
 test-vision: $(VSTAMP)
-	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q -m vision tests $(PYTEST_ARGS)
+	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q $(XDIST) -m vision \
+	  $(VISION_TESTS) $(VISION_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
