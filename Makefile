@@ -14,10 +14,14 @@ XDIST := $(if $(filter 1,$(JOBS)),,-n $(JOBS) --maxprocesses 4 --dist loadscope)
 # SIGBUS) prints every thread's stack, so a crash in CI is a red test with a trace, not a silent exit.
 PYTEST = $(BIN)/python -X dev -X faulthandler -m pytest -q $(XDIST)
 
+# pip says only what went wrong (-qq: errors): a machine's own pip configuration can add a warning for each
+# package (an extra index folder it names is missing), and `make run` prints no warning of ours or pip's.
+PIPQ := -qq
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,remote,models,series,graph,cluster]'
+	$(BIN)/python -m pip install $(PIPQ) --upgrade pip
+	$(BIN)/python -m pip install $(PIPQ) -c constraints.txt -e '.[test,remote,models,series,graph,cluster]'
 	touch $(STAMP)
 
 # The vision venv (timm, torchvision): its own torch, the build torchvision was made for (constraints-vision.txt
@@ -29,9 +33,9 @@ VSTAMP := $(VVENV)/.installed
 # After .venv, never beside it: both installs write the project's metadata (src/ckptview.egg-info).
 $(VSTAMP): pyproject.toml constraints.txt constraints-vision.txt | $(STAMP)
 	test -x $(VVENV)/bin/python || $(PYTHON) -m venv $(VVENV)
-	$(VVENV)/bin/python -m pip install -q --upgrade pip
+	$(VVENV)/bin/python -m pip install $(PIPQ) --upgrade pip
 	sed '/^torch==/d' constraints.txt | cat - constraints-vision.txt > $(VVENV)/constraints.txt
-	$(VVENV)/bin/python -m pip install -q -c $(VVENV)/constraints.txt -e '.[test,models,vision]'
+	$(VVENV)/bin/python -m pip install $(PIPQ) -c $(VVENV)/constraints.txt -e '.[test,models,vision]'
 	touch $(VSTAMP)
 
 # `make test` leaves the vision tests out with NO_VISION=1, or while .venv-vision is not built and the disk has
