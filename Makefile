@@ -53,14 +53,14 @@ endif
 run: $(STAMP)
 	$(BIN)/ckptview $(ARGS)
 
-# The whole suite, as CI runs it, in two lanes side by side (make -j2; a line of output at a time): the main lane
+# The whole suite, as CI runs it, in two lanes side by side (make -j2): the main lane
 # runs the guardrails (each takes seconds but a cold mypy: lint, the layer contracts with import-linter, types)
 # and then the suite; the vision lane builds .venv-vision once .venv is built (~2 min, while lint runs) and then
 # runs the timm/torchvision tests (test-vision). On a fresh clone of a 2-core machine that takes the vision venv
 # and the cold mypy off the critical path (docs/development.md: where CI's time goes).
 LANES := $(if $(filter 1,$(JOBS)),1,2)
 test:
-	@$(MAKE) --no-print-directory -j$(LANES) -Oline suite $(VISION_LANE)
+	@$(MAKE) --no-print-directory -j$(LANES) suite $(VISION_LANE) VISION_AT_ONCE=1
 
 suite: lint
 	$(PYTEST) $(PYTEST_ARGS)
@@ -78,9 +78,16 @@ test-fast: $(STAMP)
 # mark tests `vision` are collected (collecting the rest would import every library of the suite for nothing);
 # VISION_ARGS adds pytest arguments of its own.
 VISION_TESTS = $(shell grep -rlE 'mark\.vision' tests --include='test_*.py' | sort)
+VISION_RUN = CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q $(XDIST) -m vision \
+  $(VISION_TESTS) $(VISION_ARGS)
+# In `make test`'s lane (VISION_AT_ONCE=1) its output comes in one piece when it ends, not mixed into the suite's.
 test-vision: $(VSTAMP)
-	CKPTVIEW_REQUIRE_VISION=1 $(VVENV)/bin/python -X dev -X faulthandler -m pytest -q $(XDIST) -m vision \
-	  $(VISION_TESTS) $(VISION_ARGS)
+ifeq ($(VISION_AT_ONCE),1)
+	@echo '$(VISION_RUN) (its output when it ends)'; \
+	$(VISION_RUN) > $(VVENV)/tests.log 2>&1; rc=$$?; cat $(VVENV)/tests.log; exit $$rc
+else
+	$(VISION_RUN)
+endif
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
