@@ -61,6 +61,13 @@ def _no_fall(obj: object, call, what: str) -> None:
             gc.enable()
 
 
+def _free_what_earlier_tests_left() -> None:
+    """Free now what earlier tests left for deletion (their windows' widgets and wrappers, with the rows they
+    held), then what is left to the collector: freed by a test's own event loop mid-count, it reads as a fall."""
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
+    gc.collect()
+
+
 class _Emitter(QObject):
     flag = Signal(bool)
     nothing = Signal()
@@ -126,10 +133,7 @@ def test_selecting_2000_rows_keeps_the_window_alive(qtbot, window, tmp_path):
     # references that go when it ends, and read as a fall if they are counted at the start (759 were, once).
     wait_for_workers(30_000)
     qtbot.wait(10)
-    # What earlier tests left for deletion (their windows' widgets and wrappers, with the rows they held) is
-    # freed now, not by the soak's event loop mid-count; then the collector, for the same reason.
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
-    gc.collect()
+    _free_what_earlier_tests_left()
     true_refs, none_refs = sys.getrefcount(True), sys.getrefcount(None)
     selected = 0
     for tab in (example, model_tab):
@@ -157,9 +161,7 @@ def test_a_20000_entry_dict_builds_its_training_panel(qtbot, window, tmp_path):
 
     path = str(tmp_path / "metrics.pt")
     torch.save({f"metric_{i}": float(i) for i in range(20_000)}, path)
-    # What earlier tests left for deletion (widgets, their wrappers) is freed now, not mid-count.
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
-    gc.collect()
+    _free_what_earlier_tests_left()
     none_refs, true_refs = sys.getrefcount(None), sys.getrefcount(True)
     [tab] = window.open_paths([path])
     wait_settled(qtbot, tab, timeout=120_000)
